@@ -1,0 +1,45 @@
+"""DTOC-RL: learn when an LLM agent should hide and restore its past tool outputs.
+
+The core is DTOC (Dynamic Tool Output Compression): every tool output is kept
+in a store under an orchestrator key; the active context shows visible outputs
+in full (as envelopes) and hidden ones as short placeholders;
+``manage_context(enable=[...], disable=[...])`` changes visibility and reports
+the token delta.  Nothing is ever lost.
+"""
+
+from dtoc_rl.context import DTOCContext
+from dtoc_rl.manage import (
+    MANAGE_CONTEXT_DESCRIPTION,
+    StatusReport,
+    anthropic_tool,
+    apply_manage_context,
+    openai_tool,
+)
+from dtoc_rl.record import ToolOutput
+from dtoc_rl.render import to_anthropic, to_openai
+from dtoc_rl.sqlite_store import SQLiteStore
+from dtoc_rl.store import MemoryStore, Store, UnknownKeyError
+from dtoc_rl.tokens import CharEstimator, HFTokenizerEstimator, TiktokenEstimator, get_estimator
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MANAGE_CONTEXT_DESCRIPTION",
+    "CharEstimator",
+    "DTOCContext",
+    "HFTokenizerEstimator",
+    "MemoryStore",
+    "SQLiteStore",
+    "StatusReport",
+    "Store",
+    "TiktokenEstimator",
+    "ToolOutput",
+    "UnknownKeyError",
+    "__version__",
+    "anthropic_tool",
+    "apply_manage_context",
+    "get_estimator",
+    "openai_tool",
+    "to_anthropic",
+    "to_openai",
+]

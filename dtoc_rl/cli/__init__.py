@@ -1,0 +1,55 @@
+"""The ``dtoc-rl`` command line: one subcommand per module in this package.
+
+Subcommand modules are imported lazily so ``dtoc-rl --help`` stays fast and a
+broken optional dependency only affects the command that needs it.  This
+package is the application layer: it may import ``dtoc_rl.envs`` and
+``dtoc_rl.policies``; the core modules never do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("dtoc_rl.cli.replay", "drive the DTOC orchestrator over one logged trace"),
+    "ingest": ("dtoc_rl.cli.ingest", "convert agent logs into a trajectory dataset"),
+    "stats": ("dtoc_rl.cli.stats", "summarise an existing trajectory dataset"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dtoc-rl",
+        description="DTOC-RL: learn when an LLM agent should hide and restore its past tool outputs.",
+    )
+    from dtoc_rl import __version__
+
+    parser.add_argument("--version", action="version", version=f"dtoc-rl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, (_module, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    parser.epilog = "Run 'dtoc-rl COMMAND --help' for a command's options."
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Only import the chosen subcommand when one is named (fast --help per command).
+    if argv and argv[0] in COMMANDS:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
+        module.add_arguments(p)
+        args = p.parse_args(argv[1:])
+        return int(module.run(args) or 0)
+    # Top-level help lists commands without importing them.
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    return main([args.command, *argv[1:]])

@@ -1,0 +1,168 @@
+"""``dtoc-rl replay TRACE``: the orchestrator over one logged trace.
+
+Replays every step through a DTOCContext twice, once with every output
+visible and once with a hide-older-than-N rule, and prints the active-token
+curve of both.  TRACE is a log file in any supported format, or the name of a
+bundled trace (``dtoc-rl replay --list`` shows them).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dtoc_rl.cli.common import CLIError, emit_json, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__.split("\n\n", 1)[1].replace("``", "'")
+    p.add_argument("trace", nargs="?", help="log file, or a bundled trace name such as django__django-11239")
+    p.add_argument(
+        "--keep-last", "-n", type=int, default=5, help="outputs kept visible by the rule (default 5)"
+    )
+    p.add_argument(
+        "--estimator",
+        default="chars",
+        help="token estimator: chars (ceil(len/4), default), o200k_base, cl100k_base, hf:/path",
+    )
+    p.add_argument("--every", type=int, default=0, help="print every k-th step (default: about 25 rows)")
+    p.add_argument("--plot", type=Path, help="also write the two curves to this PNG")
+    p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+def _resolve(trace: str) -> Path:
+    from dtoc_rl.paths import find_bundled_trace
+
+    p = Path(trace)
+    if p.exists():
+        return p
+    try:
+        return find_bundled_trace(trace)
+    except FileNotFoundError as e:
+        raise CLIError(f"{trace!r} is neither a file nor a bundled trace ({e})") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.ingest import IngestError, detect_format
+    from dtoc_rl.paths import bundled_raw
+    from dtoc_rl.replay import hide_older_than, replay_trajectory
+    from dtoc_rl.tokens import get_estimator
+
+    try:
+        if args.list:
+            names = sorted(p.name for p in bundled_raw().rglob("*") if p.is_file() and _is_log(p))
+            if args.json:
+                emit_json(names)
+            else:
+                print("\n".join(names))
+            return 0
+        if not args.trace:
+            raise CLIError("give a TRACE (a log file or a bundled trace name; --list shows them)")
+        if args.keep_last < 0:
+            raise CLIError(f"--keep-last must be >= 0, got {args.keep_last}")
+        path = _resolve(args.trace)
+        ing = detect_format(path)
+        if ing is None:
+            raise CLIError(f"{path}: not a recognised log format")
+        try:
+            traj = next(iter(ing.parse(path)))
+        except IngestError as e:
+            raise CLIError(f"{path}: {e.reason}") from None
+        try:
+            est = get_estimator(args.estimator)
+        except (ValueError, FileNotFoundError) as e:
+            raise CLIError(str(e)) from None
+    except CLIError as e:
+        return fail(str(e))
+
+    base = replay_trajectory(traj, None, est)
+    rule = replay_trajectory(traj, hide_older_than(args.keep_last), est)
+    saved = 1 - rule.total_input_tokens / base.total_input_tokens if base.total_input_tokens else 0.0
+    result = {
+        "trace": str(path),
+        "traj_id": traj.traj_id,
+        "format": ing.name,
+        "model": traj.model_raw,
+        "steps": traj.n_steps,
+        "outputs": sum(1 for s in traj.steps if s.tool_name is not None),
+        "estimator": est.name,
+        "keep_last": args.keep_last,
+        "all_visible": {
+            "tokens_per_call": base.tokens_per_call,
+            "total": base.total_input_tokens,
+            "peak": base.peak,
+        },
+        "hide_older": {
+            "tokens_per_call": rule.tokens_per_call,
+            "hidden_per_call": rule.hidden_per_call,
+            "total": rule.total_input_tokens,
+            "peak": rule.peak,
+        },
+        "input_tokens_saved": saved,
+    }
+    if args.plot:
+        _plot(result, args.plot)
+        result["plot"] = str(args.plot)
+    if args.json:
+        emit_json(result)
+        return 0
+    _print_table(result, args.every)
+    return 0
+
+
+def _is_log(p: Path) -> bool:
+    return p.suffix in (".json", ".jsonl", ".traj") and "labels" not in p.parts and p.name != "LICENSE"
+
+
+def _print_table(r: dict, every: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    a, h = r["all_visible"]["tokens_per_call"], r["hide_older"]["tokens_per_call"]
+    n = len(a)
+    every = every or max(1, n // 25)
+    peak = max(a, default=1) or 1
+    table = Table(title=f"{r['traj_id']}  ({r['format']}, {r['model']}, estimator {r['estimator']})")
+    table.add_column("step", justify="right")
+    table.add_column("all visible", justify="right")
+    table.add_column(f"keep last {r['keep_last']}", justify="right")
+    table.add_column("hidden", justify="right")
+    table.add_column("curve (█ all visible, ▒ rule)")
+    for i in list(range(0, n, every)) + ([n - 1] if (n - 1) % every else []):
+        bar_a = round(30 * a[i] / peak)
+        bar_h = round(30 * h[i] / peak)
+        table.add_row(
+            str(i),
+            f"{a[i]:,}",
+            f"{h[i]:,}",
+            str(r["hide_older"]["hidden_per_call"][i]),
+            "▒" * bar_h + "█" * max(0, bar_a - bar_h),
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"input tokens over {n} calls: all visible {r['all_visible']['total']:,}, "
+        f"keep last {r['keep_last']} {r['hide_older']['total']:,} "
+        f"({100 * r['input_tokens_saved']:.1f}% saved); "
+        f"peak {r['all_visible']['peak']:,} → {r['hide_older']['peak']:,}"
+    )
+
+
+def _plot(r: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(r["all_visible"]["tokens_per_call"], label="all visible")
+    ax.plot(r["hide_older"]["tokens_per_call"], label=f"keep last {r['keep_last']}")
+    ax.set_xlabel("step (model call)")
+    ax.set_ylabel(f"active tokens ({r['estimator']})")
+    ax.set_title(r["traj_id"])
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

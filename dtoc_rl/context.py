@@ -1,0 +1,258 @@
+"""DTOCContext: the active context of one agent session, and AssembleContext.
+
+The context is the user query, the agent's messages and reasoning, and every
+tool output: visible ones in full as envelopes, hidden ones as placeholders.
+Tool outputs live in a :class:`~dtoc_rl.store.Store`; everything else is an
+append-only message log kept in the same store, so a SQLite session reopens
+whole.
+
+Typical loop::
+
+    ctx = DTOCContext(query="Fix the failing test", system="You are ...")
+    ctx.add_assistant("Let me look.", tool_calls=[{"name": "bash", "arguments": {"cmd": "ls"}}])
+    rec = ctx.add_tool_result("README.md\\nsrc\\n")           # answers the pending call
+    ctx.manage_context(disable=[rec.tool_key])                  # -> StatusReport
+    messages = ctx.to_openai()                                  # or ctx.to_anthropic()
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+from dtoc_rl.manage import MANAGE_CONTEXT_NAME, StatusReport, apply_manage_context, parse_arguments
+from dtoc_rl.record import ToolOutput
+from dtoc_rl.store import MemoryStore, Store
+from dtoc_rl.tokens import TokenEstimator
+
+__all__ = ["DTOCContext"]
+
+
+class DTOCContext:
+    """One session's active context over a store.
+
+    Args:
+        query: the user's task; becomes the first user message.
+        system: optional system prompt.
+        store: where outputs and messages live (a fresh MemoryStore if None).
+            A reopened SQLiteStore brings its messages back; then ``query`` and
+            ``system`` must be left None.
+        estimator: token estimator for a new MemoryStore.
+    """
+
+    def __init__(
+        self,
+        query: str | None = None,
+        system: str | None = None,
+        store: Store | None = None,
+        estimator: TokenEstimator | str | None = None,
+    ):
+        self.store = store if store is not None else MemoryStore(estimator)
+        self.estimator = self.store.estimator
+        self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
+        self._pending: deque[str] = deque()
+        self._calls: dict[str, dict[str, Any]] = {}
+        answered = set()
+        for m in self.store.messages:  # rebuild pairing state of a reopened session
+            if m["role"] == "assistant":
+                for c in m.get("tool_calls") or []:
+                    self._calls[c["id"]] = c
+                    self._pending.append(c["id"])
+            elif m["role"] == "tool":
+                answered.add(m["tool_call_id"])
+        self._pending = deque(c for c in self._pending if c not in answered)
+        # The assembled context, kept up to date incrementally (see assemble()).
+        self._assembled: list[dict[str, Any]] = []
+        self._tool_pos: dict[str, int] = {}
+        for m in self.store.messages:
+            self._assemble_one(m)
+        self.store.listeners.append(self._on_visibility)
+        if self.store.messages and (query or system):
+            raise ValueError("this store already holds a session; reopen it without query/system")
+        if system:
+            self._append({"role": "system", "content": system})
+        if query is not None:
+            self._append({"role": "user", "content": query})
+
+    # -- building the log -------------------------------------------------------
+    def _message_tokens(self, m: dict[str, Any]) -> int:
+        if m["role"] == "tool" and "tool_key" in m:
+            return 0  # counted by the store, visible or not
+        n = self.estimator.count(m.get("content") or "")
+        if m.get("reasoning"):
+            n += self.estimator.count(m["reasoning"])
+        for c in m.get("tool_calls") or []:
+            n += self.estimator.count(c["name"] + json.dumps(c["arguments"], ensure_ascii=False))
+        return n
+
+    def _append(self, m: dict[str, Any]) -> None:
+        self.store.append_message(m)
+        self._msg_tokens += self._message_tokens(m)
+        self._assemble_one(m)
+
+    def _tool_entry(self, m: dict[str, Any]) -> dict[str, Any]:
+        rec = self.store.get(m["tool_key"])
+        return {
+            "role": "tool",
+            "tool_call_id": m["tool_call_id"],
+            "tool_key": rec.tool_key,
+            "name": rec.tool_name,
+            "hidden": not rec.visible,
+            "content": rec.render(),
+        }
+
+    def _assemble_one(self, m: dict[str, Any]) -> None:
+        if m["role"] == "tool" and "tool_key" in m:
+            self._tool_pos[m["tool_key"]] = len(self._assembled)
+            self._assembled.append(self._tool_entry(m))
+        else:
+            self._assembled.append(dict(m))
+
+    def _on_visibility(self, keys: list[str], visible: bool) -> None:
+        for k in keys:
+            i = self._tool_pos.get(k)
+            if i is not None:
+                old = self._assembled[i]
+                self._assembled[i] = self._tool_entry({"tool_key": k, "tool_call_id": old["tool_call_id"]})
+
+    def add_user(self, content: str) -> None:
+        self._append({"role": "user", "content": content})
+
+    def add_assistant(
+        self,
+        content: str = "",
+        *,
+        reasoning: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Record an assistant turn; returns the call ids (made up where missing).
+
+        Each tool call is ``{"name", "arguments", "id"?}``; ``arguments`` is a
+        dict or a JSON string.
+        """
+        calls = []
+        for c in tool_calls or []:
+            if "name" not in c:
+                raise ValueError(f"tool call without a name: {c!r}")
+            args = c.get("arguments", {})
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except json.JSONDecodeError:
+                    args = {"input": args}
+            call_id = c.get("id") or f"call_{len(self._calls):04d}"
+            if call_id in self._calls:
+                raise ValueError(f"tool call id {call_id!r} was already used in this session")
+            self._calls[call_id] = {"id": call_id, "name": c["name"], "arguments": args}
+            calls.append({"id": call_id, "name": c["name"], "arguments": args})
+        m: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            m["reasoning"] = reasoning
+        if calls:
+            m["tool_calls"] = calls
+        self._append(m)
+        self._pending.extend(c["id"] for c in calls)
+        return [c["id"] for c in calls]
+
+    def _take_call(self, call_id: str | None) -> str:
+        if call_id is None:
+            if not self._pending:
+                raise ValueError("no pending tool call to answer; call add_assistant(tool_calls=...) first")
+            return self._pending.popleft()
+        if call_id not in self._pending:
+            raise ValueError(f"call id {call_id!r} is not a pending tool call")
+        self._pending.remove(call_id)
+        return call_id
+
+    def add_tool_result(
+        self,
+        result: str | bytes,
+        call_id: str | None = None,
+        *,
+        tool_name: str | None = None,
+        tool_args: Any = None,
+        timestamp: float | None = None,
+        visible: bool = True,
+    ) -> ToolOutput:
+        """Store a tool output under a new key and put it in the context.
+
+        It answers ``call_id``, or the oldest unanswered call when None.
+        """
+        call_id = self._take_call(call_id)
+        call = self._calls.get(call_id)
+        rec = self.store.add(
+            result,
+            tool_name=tool_name or (call["name"] if call else ""),
+            tool_args=tool_args if tool_args is not None else (call["arguments"] if call else None),
+            call_id=call_id,
+            step=len(self.store),
+            timestamp=timestamp,
+            visible=visible,
+        )
+        self._append({"role": "tool", "tool_call_id": call_id, "tool_key": rec.tool_key})
+        return rec
+
+    # -- manage_context ------------------------------------------------------------
+    def manage_context(self, enable: list[str] | tuple = (), disable: list[str] | tuple = ()) -> StatusReport:
+        """Apply visibility changes (outside the model: nothing enters the log)."""
+        return apply_manage_context(self.store, enable, disable, total_tokens=lambda: self.active_tokens)
+
+    def handle_manage_context_call(
+        self, arguments: str | dict | None, call_id: str | None = None
+    ) -> StatusReport:
+        """Answer a manage_context call the model made: apply it and add the
+        StatusReport as that call's (unmanaged) tool result."""
+        enable, disable, errors = parse_arguments(arguments)
+        call_id = self._take_call(call_id)
+        report = self.manage_context(enable, disable)
+        report.errors.update(errors)
+        self._append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": MANAGE_CONTEXT_NAME,
+                "content": report.to_json(),
+            }
+        )
+        return report
+
+    # -- reading -----------------------------------------------------------------
+    @property
+    def active_tokens(self) -> int:
+        """Tokens in the active context now (O(1))."""
+        return self._msg_tokens + self.store.active_tokens
+
+    def recount(self) -> int:
+        """Active tokens recomputed from scratch over the assembled context."""
+        return sum(self._message_tokens(m) for m in self.store.messages) + self.store.recount()
+
+    @property
+    def pending_calls(self) -> list[str]:
+        return list(self._pending)
+
+    def assemble(self) -> list[dict[str, Any]]:
+        """AssembleContext: provider-neutral messages for the next model call.
+
+        Tool messages carry ``tool_call_id``, ``tool_key``, ``hidden`` and
+        ``content`` (the envelope or the placeholder).  The list is kept up to
+        date as the session changes, so this costs a list copy; treat the
+        message dicts as read-only.
+        """
+        return list(self._assembled)
+
+    def to_openai(self, **kw: Any) -> list[dict[str, Any]]:
+        from dtoc_rl.render import to_openai
+
+        return to_openai(self.assemble(), **kw)
+
+    def to_anthropic(self, **kw: Any) -> dict[str, Any]:
+        from dtoc_rl.render import to_anthropic
+
+        return to_anthropic(self.assemble(), **kw)
+
+    def __repr__(self) -> str:
+        return (
+            f"DTOCContext(outputs={len(self.store)}, hidden={len(self.store.hidden_keys())}, "
+            f"active_tokens={self.active_tokens})"
+        )

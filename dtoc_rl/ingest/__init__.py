@@ -1,0 +1,50 @@
+"""Log ingesters: one per harness format, auto-detected.
+
+``detect_format(path)`` names the ingester for a file or directory (or None),
+and ``INGESTERS`` lists them in detection order.  The driver that walks
+folders, labels needs and writes datasets is :mod:`dtoc_rl.ingest.driver`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
+
+__all__ = ["INGESTERS", "IngestError", "Ingester", "detect_format", "get_ingester"]
+
+# Specific formats first; the generic OpenAI chat JSONL last.
+INGESTERS: list[Ingester] = [
+    MiniSweAgentIngester(),
+]
+
+HEAD_BYTES = 65536
+
+
+def _head(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
+
+
+def detect_format(path: Path) -> Ingester | None:
+    """The ingester that recognises ``path``, or None when none does."""
+    path = Path(path)
+    if path.is_dir():
+        for ing in INGESTERS:
+            if ing.wants_dirs and ing.detect(path, ""):
+                return ing
+        return None
+    head = _head(path)
+    for ing in INGESTERS:
+        if not ing.wants_dirs and ing.detect(path, head):
+            return ing
+    return None
+
+
+def get_ingester(name: str) -> Ingester:
+    for ing in INGESTERS:
+        if ing.name == name:
+            return ing
+    names = ", ".join(i.name for i in INGESTERS)
+    raise KeyError(f"unknown format {name!r}; known formats: {names}")

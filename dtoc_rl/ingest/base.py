@@ -1,0 +1,69 @@
+"""What every ingester provides, and the errors they raise.
+
+An ingester turns one log file (or folder, for layouts such as AutoCodeRover's
+task directories) into :class:`~dtoc_rl.schema.Trajectory` objects.  It never
+guesses: ``detect`` must be specific to the format, and anything it cannot
+parse raises :class:`IngestError` with a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dtoc_rl.schema import Trajectory
+
+__all__ = ["MAX_OUTPUT_CHARS", "IngestError", "Ingester", "read_json", "read_text"]
+
+# Outputs beyond this are kept head+tail with a marker, so one runaway log line
+# cannot blow up a dataset; the original length is recorded in the step.
+MAX_OUTPUT_CHARS = 1_000_000
+MAX_FILE_BYTES = 200_000_000
+
+
+class IngestError(Exception):
+    """A file that could not be ingested; ``reason`` is shown in the summary."""
+
+    def __init__(self, reason: str, path: Path | str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.path = str(path) if path is not None else None
+
+
+def read_text(path: Path) -> str:
+    """Read UTF-8 text, naming the byte offset of the first invalid byte."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise IngestError(f"file is {size / 1e6:.0f} MB, over the {MAX_FILE_BYTES / 1e6:.0f} MB limit", path)
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise IngestError(f"invalid UTF-8 at byte {e.start}", path) from None
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise IngestError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path) from None
+
+
+@dataclass
+class Ingester:
+    """Base class: subclasses set ``name`` and implement ``detect`` and ``parse``."""
+
+    name: ClassVar[str] = ""
+    #: True when the unit of input is a directory (e.g. AutoCodeRover task dirs)
+    wants_dirs: ClassVar[bool] = False
+
+    def detect(self, path: Path, head: str) -> bool:  # pragma: no cover - interface
+        """Whether ``path`` is in this format; ``head`` is its first 64 KiB as text."""
+        raise NotImplementedError
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:  # pragma: no cover - interface
+        raise NotImplementedError

@@ -1,0 +1,42 @@
+"""Where the bundled sample data lives (``data/`` beside the package in a clone)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace"]
+
+
+def data_dir() -> Path:
+    """``$DTOC_DATA`` if set, else the repository's ``data/`` folder."""
+    env = os.environ.get("DTOC_DATA")
+    d = Path(env) if env else Path(__file__).resolve().parents[1] / "data"
+    if not d.is_dir():
+        raise FileNotFoundError(
+            f"bundled data not found at {d}; install from a clone of the repository "
+            "(pip install -e .) or set DTOC_DATA to its data/ folder"
+        )
+    return d
+
+
+def bundled_raw() -> Path:
+    """Raw sample logs (MIT-licensed sources, see data/README.md)."""
+    return data_dir() / "raw"
+
+
+def bundled_dataset() -> Path:
+    """The sample as an ingested Parquet dataset."""
+    return data_dir() / "sample"
+
+
+def find_bundled_trace(name: str) -> Path:
+    """A bundled raw log by file name or stem (e.g. ``django__django-11239``)."""
+    hits = sorted(
+        p
+        for p in bundled_raw().rglob("*")
+        if p.is_file() and (p.name == name or p.name.startswith(name + "."))
+    )
+    if not hits:
+        raise FileNotFoundError(f"no bundled trace called {name!r} under {bundled_raw()}")
+    return hits[0]

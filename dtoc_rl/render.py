@@ -1,0 +1,110 @@
+"""Renderers from provider-neutral messages to provider request formats.
+
+* :func:`to_openai`: a chat-completions ``messages`` list (``tool_calls`` on
+  assistant messages, ``role: "tool"`` replies).
+* :func:`to_anthropic`: ``{"system": ..., "messages": [...]}`` for the
+  messages API, tool outputs as ``tool_result`` blocks in user turns.
+
+A hidden output is still a tool reply to its call (with the placeholder as its
+content), so every call stays answered and ids stay paired.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["anthropic_id", "to_anthropic", "to_openai"]
+
+_ANTHROPIC_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def anthropic_id(call_id: str) -> str:
+    """Anthropic tool-use ids must match ``^[a-zA-Z0-9_-]+$``; map others alike on both sides."""
+    return _ANTHROPIC_ID.sub("_", call_id) or "_"
+
+
+def to_openai(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> list[dict[str, Any]]:
+    """Chat-completions messages.  Reasoning has no field there; with
+    ``include_reasoning`` it is prefixed to the assistant text."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        if role in ("system", "user"):
+            out.append({"role": role, "content": m.get("content") or ""})
+        elif role == "assistant":
+            text = m.get("content") or ""
+            if include_reasoning and m.get("reasoning"):
+                text = f"{m['reasoning']}\n\n{text}".strip()
+            msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": json.dumps(c["arguments"], ensure_ascii=False),
+                        },
+                    }
+                    for c in m["tool_calls"]
+                ]
+            elif msg["content"] is None:
+                msg["content"] = ""
+            out.append(msg)
+        elif role == "tool":
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]})
+        else:
+            raise ValueError(f"unknown message role {role!r}")
+    return out
+
+
+def to_anthropic(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> dict[str, Any]:
+    """Messages-API request parts: ``{"system": str, "messages": [...]}``.
+
+    Consecutive turns of one role are merged (the API wants alternation), and
+    the conversation starts with a user turn.
+    """
+    system_parts: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def push(role: str, block: dict[str, Any]) -> None:
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].append(block)
+        else:
+            turns.append({"role": role, "content": [block]})
+
+    for m in messages:
+        role = m["role"]
+        if role == "system":
+            system_parts.append(m.get("content") or "")
+        elif role == "user":
+            if m.get("content"):
+                push("user", {"type": "text", "text": m["content"]})
+        elif role == "assistant":
+            text = m.get("content") or ""
+            if include_reasoning and m.get("reasoning"):
+                text = f"{m['reasoning']}\n\n{text}".strip()
+            if text:
+                push("assistant", {"type": "text", "text": text})
+            for c in m.get("tool_calls") or []:
+                args = c["arguments"] if isinstance(c["arguments"], dict) else {"input": c["arguments"]}
+                push(
+                    "assistant",
+                    {"type": "tool_use", "id": anthropic_id(c["id"]), "name": c["name"], "input": args},
+                )
+        elif role == "tool":
+            push(
+                "user",
+                {
+                    "type": "tool_result",
+                    "tool_use_id": anthropic_id(m["tool_call_id"]),
+                    "content": m["content"],
+                },
+            )
+        else:
+            raise ValueError(f"unknown message role {role!r}")
+    if turns and turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(session start)"}]})
+    return {"system": "\n\n".join(p for p in system_parts if p), "messages": turns}

@@ -1,0 +1,77 @@
+"""Drive a DTOCContext over a logged trajectory, step by step.
+
+This is the orchestrator-level replay used by ``dtoc-rl replay``: each logged
+step becomes an assistant turn with its tool call, the tool's output is stored
+under a fresh key, and an optional rule decides visibility before the next
+call.  It records the active tokens of the context each model call saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dtoc_rl.context import DTOCContext
+from dtoc_rl.schema import Trajectory
+from dtoc_rl.tokens import TokenEstimator
+
+__all__ = ["ReplayResult", "hide_older_than", "replay_trajectory"]
+
+Rule = Callable[[DTOCContext, int], tuple[list[str], list[str]]]
+
+
+@dataclass
+class ReplayResult:
+    traj_id: str
+    tokens_per_call: list[int] = field(default_factory=list)  # active tokens each call saw
+    hidden_per_call: list[int] = field(default_factory=list)
+
+    @property
+    def total_input_tokens(self) -> int:
+        return sum(self.tokens_per_call)
+
+    @property
+    def peak(self) -> int:
+        return max(self.tokens_per_call, default=0)
+
+
+def hide_older_than(n: int) -> Rule:
+    """Keep the ``n`` most recent outputs visible, hide the rest."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+
+    def rule(ctx: DTOCContext, step: int) -> tuple[list[str], list[str]]:
+        keys = ctx.store.keys()
+        old = keys[: max(0, len(keys) - n)]
+        return [], [k for k in old if ctx.store.get(k).visible]
+
+    return rule
+
+
+def replay_trajectory(
+    traj: Trajectory, rule: Rule | None = None, estimator: TokenEstimator | str | None = None
+) -> ReplayResult:
+    """Replay ``traj`` through a fresh in-memory DTOCContext."""
+    ctx = DTOCContext(query=traj.task_text, system=traj.system_prompt or None, estimator=estimator)
+    res = ReplayResult(traj.traj_id)
+    seen_ids: set[str] = set()
+    for step in traj.steps:
+        if step.user_text:
+            ctx.add_user(step.user_text)
+        res.tokens_per_call.append(ctx.active_tokens)
+        res.hidden_per_call.append(len(ctx.store.hidden_keys()))
+        calls = []
+        if step.tool_name is not None:
+            # Some logs reuse provider ids; pairing needs them unique, so fresh ones stand in.
+            call_id = step.tool_call_id if step.tool_call_id not in seen_ids else None
+            if call_id:
+                seen_ids.add(call_id)
+            calls = [{"name": step.tool_name, "arguments": step.tool_args, "id": call_id}]
+        ctx.add_assistant(step.assistant_text, reasoning=step.reasoning or None, tool_calls=calls)
+        if step.tool_name is not None:
+            ctx.add_tool_result(step.output or "", tool_name=step.tool_name, timestamp=step.timestamp)
+        if rule is not None:
+            enable, disable = rule(ctx, step.index)
+            if enable or disable:
+                ctx.manage_context(enable, disable)
+    return res

@@ -1,0 +1,173 @@
+"""The canonical trajectory schema (version ``SCHEMA_VERSION``).
+
+One row per trajectory; its steps are a nested list.  Every ingester produces
+:class:`Trajectory` objects, every dataset is a Parquet file of their rows, and
+the env replays them.  The full field reference lives in ``docs/schema.md``;
+bump ``SCHEMA_VERSION`` (and that document) whenever a field changes meaning.
+
+A *step* is one tool call and its output, or an agent turn with no tool call
+(a final answer, a message to the user).  Parallel tool calls in one assistant
+turn become consecutive steps sharing ``turn``; the assistant text is carried
+on the first of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ContextEvent",
+    "Need",
+    "Step",
+    "Trajectory",
+    "hf_features",
+]
+
+SCHEMA_VERSION = "1.0"
+
+NEED_KINDS = ("provenance", "reaccess", "reference")
+EVENT_KINDS = ("mask", "unmask", "enable", "disable", "compaction", "truncate")
+
+
+@dataclass
+class Need:
+    """Hindsight label: the step that carries it used the output of ``step``."""
+
+    step: int
+    kind: str  # one of NEED_KINDS
+    evidence: str  # the copied span, the matched resource, or the named key
+
+
+@dataclass
+class ContextEvent:
+    """A context-management event found in the log itself (not inferred)."""
+
+    kind: str  # one of EVENT_KINDS
+    targets: list[int] = field(default_factory=list)  # step indices affected
+    detail: str = ""
+
+
+@dataclass
+class Step:
+    index: int
+    turn: int = 0
+    timestamp: float | None = None  # seconds since the epoch, when the log has it
+    user_text: str = ""  # user / environment text that arrived before this step's action
+    assistant_text: str = ""
+    reasoning: str = ""
+    tool_name: str | None = None
+    tool_args: str = ""  # JSON text, or the raw command string for text-action harnesses
+    tool_call_id: str | None = None  # the provider's id, never a DTOC key
+    output: str | None = None
+    output_is_error: bool = False
+    output_tokens: int = 0  # ceil(len(output)/4), the default estimator
+    read_resource: str | None = None  # what this step reads (re-access labels)
+    write_resources: list[str] = field(default_factory=list)  # what it modifies
+    needs: list[Need] = field(default_factory=list)
+    events: list[ContextEvent] = field(default_factory=list)
+    # Steps whose outputs were hidden in the context that produced this action,
+    # when the log lets us know (None: unknown, [] known nothing hidden).
+    masked_before: list[int] | None = None
+
+    @property
+    def has_output(self) -> bool:
+        return self.output is not None
+
+
+@dataclass
+class Trajectory:
+    traj_id: str
+    source: str  # harness: mini-swe-agent, swe-agent-0.x, swe-agent-1.x, openhands-sdk, ...
+    model_raw: str
+    model_family: str
+    task_id: str
+    task_text: str = ""
+    system_prompt: str = ""
+    success: bool | None = None
+    outcome_source: str = ""  # where ``success`` came from (file and rule)
+    cost_usd: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    api_calls: int | None = None
+    source_path: str = ""
+    schema_version: str = SCHEMA_VERSION
+    extra: str = "{}"  # JSON text for format-specific leftovers
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["n_steps"] = len(self.steps)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Trajectory:
+        kw = {f.name: row[f.name] for f in fields(cls) if f.name in row and f.name != "steps"}
+        steps = []
+        for s in row.get("steps") or []:
+            sk = {f.name: s[f.name] for f in fields(Step) if f.name in s}
+            sk["needs"] = [Need(**n) for n in s.get("needs") or []]
+            sk["events"] = [ContextEvent(**e) for e in s.get("events") or []]
+            sk["write_resources"] = list(s.get("write_resources") or [])
+            if sk.get("masked_before") is not None:
+                sk["masked_before"] = list(sk["masked_before"])
+            steps.append(Step(**sk))
+        return cls(**kw, steps=steps)
+
+    def extra_dict(self) -> dict[str, Any]:
+        return json.loads(self.extra or "{}")
+
+
+def hf_features():  # -> datasets.Features; imported lazily so core stays light
+    """The Hugging Face ``datasets`` features of one trajectory row."""
+    from datasets import Features, Sequence, Value
+
+    need = {"step": Value("int32"), "kind": Value("string"), "evidence": Value("string")}
+    event = {"kind": Value("string"), "targets": Sequence(Value("int32")), "detail": Value("string")}
+    step = {
+        "index": Value("int32"),
+        "turn": Value("int32"),
+        "timestamp": Value("float64"),
+        "user_text": Value("string"),
+        "assistant_text": Value("string"),
+        "reasoning": Value("string"),
+        "tool_name": Value("string"),
+        "tool_args": Value("string"),
+        "tool_call_id": Value("string"),
+        "output": Value("string"),
+        "output_is_error": Value("bool"),
+        "output_tokens": Value("int64"),
+        "read_resource": Value("string"),
+        "write_resources": Sequence(Value("string")),
+        "needs": [need],
+        "events": [event],
+        "masked_before": Sequence(Value("int32")),
+    }
+    return Features(
+        {
+            "traj_id": Value("string"),
+            "source": Value("string"),
+            "model_raw": Value("string"),
+            "model_family": Value("string"),
+            "task_id": Value("string"),
+            "task_text": Value("string"),
+            "system_prompt": Value("string"),
+            "success": Value("bool"),
+            "outcome_source": Value("string"),
+            "cost_usd": Value("float64"),
+            "tokens_in": Value("int64"),
+            "tokens_out": Value("int64"),
+            "api_calls": Value("int64"),
+            "source_path": Value("string"),
+            "schema_version": Value("string"),
+            "extra": Value("string"),
+            "n_steps": Value("int32"),
+            "steps": [step],
+        }
+    )

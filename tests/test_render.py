@@ -1,0 +1,58 @@
+"""Rendered messages validated against the providers' own SDK request types (no network)."""
+
+import pytest
+from pydantic import TypeAdapter
+
+from dtoc_rl import DTOCContext
+
+openai_types = pytest.importorskip("openai.types.chat")
+anthropic_types = pytest.importorskip("anthropic.types")
+
+OPENAI_MESSAGES = TypeAdapter(list[openai_types.ChatCompletionMessageParam])
+ANTHROPIC_MESSAGES = TypeAdapter(list[anthropic_types.MessageParam])
+
+
+def _session():
+    c = DTOCContext(query="Why does the build fail?", system="sys")
+    c.add_assistant("", tool_calls=[{"name": "bash", "arguments": {"cmd": "make"}, "id": "call|weird:id"}])
+    c.add_tool_result("error: undefined reference ü 日本\x00")
+    c.add_assistant(
+        "Two more.",
+        reasoning="parallel",
+        tool_calls=[
+            {"name": "read", "arguments": {"path": "a.c"}},
+            {"name": "read", "arguments": {"path": "b.c"}},
+        ],
+    )
+    c.add_tool_result("int main() {}")
+    c.add_tool_result("x" * 5000)
+    c.manage_context(disable=["t0000", "t0002"])
+    c.add_user("please continue")
+    c.add_assistant("Done.")
+    return c
+
+
+def test_openai_render_validates_and_pairs_ids():
+    msgs = _session().to_openai()
+    OPENAI_MESSAGES.validate_python(msgs)
+    call_ids = [tc["id"] for m in msgs if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
+    tool_ids = [m["tool_call_id"] for m in msgs if m["role"] == "tool"]
+    assert call_ids == tool_ids and len(tool_ids) == 3
+    assert sum('"hidden": true' in m["content"] for m in msgs if m["role"] == "tool") == 2
+
+
+def test_anthropic_render_validates_alternates_and_pairs_ids():
+    req = _session().to_anthropic()
+    ANTHROPIC_MESSAGES.validate_python(req["messages"])
+    assert req["system"] == "sys"
+    roles = [m["role"] for m in req["messages"]]
+    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))
+    uses = [b["id"] for m in req["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for m in req["messages"] for b in m["content"] if b["type"] == "tool_result"]
+    assert uses == results and uses[0] == "call_weird_id"
+
+
+def test_openai_reasoning_only_on_request():
+    c = _session()
+    assert not any("parallel" in (m.get("content") or "") for m in c.to_openai())
+    assert any("parallel" in (m.get("content") or "") for m in c.to_openai(include_reasoning=True))
