@@ -1,0 +1,19 @@
+"""Gymnasium environments: ``dtoc_rl/Replay-v0`` and ``dtoc_rl/Live-v0``.
+
+Importing this package registers both ids::
+
+    import gymnasium as gym
+    import dtoc_rl.envs  # noqa: F401  (registers the ids)
+
+    env = gym.make("dtoc_rl/Replay-v0")                 # the bundled sample
+    env = gym.make("dtoc_rl/Replay-v0", dataset="out")  # a dataset from `dtoc-rl ingest`
+"""
+
+from dtoc_rl.envs.replay import ReplayEnv
+from dtoc_rl.envs.spaces import GLOBAL_FEATURES, ITEM_FEATURES
+from gymnasium.envs.registration import register, registry
+
+__all__ = ["GLOBAL_FEATURES", "ITEM_FEATURES", "ReplayEnv"]
+
+if "dtoc_rl/Replay-v0" not in registry:
+    register(id="dtoc_rl/Replay-v0", entry_point="dtoc_rl.envs.replay:ReplayEnv")

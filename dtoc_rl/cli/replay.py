@@ -116,8 +116,9 @@ def _is_log(p: Path) -> bool:
 
 
 def _print_table(r: dict, every: int) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from dtoc_rl.cli.tables import wide_console
 
     a, h = r["all_visible"]["tokens_per_call"], r["hide_older"]["tokens_per_call"]
     n = len(a)
@@ -139,7 +140,7 @@ def _print_table(r: dict, every: int) -> None:
             str(r["hide_older"]["hidden_per_call"][i]),
             "▒" * bar_h + "█" * max(0, bar_a - bar_h),
         )
-    console = Console()
+    console = wide_console()
     console.print(table)
     console.print(
         f"input tokens over {n} calls: all visible {r['all_visible']['total']:,}, "

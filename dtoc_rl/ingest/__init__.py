@@ -9,14 +9,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
+from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
+from dtoc_rl.ingest.opencode import OpenCodeIngester
+from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKIngester
+from dtoc_rl.ingest.swe_agent import SweAgentIngester
+from dtoc_rl.ingest.tau_bench import TauBenchIngester
 
 __all__ = ["INGESTERS", "IngestError", "Ingester", "detect_format", "get_ingester"]
 
 # Specific formats first; the generic OpenAI chat JSONL last.
 INGESTERS: list[Ingester] = [
+    AutoCodeRoverIngester(),
     MiniSweAgentIngester(),
+    SweAgentIngester(),
+    OpenHandsSDKIngester(),
+    OpenHandsHistoryIngester(),
+    TauBenchIngester(),
+    ClaudeCodeStreamIngester(),
+    ClaudeCodeTranscriptIngester(),
+    OpenCodeIngester(),
+    OpenAIChatIngester(),
 ]
 
 HEAD_BYTES = 65536

@@ -19,7 +19,8 @@ from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, ne
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import Trajectory
 
-_BASH = re.compile(r"```(?:bash|sh)?\s*\n(.*?)\n```", re.DOTALL)
+# mini-swe-agent's own action regex requires the ``bash`` tag (a ```python block is not an action).
+_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
 
 
@@ -36,7 +37,11 @@ class MiniSweAgentIngester(Ingester):
     name = "mini-swe-agent"
 
     def detect(self, path: Path, head: str) -> bool:
-        return '"mini-swe-agent' in head or (path.name.endswith(".traj.json") and '"messages"' in head)
+        if not head.lstrip().startswith("{"):
+            return False
+        return re.search(r'"trajectory_format"\s*:\s*"mini-swe-agent', head) is not None or (
+            path.name.endswith(".traj.json") and '"messages"' in head
+        )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         data = read_json(path)

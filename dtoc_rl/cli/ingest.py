@@ -1,0 +1,84 @@
+"""``dtoc-rl ingest PATH... -o OUT``: agent logs → a trajectory dataset.
+
+Walks every PATH (files or folders, any mix of supported formats), detects each
+log's format, converts it to the canonical schema, adds hindsight need labels,
+and writes OUT as Parquet shards (atomically: OUT appears only when complete).
+Ends with a summary table per source and model; every skipped file is listed
+with its reason.
+
+Supported formats: mini-swe-agent .traj.json; SWE-agent .traj (0.x, 1.x);
+OpenHands SDK event JSONL and legacy history; tau-bench JSON; Claude Code
+stream-json and ~/.claude/projects transcripts; AutoCodeRover task dirs;
+OpenCode export JSON; generic OpenAI chat-completions JSONL.
+
+Exit status: 0 when anything was ingested, 1 when nothing was (or, with
+--strict, when anything was skipped), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from dtoc_rl.cli.common import emit_json, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("paths", nargs="+", type=Path, help="log files or folders to ingest")
+    p.add_argument("-o", "--out", type=Path, required=True, help="output dataset folder")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--strict", action="store_true", help="treat any skipped file as an error (nothing is written)"
+    )
+    p.add_argument("--no-labels", action="store_true", help="skip hindsight need labelling")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="parallel processes (default: up to 4)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.dataset import DatasetError, write_dataset
+    from dtoc_rl.ingest.driver import ingest_paths, summarize
+
+    if args.out.exists() and not args.overwrite:
+        return fail(f"{args.out} already exists; pass --overwrite to replace it")
+    if args.workers < 1:
+        return fail(f"--workers must be >= 1, got {args.workers}")
+    try:
+        res = ingest_paths(
+            args.paths, label=not args.no_labels, workers=args.workers, progress=not (args.quiet or args.json)
+        )
+    except FileNotFoundError as e:
+        return fail(str(e))
+    summary = summarize(res.trajectories, res)
+    summary["out"] = str(args.out)
+    code = 0
+    if not res.trajectories:
+        summary["error"] = "nothing was ingested"
+        code = 1
+    elif args.strict and res.skipped:
+        summary["error"] = f"--strict: {len(res.skipped)} file(s) skipped, dataset not written"
+        code = 1
+    else:
+        try:
+            write_dataset(res.trajectories, args.out, summary=summary, overwrite=args.overwrite)
+        except DatasetError as e:
+            return fail(str(e))
+    if args.json:
+        emit_json(summary)
+    else:
+        from dtoc_rl.cli.tables import print_summary
+
+        print_summary(summary, f"ingested → {args.out}" if code == 0 else "ingest (not written)")
+        if code:
+            print(f"dtoc-rl: error: {summary['error']}", file=sys.stderr)
+    return code

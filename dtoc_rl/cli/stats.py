@@ -1,0 +1,77 @@
+"""``dtoc-rl stats DATASET``: the ingest summary of an existing dataset, and a
+PNG of its distributions (steps per trajectory, output tokens per step, need
+age in steps, need kinds)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dtoc_rl.cli.common import emit_json, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", type=Path, help="a dataset folder written by `dtoc-rl ingest`")
+    p.add_argument(
+        "--plot", type=Path, help="PNG path (default: DATASET_NAME-stats.png in the current folder)"
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.dataset import DatasetError, load_trajectories
+    from dtoc_rl.ingest.driver import summarize
+
+    try:
+        trajs = load_trajectories(args.dataset)
+    except DatasetError as e:
+        return fail(str(e))
+    summary = summarize(trajs)
+    summary["dataset"] = str(args.dataset)
+    if not args.no_plot:
+        out = args.plot or Path(f"{args.dataset.resolve().name}-stats.png")
+        plot_distributions(trajs, out)
+        summary["plot"] = str(out)
+    if args.json:
+        emit_json(summary)
+    else:
+        from dtoc_rl.cli.tables import print_summary
+
+        print_summary(summary, f"dataset {args.dataset} ({len(trajs)} trajectories)")
+        if "plot" in summary:
+            print(f"distributions plotted to {summary['plot']}")
+    return 0
+
+
+def plot_distributions(trajs, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    steps = [len(t.steps) for t in trajs]
+    toks = [s.output_tokens for t in trajs for s in t.steps if s.output is not None]
+    ages = [s.index - n.step for t in trajs for s in t.steps for n in s.needs]
+    kinds: dict[str, int] = {}
+    for t in trajs:
+        for s in t.steps:
+            for n in s.needs:
+                kinds[n.kind] = kinds.get(n.kind, 0) + 1
+    fig, ax = plt.subplots(2, 2, figsize=(10, 7))
+    ax[0, 0].hist(steps, bins=30)
+    ax[0, 0].set(title="steps per trajectory", xlabel="steps", ylabel="trajectories")
+    if toks:
+        ax[0, 1].hist(np.log10(np.maximum(toks, 1)), bins=40)
+    ax[0, 1].set(title="output tokens per step", xlabel="log10 tokens", ylabel="outputs")
+    if ages:
+        ax[1, 0].hist(ages, bins=range(1, max(ages) + 2))
+    ax[1, 0].set(title="need age", xlabel="steps back", ylabel="needs")
+    ax[1, 1].bar(list(kinds), list(kinds.values()))
+    ax[1, 1].set(title="need kinds", ylabel="needs")
+    fig.suptitle(f"{len(trajs)} trajectories")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)

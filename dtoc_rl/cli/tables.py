@@ -1,0 +1,62 @@
+"""Console tables shared by ingest and stats."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["print_summary", "wide_console"]
+
+_COLS = [
+    ("trajectories", "trajs"),
+    ("steps", "steps"),
+    ("tool_steps", "tool steps"),
+    ("output_tokens", "output tokens"),
+    ("success_true", "✓"),
+    ("success_false", "✗"),
+    ("success_null", "?"),
+    ("needs_provenance", "prov."),
+    ("needs_reaccess", "re-acc."),
+    ("needs_reference", "ref."),
+    ("masked_steps", "masked"),
+]
+
+
+def wide_console() -> Console:
+    """A console that does not squeeze tables to 80 columns when piped."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def print_summary(summary: dict[str, Any], title: str, console: Console | None = None) -> None:
+    console = console or wide_console()
+    table = Table(title=title, show_footer=True)
+    table.add_column("source", footer="total")
+    table.add_column("model family")
+    total = summary["total"]
+    for key, label in _COLS:
+        table.add_column(label, justify="right", footer=f"{total.get(key, 0):,}")
+    for g in summary["groups"]:
+        table.add_row(g["source"], g["model_family"], *(f"{g[k]:,}" for k, _ in _COLS))
+    console.print(table)
+    if "units" in summary:
+        console.print(
+            f"{summary['units']} log files/dirs read ({summary['megabytes']} MB in {summary['seconds']} s, "
+            f"{summary['trajectories_per_second']} trajectories/s), "
+            f"{summary['auxiliary_files']} label/metadata files beside them."
+        )
+        skipped = summary["skipped"]
+        if skipped:
+            st = Table(title=f"{len(skipped)} skipped", title_justify="left")
+            st.add_column("file")
+            st.add_column("format")
+            st.add_column("reason")
+            for s in skipped[:50]:
+                st.add_row(s["path"], s["format"] or "—", s["reason"])
+            console.print(st)
+            if len(skipped) > 50:
+                console.print(f"… and {len(skipped) - 50} more (see --json or summary.json)")
+        else:
+            console.print("nothing skipped.")

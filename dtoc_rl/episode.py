@@ -1,0 +1,219 @@
+"""Compiled episodes: a labelled trajectory as flat numpy arrays.
+
+Replaying thousands of episodes per second needs every per-step quantity
+precomputed once: token costs of each segment of the context, the need
+schedule (CSR arrays), when each output's resource is next modified, and so
+on.  :func:`compile_episode` does this; the cost simulator and the envs only
+read these arrays.
+
+Context layout assumed everywhere (it is what :class:`~dtoc_rl.DTOCContext`
+assembles): ``base`` (system prompt + task), then for each step k in order
+``U_k`` (user/environment text that arrived before call k), ``A_k`` (the
+assistant message of call k: text, reasoning, tool call) and ``O_k`` (the
+tool output, as envelope or placeholder).  Token costs use the same estimator
+and the same envelope/placeholder texts as the store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dtoc_rl.models import family_id
+from dtoc_rl.record import ToolOutput, format_key
+from dtoc_rl.schema import NEED_KINDS, Trajectory
+from dtoc_rl.tokens import TokenEstimator, get_estimator
+from dtoc_rl.tools import tool_category_id
+
+__all__ = ["Episode", "compile_episode", "compile_episodes"]
+
+NEVER = np.iinfo(np.int32).max
+
+
+@dataclass
+class Episode:
+    traj_id: str
+    task_id: str
+    source: str
+    model_family: str
+    family_id: int
+    success: bool | None
+    n: int  # model calls (steps)
+    base_tokens: int
+    user_tok: np.ndarray  # (n,) int64
+    asst_tok: np.ndarray  # (n,) output tokens of each call
+    has_out: np.ndarray  # (n,) bool
+    est_tok: np.ndarray  # (n,) estimated tokens of the raw output
+    vis_cost: np.ndarray  # (n,) tokens of the envelope
+    hid_cost: np.ndarray  # (n,) tokens of the placeholder
+    tool_id: np.ndarray  # (n,) tool category ids
+    is_error: np.ndarray  # (n,) bool
+    need_ptr: np.ndarray  # (n+1,) CSR offsets into need_idx for each step
+    need_idx: np.ndarray  # earlier steps needed
+    need_kind: np.ndarray  # index into NEED_KINDS
+    modified_at: np.ndarray  # (n,) first later step that modifies what k read (NEVER if none)
+    superseded_at: np.ndarray  # (n,) first later step that re-accesses the same resource
+    logged_masked: list[list[int] | None] = field(default_factory=list)  # per step, from the log
+    keys: list[str] = field(default_factory=list)  # DTOC key of each step's output ('' if none)
+    previews: list[str] = field(default_factory=list)  # short output previews, for text views
+    thoughts: list[str] = field(default_factory=list)  # assistant text / reasoning, cut, for text views
+    tool_names: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> np.ndarray:
+        """Tokens saved by hiding each output (envelope - placeholder; 0 without output)."""
+        if self._gap is None:
+            self._gap = np.where(self.has_out, self.vis_cost - self.hid_cost, 0)
+        return self._gap
+
+    @property
+    def out_steps(self) -> np.ndarray:
+        """Step indices that have an output, in order (cached)."""
+        if self._out_steps is None:
+            self._out_steps = np.flatnonzero(self.has_out)
+        return self._out_steps
+
+    _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
+        """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""
+        a, b = self.need_ptr[t], self.need_ptr[t + 1]
+        idx = self.need_idx[a:b]
+        if kinds is not None:
+            idx = idx[kinds[self.need_kind[a:b]]]
+        return idx
+
+
+def _call_tokens(est: TokenEstimator, name: str | None, args: str) -> int:
+    if name is None:
+        return 0
+    try:
+        parsed = json.loads(args) if args.strip() else {}
+    except json.JSONDecodeError:
+        parsed = {"input": args}
+    return est.count(name + json.dumps(parsed, ensure_ascii=False))
+
+
+def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = None) -> Episode:
+    """Flatten one (labelled) trajectory; see the module docstring for the layout."""
+    est = get_estimator(estimator)
+    n = len(traj.steps)
+    user_tok = np.zeros(n, np.int64)
+    asst_tok = np.zeros(n, np.int64)
+    has_out = np.zeros(n, bool)
+    est_tok = np.zeros(n, np.int64)
+    vis_cost = np.zeros(n, np.int64)
+    hid_cost = np.zeros(n, np.int64)
+    tool_id = np.zeros(n, np.int64)
+    is_error = np.zeros(n, bool)
+    need_ptr = np.zeros(n + 1, np.int64)
+    need_idx: list[int] = []
+    need_kind: list[int] = []
+    superseded_at = np.full(n, NEVER, np.int64)
+    keys, previews, thoughts = [], [], []
+    n_out = 0
+    for k, s in enumerate(traj.steps):
+        user_tok[k] = est.count(s.user_text) if s.user_text else 0
+        asst_tok[k] = (
+            est.count(s.assistant_text) + est.count(s.reasoning) + _call_tokens(est, s.tool_name, s.tool_args)
+        )
+        tool_id[k] = tool_category_id(s.tool_name, s.tool_args)
+        is_error[k] = s.output_is_error
+        if s.tool_name is not None and s.output is not None:
+            key = format_key(n_out)
+            n_out += 1
+            rec = ToolOutput.create(key, s.output, est, timestamp=s.timestamp or 0.0)
+            has_out[k] = True
+            est_tok[k] = rec.estimated_tokens
+            vis_cost[k] = rec.visible_cost
+            hid_cost[k] = rec.hidden_cost
+            keys.append(key)
+            previews.append(rec.preview(100))
+        else:
+            keys.append("")
+            previews.append("")
+        thoughts.append(((s.reasoning + "\n" if s.reasoning else "") + s.assistant_text)[:400])
+        seen = set()
+        for need in s.needs:
+            j = need.step
+            if 0 <= j < k and (j, need.kind) not in seen and need.kind in NEED_KINDS:
+                seen.add((j, need.kind))
+                need_idx.append(j)
+                need_kind.append(NEED_KINDS.index(need.kind))
+                if need.kind == "reaccess":
+                    superseded_at[j] = min(superseded_at[j], k)
+        need_ptr[k + 1] = len(need_idx)
+    need_idx_a = np.asarray(need_idx, np.int64)
+    # Needs on steps without an output cannot be missed; drop them here once.
+    keep = has_out[need_idx_a] if len(need_idx_a) else np.zeros(0, bool)
+    if not keep.all():
+        counts = np.add.reduceat(keep.astype(np.int64), need_ptr[:-1]) if len(keep) else np.zeros(n, np.int64)
+        counts[need_ptr[:-1] == need_ptr[1:]] = 0
+        need_ptr = np.concatenate([[0], np.cumsum(counts)])
+        need_idx_a = need_idx_a[keep]
+        need_kind = list(np.asarray(need_kind)[keep])
+    return Episode(
+        traj_id=traj.traj_id,
+        task_id=traj.task_id,
+        source=traj.source,
+        model_family=traj.model_family,
+        family_id=family_id(traj.model_family),
+        success=traj.success,
+        n=n,
+        base_tokens=est.count(traj.system_prompt or "") + est.count(traj.task_text or ""),
+        user_tok=user_tok,
+        asst_tok=asst_tok,
+        has_out=has_out,
+        est_tok=est_tok,
+        vis_cost=vis_cost,
+        hid_cost=hid_cost,
+        tool_id=tool_id,
+        is_error=is_error,
+        need_ptr=need_ptr.astype(np.int64),
+        need_idx=need_idx_a,
+        need_kind=np.asarray(need_kind, np.int64),
+        modified_at=_modified_at(traj, has_out),
+        superseded_at=superseded_at,
+        logged_masked=[s.masked_before for s in traj.steps],
+        keys=keys,
+        previews=previews,
+        thoughts=thoughts,
+        tool_names=[s.tool_name or "" for s in traj.steps],
+    )
+
+
+def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
+    """First step after k that may have changed what k read (binary search on a monotone test)."""
+    from dtoc_rl.labels import modified_between
+
+    n = len(traj.steps)
+    out = np.full(n, NEVER, np.int64)
+    writes_after = np.zeros(n + 1, np.int64)  # writes_after[k]: steps with writes in k..n-1
+    for k in range(n - 1, -1, -1):
+        writes_after[k] = writes_after[k + 1] + bool(traj.steps[k].write_resources)
+    for k in range(n):
+        if not has_out[k] or writes_after[k + 1] == 0:
+            continue
+        lo, hi = k + 1, n - 1
+        if not modified_between(traj, k, hi):
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if modified_between(traj, k, mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        out[k] = lo
+    return out
+
+
+def compile_episodes(
+    trajs: list[Trajectory], estimator: TokenEstimator | str | None = None, progress: bool = False
+) -> list[Episode]:
+    from tqdm.auto import tqdm
+
+    est = get_estimator(estimator)
+    return [compile_episode(t, est) for t in tqdm(trajs, desc="compile", disable=not progress)]

@@ -1,0 +1,612 @@
+"""Claude Code logs: headless ``--output-format stream-json`` streams and ``~/.claude`` transcripts.
+
+Both carry Anthropic Messages content blocks.  Claude Code writes **one event
+per content block**: an assistant message with text + two ``tool_use`` blocks
+appears as three ``assistant`` events sharing ``message.id``; results come back
+as ``user`` events holding ``tool_result`` blocks (``tool_use_id``,
+``content`` string or block list, ``is_error``).  Blocks of one ``message.id``
+form one ``turn``; every ``tool_use`` is a step (text on the first, or on a
+tool-less step when the turn has no tool call); ``thinking`` → ``reasoning``;
+user text between steps → the next step's ``user_text``.  Events of subagents
+(stream: ``parent_tool_use_id`` set; transcript: ``isSidechain``) never enter
+the main context and are skipped (counted in ``extra``).
+
+**Stream** (``claude-code-stream``): ``system``/``init`` (``model``,
+``session_id``, ``tools``, ``claude_code_version``), ``assistant``, ``user``,
+and a final ``result`` (``subtype``, ``is_error``, ``num_turns``,
+``total_cost_usd``, ``usage``).  Accepted as a plain ``.jsonl`` (one event per
+line) or inside the ``*_RESPONSE.md`` reports of the freeideas/vecsum loop,
+whose fenced ```` ```json ```` block holds ``{"_START-TIME", "_END-TIME",
+"_ELAPSED-SECS", "_RESPONSE": [events]}`` after ``// FULL JSON FROM AI`` lines
+(stripped).  The stream has no prompt; for a report the prompt is the text
+under ``## Prompt`` of the sibling ``*_PROMPT.md`` with the same label whose
+timestamp is closest to ``_START-TIME`` (else the latest one before).
+
+*Labels (stream, weak — MANIFEST §8).*  ``result.subtype == "success"`` only
+means the CLI finished, so it is **not** used as ``success`` (kept in
+``extra.result_subtype``).  For ``{REQ}_FIX_ATTEMPT<n>`` sessions (the only
+ones with a test oracle) ``success`` is the status of the first
+``{REQ}_TEST_PASS.md`` / ``{REQ}_TEST_FAIL.md`` report timestamped at or after
+the session's RESPONSE and before the next ``{REQ}_FIX_ATTEMPT`` prompt
+(``TEST_EXTERNAL_DEPENDENCY_FAILURE`` reports are skipped; the report's
+``**Status:**`` line must agree with its name).  ``outcome_source`` names that
+report.  All other sessions (requirement rewrites, VERIFY, ...) get None.
+
+**Transcript** (``claude-code-transcript``): ``~/.claude/projects/<project>/
+<session>.jsonl``, one record per line: ``user`` / ``assistant`` / ``system``
+records with ``uuid``, ``parentUuid``, ``sessionId``, ``timestamp``,
+``isSidechain``, ``message`` (and ``toolUseResult`` on tool results), plus
+``summary`` (``summary``, ``leafUuid``), ``file-history-snapshot``,
+``queue-operation`` and similar bookkeeping lines.  The conversation is the
+``parentUuid`` chain that ends at the last main-chain record (so abandoned
+branches from rewinds are dropped and counted); a ``compact_boundary`` system
+record (``parentUuid: null``) is crossed through its ``logicalParentUuid``.
+
+Compaction: the ``system``/``compact_boundary`` record (``compactMetadata``
+``trigger``/``preTokens``) and the following ``isCompactSummary`` user message
+become ``ContextEvent("compaction")`` on the next step, targeting every earlier
+step; the summary text is that step's ``user_text``.  ``"type": "summary"``
+lines are **not** compaction: they are session titles for ``/resume`` (often
+copied from other sessions), so they go to ``extra.titles``.
+
+Accounting: ``tokens_in`` = input + cache-creation + cache-read tokens,
+``tokens_out`` = output tokens (stream: the ``result.usage`` totals; transcript:
+summed over distinct ``message.id``); ``api_calls`` = distinct non-synthetic
+assistant ``message.id`` values; ``cost_usd`` = ``result.total_cost_usd``
+(stream) or the sum of per-record ``costUSD`` when old transcripts have it.
+
+Transcripts carry no outcome: ``success`` is None.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.ingest.base import Ingester, IngestError, read_text
+from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
+from dtoc_rl.models import normalize_family
+from dtoc_rl.schema import ContextEvent, Step, Trajectory
+
+__all__ = ["ClaudeCodeStreamIngester", "ClaudeCodeTranscriptIngester"]
+
+_FENCE = re.compile(r"```json[^\n]*\n(.*?)\n```", re.DOTALL)
+# a fenced JSON block that opens with the loop's marker line or its envelope
+_REPORT_BLOCK = re.compile(
+    r'^```json[^\n]*\n(?:// FULL JSON FROM AI[^\n]*\n)?\s*\{\s*"(?:_START-TIME|_RESPONSE|type)"', re.M
+)
+_REPORT = re.compile(
+    r"^(?P<ts>\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{3})_(?P<label>.+?)_"
+    r"(?P<kind>PROMPT|RESPONSE|TEST_PASS|TEST_FAIL|TEST_EXTERNAL_DEPENDENCY_FAILURE)\.md$"
+)
+_FIX = re.compile(r"^\{(?P<req>[^}]+)\}_FIX_ATTEMPT\d+$")
+_TOOL_USE = ("tool_use", "server_tool_use", "mcp_tool_use")
+
+
+class _Assembler:
+    """Turns Anthropic content blocks, in log order, into steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.task: str | None = None
+        self.turn = -1
+        self.msg_id: object = object()
+        self.turn_first: Step | None = None
+        self.buf_text: list[str] = []
+        self.buf_reason: list[str] = []
+        self.turn_ts: float | None = None
+        self.pending_user: list[str] = []
+        self.pending_events: list[ContextEvent] = []
+        self.by_call: dict[str, Step] = {}
+
+    def _add(self, **kw: Any) -> Step:
+        step = new_step(
+            turn=self.turn,
+            timestamp=self.turn_ts,
+            user_text="\n\n".join(p for p in self.pending_user if p),
+            **kw,
+        )
+        step.events = self.pending_events
+        self.pending_user, self.pending_events = [], []
+        self.steps.append(step)
+        return step
+
+    def flush(self) -> None:
+        """End the current assistant turn; a turn with text but no tool call becomes a step."""
+        if self.turn_first is None and (self.buf_text or self.buf_reason):
+            self._add(assistant_text="".join(self.buf_text), reasoning="\n".join(self.buf_reason))
+        self.buf_text, self.buf_reason = [], []
+        self.turn_first = None
+        self.msg_id = object()
+
+    def user_text(self, text: str) -> None:
+        self.flush()
+        if self.task is None and not self.steps:
+            self.task = text
+        elif text:
+            self.pending_user.append(text)
+
+    def assistant_block(self, msg_id: Any, block: Any, ts: float | None, where: str) -> None:
+        if msg_id is None or msg_id != self.msg_id:
+            self.flush()
+            self.msg_id = msg_id if msg_id is not None else object()
+            self.turn += 1
+            self.turn_ts = ts
+        if not isinstance(block, dict):
+            raise IngestError(f"{where} is {type(block).__name__}, expected a content block")
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text", "")
+            if self.turn_first is not None:
+                sep = "\n" if self.turn_first.assistant_text else ""
+                self.turn_first.assistant_text += sep + text
+            else:
+                self.buf_text.append(text)
+        elif kind in ("thinking", "redacted_thinking"):
+            text = block.get("thinking") or ""
+            if self.turn_first is not None:
+                self.turn_first.reasoning += ("\n" if self.turn_first.reasoning else "") + text
+            else:
+                self.buf_reason.append(text)
+        elif kind in _TOOL_USE:
+            name = block.get("name")
+            if not isinstance(name, str) or not name:
+                raise IngestError(f"{where}: tool_use block without a name")
+            first = self.turn_first is None
+            step = self._add(
+                assistant_text="".join(self.buf_text) if first else "",
+                reasoning="\n".join(self.buf_reason) if first else "",
+                tool_name=name,
+                tool_args=json.dumps(block.get("input") if block.get("input") is not None else {}),
+                tool_call_id=block.get("id"),
+            )
+            if first:
+                self.turn_first = step
+                self.buf_text, self.buf_reason = [], []
+            if isinstance(step.tool_call_id, str):
+                self.by_call[step.tool_call_id] = step
+
+    def tool_result(self, block: dict, where: str) -> None:
+        tid = block.get("tool_use_id")
+        step = self.by_call.get(tid) if isinstance(tid, str) else None
+        if step is None or step.output is not None:
+            raise IngestError(f"{where}: tool_result for {tid!r} answers no open tool_use")
+        step.output = cap_output(content_text(block.get("content"), f"{where}.content"))
+        step.output_is_error = bool(block.get("is_error"))
+
+    def user_content(self, content: Any, where: str) -> None:
+        if isinstance(content, str):
+            self.user_text(content)
+            return
+        if not isinstance(content, list):
+            raise IngestError(f"{where} is {type(content).__name__}, expected string or list")
+        texts = []
+        for j, block in enumerate(content):
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                self.tool_result(block, f"{where}[{j}]")
+            else:
+                texts.append(content_text([block], f"{where}[{j}]"))
+        if texts:
+            self.user_text("".join(texts))
+
+
+def _usage_totals(usages: dict[str, dict]) -> tuple[int | None, int | None]:
+    if not usages:
+        return None, None
+    tin = tout = 0
+    for u in usages.values():
+        tin += sum(
+            int(u.get(k) or 0)
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        tout += int(u.get("output_tokens") or 0)
+    return tin, tout
+
+
+def _main_model(models: Counter[str]) -> str:
+    real = [(n, m) for m, n in models.items() if m and m != "<synthetic>"]
+    return max(real)[1] if real else ""
+
+
+# ---------------------------------------------------------------- stream-json
+
+
+def _load_report(path: Path) -> tuple[list, dict]:
+    """Events and envelope of a ``*_RESPONSE.md`` report."""
+    text = read_text(path)
+    m = _FENCE.search(text)
+    if m is None:
+        raise IngestError("no ```json block in the report", path)
+    body = "\n".join(line for line in m.group(1).split("\n") if not line.startswith("// FULL JSON FROM AI"))
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise IngestError(f"invalid JSON in the ```json block: {e.msg} at line {e.lineno}", path) from None
+    if isinstance(data, list):
+        return data, {}
+    if not isinstance(data, dict):
+        raise IngestError(f"```json block holds {type(data).__name__}, expected object or list", path)
+    events = data.get("_RESPONSE")
+    if events is None:
+        if data.get("type") == "result":  # the session died before streaming anything
+            errs = "; ".join(map(str, data.get("errors") or [])) or data.get("subtype", "")
+            raise IngestError(f"empty trajectory: no stream events, only a result ({errs})", path)
+        raise IngestError("```json block has no '_RESPONSE' event list", path)
+    if not isinstance(events, list):
+        raise IngestError(f"'_RESPONSE' is {type(events).__name__}, expected a list of events", path)
+    return events, {k: v for k, v in data.items() if k != "_RESPONSE"}
+
+
+def _iso_to_report_ts(value: Any) -> str | None:
+    """ISO time → the reports' sortable ``YYYY-MM-DD-HH-MM-SS-mmm`` (UTC)."""
+    t = iso_to_epoch(value)
+    if t is None:
+        return None
+    dt = datetime.fromtimestamp(round(t, 3), tz=timezone.utc)
+    return dt.strftime("%Y-%m-%d-%H-%M-%S-") + f"{dt.microsecond // 1000:03d}"
+
+
+def _find_prompt(path: Path, label: str, resp_ts: str, start: str | None) -> tuple[str, str | None]:
+    cands = []
+    for p in path.parent.glob("*_PROMPT.md"):
+        m = _REPORT.match(p.name)
+        if m and m.group("label") == label and m.group("ts") <= resp_ts:
+            cands.append((m.group("ts"), p))
+    if not cands:
+        return "", None
+    if start is not None:
+        ts, p = min(cands, key=lambda c: abs(_ts_seconds(c[0]) - _ts_seconds(start)))
+        if abs(_ts_seconds(ts) - _ts_seconds(start)) > 5:
+            ts, p = max(cands)
+    else:
+        ts, p = max(cands)
+    text = read_text(p)
+    idx = text.find("## Prompt")
+    body = text[idx + len("## Prompt") :].lstrip("\n") if idx >= 0 else text
+    return body.rstrip("\n"), p.name
+
+
+def _ts_seconds(ts: str) -> float:
+    y, mo, d, h, mi, s, ms = (int(x) for x in ts.split("-"))
+    return datetime(y, mo, d, h, mi, s, ms * 1000, tzinfo=timezone.utc).timestamp()
+
+
+def _fix_label(path: Path, req: str, resp_ts: str) -> tuple[bool | None, str]:
+    """First TEST_PASS/TEST_FAIL for ``req`` after the session, before its next fix prompt."""
+    reports = []
+    next_fix = None
+    fix_label = re.compile(r"^\{" + re.escape(req) + r"\}_FIX_ATTEMPT\d+$")
+    for p in path.parent.glob("*.md"):
+        m = _REPORT.match(p.name)
+        if not m or m.group("ts") <= resp_ts:
+            continue
+        if m.group("kind") == "PROMPT" and fix_label.match(m.group("label")):
+            next_fix = min(next_fix or m.group("ts"), m.group("ts"))
+        elif m.group("kind").startswith("TEST_") and m.group("label") == "{" + req + "}":
+            reports.append((m.group("ts"), m.group("kind"), p))
+    for ts, kind, p in sorted(reports):
+        if next_fix is not None and ts >= next_fix:
+            break
+        if kind not in ("TEST_PASS", "TEST_FAIL"):
+            continue
+        status = re.search(r"\*\*Status:\*\*\s*(PASS|FAIL)", read_text(p))
+        if status is None or status.group(1) != kind[5:]:
+            continue
+        return kind == "TEST_PASS", f"{p.name}: first TEST_PASS/TEST_FAIL for {req} after the session (weak)"
+    return None, ""
+
+
+class ClaudeCodeStreamIngester(Ingester):
+    name = "claude-code-stream"
+
+    def detect(self, path: Path, head: str) -> bool:
+        if path.suffix == ".md":
+            return _REPORT_BLOCK.search(head) is not None and (
+                "// FULL JSON FROM AI" in head or '"_RESPONSE"' in head
+            )
+        if path.suffix != ".jsonl":
+            return False
+        first = head.lstrip().split("\n", 1)[0]
+        return (
+            '"session_id"' in first
+            and re.search(r'"type"\s*:\s*"(?:system|assistant|user|result)"', first) is not None
+        )
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        envelope: dict = {}
+        if path.suffix == ".md":
+            events, envelope = _load_report(path)
+        else:
+            events = []
+            for lineno, ev, err in iter_jsonl(path):
+                if err is not None:
+                    raise IngestError(f"line {lineno}: {err}", path)
+                events.append(ev)
+        if not events:
+            raise IngestError("empty trajectory: the stream has no events", path)
+        asm = _Assembler()
+        init: dict = {}
+        result: dict = {}
+        models: Counter[str] = Counter()
+        usages: dict[str, dict] = {}
+        calls: set[str] = set()
+        sidechain = 0
+        synthetic = 0
+        for i, ev in enumerate(events):
+            w = f"event {i}"
+            if not isinstance(ev, dict):
+                raise IngestError(f"{w} is {type(ev).__name__}, expected object", path)
+            kind = ev.get("type")
+            if ev.get("parent_tool_use_id") is not None:
+                sidechain += 1
+                continue
+            if kind == "system":
+                if ev.get("subtype") == "init":
+                    init = ev
+                elif ev.get("subtype") == "compact_boundary":
+                    md = ev.get("compact_metadata") or ev.get("compactMetadata") or {}
+                    asm.flush()
+                    asm.pending_events.append(
+                        ContextEvent(
+                            kind="compaction",
+                            targets=list(range(len(asm.steps))),
+                            detail=json.dumps({"source": "claude-code compact_boundary", **md}),
+                        )
+                    )
+            elif kind == "assistant":
+                msg = ev.get("message")
+                if not isinstance(msg, dict) or not isinstance(msg.get("content"), list):
+                    raise IngestError(f"{w}: assistant event without a message.content list", path)
+                model = msg.get("model") or ""
+                models[model] += 1
+                if model == "<synthetic>":
+                    synthetic += 1
+                elif msg.get("id"):
+                    calls.add(str(msg["id"]))
+                if isinstance(msg.get("usage"), dict) and msg.get("id"):
+                    usages[msg["id"]] = msg["usage"]
+                for j, block in enumerate(msg["content"]):
+                    try:
+                        asm.assistant_block(msg.get("id"), block, None, f"{w}.message.content[{j}]")
+                    except IngestError as e:
+                        raise IngestError(e.reason, path) from None
+            elif kind == "user":
+                msg = ev.get("message")
+                if not isinstance(msg, dict):
+                    raise IngestError(f"{w}: user event without a message object", path)
+                try:
+                    asm.user_content(msg.get("content"), f"{w}.message.content")
+                except IngestError as e:
+                    raise IngestError(e.reason, path) from None
+            elif kind == "result":
+                result = ev
+            elif kind is None:
+                raise IngestError(f"{w} has no 'type'", path)
+        asm.flush()
+        if asm.pending_events and asm.steps:
+            asm.steps[-1].events.extend(asm.pending_events)
+        if not asm.steps:
+            raise IngestError("empty trajectory: no assistant content in the stream", path)
+
+        model_raw = init.get("model") or _main_model(models)
+        session = init.get("session_id") or result.get("session_id") or path.stem
+        task = asm.task or ""
+        prompt_file = None
+        success, source = None, ""
+        m = _REPORT.match(path.name) if path.suffix == ".md" else None
+        label = m.group("label") if m else None
+        if m:
+            start = _iso_to_report_ts(envelope.get("_START-TIME"))
+            prompt, prompt_file = _find_prompt(path, label, m.group("ts"), start)
+            task = prompt or task
+            fix = _FIX.match(label)
+            if fix:
+                success, source = _fix_label(path, fix.group("req"), m.group("ts"))
+        tin, tout = _usage_totals(usages)
+        res_usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+        if res_usage:
+            tin, tout = _usage_totals({"result": res_usage})
+        cost = result.get("total_cost_usd")
+        extra = {
+            "session_id": session,
+            "label": label,
+            "prompt_file": prompt_file,
+            "result_subtype": result.get("subtype"),
+            "result_is_error": result.get("is_error"),
+            "num_turns": result.get("num_turns"),
+            "duration_ms": result.get("duration_ms"),
+            "models": dict(models),
+            "synthetic_messages": synthetic,
+            "sidechain_events_skipped": sidechain,
+            "claude_code_version": init.get("claude_code_version"),
+            "start_time": envelope.get("_START-TIME"),
+            "end_time": envelope.get("_END-TIME"),
+            "trailing_user_text": "\n\n".join(asm.pending_user) or None,
+        }
+        tid = f"{label}@{m.group('ts')}" if m else str(session)
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{path.parent.parent.name if m else path.parent.name}/{tid}",
+                source=self.name,
+                model_raw=str(model_raw),
+                model_family=normalize_family(str(model_raw)),
+                task_id=label or str(session),
+                task_text=task,
+                system_prompt="",
+                success=success,
+                outcome_source=source,
+                cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+                tokens_in=tin,
+                tokens_out=tout,
+                api_calls=len(calls) or None,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=asm.steps,
+            )
+        )
+
+
+# ---------------------------------------------------------------- transcripts
+
+
+def _chain(records: list[dict]) -> tuple[list[dict], int]:
+    """The active conversation: the parentUuid chain ending at the last main-chain record."""
+    by_uuid = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
+    convo = [
+        r
+        for r in records
+        if r.get("type") in ("user", "assistant", "system") and isinstance(r.get("uuid"), str)
+    ]
+    if not convo:
+        return [], 0
+    main = [r for r in convo if not r.get("isSidechain")]
+    leaf = (main or convo)[-1]
+    chain = []
+    seen: set[str] = set()
+    cur: dict | None = leaf
+    while cur is not None and cur["uuid"] not in seen:
+        seen.add(cur["uuid"])
+        chain.append(cur)
+        parent = cur.get("parentUuid")
+        if parent is None and cur.get("subtype") == "compact_boundary":
+            parent = cur.get("logicalParentUuid")
+        cur = by_uuid.get(parent) if isinstance(parent, str) else None
+    chain.reverse()
+    dropped = sum(1 for r in (main or convo) if r["uuid"] not in seen)
+    return chain, dropped
+
+
+class ClaudeCodeTranscriptIngester(Ingester):
+    name = "claude-code-transcript"
+
+    def detect(self, path: Path, head: str) -> bool:
+        if path.suffix != ".jsonl":
+            return False
+        has_ids = '"parentUuid"' in head and '"sessionId"' in head
+        summary_only = re.match(r'\s*\{\s*"type"\s*:\s*"summary"', head) is not None and '"leafUuid"' in head
+        return has_ids or summary_only
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        records: list[dict] = []
+        for lineno, rec, err in iter_jsonl(path):
+            if err is not None:
+                raise IngestError(f"line {lineno}: {err}", path)
+            if not isinstance(rec, dict):
+                raise IngestError(f"line {lineno} is {type(rec).__name__}, expected object", path)
+            if rec.get("type") in ("user", "assistant") and not isinstance(rec.get("message"), dict):
+                raise IngestError(f"line {lineno}: {rec['type']} record without a 'message' object", path)
+            rec["_line"] = lineno
+            records.append(rec)
+        if not records:
+            raise IngestError("empty file: no JSON lines", path)
+        chain, dropped = _chain(records)
+        uuids = {r.get("uuid") for r in records}
+        titles = [
+            r.get("summary") for r in records if r.get("type") == "summary" and r.get("leafUuid") in uuids
+        ]
+        asm = _Assembler()
+        models: Counter[str] = Counter()
+        usages: dict[str, dict] = {}
+        cost = 0.0
+        has_cost = False
+        session = next((r.get("sessionId") for r in chain if r.get("sessionId")), None)
+        agent_id = next((r.get("agentId") for r in chain if r.get("agentId")), None)
+        sidechain_file = bool(chain) and all(r.get("isSidechain") for r in chain)
+        compact_md: dict | None = None
+        n_compactions = 0
+        synthetic_ids: set[str] = set()
+        for rec in chain:
+            w = f"line {rec['_line']}"
+            kind = rec.get("type")
+            ts = iso_to_epoch(rec.get("timestamp"))
+            try:
+                if kind == "system":
+                    if rec.get("subtype") == "compact_boundary":
+                        compact_md = rec.get("compactMetadata") or {}
+                elif kind == "user":
+                    msg = rec["message"]
+                    if rec.get("isCompactSummary"):
+                        asm.flush()
+                        n_compactions += 1
+                        asm.pending_events.append(
+                            ContextEvent(
+                                kind="compaction",
+                                targets=list(range(len(asm.steps))),
+                                detail=json.dumps(
+                                    {"source": "claude-code compact_boundary", **(compact_md or {})}
+                                ),
+                            )
+                        )
+                        compact_md = None
+                        asm.pending_user.append(content_text(msg.get("content"), f"{w}.message.content"))
+                    else:
+                        asm.user_content(msg.get("content"), f"{w}.message.content")
+                elif kind == "assistant":
+                    msg = rec["message"]
+                    content = msg.get("content")
+                    if not isinstance(content, list):
+                        raise IngestError(
+                            f"{w}: assistant message.content is {type(content).__name__}, expected list"
+                        )
+                    model = msg.get("model") or ""
+                    models[model] += 1
+                    if model == "<synthetic>" and msg.get("id"):
+                        synthetic_ids.add(msg["id"])
+                    if isinstance(msg.get("usage"), dict) and msg.get("id"):
+                        usages[msg["id"]] = msg["usage"]
+                    if isinstance(rec.get("costUSD"), (int, float)):
+                        cost += rec["costUSD"]
+                        has_cost = True
+                    for j, block in enumerate(content):
+                        asm.assistant_block(msg.get("id"), block, ts, f"{w}.message.content[{j}]")
+            except IngestError as e:
+                raise IngestError(e.reason, path) from None
+        asm.flush()
+        if asm.pending_events and asm.steps:
+            asm.steps[-1].events.extend(asm.pending_events)
+        if not asm.steps:
+            raise IngestError("empty trajectory: no assistant messages on the conversation chain", path)
+        model_raw = _main_model(models)
+        tin, tout = _usage_totals(usages)
+        sid = str(session or path.stem)
+        extra = {
+            "session_id": session,
+            "agent_id": agent_id,
+            "sidechain_file": sidechain_file,
+            "cwd": next((r.get("cwd") for r in chain if r.get("cwd")), None),
+            "version": next((r.get("version") for r in chain if r.get("version")), None),
+            "git_branch": next((r.get("gitBranch") for r in chain if r.get("gitBranch")), None),
+            "titles": titles,
+            "models": dict(models),
+            "records": len(records),
+            "off_chain_records": dropped,
+            "compactions": n_compactions,
+            "trailing_user_text": "\n\n".join(asm.pending_user) or None,
+        }
+        tid = f"{sid}/{agent_id}" if sidechain_file and agent_id else sid
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{tid}",
+                source=self.name,
+                model_raw=model_raw,
+                model_family=normalize_family(model_raw),
+                task_id=sid,
+                task_text=asm.task or "",
+                system_prompt="",
+                success=None,
+                outcome_source="",
+                cost_usd=cost if has_cost else None,
+                tokens_in=tin,
+                tokens_out=tout,
+                api_calls=len(set(usages) - synthetic_ids) or None,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=asm.steps,
+            )
+        )

@@ -1,0 +1,354 @@
+"""Generic OpenAI chat-completions JSONL (tried last by ``detect_format``).
+
+Format: one JSON value per line, either ``{"messages": [...], "id"?, "model"?,
+"task_id"?, "success"?, "reward"?}`` or a bare list of messages.  Messages are
+OpenAI chat-completions dicts: ``system``/``user`` text, ``assistant`` with
+optional ``tool_calls`` (``{"id", "type": "function", "function": {"name",
+"arguments"}}``) and ``tool`` replies carrying ``tool_call_id``.  Only
+``.jsonl`` files are claimed: a ``.json`` bare message list is usually a piece
+of another harness's log (AutoCodeRover's ``conversation_round_*.json``), not a
+trajectory.
+
+Mapping (shared with :mod:`dtoc_rl.ingest.tau_bench` via :func:`chat_to_steps`):
+the first ``user`` message before any assistant turn is the task; later
+user/system text goes into the next step's ``user_text``; each tool call is
+one step (parallel calls share ``turn``, assistant text on the first); a tool
+reply is matched to the oldest still-unanswered call with the same
+``tool_call_id`` (ids may be reused once answered, as in tau-bench), or to the
+oldest unanswered call when the reply has no id.  A reply that matches no call
+is an error, never guessed.  Text after the last step is kept as
+``extra.trailing_user_text``.
+
+Labels: ``success`` (bool) wins; else ``reward`` 1 → True, 0 → False, other
+values → None (kept in ``extra``).  No label → None.
+
+This module also holds small helpers the other chat/event ingesters share
+(``iter_jsonl``, ``parse_rows``, ``iso_to_epoch``, ``norm_args``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.ingest.base import Ingester, IngestError, read_text
+from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.models import normalize_family
+from dtoc_rl.schema import Step, Trajectory
+
+__all__ = [
+    "ChatParse",
+    "OpenAIChatIngester",
+    "chat_to_steps",
+    "content_text",
+    "iso_to_epoch",
+    "iter_jsonl",
+    "norm_args",
+    "parse_rows",
+]
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_ROLE_RE = re.compile(r'"role"\s*:\s*"(?:system|developer|user|assistant|tool)"')
+# Keys that mark formats other ingesters own; their presence vetoes detection.
+_FOREIGN = re.compile(
+    r'"(?:traj|history|trajectory|trajectory_format|parentUuid|session_id|sessionId|_RESPONSE|parts|kind)"\s*:'
+)
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def iso_to_epoch(value: Any) -> float | None:
+    """ISO-8601 text → epoch seconds; naive times are taken as UTC; junk → None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    # Python 3.10's fromisoformat accepts at most 6 fractional digits.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """``(line number, value, error)`` for every non-blank line of a JSONL file.
+
+    Lines are split on ``\\n`` only (JSON strings may hold raw U+2028).
+    """
+    text = read_text(path)
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line), None
+        except json.JSONDecodeError as e:
+            yield lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"
+
+
+def parse_rows(
+    path: Path,
+    rows: Iterable[tuple[int, Any, str | None]],
+    one: Callable[[Any, int], Trajectory],
+    unit: str = "line",
+) -> Iterator[Trajectory]:
+    """Yield ``one(row, number)`` for every row; collect failures and raise at the end.
+
+    Good rows are yielded first, so one bad line never hides the others; the
+    final :class:`IngestError` names every failed line and its reason.
+    """
+    bad: list[str] = []
+    n = 0
+    for number, row, err in rows:
+        n += 1
+        if err is not None:
+            bad.append(f"{unit} {number}: {err}")
+            continue
+        try:
+            traj = one(row, number)
+        except IngestError as e:
+            bad.append(f"{unit} {number}: {e.reason}")
+            continue
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            bad.append(f"{unit} {number}: unexpected structure ({type(e).__name__}: {e})")
+            continue
+        yield traj
+    if n == 0:
+        raise IngestError(f"empty file: no JSON {unit}s", path)
+    if bad:
+        shown = "; ".join(bad[:12]) + (f"; … {len(bad) - 12} more" if len(bad) > 12 else "")
+        raise IngestError(f"{len(bad)} of {n} {unit}s failed: {shown}", path)
+
+
+def content_text(content: Any, where: str) -> str:
+    """Text of an OpenAI/Anthropic-style ``content``: a string, None, or a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, dict):
+                kind = part.get("type")
+                if isinstance(part.get("text"), str):
+                    out.append(part["text"])
+                elif kind in ("image", "image_url", "input_image"):
+                    out.append("[image]")
+                elif kind is None:
+                    raise IngestError(f"{where}[{j}] has no 'type' or 'text'")
+            else:
+                raise IngestError(f"{where}[{j}] is {type(part).__name__}, expected string or object")
+        return "".join(out)
+    raise IngestError(f"{where} has type {type(content).__name__}, expected string, list or null")
+
+
+def norm_args(args: Any) -> str:
+    """Tool-call arguments as JSON text: ``json.dumps`` of the parsed object.
+
+    A string that is not valid JSON (a malformed call) is kept verbatim.
+    """
+    if args is None:
+        return ""
+    if isinstance(args, str):
+        try:
+            obj = json.loads(args)
+        except json.JSONDecodeError:
+            return args
+        return json.dumps(obj) if isinstance(obj, (dict, list)) else args
+    return json.dumps(args)
+
+
+# ---------------------------------------------------------------- chat → steps
+
+
+@dataclass
+class ChatParse:
+    system: str = ""
+    task: str = ""
+    steps: list[Step] = field(default_factory=list)
+    trailing_user: str = ""  # user/env text after the last step (no next step to carry it)
+    n_tool_calls: int = 0
+    n_tool_replies: int = 0
+
+
+def chat_to_steps(
+    msgs: list, where: str = "messages", is_error: Callable[[str], bool] | None = None
+) -> ChatParse:
+    """Turn an OpenAI chat message list into steps (see the module docstring)."""
+    if not isinstance(msgs, list):
+        raise IngestError(f"{where} is {type(msgs).__name__}, expected a list of messages")
+    res = ChatParse()
+    system_parts: list[str] = []
+    pending: list[str] = []
+    task_set = False
+    turn = -1
+    for i, m in enumerate(msgs):
+        w = f"{where}[{i}]"
+        if not isinstance(m, dict):
+            raise IngestError(f"{w} is {type(m).__name__}, expected object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise IngestError(f"{w} has role {role!r}, expected one of {', '.join(ROLES)}")
+        text = content_text(m.get("content"), f"{w}.content")
+        if role in ("system", "developer"):
+            if not res.steps and not task_set:
+                system_parts.append(text)
+            else:
+                pending.append(text)
+        elif role == "user":
+            if not task_set and not res.steps:
+                res.task = text
+                task_set = True
+            else:
+                pending.append(text)
+        elif role == "assistant":
+            turn += 1
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise IngestError(f"{w}.tool_calls is {type(calls).__name__}, expected list")
+            if not calls and isinstance(m.get("function_call"), dict):  # legacy functions API
+                calls = [{"id": None, "function": m["function_call"]}]
+            reasoning = m.get("reasoning_content") or m.get("reasoning") or ""
+            if not isinstance(reasoning, str):
+                reasoning = content_text(reasoning, f"{w}.reasoning_content")
+            user_text = "\n\n".join(p for p in pending if p)
+            pending = []
+            if not calls:
+                res.steps.append(
+                    new_step(turn=turn, user_text=user_text, assistant_text=text, reasoning=reasoning)
+                )
+            for k, call in enumerate(calls):
+                cw = f"{w}.tool_calls[{k}]"
+                if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+                    raise IngestError(f"{cw} must be an object with a 'function' object")
+                fn = call["function"]
+                name = fn.get("name")
+                if not isinstance(name, str) or not name:
+                    raise IngestError(f"{cw}.function.name is missing or not a string")
+                cid = call.get("id")
+                res.steps.append(
+                    new_step(
+                        turn=turn,
+                        user_text=user_text if k == 0 else "",
+                        assistant_text=text if k == 0 else "",
+                        reasoning=reasoning if k == 0 else "",
+                        tool_name=name,
+                        tool_args=norm_args(fn.get("arguments")),
+                        tool_call_id=cid if isinstance(cid, str) else None,
+                    )
+                )
+                res.n_tool_calls += 1
+        else:  # tool / function reply
+            cid = m.get("tool_call_id")
+            target = next(
+                (
+                    s
+                    for s in res.steps
+                    if s.tool_name is not None and s.output is None and (cid is None or s.tool_call_id == cid)
+                ),
+                None,
+            )
+            if target is None:
+                raise IngestError(f"{w}: tool reply (tool_call_id={cid!r}) matches no unanswered tool call")
+            target.output = cap_output(text)
+            target.output_is_error = bool(is_error(text)) if is_error else False
+            res.n_tool_replies += 1
+    res.system = "\n\n".join(p for p in system_parts if p)
+    res.trailing_user = "\n\n".join(p for p in pending if p)
+    return res
+
+
+# ---------------------------------------------------------------- ingester
+
+
+def _label(row: dict) -> tuple[bool | None, str]:
+    if isinstance(row.get("success"), bool):
+        return row["success"], "row:success"
+    reward = row.get("reward")
+    if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+        if reward == 1:
+            return True, "row:reward==1"
+        if reward == 0:
+            return False, "row:reward==0"
+    return None, ""
+
+
+class OpenAIChatIngester(Ingester):
+    name = "openai-chat"
+
+    def detect(self, path: Path, head: str) -> bool:
+        # JSONL only: bare message lists in .json files are pieces of other harnesses'
+        # logs (AutoCodeRover's conversation_round_*.json), not trajectories.
+        if path.suffix != ".jsonl":
+            return False
+        start = head.lstrip()[:1]
+        if start not in ("{", "["):
+            return False
+        if not _ROLE_RE.search(head) or _FOREIGN.search(head):
+            return False
+        return '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        seen: set[str] = set()
+        unit = "line"
+
+        def one(row: Any, number: int) -> Trajectory:
+            if isinstance(row, list):
+                row = {"messages": row}
+            if not isinstance(row, dict):
+                raise IngestError(f"row is {type(row).__name__}, expected object or message list")
+            if "messages" not in row:
+                raise IngestError("row has no 'messages' list")
+            cp = chat_to_steps(row["messages"])
+            if not cp.steps:
+                raise IngestError("empty trajectory: no assistant turns")
+            rid = row.get("id")
+            task_id = row.get("task_id", rid)
+            model = row.get("model") or ""
+            if not isinstance(model, str):
+                raise IngestError(f"'model' is {type(model).__name__}, expected string")
+            key = str(rid) if rid is not None else f"{unit}{number}"
+            if key in seen:
+                key = f"{key}#{number}"
+            seen.add(key)
+            success, source = _label(row)
+            scalars = {
+                k: v
+                for k, v in row.items()
+                if k != "messages" and (v is None or isinstance(v, (str, int, float, bool)))
+            }
+            if cp.trailing_user:
+                scalars["trailing_user_text"] = cp.trailing_user
+            return finalize(
+                Trajectory(
+                    traj_id=f"{self.name}/{path.stem}/{key}",
+                    source=self.name,
+                    model_raw=model,
+                    model_family=normalize_family(model),
+                    task_id=str(task_id) if task_id is not None else f"{path.stem}:{number}",
+                    task_text=cp.task,
+                    system_prompt=cp.system,
+                    success=success,
+                    outcome_source=source,
+                    source_path=str(path),
+                    extra=json.dumps(scalars),
+                    steps=cp.steps,
+                )
+            )
+
+        yield from parse_rows(path, iter_jsonl(path), one, unit=unit)

@@ -1,0 +1,325 @@
+"""The offline cost simulator behind ReplayEnv, the oracle and evaluation.
+
+It replays a compiled :class:`~dtoc_rl.episode.Episode` call by call under a
+visibility schedule and prices every model call:
+
+* **Prompt caching.** A call's prompt is the whole active context.  The part
+  that matches the previous call's prompt up to the first output whose
+  visibility changed since then is read from the cache (``cache_read``
+  price); the rest is written to it (``cache_write``).  So hiding or restoring
+  output j re-writes everything after j once.  The cache is assumed never to
+  expire between calls.
+* **Misses.** A call whose need labels point to a hidden output is a miss.
+  ``miss="reread"`` (the paper's re-read metric): the agent spends one extra
+  model call over the whole active context to read the output again, and the
+  output is visible from then on (it re-enters the context, breaking the cache
+  from its position).  ``miss="fail"``: the episode ends as a failure.
+  ``miss="calibrated"``: with probability ``reread_prob`` as ``reread``,
+  otherwise the need is absorbed at no cost (the agent carries on without it),
+  the figures fitted by ``dtoc-rl calibrate`` from logs that really were masked.
+* **Management overhead.** ``overhead="orchestrator"``: changes cost only
+  their cache effect.  ``overhead="agent"`` (the paper's setting): every step
+  with a change is one manage_context tool call made by the model, an extra
+  model call over the active context whose call and StatusReport tokens stay
+  in the context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from dtoc_rl.episode import Episode
+from dtoc_rl.pricing import Prices, prices_for
+from dtoc_rl.schema import NEED_KINDS
+
+__all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals"]
+
+MISS_MODES = ("reread", "fail", "calibrated")
+OVERHEAD_MODES = ("orchestrator", "agent")
+
+
+@dataclass
+class CostConfig:
+    """How the simulator prices calls, misses and management."""
+
+    miss: str = "reread"
+    """Miss recovery: reread (default), fail, or calibrated."""
+    overhead: str = "orchestrator"
+    """Who pays for visibility changes: orchestrator (cache effect only) or agent (a tool call each)."""
+    need_kinds: tuple[str, ...] = NEED_KINDS
+    """Need-label kinds that count as needs (provenance, reaccess, reference)."""
+    reread_call_tokens: int = 30
+    """Output tokens of the extra call that re-reads a missed output."""
+    reread_prob: float = 1.0
+    """calibrated mode: probability that a need on a hidden output leads to a re-read."""
+    mgmt_call_tokens: int = 20
+    """agent overhead: output tokens of a manage_context call, plus mgmt_tokens_per_key per key."""
+    mgmt_tokens_per_key: int = 4
+    report_tokens: int = 45
+    """agent overhead: StatusReport tokens entering the context, plus report_tokens_per_key per key."""
+    report_tokens_per_key: int = 6
+    prices: Prices | None = None
+    """Override the family's price table (USD per million tokens)."""
+
+    def __post_init__(self) -> None:
+        if self.miss not in MISS_MODES:
+            raise ValueError(f"miss must be one of {MISS_MODES}, got {self.miss!r}")
+        if self.overhead not in OVERHEAD_MODES:
+            raise ValueError(f"overhead must be one of {OVERHEAD_MODES}, got {self.overhead!r}")
+        bad = set(self.need_kinds) - set(NEED_KINDS)
+        if bad:
+            raise ValueError(f"unknown need kinds {sorted(bad)}; known: {NEED_KINDS}")
+        if not 0.0 <= self.reread_prob <= 1.0:
+            raise ValueError(f"reread_prob must be in [0, 1], got {self.reread_prob}")
+
+    def kind_mask(self) -> np.ndarray:
+        return np.array([k in self.need_kinds for k in NEED_KINDS])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["need_kinds"] = list(self.need_kinds)
+        return d
+
+
+@dataclass
+class Totals:
+    calls: int = 0  # real calls of the log
+    extra_calls: int = 0  # re-read and management calls
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    dollars: float = 0.0
+    active_token_sum: int = 0  # Σ prompt tokens of the real calls (mean = / calls)
+    placeholder_tokens: int = 0  # Σ placeholder tokens in the real calls' prompts
+    misses: int = 0
+    rereads: int = 0
+    absorbed: int = 0
+    mgmt_calls: int = 0
+    changes: int = 0
+    invalid_actions: int = 0
+    failed: bool = False
+
+    @property
+    def mean_active_tokens(self) -> float:
+        return self.active_token_sum / self.calls if self.calls else 0.0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["mean_active_tokens"] = self.mean_active_tokens
+        return d
+
+
+@dataclass
+class Simulator:
+    ep: Episode
+    cfg: CostConfig = field(default_factory=CostConfig)
+    rng: np.random.Generator | None = None
+
+    def __post_init__(self) -> None:
+        p = self.cfg.prices or prices_for(self.ep.model_family)
+        self._p = np.array([p.cache_read, p.cache_write, p.output]) / 1e6
+        self._kinds = self.cfg.kind_mask()
+        self._all_kinds = bool(self._kinds.all())
+        self.reset()
+
+    # -- state -------------------------------------------------------------------
+    def reset(self) -> None:
+        ep = self.ep
+        self.t = 0  # next call
+        self.visible = np.ones(ep.n, bool)
+        self.seg = np.zeros(ep.n, np.int64)  # U+A+O+extra of stored steps
+        self.extra = np.zeros(ep.n, np.int64)
+        self.need_count = np.zeros(ep.n, np.int64)
+        self.last_need = np.full(ep.n, -1, np.int64)
+        self.rereads_of = np.zeros(ep.n, np.int64)
+        self.toggles = np.zeros(ep.n, np.int64)
+        self.ctx = int(ep.base_tokens)
+        self.placeholders = 0  # Σ placeholder cost of stored hidden outputs
+        self.saved = 0  # Σ (envelope - placeholder) of stored hidden outputs
+        self.n_stored = 0  # stored outputs
+        self.n_visible = 0  # stored outputs now visible
+        self.prev_prompt = 0
+        self.first_changed = ep.n
+        self.totals = Totals()
+
+    @property
+    def done(self) -> bool:
+        return self.t >= self.ep.n or self.totals.failed
+
+    @property
+    def stored(self) -> int:
+        """Steps stored so far (outputs of steps < t exist)."""
+        return self.t
+
+    def hidden_mask(self) -> np.ndarray:
+        m = ~self.visible
+        m[self.t :] = False
+        return m & self.ep.has_out
+
+    # -- billing -----------------------------------------------------------------
+    def _cached_prefix(self) -> int:
+        if self.first_changed >= self.ep.n:
+            return self.prev_prompt
+        j = self.first_changed
+        ep = self.ep
+        prefix = ep.base_tokens + int(self.seg[:j].sum()) + int(ep.user_tok[j] + ep.asst_tok[j])
+        return min(prefix, self.prev_prompt)
+
+    def _bill(self, prompt: int, out_tokens: int) -> float:
+        cached = self._cached_prefix()
+        written = prompt - cached
+        dollars = cached * self._p[0] + written * self._p[1] + out_tokens * self._p[2]
+        tot = self.totals
+        tot.input_tokens += prompt
+        tot.cache_read_tokens += cached
+        tot.cache_write_tokens += written
+        tot.output_tokens += out_tokens
+        tot.dollars += dollars
+        self.prev_prompt = prompt
+        self.first_changed = self.ep.n
+        return float(dollars)
+
+    def _set_visible(self, k: int, visible: bool) -> None:
+        if self.visible[k] != visible:
+            self.set_visibility(np.array([k], np.int64), visible)
+
+    def set_visibility(self, steps: np.ndarray, visible: bool) -> None:
+        """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
+        if len(steps) == 0:
+            return
+        ep = self.ep
+        gap = ep.gap[steps]  # envelope - placeholder tokens
+        g = int(gap.sum())
+        h = int(ep.hid_cost[steps].sum())
+        if visible:
+            self.placeholders -= h
+            self.saved -= g
+            self.n_visible += len(steps)
+            self.seg[steps] += gap
+            self.ctx += g
+        else:
+            self.placeholders += h
+            self.saved += g
+            self.n_visible -= len(steps)
+            self.seg[steps] -= gap
+            self.ctx -= g
+        self.visible[steps] = visible
+        self.toggles[steps] += 1
+        lo = int(steps.min())
+        if lo < self.first_changed:
+            self.first_changed = lo
+
+    # -- one model call of the log ---------------------------------------------
+    def call(self) -> tuple[float, int]:
+        """Run call t (after recovering any misses); returns (dollars, misses)."""
+        ep, t, tot = self.ep, self.t, self.totals
+        if self.done:
+            raise RuntimeError("episode is over; reset() first")
+        dollars = 0.0
+        a, b = ep.need_ptr[t], ep.need_ptr[t + 1]
+        misses = 0
+        needed = ep.needs_at(t, None if self._all_kinds else self._kinds) if b > a else ()
+        for j in sorted(set(needed.tolist())) if len(needed) else ():
+            self.need_count[j] += 1
+            self.last_need[j] = t
+            if self.visible[j]:
+                continue
+            misses += 1
+            tot.misses += 1
+            if self.cfg.miss == "fail":
+                tot.failed = True
+                return dollars, misses
+            if self.cfg.miss == "calibrated" and self.cfg.reread_prob < 1.0:
+                rng = self.rng if self.rng is not None else np.random.default_rng(0)
+                if rng.random() >= self.cfg.reread_prob:
+                    tot.absorbed += 1
+                    continue
+            dollars += self._bill(self.ctx + int(ep.user_tok[t]), self.cfg.reread_call_tokens)
+            tot.extra_calls += 1
+            tot.rereads += 1
+            self.rereads_of[j] += 1
+            self._set_visible(j, True)
+        prompt = self.ctx + int(ep.user_tok[t])
+        dollars += self._bill(prompt, int(ep.asst_tok[t]))
+        tot.calls += 1
+        tot.active_token_sum += prompt
+        tot.placeholder_tokens += self.placeholders
+        # the call's message and its output join the context
+        c = int(ep.vis_cost[t]) if ep.has_out[t] else 0
+        if c:
+            self.n_stored += 1
+            self.n_visible += 1
+        self.seg[t] = int(ep.user_tok[t] + ep.asst_tok[t]) + c
+        self.ctx += int(self.seg[t])
+        self.t += 1
+        return dollars, misses
+
+    # -- a policy's decision ---------------------------------------------------
+    def apply(self, enable, disable) -> float:
+        """Apply visibility changes to stored outputs (step indices).  Indices
+        that are not stored outputs, or are in both sets, are counted as
+        invalid and ignored.  Returns the dollars of any management call."""
+        enable = np.unique(np.asarray(enable, np.int64))
+        disable = np.unique(np.asarray(disable, np.int64))
+        both = np.intersect1d(enable, disable, assume_unique=True)
+        en, bad_en = self._stored_only(enable)
+        di, bad_di = self._stored_only(disable)
+        if len(both):
+            en = en[~np.isin(en, both)]
+            di = di[~np.isin(di, both)]
+        self.totals.invalid_actions += bad_en + bad_di + len(both)  # a conflicting key counts once
+        return self.apply_changes(en[~self.visible[en]], di[self.visible[di]])
+
+    def _stored_only(self, idx: np.ndarray) -> tuple[np.ndarray, int]:
+        ok = (idx >= 0) & (idx < self.t)
+        ok[ok] = self.ep.has_out[idx[ok]]
+        return idx[ok], int((~ok).sum())
+
+    def apply_changes(self, en: np.ndarray, di: np.ndarray) -> float:
+        """Fast path: ``en`` hidden stored outputs to show, ``di`` visible ones to
+        hide (unique step indices, already validated).  Returns management dollars."""
+        tot = self.totals
+        n_changes = len(en) + len(di)
+        if not n_changes:
+            return 0.0
+        dollars = 0.0
+        tot.mgmt_calls += 1
+        if self.cfg.overhead == "agent":
+            cfg = self.cfg
+            call_tok = cfg.mgmt_call_tokens + cfg.mgmt_tokens_per_key * n_changes
+            dollars = self._bill(self.ctx, call_tok)
+            tot.extra_calls += 1
+            added = call_tok + cfg.report_tokens + cfg.report_tokens_per_key * n_changes
+            last = self.t - 1
+            self.extra[last] += added
+            self.seg[last] += added
+            self.ctx += added
+        self.set_visibility(en, True)
+        self.set_visibility(di, False)
+        tot.changes += n_changes
+        return dollars
+
+
+def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
+    """Totals with every output visible and no management (vectorised)."""
+    cfg = cfg or CostConfig()
+    p = cfg.prices or prices_for(ep.model_family)
+    seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
+    before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)[:-1]])
+    prompts = before + ep.user_tok
+    cached = np.concatenate([[0], prompts[:-1]])
+    written = prompts - cached
+    out = ep.asst_tok
+    tot = Totals(
+        calls=ep.n,
+        input_tokens=int(prompts.sum()),
+        cache_read_tokens=int(cached.sum()),
+        cache_write_tokens=int(written.sum()),
+        output_tokens=int(out.sum()),
+        active_token_sum=int(prompts.sum()),
+    )
+    tot.dollars = float((cached * p.cache_read + written * p.cache_write + out * p.output).sum() / 1e6)
+    return tot

@@ -1,0 +1,310 @@
+"""Claude Code ingesters: stream-json (real files only via ../shared; synthetic here) and transcripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
+from dtoc_rl.schema import Trajectory
+
+STREAM = ClaudeCodeStreamIngester()
+TRANSCRIPT = ClaudeCodeTranscriptIngester()
+FOLDER = "claude-code_sonnet-4-5_vecsum-reqloop"
+
+
+# ----------------------------------------------------------------------------- real stream files
+
+
+@pytest.mark.shared
+def test_shared_stream_reports(shared_traces):
+    root = shared_traces / FOLDER
+    index = {
+        Path(r["file"]).name: r
+        for r in (
+            json.loads(x) for x in (root / "sessions_index.jsonl").read_text().splitlines() if x.strip()
+        )
+    }
+    files = sorted((root / "reports").glob("*_RESPONSE.md"))
+    assert len(files) == 49
+    ts, failed = [], []
+    for f in files:
+        assert detect_format(f).name == "claude-code-stream", f
+        try:
+            (t,) = STREAM.parse(f)
+        except IngestError as e:
+            failed.append((f.name, e.reason))
+            continue
+        ts.append(t)
+        row = index[f.name]
+        tool_steps = [s for s in t.steps if s.tool_name]
+        assert len(tool_steps) == row["tool_results"]
+        assert all(s.output is not None for s in tool_steps)
+        assert t.extra_dict()["result_subtype"] == row["result_subtype"]
+        assert t.extra_dict()["num_turns"] == row["num_turns"]
+        assert t.model_family in ("claude-opus", "claude-sonnet")
+        assert t.task_text, f  # the prompt comes from the sibling PROMPT file
+        label = t.extra_dict()["label"]
+        if "FIX_ATTEMPT" in label:
+            assert t.success is not None and "TEST_" in t.outcome_source
+        else:
+            assert t.success is None and t.outcome_source == ""
+        assert Trajectory.from_row(t.to_row()) == t
+    assert len(ts) == 48 and len({t.traj_id for t in ts}) == 48
+    assert failed == [
+        (
+            "2026-01-14-14-10-33-271_{03_summary-tree-building}_FIX_ATTEMPT1_RESPONSE.md",
+            "empty trajectory: no stream events, only a result "
+            "(only prompt commands are supported in streaming mode)",
+        )
+    ]
+    assert sum(len([s for s in t.steps if s.tool_name]) for t in ts) == 608
+    assert sum(t.success is True for t in ts) == 12 and sum(t.success is False for t in ts) == 0
+    # report files other than RESPONSE (PROMPT / TEST_*) and MANIFEST-like text are not claimed
+    for f in (
+        sorted((root / "reports").glob("*_PROMPT.md"))[:5]
+        + sorted((root / "reports").glob("*_TEST_*.md"))[:5]
+    ):
+        assert not STREAM.detect(f, f.read_text()[:65536])
+    manifest = shared_traces / "MANIFEST.md"
+    assert not STREAM.detect(manifest, manifest.read_text()[:65536])
+
+
+# ----------------------------------------------------------------------------- synthetic stream
+
+
+def _assistant(mid, block, model="claude-sonnet-4-5-20250929"):
+    return {
+        "type": "assistant",
+        "message": {"model": model, "id": mid, "type": "message", "role": "assistant", "content": [block],
+                    "usage": {"input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": 20}},
+        "parent_tool_use_id": None,
+        "session_id": "s1",
+    }  # fmt: skip
+
+
+def _result_ev(tid, text, is_error=False):
+    return {
+        "type": "user",
+        "message": {
+            "role": "user",
+            "content": [{"tool_use_id": tid, "type": "tool_result", "content": text, "is_error": is_error}],
+        },
+        "parent_tool_use_id": None,
+        "session_id": "s1",
+    }
+
+
+def _stream_events():
+    return [
+        {"type": "system", "subtype": "init", "session_id": "s1", "model": "claude-sonnet-4-5-20250929",
+         "tools": ["Bash"]},
+        _assistant("m1", {"type": "text", "text": "Looking."}),
+        _assistant("m1", {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "a.py"}}),
+        _assistant("m1", {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "ls"}}),
+        _result_ev("t1", [{"type": "text", "text": "A"}]),
+        # a subagent's event: never in the main context
+        {**_assistant("mX", {"type": "text", "text": "sub"}), "parent_tool_use_id": "t9"},
+        _result_ev("t2", "Exit code 2", is_error=True),
+        _assistant("m2", {"type": "thinking", "thinking": "hmm", "signature": "x"}),
+        _assistant("m2", {"type": "text", "text": "Done."}),
+        {"type": "result", "subtype": "success", "is_error": False, "num_turns": 2, "session_id": "s1",
+         "total_cost_usd": 0.01,
+         "usage": {"input_tokens": 6, "cache_read_input_tokens": 200, "output_tokens": 40}},
+    ]  # fmt: skip
+
+
+def _check_stream(t: Trajectory) -> None:
+    assert [s.tool_name for s in t.steps] == ["Read", "Bash", None]
+    assert [s.turn for s in t.steps] == [0, 0, 1]
+    assert (t.steps[0].assistant_text, t.steps[1].assistant_text) == ("Looking.", "")
+    assert t.steps[0].output == "A" and (t.steps[1].output, t.steps[1].output_is_error) == (
+        "Exit code 2",
+        True,
+    )
+    assert (t.steps[2].reasoning, t.steps[2].assistant_text) == ("hmm", "Done.")
+    assert json.loads(t.steps[1].tool_args) == {"command": "ls"}
+    assert t.model_family == "claude-sonnet" and t.cost_usd == 0.01 and t.api_calls == 2
+    assert (t.tokens_in, t.tokens_out) == (206, 40)
+    assert t.extra_dict()["sidechain_events_skipped"] == 1
+    assert Trajectory.from_row(t.to_row()) == t
+
+
+def test_plain_jsonl_stream(tmp_path):
+    p = tmp_path / "run.jsonl"
+    p.write_text("".join(json.dumps(e) + "\n" for e in _stream_events()))
+    assert detect_format(p).name == "claude-code-stream"
+    (t,) = STREAM.parse(p)
+    _check_stream(t)
+    assert t.success is None and t.task_id == "s1"
+
+
+def _report(tmp_path: Path, ts: str, label: str, events, start="2026-01-14T13:28:01.761876Z") -> Path:
+    body = json.dumps(
+        {"_START-TIME": start, "_END-TIME": "x", "_ELAPSED-SECS": 1, "_RESPONSE": events}, indent=1
+    )
+    text = (
+        "# Fix [RESPONSE]\n\n## Response\n\nDone.\n\n---\n\n## Raw JSON Output\n\n"
+        f"```json\n// FULL JSON FROM AI\n{body}\n```\n"
+    )
+    p = tmp_path / f"{ts}_{label}_RESPONSE.md"
+    p.write_text(text)
+    return p
+
+
+def _md(tmp_path: Path, name: str, text: str) -> None:
+    (tmp_path / name).write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("reports", "want"),
+    [
+        (["13-30-20-000_{R}_TEST_EXTERNAL_DEPENDENCY_FAILURE", "13-30-27-231_{R}_TEST_PASS"], True),
+        (["13-29-00-000_{R}_TEST_PASS", "13-30-27-231_{R}_TEST_FAIL"], False),  # before the session: ignored
+        (["13-31-00-000_{R}_FIX_ATTEMPT1_PROMPT", "13-32-00-000_{R}_TEST_PASS"], None),  # next fix first
+        (["13-30-27-231_{S}_TEST_PASS"], None),  # another requirement
+    ],
+)
+def test_report_wrapper_and_label_join(tmp_path, reports, want):
+    _md(
+        tmp_path,
+        "2026-01-14-13-28-01-762_{R}_FIX_ATTEMPT1_PROMPT.md",
+        "# Fix\n\n---\n\n## Prompt\n\nFix code until the test passes.\n",
+    )
+    _md(tmp_path, "2026-01-14-13-25-00-000_{R}_FIX_ATTEMPT1_PROMPT.md", "## Prompt\n\nAn older prompt.\n")
+    for r in reports:
+        status = r.split("_TEST_")[-1]  # as in the real reports: PASS, FAIL, EXTERNAL_DEPENDENCY_FAILURE
+        _md(tmp_path, f"2026-01-14-{r}.md", f"# Test Report: R\n\n**Status:** {status}\n")
+    p = _report(tmp_path, "2026-01-14-13-30-15-506", "{R}_FIX_ATTEMPT1", _stream_events())
+    assert detect_format(p).name == "claude-code-stream"
+    (t,) = STREAM.parse(p)
+    _check_stream(t)
+    assert t.task_text == "Fix code until the test passes."
+    assert t.task_id == "{R}_FIX_ATTEMPT1" and t.traj_id.endswith("/{R}_FIX_ATTEMPT1@2026-01-14-13-30-15-506")
+    assert t.success is want
+    if want is not None:
+        assert t.outcome_source.startswith("2026-01-14-13-30-27-231_{R}_TEST_")
+
+
+def test_report_status_line_must_agree(tmp_path):
+    _md(tmp_path, "2026-01-14-13-30-27-231_{R}_TEST_PASS.md", "**Status:** FAIL\n")
+    (t,) = STREAM.parse(_report(tmp_path, "2026-01-14-13-30-15-506", "{R}_FIX_ATTEMPT1", _stream_events()))
+    assert t.success is None
+
+
+# ----------------------------------------------------------------------------- transcript fixture
+
+
+def test_transcript_fixture(repo_root):
+    path = next((repo_root / "tests" / "fixtures" / "claude_code_transcript").glob("*.jsonl"))
+    assert detect_format(path).name == "claude-code-transcript"
+    (t,) = TRANSCRIPT.parse(path)
+    sid = "4f35e220-c435-4cf7-b9b9-f40426042847"
+    assert t.traj_id == f"claude-code-transcript/{sid}" and t.task_id == sid
+    assert t.task_text.startswith("Add a retry with exponential backoff")
+    assert [s.tool_name for s in t.steps] == [
+        "Read",
+        "Grep",
+        "Edit",
+        "Bash",
+        "Edit",
+        "Bash",
+        None,
+        "Edit",
+        None,
+    ]
+    assert t.steps[0].turn == t.steps[1].turn and len({s.turn for s in t.steps}) == 8
+    assert t.steps[0].reasoning.startswith("Read the client") and t.steps[0].assistant_text.startswith(
+        "I'll read"
+    )
+    assert t.steps[0].output.startswith("     1\u2192import urllib.request")
+    assert t.steps[1].output.startswith("Found 1 file")  # block-list content
+    assert t.steps[3].output_is_error and not any(s.output_is_error for s in t.steps if s is not t.steps[3])
+    assert t.steps[4].assistant_text.startswith("`time` is not imported")
+    assert t.steps[5].user_text == "Keep it dependency-free; just run the tests again."
+    assert not any("tenacity" in (s.user_text + s.assistant_text) for s in t.steps)  # abandoned branch
+    (ev,) = t.steps[7].events
+    assert ev.kind == "compaction" and ev.targets == list(range(7))
+    assert json.loads(ev.detail)["trigger"] == "manual" and json.loads(ev.detail)["preTokens"] == 48213
+    assert t.steps[7].user_text.startswith("This session is being continued")
+    assert t.steps[7].user_text.endswith("Now add a docstring to fetch().")
+    assert sum(len(s.events) for s in t.steps) == 1
+    assert t.steps[0].timestamp is not None and all(s.masked_before is None for s in t.steps)
+    extra = t.extra_dict()
+    assert extra["titles"] == ["Add retry with backoff to fetch()"] and extra["off_chain_records"] == 2
+    assert t.success is None and t.model_family == "claude-sonnet" and t.api_calls == 8
+    assert Trajectory.from_row(t.to_row()) == t
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_truncated_transcript_line(tmp_path, repo_root):
+    lines = (
+        next((repo_root / "tests/fixtures/claude_code_transcript").glob("*.jsonl")).read_text().splitlines()
+    )
+    lines[10] = lines[10][:50]
+    p = tmp_path / "x.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match="line 11: invalid JSON"):
+        list(TRANSCRIPT.parse(p))
+
+
+def test_transcript_wrong_types(tmp_path):
+    base = {"parentUuid": None, "sessionId": "s", "isSidechain": False, "timestamp": "2025-01-01T00:00:00Z"}
+    p = tmp_path / "a.jsonl"
+    p.write_text(json.dumps({**base, "type": "assistant", "uuid": "u1", "message": "hi"}) + "\n")
+    with pytest.raises(IngestError, match="line 1: assistant record without a 'message' object"):
+        list(TRANSCRIPT.parse(p))
+    p.write_text(
+        json.dumps({**base, "type": "assistant", "uuid": "u1", "message": {"id": "m", "content": "hi"}})
+        + "\n"
+    )
+    with pytest.raises(IngestError, match=r"line 1: assistant message\.content is str"):
+        list(TRANSCRIPT.parse(p))
+    p.write_text(
+        json.dumps({**base, "type": "user", "uuid": "u1", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}}) + "\n"
+    )  # fmt: skip
+    with pytest.raises(IngestError, match="'toolu_x' answers no open tool_use"):
+        list(TRANSCRIPT.parse(p))
+
+
+def test_empty_transcript(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_text(json.dumps({"type": "summary", "summary": "t", "leafUuid": "x"}) + "\n")
+    assert detect_format(p).name == "claude-code-transcript"
+    with pytest.raises(IngestError, match="empty trajectory"):
+        list(TRANSCRIPT.parse(p))
+    p.write_text("")
+    with pytest.raises(IngestError, match="empty file"):
+        list(TRANSCRIPT.parse(p))
+
+
+def test_stream_bad_inputs(tmp_path):
+    bad = tmp_path / "2026-01-14-13-30-15-506_x_RESPONSE.md"
+    bad.write_text('## Raw JSON Output\n\n```json\n// FULL JSON FROM AI\n{"_RESPONSE": [\n```\n')
+    with pytest.raises(IngestError, match="invalid JSON in the ```json block"):
+        list(STREAM.parse(bad))
+    bad.write_text('```json\n// FULL JSON FROM AI\n{"_RESPONSE": {"type": "system"}}\n```\n')
+    with pytest.raises(IngestError, match="'_RESPONSE' is dict"):
+        list(STREAM.parse(bad))
+    bad.write_text('```json\n// FULL JSON FROM AI\n{"_RESPONSE": []}\n```\n')
+    with pytest.raises(IngestError, match="empty trajectory"):
+        list(STREAM.parse(bad))
+    j = tmp_path / "s.jsonl"
+    j.write_text(json.dumps(_stream_events()[0]) + "\n{oops\n")
+    with pytest.raises(IngestError, match="line 2: invalid JSON"):
+        list(STREAM.parse(j))
+    j.write_text(
+        json.dumps(_stream_events()[0])
+        + "\n"
+        + json.dumps({"type": "assistant", "message": {"content": "x"}})
+        + "\n"
+    )
+    with pytest.raises(IngestError, match=r"event 1: assistant event without a message\.content list"):
+        list(STREAM.parse(j))

@@ -1,0 +1,202 @@
+"""Generic OpenAI chat JSONL ingester: real tau-bench chats re-wrapped, edge cases, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.openai_chat import OpenAIChatIngester, chat_to_steps, iso_to_epoch
+from dtoc_rl.ingest.tau_bench import TauBenchIngester
+from dtoc_rl.schema import Trajectory
+
+ING = OpenAIChatIngester()
+TAU = Path("raw") / "tau-bench_gpt-4o_airline" / "gpt-4o-airline.json"
+
+
+def _jsonl(tmp_path: Path, rows, name: str = "chats.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return p
+
+
+def _call(cid, name, args):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def test_real_chats_match_tau_ingester(tmp_path, data_dir):
+    raw = json.loads((data_dir / TAU).read_text())
+    rows = [
+        {
+            "id": f"{x['task_id']}-{x['trial']}",
+            "model": "gpt-4o-2024-08-06",
+            "reward": x["reward"],
+            "messages": x["traj"],
+        }
+        for x in raw
+    ]
+    rows[-1] = raw[-1]["traj"]  # one bare message list
+    p = _jsonl(tmp_path, rows)
+    assert detect_format(p).name == "openai-chat"
+    ts = list(ING.parse(p))
+    tau = list(TauBenchIngester().parse(data_dir / TAU))
+    assert len(ts) == len(tau) == 16
+    for t, ref in zip(ts, tau):
+        assert t.n_steps == ref.n_steps
+        for a, b in zip(t.steps, ref.steps):
+            assert (
+                a.turn,
+                a.user_text,
+                a.assistant_text,
+                a.tool_name,
+                a.tool_args,
+                a.tool_call_id,
+                a.output,
+            ) == (
+                b.turn,
+                b.user_text,
+                b.assistant_text,
+                b.tool_name,
+                b.tool_args,
+                b.tool_call_id,
+                b.output,
+            )
+        assert t.task_text == ref.task_text and t.system_prompt == ref.system_prompt
+        assert Trajectory.from_row(t.to_row()) == t
+    assert ts[0].traj_id == "openai-chat/chats/0-0" and ts[0].model_family == "gpt-4o"
+    assert [t.success for t in ts[:-1]] == [x["reward"] == 1 for x in raw[:-1]]
+    assert ts[-1].success is None and ts[-1].traj_id == "openai-chat/chats/line16"
+
+
+def test_parallel_calls_replies_out_of_order(tmp_path):
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {
+            "role": "assistant",
+            "content": "two at once",
+            "tool_calls": [_call("a", "read", {"p": "x"}), _call("b", "read", {"p": "y"})],
+        },
+        {"role": "tool", "tool_call_id": "b", "content": "Y"},
+        {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "X"}]},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("c", "run", {})]},
+        {"role": "tool", "content": "no id"},
+        {"role": "assistant", "content": "bye"},
+    ]
+    (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs, "success": False, "task_id": "T1"}]))
+    s = t.steps
+    assert [x.turn for x in s] == [0, 0, 1, 2]
+    assert (s[0].assistant_text, s[1].assistant_text) == ("two at once", "")
+    assert (s[0].output, s[1].output, s[2].output) == ("X", "Y", "no id")
+    assert s[0].tool_args == '{"p": "x"}'
+    assert s[2].user_text == "more" and s[3].tool_name is None and s[3].output is None
+    assert t.success is False and t.outcome_source == "row:success" and t.task_id == "T1"
+    assert t.system_prompt == "sys" and t.task_text == "task"
+
+
+def test_duplicate_pending_ids_answer_in_order(tmp_path):
+    msgs = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call("x", "f", {"i": 1}), _call("x", "f", {"i": 2})],
+        },
+        {"role": "tool", "tool_call_id": "x", "content": "first"},
+        {"role": "tool", "tool_call_id": "x", "content": "second"},
+    ]
+    (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs}]))
+    assert [s.output for s in t.steps] == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("row", "want"),
+    [
+        ({"reward": 1}, (True, "row:reward==1")),
+        ({"reward": 0.0}, (False, "row:reward==0")),
+        ({"reward": 0.5}, (None, "")),
+    ],
+)
+def test_reward_rule(tmp_path, row, want):
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs, **row}]))
+    assert (t.success, t.outcome_source) == want
+
+
+def test_detection_is_strict(tmp_path, repo_root):
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    j = tmp_path / "a.json"
+    j.write_text(json.dumps(msgs))
+    assert not ING.detect(j, j.read_text())  # .json message lists belong to other harnesses
+    tau_like = _jsonl(tmp_path, [{"traj": msgs, "reward": 1}], "tau.jsonl")
+    assert not ING.detect(tau_like, tau_like.read_text())
+    fixture = next((repo_root / "tests/fixtures/claude_code_transcript").glob("*.jsonl"))
+    assert not ING.detect(fixture, fixture.read_text()[:65536])
+    oh = repo_root / "tests/fixtures/openhands_legacy/output.jsonl"
+    assert not ING.detect(oh, oh.read_text()[:65536])
+
+
+def test_iso_to_epoch():
+    assert iso_to_epoch("1970-01-01T00:00:10Z") == 10.0
+    assert iso_to_epoch("1970-01-01T00:00:10.1234567") == pytest.approx(10.123456)
+    assert iso_to_epoch("1970-01-01T01:00:00+01:00") == 0.0
+    assert iso_to_epoch("yesterday") is None and iso_to_epoch(None) is None
+
+
+# ----------------------------------------------------------------------------- bad input
+
+GOOD = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+
+
+def test_truncated_line_is_reported_after_good_rows(tmp_path):
+    p = _jsonl(tmp_path, [GOOD, json.dumps(GOOD)[:-7], GOOD])
+    got = []
+    with pytest.raises(IngestError) as e:
+        for t in ING.parse(p):
+            got.append(t)
+    assert len(got) == 2
+    assert "1 of 3 lines failed" in e.value.reason and "line 2: invalid JSON" in e.value.reason
+
+
+def test_wrong_types(tmp_path):
+    rows = [
+        {"messages": "nope"},
+        {"messages": [{"role": "robot", "content": "x"}]},
+        {"messages": [{"role": "user", "content": 5}]},
+        {"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]}]},
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "tool", "tool_call_id": "z", "content": ""},
+            ]
+        },
+        42,
+    ]
+    with pytest.raises(IngestError) as e:
+        list(ING.parse(_jsonl(tmp_path, rows)))
+    r = e.value.reason
+    assert "6 of 6 lines failed" in r
+    assert "line 1: messages is str" in r
+    assert "line 2: messages[0] has role 'robot'" in r
+    assert "line 3: messages[0].content has type int" in r
+    assert "line 4: messages[0].tool_calls[0] must be an object with a 'function'" in r
+    assert "line 5: messages[1]: tool reply" in r
+    assert "line 6: row is int" in r
+
+
+def test_empty_trajectory_and_empty_file(tmp_path):
+    with pytest.raises(IngestError, match="line 1: empty trajectory"):
+        list(ING.parse(_jsonl(tmp_path, [{"messages": [{"role": "user", "content": "q"}]}])))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(IngestError, match="empty file"):
+        list(ING.parse(empty))
+
+
+def test_chat_to_steps_rejects_non_list():
+    with pytest.raises(IngestError, match="expected a list of messages"):
+        chat_to_steps({"role": "user"})

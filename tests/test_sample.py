@@ -1,0 +1,18 @@
+"""The committed bundled dataset matches what ingesting the bundled raw logs gives today."""
+
+from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.ingest.driver import ingest_paths
+from dtoc_rl.paths import bundled_dataset, bundled_raw
+
+
+def test_bundled_dataset_is_up_to_date():
+    fresh = {t.traj_id: t for t in ingest_paths([bundled_raw()], progress=False).trajectories}
+    stored = {t.traj_id: t for t in load_trajectories(bundled_dataset())}
+    assert set(fresh) == set(stored), "run `python -m scripts.build_sample`"
+    for tid, t in fresh.items():
+        assert t == stored[tid], f"{tid} differs: run `python -m scripts.build_sample`"
+
+
+def test_bundled_sample_covers_three_mit_sources():
+    sources = {t.source for t in load_trajectories(bundled_dataset())}
+    assert sources == {"mini-swe-agent", "openhands-sdk", "tau-bench"}
