@@ -55,6 +55,7 @@ class Episode:
     need_kind: np.ndarray  # index into NEED_KINDS
     modified_at: np.ndarray  # (n,) first later step that modifies what k read (NEVER if none)
     superseded_at: np.ndarray  # (n,) first later step that re-accesses the same resource
+    user_turn: np.ndarray  # (n,) user turns begun up to and including step k (the task is turn 1)
     logged_masked: list[list[int] | None] = field(default_factory=list)  # per step, from the log
     keys: list[str] = field(default_factory=list)  # DTOC key of each step's output ('' if none)
     previews: list[str] = field(default_factory=list)  # short output previews, for text views
@@ -177,6 +178,9 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         need_kind=np.asarray(need_kind, np.int64),
         modified_at=_modified_at(traj, has_out),
         superseded_at=superseded_at,
+        user_turn=1 + np.cumsum([bool(s.user_text) for s in traj.steps]).astype(np.int64)
+        if n
+        else np.zeros(0, np.int64),
         logged_masked=[s.masked_before for s in traj.steps],
         keys=keys,
         previews=previews,

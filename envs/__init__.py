@@ -9,9 +9,10 @@ Importing this package registers both ids::
     env = gym.make("dtoc_rl/Replay-v0", dataset="out")  # a dataset from `dtoc-rl ingest`
 """
 
-from dtoc_rl.envs.replay import ReplayEnv
-from dtoc_rl.envs.spaces import GLOBAL_FEATURES, ITEM_FEATURES
 from gymnasium.envs.registration import register, registry
+
+from dtoc_rl.envs.replay import ReplayEnv
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 
 __all__ = ["GLOBAL_FEATURES", "ITEM_FEATURES", "ReplayEnv"]
 

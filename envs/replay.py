@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.envs.spaces import GLOBAL_FEATURES, ITEM_FEATURES, action_space, observation_space
 
+from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, observation_space
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 from dtoc_rl.simulator import CostConfig, Simulator, Totals, baseline_totals
 
@@ -56,12 +56,13 @@ class ReplayEnv(gym.Env):
       ``times_needed`` (needs on it so far), ``since_need`` (steps since its last
       need, or its age), ``modified`` (what it read was modified later, so far),
       ``is_error``, ``superseded`` (a later step re-read the same resource, so
-      far), ``rereads`` (misses it caused), ``toggles`` (visibility changes).
+      far), ``rereads`` (misses it caused), ``toggles`` (visibility changes),
+      ``turns_after`` (user turns begun after it).
     * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.tools``).
     * ``item_mask``, ``enable_mask``, ``disable_mask``: ``MultiBinary(N)``.
     * ``globals`` ``Box(G,)`` float32: active tokens / 1000, budget / 1000, step,
       stored outputs, visible outputs, tokens saved now / 1000, misses so far,
-      management calls so far.
+      management calls so far, tokens if everything were visible / 1000.
     * ``family``: ``Discrete``, the model-family id (``dtoc_rl.models.FAMILIES``).
 
     With ``text_view=True``, ``info["text"]`` holds the view an LLM policy reads:
@@ -202,6 +203,7 @@ class ReplayEnv(gym.Env):
         self._modified_o = ep.modified_at[outs]
         self._superseded_o = ep.superseded_at[outs]
         self._tool_o = ep.tool_id[outs]
+        self._turn_o = ep.user_turn[outs]
         self._pending_dollars, _ = self.sim.call()
         obs = self._obs()
         return obs, self._info(obs)
@@ -296,6 +298,8 @@ class ReplayEnv(gym.Env):
         slots[:m] = window
         self._slots = slots
         now = t - 1
+        # user turns begun up to the next call (a user message before call t counts)
+        self._turns_now = int(ep.user_turn[t]) if t < ep.n else int(ep.user_turn[-1])
         vis = sim.visible[window]
         slot_vis = np.zeros(N, bool)
         slot_vis[:m] = vis
@@ -313,6 +317,7 @@ class ReplayEnv(gym.Env):
         f[:, 7] = self._superseded_o[lo:count] <= now
         f[:, 8] = sim.rereads_of[window]
         f[:, 9] = sim.toggles[window]
+        f[:, 10] = self._turns_now - self._turn_o[lo:count]
         tool = np.zeros(N, np.int64)
         tool[:m] = self._tool_o[lo:count]
         item_mask = np.zeros(N, np.int8)
@@ -329,6 +334,7 @@ class ReplayEnv(gym.Env):
                 sim.saved / 1000.0,
                 sim.totals.misses,
                 sim.totals.mgmt_calls,
+                (sim.ctx + sim.saved) / 1000.0,
             ],
             np.float32,
         )

@@ -1,11 +1,12 @@
-import dtoc_rl.envs  # noqa: F401  registers the ids
 import gymnasium as gym
 import numpy as np
 import pytest
-from dtoc_rl.envs import ReplayEnv
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
+import dtoc_rl.envs  # noqa: F401  registers the ids
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.features import ITEM_FEATURES
 from dtoc_rl.schema import Need, Step, Trajectory
 
 N = 16
@@ -217,7 +218,7 @@ def test_window_shows_most_recent_outputs():
 def test_vector_envs(vec):
     envs = vec([lambda: ReplayEnv(max_items=N) for _ in range(2)])
     obs, _ = envs.reset(seed=1)
-    assert obs["items"].shape == (2, N, 10)
+    assert obs["items"].shape == (2, N, len(ITEM_FEATURES))
     for _ in range(30):
         obs, r, term, trunc, info = envs.step(envs.action_space.sample())
         assert r.shape == (2,)
