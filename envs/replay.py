@@ -109,7 +109,10 @@ class ReplayEnv(gym.Env):
       ``miss_weight`` (0), ``success_weight`` (0), ``fail_penalty`` (1),
       ``over_budget_weight`` (0).
     * ``sequential`` (False): episodes in dataset order instead of sampled.
-    * ``text_view`` (False), ``estimator`` ("chars"), ``render_mode`` (None or "ansi").
+    * ``text_view`` (False): add ``info["text"]`` and ``info["keys"]`` (the DTOC key of each slot).
+    * ``expose_episode`` (False): put the compiled episode in the reset ``info`` (for the hindsight
+      oracle, which plans with the trace's future).
+    * ``estimator`` ("chars"), ``render_mode`` (None or "ansi").
     * ``reset(options={"traj_id": ...})`` or ``{"index": i}`` picks an episode.
 
     ## Version History
@@ -138,6 +141,7 @@ class ReplayEnv(gym.Env):
         over_budget_weight: float = 0.0,
         sequential: bool = False,
         text_view: bool = False,
+        expose_episode: bool = False,
         estimator: str = "chars",
         cost_config: CostConfig | None = None,
         render_mode: str | None = None,
@@ -166,6 +170,7 @@ class ReplayEnv(gym.Env):
         }
         self.sequential = sequential
         self.text_view = text_view
+        self.expose_episode = expose_episode
         self.render_mode = render_mode
         self.observation_space = observation_space(self.N)
         self.action_space = action_space(self.N)
@@ -206,7 +211,10 @@ class ReplayEnv(gym.Env):
         self._turn_o = ep.user_turn[outs]
         self._pending_dollars, _ = self.sim.call()
         obs = self._obs()
-        return obs, self._info(obs)
+        info = self._info(obs)
+        if self.expose_episode:
+            info["episode"] = ep
+        return obs, info
 
     def step(self, action):
         if self.sim is None:
@@ -363,6 +371,7 @@ class ReplayEnv(gym.Env):
         }
         if self.text_view:
             info["text"] = self.text()
+            info["keys"] = [sim.ep.keys[k] if k >= 0 else "" for k in self._slots]
         return info
 
     def text(self, recent: int = 3) -> str:

@@ -36,9 +36,7 @@ class Policy(ABC):
     def act_batch(self, obs: dict[str, np.ndarray], infos: list[dict] | None = None) -> dict[str, np.ndarray]:
         """Batched form: every array in ``obs`` has a leading batch axis."""
         b = len(obs["item_mask"])
-        acts = [
-            self.act({k: v[i] for k, v in obs.items()}, infos[i] if infos else None) for i in range(b)
-        ]
+        acts = [self.act({k: v[i] for k, v in obs.items()}, infos[i] if infos else None) for i in range(b)]
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def config(self) -> dict[str, Any]:

@@ -1,0 +1,286 @@
+"""Faithful baselines: the context-management rules agents use today.
+
+Each reimplements a published rule with its defaults, and names its source.
+All read only the observation (``dtoc_rl.features``): slot ``j`` holds the
+``j``-th oldest of the most recent N stored outputs; ``globals`` carries the
+env's token accounting (active tokens, tokens if everything were visible,
+outputs stored so far).  Rules recompute the visibility they want at every
+decision and emit only the changes, like the originals, which rebuild the
+prompt from the full history before each model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.policies.base import Policy
+from dtoc_rl.tools import TOOL_CATEGORIES
+
+__all__ = [
+    "AnthropicClearToolUses",
+    "LastNObservations",
+    "NoManagement",
+    "ObservationMasking",
+    "OpenCodePrune",
+    "TokenBudget",
+    "to_action",
+]
+
+_F = {name: i for i, name in enumerate(ITEM_FEATURES)}
+_G = {name: i for i, name in enumerate(GLOBAL_FEATURES)}
+
+
+def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str, np.ndarray]:
+    """Changes that take the slots from their current visibility to ``want_visible``."""
+    mask = obs["item_mask"].astype(bool)
+    vis = obs["items"][:, _F["visible"]] > 0.5
+    want = want_visible.astype(bool) & mask
+    return {
+        "enable": (mask & want & ~vis).astype(np.int8),
+        "disable": (mask & ~want & vis).astype(np.int8),
+    }
+
+
+def _ordinals(obs: dict[str, np.ndarray]) -> np.ndarray:
+    """Ordinal of each slot's output among all outputs stored so far (-1 for padding)."""
+    mask = obs["item_mask"].astype(bool)
+    m = int(mask.sum())
+    stored = int(obs["globals"][_G["stored"]])
+    out = np.full(len(mask), -1, np.int64)
+    out[:m] = np.arange(stored - m, stored)
+    return out
+
+
+class NoManagement(Policy):
+    """Everything stays visible (the status quo of most agents)."""
+
+    name = "none"
+
+    def act(self, obs, info=None):
+        return to_action(obs, obs["item_mask"].astype(bool))
+
+
+class LastNObservations(Policy):
+    """SWE-agent's ``LastNObservations`` history processor.
+
+    Source: SWE-agent/SWE-agent, ``sweagent/agent/history_processors.py``.
+    Elides all but the last ``n`` observations; ``polling`` updates the cut
+    only every ``polling`` observations, so the prompt prefix (and its cache)
+    stays stable in between.  With ``L`` observations the elided ones are
+    indices ``1 .. (L // polling) * polling - n - 1``: index 0, the instance
+    template, is never elided.  In DTOC the instance template is the task
+    message (observation 0) and stored output ``k`` is observation ``k + 1``, so
+    the same arithmetic gives exactly SWE-agent's window.  ``n=5`` is the
+    original paper's configuration (SWE-agent 0.7 config ``07.yaml``);
+    "The Complexity Trap" (Lindenbauer et al., 2025) uses ``n=10``.  The
+    processor's tag options (keep/remove by tag) have no DTOC equivalent.
+    """
+
+    name = "last_n"
+
+    def __init__(self, n: int = 5, polling: int = 1):
+        if n <= 0:
+            raise ValueError(f"n must be a positive integer, got {n}")
+        if polling <= 0:
+            raise ValueError(f"polling must be a positive integer, got {polling}")
+        self.n, self.polling = n, polling
+
+    def act(self, obs, info=None):
+        n_obs = 1 + int(obs["globals"][_G["stored"]])  # the task counts as observation 0
+        last_removed = max(0, (n_obs // self.polling) * self.polling - self.n)
+        # observations 1 .. last_removed-1 are elided = outputs 0 .. last_removed-2
+        ords = _ordinals(obs)
+        return to_action(obs, ords >= last_removed - 1)
+
+    def config(self):
+        return {"n": self.n, "polling": self.polling}
+
+
+class ObservationMasking(Policy):
+    """OpenHands' ``ObservationMaskingCondenser``.
+
+    Source: OpenHands/OpenHands,
+    ``openhands/memory/condenser/impl/observation_masking_condenser.py`` and
+    ``openhands/core/config/condenser_config.py``.  An observation event is
+    masked when it lies outside the ``attention_window`` most recent *events*
+    of the view (``i < len(view) - attention_window``).  Events are actions,
+    observations and messages, not only observations: in DTOC each step is one
+    action event plus its observation, and every user message is one more
+    event, so an output of age ``a`` steps has ``2a + turns_after`` events
+    after it (steps without an output make this a slight over-count).
+    Defaults differ between the class (``attention_window=5``) and the config
+    (``100``); the default here is the config's, ``ObservationMasking.CLASS_DEFAULT``
+    is the other.
+    """
+
+    name = "obs_mask"
+    CONFIG_DEFAULT = 100
+    CLASS_DEFAULT = 5
+
+    def __init__(self, attention_window: int = CONFIG_DEFAULT):
+        if attention_window < 1:
+            raise ValueError(f"attention_window must be >= 1, got {attention_window}")
+        self.attention_window = attention_window
+
+    def act(self, obs, info=None):
+        items = obs["items"]
+        events_after = 2 * items[:, _F["age"]] + items[:, _F["turns_after"]]
+        return to_action(obs, events_after < self.attention_window)
+
+    def config(self):
+        return {"attention_window": self.attention_window}
+
+
+class AnthropicClearToolUses(Policy):
+    """Anthropic context editing, strategy ``clear_tool_uses_20250919``.
+
+    Source: Anthropic's context-editing documentation
+    (docs.claude.com, "Context editing") and the SDK type
+    ``BetaClearToolUses20250919Edit`` (anthropic-sdk-python,
+    ``types/beta/beta_clear_tool_uses_20250919_edit_param.py``).  The server
+    edits every request from the client's full history: when the request's
+    input tokens exceed ``trigger`` (default 100,000), it clears tool results
+    oldest first, keeping the ``keep`` most recent tool uses (default 3) and
+    every use of a tool in ``exclude_tools``; if fewer than ``clear_at_least``
+    tokens would be cleared (default: no minimum) nothing is cleared.  The
+    trigger is measured on the full history, i.e. the env's
+    ``full_tokens_k`` (active tokens with every output visible).
+    ``exclude_tools`` takes tool categories of ``dtoc_rl.tools``.
+    """
+
+    name = "anthropic_clear"
+
+    def __init__(
+        self,
+        trigger: int = 100_000,
+        keep: int = 3,
+        clear_at_least: int = 0,
+        exclude_tools: Sequence[str] = (),
+    ):
+        bad = set(exclude_tools) - set(TOOL_CATEGORIES)
+        if bad:
+            raise ValueError(f"unknown tool categories {sorted(bad)}; known: {TOOL_CATEGORIES}")
+        if keep < 0 or trigger < 0 or clear_at_least < 0:
+            raise ValueError("trigger, keep and clear_at_least must be >= 0")
+        self.trigger, self.keep, self.clear_at_least = trigger, keep, clear_at_least
+        self.exclude_tools = tuple(exclude_tools)
+        self._excluded = np.array([c in self.exclude_tools for c in TOOL_CATEGORIES])
+
+    def act(self, obs, info=None):
+        mask = obs["item_mask"].astype(bool)
+        full = float(obs["globals"][_G["full_tokens_k"]]) * 1000
+        if full <= self.trigger:
+            return to_action(obs, mask)
+        ords = _ordinals(obs)
+        stored = int(obs["globals"][_G["stored"]])
+        clear = mask & (ords < stored - self.keep) & ~self._excluded[obs["item_tool"]]
+        tokens = obs["items"][:, _F["est_tokens_k"]] * 1000
+        if tokens[clear].sum() < self.clear_at_least:
+            return to_action(obs, mask)
+        return to_action(obs, mask & ~clear)
+
+    def config(self):
+        cfg: dict[str, Any] = {"trigger": self.trigger, "keep": self.keep}
+        if self.clear_at_least:
+            cfg["clear_at_least"] = self.clear_at_least
+        if self.exclude_tools:
+            cfg["exclude_tools"] = "+".join(self.exclude_tools)
+        return cfg
+
+
+class OpenCodePrune(Policy):
+    """OpenCode's tool-output prune.
+
+    Source: sst/opencode, ``packages/opencode/src/session/compaction.ts``
+    (``prune``; ``PRUNE_PROTECT = 40_000``, ``PRUNE_MINIMUM = 20_000``,
+    ``PRUNE_PROTECTED_TOOLS = ["skill"]``).  Walks back over the history,
+    skipping everything in the last 2 user turns; stops at an output that is
+    already pruned; adds up the estimated tokens of the other outputs and,
+    once the total passes ``protect``, marks each further output for pruning;
+    prunes them only if they add up to more than ``minimum``.  Pruned outputs
+    stay pruned.  A single-prompt session never has 2 later user turns, so
+    OpenCode never prunes it — faithfully, neither does this rule.
+    ``protected_tools`` takes tool categories (OpenCode's ``skill`` has none).
+    """
+
+    name = "opencode_prune"
+
+    def __init__(
+        self,
+        protect: int = 40_000,
+        minimum: int = 20_000,
+        protect_turns: int = 2,
+        protected_tools: Sequence[str] = (),
+    ):
+        self.protect, self.minimum, self.protect_turns = protect, minimum, protect_turns
+        self.protected_tools = tuple(protected_tools)
+        self._protected = np.array([c in self.protected_tools for c in TOOL_CATEGORIES])
+
+    def act(self, obs, info=None):
+        items = obs["items"]
+        mask = obs["item_mask"].astype(bool)
+        vis = items[:, _F["visible"]] > 0.5
+        tokens = items[:, _F["est_tokens_k"]] * 1000
+        turns_after = items[:, _F["turns_after"]]
+        total = pruned = 0.0
+        to_prune = []
+        for j in range(int(mask.sum()) - 1, -1, -1):
+            if turns_after[j] < self.protect_turns:
+                continue
+            if self._protected[obs["item_tool"][j]]:
+                continue
+            if not vis[j]:
+                break  # reached what an earlier prune already compacted
+            total += tokens[j]
+            if total > self.protect:
+                pruned += tokens[j]
+                to_prune.append(j)
+        want = mask & vis
+        if pruned > self.minimum:
+            want[to_prune] = False
+        # Pruning is one-way: never re-enable what is hidden.
+        return {"enable": np.zeros(len(mask), np.int8), "disable": (mask & vis & ~want).astype(np.int8)}
+
+    def config(self):
+        return {"protect": self.protect, "minimum": self.minimum}
+
+
+class TokenBudget(Policy):
+    """Keep the active context within ``budget`` tokens by recency.
+
+    Outputs are kept visible newest first while the context (everything that
+    is not an output, plus the visible outputs) fits in ``budget``; older ones
+    are hidden, and hidden ones come back when they fit again.  Not a
+    published rule: the simple budget baseline that LLM frameworks' "trim to
+    fit" helpers implement.
+    """
+
+    name = "budget"
+
+    def __init__(self, budget: int = 32_000):
+        if budget <= 0:
+            raise ValueError(f"budget must be > 0, got {budget}")
+        self.budget = budget
+
+    def act(self, obs, info=None):
+        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        vis = items[:, _F["visible"]] > 0.5
+        tokens = items[:, _F["est_tokens_k"]] * 1000
+        active = float(obs["globals"][_G["active_tokens_k"]]) * 1000
+        fixed = active - tokens[mask & vis].sum()  # messages, task, placeholders (approx.)
+        room = self.budget - fixed
+        want = np.zeros(len(mask), bool)
+        for j in range(int(mask.sum()) - 1, -1, -1):
+            if tokens[j] <= room:
+                want[j] = True
+                room -= tokens[j]
+            else:
+                break
+        return to_action(obs, want)
+
+    def config(self):
+        return {"budget": self.budget}

@@ -1,0 +1,246 @@
+"""The hindsight oracle: the cheapest visibility schedule with zero misses.
+
+It knows the trace's future (its need labels) and plans the whole episode at
+``reset``.  A schedule is a boolean matrix ``V[t, k]``: is output ``k``
+visible at call ``t``.  Zero misses means ``V[t, j]`` for every need of call
+``t`` on ``j``.  Costs are those of :mod:`dtoc_rl.simulator` with
+``overhead="orchestrator"``; :func:`schedule_cost` evaluates any schedule
+exactly (vectorised, O(n²)).
+
+* **Without a cache discount** (``cache_read == cache_write``) the cost
+  separates per output and per call: the optimum shows each output exactly at
+  the calls that need it.  :func:`plan` finds it directly.
+* **With prompt caching** it does not separate: hiding output j re-writes
+  everything after j once, and changes made at the same call share that
+  re-write.  :func:`plan` then starts from the schedule that hides every gap
+  between needs whose own saving beats its own re-write cost, and improves it
+  by coordinate descent over (output, gap) flips under the exact cost,
+  trying each gap's natural variants (hidden, visible) until no flip helps.
+  This is an approximation; :func:`exact_plan` solves small episodes exactly
+  by dynamic programming over visibility states (O(n·4^K) for K outputs), and
+  ``tests/policies/test_oracle.py`` and ``docs/results.md`` report the gap.
+
+The oracle is the upper bound learned policies are measured against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.episode import Episode
+from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.baselines import to_action
+from dtoc_rl.pricing import Prices, prices_for
+from dtoc_rl.simulator import CostConfig
+
+__all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
+
+
+def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
+    cfg = cfg or CostConfig()
+    return cfg.prices or prices_for(ep.model_family)
+
+
+def _need_matrix(ep: Episode, cfg: CostConfig | None) -> np.ndarray:
+    """R[t, k]: call t needs output k (under the configured need kinds)."""
+    cfg = cfg or CostConfig()
+    kinds = cfg.kind_mask()
+    R = np.zeros((ep.n, ep.n), bool)
+    for t in range(ep.n):
+        idx = ep.needs_at(t, kinds)
+        if len(idx):
+            R[t, idx[ep.has_out[idx]]] = True
+    return R
+
+
+def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> float:
+    """Dollars of running ``ep`` under schedule ``V`` (orchestrator overhead).
+
+    Returns ``inf`` if the schedule misses a need.  Only ``V[t, k]`` with
+    ``k < t`` and an output at ``k`` matter; the rest is ignored.
+    """
+    n = ep.n
+    p = _prices(ep, cfg)
+    k_idx = np.arange(n)
+    stored = (k_idx[None, :] < k_idx[:, None]) & ep.has_out[None, :]  # stored[t, k]: k < t
+    V = V.astype(bool) | ~stored
+    if (_need_matrix(ep, cfg) & ~V).any():
+        return float("inf")
+    out_cost = np.where(V, ep.vis_cost[None, :], ep.hid_cost[None, :]) * stored
+    ua = ep.user_tok + ep.asst_tok
+    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # Σ_{k<t} U_k + A_k
+    prompts = ep.base_tokens + ua_before + out_cost.sum(axis=1) + ep.user_tok
+    prev = np.concatenate([[0], prompts[:-1]])
+    changed = np.zeros((n, n), bool)
+    changed[1:] = (V[1:] != V[:-1]) & stored[:-1]  # was already stored at the previous call
+    has_change = changed.any(axis=1)
+    fc = np.where(has_change, changed.argmax(axis=1), 0)
+    # prefix up to and including U_fc, A_fc at call t (O before fc is unchanged)
+    o_cum = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(out_cost, axis=1)], axis=1)
+    prefix = ep.base_tokens + ua_before[fc] + o_cum[k_idx, fc] + ua[fc]
+    cached = np.where(has_change, np.minimum(prev, prefix), prev)
+    written = prompts - cached
+    return float((cached * p.cache_read + written * p.cache_write + ep.asst_tok * p.output).sum() / 1e6)
+
+
+def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
+    """(output k, first hidden call, first call it must be visible again or n)."""
+    out = []
+    for k in np.flatnonzero(ep.has_out):
+        needs = np.flatnonzero(R[:, k])
+        start = k + 1
+        for b in [*needs.tolist(), ep.n]:
+            if b > start:
+                out.append((int(k), start, int(b)))
+            start = b + 1
+    return out
+
+
+def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
+    k, a, b = gap
+    V[a:b, k] = not hidden
+
+
+def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> np.ndarray:
+    """The oracle's schedule (see the module docstring)."""
+    n = ep.n
+    p = _prices(ep, cfg)
+    R = _need_matrix(ep, cfg)
+    V = np.ones((n, n), bool)
+    gaps = _gaps(ep, R)
+    if p.cache_read >= p.cache_write:  # no cache discount: separable, hide every gap
+        for g in gaps:
+            _apply(V, g, True)
+        return V
+    # Initial: hide gaps whose own saving beats their own re-write (cache read vs write).
+    seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
+    cum = np.concatenate([[0], np.cumsum(seg)])
+    for k, a, b in gaps:
+        gap_tok = ep.vis_cost[k] - ep.hid_cost[k]
+        suffix_a = cum[a] - cum[k + 1] + ep.user_tok[a]  # tokens after O_k in call a's prompt
+        cost = suffix_a * (p.cache_write - p.cache_read) + ep.hid_cost[k] * p.cache_write
+        cost -= ep.vis_cost[k] * p.cache_read
+        saving = gap_tok * p.cache_read * (b - a - 1)
+        if b < n:
+            suffix_b = cum[b] - cum[k + 1] + ep.user_tok[b]
+            cost += (suffix_b + ep.vis_cost[k]) * (p.cache_write - p.cache_read)
+        if saving > cost:
+            _apply(V, (k, a, b), True)
+    best = schedule_cost(ep, V, cfg)
+    for _ in range(max_passes):
+        improved = False
+        for g in gaps:
+            k, a, _b = g
+            hidden = not V[a, k]
+            _apply(V, g, not hidden)
+            c = schedule_cost(ep, V, cfg)
+            if c < best - 1e-15:
+                best, improved = c, True
+            else:
+                _apply(V, g, hidden)
+        if not improved:
+            break
+    return V
+
+
+def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8) -> np.ndarray:
+    """Exact optimum by dynamic programming over visibility states (small episodes)."""
+    outs = np.flatnonzero(ep.has_out)
+    K = len(outs)
+    if K > max_outputs:
+        raise ValueError(f"exact_plan handles up to {max_outputs} outputs; this episode has {K}")
+    n = ep.n
+    if K == 0:
+        return np.ones((n, n), bool)
+    p = _prices(ep, cfg)
+    R = _need_matrix(ep, cfg)
+    ua = ep.user_tok + ep.asst_tok
+    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])
+    states = np.arange(1 << K)
+    bits = ((states[:, None] >> np.arange(K)[None, :]) & 1).astype(bool)  # bits[s, i]: output i visible
+
+    def prompt_tokens(t: int) -> np.ndarray:
+        stored = outs < t
+        o = np.where(bits, ep.vis_cost[outs][None, :], ep.hid_cost[outs][None, :]) * stored[None, :]
+        return ep.base_tokens + ua_before[t] + o.sum(axis=1) + ep.user_tok[t]
+
+    def feasible(t: int) -> np.ndarray:
+        need = R[t, outs]
+        stored = outs < t
+        bad = (~bits & need[None, :] & stored[None, :]).any(axis=1)
+        # outputs not stored yet are "visible" by convention: one state per real situation
+        canonical = bits[:, ~stored].all(axis=1)
+        return ~bad & canonical
+
+    INF = float("inf")
+    cost = np.full(len(states), INF)
+    back = np.zeros((n, len(states)), np.int64)
+    pr0 = prompt_tokens(0)
+    f0 = feasible(0)
+    cost[f0] = (pr0[f0] * p.cache_write + ep.asst_tok[0] * p.output) / 1e6
+    prev_prompt = pr0
+    for t in range(1, n):
+        pr = prompt_tokens(t)
+        ft = feasible(t)
+        stored_prev = outs < t - 1
+        new = np.full(len(states), INF)
+        for s in np.flatnonzero(ft):
+            diff = (bits[s] != bits) & stored_prev[None, :]  # vs every previous state
+            any_diff = diff.any(axis=1)
+            first = np.where(any_diff, diff.argmax(axis=1), 0)
+            k_first = outs[first]
+            o_vis = np.where(bits[s], ep.vis_cost[outs], ep.hid_cost[outs]) * (outs < t)
+            o_cum = np.concatenate([[0], np.cumsum(o_vis)])
+            prefix = ep.base_tokens + ua_before[k_first] + o_cum[first] + ua[k_first]
+            cached = np.where(any_diff, np.minimum(prev_prompt, prefix), prev_prompt)
+            step = (
+                cached * p.cache_read + (pr[s] - cached) * p.cache_write + ep.asst_tok[t] * p.output
+            ) / 1e6
+            total = cost + step
+            j = int(np.argmin(total))
+            new[s] = total[j]
+            back[t, s] = j
+        cost = new
+        prev_prompt = pr
+    s = int(np.argmin(cost))
+    if not np.isfinite(cost[s]):
+        raise ValueError("no feasible schedule")
+    V = np.ones((n, n), bool)
+    for t in range(n - 1, -1, -1):
+        V[t, outs] = bits[s]
+        s = int(back[t, s])
+    return V
+
+
+class HindsightOracle(Policy):
+    """Plays the oracle's schedule; needs ``info["episode"]`` at reset
+    (``ReplayEnv(expose_episode=True)``)."""
+
+    name = "oracle"
+
+    def __init__(self, cost_config: CostConfig | None = None, exact_max_outputs: int = 0):
+        self.cfg = cost_config
+        self.exact_max_outputs = exact_max_outputs
+        self.V: np.ndarray | None = None
+
+    def reset(self, info: dict[str, Any] | None = None) -> None:
+        ep = (info or {}).get("episode")
+        if ep is None:
+            raise ValueError("the oracle needs info['episode']: make the env with expose_episode=True")
+        if self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
+            self.V = exact_plan(ep, self.cfg, self.exact_max_outputs)
+        else:
+            self.V = plan(ep, self.cfg)
+
+    def act(self, obs, info=None):
+        if self.V is None or info is None or "slot_steps" not in info:
+            raise ValueError("the oracle needs reset(info) first and info['slot_steps'] at every step")
+        t = int(obs["globals"][2])  # calls done: this decision shapes call t
+        slots = info["slot_steps"]
+        want = np.zeros(len(slots), bool)
+        ok = slots >= 0
+        if t < self.V.shape[0]:
+            want[ok] = self.V[t, slots[ok]]
+        return to_action(obs, want)

@@ -1,0 +1,108 @@
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.episode import compile_episode
+from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
+from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
+
+from .crafted import crafted
+
+
+def play(policy, env, index=0):
+    obs, info = env.reset(options={"index": index})
+    policy.reset(info)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(policy.act(obs, info))
+    return info["totals"]
+
+
+def test_oracle_has_zero_misses_and_matches_its_planned_cost_on_bundled_data():
+    env = ReplayEnv(max_items=256, expose_episode=True)
+    for i, ep in enumerate(env.episodes):
+        tot = play(HindsightOracle(), env, i)
+        assert tot["misses"] == 0, ep.traj_id
+        assert tot["dollars"] == pytest.approx(schedule_cost(ep, plan(ep)), rel=1e-9), ep.traj_id
+
+
+def test_schedule_cost_of_all_visible_is_the_baseline():
+    env = ReplayEnv(max_items=256, expose_episode=True)
+    ep = env.episodes[0]
+    assert schedule_cost(ep, np.ones((ep.n, ep.n), bool)) == pytest.approx(
+        play(NoManagement(), env)["dollars"]
+    )
+
+
+def test_missing_schedule_costs_infinity():
+    ep = compile_episode(crafted([400] * 4, needs={3: [0]}))
+    V = np.ones((4, 4), bool)
+    V[3, 0] = False
+    assert schedule_cost(ep, V) == float("inf")
+
+
+def test_without_cache_discount_oracle_shows_outputs_only_when_needed():
+    ep = compile_episode(crafted([4000] * 6, needs={4: [1]}, family="gpt-4"))  # gpt-4: no caching
+    V = plan(ep)
+    assert V[4, 1] and not V[3, 1] and not V[5, 1] and not V[2, 0]
+
+
+def _small_episode(draw_sizes, draw_needs, family):
+    n = len(draw_sizes)
+    needs = {}
+    for t, js in draw_needs:
+        if t < n:
+            needs.setdefault(t, []).extend(j for j in js if j < t)
+    return compile_episode(crafted(draw_sizes, needs=needs, family=family))
+
+
+episodes = st.builds(
+    _small_episode,
+    st.lists(st.integers(4, 40_000), min_size=2, max_size=7),
+    st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(0, 5), max_size=2)), max_size=4),
+    st.sampled_from(["claude-sonnet", "gemini-3-pro", "gpt-4", "gpt-4o"]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ep=episodes, seed=st.integers(0, 2**16))
+def test_no_zero_miss_schedule_beats_the_exact_oracle(ep, seed):
+    best = schedule_cost(ep, exact_plan(ep))
+    approx = schedule_cost(ep, plan(ep))
+    assert best <= approx + 1e-12
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        V = rng.random((ep.n, ep.n)) < 0.5
+        c = schedule_cost(ep, V)
+        assert c >= best - 1e-12 or c == float("inf")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ep=episodes)
+def test_no_baseline_beats_the_oracle_at_zero_misses(ep):
+    env = ReplayEnv(trajectories=[ep], max_items=16, expose_episode=True)
+    oracle = play(HindsightOracle(exact_max_outputs=8), env)
+    assert oracle["misses"] == 0
+    for pol in (NoManagement(), LastNObservations(1), LastNObservations(2, polling=2), TokenBudget(2000),
+                AnthropicClearToolUses(trigger=1000, keep=1)):  # fmt: skip
+        tot = play(pol, env)
+        if tot["misses"] == 0:
+            assert tot["dollars"] >= oracle["dollars"] - 1e-12, pol.label
+
+
+def test_approximation_gap_on_real_prefixes_is_small():
+    """On the first 8 calls of each bundled trajectory, plan() is within 2% of the exact optimum."""
+    from dtoc_rl.dataset import load_trajectories
+    from dtoc_rl.paths import bundled_dataset
+
+    gaps = []
+    for t in load_trajectories(bundled_dataset())[:12]:
+        t.steps = t.steps[:8]
+        ep = compile_episode(t)
+        if ep.has_out.sum() > 8:
+            continue
+        exact, approx = schedule_cost(ep, exact_plan(ep)), schedule_cost(ep, plan(ep))
+        gaps.append(approx / exact - 1)
+    assert gaps and max(gaps) < 0.02, gaps
