@@ -11,10 +11,13 @@ Importing this package registers both ids::
 
 from gymnasium.envs.registration import register, registry
 
+from dtoc_rl.envs.live import LiveEnv
 from dtoc_rl.envs.replay import ReplayEnv
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 
-__all__ = ["GLOBAL_FEATURES", "ITEM_FEATURES", "ReplayEnv"]
+__all__ = ["GLOBAL_FEATURES", "ITEM_FEATURES", "LiveEnv", "ReplayEnv"]
 
 if "dtoc_rl/Replay-v0" not in registry:
     register(id="dtoc_rl/Replay-v0", entry_point="dtoc_rl.envs.replay:ReplayEnv")
+if "dtoc_rl/Live-v0" not in registry:
+    register(id="dtoc_rl/Live-v0", entry_point="dtoc_rl.envs.live:LiveEnv")

@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("dtoc_rl.cli.replay", "drive the DTOC orchestrator over one logged trace"),
     "ingest": ("dtoc_rl.cli.ingest", "convert agent logs into a trajectory dataset"),
     "stats": ("dtoc_rl.cli.stats", "summarise an existing trajectory dataset"),
+    "train": ("dtoc_rl.cli.train", "train a learned policy from logged trajectories"),
+    "evaluate": ("dtoc_rl.cli.evaluate", "evaluate policies offline on logged trajectories"),
+    "demo": ("dtoc_rl.cli.demo", "the main job: ingest, train, evaluate against baselines and the oracle"),
 }
 
 

@@ -9,6 +9,7 @@ counted as auxiliary, not skipped.  One bad file never stops the run.
 from __future__ import annotations
 
 import fnmatch
+import multiprocessing
 import os
 import time
 from collections import Counter, defaultdict
@@ -172,7 +173,10 @@ def ingest_paths(
         bar.set_postfix(trajs=len(res.trajectories), skipped=len(res.skipped), refresh=False)
 
     if workers > 1 and len(units) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # forkserver, not fork: forking a process that has loaded torch can deadlock.
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
+        ) as pool:
             for unit, out in zip(units, pool.map(_process_star, [(u, label) for u in units], chunksize=4)):
                 take(out, unit)
     else:

@@ -1,0 +1,153 @@
+"""``dtoc-rl evaluate --dataset D --policy P [P ...]``: offline evaluation.
+
+Runs every policy (and the hindsight oracle, the reference) over every
+trajectory in ReplayEnv and reports, per policy, overall and per model family
+and source, with 95% bootstrap confidence intervals over trajectories:
+dollar savings against no management (with prompt caching), input-token
+savings, mean active tokens per call, total input tokens, dollars, misses per
+100 steps, re-reads, management calls, placeholder overhead, and the fraction
+of the oracle's savings.
+
+Policies: none, last_n[:n=5,polling=1], obs_mask[:attention_window=100],
+anthropic_clear[:trigger=100000,keep=3], opencode_prune, budget[:budget=32000],
+oracle, a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...
+A parameter written a|b|c is swept (one policy per value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from dtoc_rl.cli.common import emit_json, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--dataset", type=Path, help="dataset folder (default: the bundled sample)")
+    p.add_argument("--policy", "-p", nargs="+", required=True, help="policy specs (see above)")
+    p.add_argument("--model-family", nargs="+", help="only these model families")
+    p.add_argument("--source", nargs="+", help="only these source harnesses")
+    p.add_argument("--miss", default="reread", choices=["reread", "fail", "calibrated"], help="miss model")
+    p.add_argument("--reread-prob", type=float, default=1.0, help="calibrated miss model: P(re-read | miss)")
+    p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
+    p.add_argument("--max-items", type=int, default=256, help="env slots")
+    p.add_argument("--workers", type=int, default=1, help="worker processes")
+    p.add_argument("--by", nargs="+", default=["overall", "model_family", "source"],
+                   choices=["overall", "model_family", "source"], help="groupings to report")  # fmt: skip
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
+    p.add_argument("--plots", type=Path, help="write pareto.png and curves.png into this folder")
+    p.add_argument("--csv", type=Path, help="also write the metric rows as CSV")
+    p.add_argument("--runs-out", type=Path, help="also write every per-trajectory run as JSONL")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the metric rows as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.policies.evaluate import aggregate, evaluate
+    from dtoc_rl.policies.registry import PolicySpecError, expand_specs, make_policy
+    from dtoc_rl.simulator import CostConfig
+
+    try:
+        specs = expand_specs(args.policy)
+        for s in specs:  # fail fast, before any work, on a bad spec or checkpoint
+            make_policy(s)
+        cost = CostConfig(miss=args.miss, overhead=args.overhead, reread_prob=args.reread_prob)
+        runs = evaluate(
+            str(args.dataset) if args.dataset else None,
+            specs,
+            model_family=args.model_family,
+            source=args.source,
+            cost_config=cost,
+            max_items=args.max_items,
+            workers=args.workers,
+            progress=not (args.quiet or args.json),
+        )
+    except (PolicySpecError, DatasetError, FileNotFoundError) as e:
+        return fail(str(e))
+    except ValueError as e:  # empty filter results and bad settings
+        return fail(str(e))
+    except Exception as e:
+        from dtoc_rl.policies.learned import CheckpointError
+
+        if isinstance(e, CheckpointError):
+            return fail(str(e))
+        raise
+    rows = aggregate(runs, by=args.by, n_boot=args.bootstrap)
+    failed = [{"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error]
+    out = {"rows": rows, "failed_runs": failed, "policies": specs}
+    if args.runs_out:
+        args.runs_out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.runs_out, "w") as fh:
+            for r in runs:
+                fh.write(json.dumps(r.__dict__, default=str) + "\n")
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    if args.plots:
+        out["plots"] = write_plots(args, specs, rows, runs)
+    if args.json:
+        emit_json(out)
+    else:
+        print_rows(rows)
+        for f in failed:
+            print(f"failed: {f['policy']} on {f['traj_id']}: {f['error']}", file=sys.stderr)
+        if args.plots:
+            print("plots: " + ", ".join(out["plots"]))
+    return 0
+
+
+def write_plots(args, specs, rows, runs) -> list[str]:
+    from dtoc_rl.plots import plot_pareto, plot_token_curves
+    from dtoc_rl.policies.evaluate import token_curves
+
+    paths = [str(plot_pareto(rows, args.plots / "pareto.png"))]
+    # one sample trajectory per source, the longest, so the curves show something
+    best: dict[str, tuple[int, str]] = {}
+    for r in runs:
+        if r.policy == "oracle" and r.error is None and r.calls > best.get(r.source, (0, ""))[0]:
+            best[r.source] = (r.calls, r.traj_id)
+    ids = [tid for _, tid in best.values()][:3]
+    curves = token_curves(str(args.dataset) if args.dataset else None, specs, ids, max_items=args.max_items)
+    paths.append(str(plot_token_curves(curves, args.plots / "curves.png")))
+    return paths
+
+
+def print_rows(rows, console=None) -> None:
+    from rich.table import Table
+
+    from dtoc_rl.cli.tables import wide_console
+
+    console = console or wide_console()
+    for dim in dict.fromkeys(r["group_by"] for r in rows):
+        for group in dict.fromkeys(r["group"] for r in rows if r["group_by"] == dim):
+            sel = [r for r in rows if r["group_by"] == dim and r["group"] == group]
+            title = "overall" if dim == "overall" else f"{dim} = {group}"
+            t = Table(title=f"{title} ({sel[0]['n']} trajectories)", title_justify="left")
+            for c in ("policy", "$ saved (95% CI)", "tokens saved", "active tok/call", "misses/100",
+                      "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
+                t.add_column(c, justify="left" if c == "policy" else "right")
+            for r in sel:
+                t.add_row(
+                    r["policy"] + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
+                    f"{100 * r['savings']:+.1f}% "
+                    f"[{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}]",
+                    f"{100 * r['token_savings']:+.1f}%",
+                    f"{r['mean_active_tokens']:,.0f}",
+                    f"{r['misses_per_100']:.2f}",
+                    f"{r['rereads']:.0f}",
+                    f"{r['mgmt_calls']:.0f}",
+                    f"{100 * r['placeholder_overhead']:.2f}%",
+                    "—"
+                    if r["oracle_fraction"] != r["oracle_fraction"]
+                    else f"{100 * r['oracle_fraction']:.0f}%",
+                )
+            console.print(t)

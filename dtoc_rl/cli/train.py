@@ -1,0 +1,65 @@
+"""``dtoc-rl train``: train a learned context-management policy from logged trajectories.
+
+Supervised on the hindsight oracle's decisions by default (--mode oracle), or
+behaviour cloning of logged masking (--mode bc), optionally followed by
+REINFORCE fine-tuning in ReplayEnv (--rl-updates N).  Validation holds out
+whole tasks; training stops early when the validation loss stops improving.
+Writes a checkpoint folder (model.safetensors + config.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dtoc_rl.cli.common import emit_json, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dtoc_rl.cli.dataclass_args import add_dataclass_arguments
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument(
+        "--dataset", type=Path, help="dataset folder from `dtoc-rl ingest` (default: bundled sample)"
+    )
+    p.add_argument("-o", "--out", type=Path, required=True, help="checkpoint folder to write")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the training report as JSON")
+    add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.cli.dataclass_args import dataclass_from_args
+    from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    try:
+        cfg = dataclass_from_args(LearnedPolicyConfig, args)
+    except ValueError as e:
+        return fail(str(e))
+    policy = cfg.create()
+    try:
+        report = policy.fit(
+            str(args.dataset) if args.dataset else None, progress=not (args.quiet or args.json)
+        )
+    except (ValueError, DatasetError, FileNotFoundError) as e:
+        return fail(str(e))
+    policy.save(args.out)
+    report["checkpoint"] = str(args.out)
+    if args.json:
+        emit_json({k: v for k, v in report.items()})
+        return 0
+    vm = report.get("val_metrics", {})
+    print(
+        f"trained on {report['train_episodes']} episodes ({report.get('train_decisions', '?')} decisions), "
+        f"validated on {report['val_episodes']} held-out-task episodes, in {report['seconds']} s"
+    )
+    if vm:
+        print(
+            f"validation: cost {100 * (vm['cost_ratio'] - 1):+.1f}% vs. no management, "
+            f"{vm['misses_per_100_steps']:.2f} misses per 100 steps"
+        )
+    print(f"checkpoint written to {args.out}")
+    return 0

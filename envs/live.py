@@ -1,0 +1,860 @@
+"""LiveEnv: a real agent loop on a real task, with the policy managing the agent's context."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from dtoc_rl.context import DTOCContext
+from dtoc_rl.envs.agents import AgentError, make_agent, normalize_response
+from dtoc_rl.envs.coding_tasks import CheckResult, Task, TaskChecker, load_tasks
+from dtoc_rl.envs.tools import (
+    DEFAULT_MAX_OUTPUT_CHARS,
+    DEFAULT_TOOL_TIMEOUT,
+    Toolbox,
+    tool_specs,
+)
+from dtoc_rl.features import (
+    GLOBAL_FEATURES,
+    ITEM_FEATURES,
+    ItemState,
+    action_space,
+    build_observation,
+    observation_space,
+)
+from dtoc_rl.labels import label_trajectory, modified_between
+from dtoc_rl.manage import MANAGE_CONTEXT_NAME, openai_tool
+from dtoc_rl.models import normalize_family
+from dtoc_rl.pricing import Prices, prices_for
+from dtoc_rl.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.tools import tool_category_id
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an autonomous coding agent working in a small Python repository (your working directory). "
+    "Use the tools to inspect files, edit them and run the tests; make one tool call at a time. "
+    'Tool outputs come back as JSON envelopes {"tool_key", "tool_result", "estimated_tokens"}. '
+    "To keep the context small, some earlier outputs may be hidden and shown only as placeholders "
+    '{"tool_key", "hidden": true, ...}; if you need one again, run the tool again. '
+    "When the task is done, call submit."
+)
+MANAGE_HINT = " You can also restore a hidden output with manage_context(enable=[tool_key])."
+NUDGE = (
+    "Your last message had no tool call. Use one of the tools (bash, read_file, write_file, "
+    "str_replace), or call submit when the task is done."
+)
+COST_UNITS = ("ktokens", "task")
+
+
+@dataclass
+class LiveTotals:
+    """Episode totals (``info["totals"]``)."""
+
+    calls: int = 0  # model calls that answered
+    steps: int = 0  # env steps
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    dollars: float = 0.0
+    active_token_sum: int = 0  # Σ prompt tokens (mean = / calls)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    dropped_tool_calls: int = 0  # beyond max_calls_per_turn
+    no_tool_turns: int = 0
+    mgmt_calls: int = 0  # steps whose action changed something (or agent manage_context calls)
+    changes: int = 0  # outputs whose visibility changed
+    invalid_actions: int = 0
+    misses: int = 0  # needs (hindsight labels) on outputs hidden at the time
+    reported_input_tokens: int = 0  # what the agent's API/model reported, when it does
+    reported_output_tokens: int = 0
+
+    @property
+    def mean_active_tokens(self) -> float:
+        return self.active_token_sum / self.calls if self.calls else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["mean_active_tokens"] = self.mean_active_tokens
+        return d
+
+
+@dataclass
+class _Item:
+    key: str
+    step: int  # index in the recorded trajectory
+    call: int  # model call that produced it
+    tool_id: int
+    est_tokens: int
+    is_error: bool
+    users_at: int  # user messages in the context when it was stored
+    times_needed: int = 0
+    last_need: int | None = None
+    modified: bool = False
+    superseded: bool = False
+    rereads: int = 0
+    toggles: int = 0
+
+
+@dataclass
+class _Shadow:
+    """The same calls priced with every output visible (a counterfactual on the same actions)."""
+
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    dollars: float = 0.0
+    prev_prompt: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "prev_prompt"}
+
+
+@dataclass
+class _Episode:
+    task: Task
+    workdir: Path
+    ctx: DTOCContext
+    tools: Toolbox
+    unit_dollars: float
+    totals: LiveTotals = field(default_factory=LiveTotals)
+    shadow: _Shadow = field(default_factory=_Shadow)
+    items: list[_Item] = field(default_factory=list)
+    by_key: dict[str, _Item] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    key_step: dict[str, int] = field(default_factory=dict)
+    step_key: dict[int, str] = field(default_factory=dict)
+    used_ids: set[str] = field(default_factory=set)
+    static_tokens: dict[int, int] = field(default_factory=dict)
+    prev_sigs: list[Any] = field(default_factory=list)
+    prev_tokens: list[int] = field(default_factory=list)
+    pending_user: str = ""
+    pending_events: list[ContextEvent] = field(default_factory=list)
+    user_msgs: int = 1  # the task
+    end_reason: str | None = None  # submit | agent_error | max_steps
+    agent_error: str | None = None
+    check: CheckResult | None = None
+    over: bool = False
+    window: list[_Item] = field(default_factory=list)
+
+
+class LiveEnv(gym.Env):
+    """A real agent solves a real coding task; the policy decides which of its past
+    tool outputs it sees.
+
+    ## Description
+    Each episode copies one task repository (``envs/tasks/``: tiny Python
+    repositories with one bug and a failing pytest test) into a temporary working
+    directory and starts a DTOC session (:class:`dtoc_rl.DTOCContext`) with the
+    task's prompt.  One env step is: the policy's enable/disable sets take effect
+    (``manage_context`` run by the orchestrator, outside the model), then the agent
+    makes its next model call on the assembled context (hidden outputs appear as
+    placeholders), its tool calls run for real in the workdir (``bash``,
+    ``read_file``, ``write_file``, ``str_replace``, ``submit``; see
+    :mod:`dtoc_rl.envs.tools`), and their outputs are stored, visible.  The first
+    model call happens in ``reset()``, so the first observation already holds its
+    output.  A message without a tool call (an unparseable generation) gets a short
+    user nudge and the loop continues.  Needs are labelled online with
+    :func:`dtoc_rl.labels.label_trajectory` over the steps so far; a need on an
+    output that was hidden when the call was made is a **miss** (the agent had to
+    re-read it).
+
+    ## Action Space
+    ``Dict(enable=MultiBinary(N), disable=MultiBinary(N))`` over ``N = max_items``
+    slots, exactly as in ReplayEnv: slot i holds the i-th oldest of the ``N`` most
+    recently stored outputs (``obs["item_mask"]``; their keys are
+    ``info["slot_keys"]``).  Setting a padding slot, enabling a visible or
+    disabling a hidden output does nothing; padding slots and slots in both sets
+    are counted in ``info["invalid_actions"]``.  An action of the wrong structure,
+    shape or dtype raises ``ValueError`` naming the expected space.  After the
+    agent has submitted (in ``reset()`` or mid-turn) the next action is not applied.
+
+    ## Observation Space
+    The shared spec of :mod:`dtoc_rl.features` (the same ``Dict`` as ReplayEnv):
+    per slot ``items`` (``est_tokens_k``, ``age`` in model calls, ``visible``,
+    ``times_needed``, ``since_need``, ``modified``, ``is_error``, ``superseded``,
+    ``rereads``, ``toggles``, ``turns_after``), ``item_tool`` (tool category),
+    ``item_mask``/``enable_mask``/``disable_mask``, ``globals`` (active tokens,
+    budget, model calls, stored, visible, saved tokens, misses, management calls,
+    all-visible tokens; tokens / 1000) and ``family``.  Labels are online: a feature
+    only uses steps made so far.  ``text_view=True`` adds ``info["text"]``.
+
+    ## Rewards
+    Per step, with ``dollars_t`` the price of the model call(s) the step made::
+
+        r_t = - cost_weight * dollars_t / unit
+              - miss_weight * misses_t
+              - over_budget_weight * max(0, active_tokens_t - budget) / budget   (budget > 0)
+
+    plus ``success_weight * 1[checker passed]`` on the final step (terminated or
+    truncated).  A call is priced with prompt caching as in the offline simulator:
+    its prompt (the assembled context, counted with ``estimator``) is compared
+    message by message with the previous call's; the common prefix, which ends at
+    the first output whose visibility changed since, is read at ``cache_read``
+    price, the rest is written at ``cache_write``, and the reply is billed at the
+    ``output`` price (``dtoc_rl.pricing.prices_for(model_family)``; the cache never
+    expires; tool definitions are not counted).  **Normalisation** (``cost_unit``):
+    ``"ktokens"`` (default) divides by the price of 1,000 uncached input tokens of
+    the same model, so ``-1`` is one thousand fresh prompt tokens whatever the
+    model; ``"task"`` divides by the task's ``reference_dollars`` (``task.json``);
+    a number divides by that many dollars.  The reset call is charged in the first
+    step's reward.  ``success_weight`` defaults to 10 (a solve is worth 10,000 fresh
+    prompt tokens).
+
+    ## Episode End
+    Terminated when the agent calls ``submit``.  Truncated after ``max_steps``
+    model calls (the reset call included) without a submit, or when the agent
+    raises :class:`~dtoc_rl.envs.agents.AgentError` (an endpoint down after its
+    retries; ``info["agent_error"]``).  Either way the task checker then restores
+    the test files and runs the task's tests (``info["success"]``,
+    ``info["check"]``).  The final ``info`` holds ``totals`` (tokens, cache
+    reads/writes, dollars, model calls, env steps, tool calls/errors/timeouts,
+    management calls and changes, misses, invalid actions), ``all_visible`` (the
+    same calls priced with every output visible), ``end_reason``
+    (``submit``/``max_steps``/``agent_error``) and ``task_id``.
+    :meth:`trajectory` returns the episode in the canonical schema
+    (see :class:`~dtoc_rl.envs.recorder.RecordTrajectory`).
+
+    ## Arguments
+    * ``agent``: an object with ``next_action(messages, tools)`` (see
+      :mod:`dtoc_rl.envs.agents`) or a spec: ``"openai:MODEL"``,
+      ``"anthropic:MODEL"``, ``"hf:/path/to/model"``; ``agent_kwargs`` go to its constructor.
+    * ``tasks``: task ids or :class:`~dtoc_rl.envs.coding_tasks.Task` objects (default:
+      all shipped); ``task_root``: a folder of task folders instead of the shipped ones.
+    * ``max_items`` (64): slots N.  ``max_steps`` (30): model calls per episode.
+    * ``tool_timeout`` (30 s), ``test_timeout`` (the task's), ``max_output_chars`` (10,000),
+      ``max_calls_per_turn`` (8; further calls in one reply are dropped and counted).
+    * ``model_family`` (default: from the agent's ``model_name``), ``prices``
+      (a :class:`~dtoc_rl.pricing.Prices` overriding the family's).
+    * ``cost_unit`` ("ktokens" | "task" | dollars), ``cost_weight`` (1), ``success_weight`` (10),
+      ``miss_weight`` (0), ``budget_tokens`` (0 = none), ``over_budget_weight`` (0).
+    * ``system_prompt``: replaces ``DEFAULT_SYSTEM_PROMPT``.  ``agent_can_manage``
+      (False): also offer the agent the ``manage_context`` tool.
+    * ``estimator`` ("chars"), ``workdir_root`` (temporary folders' parent),
+      ``keep_workdir`` (False: a workdir is removed at the next reset or close).
+    * ``sequential`` (False): tasks in order instead of sampled with ``np_random``.
+    * ``text_view`` (False), ``render_mode`` (None or "ansi").
+    * ``reset(options={"task_id": ...})`` or ``{"index": i}`` picks a task.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        agent: Any = None,
+        *,
+        agent_kwargs: dict[str, Any] | None = None,
+        tasks: Sequence[str | Task] | None = None,
+        task_root: str | Path | None = None,
+        max_items: int = 64,
+        max_steps: int = 30,
+        tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+        test_timeout: float | None = None,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        max_calls_per_turn: int = 8,
+        model_family: str | None = None,
+        prices: Prices | None = None,
+        cost_unit: str | float = "ktokens",
+        cost_weight: float = 1.0,
+        success_weight: float = 10.0,
+        miss_weight: float = 0.0,
+        budget_tokens: int = 0,
+        over_budget_weight: float = 0.0,
+        system_prompt: str | None = None,
+        agent_can_manage: bool = False,
+        estimator: str = "chars",
+        workdir_root: str | Path | None = None,
+        keep_workdir: bool = False,
+        sequential: bool = False,
+        text_view: bool = False,
+        render_mode: str | None = None,
+    ):
+        if agent is None:
+            raise ValueError(
+                "LiveEnv needs an agent: an object with next_action(messages, tools), or a spec such as "
+                "'openai:gpt-4o-mini', 'anthropic:claude-sonnet-4-5' or 'hf:/path/to/model'"
+            )
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if max_calls_per_turn < 1:
+            raise ValueError(f"max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if isinstance(cost_unit, str):
+            if cost_unit not in COST_UNITS:
+                raise ValueError(f"cost_unit must be one of {COST_UNITS} or a number, got {cost_unit!r}")
+        elif not float(cost_unit) > 0:
+            raise ValueError(f"a numeric cost_unit must be > 0 dollars, got {cost_unit}")
+        self.agent = make_agent(agent, **(agent_kwargs or {}))
+        root_tasks = load_tasks(root=task_root) if task_root is not None else load_tasks()
+        if tasks is None:
+            self.tasks = root_tasks
+        else:
+            by_id = {t.id: t for t in root_tasks}
+            self.tasks = []
+            for t in tasks:
+                if isinstance(t, Task):
+                    self.tasks.append(t)
+                elif t in by_id:
+                    self.tasks.append(by_id[t])
+                else:
+                    raise KeyError(f"unknown task {t!r}; available: {sorted(by_id)}")
+        if not self.tasks:
+            raise ValueError("no tasks")
+        if cost_unit == "task":
+            missing = [t.id for t in self.tasks if not t.reference_dollars]
+            if missing:
+                raise ValueError(
+                    f"cost_unit='task' needs reference_dollars in task.json; missing for {missing}"
+                )
+        self.N = int(max_items)
+        self.max_steps = int(max_steps)
+        self.tool_timeout = float(tool_timeout)
+        self.test_timeout = test_timeout
+        self.max_output_chars = int(max_output_chars)
+        self.max_calls_per_turn = int(max_calls_per_turn)
+        self.model_name = str(getattr(self.agent, "model_name", "") or "")
+        self.model_family = model_family or normalize_family(self.model_name)
+        p = prices or prices_for(self.model_family)
+        self.prices = p
+        self._p = np.array([p.cache_read, p.cache_write, p.output], np.float64) / 1e6
+        self.cost_unit = cost_unit
+        self.budget = int(budget_tokens)
+        self.w = {
+            "cost": float(cost_weight),
+            "success": float(success_weight),
+            "miss": float(miss_weight),
+            "budget": float(over_budget_weight),
+        }
+        self.agent_can_manage = bool(agent_can_manage)
+        prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT
+        if self.agent_can_manage and system_prompt is None:
+            prompt += MANAGE_HINT
+        self.system_prompt = prompt
+        self.tool_defs = tool_specs() + ([openai_tool()] if self.agent_can_manage else [])
+        self.estimator = estimator
+        self.workdir_root = workdir_root
+        self.keep_workdir = keep_workdir
+        self.sequential = sequential
+        self.text_view = text_view
+        self.render_mode = render_mode
+        self.observation_space = observation_space(self.N)
+        self.action_space = action_space(self.N)
+        self._next = 0
+        self.ep: _Episode | None = None
+
+    # -- gymnasium API -------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "task_id" in options:
+            idx = next((i for i, t in enumerate(self.tasks) if t.id == options["task_id"]), None)
+            if idx is None:
+                raise KeyError(f"no task {options['task_id']!r}; available: {[t.id for t in self.tasks]}")
+        elif "index" in options:
+            idx = int(options["index"]) % len(self.tasks)
+        elif self.sequential:
+            idx = self._next % len(self.tasks)
+            self._next += 1
+        else:
+            idx = int(self.np_random.integers(len(self.tasks)))
+        self._cleanup()
+        task = self.tasks[idx]
+        workdir = task.make_workdir(self.workdir_root)
+        if self.cost_unit == "ktokens":
+            unit = self.prices.input * 1000 / 1e6
+        elif self.cost_unit == "task":
+            unit = float(task.reference_dollars)
+        else:
+            unit = float(self.cost_unit)
+        self.ep = _Episode(
+            task=task,
+            workdir=workdir,
+            ctx=DTOCContext(query=task.prompt, system=self.system_prompt, estimator=self.estimator),
+            tools=Toolbox(workdir, timeout=self.tool_timeout, max_output_chars=self.max_output_chars),
+            unit_dollars=max(unit, 1e-12),
+        )
+        if hasattr(self.agent, "reset"):
+            self.agent.reset()
+        self._pending_dollars, self._pending_misses = self._turn()
+        obs = self._obs()
+        return obs, self._info(obs)
+
+    def step(self, action):
+        ep = self.ep
+        if ep is None:
+            raise RuntimeError("call reset() before step()")
+        if ep.over:
+            raise RuntimeError("episode is over; call reset()")
+        enable, disable = self._decode(action)
+        dollars, misses = self._pending_dollars, self._pending_misses
+        self._pending_dollars, self._pending_misses = 0.0, 0
+        if ep.end_reason is None and ep.totals.calls >= self.max_steps:
+            ep.end_reason = "max_steps"  # only when max_steps=1: the reset call was the last
+        if ep.end_reason is None:
+            self._apply(enable, disable)
+            d, m = self._turn()
+            dollars += d
+            misses += m
+            if ep.end_reason is None and ep.totals.calls >= self.max_steps:
+                ep.end_reason = "max_steps"
+        else:  # the agent already finished: the action has nothing left to act on
+            self._count_invalid(enable, disable)
+        ep.totals.steps += 1
+        terminated = ep.end_reason == "submit"
+        truncated = ep.end_reason is not None and not terminated
+        reward = -self.w["cost"] * dollars / ep.unit_dollars - self.w["miss"] * misses
+        if self.budget and self.w["budget"]:
+            reward -= self.w["budget"] * max(0, ep.ctx.active_tokens - self.budget) / self.budget
+        if terminated or truncated:
+            ep.over = True
+            checker = TaskChecker(ep.task, timeout=self.test_timeout)
+            ep.check = checker.check(ep.workdir)
+            if ep.check.success:
+                reward += self.w["success"]
+        obs = self._obs()
+        info = self._info(obs)
+        info["step_dollars"] = dollars
+        info["step_misses"] = misses
+        if ep.over:
+            info["totals"] = ep.totals.to_dict()
+            info["all_visible"] = ep.shadow.to_dict()
+            info["success"] = bool(ep.check.success)
+            info["check"] = ep.check.to_dict()
+            info["end_reason"] = ep.end_reason
+            if ep.agent_error:
+                info["agent_error"] = ep.agent_error
+        return obs, float(reward), terminated, truncated, info
+
+    def render(self):
+        if self.render_mode == "ansi" and self.ep is not None:
+            return self.text()
+        return None
+
+    def close(self):
+        self._cleanup()
+        super().close()
+
+    def __del__(self):
+        try:
+            self._cleanup()
+        except Exception:
+            pass
+
+    # -- the agent loop -----------------------------------------------------------------------
+    def _cleanup(self) -> None:
+        ep = getattr(self, "ep", None)
+        if ep is not None and not self.keep_workdir and ep.workdir.parent.exists():
+            shutil.rmtree(ep.workdir.parent, ignore_errors=True)
+
+    def _tokens_of(self, m: dict[str, Any]) -> int:
+        est = self.ep.ctx.estimator
+        n = est.count(m.get("content") or "")
+        if m.get("reasoning"):
+            n += est.count(m["reasoning"])
+        for c in m.get("tool_calls") or []:
+            n += est.count(c["name"] + json.dumps(c["arguments"], ensure_ascii=False))
+        return n
+
+    def _prompt(self) -> tuple[list[Any], list[int]]:
+        """Per-message cache signatures and tokens of the context the next call sees."""
+        ep = self.ep
+        store = ep.ctx.store
+        sigs, toks = [], []
+        for i, m in enumerate(ep.ctx.assemble()):
+            if m["role"] == "tool" and "tool_key" in m:
+                rec = store.get(m["tool_key"])
+                sigs.append((rec.tool_key, rec.visible))
+                toks.append(rec.cost)
+            else:
+                n = ep.static_tokens.get(i)
+                if n is None:
+                    n = ep.static_tokens[i] = self._tokens_of(m)
+                sigs.append(i)  # other messages are append-only
+                toks.append(n)
+        return sigs, toks
+
+    def _bill(self, sigs: list[Any], toks: list[int], out_tokens: int) -> float:
+        ep = self.ep
+        prompt = int(sum(toks))
+        same = 0
+        for a, b in zip(sigs, ep.prev_sigs):
+            if a != b:
+                break
+            same += 1
+        cached = min(int(sum(toks[:same])), int(sum(ep.prev_tokens)))
+        written = prompt - cached
+        dollars = float(cached * self._p[0] + written * self._p[1] + out_tokens * self._p[2])
+        tot = ep.totals
+        tot.calls += 1
+        tot.input_tokens += prompt
+        tot.cache_read_tokens += cached
+        tot.cache_write_tokens += written
+        tot.output_tokens += out_tokens
+        tot.dollars += dollars
+        tot.active_token_sum += prompt
+        ep.prev_sigs, ep.prev_tokens = sigs, toks
+        # the same call with every output visible: the previous prompt is always a prefix
+        sh = ep.shadow
+        full = prompt + self._saved()
+        sh.input_tokens += full
+        sh.cache_read_tokens += sh.prev_prompt
+        sh.cache_write_tokens += full - sh.prev_prompt
+        sh.dollars += float(
+            sh.prev_prompt * self._p[0] + (full - sh.prev_prompt) * self._p[1] + out_tokens * self._p[2]
+        )
+        sh.prev_prompt = full
+        return dollars
+
+    def _saved(self) -> int:
+        store = self.ep.ctx.store
+        return sum(store.get(k).visible_cost - store.get(k).hidden_cost for k in store.hidden_keys())
+
+    def _new_id(self, cid: str | None, turn: int, k: int) -> str:
+        used = self.ep.used_ids
+        if not cid or cid in used:
+            cid = f"live_{turn:03d}_{k}"
+            while cid in used:
+                cid += "x"
+        used.add(cid)
+        return cid
+
+    def _turn(self) -> tuple[float, int]:
+        """One model call and its tool calls; returns (dollars, misses)."""
+        ep = self.ep
+        ctx = ep.ctx
+        masked = sorted(ep.key_step[k] for k in ctx.store.hidden_keys())
+        sigs, toks = self._prompt()
+        try:
+            resp = normalize_response(self.agent.next_action(ctx.to_openai(), self.tool_defs))
+        except AgentError as e:
+            ep.agent_error = str(e)
+            ep.end_reason = "agent_error"
+            return 0.0, 0
+        turn = ep.totals.calls
+        calls = resp["tool_calls"]
+        if len(calls) > self.max_calls_per_turn:
+            ep.totals.dropped_tool_calls += len(calls) - self.max_calls_per_turn
+            calls = calls[: self.max_calls_per_turn]
+        calls = [
+            {"id": self._new_id(c["id"], turn, k), "name": c["name"], "arguments": c["arguments"]}
+            for k, c in enumerate(calls)
+        ]
+        ctx.add_assistant(resp["content"], tool_calls=calls)
+        asst = ctx.store.messages[-1]
+        dollars = self._bill(sigs, toks, self._tokens_of(asst))
+        usage = resp.get("usage") or {}
+        ep.totals.reported_input_tokens += int(usage.get("input_tokens") or 0)
+        ep.totals.reported_output_tokens += int(usage.get("output_tokens") or 0)
+        user_text, ep.pending_user = ep.pending_user, ""
+        events, ep.pending_events = ep.pending_events, []
+        first = len(ep.steps)
+        now = time.time()
+        base = {"turn": turn, "timestamp": now, "masked_before": list(masked)}
+        if not asst.get("tool_calls"):
+            ep.steps.append(
+                Step(index=first, user_text=user_text, assistant_text=resp["content"], events=events, **base)
+            )
+            ep.totals.no_tool_turns += 1
+            ctx.add_user(NUDGE)
+            ep.pending_user = NUDGE
+            ep.user_msgs += 1
+        for k, call in enumerate(asst.get("tool_calls") or []):
+            step = Step(
+                index=len(ep.steps),
+                user_text=user_text if k == 0 else "",
+                assistant_text=resp["content"] if k == 0 else "",
+                events=events if k == 0 else [],
+                tool_name=call["name"],
+                tool_args=json.dumps(call["arguments"], ensure_ascii=False),
+                tool_call_id=call["id"],
+                **base,
+            )
+            ep.steps.append(step)
+            ep.totals.tool_calls += 1
+            if ep.end_reason is not None:
+                text, is_error = "[not run: the episode ended at submit]", True
+                rec = ctx.add_tool_result(text, call["id"], timestamp=now)
+            elif call["name"] == MANAGE_CONTEXT_NAME and self.agent_can_manage:
+                report = ctx.handle_manage_context_call(call["arguments"], call["id"])
+                text, is_error, rec = report.to_json(), not report.ok, None
+                self._record_changes(report.enabled, report.disabled)
+            else:
+                res = ep.tools.run(call["name"], call["arguments"])
+                text, is_error = res.output, res.is_error
+                ep.totals.tool_errors += int(res.is_error)
+                ep.totals.tool_timeouts += int(res.timed_out)
+                rec = ctx.add_tool_result(text, call["id"], timestamp=now)
+                if res.submitted:
+                    ep.end_reason = "submit"
+            step.output = text
+            step.output_is_error = is_error
+            step.output_tokens = math.ceil(len(text) / 4)
+            if rec is not None:
+                item = _Item(
+                    key=rec.tool_key,
+                    step=step.index,
+                    call=turn,
+                    tool_id=tool_category_id(step.tool_name, step.tool_args),
+                    est_tokens=rec.estimated_tokens,
+                    is_error=is_error,
+                    users_at=ep.user_msgs,
+                )
+                ep.items.append(item)
+                ep.by_key[rec.tool_key] = item
+                ep.key_step[rec.tool_key] = step.index
+                ep.step_key[step.index] = rec.tool_key
+        return dollars, self._label(first, turn, set(masked))
+
+    def _label(self, first: int, turn: int, masked: set[int]) -> int:
+        """Label the steps so far; update the features of what the new steps needed."""
+        ep = self.ep
+        traj = Trajectory(
+            traj_id="live",
+            source="live",
+            model_raw=self.model_name,
+            model_family=self.model_family,
+            task_id=ep.task.id,
+            task_text=ep.task.prompt,
+            system_prompt=self.system_prompt,
+            steps=ep.steps,
+        )
+        label_trajectory(traj, keys=dict(ep.key_step))
+        misses = 0
+        needed: set[int] = set()
+        wrote = False
+        for s in ep.steps[first:]:
+            wrote = wrote or bool(s.write_resources)
+            for need in s.needs:
+                key = ep.step_key.get(need.step)
+                if key is None:
+                    continue
+                item = ep.by_key[key]
+                if need.kind == "reaccess":
+                    item.superseded = True
+                if need.step in needed:
+                    continue
+                needed.add(need.step)
+                item.times_needed += 1
+                item.last_need = turn
+                if need.step in masked:
+                    misses += 1
+                    item.rereads += 1
+        ep.totals.misses += misses
+        if wrote:
+            last = len(ep.steps) - 1
+            for item in ep.items:
+                if not item.modified and item.step < last and modified_between(traj, item.step, last):
+                    item.modified = True
+        return misses
+
+    # -- the policy's action ----------------------------------------------------------------------
+    def _decode(self, action) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            en, di = action["enable"], action["disable"]
+        except (TypeError, KeyError, IndexError):
+            raise ValueError(
+                f"action must be a dict with keys 'enable' and 'disable' matching {self.action_space}; "
+                f"got {type(action).__name__}"
+                + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
+            ) from None
+        out = []
+        for name, a in (("enable", en), ("disable", di)):
+            a = np.asarray(a)
+            if a.shape != (self.N,):
+                raise ValueError(
+                    f"action[{name!r}] has shape {a.shape}; expected ({self.N},) for {self.action_space}"
+                )
+            if a.dtype != np.bool_:
+                if a.dtype.kind not in "iu":
+                    raise ValueError(
+                        f"action[{name!r}] has dtype {a.dtype}; "
+                        f"expected integers or bools, MultiBinary({self.N})"
+                    )
+                a = a != 0
+            out.append(a)
+        return out[0], out[1]
+
+    def _count_invalid(self, enable: np.ndarray, disable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = len(self.ep.window)
+        valid = np.arange(self.N) < m
+        conflict = enable & disable
+        self.ep.totals.invalid_actions += int(
+            np.count_nonzero(enable & ~valid)
+            + np.count_nonzero(disable & ~valid)
+            + np.count_nonzero(conflict & valid)
+        )
+        return valid, conflict
+
+    def _apply(self, enable: np.ndarray, disable: np.ndarray) -> None:
+        ep = self.ep
+        valid, conflict = self._count_invalid(enable, disable)
+        store = ep.ctx.store
+        vis = np.zeros(self.N, bool)
+        vis[: len(ep.window)] = [store.get(it.key).visible for it in ep.window]
+        en = [ep.window[i].key for i in np.flatnonzero(enable & valid & ~conflict & ~vis)]
+        di = [ep.window[i].key for i in np.flatnonzero(disable & valid & ~conflict & vis)]
+        if en or di:
+            report = ep.ctx.manage_context(enable=en, disable=di)
+            self._record_changes(report.enabled, report.disabled)
+
+    def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
+        ep = self.ep
+        if not (enabled or disabled):
+            return
+        ep.totals.mgmt_calls += 1
+        ep.totals.changes += len(enabled) + len(disabled)
+        for kind, keys in (("enable", enabled), ("disable", disabled)):
+            if keys:
+                for k in keys:
+                    ep.by_key[k].toggles += 1
+                ep.pending_events.append(
+                    ContextEvent(
+                        kind=kind, targets=sorted(ep.key_step[k] for k in keys), detail=",".join(keys)
+                    )
+                )
+
+    # -- views ------------------------------------------------------------------------------------------
+    def _obs(self) -> dict[str, np.ndarray]:
+        ep = self.ep
+        store = ep.ctx.store
+        now = ep.totals.calls - 1
+        states = []
+        for it in ep.items:
+            states.append(
+                ItemState(
+                    est_tokens=it.est_tokens,
+                    age=max(0, now - it.call),
+                    visible=store.get(it.key).visible,
+                    tool_id=it.tool_id,
+                    times_needed=it.times_needed,
+                    since_need=None if it.last_need is None else max(0, now - it.last_need),
+                    modified=it.modified,
+                    is_error=it.is_error,
+                    superseded=it.superseded,
+                    rereads=it.rereads,
+                    toggles=it.toggles,
+                    turns_after=ep.user_msgs - it.users_at,
+                )
+            )
+        ep.window = ep.items[-self.N :]
+        return build_observation(
+            states,
+            self.N,
+            active_tokens=ep.ctx.active_tokens,
+            step=ep.totals.calls,
+            model_family=self.model_family,
+            budget_tokens=self.budget,
+            saved_tokens=self._saved(),
+            misses=ep.totals.misses,
+            mgmt_calls=ep.totals.mgmt_calls,
+        )
+
+    def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:
+        ep = self.ep
+        slot_steps = np.full(self.N, -1, np.int64)
+        slot_steps[: len(ep.window)] = [it.step for it in ep.window]
+        info: dict[str, Any] = {
+            "task_id": ep.task.id,
+            "model_family": self.model_family,
+            "step": ep.totals.calls,
+            "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
+            "slot_steps": slot_steps,
+            "slot_keys": [it.key for it in ep.window] + [""] * (self.N - len(ep.window)),
+            "active_tokens": ep.ctx.active_tokens,
+            "dollars": ep.totals.dollars,
+            "misses": ep.totals.misses,
+            "invalid_actions": ep.totals.invalid_actions,
+            "tool_timeouts": ep.totals.tool_timeouts,
+        }
+        if self.text_view:
+            info["text"] = self.text()
+        return info
+
+    def text(self, recent: int = 3) -> str:
+        """The store listing and the agent's recent messages, as an LLM policy would read them."""
+        ep = self.ep
+        store = ep.ctx.store
+        lines = [f"Task {ep.task.id}. Active context: {ep.ctx.active_tokens:,} tokens. Stored tool outputs:"]
+        for it in ep.window:
+            rec = store.get(it.key)
+            state = "visible" if rec.visible else "HIDDEN"
+            lines.append(
+                f"- {it.key} [{state}] step {it.step}, {rec.tool_name}, ~{rec.estimated_tokens:,} tokens: "
+                f"{rec.preview(100)}"
+            )
+        lines.append("Recent agent messages:")
+        for s in ep.steps[-recent:]:
+            if s.assistant_text:
+                lines.append(f"[step {s.index}] {s.assistant_text[:400]}")
+        return "\n".join(lines)
+
+    def trajectory(self) -> Trajectory:
+        """The current (or just finished) episode in the canonical schema.
+
+        Steps carry the tool name, arguments (JSON text), output and assistant
+        text; ``masked_before`` lists the steps whose outputs were hidden when
+        the step's model call was made; the policy's changes are
+        ``ContextEvent(kind="enable"/"disable", targets=steps, detail=keys)`` on
+        the first step made after them.  Need labels are the online ones.
+        """
+        ep = self.ep
+        if ep is None:
+            raise RuntimeError("no episode yet; call reset()")
+        extra = {
+            "env": "dtoc_rl/Live-v0",
+            "end_reason": ep.end_reason,
+            "agent_error": ep.agent_error,
+            "totals": ep.totals.to_dict(),
+            "all_visible": ep.shadow.to_dict(),
+            "keys": dict(ep.key_step),
+            "check_output": ep.check.output if ep.check else None,
+        }
+        traj = Trajectory(
+            traj_id=f"live/{ep.task.id}/{ep.ctx.store.session_id}",
+            source="dtoc-live",
+            model_raw=self.model_name,
+            model_family=self.model_family,
+            task_id=ep.task.id,
+            task_text=ep.task.prompt,
+            system_prompt=self.system_prompt,
+            success=ep.check.success if ep.check else None,
+            outcome_source=f"LiveEnv TaskChecker: {ep.task.test_command}" if ep.check else "",
+            cost_usd=ep.totals.dollars,
+            tokens_in=ep.totals.input_tokens,
+            tokens_out=ep.totals.output_tokens,
+            api_calls=ep.totals.calls,
+            extra=json.dumps(extra, default=str),
+            steps=copy.deepcopy(ep.steps),
+        )
+        return traj
+
+    @property
+    def workdir(self) -> Path | None:
+        """The current episode's working directory (a temporary copy of the task repo)."""
+        return self.ep.workdir if self.ep is not None else None
+
+    @property
+    def item_feature_names(self) -> tuple[str, ...]:
+        return ITEM_FEATURES
+
+    @property
+    def global_feature_names(self) -> tuple[str, ...]:
+        return GLOBAL_FEATURES

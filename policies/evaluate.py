@@ -1,0 +1,272 @@
+"""Offline evaluation of policies on logged trajectories.
+
+Every policy runs over every trajectory in ReplayEnv (one process, or a pool
+of worker processes); each run gives one :class:`Run` record.  The hindsight
+oracle always runs too, as the reference for "fraction of the oracle's
+savings".  :func:`aggregate` turns runs into metrics per policy, overall and
+per model family and source, with 95% bootstrap confidence intervals over
+trajectories (ratios of sums, resampled in pairs with the oracle).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.episode import Episode
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.simulator import CostConfig
+
+__all__ = ["METRICS", "Run", "aggregate", "evaluate", "run_policy_on_episode", "token_curves"]
+
+ORACLE = "oracle"
+
+
+@dataclass
+class Run:
+    policy: str
+    traj_id: str
+    model_family: str
+    source: str
+    task_id: str
+    calls: int = 0
+    dollars: float = 0.0
+    base_dollars: float = 0.0
+    input_tokens: int = 0
+    base_input_tokens: int = 0
+    active_token_sum: int = 0
+    misses: int = 0
+    rereads: int = 0
+    mgmt_calls: int = 0
+    changes: int = 0
+    placeholder_tokens: int = 0
+    invalid_actions: int = 0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run:
+    """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id."""
+    ep = env.episodes[index]
+    run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
+    try:
+        obs, info = env.reset(options={"index": index})
+        policy.reset(info)
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(policy.act(obs, info))
+        t, b = info["totals"], info["all_visible"]
+        run.calls = t["calls"]
+        run.dollars, run.base_dollars = t["dollars"], b["dollars"]
+        run.input_tokens, run.base_input_tokens = t["input_tokens"], b["input_tokens"]
+        run.active_token_sum = t["active_token_sum"]
+        for k in ("misses", "rereads", "mgmt_calls", "changes", "placeholder_tokens", "invalid_actions"):
+            setattr(run, k, t[k])
+        errors = getattr(policy, "errors", None)
+        if errors:
+            run.extra["policy_errors"] = dict(errors)
+    except Exception as e:  # a policy that raises on one trajectory must not stop the rest
+        run.error = f"{type(e).__name__}: {e}"
+        run.extra["traceback"] = traceback.format_exc(limit=3)
+    return run
+
+
+# -- worker pool -----------------------------------------------------------------
+_W: dict[str, Any] = {}
+
+
+def _init_worker(dataset, filters, specs, cost_cfg, max_items):
+    eps = load_episodes(dataset, **filters)
+    _W["env"] = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True)
+    _W["policies"] = [(s, make_policy(s)) for s in specs]
+
+
+def _work(indices: list[int]) -> list[Run]:
+    env = _W["env"]
+    return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
+
+
+def evaluate(
+    dataset: Any,
+    specs: Sequence[str],
+    *,
+    model_family: str | Sequence[str] | None = None,
+    source: str | Sequence[str] | None = None,
+    cost_config: CostConfig | None = None,
+    max_items: int = 256,
+    workers: int = 1,
+    progress: bool = True,
+    policies: dict[str, Any] | None = None,
+) -> list[Run]:
+    """Run every policy spec (plus the oracle) over every trajectory of ``dataset``.
+
+    ``policies`` may map labels to ready policy objects (single process only).
+    """
+    from tqdm.auto import tqdm
+
+    cost_config = cost_config or CostConfig()
+    filters = {"model_family": model_family, "source": source}
+    specs = list(dict.fromkeys([*specs, ORACLE]))
+    eps = load_episodes(dataset, **filters)
+    n = len(eps)
+    chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
+    runs: list[Run] = []
+    bar = tqdm(
+        total=n * (len(specs) + len(policies or {})), desc="evaluate", unit="run", disable=not progress
+    )
+    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
+    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
+    if use_pool:
+        # forkserver, not fork: a forked child of a process with torch's thread pools can deadlock.
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=_init_worker,
+            initargs=(dataset, filters, specs, cost_config, max_items),
+        ) as pool:
+            for out in pool.map(_work, chunks):
+                runs.extend(out)
+                bar.update(len(out))
+    else:
+        env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
+        objs = [(s, make_policy(s)) for s in specs] + list((policies or {}).items())
+        for chunk in chunks:
+            for i in chunk:
+                for label, pol in objs:
+                    runs.append(run_policy_on_episode(pol, env, i, label))
+                    bar.update(1)
+    bar.close()
+    return runs
+
+
+def token_curves(
+    dataset: Any,
+    specs: Sequence[str],
+    traj_ids: Sequence[str],
+    *,
+    cost_config: CostConfig | None = None,
+    max_items: int = 256,
+    policies: dict[str, Any] | None = None,
+) -> dict[str, dict[str, list[int]]]:
+    """Active tokens at every call, per trajectory and policy (for the curve plot)."""
+    eps = [e for e in load_episodes(dataset) if e.traj_id in set(traj_ids)]
+    env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
+    objs = [(s, make_policy(s)) for s in dict.fromkeys([*specs, ORACLE])] + list((policies or {}).items())
+    out: dict[str, dict[str, list[int]]] = {}
+    for i, ep in enumerate(eps):
+        out[ep.traj_id] = {}
+        for label, pol in objs:
+            obs, info = env.reset(options={"index": i})
+            pol.reset(info)
+            curve, done = [], False
+            while not done:
+                obs, _, done, _, info = env.step(pol.act(obs, info))
+                curve.append(int(env.sim.prev_prompt))
+            out[ep.traj_id][label] = curve
+    return out
+
+
+# -- aggregation -------------------------------------------------------------------
+METRICS = (
+    "savings",
+    "token_savings",
+    "mean_active_tokens",
+    "input_tokens",
+    "dollars",
+    "misses_per_100",
+    "rereads",
+    "mgmt_calls",
+    "placeholder_overhead",
+    "oracle_fraction",
+)
+
+
+def _stats(a: dict[str, np.ndarray], o: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Metrics for resample index sets ``idx`` (R, n): one value per resample."""
+
+    def s(x):
+        return x[idx].sum(axis=-1)
+
+    base = s(a["base_dollars"])
+    savings = 1 - s(a["dollars"]) / np.maximum(base, 1e-12)
+    oracle_sav = 1 - s(o["dollars"]) / np.maximum(s(o["base_dollars"]), 1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(np.abs(oracle_sav) > 1e-9, savings / oracle_sav, np.nan)
+    calls = np.maximum(s(a["calls"]), 1)
+    return {
+        "savings": savings,
+        "token_savings": 1 - s(a["input_tokens"]) / np.maximum(s(a["base_input_tokens"]), 1),
+        "mean_active_tokens": s(a["active_token_sum"]) / calls,
+        "input_tokens": s(a["input_tokens"]),
+        "dollars": s(a["dollars"]),
+        "misses_per_100": 100 * s(a["misses"]) / calls,
+        "rereads": s(a["rereads"]),
+        "mgmt_calls": s(a["mgmt_calls"]),
+        "placeholder_overhead": s(a["placeholder_tokens"]) / np.maximum(s(a["input_tokens"]), 1),
+        "oracle_fraction": frac,
+    }
+
+
+def aggregate(
+    runs: Sequence[Run],
+    *,
+    by: Sequence[str] = ("overall", "model_family", "source"),
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Rows ``{policy, group_by, group, n, errors, <metric>, <metric>_lo, <metric>_hi}``."""
+    ok = [r for r in runs if r.error is None]
+    errors: dict[tuple[str, str], int] = {}
+    for r in runs:
+        if r.error is not None:
+            errors[(r.policy, r.traj_id)] = 1
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    oracle = {r.traj_id: r for r in ok if r.policy == ORACLE}
+    rng = np.random.default_rng(seed)
+    fields_ = ("calls", "dollars", "base_dollars", "input_tokens", "base_input_tokens", "active_token_sum",
+               "misses", "rereads", "mgmt_calls", "placeholder_tokens")  # fmt: skip
+    rows = []
+    for dim in by:
+        keyf: Callable[[Run], str] = (
+            (lambda r: "all") if dim == "overall" else (lambda r, d=dim: getattr(r, d))
+        )
+        groups = sorted({keyf(r) for r in ok})
+        for g in groups:
+            for p in policies:
+                sel = [r for r in ok if r.policy == p and keyf(r) == g and r.traj_id in oracle]
+                if not sel:
+                    continue
+                a = {f: np.array([getattr(r, f) for r in sel], float) for f in fields_}
+                o = {f: np.array([getattr(oracle[r.traj_id], f) for r in sel], float) for f in fields_}
+                n = len(sel)
+                point = {k: float(v[0]) for k, v in _stats(a, o, np.arange(n)[None, :]).items()}
+                boot = _stats(a, o, rng.integers(0, n, size=(n_boot, n)))
+                row = {"policy": p, "group_by": dim, "group": g, "n": n,
+                       "errors": sum(1 for (pp, _t) in errors if pp == p)}  # fmt: skip
+                for k in METRICS:
+                    row[k] = point[k]
+                    lo, hi = (
+                        np.nanpercentile(boot[k], [2.5, 97.5])
+                        if np.isfinite(boot[k]).any()
+                        else (np.nan,) * 2
+                    )
+                    row[f"{k}_lo"], row[f"{k}_hi"] = float(lo), float(hi)
+                rows.append(row)
+    return rows
+
+
+def runs_to_dicts(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in runs]
+
+
+def episode_index(episodes: Sequence[Episode]) -> dict[str, int]:
+    return {e.traj_id: i for i, e in enumerate(episodes)}

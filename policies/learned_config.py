@@ -1,0 +1,71 @@
+"""Configuration of learned (torch) policies: ``LearnedPolicyConfig(...).create()``.
+
+Every field carries help text; ``dtoc-rl train`` turns them into CLI flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["LearnedPolicyConfig"]
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class LearnedPolicyConfig:
+    # -- network ---------------------------------------------------------------
+    d_model: int = _f(64, "width of the per-item embeddings and the encoder")
+    n_layers: int = _f(2, "transformer encoder layers over the stored outputs (0: per-item MLP only)")
+    n_heads: int = _f(4, "attention heads")
+    dropout: float = _f(0.0, "dropout in the encoder")
+    family_conditioning: bool = _f(True, "condition on the model family (one network serves several models)")
+    threshold: float = _f(0.5, "keep an output visible when P(visible) >= threshold (lower: fewer misses)")
+    # -- data ------------------------------------------------------------------
+    model_family: str | None = _f(None, "train only on this model family (a per-family policy)")
+    source: str | None = _f(None, "train only on this source harness")
+    max_items: int = _f(128, "env slots (the most recent outputs the policy sees)")
+    val_fraction: float = _f(0.2, "fraction of tasks held out for validation (split by task id)")
+    # -- training --------------------------------------------------------------
+    mode: str = _f(
+        "oracle", "oracle: imitate the hindsight oracle; bc: clone logged masking; rl: REINFORCE only"
+    )
+    epochs: int = _f(30, "max supervised epochs (early stopping on validation loss)")
+    patience: int = _f(5, "epochs without validation improvement before stopping")
+    batch_size: int = _f(64, "decisions per gradient step")
+    lr: float = _f(2e-3, "supervised learning rate (AdamW)")
+    weight_decay: float = _f(1e-4, "AdamW weight decay")
+    need_weight: float = _f(4.0, "loss weight of outputs needed at the next call (hiding them is a miss)")
+    dagger_rounds: int = _f(1, "re-collect states with the learned policy, labelled by the oracle")
+    rl_updates: int = _f(0, "REINFORCE fine-tuning updates in ReplayEnv after supervised training")
+    rl_envs: int = _f(4, "vectorised envs for RL")
+    rl_lr: float = _f(3e-4, "RL learning rate")
+    rl_entropy: float = _f(0.001, "entropy bonus weight")
+    miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
+    overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")
+    seed: int = _f(0, "random seed (split, init, sampling)")
+    threads: int = _f(2, "torch CPU threads")
+    wandb: bool = _f(False, "log to Weights & Biases (offline when no API key)")
+    wandb_project: str = _f("dtoc-rl", "wandb project")
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("oracle", "bc", "rl"):
+            raise ValueError(f"mode must be oracle, bc or rl, got {self.mode!r}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def create(self):
+        """A fresh, untrained :class:`~dtoc_rl.policies.learned.LearnedPolicy`."""
+        from dtoc_rl.policies.learned import LearnedPolicy
+
+        return LearnedPolicy(self)

@@ -1,0 +1,369 @@
+"""Training learned policies from logged trajectories.
+
+Three ways, chosen by ``LearnedPolicyConfig.mode`` (and ``rl_updates``):
+
+* **oracle** (default): supervised on the hindsight oracle's decisions.  The
+  oracle is rolled out in ReplayEnv on the training episodes; at each decision
+  the target of every stored output is the oracle's visibility at the next
+  call.  ``dagger_rounds`` then re-collects states with the learned policy
+  itself, labelled by the oracle (DAgger), so the policy also learns to
+  recover from its own mistakes.
+* **bc**: behaviour cloning of context management found in the logs
+  (``Step.masked_before``: SWE-agent 1.x ``LastNObservations`` runs, OpenCode
+  prunes).  Only episodes with a logged schedule are used.
+* **rl**: REINFORCE with a mean baseline on vectorised ReplayEnv episodes,
+  sampling each output's visibility from the scorer; after supervised
+  training when ``rl_updates > 0``, or alone with ``mode="rl"``.
+
+Validation holds out whole tasks (by task id), so no task is in both splits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.episode import Episode
+from dtoc_rl.policies.baselines import to_action
+from dtoc_rl.policies.learned import LearnedPolicy, obs_to_tensors
+from dtoc_rl.policies.oracle import plan
+from dtoc_rl.simulator import CostConfig
+
+__all__ = ["Sample", "collect", "fit", "split_by_task"]
+
+
+@dataclass
+class Sample:
+    items: np.ndarray  # (m, F) the used slots only
+    tool: np.ndarray  # (m,)
+    glob: np.ndarray  # (G,)
+    family: int
+    target: np.ndarray  # (m,) 1 = visible at the next call
+    weight: np.ndarray  # (m,) loss weights
+
+
+def split_by_task(episodes: Sequence[Episode], val_fraction: float, seed: int) -> tuple[list, list]:
+    """Deterministic split: a task's episodes all land on one side."""
+
+    def score(task: str) -> float:
+        h = hashlib.sha256(f"{seed}:{task}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2**64
+
+    tasks = sorted({(e.source, e.task_id) for e in episodes})
+    val_tasks = {t for t in tasks if score(f"{t[0]}/{t[1]}") < val_fraction}
+    if not val_tasks and len(tasks) > 1:  # tiny datasets: hold out at least one task
+        val_tasks = {min(tasks, key=lambda t: score(f"{t[0]}/{t[1]}"))}
+    if len(val_tasks) == len(tasks):
+        val_tasks = set(list(sorted(val_tasks))[:-1])
+    train = [e for e in episodes if (e.source, e.task_id) not in val_tasks]
+    val = [e for e in episodes if (e.source, e.task_id) in val_tasks]
+    return train, val
+
+
+def _cost_config(policy: LearnedPolicy) -> CostConfig:
+    return CostConfig(miss=policy.cfg.miss, overhead=policy.cfg.overhead)
+
+
+def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray | None:
+    """V[t, k]: wanted visibility of output k at call t."""
+    if mode == "bc":
+        if not any(m is not None for m in ep.logged_masked):
+            return None
+        V = np.ones((ep.n, ep.n), bool)
+        for t, masked in enumerate(ep.logged_masked):
+            if masked:
+                V[t, [k for k in masked if 0 <= k < ep.n]] = False
+        return V
+    V = cache.get(ep.traj_id)
+    if V is None:
+        V = cache[ep.traj_id] = plan(ep, cfg)
+    return V
+
+
+def collect(
+    policy: LearnedPolicy,
+    episodes: Sequence[Episode],
+    *,
+    mode: str,
+    actor: str = "target",
+    cache: dict | None = None,
+    progress: bool = False,
+) -> list[Sample]:
+    """Roll out ``actor`` ("target": play the targets; "policy": the learned policy)
+    and record each decision with its targets."""
+    from tqdm.auto import tqdm
+
+    cache = {} if cache is None else cache
+    cfg = _cost_config(policy)
+    out: list[Sample] = []
+    n = policy.cfg.max_items
+    for ep in tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False):
+        V = _targets(ep, mode, cfg, cache)
+        if V is None:
+            continue
+        env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg)
+        obs, info = env.reset(seed=0)
+        done = False
+        while not done:
+            t = int(obs["globals"][2])
+            slots = info["slot_steps"]
+            m = int(obs["item_mask"].sum())
+            s = slots[:m]
+            target = V[t, s] if t < ep.n else np.ones(m, bool)
+            weight = np.ones(m, np.float32)
+            if t < ep.n:
+                needed = np.isin(s, ep.needs_at(t))
+                weight[needed] = policy.cfg.need_weight
+            out.append(
+                Sample(
+                    items=obs["items"][:m].copy(),
+                    tool=obs["item_tool"][:m].copy(),
+                    glob=obs["globals"].copy(),
+                    family=int(obs["family"]),
+                    target=target.astype(np.float32),
+                    weight=weight,
+                )
+            )
+            want = np.zeros(n, bool)
+            if actor == "target":
+                want[:m] = target
+                action = to_action(obs, want)
+            else:
+                action = policy.act(obs)
+            obs, _, done, _, info = env.step(action)
+    return out
+
+
+def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    b = len(samples)
+    width = max(1, max(len(s.target) for s in samples))
+    F = samples[0].items.shape[1] if samples[0].items.ndim == 2 else 0
+    items = np.zeros((b, width, F), np.float32)
+    tool = np.zeros((b, width), np.int64)
+    mask = np.zeros((b, width), bool)
+    target = np.zeros((b, width), np.float32)
+    weight = np.zeros((b, width), np.float32)
+    for i, s in enumerate(samples):
+        m = len(s.target)
+        items[i, :m], tool[i, :m], mask[i, :m] = s.items, s.tool, True
+        target[i, :m], weight[i, :m] = s.target, s.weight
+    x = {
+        "items": torch.from_numpy(items),
+        "tool": torch.from_numpy(tool),
+        "mask": torch.from_numpy(mask),
+        "glob": torch.from_numpy(np.stack([s.glob for s in samples])),
+        "family": torch.tensor([s.family for s in samples]),
+    }
+    return x, torch.from_numpy(target), torch.from_numpy(weight)
+
+
+def _loss(net: nn.Module, samples: list[Sample]) -> torch.Tensor:
+    x, y, w = _batch(samples)
+    logits = net(**x)
+    ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
+    return (ll * w).sum() / w.sum().clamp_min(1.0)
+
+
+def _train_supervised(policy, train, val, *, log, progress, label: str) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    cfg = policy.cfg
+    net = policy.net
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = np.random.default_rng(cfg.seed)
+    best, best_state, bad, history = math.inf, None, 0, []
+    bar = tqdm(range(cfg.epochs), desc=label, disable=not progress)
+    for epoch in bar:
+        net.train()
+        order = rng.permutation(len(train))
+        total = 0.0
+        for i in range(0, len(order), cfg.batch_size):
+            batch = [train[j] for j in order[i : i + cfg.batch_size]]
+            loss = _loss(net, batch)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            total += float(loss.detach()) * len(batch)
+        net.eval()
+        with torch.no_grad():
+            vl = (
+                sum(
+                    float(_loss(net, val[i : i + 256])) * len(val[i : i + 256])
+                    for i in range(0, len(val), 256)
+                )
+                / len(val)
+                if val
+                else total / max(1, len(train))
+            )
+        tl = total / max(1, len(train))
+        history.append({"epoch": epoch, "train_loss": tl, "val_loss": vl})
+        log({f"{label}/train_loss": tl, f"{label}/val_loss": vl, "epoch": epoch})
+        bar.set_postfix(train=f"{tl:.4f}", val=f"{vl:.4f}", refresh=False)
+        if vl < best - 1e-5:
+            best, bad = vl, 0
+            best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        else:
+            bad += 1
+            if bad >= cfg.patience:
+                break
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    net.eval()
+    return {"best_val_loss": best, "epochs_run": len(history), "history": history}
+
+
+def _reinforce(policy, episodes, *, log, progress) -> dict[str, Any]:
+    """REINFORCE with a mean baseline over batches of whole episodes."""
+    from tqdm.auto import tqdm
+
+    cfg = policy.cfg
+    net = policy.net
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.rl_lr)
+    envs = [
+        ReplayEnv(trajectories=list(episodes), max_items=cfg.max_items, cost_config=_cost_config(policy))
+        for _ in range(cfg.rl_envs)
+    ]
+    rng_seed = cfg.seed
+    returns_hist = []
+    for update in tqdm(range(cfg.rl_updates), desc="rl", disable=not progress):
+        logps, ents, rets = [], [], []
+        net.train()
+        for i, env in enumerate(envs):
+            obs, _ = env.reset(seed=rng_seed + update * len(envs) + i)
+            done, ep_logp, ep_ent, ret = False, [], [], 0.0
+            while not done:
+                x = obs_to_tensors(obs)
+                logits = net(**x)[0]
+                dist = torch.distributions.Bernoulli(logits=logits)
+                sample = dist.sample()
+                m = x["mask"][0]
+                ep_logp.append((dist.log_prob(sample) * m).sum())
+                ep_ent.append((dist.entropy() * m).sum())
+                want = np.zeros(cfg.max_items, bool)
+                want[: len(sample)] = sample.numpy().astype(bool)
+                obs, r, done, _, info = env.step(to_action(obs, want))
+                ret += r
+            logps.append(torch.stack(ep_logp).sum())
+            ents.append(torch.stack(ep_ent).mean())
+            rets.append(ret)
+        r = torch.tensor(rets)
+        adv = (r - r.mean()) / (r.std() + 1e-8) if len(rets) > 1 else r - r.mean()
+        loss = -(torch.stack(logps) * adv).mean() - cfg.rl_entropy * torch.stack(ents).mean()
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        returns_hist.append(float(r.mean()))
+        log({"rl/mean_return": float(r.mean()), "rl/update": update})
+    net.eval()
+    return {"rl_mean_return_first": returns_hist[:1], "rl_mean_return_last": returns_hist[-1:]}
+
+
+def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[str, float]:
+    """Mean cost ratio against all-visible, and misses per 100 steps."""
+    ratios, misses, steps = [], 0, 0
+    for ep in episodes:
+        env = ReplayEnv(trajectories=[ep], max_items=policy.cfg.max_items, cost_config=cfg)
+        obs, info = env.reset(seed=0)
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(policy.act(obs, info))
+        ratios.append(info["totals"]["dollars"] / max(info["all_visible"]["dollars"], 1e-12))
+        misses += info["totals"]["misses"]
+        steps += ep.n
+    return {
+        "cost_ratio": float(np.mean(ratios)) if ratios else float("nan"),
+        "misses_per_100_steps": 100.0 * misses / max(1, steps),
+    }
+
+
+def fit(
+    policy: LearnedPolicy,
+    dataset: Any = None,
+    *,
+    progress: bool = True,
+    episodes: Sequence[Episode] | None = None,
+) -> dict[str, Any]:
+    """Train ``policy`` in place; returns a report (also stored in ``policy.meta``)."""
+    cfg = policy.cfg
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(max(1, cfg.threads))
+    t0 = time.perf_counter()
+    eps = (
+        list(episodes)
+        if episodes is not None
+        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
+    )
+    train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
+    run = _wandb(cfg)
+    log = run.log if run is not None else (lambda *_a, **_k: None)
+    report: dict[str, Any] = {
+        "mode": cfg.mode,
+        "episodes": len(eps),
+        "train_episodes": len(train_eps),
+        "val_episodes": len(val_eps),
+        "val_tasks": sorted({f"{e.source}/{e.task_id}" for e in val_eps}),
+        "families": sorted({e.model_family for e in eps}),
+    }
+    cache: dict = {}
+    if cfg.mode in ("oracle", "bc"):
+        train = collect(policy, train_eps, mode=cfg.mode, cache=cache, progress=progress)
+        val = collect(policy, val_eps, mode=cfg.mode, cache=cache, progress=progress)
+        if not train:
+            raise ValueError(
+                f"no training decisions for mode={cfg.mode!r}"
+                + (
+                    ": no episode has a logged masking schedule (Step.masked_before)"
+                    if cfg.mode == "bc"
+                    else ""
+                )
+            )
+        report["train_decisions"], report["val_decisions"] = len(train), len(val)
+        report["supervised"] = _train_supervised(
+            policy, train, val, log=log, progress=progress, label="train"
+        )
+        for r in range(cfg.dagger_rounds if cfg.mode == "oracle" else 0):
+            train += collect(policy, train_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
+            val += collect(policy, val_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
+            report[f"dagger_{r + 1}"] = _train_supervised(
+                policy, train, val, log=log, progress=progress, label=f"dagger{r + 1}"
+            )
+    if cfg.mode == "rl" or cfg.rl_updates:
+        if cfg.mode == "rl" and not cfg.rl_updates:
+            cfg.rl_updates = 50
+        report["rl"] = _reinforce(policy, train_eps, log=log, progress=progress)
+    cost_cfg = _cost_config(policy)
+    report["val_metrics"] = evaluate_cost(policy, val_eps, cost_cfg) if val_eps else {}
+    report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    log({f"val/{k}": v for k, v in report["val_metrics"].items()})
+    if run is not None:
+        run.finish()
+    policy.meta = {
+        "trained_on": str(dataset) if dataset is not None else "objects",
+        "model_family": cfg.model_family,
+        "source": cfg.source,
+        **{k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")},
+    }
+    return report
+
+
+def _wandb(cfg):
+    if not cfg.wandb or os.environ.get("WANDB_MODE") == "disabled":
+        return None
+    import wandb
+
+    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    return wandb.init(project=cfg.wandb_project, config=cfg.to_dict(), mode=mode)

@@ -1,0 +1,624 @@
+"""Chat backends for :class:`~dtoc_rl.policies.llm.PromptedLLMPolicy`.
+
+A backend turns one (system, user) prompt into a :class:`Reply`: the tool
+calls the model made (``name`` + raw ``arguments``) and any text it wrote.
+It never interprets the answer; the policy does.
+
+* :class:`TransformersBackend` - a local causal LM (a path or an in-memory
+  model + tokenizer).  Text mode: the model writes its answer as text, which
+  the policy parses.  Greedy, bounded ``max_new_tokens`` and ``max_time``.
+* :class:`OpenAIBackend` - any OpenAI-compatible chat-completions endpoint via
+  the ``openai`` SDK, with ``tools=[openai_tool()]`` and ``tool_choice`` forcing
+  ``manage_context`` (falling back to ``"required"``, ``"auto"``, then no
+  ``tool_choice`` when a server rejects it with an HTTP 400/422 that mentions
+  tools; the fallback sticks and is counted in ``stats["tool_choice_fallbacks"]``).
+* :class:`AnthropicBackend` - the messages endpoint via the ``anthropic`` SDK,
+  with ``tools=[anthropic_tool()]`` and the same forcing/fallback scheme.
+
+Remote backends disable the SDK's own retries and retry themselves, so every
+attempt is counted (``backend.stats``): timeouts, connection errors, HTTP 429
+and 5xx are retried up to ``max_retries`` times with exponential backoff;
+other HTTP errors and malformed responses are not.  When all attempts fail,
+:meth:`LLMBackend.complete` raises :class:`BackendError` whose ``kind`` is one
+of ``backend_timeout``, ``backend_connection``, ``backend_http``,
+``backend_bad_response`` or ``backend_error``.
+
+SDKs and ``transformers`` are imported lazily, in the constructors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+
+__all__ = [
+    "AnthropicBackend",
+    "BackendError",
+    "LLMBackend",
+    "OpenAIBackend",
+    "Reply",
+    "ToolCall",
+    "TransformersBackend",
+    "backend_from_spec",
+]
+
+log = logging.getLogger(__name__)
+
+_TOOL_CHOICES = ("force", "required", "auto", None)
+
+
+@dataclass
+class ToolCall:
+    """One tool call: ``arguments`` as the model gave it (a JSON string, a dict, or None)."""
+
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+
+@dataclass
+class Reply:
+    """What the model answered."""
+
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    text: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    attempts: int = 1
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+
+
+class BackendError(Exception):
+    """All attempts failed (or the response was unusable).  ``kind`` names the failure."""
+
+    def __init__(self, kind: str, message: str, attempts: int = 1):
+        super().__init__(message)
+        self.kind = kind
+        self.attempts = attempts
+
+
+class LLMBackend(ABC):
+    """Base class.  ``supports_tools``: the API takes tool definitions (else text mode)."""
+
+    name: str = "backend"
+    supports_tools: bool = False
+    model: str = ""
+
+    def __init__(self) -> None:
+        self.stats: Counter[str] = Counter()
+
+    @abstractmethod
+    def complete(self, system: str, user: str) -> Reply:
+        """One answer to the prompt; raises :class:`BackendError` on failure."""
+
+    def config(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model}
+
+
+class _RemoteBackend(LLMBackend):
+    """Shared retry loop and tool_choice fallback for the HTTP backends."""
+
+    supports_tools = True
+    _key_env = ""
+    _url_env = ""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float,
+        max_retries: int,
+        retry_backoff: float,
+        max_backoff: float,
+        max_tokens: int,
+        temperature: float | None,
+        tool_choice: str | None,
+        extra_body: dict[str, Any] | None,
+        sleep: Callable[[float], None] | None,
+    ):
+        super().__init__()
+        if tool_choice not in _TOOL_CHOICES:
+            raise ValueError(f"tool_choice must be one of {_TOOL_CHOICES}, got {tool_choice!r}")
+        if timeout <= 0 or max_retries < 0:
+            raise ValueError("timeout must be > 0 and max_retries >= 0")
+        self.model = model
+        self.base_url = base_url or os.environ.get(self._url_env) or None
+        key = api_key or os.environ.get(self._key_env)
+        if not key:
+            if self.base_url is None:
+                raise ValueError(
+                    f"{type(self).__name__}: no API key; pass api_key= or set {self._key_env} "
+                    f"(or point base_url / {self._url_env} at a server that needs none)"
+                )
+            key = "EMPTY"  # local OpenAI/Anthropic-compatible servers usually ignore it
+        self._api_key = key
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.retry_backoff = float(retry_backoff)
+        self.max_backoff = float(max_backoff)
+        self.max_tokens = int(max_tokens)
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self._choice_level = _TOOL_CHOICES.index(tool_choice)
+        self._sleep = sleep or time.sleep
+
+    @property
+    def tool_choice(self) -> str | None:
+        """The tool_choice in use now (after any fallback)."""
+        return _TOOL_CHOICES[self._choice_level]
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "base_url": self.base_url,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "tool_choice": self.tool_choice,
+        }
+
+    # subclasses: one request; classify SDK exceptions; read the response
+    @abstractmethod
+    def _request(self, system: str, user: str, tool_choice: str | None) -> Any: ...
+
+    @abstractmethod
+    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
+        """(kind, retryable, http status) for an exception raised by ``_request``."""
+
+    @abstractmethod
+    def _read(self, resp: Any) -> Reply: ...
+
+    def complete(self, system: str, user: str) -> Reply:
+        self.stats["calls"] += 1
+        t0 = time.monotonic()
+        attempts = 0
+        last: tuple[str, str] = ("backend_error", "no attempt made")
+        for retry in range(self.max_retries + 1):
+            if retry:
+                self.stats["retries"] += 1
+                delay = min(self.max_backoff, self.retry_backoff * 2 ** (retry - 1))
+                if delay > 0:
+                    self._sleep(delay)
+            while True:  # tool_choice fallbacks do not use up retries (at most 3 ever)
+                attempts += 1
+                self.stats["attempts"] += 1
+                try:
+                    resp = self._request(system, user, self.tool_choice)
+                except Exception as e:  # SDK errors, classified below
+                    kind, retryable, status = self._classify(e)
+                    self.stats[kind] += 1
+                    if (
+                        status in (400, 422)
+                        and "tool" in str(e).lower()
+                        and self._choice_level < len(_TOOL_CHOICES) - 1
+                    ):
+                        old = self.tool_choice
+                        self._choice_level += 1
+                        self.stats["tool_choice_fallbacks"] += 1
+                        log.warning(
+                            "%s: server rejected the request with tool_choice=%r (HTTP %s); "
+                            "retrying with tool_choice=%r",
+                            self.name,
+                            old,
+                            status,
+                            self.tool_choice,
+                        )
+                        continue
+                    last = (kind, f"{type(e).__name__}: {e}")
+                    if not retryable:
+                        self.stats["failures"] += 1
+                        raise BackendError(kind, last[1], attempts) from e
+                    break
+                try:
+                    reply = self._read(resp)
+                except Exception as e:  # a 200 whose body is not the expected shape
+                    self.stats["backend_bad_response"] += 1
+                    self.stats["failures"] += 1
+                    raise BackendError(
+                        "backend_bad_response", f"unusable response ({type(e).__name__}: {e})", attempts
+                    ) from e
+                reply.attempts = attempts
+                reply.latency_s = time.monotonic() - t0
+                self.stats["input_tokens"] += reply.input_tokens or 0
+                self.stats["output_tokens"] += reply.output_tokens or 0
+                return reply
+        self.stats["failures"] += 1
+        raise BackendError(last[0], f"{last[1]} (after {attempts} attempts)", attempts)
+
+
+def _status_kind(status: int | None) -> tuple[str, bool, int | None]:
+    return "backend_http", status is not None and (status == 429 or status >= 500), status
+
+
+def _require(obj: Any, what: str) -> Any:
+    if obj is None:
+        raise ValueError(f"missing {what}")
+    return obj
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, or the text parts of a list of content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            t = p.get("text") if isinstance(p, dict) else getattr(p, "text", None)
+            if isinstance(t, str):
+                parts.append(t)
+        return "\n".join(parts)
+    return str(content)
+
+
+class OpenAIBackend(_RemoteBackend):
+    """An OpenAI-compatible chat-completions endpoint.
+
+    ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``.
+    ``timeout`` is per attempt (seconds); at most ``1 + max_retries`` attempts
+    (plus at most three ``tool_choice`` fallbacks).  ``max_tokens_param`` is
+    ``"max_tokens"`` (widest support) or ``"max_completion_tokens"`` (OpenAI
+    reasoning models); ``temperature=None`` omits it.  ``client`` injects a
+    ready ``openai.OpenAI`` (its own retries are then the caller's business).
+    """
+
+    name = "openai"
+    _key_env = "OPENAI_API_KEY"
+    _url_env = "OPENAI_BASE_URL"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_tokens: int = 512,
+        max_tokens_param: str = "max_tokens",
+        temperature: float | None = 0.0,
+        tool_choice: str | None = "force",
+        extra_body: dict[str, Any] | None = None,
+        client: Any = None,
+        sleep: Callable[[float], None] | None = None,
+    ):
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key or ("injected" if client is not None else None),
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            max_backoff=max_backoff,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            tool_choice=tool_choice,
+            extra_body=extra_body,
+            sleep=sleep,
+        )
+        if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
+        self.max_tokens_param = max_tokens_param
+        import openai
+
+        self._openai = openai
+        self.client = client or openai.OpenAI(
+            api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+        )
+
+    def _request(self, system: str, user: str, tool_choice: str | None) -> Any:
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}
+        ]
+        kw: dict[str, Any] = {self.max_tokens_param: self.max_tokens}
+        if self.temperature is not None:
+            kw["temperature"] = self.temperature
+        if tool_choice == "force":
+            kw["tool_choice"] = {"type": "function", "function": {"name": MANAGE_CONTEXT_NAME}}
+        elif tool_choice is not None:
+            kw["tool_choice"] = tool_choice
+        if self.extra_body:
+            kw["extra_body"] = self.extra_body
+        return self.client.chat.completions.create(
+            model=self.model, messages=messages, tools=[openai_tool()], timeout=self.timeout, **kw
+        )
+
+    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError):
+            return "backend_timeout", True, None
+        if isinstance(exc, o.APIConnectionError):
+            return "backend_connection", True, None
+        if isinstance(exc, o.APIStatusError):
+            return _status_kind(getattr(exc, "status_code", None))
+        if isinstance(exc, o.APIResponseValidationError):
+            return "backend_bad_response", False, None
+        return "backend_error", False, None
+
+    def _read(self, resp: Any) -> Reply:
+        choices = _require(getattr(resp, "choices", None), "choices")
+        msg = _require(getattr(choices[0], "message", None), "choices[0].message")
+        calls = []
+        for tc in getattr(msg, "tool_calls", None) or []:
+            fn = _require(getattr(tc, "function", None), "tool_calls[].function")
+            calls.append(ToolCall(str(getattr(fn, "name", "") or ""), getattr(fn, "arguments", None)))
+        usage = getattr(resp, "usage", None)
+        return Reply(
+            tool_calls=calls,
+            text=_text(getattr(msg, "content", None)),
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            output_tokens=getattr(usage, "completion_tokens", None),
+            finish_reason=getattr(choices[0], "finish_reason", None),
+        )
+
+
+class AnthropicBackend(_RemoteBackend):
+    """The Anthropic messages endpoint.
+
+    ``base_url``/``api_key`` default to ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``.
+    ``tool_choice``: ``"force"`` (``{"type": "tool", "name": "manage_context"}``),
+    ``"required"`` (sent as ``{"type": "any"}``), ``"auto"`` or None.
+    ``temperature`` (None = the server's default) travels in ``extra_body``.
+    """
+
+    name = "anthropic"
+    _key_env = "ANTHROPIC_API_KEY"
+    _url_env = "ANTHROPIC_BASE_URL"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        tool_choice: str | None = "force",
+        extra_body: dict[str, Any] | None = None,
+        client: Any = None,
+        sleep: Callable[[float], None] | None = None,
+    ):
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key or ("injected" if client is not None else None),
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            max_backoff=max_backoff,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            tool_choice=tool_choice,
+            extra_body=extra_body,
+            sleep=sleep,
+        )
+        import anthropic
+
+        self._anthropic = anthropic
+        self.client = client or anthropic.Anthropic(
+            api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+        )
+
+    def _request(self, system: str, user: str, tool_choice: str | None) -> Any:
+        kw: dict[str, Any] = {}
+        if system:
+            kw["system"] = system
+        if tool_choice == "force":
+            kw["tool_choice"] = {"type": "tool", "name": MANAGE_CONTEXT_NAME}
+        elif tool_choice == "required":
+            kw["tool_choice"] = {"type": "any"}
+        elif tool_choice == "auto":
+            kw["tool_choice"] = {"type": "auto"}
+        body = dict(self.extra_body)
+        if self.temperature is not None:
+            body.setdefault("temperature", self.temperature)
+        if body:
+            kw["extra_body"] = body
+        return self.client.messages.create(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            messages=[{"role": "user", "content": user}],
+            tools=[anthropic_tool()],
+            timeout=self.timeout,
+            **kw,
+        )
+
+    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
+        a = self._anthropic
+        if isinstance(exc, a.APITimeoutError):
+            return "backend_timeout", True, None
+        if isinstance(exc, a.APIConnectionError):
+            return "backend_connection", True, None
+        if isinstance(exc, a.APIStatusError):
+            return _status_kind(getattr(exc, "status_code", None))
+        if isinstance(exc, a.APIResponseValidationError):
+            return "backend_bad_response", False, None
+        return "backend_error", False, None
+
+    def _read(self, resp: Any) -> Reply:
+        content = getattr(resp, "content", None)
+        if not isinstance(content, list):
+            raise ValueError("missing content blocks")
+        calls, texts = [], []
+        for block in content:
+            kind = getattr(block, "type", None)
+            if kind == "tool_use":
+                calls.append(ToolCall(str(getattr(block, "name", "") or ""), getattr(block, "input", None)))
+            elif kind == "text":
+                texts.append(_text(getattr(block, "text", "")))
+        usage = getattr(resp, "usage", None)
+        return Reply(
+            tool_calls=calls,
+            text="\n".join(texts),
+            input_tokens=getattr(usage, "input_tokens", None),
+            output_tokens=getattr(usage, "output_tokens", None),
+            finish_reason=getattr(resp, "stop_reason", None),
+        )
+
+
+class TransformersBackend(LLMBackend):
+    """A local causal LM, in text mode (the policy parses the answer text).
+
+    ``model`` is a local path / hub id (loaded with ``AutoModelForCausalLM``
+    and ``AutoTokenizer``) or an in-memory model, then ``tokenizer`` is
+    required.  With a chat template (and ``use_chat_template``) the prompt is a
+    system + user conversation, rendered with ``tools=[openai_tool()]`` when
+    the template accepts it; otherwise a plain ``system\\n\\nuser\\n`` prompt.
+    Decoding is greedy, bounded by ``max_new_tokens`` and ``max_time``
+    (seconds).  A prompt longer than ``max_input_tokens`` (default: the
+    model's positions minus ``max_new_tokens``) keeps its **last** tokens
+    (the answer instructions come last in the prompt files); counted in
+    ``stats["truncated_prompts"]``.
+    """
+
+    name = "transformers"
+    supports_tools = False
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_new_tokens: int = 256,
+        max_time: float | None = 60.0,
+        max_input_tokens: int | None = None,
+        use_chat_template: bool = True,
+        template_tools: bool = True,
+        device: str | None = None,
+        dtype: Any = None,
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        model_name: str | None = None,
+    ):
+        super().__init__()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._torch = torch
+        if isinstance(model, (str, Path)):
+            path = str(model)
+            load = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **load)
+            if dtype is not None:
+                load["dtype"] = dtype
+            self.lm = AutoModelForCausalLM.from_pretrained(path, **load)
+            self.model = model_name or path
+        else:
+            if tokenizer is None:
+                raise ValueError("an in-memory model needs its tokenizer")
+            self.lm, self.tokenizer = model, tokenizer
+            self.model = model_name or getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+        if device is not None:
+            self.lm.to(device)
+        self.lm.eval()
+        self.max_new_tokens = int(max_new_tokens)
+        self.max_time = max_time
+        self.use_chat_template = use_chat_template and bool(getattr(self.tokenizer, "chat_template", None))
+        self.template_tools = template_tools
+        cfg = self.lm.config
+        positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        if max_input_tokens is None and positions:
+            max_input_tokens = max(16, int(positions) - self.max_new_tokens)
+        self.max_input_tokens = max_input_tokens
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "max_new_tokens": self.max_new_tokens,
+            "chat_template": self.use_chat_template,
+        }
+
+    def prompt_text(self, system: str, user: str) -> str:
+        """The exact text the model is given."""
+        if self.use_chat_template:
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": user}
+            ]
+            tries = [{"tools": [openai_tool()]}, {}] if self.template_tools else [{}]
+            for extra in tries:
+                try:
+                    return self.tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True, **extra
+                    )
+                except Exception:  # templates that reject tools or a system role
+                    continue
+            self.stats["chat_template_failures"] += 1
+        return (f"{system}\n\n" if system else "") + f"{user}\n"
+
+    def complete(self, system: str, user: str) -> Reply:
+        torch = self._torch
+        self.stats["calls"] += 1
+        self.stats["attempts"] += 1
+        t0 = time.monotonic()
+        try:
+            text = self.prompt_text(system, user)
+            ids = self.tokenizer(text, return_tensors="pt", add_special_tokens=not self.use_chat_template)[
+                "input_ids"
+            ]
+            if self.max_input_tokens and ids.shape[1] > self.max_input_tokens:
+                ids = ids[:, -self.max_input_tokens :]
+                self.stats["truncated_prompts"] += 1
+            ids = ids.to(self.lm.device)
+            pad = self.tokenizer.pad_token_id
+            if pad is None:
+                pad = self.tokenizer.eos_token_id
+            gen: dict[str, Any] = {
+                "max_new_tokens": self.max_new_tokens,
+                "do_sample": False,
+                "pad_token_id": pad,
+            }
+            if self.max_time:
+                gen["max_time"] = float(self.max_time)
+            with torch.no_grad():
+                out = self.lm.generate(ids, attention_mask=torch.ones_like(ids), **gen)
+            new = out[0, ids.shape[1] :]
+            answer = self.tokenizer.decode(new, skip_special_tokens=True)
+        except Exception as e:
+            self.stats["backend_error"] += 1
+            self.stats["failures"] += 1
+            raise BackendError("backend_error", f"generation failed ({type(e).__name__}: {e})") from e
+        self.stats["input_tokens"] += int(ids.shape[1])
+        self.stats["output_tokens"] += len(new)
+        return Reply(
+            text=answer,
+            input_tokens=int(ids.shape[1]),
+            output_tokens=len(new),
+            latency_s=time.monotonic() - t0,
+        )
+
+
+def backend_from_spec(spec: str, **kwargs: Any) -> LLMBackend:
+    """``openai:<model>``, ``anthropic:<model>`` or ``hf:<path or hub id>`` → a backend."""
+    kind, sep, model = spec.partition(":")
+    if not sep or not model:
+        raise ValueError(f"backend spec must look like 'openai:gpt-4o'; got {spec!r}")
+    kinds: dict[str, type[LLMBackend]] = {
+        "openai": OpenAIBackend,
+        "anthropic": AnthropicBackend,
+        "hf": TransformersBackend,
+        "transformers": TransformersBackend,
+    }
+    if kind not in kinds:
+        raise ValueError(f"unknown backend {kind!r}; expected one of {sorted(kinds)}")
+    return kinds[kind](model, **kwargs)
