@@ -33,6 +33,7 @@ Three kinds
       components) of at least ``min_atom`` characters that contain ``_``, ``.``,
       ``/``, a digit or a camelCase hump, and upper-case alphanumeric codes of at
       least 6 characters with a digit (booking references such as ``NO6JO3``).
+      Python's builtin names (``ValueError``, ``ImportError``) are never distinctive.
 
     Defaults (``window=6``, ``min_span=24``, ``min_atom=10``) were tuned on the
     130 mini-swe-agent traces in ``../shared/traces``.  Loosening them to
@@ -79,6 +80,12 @@ Resources
 ``write_resources`` lists modified file paths, ``*`` when a command may
 modify unknown files (``git checkout .``, ``git apply``, ``patch``), and
 ``state:NAME(ARGS)`` for state-changing tool calls (tau-bench ``update_*``).
+An edit the editor refused (``No replacement was performed``, SWE-agent 0.x's
+lint rejection, Claude Code's ``<tool_use_error>``, any error output of an
+editor tool) writes nothing.  An abbreviated whole-file view (SWE-agent 1.x's
+outline of a large file, bodies replaced by ``... eliding lines A-B ...``)
+reads only the line ranges it shows, so a later view of elided lines is a
+first read, not a re-access.
 
 Cost
 ----
@@ -91,6 +98,7 @@ time linear in its total text, never a scan of every earlier output.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -140,6 +148,9 @@ _KEY = re.compile(r"\bt\d{4,5}\b")
 _ENVELOPE_KEY = re.compile(r'"tool_key"\s*:\s*"(t\d{4,5})"')
 _IDLIKE = re.compile(r"[\w-]{8,}")
 _WS = re.compile(r"\s+")
+# Python's builtin names (``ValueError``, ``NotImplementedError``, ...) are known to every model: never
+# distinctive atoms, whatever their shape.
+_BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
 def _flatten_json(value, out: list[str]) -> None:
@@ -178,6 +189,8 @@ def _args_text(step: Step) -> str:
 
 
 def _distinctive(a: str, min_atom: int) -> bool:
+    if a in _BUILTIN_NAMES:
+        return False
     if len(a) >= 6 and _CODE_ID.fullmatch(a):
         return True
     if len(a) < min_atom or not _HAS_LETTER.search(a):
@@ -1071,7 +1084,57 @@ def _call_resource(name: str, args) -> Resource:
     return Resource("call", f"{name}({payload})")
 
 
+# Editors that refused an edit (nothing was written): SWE-agent 1.x / OpenHands str_replace_editor,
+# SWE-agent 0.x's linting ``edit``, Claude Code's ``<tool_use_error>``.
+_EDIT_REFUSED = re.compile(
+    r"\s*(?:ERROR:\s*)?(?:No replacement was performed|File already exists at"
+    r"|Your proposed edit has introduced new syntax error|<tool_use_error>)"
+)
+# SWE-agent 1.x str_replace_editor shows a large file as an outline with elided bodies.
+_ABBREVIATED = "This file is too large to display entirely. Showing abbreviated version."
+_NUMBERED_LINE = re.compile(r"(?m)^[ \t]*(\d+)(?:[ \t]+(.*))?$")
+
+
+def _edit_refused(step: Step) -> bool:
+    """An editor/write tool call whose output says nothing was written.  Claude Code's "File has been
+    unexpectedly modified" refusal still counts as a write: the file did change, by someone else."""
+    name = (step.tool_name or "").strip().lower()
+    if name not in _EDITOR_TOOLS and name not in _WRITE_TOOLS and name not in _ACI_COMMANDS:
+        return False
+    head = (step.output or "")[:300]
+    if "unexpectedly modified" in head:
+        return False
+    return step.output_is_error or bool(_EDIT_REFUSED.match(head))
+
+
+def _shown_ranges(path: str, output: str) -> list[Resource]:
+    """The line ranges an abbreviated view really shows: runs of consecutive numbered lines, without
+    the ``N ... eliding lines A-B ...`` markers."""
+    runs: list[list[int]] = []
+    for m in _NUMBERED_LINE.finditer(output):
+        if (m.group(2) or "").startswith("... eliding lines"):
+            continue
+        x = int(m.group(1))
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        elif not (runs and runs[-1][0] <= x <= runs[-1][1]):
+            runs.append([x, x])
+    return [Resource("file", path, start=a, end=b) for a, b in runs]
+
+
 def _step_resources(step: Step, state: _State) -> tuple[list[Resource], list[str]]:
+    """What ``step`` reads and writes, from its tool name and arguments, corrected by its output:
+    an edit the editor refused writes nothing, and an abbreviated whole-file view reads only the
+    lines it shows (a later view of elided lines is a first read, not a re-access)."""
+    reads, writes = _tool_resources(step, state)
+    if writes and _edit_refused(step):
+        writes = []
+    if len(reads) == 1 and reads[0].whole and step.output and _ABBREVIATED in step.output[:1000]:
+        reads = _shown_ranges(reads[0].key, step.output) or reads
+    return reads, writes
+
+
+def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str]]:
     """What ``step`` reads and writes, from its tool name and arguments."""
     state.output = step.output or ""
     if step.tool_name is None and not step.tool_args:

@@ -28,7 +28,7 @@ def _save(fig, out: Path) -> Path:
 
 
 def _family(label: str) -> str:
-    return label.split(":")[0].split("(")[0]
+    return label.split(":")[0].split("(")[0].split("[")[0]
 
 
 def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, title: str = "") -> Path:

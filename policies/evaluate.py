@@ -50,6 +50,7 @@ class Run:
     changes: int = 0
     placeholder_tokens: int = 0
     invalid_actions: int = 0
+    split: str = "all"  # "train" / "held-out" when evaluated against a policy's training split
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -106,10 +107,13 @@ def evaluate(
     workers: int = 1,
     progress: bool = True,
     policies: dict[str, Any] | None = None,
+    holdout_tasks: set[str] | None = None,
 ) -> list[Run]:
     """Run every policy spec (plus the oracle) over every trajectory of ``dataset``.
 
     ``policies`` may map labels to ready policy objects (single process only).
+    ``holdout_tasks`` (``"source/task_id"`` strings, e.g. a learned policy's
+    validation tasks) marks each run's ``split`` as ``held-out`` or ``train``.
     """
     from tqdm.auto import tqdm
 
@@ -145,6 +149,9 @@ def evaluate(
                     runs.append(run_policy_on_episode(pol, env, i, label))
                     bar.update(1)
     bar.close()
+    if holdout_tasks is not None:
+        for r in runs:
+            r.split = "held-out" if f"{r.source}/{r.task_id}" in holdout_tasks else "train"
     return runs
 
 

@@ -23,7 +23,7 @@ from dtoc_rl.policies.baselines import (
     TokenBudget,
 )
 
-__all__ = ["BASELINES", "PolicySpecError", "expand_specs", "make_policy", "policy_names"]
+__all__ = ["BASELINES", "PolicySpecError", "expand_specs", "make_policy", "policy_names", "short_label"]
 
 BASELINES: dict[str, type[Policy]] = {
     "none": NoManagement,
@@ -117,3 +117,14 @@ def make_policy(spec: str) -> Policy:
         raise PolicySpecError(f"policy {spec!r}: {e}") from None
     known = ", ".join(policy_names())
     raise PolicySpecError(f"unknown policy {name!r}; known: {known}, or a checkpoint folder")
+
+
+def short_label(spec: str) -> str:
+    """A display name: ``learned:path=runs/x/policy,threshold=0.3`` → ``learned[x/policy] t=0.3``."""
+    name, params = _parse(spec) if not Path(spec).is_dir() else ("learned", {"path": [spec]})
+    if name != "learned" or "path" not in params:
+        return spec
+    p = Path(params["path"][0])
+    tail = "/".join(p.parts[-2:])
+    thr = params.get("threshold")
+    return f"learned[{tail}]" + (f" t={thr[0]}" if thr else "")

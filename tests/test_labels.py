@@ -554,3 +554,107 @@ def test_real_mini_swe_agent_traces(shared_traces: Path):
     assert before == [[(n.step, n.kind, n.evidence) for n in s.needs] for s in trajs[0].steps]
     assert all(isinstance(r, Resource) for s in trajs[0].steps for r in read_resources(s))
     assert re.fullmatch(r"[a-z]+:.+", next(s.read_resource for s in trajs[0].steps if s.read_resource))
+
+
+# -- corrections from the output (found calibrating against masked SWE-agent runs) -----------------
+
+
+def _editor(args: dict, output: str, error: bool = False) -> dict:
+    return {"tool_name": "str_replace_editor", "tool_args": json.dumps(args), "output": output,
+            "output_is_error": error}  # fmt: skip
+
+
+def test_refused_edit_writes_nothing_so_the_reread_is_real():
+    view = {"command": "view", "path": "/testbed/calc.py", "view_range": [1, 9]}
+    t = make(
+        [
+            _editor(view, FILE_A),
+            _editor(
+                {"command": "str_replace", "path": "/testbed/calc.py", "old_str": "x", "new_str": "y"},
+                "No replacement was performed, old_str `x` did not appear verbatim in /testbed/calc.py.",
+            ),
+            _editor(view, FILE_A),
+            _editor(
+                {"command": "str_replace", "path": "/testbed/calc.py", "old_str": "a", "new_str": "b"},
+                "The file /testbed/calc.py has been edited.",
+            ),
+            {
+                "tool_name": "edit",
+                "tool_args": "edit 1:2\nfoo\nend_of_edit",
+                "output": "Your proposed edit has introduced new syntax error(s). ...",
+            },
+            {
+                "tool_name": "Edit",
+                "tool_args": '{"file_path": "/p/a.py", "old_string": "x", "new_string": "y"}',
+                "output": "<tool_use_error>File has not been read yet.</tool_use_error>",
+                "output_is_error": True,
+            },
+        ]
+    )
+    label_trajectory(t)
+    assert t.steps[1].write_resources == []
+    assert t.steps[3].write_resources == ["/testbed/calc.py"]
+    assert t.steps[4].write_resources == [] and t.steps[5].write_resources == []
+    refusal = "File has been unexpectedly modified. Read it again."
+    changed = Step(index=0, tool_name="Edit", tool_args='{"file_path": "/p/a.py", "old_string": "x"}',
+                   output=refusal, output_is_error=True)  # fmt: skip
+    assert _step_resources(changed, _State())[1] == ["/p/a.py"]  # someone else changed the file
+    assert needs(t, 2, "reaccess") == {0: "file:/testbed/calc.py#L1-9"}
+    assert not modified_between(t, 0, 2)  # the failed edit did not change what step 0 read
+    assert modified_between(t, 0, 3)
+    # a shell command that fails still counts as a possible write
+    r, w = _step_resources(Step(index=0, tool_name="bash", tool_args="sed -i s/a/b/ f.py", output="x",
+                                output_is_error=True), _State())  # fmt: skip
+    assert w == ["f.py"]
+
+
+ABBREVIATED = """\
+<NOTE>This file is too large to display entirely. Showing abbreviated version. Please use `str_replace_editor view` with the `view_range` parameter to show selected lines next.</NOTE>
+     1 import os
+     2
+     3 class Big:
+     4     def method(self):
+     5 ... eliding lines 5-40 ...
+    41
+    42     def other(self):
+    43 ... eliding lines 43-90 ...
+    91
+    92 def tail():
+"""  # noqa: E501
+
+
+def test_abbreviated_view_reads_only_the_lines_it_shows():
+    whole = {"command": "view", "path": "/testbed/big.py"}
+    t = make(
+        [
+            _editor(whole, ABBREVIATED),
+            _editor({"command": "view", "path": "/testbed/big.py", "view_range": [10, 30]}, "elided body"),
+            _editor({"command": "view", "path": "/testbed/big.py", "view_range": [41, 43]}, "shown lines"),
+            _editor(whole, ABBREVIATED),
+            _editor(whole, FILE_A),  # a small file shown entirely stays a whole-file read
+            _editor({"command": "view", "path": "/testbed/big.py", "view_range": [10, 12]}, "again"),
+        ]
+    )
+    label_trajectory(t)
+    assert t.steps[0].read_resource.split("\n") == [
+        "file:/testbed/big.py#L1-4",
+        "file:/testbed/big.py#L41-42",
+        "file:/testbed/big.py#L91-92",
+    ]
+    assert needs(t, 1, "reaccess") == {}  # lines 10-30 were elided: a first read
+    assert set(needs(t, 2, "reaccess")) == {0}
+    assert set(needs(t, 3, "reaccess")) == {0, 2}
+    assert t.steps[4].read_resource == "file:/testbed/big.py"
+    assert set(needs(t, 5, "reaccess")) == {1, 4}
+
+
+def test_builtin_names_are_not_distinctive_atoms():
+    out = "Traceback ...\nImportError: No module named numpy\nCustomLoaderError: broken"
+    t = make(
+        [
+            bash("python run.py", out),
+            bash("cat patch.py", "", text="I will catch ImportError and CustomLoaderError here."),
+        ]
+    )
+    label_trajectory(t)
+    assert needs(t, 1, "provenance") == {0: "CustomLoaderError"}

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dtoc_rl.cli.train", "train a learned policy from logged trajectories"),
     "evaluate": ("dtoc_rl.cli.evaluate", "evaluate policies offline on logged trajectories"),
     "demo": ("dtoc_rl.cli.demo", "the main job: ingest, train, evaluate against baselines and the oracle"),
+    "calibrate": ("dtoc_rl.cli.calibrate", "check need labels and the miss model against really masked logs"),
 }
 
 

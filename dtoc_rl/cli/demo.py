@@ -60,11 +60,17 @@ def run(args: argparse.Namespace) -> int:
     logs = [str(p) for p in (args.logs or [bundled_raw()])]
     dataset, ckpt = out / "dataset", out / "policy"
 
+    import contextlib
+    import io
+
     _step(f"1/3 ingest {', '.join(logs)} → {dataset}", quiet)
-    code = cli(["ingest", *logs, "-o", str(dataset), "--overwrite", "--workers", str(args.workers)]
-               + (["--quiet"] if quiet else []) + (["--json"] if args.json else []))  # fmt: skip
+    ingest_argv = ["ingest", *logs, "-o", str(dataset), "--overwrite", "--workers", str(args.workers)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf) if args.json else contextlib.nullcontext():
+        code = cli(ingest_argv + (["--json"] if args.json else (["--quiet"] if quiet else [])))
     if code:
         return fail("ingest produced no dataset; see the summary above")
+    ingest_summary = json.loads(buf.getvalue()) if args.json else None
 
     _step(f"2/3 train a learned policy → {ckpt}", quiet)
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
@@ -83,10 +89,7 @@ def run(args: argparse.Namespace) -> int:
     learned = [f"learned:path={ckpt},threshold={t:g}" for t in args.thresholds]
     argv = ["evaluate", "--dataset", str(dataset), "--policy", *BASELINES, *learned,
             "--workers", str(args.workers), "--plots", str(out), "--csv", str(out / "metrics.csv"),
-            "--by", "overall", "model_family", "--json"]  # fmt: skip
-    import contextlib
-    import io
-
+            "--by", "overall", "model_family", "--holdout-from", str(ckpt), "--json"]  # fmt: skip
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = cli(argv + (["--quiet"] if quiet else []))
@@ -96,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
     metrics["training"] = {
         k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")
     }
+    if ingest_summary is not None:
+        metrics["ingest"] = {
+            k: ingest_summary[k] for k in ("total", "groups", "skipped") if k in ingest_summary
+        }
     metrics["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
     if args.json:

@@ -37,8 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
     p.add_argument("--max-items", type=int, default=256, help="env slots")
     p.add_argument("--workers", type=int, default=1, help="worker processes")
-    p.add_argument("--by", nargs="+", default=["overall", "model_family", "source"],
-                   choices=["overall", "model_family", "source"], help="groupings to report")  # fmt: skip
+    p.add_argument(
+        "--by",
+        nargs="+",
+        default=["overall", "model_family", "source"],
+        choices=["overall", "model_family", "source", "split"],
+        help="groupings to report (split: train vs held-out tasks, with --holdout-from)",
+    )
+    p.add_argument(
+        "--holdout-from",
+        type=Path,
+        metavar="CKPT",
+        help="mark trajectories of this checkpoint's validation tasks as held-out (adds --by split)",
+    )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--plots", type=Path, help="write pareto.png and curves.png into this folder")
     p.add_argument("--csv", type=Path, help="also write the metric rows as CSV")
@@ -57,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint
             make_policy(s)
+        holdout = None
+        if args.holdout_from:
+            holdout = set(_val_tasks(args.holdout_from))
+            if "split" not in args.by:
+                args.by.append("split")
         cost = CostConfig(miss=args.miss, overhead=args.overhead, reread_prob=args.reread_prob)
         runs = evaluate(
             str(args.dataset) if args.dataset else None,
@@ -67,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             max_items=args.max_items,
             workers=args.workers,
             progress=not (args.quiet or args.json),
+            holdout_tasks=holdout,
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
         return fail(str(e))
@@ -105,6 +122,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _val_tasks(ckpt: Path) -> list[str]:
+    import json as _json
+
+    cfg = ckpt / "config.json"
+    if not cfg.is_file():
+        raise FileNotFoundError(f"--holdout-from {ckpt}: no config.json (not a checkpoint folder)")
+    return _json.loads(cfg.read_text()).get("meta", {}).get("val_tasks", [])
+
+
 def write_plots(args, specs, rows, runs) -> list[str]:
     from dtoc_rl.plots import plot_pareto, plot_token_curves
     from dtoc_rl.policies.evaluate import token_curves
@@ -125,6 +151,7 @@ def print_rows(rows, console=None) -> None:
     from rich.table import Table
 
     from dtoc_rl.cli.tables import wide_console
+    from dtoc_rl.policies.registry import short_label
 
     console = console or wide_console()
     for dim in dict.fromkeys(r["group_by"] for r in rows):
@@ -137,7 +164,7 @@ def print_rows(rows, console=None) -> None:
                 t.add_column(c, justify="left" if c == "policy" else "right")
             for r in sel:
                 t.add_row(
-                    r["policy"] + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
+                    short_label(r["policy"]) + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
                     f"{100 * r['savings']:+.1f}% "
                     f"[{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}]",
                     f"{100 * r['token_savings']:+.1f}%",

@@ -1,0 +1,109 @@
+import json
+
+import pytest
+
+from dtoc_rl.cli import main
+
+TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--epochs", "2", "--dagger-rounds", "0"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt") / "policy"
+    assert main(["train", "-o", str(out), "--quiet", *TINY]) == 0
+    return out
+
+
+def test_train_writes_checkpoint_and_json_report(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["train", "-o", str(out), "--json", *TINY]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["checkpoint"] == str(out) and (out / "model.safetensors").is_file()
+    assert rep["train_episodes"] + rep["val_episodes"] == rep["episodes"]
+
+
+def test_train_help_has_config_help_text(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--model-family" in out and "train only on this model family" in out and "--wandb" in out
+
+
+def test_train_bad_config_is_clear(tmp_path, capsys):
+    assert main(["train", "-o", str(tmp_path / "x"), "--mode", "ppo", "--quiet"]) == 2
+    assert "mode must be" in capsys.readouterr().err
+
+
+def test_evaluate_json_rows_with_sweep_and_oracle(capsys, ckpt, tmp_path):
+    args = ["evaluate", "-p", "none", "last_n:n=3|5", str(ckpt), "--json", "--bootstrap", "50",
+            "--holdout-from", str(ckpt), "--csv", str(tmp_path / "m.csv"),
+            "--plots", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    overall = {r["policy"]: r for r in out["rows"] if r["group_by"] == "overall"}
+    assert set(overall) == {"none", "last_n:n=3", "last_n:n=5", str(ckpt), "oracle"}
+    assert overall["none"]["savings"] == pytest.approx(0, abs=1e-9)
+    assert overall["oracle"]["misses_per_100"] == 0 and overall["oracle"]["savings"] > 0
+    for r in overall.values():
+        assert r["savings_lo"] <= r["savings"] + 1e-9 <= r["savings_hi"] + 2e-9
+    assert {r["group"] for r in out["rows"] if r["group_by"] == "split"} == {"train", "held-out"}
+    assert (tmp_path / "m.csv").read_text().startswith("policy,")
+    assert (tmp_path / "pareto.png").stat().st_size > 5000 and (tmp_path / "curves.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [(["-p", "nope"], "unknown policy 'nope'"),
+     (["-p", "none", "--model-family", "zzz"], "no usable trajectory"),
+     (["-p", "last_n:n=0"], "positive integer")],
+)  # fmt: skip
+def test_evaluate_bad_input_is_clear(args, msg, capsys):
+    assert main(["evaluate", "--quiet", *args]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_evaluate_checkpoint_feature_mismatch_is_clear(ckpt, tmp_path, capsys):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt, bad)
+    meta = json.loads((bad / "config.json").read_text())
+    meta["global_features"] = meta["global_features"][:3]
+    (bad / "config.json").write_text(json.dumps(meta))
+    assert main(["evaluate", "-p", str(bad), "--quiet"]) == 2
+    assert "different global features" in capsys.readouterr().err
+
+
+def test_a_policy_that_raises_is_reported_and_the_rest_completes():
+    from dtoc_rl.policies.baselines import NoManagement
+    from dtoc_rl.policies.evaluate import aggregate, evaluate
+
+    class Flaky(NoManagement):
+        def reset(self, info=None):
+            self.tid = (info or {}).get("traj_id")
+
+        def act(self, obs, info=None):
+            if self.tid and "django__django-11239" in self.tid:
+                raise RuntimeError("boom")
+            return super().act(obs, info)
+
+    runs = evaluate(None, ["none"], policies={"flaky": Flaky()}, progress=False)
+    bad = [r for r in runs if r.error]
+    assert len(bad) == 1 and "django__django-11239" in bad[0].traj_id and "boom" in bad[0].error
+    rows = aggregate(runs, by=["overall"], n_boot=20)
+    flaky = next(r for r in rows if r["policy"] == "flaky")
+    assert flaky["errors"] == 1 and flaky["n"] == 33
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    argv = ["demo", "--out", str(out), "--epochs", "2", "--thresholds", "0.5", "--workers", "1", "--json"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)  # --json: one document on stdout
+    assert metrics["ingest"]["total"]["trajectories"] == 34
+    policies = {r["policy"] for r in metrics["rows"]}
+    assert "oracle" in policies and "opencode_prune" in policies
+    assert any(p.startswith("learned:") for p in policies)
+    for f in ("metrics.json", "metrics.csv", "pareto.png", "curves.png"):
+        assert (out / f).is_file(), f
