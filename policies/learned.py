@@ -116,6 +116,9 @@ class LearnedPolicy(Policy):
 
     def __init__(self, config: LearnedPolicyConfig | None = None):
         self.cfg = config or LearnedPolicyConfig()
+        # Small per-decision forwards: more threads only add synchronisation (and spin badly when
+        # the machine is busy), so the policy sets torch's thread count from its config.
+        torch.set_num_threads(max(1, self.cfg.threads))
         torch.manual_seed(self.cfg.seed)
         self.net = ItemScorer(self.cfg)
         self.net.eval()

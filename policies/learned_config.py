@@ -47,7 +47,7 @@ class LearnedPolicyConfig:
     miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")
     seed: int = _f(0, "random seed (split, init, sampling)")
-    threads: int = _f(2, "torch CPU threads")
+    threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")
     wandb: bool = _f(False, "log to Weights & Biases (offline when no API key)")
     wandb_project: str = _f("dtoc-rl", "wandb project")
 

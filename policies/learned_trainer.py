@@ -175,7 +175,9 @@ def _loss(net: nn.Module, samples: list[Sample]) -> torch.Tensor:
     return (ll * w).sum() / w.sum().clamp_min(1.0)
 
 
-def _train_supervised(policy, train, val, *, log, progress, label: str) -> dict[str, Any]:
+def _train_supervised(
+    policy, train, val, *, log, progress, label: str, epochs: int | None = None
+) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     cfg = policy.cfg
@@ -183,13 +185,17 @@ def _train_supervised(policy, train, val, *, log, progress, label: str) -> dict[
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed)
     best, best_state, bad, history = math.inf, None, 0, []
-    bar = tqdm(range(cfg.epochs), desc=label, disable=not progress)
+    bar = tqdm(range(epochs or cfg.epochs), desc=label, disable=not progress)
+    val_sorted = sorted(val, key=lambda x: len(x.target))
+    widths = np.array([len(x.target) for x in train])
     for epoch in bar:
         net.train()
-        order = rng.permutation(len(train))
+        # Batches of similar width (sorted with random jitter), in random order: little padding.
+        order = np.argsort(widths + rng.random(len(train)) * 4, kind="stable")
+        batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
         total = 0.0
-        for i in range(0, len(order), cfg.batch_size):
-            batch = [train[j] for j in order[i : i + cfg.batch_size]]
+        for b in rng.permutation(len(batches)):
+            batch = [train[j] for j in batches[b]]
             loss = _loss(net, batch)
             opt.zero_grad()
             loss.backward()
@@ -200,8 +206,8 @@ def _train_supervised(policy, train, val, *, log, progress, label: str) -> dict[
         with torch.no_grad():
             vl = (
                 sum(
-                    float(_loss(net, val[i : i + 256])) * len(val[i : i + 256])
-                    for i in range(0, len(val), 256)
+                    float(_loss(net, val_sorted[i : i + 256])) * len(val_sorted[i : i + 256])
+                    for i in range(0, len(val_sorted), 256)
                 )
                 / len(val)
                 if val
@@ -337,9 +343,11 @@ def fit(
         for r in range(cfg.dagger_rounds if cfg.mode == "oracle" else 0):
             train += collect(policy, train_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
             val += collect(policy, val_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
+            # fine-tune from the current weights: a third of the epochs is enough
             report[f"dagger_{r + 1}"] = _train_supervised(
-                policy, train, val, log=log, progress=progress, label=f"dagger{r + 1}"
-            )
+                policy, train, val, log=log, progress=progress, label=f"dagger{r + 1}",
+                epochs=max(3, cfg.epochs // 3),
+            )  # fmt: skip
     if cfg.mode == "rl" or cfg.rl_updates:
         if cfg.mode == "rl" and not cfg.rl_updates:
             cfg.rl_updates = 50
