@@ -87,10 +87,14 @@ class ItemScorer(nn.Module):
             g = g + self.family(family)
         h = self.item_in(_squash(items)) + self.tool(tool) + g[:, None, :]
         if self.encoder is not None:
-            # A row with no items would make attention NaN: give it one dummy key.
-            safe = mask.clone()
-            safe[:, 0] |= ~mask.any(dim=1)
-            h = self.encoder(h, src_key_padding_mask=~safe)
+            if bool(mask.all()):
+                # No padding: the unmasked attention path is about twice as fast on CPU.
+                h = self.encoder(h)
+            else:
+                # A row with no items would make attention NaN: give it one dummy key.
+                safe = mask.clone()
+                safe[:, 0] |= ~mask.any(dim=1)
+                h = self.encoder(h, src_key_padding_mask=~safe)
         return self.head(h).squeeze(-1)
 
 
@@ -125,7 +129,7 @@ class LearnedPolicy(Policy):
         self.meta: dict[str, Any] = {}
 
     # -- acting ------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def probs(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """P(visible at the next call) per slot, shape like ``obs["item_mask"]``."""
         t = obs_to_tensors(obs)

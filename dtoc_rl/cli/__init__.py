@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("dtoc_rl.cli.evaluate", "evaluate policies offline on logged trajectories"),
     "demo": ("dtoc_rl.cli.demo", "the main job: ingest, train, evaluate against baselines and the oracle"),
     "calibrate": ("dtoc_rl.cli.calibrate", "check need labels and the miss model against really masked logs"),
+    "serve": ("dtoc_rl.cli.serve", "serve a policy over HTTP (POST /decide) for agents in any language"),
 }
 
 

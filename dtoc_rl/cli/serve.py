@@ -1,0 +1,180 @@
+"""``dtoc-rl serve --policy SPEC_OR_CHECKPOINT``: a policy as an HTTP JSON service.
+
+Endpoints: GET /health, GET /version, POST /decide (the client sends its
+store's metadata, the policy answers which keys to enable and disable; see
+dtoc_rl.service for the request fields).  Binds to 127.0.0.1 by default.
+
+--policy takes a policy spec (last_n:n=5, budget:budget=32000, ...) or a
+learned-policy checkpoint folder.  The policy is loaded and run once on a
+sample request before the port opens: a checkpoint that fails to load stops
+the service with a clear message and exit code 2.
+
+Model families: requests from a family the policy does not serve (an unknown
+model, i.e. family 'other'; or, for a checkpoint trained on one family, any
+other family) get the --fallback policy: 'none' (default) keeps everything
+visible; 'self' uses the main policy for every family; or any policy spec.
+
+Stop it with Ctrl-C or SIGTERM (exit code 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from dtoc_rl.cli.common import CLIError, fail
+
+_SAMPLE = {
+    "model_family": "gpt-4o",
+    "items": [
+        {"key": "t0000", "tokens": 900, "visible": True, "tool": "bash", "args": '{"command": "cat a.py"}'},
+        {"key": "t0001", "tokens": 50, "visible": False, "tool": "bash", "args": '{"command": "ls"}'},
+        {"key": "t0002", "tokens": 300, "visible": True, "tool": "read_file", "needs": 1},
+    ],
+    "step": 3,
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dtoc_rl.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
+
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--policy", required=True, help="policy spec or learned-policy checkpoint folder")
+    p.add_argument(
+        "--fallback",
+        default="none",
+        help="policy for unserved model families: none (everything visible, default), self, or a spec",
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)"
+    )
+    p.add_argument(
+        "--max-items",
+        type=int,
+        default=None,
+        help="observation slots (default: the checkpoint's max_items, else 128)",
+    )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help=f"request body limit in bytes ({DEFAULT_MAX_BODY})",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for learned policies (default 1: lowest latency for one small network)",
+    )
+    p.add_argument("--log", action="store_true", help="log every request to stderr")
+    p.add_argument("--json", action="store_true", help="print the startup info as one JSON line")
+
+
+def _load(spec: str, what: str):
+    from dtoc_rl.policies.registry import make_policy
+
+    path = Path(spec)
+    if path.exists() and not path.is_dir():
+        raise CLIError(
+            f"{what} {spec!r} is a file; a checkpoint is a folder with config.json and model.safetensors"
+        )
+    looks_like_path = ":" not in spec and ("/" in spec or "\\" in spec or spec.startswith("."))
+    if looks_like_path and not path.exists():
+        raise CLIError(f"{what} {spec!r}: no such checkpoint folder")
+    try:
+        return make_policy(spec)
+    except Exception as e:  # PolicySpecError, CheckpointError (kept lazy: no torch for rule policies), ...
+        raise CLIError(f"cannot load {what} {spec!r}: {e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.models import FAMILIES, normalize_family
+    from dtoc_rl.service import DecisionService, make_server
+
+    try:
+        if not 0 <= args.port <= 65535:
+            raise CLIError(f"--port must be in 0..65535, got {args.port}")
+        if args.max_items is not None and args.max_items < 1:
+            raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
+        if args.max_body < 1024:
+            raise CLIError(f"--max-body must be >= 1024 bytes, got {args.max_body}")
+        if args.threads < 1:
+            raise CLIError(f"--threads must be >= 1, got {args.threads}")
+        policy = _load(args.policy, "policy")
+        if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
+            sys.modules["torch"].set_num_threads(args.threads)
+        families = None
+        trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
+        if trained_on:
+            families = {trained_on if trained_on in FAMILIES else normalize_family(trained_on)}
+        fallback = None
+        fb = args.fallback.strip()
+        if fb == "self":
+            families = set(FAMILIES)
+        elif fb != "none":
+            fallback = _load(fb, "fallback policy")
+        service = DecisionService(
+            policy,
+            fallback=fallback,
+            families=families,
+            max_items=args.max_items or getattr(getattr(policy, "cfg", None), "max_items", None) or 128,
+            max_body=args.max_body,
+        )
+        try:  # run the policy once now: a broken checkpoint fails here, not at the first request
+            service.decide(_SAMPLE)
+        except Exception as e:
+            raise CLIError(
+                f"policy {service.label} failed on a sample request: {type(e).__name__}: {e}"
+            ) from None
+        try:
+            log = (
+                (lambda line: print(f"dtoc-rl serve: {line}", file=sys.stderr, flush=True))
+                if args.log
+                else None
+            )
+            server = make_server(service, args.host, args.port, log=log)
+        except OSError as e:
+            raise CLIError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    except CLIError as e:
+        return fail(str(e))
+
+    host, port = server.server_address[:2]
+    info = {
+        "url": f"http://{host}:{port}",
+        "host": host,
+        "port": port,
+        "policy": service.label,
+        "fallback": service.fallback_label,
+        "families": sorted(service.families),
+        "max_items": service.max_items,
+        "version": service.version()["version"],
+    }
+    if args.json:
+        print(json.dumps(info), flush=True)
+    else:
+        print(
+            f"dtoc-rl serve: {service.label} on {info['url']} "
+            f"(fallback {service.fallback_label}; POST /decide, GET /health, GET /version)",
+            flush=True,
+        )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"dtoc-rl serve: warning: listening on {host}, not only on this machine", file=sys.stderr)
+
+    def _stop(signum, frame):  # SIGTERM: leave serve_forever like Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    if not args.json:
+        print("dtoc-rl serve: stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,1145 @@
+"""Orchestrator: DTOC inside an existing agent loop, with a policy (or the model) deciding.
+
+Drop it into any OpenAI- or Anthropic-style tool loop.  It stores every tool
+output (a :class:`~dtoc_rl.context.DTOCContext` over a MemoryStore, or a
+SQLiteStore when ``session_path``/``session_id`` is given, so the session survives
+a restart) and, before each model call, decides what the model sees::
+
+    orch = Orchestrator(make_policy("ckpt/"), query="Fix the failing test", system="You are ...")
+    while True:
+        resp = client.chat.completions.create(model=MODEL, **orch.openai_request(TOOLS))
+        calls = orch.record_openai_response(resp)     # the calls you must run
+        if not calls:
+            break
+        for c in calls:
+            orch.add_tool_result(c["id"], run_tool(c["name"], c["arguments"]))
+    orch.save_log("run.jsonl")                         # dtoc-rl ingest run.jsonl -o DATASET
+
+Modes
+-----
+``"agent"``
+    The model has the ``manage_context`` tool (the DTOC paper's DTOC-ON): the
+    request's tools get its definition and the orchestrator answers the model's
+    calls itself (they are never returned to you).  No policy.
+``"policy"``
+    A policy decides before each model call; the model never sees the tool.
+``"hybrid"``
+    The policy decides and the model may override with ``manage_context``.  An
+    override *pins* the key: a key the model enabled is never hidden by the
+    policy, a key it disabled is never shown by it, until the model changes it
+    again.
+
+The default is ``"policy"`` when a policy is given, else ``"agent"``.  A policy is
+any object with ``act(obs, info) -> {"enable", "disable"}`` (int masks over slots,
+see :mod:`dtoc_rl.features`): ``make_policy("last_n:n=5")``, a
+``LearnedPolicy``, an LLM policy.  The core never imports the policies package.
+
+The decision
+------------
+:meth:`decide` runs once per model call, when something changed since the last
+one (:meth:`openai_request`, :meth:`openai_messages`, :meth:`anthropic_request`
+call it).  Slot ``i`` of the observation holds the ``i``-th oldest of the
+``max_items`` most recent outputs; older outputs keep their visibility.  Per
+output the orchestrator keeps an :class:`~dtoc_rl.features.ItemState`: tokens,
+age in model calls, visibility, tool category, and the online need features
+(``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
+``toggles`` and ``turns_after``.  ``info`` holds ``keys``/``slot_keys`` (DTOC key
+per slot), ``slot_steps``, ``step``, ``model_family``, ``active_tokens``,
+``budget_tokens``, ``action_mask``, and, computed only when a policy reads them,
+``text`` (the store listing and recent reasoning), ``store_listing``,
+``recent_reasoning`` and ``previews`` for LLM policies.
+
+Online need labels
+------------------
+Needs are labelled with :func:`dtoc_rl.labels.label_trajectory` when an
+assistant turn is recorded (its actions are what use earlier outputs).  That
+labeller is not incremental (about 1 ms per step of trajectory on the bundled
+sample), so the orchestrator labels only the last ``label_window`` steps
+(default 64, whole turns) and keeps the labels of the new steps: an output older
+than the window gets no new needs.  The labelling runs in a worker thread
+(``background_labels=True``), so it overlaps the execution of the tools the
+turn asked for; :meth:`decide`, :meth:`observation`, :meth:`trajectory` and
+:attr:`totals` wait for it.  ``label_every=k`` labels every k-th assistant turn
+(the skipped turns' steps are labelled together at the next one);
+``label_every=0`` switches labelling off (need features stay 0; rule policies do
+not read them).  Misses (a new step needs an output that was hidden when its
+call was made) are counted in :attr:`totals`.  A labeller error never stops the
+loop: it is kept in :attr:`label_errors` and warned about once.
+
+Restarts
+--------
+With a SQLiteStore, a new ``Orchestrator(session_path=..., session_id=...)``
+reopens the session: outputs, visibility and messages come back and the need
+labels are recomputed; the decision history (``toggles``, misses, hybrid pins,
+``masked_before`` of earlier steps) starts afresh.  ``query``/``system`` are then
+ignored (:attr:`resumed` is True).
+
+Threads and asyncio
+-------------------
+Methods are thread-safe.  The ``a``-prefixed variants (:meth:`aopenai_request`,
+:meth:`arecord_openai_response`, ...) run the same work in a worker thread
+(``asyncio.to_thread``), so a slow policy (an LLM) or labelling never blocks the
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.context import DTOCContext
+from dtoc_rl.features import ItemState, build_observation
+from dtoc_rl.labels import label_trajectory, modified_between
+from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.models import normalize_family
+from dtoc_rl.record import ToolOutput
+from dtoc_rl.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.store import MemoryStore, Store
+from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.tools import tool_category_id
+
+__all__ = [
+    "DEFAULT_MAX_ITEMS",
+    "DEFAULT_SESSION_DB",
+    "MODES",
+    "Decision",
+    "Orchestrator",
+    "OrchestratorTotals",
+]
+
+MODES = ("agent", "policy", "hybrid")
+DEFAULT_MAX_ITEMS = 128
+# Where ``session_id`` alone keeps its sessions (override with DTOC_SESSION_DB).
+DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
+SOURCE = "dtoc-orchestrator"
+
+
+@dataclass
+class Decision:
+    """What one :meth:`Orchestrator.decide` did."""
+
+    enabled: list[str] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
+    ran: bool = False  # False: agent mode, or nothing changed since the last decision
+    latency_ms: float = 0.0  # observation + policy + applying it
+    blocked: list[str] = field(default_factory=list)  # hybrid: policy changes a model pin overruled
+
+    @property
+    def changed(self) -> list[str]:
+        return self.enabled + self.disabled
+
+
+@dataclass
+class OrchestratorTotals:
+    calls: int = 0  # assistant turns recorded (model calls)
+    tool_calls: int = 0
+    decisions: int = 0  # policy decisions that ran
+    mgmt_calls: int = 0  # decisions or model manage_context calls that changed something
+    model_mgmt_calls: int = 0  # manage_context calls made by the model
+    changes: int = 0  # outputs whose visibility changed
+    misses: int = 0  # needs on outputs hidden when the call was made
+    input_tokens: int = 0  # as reported by the provider
+    output_tokens: int = 0
+    decision_ms: float = 0.0  # total time in decide()
+    label_ms: float = 0.0  # total time labelling needs
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Out:
+    """One stored output as the orchestrator tracks it."""
+
+    key: str
+    rec: ToolOutput
+    step: int  # index in the trajectory
+    call: int  # assistant turn that asked for it
+    users_at: int  # user messages when it was stored
+    state: ItemState
+    last_need: int | None = None
+
+
+class _LazyInfo(Mapping):
+    """``info`` for the policy: cheap entries up front, text views computed on first read."""
+
+    def __init__(self, eager: dict[str, Any], lazy: dict[str, Callable[[], Any]]):
+        self._d = eager
+        self._lazy = lazy
+
+    def __getitem__(self, k: str) -> Any:
+        if k in self._d:
+            return self._d[k]
+        if k in self._lazy:
+            v = self._d[k] = self._lazy.pop(k)()
+            return v
+        raise KeyError(k)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from list(self._d)
+        yield from list(self._lazy)
+
+    def __len__(self) -> int:
+        return len(self._d) + len(self._lazy)
+
+
+def _as_dict(obj: Any, what: str) -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    for meth in ("model_dump", "to_dict", "dict"):
+        f = getattr(obj, meth, None)
+        if callable(f):
+            try:
+                d = f()
+            except TypeError:
+                continue
+            if isinstance(d, Mapping):
+                return dict(d)
+    raise TypeError(f"{what} must be a dict or an SDK object, got {type(obj).__name__}")
+
+
+def _text(content: Any) -> str:
+    """Text of a message content: a string, None, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for p in content:
+            if isinstance(p, str):
+                out.append(p)
+            elif isinstance(p, Mapping) and isinstance(p.get("text"), str):
+                out.append(p["text"])
+        return "".join(out)
+    return str(content)
+
+
+def _args_json(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False)
+
+
+def _to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for t in tools:
+        if "function" in t:  # OpenAI format
+            fn = t["function"]
+            out.append(
+                {
+                    "name": fn["name"],
+                    "description": fn.get("description", ""),
+                    "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+                }
+            )
+        else:
+            out.append(dict(t))
+    return out
+
+
+class Orchestrator:
+    """DTOC in a live agent loop (see the module docstring).
+
+    Args:
+        policy: anything with ``act(obs, info)``; None for ``mode="agent"``.
+        mode: ``"agent"``, ``"policy"`` or ``"hybrid"`` (default: policy if given, else agent).
+        query, system: the task and the system prompt of a new session.
+        model: the model's name (prices and family; read from the first response when empty).
+        model_family: the policy's model family (default: ``normalize_family(model)``).
+        session_path: a SQLite file: the session is stored there and reopens after a restart.
+        session_id: the session to create or reopen (with ``session_path``, or alone:
+            then the file is ``$DTOC_SESSION_DB`` or ``./dtoc_sessions.sqlite``).
+        store: a ready :class:`~dtoc_rl.store.Store` instead (overrides the two above).
+        estimator: token estimator for a new store (default ``ceil(len/4)``).
+        max_items: observation slots: the policy sees the ``max_items`` most recent outputs
+            (default: the policy's ``cfg.max_items`` when it has one, as learned policies do, else 128).
+        budget_tokens: the budget passed to the policy (0: none).
+        label_every, label_window, background_labels: online need labelling (see the
+            module docstring).
+        task_id: the trajectory's task id (default: the session id).
+        include_reasoning: prefix reasoning to assistant text in rendered requests.
+    """
+
+    def __init__(
+        self,
+        policy: Any = None,
+        *,
+        mode: str | None = None,
+        query: str | None = None,
+        system: str | None = None,
+        model: str = "",
+        model_family: str | None = None,
+        session_path: str | Path | None = None,
+        session_id: str | None = None,
+        store: Store | None = None,
+        estimator: TokenEstimator | str | None = None,
+        max_items: int | None = None,
+        budget_tokens: int = 0,
+        label_every: int = 1,
+        label_window: int | None = 64,
+        background_labels: bool = True,
+        task_id: str | None = None,
+        include_reasoning: bool = False,
+    ):
+        mode = mode or ("policy" if policy is not None else "agent")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode in ("policy", "hybrid"):
+            if policy is None:
+                raise ValueError(f"mode {mode!r} needs a policy (anything with act(obs, info))")
+            if not callable(getattr(policy, "act", None)):
+                raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
+        if max_items is None:  # the slots the policy was trained with, when it says
+            max_items = getattr(getattr(policy, "cfg", None), "max_items", None) or DEFAULT_MAX_ITEMS
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        if label_every < 0:
+            raise ValueError(f"label_every must be >= 0, got {label_every}")
+        if label_window is not None and label_window < 1:
+            raise ValueError(f"label_window must be >= 1 or None, got {label_window}")
+        self.policy = policy if mode != "agent" else None
+        self.mode = mode
+        self.N = int(max_items)
+        self.budget = int(budget_tokens)
+        self.label_every = int(label_every)
+        self.label_window = label_window
+        self.include_reasoning = include_reasoning
+        self._model = model or ""
+        self._family_fixed = model_family is not None
+        self.model_family = model_family or normalize_family(self._model)
+        if store is None and (session_path is not None or session_id is not None):
+            from dtoc_rl.sqlite_store import SQLiteStore
+
+            path = session_path or os.environ.get("DTOC_SESSION_DB") or DEFAULT_SESSION_DB
+            store = SQLiteStore(path, session_id=session_id, estimator=estimator)
+        store = store if store is not None else MemoryStore(estimator)
+        self.resumed = bool(store.messages)
+        self.ctx = DTOCContext(
+            query=None if self.resumed else query,
+            system=None if self.resumed else system,
+            store=store,
+        )
+        self.store = store
+        self.task_id = task_id
+        self.success: bool | None = None
+        self._totals = OrchestratorTotals()
+        self._lock = threading.RLock()
+        self._outs: list[_Out] = []
+        self._by_key: dict[str, _Out] = {}
+        self._steps: list[Step] = []
+        self._step_of_call: dict[str, Step] = {}
+        self._key_step: dict[str, int] = {}
+        self._step_key: dict[int, str] = {}
+        self._task = ""
+        self._system = ""
+        self._users = 0  # user messages after the task
+        self._pending_user: list[str] = []
+        self._pending_events: list[ContextEvent] = []
+        self._masked_at_request: list[int] | None = None
+        self._unlabelled_from = 0  # first step without labels
+        self._label_threads: list[threading.Thread] = []
+        self.background_labels = bool(background_labels)
+        self.label_errors: list[str] = []
+        self._turns_since_label = 0
+        self._pins: dict[str, bool] = {}
+        self._version = 0  # bumps on every change the policy could react to
+        self._decided_version = -1
+        self.last_decision = Decision()
+        self._rebuild()
+        if self.policy is not None and callable(getattr(self.policy, "reset", None)):
+            self.policy.reset({"model_family": self.model_family, "mode": self.mode})
+
+    # ------------------------------------------------------------------------------ properties
+    @property
+    def totals(self) -> OrchestratorTotals:
+        """Counters of the session (waits for background need labelling, which counts misses)."""
+        self._wait_labels()
+        return self._totals
+
+    @property
+    def session_id(self) -> str:
+        return self.store.session_id
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def active_tokens(self) -> int:
+        return self.ctx.active_tokens
+
+    @property
+    def policy_label(self) -> str:
+        if self.policy is None:
+            return "model" if self.mode == "agent" else "none"
+        return str(getattr(self.policy, "label", None) or type(self.policy).__name__)
+
+    def _set_model(self, name: Any) -> None:
+        if name and isinstance(name, str) and not self._model:
+            self._model = name
+            if not self._family_fixed:
+                self.model_family = normalize_family(name)
+
+    # ------------------------------------------------------------------------------ requests
+    def openai_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """``tools`` (OpenAI format) plus ``manage_context`` in agent and hybrid modes."""
+        out = [dict(t) for t in tools or ()]
+        if self.mode != "policy":
+            out.append(openai_tool())
+        return out
+
+    def anthropic_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """``tools`` (Anthropic or OpenAI format) as Anthropic tools, plus ``manage_context``
+        in agent and hybrid modes."""
+        out = _to_anthropic_tools(tools or ())
+        if self.mode != "policy":
+            out.append(anthropic_tool())
+        return out
+
+    def _check_answered(self) -> None:
+        if self.ctx.pending_calls:
+            raise ValueError(
+                f"tool call(s) {self.ctx.pending_calls} have no result yet; "
+                "call add_tool_result(call_id, content) for each before the next model call"
+            )
+
+    def _note_request(self) -> None:
+        self._masked_at_request = self._masked_steps()
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """Decide (policy modes), then the chat-completions ``messages`` for the next call."""
+        self.decide()
+        with self._lock:
+            self._check_answered()
+            self._note_request()
+            return self.ctx.to_openai(include_reasoning=self.include_reasoning)
+
+    def openai_request(self, tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> dict:
+        """``{"messages", "tools"?}`` (plus ``extra``) to pass as ``**kwargs`` to
+        ``client.chat.completions.create(model=..., ...)``."""
+        req: dict[str, Any] = {"messages": self.openai_messages()}
+        tl = self.openai_tools(tools)
+        if tl:
+            req["tools"] = tl
+        req.update(extra)
+        return req
+
+    def anthropic_request(self, tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> dict:
+        """``{"system"?, "messages", "tools"?}`` (plus ``extra``) for ``client.messages.create``."""
+        self.decide()
+        with self._lock:
+            self._check_answered()
+            self._note_request()
+            parts = self.ctx.to_anthropic(include_reasoning=self.include_reasoning)
+        req: dict[str, Any] = {"messages": parts["messages"]}
+        if parts["system"]:
+            req["system"] = parts["system"]
+        tl = self.anthropic_tools(tools)
+        if tl:
+            req["tools"] = tl
+        req.update(extra)
+        return req
+
+    # ------------------------------------------------------------------------------ recording
+    def add_user(self, content: str) -> None:
+        """A user (or environment) message between model calls."""
+        with self._lock:
+            self.ctx.add_user(content)
+            self._users += 1
+            self._pending_user.append(content)
+            self._touch()
+
+    def record_openai_response(self, response: Any) -> list[dict[str, Any]]:
+        """Record a chat-completions answer (a ``ChatCompletion``, a choice, or a message;
+        SDK objects or dicts).  Returns the tool calls you must run, ``{"id", "name",
+        "arguments"}`` with ``arguments`` a dict; [] when the model is done."""
+        d = _as_dict(response, "response")
+        usage = None
+        if "choices" in d:
+            self._set_model(d.get("model"))
+            usage = d.get("usage")
+            if not d["choices"]:
+                raise ValueError("the response has no choices")
+            d = _as_dict(d["choices"][0], "choice")
+        if "message" in d and "role" not in d:
+            d = _as_dict(d["message"], "message")
+        calls = []
+        for i, tc in enumerate(d.get("tool_calls") or []):
+            tc = _as_dict(tc, f"tool_calls[{i}]")
+            fn = _as_dict(tc.get("function") or {}, f"tool_calls[{i}].function")
+            calls.append({"id": tc.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
+        reasoning = d.get("reasoning_content") or d.get("reasoning")
+        u = _as_dict(usage, "usage") if usage is not None else {}
+        return self.record_assistant(
+            _text(d.get("content")),
+            calls,
+            reasoning=reasoning if isinstance(reasoning, str) else None,
+            usage={"input_tokens": u.get("prompt_tokens"), "output_tokens": u.get("completion_tokens")},
+        )
+
+    def record_anthropic_response(self, response: Any) -> list[dict[str, Any]]:
+        """Record a messages-API answer (a ``Message``, SDK object or dict).  Returns the
+        tool calls you must run (see :meth:`record_openai_response`)."""
+        d = _as_dict(response, "response")
+        self._set_model(d.get("model"))
+        texts, thinking, calls = [], [], []
+        for i, b in enumerate(d.get("content") or []):
+            b = _as_dict(b, f"content[{i}]")
+            kind = b.get("type")
+            if kind == "text":
+                texts.append(b.get("text") or "")
+            elif kind == "thinking":
+                thinking.append(b.get("thinking") or "")
+            elif kind == "tool_use":
+                calls.append({"id": b.get("id"), "name": b.get("name"), "arguments": b.get("input") or {}})
+        u = _as_dict(d["usage"], "usage") if d.get("usage") is not None else {}
+        return self.record_assistant(
+            "\n".join(texts),
+            calls,
+            reasoning="\n".join(thinking) or None,
+            usage={"input_tokens": u.get("input_tokens"), "output_tokens": u.get("output_tokens")},
+        )
+
+    def record_assistant(
+        self,
+        content: str = "",
+        tool_calls: Sequence[Mapping[str, Any]] = (),
+        *,
+        reasoning: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Provider-neutral form: ``tool_calls`` are ``{"id"?, "name", "arguments"}``
+        (arguments a dict or JSON text).  Returns the calls you must run."""
+        with self._lock:
+            tot = self._totals
+            turn = tot.calls
+            masked = self._masked_at_request if self._masked_at_request is not None else self._masked_steps()
+            self._masked_at_request = None
+            calls = []
+            used: set[str] = set()
+            for k, c in enumerate(tool_calls):
+                name = c.get("name")
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"tool_calls[{k}] has no name: {c!r}")
+                cid = c.get("id")
+                if not isinstance(cid, str) or not cid or cid in self._step_of_call or cid in used:
+                    cid = self._new_id(turn, k)  # missing or reused by the provider: a fresh one
+                used.add(cid)
+                args = c.get("arguments")
+                if args is None:
+                    args = {}
+                calls.append({"id": cid, "name": name, "arguments": args})
+            ids = self.ctx.add_assistant(content or "", reasoning=reasoning, tool_calls=calls)
+            asst = self.store.messages[-1]
+            for c, cid in zip(calls, ids):
+                c["id"] = cid
+            tot.calls += 1
+            tot.tool_calls += len(calls)
+            if usage:
+                tot.input_tokens += int(usage.get("input_tokens") or 0)
+                tot.output_tokens += int(usage.get("output_tokens") or 0)
+            self._add_steps(asst, turn, masked, time.time())
+            out = []
+            for c, m in zip(calls, asst.get("tool_calls") or []):
+                if c["name"] == MANAGE_CONTEXT_NAME:
+                    self._answer_manage_context(m)
+                else:
+                    out.append({"id": m["id"], "name": m["name"], "arguments": m["arguments"]})
+            self._turns_since_label += 1
+            if self.label_every and self._turns_since_label >= self.label_every:
+                self._label()
+            elif not self.label_every:
+                self._unlabelled_from = len(self._steps)
+            self._touch()
+            return out
+
+    def add_tool_result(
+        self,
+        call_id: str | None,
+        content: Any,
+        *,
+        is_error: bool = False,
+        tool_name: str | None = None,
+        timestamp: float | None = None,
+    ) -> str:
+        """Store the result of tool call ``call_id`` (None: the oldest unanswered one);
+        returns its DTOC key.  ``content`` is text or bytes (anything else is JSON-encoded)."""
+        if not isinstance(content, str | bytes | bytearray):
+            content = json.dumps(content, ensure_ascii=False, default=str)
+        with self._lock:
+            if call_id is None:
+                if not self.ctx.pending_calls:
+                    raise ValueError("no pending tool call to answer")
+                call_id = self.ctx.pending_calls[0]
+            rec = self.ctx.add_tool_result(content, call_id, tool_name=tool_name, timestamp=timestamp)
+            step = self._step_of_call.get(call_id)
+            if step is not None:
+                step.output = rec.tool_result
+                step.output_is_error = bool(is_error)
+                step.output_tokens = math.ceil(len(rec.tool_result) / 4)
+            self._track(rec, step, is_error=is_error)
+            self._touch()
+            return rec.tool_key
+
+    # ------------------------------------------------------------------------------ deciding
+    def decide(self, force: bool = False) -> Decision:
+        """Run the policy if something changed since the last decision (or ``force``).
+
+        Called by the request builders; call it yourself only to decide at another time.
+        """
+        self._wait_labels()
+        with self._lock:
+            if self.policy is None or (not force and self._decided_version == self._version):
+                return Decision()
+            t0 = time.perf_counter()
+            version = self._version
+            obs, info, window = self._observe()
+        action = self.policy.act(obs, info)  # outside the lock: an LLM policy may take seconds
+        with self._lock:
+            concurrent = self._version != version  # something changed while the policy ran
+            d = self._apply(action, window)
+            d.ran = True
+            d.latency_ms = (time.perf_counter() - t0) * 1000
+            self._totals.decisions += 1
+            self._totals.decision_ms += d.latency_ms
+            if d.changed:
+                self._touch()
+            self._decided_version = -1 if concurrent else self._version
+            self.last_decision = d
+            return d
+
+    def observation(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any]]:
+        """The ``(obs, info)`` the policy would get now (for inspection and tests)."""
+        self._wait_labels()
+        with self._lock:
+            obs, info, _ = self._observe()
+            return obs, info
+
+    def manage_context(self, enable: Sequence[str] = (), disable: Sequence[str] = ()):
+        """Change visibility yourself (outside the model); returns the StatusReport."""
+        with self._lock:
+            report = self.ctx.manage_context(enable, disable)
+            self._record_changes(report.enabled, report.disabled)
+            if report.changed:
+                self._touch()
+            return report
+
+    # ------------------------------------------------------------------------------ async
+    async def adecide(self, force: bool = False) -> Decision:
+        return await asyncio.to_thread(self.decide, force)
+
+    async def aopenai_messages(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.openai_messages)
+
+    async def aopenai_request(self, tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> dict:
+        return await asyncio.to_thread(self.openai_request, tools, **extra)
+
+    async def aanthropic_request(
+        self, tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any
+    ) -> dict:
+        return await asyncio.to_thread(self.anthropic_request, tools, **extra)
+
+    async def arecord_openai_response(self, response: Any) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.record_openai_response, response)
+
+    async def arecord_anthropic_response(self, response: Any) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.record_anthropic_response, response)
+
+    async def arecord_assistant(self, content: str = "", tool_calls=(), **kw: Any) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.record_assistant, content, tool_calls, **kw)
+
+    async def aadd_tool_result(self, call_id: str | None, content: Any, **kw: Any) -> str:
+        return await asyncio.to_thread(self.add_tool_result, call_id, content, **kw)
+
+    # ------------------------------------------------------------------------------ logs
+    def trajectory(self, success: bool | None = None) -> Trajectory:
+        """The session so far in the canonical schema (online need labels; the policy's
+        changes as ``ContextEvent``\\ s on the first step after them; ``masked_before``)."""
+        self._wait_labels()
+        with self._lock:
+            if self.label_every and self._unlabelled_from < len(self._steps):
+                self._label(background=False)
+            tot = self._totals
+            extra = {
+                "env": SOURCE,
+                "mode": self.mode,
+                "policy": self.policy_label,
+                "dtoc_session": self.session_id,
+                "keys": dict(self._key_step),
+                "totals": tot.to_dict(),
+                "resumed": self.resumed,
+            }
+            ok = self.success if success is None else success
+            return Trajectory(
+                traj_id=f"orchestrator/{self.session_id}",
+                source=SOURCE,
+                model_raw=self._model,
+                model_family=self.model_family,
+                task_id=self.task_id or self.session_id,
+                task_text=self._task,
+                system_prompt=self._system,
+                success=ok,
+                outcome_source="Orchestrator.success" if ok is not None else "",
+                tokens_in=tot.input_tokens or None,
+                tokens_out=tot.output_tokens or None,
+                api_calls=tot.calls,
+                extra=json.dumps(extra, default=str),
+                steps=[replace(s, needs=list(s.needs), events=list(s.events)) for s in self._steps],
+            )
+
+    def log_row(self, success: bool | None = None) -> dict[str, Any]:
+        """The session as one generic OpenAI chat JSONL row (what :meth:`save_log` writes)."""
+        traj = self.trajectory(success)
+        msgs = _chat_messages(traj)
+        with self._lock:
+            if self._pending_user:
+                msgs.append({"role": "user", "content": "\n\n".join(self._pending_user)})
+        visibility = {
+            str(s.index): {"masked_before": s.masked_before, "events": [e.__dict__ for e in s.events]}
+            for s in traj.steps
+            if s.masked_before or s.events
+        }
+        # "messages" early: format detection reads the first 64 KiB.
+        return {
+            "id": traj.traj_id,
+            "model": traj.model_raw,
+            "task_id": traj.task_id,
+            "success": traj.success,
+            "messages": msgs,
+            "source_env": SOURCE,
+            "dtoc_mode": self.mode,
+            "dtoc_policy": self.policy_label,
+            "dtoc_session": self.session_id,
+            "api_calls": traj.api_calls,
+            "tokens_in": traj.tokens_in,
+            "tokens_out": traj.tokens_out,
+            "dtoc_totals": json.dumps(self._totals.to_dict()),
+            "dtoc_visibility": json.dumps(visibility),
+        }
+
+    def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:
+        """Write the session as generic OpenAI chat JSONL (one line), the format
+        ``dtoc-rl ingest`` reads; ``append`` adds a line to an existing file."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(self.log_row(success), ensure_ascii=False, default=str) + "\n"
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            fh.write(line)
+        return path
+
+    def close(self) -> None:
+        self._wait_labels()
+        self.store.close()
+
+    def __enter__(self) -> Orchestrator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Orchestrator(mode={self.mode!r}, policy={self.policy_label!r}, outputs={len(self._outs)}, "
+            f"hidden={len(self.store.hidden_keys())}, active_tokens={self.ctx.active_tokens})"
+        )
+
+    # ------------------------------------------------------------------------------ internals
+    def _touch(self) -> None:
+        self._version += 1
+
+    def _new_id(self, turn: int, k: int) -> str:
+        cid = f"dtoc_{turn:03d}_{k}"
+        while cid in self._step_of_call:
+            cid += "x"
+        return cid
+
+    def _masked_steps(self) -> list[int]:
+        return sorted(o.step for o in self._outs if not o.rec.visible)
+
+    def _add_steps(self, asst: dict[str, Any], turn: int, masked: list[int], now: float) -> None:
+        user_text = "\n\n".join(self._pending_user)
+        self._pending_user = []
+        events, self._pending_events = self._pending_events, []
+        base = {"turn": turn, "timestamp": now, "masked_before": list(masked)}
+        content = asst.get("content") or ""
+        reasoning = asst.get("reasoning") or ""
+        calls = asst.get("tool_calls") or []
+        if not calls:
+            self._steps.append(
+                Step(
+                    index=len(self._steps),
+                    user_text=user_text,
+                    assistant_text=content,
+                    reasoning=reasoning,
+                    events=events,
+                    **base,
+                )
+            )
+        for k, c in enumerate(calls):
+            step = Step(
+                index=len(self._steps),
+                user_text=user_text if k == 0 else "",
+                assistant_text=content if k == 0 else "",
+                reasoning=reasoning if k == 0 else "",
+                events=events if k == 0 else [],
+                tool_name=c["name"],
+                tool_args=_args_json(c["arguments"]),
+                tool_call_id=c["id"],
+                **base,
+            )
+            self._steps.append(step)
+            self._step_of_call[c["id"]] = step
+
+    def _answer_manage_context(self, call: dict[str, Any]) -> None:
+        step = self._step_of_call[call["id"]]
+        if self.mode == "policy":
+            text = json.dumps(
+                {"error": "manage_context is not available in this session; the context is managed for you"}
+            )
+            rec = self.ctx.add_tool_result(text, call["id"])
+            step.output, step.output_is_error = rec.tool_result, True
+            step.output_tokens = math.ceil(len(text) / 4)
+            self._track(rec, step, is_error=True)
+            return
+        report = self.ctx.handle_manage_context_call(call["arguments"], call["id"])
+        text = report.to_json()
+        step.output, step.output_is_error = text, not report.ok
+        step.output_tokens = math.ceil(len(text) / 4)
+        self._totals.model_mgmt_calls += 1
+        self._record_changes(report.enabled, report.disabled)
+        if self.mode == "hybrid":
+            for k in report.enabled:
+                self._pins[k] = True
+            for k in report.disabled:
+                self._pins[k] = False
+            for k in report.unchanged:  # restating a state is a pin too
+                self._pins[k] = self.store.get(k).visible
+
+    def _track(self, rec: ToolOutput, step: Step | None, *, is_error: bool) -> None:
+        turn = step.turn if step is not None else max(0, self._totals.calls - 1)
+        sidx = step.index if step is not None else -1
+        args = step.tool_args if step is not None else _args_json(rec.tool_args or {})
+        o = _Out(
+            key=rec.tool_key,
+            rec=rec,
+            step=sidx,
+            call=turn,
+            users_at=self._users,
+            state=ItemState(
+                est_tokens=rec.estimated_tokens,
+                age=0,
+                visible=rec.visible,
+                tool_id=tool_category_id(rec.tool_name, args),
+                is_error=bool(is_error),
+            ),
+        )
+        self._outs.append(o)
+        self._by_key[o.key] = o
+        if sidx >= 0:
+            self._key_step[o.key] = sidx
+            self._step_key[sidx] = o.key
+
+    def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
+        if not (enabled or disabled):
+            return
+        self._totals.mgmt_calls += 1
+        self._totals.changes += len(enabled) + len(disabled)
+        for kind, keys in (("enable", enabled), ("disable", disabled)):
+            if not keys:
+                continue
+            for k in keys:
+                o = self._by_key.get(k)
+                if o is not None:
+                    o.state.toggles += 1
+            targets = sorted(self._key_step[k] for k in keys if k in self._key_step)
+            self._pending_events.append(ContextEvent(kind=kind, targets=targets, detail=",".join(keys)))
+
+    def _saved_tokens(self) -> int:
+        return sum(o.rec.visible_cost - o.rec.hidden_cost for o in self._outs if not o.rec.visible)
+
+    def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[_Out]]:
+        now = max(0, self._totals.calls - 1)
+        outs = self._outs
+        for o in outs:
+            o.state.visible = o.rec.visible
+        window = outs[-self.N :]
+        for o in window:
+            st = o.state
+            st.age = max(0, now - o.call)
+            st.since_need = None if o.last_need is None else max(0, now - o.last_need)
+            st.turns_after = self._users - o.users_at
+        active = self.ctx.active_tokens
+        obs = build_observation(
+            [o.state for o in outs],
+            self.N,
+            active_tokens=active,
+            step=self._totals.calls,
+            model_family=self.model_family,
+            budget_tokens=self.budget,
+            saved_tokens=self._saved_tokens(),
+            misses=self._totals.misses,
+            mgmt_calls=self._totals.mgmt_calls,
+        )
+        pad = self.N - len(window)
+        keys = [o.key for o in window] + [""] * pad
+        slot_steps = np.full(self.N, -1, np.int64)
+        slot_steps[: len(window)] = [o.step for o in window]
+        eager = {
+            "keys": keys,
+            "slot_keys": keys,
+            "slot_steps": slot_steps,
+            "step": self._totals.calls,
+            "model_family": self.model_family,
+            "active_tokens": active,
+            "budget_tokens": self.budget,
+            "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
+            "misses": self._totals.misses,
+            "mode": self.mode,
+            "session_id": self.session_id,
+        }
+        win = list(window)
+        lazy: dict[str, Callable[[], Any]] = {
+            "store_listing": lambda: self._listing(win),
+            "recent_reasoning": lambda: self._recent_reasoning(),
+            "text": lambda: self._text_view(win, active),
+            "previews": lambda: [o.rec.preview(100) for o in win] + [""] * pad,
+        }
+        return obs, _LazyInfo(eager, lazy), win
+
+    def _listing(self, window: list[_Out]) -> str:
+        lines = []
+        for o in window:
+            rec = o.rec
+            state = "visible" if rec.visible else "HIDDEN"
+            lines.append(
+                f"- {o.key} [{state}] step {o.step}, {rec.tool_name or 'tool'}, "
+                f"~{rec.estimated_tokens:,} tokens: {rec.preview(100)}"
+            )
+        return "\n".join(lines)
+
+    def _recent_reasoning(self, recent: int = 3) -> str:
+        lines = []
+        for s in [s for s in self._steps if s.assistant_text or s.reasoning][-recent:]:
+            lines.append(f"[step {s.index}] {(s.reasoning + ' ' + s.assistant_text).strip()[:400]}")
+        return "\n".join(lines)
+
+    def _text_view(self, window: list[_Out], active: int) -> str:
+        return (
+            f"Active context: {active:,} tokens. Stored tool outputs (oldest first):\n"
+            f"{self._listing(window)}\nRecent reasoning:\n{self._recent_reasoning()}"
+        )
+
+    def _apply(self, action: Any, window: list[_Out]) -> Decision:
+        d = Decision()
+        try:
+            en = np.asarray(action["enable"]).reshape(-1) != 0
+            di = np.asarray(action["disable"]).reshape(-1) != 0
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise ValueError(
+                f"policy {self.policy_label} returned {type(action).__name__}; expected "
+                f"{{'enable': int[{self.N}], 'disable': int[{self.N}]}}"
+            ) from None
+        if en.shape != (self.N,) or di.shape != (self.N,):
+            raise ValueError(
+                f"policy {self.policy_label} returned masks of shapes {en.shape} and {di.shape}; "
+                f"expected ({self.N},) each"
+            )
+        want_on, want_off = [], []
+        m = len(window)
+        for i in np.flatnonzero((en ^ di)[:m]):  # a slot in both sets is left as it is
+            o, want = window[int(i)], bool(en[i])
+            if o.rec.visible == want:
+                continue
+            pin = self._pins.get(o.key) if self.mode == "hybrid" else None
+            if pin is not None and pin != want:
+                d.blocked.append(o.key)
+                continue
+            (want_on if want else want_off).append(o.key)
+        if want_on or want_off:
+            report = self.ctx.manage_context(enable=want_on, disable=want_off)
+            d.enabled, d.disabled = list(report.enabled), list(report.disabled)
+            self._record_changes(d.enabled, d.disabled)
+        return d
+
+    def _label(self, background: bool | None = None) -> None:
+        """Label the steps not labelled yet (under the lock: takes a snapshot, then labels it
+        in a worker thread or inline); see :meth:`_label_run`."""
+        self._turns_since_label = 0
+        first = self._unlabelled_from
+        steps = self._steps
+        if first >= len(steps):
+            return
+        lo = 0
+        if self.label_window is not None:
+            lo = max(0, first - self.label_window)
+            while lo > 0 and steps[lo].turn == steps[lo - 1].turn:
+                lo -= 1  # start at a turn boundary
+        sub = [replace(s, index=s.index - lo, needs=[], write_resources=[]) for s in steps[lo:]]
+        traj = Trajectory(
+            traj_id="live",
+            source=SOURCE,
+            model_raw=self._model,
+            model_family=self.model_family,
+            task_id=self.task_id or "",
+            task_text=self._task,
+            system_prompt=self._system,
+            steps=sub,
+        )
+        keys = {k: i - lo for k, i in self._key_step.items() if i >= lo}
+        self._unlabelled_from = len(steps)  # claimed by this job
+        job = (traj, keys, lo, first)
+        if self.background_labels if background is None else background:
+            t = threading.Thread(target=self._label_run, args=job, name="dtoc-labels", daemon=True)
+            self._label_threads.append(t)
+            t.start()
+        else:
+            self._label_run(*job)
+
+    def _wait_labels(self) -> None:
+        """Wait for labelling jobs (never call it holding the lock: jobs apply under it)."""
+        while self._label_threads:
+            t = self._label_threads[0]
+            if t is threading.current_thread():
+                return
+            t.join()
+            with self._lock:
+                if self._label_threads and self._label_threads[0] is t:
+                    self._label_threads.pop(0)
+
+    def _label_run(self, traj: Trajectory, keys: dict[str, int], lo: int, first: int) -> None:
+        """Label a snapshot (outside the lock), then update the features of the outputs
+        that the new steps needed (under it)."""
+        t0 = time.perf_counter()
+        try:
+            label_trajectory(traj, keys=keys)
+        except Exception as e:  # a labeller bug must not stop the agent: features just miss it
+            with self._lock:
+                self.label_errors.append(f"{type(e).__name__}: {e}")
+            if len(self.label_errors) == 1:
+                warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=2)
+            return
+        with self._lock:
+            steps = self._steps
+            new_writes: list[str] = []
+            needed: set[int] = set()
+            for s in traj.steps[first - lo :]:
+                orig = steps[s.index + lo]
+                masked = set(orig.masked_before or ())
+                orig.read_resource = s.read_resource
+                orig.write_resources = list(s.write_resources)
+                orig.needs = [replace(n, step=n.step + lo) for n in s.needs]
+                new_writes.extend(orig.write_resources)
+                for need in orig.needs:
+                    key = self._step_key.get(need.step)
+                    if key is None:
+                        continue
+                    o = self._by_key[key]
+                    if need.kind == "reaccess":
+                        o.state.superseded = True
+                    if need.step in needed:
+                        continue
+                    needed.add(need.step)
+                    o.state.times_needed += 1
+                    o.last_need = orig.turn if o.last_need is None else max(o.last_need, orig.turn)
+                    if need.step in masked:
+                        self._totals.misses += 1
+                        o.state.rereads += 1
+            if new_writes:
+                w = Step(index=1, write_resources=new_writes)
+                for o in self._outs:
+                    if o.state.modified or o.step < 0 or o.step >= first:
+                        continue
+                    mini = Trajectory(
+                        traj_id="m", source="", model_raw="", model_family="", task_id="",
+                        steps=[steps[o.step], w],
+                    )  # fmt: skip
+                    if modified_between(mini, 0, 1):
+                        o.state.modified = True
+            self._totals.label_ms += (time.perf_counter() - t0) * 1000
+            self._touch()
+
+    def _rebuild(self) -> None:
+        """Rebuild the tracking state from the store's messages (a new or reopened session)."""
+        turn = 0
+        seen_task = False
+        for m in self.store.messages:
+            role = m["role"]
+            if role == "system" and not self._steps and not seen_task:
+                self._system = "\n\n".join(p for p in (self._system, m.get("content") or "") if p)
+            elif role == "user":
+                if not seen_task and not self._steps:
+                    self._task = m.get("content") or ""
+                    seen_task = True
+                else:
+                    self._users += 1
+                    self._pending_user.append(m.get("content") or "")
+            elif role == "assistant":
+                self._add_steps(m, turn, [], 0.0)
+                turn += 1
+            elif role == "tool":
+                step = self._step_of_call.get(m["tool_call_id"])
+                if "tool_key" in m:
+                    rec = self.store.get(m["tool_key"])
+                    if step is not None:
+                        step.output = rec.tool_result
+                        step.output_tokens = math.ceil(len(rec.tool_result) / 4)
+                    self._track(rec, step, is_error=False)
+                elif step is not None:
+                    step.output = m.get("content") or ""
+                    step.output_tokens = math.ceil(len(step.output) / 4)
+        self._totals.calls = turn
+        self._totals.tool_calls = sum(1 for s in self._steps if s.tool_name is not None)
+        if self._steps and self.label_every:
+            window, self.label_window = self.label_window, None
+            try:
+                self._label(background=False)
+            finally:
+                self.label_window = window
+        self._unlabelled_from = len(self._steps)
+
+
+def _chat_messages(traj: Trajectory) -> list[dict[str, Any]]:
+    """The trajectory as OpenAI chat-completions messages with the raw tool outputs
+    (what :class:`~dtoc_rl.ingest.openai_chat.OpenAIChatIngester` reads back)."""
+    msgs: list[dict[str, Any]] = []
+    if traj.system_prompt:
+        msgs.append({"role": "system", "content": traj.system_prompt})
+    msgs.append({"role": "user", "content": traj.task_text or ""})
+    by_turn: dict[int, list[Step]] = {}
+    for s in traj.steps:
+        by_turn.setdefault(s.turn, []).append(s)
+    for turn in sorted(by_turn):
+        group = by_turn[turn]
+        first = group[0]
+        if first.user_text:
+            msgs.append({"role": "user", "content": first.user_text})
+        asst: dict[str, Any] = {"role": "assistant", "content": first.assistant_text or ""}
+        if first.reasoning:
+            asst["reasoning_content"] = first.reasoning
+        calls = [s for s in group if s.tool_name is not None]
+        if calls:
+            asst["tool_calls"] = [
+                {
+                    "id": s.tool_call_id,
+                    "type": "function",
+                    "function": {"name": s.tool_name, "arguments": s.tool_args or "{}"},
+                }
+                for s in calls
+            ]
+        msgs.append(asst)
+        for s in calls:
+            if s.output is not None:
+                msgs.append({"role": "tool", "tool_call_id": s.tool_call_id, "content": s.output})
+    return msgs

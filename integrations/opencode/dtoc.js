@@ -1,0 +1,371 @@
+// @ts-check
+/**
+ * DTOC for OpenCode: a learned (or rule) policy decides which past tool outputs the model sees.
+ *
+ * Every completed tool output is kept in full by this plugin under a short DTOC key
+ * (t0000, t0001, ...). Before each model call, `experimental.chat.messages.transform`
+ * sends the outputs' metadata (key, tokens, tool, age, visibility) to a running
+ * `dtoc-rl serve` and applies its answer: hidden outputs are replaced by a short JSON
+ * placeholder, and outputs the policy enables again get their original text back.
+ * `tool.execute.after` registers each new output and prefetches the next decision.
+ * When the service is down or slow, everything is shown as it was (nothing is lost).
+ *
+ * Setup: run `dtoc-rl serve --policy CKPT_OR_SPEC` and add this file to opencode.json
+ * (`"plugin": ["file:///abs/path/to/dtoc.js"]`) or copy it into `.opencode/plugin/`.
+ * Settings (environment): DTOC_URL (default http://127.0.0.1:8765), DTOC_TIMEOUT_MS
+ * (default 1500), DTOC_MODEL (model name sent to the service; default: the session's
+ * model), DTOC_BUDGET (token budget, default 0), DTOC_DISABLE=1 (plugin off).
+ *
+ * The module exports only the plugin factory: OpenCode calls every export as a plugin.
+ * Plain ESM JavaScript with JSDoc types (checked with `tsc -p .`), so it runs unbuilt
+ * under Bun (OpenCode) and Node 20 (tests).
+ */
+
+/**
+ * @typedef {object} DtocOptions
+ * @property {string} [url] service base URL
+ * @property {number} [timeoutMs] per-request timeout
+ * @property {number} [backoffMs] after a failure, skip the service this long (show everything)
+ * @property {string} [model] model name sent to the service (default: from the messages)
+ * @property {number} [budget] token budget passed to the policy
+ * @property {boolean} [disabled] do nothing
+ * @property {typeof fetch} [fetch] fetch implementation (tests)
+ * @property {(level: "info" | "warn" | "error", message: string) => void} [log]
+ */
+
+/**
+ * @typedef {object} Item
+ * @property {string} key DTOC key (t0000)
+ * @property {string} callID OpenCode tool call id
+ * @property {string} tool
+ * @property {string} args JSON text of the call's input
+ * @property {number} tokens estimated tokens of the original output
+ * @property {string} original the output as the tool produced it
+ * @property {boolean} visible
+ * @property {number} assistantIndex index of the assistant message that made the call
+ * @property {number} timestamp ms since the epoch
+ * @property {boolean} superseded a later call re-ran the same tool with the same input
+ * @property {boolean} seenInHistory it has been in a transformed message list
+ */
+
+/**
+ * @typedef {object} Decision
+ * @property {string[]} enable
+ * @property {string[]} disable
+ * @property {string} [policy]
+ * @property {boolean} [fallback]
+ */
+
+/**
+ * @typedef {object} Session
+ * @property {Map<string, Item>} items by callID
+ * @property {Map<string, Item>} byKey
+ * @property {number} next next key number
+ * @property {number} assistants assistant messages seen at the last transform
+ * @property {number} otherTokens tokens of the non-tool text at the last transform
+ * @property {string} model
+ * @property {{ sig: string, promise: Promise<Decision | null> } | null} prefetch
+ * @property {boolean} degraded the last decision fell back to showing everything
+ * @property {number} decisions
+ */
+
+/**
+ * @typedef {{ info: { role?: string, sessionID?: string, modelID?: string, model?: { modelID?: string, providerID?: string } } & Record<string, any>, parts: Array<Record<string, any>> }} MessageWithParts
+ */
+
+const DEFAULT_URL = "http://127.0.0.1:8765";
+const STATE = Symbol.for("dtoc.state");
+const NOTE = "hidden by the DTOC context manager to save context; kept in full and shown again when needed";
+const PLACEHOLDER_TOKENS = 40;
+
+/** @param {string} text */
+function estimateTokens(text) {
+  return Math.ceil((text || "").length / 4);
+}
+
+/** @param {number} n */
+function formatKey(n) {
+  return "t" + String(n).padStart(4, "0");
+}
+
+/** @param {Item} item */
+function placeholder(item) {
+  return JSON.stringify({
+    tool_key: item.key,
+    hidden: true,
+    timestamp: new Date(item.timestamp).toISOString().replace(/\.\d{3}Z$/, "Z"),
+    estimated_tokens: item.tokens,
+    note: NOTE,
+  });
+}
+
+/** @param {unknown} args */
+function argsText(args) {
+  if (typeof args === "string") return args;
+  try {
+    return JSON.stringify(args ?? {});
+  } catch {
+    return "{}";
+  }
+}
+
+/**
+ * The plugin's hooks and state, with options (tests) or environment settings.
+ * @param {DtocOptions} [opts]
+ */
+function createDtoc(opts = {}) {
+  const env = typeof process !== "undefined" && process.env ? process.env : {};
+  const url = (opts.url || env.DTOC_URL || DEFAULT_URL).replace(/\/+$/, "");
+  const timeoutMs = opts.timeoutMs ?? (Number(env.DTOC_TIMEOUT_MS) || 1500);
+  const backoffMs = opts.backoffMs ?? 1000;
+  const budget = opts.budget ?? (Number(env.DTOC_BUDGET) || 0);
+  const fixedModel = opts.model || env.DTOC_MODEL || "";
+  const disabled = opts.disabled ?? env.DTOC_DISABLE === "1";
+  const doFetch = opts.fetch || globalThis.fetch;
+  const log = opts.log || (() => {});
+  /** @type {Map<string, Session>} */
+  const sessions = new Map();
+  const stats = { requests: 0, failures: 0, fallbacks: 0, downUntil: 0 };
+
+  /** @param {string} id @returns {Session} */
+  function session(id) {
+    let s = sessions.get(id);
+    if (!s) {
+      s = {
+        items: new Map(),
+        byKey: new Map(),
+        next: 0,
+        assistants: 0,
+        otherTokens: 0,
+        model: "",
+        prefetch: null,
+        degraded: false,
+        decisions: 0,
+      };
+      sessions.set(id, s);
+    }
+    return s;
+  }
+
+  /**
+   * @param {Session} s @param {string} callID @param {string} tool @param {unknown} args
+   * @param {string} output @param {number} assistantIndex @param {number} [timestamp]
+   */
+  function register(s, callID, tool, args, output, assistantIndex, timestamp) {
+    const a = argsText(args);
+    for (const other of s.items.values()) {
+      if (other.tool === tool && other.args === a) other.superseded = true;
+    }
+    /** @type {Item} */
+    const item = {
+      key: formatKey(s.next++),
+      callID,
+      tool,
+      args: a,
+      tokens: estimateTokens(output),
+      original: output,
+      visible: true,
+      assistantIndex,
+      timestamp: timestamp ?? Date.now(),
+      superseded: false,
+      seenInHistory: false,
+    };
+    s.items.set(callID, item);
+    s.byKey.set(item.key, item);
+    return item;
+  }
+
+  /** @param {Session} s @param {number} step @param {number} otherTokens */
+  function payload(s, step, otherTokens) {
+    const items = [...s.items.values()].sort((a, b) => a.assistantIndex - b.assistantIndex || a.key.localeCompare(b.key));
+    let active = otherTokens;
+    for (const it of items) active += it.visible ? it.tokens : PLACEHOLDER_TOKENS;
+    return {
+      model: s.model || fixedModel || "",
+      step,
+      budget,
+      active_tokens: active,
+      items: items.map((it) => ({
+        key: it.key,
+        tokens: it.tokens,
+        visible: it.visible,
+        tool: it.tool,
+        args: it.args.length > 20000 ? it.args.slice(0, 20000) : it.args,
+        age: Math.max(0, step - 1 - it.assistantIndex),
+        superseded: it.superseded,
+      })),
+    };
+  }
+
+  /** @param {object} body @returns {Promise<Decision | null>} */
+  async function decide(body) {
+    if (Date.now() < stats.downUntil) return null;
+    stats.requests++;
+    const ctrl = new AbortController();
+    const timer = setTimeout(() => ctrl.abort(), timeoutMs);
+    try {
+      const res = await doFetch(url + "/decide", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: ctrl.signal,
+      });
+      const data = await res.json();
+      if (!res.ok) throw new Error(`HTTP ${res.status}: ${data && data.error}`);
+      if (!Array.isArray(data.enable) || !Array.isArray(data.disable)) throw new Error("malformed answer");
+      return data;
+    } catch (e) {
+      stats.failures++;
+      stats.downUntil = Date.now() + backoffMs;
+      log("warn", `dtoc: service at ${url} unavailable (${e instanceof Error ? e.message : e}); showing every output`);
+      return null;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** @param {Session} s @param {Decision | null} d */
+  function apply(s, d) {
+    s.decisions++;
+    if (!d) {
+      stats.fallbacks++;
+      s.degraded = true;
+      for (const it of s.items.values()) it.visible = true;
+      return;
+    }
+    s.degraded = false;
+    for (const k of d.enable) {
+      const it = s.byKey.get(k);
+      if (it) it.visible = true;
+    }
+    for (const k of d.disable) {
+      const it = s.byKey.get(k);
+      if (it) it.visible = false;
+    }
+  }
+
+  /** @param {MessageWithParts[]} messages */
+  function sessionOf(messages) {
+    for (const m of messages) if (m && m.info && typeof m.info.sessionID === "string") return m.info.sessionID;
+    for (const m of messages)
+      for (const p of (m && m.parts) || []) if (p && typeof p.sessionID === "string") return p.sessionID;
+    return null;
+  }
+
+  const hooks = {
+    /**
+     * @param {{ tool: string, sessionID: string, callID: string, args?: unknown }} input
+     * @param {{ title: string, output: string, metadata: unknown }} output
+     */
+    "tool.execute.after": async (input, output) => {
+      if (disabled || !input || !output || typeof output.output !== "string") return;
+      const s = session(input.sessionID);
+      const known = s.items.get(input.callID);
+      if (known) {
+        known.original = output.output;
+        known.tokens = estimateTokens(output.output);
+      } else {
+        register(s, input.callID, input.tool, input.args, output.output, s.assistants);
+      }
+      // Prefetch the decision the next model call will most likely ask for.
+      const body = payload(s, s.assistants + 1, s.otherTokens);
+      const sig = JSON.stringify(body.items) + "|" + body.step;
+      s.prefetch = { sig, promise: decide(body) };
+    },
+
+    /**
+     * @param {{}} _input
+     * @param {{ messages: MessageWithParts[] }} output
+     */
+    "experimental.chat.messages.transform": async (_input, output) => {
+      if (disabled || !output || !Array.isArray(output.messages)) return;
+      const messages = output.messages;
+      const id = sessionOf(messages);
+      if (!id) return;
+      const s = session(id);
+      /** @type {Array<{ part: Record<string, any>, item: Item }>} */
+      const managed = [];
+      let assistants = 0;
+      let otherChars = 0;
+      for (const m of messages) {
+        const info = (m && m.info) || {};
+        const isAssistant = info.role === "assistant";
+        if (isAssistant) {
+          assistants++;
+          if (typeof info.modelID === "string" && info.modelID) s.model = info.modelID;
+        } else if (info.model && typeof info.model.modelID === "string" && info.model.modelID && !s.model) {
+          s.model = info.model.modelID;
+        }
+        for (const part of (m && m.parts) || []) {
+          if (!part) continue;
+          if (part.type === "text" || part.type === "reasoning") otherChars += (part.text || "").length;
+          if (part.type !== "tool" || !part.state || part.state.status !== "completed") continue;
+          if (part.state.time && part.state.time.compacted) continue; // OpenCode already pruned it
+          if (typeof part.state.output !== "string") continue;
+          const index = isAssistant ? assistants - 1 : Math.max(0, assistants - 1);
+          let item = s.items.get(part.callID);
+          if (!item) {
+            const start = part.state.time && part.state.time.start;
+            item = register(s, part.callID, part.tool, part.state.input, part.state.output, index, start);
+          }
+          item.assistantIndex = index;
+          item.seenInHistory = true;
+          managed.push({ part, item });
+        }
+      }
+      s.assistants = assistants;
+      s.otherTokens = Math.ceil(otherChars / 4);
+      // Outputs no longer in the history (a revert, or OpenCode's own compaction) leave the store.
+      const seen = new Set(managed.map((x) => x.item.callID));
+      for (const [callID, it] of s.items) {
+        if (!seen.has(callID) && (it.seenInHistory || it.assistantIndex < assistants)) {
+          s.items.delete(callID);
+          s.byKey.delete(it.key);
+        }
+      }
+      if (!managed.length) return;
+      const body = payload(s, assistants, s.otherTokens);
+      const sig = JSON.stringify(body.items) + "|" + body.step;
+      const pre = s.prefetch;
+      s.prefetch = null;
+      const decision = pre && pre.sig === sig ? await pre.promise : await decide(body);
+      apply(s, decision);
+      for (const { part, item } of managed) {
+        part.state.output = item.visible ? item.original : placeholder(item);
+      }
+    },
+
+    /** @param {{ event: { type: string, properties?: any } }} input */
+    event: async (input) => {
+      const ev = input && input.event;
+      if (ev && ev.type === "session.deleted") {
+        const sid = ev.properties && ev.properties.info && ev.properties.info.id;
+        if (typeof sid === "string") sessions.delete(sid);
+      }
+    },
+  };
+  return { hooks, sessions, stats, url };
+}
+
+/**
+ * The OpenCode plugin. OpenCode calls it with its PluginInput; `options` (tests) override
+ * the environment settings. The returned hooks carry the plugin state under the
+ * `Symbol.for("dtoc.state")` key (not a hook: symbols are invisible to OpenCode).
+ * @param {{ client?: any } & Record<string, any>} [input]
+ * @param {DtocOptions} [options]
+ */
+export const DtocContextPlugin = async (input, options = {}) => {
+  const client = input && input.client;
+  const log =
+    options.log ||
+    ((/** @type {string} */ level, /** @type {string} */ message) => {
+      try {
+        const p = client && client.app && client.app.log && client.app.log({ body: { service: "dtoc", level, message } });
+        if (p && typeof p.catch === "function") p.catch(() => {});
+      } catch {
+        /* logging must never break the agent */
+      }
+    });
+  const dtoc = createDtoc({ ...options, log });
+  return Object.assign(dtoc.hooks, { [STATE]: dtoc });
+};

@@ -1,0 +1,218 @@
+// The plugin against the REAL service: `dtoc-rl serve --policy last_n:n=2 --port 0` on 127.0.0.1.
+// Run with `node --test test/dtoc.test.js` (the pytest wrapper sets DTOC_PYTHON to its interpreter).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import * as plugin from "../dtoc.js";
+import { DtocContextPlugin } from "../dtoc.js";
+
+const PYTHON = process.env.DTOC_PYTHON || "python3";
+const SID = "ses_test";
+const STATE = Symbol.for("dtoc.state");
+
+/** @type {import("node:child_process").ChildProcess | null} */
+let proc = null;
+let url = "";
+
+/** Start the service; resolve with its URL once /health answers. */
+async function startService() {
+  const args = [
+    "-c",
+    "import sys; from dtoc_rl.cli import main; sys.exit(main())",
+    "serve",
+    "--policy",
+    "last_n:n=2",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "0",
+    "--json",
+  ];
+  proc = spawn(PYTHON, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  proc.stderr?.on("data", (d) => (stderr += d));
+  const rl = createInterface({ input: /** @type {any} */ (proc.stdout) });
+  const line = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("service did not start in 90 s: " + stderr)), 90_000);
+    rl.once("line", (l) => {
+      clearTimeout(timer);
+      resolve(l);
+    });
+    proc?.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code}: ${stderr}`));
+    });
+  });
+  const info = JSON.parse(/** @type {string} */ (line));
+  assert.equal(info.host, "127.0.0.1");
+  url = info.url;
+  for (let i = 0; i < 100; i++) {
+    try {
+      const r = await fetch(url + "/health");
+      if (r.ok && (await r.json()).status === "ok") return;
+    } catch {
+      /* not yet */
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("service never became healthy");
+}
+
+before(startService, { timeout: 120_000 });
+after(() => {
+  if (proc && proc.exitCode === null) proc.kill("SIGTERM");
+});
+
+/** A fake OpenCode session history. */
+function user(text) {
+  return {
+    info: { id: "msg_u" + text.length, role: "user", sessionID: SID, model: { providerID: "openai", modelID: "gpt-4o" } },
+    parts: [{ id: "prt_u", sessionID: SID, messageID: "msg_u", type: "text", text }],
+  };
+}
+
+/** @param {number} i @param {string} output */
+function assistantWithTool(i, output) {
+  const now = 1_700_000_000_000 + i * 1000;
+  return {
+    info: { id: `msg_a${i}`, role: "assistant", sessionID: SID, modelID: "gpt-4o", providerID: "openai" },
+    parts: [
+      { id: `prt_t${i}`, sessionID: SID, messageID: `msg_a${i}`, type: "text", text: `step ${i}` },
+      {
+        id: `prt_${i}`,
+        sessionID: SID,
+        messageID: `msg_a${i}`,
+        type: "tool",
+        callID: `call_${i}`,
+        tool: "bash",
+        state: {
+          status: "completed",
+          input: { command: `cat file${i}.py` },
+          output,
+          title: `cat file${i}.py`,
+          metadata: {},
+          time: { start: now, end: now + 5 },
+        },
+      },
+    ],
+  };
+}
+
+const OUTPUTS = [0, 1, 2, 3].map((i) => `def function_${i}():\n    return ${i}\n`.repeat(30));
+
+/** Run one tool through the plugin as OpenCode would and append it to the history. */
+async function runTool(hooks, history, i) {
+  const out = { title: `cat file${i}.py`, output: OUTPUTS[i], metadata: {} };
+  await hooks["tool.execute.after"]({ tool: "bash", sessionID: SID, callID: `call_${i}`, args: { command: `cat file${i}.py` } }, out);
+  assert.equal(out.output, OUTPUTS[i], "a fresh output is shown in full");
+  history.push(assistantWithTool(i, OUTPUTS[i]));
+}
+
+/** @param {any[]} messages */
+function toolOutputs(messages) {
+  return messages.flatMap((m) => m.parts.filter((p) => p.type === "tool").map((p) => p.state.output));
+}
+
+/** @param {string} text */
+function hiddenKey(text) {
+  try {
+    const o = JSON.parse(text);
+    return o && o.hidden === true ? o.tool_key : null;
+  } catch {
+    return null;
+  }
+}
+
+test("the module exports only the plugin factory (OpenCode calls every export)", () => {
+  const exported = Object.entries(plugin);
+  assert.deepEqual(
+    exported.map(([k]) => k),
+    ["DtocContextPlugin"],
+  );
+  assert.equal(typeof DtocContextPlugin, "function");
+});
+
+test("outputs are hidden behind placeholders by the service's decisions and come back when re-enabled", async () => {
+  const hooks = await DtocContextPlugin({}, { url });
+  const state = hooks[STATE];
+  const history = [user("Fix the bug in file3.py")];
+  for (let i = 0; i < 4; i++) {
+    await runTool(hooks, history, i);
+    // every model call sees the history through the transform (messages mutated in place,
+    // as if OpenCode kept them between calls)
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  let outs = toolOutputs(history);
+  // last_n:n=2 keeps the two most recent outputs; the older two become placeholders
+  assert.deepEqual(outs.map(hiddenKey), ["t0000", "t0001", null, null]);
+  assert.equal(outs[2], OUTPUTS[2]);
+  assert.equal(outs[3], OUTPUTS[3]);
+  const ph = JSON.parse(outs[0]);
+  assert.equal(ph.estimated_tokens, Math.ceil(OUTPUTS[0].length / 4));
+  assert.match(ph.timestamp, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  assert.ok(outs[0].length < 300, "a placeholder is short");
+  assert.ok(!state.sessions.get(SID).degraded);
+  assert.equal(state.stats.failures, 0);
+
+  // a fresh copy of the stored history (OpenCode re-reads it before each call) gets the same view
+  const fresh = [user("Fix the bug in file3.py"), ...[0, 1, 2, 3].map((i) => assistantWithTool(i, OUTPUTS[i]))];
+  await hooks["experimental.chat.messages.transform"]({}, { messages: fresh });
+  assert.deepEqual(toolOutputs(fresh).map(hiddenKey), ["t0000", "t0001", null, null]);
+
+  // the user reverts the last two steps: only two outputs are left, and last_n:n=2
+  // enables them again: the plugin writes the originals back into the (mutated) parts
+  history.splice(3, 2);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  outs = toolOutputs(history);
+  assert.deepEqual(outs, [OUTPUTS[0], OUTPUTS[1]]);
+  assert.equal(state.sessions.get(SID).items.size, 2);
+});
+
+test("prefetch from tool.execute.after is reused by the next transform", async () => {
+  let calls = 0;
+  /** @type {typeof fetch} */
+  const counting = (input, init) => {
+    calls++;
+    return fetch(input, init);
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: counting });
+  const history = [user("task")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  // one request per tool (the prefetch), none extra per transform when nothing else changed
+  assert.equal(calls, 3);
+  assert.deepEqual(toolOutputs(history).map(hiddenKey), ["t0000", null, null]);
+});
+
+test("a service that is down means every output is shown, and nothing throws", async () => {
+  const hooks = await DtocContextPlugin({}, { url: "http://127.0.0.1:9", timeoutMs: 500, backoffMs: 0 });
+  const state = hooks[STATE];
+  const history = [user("task")];
+  for (let i = 0; i < 4; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.deepEqual(toolOutputs(history), OUTPUTS);
+  assert.ok(state.stats.failures >= 4);
+  assert.ok(state.sessions.get(SID).degraded);
+});
+
+test("when the service goes away mid-session, hidden outputs are restored", async () => {
+  const hooks = await DtocContextPlugin({}, { url, backoffMs: 0, timeoutMs: 1000 });
+  const history = [user("task")];
+  for (let i = 0; i < 4; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.deepEqual(toolOutputs(history).map(hiddenKey), ["t0000", "t0001", null, null]);
+  // stop the real service
+  const exited = new Promise((r) => proc?.once("exit", r));
+  proc?.kill("SIGTERM");
+  await exited;
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  assert.deepEqual(toolOutputs(history), OUTPUTS, "fallback: show everything, originals back");
+  assert.ok(hooks[STATE].sessions.get(SID).degraded);
+});

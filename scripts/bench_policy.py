@@ -1,0 +1,322 @@
+"""Decision latency of a learned policy with 300 stored outputs: in-process and over HTTP.
+
+* **in-process**: ``Orchestrator.decide(force=True)`` with a learned policy (the
+  default ``LearnedPolicyConfig`` network, untrained unless ``--checkpoint`` is
+  given: latency does not depend on the weights) over a session holding
+  ``--outputs`` stored outputs; the policy sees the ``--max-items`` most recent.
+  A decision is: build the observation, run the policy, apply its changes.
+  The same with 64 slots, with torch's multi-head-attention fast path off (its
+  masked softmax dominates the forward pass on CPU), with ``last_n:n=5`` for
+  scale, and the whole per-turn overhead of the orchestrator (record the
+  assistant turn with online need labelling, store the output, decide, render
+  the OpenAI request).
+* **HTTP**: ``dtoc-rl serve`` with the same checkpoint (and with ``last_n:n=5``:
+  transport, parsing and validation alone) in a child process on 127.0.0.1,
+  ``POST /decide`` with the same 300 items (about 57 KB of JSON), one keep-alive
+  connection, timed at the client; plus a new connection per request, and the
+  service's own ``latency_ms`` (parse, validate, decide).
+
+torch runs with ``--threads`` intra-op threads (default 1, as ``dtoc-rl serve``
+does: for one small network per decision more threads only add synchronisation).
+
+Targets: p99 ≤ 2 ms in-process, ≤ 10 ms over HTTP.
+
+    python -m scripts.bench_policy            # table
+    python -m scripts.bench_policy --json     # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.orchestrator import Orchestrator
+
+TOOLS = [
+    ("bash", lambda i: {"command": f"cat src/module_{i % 40}.py"}),
+    ("bash", lambda i: {"command": f"grep -rn func_{i % 17} src/"}),
+    ("read_file", lambda i: {"path": f"src/module_{i % 40}.py"}),
+    ("bash", lambda i: {"command": "python -m pytest -q"}),
+    ("str_replace", lambda i: {"path": f"src/module_{i % 40}.py", "old_str": "a", "new_str": "b"}),
+]
+
+
+def _output(rng: random.Random, i: int) -> str:
+    lines = rng.randint(5, 120)
+    return "\n".join(
+        f"{n:4d}  def func_{rng.randint(0, 999)}(x_{i}, y): return helper_{rng.randint(0, 99)}(x_{i}) + y"
+        for n in range(lines)
+    )
+
+
+def fill(orch: Orchestrator, n: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    for i in range(n):
+        name, args = TOOLS[i % len(TOOLS)]
+        (call,) = orch.record_assistant(
+            f"step {i}", [{"id": f"call_{i}", "name": name, "arguments": args(i)}]
+        )
+        orch.add_tool_result(call["id"], _output(rng, i))
+
+
+def stats(samples_ms: list[float], cpu_ms: list[float] | None = None) -> dict[str, float]:
+    a = np.asarray(samples_ms)
+    out = {
+        "n": len(a),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "mean_ms": float(a.mean()),
+        "max_ms": float(a.max()),
+    }
+    if cpu_ms:  # this thread's CPU time: the work itself, without waiting for a core
+        c = np.asarray(cpu_ms)
+        out["cpu_p50_ms"] = float(np.percentile(c, 50))
+        out["cpu_p99_ms"] = float(np.percentile(c, 99))
+    return out
+
+
+def time_calls(fn, repeat: int, warmup: int = 20) -> list[float]:
+    return time_calls_cpu(fn, repeat, warmup)[0]
+
+
+def time_calls_cpu(fn, repeat: int, warmup: int = 20) -> tuple[list[float], list[float]]:
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        fn()
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    return wall, cpu
+
+
+def payload(orch: Orchestrator) -> dict[str, Any]:
+    """The store as a /decide request (what a non-Python agent would send)."""
+    now = orch.totals.calls - 1
+    items = []
+    for o in orch._outs:  # the benchmark reads the tracked state directly
+        st = o.state
+        items.append(
+            {
+                "key": o.key,
+                "tokens": o.rec.estimated_tokens,
+                "visible": o.rec.visible,
+                "tool": o.rec.tool_name,
+                "args": json.dumps(o.rec.tool_args),
+                "age": max(0, now - o.call),
+                "needs": st.times_needed,
+                "superseded": st.superseded,
+                "modified": st.modified,
+            }
+        )
+    return {
+        "model_family": orch.model_family,
+        "items": items,
+        "active_tokens": orch.active_tokens,
+        "step": orch.totals.calls,
+    }
+
+
+def start_service(policy: str, max_items: int, threads: int) -> tuple[subprocess.Popen, str, int]:
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from dtoc_rl.cli import main; sys.exit(main())",
+        "serve",
+        "--policy",
+        policy,
+        "--port",
+        "0",
+        "--max-items",
+        str(max_items),
+        "--threads",
+        str(threads),
+        "--json",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the service did not start: {proc.stderr.read()}")
+    info = json.loads(line)
+    return proc, info["host"], info["port"]
+
+
+def http_bench(
+    host: str, port: int, body: bytes, repeat: int
+) -> tuple[list[float], list[float], list[float]]:
+    headers = {"Content-Type": "application/json"}
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    server: list[float] = []
+
+    def keepalive() -> None:
+        conn.request("POST", "/decide", body, headers)
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:300]!r}")
+        server.append(json.loads(data)["latency_ms"])
+
+    def fresh() -> None:
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        c.request("POST", "/decide", body, headers)
+        r = c.getresponse()
+        r.read()
+        c.close()
+
+    ka = time_calls(keepalive, repeat)
+    server_side = server[-repeat:]
+    nc = time_calls(fresh, max(50, repeat // 4))
+    conn.close()
+    return ka, nc, server_side
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+    from dtoc_rl.policies.registry import make_policy
+
+    tmp = tempfile.TemporaryDirectory(prefix="dtoc-bench-")
+    if args.checkpoint:
+        ckpt = Path(args.checkpoint)
+        policy = LearnedPolicy.load(ckpt)
+    else:
+        policy = LearnedPolicyConfig().create()
+        ckpt = policy.save(Path(tmp.name) / "ckpt")
+    results: dict[str, Any] = {
+        "outputs": args.outputs,
+        "max_items": args.max_items,
+        "policy": policy.label,
+        "checkpoint": str(ckpt) if args.checkpoint else "fresh (untrained) default LearnedPolicyConfig",
+        "network": {k: policy.cfg.to_dict()[k] for k in ("d_model", "n_layers", "n_heads")},
+        "torch_threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"torch {torch.__version__}",
+        "rows": {},
+    }
+    rows = results["rows"]
+
+    def session(pol, max_items: int) -> Orchestrator:
+        o = Orchestrator(pol, query="Fix the bug.", system="You are a coding agent.", model="gpt-4o",
+                         max_items=max_items, label_every=0)  # fmt: skip
+        fill(o, args.outputs)
+        o.decide(force=True)
+        return o
+
+    orch = session(policy, args.max_items)
+    rows[f"in-process decide, learned, {args.max_items} slots"] = stats(
+        *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+    )
+    small = session(policy, 64)
+    rows["in-process decide, learned, 64 slots"] = stats(
+        *time_calls_cpu(lambda: small.decide(force=True), args.repeat)
+    )
+    if hasattr(torch.backends, "mha"):  # what the masked attention fast path costs
+        torch.backends.mha.set_fastpath_enabled(False)
+        rows[f"in-process decide, learned, {args.max_items} slots, MHA fast path off"] = stats(
+            *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+        )
+        torch.backends.mha.set_fastpath_enabled(True)
+    rule = session(make_policy("last_n:n=5"), args.max_items)
+    rows["in-process decide, last_n:n=5"] = stats(
+        *time_calls_cpu(lambda: rule.decide(force=True), args.repeat)
+    )
+
+    # the whole turn: record (labels over the last 64 steps), store, decide, render
+    turn_orch = Orchestrator(
+        policy, query="Fix the bug.", model="gpt-4o", max_items=args.max_items, label_every=0
+    )
+    fill(turn_orch, args.outputs)
+    turn_orch.label_every = 1  # label from here on (the window covers the last 64 steps)
+    rng = random.Random(1)
+    turn_ms, label_ms = [], []
+    for i in range(args.turns):
+        k = args.outputs + i
+        name, a = TOOLS[k % len(TOOLS)]
+        before = turn_orch.totals.label_ms
+        t0 = time.perf_counter()
+        (c,) = turn_orch.record_assistant(f"step {k}", [{"id": f"call_{k}", "name": name, "arguments": a(k)}])
+        turn_orch.add_tool_result(c["id"], _output(rng, k))
+        turn_orch.openai_request()
+        turn_ms.append((time.perf_counter() - t0) * 1000)
+        label_ms.append(turn_orch.totals.label_ms - before)
+    rows["in-process full turn (labels+store+decide+render)"] = stats(turn_ms)
+    rows["  of which need labelling"] = stats(label_ms)
+
+    body = json.dumps(payload(orch)).encode()
+    results["http_body_bytes"] = len(body)
+    for name, spec in (("learned", str(ckpt)), ("last_n:n=5", "last_n:n=5")):
+        proc, host, port = start_service(spec, args.max_items, args.threads)
+        try:
+            ka, nc, server_side = http_bench(host, port, body, args.repeat)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        rows[f"HTTP /decide round trip, {name}, keep-alive"] = stats(ka)
+        rows[f"HTTP /decide round trip, {name}, new connection"] = stats(nc)
+        rows[f"HTTP service-side latency_ms, {name}"] = stats(server_side)
+    results["targets"] = {"in_process_p99_ms": 2.0, "http_p99_ms": 10.0}
+    results["met"] = {
+        "in_process": rows[f"in-process decide, learned, {args.max_items} slots"]["p99_ms"] <= 2.0,
+        "http": rows["HTTP /decide round trip, learned, keep-alive"]["p99_ms"] <= 10.0,
+    }
+    tmp.cleanup()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench_policy",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--outputs", type=int, default=300, help="stored outputs (default 300)")
+    p.add_argument("--max-items", type=int, default=128, help="policy slots (default 128)")
+    p.add_argument("--repeat", type=int, default=500, help="timed decisions/requests per row (default 500)")
+    p.add_argument("--turns", type=int, default=50, help="timed full turns (default 50)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads, here and in the service (default 1)"
+    )
+    p.add_argument("--checkpoint", help="a learned-policy checkpoint (default: a fresh default network)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    r = run(args)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(
+        f"{r['outputs']} stored outputs, policy sees the last {r['max_items']}; {r['policy']} "
+        f"{r['network']} ({r['checkpoint']}); torch threads {r['torch_threads']}; {r['machine']}"
+    )
+    print(f"{'':62} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'n':>5}  {'CPU p50/p99 ms':>15}")
+    for name, s in r["rows"].items():
+        cpu = f"{s['cpu_p50_ms']:.3f}/{s['cpu_p99_ms']:.3f}" if "cpu_p50_ms" in s else ""
+        print(f"{name:62} {s['p50_ms']:8.3f} {s['p99_ms']:8.3f} {s['mean_ms']:8.3f} {s['n']:5d}  {cpu:>15}")
+    print(f"HTTP request body: {r['http_body_bytes']:,} bytes")
+    met = r["met"]
+    print(
+        f"targets: in-process p99 ≤ 2 ms: {'met' if met['in_process'] else 'MISSED'}; "
+        f"HTTP p99 ≤ 10 ms: {'met' if met['http'] else 'MISSED'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

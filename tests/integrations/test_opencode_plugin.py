@@ -1,0 +1,48 @@
+"""The OpenCode plugin's own Node tests (``node --test``) against the real ``dtoc-rl serve``.
+
+Skipped when ``node`` is not installed.  The plugin has no npm dependencies, so
+nothing is installed; the Node tests start the service with this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLUGIN = Path(__file__).resolve().parents[2] / "integrations" / "opencode"
+NODE = shutil.which("node")
+
+
+def _node_major() -> int:
+    out = subprocess.run([NODE, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return int(out.strip().lstrip("v").split(".")[0] or 0)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_opencode_plugin_node_tests_pass_against_the_real_service():
+    if _node_major() < 20:
+        pytest.skip("the plugin's tests need node >= 20 (global fetch, node:test)")
+    env = dict(os.environ, DTOC_PYTHON=sys.executable)
+    res = subprocess.run(
+        [NODE, "--test", "--test-reporter=tap", "test/dtoc.test.js"],
+        cwd=PLUGIN,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0, f"node --test failed:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}"
+    assert "# fail 0" in res.stdout and "# pass 5" in res.stdout, res.stdout[-3000:]
+
+
+def test_plugin_package_has_no_runtime_dependencies():
+    import json
+
+    pkg = json.loads((PLUGIN / "package.json").read_text())
+    assert not pkg.get("dependencies"), "the plugin must run unbuilt with no npm install"
+    assert pkg["type"] == "module" and (PLUGIN / pkg["main"]).is_file()

@@ -1,0 +1,21 @@
+"""``scripts/bench_policy.py`` on a tiny session (the real figures come from the full run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts import bench_policy
+
+
+@pytest.mark.slow
+def test_bench_runs_small_and_reports_every_row(capsys):
+    assert bench_policy.main(["--outputs", "20", "--repeat", "5", "--turns", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["outputs"] == 20 and r["http_body_bytes"] > 0
+    names = list(r["rows"])
+    assert any(n.startswith("in-process decide, learned") for n in names)
+    assert "HTTP /decide round trip, learned, keep-alive" in names
+    assert all(row["p99_ms"] >= row["p50_ms"] >= 0 for row in r["rows"].values())
+    assert set(r["met"]) == {"in_process", "http"}

@@ -1,0 +1,304 @@
+"""The decision service over real HTTP on 127.0.0.1, and ``dtoc-rl serve``'s start-up checks."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dtoc_rl import __version__
+from dtoc_rl.cli import main as cli_main
+from dtoc_rl.features import ITEM_FEATURES
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.service import DecideError, DecisionService, serve_in_thread
+
+
+def items(n, hidden=()):
+    return [
+        {"key": f"t{i:04d}", "tokens": 100 * (i + 1), "visible": f"t{i:04d}" not in hidden, "tool": "bash",
+         "args": {"command": f"cat f{i}.py"}}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server():
+    svc = DecisionService(make_policy("last_n:n=2"), max_body=4096, max_request_items=50)
+    srv, thread = serve_in_thread(svc, "127.0.0.1", 0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=10)
+
+
+def request(srv, method, path, body=None, headers=None, conn=None):
+    host, port = srv.server_address[:2]
+    c = conn or http.client.HTTPConnection(host, port, timeout=10)
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    c.request(method, path, data, headers or {"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.status, json.loads(r.read())
+    if conn is None:
+        c.close()
+    return out
+
+
+def test_health_and_version(server):
+    status, body = request(server, "GET", "/health")
+    assert status == 200 and body["status"] == "ok" and body["policy"].startswith("last_n")
+    status, body = request(server, "GET", "/version")
+    assert status == 200 and body["version"] == __version__
+    assert body["item_features"] == list(ITEM_FEATURES) and body["fallback"] == "none"
+    assert "other" not in body["families"] and "gpt-4o" in body["families"]
+
+
+def test_decide_returns_changes_by_key(server):
+    status, body = request(
+        server, "POST", "/decide", {"model": "openai/gpt-4o-2024-08-06", "items": items(5)}
+    )
+    assert status == 200, body
+    assert body["disable"] == ["t0000", "t0001", "t0002"] and body["enable"] == []
+    assert body["family"] == "gpt-4o" and body["fallback"] is False and body["window"] == 5
+    assert body["latency_ms"] >= 0 and body["policy"] == "last_n(n=2,polling=1)"
+    # already hidden ones are not repeated; a hidden recent one comes back
+    status, body = request(
+        server, "POST", "/decide", {"model_family": "gpt-4o", "items": items(5, hidden=("t0000", "t0004"))}
+    )
+    assert body["disable"] == ["t0001", "t0002"] and body["enable"] == ["t0004"]
+    status, body = request(server, "POST", "/decide", {"model_family": "gpt-4o", "items": []})
+    assert status == 200 and body["enable"] == body["disable"] == []
+
+
+def test_timestamps_order_items_and_keepalive_works(server):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    its = items(3)
+    for i, it in enumerate(its):
+        it["timestamp"] = 1000.0 - i  # listed newest first
+    for _ in range(3):  # one connection, several requests
+        status, body = request(server, "POST", "/decide", {"model_family": "gpt-4o", "items": its}, conn=conn)
+        assert status == 200 and body["disable"] == ["t0002"]
+    conn.close()
+
+
+def test_unknown_family_falls_back_to_showing_everything(server):
+    status, body = request(
+        server, "POST", "/decide", {"model": "mystery-model-7b", "items": items(4, hidden=("t0000",))}
+    )
+    assert status == 200
+    assert body["fallback"] is True and body["family"] == "other" and body["policy"] == "none"
+    assert body["enable"] == ["t0000"] and body["disable"] == []
+    status, body = request(server, "POST", "/decide", {"items": items(2)})  # no model at all
+    assert body["fallback"] is True
+
+
+@pytest.mark.parametrize(
+    "payload,status,field",
+    [
+        ([1, 2], 422, "<body>"),
+        ({}, 422, "items"),
+        ({"items": {"key": "a"}}, 422, "items"),
+        ({"items": [5]}, 422, "items[0]"),
+        ({"items": [{"tokens": 5}]}, 422, "items[0].key"),
+        ({"items": [{"key": "a"}]}, 422, "items[0].tokens"),
+        ({"items": [{"key": "a", "tokens": "12"}]}, 422, "items[0].tokens"),
+        ({"items": [{"key": "a", "tokens": -1}]}, 422, "items[0].tokens"),
+        ({"items": [{"key": "a", "tokens": 1.5}]}, 422, "items[0].tokens"),
+        ({"items": [{"key": "a", "tokens": True}]}, 422, "items[0].tokens"),
+        ({"items": [{"key": "a", "tokens": 1, "visible": "yes"}]}, 422, "items[0].visible"),
+        ({"items": [{"key": "a", "tokens": 1, "age": -2}]}, 422, "items[0].age"),
+        ({"items": [{"key": "a", "tokens": 1, "tool_category": "nope"}]}, 422, "items[0].tool_category"),
+        ({"items": [{"key": "a", "tokens": 1, "args": 5}]}, 422, "items[0].args"),
+        ({"items": [{"key": "a", "tokens": 1}, {"key": "a", "tokens": 2}]}, 422, "items[1].key"),
+        ({"items": [], "active_tokens": "many"}, 422, "active_tokens"),
+        ({"items": [], "model_family": 7}, 422, "model_family"),
+        ({"items": [{"key": f"k{i}", "tokens": 1} for i in range(51)]}, 413, "items"),
+    ],
+)
+def test_bad_requests_get_4xx_naming_the_field(server, payload, status, field):
+    got, body = request(server, "POST", "/decide", payload)
+    assert got == status, body
+    assert body["field"] == field and body["status"] == status
+    assert field.startswith("<") or body["error"].startswith(field.split("[")[0])
+
+
+def test_malformed_json_oversized_body_and_http_errors(server):
+    assert request(server, "POST", "/decide", b'{"items": [')[0] == 400
+    status, body = request(server, "POST", "/decide", b'{"items": [], "step": NaN}')
+    assert status == 400 and "NaN" in body["error"]
+    status, body = request(server, "POST", "/decide", b"[" * 100_000 + b"]" * 100_000)
+    assert status == 413  # over the 4 KiB limit of this test server
+    deep = b"[" * 2000 + b"]" * 2000
+    assert request(server, "POST", "/decide", deep)[0] in (400, 422)
+    status, body = request(server, "POST", "/decide", b"x" * 5000)
+    assert status == 413 and "limit" in body["error"]
+    assert request(server, "GET", "/nope")[0] == 404
+    assert request(server, "GET", "/decide")[0] == 405
+    assert request(server, "POST", "/health", {})[0] == 405
+    # no Content-Length at all
+    host, port = server.server_address[:2]
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(b"POST /decide HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = s.recv(4096).decode()
+    assert head.startswith("HTTP/1.1 411")
+    # the server is still fine
+    assert request(server, "GET", "/health")[0] == 200
+
+
+def test_a_policy_that_crashes_is_a_500_and_the_server_lives_on():
+    class Broken:
+        label = "broken"
+
+        def act(self, obs, info):
+            raise RuntimeError("boom")
+
+    srv, thread = serve_in_thread(DecisionService(Broken()), "127.0.0.1", 0)
+    try:
+        status, body = request(srv, "POST", "/decide", {"model_family": "gpt-4o", "items": items(2)})
+        assert status == 500 and "boom" in body["error"]
+        assert request(srv, "GET", "/health")[0] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_learned_checkpoint_and_per_family_fallback(tmp_path):
+    pol = LearnedPolicyConfig(n_layers=1, d_model=32, model_family="gpt-4o").create()
+    svc = DecisionService(pol, families={"gpt-4o"}, max_items=4)
+    out = svc.decide({"model_family": "gpt-4o", "items": items(6), "step": 6})
+    assert out["fallback"] is False and out["window"] == 4 and out["policy"].startswith("learned")
+    assert set(out["enable"] + out["disable"]) <= {"t0002", "t0003", "t0004", "t0005"}
+    other = svc.decide({"model_family": "claude-sonnet", "items": items(3, hidden=("t0001",))})
+    assert other["fallback"] is True and other["enable"] == ["t0001"]
+    with pytest.raises(DecideError) as e:
+        svc.decide({"items": [{"key": "a", "tokens": 1, "since_need": "x"}]})
+    assert e.value.field == "items[0].since_need"
+
+
+def test_observation_defaults_from_sparse_items():
+    seen = {}
+
+    class Spy:
+        def act(self, obs, info):
+            seen["obs"], seen["info"] = obs, info
+            n = len(obs["item_mask"])
+            return {"enable": np.zeros(n, np.int8), "disable": np.zeros(n, np.int8)}
+
+    svc = DecisionService(Spy(), max_items=8)
+    svc.decide({"model_family": "qwen", "items": items(3, hidden=("t0000",)), "budget": 2000})
+    obs, info = seen["obs"], seen["info"]
+    f = {n: obs["items"][:3, i].tolist() for i, n in enumerate(ITEM_FEATURES)}
+    assert (
+        f["age"] == [2, 1, 0]
+        and f["visible"] == [0, 1, 1]
+        and f["est_tokens_k"] == pytest.approx([0.1, 0.2, 0.3])
+    )
+    assert info["keys"][:3] == ["t0000", "t0001", "t0002"] and info["keys"][3] == ""
+    assert info["active_tokens"] == 200 + 300 + 40 and info["budget_tokens"] == 2000 and info["step"] == 3
+
+
+# ------------------------------------------------------------------------------ dtoc-rl serve
+
+
+def test_serve_refuses_a_bad_checkpoint_at_start(tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    (bad / "model.safetensors").write_bytes(b"junk")
+    assert cli_main(["serve", "--policy", str(bad), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load policy" in err and "invalid JSON" in err
+    assert cli_main(["serve", "--policy", str(tmp_path / "missing"), "--port", "0"]) == 2
+    assert "no such checkpoint folder" in capsys.readouterr().err
+    (tmp_path / "file.txt").write_text("x")
+    assert cli_main(["serve", "--policy", str(tmp_path / "file.txt")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert cli_main(["serve", "--policy", "no_such_policy"]) == 2
+    assert "unknown policy" in capsys.readouterr().err
+    # a checkpoint of another version's features
+    good = LearnedPolicyConfig(n_layers=1, d_model=32).create().save(tmp_path / "ckpt")
+    meta = json.loads((good / "config.json").read_text())
+    meta["item_features"] = meta["item_features"][:-1]
+    (good / "config.json").write_text(json.dumps(meta))
+    assert cli_main(["serve", "--policy", str(good)]) == 2
+    assert "different item features" in capsys.readouterr().err
+
+
+def test_serve_process_prints_json_serves_and_stops_on_sigterm():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from dtoc_rl.cli import main; sys.exit(main())",
+         "serve", "--policy", "last_n:n=2", "--port", "0", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+        assert info["host"] == "127.0.0.1" and info["port"] > 0 and info["fallback"] == "none"
+        c = http.client.HTTPConnection(info["host"], info["port"], timeout=10)
+        c.request("POST", "/decide", json.dumps({"model_family": "gpt-4o", "items": items(3)}))
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read())["disable"] == ["t0000"]
+        c.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+# ------------------------------------------------------------------------------ RemotePolicy
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_remote_policy_decides_like_the_local_one(server):
+    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.service import RemotePolicy
+
+    svc = DecisionService(make_policy("last_n:n=3,polling=4"))
+    srv, _ = serve_in_thread(svc, "127.0.0.1", 0)
+    try:
+        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}")
+        runs = []
+        for pol in (make_policy("last_n:n=3,polling=4"), remote):
+            o = Orchestrator(pol, query="q", model="gpt-4o", max_items=8, label_every=0)
+            for i in range(20):  # more outputs than slots: the service needs `stored`
+                (c,) = o.record_assistant("", [{"name": "bash", "arguments": {"command": f"cat f{i}"}}])
+                o.add_tool_result(c["id"], "x" * (50 * i + 1))
+                o.decide()
+            runs.append(o.store.hidden_keys())
+        assert runs[0] == runs[1] and len(runs[0]) >= 14
+        assert remote.errors == 0 and "last_n(n=3,polling=4)" in remote.label
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_remote_policy_when_the_service_is_down():
+    from dtoc_rl.service import RemotePolicy
+
+    obs = {
+        "items": np.zeros((4, len(ITEM_FEATURES)), np.float32),
+        "item_tool": np.zeros(4, np.int64),
+        "item_mask": np.array([1, 1, 1, 0], np.int8),
+        "enable_mask": np.array([1, 0, 1, 0], np.int8),
+        "disable_mask": np.array([0, 1, 0, 0], np.int8),
+        "globals": np.zeros(9, np.float32),
+        "family": np.int64(0),
+    }
+    url = f"http://127.0.0.1:{_free_port()}"
+    shown = RemotePolicy(url, timeout=2).act(obs, {"keys": ["a", "b", "c", ""]})
+    assert shown["enable"].tolist() == [1, 0, 1, 0] and not shown["disable"].any()
+    kept = RemotePolicy(url, timeout=2, on_error="keep")
+    assert not kept.act(obs)["enable"].any() and kept.errors == 1
+    with pytest.raises(OSError):
+        RemotePolicy(url, timeout=2, on_error="raise").act(obs)
+    with pytest.raises(ValueError):
+        RemotePolicy("ftp://x")
