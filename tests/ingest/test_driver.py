@@ -1,0 +1,93 @@
+"""The ingest driver on a batch of bad inputs: every skip has a reason, the rest continues."""
+
+import json
+import shutil
+
+import pytest
+
+from dtoc_rl.cli import main
+from dtoc_rl.dataset import DatasetError, load_trajectories, write_dataset
+from dtoc_rl.ingest.driver import ingest_paths
+
+
+@pytest.fixture
+def batch(tmp_path, data_dir):
+    d = tmp_path / "logs"
+    d.mkdir()
+    good = sorted((data_dir / "raw/mini-swe-agent_gemini-3-pro_swebench-verified/trajs").glob("*.traj.json"))[
+        :2
+    ]
+    for g in good:
+        shutil.copy(g, d / g.name)
+    text = good[0].read_text()
+    (d / "truncated.traj.json").write_text(text[: len(text) // 2])
+    (d / "badutf8.traj.json").write_bytes(text.encode()[:100] + b"\xff\xfe" + text.encode()[100:])
+    data = json.loads(text)
+    data["messages"] = [m for m in data["messages"] if m["role"] != "assistant"]
+    (d / "empty.traj.json").write_text(json.dumps(data))
+    wrong = json.loads(text)
+    wrong["messages"][3]["content"] = 12345
+    (d / "wrongtypes.traj.json").write_text(json.dumps(wrong))
+    (d / "mystery.json").write_text('{"what": "is this"}')
+    huge = json.loads(text)
+    huge["instance_id"] = "huge__output-1"
+    huge["messages"][3]["content"] = "<returncode>0</returncode><output>" + "y" * 30_000_000 + "</output>"
+    (d / "huge.traj.json").write_text(json.dumps(huge))
+    return d
+
+
+def test_bad_inputs_are_skipped_with_reasons_and_the_rest_continues(batch):
+    res = ingest_paths([batch], progress=False)
+    reasons = {s.path.rsplit("/", 1)[-1].split("#")[0]: s.reason for s in res.skipped}
+    assert "invalid JSON" in reasons["truncated.traj.json"]
+    assert "invalid UTF-8 at byte 100" in reasons["badutf8.traj.json"]
+    assert "empty trajectory" in reasons["empty.traj.json"]
+    assert "12345" in reasons["wrongtypes.traj.json"] or "int" in reasons["wrongtypes.traj.json"]
+    assert "unknown format" in reasons["mystery.json"]
+    ids = {t.traj_id for t in res.trajectories}
+    assert len(ids) == 3  # the two good files and the huge one
+    huge = next(t for t in res.trajectories if any(len(s.output or "") > 500_000 for s in t.steps))
+    assert max(len(s.output or "") for s in huge.steps) < 1_100_000  # capped, marked, not dropped
+    assert any("characters cut at ingest" in (s.output or "") for s in huge.steps)
+
+
+def test_cli_exit_codes_strict_and_json(batch, tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert main(["ingest", str(batch), "-o", str(out), "--json", "--workers", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["total"]["trajectories"] == 3 and len(summary["skipped"]) == 5
+    assert (out / "COMPLETE").is_file()
+    assert main(["ingest", str(batch), "-o", str(out), "--quiet"]) == 2  # exists, no --overwrite
+    assert main(["ingest", str(batch), "-o", str(tmp_path / "s"), "--strict", "--quiet"]) == 1
+    assert not (tmp_path / "s").exists()
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    (empty / "x.json").write_text("{}")
+    assert main(["ingest", str(empty), "-o", str(tmp_path / "n"), "--quiet"]) == 1
+    assert main(["ingest", str(tmp_path / "missing"), "-o", str(tmp_path / "m"), "--quiet"]) == 2
+
+
+def test_interrupted_write_leaves_nothing_that_looks_complete(tmp_path, data_dir):
+    trajs = load_trajectories(data_dir / "sample")[:3]
+
+    def exploding():
+        yield from trajs
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(exploding(), tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+    assert not list(tmp_path.iterdir())  # the temporary folder is gone too
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    shutil.copy(next((data_dir / "sample").glob("*.parquet")), partial)
+    with pytest.raises(DatasetError, match="not completely written"):
+        load_trajectories(partial)
+
+
+def test_stats_prints_summary_and_writes_png(tmp_path, data_dir, capsys):
+    png = tmp_path / "s.png"
+    assert main(["stats", str(data_dir / "sample"), "--plot", str(png), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total"]["trajectories"] == 34 and png.stat().st_size > 10_000
+    assert main(["stats", str(tmp_path / "none")]) == 2
