@@ -31,12 +31,21 @@ def _family(label: str) -> str:
     return label.split(":")[0].split("(")[0].split("[")[0]
 
 
-def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, title: str = "") -> Path:
+def plot_pareto(
+    rows: Sequence[dict[str, Any]], out: Path, title: str = "", group: tuple[str, str] | None = None
+) -> Path:
     """Dollar savings (y) against misses per 100 steps (x), one point per policy,
-    lines joining parameter sweeps of the same policy, 95% CIs as error bars."""
+    lines joining parameter sweeps of the same policy, 95% CIs as error bars.
+
+    ``group`` picks the rows, e.g. ``("split", "held-out")``; by default the held-out split when the
+    rows have one (a learned policy is judged on tasks it did not train on), else ``overall``."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    overall = [r for r in rows if r["group_by"] == "overall"]
+    if group is None:
+        held = any(r["group_by"] == "split" and r["group"] == "held-out" for r in rows)
+        group = ("split", "held-out") if held else ("overall", "all")
+    overall = [r for r in rows if r["group_by"] == group[0] and r["group"] == group[1]]
+    title = title or f"Savings against misses ({group[1] if group[0] != 'overall' else 'all trajectories'})"
     by_family: dict[str, list] = {}
     for r in overall:
         by_family.setdefault(_family(r["policy"]), []).append(r)
@@ -63,7 +72,7 @@ def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, title: str = "") -> P
         for r, x, y in zip(rs, xs, ys):
             if len(rs) > 1:
                 ax.annotate(
-                    r["policy"].split(":", 1)[-1],
+                    r["policy"].split(":", 1)[-1].split(",")[-1],
                     (x, y),
                     fontsize=7,
                     xytext=(3, 3),
@@ -72,7 +81,7 @@ def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, title: str = "") -> P
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("misses per 100 steps (lower is better)")
     ax.set_ylabel("dollar savings vs. no management, % (higher is better)")
-    ax.set_title(title or "Savings against misses")
+    ax.set_title(title)
     ax.legend(fontsize=8)
     return _save(fig, out)
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.episode import Episode
 from dtoc_rl.pricing import Prices, prices_for
 from dtoc_rl.schema import NEED_KINDS
@@ -37,6 +38,18 @@ from dtoc_rl.schema import NEED_KINDS
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals"]
 
 MISS_MODES = ("reread", "fail", "calibrated")
+#: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
+#: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
+#: that re-read twice (docs/validity.md measured this on really masked runs).
+MISS_KINDS = ("provenance", "reference")
+
+# ufunc reductions without ndarray.sum()'s Python-level wrapper (a few µs per call on tiny arrays)
+_sum = np.add.reduce
+_min = np.minimum.reduce
+_f64 = np.float64
+_sum_at = np.add.reduceat
+_concat = np.concatenate
+_neg = np.negative
 OVERHEAD_MODES = ("orchestrator", "agent")
 
 
@@ -48,11 +61,11 @@ class CostConfig:
     """Miss recovery: reread (default), fail, or calibrated."""
     overhead: str = "orchestrator"
     """Who pays for visibility changes: orchestrator (cache effect only) or agent (a tool call each)."""
-    need_kinds: tuple[str, ...] = NEED_KINDS
+    need_kinds: tuple[str, ...] = MISS_KINDS
     """Need-label kinds that count as needs (provenance, reaccess, reference)."""
     reread_call_tokens: int = 30
     """Output tokens of the extra call that re-reads a missed output."""
-    reread_prob: float = 1.0
+    reread_prob: float = CALIBRATED_REREAD_PROB
     """calibrated mode: probability that a need on a hidden output leads to a re-read."""
     mgmt_call_tokens: int = 20
     """agent overhead: output tokens of a manage_context call, plus mgmt_tokens_per_key per key."""
@@ -119,21 +132,57 @@ class Simulator:
     rng: np.random.Generator | None = None
 
     def __post_init__(self) -> None:
-        p = self.cfg.prices or prices_for(self.ep.model_family)
+        ep = self.ep
+        p = self.cfg.prices or prices_for(ep.model_family)
         self._p = np.array([p.cache_read, p.cache_write, p.output]) / 1e6
+        self._p0, self._p1, self._p2 = self._p.tolist()
         self._kinds = self.cfg.kind_mask()
         self._all_kinds = bool(self._kinds.all())
+        # Per-call scalars as Python lists: indexing a list is several times cheaper than a numpy array.
+        self._n = ep.n
+        gh = self._gh = np.empty((ep.n, 2), np.int64)
+        gh[:, 0] = ep.gap
+        gh[:, 1] = ep.hid_cost
+        self._gap_l = ep.gap.tolist()
+        self._hid_l = ep.hid_cost.tolist()
+        self._user = ep.user_tok.tolist()
+        self._ua = (ep.user_tok + ep.asst_tok).tolist()
+        self._asst = ep.asst_tok.tolist()
+        self._has_out = ep.has_out.tolist()
+        self._vis_cost = ep.vis_cost.tolist()
+        # the need schedule restricted to the counted kinds, as lists (CSR: step t needs idx[ptr[t]:ptr[t+1]])
+        if self._all_kinds:
+            self._need_ptr, self._need_idx = ep.need_ptr.tolist(), ep.need_idx.tolist()
+        else:
+            keep = self._kinds[ep.need_kind]
+            kept_before = np.concatenate([[0], np.cumsum(keep)])
+            self._need_ptr = kept_before[ep.need_ptr].tolist()
+            self._need_idx = ep.need_idx[keep].tolist()
+        self._base = int(ep.base_tokens)
+        self._cfg_snapshot = self.cfg_snapshot()
+        self._all_true = np.ones(ep.n, bool)  # reset() copies these (np.ones/np.full are slow in Python)
+        self._all_minus1 = np.full(ep.n, -1, np.int64)
+        self.log: list | None = None
+        """When a list, every change of per-output state is appended to it, in order: ``(steps, k)`` for
+        each visibility change (``steps`` an array, or one int; each step toggled once; the first ``k``
+        made visible, the rest hidden), and the step (an int) of each output a call needed (its need
+        count, last need and re-reads may have changed).  ReplayEnv drains it to update its observation
+        incrementally."""
         self.reset()
+
+    def cfg_snapshot(self) -> tuple:
+        """The settings read once at construction (prices, need kinds), to detect a changed config."""
+        return (self.cfg.prices, tuple(self.cfg.need_kinds))
 
     # -- state -------------------------------------------------------------------
     def reset(self) -> None:
         ep = self.ep
         self.t = 0  # next call
-        self.visible = np.ones(ep.n, bool)
+        self.visible = self._all_true.copy()
         self.seg = np.zeros(ep.n, np.int64)  # U+A+O+extra of stored steps
         self.extra = np.zeros(ep.n, np.int64)
         self.need_count = np.zeros(ep.n, np.int64)
-        self.last_need = np.full(ep.n, -1, np.int64)
+        self.last_need = self._all_minus1.copy()
         self.rereads_of = np.zeros(ep.n, np.int64)
         self.toggles = np.zeros(ep.n, np.int64)
         self.ctx = int(ep.base_tokens)
@@ -147,7 +196,7 @@ class Simulator:
 
     @property
     def done(self) -> bool:
-        return self.t >= self.ep.n or self.totals.failed
+        return self.t >= self._n or self.totals.failed
 
     @property
     def stored(self) -> int:
@@ -161,17 +210,17 @@ class Simulator:
 
     # -- billing -----------------------------------------------------------------
     def _cached_prefix(self) -> int:
-        if self.first_changed >= self.ep.n:
-            return self.prev_prompt
         j = self.first_changed
-        ep = self.ep
-        prefix = ep.base_tokens + int(self.seg[:j].sum()) + int(ep.user_tok[j] + ep.asst_tok[j])
+        if j >= self._n:
+            return self.prev_prompt
+        prefix = self._base + int(_sum(self.seg[:j])) + self._ua[j]
         return min(prefix, self.prev_prompt)
 
     def _bill(self, prompt: int, out_tokens: int) -> float:
         cached = self._cached_prefix()
         written = prompt - cached
-        dollars = cached * self._p[0] + written * self._p[1] + out_tokens * self._p[2]
+        # Python float arithmetic (bit-identical to numpy's float64), typed np.float64 as before
+        dollars = _f64(cached * self._p0 + written * self._p1 + out_tokens * self._p2)
         tot = self.totals
         tot.input_tokens += prompt
         tot.cache_read_tokens += cached
@@ -179,50 +228,103 @@ class Simulator:
         tot.output_tokens += out_tokens
         tot.dollars += dollars
         self.prev_prompt = prompt
-        self.first_changed = self.ep.n
+        self.first_changed = self._n
         return float(dollars)
 
     def _set_visible(self, k: int, visible: bool) -> None:
         if self.visible[k] != visible:
-            self.set_visibility(np.array([k], np.int64), visible)
+            self._set_one(k, visible)
 
-    def set_visibility(self, steps: np.ndarray, visible: bool) -> None:
-        """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
-        if len(steps) == 0:
-            return
-        ep = self.ep
-        gap = ep.gap[steps]  # envelope - placeholder tokens
-        g = int(gap.sum())
-        h = int(ep.hid_cost[steps].sum())
+    def _set_one(self, k: int, visible: bool) -> None:
+        """Scalar fast path of ``set_visibility(np.array([k]), visible)``."""
+        g, h = self._gap_l[k], self._hid_l[k]
         if visible:
             self.placeholders -= h
             self.saved -= g
-            self.n_visible += len(steps)
+            self.n_visible += 1
+            self.seg[k] += g
+            self.ctx += g
+        else:
+            self.placeholders += h
+            self.saved += g
+            self.n_visible -= 1
+            self.seg[k] -= g
+            self.ctx -= g
+        self.visible[k] = visible
+        self.toggles[k] += 1
+        if k < self.first_changed:
+            self.first_changed = k
+        if self.log is not None:
+            self.log.append((k, 1 if visible else 0))
+
+    def set_visibility(self, steps: np.ndarray, visible: bool) -> None:
+        """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
+        n = len(steps)
+        if n == 0:
+            return
+        if n == 1:
+            self._set_one(int(steps[0]), visible)
+            return
+        gh = self._gh[steps]  # envelope - placeholder tokens, placeholder tokens
+        g, h = _sum(gh, 0).tolist()
+        gap = gh[:, 0]
+        if visible:
+            self.placeholders -= h
+            self.saved -= g
+            self.n_visible += n
             self.seg[steps] += gap
             self.ctx += g
         else:
             self.placeholders += h
             self.saved += g
-            self.n_visible -= len(steps)
+            self.n_visible -= n
             self.seg[steps] -= gap
             self.ctx -= g
         self.visible[steps] = visible
         self.toggles[steps] += 1
-        lo = int(steps.min())
+        lo = int(_min(steps))
         if lo < self.first_changed:
             self.first_changed = lo
+        if self.log is not None:
+            self.log.append((steps, n if visible else 0))
+
+    def _show_and_hide(self, en: np.ndarray, di: np.ndarray) -> None:
+        """``set_visibility(en, True)`` then ``set_visibility(di, False)`` in one pass (both non-empty,
+        disjoint)."""
+        ne = len(en)
+        steps = _concat((en, di))
+        gh = self._gh[steps]
+        (g_en, h_en), (g_di, h_di) = _sum_at(gh, (0, ne)).tolist()
+        self.placeholders += h_di - h_en
+        self.saved += g_di - g_en
+        self.n_visible += ne - len(di)
+        signed = gh[:, 0]  # the gap, negated for the outputs being hidden
+        _neg(signed[ne:], out=signed[ne:])
+        self.seg[steps] += signed
+        self.ctx += g_en - g_di
+        self.visible[en] = True
+        self.visible[di] = False
+        self.toggles[steps] += 1
+        lo = int(_min(steps))
+        if lo < self.first_changed:
+            self.first_changed = lo
+        if self.log is not None:
+            self.log.append((steps, ne))
 
     # -- one model call of the log ---------------------------------------------
     def call(self) -> tuple[float, int]:
         """Run call t (after recovering any misses); returns (dollars, misses)."""
-        ep, t, tot = self.ep, self.t, self.totals
-        if self.done:
+        t, tot = self.t, self.totals
+        if t >= self._n or tot.failed:  # self.done
             raise RuntimeError("episode is over; reset() first")
         dollars = 0.0
-        a, b = ep.need_ptr[t], ep.need_ptr[t + 1]
+        a, b = self._need_ptr[t], self._need_ptr[t + 1]
         misses = 0
-        needed = ep.needs_at(t, None if self._all_kinds else self._kinds) if b > a else ()
-        for j in sorted(set(needed.tolist())) if len(needed) else ():
+        log = self.log
+        # the steps ep.needs_at(t, kinds) lists, in increasing order
+        for j in sorted(set(self._need_idx[a:b])) if b > a else ():
+            if log is not None:
+                log.append(j)
             self.need_count[j] += 1
             self.last_need[j] = t
             if self.visible[j]:
@@ -237,23 +339,24 @@ class Simulator:
                 if rng.random() >= self.cfg.reread_prob:
                     tot.absorbed += 1
                     continue
-            dollars += self._bill(self.ctx + int(ep.user_tok[t]), self.cfg.reread_call_tokens)
+            dollars += self._bill(self.ctx + self._user[t], self.cfg.reread_call_tokens)
             tot.extra_calls += 1
             tot.rereads += 1
             self.rereads_of[j] += 1
             self._set_visible(j, True)
-        prompt = self.ctx + int(ep.user_tok[t])
-        dollars += self._bill(prompt, int(ep.asst_tok[t]))
+        prompt = self.ctx + self._user[t]
+        dollars += self._bill(prompt, self._asst[t])
         tot.calls += 1
         tot.active_token_sum += prompt
         tot.placeholder_tokens += self.placeholders
         # the call's message and its output join the context
-        c = int(ep.vis_cost[t]) if ep.has_out[t] else 0
+        c = self._vis_cost[t] if self._has_out[t] else 0
         if c:
             self.n_stored += 1
             self.n_visible += 1
-        self.seg[t] = int(ep.user_tok[t] + ep.asst_tok[t]) + c
-        self.ctx += int(self.seg[t])
+        seg = self._ua[t] + c
+        self.seg[t] = seg
+        self.ctx += seg
         self.t += 1
         return dollars, misses
 
@@ -297,8 +400,11 @@ class Simulator:
             self.extra[last] += added
             self.seg[last] += added
             self.ctx += added
-        self.set_visibility(en, True)
-        self.set_visibility(di, False)
+        if len(en) and len(di):
+            self._show_and_hide(en, di)
+        else:
+            self.set_visibility(en, True)
+            self.set_visibility(di, False)
         tot.changes += n_changes
         return dollars
 

@@ -2,20 +2,99 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, observation_space
-from dtoc_rl.schema import NEED_KINDS, Trajectory
-from dtoc_rl.simulator import CostConfig, Simulator, Totals, baseline_totals
+from dtoc_rl.schema import Trajectory
+from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
 
 __all__ = ["ReplayEnv"]
+
+_gt = np.greater
+_xor = np.bitwise_xor
+_add = np.add
+try:  # the C function behind np.count_nonzero, without its Python-level dispatch (~0.6 µs a call)
+    from numpy._core.multiarray import count_nonzero as _count
+except ImportError:  # numpy < 2
+    try:
+        from numpy.core.multiarray import count_nonzero as _count
+    except ImportError:
+        _count = np.count_nonzero
+_take = np.take
+
+_NF = len(ITEM_FEATURES)
+_SIM_CACHE = 512  # simulators kept for reuse, one per episode
+# columns of ITEM_FEATURES the observation builder touches
+_C_AGE, _C_VIS, _C_NEED, _C_SINCE, _C_MOD, _C_ERR, _C_SUP, _C_REREAD, _C_TOGGLE, _C_TURNS = (
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+)  # fmt: skip
+assert ITEM_FEATURES[_C_SINCE] == "since_need" and ITEM_FEATURES[_C_TURNS] == "turns_after"
+
+
+@dataclass
+class _Template:
+    """Per-episode arrays for the incremental observation, built once per episode and reused."""
+
+    ep: Episode
+    out_steps: np.ndarray  # step of each output ordinal
+    out_list: list[int]
+    ord_of_step: list[int]  # output ordinal of each step, -1 without output
+    ord_np: np.ndarray  # the same as an array
+    items0: np.ndarray  # (outputs, F) float32: item features when stored, time columns minus their reference
+    tool_o: np.ndarray  # tool id per output ordinal
+    tool_list: list[int]
+    turn_list: list[int]  # user turns begun up to each step
+    ev_times: list[int]  # sorted times at which a modified / superseded flag turns on
+    ev_rows: np.ndarray  # output ordinal of each event
+    ev_cols: np.ndarray  # feature column of each event
+    family: np.int64
+    slot_init: np.ndarray  # -1 for every output and N padding slots
+
+    @classmethod
+    def build(cls, ep: Episode, n_slots: int) -> _Template:
+        outs = ep.out_steps
+        n_out = len(outs)
+        f = np.zeros((n_out, _NF), np.float32)
+        f[:, 0] = ep.est_tok[outs] / 1000.0
+        # time-dependent columns hold minus their reference time; _obs adds "now" (or the turn count)
+        f[:, _C_AGE] = -outs
+        f[:, _C_VIS] = 1.0
+        f[:, _C_SINCE] = -outs
+        f[:, _C_ERR] = ep.is_error[outs]
+        f[:, _C_TURNS] = -ep.user_turn[outs]
+        ord_of_step = np.full(ep.n, -1, np.int64)
+        ord_of_step[outs] = np.arange(n_out)
+        times = np.concatenate([ep.modified_at[outs], ep.superseded_at[outs]]).astype(np.int64)
+        rows = np.concatenate([np.arange(n_out), np.arange(n_out)])
+        cols = np.repeat(np.array([_C_MOD, _C_SUP], np.int64), n_out)
+        keep = times < ep.n  # a flag whose time is never reached never turns on
+        order = np.argsort(times[keep], kind="stable")
+        return cls(
+            ep=ep,
+            out_steps=outs,
+            out_list=outs.tolist(),
+            ord_of_step=ord_of_step.tolist(),
+            ord_np=ord_of_step,
+            items0=f,
+            tool_o=ep.tool_id[outs].astype(np.int64),
+            tool_list=ep.tool_id[outs].tolist(),
+            turn_list=ep.user_turn.tolist(),
+            ev_times=times[keep][order].tolist(),
+            ev_rows=rows[keep][order],
+            ev_cols=cols[keep][order],
+            family=np.int64(ep.family_id),
+            slot_init=np.full(n_out + n_slots, -1, np.int64),
+        )
 
 
 class ReplayEnv(gym.Env):
@@ -102,9 +181,11 @@ class ReplayEnv(gym.Env):
     * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead.
     * ``model_family``, ``source``: keep only these (a name or a list).
     * ``max_items`` (128): slots N.
-    * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (1.0).
+    * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (calibrated mode only; default
+      ``dtoc_rl.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
     * ``overhead`` ("orchestrator" | "agent").
-    * ``need_kinds``: need-label kinds that count (default all three).
+    * ``need_kinds``: need-label kinds that make a hidden output a miss (default provenance and
+      reference; a re-access step is itself the agent's re-read, so it is not charged twice).
     * ``budget_tokens`` (0 = none), and the reward weights ``cost_weight`` (1),
       ``miss_weight`` (0), ``success_weight`` (0), ``fail_penalty`` (1),
       ``over_budget_weight`` (0).
@@ -130,9 +211,9 @@ class ReplayEnv(gym.Env):
         source: str | Sequence[str] | None = None,
         max_items: int = 128,
         miss: str = "reread",
-        reread_prob: float = 1.0,
+        reread_prob: float = CALIBRATED_REREAD_PROB,
         overhead: str = "orchestrator",
-        need_kinds: Sequence[str] = NEED_KINDS,
+        need_kinds: Sequence[str] = MISS_KINDS,
         budget_tokens: int = 0,
         cost_weight: float = 1.0,
         miss_weight: float = 0.0,
@@ -160,6 +241,7 @@ class ReplayEnv(gym.Env):
             miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob
         )
         self.N = max_items
+        self._shape = (max_items,)
         self.budget = int(budget_tokens)
         self.w = {
             "cost": cost_weight,
@@ -176,6 +258,9 @@ class ReplayEnv(gym.Env):
         self.action_space = action_space(self.N)
         self._next = 0
         self._baselines: dict[str, Totals] = {}
+        self._templates: dict[int, _Template] = {}
+        self._sims: dict[int, Simulator] = {}
+        self._shift = np.zeros(_NF, np.float32)
         self.sim: Simulator | None = None
 
     # -- gymnasium API -------------------------------------------------------------
@@ -198,17 +283,9 @@ class ReplayEnv(gym.Env):
             self.sim.reset()
             self.sim.rng = self.np_random
         else:
-            self.sim = Simulator(ep, self.cfg, rng=self.np_random)
+            self.sim = self._simulator(idx, ep)
         self._base = self._baseline(ep)
-        outs = ep.out_steps
-        static = np.zeros((len(outs), len(ITEM_FEATURES)), np.float32)
-        static[:, 0] = ep.est_tok[outs] / 1000.0
-        static[:, 6] = ep.is_error[outs]
-        self._static = static
-        self._modified_o = ep.modified_at[outs]
-        self._superseded_o = ep.superseded_at[outs]
-        self._tool_o = ep.tool_id[outs]
-        self._turn_o = ep.user_turn[outs]
+        self._start(idx)
         self._pending_dollars, _ = self.sim.call()
         obs = self._obs()
         info = self._info(obs)
@@ -223,18 +300,37 @@ class ReplayEnv(gym.Env):
             raise RuntimeError("episode is over; call reset()")
         enable, disable = self._decode(action)
         sim = self.sim
-        slots = self._slots
-        valid = slots >= 0
-        vis = self._slot_visible
-        conflict = enable & disable
-        en = slots[enable & valid & ~conflict & ~vis]
-        di = slots[disable & valid & ~conflict & vis]
-        sim.totals.invalid_actions += int(
-            np.count_nonzero(enable & ~valid)
-            + np.count_nonzero(disable & ~valid)
-            + np.count_nonzero(conflict & valid)
-        )
-        dollars = self._pending_dollars + sim.apply_changes(en, di)
+        # Slots [0, m) hold outputs, the rest is padding.  For booleans x > y is x & ~y, so
+        # (e > d) > vis == enable & ~conflict & ~visible, and (d > e) & vis == disable & ~conflict & visible.
+        if _count(enable) or _count(disable):
+            m, lo, count = self._m, self._lo, self._count
+            slots = self._slots[:m]
+            vis = self._vis_b[lo:count]
+            e, d = enable[:m], disable[:m]
+            en_mask = _gt(_gt(e, d), vis)
+            di_mask = _gt(d, e) & vis
+            en, di = slots[en_mask], slots[di_mask]
+            invalid = int(_count(e & d))
+            if m < self.N:
+                invalid += int(_count(enable[m:])) + int(_count(disable[m:]))
+            sim.totals.invalid_actions += invalid
+            log = sim.log
+            if log:
+                self._drain(log)
+            sim.log = None  # the window's mirrors are updated below, from the masks
+            try:
+                dollars = self._pending_dollars + sim.apply_changes(en, di)
+            finally:
+                sim.log = log
+            if len(en) or len(di):  # each output in en or di toggled once
+                flip = en_mask | di_mask
+                w = self._vis_st[lo:count]
+                _xor(w, flip, out=w)
+                self._c_vis[lo:count] = w
+                w = self._c_toggle[lo:count]
+                _add(w, flip, out=w)
+        else:  # nothing asked
+            dollars = self._pending_dollars + 0.0
         self._pending_dollars = 0.0
         d, misses = sim.call()
         dollars += d
@@ -278,60 +374,139 @@ class ReplayEnv(gym.Env):
                 f"got {type(action).__name__}"
                 + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
             ) from None
-        out = []
-        for name, a in (("enable", en), ("disable", di)):
-            a = np.asarray(a)
-            if a.shape != (self.N,):
-                raise ValueError(
-                    f"action[{name!r}] has shape {a.shape}; expected ({self.N},) for {self.action_space}"
-                )
-            if a.dtype != np.bool_:
-                if a.dtype.kind not in "iu":
-                    raise ValueError(
-                        f"action[{name!r}] has dtype {a.dtype}; "
-                        f"expected integers or bools, MultiBinary({self.N})"
-                    )
-                a = a != 0
-            out.append(a)
-        return out[0], out[1]
+        return self._mask("enable", en), self._mask("disable", di)
+
+    def _mask(self, name: str, a) -> np.ndarray:
+        a = np.asarray(a)
+        if a.shape != self._shape:
+            raise ValueError(
+                f"action[{name!r}] has shape {a.shape}; expected ({self.N},) for {self.action_space}"
+            )
+        kind = a.dtype.kind
+        if kind == "b":
+            return a
+        if kind not in "iu":
+            raise ValueError(
+                f"action[{name!r}] has dtype {a.dtype}; expected integers or bools, MultiBinary({self.N})"
+            )
+        return a.astype(np.bool_)  # nonzero -> True
+
+    def _simulator(self, idx: int, ep: Episode) -> Simulator:
+        """A fresh simulator for ``ep``: a cached one reset (its per-episode set-up is the costly part of a
+        reset), or a new one.  Same state either way."""
+        cfg = self.cfg
+        sim = self._sims.get(idx)
+        if sim is not None and sim.ep is ep and sim.cfg is cfg and sim.cfg_snapshot() == sim._cfg_snapshot:
+            sim.reset()
+            sim.rng = self.np_random
+            return sim
+        sim = Simulator(ep, cfg, rng=self.np_random)
+        if len(self._sims) >= _SIM_CACHE:
+            del self._sims[next(iter(self._sims))]
+        self._sims[idx] = sim
+        return sim
+
+    def _start(self, idx: int) -> None:
+        """Per-episode observation state (the simulator has just been reset)."""
+        tpl = self._templates.get(idx)
+        if tpl is None or tpl.ep is not self.episodes[idx]:
+            tpl = self._templates[idx] = _Template.build(self.episodes[idx], self.N)
+        self._tpl = tpl
+        self._items = tpl.items0.copy()
+        # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
+        # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
+        size = len(tpl.out_list) + self.N
+        self._slot_st = tpl.slot_init.copy()
+        self._tool_st = np.zeros(size, np.int64)
+        self._mask_st = np.zeros(size, np.int8)
+        self._vis_st = np.zeros(size, np.int8)  # 1 = stored and visible
+        self._bind_views()
+        self._ev = 0
+        self._count = self._lo = self._m = 0
+        self.sim.log = []
+
+    def _bind_views(self) -> None:
+        items = self._items
+        # column views, for cheap 1-D writes
+        self._c_vis, self._c_need, self._c_since = items[:, _C_VIS], items[:, _C_NEED], items[:, _C_SINCE]
+        self._c_reread, self._c_toggle = items[:, _C_REREAD], items[:, _C_TOGGLE]
+        self._vis_b = self._vis_st.view(np.bool_)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # copy.deepcopy and pickle copy views as separate arrays: re-derive them from their bases
+        self.__dict__.update(state)
+        if self.__dict__.get("_items") is not None:
+            self._bind_views()
+
+    def _drain(self, log: list) -> None:
+        """Bring the per-output mirrors up to date with the simulator's change log (see Simulator.log)."""
+        sim, tpl = self.sim, self._tpl
+        for entry in log:
+            if type(entry) is int:  # an output a call needed: need count, last need, re-reads
+                o = tpl.ord_of_step[entry]
+                if o >= 0:
+                    self._c_need[o] = sim.need_count[entry]
+                    self._c_since[o] = -sim.last_need[entry]
+                    self._c_reread[o] = sim.rereads_of[entry]
+                continue
+            # a visibility change, each step toggled once: the first k shown, the rest hidden
+            steps, k = entry
+            if type(steps) is int:
+                o = tpl.ord_of_step[steps]
+                self._c_vis[o] = k
+                self._vis_st[o] = k
+            else:
+                o = tpl.ord_np[steps]
+                if k:
+                    self._c_vis[o[:k]] = 1.0
+                    self._vis_st[o[:k]] = 1
+                if k < len(o):
+                    self._c_vis[o[k:]] = 0.0
+                    self._vis_st[o[k:]] = 0
+            self._c_toggle[o] += 1.0
+        log.clear()
 
     def _obs(self) -> dict[str, np.ndarray]:
-        sim, ep, N = self.sim, self.sim.ep, self.N
+        # Built incrementally: self._items holds every output's features by output ordinal, kept up to
+        # date from the simulator's change log (and the actions), with the time-dependent columns stored
+        # as minus their reference time, so one add of [0, now, 0, 0, now, 0, ..., turns_now] gives the
+        # window's rows.  The other per-output arrays are padded with N entries and filled as outputs are
+        # stored, so the window of slots is always the slice [lo, lo + N).
+        sim, tpl, N = self.sim, self._tpl, self.N
+        if sim.log:
+            self._drain(sim.log)
         t = sim.t  # calls done; the last stored step is t-1
         count = sim.n_stored
-        lo = max(0, count - N)
-        window = ep.out_steps[lo:count]
-        m = count - lo
-        slots = np.full(N, -1, np.int64)
-        slots[:m] = window
-        self._slots = slots
+        if count != self._count:
+            for k in range(self._count, count):  # newly stored outputs (one per call)
+                step = tpl.out_list[k]
+                self._slot_st[k] = step
+                self._tool_st[k] = tpl.tool_list[k]
+                self._mask_st[k] = 1
+                self._vis_st[k] = sim.visible[step]
+            self._count = count
+            self._lo = max(0, count - N)
+            self._m = count - self._lo
+        lo, m = self._lo, self._m
         now = t - 1
+        ev = self._ev
+        if ev < len(tpl.ev_times) and tpl.ev_times[ev] <= now:  # modified / superseded flags turn on
+            end = bisect_right(tpl.ev_times, now, ev)
+            self._items[tpl.ev_rows[ev:end], tpl.ev_cols[ev:end]] = 1.0
+            self._ev = end
         # user turns begun up to the next call (a user message before call t counts)
-        self._turns_now = int(ep.user_turn[t]) if t < ep.n else int(ep.user_turn[-1])
-        vis = sim.visible[window]
-        slot_vis = np.zeros(N, bool)
-        slot_vis[:m] = vis
-        self._slot_visible = slot_vis
-        age = now - window
-        last = sim.last_need[window]
-        feats = np.zeros((N, len(ITEM_FEATURES)), np.float32)
-        f = feats[:m]
-        f[:] = self._static[lo:count]  # est_tokens_k and is_error, by output ordinal
-        f[:, 1] = age
-        f[:, 2] = vis
-        f[:, 3] = sim.need_count[window]
-        f[:, 4] = np.where(last >= 0, now - last, age)
-        f[:, 5] = self._modified_o[lo:count] <= now
-        f[:, 7] = self._superseded_o[lo:count] <= now
-        f[:, 8] = sim.rereads_of[window]
-        f[:, 9] = sim.toggles[window]
-        f[:, 10] = self._turns_now - self._turn_o[lo:count]
-        tool = np.zeros(N, np.int64)
-        tool[:m] = self._tool_o[lo:count]
-        item_mask = np.zeros(N, np.int8)
-        item_mask[:m] = 1
-        enable_mask = (item_mask & ~slot_vis).astype(np.int8)
-        disable_mask = slot_vis.astype(np.int8)
+        turns = tpl.turn_list
+        self._turns_now = turns_now = turns[t] if t < len(turns) else turns[-1]
+        hi = lo + N
+        self._slots = self._slot_st[lo:hi].copy()
+        shift = self._shift  # only read by the add below
+        shift[_C_AGE] = now
+        shift[_C_SINCE] = now
+        shift[_C_TURNS] = turns_now
+        feats = np.zeros((N, _NF), np.float32)
+        np.add(self._items[lo:count], shift, out=feats[:m])
+        item_mask = self._mask_st[lo:hi].copy()
+        disable_mask = self._vis_st[lo:hi].copy()
         g = np.array(
             [
                 sim.ctx / 1000.0,
@@ -348,12 +523,12 @@ class ReplayEnv(gym.Env):
         )
         return {
             "items": feats,
-            "item_tool": tool,
+            "item_tool": self._tool_st[lo:hi].copy(),
             "item_mask": item_mask,
-            "enable_mask": enable_mask,
+            "enable_mask": item_mask - disable_mask,
             "disable_mask": disable_mask,
             "globals": g,
-            "family": np.int64(ep.family_id),
+            "family": tpl.family,
         }
 
     def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:

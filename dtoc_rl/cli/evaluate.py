@@ -33,10 +33,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-family", nargs="+", help="only these model families")
     p.add_argument("--source", nargs="+", help="only these source harnesses")
     p.add_argument("--miss", default="reread", choices=["reread", "fail", "calibrated"], help="miss model")
-    p.add_argument("--reread-prob", type=float, default=1.0, help="calibrated miss model: P(re-read | miss)")
+    p.add_argument("--reread-prob", type=float, default=None,
+                   help="calibrated miss model: P(re-read | miss) (default: the fitted value)")
     p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
     p.add_argument("--max-items", type=int, default=256, help="env slots")
     p.add_argument("--workers", type=int, default=1, help="worker processes")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=["local", "ray"],
+        help="local: this machine; ray: Ray Data over the dataset's Parquet shards, --workers actors "
+        "(RAY_ADDRESS picks a cluster; needs pip install 'dtoc-rl[ray]')",
+    )
     p.add_argument(
         "--by",
         nargs="+",
@@ -73,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
             holdout = set(_val_tasks(args.holdout_from))
             if "split" not in args.by:
                 args.by.append("split")
-        cost = CostConfig(miss=args.miss, overhead=args.overhead, reread_prob=args.reread_prob)
+        kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
+        cost = CostConfig(miss=args.miss, overhead=args.overhead, **kw)
+        if args.backend == "ray":
+            from dtoc_rl.policies.evaluate_ray import evaluate_ray as evaluate
         runs = evaluate(
             str(args.dataset) if args.dataset else None,
             specs,
@@ -87,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
         return fail(str(e))
+    except ImportError as e:
+        from dtoc_rl.policies.evaluate_ray import RayNotAvailable
+
+        if isinstance(e, RayNotAvailable):
+            return fail(str(e))
+        raise
     except ValueError as e:  # empty filter results and bad settings
         return fail(str(e))
     except Exception as e:
