@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logs", type=Path, nargs="+", help="log files or folders (default: the bundled sample)")
     p.add_argument("--out", type=Path, default=Path("dtoc-demo"), help="output folder (default: ./dtoc-demo)")
     p.add_argument("--epochs", type=int, default=20, help="max supervised epochs")
-    p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.7],
+    p.add_argument("--thresholds", type=float, nargs="+", default=[0.02, 0.1, 0.5],
                    help="learned-policy thresholds to evaluate (a sweep on the Pareto chart)")  # fmt: skip
     p.add_argument("--workers", type=int, default=2, help="processes for ingest and evaluation")
     p.add_argument("--seed", type=int, default=0, help="random seed")
