@@ -27,6 +27,15 @@ def _save(fig, out: Path) -> Path:
     return out
 
 
+def _short(label: str) -> str:
+    """``learned:path=runs/x/policy,threshold=0.1`` → ``learned t=0.1`` for legends."""
+    import re
+
+    return re.sub(
+        r"learned:path=[^,]*(,threshold=)?", lambda m: "learned t=" if m.group(1) else "learned", label
+    )
+
+
 def _family(label: str) -> str:
     return label.split(":")[0].split("(")[0].split("[")[0]
 
@@ -91,9 +100,15 @@ def plot_token_curves(curves: dict[str, dict[str, list[int]]], out: Path) -> Pat
     plt = _plt()
     n = max(1, len(curves))
     fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
+    colors = plt.cm.tab20.colors
     for ax, (tid, per_policy) in zip(axes[:, 0], curves.items()):
-        for label, ys in per_policy.items():
-            ax.plot(ys, label=label, lw=1.6 if label in ("oracle", "none") else 1.0)
+        for i, (label, ys) in enumerate(per_policy.items()):
+            style = (
+                {"color": "black", "lw": 2.0} if label == "oracle" else {"color": colors[i % 20], "lw": 1.1}
+            )
+            if label == "none":
+                style = {"color": "grey", "lw": 2.0, "ls": "--"}
+            ax.plot(ys, label=_short(label), **style)
         ax.set_title(tid, fontsize=9)
         ax.set_xlabel("call")
         ax.set_ylabel("active tokens")
