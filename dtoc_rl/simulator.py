@@ -213,7 +213,10 @@ class Simulator:
         j = self.first_changed
         if j >= self._n:
             return self.prev_prompt
-        prefix = self._base + int(_sum(self.seg[:j])) + self._ua[j]
+        t = self.t
+        # base + Σ seg[:j], summing the shorter side: ctx == base + Σ seg[:t] always
+        before = self._base + int(_sum(self.seg[:j])) if 2 * j <= t else self.ctx - int(_sum(self.seg[j:t]))
+        prefix = before + self._ua[j]
         return min(prefix, self.prev_prompt)
 
     def _bill(self, prompt: int, out_tokens: int) -> float:

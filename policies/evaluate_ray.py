@@ -163,7 +163,7 @@ def evaluate_ray(
         ds = ray.data.read_parquet(files)
         try:  # blocks of batch_size rows, so that every actor gets work (a shard is one block)
             ds = ds.repartition(target_num_rows_per_block=batch_size)
-        except TypeError:  # Ray < 2.44: split without the streaming repartition
+        except TypeError:  # older Ray without streaming repartition: split into blocks of batch_size
             ds = ds.repartition(max(1, -(-rows // batch_size)))
         ds = ds.map_batches(
             _EvalActor,

@@ -6,12 +6,14 @@
   policy costs nothing) and ``env.action_space.sample()`` every step (sampling a Dict of two
   MultiBinary(128) costs tens of µs by itself, more than a CartPole step, so it is also timed alone).
   Also a no-op policy (nothing hidden: the cheapest valid path).  Variants are interleaved, one
-  round after another, and the median over ``--repeats`` rounds is reported.
+  round after another; steps/s are medians over ``--repeats`` rounds, and the ratios to CartPole
+  are medians of the ratios within each round (on a shared machine the speed drifts by tens of
+  per cent within seconds; measuring both envs in the same round cancels most of it).
 * **Memory**: RSS (``/proc/self/statm``) over ``--episodes`` random-policy episodes, after a warm-up;
   flat means no per-episode growth.
 * **Scaling**: crafted trajectories of growing length (an output per step, needs on earlier steps),
-  random policy, µs per step by the number of outputs stored when the step was taken: flat beyond
-  the padded window of ``max_items`` slots.
+  random policy, µs per step by the number of outputs stored when the step was taken (the median
+  step in each bin, median over runs): flat beyond the padded window of ``max_items`` slots.
 
 Targets: ≥ 20,000 steps/s and ≥ 0.25× CartPole (random policy, actions drawn in advance).
 
@@ -86,6 +88,14 @@ def throughput(steps: int, repeats: int, max_items: int) -> dict[str, Any]:
     for _ in range(repeats):
         for name, (env, acts, n) in variants.items():
             runs[name].append(steps_per_s(env, n, acts))
+    # ratios within each round (measured seconds apart), then the median: robust to a shared machine
+    ratio = {
+        kind: statistics.median(
+            a / b for a, b in zip(runs[f"replay_random_{kind}"], runs[f"cartpole_random_{kind}"])
+        )
+        for kind in ("pregen", "sample")
+    }
+    noop_ratio = statistics.median(a / b for a, b in zip(runs["replay_noop"], runs["cartpole_random_pregen"]))
     space = replay.action_space
     t0 = time.perf_counter()
     for _ in range(2000):
@@ -100,8 +110,9 @@ def throughput(steps: int, repeats: int, max_items: int) -> dict[str, Any]:
         "steps_per_s_all": runs,
         "us_per_step": {k: 1e6 / v for k, v in med.items()},
         "dict_sample_us": sample_us,
-        "vs_cartpole_pregen": med["replay_random_pregen"] / med["cartpole_random_pregen"],
-        "vs_cartpole_sample": med["replay_random_sample"] / med["cartpole_random_sample"],
+        "vs_cartpole_pregen": ratio["pregen"],
+        "vs_cartpole_sample": ratio["sample"],
+        "noop_vs_cartpole": noop_ratio,
     }
     out["met"] = {
         "steps_per_s": med["replay_random_pregen"] >= TARGET_STEPS_PER_S,
@@ -179,7 +190,7 @@ def scaling(lengths: list[int], max_items: int, repeats: int) -> dict[str, Any]:
         acts = _random_actions(env.action_space, 1024, 2)
         per_bin: dict[int, list[float]] = {}
         totals = []
-        for _ in range(repeats):
+        for _ in range(repeats):  # per bin: median step time per run, then the median over runs
             times: dict[int, list[float]] = {}
             env.reset(seed=0)
             done, i = False, 0
@@ -193,7 +204,7 @@ def scaling(lengths: list[int], max_items: int, repeats: int) -> dict[str, Any]:
                 i += 1
             totals.append((time.perf_counter() - t_start) / i * 1e6)
             for b, v in times.items():
-                per_bin.setdefault(b, []).append(statistics.mean(v) * 1e6)
+                per_bin.setdefault(b, []).append(statistics.median(v) * 1e6)
         rows.append(
             {
                 "length": length,
@@ -213,8 +224,8 @@ def scaling(lengths: list[int], max_items: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=20_000, help="timed steps per throughput round")
-    ap.add_argument("--repeats", type=int, default=5, help="rounds (median reported)")
+    ap.add_argument("--steps", type=int, default=5_000, help="timed steps per throughput round")
+    ap.add_argument("--repeats", type=int, default=15, help="rounds (median reported)")
     ap.add_argument("--episodes", type=int, default=10_000, help="episodes for the memory check")
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 500, 2000, 8000], help="crafted lengths")
     ap.add_argument("--max-items", type=int, default=128, help="env slots (the registered default: 128)")
@@ -232,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "throughput": throughput(args.steps, args.repeats, args.max_items),
         "memory": memory(args.episodes, args.max_items),
-        "scaling": scaling(args.lengths, args.max_items, max(1, args.repeats // 2)),
+        "scaling": scaling(args.lengths, args.max_items, max(1, args.repeats // 3)),
     }
     out["meta"]["load_avg_end"] = os.getloadavg()
     if args.json:
@@ -244,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:<44}{v:>12,.0f}{t['us_per_step'][k]:>10.1f}")
     print(f"action_space.sample() of Dict(2×MultiBinary({t['max_items']})): {t['dict_sample_us']:.1f} µs")
     print(
-        f"ReplayEnv / CartPole: {t['vs_cartpole_pregen']:.2f}× (actions drawn in advance), "
-        f"{t['vs_cartpole_sample']:.2f}× (action_space.sample()); "
+        f"ReplayEnv / CartPole (median of per-round ratios): {t['vs_cartpole_pregen']:.2f}× (actions "
+        f"drawn in advance), {t['vs_cartpole_sample']:.2f}× (action_space.sample()), "
+        f"no-op {t['noop_vs_cartpole']:.2f}×; "
         f"targets ≥ {TARGET_STEPS_PER_S:,} steps/s: {'met' if t['met']['steps_per_s'] else 'NOT met'}, "
         f"≥ {TARGET_VS_CARTPOLE}× CartPole: {'met' if t['met']['vs_cartpole'] else 'NOT met'}"
     )

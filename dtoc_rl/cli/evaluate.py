@@ -33,8 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-family", nargs="+", help="only these model families")
     p.add_argument("--source", nargs="+", help="only these source harnesses")
     p.add_argument("--miss", default="reread", choices=["reread", "fail", "calibrated"], help="miss model")
-    p.add_argument("--reread-prob", type=float, default=None,
-                   help="calibrated miss model: P(re-read | miss) (default: the fitted value)")
+    p.add_argument(
+        "--reread-prob",
+        type=float,
+        default=None,
+        help="calibrated miss model: P(re-read | miss) (default: the fitted value)",
+    )
     p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
     p.add_argument("--max-items", type=int, default=256, help="env slots")
     p.add_argument("--workers", type=int, default=1, help="worker processes")
