@@ -18,6 +18,7 @@ import numpy as np
 from dtoc_rl.context import DTOCContext
 from dtoc_rl.envs.agents import AgentError, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import CheckResult, Task, TaskChecker, load_tasks
+from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.envs.tools import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT,
@@ -363,18 +364,14 @@ class LiveEnv(gym.Env):
     # -- gymnasium API -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "task_id" in options:
-            idx = next((i for i, t in enumerate(self.tasks) if t.id == options["task_id"]), None)
-            if idx is None:
-                raise KeyError(f"no task {options['task_id']!r}; available: {[t.id for t in self.tasks]}")
-        elif "index" in options:
-            idx = int(options["index"]) % len(self.tasks)
-        elif self.sequential:
-            idx = self._next % len(self.tasks)
-            self._next += 1
-        else:
-            idx = int(self.np_random.integers(len(self.tasks)))
+        idx, self._next = pick_index(
+            options or {},
+            key="task_id",
+            ids=[t.id for t in self.tasks],
+            rng=self.np_random,
+            sequential=self.sequential,
+            counter=self._next,
+        )
         self._cleanup()
         task = self.tasks[idx]
         workdir = task.make_workdir(self.workdir_root)

@@ -13,6 +13,7 @@ import numpy as np
 
 from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.episode import Episode
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, observation_space
 from dtoc_rl.schema import Trajectory
@@ -257,6 +258,7 @@ class ReplayEnv(gym.Env):
         self.observation_space = observation_space(self.N)
         self.action_space = action_space(self.N)
         self._next = 0
+        self._ids = [e.traj_id for e in self.episodes]
         self._baselines: dict[str, Totals] = {}
         self._templates: dict[int, _Template] = {}
         self._sims: dict[int, Simulator] = {}
@@ -266,18 +268,14 @@ class ReplayEnv(gym.Env):
     # -- gymnasium API -------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "traj_id" in options:
-            idx = next((i for i, e in enumerate(self.episodes) if e.traj_id == options["traj_id"]), None)
-            if idx is None:
-                raise KeyError(f"no episode with traj_id {options['traj_id']!r}")
-        elif "index" in options:
-            idx = int(options["index"]) % len(self.episodes)
-        elif self.sequential:
-            idx = self._next % len(self.episodes)
-            self._next += 1
-        else:
-            idx = int(self.np_random.integers(len(self.episodes)))
+        idx, self._next = pick_index(
+            options or {},
+            key="traj_id",
+            ids=self._ids,
+            rng=self.np_random,
+            sequential=self.sequential,
+            counter=self._next,
+        )
         ep = self.episodes[idx]
         if self.sim is not None and self.sim.ep is ep:
             self.sim.reset()
