@@ -258,7 +258,6 @@ class ReplayEnv(gym.Env):
         self.observation_space = observation_space(self.N)
         self.action_space = action_space(self.N)
         self._next = 0
-        self._ids = [e.traj_id for e in self.episodes]
         self._baselines: dict[str, Totals] = {}
         self._templates: dict[int, _Template] = {}
         self._sims: dict[int, Simulator] = {}
@@ -357,6 +356,16 @@ class ReplayEnv(gym.Env):
         return None
 
     # -- helpers ------------------------------------------------------------------
+    @property
+    def episodes(self) -> list[Episode]:
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, eps: Sequence[Episode]) -> None:
+        # Callers (the Ray evaluator) may swap the episodes between batches: keep the ids in step.
+        self._episodes = list(eps)
+        self._ids = [e.traj_id for e in self._episodes]
+
     def _baseline(self, ep: Episode) -> Totals:
         b = self._baselines.get(ep.traj_id)
         if b is None:
