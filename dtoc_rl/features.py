@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -23,6 +24,7 @@ __all__ = [
     "ItemState",
     "action_space",
     "build_observation",
+    "decode_action",
     "observation_space",
 ]
 
@@ -149,3 +151,32 @@ def build_observation(
         ),
         "family": np.int64(family_id(model_family)),
     }
+
+
+def decode_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
+    """Validate an ``{"enable", "disable"}`` action over ``n`` slots into two boolean masks.
+
+    Errors name the expected space; any non-zero integer counts as set."""
+    try:
+        en, di = action["enable"], action["disable"]
+    except (TypeError, KeyError, IndexError):
+        raise ValueError(
+            f"action must be a dict with keys 'enable' and 'disable' matching {space}; "
+            f"got {type(action).__name__}"
+            + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
+        ) from None
+    return _mask("enable", en, n, space), _mask("disable", di, n, space)
+
+
+def _mask(name: str, a: Any, n: int, space: spaces.Space) -> np.ndarray:
+    a = np.asarray(a)
+    if a.shape != (n,):
+        raise ValueError(f"action[{name!r}] has shape {a.shape}; expected ({n},) for {space}")
+    kind = a.dtype.kind
+    if kind == "b":
+        return a
+    if kind not in "iu":
+        raise ValueError(
+            f"action[{name!r}] has dtype {a.dtype}; expected integers or bools, MultiBinary({n})"
+        )
+    return a.astype(np.bool_)  # nonzero -> True

@@ -31,6 +31,7 @@ from dtoc_rl.features import (
     ItemState,
     action_space,
     build_observation,
+    decode_action,
     observation_space,
 )
 from dtoc_rl.labels import label_trajectory, modified_between
@@ -664,30 +665,7 @@ class LiveEnv(gym.Env):
 
     # -- the policy's action ----------------------------------------------------------------------
     def _decode(self, action) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            en, di = action["enable"], action["disable"]
-        except (TypeError, KeyError, IndexError):
-            raise ValueError(
-                f"action must be a dict with keys 'enable' and 'disable' matching {self.action_space}; "
-                f"got {type(action).__name__}"
-                + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
-            ) from None
-        out = []
-        for name, a in (("enable", en), ("disable", di)):
-            a = np.asarray(a)
-            if a.shape != (self.N,):
-                raise ValueError(
-                    f"action[{name!r}] has shape {a.shape}; expected ({self.N},) for {self.action_space}"
-                )
-            if a.dtype != np.bool_:
-                if a.dtype.kind not in "iu":
-                    raise ValueError(
-                        f"action[{name!r}] has dtype {a.dtype}; "
-                        f"expected integers or bools, MultiBinary({self.N})"
-                    )
-                a = a != 0
-            out.append(a)
-        return out[0], out[1]
+        return decode_action(action, self.N, self.action_space)
 
     def _count_invalid(self, enable: np.ndarray, disable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m = len(self.ep.window)

@@ -15,7 +15,7 @@ from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.episode import Episode
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, observation_space
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, decode_action, observation_space
 from dtoc_rl.schema import Trajectory
 from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
 
@@ -242,7 +242,6 @@ class ReplayEnv(gym.Env):
             miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob
         )
         self.N = max_items
-        self._shape = (max_items,)
         self.budget = int(budget_tokens)
         self.w = {
             "cost": cost_weight,
@@ -373,30 +372,7 @@ class ReplayEnv(gym.Env):
         return b
 
     def _decode(self, action) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            en, di = action["enable"], action["disable"]
-        except (TypeError, KeyError, IndexError):
-            raise ValueError(
-                f"action must be a dict with keys 'enable' and 'disable' matching {self.action_space}; "
-                f"got {type(action).__name__}"
-                + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
-            ) from None
-        return self._mask("enable", en), self._mask("disable", di)
-
-    def _mask(self, name: str, a) -> np.ndarray:
-        a = np.asarray(a)
-        if a.shape != self._shape:
-            raise ValueError(
-                f"action[{name!r}] has shape {a.shape}; expected ({self.N},) for {self.action_space}"
-            )
-        kind = a.dtype.kind
-        if kind == "b":
-            return a
-        if kind not in "iu":
-            raise ValueError(
-                f"action[{name!r}] has dtype {a.dtype}; expected integers or bools, MultiBinary({self.N})"
-            )
-        return a.astype(np.bool_)  # nonzero -> True
+        return decode_action(action, self.N, self.action_space)
 
     def _simulator(self, idx: int, ep: Episode) -> Simulator:
         """A fresh simulator for ``ep``: a cached one reset (its per-episode set-up is the costly part of a
