@@ -29,32 +29,36 @@ Re-read of unchanged resources (``reread``)
     ``t`` (``not modified_between(traj, i, t)``): a re-read of text the agent
     had already seen.
 
-Provenance on hidden outputs (``provenance``)
-    All pairs; event: step ``t`` carries a ``provenance`` need on ``i``.  On a
-    masked pair the label says the action copies text that the agent could not
-    see: either knowledge from elsewhere (pre-training, an earlier output the
-    labeller attributed elsewhere), a failed reconstruction (the action fails:
+Needs on hidden outputs (``need``)
+    All pairs; event: step ``t`` carries a *use* need on ``i`` — a need of a
+    kind in ``use_kinds`` (default ``provenance``, ``edit`` and ``reference``:
+    every kind except ``reaccess``, which is the re-read itself).  On a masked
+    pair the label says the action relied on text the agent could not see:
+    knowledge from elsewhere (pre-training, an earlier output the labeller
+    attributed elsewhere), a failed reconstruction (the action fails:
     ``output_is_error`` or an editor's "no replacement" message), or label
-    noise.  ``provenance_failed`` is the fraction of those whose action failed.
+    noise.  ``need_masked_failed`` is the fraction of those whose action failed.
 
 Lift
     Masked pairs of outputs with a read resource whose resource is unchanged
     before ``t`` (``not modified_between(traj, i, t - 1)``) and which step
-    ``t`` does not itself re-access.  ``X``: a provenance need of ``t`` on
-    ``i``.  ``Y``: some step ``u`` in ``(t, t + k]`` re-accesses ``i`` while
-    its text is still unchanged (``not modified_between(traj, i, u)``).  ``lift = P(Y | X) / P(Y | not
-    X)``: how much more likely the agent re-reads a hidden output soon after
-    a step that the labels say needed it.
+    ``t`` does not itself re-access.  ``X``: a use need of ``t`` on ``i``.
+    ``Y``: some step ``u`` in ``(t, t + k]`` re-accesses ``i`` while its text
+    is still unchanged (``not modified_between(traj, i, u)``).  ``lift =
+    P(Y | X) / P(Y | not X)``: how much more likely the agent re-reads a hidden
+    output soon after a step that the labels say needed it.  ``lift_miss_kinds``
+    is the same with ``X`` restricted to ``miss_kinds`` (default ``provenance``
+    and ``reference``, the kinds the simulator charges).
 
 Miss episodes (the fitted miss model)
     Per masked output ``i``, in step order: a re-access of unchanged text
-    (``R``) at a step where ``i`` is hidden is a re-read; a provenance need
-    (``X``) opens an episode that is *re-read* when an ``R`` follows within
+    (``R``) at a step where ``i`` is hidden is a re-read; a need of a kind in
+    ``miss_kinds`` (``X``) opens an episode that is *re-read* when an ``R`` follows within
     ``k`` steps (delay = steps from the ``X``) and *absorbed* otherwise; an
     ``R`` without an open episode is a direct re-read (delay 0: the agent
     re-read before using the output, the simulator's assumption).
     ``reread_prob`` = re-read episodes / episodes; ``absorbed`` = the rest;
-    ``need_action_failed`` = episodes opened by a provenance need whose action
+    ``need_action_failed`` = episodes opened by a need whose action
     failed (a wasted call the simulator does not charge).
 
 Confidence intervals
@@ -82,12 +86,14 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.labels import modified_between, read_resources
-from dtoc_rl.schema import Trajectory
+from dtoc_rl.schema import NEED_KINDS, Trajectory
+from dtoc_rl.simulator import MISS_KINDS
 
 __all__ = [
     "DEFAULT_BOOT",
     "DEFAULT_K",
     "NO_MASKED_DATA",
+    "USE_KINDS",
     "Calibration",
     "NoMaskedData",
     "Rate",
@@ -106,6 +112,8 @@ NO_MASKED_DATA = (
 )
 DEFAULT_K = 3  # steps after a need within which a re-read counts as its recovery
 DEFAULT_BOOT = 2000
+# Needs that say a step used an output's text (every kind but ``reaccess``, which is the re-read itself).
+USE_KINDS: tuple[str, ...] = tuple(k for k in NEED_KINDS if k != "reaccess")
 AGE_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 3), (4, 5), (6, 7), (8, 10), (11, None))
 
 # Editors that report a failed edit without flagging an error (SWE-agent/OpenHands str_replace_editor,
@@ -269,13 +277,15 @@ COUNT_KEYS = (
     "reacc_m_n", "reacc_m_k", "reacc_v_n", "reacc_v_k",
     # the same for unchanged resources
     "reread_m_n", "reread_m_k", "reread_v_n", "reread_v_k",
-    # provenance needs per pair
-    "prov_m_n", "prov_m_k", "prov_v_n", "prov_v_k", "prov_m_failed",
+    # use needs (provenance, edit, reference) per pair
+    "use_m_n", "use_m_k", "use_v_n", "use_v_k", "use_m_failed",
     # all labelled re-access needs on hidden outputs (per 100 steps), and those on unchanged text
     "reacc_needs_masked", "reread_needs_masked",
-    # lift: masked pairs split by a provenance need at t, re-read within k after
+    # lift: masked pairs split by a use need at t, re-read within k after
     "lift_x_n", "lift_x_k", "lift_nx_n", "lift_nx_k",
-    # miss episodes: direct re-reads, episodes opened by a provenance need (failed, re-read within k)
+    # the same with X = a need of a kind the simulator charges (provenance, reference)
+    "liftm_x_n", "liftm_x_k", "liftm_nx_n", "liftm_nx_k",
+    # miss episodes: direct re-reads, episodes opened by a miss-kind need (failed, re-read within k)
     "ep", "ep_reread", "ep_absorbed", "ep_direct", "ep_x", "ep_x_failed", "ep_x_reread", "ep_censored",
 )  # fmt: skip
 
@@ -287,7 +297,7 @@ class TrajCounts:
     delays: list[int] = field(default_factory=list)  # per re-read episode
     age_m: Counter = field(default_factory=Counter)  # (bucket, "n"|"k") -> count, masked pairs
     age_v: Counter = field(default_factory=Counter)
-    examples: list[dict[str, Any]] = field(default_factory=list)  # provenance needs on hidden outputs
+    examples: list[dict[str, Any]] = field(default_factory=list)  # use needs on hidden outputs
 
 
 def _bucket(age: int) -> str:
@@ -297,8 +307,17 @@ def _bucket(age: int) -> str:
     return "?"
 
 
-def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
-    """Every count the report needs, for one labelled trajectory (see the module docstring)."""
+def traj_counts(
+    traj: Trajectory,
+    k: int = DEFAULT_K,
+    use_kinds: Sequence[str] = USE_KINDS,
+    miss_kinds: Sequence[str] = MISS_KINDS,
+) -> TrajCounts:
+    """Every count the report needs, for one labelled trajectory (see the module docstring).
+
+    ``use_kinds``: the need kinds tested (the lift's *X*, the hidden/visible need rates);
+    ``miss_kinds``: the kinds that open a miss episode (the kinds the simulator charges).
+    """
     steps = traj.steps
     n = len(steps)
     c = dict.fromkeys(COUNT_KEYS, 0)
@@ -308,9 +327,10 @@ def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
     has_out = [s.output is not None for s in steps]
     has_res = [bool(read_resources(s)) for s in steps]
     reacc: list[set[int]] = [{x.step for x in s.needs if x.kind == "reaccess"} for s in steps]
-    prov: list[dict[int, str]] = [
-        {x.step: x.evidence for x in s.needs if x.kind == "provenance"} for s in steps
+    use: list[dict[int, str]] = [
+        {x.step: f"{x.kind}: {x.evidence}" for x in s.needs if x.kind in use_kinds} for s in steps
     ]
+    miss: list[set[int]] = [{x.step for x in s.needs if x.kind in miss_kinds} for s in steps]
     first_re = [n] * n
     for t in range(n):
         for i in reacc[t]:
@@ -332,20 +352,20 @@ def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
                 continue
             masked = i in m_set
             tag = "m" if masked else "v"
-            # provenance on every pair
-            c[f"prov_{tag}_n"] += 1
-            if i in prov[t]:
-                c[f"prov_{tag}_k"] += 1
+            # use needs on every pair
+            c[f"use_{tag}_n"] += 1
+            if i in use[t]:
+                c[f"use_{tag}_k"] += 1
                 if masked:
                     failed = action_failed(s)
-                    c["prov_m_failed"] += failed
+                    c["use_m_failed"] += failed
                     tc.examples.append(
                         {
                             "traj_id": traj.traj_id,
                             "step": t,
                             "needs": i,
                             "age": t - i,
-                            "evidence": prov[t][i][:120],
+                            "evidence": use[t][i][:120],
                             "failed": failed,
                             "action": (s.tool_args or "")[:160],
                         }
@@ -359,9 +379,12 @@ def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
             # lift: masked, unchanged before t, not re-accessed at t itself
             if masked and first_mod[i] >= t and i not in reacc[t]:
                 y = any(i in reacc[u] for u in range(t + 1, min(n, t + k + 1, first_mod[i])))
-                x = "x" if i in prov[t] else "nx"
+                x = "x" if i in use[t] else "nx"
                 c[f"lift_{x}_n"] += 1
                 c[f"lift_{x}_k"] += y
+                x = "x" if i in miss[t] else "nx"
+                c[f"liftm_{x}_n"] += 1
+                c[f"liftm_{x}_k"] += y
             if t > first_re[i]:
                 continue
             event = t == first_re[i]
@@ -379,7 +402,7 @@ def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
     for i in sorted(ever_masked):
         if not (0 <= i < n and has_out[i]):
             continue
-        open_t: int | None = None  # step of the provenance need that opened an episode
+        open_t: int | None = None  # step of the need that opened an episode
         for t in range(i + 1, n):
             m_set = masked_sets[t]
             if m_set is None or i not in m_set or grp[i] >= grp[t]:
@@ -394,7 +417,7 @@ def traj_counts(traj: Trajectory, k: int = DEFAULT_K) -> TrajCounts:
                     c["ep_x_reread"] += 1
                     tc.delays.append(t - open_t)
                 open_t = None
-            elif i in prov[t] and open_t is None:
+            elif i in miss[t] and open_t is None:
                 open_t = t
                 c["ep_x"] += 1
                 c["ep_x_failed"] += action_failed(steps[t])
@@ -478,7 +501,13 @@ class Calibration:
 
 
 def calibrate(
-    trajs: Iterable[Trajectory], *, k: int = DEFAULT_K, n_boot: int = DEFAULT_BOOT, seed: int = 0
+    trajs: Iterable[Trajectory],
+    *,
+    k: int = DEFAULT_K,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    use_kinds: Sequence[str] = USE_KINDS,
+    miss_kinds: Sequence[str] = MISS_KINDS,
 ) -> Calibration:
     """Measure behaviour under logged masking (see the module docstring).
 
@@ -490,7 +519,7 @@ def calibrate(
     masked = masked_trajectories(trajs)
     if not masked:
         raise NoMaskedData()
-    tcs = [traj_counts(t, k) for t in masked]
+    tcs = [traj_counts(t, k, use_kinds, miss_kinds) for t in masked]
     per = {key: np.array([tc.counts[key] for tc in tcs], float) for key in COUNT_KEYS}
     idx = _boot_idx(len(tcs), n_boot, seed)
 
@@ -502,11 +531,13 @@ def calibrate(
         "reaccess_visible": r("reacc_v_k", "reacc_v_n"),
         "reread_masked": r("reread_m_k", "reread_m_n"),
         "reread_visible": r("reread_v_k", "reread_v_n"),
-        "provenance_masked": r("prov_m_k", "prov_m_n"),
-        "provenance_visible": r("prov_v_k", "prov_v_n"),
-        "provenance_masked_failed": r("prov_m_failed", "prov_m_k"),
+        "need_masked": r("use_m_k", "use_m_n"),
+        "need_visible": r("use_v_k", "use_v_n"),
+        "need_masked_failed": r("use_m_failed", "use_m_k"),
         "reread_after_need": r("lift_x_k", "lift_x_n"),
         "reread_without_need": r("lift_nx_k", "lift_nx_n"),
+        "reread_after_miss_kind_need": r("liftm_x_k", "liftm_x_n"),
+        "reread_without_miss_kind_need": r("liftm_nx_k", "liftm_nx_n"),
     }
     ratios = {
         "reaccess_masked_vs_visible": _ratio_of_rates(
@@ -515,15 +546,18 @@ def calibrate(
         "reread_masked_vs_visible": _ratio_of_rates(
             per["reread_m_k"], per["reread_m_n"], per["reread_v_k"], per["reread_v_n"], idx
         ),
-        "provenance_masked_vs_visible": _ratio_of_rates(
-            per["prov_m_k"], per["prov_m_n"], per["prov_v_k"], per["prov_v_n"], idx
+        "need_masked_vs_visible": _ratio_of_rates(
+            per["use_m_k"], per["use_m_n"], per["use_v_k"], per["use_v_n"], idx
         ),
         "lift": _ratio_of_rates(per["lift_x_k"], per["lift_x_n"], per["lift_nx_k"], per["lift_nx_n"], idx),
+        "lift_miss_kinds": _ratio_of_rates(
+            per["liftm_x_k"], per["liftm_x_n"], per["liftm_nx_k"], per["liftm_nx_n"], idx
+        ),
     }
     per_100 = {
         "reaccess_needs_masked": r("reacc_needs_masked", "steps", 100.0),
         "rereads_masked_unmodified": r("reread_needs_masked", "steps", 100.0),
-        "provenance_needs_masked": r("prov_m_k", "steps", 100.0),
+        "needs_masked": r("use_m_k", "steps", 100.0),
         "miss_episodes": r("ep", "steps", 100.0),
         "miss_episodes_reread": r("ep_reread", "steps", 100.0),
         "miss_episodes_absorbed": r("ep_absorbed", "steps", 100.0),

@@ -7,8 +7,8 @@ output of the earlier step ``i``.  Needs only point to steps of an **earlier
 turn** that **have an output** (parallel calls of one turn cannot see each
 other's outputs), and a step carries at most one need per ``(step, kind)``.
 
-Three kinds
------------
+Four kinds
+----------
 ``provenance``
     A span of the step's action (its ``tool_args`` — JSON string values when the
     args are JSON — and its ``assistant_text``) occurs in an earlier output and
@@ -27,7 +27,12 @@ Three kinds
       into a span, which counts when it has at least ``min_span`` non-space
       characters.  Line-number gutters of outputs (``cat -n``, ``nl``, ``grep -n``,
       SWE-agent's ``12:``, Claude Code's ``12→``) are removed before indexing so
-      an ``old_str`` copied from a numbered view matches across lines.
+      an ``old_str`` copied from a numbered view matches across lines; where the
+      numbering jumps (``grep -n`` hits, elided lines) no window spans the gap,
+      so a run never joins lines that are not adjacent in the file.  A run must
+      also add ``MIN_NOVEL`` (12) characters beyond the tokens covered by
+      windows of the excluded text: a window that straddles the agent's own
+      words and one or two tokens of an output is a boundary, not a copy.
     * *distinctive atoms*: identifiers, dotted names and paths
       (``\\w+([./-]\\w+)*``, plus their ``/`` suffixes and their ``\\w+``
       components) of at least ``min_atom`` characters that contain ``_``, ``.``,
@@ -55,6 +60,19 @@ Three kinds
     string.  Evidence is the earlier step's resource string.  A resource
     modified in between is still labelled; :func:`modified_between` tells the
     cases apart.
+
+``edit``
+    The step edits a file in place by matching its current text or line
+    numbers — an editor's ``str_replace``/``insert`` (SWE-agent, OpenHands,
+    Anthropic's text editor), SWE-agent 0.x ``edit N:M``, Claude Code
+    ``Edit``/``MultiEdit``, OpenCode ``edit``, ``sed -i`` — whether or not the
+    editor accepted it.  The need points to every earlier step that read the
+    file and whose text of it is still current (no write to the file since);
+    to the latest read when the file was rewritten after all of them; and only
+    to those of them the action copied from (a ``provenance`` need), when
+    there are such.  Evidence is ``file:PATH``.  A refused edit after a hidden
+    view is the typical real miss (``docs/validity.md``); the simulator does
+    not charge ``edit`` needs by default (:data:`dtoc_rl.simulator.MISS_KINDS`).
 
 ``reference``
     The action names a DTOC tool key (``t0007``) or the provider tool-call id of
@@ -106,11 +124,11 @@ import shlex
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dtoc_rl.record import format_key
-from dtoc_rl.schema import Need, Step, Trajectory
+from dtoc_rl.schema import NEED_KINDS, Need, Step, Trajectory
 
 __all__ = [
     "DEFAULT_MIN_ATOM",
@@ -129,6 +147,7 @@ __all__ = [
 DEFAULT_WINDOW = 6
 DEFAULT_MIN_SPAN = 24
 DEFAULT_MIN_ATOM = 10
+MIN_NOVEL = 12  # characters a token run must add beyond windows of the agent's own words
 EVIDENCE_CHARS = 200
 
 # --------------------------------------------------------------------------------------------
@@ -143,7 +162,8 @@ _CODE_ID = re.compile(r"(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{6,}")
 _HAS_LETTER = re.compile(r"[A-Za-z]")
 # Line-number gutters: ``cat -n``/``nl`` (tab), ``grep -n``/SWE-agent (colon), grep context (dash),
 # Claude Code Read (arrow), OpenCode (pipe), ``grep -rn`` (path:line:).
-_GUTTER = re.compile(r"(?m)^[ \t]*(?:[^\s:]+[:-])?\d+(?:\t|:|→|\||-(?=\s))")
+_GUTTER = re.compile(r"(?m)^[ \t]*((?:[^\s:]+[:-])?)(\d+)(?:\t|:|→|\||-(?=\s))")
+_BREAK = " \x00 "  # a token no action contains: windows never span it
 _KEY = re.compile(r"\bt\d{4,5}\b")
 _ENVELOPE_KEY = re.compile(r'"tool_key"\s*:\s*"(t\d{4,5})"')
 _IDLIKE = re.compile(r"[\w-]{8,}")
@@ -223,6 +243,20 @@ def _windows(tokens: list[str], k: int) -> Iterable[int]:
     if len(tokens) < k:
         return ()
     return map(hash, zip(*(tokens[i:] for i in range(k))))
+
+
+def _strip_gutters(text: str) -> str:
+    """Remove line-number gutters; where the numbering jumps (``grep -n`` hits, elided lines, another
+    file) insert a break, so that no hashed window joins lines that are not adjacent in the file."""
+    prev: list = [None, -2]
+
+    def sub(m: re.Match) -> str:
+        where, num = m.group(1)[:-1], int(m.group(2))  # file.py:12: and file.py-13- are one file
+        adjacent = where == prev[0] and num == prev[1] + 1
+        prev[0], prev[1] = where, num
+        return " " if adjacent else _BREAK
+
+    return _GUTTER.sub(sub, text)
 
 
 def _nonspace(s: str) -> int:
@@ -392,6 +426,10 @@ _WRITE_TOOLS = {
     "patch",
     "delete_file",
 }
+# Edits that must match the file's current text or line numbers (str_replace's old_str, an insert
+# line, SWE-agent 0.x `edit N:M`, Claude Code/OpenCode Edit), unlike whole-file writes and creates.
+_INPLACE_COMMANDS = {"str_replace", "insert"}
+_INPLACE_TOOLS = {"edit", "multiedit", "edit_file", "replace", "str_replace", "insert"}
 _READ_PREFIXES = (
     "get",
     "search",
@@ -461,6 +499,8 @@ class _State:
     output: str = ""  # the output of the step being parsed (SWE-agent views carry their range)
     window: tuple[int, int] | None = None
     scripts: dict[str, set[str]] | None = None
+    # files the step being parsed edits in place by matching their current text or line numbers
+    edits: list[str] = field(default_factory=list)
 
     def script_writes(self) -> dict[str, set[str]]:
         if self.scripts is None:
@@ -813,6 +853,7 @@ def _shell(cmd: str, state: _State) -> tuple[list[Resource], list[str]]:
                 files = [_norm_path(a, cwd) for a in args]
                 if "i" in short or any(k.startswith("--in-place") for k in opts):
                     writes.extend(files)
+                    state.edits.extend(files)
                     continue
                 quiet = "n" in short or "--quiet" in opts or "--silent" in opts
                 rng = _sed_range(script or "") if quiet else None
@@ -1010,6 +1051,8 @@ def _aci(cmd: str, state: _State, reads: list[Resource], writes: list[str]) -> b
         if len(parts) < 3:
             return False
         sub, path = parts[1], _norm_path(parts[2])
+        if sub in _INPLACE_COMMANDS:
+            state.edits.append(path)
         if sub == "view":
             rng = None
             if "--view_range" in parts:
@@ -1073,6 +1116,7 @@ def _aci(cmd: str, state: _State, reads: list[Resource], writes: list[str]) -> b
             state.current_file = _norm_path(header.group(1))
         if state.current_file:
             writes.append(state.current_file)
+            state.edits.append(state.current_file)  # `edit N:M` addresses lines of the open file
         return True
     if name == "submit":
         return True
@@ -1137,6 +1181,7 @@ def _step_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
 def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str]]:
     """What ``step`` reads and writes, from its tool name and arguments."""
     state.output = step.output or ""
+    state.edits = []
     if step.tool_name is None and not step.tool_args:
         return [], []
     name = (step.tool_name or "").strip()
@@ -1169,6 +1214,8 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
             if isinstance(vr, list) and len(vr) == 2 and all(isinstance(x, int) for x in vr):
                 return [Resource("file", path, start=vr[0], end=None if vr[1] == -1 else vr[1])], []
             return [Resource("file", path)], []
+        if cmd in _INPLACE_COMMANDS:
+            state.edits.append(path)
         return [], [path]
     if isinstance(cmd, str) and (lname in _SHELL_TOOLS or lname == "" or "bash" in lname or "shell" in lname):
         return _shell(cmd, state)
@@ -1200,6 +1247,8 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
         return [Resource("list", _norm_path(path) if isinstance(path, str) else ".")], []
     if lname in _WRITE_TOOLS:
         if isinstance(path, str):
+            if lname in _INPLACE_TOOLS:
+                state.edits.append(_norm_path(path))
             return [], [_norm_path(path)]
         return [], ["*"]
     if lname.startswith(_READ_PREFIXES):
@@ -1278,7 +1327,7 @@ class _SpanIndex:
     def add_output(self, text: str, step: int) -> None:
         if not text:
             return
-        stripped = _GUTTER.sub(" ", text) if "\n" in text or text[:1].isdigit() else text
+        stripped = _strip_gutters(text) if "\n" in text or text[:1].isdigit() else text
         self.out_win.update(dict.fromkeys(_windows(_TOKEN.findall(stripped), self.k), step))
         cands: dict[str, int] = {}
         for a in _atoms(text):
@@ -1301,7 +1350,13 @@ class _SpanIndex:
         strs = _TOKEN.findall(text)
         if len(strs) >= k:
             own, out = self.own_win, self.out_win
-            hits = [None if h in own else out.get(h) for h in _windows(strs, k)]
+            wins = list(_windows(strs, k))
+            hits = [None if h in own else out.get(h) for h in wins]
+            # tokens inside some window of the agent's own words: a run must add text beyond them
+            covered = bytearray(len(strs))
+            for i, h in enumerate(wins):
+                if h in own:
+                    covered[i : i + k] = b"\x01" * k
             runs: list[tuple[int, int, int]] = []  # (step, first window, last window)
             for i, s in enumerate(hits):
                 if s is None:
@@ -1314,7 +1369,8 @@ class _SpanIndex:
                 toks = list(_TOKEN.finditer(text))
                 for s, a, b in runs:
                     span = text[toks[a].start() : toks[b + k - 1].end()]
-                    if _nonspace(span) >= min_span:
+                    novel = sum(len(strs[t]) for t in range(a, b + k) if not covered[t])
+                    if _nonspace(span) >= min_span and novel >= MIN_NOVEL:
                         keep(s, span)
         # distinctive atoms
         for a in _atoms(text):
@@ -1327,6 +1383,25 @@ class _SpanIndex:
                     taken.append(c)
                     keep(s, c)
         return found
+
+
+def _edit_sources(
+    res_by_base: dict[str, dict[Resource, int]],
+    writes_by_base: dict[str, dict[str, int]],
+    any_write: int,
+    path: str,
+    visible: set[int],
+) -> set[int]:
+    """The visible steps that read file ``path`` and whose text of it is still current (no write since).
+
+    An in-place edit must match text somewhere in the file and the action rarely says where, so every
+    current read is a source; when the agent has rewritten the file since every read, the latest read.
+    """
+    base = os.path.basename(path)
+    written = max([any_write, *(w for p, w in writes_by_base.get(base, {}).items() if same_path(p, path))])
+    reads = {src for r, src in res_by_base.get(base, {}).items() if src in visible and same_path(r.key, path)}
+    current = {src for src in reads if src > written}
+    return current or ({max(reads)} if reads else set())
 
 
 def _turn_groups(steps: list[Step]) -> list[list[Step]]:
@@ -1399,6 +1474,9 @@ def label_trajectory(
     # resource string → latest earlier step; files also by basename for path-suffix matching
     res_latest: dict[str, int] = {}
     res_by_base: dict[str, dict[Resource, int]] = defaultdict(dict)
+    # file path → latest step that wrote it (by basename), and the latest unknown write (``*``)
+    writes_by_base: dict[str, dict[str, int]] = defaultdict(dict)
+    any_write = -1
 
     for group in _turn_groups(steps):
         for s in group:
@@ -1432,6 +1510,13 @@ def label_trajectory(
                     src = res_latest.get(str(r))
                     if src is not None and src in visible:
                         needs.setdefault((src, "reaccess"), str(r))
+            # in-place edits must match text that the file's current reads showed
+            for path in dict.fromkeys(state.edits):
+                sources = _edit_sources(res_by_base, writes_by_base, any_write, path, visible)
+                # an edit whose text was copied from some of these reads came from them
+                copied = {src for src in sources if (src, "provenance") in needs}
+                for src in copied or sources:
+                    needs.setdefault((src, "edit"), f"file:{path}")
             # references
             action = "\n".join(t for t in texts if t)
             for m in _KEY.finditer(action):
@@ -1457,6 +1542,12 @@ def label_trajectory(
                 idx.add_own(args_text)
             if include_reasoning:
                 idx.add_own(s.reasoning)
+        for s, _ in labelled:
+            for w in s.write_resources:
+                if w == "*":
+                    any_write = s.index
+                elif not w.startswith("state:"):
+                    writes_by_base[os.path.basename(w)][w] = s.index
         for s, reads in labelled:
             if s.output is None:
                 continue
@@ -1572,7 +1663,7 @@ def label_stats(trajs: Iterable[Trajectory]) -> dict:
     return {
         "trajectories": n_traj,
         "steps": n_steps,
-        "needs_by_kind": {k: kinds.get(k, 0) for k in ("provenance", "reaccess", "reference")},
+        "needs_by_kind": {k: kinds.get(k, 0) for k in NEED_KINDS},
         "provenance_step_fraction": prov_steps / n_steps if n_steps else None,
         "provenance_over_10_fraction": (sum(a > 10 for a in prov) / len(prov)) if prov else None,
         "age": {k: summary(ages.get(k, [])) for k in ("provenance", "reaccess", "reference")},

@@ -26,9 +26,9 @@ __all__ = [
     "hf_features",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: need kind `edit`
 
-NEED_KINDS = ("provenance", "reaccess", "reference")
+NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
 EVENT_KINDS = ("mask", "unmask", "enable", "disable", "compaction", "truncate")
 
 

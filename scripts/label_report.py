@@ -102,6 +102,7 @@ def print_table(report: dict) -> None:
         ("modif", 5),
         ("antic%", 6),
         ("ref", 4),
+        ("edit", 5),
         ("µs/step", 8),
     ]
     print("  ".join(name.rjust(w) if i else name.ljust(w) for i, (name, w) in enumerate(cols)))
@@ -120,6 +121,7 @@ def print_table(report: dict) -> None:
             s["modified_rereads"],
             _pct(s["anticipation_rate"]),
             k["reference"],
+            k.get("edit", 0),
             s["us_per_step"],
         ]
         print(

@@ -114,19 +114,20 @@ def test_masked_trajectories_and_the_no_data_error():
 def test_counts_of_a_miss_followed_by_a_reread():
     t = miss_then_reread()
     assert t.steps[5].write_resources == []  # refused edit
-    assert {(n.step, n.kind) for n in t.steps[5].needs} == {(0, "provenance")}
+    assert {(n.step, n.kind) for n in t.steps[5].needs} == {(0, "provenance"), (0, "edit")}
     assert {(n.step, n.kind) for n in t.steps[6].needs} == {(0, "reaccess")}
     c = traj_counts(t, k=3).counts
     assert c["steps"] == c["decision_steps"] == 8
     # step t hides outputs 0..t-5: pairs (i, t) hidden: (0,5) (0,6) (1,6) (0,7) (1,7) (2,7) = 6
-    assert c["prov_m_n"] == 6 and c["prov_m_k"] == 1 and c["prov_m_failed"] == 1
-    assert c["prov_v_n"] == sum(min(t_, 4) for t_ in range(8))  # 22 visible pairs
+    assert c["use_m_n"] == 6 and c["use_m_k"] == 1 and c["use_m_failed"] == 1
+    assert c["use_v_n"] == sum(min(t_, 4) for t_ in range(8))  # 22 visible pairs
     # re-access hazard of output 0 (the only one re-accessed): hidden at 5 (no), 6 (yes); after that gone
     assert (c["reacc_m_k"], c["reread_m_k"]) == (1, 1)
     assert c["reacc_needs_masked"] == 1 and c["reread_needs_masked"] == 1
     # lift: (0, 5) has the need and a re-read follows at 6; no other hidden pair is followed by one
     assert (c["lift_x_n"], c["lift_x_k"]) == (1, 1)
     assert c["lift_nx_k"] == 0
+    assert (c["liftm_x_n"], c["liftm_x_k"], c["liftm_nx_k"]) == (1, 1, 0)  # provenance is a miss kind
     # one miss episode, opened by the need at 5 and re-read at 6 (delay 1)
     assert (c["ep"], c["ep_x"], c["ep_x_reread"], c["ep_direct"], c["ep_absorbed"]) == (1, 1, 1, 0, 0)
     assert c["ep_x_failed"] == 1
@@ -141,8 +142,8 @@ def test_counts_of_a_direct_reread_and_a_visible_reaccess():
     assert (c["ep"], c["ep_direct"], c["ep_reread"]) == (1, 1, 1)
     assert traj_counts(t).delays == [0]
     # LastN(3): only step 4 hides anything (output 0), so the one hidden pair is (0, 4), the re-read
-    assert (c["reacc_m_n"], c["prov_m_n"]) == (1, 1)
-    assert c["prov_m_k"] == 0
+    assert (c["reacc_m_n"], c["use_m_n"]) == (1, 1)
+    assert c["use_m_k"] == 0
 
 
 def test_absorbed_need_and_modified_resource():
@@ -156,7 +157,7 @@ def test_absorbed_need_and_modified_resource():
     ]
     t = make(steps, last_n(len(steps), 2))
     c = traj_counts(t, k=3).counts
-    assert c["prov_m_k"] == 1 and c["prov_m_failed"] == 0
+    assert c["use_m_k"] == 1 and c["use_m_failed"] == 0
     assert (c["ep"], c["ep_absorbed"], c["ep_reread"]) == (1, 1, 0)
     assert c["reacc_needs_masked"] == 1 and c["reread_needs_masked"] == 0
     assert c["reacc_m_k"] == 1 and c["reread_m_k"] == 0
@@ -167,7 +168,7 @@ def test_unknown_schedule_steps_are_skipped():
     t = miss_then_reread()
     t.steps[5].masked_before = None
     c = traj_counts(t).counts
-    assert c["decision_steps"] == 7 and c["prov_m_k"] == 0
+    assert c["decision_steps"] == 7 and c["use_m_k"] == 0
 
 
 def test_report_rates_lift_and_miss_model():
@@ -175,8 +176,8 @@ def test_report_rates_lift_and_miss_model():
     cal = calibrate(trajs, k=3, n_boot=200)
     assert cal.trajectories == 2 and cal.traj_ids == ["t/a", "t/b"]
     r = cal.rates
-    assert (r["provenance_masked"].k, r["provenance_masked"].n) == (1, 6 + 1)
-    assert r["provenance_masked_failed"].rate == 1.0
+    assert (r["need_masked"].k, r["need_masked"].n) == (1, 6 + 1)
+    assert r["need_masked_failed"].rate == 1.0
     assert r["reread_after_need"].k == 1 and r["reread_after_need"].n == 1
     assert cal.ratios["lift"]["ratio"] == math.inf or cal.ratios["lift"]["ratio"] > 1
     mm = cal.miss_model
@@ -263,8 +264,8 @@ def test_real_swe_agent_lm_32b_runs(shared_traces: Path):
     r = cal.rates
     # hidden outputs are re-accessed and copied from far less than visible ones (age confounds this)
     assert 0.002 < r["reaccess_masked"].rate < r["reaccess_visible"].rate < 0.2
-    assert 0.002 < r["provenance_masked"].rate < r["provenance_visible"].rate < 0.2
-    assert cal.ratios["provenance_masked_vs_visible"]["hi"] < 0.5
+    assert 0.002 < r["need_masked"].rate < r["need_visible"].rate < 0.2
+    assert cal.ratios["need_masked_vs_visible"]["hi"] < 0.5
     # the fitted miss model is what dtoc_rl.calibrated records
     mm = cal.miss_model
     stale = "labels or ingester changed: rerun `dtoc-rl calibrate` and update dtoc_rl/calibrated.py"

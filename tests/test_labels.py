@@ -442,7 +442,7 @@ def test_label_stats_and_anticipation():
     )
     label_trajectory(t)
     st = label_stats([t])
-    assert st["needs_by_kind"] == {"provenance": 1, "reaccess": 2, "reference": 0}
+    assert st["needs_by_kind"] == {"provenance": 1, "reaccess": 2, "reference": 0, "edit": 0}
     assert st["provenance_step_fraction"] == pytest.approx(1 / 5)
     assert st["real_rereads"] == 2 and st["modified_rereads"] == 0
     assert st["anticipated"] == 1 and st["anticipation_rate"] == pytest.approx(0.5)
@@ -658,3 +658,100 @@ def test_builtin_names_are_not_distinctive_atoms():
     )
     label_trajectory(t)
     assert needs(t, 1, "provenance") == {0: "CustomLoaderError"}
+
+
+def test_edit_need_points_to_the_current_reads_of_the_file():
+    path = "/testbed/calc.py"
+    view = {"command": "view", "path": path}
+    old = 'raise ValueError("discount_rate must not exceed fifty percent")'
+    t = make(
+        [
+            _editor(view, numbered(FILE_A)),  # 0
+            _editor({"command": "view", "path": path, "view_range": [5, 9]}, numbered(FILE_A)),  # 1
+            bash("python -m pytest -q", "1 failed"),  # 2
+            _editor(  # 3: refused, old_str reconstructed from memory: it needed what the reads showed
+                {
+                    "command": "str_replace",
+                    "path": path,
+                    "old_str": "raise ValueError('bad')",
+                    "new_str": "x",
+                },
+                "No replacement was performed, old_str `raise ValueError('bad')` did not appear verbatim in "
+                f"{path}.",
+            ),
+            _editor(
+                {"command": "str_replace", "path": path, "old_str": old, "new_str": "pass"}, "edited"
+            ),  # 4
+            _editor(
+                {"command": "insert", "path": path, "insert_line": 3, "new_str": "# note"}, "edited"
+            ),  # 5
+            _editor(view, numbered(FILE_A)),  # 6
+            bash(f"sed -i 's/subtotal/total/' {path}", ""),  # 7
+            _editor({"command": "create", "path": path, "file_text": "new"}, "File created"),  # 8
+        ]
+    )
+    label_trajectory(t)
+    assert needs(t, 3, "edit") == {0: f"file:{path}", 1: f"file:{path}"}
+    assert set(needs(t, 4, "provenance")) == {1}
+    assert set(needs(t, 4, "edit")) == {1}  # the old_str was copied from the range view: only that one
+    assert set(needs(t, 5, "edit")) == {1}  # the file changed at 4 after every read: the latest read
+    assert set(needs(t, 7, "edit")) == {6}
+    assert needs(t, 8, "edit") == {}  # a whole-file write matches nothing
+    assert needs(t, 2, "edit") == {}
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {
+            "tool_name": "edit",
+            "tool_args": "edit 2:3\nfoo\nend_of_edit",
+            "output": "[File: /r/calc.py (9 lines total)]",
+        },
+        {
+            "tool_name": "Edit",
+            "tool_args": json.dumps({"file_path": "/r/calc.py", "old_string": "a", "new_string": "b"}),
+            "output": "ok",
+        },
+        {
+            "tool_name": "edit",
+            "tool_args": json.dumps({"filePath": "/r/calc.py", "oldString": "a", "newString": "b"}),
+            "output": "ok",
+        },
+        bash("str_replace_editor str_replace /r/calc.py --old_str a --new_str b", "edited"),
+    ],
+    ids=["swe-agent-0.x-edit", "claude-code-Edit", "opencode-edit", "editor-cli"],
+)
+def test_edit_need_across_harnesses(step):
+    t = make([bash("cat /r/calc.py", FILE_A), dict(step)])
+    if step["tool_name"] == "edit" and step["tool_args"].startswith("edit"):
+        t.steps[0] = Step(index=0, turn=0, tool_name="open", tool_args="open /r/calc.py",
+                          output="[File: /r/calc.py (9 lines total)]\n" + numbered(FILE_A))  # fmt: skip
+    label_trajectory(t)
+    assert set(needs(t, 1, "edit")) == {0}
+
+
+def test_grep_hits_on_lines_far_apart_are_not_joined():
+    far = "/src/m.py:10:    return value + other\n/src/m.py:50:    if value is None: pass\n"
+    near = "/src/m.py:10:    return value + other\n/src/m.py:11:    if value is None: pass\n"
+    action = "return value + other if value is None: pass"
+    for out, expected in ((far, {}), (near, {0})):
+        t = make(
+            [bash("grep -rn value /src", out), bash("cat x", "", text=f"Replace `{action}` with a helper")]
+        )
+        label_trajectory(t)
+        assert set(needs(t, 1, "provenance")) == set(expected)
+
+
+def test_window_straddling_own_words_is_not_a_copy():
+    words = "alpha beta gamma delta epsilon zeta"
+    for tail, copied in (("eta", False), ("computation normalisation", True)):
+        t = make(
+            [
+                bash("cat notes.txt", f"{words} {tail}\n"),
+                bash("echo hi", "hi", text=f"The notes begin: {words}."),  # the agent's own words
+                bash("cat y", "", text=f"So {words} {tail} it is."),
+            ]
+        )
+        label_trajectory(t)
+        assert bool(needs(t, 2, "provenance")) is copied, tail

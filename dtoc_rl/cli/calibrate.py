@@ -8,10 +8,11 @@ intervals that ignore clustering):
 
 * the per-step hazard of re-accessing an output while it is hidden against
   while it is visible, also for resources that did not change;
-* provenance needs on hidden outputs (text the agent could not see), and how
-  many of those actions failed;
-* the lift: P(re-read within k steps | provenance need on a hidden output) /
-  P(re-read within k steps | no such need);
+* needs on hidden outputs (provenance, edit or reference: the action relied
+  on text the agent could not see), and how many of those actions failed;
+* the lift: P(re-read within k steps | such a need on a hidden output) /
+  P(re-read within k steps | no such need), also with only the need kinds the
+  simulator charges (provenance, reference);
 * the miss model fitted from them (P(re-read | need on a hidden output), the
   delay, the absorbed fraction);
 * the simulator's prediction on the same trajectories: POLICY (default: the
@@ -42,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=DEFAULT_POLICY, help="the masking the logs ran with, as a policy spec")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--seeds", type=int, default=20, help="seeds of the simulator's calibrated (random) mode")
-    p.add_argument("--examples", type=int, default=12, help="provenance needs on hidden outputs to list")
+    p.add_argument("--examples", type=int, default=12, help="needs on hidden outputs to list")
     p.add_argument(
         "--control",
         type=Path,
@@ -115,7 +116,8 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     from dtoc_rl.calibration import ratio_ci
     from dtoc_rl.envs import ReplayEnv
     from dtoc_rl.policies.registry import make_policy
-    from dtoc_rl.simulator import CostConfig
+    from dtoc_rl.schema import NEED_KINDS
+    from dtoc_rl.simulator import MISS_KINDS, CostConfig
 
     policy = make_policy(policy_spec)
     by_id = {t.traj_id: t for t in trajs}
@@ -147,17 +149,16 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     reread = run(CostConfig(miss="reread"))
     calibrated = run(CostConfig(miss="calibrated", reread_prob=p_fit), n_seeds=max(1, seeds))
     by_kind = {
-        kind: per100(run(CostConfig(miss="reread", need_kinds=(kind,)))["misses"])
-        for kind in ("provenance", "reaccess", "reference")
+        kind: per100(run(CostConfig(miss="reread", need_kinds=(kind,)))["misses"]) for kind in NEED_KINDS
     }
-    # re-access needs are the agent's own re-reads: without them, what the simulator charges on top of the log
-    no_reaccess = run(CostConfig(miss="reread", need_kinds=("provenance", "reference")))
+    # edit needs are not charged by default (MISS_KINDS); what charging them too would predict
+    with_edit = run(CostConfig(miss="reread", need_kinds=(*MISS_KINDS, "edit")))
     return {
         "policy": policy_spec,
         "steps": float(steps.sum()),
         "schedule_agreement": schedule_agreement(sel, policy),
         "reread": {"misses": per100(reread["misses"]), "rereads": per100(reread["rereads"])},
-        "reread_without_reaccess": {"rereads": per100(no_reaccess["rereads"])},
+        "reread_with_edit": {"rereads": per100(with_edit["rereads"])},
         "misses_by_kind": by_kind,
         "calibrated": {
             "reread_prob": p_fit,
@@ -212,7 +213,7 @@ def comparison(cal, sim) -> list[dict[str, Any]]:
         ("simulator: re-reads (miss=reread)", sim["reread"]["rereads"]),
         (f"simulator: re-reads (calibrated, p={sim['calibrated']['reread_prob']:.2f})",
          sim["calibrated"]["rereads"]),
-        ("simulator: re-reads (miss=reread, no re-access needs)", sim["reread_without_reaccess"]["rereads"]),
+        ("simulator: re-reads (miss=reread, edit needs charged too)", sim["reread_with_edit"]["rereads"]),
     ]  # fmt: skip
     out = [{"row": name, "kind": "predicted", **d} for name, d in rows]
     for key, name in (
@@ -268,7 +269,7 @@ def print_report(out: dict[str, Any], console=None) -> None:
     for name, key, rk in (
         ("first re-access hazard", "reaccess", "reaccess_masked_vs_visible"),
         ("  … of unchanged resources (re-read)", "reread", "reread_masked_vs_visible"),
-        ("provenance need", "provenance", "provenance_masked_vs_visible"),
+        ("use need (provenance, edit, reference)", "need", "need_masked_vs_visible"),
     ):
         m, v, r = rates[f"{key}_masked"], rates[f"{key}_visible"], ratios[rk]
         t.add_row(
@@ -278,15 +279,19 @@ def print_report(out: dict[str, Any], console=None) -> None:
             _ci(r["ratio"], r["lo"], r["hi"]),
         )
     console.print(t)
-    f, a, b = rates["provenance_masked_failed"], rates["reread_after_need"], rates["reread_without_need"]
-    lift = ratios["lift"]
-    console.print(
-        f"provenance needs on hidden outputs whose action failed: {f['k']:.0f}/{f['n']:.0f}\n"
-        f"lift: P(re-read ≤ {out['k']} steps | provenance need on hidden output) = {a['k']:.0f}/{a['n']:.0f} "
-        f"= {_pct(a)}, without such a need {b['k']:.0f}/{b['n']:.0f} = {_pct(b)}; "
-        f"[bold]lift {_ci(lift['ratio'], lift['lo'], lift['hi'])}[/bold]"
-        + (f", {100 * (1 - lift['p_le_1']):.0f}% of defined resamples > 1" if "p_le_1" in lift else "")
-    )
+    f = rates["need_masked_failed"]
+    console.print(f"use needs on hidden outputs whose action failed: {f['k']:.0f}/{f['n']:.0f}")
+    for label, key, suffix in (
+        ("a use need", "lift", "need"),
+        ("a provenance/reference need", "lift_miss_kinds", "miss_kind_need"),
+    ):
+        a, b, lift = rates[f"reread_after_{suffix}"], rates[f"reread_without_{suffix}"], ratios[key]
+        console.print(
+            f"lift: P(re-read ≤ {out['k']} steps | {label} on the hidden output) = {a['k']:.0f}/{a['n']:.0f} "
+            f"= {_pct(a)}, without {b['k']:.0f}/{b['n']:.0f} = {_pct(b)}; "
+            f"[bold]lift {_ci(lift['ratio'], lift['lo'], lift['hi'])}[/bold]"
+            + (f", {100 * (1 - lift['p_le_1']):.0f}% of defined resamples > 1" if "p_le_1" in lift else "")
+        )
     mm = out["miss_model"]
     pr, ab = mm["reread_prob"], mm["absorbed_fraction"]
     console.print(
@@ -329,7 +334,7 @@ def print_report(out: dict[str, Any], console=None) -> None:
                       f"{cr['k']:.0f}/{cr['n']:.0f} = {_pct(cr)}" if cr else "—")  # fmt: skip
         console.print(t)
     if out["examples"]:
-        t = Table(title="provenance needs on hidden outputs", title_justify="left")
+        t = Table(title="use needs on hidden outputs", title_justify="left")
         for c in ("trajectory", "step", "needs", "age", "failed", "evidence"):
             t.add_column(c)
         for e in out["examples"]:
@@ -396,7 +401,7 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
     names = [
         ("reaccess", "re-access"),
         ("reread", "re-read\n(unchanged)"),
-        ("provenance", "provenance\nneed"),
+        ("need", "use need"),
     ]
     for off, (status, color) in ((-0.18, ("visible", "tab:green")), (0.18, ("masked", "tab:orange"))):
         vals = [out["rates"][f"{k}_{status}"] for k, _ in names]

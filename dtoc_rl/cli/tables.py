@@ -21,6 +21,7 @@ _COLS = [
     ("needs_provenance", "prov."),
     ("needs_reaccess", "re-acc."),
     ("needs_reference", "ref."),
+    ("needs_edit", "edit"),
     ("masked_steps", "masked"),
 ]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.ingest import INGESTERS, IngestError, detect_format
-from dtoc_rl.schema import Trajectory
+from dtoc_rl.schema import NEED_KINDS, Trajectory
 
 __all__ = ["IngestResult", "Skip", "discover", "ingest_paths", "summarize"]
 
@@ -193,7 +193,7 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
         lambda: {
             "trajectories": 0, "steps": 0, "tool_steps": 0, "output_tokens": 0,
             "success_true": 0, "success_false": 0, "success_null": 0,
-            "needs_provenance": 0, "needs_reaccess": 0, "needs_reference": 0,
+            **{f"needs_{k}": 0 for k in NEED_KINDS},
             "masked_steps": 0, "context_events": 0,
         }
     )  # fmt: skip
