@@ -239,6 +239,28 @@ def _sdk_label(row: dict, path: Path) -> dict:
     }
 
 
+class _Pending:
+    """User text and context events seen since the last step: the next step takes them."""
+
+    def __init__(self, steps: list[Step]):
+        self.steps = steps
+        self.user: list[str] = []
+        self.events: list[ContextEvent] = []
+
+    def add(self, step: Step) -> Step:
+        step.user_text = "\n\n".join(p for p in self.user if p)
+        step.events = self.events
+        self.user, self.events = [], []
+        self.steps.append(step)
+        return step
+
+    def flush(self) -> None:
+        """A condensation after the last action stays on the last step."""
+        if self.events and self.steps:
+            self.steps[-1].events.extend(self.events)
+            self.events = []
+
+
 class OpenHandsSDKIngester(Ingester):
     name = "openhands-sdk"
 
@@ -252,24 +274,15 @@ class OpenHandsSDKIngester(Ingester):
     def _one(self, path: Path, row: Any, number: int, seen: set[str]) -> Trajectory:
         row, hist = _row_basics(row)
         steps: list[Step] = []
+        pending = _Pending(steps)
         by_event: dict[str, Step] = {}
         by_call: dict[str, Step] = {}
         step_of_event: dict[str, int] = {}  # event id → step index (actions and observations)
-        pending_user: list[str] = []
-        pending_events: list[ContextEvent] = []
         system = ""
         task = ""
         turn = -1
         last_resp: object = object()
         kinds: Counter[str] = Counter()
-
-        def add(step: Step) -> Step:
-            nonlocal pending_user, pending_events
-            step.user_text = "\n\n".join(p for p in pending_user if p)
-            step.events = pending_events
-            pending_user, pending_events = [], []
-            steps.append(step)
-            return step
 
         for i, ev in enumerate(hist):
             w = f"history[{i}]"
@@ -302,7 +315,7 @@ class OpenHandsSDKIngester(Ingester):
                     reasoning = "\n".join(
                         b.get("thinking", "") for b in ev["thinking_blocks"] if isinstance(b, dict)
                     )
-                step = add(
+                step = pending.add(
                     new_step(
                         turn=turn,
                         timestamp=ts,
@@ -325,7 +338,7 @@ class OpenHandsSDKIngester(Ingester):
                     step = by_call.get(ev["tool_call_id"])
                 if step is None or step.output is not None:
                     if kind == "AgentErrorEvent":  # a scaffold error not tied to a call
-                        pending_user.append(str(ev.get("error", "")))
+                        pending.user.append(str(ev.get("error", "")))
                         continue
                     raise IngestError(f"{w}: {kind} answers no open ActionEvent (action_id={aid!r})")
                 if kind == "ObservationEvent":
@@ -352,7 +365,7 @@ class OpenHandsSDKIngester(Ingester):
                     turn += 1
                     last_resp = object()
                     reasoning = msg.get("reasoning_content") or ""
-                    add(
+                    pending.add(
                         new_step(
                             turn=turn,
                             timestamp=ts,
@@ -363,7 +376,7 @@ class OpenHandsSDKIngester(Ingester):
                 elif not steps and not task:
                     task = text
                 else:
-                    pending_user.append(text)
+                    pending.user.append(text)
             elif kind == "SystemPromptEvent":
                 sp = ev.get("system_prompt")
                 system = (
@@ -373,7 +386,7 @@ class OpenHandsSDKIngester(Ingester):
                 forgotten = ev.get("forgotten_event_ids") or []
                 targets = sorted({step_of_event[f] for f in forgotten if f in step_of_event})
                 summary = ev.get("summary")
-                pending_events.append(
+                pending.events.append(
                     ContextEvent(
                         kind="compaction",
                         targets=targets,
@@ -387,13 +400,12 @@ class OpenHandsSDKIngester(Ingester):
                     )
                 )
             elif kind == "CondensationSummaryEvent":
-                pending_user.append(str(ev.get("summary", "")))
+                pending.user.append(str(ev.get("summary", "")))
             # other kinds (ConversationStateUpdateEvent, PauseEvent, ...) are bookkeeping
 
         if not steps:
             raise IngestError("empty trajectory: no ActionEvent or agent MessageEvent")
-        if pending_events:  # condensation after the last action: keep it on the last step
-            steps[-1].events.extend(pending_events)
+        pending.flush()
         instruction = row.get("instruction") if isinstance(row.get("instruction"), str) else ""
         task_text = task or instruction
         meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
@@ -494,24 +506,15 @@ class OpenHandsHistoryIngester(Ingester):
         row, hist = _row_basics(row)
         events = _legacy_events(hist)
         steps: list[Step] = []
+        pending = _Pending(steps)
         by_id: dict[Any, Step] = {}
         by_call: dict[str, Step] = {}
         step_of_event: dict[Any, int] = {}
-        pending_user: list[str] = []
-        pending_events: list[ContextEvent] = []
         system = ""
         task = ""
         turn = -1
         last_resp: object = object()
         skipped: Counter[str] = Counter()
-
-        def add(step: Step) -> Step:
-            nonlocal pending_user, pending_events
-            step.user_text = "\n\n".join(p for p in pending_user if p)
-            step.events = pending_events
-            pending_user, pending_events = [], []
-            steps.append(step)
-            return step
 
         for i, ev in enumerate(events):
             w = f"history event {i}"
@@ -532,11 +535,11 @@ class OpenHandsHistoryIngester(Ingester):
                     if src == "agent":
                         turn += 1
                         last_resp = object()
-                        add(new_step(turn=turn, timestamp=ts, assistant_text=text))
+                        pending.add(new_step(turn=turn, timestamp=ts, assistant_text=text))
                     elif not steps and not task:
                         task = text
                     else:
-                        pending_user.append(text)
+                        pending.user.append(text)
                 elif a == "condensation":
                     ids = set(args.get("forgotten_event_ids") or args.get("pruned_event_ids") or [])
                     lo = args.get("forgotten_events_start_id", args.get("pruned_events_start_id"))
@@ -547,7 +550,7 @@ class OpenHandsHistoryIngester(Ingester):
                         if e in ids
                         or (isinstance(e, int) and lo is not None and hi is not None and lo <= e <= hi)
                     }
-                    pending_events.append(
+                    pending.events.append(
                         ContextEvent(
                             kind="compaction",
                             targets=sorted(targets),
@@ -564,7 +567,7 @@ class OpenHandsHistoryIngester(Ingester):
                     if resp is None or resp != last_resp:
                         turn += 1
                     last_resp = resp
-                    step = add(
+                    step = pending.add(
                         new_step(
                             turn=turn,
                             timestamp=ts,
@@ -591,7 +594,7 @@ class OpenHandsHistoryIngester(Ingester):
                 text = _legacy_obs_text(ev)
                 if step is None or step.output is not None:
                     if o in ("error", "user_rejected", "condense", "chat", "message"):
-                        pending_user.append(text)  # shown to the model as environment text
+                        pending.user.append(text)  # shown to the model as environment text
                         continue
                     raise IngestError(f"{w}: '{o}' observation (cause={ev.get('cause')!r}) answers no action")
                 step.output = cap_output(text)
@@ -603,8 +606,7 @@ class OpenHandsHistoryIngester(Ingester):
 
         if not steps:
             raise IngestError("empty trajectory: no agent actions")
-        if pending_events:
-            steps[-1].events.extend(pending_events)
+        pending.flush()
         instruction = row.get("instruction") if isinstance(row.get("instruction"), str) else ""
         meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
         llm = meta.get("llm_config") if isinstance(meta.get("llm_config"), dict) else {}
