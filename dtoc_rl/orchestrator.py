@@ -98,6 +98,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
 from dtoc_rl.features import ItemState, build_observation
 from dtoc_rl.labels import label_trajectory, modified_between
@@ -337,6 +338,7 @@ class Orchestrator:
         self._totals = OrchestratorTotals()
         self._lock = threading.RLock()
         self._outs: list[_Out] = []
+        self._states: list[ItemState] = []  # each _Out's state, in order (built once, not per decision)
         self._by_key: dict[str, _Out] = {}
         self._steps: list[Step] = []
         self._step_of_call: dict[str, Step] = {}
@@ -702,15 +704,10 @@ class Orchestrator:
     def log_row(self, success: bool | None = None) -> dict[str, Any]:
         """The session as one generic OpenAI chat JSONL row (what :meth:`save_log` writes)."""
         traj = self.trajectory(success)
-        msgs = _chat_messages(traj)
+        msgs = trajectory_to_chat(traj, reasoning=True)
         with self._lock:
             if self._pending_user:
                 msgs.append({"role": "user", "content": "\n\n".join(self._pending_user)})
-        visibility = {
-            str(s.index): {"masked_before": s.masked_before, "events": [e.__dict__ for e in s.events]}
-            for s in traj.steps
-            if s.masked_before or s.events
-        }
         # "messages" early: format detection reads the first 64 KiB.
         return {
             "id": traj.traj_id,
@@ -726,7 +723,7 @@ class Orchestrator:
             "tokens_in": traj.tokens_in,
             "tokens_out": traj.tokens_out,
             "dtoc_totals": json.dumps(self._totals.to_dict()),
-            "dtoc_visibility": json.dumps(visibility),
+            "dtoc_visibility": json.dumps(visibility(traj)),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:
@@ -846,6 +843,7 @@ class Orchestrator:
             ),
         )
         self._outs.append(o)
+        self._states.append(o.state)
         self._by_key[o.key] = o
         if sidx >= 0:
             self._key_step[o.key] = sidx
@@ -866,29 +864,35 @@ class Orchestrator:
             targets = sorted(self._key_step[k] for k in keys if k in self._key_step)
             self._pending_events.append(ContextEvent(kind=kind, targets=targets, detail=",".join(keys)))
 
-    def _saved_tokens(self) -> int:
-        return sum(o.rec.visible_cost - o.rec.hidden_cost for o in self._outs if not o.rec.visible)
-
     def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[_Out]]:
         now = max(0, self._totals.calls - 1)
         outs = self._outs
+        # Read visibility from the records (it may also change on ``ctx`` directly), and sum
+        # what hiding saved in the same pass: this runs over every stored output per decision.
+        saved = 0
         for o in outs:
-            o.state.visible = o.rec.visible
+            rec = o.rec
+            if rec.visible:
+                o.state.visible = True
+            else:
+                o.state.visible = False
+                saved += rec.visible_cost - rec.hidden_cost
         window = outs[-self.N :]
+        users = self._users
         for o in window:
             st = o.state
             st.age = max(0, now - o.call)
             st.since_need = None if o.last_need is None else max(0, now - o.last_need)
-            st.turns_after = self._users - o.users_at
+            st.turns_after = users - o.users_at
         active = self.ctx.active_tokens
         obs = build_observation(
-            [o.state for o in outs],
+            self._states,
             self.N,
             active_tokens=active,
             step=self._totals.calls,
             model_family=self.model_family,
             budget_tokens=self.budget,
-            saved_tokens=self._saved_tokens(),
+            saved_tokens=saved,
             misses=self._totals.misses,
             mgmt_calls=self._totals.mgmt_calls,
         )
@@ -909,14 +913,13 @@ class Orchestrator:
             "mode": self.mode,
             "session_id": self.session_id,
         }
-        win = list(window)
         lazy: dict[str, Callable[[], Any]] = {
-            "store_listing": lambda: self._listing(win),
+            "store_listing": lambda: self._listing(window),
             "recent_reasoning": lambda: self._recent_reasoning(),
-            "text": lambda: self._text_view(win, active),
-            "previews": lambda: [o.rec.preview(100) for o in win] + [""] * pad,
+            "text": lambda: self._text_view(window, active),
+            "previews": lambda: [o.rec.preview(100) for o in window] + [""] * pad,
         }
-        return obs, _LazyInfo(eager, lazy), win
+        return obs, _LazyInfo(eager, lazy), window
 
     def _listing(self, window: list[_Out]) -> str:
         lines = []
@@ -1108,38 +1111,3 @@ class Orchestrator:
             finally:
                 self.label_window = window
         self._unlabelled_from = len(self._steps)
-
-
-def _chat_messages(traj: Trajectory) -> list[dict[str, Any]]:
-    """The trajectory as OpenAI chat-completions messages with the raw tool outputs
-    (what :class:`~dtoc_rl.ingest.openai_chat.OpenAIChatIngester` reads back)."""
-    msgs: list[dict[str, Any]] = []
-    if traj.system_prompt:
-        msgs.append({"role": "system", "content": traj.system_prompt})
-    msgs.append({"role": "user", "content": traj.task_text or ""})
-    by_turn: dict[int, list[Step]] = {}
-    for s in traj.steps:
-        by_turn.setdefault(s.turn, []).append(s)
-    for turn in sorted(by_turn):
-        group = by_turn[turn]
-        first = group[0]
-        if first.user_text:
-            msgs.append({"role": "user", "content": first.user_text})
-        asst: dict[str, Any] = {"role": "assistant", "content": first.assistant_text or ""}
-        if first.reasoning:
-            asst["reasoning_content"] = first.reasoning
-        calls = [s for s in group if s.tool_name is not None]
-        if calls:
-            asst["tool_calls"] = [
-                {
-                    "id": s.tool_call_id,
-                    "type": "function",
-                    "function": {"name": s.tool_name, "arguments": s.tool_args or "{}"},
-                }
-                for s in calls
-            ]
-        msgs.append(asst)
-        for s in calls:
-            if s.output is not None:
-                msgs.append({"role": "tool", "tool_call_id": s.tool_call_id, "content": s.output})
-    return msgs

@@ -37,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.schema import ContextEvent, Trajectory
 
 __all__ = ["FORMATS", "RecordTrajectory", "read_rows", "trajectory_to_chat"]
@@ -44,57 +45,7 @@ __all__ = ["FORMATS", "RecordTrajectory", "read_rows", "trajectory_to_chat"]
 FORMATS = ("chat", "rows", "dataset")
 
 
-def trajectory_to_chat(traj: Trajectory) -> list[dict[str, Any]]:
-    """The trajectory as OpenAI chat-completions messages (raw tool outputs).
-
-    Inverse of :func:`dtoc_rl.ingest.openai_chat.chat_to_steps` up to labels:
-    steps sharing a ``turn`` become one assistant message with parallel calls.
-    """
-    msgs: list[dict[str, Any]] = []
-    if traj.system_prompt:
-        msgs.append({"role": "system", "content": traj.system_prompt})
-    msgs.append({"role": "user", "content": traj.task_text or ""})
-    i, steps = 0, traj.steps
-    while i < len(steps):
-        j = i + 1
-        while j < len(steps) and steps[j].turn == steps[i].turn and steps[j].tool_name is not None:
-            j += 1
-        group = steps[i:j] if steps[i].tool_name is not None else steps[i : i + 1]
-        first = group[0]
-        if first.user_text:
-            msgs.append({"role": "user", "content": first.user_text})
-        asst: dict[str, Any] = {"role": "assistant", "content": first.assistant_text or ""}
-        calls = []
-        for k, s in enumerate(group):
-            if s.tool_name is None:
-                continue
-            cid = s.tool_call_id or f"call_{s.index:04d}_{k}"
-            calls.append(
-                {
-                    "id": cid,
-                    "type": "function",
-                    "function": {"name": s.tool_name, "arguments": s.tool_args or "{}"},
-                }
-            )
-        if calls:
-            asst["tool_calls"] = calls
-        msgs.append(asst)
-        for s, c in zip([s for s in group if s.tool_name is not None], calls):
-            if s.output is not None:
-                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": s.output})
-        i += len(group)
-    return msgs
-
-
 def _chat_row(traj: Trajectory) -> dict[str, Any]:
-    visibility = {
-        str(s.index): {
-            "masked_before": s.masked_before,
-            "events": [e.__dict__ for e in s.events],
-        }
-        for s in traj.steps
-        if s.masked_before or s.events
-    }
     extra = traj.extra_dict()
     row: dict[str, Any] = {
         "id": traj.traj_id,
@@ -107,7 +58,7 @@ def _chat_row(traj: Trajectory) -> dict[str, Any]:
         "tokens_in": traj.tokens_in,
         "tokens_out": traj.tokens_out,
         "api_calls": traj.api_calls,
-        "dtoc_visibility": json.dumps(visibility),
+        "dtoc_visibility": json.dumps(visibility(traj)),
         "messages": trajectory_to_chat(traj),
     }
     return row

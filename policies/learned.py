@@ -13,7 +13,10 @@ be visible at the next call.  It handles any number of outputs.
     policy = LearnedPolicy.load("ckpt/") # never unpickles
 
 It is a :class:`~dtoc_rl.policies.base.Policy`, so it runs in ReplayEnv,
-LiveEnv and the live Orchestrator.
+LiveEnv and the live Orchestrator.  Deciding (eval mode, no grad) runs
+ItemScorer through ``_InferencePlan``, the same computation without the
+nn.Module overhead, on the valid slots only (``obs_to_tensors`` trims padding):
+one decision is a latency target (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
@@ -46,6 +50,11 @@ class CheckpointError(Exception):
 def _squash(x: torch.Tensor) -> torch.Tensor:
     # Counts and token sizes span orders of magnitude; log1p keeps them in range.
     return torch.sign(x) * torch.log1p(x.abs())
+
+
+# torch's fused encoder layer: what TransformerEncoderLayer itself runs in eval mode without grad.
+# Private, so looked up once; without it inference takes the module path.
+_FUSED_LAYER = getattr(torch, "_transformer_encoder_layer_fwd", None)
 
 
 class ItemScorer(nn.Module):
@@ -73,6 +82,7 @@ class ItemScorer(nn.Module):
             else None
         )
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        self._plan: _InferencePlan | bool | None = None  # None: not built yet; False: not applicable
 
     def forward(
         self,
@@ -82,6 +92,20 @@ class ItemScorer(nn.Module):
         glob: torch.Tensor,  # (B, G)
         family: torch.Tensor,  # (B,)
     ) -> torch.Tensor:  # (B, N) logits of "visible at the next call"
+        if (
+            not self.training
+            and not torch.is_grad_enabled()
+            and torch.backends.mha.get_fastpath_enabled()
+            and not torch.is_autocast_enabled()
+        ):
+            plan = self._plan
+            if plan is None:
+                plan = self._plan = _InferencePlan.build(self) or False
+            if plan:
+                return plan(items, tool, mask, glob, family)
+        return self._module_forward(items, tool, mask, glob, family)
+
+    def _module_forward(self, items, tool, mask, glob, family) -> torch.Tensor:
         g = self.glob_in(_squash(glob))
         if self.family is not None:
             g = g + self.family(family)
@@ -91,11 +115,132 @@ class ItemScorer(nn.Module):
                 # No padding: the unmasked attention path is about twice as fast on CPU.
                 h = self.encoder(h)
             else:
-                # A row with no items would make attention NaN: give it one dummy key.
-                safe = mask.clone()
-                safe[:, 0] |= ~mask.any(dim=1)
-                h = self.encoder(h, src_key_padding_mask=~safe)
+                h = self.encoder(h, src_key_padding_mask=~_safe_mask(mask))
         return self.head(h).squeeze(-1)
+
+    # The plan holds references to the parameters: anything that may swap them drops it,
+    # and copies (deepcopy, pickling to worker processes) rebuild their own.
+    def _apply(self, fn, *args, **kwargs):
+        self._plan = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._plan = None
+        return super().load_state_dict(*args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_plan"] = None
+        return state
+
+
+def _safe_mask(mask: torch.Tensor) -> torch.Tensor:
+    # A row with no items would make attention NaN: give it one dummy key.
+    safe = mask.clone()
+    safe[:, 0] |= ~mask.any(dim=1)
+    return safe
+
+
+def _mlp(x: torch.Tensor, p: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return F.linear(F.gelu(F.linear(x, p[0], p[1])), p[2], p[3])
+
+
+class _InferencePlan:
+    """ItemScorer's eval-mode forward without nn.Module dispatch.
+
+    The same functions on the same parameters, and the same fused encoder-layer kernel
+    that ``nn.TransformerEncoderLayer`` calls in eval mode without grad, so the outputs
+    are bit-identical; what it skips is the Python around them (module calls, the
+    encoder's per-call eligibility checks: a quarter or more of a decision on CPU).
+    """
+
+    def __init__(self, net: ItemScorer, layers: list[tuple[Any, ...]]):
+        seq = lambda s: (s[0].weight, s[0].bias, s[2].weight, s[2].bias)  # noqa: E731
+        self.item = seq(net.item_in)
+        self.glob = seq(net.glob_in)
+        self.tool = net.tool.weight
+        self.family = net.family.weight if net.family is not None else None
+        norm, lin1, lin2 = net.head[0], net.head[1], net.head[3]
+        self.norm = (norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        self.out = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+        self.layers = layers
+
+    @classmethod
+    def build(cls, net: ItemScorer) -> _InferencePlan | None:
+        """None when the module path would not take the fused kernel either (e.g. an odd
+        number of heads, hooks), or when the plan disagrees with it on a probe input: both
+        paths must compute the same function whatever torch's private kernel does."""
+        if any(m._forward_hooks or m._forward_pre_hooks for m in net.modules()):
+            return None
+        layers = []
+        for layer in net.encoder.layers if net.encoder is not None else ():
+            sa = layer.self_attn
+            if (
+                _FUSED_LAYER is None
+                or not sa.batch_first
+                or sa.in_proj_bias is None
+                or not sa._qkv_same_embed_dim
+                or not layer.activation_relu_or_gelu
+                or layer.norm1.eps != layer.norm2.eps
+                or sa.num_heads % 2 == 1
+            ):
+                return None
+            layers.append(
+                (
+                    sa.embed_dim,
+                    sa.num_heads,
+                    sa.in_proj_weight,
+                    sa.in_proj_bias,
+                    sa.out_proj.weight,
+                    sa.out_proj.bias,
+                    layer.activation_relu_or_gelu == 2,
+                    layer.norm_first,
+                    layer.norm1.eps,
+                    layer.norm1.weight,
+                    layer.norm1.bias,
+                    layer.norm2.weight,
+                    layer.norm2.bias,
+                    layer.linear1.weight,
+                    layer.linear1.bias,
+                    layer.linear2.weight,
+                    layer.linear2.bias,
+                )
+            )
+        plan = cls(net, layers)
+        return plan if plan._agrees_with(net) else None
+
+    def _agrees_with(self, net: ItemScorer) -> bool:
+        # Deterministic probe (drawing it would move torch's global RNG): two rows, one padded.
+        n_items, n_glob = net.item_in[0].in_features, net.glob_in[0].in_features
+        items = torch.linspace(-30, 30, 2 * 3 * n_items).reshape(2, 3, n_items)
+        tool = torch.arange(6).reshape(2, 3) % net.tool.num_embeddings
+        mask = torch.tensor([[True, True, True], [True, True, False]])
+        glob = torch.linspace(-5, 500, 2 * n_glob).reshape(2, n_glob)
+        family = torch.arange(2) % (net.family.num_embeddings if net.family is not None else 1)
+        try:
+            with torch.no_grad():
+                ours = self(items, tool, mask, glob, family)
+                theirs = net._module_forward(items, tool, mask, glob, family)
+        except (RuntimeError, TypeError):
+            return False
+        return bool(torch.allclose(ours[mask], theirs[mask], rtol=0, atol=1e-6))
+
+    def __call__(self, items, tool, mask, glob, family) -> torch.Tensor:
+        g = _mlp(_squash(glob), self.glob)
+        if self.family is not None:
+            g = g + F.embedding(family, self.family)
+        h = _mlp(_squash(items), self.item) + F.embedding(tool, self.tool) + g[:, None, :]
+        if self.layers:
+            pad, kind = None, None
+            if not bool(mask.all()):
+                # As TransformerEncoder passes a boolean key-padding mask to the kernel:
+                # additive float, kind 1.
+                pad = torch.zeros(mask.shape, dtype=h.dtype, device=h.device)
+                pad.masked_fill_(~_safe_mask(mask), float("-inf"))
+                kind = 1
+            for args in self.layers:
+                h = _FUSED_LAYER(h, *args, pad, kind)
+        return _mlp(F.layer_norm(h, *self.norm), self.out).squeeze(-1)
 
 
 def obs_to_tensors(obs: dict[str, np.ndarray], device: str = "cpu") -> dict[str, torch.Tensor]:

@@ -4,12 +4,13 @@
   default ``LearnedPolicyConfig`` network, untrained unless ``--checkpoint`` is
   given: latency does not depend on the weights) over a session holding
   ``--outputs`` stored outputs; the policy sees the ``--max-items`` most recent.
-  A decision is: build the observation, run the policy, apply its changes.
-  The same with 64 slots, with torch's multi-head-attention fast path off (its
-  masked softmax dominates the forward pass on CPU), with ``last_n:n=5`` for
-  scale, and the whole per-turn overhead of the orchestrator (record the
-  assistant turn with online need labelling, store the output, decide, render
-  the OpenAI request).
+  A decision is: build the observation, run the policy, apply its changes; two
+  rows split it (the orchestrator's observation alone, the policy's ``act``
+  alone).  The same with 64 slots, with torch's multi-head-attention fast path
+  off (the unfused nn.Module path: what the fused encoder-layer kernel saves),
+  with ``last_n:n=5`` for scale, and the whole per-turn overhead of the
+  orchestrator (record the assistant turn with online need labelling, store the
+  output, decide, render the OpenAI request).
 * **HTTP**: ``dtoc-rl serve`` with the same checkpoint (and with ``last_n:n=5``:
   transport, parsing and validation alone) in a child process on 127.0.0.1,
   ``POST /decide`` with the same 300 items (about 57 KB of JSON), one keep-alive
@@ -222,6 +223,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     orch = session(policy, args.max_items)
     rows[f"in-process decide, learned, {args.max_items} slots"] = stats(
         *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+    )
+    obs, info = orch.observation()
+    rows["  of which the observation (orchestrator)"] = stats(*time_calls_cpu(orch.observation, args.repeat))
+    rows["  of which policy.act (tensors, forward, action)"] = stats(
+        *time_calls_cpu(lambda: policy.act(obs, info), args.repeat)
     )
     small = session(policy, 64)
     rows["in-process decide, learned, 64 slots"] = stats(

@@ -1,13 +1,19 @@
+import copy
 import json
+import pickle
 
 import numpy as np
 import pytest
+import torch
 
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.models import FAMILIES
+from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, obs_to_tensors
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import split_by_task
+from dtoc_rl.tools import TOOL_CATEGORIES
 
 from .crafted import crafted
 
@@ -112,3 +118,147 @@ def test_rl_fine_tuning_runs():
     pol = LearnedPolicyConfig(**{**TINY, "epochs": 1, "rl_updates": 2, "rl_envs": 2}).create()
     rep = pol.fit(None, progress=False)
     assert len(rep["rl"]["rl_mean_return_last"]) == 1
+
+
+# ------------------------------------------------------------------------------ inference path
+
+
+def _random_obs(rng, n, count):
+    """An observation with ``count`` of ``n`` slots filled with arbitrary (also extreme) features."""
+    items = np.zeros((n, len(ITEM_FEATURES)), np.float32)
+    scale = rng.choice([0.1, 3, 300], count)[:, None]
+    items[:count] = rng.standard_normal((count, len(ITEM_FEATURES))) * scale
+    items[:count, ITEM_FEATURES.index("visible")] = rng.integers(0, 2, count)
+    mask = np.zeros(n, np.int8)
+    mask[:count] = 1
+    vis = items[:, ITEM_FEATURES.index("visible")] > 0.5
+    return {
+        "items": items,
+        "item_tool": np.where(mask, rng.integers(0, len(TOOL_CATEGORIES), n), 0).astype(np.int64),
+        "item_mask": mask,
+        "enable_mask": (mask.astype(bool) & ~vis).astype(np.int8),
+        "disable_mask": vis.astype(np.int8),
+        "globals": (rng.standard_normal(len(GLOBAL_FEATURES)) * 50).astype(np.float32),
+        "family": np.int64(rng.integers(0, len(FAMILIES))),
+    }
+
+
+def _padded_probs(net, obs):
+    """The pre-optimisation reference: every slot, padding masked, through the nn.Module path with
+    grad on (so that torch uses its unfused attention, not the kernel the policy calls)."""
+    batched = obs["items"].ndim == 3
+    o = obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}
+    with torch.enable_grad():
+        logits = net(
+            torch.as_tensor(o["items"]),
+            torch.as_tensor(o["item_tool"]),
+            torch.as_tensor(o["item_mask"].astype(bool)),
+            torch.as_tensor(o["globals"]),
+            torch.as_tensor(np.asarray(o["family"]).reshape(-1)),
+        )
+    p = torch.sigmoid(logits).detach().numpy() * o["item_mask"]
+    return p if batched else p[0]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [{}, dict(n_layers=0), dict(family_conditioning=False, n_layers=1), dict(d_model=16, n_heads=1),
+     dict(d_model=32, n_heads=2, n_layers=3, dropout=0.1)],
+)  # fmt: skip
+def test_inference_path_matches_the_padded_module_path_on_random_observations(cfg):
+    rng = np.random.default_rng(7)
+    pol = LearnedPolicyConfig(**cfg, seed=5).create()
+    n = 128
+    counts = [0, 1, 2, 5, 64, 127, 128]
+    singles = [_random_obs(rng, n, c) for c in counts]
+    for obs in singles:
+        p = pol.probs(obs)
+        assert p.shape == (n,) and p.dtype == np.float32
+        ref = _padded_probs(pol.net, obs)
+        np.testing.assert_allclose(p * obs["item_mask"], ref, rtol=0, atol=1e-5)  # padding: unspecified
+        a = pol.act(obs)
+        sure = np.abs(ref - pol.cfg.threshold) > 1e-5  # within rounding of the threshold: either way
+        assert (a["disable"][sure] == obs["disable_mask"][sure] * (ref[sure] < pol.cfg.threshold)).all()
+        assert (a["enable"][sure] == obs["enable_mask"][sure] * (ref[sure] >= pol.cfg.threshold)).all()
+    batch = {k: np.stack([o[k] for o in singles]) for k in singles[0]}
+    pb = pol.probs(batch) * batch["item_mask"]  # rows of different lengths: padded and masked
+    np.testing.assert_allclose(pb, _padded_probs(pol.net, batch), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(pb, np.stack([pol.probs(o) * o["item_mask"] for o in singles]), atol=1e-5)
+    ab = pol.act_batch(batch)
+    for i, obs in enumerate(singles):
+        ref = pb[i]
+        sure = np.abs(ref - pol.cfg.threshold) > 1e-5
+        for k in ("enable", "disable"):
+            assert (ab[k][i][sure] == pol.act(obs)[k][sure]).all()
+
+
+def test_inference_path_is_the_kernel_the_module_runs_in_eval_mode():
+    rng = np.random.default_rng(3)
+    pol = LearnedPolicyConfig(seed=1).create()
+    state = torch.get_rng_state()
+    fast = [pol.probs(_random_obs(rng, 128, c)) for c in (3, 128)]
+    assert pol.net._plan  # built on first use, for the default network
+    assert torch.equal(torch.get_rng_state(), state)  # deciding never moves torch's RNG (training runs)
+    pol.net._plan = False  # the nn.Module path: same kernels, so bit-identical
+    rng = np.random.default_rng(3)
+    slow = [pol.probs(_random_obs(rng, 128, c)) for c in (3, 128)]
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+    # fast paths off (as the benchmark's comparison row does): the module path, same outputs
+    pol.net._plan = None
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        rng = np.random.default_rng(3)
+        off = [pol.probs(_random_obs(rng, 128, c)) for c in (3, 128)]
+        assert pol.net._plan is None
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+    for a, b in zip(fast, off):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_inference_plan_follows_new_weights(tmp_path):
+    obs = _random_obs(np.random.default_rng(0), 128, 40)
+    a, b = LearnedPolicyConfig(seed=1).create(), LearnedPolicyConfig(seed=2).create()
+    pa, pb = a.probs(obs), b.probs(obs)
+    assert not np.allclose(pa, pb)
+    a.net.load_state_dict(b.net.state_dict())  # copies into the same tensors
+    np.testing.assert_array_equal(a.probs(obs), pb)
+    c = LearnedPolicyConfig(seed=3).create()
+    c.probs(obs)
+    c.net.load_state_dict({k: v.clone() for k, v in b.net.state_dict().items()}, assign=True)  # new tensors
+    np.testing.assert_array_equal(c.probs(obs), pb)
+    c.net.to(torch.float32)
+    np.testing.assert_array_equal(c.probs(obs), pb)
+    np.testing.assert_array_equal(LearnedPolicy.load(b.save(tmp_path / "ckpt")).probs(obs), pb)
+    d = copy.deepcopy(b)  # its own plan, over its own parameters
+    with torch.no_grad():
+        d.net.item_in[0].weight.mul_(2)
+    np.testing.assert_array_equal(b.probs(obs), pb)
+    assert not np.allclose(d.probs(obs), pb)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(b)).probs(obs), pb)
+
+
+def test_training_mode_never_takes_the_inference_path():
+    pol = LearnedPolicyConfig(seed=1, d_model=16, n_heads=2).create()
+    obs = _random_obs(np.random.default_rng(0), 16, 9)
+    t = obs_to_tensors(obs)
+    pol.net.train()
+    out = pol.net(**t)
+    assert out.requires_grad and pol.net._plan is None
+    out.sum().backward()
+    assert pol.net.item_in[0].weight.grad is not None
+    pol.net.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(pol.net(**t).numpy(), out.detach().numpy(), rtol=0, atol=1e-5)
+
+
+def test_a_fused_kernel_that_disagrees_is_never_used(monkeypatch):
+    import dtoc_rl.policies.learned as learned
+
+    obs = _random_obs(np.random.default_rng(0), 128, 40)
+    want = LearnedPolicyConfig(seed=1).create().probs(obs)
+    monkeypatch.setattr(learned, "_FUSED_LAYER", lambda h, *args: h * 0.5)  # as if torch changed it
+    pol = LearnedPolicyConfig(seed=1).create()
+    np.testing.assert_array_equal(pol.probs(obs), want)
+    assert pol.net._plan is False

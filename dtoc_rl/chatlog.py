@@ -1,0 +1,72 @@
+"""Trajectories as generic OpenAI chat logs: what ``dtoc-rl ingest`` reads back.
+
+The live :class:`~dtoc_rl.orchestrator.Orchestrator` (``save_log``) and the env
+recorder (:class:`dtoc_rl.envs.recorder.RecordTrajectory`, ``format="chat"``)
+both write sessions this way, so live runs become datasets:
+:func:`trajectory_to_chat` gives the messages, :func:`visibility` the context
+management (``masked_before`` and enable/disable events per step) that the
+rows carry as the scalar ``dtoc_visibility``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtoc_rl.schema import Trajectory
+
+__all__ = ["trajectory_to_chat", "visibility"]
+
+
+def trajectory_to_chat(traj: Trajectory, *, reasoning: bool = False) -> list[dict[str, Any]]:
+    """The trajectory as OpenAI chat-completions messages (raw tool outputs).
+
+    Inverse of :func:`dtoc_rl.ingest.openai_chat.chat_to_steps` up to labels:
+    steps sharing a ``turn`` become one assistant message with parallel calls.
+    ``reasoning`` adds each turn's reasoning as the assistant's ``reasoning_content``.
+    """
+    msgs: list[dict[str, Any]] = []
+    if traj.system_prompt:
+        msgs.append({"role": "system", "content": traj.system_prompt})
+    msgs.append({"role": "user", "content": traj.task_text or ""})
+    i, steps = 0, traj.steps
+    while i < len(steps):
+        j = i + 1
+        while j < len(steps) and steps[j].turn == steps[i].turn and steps[j].tool_name is not None:
+            j += 1
+        group = steps[i:j] if steps[i].tool_name is not None else steps[i : i + 1]
+        first = group[0]
+        if first.user_text:
+            msgs.append({"role": "user", "content": first.user_text})
+        asst: dict[str, Any] = {"role": "assistant", "content": first.assistant_text or ""}
+        if reasoning and first.reasoning:
+            asst["reasoning_content"] = first.reasoning
+        calls = []
+        for k, s in enumerate(group):
+            if s.tool_name is None:
+                continue
+            cid = s.tool_call_id or f"call_{s.index:04d}_{k}"
+            calls.append(
+                {
+                    "id": cid,
+                    "type": "function",
+                    "function": {"name": s.tool_name, "arguments": s.tool_args or "{}"},
+                }
+            )
+        if calls:
+            asst["tool_calls"] = calls
+        msgs.append(asst)
+        for s, c in zip([s for s in group if s.tool_name is not None], calls):
+            if s.output is not None:
+                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": s.output})
+        i += len(group)
+    return msgs
+
+
+def visibility(traj: Trajectory) -> dict[str, dict[str, Any]]:
+    """Per step index (as text), the steps hidden before it and its context events;
+    only steps that have either."""
+    return {
+        str(s.index): {"masked_before": s.masked_before, "events": [e.__dict__ for e in s.events]}
+        for s in traj.steps
+        if s.masked_before or s.events
+    }
