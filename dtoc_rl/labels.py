@@ -1666,7 +1666,7 @@ def label_stats(trajs: Iterable[Trajectory]) -> dict:
         "needs_by_kind": {k: kinds.get(k, 0) for k in NEED_KINDS},
         "provenance_step_fraction": prov_steps / n_steps if n_steps else None,
         "provenance_over_10_fraction": (sum(a > 10 for a in prov) / len(prov)) if prov else None,
-        "age": {k: summary(ages.get(k, [])) for k in ("provenance", "reaccess", "reference")},
+        "age": {k: summary(ages.get(k, [])) for k in NEED_KINDS},
         "age_hist": {b: hist.get(b, 0) for b in order},
         "reaccess_steps": reacc_steps,
         "real_rereads": real,
