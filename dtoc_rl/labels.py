@@ -239,6 +239,17 @@ def _atoms(text: str) -> list[str]:
     return list(dict.fromkeys(a for a in _ATOM.findall(text) if len(a) >= 6))
 
 
+def _novel(strs: list[str], wins: list[int], own: set[int], a: int, b: int, k: int) -> int:
+    """Characters of the tokens of windows ``a..b`` that no window of the agent's own words covers
+    (runs are rare, so this is computed for them only)."""
+    lo = max(0, a - k + 1)
+    covered = bytearray(b + k - lo)
+    for i in range(lo, min(b + k, len(wins))):
+        if wins[i] in own:
+            covered[i - lo : i - lo + k] = b"\x01" * k
+    return sum(len(strs[t]) for t in range(a, b + k) if not covered[t - lo])
+
+
 def _windows(tokens: list[str], k: int) -> Iterable[int]:
     if len(tokens) < k:
         return ()
@@ -1352,11 +1363,6 @@ class _SpanIndex:
             own, out = self.own_win, self.out_win
             wins = list(_windows(strs, k))
             hits = [None if h in own else out.get(h) for h in wins]
-            # tokens inside some window of the agent's own words: a run must add text beyond them
-            covered = bytearray(len(strs))
-            for i, h in enumerate(wins):
-                if h in own:
-                    covered[i : i + k] = b"\x01" * k
             runs: list[tuple[int, int, int]] = []  # (step, first window, last window)
             for i, s in enumerate(hits):
                 if s is None:
@@ -1369,8 +1375,7 @@ class _SpanIndex:
                 toks = list(_TOKEN.finditer(text))
                 for s, a, b in runs:
                     span = text[toks[a].start() : toks[b + k - 1].end()]
-                    novel = sum(len(strs[t]) for t in range(a, b + k) if not covered[t])
-                    if _nonspace(span) >= min_span and novel >= MIN_NOVEL:
+                    if _nonspace(span) >= min_span and _novel(strs, wins, own, a, b, k) >= MIN_NOVEL:
                         keep(s, span)
         # distinctive atoms
         for a in _atoms(text):
