@@ -24,6 +24,7 @@ __all__ = [
     "ItemState",
     "action_space",
     "build_observation",
+    "check_action",
     "decode_action",
     "observation_space",
 ]
@@ -157,6 +158,18 @@ def decode_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray,
     """Validate an ``{"enable", "disable"}`` action over ``n`` slots into two boolean masks.
 
     Errors name the expected space; any non-zero integer counts as set."""
+    en, di = check_action(action, n, space)
+    return (
+        en if en.dtype.kind == "b" else en.astype(np.bool_),  # nonzero -> True
+        di if di.dtype.kind == "b" else di.astype(np.bool_),
+    )
+
+
+def check_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode_action` without the conversion: the two arrays, checked to have shape ``(n,)`` and an
+    integer or bool dtype, as given (any non-zero entry counts as set).  For callers that only need
+    the few valid slots as booleans and count the rest with ``np.count_nonzero``, which reads
+    integers as they are, so converting all ``n`` entries would be wasted work."""
     try:
         en, di = action["enable"], action["disable"]
     except (TypeError, KeyError, IndexError):
@@ -165,6 +178,15 @@ def decode_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray,
             f"got {type(action).__name__}"
             + (f" with keys {sorted(action)}" if isinstance(action, dict) else "")
         ) from None
+    # the usual case, two arrays of the right shape and kind, checked inline (called on every env step)
+    if (
+        type(en) is np.ndarray
+        and type(di) is np.ndarray
+        and en.shape == di.shape == (n,)
+        and en.dtype.kind in "biu"
+        and di.dtype.kind in "biu"
+    ):
+        return en, di
     return _mask("enable", en, n, space), _mask("disable", di, n, space)
 
 
@@ -172,11 +194,8 @@ def _mask(name: str, a: Any, n: int, space: spaces.Space) -> np.ndarray:
     a = np.asarray(a)
     if a.shape != (n,):
         raise ValueError(f"action[{name!r}] has shape {a.shape}; expected ({n},) for {space}")
-    kind = a.dtype.kind
-    if kind == "b":
-        return a
-    if kind not in "iu":
+    if a.dtype.kind not in "biu":
         raise ValueError(
             f"action[{name!r}] has dtype {a.dtype}; expected integers or bools, MultiBinary({n})"
         )
-    return a.astype(np.bool_)  # nonzero -> True
+    return a

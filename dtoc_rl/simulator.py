@@ -43,14 +43,9 @@ MISS_MODES = ("reread", "fail", "calibrated")
 #: that re-read twice (docs/validity.md measured this on really masked runs).
 MISS_KINDS = ("provenance", "reference")
 
-# ufunc reductions without ndarray.sum()'s Python-level wrapper (a few µs per call on tiny arrays)
-_sum = np.add.reduce
-_min = np.minimum.reduce
 _f64 = np.float64
-_sum_at = np.add.reduceat
-_concat = np.concatenate
-_neg = np.negative
 OVERHEAD_MODES = ("orchestrator", "agent")
+_FEW = 8  # up to this many outputs, set visibility element by element rather than by fancy indexing
 
 
 @dataclass
@@ -62,7 +57,7 @@ class CostConfig:
     overhead: str = "orchestrator"
     """Who pays for visibility changes: orchestrator (cache effect only) or agent (a tool call each)."""
     need_kinds: tuple[str, ...] = MISS_KINDS
-    """Need-label kinds that count as needs (provenance, reaccess, reference)."""
+    """Need-label kinds that count as needs (any of NEED_KINDS; default MISS_KINDS)."""
     reread_call_tokens: int = 30
     """Output tokens of the extra call that re-reads a missed output."""
     reread_prob: float = CALIBRATED_REREAD_PROB
@@ -140,9 +135,6 @@ class Simulator:
         self._all_kinds = bool(self._kinds.all())
         # Per-call scalars as Python lists: indexing a list is several times cheaper than a numpy array.
         self._n = ep.n
-        gh = self._gh = np.empty((ep.n, 2), np.int64)
-        gh[:, 0] = ep.gap
-        gh[:, 1] = ep.hid_cost
         self._gap_l = ep.gap.tolist()
         self._hid_l = ep.hid_cost.tolist()
         self._user = ep.user_tok.tolist()
@@ -150,24 +142,24 @@ class Simulator:
         self._asst = ep.asst_tok.tolist()
         self._has_out = ep.has_out.tolist()
         self._vis_cost = ep.vis_cost.tolist()
-        # the need schedule restricted to the counted kinds, as lists (CSR: step t needs idx[ptr[t]:ptr[t+1]])
+        # the need schedule restricted to the counted kinds (CSR: step t needs idx[ptr[t]:ptr[t+1]]), as
+        # the sorted distinct steps each call needs (what ep.needs_at(t, kinds) lists), None for none
         if self._all_kinds:
-            self._need_ptr, self._need_idx = ep.need_ptr.tolist(), ep.need_idx.tolist()
+            ptr, idx = ep.need_ptr.tolist(), ep.need_idx.tolist()
         else:
             keep = self._kinds[ep.need_kind]
             kept_before = np.concatenate([[0], np.cumsum(keep)])
-            self._need_ptr = kept_before[ep.need_ptr].tolist()
-            self._need_idx = ep.need_idx[keep].tolist()
+            ptr, idx = kept_before[ep.need_ptr].tolist(), ep.need_idx[keep].tolist()
+        self._needs = [sorted(set(idx[a:b])) if b > a else None for a, b in zip(ptr, ptr[1:])]
         self._base = int(ep.base_tokens)
         self._cfg_snapshot = self.cfg_snapshot()
-        self._all_true = np.ones(ep.n, bool)  # reset() copies these (np.ones/np.full are slow in Python)
-        self._all_minus1 = np.full(ep.n, -1, np.int64)
+        self._all_true = np.ones(ep.n, bool)  # reset() copies it (np.ones is slow in Python)
         self.log: list | None = None
         """When a list, every change of per-output state is appended to it, in order: ``(steps, k)`` for
-        each visibility change (``steps`` an array, or one int; each step toggled once; the first ``k``
-        made visible, the rest hidden), and the step (an int) of each output a call needed (its need
-        count, last need and re-reads may have changed).  ReplayEnv drains it to update its observation
-        incrementally."""
+        each visibility change (``steps`` an int array, or one int; each step toggled once; the first
+        ``k`` made visible, the rest hidden), and the step (an int) of each output a call needed (its
+        need count, last need and re-reads may have changed).  ReplayEnv drains it to update its
+        observation incrementally."""
         self.reset()
 
     def cfg_snapshot(self) -> tuple:
@@ -178,13 +170,16 @@ class Simulator:
     def reset(self) -> None:
         ep = self.ep
         self.t = 0  # next call
-        self.visible = self._all_true.copy()
-        self.seg = np.zeros(ep.n, np.int64)  # U+A+O+extra of stored steps
-        self.extra = np.zeros(ep.n, np.int64)
-        self.need_count = np.zeros(ep.n, np.int64)
-        self.last_need = self._all_minus1.copy()
-        self.rereads_of = np.zeros(ep.n, np.int64)
-        self.toggles = np.zeros(ep.n, np.int64)
+        n = ep.n
+        self.visible = self._all_true.copy()  # an array: policies and tools index it with arrays
+        # Per-step counters as Python lists, not arrays: they are read and updated one element at a
+        # time, several times per call, and a list element costs a fifth of a numpy one to update.
+        self.seg = [0] * n  # U+A+O+extra of stored steps
+        self.extra = [0] * n
+        self.need_count = [0] * n
+        self.last_need = [-1] * n
+        self.rereads_of = [0] * n
+        self.toggles = [0] * n
         self.ctx = int(ep.base_tokens)
         self.placeholders = 0  # Σ placeholder cost of stored hidden outputs
         self.saved = 0  # Σ (envelope - placeholder) of stored hidden outputs
@@ -215,7 +210,7 @@ class Simulator:
             return self.prev_prompt
         t = self.t
         # base + Σ seg[:j], summing the shorter side: ctx == base + Σ seg[:t] always
-        before = self._base + int(_sum(self.seg[:j])) if 2 * j <= t else self.ctx - int(_sum(self.seg[j:t]))
+        before = self._base + sum(self.seg[:j]) if 2 * j <= t else self.ctx - sum(self.seg[j:t])
         prefix = before + self._ua[j]
         return min(prefix, self.prev_prompt)
 
@@ -239,7 +234,7 @@ class Simulator:
             self._set_one(k, visible)
 
     def _set_one(self, k: int, visible: bool) -> None:
-        """Scalar fast path of ``set_visibility(np.array([k]), visible)``."""
+        """Scalar fast path of ``set_visibility([k], visible)``."""
         g, h = self._gap_l[k], self._hid_l[k]
         if visible:
             self.placeholders -= h
@@ -260,59 +255,62 @@ class Simulator:
         if self.log is not None:
             self.log.append((k, 1 if visible else 0))
 
-    def set_visibility(self, steps: np.ndarray, visible: bool) -> None:
+    def set_visibility(self, steps, visible: bool) -> None:
         """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
-        n = len(steps)
-        if n == 0:
-            return
-        if n == 1:
-            self._set_one(int(steps[0]), visible)
-            return
-        gh = self._gh[steps]  # envelope - placeholder tokens, placeholder tokens
-        g, h = _sum(gh, 0).tolist()
-        gap = gh[:, 0]
         if visible:
-            self.placeholders -= h
-            self.saved -= g
-            self.n_visible += n
-            self.seg[steps] += gap
-            self.ctx += g
+            self._show_and_hide(steps, ())
         else:
-            self.placeholders += h
-            self.saved += g
-            self.n_visible -= n
-            self.seg[steps] -= gap
-            self.ctx -= g
-        self.visible[steps] = visible
-        self.toggles[steps] += 1
-        lo = int(_min(steps))
-        if lo < self.first_changed:
-            self.first_changed = lo
-        if self.log is not None:
-            self.log.append((steps, n if visible else 0))
+            self._show_and_hide((), steps)
 
-    def _show_and_hide(self, en: np.ndarray, di: np.ndarray) -> None:
-        """``set_visibility(en, True)`` then ``set_visibility(di, False)`` in one pass (both non-empty,
-        disjoint)."""
-        ne = len(en)
-        steps = _concat((en, di))
-        gh = self._gh[steps]
-        (g_en, h_en), (g_di, h_di) = _sum_at(gh, (0, ne)).tolist()
+    def _show_and_hide(self, en, di) -> None:
+        """``set_visibility(en, True)`` then ``set_visibility(di, False)`` (unique step indices, disjoint;
+        integer arrays, or lists of Python ints)."""
+        # Python ints: the change log's consumers tell a single step from an array by its type
+        en = en if type(en) is list else np.asarray(en, np.int64).tolist()
+        di = di if type(di) is list else np.asarray(di, np.int64).tolist()
+        ne, n = len(en), len(en) + len(di)
+        if not n:
+            return
+        gap, hid, seg, tog = self._gap_l, self._hid_l, self.seg, self.toggles
+        lo = self.first_changed
+        g_en = h_en = 0
+        for k in en:
+            g = gap[k]
+            g_en += g
+            h_en += hid[k]
+            seg[k] += g
+            tog[k] += 1
+            if k < lo:
+                lo = k
+        g_di = h_di = 0
+        for k in di:
+            g = gap[k]
+            g_di += g
+            h_di += hid[k]
+            seg[k] -= g
+            tog[k] += 1
+            if k < lo:
+                lo = k
+        vis = self.visible
+        if n <= _FEW:
+            for k in en:
+                vis[k] = True
+            for k in di:
+                vis[k] = False
+        else:
+            vis[en] = True
+            vis[di] = False
         self.placeholders += h_di - h_en
         self.saved += g_di - g_en
         self.n_visible += ne - len(di)
-        signed = gh[:, 0]  # the gap, negated for the outputs being hidden
-        _neg(signed[ne:], out=signed[ne:])
-        self.seg[steps] += signed
         self.ctx += g_en - g_di
-        self.visible[en] = True
-        self.visible[di] = False
-        self.toggles[steps] += 1
-        lo = int(_min(steps))
-        if lo < self.first_changed:
-            self.first_changed = lo
-        if self.log is not None:
-            self.log.append((steps, ne))
+        self.first_changed = lo
+        log = self.log
+        if log is not None:
+            if n <= _FEW:
+                log.extend([(k, 1) for k in en] + [(k, 0) for k in di])
+            else:
+                log.append((np.array(en + di, np.int64), ne))
 
     # -- one model call of the log ---------------------------------------------
     def call(self) -> tuple[float, int]:
@@ -321,11 +319,9 @@ class Simulator:
         if t >= self._n or tot.failed:  # self.done
             raise RuntimeError("episode is over; reset() first")
         dollars = 0.0
-        a, b = self._need_ptr[t], self._need_ptr[t + 1]
         misses = 0
         log = self.log
-        # the steps ep.needs_at(t, kinds) lists, in increasing order
-        for j in sorted(set(self._need_idx[a:b])) if b > a else ():
+        for j in self._needs[t] or ():
             if log is not None:
                 log.append(j)
             self.need_count[j] += 1
@@ -384,9 +380,10 @@ class Simulator:
         ok[ok] = self.ep.has_out[idx[ok]]
         return idx[ok], int((~ok).sum())
 
-    def apply_changes(self, en: np.ndarray, di: np.ndarray) -> float:
+    def apply_changes(self, en: np.ndarray | list[int], di: np.ndarray | list[int]) -> float:
         """Fast path: ``en`` hidden stored outputs to show, ``di`` visible ones to
-        hide (unique step indices, already validated).  Returns management dollars."""
+        hide (unique step indices, already validated; integer arrays, or lists of Python ints).
+        Returns management dollars."""
         tot = self.totals
         n_changes = len(en) + len(di)
         if not n_changes:
@@ -403,11 +400,7 @@ class Simulator:
             self.extra[last] += added
             self.seg[last] += added
             self.ctx += added
-        if len(en) and len(di):
-            self._show_and_hide(en, di)
-        else:
-            self.set_visibility(en, True)
-            self.set_visibility(di, False)
+        self._show_and_hide(en, di)
         tot.changes += n_changes
         return dollars
 

@@ -15,7 +15,14 @@ from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.episode import Episode
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, action_space, decode_action, observation_space
+from dtoc_rl.features import (
+    GLOBAL_FEATURES,
+    ITEM_FEATURES,
+    action_space,
+    check_action,
+    decode_action,
+    observation_space,
+)
 from dtoc_rl.schema import Trajectory
 from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
 
@@ -31,10 +38,24 @@ except ImportError:  # numpy < 2
         from numpy.core.multiarray import count_nonzero as _count
     except ImportError:
         _count = np.count_nonzero
-_take = np.take
+_ONE, _ZERO = np.float32(1.0), np.float32(0.0)  # float32 scalars: cheaper to store into float32 arrays
 
 _NF = len(ITEM_FEATURES)
 _SIM_CACHE = 512  # simulators kept for reuse, one per episode
+_FEW = 8  # up to this many changed outputs, update the observation mirrors one by one
+
+
+# Up to this many outputs in the window, an action is decoded by a Python pass over the window's slots;
+# beyond it by boolean masks (about a dozen numpy calls, a fixed cost larger than such a pass over a few
+# slots, but a small one per slot).
+_LOOP_SLOTS = 48
+
+
+def _nonzero_bytes(a: np.ndarray) -> bytes:
+    """One byte per entry of a checked action array, non-zero where the entry is (set)."""
+    return a.tobytes() if a.itemsize == 1 else (a != 0).tobytes()
+
+
 # columns of ITEM_FEATURES the observation builder touches
 _C_AGE, _C_VIS, _C_NEED, _C_SINCE, _C_MOD, _C_ERR, _C_SUP, _C_REREAD, _C_TOGGLE, _C_TURNS = (
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10
@@ -59,7 +80,7 @@ class _Template:
     ev_rows: np.ndarray  # output ordinal of each event
     ev_cols: np.ndarray  # feature column of each event
     family: np.int64
-    slot_init: np.ndarray  # -1 for every output and N padding slots
+    st64_init: np.ndarray  # (2, outputs + N): slot steps (-1) and tool ids (0), before anything is stored
 
     @classmethod
     def build(cls, ep: Episode, n_slots: int) -> _Template:
@@ -80,6 +101,8 @@ class _Template:
         cols = np.repeat(np.array([_C_MOD, _C_SUP], np.int64), n_out)
         keep = times < ep.n  # a flag whose time is never reached never turns on
         order = np.argsort(times[keep], kind="stable")
+        st64 = np.zeros((2, n_out + n_slots), np.int64)
+        st64[0] = -1
         return cls(
             ep=ep,
             out_steps=outs,
@@ -94,7 +117,7 @@ class _Template:
             ev_rows=rows[keep][order],
             ev_cols=cols[keep][order],
             family=np.int64(ep.family_id),
-            slot_init=np.full(n_out + n_slots, -1, np.int64),
+            st64_init=st64,
         )
 
 
@@ -256,6 +279,7 @@ class ReplayEnv(gym.Env):
         self.render_mode = render_mode
         self.observation_space = observation_space(self.N)
         self.action_space = action_space(self.N)
+        self._zero_bytes = bytes(self.N)
         self._next = 0
         self._baselines: dict[str, Totals] = {}
         self._templates: dict[int, _Template] = {}
@@ -290,43 +314,20 @@ class ReplayEnv(gym.Env):
         return obs, info
 
     def step(self, action):
-        if self.sim is None:
-            raise RuntimeError("call reset() before step()")
-        if self.sim.done:
-            raise RuntimeError("episode is over; call reset()")
-        enable, disable = self._decode(action)
         sim = self.sim
-        # Slots [0, m) hold outputs, the rest is padding.  For booleans x > y is x & ~y, so
-        # (e > d) > vis == enable & ~conflict & ~visible, and (d > e) & vis == disable & ~conflict & visible.
-        if _count(enable) or _count(disable):
-            m, lo, count = self._m, self._lo, self._count
-            slots = self._slots[:m]
-            vis = self._vis_b[lo:count]
-            e, d = enable[:m], disable[:m]
-            en_mask = _gt(_gt(e, d), vis)
-            di_mask = _gt(d, e) & vis
-            en, di = slots[en_mask], slots[di_mask]
-            invalid = int(_count(e & d))
-            if m < self.N:
-                invalid += int(_count(enable[m:])) + int(_count(disable[m:]))
-            sim.totals.invalid_actions += invalid
-            log = sim.log
-            if log:
-                self._drain(log)
-            sim.log = None  # the window's mirrors are updated below, from the masks
-            try:
-                dollars = self._pending_dollars + sim.apply_changes(en, di)
-            finally:
-                sim.log = log
-            if len(en) or len(di):  # each output in en or di toggled once
-                flip = en_mask | di_mask
-                w = self._vis_st[lo:count]
-                _xor(w, flip, out=w)
-                self._c_vis[lo:count] = w
-                w = self._c_toggle[lo:count]
-                _add(w, flip, out=w)
-        else:  # nothing asked
-            dollars = self._pending_dollars + 0.0
+        if sim is None:
+            raise RuntimeError("call reset() before step()")
+        if sim.done:
+            raise RuntimeError("episode is over; call reset()")
+        enable, disable = check_action(action, self.N, self.action_space)
+        if self._m <= _LOOP_SLOTS:
+            # bytes: comparing, counting and iterating them are C loops, without numpy's per-call cost
+            eb, db = _nonzero_bytes(enable), _nonzero_bytes(disable)
+            mgmt = 0.0 if eb == db == self._zero_bytes else self._act_few(eb, db)
+        else:
+            n_set = int(_count(enable)) + int(_count(disable))  # counts non-zero entries of any dtype
+            mgmt = self._act_masks(enable, disable, n_set) if n_set else 0.0
+        dollars = self._pending_dollars + mgmt
         self._pending_dollars = 0.0
         d, misses = sim.call()
         dollars += d
@@ -348,6 +349,85 @@ class ReplayEnv(gym.Env):
             info["all_visible"] = self._base.to_dict()
             info["success"] = bool(sim.ep.success) and not sim.totals.failed
         return obs, float(reward), terminated, False, info
+
+    # Applying an action.  Slots [0, m) hold the outputs of ordinals [lo, lo + m), the rest is padding.
+    # An enabled hidden output is shown and a disabled visible one hidden; padding slots and slots in both
+    # sets count as invalid; anything else does nothing.  Both return the management dollars.
+    def _act_few(self, eb: bytes, db: bytes) -> float:
+        """The action as ``_nonzero_bytes``, for a window of at most ``_LOOP_SLOTS`` outputs."""
+        sim = self.sim
+        log = sim.log
+        if log:
+            self._drain(log)  # the visibility mirror read below must be current
+        m, lo, n = self._m, self._lo, self.N
+        invalid = 2 * (n - m) - eb.count(0, m) - db.count(0, m)  # set padding slots
+        en: list[int] = []  # output ordinals
+        di: list[int] = []
+        if m:
+            for o, e, d, v in zip(range(lo, lo + m), eb, db, self._vis_st[lo : lo + m].tobytes()):
+                if e:
+                    if d:
+                        invalid += 1
+                    elif not v:
+                        en.append(o)
+                elif d and v:
+                    di.append(o)
+        sim.totals.invalid_actions += invalid
+        if not en and not di:
+            return 0.0
+        out = self._tpl.out_list
+        sim.log = None  # the mirrors are updated here, from the ordinals
+        try:
+            dollars = sim.apply_changes([out[o] for o in en], [out[o] for o in di])
+        finally:
+            sim.log = log
+        vis_st, en_st, c_vis, c_tog = self._vis_st, self._en_st, self._c_vis, self._c_toggle
+        if len(en) + len(di) <= _FEW:
+            for o in en:
+                vis_st[o], en_st[o], c_vis[o] = 1, 0, _ONE
+                c_tog[o] += _ONE
+            for o in di:
+                vis_st[o], en_st[o], c_vis[o] = 0, 1, _ZERO
+                c_tog[o] += _ONE
+        else:
+            vis_st[en], en_st[en], c_vis[en] = 1, 0, _ONE
+            vis_st[di], en_st[di], c_vis[di] = 0, 1, _ZERO
+            c_tog[en + di] += _ONE  # each ordinal once
+        return dollars
+
+    def _act_masks(self, enable: np.ndarray, disable: np.ndarray, n_set: int) -> float:
+        """The checked action arrays, with ``n_set`` entries set in all, for a window of any size."""
+        sim = self.sim
+        log = sim.log
+        if log:
+            self._drain(log)
+        m, lo = self._m, self._lo
+        hi = lo + m
+        # For booleans x > y is x & ~y, so (e > d) > vis == enable & ~conflict & ~visible, and
+        # (d > e) & vis == disable & ~conflict & visible.
+        e = enable[:m] if enable.dtype.kind == "b" else enable[:m].astype(np.bool_)
+        d = disable[:m] if disable.dtype.kind == "b" else disable[:m].astype(np.bool_)
+        vis = self._vis_b[lo:hi]
+        en_mask = _gt(_gt(e, d), vis)
+        di_mask = _gt(d, e) & vis
+        slots = self._slots[:m]
+        en, di = slots[en_mask], slots[di_mask]
+        # set entries outside the window, plus conflicts (set in both, so counted twice in n_set)
+        sim.totals.invalid_actions += n_set - int(_count(e)) - int(_count(d)) + int(_count(e & d))
+        if not len(en) and not len(di):
+            return 0.0
+        sim.log = None  # the mirrors are updated below, from the masks
+        try:
+            dollars = sim.apply_changes(en, di)
+        finally:
+            sim.log = log
+        flip = en_mask | di_mask  # each output in en or di toggled once
+        w = self._st8[1:, lo:hi]  # the enable and visible rows
+        _xor(w, flip, out=w)
+        self._c_vis[lo:hi] = self._vis_st[lo:hi]
+        w = self._c_toggle[lo:hi]
+        _add(w, flip, out=w)
+        return dollars
 
     def render(self):
         if self.render_mode == "ansi" and self.sim is not None:
@@ -398,11 +478,10 @@ class ReplayEnv(gym.Env):
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
-        size = len(tpl.out_list) + self.N
-        self._slot_st = tpl.slot_init.copy()
-        self._tool_st = np.zeros(size, np.int64)
-        self._mask_st = np.zeros(size, np.int8)
-        self._vis_st = np.zeros(size, np.int8)  # 1 = stored and visible
+        # One block per dtype, so that each observation copies one slice for several arrays: rows slot and
+        # tool (int64); item mask, enable mask (stored and hidden) and visible (int8).
+        self._st64 = tpl.st64_init.copy()
+        self._st8 = np.zeros((3, len(tpl.out_list) + self.N), np.int8)
         self._bind_views()
         self._ev = 0
         self._count = self._lo = self._m = 0
@@ -413,6 +492,9 @@ class ReplayEnv(gym.Env):
         # column views, for cheap 1-D writes
         self._c_vis, self._c_need, self._c_since = items[:, _C_VIS], items[:, _C_NEED], items[:, _C_SINCE]
         self._c_reread, self._c_toggle = items[:, _C_REREAD], items[:, _C_TOGGLE]
+        st64, st8 = self._st64, self._st8
+        self._slot_st, self._tool_st = st64[0], st64[1]
+        self._mask_st, self._en_st, self._vis_st = st8[0], st8[1], st8[2]
         self._vis_b = self._vis_st.view(np.bool_)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -438,14 +520,17 @@ class ReplayEnv(gym.Env):
                 o = tpl.ord_of_step[steps]
                 self._c_vis[o] = k
                 self._vis_st[o] = k
+                self._en_st[o] = 1 - k
             else:
                 o = tpl.ord_np[steps]
                 if k:
                     self._c_vis[o[:k]] = 1.0
                     self._vis_st[o[:k]] = 1
+                    self._en_st[o[:k]] = 0
                 if k < len(o):
                     self._c_vis[o[k:]] = 0.0
                     self._vis_st[o[k:]] = 0
+                    self._en_st[o[k:]] = 1
             self._c_toggle[o] += 1.0
         log.clear()
 
@@ -466,7 +551,9 @@ class ReplayEnv(gym.Env):
                 self._slot_st[k] = step
                 self._tool_st[k] = tpl.tool_list[k]
                 self._mask_st[k] = 1
-                self._vis_st[k] = sim.visible[step]
+                v = 1 if sim.visible[step] else 0
+                self._vis_st[k] = v
+                self._en_st[k] = 1 - v
             self._count = count
             self._lo = max(0, count - N)
             self._m = count - self._lo
@@ -481,15 +568,20 @@ class ReplayEnv(gym.Env):
         turns = tpl.turn_list
         self._turns_now = turns_now = turns[t] if t < len(turns) else turns[-1]
         hi = lo + N
-        self._slots = self._slot_st[lo:hi].copy()
+        # (indexed rather than unpacked: unpacking an array iterates it until numpy raises IndexError)
+        b64, b8 = self._st64[:, lo:hi].copy(), self._st8[:, lo:hi].copy()
+        self._slots, item_tool = b64[0], b64[1]
+        item_mask, enable_mask, disable_mask = b8[0], b8[1], b8[2]
         shift = self._shift  # only read by the add below
         shift[_C_AGE] = now
         shift[_C_SINCE] = now
         shift[_C_TURNS] = turns_now
-        feats = np.zeros((N, _NF), np.float32)
-        np.add(self._items[lo:count], shift, out=feats[:m])
-        item_mask = self._mask_st[lo:hi].copy()
-        disable_mask = self._vis_st[lo:hi].copy()
+        if m == N:
+            feats = _add(self._items[lo:count], shift)
+        else:
+            feats = np.zeros((N, _NF), np.float32)
+            if m:
+                _add(self._items[lo:count], shift, feats[:m])
         g = np.array(
             [
                 sim.ctx / 1000.0,
@@ -506,9 +598,9 @@ class ReplayEnv(gym.Env):
         )
         return {
             "items": feats,
-            "item_tool": self._tool_st[lo:hi].copy(),
+            "item_tool": item_tool,
             "item_mask": item_mask,
-            "enable_mask": item_mask - disable_mask,
+            "enable_mask": enable_mask,
             "disable_mask": disable_mask,
             "globals": g,
             "family": tpl.family,

@@ -8,7 +8,10 @@
   Also a no-op policy (nothing hidden: the cheapest valid path).  Variants are interleaved, one
   round after another; steps/s are medians over ``--repeats`` rounds, and the ratios to CartPole
   are medians of the ratios within each round (on a shared machine the speed drifts by tens of
-  per cent within seconds; measuring both envs in the same round cancels most of it).
+  per cent within seconds; measuring both envs in the same round cancels most of it).  Both envs get
+  ``gymnasium.make``'s default wrappers, printed with the results: OrderEnforcing and
+  PassiveEnvChecker (which checks only the first reset and step) for both, plus the TimeLimit that
+  CartPole-v1 is registered with (ReplayEnv episodes end with their logs).
 * **Memory**: RSS (``/proc/self/statm``) over ``--episodes`` random-policy episodes, after a warm-up;
   flat means no per-episode growth.
 * **Scaling**: crafted trajectories of growing length (an output per step, needs on earlier steps),
@@ -68,6 +71,15 @@ def steps_per_s(env: gym.Env, steps: int, actions: list[Any] | None) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def _wrappers(env: gym.Env) -> list[str]:
+    """The wrapper classes around ``env``, outermost first."""
+    names = []
+    while isinstance(env, gym.Wrapper):
+        names.append(type(env).__name__)
+        env = env.env
+    return names
+
+
 def throughput(steps: int, repeats: int, max_items: int) -> dict[str, Any]:
     replay = gym.make("dtoc_rl/Replay-v0", max_items=max_items)
     cart = gym.make("CartPole-v1")
@@ -103,6 +115,7 @@ def throughput(steps: int, repeats: int, max_items: int) -> dict[str, Any]:
     sample_us = (time.perf_counter() - t0) / 2000 * 1e6
     med = {k: statistics.median(v) for k, v in runs.items()}
     out: dict[str, Any] = {
+        "wrappers": {"replay": _wrappers(replay), "cartpole": _wrappers(cart)},
         "max_items": max_items,
         "steps": steps,
         "repeats": repeats,
@@ -254,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in t["steps_per_s"].items():
         print(f"{k:<44}{v:>12,.0f}{t['us_per_step'][k]:>10.1f}")
     print(f"action_space.sample() of Dict(2×MultiBinary({t['max_items']})): {t['dict_sample_us']:.1f} µs")
+    w = t["wrappers"]
+    print(f"wrappers (gymnasium.make defaults): ReplayEnv {' > '.join(w['replay'])}; "
+          f"CartPole-v1 {' > '.join(w['cartpole'])}")  # fmt: skip
     print(
         f"ReplayEnv / CartPole (median of per-round ratios): {t['vs_cartpole_pregen']:.2f}× (actions "
         f"drawn in advance), {t['vs_cartpole_sample']:.2f}× (action_space.sample()), "

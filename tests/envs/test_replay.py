@@ -223,3 +223,100 @@ def test_vector_envs(vec):
         obs, r, term, trunc, info = envs.step(envs.action_space.sample())
         assert r.shape == (2,)
     envs.close()
+
+
+def _actions(n, seed):
+    """Random actions in every accepted form: int8/uint8 0/1, any non-zero integers, bools, lists."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(400):
+        kind = i % 6
+        e, d = rng.random(n) < 0.4, rng.random(n) < 0.3
+        if kind == 0:
+            out.append({"enable": e.astype(np.int8), "disable": d.astype(np.int8)})
+        elif kind == 1:
+            out.append({"enable": e * rng.integers(-3, 4, n), "disable": d * rng.integers(-200, 200, n)})
+        elif kind == 2:
+            out.append({"enable": e, "disable": d})
+        elif kind == 3:
+            out.append({"enable": (e * 255).astype(np.uint8), "disable": d.astype(np.uint8)})
+        elif kind == 4:
+            out.append({"enable": e.astype(int).tolist(), "disable": d.astype(int).tolist()})
+        else:
+            out.append(_noop(n))
+    return out
+
+
+def _rollout(env, actions):
+    """Every observation, reward and info of a run, flattened to comparable values."""
+    rows = []
+    obs, info = env.reset(seed=0)
+    for a in actions:
+        obs, r, term, _, info = env.step(a)
+        arrays = {k: (np.asarray(v).dtype, np.asarray(v).tolist()) for k, v in obs.items()}
+        keys = ("step", "invalid_actions", "misses", "dollars", "active_tokens")
+        rows.append((arrays, r, [info[k] for k in keys], info["slot_steps"].tolist()))
+        if term:
+            rows.append(info["totals"])
+            env.reset()
+    return rows
+
+
+@pytest.mark.parametrize("max_items", [4, 64])
+def test_action_decoding_paths_agree(monkeypatch, max_items):
+    """Small windows are decoded byte by byte, large ones with boolean masks, and a few changed outputs
+    are applied one by one, many at once: every combination gives the same episode."""
+    import dtoc_rl.envs.replay as replay
+    import dtoc_rl.simulator as simulator
+
+    needs = {k: [k - 3, k - 40] for k in range(40, 90, 5)}
+    trajs = [_traj([300 + 50 * (k % 7) for k in range(90)], needs=needs)]
+    acts = _actions(max_items, 1)
+    runs = []
+    for loop_slots, few in [(48, 8), (-1, 8), (10**9, 0), (-1, 10**9)]:
+        monkeypatch.setattr(replay, "_LOOP_SLOTS", loop_slots)
+        monkeypatch.setattr(replay, "_FEW", few)
+        monkeypatch.setattr(simulator, "_FEW", few)
+        runs.append(_rollout(ReplayEnv(trajectories=trajs, max_items=max_items), acts))
+    assert all(r == runs[0] for r in runs[1:])
+
+
+def test_invalid_actions_count_padding_and_conflicts_whatever_the_integers():
+    env = ReplayEnv(trajectories=[_traj([100] * 6)], max_items=N)
+    env.reset(seed=0)
+    for _ in range(3):
+        obs, *_ = env.step(_noop())
+    assert obs["item_mask"].sum() == 4  # slots 0-3 hold outputs, 4-15 are padding
+    e, d = np.zeros(N, np.int64), np.zeros(N, np.int64)
+    e[[5, 9]] = [-1, 7]  # padding, set by any non-zero integer
+    d[15] = 300
+    e[1] = d[1] = 2  # a conflict: counted once, does nothing
+    d[0] = -5  # a valid hide
+    obs, *_, info = env.step({"enable": e, "disable": d})
+    assert info["invalid_actions"] == 4
+    assert obs["disable_mask"][:5].tolist() == [0, 1, 1, 1, 1]
+    assert obs["enable_mask"][:5].tolist() == [1, 0, 0, 0, 0]
+    # slot 4 now holds a visible output: enabling it does nothing and is not invalid; 5-15 are padding
+    e[:] = 0
+    e[4:] = 1
+    obs, *_, info = env.step({"enable": e.astype(np.uint8), "disable": np.zeros(N, bool)})
+    assert info["invalid_actions"] == 4 + (N - 5)
+    assert obs["enable_mask"][:6].tolist() == [1, 0, 0, 0, 0, 0]
+
+
+def test_deepcopy_mid_episode_continues_identically():
+    import copy
+
+    env = ReplayEnv(max_items=N)
+    acts = _actions(N, 2)[:60]
+    env.reset(seed=5)
+    for a in acts[:7]:
+        env.step(a)
+    twin = copy.deepcopy(env)
+    for a in acts[7:]:
+        o1, r1, t1, _, i1 = env.step(a)
+        o2, r2, t2, _, i2 = twin.step(a)
+        assert r1 == r2 and t1 == t2 and i1["invalid_actions"] == i2["invalid_actions"]
+        assert all(np.array_equal(o1[k], o2[k]) for k in o1)
+        if t1:
+            break

@@ -22,6 +22,10 @@ def test_bench_env_small(capsys):
     }  # fmt: skip
     assert all(v > 0 for v in t["steps_per_s"].values()) and t["vs_cartpole_pregen"] > 0
     assert t["dict_sample_us"] > 0 and set(t["met"]) == {"steps_per_s", "vs_cartpole"}
+    # a like-for-like comparison: gymnasium.make's checker and order wrappers on both envs
+    w = t["wrappers"]
+    assert w["replay"] == ["OrderEnforcing", "PassiveEnvChecker"]
+    assert w["cartpole"][-2:] == w["replay"]
     m = r["memory"]
     assert m["episodes"] == 20 and m["steps"] > 20 and m["rss_mb_after"] > 0
     rows = r["scaling"]["rows"]
