@@ -229,31 +229,10 @@ class Simulator:
         self.first_changed = self._n
         return float(dollars)
 
-    def _set_visible(self, k: int, visible: bool) -> None:
-        if self.visible[k] != visible:
-            self._set_one(k, visible)
-
-    def _set_one(self, k: int, visible: bool) -> None:
-        """Scalar fast path of ``set_visibility([k], visible)``."""
-        g, h = self._gap_l[k], self._hid_l[k]
-        if visible:
-            self.placeholders -= h
-            self.saved -= g
-            self.n_visible += 1
-            self.seg[k] += g
-            self.ctx += g
-        else:
-            self.placeholders += h
-            self.saved += g
-            self.n_visible -= 1
-            self.seg[k] -= g
-            self.ctx -= g
-        self.visible[k] = visible
-        self.toggles[k] += 1
-        if k < self.first_changed:
-            self.first_changed = k
-        if self.log is not None:
-            self.log.append((k, 1 if visible else 0))
+    def _show(self, k: int) -> None:
+        """Make hidden stored output ``k`` (a Python int) visible: a missed output that was re-read."""
+        if not self.visible[k]:
+            self._show_and_hide([k], [])
 
     def set_visibility(self, steps, visible: bool) -> None:
         """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
@@ -342,7 +321,7 @@ class Simulator:
             tot.extra_calls += 1
             tot.rereads += 1
             self.rereads_of[j] += 1
-            self._set_visible(j, True)
+            self._show(j)
         prompt = self.ctx + self._user[t]
         dollars += self._bill(prompt, self._asst[t])
         tot.calls += 1
