@@ -1547,13 +1547,12 @@ def label_trajectory(
                 idx.add_own(args_text)
             if include_reasoning:
                 idx.add_own(s.reasoning)
-        for s, _ in labelled:
+        for s, reads in labelled:
             for w in s.write_resources:
                 if w == "*":
                     any_write = s.index
                 elif not w.startswith("state:"):
                     writes_by_base[os.path.basename(w)][w] = s.index
-        for s, reads in labelled:
             if s.output is None:
                 continue
             idx.add_output(s.output, s.index)
