@@ -105,6 +105,7 @@ from dtoc_rl.labels import label_trajectory, modified_between
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.record import ToolOutput
+from dtoc_rl.render import message_text
 from dtoc_rl.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.store import MemoryStore, Store
 from dtoc_rl.tokens import TokenEstimator
@@ -208,23 +209,6 @@ def _as_dict(obj: Any, what: str) -> dict[str, Any]:
             if isinstance(d, Mapping):
                 return dict(d)
     raise TypeError(f"{what} must be a dict or an SDK object, got {type(obj).__name__}")
-
-
-def _text(content: Any) -> str:
-    """Text of a message content: a string, None, or a list of text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for p in content:
-            if isinstance(p, str):
-                out.append(p)
-            elif isinstance(p, Mapping) and isinstance(p.get("text"), str):
-                out.append(p["text"])
-        return "".join(out)
-    return str(content)
 
 
 def _args_json(args: Any) -> str:
@@ -485,7 +469,7 @@ class Orchestrator:
         reasoning = d.get("reasoning_content") or d.get("reasoning")
         u = _as_dict(usage, "usage") if usage is not None else {}
         return self.record_assistant(
-            _text(d.get("content")),
+            message_text(d.get("content")),
             calls,
             reasoning=reasoning if isinstance(reasoning, str) else None,
             usage={"input_tokens": u.get("prompt_tokens"), "output_tokens": u.get("completion_tokens")},

@@ -4,6 +4,7 @@
   assistant messages, ``role: "tool"`` replies).
 * :func:`to_anthropic`: ``{"system": ..., "messages": [...]}`` for the
   messages API, tool outputs as ``tool_result`` blocks in user turns.
+* :func:`message_text`: the text of a message ``content`` in either format.
 
 A hidden output is still a tool reply to its call (with the placeholder as its
 content), so every call stays answered and ids stay paired.
@@ -13,11 +14,34 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["anthropic_id", "to_anthropic", "to_openai"]
+__all__ = ["anthropic_id", "message_text", "to_anthropic", "to_openai"]
 
 _ANTHROPIC_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def message_text(content: Any, sep: str = "") -> str:
+    """The text of a message ``content``: a string, None, or a list of parts (strings, ``{"text": ...}``
+    dicts, or SDK objects with a ``text`` attribute) joined by ``sep``; parts without text (images,
+    tool calls) are skipped, anything else is ``str()``-ed.  Lenient on purpose: it reads what a live
+    agent or an API returned, where the ingesters' strict parsers reject malformed logs."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for p in content:
+            if isinstance(p, str):
+                t = p
+            else:
+                t = p.get("text") if isinstance(p, Mapping) else getattr(p, "text", None)
+            if isinstance(t, str):
+                out.append(t)
+        return sep.join(out)
+    return str(content)
 
 
 def anthropic_id(call_id: str) -> str:

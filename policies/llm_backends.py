@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.render import message_text
 
 __all__ = [
     "AnthropicBackend",
@@ -249,22 +250,6 @@ def _require(obj: Any, what: str) -> Any:
     return obj
 
 
-def _text(content: Any) -> str:
-    """Message content as text: a string, or the text parts of a list of content parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            t = p.get("text") if isinstance(p, dict) else getattr(p, "text", None)
-            if isinstance(t, str):
-                parts.append(t)
-        return "\n".join(parts)
-    return str(content)
-
-
 class OpenAIBackend(_RemoteBackend):
     """An OpenAI-compatible chat-completions endpoint.
 
@@ -361,7 +346,7 @@ class OpenAIBackend(_RemoteBackend):
         usage = getattr(resp, "usage", None)
         return Reply(
             tool_calls=calls,
-            text=_text(getattr(msg, "content", None)),
+            text=message_text(getattr(msg, "content", None), "\n"),
             input_tokens=getattr(usage, "prompt_tokens", None),
             output_tokens=getattr(usage, "completion_tokens", None),
             finish_reason=getattr(choices[0], "finish_reason", None),
@@ -465,7 +450,7 @@ class AnthropicBackend(_RemoteBackend):
             if kind == "tool_use":
                 calls.append(ToolCall(str(getattr(block, "name", "") or ""), getattr(block, "input", None)))
             elif kind == "text":
-                texts.append(_text(getattr(block, "text", "")))
+                texts.append(message_text(getattr(block, "text", ""), "\n"))
         usage = getattr(resp, "usage", None)
         return Reply(
             tool_calls=calls,

@@ -56,3 +56,16 @@ def test_openai_reasoning_only_on_request():
     c = _session()
     assert not any("parallel" in (m.get("content") or "") for m in c.to_openai())
     assert any("parallel" in (m.get("content") or "") for m in c.to_openai(include_reasoning=True))
+
+
+def test_message_text_reads_strings_parts_and_sdk_objects():
+    from types import SimpleNamespace
+
+    from dtoc_rl.render import message_text
+
+    assert message_text(None) == "" and message_text("hi") == "hi"
+    image = {"type": "image_url", "image_url": {}}
+    parts = ["a", {"type": "text", "text": "b"}, image, SimpleNamespace(text="c")]
+    assert message_text(parts) == "abc"
+    assert message_text(parts, "\n") == "a\nb\nc"
+    assert message_text(42) == "42"
