@@ -85,7 +85,7 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.labels import modified_between, read_resources
+from dtoc_rl.labels import first_modified, read_resources
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 from dtoc_rl.simulator import MISS_KINDS
 
@@ -251,23 +251,6 @@ def _groups(traj: Trajectory) -> list[int]:
     return out
 
 
-def _first_modified(traj: Trajectory, i: int) -> int:
-    """First step t > i with ``modified_between(traj, i, t)`` (n when never); monotone in t."""
-    n = len(traj.steps)
-    if i + 1 >= n or not any(traj.steps[k].write_resources for k in range(i + 1, n)):
-        return n
-    if not modified_between(traj, i, n - 1):
-        return n
-    lo, hi = i + 1, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if modified_between(traj, i, mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 COUNT_KEYS = (
     "steps",
     "decision_steps",
@@ -336,7 +319,8 @@ def traj_counts(
         for i in reacc[t]:
             if 0 <= i < n and first_re[i] == n:
                 first_re[i] = t
-    first_mod = [_first_modified(traj, i) if has_out[i] else n for i in range(n)]
+    # first step that changes what i read (n: never)
+    first_mod = [(first_modified(traj, i) if has_out[i] else None) or n for i in range(n)]
     masked_sets = [set(s.masked_before) if s.masked_before is not None else None for s in steps]
     ever_masked = set().union(*(m for m in masked_sets if m))
     c["outputs_masked"] = sum(1 for i in ever_masked if 0 <= i < n and has_out[i])

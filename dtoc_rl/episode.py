@@ -190,27 +190,14 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
 
 
 def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
-    """First step after k that may have changed what k read (binary search on a monotone test)."""
-    from dtoc_rl.labels import modified_between
+    """First step after k that may have changed what k read (NEVER if none), for each output k."""
+    from dtoc_rl.labels import first_modified
 
-    n = len(traj.steps)
-    out = np.full(n, NEVER, np.int64)
-    writes_after = np.zeros(n + 1, np.int64)  # writes_after[k]: steps with writes in k..n-1
-    for k in range(n - 1, -1, -1):
-        writes_after[k] = writes_after[k + 1] + bool(traj.steps[k].write_resources)
-    for k in range(n):
-        if not has_out[k] or writes_after[k + 1] == 0:
-            continue
-        lo, hi = k + 1, n - 1
-        if not modified_between(traj, k, hi):
-            continue
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if modified_between(traj, k, mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        out[k] = lo
+    out = np.full(len(traj.steps), NEVER, np.int64)
+    for k in np.flatnonzero(has_out).tolist():
+        t = first_modified(traj, k)
+        if t is not None:
+            out[k] = t
     return out
 
 

@@ -136,6 +136,7 @@ __all__ = [
     "DEFAULT_WINDOW",
     "EVIDENCE_CHARS",
     "Resource",
+    "first_modified",
     "label_stats",
     "label_trajectory",
     "modified_between",
@@ -1310,6 +1311,23 @@ def modified_between(traj: Trajectory, i: int, j: int) -> bool:
         if _file_written(r, between):
             return True
     return False
+
+
+def first_modified(traj: Trajectory, i: int) -> int | None:
+    """The first step ``t > i`` with ``modified_between(traj, i, t)``, or None when nothing later changes
+    what step ``i`` read (a binary search: the test is monotone in ``t``)."""
+    steps = traj.steps
+    n = len(steps)
+    if not any(steps[k].write_resources for k in range(i + 1, n)) or not modified_between(traj, i, n - 1):
+        return None
+    lo, hi = i + 1, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if modified_between(traj, i, mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 # --------------------------------------------------------------------------------------------

@@ -755,3 +755,14 @@ def test_window_straddling_own_words_is_not_a_copy():
         )
         label_trajectory(t)
         assert bool(needs(t, 2, "provenance")) is copied, tail
+
+
+def test_first_modified_is_the_first_step_that_changes_what_was_read():
+    from dtoc_rl.labels import first_modified
+
+    steps = [bash("cat a.py", FILE_A), bash("ls", "a.py"), bash("sed -i s/x/y/ a.py"), bash("cat b.py", "b")]
+    t = make(steps)
+    label_trajectory(t)
+    assert first_modified(t, 0) == 2
+    assert first_modified(t, 3) is None  # nothing after it
+    assert first_modified(t, 2) is None  # no later write
