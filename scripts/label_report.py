@@ -141,10 +141,13 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.label_report", description=__doc__.split("\n\n")[0])
-    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("paths", nargs="+", type=Path, help="log files or folders (e.g. ../shared/traces)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument("--limit", type=int, default=None, help="at most N trajectories per source")
     args = p.parse_args(argv)
+    missing = [str(x) for x in args.paths if not x.exists()]
+    if missing:
+        p.error(f"no such file or folder: {', '.join(missing)}")
     report = run(args.paths, args.limit)
     if args.json:
         json.dump(report, sys.stdout, indent=1, default=str)
