@@ -218,7 +218,7 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
 def replay_episode(args: argparse.Namespace) -> dict[str, Any]:
     """A logged trajectory instead of a live agent: its outputs go through the Orchestrator
     and the policy (or the service) decides before every logged model call."""
-    from dtoc_rl.ingest import IngestError, detect_format
+    from dtoc_rl.ingest import IngestError, read_first
     from dtoc_rl.paths import find_bundled_trace
 
     path = Path(args.replay)
@@ -227,11 +227,8 @@ def replay_episode(args: argparse.Namespace) -> dict[str, Any]:
             path = find_bundled_trace(args.replay)
         except FileNotFoundError as e:
             raise SystemExit(f"{args.replay!r} is neither a file nor a bundled trace ({e})") from None
-    ing = detect_format(path)
-    if ing is None:
-        raise SystemExit(f"{path}: not a recognised log format")
     try:
-        traj = next(iter(ing.parse(path)))
+        _, traj = read_first(path)
     except IngestError as e:
         raise SystemExit(f"{path}: {e.reason}") from None
     out = Path(args.out)

@@ -44,7 +44,7 @@ def _resolve(trace: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.ingest import IngestError, detect_format
+    from dtoc_rl.ingest import IngestError, read_first
     from dtoc_rl.paths import bundled_raw
     from dtoc_rl.replay import hide_older_than, replay_trajectory
     from dtoc_rl.tokens import get_estimator
@@ -62,11 +62,8 @@ def run(args: argparse.Namespace) -> int:
         if args.keep_last < 0:
             raise CLIError(f"--keep-last must be >= 0, got {args.keep_last}")
         path = _resolve(args.trace)
-        ing = detect_format(path)
-        if ing is None:
-            raise CLIError(f"{path}: not a recognised log format")
         try:
-            traj = next(iter(ing.parse(path)))
+            ing, traj = read_first(path)
         except IngestError as e:
             raise CLIError(f"{path}: {e.reason}") from None
         try:

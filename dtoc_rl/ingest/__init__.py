@@ -18,8 +18,9 @@ from dtoc_rl.ingest.opencode import OpenCodeIngester
 from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
+from dtoc_rl.schema import Trajectory
 
-__all__ = ["INGESTERS", "IngestError", "Ingester", "detect_format", "get_ingester"]
+__all__ = ["INGESTERS", "IngestError", "Ingester", "detect_format", "get_ingester", "read_first"]
 
 # Specific formats first; the generic OpenAI chat JSONL last.
 INGESTERS: list[Ingester] = [
@@ -56,6 +57,18 @@ def detect_format(path: Path) -> Ingester | None:
         if not ing.wants_dirs and ing.detect(path, head):
             return ing
     return None
+
+
+def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
+    """The ingester of one log (file or folder) and its first trajectory; :class:`IngestError` names
+    what was wrong."""
+    path = Path(path)
+    ing = detect_format(path)
+    if ing is None:
+        raise IngestError("not a recognised log format", path)
+    for traj in ing.parse(path):
+        return ing, traj
+    raise IngestError("no trajectory in it", path)
 
 
 def get_ingester(name: str) -> Ingester:

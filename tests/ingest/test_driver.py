@@ -91,3 +91,15 @@ def test_stats_prints_summary_and_writes_png(tmp_path, data_dir, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["total"]["trajectories"] == 34 and png.stat().st_size > 10_000
     assert main(["stats", str(tmp_path / "none")]) == 2
+
+
+def test_read_first_names_what_was_wrong(tmp_path, data_dir):
+    from dtoc_rl.ingest import IngestError, read_first
+
+    log = next((data_dir / "raw" / "mini-swe-agent_gemini-3-pro_swebench-verified" / "trajs").glob("*.json"))
+    ing, traj = read_first(log)
+    assert ing.name == "mini-swe-agent" and traj.n_steps > 0
+    junk = tmp_path / "notes.json"
+    junk.write_text("{}")
+    with pytest.raises(IngestError, match="not a recognised log format"):
+        read_first(junk)
