@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 __all__ = ["main"]
@@ -50,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
         module.add_arguments(p)
         args = p.parse_args(argv[1:])
-        return int(module.run(args) or 0)
+        try:
+            return int(module.run(args) or 0)
+        except BrokenPipeError:
+            # the reader went away (`dtoc-rl ... --json | head`): not an error of ours
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     # Top-level help lists commands without importing them.
     parser = build_parser()
     args = parser.parse_args(argv)
