@@ -21,11 +21,13 @@ from dtoc_rl.tools import TOOL_CATEGORIES
 __all__ = [
     "GLOBAL_FEATURES",
     "ITEM_FEATURES",
+    "ItemColumns",
     "ItemState",
     "action_space",
     "build_observation",
     "check_action",
     "decode_action",
+    "observation_from_arrays",
     "observation_space",
 ]
 
@@ -53,6 +55,9 @@ GLOBAL_FEATURES: tuple[str, ...] = (
     "mgmt_calls",
     "full_tokens_k",  # active tokens if every output were visible
 )
+
+
+_VISIBLE = ITEM_FEATURES.index("visible")
 
 
 def observation_space(n: int) -> spaces.Dict:
@@ -123,13 +128,49 @@ def build_observation(
     m = len(window)
     feats = np.zeros((n, len(ITEM_FEATURES)), np.float32)
     tool = np.zeros(n, np.int64)
-    vis = np.zeros(n, bool)
     if m:
         feats[:m] = np.asarray([it.row() for it in window], np.float32)
         tool[:m] = [it.tool_id for it in window]
-        vis[:m] = [it.visible for it in window]
+    return observation_from_arrays(
+        feats,
+        tool,
+        m,
+        stored=len(items),
+        visible_count=sum(1 for it in items if it.visible),
+        active_tokens=active_tokens,
+        step=step,
+        model_family=model_family,
+        budget_tokens=budget_tokens,
+        saved_tokens=saved_tokens,
+        misses=misses,
+        mgmt_calls=mgmt_calls,
+    )
+
+
+def observation_from_arrays(
+    feats: np.ndarray,
+    tool: np.ndarray,
+    m: int,
+    *,
+    stored: int,
+    visible_count: int,
+    active_tokens: int,
+    step: int,
+    model_family: str = "other",
+    budget_tokens: int = 0,
+    saved_tokens: int = 0,
+    misses: int = 0,
+    mgmt_calls: int = 0,
+) -> dict[str, np.ndarray]:
+    """:func:`build_observation` from slot arrays a caller keeps itself (the live
+    Orchestrator keeps its outputs' features as columns, so a decision costs no
+    per-output Python).  ``feats`` (float32, ``(n, len(ITEM_FEATURES))``) and ``tool``
+    (int64, ``(n,)``) hold the ``m`` most recent outputs in their first ``m`` rows and
+    zeros after; both become part of the observation (not copied)."""
+    n = len(tool)
     item_mask = np.zeros(n, np.int8)
     item_mask[:m] = 1
+    vis = feats[:, _VISIBLE] > 0.5
     return {
         "items": feats,
         "item_tool": tool,
@@ -141,8 +182,8 @@ def build_observation(
                 active_tokens / 1000.0,
                 budget_tokens / 1000.0,
                 step,
-                len(items),
-                sum(1 for it in items if it.visible),
+                stored,
+                visible_count,
                 saved_tokens / 1000.0,
                 misses,
                 mgmt_calls,
@@ -152,6 +193,144 @@ def build_observation(
         ),
         "family": np.int64(family_id(model_family)),
     }
+
+
+_COL = {name: i for i, name in enumerate(ITEM_FEATURES)}
+
+
+class ItemColumns:
+    """The :data:`ITEM_FEATURES` of a growing list of stored outputs, kept as columns.
+
+    For a caller that tracks its outputs between decisions (the live Orchestrator):
+    counters and flags are written when they change (:meth:`bump`, :meth:`flag`,
+    :meth:`need`), and :meth:`observation` fills the columns that move with time
+    (age, since_need, turns_after) and visibility for the window with a few array
+    operations, so a decision costs no Python per stored output.  It computes what
+    :func:`build_observation` computes from the equivalent :class:`ItemState` list
+    (:meth:`state` gives that list; a test pins the two equal)."""
+
+    _COUNTERS = frozenset({"times_needed", "rereads", "toggles"})
+    _FLAGS = frozenset({"modified", "is_error", "superseded"})
+
+    def __init__(self, capacity: int = 256):
+        cap = max(1, int(capacity))
+        self._feats = np.zeros((cap, len(ITEM_FEATURES)), np.float32)
+        self._tool = np.zeros(cap, np.int64)
+        self._call = np.zeros(cap, np.int64)  # model call that stored it (age = now - call)
+        self._users_at = np.zeros(cap, np.int64)  # user turns before it
+        self._last_need = np.full(cap, -1, np.int64)  # model call of its last need (-1: none)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(
+        self, est_tokens: int, tool_id: int, *, call: int, users_at: int, is_error: bool = False
+    ) -> int:
+        """Add an output; returns its row."""
+        i = self._n
+        if i == len(self._tool):
+            grow = lambda a: np.concatenate([a, np.zeros_like(a)])  # noqa: E731
+            self._feats, self._tool = grow(self._feats), grow(self._tool)
+            self._call, self._users_at = grow(self._call), grow(self._users_at)
+            self._last_need = np.concatenate([self._last_need, np.full_like(self._last_need, -1)])
+        self._feats[i] = 0.0
+        self._feats[i, _COL["est_tokens_k"]] = est_tokens / 1000.0
+        self._feats[i, _COL["is_error"]] = float(bool(is_error))
+        self._tool[i] = tool_id
+        self._call[i] = call
+        self._users_at[i] = users_at
+        self._last_need[i] = -1
+        self._n = i + 1
+        return i
+
+    def bump(self, i: int, name: str, by: int = 1) -> None:
+        """Add ``by`` to counter ``name`` (times_needed, rereads, toggles) of row ``i``."""
+        if name not in self._COUNTERS:
+            raise KeyError(f"{name!r} is not a counter; one of {sorted(self._COUNTERS)}")
+        self._feats[i, _COL[name]] += by
+
+    def flag(self, i: int, name: str, value: bool = True) -> None:
+        """Set flag ``name`` (modified, is_error, superseded) of row ``i``."""
+        if name not in self._FLAGS:
+            raise KeyError(f"{name!r} is not a flag; one of {sorted(self._FLAGS)}")
+        self._feats[i, _COL[name]] = float(bool(value))
+
+    def get(self, i: int, name: str) -> float:
+        return float(self._feats[i, _COL[name]])
+
+    def need(self, i: int, call: int) -> None:
+        """Row ``i`` was needed at model call ``call`` (its ``since_need`` counts from the latest)."""
+        self._last_need[i] = max(int(self._last_need[i]), int(call))
+
+    def observation(
+        self,
+        visible: np.ndarray,
+        n: int,
+        *,
+        now: int,
+        users: int,
+        active_tokens: int,
+        step: int,
+        model_family: str = "other",
+        budget_tokens: int = 0,
+        saved_tokens: int = 0,
+        misses: int = 0,
+        mgmt_calls: int = 0,
+    ) -> dict[str, np.ndarray]:
+        """The observation for the ``n`` most recent rows; ``visible`` (bool, one per row) is
+        read fresh each time because visibility may change outside the caller; ``now`` is the
+        current model call, ``users`` the user turns so far."""
+        total = self._n
+        if len(visible) != total:
+            raise ValueError(f"visible has {len(visible)} entries for {total} outputs")
+        lo = max(0, total - n) if n else total
+        m = total - lo
+        feats = np.zeros((n, len(ITEM_FEATURES)), np.float32)
+        tool = np.zeros(n, np.int64)
+        if m:
+            rows = slice(lo, total)
+            feats[:m] = self._feats[rows]
+            age = np.maximum(now - self._call[rows], 0)
+            last = self._last_need[rows]
+            feats[:m, _COL["age"]] = age
+            feats[:m, _COL["since_need"]] = np.where(last >= 0, np.maximum(now - last, 0), age)
+            feats[:m, _COL["visible"]] = visible[rows]
+            feats[:m, _COL["turns_after"]] = users - self._users_at[rows]
+            tool[:m] = self._tool[rows]
+        return observation_from_arrays(
+            feats,
+            tool,
+            m,
+            stored=total,
+            visible_count=int(np.count_nonzero(visible)),
+            active_tokens=active_tokens,
+            step=step,
+            model_family=model_family,
+            budget_tokens=budget_tokens,
+            saved_tokens=saved_tokens,
+            misses=misses,
+            mgmt_calls=mgmt_calls,
+        )
+
+    def state(self, i: int, visible: bool, *, now: int, users: int) -> ItemState:
+        """Row ``i`` as an :class:`ItemState` (for a ``/decide`` request or an inspection)."""
+        f = self._feats[i]
+        last = int(self._last_need[i])
+        return ItemState(
+            est_tokens=round(float(f[_COL["est_tokens_k"]]) * 1000),
+            age=max(0, now - int(self._call[i])),
+            visible=bool(visible),
+            tool_id=int(self._tool[i]),
+            times_needed=int(f[_COL["times_needed"]]),
+            since_need=None if last < 0 else max(0, now - last),
+            modified=bool(f[_COL["modified"]]),
+            is_error=bool(f[_COL["is_error"]]),
+            superseded=bool(f[_COL["superseded"]]),
+            rereads=int(f[_COL["rereads"]]),
+            toggles=int(f[_COL["toggles"]]),
+            turns_after=users - int(self._users_at[i]),
+        )
 
 
 def decode_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:

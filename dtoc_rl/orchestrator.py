@@ -40,7 +40,8 @@ The decision
 one (:meth:`openai_request`, :meth:`openai_messages`, :meth:`anthropic_request`
 call it).  Slot ``i`` of the observation holds the ``i``-th oldest of the
 ``max_items`` most recent outputs; older outputs keep their visibility.  Per
-output the orchestrator keeps an :class:`~dtoc_rl.features.ItemState`: tokens,
+output the orchestrator keeps the features of an :class:`~dtoc_rl.features.ItemState`
+(as columns, :class:`~dtoc_rl.features.ItemColumns`; :meth:`item_states` lists them): tokens,
 age in model calls, visibility, tool category, and the online need features
 (``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
 ``toggles`` and ``turns_after``.  ``info`` holds ``keys``/``slot_keys`` (DTOC key
@@ -100,7 +101,7 @@ import numpy as np
 
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
-from dtoc_rl.features import ItemState, build_observation
+from dtoc_rl.features import ItemColumns, ItemState
 from dtoc_rl.labels import label_trajectory, modified_between
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
@@ -169,8 +170,8 @@ class _Out:
     step: int  # index in the trajectory
     call: int  # assistant turn that asked for it
     users_at: int  # user messages when it was stored
-    state: ItemState
-    last_need: int | None = None
+    row: int  # its row in the orchestrator's ItemColumns
+    gain: int  # tokens hiding it saves (visible_cost - hidden_cost)
 
 
 class _LazyInfo(Mapping):
@@ -322,7 +323,7 @@ class Orchestrator:
         self._totals = OrchestratorTotals()
         self._lock = threading.RLock()
         self._outs: list[_Out] = []
-        self._states: list[ItemState] = []  # each _Out's state, in order (built once, not per decision)
+        self._cols = ItemColumns()  # the outputs' policy features, kept up to date (not rebuilt per decision)
         self._by_key: dict[str, _Out] = {}
         self._steps: list[Step] = []
         self._step_of_call: dict[str, Step] = {}
@@ -613,6 +614,16 @@ class Orchestrator:
             obs, info, _ = self._observe()
             return obs, info
 
+    def item_states(self) -> list[tuple[str, ItemState]]:
+        """Every stored output, oldest first, as ``(key, ItemState)``: what the policy knows
+        of it now (e.g. to send the store to ``dtoc-rl serve`` as a ``/decide`` request)."""
+        with self._lock:
+            now = max(0, self._totals.calls - 1)
+            return [
+                (o.key, self._cols.state(o.row, o.rec.visible, now=now, users=self._users))
+                for o in self._outs
+            ]
+
     def manage_context(self, enable: Sequence[str] = (), disable: Sequence[str] = ()):
         """Change visibility yourself (outside the model); returns the StatusReport."""
         with self._lock:
@@ -812,22 +823,23 @@ class Orchestrator:
         turn = step.turn if step is not None else max(0, self._totals.calls - 1)
         sidx = step.index if step is not None else -1
         args = step.tool_args if step is not None else _args_json(rec.tool_args or {})
+        row = self._cols.append(
+            rec.estimated_tokens,
+            tool_category_id(rec.tool_name, args),
+            call=turn,
+            users_at=self._users,
+            is_error=is_error,
+        )
         o = _Out(
             key=rec.tool_key,
             rec=rec,
             step=sidx,
             call=turn,
             users_at=self._users,
-            state=ItemState(
-                est_tokens=rec.estimated_tokens,
-                age=0,
-                visible=rec.visible,
-                tool_id=tool_category_id(rec.tool_name, args),
-                is_error=bool(is_error),
-            ),
+            row=row,
+            gain=rec.visible_cost - rec.hidden_cost,
         )
         self._outs.append(o)
-        self._states.append(o.state)
         self._by_key[o.key] = o
         if sidx >= 0:
             self._key_step[o.key] = sidx
@@ -844,34 +856,23 @@ class Orchestrator:
             for k in keys:
                 o = self._by_key.get(k)
                 if o is not None:
-                    o.state.toggles += 1
+                    self._cols.bump(o.row, "toggles")
             targets = sorted(self._key_step[k] for k in keys if k in self._key_step)
             self._pending_events.append(ContextEvent(kind=kind, targets=targets, detail=",".join(keys)))
 
     def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[_Out]]:
         now = max(0, self._totals.calls - 1)
         outs = self._outs
-        # Read visibility from the records (it may also change on ``ctx`` directly), and sum
-        # what hiding saved in the same pass: this runs over every stored output per decision.
-        saved = 0
-        for o in outs:
-            rec = o.rec
-            if rec.visible:
-                o.state.visible = True
-            else:
-                o.state.visible = False
-                saved += rec.visible_cost - rec.hidden_cost
+        # Visibility is read from the records each time (it may also change on ``ctx`` directly).
+        vis = np.fromiter((o.rec.visible for o in outs), bool, len(outs))
+        saved = sum(o.gain for o, v in zip(outs, vis.tolist()) if not v)
         window = outs[-self.N :]
-        users = self._users
-        for o in window:
-            st = o.state
-            st.age = max(0, now - o.call)
-            st.since_need = None if o.last_need is None else max(0, now - o.last_need)
-            st.turns_after = users - o.users_at
         active = self.ctx.active_tokens
-        obs = build_observation(
-            self._states,
+        obs = self._cols.observation(
+            vis,
             self.N,
+            now=now,
+            users=self._users,
             active_tokens=active,
             step=self._totals.calls,
             model_family=self.model_family,
@@ -1019,6 +1020,7 @@ class Orchestrator:
             return
         with self._lock:
             steps = self._steps
+            cols = self._cols
             new_writes: list[str] = []
             needed: set[int] = set()
             for s in traj.steps[first - lo :]:
@@ -1034,26 +1036,26 @@ class Orchestrator:
                         continue
                     o = self._by_key[key]
                     if need.kind == "reaccess":
-                        o.state.superseded = True
+                        cols.flag(o.row, "superseded")
                     if need.step in needed:
                         continue
                     needed.add(need.step)
-                    o.state.times_needed += 1
-                    o.last_need = orig.turn if o.last_need is None else max(o.last_need, orig.turn)
+                    cols.bump(o.row, "times_needed")
+                    cols.need(o.row, orig.turn)
                     if need.step in masked:
                         self._totals.misses += 1
-                        o.state.rereads += 1
+                        cols.bump(o.row, "rereads")
             if new_writes:
                 w = Step(index=1, write_resources=new_writes)
                 for o in self._outs:
-                    if o.state.modified or o.step < 0 or o.step >= first:
+                    if cols.get(o.row, "modified") or o.step < 0 or o.step >= first:
                         continue
                     mini = Trajectory(
                         traj_id="m", source="", model_raw="", model_family="", task_id="",
                         steps=[steps[o.step], w],
                     )  # fmt: skip
                     if modified_between(mini, 0, 1):
-                        o.state.modified = True
+                        cols.flag(o.row, "modified")
             self._totals.label_ms += (time.perf_counter() - t0) * 1000
             self._touch()
 

@@ -245,6 +245,8 @@ class _InferencePlan:
 
 def obs_to_tensors(obs: dict[str, np.ndarray], device: str = "cpu") -> dict[str, torch.Tensor]:
     """A (possibly batched) observation as model inputs; trims padding columns."""
+    if obs["items"].ndim == 2 and device == "cpu":
+        return _one_obs_to_tensors(obs)
     batched = obs["items"].ndim == 3
     o = obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}
     mask = np.asarray(o["item_mask"]).astype(bool)
@@ -255,6 +257,22 @@ def obs_to_tensors(obs: dict[str, np.ndarray], device: str = "cpu") -> dict[str,
         "mask": torch.as_tensor(mask[:, :width], device=device),
         "glob": torch.as_tensor(np.asarray(o["globals"]), dtype=torch.float32, device=device),
         "family": torch.as_tensor(np.asarray(o["family"]).reshape(-1), dtype=torch.long, device=device),
+    }
+
+
+def _one_obs_to_tensors(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    # One decision (the live path): views of the leading valid slots, no copies when the
+    # arrays already have the model's dtypes.
+    mask = np.asarray(obs["item_mask"])
+    width = max(1, int(np.count_nonzero(mask)))  # slots fill from the left
+    items = np.ascontiguousarray(obs["items"][:width], np.float32)
+    tool = np.ascontiguousarray(obs["item_tool"][:width], np.int64)
+    return {
+        "items": torch.from_numpy(items)[None],
+        "tool": torch.from_numpy(tool)[None],
+        "mask": torch.from_numpy(mask[:width].astype(bool))[None],
+        "glob": torch.from_numpy(np.asarray(obs["globals"], np.float32).reshape(1, -1)),
+        "family": torch.from_numpy(np.asarray(obs["family"], np.int64).reshape(1)),
     }
 
 

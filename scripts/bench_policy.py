@@ -107,18 +107,17 @@ def time_calls_cpu(fn, repeat: int, warmup: int = 20) -> tuple[list[float], list
 
 def payload(orch: Orchestrator) -> dict[str, Any]:
     """The store as a /decide request (what a non-Python agent would send)."""
-    now = orch.totals.calls - 1
     items = []
-    for o in orch._outs:  # the benchmark reads the tracked state directly
-        st = o.state
+    for key, st in orch.item_states():
+        rec = orch.store.get(key)
         items.append(
             {
-                "key": o.key,
-                "tokens": o.rec.estimated_tokens,
-                "visible": o.rec.visible,
-                "tool": o.rec.tool_name,
-                "args": json.dumps(o.rec.tool_args),
-                "age": max(0, now - o.call),
+                "key": key,
+                "tokens": st.est_tokens,
+                "visible": st.visible,
+                "tool": rec.tool_name,
+                "args": json.dumps(rec.tool_args),
+                "age": st.age,
                 "needs": st.times_needed,
                 "superseded": st.superseded,
                 "modified": st.modified,

@@ -1,9 +1,10 @@
-"""Decoding actions: errors name the expected space; any non-zero integer counts as set."""
+"""Observations built from ItemStates and from ItemColumns agree; decoding actions: errors name the
+expected space; any non-zero integer counts as set."""
 
 import numpy as np
 import pytest
 
-from dtoc_rl.features import action_space, check_action, decode_action
+from dtoc_rl.features import ItemColumns, action_space, build_observation, check_action, decode_action
 
 N = 8
 SPACE = action_space(N)
@@ -44,3 +45,53 @@ def test_errors_name_the_expected_space(action, msg):
         with pytest.raises(ValueError, match=msg) as e:
             fn(action, N, SPACE)
         assert "MultiBinary" in str(e.value)
+
+
+# -- ItemColumns: the columnar twin of build_observation -------------------------------------
+
+
+def _random_columns(rng: np.random.Generator, count: int, now: int, users: int):
+    cols = ItemColumns(capacity=3)  # small: growing must keep the rows
+    for i in range(count):
+        cols.append(
+            int(rng.integers(0, 20000)),
+            int(rng.integers(0, 5)),
+            call=int(rng.integers(0, now + 1)),
+            users_at=int(rng.integers(0, users + 1)),
+            is_error=bool(rng.random() < 0.2),
+        )
+        for _ in range(int(rng.integers(0, 3))):
+            cols.bump(i, str(rng.choice(["times_needed", "rereads", "toggles"])))
+        if rng.random() < 0.3:
+            cols.flag(i, str(rng.choice(["modified", "superseded"])))
+        if rng.random() < 0.4:
+            cols.need(i, int(rng.integers(0, now + 3)))  # a need after "now" clamps since_need at 0
+    visible = rng.random(count) < 0.6
+    return cols, visible
+
+
+@pytest.mark.parametrize("count,n", [(0, 8), (5, 8), (8, 8), (30, 8), (300, 128)])
+def test_item_columns_match_build_observation(count, n):
+    rng = np.random.default_rng(count * 31 + n)
+    now, users = 40, 3
+    cols, visible = _random_columns(rng, count, now, users)
+    kw = dict(active_tokens=12345, step=now + 1, model_family="gpt-4o", budget_tokens=8000,
+              saved_tokens=777, misses=2, mgmt_calls=5)  # fmt: skip
+    ours = cols.observation(visible, n, now=now, users=users, **kw)
+    states = [cols.state(i, bool(visible[i]), now=now, users=users) for i in range(count)]
+    theirs = build_observation(states, n, **kw)
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        np.testing.assert_array_equal(ours[k], theirs[k], err_msg=k)
+        assert np.asarray(ours[k]).dtype == np.asarray(theirs[k]).dtype, k
+
+
+def test_item_columns_reject_unknown_fields_and_wrong_visibility():
+    cols = ItemColumns()
+    cols.append(100, 0, call=0, users_at=0)
+    with pytest.raises(KeyError, match="not a counter"):
+        cols.bump(0, "modified")
+    with pytest.raises(KeyError, match="not a flag"):
+        cols.flag(0, "toggles")
+    with pytest.raises(ValueError, match="visible has 2 entries for 1 outputs"):
+        cols.observation(np.ones(2, bool), 4, now=0, users=0, active_tokens=0, step=0)
