@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from dtoc_rl.cli import main as cli_main
 from dtoc_rl.dataset import load_trajectories
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.orchestrator import Orchestrator
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.registry import make_policy
@@ -143,6 +143,23 @@ def test_sdk_objects_are_accepted_and_a_hidden_output_needed_again_is_a_miss():
     f = {n: obs["items"][slot, i] for i, n in enumerate(ITEM_FEATURES)}
     assert f["times_needed"] == 1 and f["rereads"] == 1 and f["superseded"] == 1 and f["toggles"] == 1
     assert f["age"] == 3 and f["visible"] == 0
+    # item_states() is the same knowledge as ItemStates (what a /decide request carries)
+    states = dict(orch.item_states())
+    assert list(states) == ["t0000", "t0001", "t0002", "t0003"]
+    st = states["t0000"]
+    assert (st.times_needed, st.rereads, st.superseded, st.toggles, st.age, st.visible) == (
+        1,
+        1,
+        True,
+        1,
+        3,
+        False,
+    )
+    assert st.since_need == 0 and st.est_tokens == orch.store.get("t0000").estimated_tokens
+    rebuilt = build_observation(
+        [s for _, s in orch.item_states()], len(obs["item_mask"]), active_tokens=0, step=0
+    )
+    np.testing.assert_array_equal(rebuilt["items"], obs["items"])
 
 
 def test_observation_and_info_for_policies():
