@@ -8,7 +8,7 @@ output with an :class:`ItemState` and call :func:`build_observation`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dtoc_rl.models import FAMILIES, family_id
+from dtoc_rl.schema import Step
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
@@ -262,6 +263,34 @@ class ItemColumns:
     def need(self, i: int, call: int) -> None:
         """Row ``i`` was needed at model call ``call`` (its ``since_need`` counts from the latest)."""
         self._last_need[i] = max(int(self._last_need[i]), int(call))
+
+    def add_needs(self, steps: Iterable[Step], row_of_step: Mapping[int, int]) -> int:
+        """Count the needs of newly labelled ``steps`` on the outputs they use.
+
+        ``row_of_step`` maps a trajectory step to the row of its output.  Per output: a
+        ``reaccess`` need marks it ``superseded``; the first need on it in this batch adds
+        one to ``times_needed`` and moves its last need to the step's turn; a need on an
+        output listed in the step's ``masked_before`` (hidden when the call was made) is a
+        re-read.  Returns the re-reads (the misses of these steps)."""
+        misses = 0
+        needed: set[int] = set()
+        for s in steps:
+            masked = set(s.masked_before or ())
+            for need in s.needs:
+                row = row_of_step.get(need.step)
+                if row is None:
+                    continue
+                if need.kind == "reaccess":
+                    self.flag(row, "superseded")
+                if need.step in needed:
+                    continue
+                needed.add(need.step)
+                self.bump(row, "times_needed")
+                self.need(row, s.turn)
+                if need.step in masked:
+                    misses += 1
+                    self.bump(row, "rereads")
+        return misses
 
     def observation(
         self,

@@ -329,6 +329,7 @@ class Orchestrator:
         self._step_of_call: dict[str, Step] = {}
         self._key_step: dict[str, int] = {}
         self._step_key: dict[int, str] = {}
+        self._step_row: dict[int, int] = {}  # step index -> its output's row in _cols
         self._task = ""
         self._system = ""
         self._users = 0  # user messages after the task
@@ -844,6 +845,7 @@ class Orchestrator:
         if sidx >= 0:
             self._key_step[o.key] = sidx
             self._step_key[sidx] = o.key
+            self._step_row[sidx] = row
 
     def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
         if not (enabled or disabled):
@@ -1022,29 +1024,13 @@ class Orchestrator:
             steps = self._steps
             cols = self._cols
             new_writes: list[str] = []
-            needed: set[int] = set()
-            for s in traj.steps[first - lo :]:
-                orig = steps[s.index + lo]
-                masked = set(orig.masked_before or ())
+            new = [steps[s.index + lo] for s in traj.steps[first - lo :]]
+            for orig, s in zip(new, traj.steps[first - lo :]):
                 orig.read_resource = s.read_resource
                 orig.write_resources = list(s.write_resources)
                 orig.needs = [replace(n, step=n.step + lo) for n in s.needs]
                 new_writes.extend(orig.write_resources)
-                for need in orig.needs:
-                    key = self._step_key.get(need.step)
-                    if key is None:
-                        continue
-                    o = self._by_key[key]
-                    if need.kind == "reaccess":
-                        cols.flag(o.row, "superseded")
-                    if need.step in needed:
-                        continue
-                    needed.add(need.step)
-                    cols.bump(o.row, "times_needed")
-                    cols.need(o.row, orig.turn)
-                    if need.step in masked:
-                        self._totals.misses += 1
-                        cols.bump(o.row, "rereads")
+            self._totals.misses += cols.add_needs(new, self._step_row)
             if new_writes:
                 w = Step(index=1, write_resources=new_writes)
                 for o in self._outs:

@@ -28,9 +28,8 @@ from dtoc_rl.envs.tools import (
 from dtoc_rl.features import (
     GLOBAL_FEATURES,
     ITEM_FEATURES,
-    ItemState,
+    ItemColumns,
     action_space,
-    build_observation,
     decode_action,
     observation_space,
 )
@@ -97,17 +96,7 @@ class LiveTotals:
 class _Item:
     key: str
     step: int  # index in the recorded trajectory
-    call: int  # model call that produced it
-    tool_id: int
-    est_tokens: int
-    is_error: bool
-    users_at: int  # user messages in the context when it was stored
-    times_needed: int = 0
-    last_need: int | None = None
-    modified: bool = False
-    superseded: bool = False
-    rereads: int = 0
-    toggles: int = 0
+    row: int  # its row in the episode's ItemColumns (the policy features)
 
 
 @dataclass
@@ -134,7 +123,9 @@ class _Episode:
     totals: LiveTotals = field(default_factory=LiveTotals)
     shadow: _Shadow = field(default_factory=_Shadow)
     items: list[_Item] = field(default_factory=list)
+    cols: ItemColumns = field(default_factory=ItemColumns)
     by_key: dict[str, _Item] = field(default_factory=dict)
+    step_row: dict[int, int] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
     key_step: dict[str, int] = field(default_factory=dict)
     step_key: dict[int, str] = field(default_factory=dict)
@@ -606,22 +597,22 @@ class LiveEnv(gym.Env):
             step.output_is_error = is_error
             step.output_tokens = math.ceil(len(text) / 4)
             if rec is not None:
-                item = _Item(
-                    key=rec.tool_key,
-                    step=step.index,
+                row = ep.cols.append(
+                    rec.estimated_tokens,
+                    tool_category_id(step.tool_name, step.tool_args),
                     call=turn,
-                    tool_id=tool_category_id(step.tool_name, step.tool_args),
-                    est_tokens=rec.estimated_tokens,
-                    is_error=is_error,
                     users_at=ep.user_msgs,
+                    is_error=is_error,
                 )
+                item = _Item(key=rec.tool_key, step=step.index, row=row)
                 ep.items.append(item)
+                ep.step_row[step.index] = row
                 ep.by_key[rec.tool_key] = item
                 ep.key_step[rec.tool_key] = step.index
                 ep.step_key[step.index] = rec.tool_key
-        return dollars, self._label(first, turn, set(masked))
+        return dollars, self._label(first)
 
-    def _label(self, first: int, turn: int, masked: set[int]) -> int:
+    def _label(self, first: int) -> int:
         """Label the steps so far; update the features of what the new steps needed."""
         ep = self.ep
         traj = Trajectory(
@@ -635,32 +626,18 @@ class LiveEnv(gym.Env):
             steps=ep.steps,
         )
         label_trajectory(traj, keys=dict(ep.key_step))
-        misses = 0
-        needed: set[int] = set()
-        wrote = False
-        for s in ep.steps[first:]:
-            wrote = wrote or bool(s.write_resources)
-            for need in s.needs:
-                key = ep.step_key.get(need.step)
-                if key is None:
-                    continue
-                item = ep.by_key[key]
-                if need.kind == "reaccess":
-                    item.superseded = True
-                if need.step in needed:
-                    continue
-                needed.add(need.step)
-                item.times_needed += 1
-                item.last_need = turn
-                if need.step in masked:
-                    misses += 1
-                    item.rereads += 1
+        misses = ep.cols.add_needs(ep.steps[first:], ep.step_row)
+        wrote = any(s.write_resources for s in ep.steps[first:])
         ep.totals.misses += misses
         if wrote:
             last = len(ep.steps) - 1
             for item in ep.items:
-                if not item.modified and item.step < last and modified_between(traj, item.step, last):
-                    item.modified = True
+                if (
+                    not ep.cols.get(item.row, "modified")
+                    and item.step < last
+                    and modified_between(traj, item.step, last)
+                ):
+                    ep.cols.flag(item.row, "modified")
         return misses
 
     # -- the policy's action ----------------------------------------------------------------------
@@ -699,7 +676,7 @@ class LiveEnv(gym.Env):
         for kind, keys in (("enable", enabled), ("disable", disabled)):
             if keys:
                 for k in keys:
-                    ep.by_key[k].toggles += 1
+                    ep.cols.bump(ep.by_key[k].row, "toggles")
                 ep.pending_events.append(
                     ContextEvent(
                         kind=kind, targets=sorted(ep.key_step[k] for k in keys), detail=",".join(keys)
@@ -711,28 +688,12 @@ class LiveEnv(gym.Env):
         ep = self.ep
         store = ep.ctx.store
         now = ep.totals.calls - 1
-        states = []
-        for it in ep.items:
-            states.append(
-                ItemState(
-                    est_tokens=it.est_tokens,
-                    age=max(0, now - it.call),
-                    visible=store.get(it.key).visible,
-                    tool_id=it.tool_id,
-                    times_needed=it.times_needed,
-                    since_need=None if it.last_need is None else max(0, now - it.last_need),
-                    modified=it.modified,
-                    is_error=it.is_error,
-                    superseded=it.superseded,
-                    rereads=it.rereads,
-                    toggles=it.toggles,
-                    turns_after=ep.user_msgs - it.users_at,
-                )
-            )
         ep.window = ep.items[-self.N :]
-        return build_observation(
-            states,
+        return ep.cols.observation(
+            np.fromiter((store.get(it.key).visible for it in ep.items), bool, len(ep.items)),
             self.N,
+            now=now,
+            users=ep.user_msgs,
             active_tokens=ep.ctx.active_tokens,
             step=ep.totals.calls,
             model_family=self.model_family,

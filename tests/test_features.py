@@ -95,3 +95,23 @@ def test_item_columns_reject_unknown_fields_and_wrong_visibility():
         cols.flag(0, "toggles")
     with pytest.raises(ValueError, match="visible has 2 entries for 1 outputs"):
         cols.observation(np.ones(2, bool), 4, now=0, users=0, active_tokens=0, step=0)
+
+
+def test_add_needs_counts_once_per_output_and_charges_hidden_ones():
+    from dtoc_rl.schema import Need, Step
+
+    cols = ItemColumns()
+    for call in range(3):
+        cols.append(1000, 0, call=call, users_at=0)
+    row_of_step = {0: 0, 1: 1, 2: 2}  # step i stored row i
+    steps = [
+        Step(index=3, turn=3, masked_before=[0],
+             needs=[Need(0, "provenance", "x"), Need(0, "reaccess", "f.py"), Need(1, "reference", "t1")]),
+        Step(index=4, turn=4, needs=[Need(1, "provenance", "y"), Need(9, "provenance", "z")]),
+    ]  # fmt: skip
+    assert cols.add_needs(steps, row_of_step) == 1  # step 0 was hidden when step 3 needed it
+    get = lambda row, name: cols.get(row, name)  # noqa: E731
+    assert [get(r, "times_needed") for r in range(3)] == [1, 1, 0]  # once per output in a batch
+    assert (get(0, "superseded"), get(0, "rereads"), get(1, "rereads")) == (1, 1, 0)
+    states = [cols.state(r, True, now=5, users=0) for r in range(3)]
+    assert [s.since_need for s in states] == [2, 2, None]  # the first need's turn (3) for both
