@@ -88,6 +88,30 @@ def stats(samples_ms: list[float], cpu_ms: list[float] | None = None) -> dict[st
     return out
 
 
+def reference_work() -> int:
+    """Fixed pure-Python work (about 0.2 ms): timed between decisions, its spread shows how
+    much the machine's own speed varied during a run (a virtual machine's slow phases)."""
+    return sum(i * i for i in range(4000))
+
+
+def time_interleaved(fn, ref, repeat: int, warmup: int = 20) -> tuple[list[float], list[float], list[float]]:
+    """``fn`` and ``ref`` timed alternately: both see the same phases of the machine."""
+    for _ in range(warmup):
+        fn()
+        ref()
+    wall, cpu, ref_ms = [], [], []
+    for _ in range(repeat):
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        cpu.append((time.thread_time() - c0) * 1000)
+        ref()
+        wall.append((t1 - t0) * 1000)
+        ref_ms.append((time.perf_counter() - t1) * 1000)
+    return wall, cpu, ref_ms
+
+
 def time_calls(fn, repeat: int, warmup: int = 20) -> list[float]:
     return time_calls_cpu(fn, repeat, warmup)[0]
 
@@ -220,9 +244,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return o
 
     orch = session(policy, args.max_items)
-    rows[f"in-process decide, learned, {args.max_items} slots"] = stats(
-        *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
-    )
+    wall, cpu, ref = time_interleaved(lambda: orch.decide(force=True), reference_work, args.repeat)
+    rows[f"in-process decide, learned, {args.max_items} slots"] = stats(wall, cpu)
+    rows["  machine reference: fixed Python work, timed in between"] = stats(ref)
+    results["machine_jitter"] = rows["  machine reference: fixed Python work, timed in between"]
     obs, info = orch.observation()
     rows["  of which the observation (orchestrator)"] = stats(*time_calls_cpu(orch.observation, args.repeat))
     rows["  of which policy.act (tensors, forward, action)"] = stats(
@@ -315,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu = f"{s['cpu_p50_ms']:.3f}/{s['cpu_p99_ms']:.3f}" if "cpu_p50_ms" in s else ""
         print(f"{name:62} {s['p50_ms']:8.3f} {s['p99_ms']:8.3f} {s['mean_ms']:8.3f} {s['n']:5d}  {cpu:>15}")
     print(f"HTTP request body: {r['http_body_bytes']:,} bytes")
+    j = r["machine_jitter"]
+    print(
+        f"machine reference p99/p50 = {j['p99_ms'] / j['p50_ms']:.2f} "
+        "(1.0: a perfectly steady machine; higher: the machine itself slowed down during the run)"
+    )
     met = r["met"]
     print(
         f"targets: in-process p99 ≤ 2 ms: {'met' if met['in_process'] else 'MISSED'}; "
