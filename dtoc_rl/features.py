@@ -226,7 +226,14 @@ class ItemColumns:
         return self._n
 
     def append(
-        self, est_tokens: int, tool_id: int, *, call: int, users_at: int, is_error: bool = False
+        self,
+        est_tokens: int,
+        tool_id: int,
+        *,
+        call: int,
+        users_at: int,
+        is_error: bool = False,
+        visible: bool = True,
     ) -> int:
         """Add an output; returns its row."""
         i = self._n
@@ -238,6 +245,7 @@ class ItemColumns:
         self._feats[i] = 0.0
         self._feats[i, _COL["est_tokens_k"]] = est_tokens / 1000.0
         self._feats[i, _COL["is_error"]] = float(bool(is_error))
+        self._feats[i, _VISIBLE] = float(bool(visible))
         self._tool[i] = tool_id
         self._call[i] = call
         self._users_at[i] = users_at
@@ -256,6 +264,11 @@ class ItemColumns:
         if name not in self._FLAGS:
             raise KeyError(f"{name!r} is not a flag; one of {sorted(self._FLAGS)}")
         self._feats[i, _COL[name]] = float(bool(value))
+
+    def set_visible(self, i: int, visible: bool) -> None:
+        """Row ``i``'s visibility, for :meth:`observation` without a ``visible`` array (a
+        caller that hears of every change, e.g. from a store listener)."""
+        self._feats[i, _VISIBLE] = float(bool(visible))
 
     def get(self, i: int, name: str) -> float:
         return float(self._feats[i, _COL[name]])
@@ -294,7 +307,7 @@ class ItemColumns:
 
     def observation(
         self,
-        visible: np.ndarray,
+        visible: np.ndarray | None,
         n: int,
         *,
         now: int,
@@ -307,11 +320,13 @@ class ItemColumns:
         misses: int = 0,
         mgmt_calls: int = 0,
     ) -> dict[str, np.ndarray]:
-        """The observation for the ``n`` most recent rows; ``visible`` (bool, one per row) is
-        read fresh each time because visibility may change outside the caller; ``now`` is the
-        current model call, ``users`` the user turns so far."""
+        """The observation for the ``n`` most recent rows; ``visible`` (bool, one per row), or
+        None for the visibility kept with :meth:`set_visible`; ``now`` is the current model
+        call, ``users`` the user turns so far."""
         total = self._n
-        if len(visible) != total:
+        if visible is None:
+            visible = self._feats[:total, _VISIBLE] > 0.5
+        elif len(visible) != total:
             raise ValueError(f"visible has {len(visible)} entries for {total} outputs")
         lo = max(0, total - n) if n else total
         m = total - lo

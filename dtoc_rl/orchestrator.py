@@ -324,6 +324,7 @@ class Orchestrator:
         self._lock = threading.RLock()
         self._outs: list[_Out] = []
         self._cols = ItemColumns()  # the outputs' policy features, kept up to date (not rebuilt per decision)
+        self._saved = 0  # tokens that hiding saves now (kept with the visibility in _cols)
         self._by_key: dict[str, _Out] = {}
         self._steps: list[Step] = []
         self._step_of_call: dict[str, Step] = {}
@@ -346,6 +347,9 @@ class Orchestrator:
         self._decided_version = -1
         self.last_decision = Decision()
         self._rebuild()
+        # Every visibility change goes through the store (ours and ``ctx.manage_context`` calls
+        # made directly): hearing of each keeps the policy's view current without a scan.
+        store.listeners.append(self._on_visibility)
         if self.policy is not None and callable(getattr(self.policy, "reset", None)):
             self.policy.reset({"model_family": self.model_family, "mode": self.mode})
 
@@ -830,6 +834,7 @@ class Orchestrator:
             call=turn,
             users_at=self._users,
             is_error=is_error,
+            visible=rec.visible,
         )
         o = _Out(
             key=rec.tool_key,
@@ -841,11 +846,20 @@ class Orchestrator:
             gain=rec.visible_cost - rec.hidden_cost,
         )
         self._outs.append(o)
+        if not rec.visible:
+            self._saved += o.gain
         self._by_key[o.key] = o
         if sidx >= 0:
             self._key_step[o.key] = sidx
             self._step_key[sidx] = o.key
             self._step_row[sidx] = row
+
+    def _on_visibility(self, keys: list[str], visible: bool) -> None:
+        for k in keys:
+            o = self._by_key.get(k)
+            if o is not None:
+                self._cols.set_visible(o.row, visible)
+                self._saved += -o.gain if visible else o.gain
 
     def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
         if not (enabled or disabled):
@@ -865,13 +879,10 @@ class Orchestrator:
     def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[_Out]]:
         now = max(0, self._totals.calls - 1)
         outs = self._outs
-        # Visibility is read from the records each time (it may also change on ``ctx`` directly).
-        vis = np.fromiter((o.rec.visible for o in outs), bool, len(outs))
-        saved = sum(o.gain for o, v in zip(outs, vis.tolist()) if not v)
         window = outs[-self.N :]
         active = self.ctx.active_tokens
         obs = self._cols.observation(
-            vis,
+            None,  # the visibility _on_visibility keeps
             self.N,
             now=now,
             users=self._users,
@@ -879,7 +890,7 @@ class Orchestrator:
             step=self._totals.calls,
             model_family=self.model_family,
             budget_tokens=self.budget,
-            saved_tokens=saved,
+            saved_tokens=self._saved,
             misses=self._totals.misses,
             mgmt_calls=self._totals.mgmt_calls,
         )

@@ -22,8 +22,8 @@ class LearnedPolicyConfig:
     n_layers: int = _f(2, "transformer encoder layers over the stored outputs (0: per-item MLP only)")
     n_heads: int = _f(
         2,
-        "attention heads (2: as accurate as 4 on held-out tasks and about a fifth faster per decision, "
-        "docs/results.md; an odd count loses the fused inference kernel)",
+        "attention heads (2 did as well as 4 on held-out tasks over three seeds, docs/results.md, and "
+        "decides faster, docs/benchmarks.md; an odd count loses the fused inference kernel)",
     )
     dropout: float = _f(0.0, "dropout in the encoder")
     family_conditioning: bool = _f(True, "condition on the model family (one network serves several models)")

@@ -162,6 +162,21 @@ def test_sdk_objects_are_accepted_and_a_hidden_output_needed_again_is_a_miss():
     np.testing.assert_array_equal(rebuilt["items"], obs["items"])
 
 
+def test_visibility_changed_on_ctx_directly_reaches_the_policy():
+    orch = Orchestrator(make_policy("none"), query="task")
+    read_loop(orch, 3)
+    vis = ITEM_FEATURES.index("visible")
+    gain = orch.store.get("t0001").visible_cost - orch.store.get("t0001").hidden_cost
+    orch.ctx.manage_context(disable=["t0001"])  # not through the orchestrator
+    obs, _ = orch.observation()
+    g = dict(zip(GLOBAL_FEATURES, obs["globals"]))
+    assert list(obs["items"][:3, vis]) == [1, 0, 1] and list(obs["enable_mask"][:3]) == [0, 1, 0]
+    assert g["visible"] == 2 and g["saved_tokens_k"] == pytest.approx(gain / 1000)
+    orch.ctx.manage_context(enable=["t0001"])
+    obs, _ = orch.observation()
+    assert obs["items"][1, vis] == 1 and obs["globals"][GLOBAL_FEATURES.index("saved_tokens_k")] == 0
+
+
 def test_observation_and_info_for_policies():
     seen = {}
 
@@ -333,6 +348,12 @@ def test_sqlite_session_survives_a_restart(tmp_path):
     assert again.resumed and again.session_id == "s1"
     after = again.openai_messages()
     assert after == before
+    # the resumed policy view starts from the stored visibility
+    obs, info = again.observation()
+    g = dict(zip(GLOBAL_FEATURES, obs["globals"]))
+    assert g["visible"] == 2 and list(obs["items"][:4, ITEM_FEATURES.index("visible")]) == [0, 0, 1, 1]
+    gain = sum(again.store.get(k).visible_cost - again.store.get(k).hidden_cost for k in ("t0000", "t0001"))
+    assert g["saved_tokens_k"] == pytest.approx(gain / 1000)
     assert again.totals.calls == 4 and len(again.store) == 4
     # the labels came back: turn 3... read f3; continue the loop where it stopped
     read_loop(again, 3, start=4)
