@@ -88,27 +88,43 @@ def stats(samples_ms: list[float], cpu_ms: list[float] | None = None) -> dict[st
     return out
 
 
-def reference_work() -> int:
-    """Fixed pure-Python work (about 0.2 ms): timed between decisions, its spread shows how
-    much the machine's own speed varied during a run (a virtual machine's slow phases)."""
+def python_reference() -> int:
+    """Fixed pure-Python work (about 0.25 ms here)."""
     return sum(i * i for i in range(4000))
 
 
-def time_interleaved(fn, ref, repeat: int, warmup: int = 20) -> tuple[list[float], list[float], list[float]]:
-    """``fn`` and ``ref`` timed alternately: both see the same phases of the machine."""
+def torch_reference(_x=[]) -> None:  # noqa: B006  (the operands, made once)
+    """Fixed torch work of the decision's kind (16 small matmuls, about 0.1 ms here)."""
+    import torch
+
+    if not _x:
+        g = torch.Generator().manual_seed(0)
+        _x.extend([torch.randn(128, 64, generator=g), torch.randn(64, 64, generator=g) / 8])
+    x, w = _x
+    for _ in range(16):
+        x = torch.mm(x, w)
+
+
+def time_interleaved(fn, refs, repeat: int, warmup: int = 20):
+    """``fn`` and each reference workload timed in turn, so that all see the same phases of
+    the machine: the references' spread shows how much the machine's own speed varied
+    (a virtual machine whose neighbours take its core's resources runs vector code slower,
+    at times much slower, than interpreted Python).  Returns (wall, cpu, [ref wall ...])."""
     for _ in range(warmup):
         fn()
-        ref()
-    wall, cpu, ref_ms = [], [], []
+        for ref in refs:
+            ref()
+    wall, cpu, ref_ms = [], [], [[] for _ in refs]
     for _ in range(repeat):
         c0 = time.thread_time()
         t0 = time.perf_counter()
         fn()
-        t1 = time.perf_counter()
+        wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.thread_time() - c0) * 1000)
-        ref()
-        wall.append((t1 - t0) * 1000)
-        ref_ms.append((time.perf_counter() - t1) * 1000)
+        for ref, out in zip(refs, ref_ms):
+            t0 = time.perf_counter()
+            ref()
+            out.append((time.perf_counter() - t0) * 1000)
     return wall, cpu, ref_ms
 
 
@@ -244,10 +260,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return o
 
     orch = session(policy, args.max_items)
-    wall, cpu, ref = time_interleaved(lambda: orch.decide(force=True), reference_work, args.repeat)
+    wall, cpu, (ref_py, ref_torch) = time_interleaved(
+        lambda: orch.decide(force=True), (python_reference, torch_reference), args.repeat
+    )
     rows[f"in-process decide, learned, {args.max_items} slots"] = stats(wall, cpu)
-    rows["  machine reference: fixed Python work, timed in between"] = stats(ref)
-    results["machine_jitter"] = rows["  machine reference: fixed Python work, timed in between"]
+    rows["  reference, timed in between: fixed Python work"] = stats(ref_py)
+    rows["  reference, timed in between: fixed torch matmuls"] = stats(ref_torch)
+    results["machine_jitter"] = {
+        "python": rows["  reference, timed in between: fixed Python work"],
+        "torch": rows["  reference, timed in between: fixed torch matmuls"],
+    }
     obs, info = orch.observation()
     rows["  of which the observation (orchestrator)"] = stats(*time_calls_cpu(orch.observation, args.repeat))
     rows["  of which policy.act (tensors, forward, action)"] = stats(
@@ -342,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"HTTP request body: {r['http_body_bytes']:,} bytes")
     j = r["machine_jitter"]
     print(
-        f"machine reference p99/p50 = {j['p99_ms'] / j['p50_ms']:.2f} "
-        "(1.0: a perfectly steady machine; higher: the machine itself slowed down during the run)"
+        "fixed reference work, p99/p50: "
+        + ", ".join(f"{k} {v['p99_ms'] / v['p50_ms']:.2f}" for k, v in j.items())
+        + " (1.0: a steady machine; higher: the machine itself slowed down during the run)"
     )
     met = r["met"]
     print(

@@ -19,4 +19,4 @@ def test_bench_runs_small_and_reports_every_row(capsys):
     assert "HTTP /decide round trip, learned, keep-alive" in names
     assert all(row["p99_ms"] >= row["p50_ms"] >= 0 for row in r["rows"].values())
     assert set(r["met"]) == {"in_process", "http"}
-    assert r["machine_jitter"]["n"] == 5 and r["machine_jitter"]["p50_ms"] > 0
+    assert {k: v["n"] for k, v in r["machine_jitter"].items()} == {"python": 5, "torch": 5}
