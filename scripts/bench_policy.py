@@ -145,6 +145,29 @@ def time_calls_cpu(fn, repeat: int, warmup: int = 20) -> tuple[list[float], list
     return wall, cpu
 
 
+NETWORKS = ((64, 2, 4), (64, 2, 2), (48, 2, 2), (32, 2, 2), (64, 1, 2))  # (d_model, layers, heads)
+
+
+def compare_networks(obs: dict, info: Any, repeat: int, rounds: int = 20) -> dict[str, list[float]]:
+    """``act`` of fresh networks of several shapes on one observation, in alternating rounds
+    (so that all see the same phases of the machine)."""
+    import torch
+
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    threads = torch.get_num_threads()  # a new policy sets torch's thread count from its config
+    pols = {
+        f"d={d} L={n} h={h}": LearnedPolicyConfig(d_model=d, n_layers=n, n_heads=h, threads=threads).create()
+        for d, n, h in NETWORKS
+    }
+    out: dict[str, list[float]] = {k: [] for k in pols}
+    per = max(1, repeat // rounds)
+    for _ in range(rounds):
+        for k, pol in pols.items():
+            out[k].extend(time_calls(lambda pol=pol: pol.act(obs, info), per, warmup=3))
+    return out
+
+
 def payload(orch: Orchestrator) -> dict[str, Any]:
     """The store as a /decide request (what a non-Python agent would send)."""
     items = []
@@ -237,7 +260,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ckpt = Path(args.checkpoint)
         policy = LearnedPolicy.load(ckpt)
     else:
-        policy = LearnedPolicyConfig().create()
+        shape = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
+        policy = LearnedPolicyConfig(**{k: v for k, v in shape.items() if v is not None}).create()
         ckpt = policy.save(Path(tmp.name) / "ckpt")
     results: dict[str, Any] = {
         "outputs": args.outputs,
@@ -275,6 +299,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows["  of which policy.act (tensors, forward, action)"] = stats(
         *time_calls_cpu(lambda: policy.act(obs, info), args.repeat)
     )
+    for shape, samples in compare_networks(obs, info, args.repeat).items():
+        rows[f"  policy.act, fresh network {shape} (interleaved rounds)"] = stats(samples)
     small = session(policy, 64)
     rows["in-process decide, learned, 64 slots"] = stats(
         *time_calls_cpu(lambda: small.decide(force=True), args.repeat)
@@ -347,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch threads, here and in the service (default 1)"
     )
     p.add_argument("--checkpoint", help="a learned-policy checkpoint (default: a fresh default network)")
+    net = p.add_argument_group("network of the fresh policy (without --checkpoint; default: the config's)")
+    net.add_argument("--d-model", type=int, help="width")
+    net.add_argument("--n-layers", type=int, help="encoder layers")
+    net.add_argument("--n-heads", type=int, help="attention heads")
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
     r = run(args)
