@@ -28,7 +28,6 @@ __all__ = [
     "build_observation",
     "check_action",
     "decode_action",
-    "observation_from_arrays",
     "observation_space",
 ]
 
@@ -132,42 +131,27 @@ def build_observation(
     if m:
         feats[:m] = np.asarray([it.row() for it in window], np.float32)
         tool[:m] = [it.tool_id for it in window]
-    return observation_from_arrays(
-        feats,
-        tool,
-        m,
-        stored=len(items),
-        visible_count=sum(1 for it in items if it.visible),
-        active_tokens=active_tokens,
-        step=step,
-        model_family=model_family,
-        budget_tokens=budget_tokens,
-        saved_tokens=saved_tokens,
-        misses=misses,
-        mgmt_calls=mgmt_calls,
-    )
+    visible_count = sum(1 for it in items if it.visible)
+    glob = (active_tokens, budget_tokens, step, saved_tokens, misses, mgmt_calls, model_family)
+    return _assemble(feats, tool, m, len(items), visible_count, *glob)
 
 
-def observation_from_arrays(
+def _assemble(
     feats: np.ndarray,
     tool: np.ndarray,
     m: int,
-    *,
     stored: int,
     visible_count: int,
     active_tokens: int,
-    step: int,
-    model_family: str = "other",
     budget_tokens: int = 0,
+    step: int = 0,
     saved_tokens: int = 0,
     misses: int = 0,
     mgmt_calls: int = 0,
+    model_family: str = "other",
 ) -> dict[str, np.ndarray]:
-    """:func:`build_observation` from slot arrays a caller keeps itself (the live
-    Orchestrator keeps its outputs' features as columns, so a decision costs no
-    per-output Python).  ``feats`` (float32, ``(n, len(ITEM_FEATURES))``) and ``tool``
-    (int64, ``(n,)``) hold the ``m`` most recent outputs in their first ``m`` rows and
-    zeros after; both become part of the observation (not copied)."""
+    # ``feats``/``tool`` hold the m most recent outputs in their first m rows, zeros after;
+    # both become part of the observation (not copied).
     n = len(tool)
     item_mask = np.zeros(n, np.int8)
     item_mask[:m] = 1
@@ -312,17 +296,12 @@ class ItemColumns:
         *,
         now: int,
         users: int,
-        active_tokens: int,
-        step: int,
-        model_family: str = "other",
-        budget_tokens: int = 0,
-        saved_tokens: int = 0,
-        misses: int = 0,
-        mgmt_calls: int = 0,
+        **context: Any,
     ) -> dict[str, np.ndarray]:
         """The observation for the ``n`` most recent rows; ``visible`` (bool, one per row), or
         None for the visibility kept with :meth:`set_visible`; ``now`` is the current model
-        call, ``users`` the user turns so far."""
+        call, ``users`` the user turns so far; ``context``: the keywords of
+        :func:`build_observation` (``active_tokens``, ``step``, ``model_family``, ...)."""
         total = self._n
         if visible is None:
             visible = self._feats[:total, _VISIBLE] > 0.5
@@ -342,20 +321,7 @@ class ItemColumns:
             feats[:m, _COL["visible"]] = visible[rows]
             feats[:m, _COL["turns_after"]] = users - self._users_at[rows]
             tool[:m] = self._tool[rows]
-        return observation_from_arrays(
-            feats,
-            tool,
-            m,
-            stored=total,
-            visible_count=int(np.count_nonzero(visible)),
-            active_tokens=active_tokens,
-            step=step,
-            model_family=model_family,
-            budget_tokens=budget_tokens,
-            saved_tokens=saved_tokens,
-            misses=misses,
-            mgmt_calls=mgmt_calls,
-        )
+        return _assemble(feats, tool, m, total, int(np.count_nonzero(visible)), **context)
 
     def state(self, i: int, visible: bool, *, now: int, users: int) -> ItemState:
         """Row ``i`` as an :class:`ItemState` (for a ``/decide`` request or an inspection)."""

@@ -133,15 +133,7 @@ def time_calls(fn, repeat: int, warmup: int = 20) -> list[float]:
 
 
 def time_calls_cpu(fn, repeat: int, warmup: int = 20) -> tuple[list[float], list[float]]:
-    for _ in range(warmup):
-        fn()
-    wall, cpu = [], []
-    for _ in range(repeat):
-        c0 = time.thread_time()
-        t0 = time.perf_counter()
-        fn()
-        wall.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.thread_time() - c0) * 1000)
+    wall, cpu, _ = time_interleaved(fn, (), repeat, warmup)
     return wall, cpu
 
 
