@@ -286,6 +286,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "python": rows["  reference, timed in between: fixed Python work"],
         "torch": rows["  reference, timed in between: fixed torch matmuls"],
     }
+    results["decide_over_torch_reference"] = rows[f"in-process decide, learned, {args.max_items} slots"][
+        "p50_ms"
+    ] / max(1e-9, rows["  reference, timed in between: fixed torch matmuls"]["p50_ms"])
+    if args.quick:
+        tmp.cleanup()
+        return results
     obs, info = orch.observation()
     rows["  of which the observation (orchestrator)"] = stats(*time_calls_cpu(orch.observation, args.repeat))
     rows["  of which policy.act (tensors, forward, action)"] = stats(
@@ -369,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     net.add_argument("--d-model", type=int, help="width")
     net.add_argument("--n-layers", type=int, help="encoder layers")
     net.add_argument("--n-heads", type=int, help="attention heads")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the learned decision and the reference workloads (a few seconds): run it "
+        "alternately in two checkouts to compare them, by the decision/torch-reference ratio",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
     r = run(args)
@@ -383,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in r["rows"].items():
         cpu = f"{s['cpu_p50_ms']:.3f}/{s['cpu_p99_ms']:.3f}" if "cpu_p50_ms" in s else ""
         print(f"{name:62} {s['p50_ms']:8.3f} {s['p99_ms']:8.3f} {s['mean_ms']:8.3f} {s['n']:5d}  {cpu:>15}")
+    print(f"decision / torch reference, p50: {r['decide_over_torch_reference']:.2f}")
+    if "met" not in r:  # --quick
+        return 0
     print(f"HTTP request body: {r['http_body_bytes']:,} bytes")
     j = r["machine_jitter"]
     print(

@@ -20,3 +20,14 @@ def test_bench_runs_small_and_reports_every_row(capsys):
     assert all(row["p99_ms"] >= row["p50_ms"] >= 0 for row in r["rows"].values())
     assert set(r["met"]) == {"in_process", "http"}
     assert {k: v["n"] for k, v in r["machine_jitter"].items()} == {"python": 5, "torch": 5}
+
+
+def test_quick_mode_times_only_the_decision_and_the_references(capsys):
+    assert bench_policy.main(["--outputs", "20", "--repeat", "5", "--quick", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [n.strip() for n in r["rows"]] == [
+        "in-process decide, learned, 128 slots",
+        "reference, timed in between: fixed Python work",
+        "reference, timed in between: fixed torch matmuls",
+    ]
+    assert r["decide_over_torch_reference"] > 0 and "met" not in r
