@@ -109,6 +109,12 @@ class DTOCContext:
         else:
             self._assembled.append(dict(m))
 
+    def detach(self) -> None:
+        """Stop following the store's visibility changes (when the context is done with but its
+        store lives on; the store's listener list would otherwise keep this context alive)."""
+        if self._on_visibility in self.store.listeners:
+            self.store.listeners.remove(self._on_visibility)
+
     def _on_visibility(self, keys: list[str], visible: bool) -> None:
         for k in keys:
             i = self._tool_pos.get(k)

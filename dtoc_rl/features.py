@@ -2,8 +2,10 @@
 
 ReplayEnv, LiveEnv and the live Orchestrator all hand policies the same
 ``Dict`` observation, so one policy object works in all three.  ReplayEnv
-fills it from compiled arrays (fast path); the others describe each stored
-output with an :class:`ItemState` and call :func:`build_observation`.
+fills it from compiled arrays; LiveEnv and the Orchestrator keep their
+outputs' features up to date in :class:`ItemColumns`; a caller that only has
+a description of each output (the ``/decide`` service) gives a list of
+:class:`ItemState` to :func:`build_observation`.
 """
 
 from __future__ import annotations
@@ -131,27 +133,37 @@ def build_observation(
     if m:
         feats[:m] = np.asarray([it.row() for it in window], np.float32)
         tool[:m] = [it.tool_id for it in window]
-    visible_count = sum(1 for it in items if it.visible)
-    glob = (active_tokens, budget_tokens, step, saved_tokens, misses, mgmt_calls, model_family)
-    return _assemble(feats, tool, m, len(items), visible_count, *glob)
+    return _assemble(
+        feats,
+        tool,
+        m,
+        len(items),
+        sum(1 for it in items if it.visible),
+        active_tokens=active_tokens,
+        step=step,
+        model_family=model_family,
+        budget_tokens=budget_tokens,
+        saved_tokens=saved_tokens,
+        misses=misses,
+        mgmt_calls=mgmt_calls,
+    )
+
+
+_CONTEXT_DEFAULTS = dict(model_family="other", budget_tokens=0, saved_tokens=0, misses=0, mgmt_calls=0)
 
 
 def _assemble(
-    feats: np.ndarray,
-    tool: np.ndarray,
-    m: int,
-    stored: int,
-    visible_count: int,
-    active_tokens: int,
-    budget_tokens: int = 0,
-    step: int = 0,
-    saved_tokens: int = 0,
-    misses: int = 0,
-    mgmt_calls: int = 0,
-    model_family: str = "other",
+    feats: np.ndarray, tool: np.ndarray, m: int, stored: int, visible_count: int, **context: Any
 ) -> dict[str, np.ndarray]:
     # ``feats``/``tool`` hold the m most recent outputs in their first m rows, zeros after;
-    # both become part of the observation (not copied).
+    # both become part of the observation (not copied).  ``context``: build_observation's
+    # keywords (active_tokens and step required).
+    unknown = set(context) - set(_CONTEXT_DEFAULTS) - {"active_tokens", "step"}
+    missing = {"active_tokens", "step"} - set(context)
+    if unknown or missing:
+        raise TypeError(f"observation keywords: unknown {sorted(unknown)}, missing {sorted(missing)}")
+    c = {**_CONTEXT_DEFAULTS, **context}
+    active_tokens, saved_tokens = c["active_tokens"], c["saved_tokens"]
     n = len(tool)
     item_mask = np.zeros(n, np.int8)
     item_mask[:m] = 1
@@ -165,18 +177,18 @@ def _assemble(
         "globals": np.array(
             [
                 active_tokens / 1000.0,
-                budget_tokens / 1000.0,
-                step,
+                c["budget_tokens"] / 1000.0,
+                c["step"],
                 stored,
                 visible_count,
                 saved_tokens / 1000.0,
-                misses,
-                mgmt_calls,
+                c["misses"],
+                c["mgmt_calls"],
                 (active_tokens + saved_tokens) / 1000.0,
             ],
             np.float32,
         ),
-        "family": np.int64(family_id(model_family)),
+        "family": np.int64(family_id(c["model_family"])),
     }
 
 
@@ -255,6 +267,7 @@ class ItemColumns:
         self._feats[i, _VISIBLE] = float(bool(visible))
 
     def get(self, i: int, name: str) -> float:
+        """Feature ``name`` of row ``i`` as stored (time-dependent columns are filled per observation)."""
         return float(self._feats[i, _COL[name]])
 
     def need(self, i: int, call: int) -> None:

@@ -168,8 +168,6 @@ class _Out:
     key: str
     rec: ToolOutput
     step: int  # index in the trajectory
-    call: int  # assistant turn that asked for it
-    users_at: int  # user messages when it was stored
     row: int  # its row in the orchestrator's ItemColumns
     gain: int  # tokens hiding it saves (visible_cost - hidden_cost)
 
@@ -622,6 +620,7 @@ class Orchestrator:
     def item_states(self) -> list[tuple[str, ItemState]]:
         """Every stored output, oldest first, as ``(key, ItemState)``: what the policy knows
         of it now (e.g. to send the store to ``dtoc-rl serve`` as a ``/decide`` request)."""
+        self._wait_labels()
         with self._lock:
             now = max(0, self._totals.calls - 1)
             return [
@@ -738,6 +737,9 @@ class Orchestrator:
 
     def close(self) -> None:
         self._wait_labels()
+        if self._on_visibility in self.store.listeners:  # a closed orchestrator is not kept alive
+            self.store.listeners.remove(self._on_visibility)
+        self.ctx.detach()
         self.store.close()
 
     def __enter__(self) -> Orchestrator:
@@ -840,8 +842,6 @@ class Orchestrator:
             key=rec.tool_key,
             rec=rec,
             step=sidx,
-            call=turn,
-            users_at=self._users,
             row=row,
             gain=rec.visible_cost - rec.hidden_cost,
         )
@@ -855,11 +855,12 @@ class Orchestrator:
             self._step_row[sidx] = row
 
     def _on_visibility(self, keys: list[str], visible: bool) -> None:
-        for k in keys:
-            o = self._by_key.get(k)
-            if o is not None:
-                self._cols.set_visible(o.row, visible)
-                self._saved += -o.gain if visible else o.gain
+        with self._lock:  # a change made on ctx from another thread must not race _track
+            for k in keys:
+                o = self._by_key.get(k)
+                if o is not None:
+                    self._cols.set_visible(o.row, visible)
+                    self._saved += -o.gain if visible else o.gain
 
     def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
         if not (enabled or disabled):

@@ -4,7 +4,14 @@ expected space; any non-zero integer counts as set."""
 import numpy as np
 import pytest
 
-from dtoc_rl.features import ItemColumns, action_space, build_observation, check_action, decode_action
+from dtoc_rl.features import (
+    ItemColumns,
+    ItemState,
+    action_space,
+    build_observation,
+    check_action,
+    decode_action,
+)
 
 N = 8
 SPACE = action_space(N)
@@ -51,39 +58,54 @@ def test_errors_name_the_expected_space(action, msg):
 
 
 def _random_columns(rng: np.random.Generator, count: int, now: int, users: int):
+    """Random outputs written into ItemColumns, and the same outputs as ItemStates built
+    directly from the inputs (not read back from the columns)."""
     cols = ItemColumns(capacity=3)  # small: growing must keep the rows
-    for i in range(count):
-        cols.append(
-            int(rng.integers(0, 20000)),
-            int(rng.integers(0, 5)),
-            call=int(rng.integers(0, now + 1)),
-            users_at=int(rng.integers(0, users + 1)),
-            is_error=bool(rng.random() < 0.2),
-        )
-        for _ in range(int(rng.integers(0, 3))):
-            cols.bump(i, str(rng.choice(["times_needed", "rereads", "toggles"])))
-        if rng.random() < 0.3:
-            cols.flag(i, str(rng.choice(["modified", "superseded"])))
-        if rng.random() < 0.4:
-            cols.need(i, int(rng.integers(0, now + 3)))  # a need after "now" clamps since_need at 0
+    states = []
     visible = rng.random(count) < 0.6
-    return cols, visible
+    for i in range(count):
+        tokens, tool = int(rng.integers(0, 20000)), int(rng.integers(0, 5))
+        call, users_at = int(rng.integers(0, now + 1)), int(rng.integers(0, users + 1))
+        err = rng.random() < 0.2
+        cols.append(tokens, tool, call=call, users_at=users_at, is_error=bool(err))
+        st = ItemState(est_tokens=tokens, age=now - call, visible=bool(visible[i]), tool_id=tool,
+                       is_error=bool(err), turns_after=users - users_at)  # fmt: skip
+        for _ in range(int(rng.integers(0, 3))):
+            name = str(rng.choice(["times_needed", "rereads", "toggles"]))
+            cols.bump(i, name)
+            setattr(st, name, getattr(st, name) + 1)
+        if rng.random() < 0.3:
+            name = str(rng.choice(["modified", "superseded"]))
+            cols.flag(i, name)
+            setattr(st, name, True)
+        needs = [int(x) for x in rng.integers(0, now + 3, int(rng.integers(0, 3)))]
+        for turn in needs:  # a need after "now" clamps since_need at 0
+            cols.need(i, turn)
+        st.since_need = max(0, now - max(needs)) if needs else None
+        states.append(st)
+    return cols, visible, states
 
 
 @pytest.mark.parametrize("count,n", [(0, 8), (5, 8), (8, 8), (30, 8), (300, 128)])
 def test_item_columns_match_build_observation(count, n):
     rng = np.random.default_rng(count * 31 + n)
     now, users = 40, 3
-    cols, visible = _random_columns(rng, count, now, users)
+    cols, visible, states = _random_columns(rng, count, now, users)
     kw = dict(active_tokens=12345, step=now + 1, model_family="gpt-4o", budget_tokens=8000,
               saved_tokens=777, misses=2, mgmt_calls=5)  # fmt: skip
     ours = cols.observation(visible, n, now=now, users=users, **kw)
-    states = [cols.state(i, bool(visible[i]), now=now, users=users) for i in range(count)]
     theirs = build_observation(states, n, **kw)
     assert ours.keys() == theirs.keys()
     for k in ours:
         np.testing.assert_array_equal(ours[k], theirs[k], err_msg=k)
         assert np.asarray(ours[k]).dtype == np.asarray(theirs[k]).dtype, k
+    # visibility kept in the columns gives the same observation
+    for i, v in enumerate(visible):
+        cols.set_visible(i, bool(v))
+    kept = cols.observation(None, n, now=now, users=users, **kw)
+    np.testing.assert_array_equal(kept["items"], ours["items"])
+    # and state() reads back what was written
+    assert [cols.state(i, bool(visible[i]), now=now, users=users) for i in range(count)] == states
 
 
 def test_item_columns_reject_unknown_fields_and_wrong_visibility():
@@ -95,6 +117,8 @@ def test_item_columns_reject_unknown_fields_and_wrong_visibility():
         cols.flag(0, "toggles")
     with pytest.raises(ValueError, match="visible has 2 entries for 1 outputs"):
         cols.observation(np.ones(2, bool), 4, now=0, users=0, active_tokens=0, step=0)
+    with pytest.raises(TypeError, match=r"unknown \['steps'\], missing \['step'\]"):
+        cols.observation(None, 4, now=0, users=0, active_tokens=0, steps=3)
 
 
 def test_add_needs_counts_once_per_output_and_charges_hidden_ones():

@@ -515,6 +515,31 @@ def test_background_labelling_matches_inline_labelling():
     assert m1 == m2 >= 1 and n1 == n2 and np.array_equal(i1, i2)
 
 
+def test_close_detaches_the_orchestrator_from_its_store():
+    from dtoc_rl.store import MemoryStore
+
+    store = MemoryStore()
+    o = Orchestrator(make_policy("none"), query="t", store=store)
+    assert len(store.listeners) == 2  # the context's and the orchestrator's
+    o.close()
+    assert store.listeners == []
+
+
+def test_item_states_wait_for_background_labels(monkeypatch):
+    import dtoc_rl.orchestrator as mod
+
+    real = mod.label_trajectory
+
+    def slow(*a, **kw):
+        time.sleep(0.2)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(mod, "label_trajectory", slow)
+    o = Orchestrator(make_policy("none"), query="t", background_labels=True)
+    read_loop(o, 7)  # turn 6 reads f0.py again: a need on t0000, labelled in the background
+    assert dict(o.item_states())["t0000"].times_needed == 1
+
+
 def test_a_labelling_failure_never_stops_the_loop(monkeypatch):
     import dtoc_rl.orchestrator as mod
 
