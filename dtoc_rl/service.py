@@ -273,7 +273,10 @@ class DecisionService:
         else:
             order = list(range(len(items)))
         keys: list[str] = []
-        states: list[ItemState] = []
+        states: list[ItemState] = []  # the items in the policy's window, oldest first
+        # every item, for the globals: (tokens, visible); no ItemState for those outside the window
+        sizes: list[tuple[int, bool]] = []
+        max_age = -1
         seen: set[str] = set()
         n = len(items)
         first_in_window = max(0, n - self.max_items)
@@ -297,9 +300,11 @@ class DecisionService:
                     age = max(0, step - stored)
                 else:
                     age = n - 1 - rank
+            visible = _bool(it, "visible", w, True)
+            keys.append(key)
+            sizes.append((tokens, visible))
+            max_age = max(max_age, age)
             if rank < first_in_window:  # older than the policy's slots: counted in the globals only
-                keys.append(key)
-                states.append(ItemState(est_tokens=tokens, age=age, visible=_bool(it, "visible", w, True)))
                 continue
             tool_id = 0
             cat = _str(it, "tool_category", w)
@@ -329,7 +334,7 @@ class DecisionService:
             st = ItemState(
                 est_tokens=tokens,
                 age=age,
-                visible=_bool(it, "visible", w, True),
+                visible=visible,
                 tool_id=tool_id,
                 times_needed=needs,
                 since_need=since,
@@ -340,30 +345,29 @@ class DecisionService:
             for f in _INT_FIELDS:
                 if f in it:
                     setattr(st, f, _int(it, f, w, 0))
-            keys.append(key)
             states.append(st)
-        visible_tokens = sum(s.est_tokens for s in states if s.visible)
-        hidden = [s for s in states if not s.visible]
+        visible_tokens = sum(t for t, v in sizes if v)
+        hidden = [t for t, v in sizes if not v]
         active = _int(req, "active_tokens", "")
         if active is None:
             active = visible_tokens + PLACEHOLDER_TOKENS * len(hidden)
         saved = _int(req, "saved_tokens", "")
         if saved is None:
-            saved = sum(max(0, s.est_tokens - PLACEHOLDER_TOKENS) for s in hidden)
+            saved = sum(max(0, t - PLACEHOLDER_TOKENS) for t in hidden)
         budget = _int(req, "budget", "")
         if budget is None:
             budget = _int(req, "budget_tokens", "", 0)
         if step is None:
-            step = max((s.age for s in states), default=-1) + 1
+            step = max_age + 1
         stored = _int(req, "stored", "")
-        if stored is not None and stored < len(states):
-            raise _bad("stored", f"must be >= the number of items ({len(states)}), got {stored}")
+        if stored is not None and stored < len(sizes):
+            raise _bad("stored", f"must be >= the number of items ({len(sizes)}), got {stored}")
         visible_count = _int(req, "visible_count", "")
         if visible_count is not None and stored is not None and visible_count > stored:
             raise _bad("visible_count", f"must be <= stored ({stored}), got {visible_count}")
         return {
-            "stored": stored,
-            "visible_count": visible_count,
+            "stored": len(sizes) if stored is None else stored,
+            "visible_count": (len(sizes) - len(hidden)) if visible_count is None else visible_count,
             "keys": keys,
             "states": states,
             "family": family,
@@ -382,10 +386,10 @@ class DecisionService:
         fallback = p["family"] not in self.families
         policy = self.fallback if fallback else self.policy
         label = self.fallback_label if fallback else self.label
-        keys, states = p["keys"], p["states"]
+        keys, states = p["keys"], p["states"]  # states: the window's items only
         window = keys[-self.max_items :]
         if policy is None:  # the built-in fallback: everything visible
-            enable = [k for k, s in zip(keys[-self.max_items :], states[-self.max_items :]) if not s.visible]
+            enable = [k for k, s in zip(window, states) if not s.visible]
             disable: list[str] = []
         else:
             obs = build_observation(
@@ -399,10 +403,9 @@ class DecisionService:
                 misses=p["misses"],
                 mgmt_calls=p["mgmt_calls"],
             )
-            if p["stored"] is not None:  # the client sent only part of its store
-                obs["globals"][_G_STORED] = p["stored"]
-            if p["visible_count"] is not None:
-                obs["globals"][_G_VISIBLE] = p["visible_count"]
+            # over all the items (or the client's whole store, when it sent only part of it)
+            obs["globals"][_G_STORED] = p["stored"]
+            obs["globals"][_G_VISIBLE] = p["visible_count"]
             pad = self.max_items - len(window)
             info = {
                 "keys": window + [""] * pad,
