@@ -1,6 +1,7 @@
 """The decision service: a policy behind a small HTTP JSON API, for agents not written in Python.
 
-Standard library only (``http.server.ThreadingHTTPServer``, HTTP/1.1 keep-alive).
+``http.server.ThreadingHTTPServer`` (HTTP/1.1 keep-alive); requests are decoded and
+type-checked by msgspec against the schema in :mod:`dtoc_rl.decide_request`.
 ``dtoc-rl serve --policy SPEC_OR_CHECKPOINT`` runs it; the service itself takes
 any object with ``act(obs, info)`` (the core never imports the policies).
 
@@ -37,9 +38,11 @@ ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``step`` (default: the oldest age + 1), ``budget`` (alias ``budget_tokens``),
 ``saved_tokens``, ``misses``, ``mgmt_calls``, and ``stored`` / ``visible_count``
 (outputs in the whole store, and how many are visible, when ``items`` is only the
-most recent part of it).  Unknown fields are ignored.
+most recent part of it).  Unknown fields are ignored.  Counts are integers (a JSON number
+with a fraction, even ``5.0``, is refused), flags are booleans, ``timestamp`` is a number.
 The policy sees the ``max_items`` most recent items; older ones are never changed, and of
-them only ``key``, ``tokens``, ``age`` and ``visible`` are read (for the global features).
+them only ``key``, ``tokens``, ``age`` and ``visible`` are used (for the global features;
+every item's fields are type-checked).
 
 Model families: the request's family (or ``normalize_family(model)``) picks the
 policy.  A family the service does not accept (``"other"``, i.e. an unknown
@@ -60,9 +63,7 @@ names it, e.g. ``items[3].tokens``).  Bad input never produces a 500.
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import sys
 import threading
 import time
@@ -71,11 +72,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
-import orjson
 
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, ItemState, build_observation
-from dtoc_rl.models import FAMILIES, normalize_family
-from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
+from dtoc_rl.decide_request import DecideError, decode, parse, to_request
+from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
+from dtoc_rl.models import FAMILIES
+from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
     "DEFAULT_HOST",
@@ -92,69 +93,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
 DEFAULT_MAX_REQUEST_ITEMS = 10_000
-PLACEHOLDER_TOKENS = 40  # a hidden output's placeholder, under the default estimator
 _INT_FIELDS = ("rereads", "toggles", "turns_after")
 _G_STORED = GLOBAL_FEATURES.index("stored")
 _G_VISIBLE = GLOBAL_FEATURES.index("visible")
 _BOOL_FIELDS = ("modified", "is_error", "superseded")
-
-
-@functools.lru_cache(maxsize=8192)
-def _category(tool: str, args: str) -> int:
-    # Clients resend the same items every turn: classify each (tool, args) once.
-    return tool_category_id(tool, args)
-
-
-class DecideError(Exception):
-    """A request the service refuses: HTTP ``status``, the bad ``field``, a message."""
-
-    def __init__(self, status: int, message: str, field: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.field = status, message, field
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"error": self.message, "field": self.field, "status": self.status}
-
-
-def _bad(field: str, message: str) -> DecideError:
-    return DecideError(422, f"{field}: {message}", field)
-
-
-def _int(obj: dict, name: str, where: str, default: Any = None, *, minimum: int = 0) -> Any:
-    v = obj.get(name, default)
-    if v is default:
-        return default
-    if type(v) is int and minimum <= v <= 10**15:  # the common case, fast
-        return v
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise _bad(f"{where}{name}", f"must be an integer, got {type(v).__name__}")
-    if not math.isfinite(v) or v != int(v):
-        raise _bad(f"{where}{name}", f"must be an integer, got {v!r}")
-    if v < minimum:
-        raise _bad(f"{where}{name}", f"must be >= {minimum}, got {v!r}")
-    if v > 1e15:
-        raise _bad(f"{where}{name}", f"is too large ({v!r})")
-    return int(v)
-
-
-def _bool(obj: dict, name: str, where: str, default: bool) -> bool:
-    v = obj.get(name, default)
-    if v is True or v is False:
-        return v
-    if not isinstance(v, bool):
-        raise _bad(f"{where}{name}", f"must be true or false, got {type(v).__name__}")
-    return v
-
-
-def _str(obj: dict, name: str, where: str, *, max_len: int = 200) -> str | None:
-    v = obj.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise _bad(f"{where}{name}", f"must be a string, got {type(v).__name__}")
-    if len(v) > max_len:
-        raise _bad(f"{where}{name}", f"is longer than {max_len} characters")
-    return v
 
 
 class DecisionService:
@@ -239,148 +181,14 @@ class DecisionService:
         }
 
     # -- deciding ------------------------------------------------------------------
-    def resolve_family(self, req: dict[str, Any]) -> str:
-        fam = _str(req, "model_family", "")
-        if fam is None:
-            fam = _str(req, "model", "", max_len=500)
-        if not fam:
-            return "other"
-        return fam if fam in FAMILIES else normalize_family(fam)
-
     def parse(self, req: Any) -> dict[str, Any]:
-        """Validate a decoded request; returns the observation inputs (raises DecideError)."""
-        if not isinstance(req, dict):
-            raise DecideError(422, f"the request must be a JSON object, got {type(req).__name__}", "<body>")
-        items = req.get("items")
-        if items is None:
-            raise _bad("items", "is required (a list of stored outputs, oldest first; may be empty)")
-        if not isinstance(items, list):
-            raise _bad("items", f"must be a list, got {type(items).__name__}")
-        if len(items) > self.max_request_items:
-            raise DecideError(
-                413, f"items: {len(items)} items; at most {self.max_request_items} per request", "items"
-            )
-        family = self.resolve_family(req)
-        step = _int(req, "step", "")
-        for i, it in enumerate(items):
-            if not isinstance(it, dict):
-                raise _bad(f"items[{i}]", f"must be an object, got {type(it).__name__}")
-        if items and all(isinstance(it.get("timestamp"), int | float) for it in items):
-            for i, it in enumerate(items):
-                if isinstance(it["timestamp"], bool) or not math.isfinite(it["timestamp"]):
-                    raise _bad(f"items[{i}].timestamp", "must be a finite number of seconds")
-            order = sorted(range(len(items)), key=lambda i: items[i]["timestamp"])
-        else:
-            order = list(range(len(items)))
-        keys: list[str] = []
-        states: list[ItemState] = []  # the items in the policy's window, oldest first
-        # every item, for the globals: (tokens, visible); no ItemState for those outside the window
-        sizes: list[tuple[int, bool]] = []
-        max_age = -1
-        seen: set[str] = set()
-        n = len(items)
-        first_in_window = max(0, n - self.max_items)
-        for rank, i in enumerate(order):
-            it, w = items[i], f"items[{i}]."
-            key = it.get("key")
-            if not isinstance(key, str) or not key:
-                raise _bad(f"{w}key", "is required: a non-empty string")
-            if len(key) > 200:
-                raise _bad(f"{w}key", "is longer than 200 characters")
-            if key in seen:
-                raise _bad(f"{w}key", f"duplicate key {key!r}")
-            seen.add(key)
-            if "tokens" not in it:
-                raise _bad(f"{w}tokens", "is required: the output's estimated tokens")
-            tokens = _int(it, "tokens", w)
-            age = _int(it, "age", w)
-            if age is None:
-                stored = _int(it, "stored_step", w)
-                if stored is not None and step is not None:
-                    age = max(0, step - stored)
-                else:
-                    age = n - 1 - rank
-            visible = _bool(it, "visible", w, True)
-            keys.append(key)
-            sizes.append((tokens, visible))
-            max_age = max(max_age, age)
-            if rank < first_in_window:  # older than the policy's slots: counted in the globals only
-                continue
-            tool_id = 0
-            cat = _str(it, "tool_category", w)
-            if cat is not None:
-                if cat not in TOOL_CATEGORIES:
-                    raise _bad(
-                        f"{w}tool_category", f"unknown category {cat!r}; one of {list(TOOL_CATEGORIES)}"
-                    )
-                tool_id = TOOL_CATEGORIES.index(cat)
-            else:
-                tool = _str(it, "tool", w)
-                args = it.get("args", "")
-                if args is None:
-                    args = ""
-                if not isinstance(args, str):
-                    if not isinstance(args, dict | list):
-                        raise _bad(f"{w}args", f"must be JSON text or an object, got {type(args).__name__}")
-                    args = json.dumps(args)
-                if len(args) > 100_000:
-                    raise _bad(f"{w}args", "is longer than 100000 characters")
-                tool_id = _category(tool, args) if tool else 0
-            needs = _int(it, "needs", w)
-            if needs is None:
-                needs = _int(it, "times_needed", w, 0)
-            since = it.get("since_need")
-            since = None if since is None else _int(it, "since_need", w)
-            st = ItemState(
-                est_tokens=tokens,
-                age=age,
-                visible=visible,
-                tool_id=tool_id,
-                times_needed=needs,
-                since_need=since,
-            )
-            for f in _BOOL_FIELDS:
-                if f in it:
-                    setattr(st, f, _bool(it, f, w, False))
-            for f in _INT_FIELDS:
-                if f in it:
-                    setattr(st, f, _int(it, f, w, 0))
-            states.append(st)
-        visible_tokens = sum(t for t, v in sizes if v)
-        hidden = [t for t, v in sizes if not v]
-        active = _int(req, "active_tokens", "")
-        if active is None:
-            active = visible_tokens + PLACEHOLDER_TOKENS * len(hidden)
-        saved = _int(req, "saved_tokens", "")
-        if saved is None:
-            saved = sum(max(0, t - PLACEHOLDER_TOKENS) for t in hidden)
-        budget = _int(req, "budget", "")
-        if budget is None:
-            budget = _int(req, "budget_tokens", "", 0)
-        if step is None:
-            step = max_age + 1
-        stored = _int(req, "stored", "")
-        if stored is not None and stored < len(sizes):
-            raise _bad("stored", f"must be >= the number of items ({len(sizes)}), got {stored}")
-        visible_count = _int(req, "visible_count", "")
-        if visible_count is not None and stored is not None and visible_count > stored:
-            raise _bad("visible_count", f"must be <= stored ({stored}), got {visible_count}")
-        return {
-            "stored": len(sizes) if stored is None else stored,
-            "visible_count": (len(sizes) - len(hidden)) if visible_count is None else visible_count,
-            "keys": keys,
-            "states": states,
-            "family": family,
-            "active_tokens": active,
-            "saved_tokens": saved,
-            "budget": budget,
-            "step": step,
-            "misses": _int(req, "misses", "", 0),
-            "mgmt_calls": _int(req, "mgmt_calls", "", 0),
-        }
+        """Validate a request (a decoded JSON object, or a :class:`~dtoc_rl.decide_request.Request`);
+        returns the observation inputs (raises DecideError)."""
+        return parse(to_request(req), max_items=self.max_items, max_request_items=self.max_request_items)
 
     def decide(self, req: Any) -> dict[str, Any]:
-        """One ``/decide`` request (already JSON-decoded) → its response (raises DecideError)."""
+        """One ``/decide`` request (a decoded JSON object, or a Request) → its response (raises
+        DecideError)."""
         t0 = time.perf_counter()
         p = self.parse(req)
         fallback = p["family"] not in self.families
@@ -435,21 +243,6 @@ class DecisionService:
         }
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _loads(body: bytes) -> Any:
-    """A request body as JSON: orjson (about 3x faster than the standard library on a 57 KB
-    request); a body it refuses goes to the standard library's parser, whose errors name NaN
-    and Infinity.  orjson reads integers beyond 64 bits as floats; the field checks refuse
-    those as they refuse the integers (only the number in the message is written as a float)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return json.loads(body, parse_constant=_reject_constant)
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -495,12 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             if body is None:
                 return
-            try:
-                req = _loads(body)
-            except (ValueError, RecursionError) as e:
-                msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e) or type(e).__name__
-                return self._error(DecideError(400, f"the body is not valid JSON: {msg}", "<body>"))
-            return self._send(200, svc.decide(req))
+            return self._send(200, svc.decide(decode(body)))
         except DecideError as e:
             return self._error(e)
         except (BrokenPipeError, ConnectionResetError):

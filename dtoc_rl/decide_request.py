@@ -1,0 +1,234 @@
+"""The ``/decide`` request of ``dtoc-rl serve``: its schema, and the observation inputs it becomes.
+
+The schema is two msgspec Structs (:class:`Item`, :class:`Request`), so a request body is
+decoded and type-checked in one pass in C; the rules a schema cannot say (unique keys,
+timestamps, tool categories, the window) follow in :func:`parse`.  Errors are
+:class:`DecideError`\\ s naming the field (``items[3].tokens``) for the service to return
+as 4xx responses.  The fields are documented in :mod:`dtoc_rl.service`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from typing import Annotated, Any
+
+import msgspec
+
+from dtoc_rl.features import ItemState
+from dtoc_rl.models import FAMILIES, normalize_family
+from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
+
+__all__ = ["PLACEHOLDER_TOKENS", "DecideError", "Item", "Request", "decode", "parse", "to_request"]
+
+PLACEHOLDER_TOKENS = 40  # a hidden output's placeholder, under the default estimator
+_MAX_ARGS = 100_000
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=10**15)]
+Name = Annotated[str, msgspec.Meta(max_length=200)]
+
+
+class DecideError(Exception):
+    """A request the service refuses: HTTP ``status``, the bad ``field``, a message."""
+
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.message, "field": self.field, "status": self.status}
+
+
+class Item(msgspec.Struct):
+    """One stored output, as a client describes it."""
+
+    key: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    tokens: Count
+    visible: bool = True
+    age: Count | None = None
+    stored_step: Count | None = None
+    timestamp: float | None = None
+    tool: Name | None = None
+    args: str | dict | list | None = None
+    tool_category: Name | None = None
+    needs: Count | None = None
+    times_needed: Count | None = None
+    since_need: Count | None = None
+    modified: bool = False
+    is_error: bool = False
+    superseded: bool = False
+    rereads: Count = 0
+    toggles: Count = 0
+    turns_after: Count = 0
+
+
+class Request(msgspec.Struct):
+    """A ``/decide`` request (unknown fields are ignored)."""
+
+    items: list[Item]
+    model_family: Name | None = None
+    model: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    step: Count | None = None
+    active_tokens: Count | None = None
+    saved_tokens: Count | None = None
+    budget: Count | None = None
+    budget_tokens: Count | None = None
+    stored: Count | None = None
+    visible_count: Count | None = None
+    misses: Count = 0
+    mgmt_calls: Count = 0
+
+
+_DECODER = msgspec.json.Decoder(Request)
+_AT = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
+_MISSING = re.compile(r"^Object missing required field `([^`]+)`")
+
+
+def _invalid(e: msgspec.ValidationError) -> DecideError:
+    # msgspec says "Expected `int` >= 0 - at `$.items[3].tokens`": name the field our way.
+    text = str(e)
+    m = _AT.match(text)
+    msg, path = (m.group(1), m.group(2).lstrip(".")) if m else (text, "")
+    missing = _MISSING.match(msg)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        msg = "is required"
+    field = path or "<body>"
+    return DecideError(422, f"{field}: {msg}", field)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode(body: bytes) -> Request:
+    """A request body, decoded and type-checked (raises DecideError: 400 not JSON, 422 a field)."""
+    try:
+        return _DECODER.decode(body)
+    except msgspec.ValidationError as e:
+        raise _invalid(e) from None
+    except msgspec.DecodeError:
+        pass
+    # What msgspec refuses as JSON, the standard library says why (NaN, Infinity, where the
+    # text breaks); it also reads integers too large for msgspec, which then fail their field.
+    try:
+        obj = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e) or type(e).__name__
+        raise DecideError(400, f"the body is not valid JSON: {msg}", "<body>") from None
+    return to_request(obj)
+
+
+def to_request(obj: Any) -> Request:
+    """A decoded JSON value (or a Request) as a Request (raises DecideError 422)."""
+    if isinstance(obj, Request):
+        return obj
+    try:
+        return msgspec.convert(obj, Request)
+    except msgspec.ValidationError as e:
+        raise _invalid(e) from None
+
+
+@functools.lru_cache(maxsize=8192)
+def _category(tool: str, args: str) -> int:
+    # Clients resend the same items every turn: classify each (tool, args) once.
+    return tool_category_id(tool, args)
+
+
+def resolve_family(req: Request) -> str:
+    """The model family a request names (``model_family``, else ``model`` normalised)."""
+    fam = req.model_family if req.model_family is not None else req.model
+    if not fam:
+        return "other"
+    return fam if fam in FAMILIES else normalize_family(fam)
+
+
+def _bad(field: str, message: str) -> DecideError:
+    return DecideError(422, f"{field}: {message}", field)
+
+
+def parse(req: Request, *, max_items: int, max_request_items: int) -> dict[str, Any]:
+    """The observation inputs of a request: ``keys`` (all items, in order), ``states`` (the
+    ``max_items`` most recent as ItemStates), the family and the global counts."""
+    items = req.items
+    if len(items) > max_request_items:
+        raise DecideError(413, f"items: {len(items)} items; at most {max_request_items} per request", "items")
+    step = req.step
+    if items and all(it.timestamp is not None for it in items):
+        for i, it in enumerate(items):
+            if not math.isfinite(it.timestamp):
+                raise _bad(f"items[{i}].timestamp", "must be a finite number of seconds")
+        order = sorted(range(len(items)), key=lambda i: items[i].timestamp)
+    else:
+        order = list(range(len(items)))
+    keys: list[str] = []
+    states: list[ItemState] = []  # the window, oldest first
+    sizes: list[tuple[int, bool]] = []  # every item, for the globals: (tokens, visible)
+    max_age = -1
+    seen: set[str] = set()
+    n = len(items)
+    first_in_window = max(0, n - max_items)
+    for rank, i in enumerate(order):
+        it = items[i]
+        if it.key in seen:
+            raise _bad(f"items[{i}].key", f"duplicate key {it.key!r}")
+        seen.add(it.key)
+        age = it.age
+        if age is None and it.stored_step is not None and step is not None:
+            age = max(0, step - it.stored_step)
+        elif age is None:
+            age = n - 1 - rank
+        keys.append(it.key)
+        sizes.append((it.tokens, it.visible))
+        max_age = max(max_age, age)
+        if rank < first_in_window:  # older than the policy's slots: counted in the globals only
+            continue
+        states.append(ItemState(
+            est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i),
+            times_needed=it.needs if it.needs is not None else (it.times_needed or 0),
+            since_need=it.since_need, modified=it.modified, is_error=it.is_error,
+            superseded=it.superseded, rereads=it.rereads, toggles=it.toggles, turns_after=it.turns_after,
+        ))  # fmt: skip
+    hidden = [t for t, v in sizes if not v]
+    active = req.active_tokens
+    if active is None:
+        active = sum(t for t, v in sizes if v) + PLACEHOLDER_TOKENS * len(hidden)
+    saved = req.saved_tokens
+    if saved is None:
+        saved = sum(max(0, t - PLACEHOLDER_TOKENS) for t in hidden)
+    stored, visible_count = req.stored, req.visible_count
+    if stored is not None and stored < n:
+        raise _bad("stored", f"must be >= the number of items ({n}), got {stored}")
+    if visible_count is not None and stored is not None and visible_count > stored:
+        raise _bad("visible_count", f"must be <= stored ({stored}), got {visible_count}")
+    return {
+        "stored": n if stored is None else stored,
+        "visible_count": (n - len(hidden)) if visible_count is None else visible_count,
+        "keys": keys,
+        "states": states,
+        "family": resolve_family(req),
+        "active_tokens": active,
+        "saved_tokens": saved,
+        "budget": req.budget if req.budget is not None else (req.budget_tokens or 0),
+        "step": max_age + 1 if step is None else step,
+        "misses": req.misses,
+        "mgmt_calls": req.mgmt_calls,
+    }
+
+
+def _tool_id(it: Item, i: int) -> int:
+    if it.tool_category is not None:
+        if it.tool_category not in TOOL_CATEGORIES:
+            raise _bad(
+                f"items[{i}].tool_category",
+                f"unknown category {it.tool_category!r}; one of {list(TOOL_CATEGORIES)}",
+            )
+        return TOOL_CATEGORIES.index(it.tool_category)
+    args = it.args if it.args is not None else ""
+    if not isinstance(args, str):
+        args = json.dumps(args)
+    if len(args) > _MAX_ARGS:
+        raise _bad(f"items[{i}].args", f"is longer than {_MAX_ARGS} characters")
+    return _category(it.tool, args) if it.tool else 0

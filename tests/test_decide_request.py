@@ -1,0 +1,64 @@
+"""The /decide request schema: decoding, field-named errors, and the observation inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtoc_rl.decide_request import DecideError, Request, decode, parse, to_request
+
+
+def body(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def test_a_body_decodes_to_the_same_request_as_the_object():
+    items = [
+        {"key": "t0", "tokens": 1200, "tool": "bash", "args": {"command": "cat a.py"}},
+        {"key": "t1", "tokens": 30, "visible": False, "age": 0, "unknown_field": 1},
+    ]
+    obj = {"model": "openai/gpt-4o-2024-08-06", "step": 7, "items": items}
+    req = decode(body(obj))
+    assert isinstance(req, Request) and req == to_request(obj) and to_request(req) is req
+    p = parse(req, max_items=1, max_request_items=10)
+    assert p["keys"] == ["t0", "t1"] and [s.est_tokens for s in p["states"]] == [30]  # the window only
+    assert p["family"] == "gpt-4o" and p["stored"] == 2 and p["visible_count"] == 1
+    assert p["active_tokens"] == 1200 + 40 and p["saved_tokens"] == 0 and p["step"] == 7
+
+
+@pytest.mark.parametrize(
+    "raw,status,field,text",
+    [
+        (b'{"items": [], "step": NaN}', 400, "<body>", "NaN"),
+        (b'{"items": [', 400, "<body>", "not valid JSON"),
+        (b'{"items": [{"key": "a", "tokens": 100000000000000000000}]}', 422, "items[0].tokens", "<="),
+        (b'{"items": [{"key": "a", "tokens": 5.0}]}', 422, "items[0].tokens", "Expected `int`"),
+        (b'{"items": [{"tokens": 5}]}', 422, "items[0].key", "is required"),
+        (b"{}", 422, "items", "is required"),
+        (b"[1]", 422, "<body>", "Expected `object`"),
+        (b'{"items": [{"key": "a", "tokens": 1, "timestamp": "now"}]}', 422, "items[0].timestamp", "float"),
+    ],
+)
+def test_errors_name_the_field(raw, status, field, text):
+    with pytest.raises(DecideError) as e:
+        decode(raw)
+    assert (e.value.status, e.value.field) == (status, field) and text in e.value.message
+    assert e.value.message.startswith(field) or field == "<body>"
+
+
+def test_rules_beyond_the_schema():
+    dup = to_request({"items": [{"key": "a", "tokens": 1}, {"key": "a", "tokens": 2}]})
+    with pytest.raises(DecideError, match=r"items\[1\].key: duplicate key 'a'"):
+        parse(dup, max_items=4, max_request_items=10)
+    with pytest.raises(DecideError) as e:
+        parse(
+            to_request({"items": [{"key": f"k{i}", "tokens": 1} for i in range(3)]}),
+            max_items=4,
+            max_request_items=2,
+        )
+    assert e.value.status == 413
+    late_first = to_request(
+        {"items": [{"key": "b", "tokens": 2, "timestamp": 9}, {"key": "a", "tokens": 1, "timestamp": 1}]}
+    )
+    assert parse(late_first, max_items=4, max_request_items=10)["keys"] == ["a", "b"]  # ordered by timestamp
