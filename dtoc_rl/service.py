@@ -11,7 +11,8 @@ Endpoints
     ``{"status": "ok", "policy", "uptime_s", "requests"}``.
 ``GET /version``
     Package version, policy and fallback labels, accepted model families,
-    feature names (items, globals, tool categories), limits, request fields.
+    feature names (items, globals, tool categories), limits, and ``request_schema``:
+    the JSON Schema of a ``/decide`` body (for clients in other languages).
 ``POST /decide``
     The client describes its store; the policy says what to change::
 
@@ -71,9 +72,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from dtoc_rl.decide_request import DecideError, decode, parse, to_request
+from dtoc_rl.decide_request import DecideError, Request, decode, parse, to_request
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.models import FAMILIES
 from dtoc_rl.tools import TOOL_CATEGORIES
@@ -178,6 +180,7 @@ class DecisionService:
             "max_body_bytes": self.max_body,
             "max_request_items": self.max_request_items,
             "endpoints": ["GET /health", "GET /version", "POST /decide"],
+            "request_schema": msgspec.json.schema(Request),  # JSON Schema of a /decide body
         }
 
     # -- deciding ------------------------------------------------------------------

@@ -56,6 +56,10 @@ def test_health_and_version(server):
     assert status == 200 and body["version"] == __version__
     assert body["item_features"] == list(ITEM_FEATURES) and body["fallback"] == "none"
     assert "other" not in body["families"] and "gpt-4o" in body["families"]
+    schema = body["request_schema"]["$defs"]  # JSON Schema of a /decide body, for clients elsewhere
+    assert schema["Request"]["required"] == ["items"]
+    assert sorted(schema["Item"]["required"]) == ["key", "tokens"]
+    assert schema["Item"]["properties"]["tokens"]["minimum"] == 0
 
 
 def test_decide_returns_changes_by_key(server):
