@@ -116,7 +116,10 @@ def decode(body: bytes) -> Request:
     try:
         obj = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as e:
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e) or type(e).__name__
+        if isinstance(e, json.JSONDecodeError):
+            msg = f"{e.msg} (line {e.lineno}, column {e.colno})"
+        else:
+            msg = str(e) or type(e).__name__
         raise DecideError(400, f"the body is not valid JSON: {msg}", "<body>") from None
     return to_request(obj)
 

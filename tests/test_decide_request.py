@@ -31,7 +31,7 @@ def test_a_body_decodes_to_the_same_request_as_the_object():
     "raw,status,field,text",
     [
         (b'{"items": [], "step": NaN}', 400, "<body>", "NaN"),
-        (b'{"items": [', 400, "<body>", "not valid JSON"),
+        (b'{"items": [', 400, "<body>", "not valid JSON: Expecting value (line 1, column 12)"),
         (b'{"items": [{"key": "a", "tokens": 100000000000000000000}]}', 422, "items[0].tokens", "<="),
         (b'{"items": [{"key": "a", "tokens": 5.0}]}', 422, "items[0].tokens", "Expected `int`"),
         (b'{"items": [{"tokens": 5}]}', 422, "items[0].key", "is required"),
