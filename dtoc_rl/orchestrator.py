@@ -327,7 +327,6 @@ class Orchestrator:
         self._steps: list[Step] = []
         self._step_of_call: dict[str, Step] = {}
         self._key_step: dict[str, int] = {}
-        self._step_key: dict[int, str] = {}
         self._step_row: dict[int, int] = {}  # step index -> its output's row in _cols
         self._task = ""
         self._system = ""
@@ -851,7 +850,6 @@ class Orchestrator:
         self._by_key[o.key] = o
         if sidx >= 0:
             self._key_step[o.key] = sidx
-            self._step_key[sidx] = o.key
             self._step_row[sidx] = row
 
     def _on_visibility(self, keys: list[str], visible: bool) -> None:

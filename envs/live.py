@@ -128,7 +128,6 @@ class _Episode:
     step_row: dict[int, int] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
     key_step: dict[str, int] = field(default_factory=dict)
-    step_key: dict[int, str] = field(default_factory=dict)
     used_ids: set[str] = field(default_factory=set)
     static_tokens: dict[int, int] = field(default_factory=dict)
     prev_sigs: list[Any] = field(default_factory=list)
@@ -609,7 +608,6 @@ class LiveEnv(gym.Env):
                 ep.step_row[step.index] = row
                 ep.by_key[rec.tool_key] = item
                 ep.key_step[rec.tool_key] = step.index
-                ep.step_key[step.index] = rec.tool_key
         return dollars, self._label(first)
 
     def _label(self, first: int) -> int:
