@@ -245,18 +245,17 @@ class _InferencePlan:
 
 def obs_to_tensors(obs: dict[str, np.ndarray], device: str = "cpu") -> dict[str, torch.Tensor]:
     """A (possibly batched) observation as model inputs; trims padding columns."""
-    if obs["items"].ndim == 2 and device == "cpu":
-        return _one_obs_to_tensors(obs)
-    batched = obs["items"].ndim == 3
-    o = obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}
-    mask = np.asarray(o["item_mask"]).astype(bool)
+    if obs["items"].ndim == 2:
+        one = _one_obs_to_tensors(obs)
+        return one if device == "cpu" else {k: v.to(device) for k, v in one.items()}
+    mask = np.asarray(obs["item_mask"]).astype(bool)
     width = max(1, int(mask.sum(axis=1).max()))  # slots fill from the left
     return {
-        "items": torch.as_tensor(np.asarray(o["items"])[:, :width], dtype=torch.float32, device=device),
-        "tool": torch.as_tensor(np.asarray(o["item_tool"])[:, :width], dtype=torch.long, device=device),
+        "items": torch.as_tensor(np.asarray(obs["items"])[:, :width], dtype=torch.float32, device=device),
+        "tool": torch.as_tensor(np.asarray(obs["item_tool"])[:, :width], dtype=torch.long, device=device),
         "mask": torch.as_tensor(mask[:, :width], device=device),
-        "glob": torch.as_tensor(np.asarray(o["globals"]), dtype=torch.float32, device=device),
-        "family": torch.as_tensor(np.asarray(o["family"]).reshape(-1), dtype=torch.long, device=device),
+        "glob": torch.as_tensor(np.asarray(obs["globals"]), dtype=torch.float32, device=device),
+        "family": torch.as_tensor(np.asarray(obs["family"]).reshape(-1), dtype=torch.long, device=device),
     }
 
 
