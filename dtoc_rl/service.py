@@ -72,10 +72,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from dtoc_rl.decide_request import DecideError, Request, decode, parse, to_request
+from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.models import FAMILIES
 from dtoc_rl.tools import TOOL_CATEGORIES
@@ -180,7 +179,7 @@ class DecisionService:
             "max_body_bytes": self.max_body,
             "max_request_items": self.max_request_items,
             "endpoints": ["GET /health", "GET /version", "POST /decide"],
-            "request_schema": msgspec.json.schema(Request),  # JSON Schema of a /decide body
+            "request_schema": request_schema(),  # JSON Schema of a /decide body
         }
 
     # -- deciding ------------------------------------------------------------------
