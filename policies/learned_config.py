@@ -60,6 +60,9 @@ class LearnedPolicyConfig:
             raise ValueError(f"mode must be oracle, bc or rl, got {self.mode!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        for name, low in (("d_model", 1), ("n_heads", 1), ("n_layers", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not 0.0 <= self.threshold <= 1.0:

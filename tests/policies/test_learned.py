@@ -31,7 +31,9 @@ def _obs(env_kw=None):
 @pytest.mark.parametrize(
     "bad,msg",
     [(dict(mode="ppo"), "mode must be"), (dict(d_model=10, n_heads=4), "divisible"),
-     (dict(val_fraction=1.0), "val_fraction"), (dict(threshold=2.0), "threshold")],
+     (dict(val_fraction=1.0), "val_fraction"), (dict(threshold=2.0), "threshold"),
+     (dict(d_model=0), "d_model must be >= 1"), (dict(n_heads=0), "n_heads must be >= 1"),
+     (dict(n_layers=-1), "n_layers must be >= 0")],
 )  # fmt: skip
 def test_config_validation(bad, msg):
     with pytest.raises(ValueError, match=msg):
