@@ -239,22 +239,26 @@ def http_bench(
     return ka, nc, server_side
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def learned_policy(args: argparse.Namespace):
+    """The policy to time: ``--checkpoint``, or a fresh network of the asked shape (raises
+    ValueError or CheckpointError with the reason)."""
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    if args.checkpoint:
+        return LearnedPolicy.load(args.checkpoint)
+    shape = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
+    return LearnedPolicyConfig(**{k: v for k, v in shape.items() if v is not None}).create()
+
+
+def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(args.threads)
-    from dtoc_rl.policies.learned import LearnedPolicy
-    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
     from dtoc_rl.policies.registry import make_policy
 
     tmp = tempfile.TemporaryDirectory(prefix="dtoc-bench-")
-    if args.checkpoint:
-        ckpt = Path(args.checkpoint)
-        policy = LearnedPolicy.load(ckpt)
-    else:
-        shape = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
-        policy = LearnedPolicyConfig(**{k: v for k, v in shape.items() if v is not None}).create()
-        ckpt = policy.save(Path(tmp.name) / "ckpt")
+    ckpt = Path(args.checkpoint) if args.checkpoint else policy.save(Path(tmp.name) / "ckpt")
     results: dict[str, Any] = {
         "outputs": args.outputs,
         "max_items": args.max_items,
@@ -279,16 +283,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wall, cpu, (ref_py, ref_torch) = time_interleaved(
         lambda: orch.decide(force=True), (python_reference, torch_reference), args.repeat
     )
-    rows[f"in-process decide, learned, {args.max_items} slots"] = stats(wall, cpu)
-    rows["  reference, timed in between: fixed Python work"] = stats(ref_py)
-    rows["  reference, timed in between: fixed torch matmuls"] = stats(ref_torch)
-    results["machine_jitter"] = {
-        "python": rows["  reference, timed in between: fixed Python work"],
-        "torch": rows["  reference, timed in between: fixed torch matmuls"],
-    }
-    results["decide_over_torch_reference"] = rows[f"in-process decide, learned, {args.max_items} slots"][
-        "p50_ms"
-    ] / max(1e-9, rows["  reference, timed in between: fixed torch matmuls"]["p50_ms"])
+    decide = rows[f"in-process decide, learned, {args.max_items} slots"] = stats(wall, cpu)
+    jitter = {"python": stats(ref_py), "torch": stats(ref_torch)}
+    rows["  reference, timed in between: fixed Python work"] = jitter["python"]
+    rows["  reference, timed in between: fixed torch matmuls"] = jitter["torch"]
+    results["machine_jitter"] = jitter
+    results["decide_over_torch_reference"] = decide["p50_ms"] / max(1e-9, jitter["torch"]["p50_ms"])
     if args.quick:
         tmp.cleanup()
         return results
@@ -349,11 +349,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows[f"HTTP service-side latency_ms, {name}"] = stats(server_side)
     results["targets"] = {"in_process_p99_ms": 2.0, "http_p99_ms": 10.0}
     results["met"] = {
-        "in_process": rows[f"in-process decide, learned, {args.max_items} slots"]["p99_ms"] <= 2.0,
+        "in_process": decide["p99_ms"] <= 2.0,
         "http": rows["HTTP /decide round trip, learned, keep-alive"]["p99_ms"] <= 10.0,
     }
     tmp.cleanup()
     return results
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {n}")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,18 +373,20 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--outputs", type=int, default=300, help="stored outputs (default 300)")
-    p.add_argument("--max-items", type=int, default=128, help="policy slots (default 128)")
-    p.add_argument("--repeat", type=int, default=500, help="timed decisions/requests per row (default 500)")
-    p.add_argument("--turns", type=int, default=50, help="timed full turns (default 50)")
+    p.add_argument("--outputs", type=_positive, default=300, help="stored outputs (default 300)")
+    p.add_argument("--max-items", type=_positive, default=128, help="policy slots (default 128)")
     p.add_argument(
-        "--threads", type=int, default=1, help="torch threads, here and in the service (default 1)"
+        "--repeat", type=_positive, default=500, help="timed decisions/requests per row (default 500)"
+    )
+    p.add_argument("--turns", type=_positive, default=50, help="timed full turns (default 50)")
+    p.add_argument(
+        "--threads", type=_positive, default=1, help="torch threads, here and in the service (default 1)"
     )
     p.add_argument("--checkpoint", help="a learned-policy checkpoint (default: a fresh default network)")
     net = p.add_argument_group("network of the fresh policy (without --checkpoint; default: the config's)")
-    net.add_argument("--d-model", type=int, help="width")
-    net.add_argument("--n-layers", type=int, help="encoder layers")
-    net.add_argument("--n-heads", type=int, help="attention heads")
+    net.add_argument("--d-model", type=_positive, help="width")
+    net.add_argument("--n-layers", type=int, help="encoder layers (0: none)")
+    net.add_argument("--n-heads", type=_positive, help="attention heads")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -383,7 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
-    r = run(args)
+    from dtoc_rl.policies.learned import CheckpointError
+
+    try:
+        policy = learned_policy(args)
+    except (ValueError, CheckpointError) as e:
+        p.error(str(e))
+    r = run(args, policy)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0

@@ -31,3 +31,17 @@ def test_quick_mode_times_only_the_decision_and_the_references(capsys):
         "reference, timed in between: fixed torch matmuls",
     ]
     assert r["decide_over_torch_reference"] > 0 and "met" not in r
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--repeat", "0"], "--repeat: must be a positive integer, got 0"),
+        (["--n-heads", "3"], "must be divisible by n_heads"),
+        (["--checkpoint", "/nonexistent"], "is not a checkpoint"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(argv, msg, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_policy.main([*argv, "--quick"])
+    assert e.value.code == 2 and msg in capsys.readouterr().err
