@@ -123,7 +123,7 @@ import re
 import shlex
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -135,6 +135,7 @@ __all__ = [
     "DEFAULT_MIN_SPAN",
     "DEFAULT_WINDOW",
     "EVIDENCE_CHARS",
+    "NeedLabeller",
     "Resource",
     "first_modified",
     "label_stats",
@@ -952,11 +953,11 @@ def _shell(cmd: str, state: _State) -> tuple[list[Resource], list[str]]:
                     k = argv.index("-c")
                     code = argv[k + 1] if k + 1 < len(argv) else code
                 if code:
-                    writes.extend(_py_writes(code, cwd))
+                    writes.extend(sorted(_py_writes(code, cwd)))  # sets: order by name, not by hash
                 else:
                     script = next((a for a in argv[1:] if a.endswith(".py")), None)
                     if script is not None:
-                        writes.extend(state.script_writes().get(_norm_path(script, cwd), ()))
+                        writes.extend(sorted(state.script_writes().get(_norm_path(script, cwd), ())))
     # a script written by a heredoc: remember what it writes, for when it is run
     if bodies:
         for w in writes:
@@ -1461,6 +1462,157 @@ def _key_map(traj: Trajectory, keys: dict[str, int] | None) -> dict[str, int]:
     return ordinal
 
 
+class NeedLabeller:
+    """:func:`label_trajectory` one turn at a time, for agents that are still running.
+
+    Feed the turns in order with :meth:`label_turn` (the steps of one assistant message, numbered
+    on from the previous turn's): it fills their ``read_resource``, ``write_resources`` and
+    ``needs`` exactly as :func:`label_trajectory` would on the whole trajectory, provided each
+    step's ``output`` is set when its turn is fed.  The indexes persist, so a turn costs time
+    linear in its own text, whatever the length of the session.  An output that arrives after
+    its turn was fed can still be added (:meth:`add_output`); the needs already labelled stay.
+
+    ``keys`` maps DTOC tool keys to step indices (it may be a live mapping that grows with the
+    session; a key is only ever resolved to a step already fed).  The other arguments are
+    :func:`label_trajectory`'s.
+    """
+
+    def __init__(
+        self,
+        task_text: str = "",
+        system_prompt: str = "",
+        *,
+        keys: Mapping[str, int] | None = None,
+        min_span: int = DEFAULT_MIN_SPAN,
+        window: int = DEFAULT_WINDOW,
+        min_atom: int = DEFAULT_MIN_ATOM,
+        include_reasoning: bool = False,
+        exclude_agent_text: bool = True,
+    ):
+        self.min_span = min_span
+        self.include_reasoning = include_reasoning
+        self.exclude_agent_text = exclude_agent_text
+        self.keys: Mapping[str, int] = keys if keys is not None else {}
+        self.steps_fed = 0
+        self._idx = _SpanIndex(window, min_atom)
+        self._idx.add_own(task_text)
+        self._idx.add_own(system_prompt)
+        self._state = _State()
+        self._call_ids: dict[str, int] = {}
+        self._visible: set[int] = set()  # steps of earlier turns that have an output
+        # resource string -> latest earlier step; files also by basename for path-suffix matching
+        self._res_latest: dict[str, int] = {}
+        self._res_by_base: dict[str, dict[Resource, int]] = defaultdict(dict)
+        # file path -> latest step that wrote it (by basename), and the latest unknown write (``*``)
+        self._writes_by_base: dict[str, dict[str, int]] = defaultdict(dict)
+        self._any_write = -1
+        self._reads_waiting: dict[int, list[Resource]] = {}  # steps fed without an output
+
+    def label_turn(self, steps: Sequence[Step]) -> None:
+        """Label the steps of one turn (in place); then their outputs become visible to later turns."""
+        for i, s in enumerate(steps):
+            if s.index != self.steps_fed + i:
+                raise ValueError(
+                    f"step {s.index} fed as step {self.steps_fed + i}: turns must be fed in order "
+                    "and steps numbered 0..n-1"
+                )
+        idx, state, visible = self._idx, self._state, self._visible
+        for s in steps:
+            idx.add_own(s.user_text)
+        labelled: list[tuple[Step, list[Resource]]] = []
+        for s in steps:
+            reads, writes = _step_resources(s, state)
+            reads = list(dict.fromkeys(reads))
+            s.read_resource = "\n".join(str(r) for r in reads) or None
+            s.write_resources = list(dict.fromkeys(writes))
+            needs: dict[tuple[int, str], str] = {}
+            # provenance
+            texts = [_args_text(s)]
+            if s is steps[0] or s.assistant_text:
+                texts.append(s.assistant_text)
+            if self.include_reasoning:
+                texts.append(s.reasoning)
+            for text in texts:
+                for src, span in idx.match(text, self.min_span).items():
+                    if src in visible:
+                        prev = needs.get((src, "provenance"), "")
+                        if len(span) > len(prev):
+                            needs[(src, "provenance")] = span
+            # re-access
+            for r in reads:
+                if r.kind == "file":
+                    for prev, src in self._res_by_base.get(os.path.basename(r.key), {}).items():
+                        if src in visible and r.overlaps(prev):
+                            needs.setdefault((src, "reaccess"), str(prev))
+                else:
+                    src = self._res_latest.get(str(r))
+                    if src is not None and src in visible:
+                        needs.setdefault((src, "reaccess"), str(r))
+            # in-place edits must match text that the file's current reads showed
+            for path in dict.fromkeys(state.edits):
+                sources = _edit_sources(
+                    self._res_by_base, self._writes_by_base, self._any_write, path, visible
+                )
+                # an edit whose text was copied from some of these reads came from them
+                copied = {src for src in sources if (src, "provenance") in needs}
+                for src in copied or sources:
+                    needs.setdefault((src, "edit"), f"file:{path}")
+            # references
+            action = "\n".join(t for t in texts if t)
+            for m in _KEY.finditer(action):
+                src = self.keys.get(m.group(0))
+                if src is not None and src in visible:
+                    needs.setdefault((src, "reference"), m.group(0))
+            if self._call_ids:
+                for m in _IDLIKE.finditer(action):
+                    src = self._call_ids.get(m.group(0))
+                    if src is not None and src in visible:
+                        needs.setdefault((src, "reference"), m.group(0))
+            s.needs = [
+                Need(step=st, kind=kind, evidence=ev[:EVIDENCE_CHARS])
+                for (st, kind), ev in sorted(needs.items())
+            ]
+            labelled.append((s, reads))
+        self.steps_fed += len(steps)
+        # the turn is over: its words become "own words", its outputs become visible
+        for s in steps if self.exclude_agent_text else ():
+            idx.add_own(s.assistant_text)
+            idx.add_own(s.tool_args)
+            args_text = _args_text(s)
+            if args_text != s.tool_args:
+                idx.add_own(args_text)
+            if self.include_reasoning:
+                idx.add_own(s.reasoning)
+        for s, reads in labelled:
+            for w in s.write_resources:
+                if w == "*":
+                    self._any_write = s.index
+                elif not w.startswith("state:"):
+                    self._writes_by_base[os.path.basename(w)][w] = s.index
+            if s.output is None:
+                self._reads_waiting[s.index] = reads
+            else:
+                self._show(s, reads)
+
+    def add_output(self, step: Step) -> None:
+        """A step fed without an output has one now: later turns may need it.  (Its own
+        resources and needs stay as labelled: an abbreviated view or a refused edit is only
+        seen in its output.)  A step not fed yet, or already shown, is ignored."""
+        reads = self._reads_waiting.pop(step.index, None)
+        if reads is not None and step.output is not None:
+            self._show(step, reads)
+
+    def _show(self, s: Step, reads: list[Resource]) -> None:
+        self._idx.add_output(s.output, s.index)
+        self._visible.add(s.index)
+        if s.tool_call_id:
+            self._call_ids[s.tool_call_id] = s.index
+        for r in reads:
+            self._res_latest[str(r)] = s.index
+            if r.kind == "file":
+                self._res_by_base[os.path.basename(r.key)][r] = s.index
+
+
 def label_trajectory(
     traj: Trajectory,
     *,
@@ -1482,106 +1634,23 @@ def label_trajectory(
     prompt and user messages stay excluded) — for sensitivity analysis only,
     it counts re-quotes of the agent's own words as copies.  See the module
     docstring for the rules.  Existing labels are replaced.  Returns ``traj``.
+    A running agent labels turn by turn with :class:`NeedLabeller` (the same labels).
     """
-    steps = traj.steps
-    for i, s in enumerate(steps):
+    for i, s in enumerate(traj.steps):
         if s.index != i:
             raise ValueError(f"step {i} has index {s.index}; steps must be numbered 0..n-1")
-    idx = _SpanIndex(window, min_atom)
-    idx.add_own(traj.task_text)
-    idx.add_own(traj.system_prompt)
-    state = _State()
-    key_map = _key_map(traj, keys)
-    call_ids: dict[str, int] = {}
-    visible: set[int] = set()  # steps of earlier turns that have an output
-    # resource string → latest earlier step; files also by basename for path-suffix matching
-    res_latest: dict[str, int] = {}
-    res_by_base: dict[str, dict[Resource, int]] = defaultdict(dict)
-    # file path → latest step that wrote it (by basename), and the latest unknown write (``*``)
-    writes_by_base: dict[str, dict[str, int]] = defaultdict(dict)
-    any_write = -1
-
-    for group in _turn_groups(steps):
-        for s in group:
-            idx.add_own(s.user_text)
-        labelled: list[tuple[Step, list[Resource]]] = []
-        for s in group:
-            reads, writes = _step_resources(s, state)
-            reads = list(dict.fromkeys(reads))
-            s.read_resource = "\n".join(str(r) for r in reads) or None
-            s.write_resources = list(dict.fromkeys(writes))
-            needs: dict[tuple[int, str], str] = {}
-            # provenance
-            texts = [_args_text(s)]
-            if s is group[0] or s.assistant_text:
-                texts.append(s.assistant_text)
-            if include_reasoning:
-                texts.append(s.reasoning)
-            for text in texts:
-                for src, span in idx.match(text, min_span).items():
-                    if src in visible:
-                        prev = needs.get((src, "provenance"), "")
-                        if len(span) > len(prev):
-                            needs[(src, "provenance")] = span
-            # re-access
-            for r in reads:
-                if r.kind == "file":
-                    for prev, src in res_by_base.get(os.path.basename(r.key), {}).items():
-                        if src in visible and r.overlaps(prev):
-                            needs.setdefault((src, "reaccess"), str(prev))
-                else:
-                    src = res_latest.get(str(r))
-                    if src is not None and src in visible:
-                        needs.setdefault((src, "reaccess"), str(r))
-            # in-place edits must match text that the file's current reads showed
-            for path in dict.fromkeys(state.edits):
-                sources = _edit_sources(res_by_base, writes_by_base, any_write, path, visible)
-                # an edit whose text was copied from some of these reads came from them
-                copied = {src for src in sources if (src, "provenance") in needs}
-                for src in copied or sources:
-                    needs.setdefault((src, "edit"), f"file:{path}")
-            # references
-            action = "\n".join(t for t in texts if t)
-            for m in _KEY.finditer(action):
-                src = key_map.get(m.group(0))
-                if src is not None and src in visible:
-                    needs.setdefault((src, "reference"), m.group(0))
-            if call_ids:
-                for m in _IDLIKE.finditer(action):
-                    src = call_ids.get(m.group(0))
-                    if src is not None and src in visible:
-                        needs.setdefault((src, "reference"), m.group(0))
-            s.needs = [
-                Need(step=st, kind=kind, evidence=ev[:EVIDENCE_CHARS])
-                for (st, kind), ev in sorted(needs.items())
-            ]
-            labelled.append((s, reads))
-        # the turn is over: its words become "own words", its outputs become visible
-        for s in group if exclude_agent_text else ():
-            idx.add_own(s.assistant_text)
-            idx.add_own(s.tool_args)
-            args_text = _args_text(s)
-            if args_text != s.tool_args:
-                idx.add_own(args_text)
-            if include_reasoning:
-                idx.add_own(s.reasoning)
-        for s, reads in labelled:
-            for w in s.write_resources:
-                if w == "*":
-                    any_write = s.index
-                elif not w.startswith("state:"):
-                    writes_by_base[os.path.basename(w)][w] = s.index
-            if s.output is None:
-                continue
-            idx.add_output(s.output, s.index)
-            visible.add(s.index)
-            if s.tool_call_id:
-                call_ids[s.tool_call_id] = s.index
-            for r in reads:
-                rs = str(r)
-                res_latest[rs] = s.index
-                if r.kind == "file":
-                    res_by_base[os.path.basename(r.key)][r] = s.index
+    labeller = NeedLabeller(
+        traj.task_text,
+        traj.system_prompt,
+        keys=_key_map(traj, keys),
+        min_span=min_span,
+        window=window,
+        min_atom=min_atom,
+        include_reasoning=include_reasoning,
+        exclude_agent_text=exclude_agent_text,
+    )
+    for group in _turn_groups(traj.steps):
+        labeller.label_turn(group)
     return traj
 
 

@@ -52,20 +52,21 @@ per slot), ``slot_steps``, ``step``, ``model_family``, ``active_tokens``,
 
 Online need labels
 ------------------
-Needs are labelled with :func:`dtoc_rl.labels.label_trajectory` when an
-assistant turn is recorded (its actions are what use earlier outputs).  That
-labeller is not incremental (about 1 ms per step of trajectory on the bundled
-sample), so the orchestrator labels only the last ``label_window`` steps
-(default 64, whole turns) and keeps the labels of the new steps: an output older
-than the window gets no new needs.  The labelling runs in a worker thread
-(``background_labels=True``), so it overlaps the execution of the tools the
-turn asked for; :meth:`decide`, :meth:`observation`, :meth:`trajectory` and
-:attr:`totals` wait for it.  ``label_every=k`` labels every k-th assistant turn
-(the skipped turns' steps are labelled together at the next one);
-``label_every=0`` switches labelling off (need features stay 0; rule policies do
-not read them).  Misses (a new step needs an output that was hidden when its
-call was made) are counted in :attr:`totals`.  A labeller error never stops the
-loop: it is kept in :attr:`label_errors` and warned about once.
+Needs are labelled turn by turn with a :class:`dtoc_rl.labels.NeedLabeller`, the
+incremental form of :func:`~dtoc_rl.labels.label_trajectory`: a turn's actions are
+labelled when something reads the policy's view (:meth:`decide`, :meth:`observation`,
+:meth:`item_states`, :attr:`totals`, :meth:`trajectory`), by which time the
+turn's tool results are in, so the online labels are the ones ``label_trajectory``
+gives the logged trajectory (an output that arrives after its turn was labelled
+still becomes visible to later turns; only its own step's labels may then differ,
+since an abbreviated view or a refused edit shows in the output).  A turn costs
+time linear in its own text, whatever the length of the session.
+``label_every=k`` labels every k-th assistant turn (the skipped turns are labelled
+together at the next one); ``label_every=0`` switches labelling off (need features
+stay 0; rule policies do not read them).  Misses (a new step needs an output that
+was hidden when its call was made) are counted in :attr:`totals`.  A labeller
+error never stops the loop: it is kept in :attr:`label_errors`, warned about once,
+and the turn it failed on keeps no needs.
 
 Restarts
 --------
@@ -102,7 +103,7 @@ import numpy as np
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
 from dtoc_rl.features import ItemColumns, ItemState
-from dtoc_rl.labels import label_trajectory, modified_between
+from dtoc_rl.labels import NeedLabeller, modified_between
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.record import ToolOutput
@@ -250,8 +251,7 @@ class Orchestrator:
         max_items: observation slots: the policy sees the ``max_items`` most recent outputs
             (default: the policy's ``cfg.max_items`` when it has one, as learned policies do, else 128).
         budget_tokens: the budget passed to the policy (0: none).
-        label_every, label_window, background_labels: online need labelling (see the
-            module docstring).
+        label_every: online need labelling every k-th turn, 0: off (see the module docstring).
         task_id: the trajectory's task id (default: the session id).
         include_reasoning: prefix reasoning to assistant text in rendered requests.
     """
@@ -272,8 +272,6 @@ class Orchestrator:
         max_items: int | None = None,
         budget_tokens: int = 0,
         label_every: int = 1,
-        label_window: int | None = 64,
-        background_labels: bool = True,
         task_id: str | None = None,
         include_reasoning: bool = False,
     ):
@@ -291,14 +289,11 @@ class Orchestrator:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
         if label_every < 0:
             raise ValueError(f"label_every must be >= 0, got {label_every}")
-        if label_window is not None and label_window < 1:
-            raise ValueError(f"label_window must be >= 1 or None, got {label_window}")
         self.policy = policy if mode != "agent" else None
         self.mode = mode
         self.N = int(max_items)
         self.budget = int(budget_tokens)
         self.label_every = int(label_every)
-        self.label_window = label_window
         self.include_reasoning = include_reasoning
         self._model = model or ""
         self._family_fixed = model_family is not None
@@ -334,9 +329,8 @@ class Orchestrator:
         self._pending_user: list[str] = []
         self._pending_events: list[ContextEvent] = []
         self._masked_at_request: list[int] | None = None
-        self._unlabelled_from = 0  # first step without labels
-        self._label_threads: list[threading.Thread] = []
-        self.background_labels = bool(background_labels)
+        self._unlabelled_from = 0  # first step not fed to the labeller
+        self._labeller: NeedLabeller | None = None  # made at the first labelling (task text known)
         self.label_errors: list[str] = []
         self._turns_since_label = 0
         self._pins: dict[str, bool] = {}
@@ -353,9 +347,10 @@ class Orchestrator:
     # ------------------------------------------------------------------------------ properties
     @property
     def totals(self) -> OrchestratorTotals:
-        """Counters of the session (waits for background need labelling, which counts misses)."""
-        self._wait_labels()
-        return self._totals
+        """Counters of the session (labels the turns not labelled yet: needs count misses)."""
+        with self._lock:
+            self._label_due()
+            return self._totals
 
     @property
     def session_id(self) -> str:
@@ -547,10 +542,6 @@ class Orchestrator:
                 else:
                     out.append({"id": m["id"], "name": m["name"], "arguments": m["arguments"]})
             self._turns_since_label += 1
-            if self.label_every and self._turns_since_label >= self.label_every:
-                self._label()
-            elif not self.label_every:
-                self._unlabelled_from = len(self._steps)
             self._touch()
             return out
 
@@ -578,6 +569,8 @@ class Orchestrator:
                 step.output = rec.tool_result
                 step.output_is_error = bool(is_error)
                 step.output_tokens = math.ceil(len(rec.tool_result) / 4)
+                if step.index < self._unlabelled_from and self._labeller is not None:
+                    self._labeller.add_output(step)  # late: its turn was labelled without it
             self._track(rec, step, is_error=is_error)
             self._touch()
             return rec.tool_key
@@ -588,8 +581,8 @@ class Orchestrator:
 
         Called by the request builders; call it yourself only to decide at another time.
         """
-        self._wait_labels()
         with self._lock:
+            self._label_due()
             if self.policy is None or (not force and self._decided_version == self._version):
                 return Decision()
             t0 = time.perf_counter()
@@ -611,16 +604,16 @@ class Orchestrator:
 
     def observation(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any]]:
         """The ``(obs, info)`` the policy would get now (for inspection and tests)."""
-        self._wait_labels()
         with self._lock:
+            self._label_due()
             obs, info, _ = self._observe()
             return obs, info
 
     def item_states(self) -> list[tuple[str, ItemState]]:
         """Every stored output, oldest first, as ``(key, ItemState)``: what the policy knows
         of it now (e.g. to send the store to ``dtoc-rl serve`` as a ``/decide`` request)."""
-        self._wait_labels()
         with self._lock:
+            self._label_due()
             now = max(0, self._totals.calls - 1)
             return [
                 (o.key, self._cols.state(o.row, o.rec.visible, now=now, users=self._users))
@@ -667,10 +660,9 @@ class Orchestrator:
     def trajectory(self, success: bool | None = None) -> Trajectory:
         """The session so far in the canonical schema (online need labels; the policy's
         changes as ``ContextEvent``\\ s on the first step after them; ``masked_before``)."""
-        self._wait_labels()
         with self._lock:
-            if self.label_every and self._unlabelled_from < len(self._steps):
-                self._label(background=False)
+            if self.label_every:
+                self._label()
             tot = self._totals
             extra = {
                 "env": SOURCE,
@@ -735,7 +727,6 @@ class Orchestrator:
         return path
 
     def close(self) -> None:
-        self._wait_labels()
         if self._on_visibility in self.store.listeners:  # a closed orchestrator is not kept alive
             self.store.listeners.remove(self._on_visibility)
         self.ctx.detach()
@@ -973,87 +964,59 @@ class Orchestrator:
             self._record_changes(d.enabled, d.disabled)
         return d
 
-    def _label(self, background: bool | None = None) -> None:
-        """Label the steps not labelled yet (under the lock: takes a snapshot, then labels it
-        in a worker thread or inline); see :meth:`_label_run`."""
+    def _label_due(self) -> None:
+        """Label the turns recorded since the last labelling when ``label_every`` says so
+        (under the lock)."""
+        if self.label_every and self._turns_since_label >= self.label_every:
+            self._label()
+
+    def _label(self) -> None:
+        """Feed the turns not labelled yet to the labeller (under the lock), then update the
+        features of the outputs that their steps needed."""
         self._turns_since_label = 0
         first = self._unlabelled_from
         steps = self._steps
         if first >= len(steps):
             return
-        lo = 0
-        if self.label_window is not None:
-            lo = max(0, first - self.label_window)
-            while lo > 0 and steps[lo].turn == steps[lo - 1].turn:
-                lo -= 1  # start at a turn boundary
-        sub = [replace(s, index=s.index - lo, needs=[], write_resources=[]) for s in steps[lo:]]
-        traj = Trajectory(
-            traj_id="live",
-            source=SOURCE,
-            model_raw=self._model,
-            model_family=self.model_family,
-            task_id=self.task_id or "",
-            task_text=self._task,
-            system_prompt=self._system,
-            steps=sub,
-        )
-        keys = {k: i - lo for k, i in self._key_step.items() if i >= lo}
-        self._unlabelled_from = len(steps)  # claimed by this job
-        job = (traj, keys, lo, first)
-        if self.background_labels if background is None else background:
-            t = threading.Thread(target=self._label_run, args=job, name="dtoc-labels", daemon=True)
-            self._label_threads.append(t)
-            t.start()
-        else:
-            self._label_run(*job)
-
-    def _wait_labels(self) -> None:
-        """Wait for labelling jobs (never call it holding the lock: jobs apply under it)."""
-        while self._label_threads:
-            t = self._label_threads[0]
-            if t is threading.current_thread():
-                return
-            t.join()
-            with self._lock:
-                if self._label_threads and self._label_threads[0] is t:
-                    self._label_threads.pop(0)
-
-    def _label_run(self, traj: Trajectory, keys: dict[str, int], lo: int, first: int) -> None:
-        """Label a snapshot (outside the lock), then update the features of the outputs
-        that the new steps needed (under it)."""
         t0 = time.perf_counter()
-        try:
-            label_trajectory(traj, keys=keys)
-        except Exception as e:  # a labeller bug must not stop the agent: features just miss it
-            with self._lock:
+        if self._labeller is None:
+            # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
+            self._labeller = NeedLabeller(self._task, self._system, keys=self._key_step)
+        lab = self._labeller
+        new = steps[first:]
+        i = 0
+        while i < len(new):
+            j = i + 1
+            while j < len(new) and new[j].turn == new[i].turn:
+                j += 1
+            turn = new[i:j]
+            try:
+                lab.label_turn(turn)
+            except Exception as e:  # a labeller bug must not stop the agent: features just miss it
                 self.label_errors.append(f"{type(e).__name__}: {e}")
-            if len(self.label_errors) == 1:
-                warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=2)
-            return
-        with self._lock:
-            steps = self._steps
-            cols = self._cols
-            new_writes: list[str] = []
-            new = [steps[s.index + lo] for s in traj.steps[first - lo :]]
-            for orig, s in zip(new, traj.steps[first - lo :]):
-                orig.read_resource = s.read_resource
-                orig.write_resources = list(s.write_resources)
-                orig.needs = [replace(n, step=n.step + lo) for n in s.needs]
-                new_writes.extend(orig.write_resources)
-            self._totals.misses += cols.add_needs(new, self._step_row)
-            if new_writes:
-                w = Step(index=1, write_resources=new_writes)
-                for o in self._outs:
-                    if cols.get(o.row, "modified") or o.step < 0 or o.step >= first:
-                        continue
-                    mini = Trajectory(
-                        traj_id="m", source="", model_raw="", model_family="", task_id="",
-                        steps=[steps[o.step], w],
-                    )  # fmt: skip
-                    if modified_between(mini, 0, 1):
-                        cols.flag(o.row, "modified")
-            self._totals.label_ms += (time.perf_counter() - t0) * 1000
-            self._touch()
+                if len(self.label_errors) == 1:
+                    warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=3)
+                lab.steps_fed = turn[-1].index + 1
+                for st in turn:
+                    st.needs = []
+            i = j
+        self._unlabelled_from = len(steps)
+        cols = self._cols
+        self._totals.misses += cols.add_needs(new, self._step_row)
+        new_writes = [w for st in new for w in st.write_resources]
+        if new_writes:
+            w = Step(index=1, write_resources=new_writes)
+            for o in self._outs:
+                if cols.get(o.row, "modified") or o.step < 0 or o.step >= first:
+                    continue
+                mini = Trajectory(
+                    traj_id="m", source="", model_raw="", model_family="", task_id="",
+                    steps=[steps[o.step], w],
+                )  # fmt: skip
+                if modified_between(mini, 0, 1):
+                    cols.flag(o.row, "modified")
+        self._totals.label_ms += (time.perf_counter() - t0) * 1000
+        self._touch()
 
     def _rebuild(self) -> None:
         """Rebuild the tracking state from the store's messages (a new or reopened session)."""
@@ -1086,10 +1049,6 @@ class Orchestrator:
                     step.output_tokens = math.ceil(len(step.output) / 4)
         self._totals.calls = turn
         self._totals.tool_calls = sum(1 for s in self._steps if s.tool_name is not None)
-        if self._steps and self.label_every:
-            window, self.label_window = self.label_window, None
-            try:
-                self._label(background=False)
-            finally:
-                self.label_window = window
+        if self.label_every:
+            self._label()
         self._unlabelled_from = len(self._steps)

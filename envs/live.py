@@ -33,7 +33,7 @@ from dtoc_rl.features import (
     decode_action,
     observation_space,
 )
-from dtoc_rl.labels import label_trajectory, modified_between
+from dtoc_rl.labels import NeedLabeller, modified_between
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.pricing import Prices, prices_for
@@ -133,6 +133,7 @@ class _Episode:
     prev_sigs: list[Any] = field(default_factory=list)
     prev_tokens: list[int] = field(default_factory=list)
     pending_user: str = ""
+    labeller: NeedLabeller | None = None  # fed turn by turn (made at the first one)
     pending_events: list[ContextEvent] = field(default_factory=list)
     user_msgs: int = 1  # the task
     end_reason: str | None = None  # submit | agent_error | max_steps
@@ -158,8 +159,9 @@ class LiveEnv(gym.Env):
     :mod:`dtoc_rl.envs.tools`), and their outputs are stored, visible.  The first
     model call happens in ``reset()``, so the first observation already holds its
     output.  A message without a tool call (an unparseable generation) gets a short
-    user nudge and the loop continues.  Needs are labelled online with
-    :func:`dtoc_rl.labels.label_trajectory` over the steps so far; a need on an
+    user nudge and the loop continues.  Needs are labelled online, a turn at a time,
+    with :class:`dtoc_rl.labels.NeedLabeller` (the labels that
+    :func:`dtoc_rl.labels.label_trajectory` gives the whole episode); a need on an
     output that was hidden when the call was made is a **miss** (the agent had to
     re-read it).
 
@@ -241,7 +243,8 @@ class LiveEnv(gym.Env):
     * ``reset(options={"task_id": ...})`` or ``{"index": i}`` picks a task.
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version (needs labelled by relabelling the whole episode each step;
+      the incremental labeller gives the same labels in time linear in the episode).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -611,19 +614,19 @@ class LiveEnv(gym.Env):
         return dollars, self._label(first)
 
     def _label(self, first: int) -> int:
-        """Label the steps so far; update the features of what the new steps needed."""
+        """Label the new turn (its tool results are in); update the features of what it needed."""
         ep = self.ep
+        if ep.labeller is None:
+            ep.labeller = NeedLabeller(ep.task.prompt, self.system_prompt, keys=ep.key_step)
+        ep.labeller.label_turn(ep.steps[first:])
         traj = Trajectory(
             traj_id="live",
             source="live",
             model_raw=self.model_name,
             model_family=self.model_family,
             task_id=ep.task.id,
-            task_text=ep.task.prompt,
-            system_prompt=self.system_prompt,
             steps=ep.steps,
         )
-        label_trajectory(traj, keys=dict(ep.key_step))
         misses = ep.cols.add_needs(ep.steps[first:], ep.step_row)
         wrote = any(s.write_resources for s in ep.steps[first:])
         ep.totals.misses += misses

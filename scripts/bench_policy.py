@@ -314,12 +314,10 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
         *time_calls_cpu(lambda: rule.decide(force=True), args.repeat)
     )
 
-    # the whole turn: record (labels over the last 64 steps), store, decide, render
-    turn_orch = Orchestrator(
-        policy, query="Fix the bug.", model="gpt-4o", max_items=args.max_items, label_every=0
-    )
+    # the whole turn: record, store, label the turn's needs, decide, render
+    turn_orch = Orchestrator(policy, query="Fix the bug.", model="gpt-4o", max_items=args.max_items)
     fill(turn_orch, args.outputs)
-    turn_orch.label_every = 1  # label from here on (the window covers the last 64 steps)
+    turn_orch.decide(force=True)  # labels the turns fill() recorded
     rng = random.Random(1)
     turn_ms, label_ms = [], []
     for i in range(args.turns):

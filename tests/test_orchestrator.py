@@ -498,21 +498,132 @@ def test_bad_arguments_and_bad_policies():
         orch.record_openai_response(42)
 
 
-def test_background_labelling_matches_inline_labelling():
-    runs = []
-    for background in (True, False):
-        o = Orchestrator(make_policy("last_n:n=2"), query="t", background_labels=background)
-        read_loop(o, 9)
-        obs, _ = o.observation()
-        runs.append(
-            (
-                o.totals.misses,
-                [[(n.step, n.kind) for n in s.needs] for s in o.trajectory().steps],
-                obs["items"],
-            )
+def _labels(traj):
+    return [
+        (s.read_resource, s.write_resources, [(n.step, n.kind, n.evidence) for n in s.needs])
+        for s in traj.steps
+    ]
+
+
+def _replay(orch, traj):
+    """Drive ``orch`` with a logged trajectory's turns, deciding before each model call."""
+    by_turn: dict[int, list] = {}
+    for s in traj.steps:
+        by_turn.setdefault(s.turn, []).append(s)
+    for steps in by_turn.values():
+        orch.openai_request([BASH])
+        if steps[0].user_text:
+            orch.add_user(steps[0].user_text)
+        calls = [s for s in steps if s.tool_name]
+        ids = orch.record_assistant(
+            steps[0].assistant_text or "",
+            [{"name": s.tool_name, "arguments": s.tool_args or "{}"} for s in calls],
         )
-    (m1, n1, i1), (m2, n2, i2) = runs
-    assert m1 == m2 >= 1 and n1 == n2 and np.array_equal(i1, i2)
+        for c, s in zip(ids, calls):
+            orch.add_tool_result(c["id"], s.output or "", is_error=s.output_is_error)
+
+
+def test_online_labels_are_label_trajectory_of_the_log(data_dir):
+    import copy
+
+    from dtoc_rl.labels import label_trajectory
+
+    trajs = [t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 3]
+    compared = needs = 0
+    for t in trajs[:12]:
+        o = Orchestrator(make_policy("last_n:n=3"), query=t.task_text, system=t.system_prompt, model="gpt-4o")
+        _replay(o, t)
+        online = o.trajectory()
+        offline = copy.deepcopy(online)
+        label_trajectory(offline, keys=json.loads(online.extra)["keys"])
+        assert _labels(online) == _labels(offline), t.traj_id
+        # the policy's features came from the same needs
+        counts = {}
+        for s in online.steps:
+            for n in s.needs:
+                if n.kind in ("provenance", "reaccess", "reference"):
+                    counts[n.step] = counts.get(n.step, 0) + 1
+        key_step = json.loads(online.extra)["keys"]
+        feats = {key_step[k]: st.times_needed for k, st in o.item_states()}
+        assert {k: v for k, v in feats.items() if v} == counts, t.traj_id
+        compared += 1
+        needs += sum(len(s.needs) for s in online.steps)
+    assert compared >= 8 and needs > 20
+
+
+def test_a_turn_is_labelled_with_its_tool_results():
+    # a refused edit writes nothing, which only its output tells: the file's read stays current
+    o = Orchestrator(make_policy("none"), query="t")
+    read_loop(o, 1)
+    edit = {"command": "str_replace", "path": "f0.py", "old_str": "nope", "new_str": "x"}
+    (c,) = o.record_assistant("", [{"name": "str_replace_editor", "arguments": edit}])
+    o.add_tool_result(
+        c["id"], "No replacement was performed, old_str `nope` did not appear verbatim in f0.py."
+    )
+    read_loop(o, 1, start=6)  # cat f0.py again
+    steps = o.trajectory().steps
+    assert steps[1].write_resources == [] and [(n.step, n.kind) for n in steps[1].needs] == [(0, "edit")]
+    assert dict(o.item_states())["t0000"].modified == 0
+
+
+def test_each_output_is_indexed_once_however_long_the_session(monkeypatch):
+    from dtoc_rl import labels
+
+    indexed = []
+    real = labels._SpanIndex.add_output
+    monkeypatch.setattr(
+        labels._SpanIndex,
+        "add_output",
+        lambda self, text, step: indexed.append(step) or real(self, text, step),
+    )
+    o = Orchestrator(make_policy("last_n:n=2"), query="t")
+    read_loop(o, 40)
+    o.trajectory()
+    assert indexed == list(range(40))  # re-labelling a window per turn would index each many times
+
+
+def test_an_output_that_arrives_after_its_turn_was_labelled_is_still_found():
+    o = Orchestrator(make_policy("none"), query="t")
+    (c,) = o.record_assistant("", [{"name": "bash", "arguments": {"command": "cat f3.py"}}])
+    o.decide(force=True)  # labels turn 0 before its output exists
+    o.add_tool_result(c["id"], FILES["f3.py"])
+    (c2,) = o.record_assistant(
+        "calling compute_3 with argument_3",
+        [{"name": "bash", "arguments": {"command": "python -c 'compute_3(argument_3)'"}}],
+    )
+    o.add_tool_result(c2["id"], "ok")
+    steps = o.trajectory().steps
+    assert [(n.step, n.kind) for n in steps[1].needs] == [(0, "provenance")]
+
+
+def test_item_states_include_the_needs_of_the_last_turn():
+    o = Orchestrator(make_policy("none"), query="t")
+    read_loop(o, 7)  # turn 6 reads f0.py again: a need on t0000
+    assert dict(o.item_states())["t0000"].times_needed == 1
+
+
+def test_a_labelling_failure_never_stops_the_loop(monkeypatch):
+    from dtoc_rl.labels import NeedLabeller
+
+    real = NeedLabeller.label_turn
+    calls = []
+
+    def flaky(self, steps):
+        calls.append(steps[0].index)
+        if len(calls) == 3:
+            raise RuntimeError("labeller bug")
+        return real(self, steps)
+
+    monkeypatch.setattr(NeedLabeller, "label_turn", flaky)
+    orch = Orchestrator(make_policy("last_n:n=2"), query="t")
+    with pytest.warns(UserWarning, match="labeller bug"):
+        read_loop(orch, 7)
+        orch.openai_messages()
+    assert orch.label_errors == ["RuntimeError: labeller bug"]
+    steps = orch.trajectory().steps
+    assert steps[2].needs == []  # the turn it failed on
+    assert any(n.step == 0 and n.kind == "reaccess" for n in steps[6].needs)  # and labelling goes on
+    assert hidden(orch.openai_messages())[:1] == ["t0000"]
 
 
 def test_close_detaches_the_orchestrator_from_its_store():
@@ -523,35 +634,6 @@ def test_close_detaches_the_orchestrator_from_its_store():
     assert len(store.listeners) == 2  # the context's and the orchestrator's
     o.close()
     assert store.listeners == []
-
-
-def test_item_states_wait_for_background_labels(monkeypatch):
-    import dtoc_rl.orchestrator as mod
-
-    real = mod.label_trajectory
-
-    def slow(*a, **kw):
-        time.sleep(0.2)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(mod, "label_trajectory", slow)
-    o = Orchestrator(make_policy("none"), query="t", background_labels=True)
-    read_loop(o, 7)  # turn 6 reads f0.py again: a need on t0000, labelled in the background
-    assert dict(o.item_states())["t0000"].times_needed == 1
-
-
-def test_a_labelling_failure_never_stops_the_loop(monkeypatch):
-    import dtoc_rl.orchestrator as mod
-
-    def boom(*a, **k):
-        raise RuntimeError("labeller bug")
-
-    monkeypatch.setattr(mod, "label_trajectory", boom)
-    orch = Orchestrator(make_policy("last_n:n=2"), query="t")
-    with pytest.warns(UserWarning, match="labeller bug"):
-        read_loop(orch, 3)
-        orch.openai_messages()
-    assert orch.label_errors and hidden(orch.openai_messages()) == ["t0000"]
 
 
 def test_missing_and_reused_call_ids_get_fresh_ones():

@@ -125,6 +125,33 @@ def test_scripted_agent_fixes_the_task_end_to_end():
     env.close()
 
 
+def test_online_labels_are_label_trajectory_of_the_episode():
+    import copy
+
+    from dtoc_rl.labels import label_trajectory
+
+    script = [
+        call("read_file", path="pager.py"),
+        call("bash", command="grep -n per_page pager.py"),
+        call("bash", command='python -c "from pager import page_count; print(page_count(7, 3))"'),
+        call("str_replace", path="pager.py", old_str="no such text", new_str="x"),  # refused
+        fix_call("pagination"),
+        call("read_file", path="pager.py"),
+        call("bash", command=PYTEST),
+        call("submit", summary="done"),
+    ]
+    env = LiveEnv(ScriptedAgent(script), tasks=["pagination"], max_items=N)
+    run_episode(env)
+    online = env.trajectory()
+    offline = copy.deepcopy(online)
+    label_trajectory(offline, keys=dict(env.ep.key_step))
+    labels = lambda t: [(s.read_resource, s.write_resources, s.needs) for s in t.steps]  # noqa: E731
+    assert labels(online) == labels(offline)
+    kinds = {n.kind for s in online.steps for n in s.needs}
+    assert {"provenance", "reaccess", "edit"} <= kinds  # the script exercises the labeller
+    env.close()
+
+
 def test_wrong_fix_and_edited_tests_fail():
     script = [
         call("str_replace", path="pager.py", old_str="start = page * per_page", new_str="start = page"),
