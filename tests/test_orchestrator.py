@@ -466,7 +466,7 @@ def test_log_is_reingested_by_dtoc_rl_ingest(tmp_path):
     assert vis["3"]["masked_before"] == [0] and extra["dtoc_policy"].startswith("last_n")
     # the ingester's hindsight labels agree with the online ones on the re-read
     assert any(n.step == 0 and n.kind == "reaccess" for n in t.steps[4].needs)
-    assert any(n.step == 0 and n.kind == "reaccess" for n in mine.steps[4].needs)
+    assert _labels(t) == _labels(mine)
 
 
 def test_labelling_every_k_turns_and_off():
@@ -523,17 +523,26 @@ def _replay(orch, traj):
             orch.add_tool_result(c["id"], s.output or "", is_error=s.output_is_error)
 
 
-def test_online_labels_are_label_trajectory_of_the_log(data_dir):
+def test_online_labels_are_label_trajectory_of_the_log(data_dir, tmp_path):
     import copy
 
     from dtoc_rl.labels import label_trajectory
 
     trajs = [t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 3]
     compared = needs = 0
+    logged = {}
     for t in trajs[:12]:
-        o = Orchestrator(make_policy("last_n:n=3"), query=t.task_text, system=t.system_prompt, model="gpt-4o")
+        o = Orchestrator(
+            make_policy("last_n:n=3"),
+            query=t.task_text,
+            system=t.system_prompt,
+            model="gpt-4o",
+            task_id=t.traj_id,
+        )
         _replay(o, t)
         online = o.trajectory()
+        o.save_log(tmp_path / "runs.jsonl", append=True)
+        logged[t.traj_id] = _labels(online)
         offline = copy.deepcopy(online)
         label_trajectory(offline, keys=json.loads(online.extra)["keys"])
         assert _labels(online) == _labels(offline), t.traj_id
@@ -549,6 +558,15 @@ def test_online_labels_are_label_trajectory_of_the_log(data_dir):
         compared += 1
         needs += sum(len(s.needs) for s in online.steps)
     assert compared >= 8 and needs > 20
+    # and they are what `dtoc-rl ingest` labels in the saved logs
+    out = tmp_path / "ds"
+    assert (
+        cli_main(
+            ["ingest", str(tmp_path / "runs.jsonl"), "-o", str(out), "--workers", "1", "--quiet", "--json"]
+        )
+        == 0
+    )
+    assert {t.task_id: _labels(t) for t in load_trajectories(out)} == logged
 
 
 def test_a_turn_is_labelled_with_its_tool_results():
