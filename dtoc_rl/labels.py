@@ -112,6 +112,8 @@ outputs → latest step; hashed windows and atoms of non-output text for the
 exclusion; resources → latest step; keys and call ids → step).  Each step
 costs time linear in its own action and output text, so a trajectory costs
 time linear in its total text, never a scan of every earlier output.
+:class:`NeedLabeller` keeps those indexes between calls, so a running agent's
+turns are labelled one at a time with the same result.
 """
 
 from __future__ import annotations
