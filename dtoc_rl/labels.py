@@ -77,7 +77,8 @@ Four kinds
 ``reference``
     The action names a DTOC tool key (``t0007``) or the provider tool-call id of
     an earlier step.  Keys map to steps through ``keys`` when given, else
-    through ``"tool_key": "tNNNN"`` envelopes found in outputs, else by ordinal
+    through the map a DTOC orchestrator saved with its log (``extra["dtoc_keys"]``),
+    else through ``"tool_key": "tNNNN"`` envelopes found in outputs, else by ordinal
     (the n-th step with an output has key ``format_key(n)``, as the store
     assigns them).  Evidence is the key or id.
 
@@ -1444,9 +1445,25 @@ def _turn_groups(steps: list[Step]) -> list[list[Step]]:
     return groups
 
 
+def _recorded_keys(traj: Trajectory) -> dict[str, int] | None:
+    """The key -> step map a DTOC orchestrator saved with its log (``extra["dtoc_keys"]``)."""
+    try:
+        raw = traj.extra_dict().get("dtoc_keys")
+        keys = json.loads(raw) if isinstance(raw, str) else raw
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(keys, dict):
+        return None
+    n = len(traj.steps)
+    return {k: v for k, v in keys.items() if isinstance(k, str) and type(v) is int and 0 <= v < n}
+
+
 def _key_map(traj: Trajectory, keys: dict[str, int] | None) -> dict[str, int]:
     if keys is not None:
         return dict(keys)
+    recorded = _recorded_keys(traj)
+    if recorded:
+        return recorded
     found: dict[str, int] = {}
     for s in traj.steps:
         if s.output and '"tool_key"' in s.output:
@@ -1469,10 +1486,13 @@ class NeedLabeller:
 
     Feed the turns in order with :meth:`label_turn` (the steps of one assistant message, numbered
     on from the previous turn's): it fills their ``read_resource``, ``write_resources`` and
-    ``needs`` exactly as :func:`label_trajectory` would on the whole trajectory, provided each
-    step's ``output`` is set when its turn is fed.  The indexes persist, so a turn costs time
-    linear in its own text, whatever the length of the session.  An output that arrives after
-    its turn was fed can still be added (:meth:`add_output`); the needs already labelled stay.
+    ``needs`` as :func:`label_trajectory` does on the whole trajectory, provided each step's
+    ``output`` is set when its turn is fed.  (One exception: in a trajectory whose steps all
+    share one turn number, :func:`label_trajectory` takes each step as a turn of its own, since
+    some logs carry no turn numbers; so a session of one turn with several calls differs.)  The
+    indexes persist, so a turn costs time linear in its own text, whatever the length of the
+    session.  An output that arrives after its turn was fed can still be added
+    (:meth:`add_output`): later turns may need it, its own step's labels stay as they were.
 
     ``keys`` maps DTOC tool keys to step indices (it may be a live mapping that grows with the
     session; a key is only ever resolved to a step already fed).  The other arguments are
@@ -1595,6 +1615,19 @@ class NeedLabeller:
                 self._reads_waiting[s.index] = reads
             else:
                 self._show(s, reads)
+
+    def skip_turn(self, steps: Sequence[Step]) -> None:
+        """Pass over a turn without labelling it (e.g. one that :meth:`label_turn` failed on):
+        its steps keep no resources or needs, and their outputs become visible to later turns."""
+        for s in steps:
+            s.read_resource, s.write_resources, s.needs = None, [], []
+        if steps:
+            self.steps_fed = steps[-1].index + 1
+        for s in steps:
+            if s.output is None:
+                self._reads_waiting[s.index] = []
+            else:
+                self._show(s, [])
 
     def add_output(self, step: Step) -> None:
         """A step fed without an output has one now: later turns may need it.  (Its own

@@ -55,18 +55,20 @@ Online need labels
 Needs are labelled turn by turn with a :class:`dtoc_rl.labels.NeedLabeller`, the
 incremental form of :func:`~dtoc_rl.labels.label_trajectory`: a turn's actions are
 labelled when something reads the policy's view (:meth:`decide`, :meth:`observation`,
-:meth:`item_states`, :attr:`totals`, :meth:`trajectory`), by which time the
-turn's tool results are in, so the online labels are the ones ``label_trajectory``
-gives the logged trajectory (an output that arrives after its turn was labelled
-still becomes visible to later turns; only its own step's labels may then differ,
-since an abbreviated view or a refused edit shows in the output).  A turn costs
-time linear in its own text, whatever the length of the session.
+:meth:`item_states`, :attr:`totals`, :meth:`trajectory`) once all its tool results
+are in (the latest turn waits for them; an earlier turn with a call still unanswered
+is labelled without it, and the output becomes visible to later turns when it comes).
+So the online labels are the ones ``label_trajectory`` gives the logged trajectory,
+and ``dtoc-rl ingest`` the saved log (the log carries the key map, ``dtoc_keys``);
+the one exception is a session of a single turn with several calls (see
+:class:`~dtoc_rl.labels.NeedLabeller`).  A turn costs time linear in its own text,
+whatever the length of the session.
 ``label_every=k`` labels every k-th assistant turn (the skipped turns are labelled
 together at the next one); ``label_every=0`` switches labelling off (need features
 stay 0; rule policies do not read them).  Misses (a new step needs an output that
 was hidden when its call was made) are counted in :attr:`totals`.  A labeller
 error never stops the loop: it is kept in :attr:`label_errors`, warned about once,
-and the turn it failed on keeps no needs.
+and the turn it failed on keeps no labels (its outputs still count for later turns).
 
 Restarts
 --------
@@ -87,6 +89,7 @@ event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -404,6 +407,8 @@ class Orchestrator:
 
     def openai_messages(self) -> list[dict[str, Any]]:
         """Decide (policy modes), then the chat-completions ``messages`` for the next call."""
+        with self._lock:
+            self._check_answered()  # before deciding: a decision needs the turn's results
         self.decide()
         with self._lock:
             self._check_answered()
@@ -422,6 +427,8 @@ class Orchestrator:
 
     def anthropic_request(self, tools: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> dict:
         """``{"system"?, "messages", "tools"?}`` (plus ``extra``) for ``client.messages.create``."""
+        with self._lock:
+            self._check_answered()
         self.decide()
         with self._lock:
             self._check_answered()
@@ -714,6 +721,8 @@ class Orchestrator:
             "tokens_out": traj.tokens_out,
             "dtoc_totals": json.dumps(self._totals.to_dict()),
             "dtoc_visibility": json.dumps(visibility(traj)),
+            # keys follow the order results arrived in, not the steps': label_trajectory reads this
+            "dtoc_keys": json.dumps(json.loads(traj.extra)["keys"]),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:
@@ -973,17 +982,26 @@ class Orchestrator:
     def _label(self) -> None:
         """Feed the turns not labelled yet to the labeller (under the lock), then update the
         features of the outputs that their steps needed."""
-        self._turns_since_label = 0
         first = self._unlabelled_from
         steps = self._steps
-        if first >= len(steps):
+        end = len(steps)
+        pending = self.ctx.pending_calls
+        if pending:  # the latest turn waits for its tool results (its labels depend on them)
+            waiting = set(pending)
+            last = steps[-1].turn
+            if any(s.tool_call_id in waiting for s in steps[first:] if s.turn == last):
+                while end > first and steps[end - 1].turn == last:
+                    end -= 1
+        if end == len(steps):
+            self._turns_since_label = 0
+        if first >= end:
             return
         t0 = time.perf_counter()
         if self._labeller is None:
             # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
             self._labeller = NeedLabeller(self._task, self._system, keys=self._key_step)
         lab = self._labeller
-        new = steps[first:]
+        new = steps[first:end]
         i = 0
         while i < len(new):
             j = i + 1
@@ -996,11 +1014,10 @@ class Orchestrator:
                 self.label_errors.append(f"{type(e).__name__}: {e}")
                 if len(self.label_errors) == 1:
                     warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=3)
-                lab.steps_fed = turn[-1].index + 1
-                for st in turn:
-                    st.needs = []
+                with contextlib.suppress(Exception):  # its outputs may be what the labeller chokes on
+                    lab.skip_turn(turn)
             i = j
-        self._unlabelled_from = len(steps)
+        self._unlabelled_from = end
         cols = self._cols
         self._totals.misses += cols.add_needs(new, self._step_row)
         new_writes = [w for st in new for w in st.write_resources]
@@ -1051,4 +1068,3 @@ class Orchestrator:
         self._totals.tool_calls = sum(1 for s in self._steps if s.tool_name is not None)
         if self.label_every:
             self._label()
-        self._unlabelled_from = len(self._steps)

@@ -584,6 +584,100 @@ def test_a_turn_is_labelled_with_its_tool_results():
     assert dict(o.item_states())["t0000"].modified == 0
 
 
+def _offline(orch):
+    import copy
+
+    from dtoc_rl.labels import label_trajectory
+
+    online = orch.trajectory()
+    offline = copy.deepcopy(online)
+    label_trajectory(offline, keys=json.loads(online.extra)["keys"])
+    return _labels(online), _labels(offline)
+
+
+def test_a_turn_waits_for_all_its_tool_results():
+    o = Orchestrator(make_policy("none"), query="t")
+    read_loop(o, 1)
+    a, b = o.record_assistant("", [{"name": "bash", "arguments": {"command": "cat a.py"}}] * 2)
+    o.add_tool_result(b["id"], "x = 1\n")
+    assert o.totals.calls == 2  # e.g. a monitor thread: must not label the turn with one result missing
+    with pytest.raises(ValueError, match="no result yet"):
+        o.openai_request()  # nor may a request made too early
+    assert o.trajectory().steps[1].needs == [] and o.trajectory().steps[1].read_resource is None
+    o.add_tool_result(a["id"], "x = 1\n")
+    read_loop(o, 1, start=1)
+    (c,) = o.record_assistant("", [{"name": "bash", "arguments": {"command": "cat a.py"}}])
+    o.add_tool_result(c["id"], "x = 1\n")
+    online, offline = _offline(o)
+    assert online == offline and [(n[0], n[1]) for n in online[4][2]] == [(2, "reaccess")]
+
+
+def test_a_resumed_session_can_switch_labelling_on(tmp_path):
+    db = tmp_path / "s.sqlite"
+    o = Orchestrator(make_policy("none"), query="t", session_path=db, session_id="s", label_every=0)
+    read_loop(o, 2)
+    o.close()
+    again = Orchestrator(make_policy("none"), query="t", session_path=db, session_id="s", label_every=0)
+    again.label_every = 1
+    read_loop(again, 6, start=2)  # turn 6 reads f0.py again
+    online, offline = _offline(again)
+    assert again.label_errors == [] and online == offline
+    assert [(n[0], n[1]) for n in online[6][2]] == [(0, "reaccess")]
+
+
+def test_key_references_survive_the_log_when_results_come_out_of_order(tmp_path):
+    o = Orchestrator(query="t")  # agent mode: the model manages its context itself
+    first, second = o.record_assistant(
+        "", [{"name": "bash", "arguments": {"command": f"cat f{i}.py"}} for i in (1, 2)]
+    )
+    o.add_tool_result(second["id"], FILES["f2.py"])  # stored first: t0000 is step 1
+    o.add_tool_result(first["id"], FILES["f1.py"])
+    o.openai_request([BASH])
+    o.record_openai_response(
+        oa_response("t0000 is not needed", [("m1", "manage_context", {"disable": ["t0000"]})])
+    )
+    o.openai_request([BASH])
+    read_loop(o, 1, start=3)
+    online, offline = _offline(o)
+    assert online == offline and ("t0000" in str(online[2][2])) and online[2][2][0][:2] == (1, "reference")
+    o.save_log(tmp_path / "run.jsonl")
+    assert (
+        cli_main(["ingest", str(tmp_path / "run.jsonl"), "-o", str(tmp_path / "ds"), "--quiet", "--json"])
+        == 0
+    )
+    (t,) = load_trajectories(tmp_path / "ds")
+    assert _labels(t) == online
+
+
+def test_a_turn_the_labeller_fails_on_keeps_no_labels_but_its_outputs_count(monkeypatch):
+    from dtoc_rl import labels
+
+    real = labels._SpanIndex.match
+
+    def match(self, text, min_span):
+        if "new_text_here" in text:  # the edit: fails after its resources were written
+            raise RuntimeError("labeller bug")
+        return real(self, text, min_span)
+
+    monkeypatch.setattr(labels._SpanIndex, "match", match)
+    o = Orchestrator(make_policy("none"), query="t")
+    read_loop(o, 1)
+    edit = {"command": "str_replace", "path": "f0.py", "old_str": "x", "new_str": "new_text_here"}
+    (c,) = o.record_assistant("", [{"name": "str_replace_editor", "arguments": edit}])
+    o.add_tool_result(c["id"], "The file f0.py has been edited: distinctive_marker_42 appears.")
+    with pytest.warns(UserWarning, match="labeller bug"):
+        o.decide(force=True)
+    (c,) = o.record_assistant(
+        "", [{"name": "bash", "arguments": {"command": "grep distinctive_marker_42 f0.py"}}]
+    )
+    o.add_tool_result(c["id"], "")
+    steps = o.trajectory().steps
+    assert o.label_errors == ["RuntimeError: labeller bug"]
+    assert steps[1].write_resources == [] and steps[1].needs == []  # no half-made labels
+    assert dict(o.item_states())["t0000"].modified == 0
+    assert [(n.step, n.kind) for n in steps[2].needs] == [(1, "provenance")]  # its output still counts
+
+
 def test_each_output_is_indexed_once_however_long_the_session(monkeypatch):
     from dtoc_rl import labels
 
