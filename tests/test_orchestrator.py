@@ -464,6 +464,8 @@ def test_log_is_reingested_by_dtoc_rl_ingest(tmp_path):
     extra = t.extra_dict()
     vis = json.loads(extra["dtoc_visibility"])
     assert vis["3"]["masked_before"] == [0] and extra["dtoc_policy"].startswith("last_n")
+    assert [(s.masked_before, s.events) for s in t.steps] == [(s.masked_before, s.events) for s in mine.steps]
+    assert t.steps[3].masked_before == [0] and t.steps[3].events[0].kind == "disable"
     # the ingester's hindsight labels agree with the online ones on the re-read
     assert any(n.step == 0 and n.kind == "reaccess" for n in t.steps[4].needs)
     assert _labels(t) == _labels(mine)

@@ -17,7 +17,11 @@ reply is matched to the oldest still-unanswered call with the same
 ``tool_call_id`` (ids may be reused once answered, as in tau-bench), or to the
 oldest unanswered call when the reply has no id.  A reply that matches no call
 is an error, never guessed.  Text after the last step is kept as
-``extra.trailing_user_text``.
+``extra.trailing_user_text``.  Rows written by a DTOC orchestrator or env recorder
+carry ``dtoc_visibility`` (what was hidden before each step, and the enable/disable
+events): it becomes the steps' ``masked_before`` and ``events``
+(:func:`apply_visibility`), so a run with a policy plugged in can be replayed,
+cloned (``--mode bc``) and calibrated like any masked log.
 
 Labels: ``success`` (bool) wins; else ``reward`` 1 → True, 0 → False, other
 values → None (kept in ``extra``).  No label → None.
@@ -39,7 +43,7 @@ from typing import Any
 from dtoc_rl.ingest.base import Ingester, IngestError, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
 from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import Step, Trajectory
+from dtoc_rl.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 
 __all__ = [
     "ChatParse",
@@ -334,7 +338,7 @@ class OpenAIChatIngester(Ingester):
             }
             if cp.trailing_user:
                 scalars["trailing_user_text"] = cp.trailing_user
-            return finalize(
+            traj = finalize(
                 Trajectory(
                     traj_id=f"{self.name}/{path.stem}/{key}",
                     source=self.name,
@@ -350,5 +354,49 @@ class OpenAIChatIngester(Ingester):
                     steps=cp.steps,
                 )
             )
+            if row.get("dtoc_visibility") is not None:
+                apply_visibility(traj, row["dtoc_visibility"])
+            return traj
 
         yield from parse_rows(path, iter_jsonl(path), one, unit=unit)
+
+
+def apply_visibility(traj: Trajectory, raw: Any) -> None:
+    """Set ``masked_before`` and the context events of every step from the ``dtoc_visibility``
+    a DTOC orchestrator or env recorder saved with its log (:func:`dtoc_rl.chatlog.visibility`:
+    step index -> ``{"masked_before": [...], "events": [...]}``, only steps that have either;
+    every other step had nothing hidden).  A malformed map is an :class:`IngestError`."""
+    try:
+        vis = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as e:
+        raise IngestError(f"dtoc_visibility is not JSON: {e}") from None
+    if not isinstance(vis, dict):
+        raise IngestError(f"dtoc_visibility is {type(vis).__name__}, expected an object")
+    n = len(traj.steps)
+
+    def indices(value: Any, where: str) -> list[int]:
+        if not isinstance(value, list) or not all(type(i) is int and 0 <= i < n for i in value):
+            raise IngestError(f"dtoc_visibility: {where} must be a list of step indices 0..{n - 1}")
+        return list(value)
+
+    for step in traj.steps:
+        step.masked_before = []
+    for k, entry in vis.items():
+        if not (isinstance(k, str) and k.isdigit() and int(k) < n) or not isinstance(entry, dict):
+            raise IngestError(f"dtoc_visibility has a bad entry {k!r}: expected step index -> object")
+        step = traj.steps[int(k)]
+        step.masked_before = indices(entry.get("masked_before") or [], f"step {k} masked_before")
+        events = entry.get("events") or []
+        if not isinstance(events, list):
+            raise IngestError(f"dtoc_visibility: step {k} events must be a list")
+        for e in events:
+            if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS:
+                kinds = ", ".join(EVENT_KINDS)
+                raise IngestError(f"dtoc_visibility: step {k} has a bad event {e!r} (kinds: {kinds})")
+            step.events.append(
+                ContextEvent(
+                    kind=e["kind"],
+                    targets=indices(e.get("targets") or [], f"step {k} event targets"),
+                    detail=str(e.get("detail") or ""),
+                )
+            )

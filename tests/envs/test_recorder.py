@@ -85,6 +85,9 @@ def test_live_chat_jsonl_reingests_with_the_same_tool_steps(tmp_path):
                 b.turn,
             )
             assert json.loads(a.tool_args or "{}") == json.loads(b.tool_args or "{}")
+            # what the policy hid, and when, comes back too (masked logs replay, clone, calibrate)
+            assert (a.masked_before or []) == b.masked_before and a.events == b.events
+        assert any(s.masked_before for s in new.steps) and any(s.events for s in new.steps)
         assert "dtoc_visibility" in new.extra_dict()
     # the re-ingested dataset replays
     replay = ReplayEnv(out, max_items=N)

@@ -200,3 +200,42 @@ def test_empty_trajectory_and_empty_file(tmp_path):
 def test_chat_to_steps_rejects_non_list():
     with pytest.raises(IngestError, match="expected a list of messages"):
         chat_to_steps({"role": "user"})
+
+
+def test_dtoc_visibility_becomes_the_masking_schedule(tmp_path):
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("a", "bash", {"command": "ls"})]},
+        {"role": "tool", "tool_call_id": "a", "content": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("b", "bash", {"command": "pwd"})]},
+        {"role": "tool", "tool_call_id": "b", "content": "/"},
+    ]
+    vis = {"1": {"masked_before": [0], "events": [{"kind": "disable", "targets": [0], "detail": "t0000"}]}}
+    (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs, "dtoc_visibility": json.dumps(vis)}]))
+    assert [s.masked_before for s in t.steps] == [[], [0]]
+    assert [(e.kind, e.targets, e.detail) for e in t.steps[1].events] == [("disable", [0], "t0000")]
+    (plain,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs}], name="plain.jsonl"))
+    assert [s.masked_before for s in plain.steps] == [None, None]  # unknown, not "nothing hidden"
+
+
+@pytest.mark.parametrize(
+    ("vis", "says"),
+    [
+        ("{not json", "not JSON"),
+        ("[1]", "expected an object"),
+        ({"7": {"masked_before": [0]}}, "bad entry '7'"),
+        ({"1": {"masked_before": [5]}}, "step 1 masked_before must be a list of step indices 0..1"),
+        ({"1": {"events": [{"kind": "explode"}]}}, "bad event"),
+    ],
+)
+def test_bad_dtoc_visibility_is_an_error_that_says_what(tmp_path, vis, says):
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [_call("a", "bash", {"command": "ls"})]},
+        {"role": "tool", "tool_call_id": "a", "content": "x"},
+        {"role": "assistant", "content": "done"},
+    ]
+    good = {"messages": msgs}
+    path = _jsonl(tmp_path, [{"messages": msgs, "dtoc_visibility": vis}, good])
+    with pytest.raises(IngestError, match=says):
+        list(ING.parse(path))
