@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from dtoc_rl.optional import require
+
 __all__ = [
     "TEXT_PROTOCOL",
     "Agent",
@@ -398,7 +400,7 @@ class OpenAIChatAgent:
         extra_body: dict[str, Any] | None = None,
         client: Any = None,
     ):
-        import openai
+        openai = require("openai", "an OpenAI-compatible agent")
 
         self.model_name = model
         self.temperature = temperature
@@ -407,6 +409,8 @@ class OpenAIChatAgent:
         self.extra_body = extra_body
         if client is None:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            if base_url and not base_url.startswith(("http://", "https://")):
+                raise ValueError(f"the endpoint URL must start with http:// or https://, got {base_url!r}")
             api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
             if api_key is None:
                 raise ValueError("no API key: pass api_key=, or set OPENAI_API_KEY (or OPENAI_BASE_URL)")
@@ -429,7 +433,8 @@ class OpenAIChatAgent:
         try:
             resp = self.client.chat.completions.create(**kw)
         except self._errors as e:
-            raise AgentError(f"OpenAI-compatible endpoint failed: {type(e).__name__}: {e}") from e
+            where = getattr(self.client, "base_url", None) or "the OpenAI API"
+            raise AgentError(f"OpenAI-compatible endpoint {where} failed: {type(e).__name__}: {e}") from e
         if not resp.choices:
             raise AgentError("OpenAI-compatible endpoint returned no choices")
         msg = resp.choices[0].message
@@ -488,7 +493,7 @@ class AnthropicAgent:
         max_tokens: int = 2048,
         client: Any = None,
     ):
-        import anthropic
+        anthropic = require("anthropic", "an Anthropic agent")
 
         self.model_name = model
         self.temperature = temperature
@@ -522,7 +527,8 @@ class AnthropicAgent:
         try:
             resp = self.client.messages.create(**kw)
         except self._errors as e:
-            raise AgentError(f"Anthropic endpoint failed: {type(e).__name__}: {e}") from e
+            where = getattr(self.client, "base_url", None) or "the Anthropic API"
+            raise AgentError(f"Anthropic endpoint {where} failed: {type(e).__name__}: {e}") from e
         texts, calls = [], []
         for block in resp.content or []:
             kind = getattr(block, "type", None)

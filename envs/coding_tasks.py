@@ -24,6 +24,7 @@ The task folders are data, not Python packages: no ``__init__.py`` in them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -64,6 +65,17 @@ class Task:
         if isinstance(cmd, list) and cmd and cmd[0] in ("python", "python3"):
             return [sys.executable, *cmd[1:]]
         return cmd
+
+    def check_runnable(self) -> None:
+        """Raise a clear error now when the test command needs pytest and this Python has none
+        (otherwise every episode would just fail, after the agent's whole run)."""
+        cmd = self.test_command
+        words = cmd if isinstance(cmd, list) else cmd.split()
+        if any(w in ("pytest", "py.test") for w in words) and importlib.util.find_spec("pytest") is None:
+            raise RuntimeError(
+                f"task {self.id!r} is checked with pytest, which is not installed for {sys.executable}: "
+                "pip install pytest  (or pip install -e '.[live]' in a checkout)"
+            )
 
 
 def load_task(folder: str | Path) -> Task:

@@ -313,6 +313,8 @@ class LiveEnv(gym.Env):
                     raise KeyError(f"unknown task {t!r}; available: {sorted(by_id)}")
         if not self.tasks:
             raise ValueError("no tasks")
+        for t in self.tasks:
+            t.check_runnable()
         if cost_unit == "task":
             missing = [t.id for t in self.tasks if not t.reference_dollars]
             if missing:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.optional import require
 from dtoc_rl.render import message_text
 
 __all__ = [
@@ -300,7 +301,7 @@ class OpenAIBackend(_RemoteBackend):
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
         self.max_tokens_param = max_tokens_param
-        import openai
+        openai = require("openai", "an OpenAI-compatible LLM policy")
 
         self._openai = openai
         self.client = client or openai.OpenAI(
@@ -397,7 +398,7 @@ class AnthropicBackend(_RemoteBackend):
             extra_body=extra_body,
             sleep=sleep,
         )
-        import anthropic
+        anthropic = require("anthropic", "an Anthropic LLM policy")
 
         self._anthropic = anthropic
         self.client = client or anthropic.Anthropic(

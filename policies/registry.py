@@ -116,6 +116,11 @@ def make_policy(spec: str) -> Policy:
     except TypeError as e:
         raise PolicySpecError(f"policy {spec!r}: {e}") from None
     known = ", ".join(policy_names())
+    if "/" in name or "\\" in name or name.startswith("."):  # meant as a path
+        raise PolicySpecError(
+            f"no checkpoint folder at {name!r} (a folder with config.json and model.safetensors); "
+            f"or a policy spec, one of: {known}"
+        )
     raise PolicySpecError(f"unknown policy {name!r}; known: {known}, or a checkpoint folder")
 
 

@@ -41,8 +41,11 @@ from dtoc_rl.envs.coding_tasks import TaskChecker, load_tasks
 from dtoc_rl.envs.live import DEFAULT_SYSTEM_PROMPT, MANAGE_HINT, NUDGE
 from dtoc_rl.envs.tools import Toolbox, tool_specs
 from dtoc_rl.orchestrator import MODES, Orchestrator
+from dtoc_rl.policies.learned import CheckpointError
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.service import RemotePolicy
+
+PROG = "python -m scripts.live_example"
 
 # One correct fix per shipped task: (file, test file, old, new).
 FIXES = {
@@ -154,8 +157,12 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
     if args.task not in tasks:
         raise SystemExit(f"unknown task {args.task!r}; shipped: {sorted(tasks)}")
     task = tasks[args.task]
-    agent = build_agent(args)
-    policy = make_orch_policy(args)
+    try:  # what a user gets wrong (a path, a key, a package) is one line, not a traceback
+        task.check_runnable()
+        agent = build_agent(args)
+        policy = make_orch_policy(args)
+    except (OSError, ValueError, ImportError, RuntimeError, CheckpointError) as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
     system = DEFAULT_SYSTEM_PROMPT + (MANAGE_HINT if args.mode != "policy" else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -183,6 +190,8 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 resp = normalize_response(agent.next_action(messages, orch.openai_tools(tool_specs())))
             except AgentError as e:
+                if orch.totals.calls == 0:  # nothing happened: no log worth ingesting
+                    raise SystemExit(f"{PROG}: the first model call failed: {e}") from None
                 end = f"agent_error: {e}"
                 break
             calls = orch.record_assistant(resp["content"], resp["tool_calls"], usage=resp.get("usage"))
@@ -233,8 +242,12 @@ def replay_episode(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"{path}: {e.reason}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        policy = make_orch_policy(args) or make_policy("none")
+    except (OSError, ValueError, ImportError, CheckpointError) as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
     orch = Orchestrator(
-        make_orch_policy(args) or make_policy("none"),
+        policy,
         mode="policy",
         query=traj.task_text,
         system=traj.system_prompt or None,
@@ -295,7 +308,7 @@ def _print(r: dict[str, Any]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m scripts.live_example",
+        prog=PROG,
         description=__doc__.split("\n\n", 1)[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

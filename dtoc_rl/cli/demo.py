@@ -112,4 +112,10 @@ def run(args: argparse.Namespace) -> int:
 
     print_rows(metrics["rows"])
     print(f"\nwrote {out}/metrics.json, metrics.csv, pareto.png, curves.png in {metrics['seconds']} s")
+    threshold = json.loads((ckpt / "config.json").read_text())["config"]["threshold"]
+    print(
+        f"the learned policy is {ckpt} (it decides at threshold {threshold:g} unless told; "
+        f"'learned:path={ckpt},threshold=T' picks another): plug it into an agent with "
+        f"Orchestrator(make_policy('{ckpt}')) or dtoc-rl serve --policy {ckpt}"
+    )
     return 0

@@ -81,6 +81,23 @@ def test_shipped_tasks_are_data_with_a_failing_test_and_a_fix(tmp_path):
 # -------------------------------------------------------------------------------- the env
 
 
+def test_tasks_checked_with_pytest_need_it_installed(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a)
+    )
+    with pytest.raises(RuntimeError, match=r"with pytest, which is not installed.*pip install pytest"):
+        LiveEnv(ScriptedAgent([]), tasks=["pagination"], max_items=N)
+
+
+def test_an_endpoint_url_without_a_scheme_is_refused():
+    pytest.importorskip("openai")
+    with pytest.raises(ValueError, match="must start with http:// or https://, got 'localhost:8000/v1'"):
+        OpenAIChatAgent("m", base_url="localhost:8000/v1")
+
+
 def test_check_env_and_registered_id():
     agent = ScriptedAgent([call("bash", command="ls"), call("read_file", path="pager.py")] * 5)
     env = gym.make("dtoc_rl/Live-v0", agent=agent, tasks=["pagination", "html_escape"], max_items=N)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dtoc_rl.dataset import load_trajectories
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from scripts import live_example
@@ -32,6 +34,34 @@ def test_scripted_dry_run_solves_the_task_and_reingests(tmp_path, capsys):
     (t,) = load_trajectories(out / "dataset")
     assert t.task_id == "pagination" and t.success is True and t.n_steps == 8
     assert json.loads(t.extra)["dtoc_policy"].startswith("last_n")
+
+
+def test_the_dry_runs_masking_survives_the_reingest(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert live_example.main(["--scripted", "--policy", "last_n:n=2", "--out", str(out), "--json"]) == 0
+    (t,) = load_trajectories(out / "dataset")
+    assert all(s.masked_before is not None for s in t.steps) and t.steps[-1].masked_before
+    assert sum(len(s.events) for s in t.steps) >= 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--scripted", "--policy", "no/such/ckpt"], "error: no checkpoint folder at 'no/such/ckpt'"),
+        (["--model-path", "/no/such/model"], "error: no model folder at /no/such/model"),
+        (
+            ["--openai-model", "m"],
+            "the first model call failed: OpenAI-compatible endpoint http://127.0.0.1:9/",
+        ),
+    ],
+)
+def test_mistakes_are_one_line_errors_and_nothing_is_ingested(tmp_path, monkeypatch, argv, says):
+    pytest.importorskip("openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
+    with pytest.raises(SystemExit) as e:
+        live_example.main([*argv, "--out", str(tmp_path / "out")])
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "dataset").exists()
 
 
 def test_learned_checkpoint_in_hybrid_mode_with_a_sqlite_session(tmp_path, capsys):
