@@ -63,10 +63,11 @@ def trajectory_to_chat(traj: Trajectory, *, reasoning: bool = False) -> list[dic
 
 
 def visibility(traj: Trajectory) -> dict[str, dict[str, Any]]:
-    """Per step index (as text), the steps hidden before it and its context events;
-    only steps that have either."""
+    """Per step index (as text), the steps hidden before it (null: not known, e.g. steps from
+    before a session was resumed) and its context events; only steps that have either or whose
+    schedule is unknown (every other step had nothing hidden)."""
     return {
         str(s.index): {"masked_before": s.masked_before, "events": [e.__dict__ for e in s.events]}
         for s in traj.steps
-        if s.masked_before or s.events
+        if s.masked_before is None or s.masked_before or s.events
     }

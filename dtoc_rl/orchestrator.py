@@ -766,11 +766,11 @@ class Orchestrator:
     def _masked_steps(self) -> list[int]:
         return sorted(o.step for o in self._outs if not o.rec.visible)
 
-    def _add_steps(self, asst: dict[str, Any], turn: int, masked: list[int], now: float) -> None:
+    def _add_steps(self, asst: dict[str, Any], turn: int, masked: list[int] | None, now: float) -> None:
         user_text = "\n\n".join(self._pending_user)
         self._pending_user = []
         events, self._pending_events = self._pending_events, []
-        base = {"turn": turn, "timestamp": now, "masked_before": list(masked)}
+        base = {"turn": turn, "timestamp": now, "masked_before": None if masked is None else list(masked)}
         content = asst.get("content") or ""
         reasoning = asst.get("reasoning") or ""
         calls = asst.get("tool_calls") or []
@@ -1051,7 +1051,7 @@ class Orchestrator:
                     self._users += 1
                     self._pending_user.append(m.get("content") or "")
             elif role == "assistant":
-                self._add_steps(m, turn, [], 0.0)
+                self._add_steps(m, turn, None, 0.0)  # what was hidden then is not stored: unknown
                 turn += 1
             elif role == "tool":
                 step = self._step_of_call.get(m["tool_call_id"])

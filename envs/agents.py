@@ -409,7 +409,7 @@ class OpenAIChatAgent:
         self.extra_body = extra_body
         if client is None:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-            if base_url and not base_url.startswith(("http://", "https://")):
+            if base_url and not base_url.lower().startswith(("http://", "https://")):
                 raise ValueError(f"the endpoint URL must start with http:// or https://, got {base_url!r}")
             api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if base_url else None)
             if api_key is None:

@@ -69,9 +69,16 @@ class Task:
     def check_runnable(self) -> None:
         """Raise a clear error now when the test command needs pytest and this Python has none
         (otherwise every episode would just fail, after the agent's whole run)."""
-        cmd = self.test_command
-        words = cmd if isinstance(cmd, list) else cmd.split()
-        if any(w in ("pytest", "py.test") for w in words) and importlib.util.find_spec("pytest") is None:
+        cmd = self.command()
+        if not isinstance(cmd, list) or not cmd:
+            return  # a shell string: whatever it runs is found at run time
+        if cmd[0] == sys.executable and cmd[1:3] == ["-m", "pytest"]:
+            missing = importlib.util.find_spec("pytest") is None
+        elif cmd[0] in ("pytest", "py.test"):
+            missing = shutil.which(cmd[0]) is None
+        else:
+            return
+        if missing:
             raise RuntimeError(
                 f"task {self.id!r} is checked with pytest, which is not installed for {sys.executable}: "
                 "pip install pytest  (or pip install -e '.[live]' in a checkout)"

@@ -47,6 +47,13 @@ from dtoc_rl.service import RemotePolicy
 
 PROG = "python -m scripts.live_example"
 
+
+def _one_line(e: BaseException, limit: int = 500) -> str:
+    """An error as one line (a provider's message may carry an HTML page)."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 # One correct fix per shipped task: (file, test file, old, new).
 FIXES = {
     "pagination": ("pager.py", "test_pager.py", "start = page * per_page", "start = (page - 1) * per_page"),
@@ -162,7 +169,7 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
         agent = build_agent(args)
         policy = make_orch_policy(args)
     except (OSError, ValueError, ImportError, RuntimeError, CheckpointError) as e:
-        raise SystemExit(f"{PROG}: error: {e}") from None
+        raise SystemExit(f"{PROG}: error: {_one_line(e)}") from None
     system = DEFAULT_SYSTEM_PROMPT + (MANAGE_HINT if args.mode != "policy" else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,7 +198,7 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
                 resp = normalize_response(agent.next_action(messages, orch.openai_tools(tool_specs())))
             except AgentError as e:
                 if orch.totals.calls == 0:  # nothing happened: no log worth ingesting
-                    raise SystemExit(f"{PROG}: the first model call failed: {e}") from None
+                    raise SystemExit(f"{PROG}: the first model call failed: {_one_line(e)}") from None
                 end = f"agent_error: {e}"
                 break
             calls = orch.record_assistant(resp["content"], resp["tool_calls"], usage=resp.get("usage"))
@@ -245,7 +252,7 @@ def replay_episode(args: argparse.Namespace) -> dict[str, Any]:
     try:
         policy = make_orch_policy(args) or make_policy("none")
     except (OSError, ValueError, ImportError, CheckpointError) as e:
-        raise SystemExit(f"{PROG}: error: {e}") from None
+        raise SystemExit(f"{PROG}: error: {_one_line(e)}") from None
     orch = Orchestrator(
         policy,
         mode="policy",

@@ -625,6 +625,14 @@ def test_a_resumed_session_can_switch_labelling_on(tmp_path):
     online, offline = _offline(again)
     assert again.label_errors == [] and online == offline
     assert [(n[0], n[1]) for n in online[6][2]] == [(0, "reaccess")]
+    # what was hidden before the restart is not stored: unknown in the log, not "nothing"
+    again.save_log(tmp_path / "run.jsonl")
+    assert (
+        cli_main(["ingest", str(tmp_path / "run.jsonl"), "-o", str(tmp_path / "ds"), "--quiet", "--json"])
+        == 0
+    )
+    (t,) = load_trajectories(tmp_path / "ds")
+    assert [s.masked_before for s in t.steps] == [None, None, [], [], [], [], [], []]
 
 
 def test_key_references_survive_the_log_when_results_come_out_of_order(tmp_path):

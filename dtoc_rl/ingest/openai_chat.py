@@ -364,8 +364,8 @@ class OpenAIChatIngester(Ingester):
 def apply_visibility(traj: Trajectory, raw: Any) -> None:
     """Set ``masked_before`` and the context events of every step from the ``dtoc_visibility``
     a DTOC orchestrator or env recorder saved with its log (:func:`dtoc_rl.chatlog.visibility`:
-    step index -> ``{"masked_before": [...], "events": [...]}``, only steps that have either;
-    every other step had nothing hidden).  A malformed map is an :class:`IngestError`."""
+    step index -> ``{"masked_before": [...] or null, "events": [...]}``; a step not listed had
+    nothing hidden, ``null`` means not known).  A malformed map is an :class:`IngestError`."""
     try:
         vis = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as e:
@@ -373,30 +373,43 @@ def apply_visibility(traj: Trajectory, raw: Any) -> None:
     if not isinstance(vis, dict):
         raise IngestError(f"dtoc_visibility is {type(vis).__name__}, expected an object")
     n = len(traj.steps)
-
-    def indices(value: Any, where: str) -> list[int]:
-        if not isinstance(value, list) or not all(type(i) is int and 0 <= i < n for i in value):
-            raise IngestError(f"dtoc_visibility: {where} must be a list of step indices 0..{n - 1}")
-        return list(value)
-
-    for step in traj.steps:
-        step.masked_before = []
+    plan: dict[int, tuple[list[int] | None, list[ContextEvent]]] = {}
     for k, entry in vis.items():
-        if not (isinstance(k, str) and k.isdigit() and int(k) < n) or not isinstance(entry, dict):
-            raise IngestError(f"dtoc_visibility has a bad entry {k!r}: expected step index -> object")
-        step = traj.steps[int(k)]
-        step.masked_before = indices(entry.get("masked_before") or [], f"step {k} masked_before")
-        events = entry.get("events") or []
-        if not isinstance(events, list):
-            raise IngestError(f"dtoc_visibility: step {k} events must be a list")
-        for e in events:
-            if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS:
-                kinds = ", ".join(EVENT_KINDS)
-                raise IngestError(f"dtoc_visibility: step {k} has a bad event {e!r} (kinds: {kinds})")
-            step.events.append(
-                ContextEvent(
-                    kind=e["kind"],
-                    targets=indices(e.get("targets") or [], f"step {k} event targets"),
-                    detail=str(e.get("detail") or ""),
-                )
+        if not (isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k and int(k) < n):
+            raise IngestError(f"dtoc_visibility has a bad step index {k!r} (steps 0..{n - 1})")
+        i = int(k)
+        if not isinstance(entry, dict):
+            raise IngestError(f"dtoc_visibility: step {i} is {type(entry).__name__}, expected an object")
+        masked = entry.get("masked_before", [])
+        if masked is not None and not (
+            isinstance(masked, list)
+            and all(type(j) is int and 0 <= j < i for j in masked)
+            and len(set(masked)) == len(masked)
+        ):
+            raise IngestError(
+                f"dtoc_visibility: step {i} masked_before must be null or a list of distinct earlier "
+                f"steps (0..{i - 1}), got {masked!r}"
             )
+        events = entry.get("events", [])
+        if not isinstance(events, list):
+            raise IngestError(f"dtoc_visibility: step {i} events must be a list")
+        parsed = []
+        for e in events:
+            targets = e.get("targets", []) if isinstance(e, dict) else None
+            if (
+                not isinstance(e, dict)
+                or e.get("kind") not in EVENT_KINDS
+                or not isinstance(targets, list)
+                or not all(type(j) is int and 0 <= j < n for j in targets)
+            ):
+                raise IngestError(
+                    f"dtoc_visibility: step {i} has a bad event {e!r} "
+                    f"(kind one of {', '.join(EVENT_KINDS)}; targets: step indices)"
+                )
+            detail = str(e.get("detail") or "")
+            parsed.append(ContextEvent(kind=e["kind"], targets=list(targets), detail=detail))
+        plan[i] = (None if masked is None else list(masked), parsed)
+    for step in traj.steps:  # only once the whole map is known to be good
+        masked, events = plan.get(step.index, ([], []))
+        step.masked_before = masked
+        step.events.extend(events)

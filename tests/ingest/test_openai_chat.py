@@ -216,6 +216,9 @@ def test_dtoc_visibility_becomes_the_masking_schedule(tmp_path):
     assert [(e.kind, e.targets, e.detail) for e in t.steps[1].events] == [("disable", [0], "t0000")]
     (plain,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs}], name="plain.jsonl"))
     assert [s.masked_before for s in plain.steps] == [None, None]  # unknown, not "nothing hidden"
+    unknown = {"0": {"masked_before": None, "events": []}}  # e.g. a step from before a resume
+    (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs, "dtoc_visibility": unknown}], name="u.jsonl"))
+    assert [s.masked_before for s in t.steps] == [None, []]
 
 
 @pytest.mark.parametrize(
@@ -223,9 +226,15 @@ def test_dtoc_visibility_becomes_the_masking_schedule(tmp_path):
     [
         ("{not json", "not JSON"),
         ("[1]", "expected an object"),
-        ({"7": {"masked_before": [0]}}, "bad entry '7'"),
-        ({"1": {"masked_before": [5]}}, "step 1 masked_before must be a list of step indices 0..1"),
+        ({"7": {"masked_before": [0]}}, "bad step index '7'"),
+        ({"01": {"masked_before": [0]}}, "bad step index '01'"),
+        ({"1": {"masked_before": [5]}}, "step 1 masked_before must be null or a list of distinct earlier"),
+        ({"1": {"masked_before": 0}}, "step 1 masked_before must be"),
+        ({"1": {"masked_before": [0, 0]}}, "step 1 masked_before must be"),
+        ({"0": {"masked_before": [1]}}, "step 0 masked_before must be"),
+        ({"1": {"events": {}}}, "step 1 events must be a list"),
         ({"1": {"events": [{"kind": "explode"}]}}, "bad event"),
+        ({"1": {"events": [{"kind": "disable", "targets": [9]}]}}, "bad event"),
     ],
 )
 def test_bad_dtoc_visibility_is_an_error_that_says_what(tmp_path, vis, says):
@@ -237,5 +246,7 @@ def test_bad_dtoc_visibility_is_an_error_that_says_what(tmp_path, vis, says):
     ]
     good = {"messages": msgs}
     path = _jsonl(tmp_path, [{"messages": msgs, "dtoc_visibility": vis}, good])
-    with pytest.raises(IngestError, match=says):
-        list(ING.parse(path))
+    got = []
+    with pytest.raises(IngestError, match=r"1 of 2 lines failed: line 1: ") as e:
+        got.extend(ING.parse(path))  # the good row still comes out
+    assert says in str(e.value) and len(got) == 1

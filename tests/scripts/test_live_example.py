@@ -49,18 +49,38 @@ def test_the_dry_runs_masking_survives_the_reingest(tmp_path, capsys):
     [
         (["--scripted", "--policy", "no/such/ckpt"], "error: no checkpoint folder at 'no/such/ckpt'"),
         (["--model-path", "/no/such/model"], "error: no model folder at /no/such/model"),
-        (
-            ["--openai-model", "m"],
-            "the first model call failed: OpenAI-compatible endpoint http://127.0.0.1:9/",
-        ),
     ],
 )
-def test_mistakes_are_one_line_errors_and_nothing_is_ingested(tmp_path, monkeypatch, argv, says):
-    pytest.importorskip("openai")
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
+def test_mistakes_are_one_line_errors_and_nothing_is_ingested(tmp_path, argv, says):
     with pytest.raises(SystemExit) as e:
         live_example.main([*argv, "--out", str(tmp_path / "out")])
     assert says in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "dataset").exists()
+
+
+def test_an_unreachable_endpoint_is_named_and_nothing_is_ingested(tmp_path, monkeypatch):
+    import types
+
+    httpx = pytest.importorskip("httpx")
+    openai = pytest.importorskip("openai")
+
+    class Unreachable:  # what the SDK raises when nothing listens (no socket opened here)
+        def __init__(self, base_url=None, **kw):
+            self.base_url = base_url
+            self.chat = types.SimpleNamespace(completions=types.SimpleNamespace(create=self.create))
+
+        def create(self, **kw):
+            raise openai.APIConnectionError(
+                request=httpx.Request("POST", f"{self.base_url}/chat/completions")
+            )
+
+    monkeypatch.setattr(openai, "OpenAI", Unreachable)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://gpu-box.invalid:8000/v1")
+    with pytest.raises(SystemExit) as e:
+        live_example.main(["--openai-model", "m", "--out", str(tmp_path / "out")])
+    assert "the first model call failed: OpenAI-compatible endpoint http://gpu-box.invalid:8000/v1" in str(
+        e.value
+    )
     assert not (tmp_path / "out" / "dataset").exists()
 
 
