@@ -136,6 +136,11 @@ class _RemoteBackend(LLMBackend):
             raise ValueError("timeout must be > 0 and max_retries >= 0")
         self.model = model
         self.base_url = base_url or os.environ.get(self._url_env) or None
+        if self.base_url and not self.base_url.lower().startswith(("http://", "https://")):
+            raise ValueError(
+                f"{type(self).__name__}: the endpoint URL must start with http:// or https://, "
+                f"got {self.base_url!r}"
+            )
         key = api_key or os.environ.get(self._key_env)
         if not key:
             if self.base_url is None:

@@ -531,6 +531,8 @@ def test_remote_backends_need_a_key_or_a_url():
         AnthropicBackend("claude-sonnet-test")
     with pytest.raises(ValueError, match="tool_choice"):
         OpenAIBackend("gpt-4o", api_key="x", tool_choice="always")
+    with pytest.raises(ValueError, match="must start with http:// or https://, got 'localhost:8000/v1'"):
+        OpenAIBackend("gpt-4o", base_url="localhost:8000/v1")
     with pytest.raises(ValueError, match="backend spec"):
         backend_from_spec("gpt-4o")
 
