@@ -23,9 +23,11 @@ from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
 
 __all__ = [
     "PLACEHOLDER_TOKENS",
+    "Call",
     "DecideError",
     "Item",
     "Request",
+    "Turn",
     "decode",
     "parse",
     "request_schema",
@@ -73,6 +75,25 @@ class Item(msgspec.Struct):
     turns_after: Count = 0
 
 
+class Call(msgspec.Struct):
+    """A tool call of a turn, with the item key its output has in ``items``."""
+
+    key: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    tool: Name
+    output: str
+    args: str | dict | list | None = None
+    is_error: bool = False
+
+
+class Turn(msgspec.Struct):
+    """One model call of a session (its message and tool calls), for the service's need labels."""
+
+    index: Count  # 0, 1, 2, ... within the session
+    assistant_text: str = ""
+    user_text: str = ""  # user messages since the previous turn
+    calls: list[Call] = msgspec.field(default_factory=list)
+
+
 class Request(msgspec.Struct):
     """A ``/decide`` request (unknown fields are ignored)."""
 
@@ -88,6 +109,11 @@ class Request(msgspec.Struct):
     visible_count: Count | None = None
     misses: Count = 0
     mgmt_calls: Count = 0
+    # need labels kept by the service: the session's new turns, sent once each, in order
+    session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    task: str | None = None
+    system: str | None = None
+    turns: list[Turn] = msgspec.field(default_factory=list)
 
 
 _DECODER = msgspec.json.Decoder(Request)
@@ -169,9 +195,17 @@ def _bad(field: str, message: str) -> DecideError:
     return DecideError(422, f"{field}: {message}", field)
 
 
-def parse(req: Request, *, max_items: int, max_request_items: int) -> dict[str, Any]:
+def parse(
+    req: Request,
+    *,
+    max_items: int,
+    max_request_items: int,
+    labels: dict[str, ItemState] | None = None,
+) -> dict[str, Any]:
     """The observation inputs of a request: ``keys`` (all items, in order), ``states`` (the
-    ``max_items`` most recent as ItemStates), the family and the global counts."""
+    ``max_items`` most recent as ItemStates), the family and the global counts.  ``labels``:
+    need features by item key (the service's session labels), for the items whose own
+    request fields leave them out."""
     items = req.items
     if len(items) > max_request_items:
         raise DecideError(413, f"items: {len(items)} items; at most {max_request_items} per request", "items")
@@ -205,11 +239,17 @@ def parse(req: Request, *, max_items: int, max_request_items: int) -> dict[str, 
         max_age = max(max_age, age)
         if rank < first_in_window:  # older than the policy's slots: counted in the globals only
             continue
+        times_needed = it.needs if it.needs is not None else it.times_needed
+        since_need, modified, rereads = it.since_need, it.modified, it.rereads
+        known = labels.get(it.key) if labels else None
+        if known is not None and times_needed is None:  # the client's own counts win
+            times_needed, since_need = known.times_needed, known.since_need
+            modified, rereads = modified or known.modified, max(rereads, known.rereads)
         states.append(ItemState(
             est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i),
-            times_needed=it.needs if it.needs is not None else (it.times_needed or 0),
-            since_need=it.since_need, modified=it.modified, is_error=it.is_error,
-            superseded=it.superseded, rereads=it.rereads, toggles=it.toggles, turns_after=it.turns_after,
+            times_needed=times_needed or 0, since_need=since_need, modified=modified,
+            is_error=it.is_error, superseded=it.superseded, rereads=rereads, toggles=it.toggles,
+            turns_after=it.turns_after,
         ))  # fmt: skip
     hidden = [t for t, v in sizes if not v]
     active = req.active_tokens

@@ -45,6 +45,21 @@ The policy sees the ``max_items`` most recent items; older ones are never change
 them only ``key``, ``tokens``, ``age`` and ``visible`` are used (for the global features;
 every item's fields are type-checked).
 
+Sessions (need labels for clients that cannot label): a request may name a ``session``
+(any string) and carry its new ``turns``, each model call once and in order::
+
+        "session": "opencode-ses_42", "task": "Fix the failing test",   # task: first request
+        "turns": [{"index": 0, "assistant_text": "Let me look.", "user_text": "",
+                   "calls": [{"key": "t0000", "tool": "bash", "args": {"command": "cat a.py"},
+                              "output": "...", "is_error": false}]}]
+
+The service labels them as it does for a Python agent's Orchestrator
+(:mod:`dtoc_rl.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
+``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
+is skipped; a gap in the indices is a 409 (start a new session after a revert).  The
+response then carries ``"session": {"turns", "needed": {key: times needed}}``.  Sessions
+live in memory, the least recently used dropped beyond ``--max-sessions``.
+
 Model families: the request's family (or ``normalize_family(model)``) picks the
 policy.  A family the service does not accept (``"other"``, i.e. an unknown
 model, or, for a checkpoint trained on one family, any other family) gets the
@@ -57,8 +72,8 @@ that asks a running service, so an Orchestrator, ReplayEnv or LiveEnv can use a
 policy served elsewhere.
 
 Errors are JSON ``{"error", "field", "status"}``: 400 invalid JSON, 404 unknown
-path, 405 wrong method, 411 no Content-Length, 413 body over the limit (default
-1 MiB) or too many items, 422 a field of the wrong type or range (``field``
+path, 405 wrong method, 409 a session's turns out of order, 411 no Content-Length,
+413 body over the limit (default 1 MiB) or too many items, 422 a field of the wrong type or range (``field``
 names it, e.g. ``items[3].tokens``).  Bad input never produces a 500.
 """
 
@@ -77,6 +92,7 @@ import numpy as np
 from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.models import FAMILIES
+from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS, Sessions
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
@@ -112,6 +128,8 @@ class DecisionService:
         families: accepted model families (default: every known family, not ``"other"``).
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
+        max_sessions: sessions whose need labels the service keeps (least recently used
+            dropped first; see :mod:`dtoc_rl.session_labels`).
     """
 
     def __init__(
@@ -125,6 +143,7 @@ class DecisionService:
         max_items: int = 128,
         max_body: int = DEFAULT_MAX_BODY,
         max_request_items: int = DEFAULT_MAX_REQUEST_ITEMS,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
     ):
         if not callable(getattr(policy, "act", None)):
             raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
@@ -148,6 +167,7 @@ class DecisionService:
         self.max_items = int(max_items)
         self.max_body = int(max_body)
         self.max_request_items = int(max_request_items)
+        self.sessions = Sessions(max_sessions)
         self.started = time.time()
         self.requests = 0
         self.errors = 0
@@ -178,6 +198,7 @@ class DecisionService:
             "max_items": self.max_items,
             "max_body_bytes": self.max_body,
             "max_request_items": self.max_request_items,
+            "max_sessions": self.sessions.max_sessions,
             "endpoints": ["GET /health", "GET /version", "POST /decide"],
             "request_schema": request_schema(),  # JSON Schema of a /decide body
         }
@@ -185,8 +206,21 @@ class DecisionService:
     # -- deciding ------------------------------------------------------------------
     def parse(self, req: Any) -> dict[str, Any]:
         """Validate a request (a decoded JSON object, or a :class:`~dtoc_rl.decide_request.Request`);
-        returns the observation inputs (raises DecideError)."""
-        return parse(to_request(req), max_items=self.max_items, max_request_items=self.max_request_items)
+        returns the observation inputs (raises DecideError).  With a ``session``, its new turns
+        are labelled first and the session's need features fill the items that carry none."""
+        req = to_request(req)
+        labels, session = None, None
+        if req.session is not None:
+            labels, session = self.sessions.labels(req)
+        elif req.turns:
+            raise DecideError(422, "turns: need a session (the service keeps a session's labels)", "turns")
+        p = parse(req, max_items=self.max_items, max_request_items=self.max_request_items, labels=labels)
+        if session is not None:
+            p["session"] = {
+                "turns": session.turns,
+                "needed": {k: st.times_needed for k, st in (labels or {}).items() if st.times_needed},
+            }
+        return p
 
     def decide(self, req: Any) -> dict[str, Any]:
         """One ``/decide`` request (a decoded JSON object, or a Request) → its response (raises
@@ -241,6 +275,7 @@ class DecisionService:
             "family": p["family"],
             "fallback": fallback,
             "window": len(window),
+            **({"session": p["session"]} if "session" in p else {}),
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 

@@ -40,6 +40,7 @@ _SAMPLE = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dtoc_rl.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
+    from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS
 
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -64,6 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_BODY,
         help=f"request body limit in bytes ({DEFAULT_MAX_BODY})",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"client sessions whose need labels are kept in memory (least recently used dropped; "
+        f"{DEFAULT_MAX_SESSIONS})",
     )
     p.add_argument(
         "--threads",
@@ -103,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
         if args.max_body < 1024:
             raise CLIError(f"--max-body must be >= 1024 bytes, got {args.max_body}")
+        if args.max_sessions < 1:
+            raise CLIError(f"--max-sessions must be >= 1, got {args.max_sessions}")
         if args.threads < 1:
             raise CLIError(f"--threads must be >= 1, got {args.threads}")
         policy = _load(args.policy, "policy")
@@ -124,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             families=families,
             max_items=args.max_items or getattr(getattr(policy, "cfg", None), "max_items", None) or 128,
             max_body=args.max_body,
+            max_sessions=args.max_sessions,
         )
         try:  # run the policy once now: a broken checkpoint fails here, not at the first request
             service.decide(_SAMPLE)

@@ -1,0 +1,127 @@
+"""Need labels the service keeps per client session (``dtoc_rl.session_labels``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.service import DecideError, DecisionService, serve_in_thread
+from dtoc_rl.session_labels import Sessions
+
+
+def _turns(traj):
+    """A logged trajectory as the turns an HTTP client would send, with its item keys."""
+    by_turn: dict[int, list] = {}
+    for s in traj.steps:
+        by_turn.setdefault(s.turn, []).append(s)
+    turns, n = [], 0
+    for i, steps in enumerate(by_turn.values()):
+        calls = []
+        for s in steps:
+            if s.tool_name:
+                calls.append(
+                    {"key": f"k{n}", "tool": s.tool_name, "args": s.tool_args, "output": s.output or ""}
+                )
+                n += 1
+        turns.append({"index": i, "assistant_text": steps[0].assistant_text, "user_text": steps[0].user_text,
+                      "calls": calls})  # fmt: skip
+    return turns
+
+
+def _items(turns, upto):
+    return [{"key": c["key"], "tokens": len(c["output"]) // 4 + 1, "tool": c["tool"]}
+            for t in turns[:upto] for c in t["calls"]]  # fmt: skip
+
+
+def test_a_session_gets_the_labels_an_orchestrator_gives_the_same_run(data_dir):
+    svc = DecisionService(make_policy("none"))
+    trajs = [t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 5][:4]
+    needed_somewhere = 0
+    for t in trajs:
+        turns = _turns(t)
+        orch = Orchestrator(mode="agent", query=t.task_text, system=t.system_prompt or None)
+        ours: dict[str, str] = {}
+        for i, turn in enumerate(turns):
+            # the client sends each turn once, with the next request after it
+            req = {"session": t.traj_id, "task": t.task_text, "system": t.system_prompt,
+                   "turns": [turn], "items": _items(turns, i + 1)}  # fmt: skip
+            resp = svc.decide(req)
+            if turn["user_text"]:
+                orch.add_user(turn["user_text"])
+            calls = orch.record_assistant(
+                turn["assistant_text"], [{"name": c["tool"], "arguments": c["args"]} for c in turn["calls"]]
+            )
+            for c, r in zip(turn["calls"], calls):
+                ours[c["key"]] = orch.add_tool_result(r["id"], c["output"])
+            states = dict(orch.item_states())
+            expect = {k: states[o].times_needed for k, o in ours.items() if states[o].times_needed}
+            assert resp["session"] == {"turns": i + 1, "needed": expect}, (t.traj_id, i)
+            # and the policy saw them
+            p = svc.parse({"session": t.traj_id, "items": _items(turns, i + 1)})
+            assert [s.times_needed for s in p["states"]] == [states[ours[k]].times_needed for k in p["keys"]]
+        needed_somewhere += bool(expect)
+    assert needed_somewhere >= 3
+
+
+def test_turns_are_sent_once_in_order_and_a_clients_own_needs_win():
+    svc = DecisionService(make_policy("none"))
+    cat = {
+        "tool": "bash",
+        "args": {"command": "cat f.py"},
+        "output": "def function_number_one(x): pass\n" * 5,
+    }
+    t0 = {"index": 0, "calls": [{"key": "a", **cat}]}
+    t1 = {"index": 1, "calls": [{"key": "b", **cat}]}  # reads f.py again: a need on "a"
+    items = [{"key": "a", "tokens": 40}, {"key": "b", "tokens": 40}]
+    assert svc.decide({"session": "s", "turns": [t0], "items": items[:1]})["session"]["needed"] == {}
+    r = svc.decide({"session": "s", "turns": [t0, t1], "items": items})  # t0 again: a retry, skipped
+    assert r["session"] == {"turns": 2, "needed": {"a": 1}}
+    p = svc.parse({"session": "s", "items": [{"key": "a", "tokens": 40, "needs": 7}, items[1]]})
+    assert [s.times_needed for s in p["states"]] == [7, 0]
+    with pytest.raises(DecideError) as e:
+        svc.decide({"session": "s", "turns": [{"index": 5}], "items": items})
+    assert (
+        e.value.status == 409
+        and e.value.field == "turns[0].index"
+        and "came before turn 2" in e.value.message
+    )
+    with pytest.raises(DecideError) as e:
+        svc.decide({"turns": [t0], "items": items})
+    assert e.value.status == 422 and e.value.field == "turns"
+
+
+def test_least_recently_used_sessions_are_dropped():
+    sessions = Sessions(max_sessions=2)
+    svc = DecisionService(make_policy("none"))
+    svc.sessions = sessions
+    t0 = {"index": 0, "calls": [{"key": "a", "tool": "bash", "output": "x"}]}
+    for sid in ("s1", "s2", "s1", "s3"):  # s2 is the least recently used when s3 arrives
+        svc.decide({"session": sid, "turns": [t0], "items": [{"key": "a", "tokens": 1}]})
+    assert len(sessions) == 2
+    assert (
+        svc.decide({"session": "s1", "turns": [{"index": 1}], "items": []})["session"]["turns"] == 2
+    )  # kept
+    with pytest.raises(DecideError, match="came before turn 0"):  # s2 was dropped: it starts afresh
+        svc.decide({"session": "s2", "turns": [{"index": 1}], "items": []})
+
+
+def test_sessions_over_http():
+    import http.client
+
+    srv, _ = serve_in_thread(DecisionService(make_policy("none")), "127.0.0.1", 0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
+        body = {"session": "h", "turns": [{"index": 3}], "items": []}
+        conn.request("POST", "/decide", json.dumps(body), {"content-type": "application/json"})
+        res = conn.getresponse()
+        err = json.loads(res.read())
+        assert res.status == 409 and err["field"] == "turns[0].index"
+        conn.request("GET", "/version")
+        schema = json.loads(conn.getresponse().read())["request_schema"]
+        assert "turns" in json.dumps(schema) and "session" in json.dumps(schema)
+    finally:
+        srv.shutdown()
