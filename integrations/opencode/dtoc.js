@@ -7,14 +7,17 @@
  * sends the outputs' metadata (key, tokens, tool, age, visibility) to a running
  * `dtoc-rl serve` and applies its answer: hidden outputs are replaced by a short JSON
  * placeholder, and outputs the policy enables again get their original text back.
- * `tool.execute.after` registers each new output and prefetches the next decision.
+ * `tool.execute.after` registers each new output (and prefetches the next decision when
+ * labels are off). Each model call's text and tool outputs go to the service once, as a
+ * session turn, so that it labels the needs a learned policy reads (DTOC_LABELS=0: off).
  * When the service is down or slow, everything is shown as it was (nothing is lost).
  *
  * Setup: run `dtoc-rl serve --policy CKPT_OR_SPEC` and add this file to opencode.json
  * (`"plugin": ["file:///abs/path/to/dtoc.js"]`) or copy it into `.opencode/plugin/`.
  * Settings (environment): DTOC_URL (default http://127.0.0.1:8765), DTOC_TIMEOUT_MS
  * (default 1500), DTOC_MODEL (model name sent to the service; default: the session's
- * model), DTOC_BUDGET (token budget, default 0), DTOC_DISABLE=1 (plugin off).
+ * model), DTOC_BUDGET (token budget, default 0), DTOC_LABELS=0 (send no texts: no need
+ * features), DTOC_DISABLE=1 (plugin off).
  *
  * The module exports only the plugin factory: OpenCode calls every export as a plugin.
  * Plain ESM JavaScript with JSDoc types (checked with `tsc -p .`), so it runs unbuilt
@@ -29,6 +32,7 @@
  * @property {string} [model] model name sent to the service (default: from the messages)
  * @property {number} [budget] token budget passed to the policy
  * @property {boolean} [disabled] do nothing
+ * @property {boolean} [labels] send each turn's text once so that the service labels needs (default on)
  * @property {typeof fetch} [fetch] fetch implementation (tests)
  * @property {(level: "info" | "warn" | "error", message: string) => void} [log]
  */
@@ -67,6 +71,9 @@
  * @property {{ sig: string, promise: Promise<Decision | null> } | null} prefetch
  * @property {boolean} degraded the last decision fell back to showing everything
  * @property {number} decisions
+ * @property {number} sentTurns assistant messages the service has as turns
+ * @property {number} generation bumped when the service's copy of the session is lost or stale
+ * @property {Record<string, number>} needed the service's need counts by key (last answer)
  */
 
 /**
@@ -77,6 +84,16 @@ const DEFAULT_URL = "http://127.0.0.1:8765";
 const STATE = Symbol.for("dtoc.state");
 const NOTE = "hidden by the DTOC context manager to save context; kept in full and shown again when needed";
 const PLACEHOLDER_TOKENS = 40;
+// Texts sent for labelling are cut (head and tail) beyond this: the body limit is 1 MiB.
+const MAX_SENT_CHARS = 50_000;
+const MAX_TURNS_CHARS = 600_000;
+
+/** @param {string} text */
+function clip(text) {
+  if (!text || text.length <= MAX_SENT_CHARS) return text || "";
+  const half = MAX_SENT_CHARS / 2;
+  return text.slice(0, half) + "\n[...]\n" + text.slice(text.length - half);
+}
 
 /** @param {string} text */
 function estimateTokens(text) {
@@ -121,6 +138,8 @@ function createDtoc(opts = {}) {
   const budget = opts.budget ?? (Number(env.DTOC_BUDGET) || 0);
   const fixedModel = opts.model || env.DTOC_MODEL || "";
   const disabled = opts.disabled ?? env.DTOC_DISABLE === "1";
+  const sendTurns = opts.labels ?? env.DTOC_LABELS !== "0";
+  const instance = Math.random().toString(36).slice(2, 10);
   const doFetch = opts.fetch || globalThis.fetch;
   const log = opts.log || (() => {});
   /** @type {Map<string, Session>} */
@@ -141,6 +160,9 @@ function createDtoc(opts = {}) {
         prefetch: null,
         degraded: false,
         decisions: 0,
+        sentTurns: 0,
+        generation: 0,
+        needed: {},
       };
       sessions.set(id, s);
     }
@@ -197,8 +219,8 @@ function createDtoc(opts = {}) {
     };
   }
 
-  /** @param {object} body @returns {Promise<Decision | null>} */
-  async function decide(body) {
+  /** @param {object} body @param {Session} [s] @returns {Promise<Decision | null>} */
+  async function decide(body, s) {
     if (Date.now() < stats.downUntil) return null;
     stats.requests++;
     const ctrl = new AbortController();
@@ -211,7 +233,16 @@ function createDtoc(opts = {}) {
         signal: ctrl.signal,
       });
       const data = await res.json();
+      if (res.status === 409 && s) {
+        // the service lost this session (restarted) or got turns out of order: send them all anew
+        s.generation++;
+        s.sentTurns = 0;
+      }
       if (!res.ok) throw new Error(`HTTP ${res.status}: ${data && data.error}`);
+      if (s && data.session) {
+        s.sentTurns = data.session.turns;
+        s.needed = data.session.needed || {};
+      }
       if (!Array.isArray(data.enable) || !Array.isArray(data.disable)) throw new Error("malformed answer");
       return data;
     } catch (e) {
@@ -267,7 +298,9 @@ function createDtoc(opts = {}) {
       } else {
         register(s, input.callID, input.tool, input.args, output.output, s.assistants);
       }
-      // Prefetch the decision the next model call will most likely ask for.
+      // Prefetch the decision the next model call will most likely ask for (without labels:
+      // the next call's turn, with its text, is only known to the transform).
+      if (sendTurns) return;
       const body = payload(s, s.assistants + 1, s.otherTokens);
       const sig = JSON.stringify(body.items) + "|" + body.step;
       s.prefetch = { sig, promise: decide(body) };
@@ -287,6 +320,11 @@ function createDtoc(opts = {}) {
       const managed = [];
       let assistants = 0;
       let otherChars = 0;
+      /** @type {Array<{ index: number, assistant_text: string, user_text: string, calls: any[] }>} */
+      const turns = [];
+      let task = "";
+      /** @type {string[]} */
+      let userTexts = [];
       for (const m of messages) {
         const info = (m && m.info) || {};
         const isAssistant = info.role === "assistant";
@@ -296,9 +334,21 @@ function createDtoc(opts = {}) {
         } else if (info.model && typeof info.model.modelID === "string" && info.model.modelID && !s.model) {
           s.model = info.model.modelID;
         }
+        const turn = isAssistant
+          ? { index: assistants - 1, assistant_text: "", user_text: userTexts.join("\n\n"), calls: /** @type {any[]} */ ([]) }
+          : null;
+        if (turn) {
+          userTexts = [];
+          turns.push(turn);
+        }
         for (const part of (m && m.parts) || []) {
           if (!part) continue;
           if (part.type === "text" || part.type === "reasoning") otherChars += (part.text || "").length;
+          if (part.type === "text" && !part.synthetic) {
+            if (turn) turn.assistant_text += (turn.assistant_text ? "\n" : "") + (part.text || "");
+            else if (info.role === "user" && !assistants && !task) task = part.text || "";
+            else if (info.role === "user") userTexts.push(part.text || "");
+          }
           if (part.type !== "tool" || !part.state || part.state.status !== "completed") continue;
           if (part.state.time && part.state.time.compacted) continue; // OpenCode already pruned it
           if (typeof part.state.output !== "string") continue;
@@ -311,6 +361,14 @@ function createDtoc(opts = {}) {
           item.assistantIndex = index;
           item.seenInHistory = true;
           managed.push({ part, item });
+          if (turn) {
+            turn.calls.push({
+              key: item.key,
+              tool: item.tool,
+              args: item.args.length > MAX_SENT_CHARS ? item.args.slice(0, MAX_SENT_CHARS) : item.args,
+              output: clip(item.original),
+            });
+          }
         }
       }
       s.assistants = assistants;
@@ -324,11 +382,30 @@ function createDtoc(opts = {}) {
         }
       }
       if (!managed.length) return;
+      /** @type {Record<string, any>} */
       const body = payload(s, assistants, s.otherTokens);
       const sig = JSON.stringify(body.items) + "|" + body.step;
       const pre = s.prefetch;
       s.prefetch = null;
-      const decision = pre && pre.sig === sig ? await pre.promise : await decide(body);
+      if (sendTurns) {
+        if (assistants < s.sentTurns) {
+          // a revert: the service's copy of the session has turns that are gone
+          s.generation++;
+          s.sentTurns = 0;
+        }
+        // this plugin instance's keys: a restarted OpenCode numbers its outputs anew
+        body.session = `${instance}:${id}#${s.generation}`;
+        // new turns, as many as fit well under the body limit (the rest go with the next calls)
+        body.turns = [];
+        let size = 0;
+        for (const t of turns.slice(s.sentTurns)) {
+          size += JSON.stringify(t).length;
+          if (body.turns.length && size > MAX_TURNS_CHARS) break;
+          body.turns.push(t);
+        }
+        if (s.sentTurns === 0) body.task = task;
+      }
+      const decision = pre && pre.sig === sig && !sendTurns ? await pre.promise : await decide(body, s);
       apply(s, decision);
       for (const { part, item } of managed) {
         part.state.output = item.visible ? item.original : placeholder(item);

@@ -37,7 +37,7 @@ def test_opencode_plugin_node_tests_pass_against_the_real_service():
         timeout=240,
     )
     assert res.returncode == 0, f"node --test failed:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}"
-    assert "# fail 0" in res.stdout and "# pass 5" in res.stdout, res.stdout[-3000:]
+    assert "# fail 0" in res.stdout and "# pass 6" in res.stdout, res.stdout[-3000:]
 
 
 def test_plugin_package_has_no_runtime_dependencies():

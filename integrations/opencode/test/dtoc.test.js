@@ -176,7 +176,7 @@ test("prefetch from tool.execute.after is reused by the next transform", async (
     calls++;
     return fetch(input, init);
   };
-  const hooks = await DtocContextPlugin({}, { url, fetch: counting });
+  const hooks = await DtocContextPlugin({}, { url, fetch: counting, labels: false });
   const history = [user("task")];
   for (let i = 0; i < 3; i++) {
     await runTool(hooks, history, i);
@@ -185,6 +185,43 @@ test("prefetch from tool.execute.after is reused by the next transform", async (
   // one request per tool (the prefetch), none extra per transform when nothing else changed
   assert.equal(calls, 3);
   assert.deepEqual(toolOutputs(history).map(hiddenKey), ["t0000", null, null]);
+});
+
+test("each turn goes to the service once, which labels what later turns needed", async () => {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {typeof fetch} */
+  const spy = (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    return fetch(input, init);
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const state = hooks[STATE];
+  const history = [user("Fix the bug in file3.py")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  // the agent quotes an identifier that only file0.py's output showed: a provenance need on t0000
+  const quote = assistantWithTool(3, OUTPUTS[3]);
+  quote.parts[0].text = "function_0 is the culprit";
+  history.push(quote);
+  await hooks["tool.execute.after"]({ tool: "bash", sessionID: SID, callID: "call_3", args: {} }, { title: "", output: OUTPUTS[3], metadata: {} });
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  assert.deepEqual(bodies.map((b) => b.turns.map((t) => t.index)), [[0], [1], [2], [3]], "each turn once");
+  assert.equal(bodies[0].task, "Fix the bug in file3.py");
+  assert.equal(bodies[0].turns[0].calls[0].key, "t0000");
+  assert.equal(bodies[0].turns[0].calls[0].output, OUTPUTS[0]);
+  assert.equal(new Set(bodies.map((b) => b.session)).size, 1);
+  assert.ok(state.sessions.get(SID).needed.t0000 >= 1, JSON.stringify(state.sessions.get(SID).needed));
+  assert.equal(state.sessions.get(SID).sentTurns, 4);
+
+  // a revert: the service's copy is stale, so the plugin starts a new one and sends every turn left
+  history.splice(3, 2);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  const last = bodies[bodies.length - 1];
+  assert.deepEqual(last.turns.map((/** @type {any} */ t) => t.index), [0, 1]);
+  assert.notEqual(last.session, bodies[0].session);
 });
 
 test("a service that is down means every output is shown, and nothing throws", async () => {
