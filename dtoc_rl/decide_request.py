@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -79,7 +80,7 @@ class Call(msgspec.Struct):
     """A tool call of a turn, with the item key its output has in ``items``."""
 
     key: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    tool: Name
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     output: str
     args: str | dict | list | None = None
     is_error: bool = False
@@ -200,12 +201,12 @@ def parse(
     *,
     max_items: int,
     max_request_items: int,
-    labels: dict[str, ItemState] | None = None,
+    labels: Callable[[list[str]], Mapping[str, ItemState]] | None = None,
 ) -> dict[str, Any]:
     """The observation inputs of a request: ``keys`` (all items, in order), ``states`` (the
     ``max_items`` most recent as ItemStates), the family and the global counts.  ``labels``:
-    need features by item key (the service's session labels), for the items whose own
-    request fields leave them out."""
+    the window's item keys -> their need features (the service's session labels), for the
+    items whose own request fields leave them out; what it returned is ``"labels"``."""
     items = req.items
     if len(items) > max_request_items:
         raise DecideError(413, f"items: {len(items)} items; at most {max_request_items} per request", "items")
@@ -224,6 +225,7 @@ def parse(
     seen: set[str] = set()
     n = len(items)
     first_in_window = max(0, n - max_items)
+    known = labels([items[i].key for i in order[first_in_window:]]) if labels is not None else {}
     for rank, i in enumerate(order):
         it = items[i]
         if it.key in seen:
@@ -241,10 +243,10 @@ def parse(
             continue
         times_needed = it.needs if it.needs is not None else it.times_needed
         since_need, modified, rereads = it.since_need, it.modified, it.rereads
-        known = labels.get(it.key) if labels else None
-        if known is not None and times_needed is None:  # the client's own counts win
-            times_needed, since_need = known.times_needed, known.since_need
-            modified, rereads = modified or known.modified, max(rereads, known.rereads)
+        label = known.get(it.key)
+        if label is not None and times_needed is None:  # the client's own counts win
+            times_needed, since_need = label.times_needed, label.since_need
+            modified, rereads = modified or label.modified, max(rereads, label.rereads)
         states.append(ItemState(
             est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i),
             times_needed=times_needed or 0, since_need=since_need, modified=modified,
@@ -275,6 +277,7 @@ def parse(
         "step": max_age + 1 if step is None else step,
         "misses": req.misses,
         "mgmt_calls": req.mgmt_calls,
+        "labels": known,
     }
 
 

@@ -96,7 +96,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -325,6 +325,7 @@ class Orchestrator:
         self._steps: list[Step] = []
         self._step_of_call: dict[str, Step] = {}
         self._key_step: dict[str, int] = {}
+        self._label_keys: dict[str, int] = {}  # the key the model knows each output by -> step
         self._step_row: dict[int, int] = {}  # step index -> its output's row in _cols
         self._task = ""
         self._system = ""
@@ -560,9 +561,13 @@ class Orchestrator:
         is_error: bool = False,
         tool_name: str | None = None,
         timestamp: float | None = None,
+        model_key: str | None = None,
     ) -> str:
         """Store the result of tool call ``call_id`` (None: the oldest unanswered one);
-        returns its DTOC key.  ``content`` is text or bytes (anything else is JSON-encoded)."""
+        returns its DTOC key.  ``content`` is text or bytes (anything else is JSON-encoded).
+        ``model_key``: the key the model knows this output by, when the agent shows it under
+        its own key rather than this store's (as a client of ``dtoc-rl serve`` does): key
+        references in later actions are labelled through it."""
         if not isinstance(content, str | bytes | bytearray):
             content = json.dumps(content, ensure_ascii=False, default=str)
         with self._lock:
@@ -578,7 +583,7 @@ class Orchestrator:
                 step.output_tokens = math.ceil(len(rec.tool_result) / 4)
                 if step.index < self._unlabelled_from and self._labeller is not None:
                     self._labeller.add_output(step)  # late: its turn was labelled without it
-            self._track(rec, step, is_error=is_error)
+            self._track(rec, step, is_error=is_error, model_key=model_key)
             self._touch()
             return rec.tool_key
 
@@ -616,16 +621,15 @@ class Orchestrator:
             obs, info, _ = self._observe()
             return obs, info
 
-    def item_states(self) -> list[tuple[str, ItemState]]:
-        """Every stored output, oldest first, as ``(key, ItemState)``: what the policy knows
-        of it now (e.g. to send the store to ``dtoc-rl serve`` as a ``/decide`` request)."""
+    def item_states(self, keys: Iterable[str] | None = None) -> list[tuple[str, ItemState]]:
+        """Every stored output, oldest first (or those of ``keys`` that exist, in that order), as
+        ``(key, ItemState)``: what the policy knows of it now (e.g. to send the store to
+        ``dtoc-rl serve`` as a ``/decide`` request)."""
         with self._lock:
             self._label_due()
             now = max(0, self._totals.calls - 1)
-            return [
-                (o.key, self._cols.state(o.row, o.rec.visible, now=now, users=self._users))
-                for o in self._outs
-            ]
+            outs = self._outs if keys is None else [self._by_key[k] for k in keys if k in self._by_key]
+            return [(o.key, self._cols.state(o.row, o.rec.visible, now=now, users=self._users)) for o in outs]
 
     def manage_context(self, enable: Sequence[str] = (), disable: Sequence[str] = ()):
         """Change visibility yourself (outside the model); returns the StatusReport."""
@@ -825,7 +829,9 @@ class Orchestrator:
             for k in report.unchanged:  # restating a state is a pin too
                 self._pins[k] = self.store.get(k).visible
 
-    def _track(self, rec: ToolOutput, step: Step | None, *, is_error: bool) -> None:
+    def _track(
+        self, rec: ToolOutput, step: Step | None, *, is_error: bool, model_key: str | None = None
+    ) -> None:
         turn = step.turn if step is not None else max(0, self._totals.calls - 1)
         sidx = step.index if step is not None else -1
         args = step.tool_args if step is not None else _args_json(rec.tool_args or {})
@@ -850,6 +856,7 @@ class Orchestrator:
         self._by_key[o.key] = o
         if sidx >= 0:
             self._key_step[o.key] = sidx
+            self._label_keys[model_key or o.key] = sidx
             self._step_row[sidx] = row
 
     def _on_visibility(self, keys: list[str], visible: bool) -> None:
@@ -999,7 +1006,7 @@ class Orchestrator:
         t0 = time.perf_counter()
         if self._labeller is None:
             # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
-            self._labeller = NeedLabeller(self._task, self._system, keys=self._key_step)
+            self._labeller = NeedLabeller(self._task, self._system, keys=self._label_keys)
         lab = self._labeller
         new = steps[first:end]
         i = 0

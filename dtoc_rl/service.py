@@ -57,7 +57,8 @@ The service labels them as it does for a Python agent's Orchestrator
 (:mod:`dtoc_rl.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
 ``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
 is skipped; a gap in the indices is a 409 (start a new session after a revert).  The
-response then carries ``"session": {"turns", "needed": {key: times needed}}``.  Sessions
+response then carries ``"session": {"turns", "needed": {key: times needed}}`` (of the items in the
+policy's window that sent no needs of their own).  Sessions
 live in memory, the least recently used dropped beyond ``--max-sessions``.
 
 Model families: the request's family (or ``normalize_family(model)``) picks the
@@ -209,16 +210,22 @@ class DecisionService:
         returns the observation inputs (raises DecideError).  With a ``session``, its new turns
         are labelled first and the session's need features fill the items that carry none."""
         req = to_request(req)
-        labels, session = None, None
+        session = None
         if req.session is not None:
-            labels, session = self.sessions.labels(req)
+            session = self.sessions.feed(req)
         elif req.turns:
             raise DecideError(422, "turns: need a session (the service keeps a session's labels)", "turns")
-        p = parse(req, max_items=self.max_items, max_request_items=self.max_request_items, labels=labels)
+        p = parse(
+            req,
+            max_items=self.max_items,
+            max_request_items=self.max_request_items,
+            labels=session.states if session is not None else None,
+        )
         if session is not None:
             p["session"] = {
                 "turns": session.turns,
-                "needed": {k: st.times_needed for k, st in (labels or {}).items() if st.times_needed},
+                # of the items in the policy's window
+                "needed": {k: st.times_needed for k, st in p["labels"].items() if st.times_needed},
             }
         return p
 

@@ -12,6 +12,7 @@ carry none themselves.  Sessions live in memory, the least recently used dropped
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -21,22 +22,37 @@ from dtoc_rl.features import ItemState
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.orchestrator import Orchestrator
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "SessionLabels", "Sessions"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_MAX_SESSION_CHARS", "SessionLabels", "Sessions"]
 
-DEFAULT_MAX_SESSIONS = 256
+DEFAULT_MAX_SESSIONS = 64
+# Text a session may hold (its turns' outputs, messages and arguments); the labeller's indexes
+# take about 40 bytes of memory per character, so this bounds a session near 200 MB.
+DEFAULT_MAX_SESSION_CHARS = 5_000_000
 
 
 class SessionLabels:
-    """The need labels of one client session, fed turn by turn."""
+    """The need labels of one client session, fed turn by turn (thread-safe)."""
 
-    def __init__(self, task: str | None = None, system: str | None = None, model: str = ""):
+    def __init__(
+        self,
+        task: str | None = None,
+        system: str | None = None,
+        model: str = "",
+        *,
+        max_chars: int = DEFAULT_MAX_SESSION_CHARS,
+    ):
         # Agent mode: no policy runs here; the orchestrator only stores and labels.
         self.orch = Orchestrator(mode="agent", query=task or None, system=system or None, model=model)
         self.turns = 0
+        self.chars = len(task or "") + len(system or "")
+        self.max_chars = max_chars
+        self.lock = threading.Lock()
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
 
     def add(self, turns: list[Turn]) -> None:
-        """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error)."""
+        """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
+        session over its text limit a 413).  A turn is checked before anything of it is
+        recorded, so a refused request leaves the session as it was."""
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -47,24 +63,36 @@ class SessionLabels:
                     "of the session once, in order (or start a new session)",
                     f"turns[{k}].index",
                 )
-            if t.user_text:
-                self.orch.add_user(t.user_text)
             # a manage_context call of the client's own is not a stored output
             calls = [c for c in t.calls if c.tool != MANAGE_CONTEXT_NAME]
-            recorded = self.orch.record_assistant(
-                t.assistant_text, [{"name": c.tool, "arguments": _args(c.args)} for c in calls]
-            )
-            for c, r in zip(calls, recorded):
-                self._keys[c.key] = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error)
+            size = len(t.user_text) + len(t.assistant_text)
+            size += sum(len(c.output) + len(_args_text(c.args)) for c in calls)
+            if self.chars + size > self.max_chars:
+                raise DecideError(
+                    413,
+                    f"turns[{k}]: the session would hold more than {self.max_chars:,} characters of "
+                    "text; start a new session (or send shorter outputs)",
+                    f"turns[{k}]",
+                )
+            self.chars += size
+            try:
+                if t.user_text:
+                    self.orch.add_user(t.user_text)
+                recorded = self.orch.record_assistant(
+                    t.assistant_text, [{"name": c.tool, "arguments": _args(c.args)} for c in calls]
+                )
+                for c, r in zip(calls, recorded):
+                    key = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error, model_key=c.key)
+                    self._keys[c.key] = key
+            except (ValueError, TypeError) as e:  # what the schema cannot catch: never a 500
+                raise DecideError(422, f"turns[{k}]: {e}", f"turns[{k}]") from None
             self.turns += 1
 
-    def states(self) -> dict[str, ItemState]:
-        """Need features by the client's item key."""
-        ours = dict(self.orch.item_states())
-        return {k: ours[o] for k, o in self._keys.items() if o in ours}
-
-    def close(self) -> None:
-        self.orch.close()
+    def states(self, keys: list[str]) -> dict[str, ItemState]:
+        """Need features of these client item keys (those the session has)."""
+        ours = [(k, self._keys[k]) for k in keys if k in self._keys]
+        found = dict(self.orch.item_states([o for _, o in ours]))
+        return {k: found[o] for k, o in ours if o in found}
 
 
 def _args(args: Any) -> Any:
@@ -73,31 +101,44 @@ def _args(args: Any) -> Any:
     return args if isinstance(args, dict | str) else {"input": args}
 
 
+def _args_text(args: Any) -> str:
+    return args if isinstance(args, str) else ("" if args is None else json.dumps(args))
+
+
 class Sessions:
     """The service's sessions (least recently used dropped beyond ``max_sessions``)."""
 
-    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS):
+    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS, max_chars: int = DEFAULT_MAX_SESSION_CHARS):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
         self.max_sessions = int(max_sessions)
+        self.max_chars = int(max_chars)
         self._sessions: OrderedDict[str, SessionLabels] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the table only: sessions label under their own locks
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def labels(self, req: Request) -> tuple[dict[str, ItemState], SessionLabels]:
-        """Feed a request's turns to its session (made on first use); its need features."""
+    def feed(self, req: Request) -> SessionLabels:
+        """Feed a request's turns to its session (made when its first turn arrives)."""
         assert req.session is not None
-        with self._lock:  # labelling a turn takes about a millisecond: one lock is enough
+        with self._lock:
             s = self._sessions.get(req.session)
             if s is None:
-                s = SessionLabels(req.task, req.system, req.model or "")
+                first = req.turns[0].index if req.turns else 0
+                if first > 0:  # e.g. the service restarted: the client must send the session anew
+                    raise DecideError(
+                        409,
+                        f"turns[0].index: unknown session {req.session!r} (turn {first} came before "
+                        "turn 0); send every turn of the session again",
+                        "turns[0].index",
+                    )
+                s = SessionLabels(req.task, req.system, req.model or "", max_chars=self.max_chars)
                 self._sessions[req.session] = s
                 while len(self._sessions) > self.max_sessions:
-                    _, old = self._sessions.popitem(last=False)
-                    old.close()
+                    self._sessions.popitem(last=False)  # a request still using it keeps its own reference
             else:
                 self._sessions.move_to_end(req.session)
+        with s.lock:
             s.add(req.turns)
-            return s.states(), s
+        return s

@@ -15,7 +15,9 @@
   transport, parsing and validation alone) in a child process on 127.0.0.1,
   ``POST /decide`` with the same 300 items (about 57 KB of JSON), one keep-alive
   connection, timed at the client; plus a new connection per request, and the
-  service's own ``latency_ms`` (parse, validate, decide).
+  service's own ``latency_ms`` (parse, validate, decide); and requests that each carry
+  one new session turn (a tool call and its output, labelled by the service), as the
+  OpenCode plugin sends them, after the session's first ``--outputs`` turns.
 
 torch runs with ``--threads`` intra-op threads (default 1, as ``dtoc-rl serve``
 does: for one small network per decision more threads only add synchronisation).
@@ -239,6 +241,48 @@ def http_bench(
     return ka, nc, server_side
 
 
+def session_bench(
+    host: str, port: int, outputs: int, repeat: int, seed: int = 0
+) -> tuple[list[float], list[float]]:
+    """``/decide`` requests that each carry one new session turn (a tool call and its output)
+    after ``outputs`` turns were sent: what the OpenCode plugin sends per model call.  The
+    items are the latest ``outputs`` keys.  Returns (round trip ms, service latency_ms)."""
+    rng = random.Random(seed)
+    headers = {"Content-Type": "application/json"}
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+
+    def turn(i: int) -> dict[str, Any]:
+        name, args = TOOLS[i % len(TOOLS)]
+        call = {"key": f"k{i}", "tool": name, "args": args(i), "output": _output(rng, i)}
+        return {"index": i, "assistant_text": f"step {i}", "calls": [call]}
+
+    tokens: dict[str, int] = {}
+
+    def send(turns: list[dict[str, Any]], upto: int) -> float:
+        for t in turns:
+            tokens[t["calls"][0]["key"]] = len(t["calls"][0]["output"]) // 4
+        keys = [f"k{j}" for j in range(max(0, upto - outputs), upto)]
+        body = {"session": "bench", "task": "Fix the bug.", "model": "gpt-4o", "turns": turns,
+                "items": [{"key": k, "tokens": tokens[k], "tool": "bash"} for k in keys]}  # fmt: skip
+        conn.request("POST", "/decide", json.dumps(body).encode(), headers)
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:300]!r}")
+        return json.loads(data)["latency_ms"]
+
+    for start in range(0, outputs, 50):  # the session's history, in a few requests
+        send([turn(i) for i in range(start, min(outputs, start + 50))], min(outputs, start + 50))
+    wall, server = [], []
+    for i in range(outputs, outputs + repeat):
+        t = turn(i)
+        t0 = time.perf_counter()
+        server.append(send([t], i + 1))
+        wall.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    return wall, server
+
+
 def learned_policy(args: argparse.Namespace):
     """The policy to time: ``--checkpoint``, or a fresh network of the asked shape (raises
     ValueError or CheckpointError with the reason)."""
@@ -345,6 +389,15 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
         rows[f"HTTP /decide round trip, {name}, keep-alive"] = stats(ka)
         rows[f"HTTP /decide round trip, {name}, new connection"] = stats(nc)
         rows[f"HTTP service-side latency_ms, {name}"] = stats(server_side)
+        if name == "learned":  # the OpenCode plugin's request: one new session turn labelled each time
+            proc, host, port = start_service(spec, args.max_items, args.threads)
+            try:
+                wall, server_side = session_bench(host, port, args.outputs, max(50, args.repeat // 5))
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+            rows["HTTP /decide with one new session turn, learned, keep-alive"] = stats(wall)
+            rows["HTTP service-side latency_ms, with one new session turn"] = stats(server_side)
     results["targets"] = {"in_process_p99_ms": 2.0, "http_p99_ms": 10.0}
     results["met"] = {
         "in_process": decide["p99_ms"] <= 2.0,

@@ -125,3 +125,36 @@ def test_sessions_over_http():
         assert "turns" in json.dumps(schema) and "session" in json.dumps(schema)
     finally:
         srv.shutdown()
+
+
+def test_key_references_resolve_in_the_clients_numbering():
+    svc = DecisionService(make_policy("none"))
+    out = {"tool": "bash", "output": "ok"}
+    turns = [
+        {"index": 0, "calls": [{"key": "t0005", **out}, {"key": "t0006", **out}]},
+        {"index": 1, "assistant_text": "t0006 is what I need; t0000 is not a key here", "calls": []},
+    ]
+    items = [{"key": "t0005", "tokens": 1}, {"key": "t0006", "tokens": 1}]
+    r = svc.decide({"session": "keys", "turns": turns, "items": items})
+    assert r["session"]["needed"] == {"t0006": 1}
+
+
+def test_refused_turns_leave_no_trace():
+    svc = DecisionService(make_policy("none"))
+    svc.sessions = Sessions(max_chars=1000)
+    with pytest.raises(DecideError) as e:  # an unknown session that does not start at turn 0
+        svc.decide({"session": "late", "turns": [{"index": 3}], "items": []})
+    assert e.value.status == 409 and "unknown session" in e.value.message and len(svc.sessions) == 0
+    with pytest.raises(DecideError) as e:
+        svc.decide(
+            {"session": "s", "turns": [{"index": 0, "calls": [{"key": "a", "tool": "", "output": ""}]}]}
+        )
+    assert e.value.status == 422 and e.value.field.startswith("turns[0].calls[0].tool")
+    big = {"index": 0, "user_text": "hello", "calls": [{"key": "a", "tool": "bash", "output": "x" * 2000}]}
+    with pytest.raises(DecideError) as e:
+        svc.decide({"session": "s", "turns": [big], "items": []})
+    assert e.value.status == 413 and "more than 1,000 characters" in e.value.message
+    small = {"index": 0, "calls": [{"key": "a", "tool": "bash", "output": "fine"}]}
+    r = svc.decide({"session": "s", "turns": [small], "items": [{"key": "a", "tokens": 1}]})
+    assert r["session"]["turns"] == 1  # the refused turn left nothing behind (no user text either)
+    assert svc.sessions._sessions["s"].orch.trajectory().steps[0].user_text == ""
