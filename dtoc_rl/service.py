@@ -56,7 +56,10 @@ Sessions (need labels for clients that cannot label): a request may name a ``ses
 The service labels them as it does for a Python agent's Orchestrator
 (:mod:`dtoc_rl.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
 ``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
-is skipped; a gap in the indices is a 409 (start a new session after a revert).  The
+is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
+409 (send the session anew, e.g. after a revert or a restart of the service); a session
+over 5 million characters of text is a 413.  Key references (``t0003``) in the texts are
+read in the client's numbering (the item keys of the calls).  The
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (of the items in the
 policy's window that sent no needs of their own).  Sessions
 live in memory, the least recently used dropped beyond ``--max-sessions``.

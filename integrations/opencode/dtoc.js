@@ -72,6 +72,8 @@
  * @property {boolean} degraded the last decision fell back to showing everything
  * @property {number} decisions
  * @property {number} sentTurns assistant messages the service has as turns
+ * @property {string[]} sentIds their message ids (a revert that replaced one starts a new service session)
+ * @property {boolean} labelsOff the service refused this session's texts (too large): metadata only
  * @property {number} generation bumped when the service's copy of the session is lost or stale
  * @property {Record<string, number>} needed the service's need counts by key (last answer)
  */
@@ -81,18 +83,62 @@
  */
 
 const DEFAULT_URL = "http://127.0.0.1:8765";
+const RETRY = Symbol("retry"); // the session's labels must be sent anew (or not at all): ask again
 const STATE = Symbol.for("dtoc.state");
 const NOTE = "hidden by the DTOC context manager to save context; kept in full and shown again when needed";
 const PLACEHOLDER_TOKENS = 40;
 // Texts sent for labelling are cut (head and tail) beyond this: the body limit is 1 MiB.
 const MAX_SENT_CHARS = 50_000;
-const MAX_TURNS_CHARS = 600_000;
+const MAX_TURNS_BYTES = 600_000; // of the 1 MiB body limit: the items' metadata needs the rest
 
-/** @param {string} text */
-function clip(text) {
-  if (!text || text.length <= MAX_SENT_CHARS) return text || "";
-  const half = MAX_SENT_CHARS / 2;
+/** @param {string} text @param {number} [limit] characters */
+function clip(text, limit = MAX_SENT_CHARS) {
+  if (!text || text.length <= limit) return text || "";
+  const half = Math.max(1, Math.floor(limit / 2));
   return text.slice(0, half) + "\n[...]\n" + text.slice(text.length - half);
+}
+
+const encoder = new TextEncoder();
+
+/** @param {unknown} value */
+function jsonBytes(value) {
+  return encoder.encode(JSON.stringify(value)).length;
+}
+
+/**
+ * A turn with every text cut to `limit` characters (head and tail).
+ * @param {{ index: number, assistant_text: string, user_text: string, calls: any[] }} t @param {number} limit
+ */
+function clipTurn(t, limit) {
+  return {
+    index: t.index,
+    assistant_text: clip(t.assistant_text, limit),
+    user_text: clip(t.user_text, limit),
+    calls: t.calls.map((c) => ({ ...c, args: clip(c.args, limit), output: clip(c.output, limit) })),
+  };
+}
+
+/**
+ * The first turns, clipped, as many as fit in MAX_TURNS_BYTES of JSON (at least one: a turn
+ * too large on its own is cut further until it fits); the others go with the next calls.
+ * @param {Array<{ index: number, assistant_text: string, user_text: string, calls: any[] }>} pending
+ */
+function fitTurns(pending) {
+  const out = [];
+  let size = 0;
+  for (const t of pending) {
+    let c = clipTurn(t, MAX_SENT_CHARS);
+    let bytes = jsonBytes(c);
+    for (let limit = MAX_SENT_CHARS; bytes > MAX_TURNS_BYTES && limit > 64; ) {
+      limit = Math.floor((limit * MAX_TURNS_BYTES) / bytes / 1.25);
+      c = clipTurn(t, limit);
+      bytes = jsonBytes(c);
+    }
+    if (out.length && size + bytes > MAX_TURNS_BYTES) break;
+    out.push(c);
+    size += bytes;
+  }
+  return out;
 }
 
 /** @param {string} text */
@@ -161,6 +207,8 @@ function createDtoc(opts = {}) {
         degraded: false,
         decisions: 0,
         sentTurns: 0,
+        sentIds: [],
+        labelsOff: false,
         generation: 0,
         needed: {},
       };
@@ -219,7 +267,17 @@ function createDtoc(opts = {}) {
     };
   }
 
-  /** @param {object} body @param {Session} [s] @returns {Promise<Decision | null>} */
+  /** @param {Session} s */
+  function resync(s) {
+    s.generation++;
+    s.sentTurns = 0;
+    s.sentIds = [];
+  }
+
+  /**
+   * @param {Record<string, any>} body @param {Session} [s]
+   * @returns {Promise<Decision | null | typeof RETRY>}
+   */
   async function decide(body, s) {
     if (Date.now() < stats.downUntil) return null;
     stats.requests++;
@@ -233,10 +291,13 @@ function createDtoc(opts = {}) {
         signal: ctrl.signal,
       });
       const data = await res.json();
-      if (res.status === 409 && s) {
-        // the service lost this session (restarted) or got turns out of order: send them all anew
-        s.generation++;
-        s.sentTurns = 0;
+      if (s && body.turns && (res.status === 409 || res.status === 413)) {
+        if (res.status === 409) resync(s); // the service lost this session (it restarted): send it anew
+        else {
+          s.labelsOff = true; // its texts are too large for the service: go on with metadata only
+          log("warn", `dtoc: the service refused this session's texts (${data && data.error}); no need labels`);
+        }
+        return RETRY;
       }
       if (!res.ok) throw new Error(`HTTP ${res.status}: ${data && data.error}`);
       if (s && data.session) {
@@ -325,6 +386,8 @@ function createDtoc(opts = {}) {
       let task = "";
       /** @type {string[]} */
       let userTexts = [];
+      /** @type {string[]} */
+      const turnIds = [];
       for (const m of messages) {
         const info = (m && m.info) || {};
         const isAssistant = info.role === "assistant";
@@ -340,18 +403,35 @@ function createDtoc(opts = {}) {
         if (turn) {
           userTexts = [];
           turns.push(turn);
+          turnIds.push(typeof info.id === "string" ? info.id : `#${assistants - 1}`);
         }
         for (const part of (m && m.parts) || []) {
           if (!part) continue;
           if (part.type === "text" || part.type === "reasoning") otherChars += (part.text || "").length;
-          if (part.type === "text" && !part.synthetic) {
-            if (turn) turn.assistant_text += (turn.assistant_text ? "\n" : "") + (part.text || "");
-            else if (info.role === "user" && !assistants && !task) task = part.text || "";
-            else if (info.role === "user") userTexts.push(part.text || "");
+          if (part.type === "text" && typeof part.text === "string") {
+            // the user's words and what OpenCode attaches (synthetic parts: files, notes) are in
+            // context whatever happens to the outputs: the labeller excludes them as own words
+            if (turn) {
+              if (!part.synthetic) turn.assistant_text += (turn.assistant_text ? "\n" : "") + part.text;
+            } else if (info.role === "user" && !assistants) task += (task ? "\n" : "") + part.text;
+            else if (info.role === "user") userTexts.push(part.text);
           }
-          if (part.type !== "tool" || !part.state || part.state.status !== "completed") continue;
-          if (part.state.time && part.state.time.compacted) continue; // OpenCode already pruned it
-          if (typeof part.state.output !== "string") continue;
+          if (part.type !== "tool" || !part.state) continue;
+          const st = part.state;
+          if (st.status === "error" && turn) {
+            // a failed call is an action too (a refused edit shows what the agent relied on)
+            const err = typeof st.error === "string" ? st.error : JSON.stringify(st.error ?? "");
+            turn.calls.push({ key: "err:" + part.callID, tool: part.tool || "tool", args: argsText(st.input), output: err, is_error: true });
+            continue;
+          }
+          if (st.status !== "completed") continue;
+          if (st.time && st.time.compacted) {
+            // OpenCode already pruned it; what it was is still what the agent read
+            const known = s.items.get(part.callID);
+            if (known && turn) turn.calls.push({ key: known.key, tool: known.tool, args: known.args, output: known.original });
+            continue;
+          }
+          if (typeof st.output !== "string") continue;
           const index = isAssistant ? assistants - 1 : Math.max(0, assistants - 1);
           let item = s.items.get(part.callID);
           if (!item) {
@@ -361,14 +441,7 @@ function createDtoc(opts = {}) {
           item.assistantIndex = index;
           item.seenInHistory = true;
           managed.push({ part, item });
-          if (turn) {
-            turn.calls.push({
-              key: item.key,
-              tool: item.tool,
-              args: item.args.length > MAX_SENT_CHARS ? item.args.slice(0, MAX_SENT_CHARS) : item.args,
-              output: clip(item.original),
-            });
-          }
+          if (turn) turn.calls.push({ key: item.key, tool: item.tool, args: item.args, output: item.original });
         }
       }
       s.assistants = assistants;
@@ -387,25 +460,23 @@ function createDtoc(opts = {}) {
       const sig = JSON.stringify(body.items) + "|" + body.step;
       const pre = s.prefetch;
       s.prefetch = null;
-      if (sendTurns) {
-        if (assistants < s.sentTurns) {
-          // a revert: the service's copy of the session has turns that are gone
-          s.generation++;
-          s.sentTurns = 0;
-        }
+      const labelled = sendTurns && !s.labelsOff;
+      /** @param {Record<string, any>} b */
+      const withTurns = (b) => {
+        // a revert replaced or removed turns the service has: its copy is stale
+        if (s.sentIds.some((mid, i) => turnIds[i] !== mid)) resync(s);
         // this plugin instance's keys: a restarted OpenCode numbers its outputs anew
-        body.session = `${instance}:${id}#${s.generation}`;
-        // new turns, as many as fit well under the body limit (the rest go with the next calls)
-        body.turns = [];
-        let size = 0;
-        for (const t of turns.slice(s.sentTurns)) {
-          size += JSON.stringify(t).length;
-          if (body.turns.length && size > MAX_TURNS_CHARS) break;
-          body.turns.push(t);
-        }
-        if (s.sentTurns === 0) body.task = task;
+        const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns)) };
+        if (s.sentTurns === 0) out.task = clip(task);
+        return out;
+      };
+      let decision = pre && pre.sig === sig && !labelled ? await pre.promise : await decide(labelled ? withTurns(body) : body, s);
+      if (decision === RETRY) {
+        // once more: with every turn in a new service session, or without texts
+        decision = await decide(sendTurns && !s.labelsOff ? withTurns(payload(s, assistants, s.otherTokens)) : body, s);
       }
-      const decision = pre && pre.sig === sig && !sendTurns ? await pre.promise : await decide(body, s);
+      if (decision === RETRY) decision = null;
+      if (labelled && decision && s.sentTurns) s.sentIds = turnIds.slice(0, s.sentTurns);
       apply(s, decision);
       for (const { part, item } of managed) {
         part.state.output = item.visible ? item.original : placeholder(item);

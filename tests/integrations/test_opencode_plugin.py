@@ -7,6 +7,7 @@ nothing is installed; the Node tests start the service with this interpreter.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,8 @@ def test_opencode_plugin_node_tests_pass_against_the_real_service():
         timeout=240,
     )
     assert res.returncode == 0, f"node --test failed:\n{res.stdout[-6000:]}\n{res.stderr[-3000:]}"
-    assert "# fail 0" in res.stdout and "# pass 6" in res.stdout, res.stdout[-3000:]
+    passed = re.search(r"^# pass (\d+)$", res.stdout, re.M)
+    assert "# fail 0" in res.stdout and passed and int(passed.group(1)) >= 9, res.stdout[-3000:]
 
 
 def test_plugin_package_has_no_runtime_dependencies():

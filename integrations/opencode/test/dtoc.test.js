@@ -224,6 +224,87 @@ test("each turn goes to the service once, which labels what later turns needed",
   assert.notEqual(last.session, bodies[0].session);
 });
 
+test("turns too large for one request are cut to fit, and labelling goes on", async () => {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {number[]} */
+  const statuses = [];
+  /** @type {typeof fetch} */
+  const spy = async (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    const res = await fetch(input, init);
+    statuses.push(res.status);
+    return res;
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const state = hooks[STATE];
+  const big = "数据".repeat(400_000); // 800k characters, 2.4 MB of UTF-8
+  const history = [user("task " + big)];
+  for (let i = 0; i < 2; i++) {
+    const m = assistantWithTool(i, OUTPUTS[i]);
+    m.parts[0].text = big;
+    m.parts.push({ ...m.parts[1], id: `prt_x${i}`, callID: `call_x${i}`, state: { ...m.parts[1].state, output: big } });
+    history.push(m);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.deepEqual(statuses, [200, 200]);
+  assert.ok(bodies.every((b) => new TextEncoder().encode(JSON.stringify(b)).length < 1_000_000));
+  assert.equal(state.sessions.get(SID).sentTurns, 2);
+  assert.ok(!state.sessions.get(SID).degraded && !state.sessions.get(SID).labelsOff);
+});
+
+test("a revert that replaced a turn, or a service that lost the session, gets every turn again at once", async () => {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {typeof fetch} */
+  const spy = (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    return fetch(input, init);
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const s = () => hooks[STATE].sessions.get(SID);
+  const history = [user("task")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  // the last step is reverted and redone differently: as many messages as before
+  history[3] = assistantWithTool(3, OUTPUTS[3]);
+  history[3].info.id = "msg_redone";
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  let last = bodies[bodies.length - 1];
+  assert.notEqual(last.session, bodies[0].session);
+  assert.deepEqual(last.turns.map((/** @type {any} */ t) => t.index), [0, 1, 2]);
+  // the service no longer knows the session (e.g. it restarted): 409, then at once all turns anew
+  s().generation += 5;
+  const before = bodies.length;
+  history.push(assistantWithTool(4, OUTPUTS[0]));
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  assert.equal(bodies.length, before + 2, "one refused request, one retry");
+  last = bodies[bodies.length - 1];
+  assert.deepEqual(last.turns.map((/** @type {any} */ t) => t.index), [0, 1, 2, 3]);
+  assert.ok(!s().degraded && s().sentTurns === 4);
+});
+
+test("a failed tool call is sent as an error output", async () => {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {typeof fetch} */
+  const spy = (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    return fetch(input, init);
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const history = [user("task")];
+  await runTool(hooks, history, 0);
+  const failed = assistantWithTool(1, "");
+  failed.parts[1].state = { status: "error", input: { command: "edit" }, error: "No replacement was performed", time: { start: 1, end: 2 } };
+  history.push(failed);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  const call = bodies[bodies.length - 1].turns[1].calls[0];
+  assert.deepEqual([call.output, call.is_error, call.key], ["No replacement was performed", true, "err:call_1"]);
+});
+
 test("a service that is down means every output is shown, and nothing throws", async () => {
   const hooks = await DtocContextPlugin({}, { url: "http://127.0.0.1:9", timeoutMs: 500, backoffMs: 0 });
   const state = hooks[STATE];
