@@ -60,8 +60,9 @@ is skipped; a gap in the indices, or an unknown session whose turns do not start
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
 over 5 million characters of text is a 413.  Key references (``t0003``) in the texts are
 read in the client's numbering (the item keys of the calls).  The
-response then carries ``"session": {"turns", "needed": {key: times needed}}`` (of the items in the
-policy's window that sent no needs of their own).  Sessions
+response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
+counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
+A session is made when its turn 0 arrives.  Sessions
 live in memory, the least recently used dropped beyond ``--max-sessions``.
 
 Model families: the request's family (or ``normalize_family(model)``) picks the
@@ -215,7 +216,7 @@ class DecisionService:
         req = to_request(req)
         session = None
         if req.session is not None:
-            session = self.sessions.feed(req)
+            session = self.sessions.feed(req)  # None: unknown and no turns yet
         elif req.turns:
             raise DecideError(422, "turns: need a session (the service keeps a session's labels)", "turns")
         p = parse(
@@ -224,10 +225,10 @@ class DecisionService:
             max_request_items=self.max_request_items,
             labels=session.states if session is not None else None,
         )
-        if session is not None:
+        if req.session is not None:
             p["session"] = {
-                "turns": session.turns,
-                # of the items in the policy's window
+                "turns": session.turns if session is not None else 0,
+                # the service's counts, of the items in the policy's window
                 "needed": {k: st.times_needed for k, st in p["labels"].items() if st.times_needed},
             }
         return p

@@ -52,7 +52,7 @@ class SessionLabels:
     def add(self, turns: list[Turn]) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
         session over its text limit a 413).  A turn is checked before anything of it is
-        recorded, so a refused request leaves the session as it was."""
+        recorded: a refused turn leaves nothing of itself (the request's earlier turns stay)."""
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -119,13 +119,16 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def feed(self, req: Request) -> SessionLabels:
-        """Feed a request's turns to its session (made when its first turn arrives)."""
+    def feed(self, req: Request) -> SessionLabels | None:
+        """Feed a request's turns to its session, made when its first turn arrives (None: an
+        unknown session and no turns, so nothing to label yet)."""
         assert req.session is not None
         with self._lock:
             s = self._sessions.get(req.session)
             if s is None:
-                first = req.turns[0].index if req.turns else 0
+                if not req.turns:
+                    return None
+                first = req.turns[0].index
                 if first > 0:  # e.g. the service restarted: the client must send the session anew
                     raise DecideError(
                         409,

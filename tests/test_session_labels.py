@@ -158,3 +158,12 @@ def test_refused_turns_leave_no_trace():
     r = svc.decide({"session": "s", "turns": [small], "items": [{"key": "a", "tokens": 1}]})
     assert r["session"]["turns"] == 1  # the refused turn left nothing behind (no user text either)
     assert svc.sessions._sessions["s"].orch.trajectory().steps[0].user_text == ""
+
+
+def test_a_session_is_made_by_its_first_turn_with_its_task():
+    svc = DecisionService(make_policy("none"))
+    svc.sessions = Sessions(max_sessions=1)
+    svc.decide({"session": "real", "task": "Fix pager.py", "turns": [{"index": 0}], "items": []})
+    r = svc.decide({"session": "probe", "items": []})  # names a session but sends no turn
+    assert r["session"] == {"turns": 0, "needed": {}} and len(svc.sessions) == 1  # no slot taken
+    assert svc.sessions._sessions["real"].orch.trajectory().task_text == "Fix pager.py"

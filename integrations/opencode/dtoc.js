@@ -74,6 +74,8 @@
  * @property {number} sentTurns assistant messages the service has as turns
  * @property {string[]} sentIds their message ids (a revert that replaced one starts a new service session)
  * @property {boolean} labelsOff the service refused this session's texts (too large): metadata only
+ * @property {"all" | "none"} retry how to ask again after a refused request: every turn anew, or no texts
+ * @property {Map<string, Item>} compacted outputs OpenCode pruned itself, by callID (still sent as turns)
  * @property {number} generation bumped when the service's copy of the session is lost or stale
  * @property {Record<string, number>} needed the service's need counts by key (last answer)
  */
@@ -89,7 +91,9 @@ const NOTE = "hidden by the DTOC context manager to save context; kept in full a
 const PLACEHOLDER_TOKENS = 40;
 // Texts sent for labelling are cut (head and tail) beyond this: the body limit is 1 MiB.
 const MAX_SENT_CHARS = 50_000;
-const MAX_TURNS_BYTES = 600_000; // of the 1 MiB body limit: the items' metadata needs the rest
+const MAX_BODY_BYTES = 900_000; // under the service's default 1 MiB body limit
+const MAX_TURNS_BYTES = 600_000; // turns per request at most (the rest follow with the next calls)
+const MIN_TURNS_BYTES = 50_000;
 
 /** @param {string} text @param {number} [limit] characters */
 function clip(text, limit = MAX_SENT_CHARS) {
@@ -119,22 +123,25 @@ function clipTurn(t, limit) {
 }
 
 /**
- * The first turns, clipped, as many as fit in MAX_TURNS_BYTES of JSON (at least one: a turn
- * too large on its own is cut further until it fits); the others go with the next calls.
+ * The first turns, clipped, as many as fit in `room` bytes of JSON (at most MAX_TURNS_BYTES;
+ * at least one turn: one too large on its own is cut further until it fits); the others go
+ * with the next calls.
  * @param {Array<{ index: number, assistant_text: string, user_text: string, calls: any[] }>} pending
+ * @param {number} [room]
  */
-function fitTurns(pending) {
+function fitTurns(pending, room = MAX_TURNS_BYTES) {
+  const budget = Math.min(room, MAX_TURNS_BYTES);
   const out = [];
   let size = 0;
   for (const t of pending) {
     let c = clipTurn(t, MAX_SENT_CHARS);
     let bytes = jsonBytes(c);
-    for (let limit = MAX_SENT_CHARS; bytes > MAX_TURNS_BYTES && limit > 64; ) {
-      limit = Math.floor((limit * MAX_TURNS_BYTES) / bytes / 1.25);
+    for (let limit = MAX_SENT_CHARS; bytes > budget && limit > 64; ) {
+      limit = Math.floor((limit * budget) / bytes / 1.25);
       c = clipTurn(t, limit);
       bytes = jsonBytes(c);
     }
-    if (out.length && size + bytes > MAX_TURNS_BYTES) break;
+    if (out.length && size + bytes > budget) break;
     out.push(c);
     size += bytes;
   }
@@ -209,6 +216,8 @@ function createDtoc(opts = {}) {
         sentTurns: 0,
         sentIds: [],
         labelsOff: false,
+        retry: "none",
+        compacted: new Map(),
         generation: 0,
         needed: {},
       };
@@ -292,10 +301,16 @@ function createDtoc(opts = {}) {
       });
       const data = await res.json();
       if (s && body.turns && (res.status === 409 || res.status === 413)) {
-        if (res.status === 409) resync(s); // the service lost this session (it restarted): send it anew
-        else {
-          s.labelsOff = true; // its texts are too large for the service: go on with metadata only
+        const field = String((data && data.field) || "");
+        if (res.status === 409) {
+          resync(s); // the service lost this session (it restarted): send every turn anew
+          s.retry = "all";
+        } else if (field.startsWith("turns")) {
+          s.labelsOff = true; // the session's texts are over the service's limit: metadata only
+          s.retry = "none";
           log("warn", `dtoc: the service refused this session's texts (${data && data.error}); no need labels`);
+        } else {
+          s.retry = "none"; // this request was too large as a whole: without texts this time
         }
         return RETRY;
       }
@@ -427,7 +442,8 @@ function createDtoc(opts = {}) {
           if (st.status !== "completed") continue;
           if (st.time && st.time.compacted) {
             // OpenCode already pruned it; what it was is still what the agent read
-            const known = s.items.get(part.callID);
+            const known = s.items.get(part.callID) || s.compacted.get(part.callID);
+            if (known) s.compacted.set(part.callID, known); // kept for resending its turn
             if (known && turn) turn.calls.push({ key: known.key, tool: known.tool, args: known.args, output: known.original });
             continue;
           }
@@ -466,14 +482,17 @@ function createDtoc(opts = {}) {
         // a revert replaced or removed turns the service has: its copy is stale
         if (s.sentIds.some((mid, i) => turnIds[i] !== mid)) resync(s);
         // this plugin instance's keys: a restarted OpenCode numbers its outputs anew
-        const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns)) };
+        // the turns get what the body limit leaves after the items' metadata
+        const room = Math.max(MIN_TURNS_BYTES, MAX_BODY_BYTES - jsonBytes(b));
+        const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns), room) };
         if (s.sentTurns === 0) out.task = clip(task);
         return out;
       };
       let decision = pre && pre.sig === sig && !labelled ? await pre.promise : await decide(labelled ? withTurns(body) : body, s);
       if (decision === RETRY) {
         // once more: with every turn in a new service session, or without texts
-        decision = await decide(sendTurns && !s.labelsOff ? withTurns(payload(s, assistants, s.otherTokens)) : body, s);
+        const again = payload(s, assistants, s.otherTokens);
+        decision = await decide(s.retry === "all" && !s.labelsOff ? withTurns(again) : again, s);
       }
       if (decision === RETRY) decision = null;
       if (labelled && decision && s.sentTurns) s.sentIds = turnIds.slice(0, s.sentTurns);

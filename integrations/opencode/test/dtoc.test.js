@@ -286,6 +286,43 @@ test("a revert that replaced a turn, or a service that lost the session, gets ev
   assert.ok(!s().degraded && s().sentTurns === 4);
 });
 
+test("big tool inputs leave the turns less room, and a pruned output is still sent with its turn", async () => {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {number[]} */
+  const statuses = [];
+  /** @type {typeof fetch} */
+  const spy = async (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    const res = await fetch(input, init);
+    statuses.push(res.status);
+    return res;
+  };
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const s = () => hooks[STATE].sessions.get(SID);
+  const m = assistantWithTool(0, OUTPUTS[0]);
+  const tool = m.parts[1];
+  m.parts = [m.parts[0]];
+  for (let k = 0; k < 36; k++) {
+    // 36 writes of 19,500 characters: about 700 KB of item metadata in every request
+    m.parts.push({ ...tool, id: `prt_w${k}`, callID: `call_w${k}`, state: { ...tool.state, input: { content: String(k).repeat(19_500) } } });
+  }
+  const history = [user("task"), m];
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  assert.deepEqual(statuses, [200]);
+  assert.ok(!s().labelsOff && s().sentTurns === 1);
+  // OpenCode prunes one output; a later resend (the service lost the session) still has it
+  m.parts[1].state = { ...m.parts[1].state, time: { ...m.parts[1].state.time, compacted: Date.now() } };
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  s().generation += 5;
+  history.push(assistantWithTool(1, OUTPUTS[1]));
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  const last = bodies[bodies.length - 1];
+  assert.equal(last.turns[0].index, 0);
+  assert.ok(last.turns[0].calls.some((/** @type {any} */ c) => c.key === "t0000"), "the pruned output's call");
+  assert.equal(statuses[statuses.length - 1], 200);
+});
+
 test("a failed tool call is sent as an error output", async () => {
   /** @type {any[]} */
   const bodies = [];
