@@ -124,6 +124,22 @@ function hiddenKey(text) {
   }
 }
 
+/** A fetch that records every request body (and the answer's status) on its way to the service. */
+function recordingFetch() {
+  /** @type {any[]} */
+  const bodies = [];
+  /** @type {number[]} */
+  const statuses = [];
+  /** @type {typeof fetch} */
+  const spy = async (input, init) => {
+    bodies.push(JSON.parse(String(init?.body)));
+    const res = await fetch(input, init);
+    statuses.push(res.status);
+    return res;
+  };
+  return { bodies, statuses, spy };
+}
+
 test("the module exports only the plugin factory (OpenCode calls every export)", () => {
   const exported = Object.entries(plugin);
   assert.deepEqual(
@@ -188,13 +204,7 @@ test("prefetch from tool.execute.after is reused by the next transform", async (
 });
 
 test("each turn goes to the service once, which labels what later turns needed", async () => {
-  /** @type {any[]} */
-  const bodies = [];
-  /** @type {typeof fetch} */
-  const spy = (input, init) => {
-    bodies.push(JSON.parse(String(init?.body)));
-    return fetch(input, init);
-  };
+  const { bodies, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const state = hooks[STATE];
   const history = [user("Fix the bug in file3.py")];
@@ -225,17 +235,7 @@ test("each turn goes to the service once, which labels what later turns needed",
 });
 
 test("turns too large for one request are cut to fit, and labelling goes on", async () => {
-  /** @type {any[]} */
-  const bodies = [];
-  /** @type {number[]} */
-  const statuses = [];
-  /** @type {typeof fetch} */
-  const spy = async (input, init) => {
-    bodies.push(JSON.parse(String(init?.body)));
-    const res = await fetch(input, init);
-    statuses.push(res.status);
-    return res;
-  };
+  const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const state = hooks[STATE];
   const big = "数据".repeat(400_000); // 800k characters, 2.4 MB of UTF-8
@@ -254,13 +254,7 @@ test("turns too large for one request are cut to fit, and labelling goes on", as
 });
 
 test("a revert that replaced a turn, or a service that lost the session, gets every turn again at once", async () => {
-  /** @type {any[]} */
-  const bodies = [];
-  /** @type {typeof fetch} */
-  const spy = (input, init) => {
-    bodies.push(JSON.parse(String(init?.body)));
-    return fetch(input, init);
-  };
+  const { bodies, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const s = () => hooks[STATE].sessions.get(SID);
   const history = [user("task")];
@@ -287,17 +281,7 @@ test("a revert that replaced a turn, or a service that lost the session, gets ev
 });
 
 test("big tool inputs leave the turns less room, and a pruned output is still sent with its turn", async () => {
-  /** @type {any[]} */
-  const bodies = [];
-  /** @type {number[]} */
-  const statuses = [];
-  /** @type {typeof fetch} */
-  const spy = async (input, init) => {
-    bodies.push(JSON.parse(String(init?.body)));
-    const res = await fetch(input, init);
-    statuses.push(res.status);
-    return res;
-  };
+  const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const s = () => hooks[STATE].sessions.get(SID);
   const m = assistantWithTool(0, OUTPUTS[0]);
@@ -324,13 +308,7 @@ test("big tool inputs leave the turns less room, and a pruned output is still se
 });
 
 test("a failed tool call is sent as an error output", async () => {
-  /** @type {any[]} */
-  const bodies = [];
-  /** @type {typeof fetch} */
-  const spy = (input, init) => {
-    bodies.push(JSON.parse(String(init?.body)));
-    return fetch(input, init);
-  };
+  const { bodies, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const history = [user("task")];
   await runTool(hooks, history, 0);
