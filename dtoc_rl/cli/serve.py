@@ -3,6 +3,9 @@
 Endpoints: GET /health, GET /version, POST /decide (the client sends its
 store's metadata, the policy answers which keys to enable and disable; see
 dtoc_rl.service for the request fields).  Binds to 127.0.0.1 by default.
+A client that cannot label needs itself may name a session and send each model
+call's text once ("session", "turns"): the service labels them and fills the
+need features (--max-sessions sessions are kept in memory).
 
 --policy takes a policy spec (last_n:n=5, budget:budget=32000, ...) or a
 learned-policy checkpoint folder.  The policy is loaded and run once on a
