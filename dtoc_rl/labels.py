@@ -144,6 +144,7 @@ __all__ = [
     "label_stats",
     "label_trajectory",
     "modified_between",
+    "modified_by",
     "parse_resource",
     "read_resources",
     "real_rereads",
@@ -1303,18 +1304,20 @@ def modified_between(traj: Trajectory, i: int, j: int) -> bool:
     if j <= i:
         return False
     steps = traj.steps
-    res = read_resources(steps[i])
-    between = [w for k in range(i + 1, min(j, len(steps) - 1) + 1) for w in steps[k].write_resources]
-    if not between:
+    return modified_by(
+        steps[i], [w for k in range(i + 1, min(j, len(steps) - 1) + 1) for w in steps[k].write_resources]
+    )
+
+
+def modified_by(step: Step, writes: list[str]) -> bool:
+    """Whether these writes (``write_resources`` of later steps) may change what ``step`` read;
+    the rules of :func:`modified_between`."""
+    if not writes:
         return False
+    res = read_resources(step)
     if not res:
         return True
-    for r in res:
-        if r.kind in ("cmd", "call"):
-            return True
-        if _file_written(r, between):
-            return True
-    return False
+    return any(r.kind in ("cmd", "call") or _file_written(r, writes) for r in res)
 
 
 def first_modified(traj: Trajectory, i: int) -> int | None:

@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -106,7 +107,7 @@ import numpy as np
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
 from dtoc_rl.features import ItemColumns, ItemState
-from dtoc_rl.labels import NeedLabeller, modified_between
+from dtoc_rl.labels import NeedLabeller, modified_by
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.record import ToolOutput
@@ -1009,12 +1010,8 @@ class Orchestrator:
             self._labeller = NeedLabeller(self._task, self._system, keys=self._label_keys)
         lab = self._labeller
         new = steps[first:end]
-        i = 0
-        while i < len(new):
-            j = i + 1
-            while j < len(new) and new[j].turn == new[i].turn:
-                j += 1
-            turn = new[i:j]
+        for _, group in itertools.groupby(new, key=lambda st: st.turn):
+            turn = list(group)
             try:
                 lab.label_turn(turn)
             except Exception as e:  # a labeller bug must not stop the agent: features just miss it
@@ -1023,21 +1020,15 @@ class Orchestrator:
                     warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=3)
                 with contextlib.suppress(Exception):  # its outputs may be what the labeller chokes on
                     lab.skip_turn(turn)
-            i = j
         self._unlabelled_from = end
         cols = self._cols
         self._totals.misses += cols.add_needs(new, self._step_row)
         new_writes = [w for st in new for w in st.write_resources]
         if new_writes:
-            w = Step(index=1, write_resources=new_writes)
             for o in self._outs:
-                if cols.get(o.row, "modified") or o.step < 0 or o.step >= first:
+                if not 0 <= o.step < first or cols.get(o.row, "modified"):
                     continue
-                mini = Trajectory(
-                    traj_id="m", source="", model_raw="", model_family="", task_id="",
-                    steps=[steps[o.step], w],
-                )  # fmt: skip
-                if modified_between(mini, 0, 1):
+                if modified_by(steps[o.step], new_writes):
                     cols.flag(o.row, "modified")
         self._totals.label_ms += (time.perf_counter() - t0) * 1000
         self._touch()
