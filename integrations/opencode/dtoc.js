@@ -68,7 +68,7 @@
  * @property {number} assistants assistant messages seen at the last transform
  * @property {number} otherTokens tokens of the non-tool text at the last transform
  * @property {string} model
- * @property {{ sig: string, promise: Promise<Decision | null> } | null} prefetch
+ * @property {{ sig: string, promise: Promise<Decision | null | symbol> } | null} prefetch (no turns: never RETRY)
  * @property {boolean} degraded the last decision fell back to showing everything
  * @property {number} decisions
  * @property {number} sentTurns assistant messages the service has as turns
@@ -481,18 +481,18 @@ function createDtoc(opts = {}) {
       const withTurns = (b) => {
         // a revert replaced or removed turns the service has: its copy is stale
         if (s.sentIds.some((mid, i) => turnIds[i] !== mid)) resync(s);
-        // this plugin instance's keys: a restarted OpenCode numbers its outputs anew
         // the turns get what the body limit leaves after the items' metadata
         const room = Math.max(MIN_TURNS_BYTES, MAX_BODY_BYTES - jsonBytes(b));
+        // the session names this plugin instance: a restarted OpenCode numbers its outputs anew
         const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns), room) };
         if (s.sentTurns === 0) out.task = clip(task);
         return out;
       };
       let decision = pre && pre.sig === sig && !labelled ? await pre.promise : await decide(labelled ? withTurns(body) : body, s);
       if (decision === RETRY) {
-        // once more: with every turn in a new service session, or without texts
-        const again = payload(s, assistants, s.otherTokens);
-        decision = await decide(s.retry === "all" && !s.labelsOff ? withTurns(again) : again, s);
+        // once more: with every turn in a new service session, or without texts (withTurns
+        // copies, so `body` is still the metadata alone)
+        decision = await decide(s.retry === "all" && !s.labelsOff ? withTurns(body) : body, s);
       }
       if (decision === RETRY) decision = null;
       if (labelled && decision && s.sentTurns) s.sentIds = turnIds.slice(0, s.sentTurns);
