@@ -23,10 +23,11 @@ __all__ = [
     "Need",
     "Step",
     "Trajectory",
+    "Usage",
     "hf_features",
 ]
 
-SCHEMA_VERSION = "1.1"  # 1.1: need kind `edit`
+SCHEMA_VERSION = "1.2"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages
 
 NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
 EVENT_KINDS = ("mask", "unmask", "enable", "disable", "compaction", "truncate")
@@ -51,6 +52,23 @@ class ContextEvent:
 
 
 @dataclass
+class Usage:
+    """What the provider reported for one model call, as the log has it (None: not logged).
+
+    ``input_tokens`` counts every prompt token, cached ones included (OpenAI's ``prompt_tokens``;
+    for Anthropic, ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so
+    ``cached_tokens`` and ``cache_write_tokens`` are parts of it.  ``cost_usd`` is the provider's or
+    the harness's own figure for the call, never one this toolkit computed.
+    """
+
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+@dataclass
 class Step:
     index: int
     turn: int = 0
@@ -71,6 +89,14 @@ class Step:
     # Steps whose outputs were hidden in the context that produced this action,
     # when the log lets us know (None: unknown, [] known nothing hidden).
     masked_before: list[int] | None = None
+    # Of those, the steps whose assistant message was removed as well (a harness that keeps only the
+    # last N messages drops whole pairs rather than placing a placeholder).
+    dropped_before: list[int] | None = None
+    # Text the harness sent with this call only, re-rendered every call rather than appended (e.g.
+    # RepoLaunch's list of the commands run so far); counted in this call's prompt, not carried on.
+    harness_text: str = ""
+    # The provider's usage for the model call this step starts (on the first step of a turn).
+    usage: Usage | None = None
 
     @property
     def has_output(self) -> bool:
@@ -92,6 +118,9 @@ class Trajectory:
     tokens_in: int | None = None
     tokens_out: int | None = None
     api_calls: int | None = None
+    # Prompt tokens every call was sent that the log does not hold (a system prompt or first message
+    # it does not record), in the provider's tokens: replaying the log adds them to each call.
+    unlogged_prompt_tokens: int = 0
     source_path: str = ""
     schema_version: str = SCHEMA_VERSION
     extra: str = "{}"  # JSON text for format-specific leftovers
@@ -115,8 +144,11 @@ class Trajectory:
             sk["needs"] = [Need(**n) for n in s.get("needs") or []]
             sk["events"] = [ContextEvent(**e) for e in s.get("events") or []]
             sk["write_resources"] = list(s.get("write_resources") or [])
-            if sk.get("masked_before") is not None:
-                sk["masked_before"] = list(sk["masked_before"])
+            for name in ("masked_before", "dropped_before"):
+                if sk.get(name) is not None:
+                    sk[name] = list(sk[name])
+            if sk.get("usage") is not None:
+                sk["usage"] = Usage(**sk["usage"])
             steps.append(Step(**sk))
         return cls(**kw, steps=steps)
 
@@ -148,6 +180,15 @@ def hf_features():  # -> datasets.Features; imported lazily so core stays light
         "needs": [need],
         "events": [event],
         "masked_before": Sequence(Value("int32")),
+        "dropped_before": Sequence(Value("int32")),
+        "harness_text": Value("string"),
+        "usage": {
+            "input_tokens": Value("int64"),
+            "cached_tokens": Value("int64"),
+            "cache_write_tokens": Value("int64"),
+            "output_tokens": Value("int64"),
+            "cost_usd": Value("float64"),
+        },
     }
     return Features(
         {
@@ -164,6 +205,7 @@ def hf_features():  # -> datasets.Features; imported lazily so core stays light
             "tokens_in": Value("int64"),
             "tokens_out": Value("int64"),
             "api_calls": Value("int64"),
+            "unlogged_prompt_tokens": Value("int64"),
             "source_path": Value("string"),
             "schema_version": Value("string"),
             "extra": Value("string"),
