@@ -282,11 +282,12 @@ class LearnedPolicy(Policy):
 
     def __init__(self, config: LearnedPolicyConfig | None = None):
         self.cfg = config or LearnedPolicyConfig()
-        # Small per-decision forwards: more threads only add synchronisation (and spin badly when
-        # the machine is busy), so the policy sets torch's thread count from its config.
-        torch.set_num_threads(max(1, self.cfg.threads))
-        torch.manual_seed(self.cfg.seed)
-        self.net = ItemScorer(self.cfg)
+        # The initial weights follow cfg.seed, drawn from a forked generator: building or loading a
+        # policy leaves the caller's torch RNG and thread count as they were (fit() and
+        # `dtoc-rl serve --threads` set threads where the user asked for them).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.cfg.seed)
+            self.net = ItemScorer(self.cfg)
         self.net.eval()
         self.meta: dict[str, Any] = {}
 

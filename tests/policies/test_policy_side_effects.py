@@ -1,0 +1,35 @@
+"""Building or loading a policy leaves the caller's process as it was."""
+
+import torch
+
+from dtoc_rl.policies.learned import LearnedPolicy
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.policies.registry import make_policy
+
+
+def _tiny(seed=0):
+    return LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, seed=seed)
+
+
+def test_loading_a_policy_keeps_torch_threads_and_rng(tmp_path):
+    ckpt = LearnedPolicy(_tiny(seed=7)).save(tmp_path / "ckpt")
+    before_threads = torch.get_num_threads()
+    want = 2 if before_threads != 2 else 3  # differs from the config's threads (1)
+    torch.set_num_threads(want)
+    try:
+        torch.manual_seed(1234)
+        state = torch.get_rng_state()
+        make_policy(str(ckpt))
+        LearnedPolicy.load(ckpt)
+        LearnedPolicy(_tiny(seed=3))
+        assert torch.get_num_threads() == want
+        assert torch.equal(torch.get_rng_state(), state)
+    finally:
+        torch.set_num_threads(before_threads)
+
+
+def test_initial_weights_still_follow_the_config_seed():
+    a, b, c = LearnedPolicy(_tiny(0)), LearnedPolicy(_tiny(0)), LearnedPolicy(_tiny(1))
+    sa, sb, sc = a.net.state_dict(), b.net.state_dict(), c.net.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
