@@ -46,6 +46,143 @@ def _row_bytes(row: dict[str, Any]) -> int:
     return sum(len(s.get("output") or "") + len(s.get("assistant_text") or "") for s in row["steps"]) + 1024
 
 
+_LICENCE_FILES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENCE.md", "COPYING", "COPYING.md")
+# (name, phrases that must all appear in the licence file's first 4 KB, case-insensitive)
+_LICENCE_NAMES = (
+    ("MIT", ("permission is hereby granted, free of charge",)),
+    ("Apache-2.0", ("apache license", "version 2.0")),
+    ("GPL-3.0", ("gnu general public license", "version 3")),
+    ("GPL-2.0", ("gnu general public license", "version 2")),
+    ("BSD-3-Clause", ("redistribution and use in source and binary forms", "neither the name")),
+    ("BSD-2-Clause", ("redistribution and use in source and binary forms",)),
+    ("CC-BY-4.0", ("creative commons attribution 4.0",)),
+)
+
+
+def _licence_name(path: Path) -> str:
+    try:
+        head = path.read_text(errors="replace")[:4096].lower()
+    except OSError:
+        return "unreadable"
+    head = " ".join(head.split())
+    for name, phrases in _LICENCE_NAMES:
+        if all(p in head for p in phrases):
+            return name
+    return "see file"
+
+
+class _Card:
+    """Counts and licences gathered while the shards are written, rendered as README.md."""
+
+    def __init__(self, inputs: Iterable[str | Path] | None):
+        # an ingested path's name leads every source_path found under it (dtoc_rl.ingest.driver)
+        self.roots = {Path(p).name: Path(p).resolve() for p in inputs} if inputs is not None else None
+        self.groups: dict[tuple[str, str], list[int]] = {}
+        self.folders: dict[str, set[str]] = {}
+        self.licences: dict[str, set[str]] = {}
+        self._dir_licence: dict[Path, str | None] = {}
+
+    def add(self, t: Trajectory) -> None:
+        g = self.groups.setdefault((t.source, t.model_family or "unknown"), [0, 0, 0, 0, 0])
+        g[0] += 1
+        g[1] += len(t.steps)
+        g[2 if t.success is True else 3 if t.success is False else 4] += 1
+        rel = Path(t.source_path or "")
+        folder = rel.parts[0] if len(rel.parts) > 1 else str(rel)
+        if len(rel.parts) > 2:
+            folder = f"{rel.parts[0]}/{rel.parts[1]}"
+        self.folders.setdefault(t.source, set()).add(folder or "unknown")
+        self.licences.setdefault(t.source, set()).add(self._licence(rel))
+
+    def _licence(self, rel: Path) -> str:
+        if self.roots is None:
+            return "unknown (inputs not given)"
+        root = self.roots.get(rel.parts[0]) if rel.parts else None
+        if root is None:
+            return "unknown"
+        top = root if root.is_dir() else root.parent
+        d = (root.parent / rel).parent
+        found = None
+        for _ in range(8):  # logs sit a few folders below their licence at most
+            if d not in self._dir_licence:
+                hit = next((d / n for n in _LICENCE_FILES if (d / n).is_file()), None)
+                self._dir_licence[d] = (
+                    f"{_licence_name(hit)} ({hit.relative_to(root.parent).as_posix()})" if hit else None
+                )
+            found = self._dir_licence[d]
+            if found or d == top or top not in d.parents:
+                break
+            d = d.parent
+        return found or "unknown"
+
+    def render(self, name: str, meta: dict[str, Any], command: str | None) -> str:
+        import shlex
+        import sys
+
+        from dtoc_rl import __version__
+        from dtoc_rl.schema import hf_features
+
+        if command is None:
+            command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "unknown"
+        lines = [
+            f"# {name}",
+            "",
+            f"A DTOC-RL trajectory dataset: **schema version {SCHEMA_VERSION}** (`dtoc_rl.schema`), "
+            f"written by dtoc-rl {__version__}.",
+            "",
+            f"Made with: `{command}`",
+            "",
+            "## Counts",
+            "",
+            "| source | model family | trajectories | steps | success | failure | unknown outcome |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        tot = [0] * 5
+        for (src, fam), g in sorted(self.groups.items()):
+            lines.append(f"| {src} | {fam} | " + " | ".join(str(v) for v in g) + " |")
+            tot = [a + b for a, b in zip(tot, g)]
+        lines.append("| **total** | | " + " | ".join(f"**{v}**" for v in tot) + " |")
+        skipped = meta.get("skipped")
+        if isinstance(skipped, list):
+            lines += [
+                "",
+                f"Files skipped at ingest: {len(skipped)} (each with its reason in `summary.json`).",
+            ]
+        lines += [
+            "",
+            "## Sources and licences",
+            "",
+            "| source | folders | licence |",
+            "|---|---|---|",
+        ]
+        for src in sorted(self.folders):
+            folders = ", ".join(f"`{f}`" for f in sorted(self.folders[src]))
+            lines.append(f"| {src} | {folders} | {'; '.join(sorted(self.licences[src]))} |")
+        lines += [
+            "",
+            "Licences are read from the LICENSE/COPYING files found next to the logs, up to the folder "
+            'that was ingested; "unknown" means none was found there, so check the upstream terms '
+            "before sharing this dataset.",
+            "",
+            "## Schema",
+            "",
+            f"Parquet shards (`data-*.parquet`), one row per trajectory; `summary.json` has the ingest "
+            f"report and `{MARKER}` marks a completely written folder.  Load it with "
+            "`dtoc_rl.dataset.load_trajectories(PATH)` or "
+            '`datasets.load_dataset("parquet", data_files="PATH/*.parquet")`.',
+            "",
+        ]
+        feats = hf_features()
+        for col, ftype in feats.items():
+            if col == "steps":
+                step = getattr(ftype, "feature", ftype)
+                keys = ", ".join(f"`{k}`" for k in step) if isinstance(step, dict) else str(step)
+                lines.append(f"- `steps`: one entry per model call, with {keys}")
+            else:
+                lines.append(f"- `{col}`: {getattr(ftype, 'dtype', type(ftype).__name__)}")
+        return "\n".join(lines) + "\n"
+
+
 def write_dataset(
     trajs: Iterable[Trajectory],
     out: str | Path,
@@ -53,8 +190,17 @@ def write_dataset(
     summary: dict[str, Any] | None = None,
     overwrite: bool = False,
     shard_bytes: int = SHARD_BYTES,
+    inputs: Iterable[str | Path] | None = None,
+    command: str | None = None,
 ) -> Path:
-    """Write trajectories as Parquet shards into ``out`` (atomically)."""
+    """Write trajectories as Parquet shards into ``out`` (atomically), with a dataset card.
+
+    The card (``README.md``) states the schema version, the sources with the licences found next
+    to the logs, the counts and the command, so that a dataset folder shared on its own still says
+    what it holds and under which terms.  ``inputs`` are the paths that were ingested (the
+    trajectories' ``source_path`` is relative to them; without them licences are not looked up);
+    ``command`` defaults to this process's command line.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -70,7 +216,9 @@ def write_dataset(
         schema = hf_features().arrow_schema
         shards: list[list[dict[str, Any]]] = [[]]
         size = 0
+        card = _Card(inputs)
         for t in trajs:
+            card.add(t)
             row = t.to_row()
             b = _row_bytes(row)
             if shards[-1] and size + b > shard_bytes:
@@ -85,6 +233,7 @@ def write_dataset(
         meta = {"schema_version": SCHEMA_VERSION, "trajectories": sum(len(s) for s in shards), "shards": n}
         meta.update(summary or {})
         (tmp / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
+        (tmp / "README.md").write_text(card.render(out.name, meta, command))
         (tmp / MARKER).write_text(SCHEMA_VERSION + "\n")
         if out.exists():
             trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -70,7 +71,16 @@ def run(args: argparse.Namespace) -> int:
         code = 1
     else:
         try:
-            write_dataset(res.trajectories, args.out, summary=summary, overwrite=args.overwrite)
+            # the card names the inputs and the options that change the rows, i.e. how to remake it
+            redo = ["dtoc-rl", "ingest", *map(str, args.paths), "-o", str(args.out)]
+            write_dataset(
+                res.trajectories,
+                args.out,
+                summary=summary,
+                overwrite=args.overwrite,
+                inputs=args.paths,
+                command=shlex.join(redo + (["--no-labels"] if args.no_labels else [])),
+            )
         except DatasetError as e:
             return fail(str(e))
     if args.json:
