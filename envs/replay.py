@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -217,7 +218,7 @@ class ReplayEnv(gym.Env):
     * ``text_view`` (False): add ``info["text"]`` and ``info["keys"]`` (the DTOC key of each slot).
     * ``expose_episode`` (False): put the compiled episode in the reset ``info`` (for the hindsight
       oracle, which plans with the trace's future).
-    * ``estimator`` ("chars"), ``render_mode`` (None or "ansi").
+    * ``estimator`` ("chars"), ``render_mode`` (None or "ansi"; any other mode warns and renders nothing).
     * ``reset(options={"traj_id": ...})`` or ``{"index": i}`` picks an episode.
 
     ## Version History
@@ -254,7 +255,13 @@ class ReplayEnv(gym.Env):
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
         if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            # Vectorising helpers ask for a mode by default (SB3's make_vec_env: "rgb_array"); a
+            # replayed log has no picture, so the env runs without rendering rather than refusing.
+            warnings.warn(
+                f"ReplayEnv renders only 'ansi' text; render_mode={render_mode!r} is ignored (no rendering)",
+                stacklevel=2,
+            )
+            render_mode = None
         self.episodes = load_episodes(
             trajectories if trajectories is not None else dataset,
             model_family=model_family,
