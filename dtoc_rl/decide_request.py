@@ -23,6 +23,7 @@ from dtoc_rl.models import FAMILIES, normalize_family
 from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
 
 __all__ = [
+    "MAX_ARGS_DEPTH",
     "PLACEHOLDER_TOKENS",
     "Call",
     "DecideError",
@@ -37,6 +38,9 @@ __all__ = [
 
 PLACEHOLDER_TOKENS = 40  # a hidden output's placeholder, under the default estimator
 _MAX_ARGS = 100_000
+# Tool arguments are the only free-form JSON of a request; deeper nesting than this is no real
+# tool call, and code that walks such values recursively (json.dumps) would run out of stack.
+MAX_ARGS_DEPTH = 64
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=10**15)]
 Name = Annotated[str, msgspec.Meta(max_length=200)]
@@ -147,12 +151,45 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _too_deep() -> DecideError:
+    return DecideError(400, "the body nests JSON too deeply (the limit is about 1,000 levels)", "<body>")
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value nests lists/objects deeper than ``limit`` (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, d + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def _check_depth(req: Request) -> Request:
+    for i, it in enumerate(req.items):
+        if isinstance(it.args, dict | list) and _depth_over(it.args, MAX_ARGS_DEPTH):
+            raise DecideError(
+                400, f"items[{i}].args: nested deeper than {MAX_ARGS_DEPTH} levels", f"items[{i}].args"
+            )
+    for k, t in enumerate(req.turns):
+        for j, c in enumerate(t.calls):
+            if isinstance(c.args, dict | list) and _depth_over(c.args, MAX_ARGS_DEPTH):
+                field = f"turns[{k}].calls[{j}].args"
+                raise DecideError(400, f"{field}: nested deeper than {MAX_ARGS_DEPTH} levels", field)
+    return req
+
+
 def decode(body: bytes) -> Request:
-    """A request body, decoded and type-checked (raises DecideError: 400 not JSON, 422 a field)."""
+    """A request body, decoded and type-checked (raises DecideError: 400 not JSON or nested too
+    deeply, 422 a field)."""
     try:
-        return _DECODER.decode(body)
+        return _check_depth(_DECODER.decode(body))
     except msgspec.ValidationError as e:
         raise _invalid(e) from None
+    except RecursionError:  # the decoder's own nesting limit (about 1,000 levels)
+        raise _too_deep() from None
     except msgspec.DecodeError:
         pass
     # What msgspec refuses as JSON, the standard library says why (NaN, Infinity, where the
@@ -173,9 +210,11 @@ def to_request(obj: Any) -> Request:
     if isinstance(obj, Request):
         return obj
     try:
-        return msgspec.convert(obj, Request)
+        return _check_depth(msgspec.convert(obj, Request))
     except msgspec.ValidationError as e:
         raise _invalid(e) from None
+    except RecursionError:
+        raise _too_deep() from None
 
 
 @functools.lru_cache(maxsize=8192)

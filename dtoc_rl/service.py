@@ -5,6 +5,16 @@ type-checked by msgspec against the schema in :mod:`dtoc_rl.decide_request`.
 ``dtoc-rl serve --policy SPEC_OR_CHECKPOINT`` runs it; the service itself takes
 any object with ``act(obs, info)`` (the core never imports the policies).
 
+Access
+------
+Every endpoint but ``GET /health`` needs ``Authorization: Bearer <token>``: the service's
+shared secret (``dtoc-rl serve --token``, the ``DTOC_TOKEN`` environment variable, or a random
+one printed at start); a missing or wrong token is a 401.  The ``Host`` header must name the
+service (``127.0.0.1``, ``localhost`` or ``[::1]`` or the bound host, with the port, or a name
+given with ``allow_hosts``), else 421: a web page whose DNS name points at 127.0.0.1 cannot
+reach it.  ``POST /decide`` takes ``Content-Type: application/json`` only (415), so a browser
+cannot send it as a form or plain text without a CORS preflight, which gets a 405.
+
 Endpoints
 ---------
 ``GET /health``
@@ -58,7 +68,11 @@ The service labels them as it does for a Python agent's Orchestrator
 ``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
 is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
-over 5 million characters of text is a 413.  Key references (``t0003``) in the texts are
+over 5 million characters of text is a 413, and text beyond the service's total (25 million
+characters; idle sessions are dropped first) a 429.  Sessions are kept per token: a session
+name is looked up among the sessions of the request's token, so a client with another token
+cannot add turns to it (its turn N of an unknown session is a 409, and the owner's turn N is
+labelled as sent).  Clients sharing one token share its sessions.  Key references (``t0003``) in the texts are
 read in the client's numbering (the item keys of the calls).  The
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
@@ -76,19 +90,33 @@ everything visible, so an unknown model never loses context); the response says
 that asks a running service, so an Orchestrator, ReplayEnv or LiveEnv can use a
 policy served elsewhere.
 
-Errors are JSON ``{"error", "field", "status"}``: 400 invalid JSON, 404 unknown
-path, 405 wrong method, 409 a session's turns out of order, 411 no Content-Length,
-413 body over the limit (default 1 MiB) or too many items, 422 a field of the wrong type or range (``field``
-names it, e.g. ``items[3].tokens``).  Bad input never produces a 500.
+Errors are JSON ``{"error", "field", "status"}``: 400 invalid JSON, JSON nested too deeply
+(tool arguments deeper than 64 levels, a body deeper than about 1,000), a malformed request
+line or header, two Content-Length headers or a body shorter than its Content-Length; 401 no or
+a wrong token; 404 unknown path; 405 a method other than GET and POST, or the wrong one for the
+path (a HEAD gets the status without a body); 408 a request not complete within 10 s of its
+first byte; 409 a session's turns out of order; 411 no Content-Length (or a Transfer-Encoding);
+413 body over the limit (default 1 MiB), too many items or a session's text over its cap;
+414/431 a request line or header too long; 415 not application/json; 421 a foreign Host;
+422 a field of the wrong type or range (``field`` names it, e.g. ``items[3].tokens``); 429 the
+sessions' total text is full.  Errors that leave the connection's framing in doubt close it.
+Bad input never produces a 5xx (a 500 is a bug of the policy itself).
 """
 
 from __future__ import annotations
 
+import hmac
+import io
+import ipaddress
 import json
+import os
+import re
+import secrets
+import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -97,17 +125,27 @@ import numpy as np
 from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.models import FAMILIES
-from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS, Sessions
+from dtoc_rl.session_labels import (
+    DEFAULT_MAX_SESSION_CHARS,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_TOTAL_CHARS,
+    Sessions,
+)
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_MAX_BODY",
     "DEFAULT_PORT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "TOKEN_ENV",
     "DecideError",
     "DecisionService",
     "RemotePolicy",
+    "check_token",
+    "is_loopback",
     "make_server",
+    "new_token",
     "serve_in_thread",
 ]
 
@@ -115,6 +153,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
 DEFAULT_MAX_REQUEST_ITEMS = 10_000
+DEFAULT_REQUEST_TIMEOUT = 10.0  # seconds from a request's first byte to its last
+DEFAULT_IDLE_TIMEOUT = 30.0  # seconds a kept-alive connection may wait for its next request
+TOKEN_ENV = "DTOC_TOKEN"  # the token's environment variable, for the service and its clients
 _INT_FIELDS = ("rereads", "toggles", "turns_after")
 _G_STORED = GLOBAL_FEATURES.index("stored")
 _G_VISIBLE = GLOBAL_FEATURES.index("visible")
@@ -134,7 +175,8 @@ class DecisionService:
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
         max_sessions: sessions whose need labels the service keeps (least recently used
-            dropped first; see :mod:`dtoc_rl.session_labels`).
+            dropped first; see :mod:`dtoc_rl.session_labels`); ``max_session_chars`` and
+            ``max_total_chars``: their text, per session (413 beyond) and in all (429).
     """
 
     def __init__(
@@ -149,6 +191,8 @@ class DecisionService:
         max_body: int = DEFAULT_MAX_BODY,
         max_request_items: int = DEFAULT_MAX_REQUEST_ITEMS,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_session_chars: int = DEFAULT_MAX_SESSION_CHARS,
+        max_total_chars: int = DEFAULT_MAX_TOTAL_CHARS,
     ):
         if not callable(getattr(policy, "act", None)):
             raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
@@ -172,7 +216,7 @@ class DecisionService:
         self.max_items = int(max_items)
         self.max_body = int(max_body)
         self.max_request_items = int(max_request_items)
-        self.sessions = Sessions(max_sessions)
+        self.sessions = Sessions(max_sessions, max_session_chars, max_total_chars)
         self.started = time.time()
         self.requests = 0
         self.errors = 0
@@ -204,19 +248,23 @@ class DecisionService:
             "max_body_bytes": self.max_body,
             "max_request_items": self.max_request_items,
             "max_sessions": self.sessions.max_sessions,
+            "max_session_chars": self.sessions.max_chars,
+            "max_total_chars": self.sessions.max_total_chars,
             "endpoints": ["GET /health", "GET /version", "POST /decide"],
+            "auth": "every endpoint but /health: Authorization: Bearer <token>",
             "request_schema": request_schema(),  # JSON Schema of a /decide body
         }
 
     # -- deciding ------------------------------------------------------------------
-    def parse(self, req: Any) -> dict[str, Any]:
+    def parse(self, req: Any, client: str = "") -> dict[str, Any]:
         """Validate a request (a decoded JSON object, or a :class:`~dtoc_rl.decide_request.Request`);
-        returns the observation inputs (raises DecideError).  With a ``session``, its new turns
-        are labelled first and the session's need features fill the items that carry none."""
+        returns the observation inputs (raises DecideError).  With a ``session`` (one of
+        ``client``'s: the HTTP layer passes the id of the request's token), its new turns are
+        labelled first and the session's need features fill the items that carry none."""
         req = to_request(req)
         session = None
         if req.session is not None:
-            session = self.sessions.feed(req)  # None: unknown and no turns yet
+            session = self.sessions.feed(req, client)  # None: unknown and no turns yet
         elif req.turns:
             raise DecideError(422, "turns: need a session (the service keeps a session's labels)", "turns")
         p = parse(
@@ -233,11 +281,11 @@ class DecisionService:
             }
         return p
 
-    def decide(self, req: Any) -> dict[str, Any]:
+    def decide(self, req: Any, client: str = "") -> dict[str, Any]:
         """One ``/decide`` request (a decoded JSON object, or a Request) → its response (raises
-        DecideError)."""
+        DecideError); ``client`` names whose sessions it may use."""
         t0 = time.perf_counter()
-        p = self.parse(req)
+        p = self.parse(req, client)
         fallback = p["family"] not in self.families
         policy = self.fallback if fallback else self.policy
         label = self.fallback_label if fallback else self.label
@@ -291,95 +339,272 @@ class DecisionService:
         }
 
 
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_WILDCARD = ("", "0.0.0.0", "::")
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address to bind) reaches only this machine."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def check_token(token: str) -> str:
+    """A token as a client can send it in a header (raises ValueError naming the problem)."""
+    if not isinstance(token, str) or not token:
+        raise ValueError("a token must be a non-empty string")
+    if any(not (0x21 <= ord(c) <= 0x7E) for c in token):
+        raise ValueError("a token may hold only printable ASCII without spaces (it is sent in a header)")
+    return token
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's receiving side with a deadline for the whole request, not only per read
+    (a client sending a byte at a time would otherwise keep the connection forever)."""
+
+    def __init__(self, sock: socket.socket, idle: float):
+        self.sock, self.idle = sock, idle
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        wait = self.idle
+        if self.deadline is not None:
+            wait = self.deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError("the request took longer than its deadline")
+        self.sock.settimeout(wait)
+        return self.sock.recv_into(buf)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server_version = "dtoc-rl"
-    timeout = 30  # seconds a client may take to send its request
+    timeout = None  # the deadlines are _DeadlineReader's
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.log is not None:
-            self.server.log(f"{self.address_string()} {format % args}")
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain file of StreamRequestHandler: reads go through the deadline
+        self._reader = _DeadlineReader(self.connection, self.server.idle_timeout)
+        self.rfile = io.BufferedReader(self._reader, 1 << 16)
 
-    def _send(self, status: int, body: dict[str, Any], close: bool = False) -> None:
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.log is not None:  # the request line is the client's: no raw control bytes
+            self.server.log(f"{self.address_string()} {format % args}".translate(_CONTROL))
+
+    # -- one request, under its deadline ---------------------------------------------
+    def handle_one_request(self) -> None:
+        self.command = self.request_version = None
+        self.requestline = ""
+        self._reader.deadline = None
+        try:
+            if not self.rfile.peek(1):  # the client closed the connection
+                self.close_connection = True
+                return
+        except OSError:  # idle too long between requests, or a reset
+            self.close_connection = True
+            return
+        self._reader.deadline = time.monotonic() + self.server.request_timeout
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.requestline = ""
+                return self._reject(414, "the request line is longer than 65536 bytes", "<request>")
+            if not self.parse_request():  # it answered with send_error
+                return
+            self._route(self.command)
+            self.wfile.flush()
+        except TimeoutError:
+            self.close_connection = True
+            try:
+                secs = self.server.request_timeout
+                self._reject(408, f"the request was not complete within {secs:g} s", "<request>")
+            except OSError:
+                pass
+        except OSError:  # the client went away
+            self.close_connection = True
+        finally:
+            self._reader.deadline = None
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # http.server's errors for a malformed request line or headers, in the service's JSON form;
+        # a request the server cannot parse is the client's fault (4xx), whatever http.server says.
+        status = code if 400 <= code < 500 else 400
+        text = message or self.responses.get(code, ("error",))[0]
+        self._reject(status, f"malformed request: {text}", "<request>")
+
+    # -- responses -------------------------------------------------------------------
+    def _send(self, status: int, body: dict[str, Any], close: bool = False, headers: Any = ()) -> None:
         data = json.dumps(body).encode()
+        self._reader.sock.settimeout(self.server.idle_timeout)  # writing: not under the read deadline
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # a HEAD response has no body, only its length
+            self.wfile.write(data)
 
-    def _error(self, err: DecideError, close: bool = False) -> None:
+    def _error(self, err: DecideError, close: bool = False, headers: Any = ()) -> None:
         self.server.service.errors += 1
-        self._send(err.status, err.to_dict(), close=close)
+        self._send(err.status, err.to_dict(), close=close, headers=headers)
+
+    def _reject(self, status: int, message: str, field: str, headers: Any = ()) -> None:
+        """An error after which the connection's framing cannot be trusted: answer and close."""
+        self._error(DecideError(status, message, field), close=True, headers=headers)
+
+    # -- routing ---------------------------------------------------------------------
+    def _host_ok(self) -> str | None:
+        """None if the Host header names this service, else the error message."""
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return f"expected one Host header, got {len(hosts)}"
+        host = hosts[0].strip().lower()
+        if host in self.server.allowed_hosts:
+            return None
+        return (
+            f"Host {host[:100]!r} is not this service's address (one of "
+            f"{', '.join(sorted(self.server.allowed_hosts))}); a web page reaching this port through "
+            "another name is refused, and --allow-host adds a name"
+        )
+
+    def _client(self) -> str | None:
+        """The id of the token the request carries (None: none of the service's tokens)."""
+        auth = self.headers.get_all("Authorization") or []
+        if len(auth) != 1:
+            return None
+        scheme, _, given = auth[0].strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        given_b = given.strip().encode("utf-8", "surrogateescape")
+        found = None
+        for i, tok in enumerate(self.server.token_bytes):  # compare with every token: no early exit
+            if hmac.compare_digest(given_b, tok):
+                found = f"client{i}"
+        return found
 
     def _route(self, method: str) -> None:
         svc = self.server.service
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
         routes = {"/health": "GET", "/version": "GET", "/decide": "POST"}
         try:
+            if len(self.headers.get_all("Content-Length") or []) > 1:
+                return self._reject(400, "more than one Content-Length header", "<headers>")
+            if self.headers.get("Transfer-Encoding") is not None:
+                return self._reject(
+                    411, "send the body with a Content-Length (no Transfer-Encoding)", "<headers>"
+                )
+            bad_host = self._host_ok()
+            if bad_host:
+                return self._reject(421, bad_host, "<headers>")
+            if method not in ("GET", "POST"):
+                return self._reject(
+                    405, f"method {method[:20]!r} is not served; use GET or POST", "<method>",
+                    headers=[("Allow", "GET, POST")],
+                )  # fmt: skip
+            path = self.path.split("?", 1)[0].rstrip("/") or "/"
             if path not in routes:
                 self._drain_or_close()
-                return self._error(DecideError(404, f"no endpoint {path}; try {sorted(routes)}", "<path>"))
+                return self._error(
+                    DecideError(404, f"no endpoint {path[:200]}; try {sorted(routes)}", "<path>")
+                )
             if routes[path] != method:
                 self._drain_or_close()
-                return self._error(DecideError(405, f"{path} takes {routes[path]}, not {method}", "<method>"))
+                return self._error(
+                    DecideError(405, f"{path} takes {routes[path]}, not {method}", "<method>"),
+                    headers=[("Allow", routes[path])],
+                )
+            client = None
+            if path != "/health":
+                client = self._client()
+                if client is None:
+                    self._drain_or_close()
+                    return self._error(
+                        DecideError(
+                            401,
+                            "missing or wrong token: send 'Authorization: Bearer <token>' (the token "
+                            "dtoc-rl serve printed at start, or the one it was given)",
+                            "<headers>",
+                        ),
+                        headers=[("WWW-Authenticate", 'Bearer realm="dtoc-rl"')],
+                    )
             svc.requests += 1
             if path == "/health":
                 return self._send(200, svc.health())
             if path == "/version":
                 return self._send(200, svc.version())
+            ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                self._drain_or_close()
+                return self._error(
+                    DecideError(
+                        415, f"Content-Type must be application/json, got {ctype[:100]!r}", "<headers>"
+                    )
+                )
             body = self._read_body()
             if body is None:
                 return
-            return self._send(200, svc.decide(decode(body)))
+            return self._send(200, svc.decide(decode(body), client=client or ""))
         except DecideError as e:
             return self._error(e)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+        except OSError:  # a timeout (408) or a client gone: handle_one_request answers or closes
+            raise
         except Exception as e:  # a policy bug: report it, keep serving
             svc.errors += 1
             if self.server.log is not None:
-                self.server.log(f"internal error: {type(e).__name__}: {e}")
-            try:
-                self._send(
-                    500, {"error": f"internal error: {type(e).__name__}: {e}", "field": None, "status": 500}
-                )
-            except OSError:
-                self.close_connection = True
+                self.server.log(f"internal error: {type(e).__name__}: {e}".translate(_CONTROL))
+            self._send(
+                500, {"error": f"internal error: {type(e).__name__}: {e}", "field": None, "status": 500}
+            )
 
     def _length(self) -> int | None:
         raw = self.headers.get("Content-Length")
         if raw is None:
             return None
-        try:
-            n = int(raw)
-        except ValueError:
-            return -1
-        return n
+        raw = raw.strip()
+        return int(raw) if _DIGITS.fullmatch(raw) else -1
 
     def _drain_or_close(self) -> None:
         n = self._length()
         if n and 0 < n <= self.server.service.max_body:
-            self.rfile.read(n)
+            self._read_exactly(n)
         elif n:
             self.close_connection = True
 
+    def _read_exactly(self, n: int) -> bytes | None:
+        """``n`` bytes of body, or None (answered: 400 and closed) when the client ends sooner."""
+        data = self.rfile.read(n)
+        if len(data) < n:
+            self._reject(400, f"the body ended after {len(data)} of its {n} bytes (Content-Length)", "<body>")
+            return None
+        return data
+
     def _read_body(self) -> bytes | None:
         svc = self.server.service
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            self._error(DecideError(411, "send the body with a Content-Length (no chunked encoding)"), True)
-            return None
         n = self._length()
         if n is None:
-            self._error(DecideError(411, "Content-Length is required", "<headers>"), True)
+            self._reject(411, "Content-Length is required", "<headers>")
             return None
         if n < 0:
-            self._error(DecideError(400, "Content-Length is not a non-negative integer", "<headers>"), True)
+            self._reject(400, "Content-Length is not a non-negative integer", "<headers>")
             return None
         if n > svc.max_body:
             err = DecideError(413, f"the body is {n} bytes; the limit is {svc.max_body}", "<body>")
@@ -392,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
                     left -= len(chunk)
             self._error(err, True)
             return None
-        return self.rfile.read(n)
+        return self._read_exactly(n)
 
     def do_GET(self) -> None:
         self._route("GET")
@@ -400,29 +625,44 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._route("POST")
 
-    def do_PUT(self) -> None:
-        self._route("PUT")
-
-    def do_DELETE(self) -> None:
-        self._route("DELETE")
-
-    def do_PATCH(self) -> None:
-        self._route("PATCH")
-
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # a burst of new connections waits in the kernel, not refused
 
-    def __init__(self, addr: tuple[str, int], service: DecisionService, log: Callable[[str], None] | None):
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        service: DecisionService,
+        log: Callable[[str], None] | None,
+        tokens: list[str],
+        allow_hosts: Iterable[str],
+        request_timeout: float,
+        idle_timeout: float,
+    ):
         self.service = service
         self.log = log
+        self.tokens = tokens
+        self.token_bytes = [t.encode() for t in tokens]
+        self.request_timeout = float(request_timeout)
+        self.idle_timeout = float(idle_timeout)
         super().__init__(addr, _Handler)
+        host, port = addr[0], self.server_address[1]
+        names = {*_LOOPBACK_NAMES, *(h.strip().lower() for h in allow_hosts if h.strip())}
+        if host not in _WILDCARD:
+            names.add(f"[{host}]" if ":" in host else host.lower())
+        self.allowed_hosts = frozenset({f"{n}:{port}" for n in names} | (names if port == 80 else set()))
+
+    @property
+    def token(self) -> str:
+        """The (first) token clients send as ``Authorization: Bearer <token>``."""
+        return self.tokens[0]
 
     def handle_error(self, request: Any, client_address: Any) -> None:  # never print tracebacks per request
         if self.log is not None:
             exc = sys.exc_info()[1]
-            self.log(f"{client_address}: connection error: {type(exc).__name__}: {exc}")
+            self.log(f"{client_address}: connection error: {type(exc).__name__}: {exc}".translate(_CONTROL))
 
 
 def make_server(
@@ -431,18 +671,40 @@ def make_server(
     port: int = DEFAULT_PORT,
     *,
     log: Callable[[str], None] | None = None,
-) -> ThreadingHTTPServer:
+    token: str | Sequence[str] | None = None,
+    allow_hosts: Iterable[str] = (),
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+) -> _Server:
     """A bound (not yet serving) HTTP server for ``service``; port 0 picks a free port
-    (``server.server_address[1]``).  ``log`` receives one line per request."""
-    return _Server((host, port), service, log)
+    (``server.server_address[1]``).  ``log`` receives one line per request.
+
+    ``token``: the shared secret (or several, one per client: sessions are kept per token)
+    every request but ``GET /health`` must carry as ``Authorization: Bearer <token>``; None
+    makes a random one (``server.token``).  A host other than loopback needs a token given
+    here.  ``allow_hosts``: more names clients reach the service by (the Host header is checked
+    against the loopback names and the bound host).  ``request_timeout``: seconds a request may
+    take from its first byte to its last (408 after); ``idle_timeout``: seconds a kept-alive
+    connection may wait for its next request."""
+    if token is None:
+        if not is_loopback(host):
+            raise ValueError(f"listening on {host!r} (not loopback) needs a token given explicitly")
+        tokens = [new_token()]
+    else:
+        tokens = [check_token(t) for t in ([token] if isinstance(token, str) else list(token))]
+        if not tokens:
+            raise ValueError("token: give at least one")
+    if request_timeout <= 0 or idle_timeout <= 0:
+        raise ValueError("request_timeout and idle_timeout must be > 0")
+    return _Server((host, port), service, log, tokens, allow_hosts, request_timeout, idle_timeout)
 
 
 def serve_in_thread(
-    service: DecisionService, host: str = DEFAULT_HOST, port: int = 0
-) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start serving in a daemon thread (tests, benchmarks); stop with ``server.shutdown()``
-    then ``server.server_close()``."""
-    server = make_server(service, host, port)
+    service: DecisionService, host: str = DEFAULT_HOST, port: int = 0, **kwargs: Any
+) -> tuple[_Server, threading.Thread]:
+    """Start serving in a daemon thread (tests, benchmarks); ``kwargs`` go to :func:`make_server`
+    (the token is ``server.token``).  Stop with ``server.shutdown()`` then ``server.server_close()``."""
+    server = make_server(service, host, port, **kwargs)
     thread = threading.Thread(target=server.serve_forever, name="dtoc-service", daemon=True)
     thread.start()
     return server, thread
@@ -456,13 +718,15 @@ class RemotePolicy:
     are mapped back to enable/disable masks.  When the service cannot be reached
     or answers with an error, ``on_error`` decides: ``"show_all"`` (default: enable
     every hidden slot, like the OpenCode plugin), ``"keep"`` (change nothing) or
-    ``"raise"``.  ``errors`` counts failures; ``last`` is the last answer.
+    ``"raise"``.  ``errors`` counts failures; ``last`` is the last answer.  ``token``: the
+    service's token (default: the ``DTOC_TOKEN`` environment variable), sent as
+    ``Authorization: Bearer <token>``.
     """
 
     name = "remote"
 
     def __init__(self, url: str = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}", *, timeout: float = 5.0,
-                 on_error: str = "show_all"):  # fmt: skip
+                 on_error: str = "show_all", token: str | None = None):  # fmt: skip
         from urllib.parse import urlsplit
 
         if on_error not in ("show_all", "keep", "raise"):
@@ -474,6 +738,10 @@ class RemotePolicy:
         self._host, self._port = parts.hostname, parts.port or 80
         self.timeout = float(timeout)
         self.on_error = on_error
+        tok = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._headers = {"Content-Type": "application/json"}
+        if tok:
+            self._headers["Authorization"] = f"Bearer {check_token(tok)}"
         self.errors = 0
         self.last: dict[str, Any] | None = None
         self._conn: Any = None
@@ -491,7 +759,7 @@ class RemotePolicy:
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
             try:
-                self._conn.request("POST", "/decide", body, {"Content-Type": "application/json"})
+                self._conn.request("POST", "/decide", body, self._headers)
                 r = self._conn.getresponse()
                 data = json.loads(r.read() or b"{}")
                 if r.status != 200:

@@ -8,13 +8,21 @@ as it does for a Python agent (:class:`~dtoc_rl.labels.NeedLabeller`: the labels
 ``dtoc-rl ingest`` gives the session's log), and fills the need features
 (``times_needed``, ``since_need``, ``modified``, ``rereads``) of the request's items that
 carry none themselves.  Sessions live in memory, the least recently used dropped first.
+
+A session belongs to the client that made it: its name is looked up among the sessions of the
+request's client (the service's token it authenticated with), so a client holding another
+token cannot read or extend it, even knowing its name.  Memory is bounded twice: a session's
+text (413 beyond ``max_chars``) and the text of all sessions together (``max_total_chars``:
+sessions idle for ``idle_reclaim_s`` seconds are dropped to make room, else a 429).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from dtoc_rl.decide_request import DecideError, Request, Turn
@@ -22,12 +30,24 @@ from dtoc_rl.features import ItemState
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.orchestrator import Orchestrator
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_MAX_SESSION_CHARS", "SessionLabels", "Sessions"]
+__all__ = [
+    "DEFAULT_IDLE_RECLAIM_S",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SESSION_CHARS",
+    "DEFAULT_MAX_TOTAL_CHARS",
+    "SessionLabels",
+    "Sessions",
+]
 
 DEFAULT_MAX_SESSIONS = 64
 # Text a session may hold (its turns' outputs, messages and arguments); the labeller's indexes
 # take about 40 bytes of memory per character, so this bounds a session near 200 MB.
 DEFAULT_MAX_SESSION_CHARS = 5_000_000
+# All sessions together (about 1 GB): without it, 64 sessions at the per-session cap would take ~13 GB.
+DEFAULT_MAX_TOTAL_CHARS = 25_000_000
+# A session unused this long may be dropped when the total is reached (its client gets a 409 and
+# sends it anew); a busier service answers 429 instead of dropping sessions still in use.
+DEFAULT_IDLE_RECLAIM_S = 300.0
 
 
 class SessionLabels:
@@ -47,12 +67,16 @@ class SessionLabels:
         self.chars = len(task or "") + len(system or "")
         self.max_chars = max_chars
         self.lock = threading.Lock()
+        self.last_used = 0.0  # set by Sessions (its clock)
+        self.dropped = False  # set by Sessions when it lets go of this session
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
 
-    def add(self, turns: list[Turn]) -> None:
+    def add(self, turns: list[Turn], reserve: Callable[[int, int], None] | None = None) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
-        session over its text limit a 413).  A turn is checked before anything of it is
-        recorded: a refused turn leaves nothing of itself (the request's earlier turns stay)."""
+        session over its text limit a 413).  ``reserve(k, size)`` claims a turn's text from a
+        shared total (it raises the DecideError to return when it cannot).  A turn is checked
+        before anything of it is recorded: a refused turn leaves nothing of itself (the
+        request's earlier turns stay)."""
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -74,6 +98,8 @@ class SessionLabels:
                     "text; start a new session (or send shorter outputs)",
                     f"turns[{k}]",
                 )
+            if reserve is not None:
+                reserve(k, size)
             self.chars += size
             try:
                 if t.user_text:
@@ -106,25 +132,73 @@ def _args_text(args: Any) -> str:
 
 
 class Sessions:
-    """The service's sessions (least recently used dropped beyond ``max_sessions``)."""
+    """The service's sessions, per client (least recently used dropped beyond ``max_sessions``;
+    text bounded per session by ``max_chars`` and in all by ``max_total_chars``)."""
 
-    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS, max_chars: int = DEFAULT_MAX_SESSION_CHARS):
+    def __init__(
+        self,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_chars: int = DEFAULT_MAX_SESSION_CHARS,
+        max_total_chars: int = DEFAULT_MAX_TOTAL_CHARS,
+        *,
+        idle_reclaim_s: float = DEFAULT_IDLE_RECLAIM_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+        if max_chars < 1 or max_total_chars < 1:
+            raise ValueError(f"text limits must be >= 1, got {max_chars} and {max_total_chars}")
         self.max_sessions = int(max_sessions)
         self.max_chars = int(max_chars)
-        self._sessions: OrderedDict[str, SessionLabels] = OrderedDict()
-        self._lock = threading.Lock()  # the table only: sessions label under their own locks
+        self.max_total_chars = int(max_total_chars)
+        self.idle_reclaim_s = float(idle_reclaim_s)
+        self._clock = clock
+        self._sessions: OrderedDict[tuple[str, str], SessionLabels] = OrderedDict()
+        self._total = 0  # characters held by the sessions in the table
+        self._lock = threading.Lock()  # the table and the total: sessions label under their own locks
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def feed(self, req: Request) -> SessionLabels | None:
-        """Feed a request's turns to its session, made when its first turn arrives (None: an
-        unknown session and no turns, so nothing to label yet)."""
+    @property
+    def total_chars(self) -> int:
+        return self._total
+
+    def get(self, session: str, client: str = "") -> SessionLabels | None:
+        return self._sessions.get((client, session))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        s = self._sessions.pop(key)
+        s.dropped = True  # a request still using it keeps its own reference, uncounted
+        self._total -= s.chars
+
+    def _reserve(self, s: SessionLabels, size: int, field: str) -> None:
+        """Count ``size`` more characters for ``s`` (under the table lock)."""
+        if s.dropped:
+            return
+        if self._total + size > self.max_total_chars:
+            now = self._clock()
+            for key in [k for k, o in self._sessions.items() if o is not s]:  # least recently used first
+                if self._total + size <= self.max_total_chars:
+                    break
+                if now - self._sessions[key].last_used >= self.idle_reclaim_s:
+                    self._drop(key)
+        if self._total + size > self.max_total_chars:
+            raise DecideError(
+                429,
+                f"{field}: the service holds {self._total:,} characters of session text and its limit is "
+                f"{self.max_total_chars:,}; retry later, or send this session without texts",
+                field,
+            )
+        self._total += size
+
+    def feed(self, req: Request, client: str = "") -> SessionLabels | None:
+        """Feed a request's turns to its session among ``client``'s, made when its first turn
+        arrives (None: an unknown session and no turns, so nothing to label yet)."""
         assert req.session is not None
+        key = (client, req.session)
         with self._lock:
-            s = self._sessions.get(req.session)
+            s = self._sessions.get(key)
             if s is None:
                 if not req.turns:
                     return None
@@ -136,12 +210,28 @@ class Sessions:
                         "turn 0); send every turn of the session again",
                         "turns[0].index",
                     )
+                size = len(req.task or "") + len(req.system or "")
+                if size > self.max_chars:
+                    raise DecideError(
+                        413, f"task: the session would hold more than {self.max_chars:,} characters", "task"
+                    )
                 s = SessionLabels(req.task, req.system, req.model or "", max_chars=self.max_chars)
-                self._sessions[req.session] = s
+                self._sessions[key] = s
+                try:
+                    self._reserve(s, size, "task")
+                except DecideError:
+                    del self._sessions[key]
+                    raise
                 while len(self._sessions) > self.max_sessions:
-                    self._sessions.popitem(last=False)  # a request still using it keeps its own reference
+                    self._drop(next(iter(self._sessions)))
             else:
-                self._sessions.move_to_end(req.session)
+                self._sessions.move_to_end(key)
+            s.last_used = self._clock()
+
+        def reserve(k: int, size: int) -> None:
+            with self._lock:
+                self._reserve(s, size, f"turns[{k}]")
+
         with s.lock:
-            s.add(req.turns)
+            s.add(req.turns, reserve)
         return s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -37,11 +38,15 @@ def server():
     thread.join(timeout=10)
 
 
+def auth(srv):
+    return {"Content-Type": "application/json", "Authorization": f"Bearer {srv.token}"}
+
+
 def request(srv, method, path, body=None, headers=None, conn=None):
     host, port = srv.server_address[:2]
     c = conn or http.client.HTTPConnection(host, port, timeout=10)
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    c.request(method, path, data, headers or {"Content-Type": "application/json"})
+    c.request(method, path, data, auth(srv) if headers is None else headers)
     r = c.getresponse()
     out = r.status, json.loads(r.read())
     if conn is None:
@@ -152,7 +157,10 @@ def test_malformed_json_oversized_body_and_http_errors(server):
     # no Content-Length at all
     host, port = server.server_address[:2]
     with socket.create_connection((host, port), timeout=10) as s:
-        s.sendall(b"POST /decide HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(
+            f"POST /decide HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {server.token}\r\n"
+            "Content-Type: application/json\r\n\r\n".encode()
+        )
         head = s.recv(4096).decode()
     assert head.startswith("HTTP/1.1 411")
     # the server is still fine
@@ -238,17 +246,28 @@ def test_serve_refuses_a_bad_checkpoint_at_start(tmp_path, capsys):
     assert "different item features" in capsys.readouterr().err
 
 
-def test_serve_process_prints_json_serves_and_stops_on_sigterm():
+def test_serve_process_prints_json_and_its_token_serves_and_stops_on_sigterm():
+    env = {k: v for k, v in os.environ.items() if k != "DTOC_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from dtoc_rl.cli import main; sys.exit(main())",
          "serve", "--policy", "last_n:n=2", "--port", "0", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         info = json.loads(proc.stdout.readline())
         assert info["host"] == "127.0.0.1" and info["port"] > 0 and info["fallback"] == "none"
+        assert info["token"].startswith("generated")
+        line = proc.stderr.readline()  # the generated token, printed once
+        token = line.split("token: ", 1)[1].split()[0]
+        assert len(token) >= 40 and token not in json.dumps(info)
+        body = json.dumps({"model_family": "gpt-4o", "items": items(3)})
         c = http.client.HTTPConnection(info["host"], info["port"], timeout=10)
-        c.request("POST", "/decide", json.dumps({"model_family": "gpt-4o", "items": items(3)}))
+        c.request("POST", "/decide", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 401 and json.loads(r.read())["status"] == 401
+        c.request(
+            "POST", "/decide", body, {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+        )
         r = c.getresponse()
         assert r.status == 200 and json.loads(r.read())["disable"] == ["t0000"]
         c.close()
@@ -273,7 +292,7 @@ def test_remote_policy_decides_like_the_local_one(server):
     svc = DecisionService(make_policy("last_n:n=3,polling=4"))
     srv, _ = serve_in_thread(svc, "127.0.0.1", 0)
     try:
-        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}")
+        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}", token=srv.token)
         runs = []
         for pol in (make_policy("last_n:n=3,polling=4"), remote):
             o = Orchestrator(pol, query="q", model="gpt-4o", max_items=8, label_every=0)

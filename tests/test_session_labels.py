@@ -116,11 +116,12 @@ def test_sessions_over_http():
     try:
         conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
         body = {"session": "h", "turns": [{"index": 3}], "items": []}
-        conn.request("POST", "/decide", json.dumps(body), {"content-type": "application/json"})
+        headers = {"content-type": "application/json", "authorization": f"Bearer {srv.token}"}
+        conn.request("POST", "/decide", json.dumps(body), headers)
         res = conn.getresponse()
         err = json.loads(res.read())
         assert res.status == 409 and err["field"] == "turns[0].index"
-        conn.request("GET", "/version")
+        conn.request("GET", "/version", headers=headers)
         schema = json.loads(conn.getresponse().read())["request_schema"]
         assert "turns" in json.dumps(schema) and "session" in json.dumps(schema)
     finally:
@@ -157,7 +158,7 @@ def test_refused_turns_leave_no_trace():
     small = {"index": 0, "calls": [{"key": "a", "tool": "bash", "output": "fine"}]}
     r = svc.decide({"session": "s", "turns": [small], "items": [{"key": "a", "tokens": 1}]})
     assert r["session"]["turns"] == 1  # the refused turn left nothing behind (no user text either)
-    assert svc.sessions._sessions["s"].orch.trajectory().steps[0].user_text == ""
+    assert svc.sessions.get("s").orch.trajectory().steps[0].user_text == ""
 
 
 def test_a_session_is_made_by_its_first_turn_with_its_task():
@@ -166,4 +167,4 @@ def test_a_session_is_made_by_its_first_turn_with_its_task():
     svc.decide({"session": "real", "task": "Fix pager.py", "turns": [{"index": 0}], "items": []})
     r = svc.decide({"session": "probe", "items": []})  # names a session but sends no turn
     assert r["session"] == {"turns": 0, "needed": {}} and len(svc.sessions) == 1  # no slot taken
-    assert svc.sessions._sessions["real"].orch.trajectory().task_text == "Fix pager.py"
+    assert svc.sessions.get("real").orch.trajectory().task_text == "Fix pager.py"

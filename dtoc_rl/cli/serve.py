@@ -17,6 +17,22 @@ model, i.e. family 'other'; or, for a checkpoint trained on one family, any
 other family) get the --fallback policy: 'none' (default) keeps everything
 visible; 'self' uses the main policy for every family; or any policy spec.
 
+Access: every endpoint but GET /health needs the header
+'Authorization: Bearer TOKEN'.  The token is --token, else the DTOC_TOKEN
+environment variable, else a random one made at start and printed once to
+stderr (give that to the clients: the OpenCode plugin and RemotePolicy read
+DTOC_TOKEN).  A request whose Host header is not this service's address
+(127.0.0.1, localhost, [::1] or the bound host, with the port; more with
+--allow-host) is refused with 421, so a web page cannot reach the service
+through a DNS name of its own; POST /decide takes only application/json.
+A client's sessions are kept under its token: clients that must not see each
+other's sessions get one token each (--token repeated).
+
+WARNING: --host other than a loopback address exposes the service to the
+network.  It is refused unless a token is given (--token or DTOC_TOKEN); the
+traffic is plain HTTP, so anyone on the path can read the token: put a TLS
+proxy in front, or keep to loopback.
+
 Stop it with Ctrl-C or SIGTERM (exit code 0).
 """
 
@@ -43,7 +59,7 @@ _SAMPLE = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dtoc_rl.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
-    from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS
+    from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_CHARS
 
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -53,7 +69,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="none",
         help="policy for unserved model families: none (everything visible, default), self, or a spec",
     )
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}); WARNING: anything but loopback exposes the "
+        "service to the network and is refused without --token or DTOC_TOKEN",
+    )
+    p.add_argument(
+        "--token",
+        action="append",
+        metavar="TOKEN",
+        help="the secret clients send as 'Authorization: Bearer TOKEN' (repeat it to give each client "
+        "a token, and so sessions, of its own); default: $DTOC_TOKEN, else a random one printed "
+        "to stderr.  A command line is visible to the machine's other users: prefer DTOC_TOKEN",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name clients reach the service by, accepted in the Host header (the loopback "
+        "names and the bound host always are)",
+    )
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)"
     )
@@ -75,6 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_SESSIONS,
         help=f"client sessions whose need labels are kept in memory (least recently used dropped; "
         f"{DEFAULT_MAX_SESSIONS})",
+    )
+    p.add_argument(
+        "--max-total-chars",
+        type=int,
+        default=DEFAULT_MAX_TOTAL_CHARS,
+        help=f"text all sessions may hold together, about 40 bytes of memory a character; beyond it "
+        f"idle sessions are dropped, else requests adding text get 429 ({DEFAULT_MAX_TOTAL_CHARS:,})",
     )
     p.add_argument(
         "--threads",
@@ -104,8 +148,10 @@ def _load(spec: str, what: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from dtoc_rl.models import FAMILIES, normalize_family
-    from dtoc_rl.service import DecisionService, make_server
+    from dtoc_rl.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
 
     try:
         if not 0 <= args.port <= 65535:
@@ -118,6 +164,19 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--max-sessions must be >= 1, got {args.max_sessions}")
         if args.threads < 1:
             raise CLIError(f"--threads must be >= 1, got {args.threads}")
+        if args.max_total_chars < 1:
+            raise CLIError(f"--max-total-chars must be >= 1, got {args.max_total_chars}")
+        tokens = args.token or ([os.environ[TOKEN_ENV]] if os.environ.get(TOKEN_ENV) else None)
+        for t in tokens or ():
+            try:
+                check_token(t)
+            except ValueError as e:
+                raise CLIError(f"{'--token' if args.token else TOKEN_ENV}: {e}") from None
+        if tokens is None and not is_loopback(args.host):
+            raise CLIError(
+                f"--host {args.host} is not a loopback address: the service would be reachable from the "
+                f"network; give a token explicitly (--token or {TOKEN_ENV}) to allow it"
+            )
         policy = _load(args.policy, "policy")
         if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
             sys.modules["torch"].set_num_threads(args.threads)
@@ -138,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
             max_items=args.max_items or getattr(getattr(policy, "cfg", None), "max_items", None) or 128,
             max_body=args.max_body,
             max_sessions=args.max_sessions,
+            max_total_chars=args.max_total_chars,
         )
         try:  # run the policy once now: a broken checkpoint fails here, not at the first request
             service.decide(_SAMPLE)
@@ -151,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
                 if args.log
                 else None
             )
-            server = make_server(service, args.host, args.port, log=log)
+            server = make_server(
+                service, args.host, args.port, log=log, token=tokens, allow_hosts=args.allow_host
+            )
         except OSError as e:
             raise CLIError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
     except CLIError as e:
@@ -167,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         "families": sorted(service.families),
         "max_items": service.max_items,
         "version": service.version()["version"],
+        "token": "generated (printed to stderr)" if tokens is None else "given",
     }
     if args.json:
         print(json.dumps(info), flush=True)
@@ -176,8 +239,19 @@ def run(args: argparse.Namespace) -> int:
             f"(fallback {service.fallback_label}; POST /decide, GET /health, GET /version)",
             flush=True,
         )
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"dtoc-rl serve: warning: listening on {host}, not only on this machine", file=sys.stderr)
+    if tokens is None:  # printed once: the operator hands it to the clients
+        print(
+            f"dtoc-rl serve: token: {server.token}  (clients send 'Authorization: Bearer <token>'; "
+            f"set {TOKEN_ENV} to it for the OpenCode plugin and RemotePolicy)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not is_loopback(host):
+        print(
+            f"dtoc-rl serve: warning: listening on {host}, reachable from the network over plain HTTP",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _stop(signum, frame):  # SIGTERM: leave serve_forever like Ctrl-C does
         raise KeyboardInterrupt

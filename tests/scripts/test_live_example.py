@@ -96,11 +96,12 @@ def test_learned_checkpoint_in_hybrid_mode_with_a_sqlite_session(tmp_path, capsy
     assert (tmp_path / "s.sqlite").is_file() and (tmp_path / "o" / "dataset").is_dir()
 
 
-def test_replaying_a_bundled_trace_against_the_service(tmp_path, capsys):
+def test_replaying_a_bundled_trace_against_the_service(tmp_path, capsys, monkeypatch):
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.service import DecisionService, serve_in_thread
 
     srv, _ = serve_in_thread(DecisionService(make_policy("last_n:n=5")), "127.0.0.1", 0)
+    monkeypatch.setenv("DTOC_TOKEN", srv.token)  # RemotePolicy sends it
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         code = live_example.main(["--replay", "django__django-11239", "--service", url,
