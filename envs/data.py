@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from dtoc_rl.dataset import load_trajectories
 from dtoc_rl.episode import Episode, compile_episode
@@ -26,16 +27,52 @@ def _bundled() -> Path:
     return bundled_dataset()
 
 
+def _as_items(dataset: Any) -> list[Any]:
+    """The rows or objects of an in-memory dataset: a ``datasets.Dataset`` (or a DatasetDict with one
+    split), or any iterable of trajectories, episodes or rows."""
+    if hasattr(dataset, "column_names") and hasattr(dataset, "to_list"):  # datasets.Dataset
+        return dataset.to_list()
+    if hasattr(dataset, "num_rows") and hasattr(dataset, "keys"):  # datasets.DatasetDict
+        splits = list(dataset.keys())
+        if len(splits) != 1:
+            raise ValueError(
+                f"dataset is a DatasetDict with splits {splits}: pass one, e.g. dataset['train']"
+            )
+        return dataset[splits[0]].to_list()
+    if isinstance(dataset, dict | bytes) or not isinstance(dataset, Iterable):
+        raise TypeError(
+            f"dataset must be a folder path, a datasets.Dataset or a list of trajectories, episodes or "
+            f"rows; got {type(dataset).__name__}"
+        )
+    return list(dataset)
+
+
+def _episode(x: Any, i: int, est: Any) -> Episode:
+    if isinstance(x, Episode):
+        return x
+    if isinstance(x, Trajectory):
+        return compile_episode(x, est)
+    if isinstance(x, dict):  # a row of the canonical schema (a Parquet or datasets row)
+        try:
+            return compile_episode(Trajectory.from_row(x), est)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"dataset item {i}: not a trajectory row of dtoc_rl.schema ({e})") from None
+    raise TypeError(
+        f"dataset item {i}: expected a Trajectory, an Episode or a row dict, got {type(x).__name__}"
+    )
+
+
 def load_episodes(
-    dataset: str | Path | Sequence[Trajectory] | Sequence[Episode] | None = None,
+    dataset: Any = None,
     *,
     model_family: str | Sequence[str] | None = None,
     source: str | Sequence[str] | None = None,
     estimator: str = "chars",
     min_steps: int = 2,
 ) -> list[Episode]:
-    """Episodes from the bundled sample (None), a dataset folder, or objects;
-    filtered by model family and source.  Raises ValueError when nothing is left."""
+    """Episodes from the bundled sample (None), a dataset folder or Parquet file, a ``datasets.Dataset``,
+    or a list of ``Trajectory`` / ``Episode`` objects or canonical rows; filtered by model family and
+    source.  Raises ValueError when nothing is left."""
     if dataset is None:
         dataset = _bundled()
     if isinstance(dataset, str | Path):
@@ -45,9 +82,9 @@ def load_episodes(
         eps = list(_compiled(str(p.resolve()), mtime, estimator))
         where = str(p)
     else:
-        items = list(dataset)
+        items = _as_items(dataset)
         est = get_estimator(estimator)
-        eps = [x if isinstance(x, Episode) else compile_episode(x, est) for x in items]
+        eps = [_episode(x, i, est) for i, x in enumerate(items)]
         where = f"{len(items)} objects"
     fams = {model_family} if isinstance(model_family, str) else set(model_family or ())
     srcs = {source} if isinstance(source, str) else set(source or ())

@@ -202,8 +202,9 @@ class ReplayEnv(gym.Env):
     ``all_visible`` (the same figures with everything visible), and ``traj_id``.
 
     ## Arguments
-    * ``dataset``: a dataset folder, or None for the bundled sample.
-    * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead.
+    * ``dataset``: a dataset folder (from ``dtoc-rl ingest``), a ``datasets.Dataset`` of its rows, a list
+      of ``Trajectory`` / ``Episode`` objects or rows, or None for the bundled sample.
+    * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead (same as ``dataset``).
     * ``model_family``, ``source``: keep only these (a name or a list).
     * ``max_items`` (128): slots N.
     * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (calibrated mode only; default
@@ -229,7 +230,7 @@ class ReplayEnv(gym.Env):
 
     def __init__(
         self,
-        dataset: str | Path | None = None,
+        dataset: str | Path | Any = None,
         *,
         trajectories: Sequence[Trajectory] | Sequence[Episode] | None = None,
         model_family: str | Sequence[str] | None = None,
