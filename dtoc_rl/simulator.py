@@ -11,12 +11,21 @@ visibility schedule and prices every model call:
   expire between calls.
 * **Misses.** A call whose need labels point to a hidden output is a miss.
   ``miss="reread"`` (the paper's re-read metric): the agent spends one extra
-  model call over the whole active context to read the output again, and the
-  output is visible from then on (it re-enters the context, breaking the cache
-  from its position).  ``miss="fail"``: the episode ends as a failure.
-  ``miss="calibrated"``: with probability ``reread_prob`` as ``reread``,
-  otherwise the need is absorbed at no cost (the agent carries on without it),
-  the figures fitted by ``dtoc-rl calibrate`` from logs that really were masked.
+  model call over the whole active context to get the output again.
+  ``miss="fail"``: the episode ends as a failure.  ``miss="calibrated"``: with
+  probability ``reread_prob`` as ``reread``, otherwise the need is absorbed at
+  no cost (the agent carries on without it), the figures fitted by
+  ``dtoc-rl calibrate`` from logs that really were masked.
+* **Recovery** (how a re-read brings the output back).  ``recovery="append"``
+  (default): what an agent under a masking rule it cannot override does (SWE-agent
+  ``LastNObservations``, a token budget, Anthropic's clearing): it re-runs the
+  tool, so the extra call's message and a fresh copy of the output are appended
+  to the context just before the call that needed it; the original stays hidden
+  where it was, the cache is not broken, and the copy meets later needs of that
+  output (it has no slot of its own, so no policy hides it again).
+  ``recovery="restore"``: the output is made visible again at its old position,
+  which re-writes the cached suffix after it; only a policy that can re-enable
+  an output (the orchestrator's ``manage_context``) recovers like that.
 * **Management overhead.** ``overhead="orchestrator"``: changes cost only
   their cache effect.  ``overhead="agent"`` (the paper's setting): every step
   with a change is one manage_context tool call made by the model, an extra
@@ -38,6 +47,7 @@ from dtoc_rl.schema import NEED_KINDS
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals"]
 
 MISS_MODES = ("reread", "fail", "calibrated")
+RECOVERY_MODES = ("append", "restore")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
 #: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
 #: that re-read twice (docs/validity.md measured this on really masked runs).
@@ -53,7 +63,9 @@ class CostConfig:
     """How the simulator prices calls, misses and management."""
 
     miss: str = "reread"
-    """Miss recovery: reread (default), fail, or calibrated."""
+    """What a miss costs: reread (default), fail, or calibrated."""
+    recovery: str = "append"
+    """How a re-read brings a missed output back: append (a re-run, default) or restore (in place)."""
     overhead: str = "orchestrator"
     """Who pays for visibility changes: orchestrator (cache effect only) or agent (a tool call each)."""
     need_kinds: tuple[str, ...] = MISS_KINDS
@@ -74,6 +86,8 @@ class CostConfig:
     def __post_init__(self) -> None:
         if self.miss not in MISS_MODES:
             raise ValueError(f"miss must be one of {MISS_MODES}, got {self.miss!r}")
+        if self.recovery not in RECOVERY_MODES:
+            raise ValueError(f"recovery must be one of {RECOVERY_MODES}, got {self.recovery!r}")
         if self.overhead not in OVERHEAD_MODES:
             raise ValueError(f"overhead must be one of {OVERHEAD_MODES}, got {self.overhead!r}")
         bad = set(self.need_kinds) - set(NEED_KINDS)
@@ -105,6 +119,7 @@ class Totals:
     misses: int = 0
     rereads: int = 0
     absorbed: int = 0
+    appended_tokens: int = 0  # re-run calls and output copies appended by recovery="append"
     mgmt_calls: int = 0
     changes: int = 0
     invalid_actions: int = 0
@@ -180,6 +195,8 @@ class Simulator:
         self.last_need = [-1] * n
         self.rereads_of = [0] * n
         self.toggles = [0] * n
+        self.pre = [0] * n  # tokens appended before call k's message (re-runs of missed outputs)
+        self.copied = [False] * n  # a re-run appended a copy of this output: its needs are met
         self.ctx = int(ep.base_tokens)
         self.placeholders = 0  # Σ placeholder cost of stored hidden outputs
         self.saved = 0  # Σ (envelope - placeholder) of stored hidden outputs
@@ -211,7 +228,7 @@ class Simulator:
         t = self.t
         # base + Σ seg[:j], summing the shorter side: ctx == base + Σ seg[:t] always
         before = self._base + sum(self.seg[:j]) if 2 * j <= t else self.ctx - sum(self.seg[j:t])
-        prefix = before + self._ua[j]
+        prefix = before + self._ua[j] + self.pre[j]
         return min(prefix, self.prev_prompt)
 
     def _bill(self, prompt: int, out_tokens: int) -> float:
@@ -299,30 +316,38 @@ class Simulator:
             raise RuntimeError("episode is over; reset() first")
         dollars = 0.0
         misses = 0
+        pre = 0  # appended by re-runs before this call's message
         log = self.log
         for j in self._needs[t] or ():
             if log is not None:
                 log.append(j)
             self.need_count[j] += 1
             self.last_need[j] = t
-            if self.visible[j]:
+            if self.visible[j] or self.copied[j]:
                 continue
             misses += 1
             tot.misses += 1
-            if self.cfg.miss == "fail":
+            cfg = self.cfg
+            if cfg.miss == "fail":
                 tot.failed = True
                 return dollars, misses
-            if self.cfg.miss == "calibrated" and self.cfg.reread_prob < 1.0:
+            if cfg.miss == "calibrated" and cfg.reread_prob < 1.0:
                 rng = self.rng if self.rng is not None else np.random.default_rng(0)
-                if rng.random() >= self.cfg.reread_prob:
+                if rng.random() >= cfg.reread_prob:
                     tot.absorbed += 1
                     continue
-            dollars += self._bill(self.ctx + self._user[t], self.cfg.reread_call_tokens)
+            dollars += self._bill(self.ctx + self._user[t] + pre, cfg.reread_call_tokens)
             tot.extra_calls += 1
             tot.rereads += 1
             self.rereads_of[j] += 1
-            self._show(j)
-        prompt = self.ctx + self._user[t]
+            if cfg.recovery == "restore":
+                self._show(j)
+            else:
+                added = cfg.reread_call_tokens + self._vis_cost[j]
+                pre += added
+                tot.appended_tokens += added
+                self.copied[j] = True
+        prompt = self.ctx + self._user[t] + pre
         dollars += self._bill(prompt, self._asst[t])
         tot.calls += 1
         tot.active_token_sum += prompt
@@ -332,7 +357,8 @@ class Simulator:
         if c:
             self.n_stored += 1
             self.n_visible += 1
-        seg = self._ua[t] + c
+        seg = self._ua[t] + pre + c
+        self.pre[t] = pre
         self.seg[t] = seg
         self.ctx += seg
         self.t += 1

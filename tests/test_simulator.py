@@ -32,8 +32,9 @@ def _check(sim):
     assert sim.saved == int(ep.gap[hidden].sum()) and sim.placeholders == int(ep.hid_cost[hidden].sum())
     assert sim.n_visible == int((stored & ep.has_out & sim.visible).sum())
     j = sim.first_changed
-    if j < ep.n:  # the cached prefix: everything before the first changed output, and its call's message
-        expected = min(ep.base_tokens + sum(sim.seg[:j]) + sim._ua[j], sim.prev_prompt)
+    if j < ep.n:  # the cached prefix: everything before the first changed output, its call's message
+        # and any re-runs appended before that message
+        expected = min(ep.base_tokens + sum(sim.seg[:j]) + sim._ua[j] + sim.pre[j], sim.prev_prompt)
         assert sim._cached_prefix() == expected
 
 
