@@ -50,30 +50,47 @@ class DTOCContext:
     ):
         self.store = store if store is not None else MemoryStore(estimator)
         self.estimator = self.store.estimator
-        self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
         self._pending: deque[str] = deque()
         self._calls: dict[str, dict[str, Any]] = {}
-        answered = set()
-        for m in self.store.messages:  # rebuild pairing state of a reopened session
-            if m["role"] == "assistant":
-                for c in m.get("tool_calls") or []:
-                    self._calls[c["id"]] = c
-                    self._pending.append(c["id"])
-            elif m["role"] == "tool":
-                answered.add(m["tool_call_id"])
+        try:
+            self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
+            answered = set()
+            for m in self.store.messages:  # rebuild pairing state of a reopened session
+                if m["role"] == "assistant":
+                    for c in m.get("tool_calls") or []:
+                        self._calls[c["id"]] = c
+                        self._pending.append(c["id"])
+                elif m["role"] == "tool":
+                    answered.add(m["tool_call_id"])
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{self.store.where}: a stored message is malformed ({e!r})") from None
         self._pending = deque(c for c in self._pending if c not in answered)
         # The assembled context, kept up to date incrementally (see assemble()).
         self._assembled: list[dict[str, Any]] = []
         self._tool_pos: dict[str, int] = {}
-        for m in self.store.messages:
-            self._assemble_one(m)
-        self.store.listeners.append(self._on_visibility)
+        try:
+            for m in self.store.messages:
+                self._assemble_one(m)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{self.store.where}: a stored message is malformed ({e!r})") from None
         if self.store.messages and (query or system):
             raise ValueError("this store already holds a session; reopen it without query/system")
+        self.store.listeners.append(self._on_visibility)
+        self._repair()
         if system:
             self._append({"role": "system", "content": system})
         if query is not None:
             self._append({"role": "user", "content": query})
+
+    def _repair(self) -> None:
+        """Give a stored output its missing tool message.  Session files written by versions
+        that committed the two separately can hold such an output (a kill in between);
+        its call would otherwise stay pending and could never be answered."""
+        for call_id in list(self._pending):
+            rec = self.store.by_call_id(call_id)
+            if rec is not None:
+                self._pending.remove(call_id)
+                self._append({"role": "tool", "tool_call_id": call_id, "tool_key": rec.tool_key})
 
     # -- building the log -------------------------------------------------------
     def _message_tokens(self, m: dict[str, Any]) -> int:
@@ -183,21 +200,40 @@ class DTOCContext:
     ) -> ToolOutput:
         """Store a tool output under a new key and put it in the context.
 
-        It answers ``call_id``, or the oldest unanswered call when None.
+        It answers ``call_id``, or the oldest unanswered call when None.  The output
+        and its tool message are one store transaction: both are kept or neither
+        (on an error here, or a process killed in between).
         """
+        pending = self._pending.copy()
         call_id = self._take_call(call_id)
         call = self._calls.get(call_id)
-        rec = self.store.add(
-            result,
-            tool_name=tool_name or (call["name"] if call else ""),
-            tool_args=tool_args if tool_args is not None else (call["arguments"] if call else None),
-            call_id=call_id,
-            step=len(self.store),
-            timestamp=timestamp,
-            visible=visible,
-        )
-        self._append({"role": "tool", "tool_call_id": call_id, "tool_key": rec.tool_key})
+        tokens = self._msg_tokens
+        try:
+            with self.store.transaction():
+                rec = self.store.add(
+                    result,
+                    tool_name=tool_name or (call["name"] if call else ""),
+                    tool_args=tool_args if tool_args is not None else (call["arguments"] if call else None),
+                    call_id=call_id,
+                    step=len(self.store),
+                    timestamp=timestamp,
+                    visible=visible,
+                )
+                self._append({"role": "tool", "tool_call_id": call_id, "tool_key": rec.tool_key})
+        except BaseException:
+            self._undo_assembly(pending, tokens)
+            raise
         return rec
+
+    def _undo_assembly(self, pending: deque[str], tokens: int) -> None:
+        """Bring the context back in line with a store whose transaction was rolled back."""
+        self._pending = pending
+        self._msg_tokens = tokens
+        n = len(self.store.messages)
+        for m in self._assembled[n:]:
+            if m.get("tool_key") is not None:
+                self._tool_pos.pop(m["tool_key"], None)
+        del self._assembled[n:]
 
     # -- manage_context ------------------------------------------------------------
     def manage_context(self, enable: list[str] | tuple = (), disable: list[str] | tuple = ()) -> StatusReport:
@@ -210,17 +246,24 @@ class DTOCContext:
         """Answer a manage_context call the model made: apply it and add the
         StatusReport as that call's (unmanaged) tool result."""
         enable, disable, errors = parse_arguments(arguments)
+        pending = self._pending.copy()
         call_id = self._take_call(call_id)
-        report = self.manage_context(enable, disable)
-        report.errors.update(errors)
-        self._append(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "name": MANAGE_CONTEXT_NAME,
-                "content": report.to_json(),
-            }
-        )
+        tokens = self._msg_tokens
+        try:
+            with self.store.transaction():  # the changes and their report together
+                report = self.manage_context(enable, disable)
+                report.errors.update(errors)
+                self._append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call_id,
+                        "name": MANAGE_CONTEXT_NAME,
+                        "content": report.to_json(),
+                    }
+                )
+        except BaseException:
+            self._undo_assembly(pending, tokens)
+            raise
         return report
 
     # -- reading -----------------------------------------------------------------

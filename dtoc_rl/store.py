@@ -13,12 +13,13 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dtoc_rl.record import ToolOutput, format_key
 from dtoc_rl.tokens import TokenEstimator, get_estimator
 
-__all__ = ["MemoryStore", "Store", "UnknownKeyError"]
+__all__ = ["MemoryStore", "SessionConflictError", "Store", "StoreFileError", "UnknownKeyError"]
 
 
 class UnknownKeyError(KeyError):
@@ -30,8 +31,21 @@ class UnknownKeyError(KeyError):
         return f"unknown tool key {self.key!r}"
 
 
+class StoreFileError(ValueError):
+    """A session file that cannot be used: empty, corrupt, or not a DTOC store."""
+
+
+class SessionConflictError(RuntimeError):
+    """Another writer changed the session since this store loaded it."""
+
+
 class Store(ABC):
-    """Common behaviour; backends implement the ``_persist_*`` hooks."""
+    """Common behaviour; backends implement the ``_persist_*`` hooks.
+
+    Every change is durable on its own; :meth:`transaction` groups several into
+    one unit that is kept whole or not at all (an output and the message that
+    places it in the context, for example).
+    """
 
     session_id: str
     estimator: TokenEstimator
@@ -46,6 +60,7 @@ class Store(ABC):
         # Called with (changed_keys, visible) after every visibility change, so views
         # such as an assembled context can update in place instead of rebuilding.
         self.listeners: list[Callable[[list[str], bool], None]] = []
+        self._undo: list[Callable[[], None]] | None = None  # set inside transaction()
 
     # -- reading --------------------------------------------------------------
     def __len__(self) -> int:
@@ -69,6 +84,11 @@ class Store(ABC):
     def by_call_id(self, call_id: str) -> ToolOutput | None:
         key = self._by_call.get(call_id)
         return self._records[key] if key is not None else None
+
+    @property
+    def where(self) -> str:
+        """The session and where it lives, for error messages."""
+        return f"session {self.session_id!r} (in memory)"
 
     @property
     def active_tokens(self) -> int:
@@ -129,7 +149,15 @@ class Store(ABC):
         if call_id is not None:
             self._by_call[call_id] = rec.tool_key
         self._active += rec.cost
+        if self._undo is not None:
+            self._undo.append(lambda: self._forget(rec))
         return rec
+
+    def _forget(self, rec: ToolOutput) -> None:
+        del self._records[rec.tool_key]
+        if rec.call_id is not None:
+            self._by_call.pop(rec.call_id, None)
+        self._active -= rec.cost
 
     def set_visible(self, keys: Iterable[str], visible: bool) -> list[str]:
         """Set visibility; returns the keys that changed.  Unknown keys raise
@@ -141,18 +169,48 @@ class Store(ABC):
         changed = [k for k in keys if self._records[k].visible != visible]
         if changed:
             self._persist_visibility(changed, visible)
-            for k in changed:
-                rec = self._records[k]
-                self._active -= rec.cost
-                rec.visible = visible
-                self._active += rec.cost
-            for listener in self.listeners:
-                listener(changed, visible)
+            self._flip(changed, visible)
+            if self._undo is not None:
+                self._undo.append(lambda: self._flip(changed, not visible))
         return changed
+
+    def _flip(self, keys: list[str], visible: bool) -> None:
+        for k in keys:
+            rec = self._records[k]
+            self._active -= rec.cost
+            rec.visible = visible
+            self._active += rec.cost
+        for listener in self.listeners:
+            listener(keys, visible)
 
     def append_message(self, message: dict[str, Any]) -> None:
         self._persist_message(message)
         self._messages.append(message)
+        if self._undo is not None:
+            self._undo.append(self._messages.pop)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make the changes inside the block one unit: on an exception none of them is
+        kept (the store is as before the block) and a process killed inside the block
+        leaves none of them on disk.  Nested blocks join the outermost one."""
+        if self._undo is not None:
+            yield
+            return
+        self._begin()
+        self._undo = []
+        try:
+            yield
+            self._commit()
+        except BaseException:
+            undo, self._undo = self._undo, None
+            try:
+                self._rollback()
+            finally:
+                for step in reversed(undo):
+                    step()
+            raise
+        self._undo = None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (no-op in memory)."""
@@ -164,6 +222,15 @@ class Store(ABC):
         self.close()
 
     # -- backend hooks --------------------------------------------------------
+    def _begin(self) -> None:  # noqa: B027 - optional hook
+        """Start a transaction (see :meth:`transaction`)."""
+
+    def _commit(self) -> None:  # noqa: B027 - optional hook
+        """Make the transaction's changes durable."""
+
+    def _rollback(self) -> None:  # noqa: B027 - optional hook
+        """Drop the transaction's persisted changes."""
+
     @abstractmethod
     def _persist_add(self, rec: ToolOutput) -> None: ...
 
