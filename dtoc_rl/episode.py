@@ -61,6 +61,8 @@ class Episode:
     previews: list[str] = field(default_factory=list)  # short output previews, for text views
     thoughts: list[str] = field(default_factory=list)  # assistant text / reasoning, cut, for text views
     tool_names: list[str] = field(default_factory=list)
+    model_raw: str = ""  # the log's model name (prices are per model version)
+    timestamps: np.ndarray | None = None  # (n,) seconds since the epoch of each call, NaN unknown
 
     @property
     def gap(self) -> np.ndarray:
@@ -186,6 +188,8 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         previews=previews,
         thoughts=thoughts,
         tool_names=[s.tool_name or "" for s in traj.steps],
+        model_raw=traj.model_raw or "",
+        timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
     )
 
 
