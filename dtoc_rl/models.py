@@ -3,13 +3,16 @@
 Learned policies are conditioned on the family, so names that differ only by
 provider prefix, date or route (``openrouter/google/gemini-3-pro-preview``,
 ``gpt-4o-2024-08-06``) must map to one id.  Unknown names map to ``"other"``.
+
+Prices differ within a family (snapshots of one model), so :func:`model_version`
+also maps a raw name to a priced version key of :data:`dtoc_rl.pricing.VERSION_PRICES`.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILIES", "family_id", "normalize_family"]
+__all__ = ["FAMILIES", "family_id", "model_version", "normalize_family"]
 
 # Order matters: the first matching pattern wins (gpt-4o-mini before gpt-4o).
 _RULES: list[tuple[str, str]] = [
@@ -53,3 +56,34 @@ def family_id(family: str) -> int:
         return FAMILIES.index(family)
     except ValueError:
         return 0
+
+
+# raw name (lower case, provider route removed) -> version key of dtoc_rl.pricing.VERSION_PRICES;
+# the first matching pattern wins.  Bare aliases ("gpt-4o") name no version: they moved over time.
+_VERSIONS: list[tuple[str, str]] = [
+    (r"gpt-?4o-?mini-2024-07-18", "gpt-4o-mini-2024-07-18"),
+    (r"gpt-?4o-2024-05-13", "gpt-4o-2024-05-13"),
+    (r"gpt-?4o-2024-08-06", "gpt-4o-2024-08-06"),
+    (r"gpt-?4o-2024-11-20", "gpt-4o-2024-11-20"),
+    (r"gpt-?4-0125(-preview)?$", "gpt-4-0125-preview"),
+    (r"gpt-?5\.2-codex(-\d{8})?$", "gpt-5.2-codex"),
+    (r"gpt-?5\.2(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.2"),
+    (r"gemini-3-pro-preview(-[\w-]+)?$", "gemini-3-pro-preview"),
+    (r"claude-(sonnet-4|4-sonnet)-20250514$", "claude-sonnet-4-20250514"),
+    (r"claude-sonnet-4-5(-20250929)?$", "claude-sonnet-4-5-20250929"),
+    (r"claude-opus-4-5(-20251101)?$", "claude-opus-4-5-20251101"),
+    (r"deepseek-chat-v2$", "deepseek-chat-v2"),
+    (r"deepseek-coder-v2$", "deepseek-coder-v2"),
+    (r"doubao-pro-128k$", "doubao-pro-128k"),
+]
+
+
+def model_version(raw: str | None) -> str | None:
+    """The priced version a raw model name denotes (None: the name pins no known version)."""
+    if not raw:
+        return None
+    name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
+    for pattern, version in _VERSIONS:
+        if re.fullmatch(pattern, name):
+            return version
+    return None

@@ -143,7 +143,7 @@ class Simulator:
 
     def __post_init__(self) -> None:
         ep = self.ep
-        p = self.cfg.prices or prices_for(ep.model_family)
+        p = self.cfg.prices or prices_for(ep.model_family, ep.model_raw)
         self._p = np.array([p.cache_read, p.cache_write, p.output]) / 1e6
         self._p0, self._p1, self._p2 = self._p.tolist()
         self._kinds = self.cfg.kind_mask()
@@ -413,7 +413,7 @@ class Simulator:
 def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     """Totals with every output visible and no management (vectorised)."""
     cfg = cfg or CostConfig()
-    p = cfg.prices or prices_for(ep.model_family)
+    p = cfg.prices or prices_for(ep.model_family, ep.model_raw)
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)[:-1]])
     prompts = before + ep.user_tok

@@ -40,7 +40,7 @@ __all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
 
 def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
     cfg = cfg or CostConfig()
-    return cfg.prices or prices_for(ep.model_family)
+    return cfg.prices or prices_for(ep.model_family, ep.model_raw)
 
 
 def _need_matrix(ep: Episode, cfg: CostConfig | None) -> np.ndarray:

@@ -1,0 +1,66 @@
+"""Prices per model version: the raw name picks the version, unknown versions fall back (warned once)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from dtoc_rl import pricing
+from dtoc_rl.models import model_version
+from dtoc_rl.pricing import PRICES, VERSION_PRICES, prices_for
+from dtoc_rl.simulator import baseline_totals
+from tests.cost_episodes import make_episode
+
+
+@pytest.mark.parametrize(
+    "raw, version",
+    [
+        ("gpt-4o-2024-05-13", "gpt-4o-2024-05-13"),
+        ("gpt4-0125", "gpt-4-0125-preview"),
+        ("azure/gpt-5.2-20251211", "gpt-5.2"),
+        ("azure/gpt-5.2-codex-20260114", "gpt-5.2-codex"),
+        ("openrouter/google/gemini-3-pro-preview", "gemini-3-pro-preview"),
+        ("claude-4-sonnet-20250514", "claude-sonnet-4-20250514"),
+        ("gpt-4o", None),  # a bare alias pins no snapshot
+        ("SWE-agent-LM-32B", None),
+    ],
+)
+def test_raw_names_map_to_versions(raw, version):
+    assert model_version(raw) == version
+
+
+def test_gpt_4o_2024_05_13_has_no_cache_discount_and_its_own_list_price():
+    p = prices_for("gpt-4o", "gpt-4o-2024-05-13")
+    assert (p.input, p.output, p.cache_read, p.cache_write) == (5.0, 15.0, 5.0, 5.0)
+    assert prices_for("gpt-4o", "gpt-4o-2024-08-06").cache_read == 1.25
+    # gpt-5.2 as RepoLaunch billed it: 7,659 uncached input + 280 output tokens = $0.01732325
+    p = prices_for("gpt-5", "azure/gpt-5.2-20251211")
+    assert (7659 * p.input + 280 * p.output) / 1e6 == pytest.approx(0.01732325, abs=1e-9)
+
+
+def test_every_price_is_dated_and_sourced():
+    for table in (VERSION_PRICES, PRICES):
+        for name, p in table.items():
+            assert p.source and len(p.as_of) == 10, name
+            assert p.cache_read <= p.input <= p.cache_write, name
+
+
+def test_unknown_versions_fall_back_to_the_family_with_one_warning(monkeypatch):
+    monkeypatch.setattr(pricing, "_warned", set())
+    with pytest.warns(UserWarning, match="'gpt-4o-2099-01-01': priced as its family 'gpt-4o'"):
+        assert prices_for("gpt-4o", "gpt-4o-2099-01-01") == PRICES["gpt-4o"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time is silent
+        assert prices_for("gpt-4o", "gpt-4o-2099-01-01") == PRICES["gpt-4o"]
+    with pytest.warns(UserWarning, match="priced as gpt-4o"):
+        assert prices_for("mystery", "mystery-1") == PRICES[pricing.DEFAULT_FAMILY]
+
+
+def test_the_simulator_prices_the_episode_by_its_version():
+    ep = make_episode(base=1000, user=[0, 0], asst=[0, 0], vis=[0, 0], hid=[0, 0])
+    ep.model_raw = "gpt-4o-2024-05-13"
+    # two calls of 1,000 prompt tokens each, the second 1,000 cached: no discount at $5
+    assert baseline_totals(ep).dollars == pytest.approx(2000 * 5.0 / 1e6)
+    ep.model_raw = "gpt-4o-2024-08-06"
+    assert baseline_totals(ep).dollars == pytest.approx((1000 * 2.5 + 1000 * 1.25) / 1e6)
