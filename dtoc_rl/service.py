@@ -117,6 +117,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from email.errors import MissingHeaderBodySeparatorDefect
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -446,6 +447,8 @@ class _Handler(BaseHTTPRequestHandler):
         # a request the server cannot parse is the client's fault (4xx), whatever http.server says.
         status = code if 400 <= code < 500 else 400
         text = message or self.responses.get(code, ("error",))[0]
+        if self.request_version == "HTTP/0.9":  # unparsed version: answer with a status line anyway
+            self.request_version = "HTTP/1.1"
         self._reject(status, f"malformed request: {text}", "<request>")
 
     # -- responses -------------------------------------------------------------------
@@ -506,6 +509,13 @@ class _Handler(BaseHTTPRequestHandler):
         svc = self.server.service
         routes = {"/health": "GET", "/version": "GET", "/decide": "POST"}
         try:
+            # a line without a colon ends http.server's header parsing early, and a folded line
+            # continues a value: either way the headers are not what the client meant
+            cut = any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in self.headers.defects)
+            if cut or any("\r" in v or "\n" in v for v in self.headers.values()):
+                return self._reject(
+                    400, "malformed header (a line without ':' or a folded line)", "<headers>"
+                )
             if len(self.headers.get_all("Content-Length") or []) > 1:
                 return self._reject(400, "more than one Content-Length header", "<headers>")
             if self.headers.get("Transfer-Encoding") is not None:
@@ -705,7 +715,7 @@ def serve_in_thread(
     """Start serving in a daemon thread (tests, benchmarks); ``kwargs`` go to :func:`make_server`
     (the token is ``server.token``).  Stop with ``server.shutdown()`` then ``server.server_close()``."""
     server = make_server(service, host, port, **kwargs)
-    thread = threading.Thread(target=server.serve_forever, name="dtoc-service", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="dtoc-service", daemon=True)
     thread.start()
     return server, thread
 
