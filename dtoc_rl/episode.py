@@ -57,6 +57,15 @@ class Episode:
     superseded_at: np.ndarray  # (n,) first later step that re-accesses the same resource
     user_turn: np.ndarray  # (n,) user turns begun up to and including step k (the task is turn 1)
     logged_masked: list[list[int] | None] = field(default_factory=list)  # per step, from the log
+    logged_dropped: list[list[int] | None] = field(default_factory=list)  # per step: whole pairs dropped
+    harness_tok: np.ndarray | None = None  # (n,) tokens of text the harness sent with call k only
+    # The provider's usage per call, NaN where the log has none (see schema.Usage); on a turn's first step.
+    logged_in: np.ndarray | None = None
+    logged_cached: np.ndarray | None = None
+    logged_cache_write: np.ndarray | None = None
+    logged_out: np.ndarray | None = None
+    logged_cost: np.ndarray | None = None
+    unlogged_tokens: int = 0  # prompt tokens the log lacks (part of base_tokens)
     keys: list[str] = field(default_factory=list)  # DTOC key of each step's output ('' if none)
     previews: list[str] = field(default_factory=list)  # short output previews, for text views
     thoughts: list[str] = field(default_factory=list)  # assistant text / reasoning, cut, for text views
@@ -117,9 +126,19 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
     need_kind: list[int] = []
     superseded_at = np.full(n, NEVER, np.int64)
     keys, previews, thoughts = [], [], []
+    harness_tok = np.zeros(n, np.int64)
+    usage = np.full((5, n), np.nan)
     n_out = 0
     for k, s in enumerate(traj.steps):
         user_tok[k] = est.count(s.user_text) if s.user_text else 0
+        harness_tok[k] = est.count(s.harness_text) if s.harness_text else 0
+        if s.usage is not None:
+            u = s.usage
+            for row, v in enumerate(
+                (u.input_tokens, u.cached_tokens, u.cache_write_tokens, u.output_tokens, u.cost_usd)
+            ):
+                if v is not None:
+                    usage[row, k] = v
         asst_tok[k] = (
             est.count(s.assistant_text) + est.count(s.reasoning) + _call_tokens(est, s.tool_name, s.tool_args)
         )
@@ -166,7 +185,9 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         family_id=family_id(traj.model_family),
         success=traj.success,
         n=n,
-        base_tokens=est.count(traj.system_prompt or "") + est.count(traj.task_text or ""),
+        base_tokens=est.count(traj.system_prompt or "")
+        + est.count(traj.task_text or "")
+        + int(traj.unlogged_prompt_tokens or 0),
         user_tok=user_tok,
         asst_tok=asst_tok,
         has_out=has_out,
@@ -184,6 +205,14 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         if n
         else np.zeros(0, np.int64),
         logged_masked=[s.masked_before for s in traj.steps],
+        logged_dropped=[s.dropped_before for s in traj.steps],
+        harness_tok=harness_tok,
+        logged_in=usage[0],
+        logged_cached=usage[1],
+        logged_cache_write=usage[2],
+        logged_out=usage[3],
+        logged_cost=usage[4],
+        unlogged_tokens=int(traj.unlogged_prompt_tokens or 0),
         keys=keys,
         previews=previews,
         thoughts=thoughts,

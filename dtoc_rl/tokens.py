@@ -17,6 +17,7 @@ import base64
 import gzip
 import math
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,7 @@ __all__ = [
     "HFTokenizerEstimator",
     "TiktokenEstimator",
     "TokenEstimator",
+    "estimator_for_model",
     "get_estimator",
 ]
 
@@ -159,3 +161,22 @@ def get_estimator(spec: str | TokenEstimator | None = None) -> TokenEstimator:
         f"unknown token estimator {spec!r}; use 'chars', 'o200k_base', 'cl100k_base', "
         "'o200k_base:/path/to/file.tiktoken' or 'hf:/path/to/tokenizer'"
     )
+
+
+# Which public tokenizer a model name uses: OpenAI's o200k for GPT-4o / 4.1 / 5 and the o-series,
+# cl100k for GPT-4 and 3.5.  Other vendors' tokenizers are not shipped, so they fall back to chars.
+_O200K = re.compile(r"(^|[/:])(gpt-4o|gpt-4\.1|gpt-5|o[134](-|$)|chatgpt-4o|codex)", re.I)
+_CL100K = re.compile(r"(^|[/:])(gpt-?4|gpt-?3\.5)", re.I)
+
+
+def estimator_for_model(model: str | None) -> TokenEstimator:
+    """The exact estimator for a model name when its tokenizer ships here, else the default.
+
+    Used where a count must be comparable with what the provider billed (a log's missing prompt).
+    """
+    name = (model or "").strip()
+    if _O200K.search(name):
+        return get_estimator("o200k_base")
+    if _CL100K.search(name):
+        return get_estimator("cl100k_base")
+    return CharEstimator()

@@ -23,6 +23,12 @@ _COLS = [
     ("needs_reference", "ref."),
     ("needs_edit", "edit"),
     ("masked_steps", "masked"),
+    # the prompt per model call with every output visible (ceil(len/4) tokens): which regime this is
+    ("context_median", "ctx med"),
+    ("context_p90", "ctx p90"),
+    ("context_max", "ctx max"),
+    ("context_last_median", "last call med"),
+    ("context_logged_last_median", "logged last med"),
 ]
 
 

@@ -16,6 +16,7 @@ from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
 from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKIngester
+from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
 from dtoc_rl.schema import Trajectory
@@ -33,6 +34,7 @@ INGESTERS: list[Ingester] = [
     ClaudeCodeStreamIngester(),
     ClaudeCodeTranscriptIngester(),
     OpenCodeIngester(),
+    RepoLaunchIngester(),
     OpenAIChatIngester(),
 ]
 

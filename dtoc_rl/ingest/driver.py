@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import multiprocessing
 import os
+import stat
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -22,12 +23,13 @@ from typing import Any
 from dtoc_rl.ingest import INGESTERS, IngestError, detect_format
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 
-__all__ = ["IngestResult", "Skip", "discover", "ingest_paths", "summarize"]
+__all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
 LOG_SUFFIXES = {".json", ".jsonl", ".traj"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
 AUXILIARY = [
-    "*labels*.jsonl", "sessions_index.jsonl", "results.json", "report.json", "final_report.json",
+    "*labels*.jsonl", "sessions_index.jsonl", "results.json", "result.json", "config.json", "report.json",
+    "final_report.json",
     "stats.json", "meta.json", "cost.json", "*.report.json", "results_summary.*", "swe-bench_*.json",
     "eval_*.json", "metadata.yaml", "args.yaml", "*.yaml", "*.yml", "LICENSE*", "README*", "MANIFEST*",
     "*.csv", "*.txt", "*.diff", "*.patch", "*.log", "*.md", "tool_call_*.json", "agent_proxy_*.json",
@@ -61,18 +63,71 @@ def _dir_unit(d: Path) -> bool:
     return any(ing.wants_dirs and ing.detect(d, "") for ing in INGESTERS)
 
 
-def discover(paths: Iterable[str | Path]) -> Iterator[tuple[Path, bool, Path]]:
-    """Yield ``(unit, is_candidate, root)``; non-candidates are auxiliary files."""
+def _special(mode: int) -> str | None:
+    """What kind of special file ``mode`` is (never opened: a FIFO would block a reader forever)."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _text_log(p: Path) -> bool:
+    """Whether a ``.log`` file is an agent log some ingester reads (most are build output)."""
+    from dtoc_rl.ingest import detect_format
+
+    try:
+        return detect_format(p) is not None
+    except OSError:
+        return True  # let _process report why it cannot be read
+
+
+def display_path(p: Path | str) -> str:
+    """A path as text that any writer accepts: undecodable bytes of a file name become ``\\xNN``."""
+    return os.fsencode(str(p)).decode("utf-8", errors="backslashreplace")
+
+
+def discover(
+    paths: Iterable[str | Path], skipped: list[Skip] | None = None
+) -> Iterator[tuple[Path, bool, Path]]:
+    """Yield ``(unit, is_candidate, root)``; non-candidates are auxiliary files.
+
+    Symbolic links inside a folder are not followed (a link may point out of the folder, to a device,
+    into a loop, or to a file that is ingested where it lies anyway) and special files are never
+    opened; each is added to ``skipped`` with its reason.  A path named on the command line is
+    followed once, even when it is a link.
+    """
+    skipped = skipped if skipped is not None else []
     for root in paths:
         root = Path(root)
         if not root.exists():
-            raise FileNotFoundError(f"no such file or folder: {root}")
+            raise FileNotFoundError(f"no such file or folder: {display_path(root)}")
+        kind = _special(root.stat().st_mode)
+        if kind is not None:
+            skipped.append(Skip(display_path(root), f"{kind}: not read"))
+            continue
         if root.is_file():
             yield root, True, root  # named explicitly: always tried, never auxiliary
             continue
-        for dirpath, dirnames, filenames in os.walk(root):
+
+        def unlisted(e: OSError, root: Path = root) -> None:
+            skipped.append(Skip(display_path(e.filename or root), f"cannot list folder: {e.strerror or e}"))
+
+        for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
             d = Path(dirpath)
-            dirnames[:] = sorted(x for x in dirnames if not x.startswith("."))
+            keep = []
+            for x in sorted(dirnames):
+                if x.startswith("."):
+                    continue
+                if (d / x).is_symlink():
+                    skipped.append(Skip(display_path(d / x), _link_reason(d / x)))
+                else:
+                    keep.append(x)
+            dirnames[:] = keep
             if _dir_unit(d):
                 dirnames[:] = []
                 yield d, True, root
@@ -81,43 +136,76 @@ def discover(paths: Iterable[str | Path]) -> Iterator[tuple[Path, bool, Path]]:
                 p = d / name
                 if name.startswith("."):
                     continue
+                try:
+                    mode = p.lstat().st_mode
+                except OSError as e:
+                    skipped.append(Skip(display_path(p), f"cannot read: {e.strerror or e}"))
+                    continue
+                if stat.S_ISLNK(mode):
+                    skipped.append(Skip(display_path(p), _link_reason(p)))
+                    continue
+                kind = _special(mode)
+                if kind is not None:
+                    skipped.append(Skip(display_path(p), f"{kind}: not read"))
+                    continue
                 if name.endswith("_RESPONSE.md"):
                     yield p, True, root  # Claude Code stream-json wrapped in markdown
                 elif p.suffix in LOG_SUFFIXES and not _is_aux(p):
                     yield p, True, root
+                elif p.suffix == ".log" and _text_log(p):
+                    yield p, True, root  # a text-log harness (RepoLaunch's setup.log)
                 else:
                     yield p, False, root
+
+
+def _link_reason(p: Path) -> str:
+    try:
+        target = p.resolve(strict=True)
+    except RuntimeError:
+        return "symbolic link in a loop: not followed"
+    except OSError:
+        return f"dangling symbolic link (to {display_path(os.readlink(p))}): not followed"
+    return f"symbolic link (to {display_path(target)}): not followed; name the target to ingest it"
 
 
 def _unit_size(p: Path) -> int:
     if p.is_file():
         return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def _process(unit: Path, label: bool) -> tuple[list[Trajectory], list[Skip], str | None, int]:
+def _process(
+    unit: Path, label: bool, fmt: str | None = None
+) -> tuple[list[Trajectory], list[Skip], str | None, int]:
+    from dtoc_rl.ingest import get_ingester
+
     size = _unit_size(unit)
+    where = display_path(unit)
     try:
-        ing = detect_format(unit)
+        ing = get_ingester(fmt) if fmt else detect_format(unit)
     except OSError as e:
-        return [], [Skip(str(unit), f"cannot read: {e.strerror or e}")], None, size
+        return [], [Skip(where, f"cannot read: {e.strerror or e}")], None, size
     if ing is None:
-        return [], [Skip(str(unit), "unknown format: no ingester recognises this file")], None, size
+        return [], [Skip(where, "unknown format: no ingester recognises this file")], None, size
     trajs: list[Trajectory] = []
     skips: list[Skip] = []
+    forced = f"--format {fmt} cannot read it: " if fmt else ""
     try:
         for t in ing.parse(unit):
             if not t.steps:
-                skips.append(Skip(f"{unit}#{t.traj_id}", "empty trajectory: no steps", ing.name))
+                skips.append(Skip(f"{where}#{t.traj_id}", "empty trajectory: no steps", ing.name))
                 continue
             trajs.append(t)
     except IngestError as e:
-        skips.append(Skip(str(unit), e.reason, ing.name))
+        skips.append(Skip(where, forced + e.reason, ing.name))
     except (RecursionError, MemoryError) as e:
-        skips.append(Skip(str(unit), f"too large or deep to parse: {type(e).__name__}", ing.name))
+        skips.append(Skip(where, f"{forced}too large or deep to parse: {type(e).__name__}", ing.name))
+    except OSError as e:
+        skips.append(Skip(where, f"{forced}cannot read: {e.strerror or e}", ing.name))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         # A malformed file reached code that expected a well-formed one: say where.
-        skips.append(Skip(str(unit), f"wrong types or missing fields: {type(e).__name__}: {e}", ing.name))
+        msg = f"{forced}wrong types or missing fields: {type(e).__name__}: {e}"
+        skips.append(Skip(where, msg.splitlines()[0][:500], ing.name))
     if label and trajs:
         from dtoc_rl.labels import label_trajectory
 
@@ -126,7 +214,7 @@ def _process(unit: Path, label: bool) -> tuple[list[Trajectory], list[Skip], str
     return trajs, skips, ing.name, size
 
 
-def _process_star(args: tuple[Path, bool]):
+def _process_star(args: tuple[Path, bool, str | None]):
     return _process(*args)
 
 
@@ -136,39 +224,64 @@ def ingest_paths(
     label: bool = True,
     workers: int = 1,
     progress: bool = True,
+    fmt: str | None = None,
 ) -> IngestResult:
-    """Ingest every unit under ``paths``; never raises for a bad unit."""
+    """Ingest every unit under ``paths``; never raises for a bad unit.
+
+    ``fmt`` forces one ingester (by name) instead of detecting each file's format; a file it cannot
+    read is skipped with that reason.
+    """
+    if fmt is not None:
+        from dtoc_rl.ingest import get_ingester
+
+        get_ingester(fmt)  # KeyError naming the known formats
     t0 = time.perf_counter()
     res = IngestResult()
     units = []
     rel: dict[Path, str] = {}
-    for unit, candidate, root in discover(paths):
+    for unit, candidate, root in discover(paths, res.skipped):
         if candidate:
             units.append(unit)
-            # Portable provenance: the path below the folder that was named, led by its name.
-            rel[unit] = unit.resolve().relative_to(root.parent.resolve()).as_posix()
+            # Portable provenance: the path below the folder that was named, led by its name (lexical:
+            # a named link stays under its own name).
+            base = os.path.dirname(os.path.abspath(root))
+            rel[unit] = display_path(Path(os.path.relpath(os.path.abspath(unit), base)).as_posix())
         else:
             res.auxiliary += 1
     res.units = len(units)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(units), unit="file", desc="ingest", disable=not progress, dynamic_ncols=True)
-    seen: dict[str, str] = {}
+    # traj_id -> (position in res.trajectories, unit, whether that unit had bad parts)
+    seen: dict[str, tuple[int, str, bool]] = {}
 
     def take(out, unit: Path) -> None:
-        trajs, skips, fmt, size = out
+        trajs, skips, fmt_name, size = out
         res.bytes_read += size
         res.skipped.extend(skips)
+        damaged = bool(skips)
+        where = display_path(unit)
         for t in trajs:
+            t.traj_id = display_path(t.traj_id)
+            t.source_path = rel[unit]
             if t.traj_id in seen:
+                pos, first, first_damaged = seen[t.traj_id]
+                if first_damaged and not damaged:
+                    # an intact copy displaces one from a file that was partly unreadable
+                    res.skipped.append(
+                        Skip(f"{first}#{t.traj_id}", f"duplicate trajectory id (intact copy in {where})")
+                    )
+                    res.trajectories[pos] = t
+                    seen[t.traj_id] = (pos, where, damaged)
+                    continue
+                same = "identical" if res.trajectories[pos].steps == t.steps else "differs from the one"
                 res.skipped.append(
-                    Skip(f"{unit}#{t.traj_id}", f"duplicate trajectory id (first in {seen[t.traj_id]})", fmt)
+                    Skip(f"{where}#{t.traj_id}", f"duplicate trajectory id ({same} in {first})", fmt_name)
                 )
                 continue
-            seen[t.traj_id] = str(unit)
-            t.source_path = rel[unit]
+            seen[t.traj_id] = (len(res.trajectories), where, damaged)
             res.trajectories.append(t)
-            res.formats[fmt] += 1
+            res.formats[fmt_name] += 1
         bar.update(1)
         bar.set_postfix(trajs=len(res.trajectories), skipped=len(res.skipped), refresh=False)
 
@@ -177,11 +290,12 @@ def ingest_paths(
         with ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
         ) as pool:
-            for unit, out in zip(units, pool.map(_process_star, [(u, label) for u in units], chunksize=4)):
+            jobs = [(u, label, fmt) for u in units]
+            for unit, out in zip(units, pool.map(_process_star, jobs, chunksize=4)):
                 take(out, unit)
     else:
         for unit in units:
-            take(_process(unit, label), unit)
+            take(_process(unit, label, fmt), unit)
     bar.close()
     res.seconds = time.perf_counter() - t0
     return res
@@ -197,11 +311,22 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
             "masked_steps": 0, "context_events": 0,
         }
     )  # fmt: skip
+    contexts: dict[tuple[str, str], tuple[list[int], list[int], list[int]]] = defaultdict(
+        lambda: ([], [], [])
+    )
     for t in trajs:
         g = groups[(t.source, t.model_family)]
         g["trajectories"] += 1
         g["steps"] += len(t.steps)
         g["success_" + {True: "true", False: "false", None: "null"}[t.success]] += 1
+        per_call, last, logged_last = contexts[(t.source, t.model_family)]
+        calls = context_per_call(t)
+        per_call.extend(calls)
+        if calls:
+            last.append(calls[-1])
+        logged = [s.usage.input_tokens for s in t.steps if s.usage and s.usage.input_tokens is not None]
+        if logged:
+            logged_last.append(logged[-1])
         for s in t.steps:
             g["tool_steps"] += s.tool_name is not None
             g["output_tokens"] += s.output_tokens
@@ -211,10 +336,16 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
                 key = f"needs_{n.kind}"
                 if key in g:
                     g[key] += 1
-    rows = [{"source": s, "model_family": m, **v} for (s, m), v in sorted(groups.items())]
+    rows = [
+        {"source": s, "model_family": m, **v, **_context_stats(*contexts[(s, m)])}
+        for (s, m), v in sorted(groups.items())
+    ]
     total = {
-        k: sum(r[k] for r in rows) for k in (rows[0] if rows else {}) if k not in ("source", "model_family")
+        k: sum(r[k] for r in rows)
+        for k in (rows[0] if rows else {})
+        if k not in ("source", "model_family") and not k.startswith("context_")
     }
+    total.update(_context_stats(*([x for v in contexts.values() for x in v[i]] for i in range(3))))
     out: dict[str, Any] = {"groups": rows, "total": total}
     if res is not None:
         reasons = Counter(s.reason.split(":")[0] for s in res.skipped)
@@ -232,3 +363,42 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
             }
         )
     return out
+
+
+def context_per_call(t: Trajectory) -> list[int]:
+    """Tokens of the prompt of each model call with every output visible, ``ceil(len/4)`` per text.
+
+    What the log says the model was sent before any context management: system prompt, task, the
+    prompt the log lacks (``unlogged_prompt_tokens``), then every earlier step's texts and outputs.
+    It shows which regime a dataset is in (Anthropic's context editing acts from 100k tokens).
+    """
+
+    def tok(text: str | None) -> int:
+        return (len(text) + 3) // 4 if text else 0
+
+    total = tok(t.system_prompt) + tok(t.task_text) + int(t.unlogged_prompt_tokens or 0)
+    out = []
+    for k, s in enumerate(t.steps):
+        total += tok(s.user_text)
+        if k == 0 or s.turn != t.steps[k - 1].turn:
+            out.append(total + tok(s.harness_text))
+        total += tok(s.assistant_text) + tok(s.reasoning) + tok(s.tool_args) + s.output_tokens
+    return out
+
+
+def _context_stats(per_call: list[int], last: list[int], logged_last: list[int]) -> dict[str, int]:
+    """Median / p90 / max over calls, the median at each trajectory's last call, and the same from
+    the provider's logged input tokens where the log has them (0: none logged)."""
+    import numpy as np
+
+    def med(v: list[int]) -> int:
+        return int(np.median(np.asarray(v))) if v else 0
+
+    a = np.asarray(per_call or [0])
+    return {
+        "context_median": int(np.median(a)),
+        "context_p90": int(np.quantile(a, 0.9)),
+        "context_max": int(a.max()),
+        "context_last_median": med(last),
+        "context_logged_last_median": med(logged_last),
+    }

@@ -1,0 +1,88 @@
+"""Ingest walks folders with links, special files and odd names without losing the good files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.dataset import load_trajectories, write_dataset
+from dtoc_rl.ingest.driver import ingest_paths
+
+
+def _chat(task: str) -> str:
+    msgs = [
+        {"role": "user", "content": task},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "print('hello')"},
+        {"role": "assistant", "content": "done"},
+    ]  # fmt: skip
+    return json.dumps({"id": task, "messages": msgs}) + "\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_links_fifos_devices_and_undecodable_names_are_listed_and_good_files_kept(tmp_path):
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "good.jsonl").write_text(_chat("task-good"))
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text(_chat("task-outside"))
+    (root / "inside_link.jsonl").symlink_to(root / "good.jsonl")
+    (root / "outside_link.jsonl").symlink_to(outside)
+    (root / "dangling.jsonl").symlink_to(tmp_path / "missing.jsonl")
+    (root / "loop_a.jsonl").symlink_to(root / "loop_b.jsonl")
+    (root / "loop_b.jsonl").symlink_to(root / "loop_a.jsonl")
+    (root / "zero.json").symlink_to("/dev/zero")
+    (root / "dirlink").symlink_to(tmp_path)
+    os.mkfifo(root / "p.json")
+    odd = os.path.join(os.fsencode(root), b"caf\xe9.jsonl")
+    with open(odd, "wb") as fh:
+        fh.write(_chat("task-odd").encode())
+
+    res = ingest_paths([root], progress=False)  # must return: the FIFO is never opened
+
+    assert sorted(t.task_id for t in res.trajectories) == ["task-good", "task-odd"]
+    reasons = {Path(s.path).name: s.reason for s in res.skipped}
+    assert "not followed" in reasons["inside_link.jsonl"]
+    assert "not followed" in reasons["outside_link.jsonl"]
+    assert reasons["dangling.jsonl"].startswith("dangling symbolic link")
+    assert reasons["loop_a.jsonl"].startswith("symbolic link in a loop")
+    assert "not followed" in reasons["zero.json"]
+    assert "not followed" in reasons["dirlink"]
+    assert reasons["p.json"] == "a FIFO: not read"
+    assert all("\n" not in r for r in reasons.values())
+
+    out = tmp_path / "ds"
+    write_dataset(res.trajectories, out)  # an undecodable file name must not break the writer
+    paths = sorted(t.source_path for t in load_trajectories(out))
+    assert paths == ["logs/caf\\xe9.jsonl", "logs/good.jsonl"]
+
+
+def test_a_link_named_on_the_command_line_is_followed(tmp_path):
+    real = tmp_path / "real.jsonl"
+    real.write_text(_chat("task-real"))
+    link = tmp_path / "named.jsonl"
+    link.symlink_to(real)
+    res = ingest_paths([link], progress=False)
+    assert [t.task_id for t in res.trajectories] == ["task-real"]
+    assert res.trajectories[0].source_path == "named.jsonl"
+
+
+def test_an_intact_copy_displaces_a_damaged_one_with_the_same_id(tmp_path):
+    root = tmp_path / "logs"
+    root.mkdir()
+    good = _chat("task-1")
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    # walked first: a copy of the same log with a line that does not parse
+    (root / "a" / "run.jsonl").write_text(good + '{"messages": [\n')
+    (root / "b" / "run.jsonl").write_text(good)
+    res = ingest_paths([root], progress=False)
+    assert len(res.trajectories) == 1
+    assert res.trajectories[0].source_path == "logs/b/run.jsonl"
+    assert any("intact copy in" in s.reason for s in res.skipped)
