@@ -22,6 +22,7 @@ from dtoc_rl.schema import Step
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
+    "DEFAULT_MAX_ITEMS",
     "GLOBAL_FEATURES",
     "ITEM_FEATURES",
     "ItemColumns",
@@ -32,6 +33,10 @@ __all__ = [
     "decode_action",
     "observation_space",
 ]
+
+# Observation slots (the most recent stored outputs a policy sees) wherever none are given: the env, training,
+# evaluation and the live orchestrator, so that a policy is judged on the window it was trained on.
+DEFAULT_MAX_ITEMS = 128
 
 ITEM_FEATURES: tuple[str, ...] = (
     "est_tokens_k",  # the output's estimated tokens / 1000

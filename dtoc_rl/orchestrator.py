@@ -106,7 +106,7 @@ import numpy as np
 
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
-from dtoc_rl.features import ItemColumns, ItemState
+from dtoc_rl.features import DEFAULT_MAX_ITEMS, ItemColumns, ItemState
 from dtoc_rl.labels import NeedLabeller, modified_by
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
@@ -127,7 +127,6 @@ __all__ = [
 ]
 
 MODES = ("agent", "policy", "hybrid")
-DEFAULT_MAX_ITEMS = 128
 # Where ``session_id`` alone keeps its sessions (override with DTOC_SESSION_DB).
 DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
 SOURCE = "dtoc-orchestrator"

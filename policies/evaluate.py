@@ -23,6 +23,8 @@ import numpy as np
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
+from dtoc_rl.features import DEFAULT_MAX_ITEMS
+from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.simulator import CostConfig
 
@@ -76,7 +78,8 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         if errors:
             run.extra["policy_errors"] = dict(errors)
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
-        run.error = f"{type(e).__name__}: {e}"
+        msg = str(e).strip().splitlines()  # one line; the traceback keeps the rest
+        run.error = f"{type(e).__name__}: {msg[0]}" if msg else type(e).__name__
         run.extra["traceback"] = traceback.format_exc(limit=3)
     return run
 
@@ -96,29 +99,54 @@ def _work(indices: list[int]) -> list[Run]:
     return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
 
 
+def _split_objects(
+    specs: Sequence[str | Policy], policies: dict[str, Any] | None
+) -> tuple[list[str], dict[str, Any]]:
+    """Spec strings, and ready policy objects by label (objects in ``specs`` are labelled by their
+    ``label``, made unique with ``#2``, ``#3``...)."""
+    strs: list[str] = []
+    objs: dict[str, Any] = dict(policies or {})
+    for s in specs:
+        if isinstance(s, str):
+            strs.append(s)
+            continue
+        pol = make_policy(s)  # checks it is a policy
+        base = str(getattr(pol, "label", None) or type(pol).__name__)
+        label, k = base, 1
+        while label in objs or label in strs:
+            k += 1
+            label = f"{base}#{k}"
+        objs[label] = pol
+    return strs, objs
+
+
 def evaluate(
     dataset: Any,
-    specs: Sequence[str],
+    specs: Sequence[str | Policy],
     *,
     model_family: str | Sequence[str] | None = None,
     source: str | Sequence[str] | None = None,
     cost_config: CostConfig | None = None,
-    max_items: int = 256,
+    max_items: int = DEFAULT_MAX_ITEMS,
     workers: int = 1,
     progress: bool = True,
     policies: dict[str, Any] | None = None,
     holdout_tasks: set[str] | None = None,
 ) -> list[Run]:
-    """Run every policy spec (plus the oracle) over every trajectory of ``dataset``.
+    """Run every policy (plus the oracle) over every trajectory of ``dataset``.
 
-    ``policies`` may map labels to ready policy objects (single process only).
-    ``holdout_tasks`` (``"source/task_id"`` strings, e.g. a learned policy's
-    validation tasks) marks each run's ``split`` as ``held-out`` or ``train``.
+    ``specs`` holds policy spec strings (``dtoc_rl.policies.registry``, including ``module:Class``
+    for a user's own policy) and/or ready policy objects; ``policies`` may also map labels to
+    objects.  Objects run in this process only.  ``dataset`` is anything ReplayEnv takes (a folder,
+    a ``datasets.Dataset``, a list of trajectories).  ``holdout_tasks`` (``"source/task_id"``
+    strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
+    or ``train``.
     """
     from tqdm.auto import tqdm
 
     cost_config = cost_config or CostConfig()
     filters = {"model_family": model_family, "source": source}
+    specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*specs, ORACLE]))
     eps = load_episodes(dataset, **filters)
     n = len(eps)
@@ -157,14 +185,15 @@ def evaluate(
 
 def token_curves(
     dataset: Any,
-    specs: Sequence[str],
+    specs: Sequence[str | Policy],
     traj_ids: Sequence[str],
     *,
     cost_config: CostConfig | None = None,
-    max_items: int = 256,
+    max_items: int = DEFAULT_MAX_ITEMS,
     policies: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, list[int]]]:
     """Active tokens at every call, per trajectory and policy (for the curve plot)."""
+    specs, policies = _split_objects(specs, policies)
     eps = [e for e in load_episodes(dataset) if e.traj_id in set(traj_ids)]
     env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
     objs = [(s, make_policy(s)) for s in dict.fromkeys([*specs, ORACLE])] + list((policies or {}).items())
@@ -230,12 +259,12 @@ def aggregate(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Rows ``{policy, group_by, group, n, errors, <metric>, <metric>_lo, <metric>_hi}``."""
+    """Rows ``{policy, group_by, group, n, errors, first_error, <metric>, <metric>_lo, <metric>_hi}``.
+
+    ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
+    whose every run in a group failed still gets its row, with ``n = 0`` and NaN metrics."""
     ok = [r for r in runs if r.error is None]
-    errors: dict[tuple[str, str], int] = {}
-    for r in runs:
-        if r.error is not None:
-            errors[(r.policy, r.traj_id)] = 1
+    failed = [r for r in runs if r.error is not None]
     policies = list(dict.fromkeys(r.policy for r in runs))
     oracle = {r.traj_id: r for r in ok if r.policy == ORACLE}
     rng = np.random.default_rng(seed)
@@ -246,19 +275,26 @@ def aggregate(
         keyf: Callable[[Run], str] = (
             (lambda r: "all") if dim == "overall" else (lambda r, d=dim: getattr(r, d))
         )
-        groups = sorted({keyf(r) for r in ok})
+        groups = sorted({keyf(r) for r in runs}, key=str)
         for g in groups:
             for p in policies:
+                fails = [r for r in failed if r.policy == p and keyf(r) == g]
                 sel = [r for r in ok if r.policy == p and keyf(r) == g and r.traj_id in oracle]
                 if not sel:
+                    if fails:
+                        row = {"policy": p, "group_by": dim, "group": g, "n": 0, "errors": len(fails),
+                               "first_error": fails[0].error}  # fmt: skip
+                        for k in METRICS:
+                            row[k] = row[f"{k}_lo"] = row[f"{k}_hi"] = float("nan")
+                        rows.append(row)
                     continue
                 a = {f: np.array([getattr(r, f) for r in sel], float) for f in fields_}
                 o = {f: np.array([getattr(oracle[r.traj_id], f) for r in sel], float) for f in fields_}
                 n = len(sel)
                 point = {k: float(v[0]) for k, v in _stats(a, o, np.arange(n)[None, :]).items()}
                 boot = _stats(a, o, rng.integers(0, n, size=(n_boot, n)))
-                row = {"policy": p, "group_by": dim, "group": g, "n": n,
-                       "errors": sum(1 for (pp, _t) in errors if pp == p)}  # fmt: skip
+                row = {"policy": p, "group_by": dim, "group": g, "n": n, "errors": len(fails),
+                       "first_error": fails[0].error if fails else ""}  # fmt: skip
                 for k in METRICS:
                     row[k] = point[k]
                     lo, hi = (

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.policies.evaluate import ORACLE, Run, run_policy_on_episode
 from dtoc_rl.simulator import CostConfig
 
@@ -124,7 +125,7 @@ def evaluate_ray(
     model_family: str | Sequence[str] | None = None,
     source: str | Sequence[str] | None = None,
     cost_config: CostConfig | None = None,
-    max_items: int = 256,
+    max_items: int = DEFAULT_MAX_ITEMS,
     workers: int | None = None,
     batch_size: int = 8,
     address: str | None = None,

@@ -5,11 +5,22 @@
 policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune,
 budget, oracle, learned (``learned:path=CKPT,threshold=0.3``), llm (see
 ``dtoc_rl.policies.llm``).
+
+A user's own policy is ``module:Class`` or ``module:Class:key=value,...``
+(``package.module:factory`` too): the module is imported (from ``sys.path``,
+else the current directory), the class or factory is called with the
+parameters, and the result must have an ``act(obs, info)`` method, as a
+:class:`~dtoc_rl.policies.base.Policy` has.  In Python, :func:`make_policy`
+also takes a ready policy object and returns it unchanged.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +67,27 @@ def _value(v: str) -> Any:
     return v
 
 
+_IDENT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _user_target(spec: str) -> tuple[str, str] | None:
+    """``("module:attr", "params")`` when ``spec`` names a user's class or factory, else None."""
+    module, sep, rest = spec.partition(":")
+    module = module.strip()
+    if not sep or module in policy_names() or not _IDENT.fullmatch(module):
+        return None
+    attr, _, params = rest.partition(":")
+    if not _IDENT.fullmatch(attr.strip()):
+        return None  # "name:key=value" of a spec that is not a built-in name: reported as unknown
+    return f"{module}:{attr.strip()}", params
+
+
 def _parse(spec: str) -> tuple[str, dict[str, list[str]]]:
-    name, _, rest = spec.partition(":")
+    user = _user_target(spec)
+    if user:
+        name, rest = user
+    else:
+        name, _, rest = spec.partition(":")
     params: dict[str, list[str]] = {}
     for part in filter(None, rest.split(",")):
         key, eq, val = part.partition("=")
@@ -81,8 +111,63 @@ def expand_specs(specs: list[str]) -> list[str]:
     return out
 
 
-def make_policy(spec: str) -> Policy:
-    """Build one policy from a spec (no sweeps)."""
+def _line(e: BaseException) -> str:
+    """``Type: first line of the message``: errors stay one line."""
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0]}" if msg else type(e).__name__
+
+
+def _import_target(target: str, spec: str) -> Any:
+    module, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        cwd = os.getcwd()
+        top = module.split(".")[0]
+        # `dtoc-rl` runs as a console script, whose sys.path lacks the current directory (python -m has
+        # it): look there too, as `python -m` would, so that a policy file next to the user works.
+        if e.name != top or cwd in sys.path or "" in sys.path:
+            raise PolicySpecError(f"policy {spec!r}: cannot import {module!r} ({_line(e)})") from None
+        sys.path.append(cwd)
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e2:
+            raise PolicySpecError(f"policy {spec!r}: cannot import {module!r} ({_line(e2)})") from None
+    except Exception as e:  # the module itself failed while importing
+        raise PolicySpecError(f"policy {spec!r}: importing {module!r} failed: {_line(e)}") from None
+    obj: Any = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PolicySpecError(f"policy {spec!r}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _user_policy(target: str, kw: dict[str, Any], spec: str) -> Policy:
+    factory = _import_target(target, spec)
+    if not callable(factory):
+        raise PolicySpecError(f"policy {spec!r}: {target} is not a class or a function")
+    try:
+        pol = factory(**kw)
+    except Exception as e:
+        raise PolicySpecError(f"policy {spec!r}: {target}(...) failed: {_line(e)}") from None
+    if not callable(getattr(pol, "act", None)):
+        raise PolicySpecError(
+            f"policy {spec!r}: {target} made a {type(pol).__name__}, which has no act(obs, info) method "
+            "(subclass dtoc_rl.policies.base.Policy)"
+        )
+    return pol
+
+
+def make_policy(spec: str | Policy) -> Policy:
+    """Build one policy from a spec (no sweeps); a policy object is returned as it is."""
+    if not isinstance(spec, str | os.PathLike):
+        if callable(getattr(spec, "act", None)):
+            return spec
+        raise PolicySpecError(
+            f"a policy is a spec string or an object with an act(obs, info) method; got {type(spec).__name__}"
+        )
+    spec = str(spec)
     if Path(spec).is_dir():
         spec = f"learned:path={spec}"
     name, params = _parse(spec)
@@ -91,6 +176,8 @@ def make_policy(spec: str) -> Policy:
         if len(vals) != 1:
             raise PolicySpecError(f"policy {spec!r}: {k} has several values; expand_specs() first")
         kw[k] = _value(vals[0])
+    if _user_target(spec):
+        return _user_policy(name, kw, spec)
     try:
         if name in BASELINES:
             return BASELINES[name](**kw)
@@ -121,7 +208,9 @@ def make_policy(spec: str) -> Policy:
             f"no checkpoint folder at {name!r} (a folder with config.json and model.safetensors); "
             f"or a policy spec, one of: {known}"
         )
-    raise PolicySpecError(f"unknown policy {name!r}; known: {known}, or a checkpoint folder")
+    raise PolicySpecError(
+        f"unknown policy {name!r}; known: {known}, a checkpoint folder, or module:Class for your own"
+    )
 
 
 def short_label(spec: str) -> str:

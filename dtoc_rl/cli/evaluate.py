@@ -10,8 +10,11 @@ of the oracle's savings.
 
 Policies: none, last_n[:n=5,polling=1], obs_mask[:attention_window=100],
 anthropic_clear[:trigger=100000,keep=3], opencode_prune, budget[:budget=32000],
-oracle, a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...
-A parameter written a|b|c is swept (one policy per value).
+oracle, a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
+or your own policy as module:Class[:key=value,...] (imported from the Python
+path or the current folder; it needs an act(obs, info) method).
+A parameter written a|b|c is swept (one policy per value).  A policy whose
+runs fail is reported with its errors (every failed run is listed).
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="calibrated miss model: P(re-read | miss) (default: the fitted value)",
     )
     p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
-    p.add_argument("--max-items", type=int, default=256, help="env slots")
+    p.add_argument(
+        "--max-items",
+        type=int,
+        default=None,
+        help="env slots (default: dtoc_rl.features.DEFAULT_MAX_ITEMS, the env's and training's, so a policy "
+        "is judged on the window it was trained on)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes")
     p.add_argument(
         "--backend",
@@ -72,10 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.features import DEFAULT_MAX_ITEMS
     from dtoc_rl.policies.evaluate import aggregate, evaluate
     from dtoc_rl.policies.registry import PolicySpecError, expand_specs, make_policy
     from dtoc_rl.simulator import CostConfig
 
+    if args.max_items is None:
+        args.max_items = DEFAULT_MAX_ITEMS
     try:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint
@@ -156,6 +168,7 @@ def write_plots(args, specs, rows, runs) -> list[str]:
     from dtoc_rl.plots import plot_pareto, plot_token_curves
     from dtoc_rl.policies.evaluate import token_curves
 
+    rows = [r for r in rows if r["n"]]  # a policy whose runs all failed has no point to plot
     paths = [str(plot_pareto(rows, args.plots / "pareto.png"))]
     # one sample trajectory per source, the longest, so the curves show something
     best: dict[str, tuple[int, str]] = {}
@@ -169,6 +182,7 @@ def write_plots(args, specs, rows, runs) -> list[str]:
 
 
 def print_rows(rows, console=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from dtoc_rl.cli.tables import wide_console
@@ -179,11 +193,16 @@ def print_rows(rows, console=None) -> None:
         for group in dict.fromkeys(r["group"] for r in rows if r["group_by"] == dim):
             sel = [r for r in rows if r["group_by"] == dim and r["group"] == group]
             title = "overall" if dim == "overall" else f"{dim} = {group}"
-            t = Table(title=f"{title} ({sel[0]['n']} trajectories)", title_justify="left")
+            n = max(r["n"] for r in sel)
+            t = Table(title=f"{title} ({n} trajectories)", title_justify="left")
             for c in ("policy", "$ saved (95% CI)", "tokens saved", "active tok/call", "misses/100",
                       "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
                 t.add_column(c, justify="left" if c == "policy" else "right")
             for r in sel:
+                if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
+                    failed = f"[red]all {r['errors']} runs failed[/red]"
+                    t.add_row(short_label(r["policy"]), failed, *["—"] * 7)
+                    continue
                 t.add_row(
                     short_label(r["policy"]) + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
                     f"{100 * r['savings']:+.1f}% "
@@ -199,3 +218,9 @@ def print_rows(rows, console=None) -> None:
                     else f"{100 * r['oracle_fraction']:.0f}%",
                 )
             console.print(t)
+    for r in rows:
+        if r["group_by"] == rows[0]["group_by"] and not r["n"]:
+            console.print(
+                f"[red]{escape(short_label(r['policy']))}: all {r['errors']} runs failed in "
+                f"{r['group']}; first error: {escape(r.get('first_error') or '')}[/red]"
+            )
