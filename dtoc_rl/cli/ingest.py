@@ -6,10 +6,13 @@ and writes OUT as Parquet shards (atomically: OUT appears only when complete).
 Ends with a summary table per source and model; every skipped file is listed
 with its reason.
 
-Supported formats: mini-swe-agent .traj.json; SWE-agent .traj (0.x, 1.x);
-OpenHands SDK event JSONL and legacy history; tau-bench JSON; Claude Code
-stream-json and ~/.claude/projects transcripts; AutoCodeRover task dirs;
-OpenCode export JSON; generic OpenAI chat-completions JSONL.
+Supported formats (auto-detected; --format NAME forces one): mini-swe-agent
+.traj.json; SWE-agent .traj (0.x, 1.x); OpenHands SDK event JSONL and legacy
+history; tau-bench JSON; Claude Code stream-json and ~/.claude/projects
+transcripts; AutoCodeRover task dirs; OpenCode export JSON; RepoLaunch
+setup.log; OpenAI chat messages in any .json/.jsonl file ({"messages": [...]},
+a bare message list, or one run per line).  Logged per-call usage (tokens,
+cached tokens, dollars) is kept where the log has it.
 
 Exit status: 0 when anything was ingested, 1 when nothing was (or, with
 --strict, when anything was skipped), 2 on usage errors.
@@ -36,6 +39,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--strict", action="store_true", help="treat any skipped file as an error (nothing is written)"
     )
     p.add_argument("--no-labels", action="store_true", help="skip hindsight need labelling")
+    from dtoc_rl.ingest import INGESTERS
+
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        metavar="NAME",
+        choices=[i.name for i in INGESTERS],
+        help="read every file with this ingester instead of detecting each file's format (for a log "
+        "detection cannot tell; a file it cannot read is skipped with the reason): "
+        + ", ".join(i.name for i in INGESTERS),
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -56,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--workers must be >= 1, got {args.workers}")
     try:
         res = ingest_paths(
-            args.paths, label=not args.no_labels, workers=args.workers, progress=not (args.quiet or args.json)
+            args.paths,
+            label=not args.no_labels,
+            workers=args.workers,
+            progress=not (args.quiet or args.json),
+            fmt=args.fmt,
         )
     except FileNotFoundError as e:
         return fail(str(e))
@@ -64,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
     summary["out"] = str(args.out)
     code = 0
     if not res.trajectories:
-        summary["error"] = "nothing was ingested"
+        first = res.skipped[0] if res.skipped else None
+        summary["error"] = "nothing was ingested" + (
+            f": {first.path}: {first.reason}" if first is not None and len(res.skipped) == 1 else ""
+        )
         code = 1
     elif args.strict and res.skipped:
         summary["error"] = f"--strict: {len(res.skipped)} file(s) skipped, dataset not written"
@@ -73,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             # the card names the inputs and the options that change the rows, i.e. how to remake it
             redo = ["dtoc-rl", "ingest", *map(str, args.paths), "-o", str(args.out)]
+            redo += ["--format", args.fmt] if args.fmt else []
             write_dataset(
                 res.trajectories,
                 args.out,

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.ingest.base import Ingester, IngestError, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import ContextEvent, Step, Trajectory
@@ -104,6 +104,16 @@ class _Assembler:
         self.pending_user: list[str] = []
         self.pending_events: list[ContextEvent] = []
         self.by_call: dict[str, Step] = {}
+        self.turn_ids: dict[int, object] = {}  # turn -> the API message id that made it
+
+    def attach_usage(self, usages: dict[str, dict]) -> None:
+        """Each API message's usage on the first step of the turn it made."""
+        seen: set[int] = set()
+        for step in self.steps:
+            if step.turn not in seen:
+                seen.add(step.turn)
+                mid = self.turn_ids.get(step.turn)
+                step.usage = usage_from(usages.get(mid)) if isinstance(mid, str) else None
 
     def _add(self, **kw: Any) -> Step:
         step = new_step(
@@ -137,6 +147,7 @@ class _Assembler:
             self.flush()
             self.msg_id = msg_id if msg_id is not None else object()
             self.turn += 1
+            self.turn_ids[self.turn] = self.msg_id
             self.turn_ts = ts
         if not isinstance(block, dict):
             raise IngestError(f"{where} is {type(block).__name__}, expected a content block")
@@ -408,6 +419,7 @@ class ClaudeCodeStreamIngester(Ingester):
             fix = _FIX.match(label)
             if fix:
                 success, source = _fix_label(path, fix.group("req"), m.group("ts"))
+        asm.attach_usage(usages)
         tin, tout = _usage_totals(usages)
         res_usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
         if res_usage:
@@ -573,6 +585,7 @@ class ClaudeCodeTranscriptIngester(Ingester):
         if not asm.steps:
             raise IngestError("empty trajectory: no assistant messages on the conversation chain", path)
         model_raw = _main_model(models)
+        asm.attach_usage(usages)
         tin, tout = _usage_totals(usages)
         sid = str(session or path.stem)
         extra = {

@@ -8,9 +8,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS
-from dtoc_rl.schema import Step, Trajectory
+from dtoc_rl.schema import Step, Trajectory, Usage
 
-__all__ = ["cap_output", "finalize", "find_upwards", "load_selected_labels"]
+__all__ = ["cap_output", "finalize", "find_upwards", "load_selected_labels", "usage_from"]
 
 
 def cap_output(text: str | None) -> str | None:
@@ -68,3 +68,67 @@ def finalize(traj: Trajectory) -> Trajectory:
 
 def new_step(**kw) -> Step:
     return Step(index=0, **kw)
+
+
+def _num(d: dict, *keys: str) -> float | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+            return v
+    return None
+
+
+def usage_from(raw: object) -> Usage | None:
+    """A provider's usage object as :class:`~dtoc_rl.schema.Usage`, whichever API wrote it.
+
+    OpenAI chat (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``; OpenRouter adds ``cost``),
+    OpenAI responses (``input_tokens``, ``input_tokens_details``), Anthropic (``input_tokens`` counts
+    only the uncached part: the cache read and creation counts are added to it) and Gemini
+    (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount``).  None when ``raw``
+    holds no token count.
+    """
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
+    details = details if isinstance(details, dict) else {}
+    cost = _num(raw, "cost", "cost_usd", "total_cost")
+    if "prompt_tokens" in raw or "completion_tokens" in raw:
+        inp = _num(raw, "prompt_tokens")
+        return Usage(
+            input_tokens=None if inp is None else int(inp),
+            cached_tokens=_int(_num(details, "cached_tokens")),
+            cache_write_tokens=_int(_num(details, "cache_write_tokens", "cache_creation_tokens")),
+            output_tokens=_int(_num(raw, "completion_tokens")),
+            cost_usd=cost,
+        )
+    if "promptTokenCount" in raw or "candidatesTokenCount" in raw:
+        return Usage(
+            input_tokens=_int(_num(raw, "promptTokenCount")),
+            cached_tokens=_int(_num(raw, "cachedContentTokenCount")) or 0,
+            output_tokens=_int(_num(raw, "candidatesTokenCount")),
+            cost_usd=cost,
+        )
+    if "input_tokens" in raw or "output_tokens" in raw:
+        inp = _num(raw, "input_tokens")
+        read = _num(raw, "cache_read_input_tokens")
+        write = _num(raw, "cache_creation_input_tokens")
+        if read is None and write is None:  # OpenAI responses: input_tokens already holds the cached part
+            return Usage(
+                input_tokens=_int(inp),
+                cached_tokens=_int(_num(details, "cached_tokens")),
+                output_tokens=_int(_num(raw, "output_tokens")),
+                cost_usd=cost,
+            )
+        total = None if inp is None else int(inp + (read or 0) + (write or 0))
+        return Usage(
+            input_tokens=total,
+            cached_tokens=_int(read),
+            cache_write_tokens=_int(write),
+            output_tokens=_int(_num(raw, "output_tokens")),
+            cost_usd=cost,
+        )
+    return None
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)

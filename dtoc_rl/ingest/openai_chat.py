@@ -1,13 +1,13 @@
-"""Generic OpenAI chat-completions JSONL (tried last by ``detect_format``).
+"""Generic OpenAI chat-completions logs (tried last by ``detect_format``).
 
-Format: one JSON value per line, either ``{"messages": [...], "id"?, "model"?,
-"task_id"?, "success"?, "reward"?}`` or a bare list of messages.  Messages are
-OpenAI chat-completions dicts: ``system``/``user`` text, ``assistant`` with
-optional ``tool_calls`` (``{"id", "type": "function", "function": {"name",
-"arguments"}}``) and ``tool`` replies carrying ``tool_call_id``.  Only
-``.jsonl`` files are claimed: a ``.json`` bare message list is usually a piece
-of another harness's log (AutoCodeRover's ``conversation_round_*.json``), not a
-trajectory.
+Format: a ``.jsonl`` file with one run per line, or a ``.json`` file holding one run (or a list of
+runs).  A run is ``{"messages": [...], "id"?, "model"?, "task_id"?, "success"? / "pass"? /
+"reward"?}`` or a bare list of messages.  Messages are OpenAI chat-completions dicts:
+``system``/``user`` text, ``assistant`` with optional ``tool_calls`` (``{"id", "type": "function",
+"function": {"name", "arguments"}}``) and ``tool`` replies carrying ``tool_call_id``; a ``usage``
+object on an assistant message (any provider's shape, :func:`~dtoc_rl.ingest.common.usage_from`) is
+kept as that call's logged usage.  AutoCodeRover's ``conversation_round_*.json`` (bare message lists
+inside its task folders) are left to that ingester.
 
 Mapping (shared with :mod:`dtoc_rl.ingest.tau_bench` via :func:`chat_to_steps`):
 the first ``user`` message before any assistant turn is the task; later
@@ -23,8 +23,8 @@ events): it becomes the steps' ``masked_before`` and ``events``
 (:func:`apply_visibility`), so a run with a policy plugged in can be replayed,
 cloned (``--mode bc``) and calibrated like any masked log.
 
-Labels: ``success`` (bool) wins; else ``reward`` 1 → True, 0 → False, other
-values → None (kept in ``extra``).  No label → None.
+Labels: ``success`` / ``pass`` / ``passed`` / ``resolved`` (bool) win; else ``reward`` 1 → True,
+0 → False, other values → None (kept in ``extra``).  No label → None.
 
 This module also holds small helpers the other chat/event ingesters share
 (``iter_jsonl``, ``parse_rows``, ``iso_to_epoch``, ``norm_args``).
@@ -40,8 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.ingest.base import Ingester, IngestError, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
+from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 
@@ -232,6 +232,7 @@ def chat_to_steps(
                 reasoning = content_text(reasoning, f"{w}.reasoning_content")
             user_text = "\n\n".join(p for p in pending if p)
             pending = []
+            first_of_turn = len(res.steps)
             if not calls:
                 res.steps.append(
                     new_step(turn=turn, user_text=user_text, assistant_text=text, reasoning=reasoning)
@@ -257,6 +258,11 @@ def chat_to_steps(
                     )
                 )
                 res.n_tool_calls += 1
+            if len(res.steps) > first_of_turn:
+                # usage saved with the message (litellm, OpenRouter, mini-swe-agent's raw response)
+                extra = m.get("extra") if isinstance(m.get("extra"), dict) else {}
+                resp = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+                res.steps[first_of_turn].usage = usage_from(m.get("usage")) or usage_from(resp.get("usage"))
         else:  # tool / function reply
             cid = m.get("tool_call_id")
             target = next(
@@ -281,8 +287,9 @@ def chat_to_steps(
 
 
 def _label(row: dict) -> tuple[bool | None, str]:
-    if isinstance(row.get("success"), bool):
-        return row["success"], "row:success"
+    for key in ("success", "pass", "passed", "resolved"):
+        if isinstance(row.get(key), bool):
+            return row[key], f"row:{key}"
     reward = row.get("reward")
     if isinstance(reward, (int, float)) and not isinstance(reward, bool):
         if reward == 1:
@@ -296,9 +303,9 @@ class OpenAIChatIngester(Ingester):
     name = "openai-chat"
 
     def detect(self, path: Path, head: str) -> bool:
-        # JSONL only: bare message lists in .json files are pieces of other harnesses'
-        # logs (AutoCodeRover's conversation_round_*.json), not trajectories.
-        if path.suffix != ".jsonl":
+        # A .json file is one saved run ({"messages": [...]} or a bare message list), except
+        # AutoCodeRover's conversation_round_*.json, pieces of a task folder that ingester owns.
+        if path.suffix not in (".jsonl", ".json") or path.name.startswith("conversation_round_"):
             return False
         start = head.lstrip()[:1]
         if start not in ("{", "["):
@@ -358,7 +365,17 @@ class OpenAIChatIngester(Ingester):
                 apply_visibility(traj, row["dtoc_visibility"])
             return traj
 
-        yield from parse_rows(path, iter_jsonl(path), one, unit=unit)
+        if path.suffix == ".jsonl":
+            yield from parse_rows(path, iter_jsonl(path), one, unit=unit)
+            return
+        data = read_json(path)
+        if isinstance(data, list) and data and all(isinstance(r, dict) and "messages" in r for r in data):
+            rows = [(i, r, None) for i, r in enumerate(data, 1)]  # a list of runs
+            unit = "run"
+        else:
+            rows = [(1, data, None)]  # one run: an object with "messages", or a bare message list
+            unit = "file"
+        yield from parse_rows(path, rows, one, unit=unit)
 
 
 def apply_visibility(traj: Trajectory, raw: Any) -> None:

@@ -131,7 +131,10 @@ def test_detection_is_strict(tmp_path, repo_root):
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     j = tmp_path / "a.json"
     j.write_text(json.dumps(msgs))
-    assert not ING.detect(j, j.read_text())  # .json message lists belong to other harnesses
+    assert ING.detect(j, j.read_text())  # a saved run: a bare message list in a .json file
+    acr = tmp_path / "conversation_round_0.json"
+    acr.write_text(json.dumps(msgs))
+    assert not ING.detect(acr, acr.read_text())  # a piece of an AutoCodeRover task folder
     tau_like = _jsonl(tmp_path, [{"traj": msgs, "reward": 1}], "tau.jsonl")
     assert not ING.detect(tau_like, tau_like.read_text())
     fixture = next((repo_root / "tests/fixtures/claude_code_transcript").glob("*.jsonl"))
