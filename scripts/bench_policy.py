@@ -22,10 +22,17 @@
 torch runs with ``--threads`` intra-op threads (default 1, as ``dtoc-rl serve``
 does: for one small network per decision more threads only add synchronisation).
 
+``--load``: the service under load instead: ``--clients`` client processes (default 8) each
+send ``--load-requests`` requests (default 1,000) with the same 300 items over keep-alive
+connections at once, after one client alone sent as many (the single-client figure); every
+answer must be a 200 (errors are counted and listed), and the service's memory (RSS) is
+read before and after.  Loopback only; bounded by the counts and by ``--load-seconds``.
+
 Targets: p99 ≤ 2 ms in-process, ≤ 10 ms over HTTP.
 
     python -m scripts.bench_policy            # table
     python -m scripts.bench_policy --json     # machine-readable
+    python -m scripts.bench_policy --load     # 8 clients x 1,000 requests of 300 items
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import json
 import os
 import platform
 import random
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -188,7 +196,10 @@ def payload(orch: Orchestrator) -> dict[str, Any]:
     }
 
 
-def start_service(policy: str, max_items: int, threads: int) -> tuple[subprocess.Popen, str, int]:
+def start_service(policy: str, max_items: int, threads: int) -> tuple[subprocess.Popen, str, int, dict]:
+    """``dtoc-rl serve`` in a child process with a token of ours: (process, host, port, the
+    headers a request sends)."""
+    token = secrets.token_urlsafe(32)
     cmd = [
         sys.executable,
         "-c",
@@ -204,18 +215,20 @@ def start_service(policy: str, max_items: int, threads: int) -> tuple[subprocess
         str(threads),
         "--json",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "DTOC_TOKEN": token}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     line = proc.stdout.readline()
     if not line:
-        raise RuntimeError(f"the service did not start: {proc.stderr.read()}")
+        proc.wait(timeout=30)
+        raise RuntimeError(f"the service did not start (exit code {proc.returncode})")
     info = json.loads(line)
-    return proc, info["host"], info["port"]
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    return proc, info["host"], info["port"], headers
 
 
 def http_bench(
-    host: str, port: int, body: bytes, repeat: int
+    host: str, port: int, body: bytes, repeat: int, headers: dict[str, str]
 ) -> tuple[list[float], list[float], list[float]]:
-    headers = {"Content-Type": "application/json"}
     conn = http.client.HTTPConnection(host, port, timeout=30)
     server: list[float] = []
 
@@ -242,13 +255,12 @@ def http_bench(
 
 
 def session_bench(
-    host: str, port: int, outputs: int, repeat: int, seed: int = 0
+    host: str, port: int, outputs: int, repeat: int, headers: dict[str, str], seed: int = 0
 ) -> tuple[list[float], list[float]]:
     """``/decide`` requests that each carry one new session turn (a tool call and its output)
     after ``outputs`` turns were sent: what the OpenCode plugin sends per model call.  The
     items are the latest ``outputs`` keys.  Returns (round trip ms, service latency_ms)."""
     rng = random.Random(seed)
-    headers = {"Content-Type": "application/json"}
     conn = http.client.HTTPConnection(host, port, timeout=60)
 
     def turn(i: int) -> dict[str, Any]:
@@ -281,6 +293,100 @@ def session_bench(
         wall.append((time.perf_counter() - t0) * 1000)
     conn.close()
     return wall, server
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def load_client(host: str, port: int, headers: dict, body: bytes, n: int, until: float) -> tuple:
+    """One load client (run in its own process): ``n`` requests on a keep-alive connection, or
+    fewer if the monotonic clock passes ``until``.  Returns (latencies ms, errors)."""
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    wall: list[float] = []
+    errors: list[str] = []
+    for _ in range(n):
+        if time.monotonic() > until:
+            errors.append("stopped at the time limit")
+            break
+        t0 = time.perf_counter()
+        try:
+            conn.request("POST", "/decide", body, headers)
+            r = conn.getresponse()
+            data = r.read()
+            if r.status != 200:
+                errors.append(f"HTTP {r.status}: {data[:200]!r}")
+        except (OSError, http.client.HTTPException) as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            conn.close()
+            conn = http.client.HTTPConnection(host, port, timeout=30)
+            continue
+        wall.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    return wall, errors
+
+
+def load_bench(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
+    """The service under load: one client alone, then ``--clients`` at once (see the module doc)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    tmp = tempfile.TemporaryDirectory(prefix="dtoc-bench-")
+    ckpt = Path(args.checkpoint) if args.checkpoint else policy.save(Path(tmp.name) / "ckpt")
+    orch = Orchestrator(policy, query="Fix the bug.", model="gpt-4o", max_items=args.max_items, label_every=0)
+    fill(orch, args.outputs)
+    body = json.dumps(payload(orch)).encode()
+    results: dict[str, Any] = {
+        "mode": "load",
+        "outputs": args.outputs,
+        "http_body_bytes": len(body),
+        "policy": policy.label,
+        "clients": args.clients,
+        "requests_per_client": args.load_requests,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "rows": {},
+    }
+    proc, host, port, headers = start_service(str(ckpt), args.max_items, args.threads)
+    until = time.monotonic() + args.load_seconds
+    try:
+        load_client(host, port, headers, body, 20, until)  # warm-up
+        results["service_rss_mb_before"] = _rss_mb(proc.pid)
+        t0 = time.perf_counter()
+        single, single_errors = load_client(host, port, headers, body, args.load_requests, until)
+        single_s = time.perf_counter() - t0
+        with ProcessPoolExecutor(args.clients) as pool:
+            t0 = time.perf_counter()
+            futures = [
+                pool.submit(load_client, host, port, headers, body, args.load_requests, until)
+                for _ in range(args.clients)
+            ]
+            done = [f.result() for f in futures]
+            many_s = time.perf_counter() - t0
+        results["service_rss_mb_after"] = _rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        tmp.cleanup()
+    many = [ms for wall, _ in done for ms in wall]
+    errors = [e for _, errs in done for e in errs]
+    rows = results["rows"]
+    if single:
+        rows["HTTP /decide, 1 client, keep-alive"] = stats(single)
+    if many:
+        rows[f"HTTP /decide, {args.clients} clients at once, keep-alive"] = stats(many)
+    results["requests"] = len(single) + len(many) + len(single_errors) + len(errors)
+    results["errors"] = len(single_errors) + len(errors)
+    results["error_samples"] = sorted(set(single_errors + errors))[:10]
+    results["throughput_rps"] = {
+        "1 client": len(single) / single_s,
+        f"{args.clients} clients": len(many) / many_s,
+    }
+    return results
 
 
 def learned_policy(args: argparse.Namespace):
@@ -380,9 +486,9 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
     body = json.dumps(payload(orch)).encode()
     results["http_body_bytes"] = len(body)
     for name, spec in (("learned", str(ckpt)), ("last_n:n=5", "last_n:n=5")):
-        proc, host, port = start_service(spec, args.max_items, args.threads)
+        proc, host, port, headers = start_service(spec, args.max_items, args.threads)
         try:
-            ka, nc, server_side = http_bench(host, port, body, args.repeat)
+            ka, nc, server_side = http_bench(host, port, body, args.repeat, headers)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -390,9 +496,11 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
         rows[f"HTTP /decide round trip, {name}, new connection"] = stats(nc)
         rows[f"HTTP service-side latency_ms, {name}"] = stats(server_side)
         if name == "learned":  # the OpenCode plugin's request: one new session turn labelled each time
-            proc, host, port = start_service(spec, args.max_items, args.threads)
+            proc, host, port, headers = start_service(spec, args.max_items, args.threads)
             try:
-                wall, server_side = session_bench(host, port, args.outputs, max(50, args.repeat // 5))
+                wall, server_side = session_bench(
+                    host, port, args.outputs, max(50, args.repeat // 5), headers
+                )
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
@@ -444,6 +552,18 @@ def main(argv: list[str] | None = None) -> int:
         help="only the learned decision and the reference workloads (a few seconds): run it "
         "alternately in two checkouts to compare them, by the decision/torch-reference ratio",
     )
+    load = p.add_argument_group("load test (--load)")
+    load.add_argument("--load", action="store_true", help="time the service under concurrent clients instead")
+    load.add_argument("--clients", type=_positive, default=8, help="client processes at once (default 8)")
+    load.add_argument(
+        "--load-requests", type=_positive, default=1000, help="requests per client (default 1000)"
+    )
+    load.add_argument(
+        "--load-seconds",
+        type=_positive,
+        default=900,
+        help="stop the clients after this many seconds (counted as errors; default 900)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
     from dtoc_rl.policies.learned import CheckpointError
@@ -452,6 +572,31 @@ def main(argv: list[str] | None = None) -> int:
         policy = learned_policy(args)
     except (ValueError, CheckpointError) as e:
         p.error(str(e))
+    if args.load:
+        r = load_bench(args, policy)
+        if args.json:
+            print(json.dumps(r, indent=2))
+            return 0 if r["errors"] == 0 else 1
+        print(
+            f"{r['clients']} clients x {r['requests_per_client']} requests of {r['outputs']} items "
+            f"({r['http_body_bytes']:,} bytes), {r['policy']}; {r['machine']}"
+        )
+        print(f"{'':50} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'max ms':>8} {'n':>6}")
+        for name, s in r["rows"].items():
+            print(
+                f"{name:50} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} {s['mean_ms']:8.2f} {s['max_ms']:8.2f} "
+                f"{s['n']:6d}"
+            )
+        print(
+            "throughput: "
+            + ", ".join(f"{k} {v:.0f} req/s" for k, v in r["throughput_rps"].items())
+            + f"; errors {r['errors']} of {r['requests']}"
+            + f"; service RSS {r['service_rss_mb_before'] or 0:.0f} MB before, "
+            + f"{r['service_rss_mb_after'] or 0:.0f} MB after"
+        )
+        for e in r["error_samples"]:
+            print(f"  error: {e}")
+        return 0 if r["errors"] == 0 else 1
     r = run(args, policy)
     if args.json:
         print(json.dumps(r, indent=2))
