@@ -26,6 +26,7 @@ an interval from 0.20 to 0.85, are too few to replace the deterministic
 from __future__ import annotations
 
 __all__ = [
+    "CACHE_HIT_RATES",
     "CALIBRATED_ABSORBED_FRACTION",
     "CALIBRATED_DELAY_HIST",
     "CALIBRATED_EPISODES",
@@ -59,3 +60,8 @@ CALIBRATION_SOURCE = (
     "swe-agent-1.0_swebench-verified/20250511_sweagent_lm_32b: 44 trajectories, 537 steps, "
     "LastNObservations(n=5, polling=1); dtoc-rl calibrate, k=3"
 )
+
+#: Share of the rule-allowed cached prefix that providers with an implicit, best-effort cache really
+#: hit, per model version or family, fitted by ``dtoc-rl billcheck`` on logs that report cached
+#: tokens (docs/billcheck.md).  Providers not listed hit every allowed token.
+CACHE_HIT_RATES: dict[str, float] = {}

@@ -22,7 +22,16 @@ from dataclasses import asdict, dataclass
 
 from dtoc_rl.models import model_version
 
-__all__ = ["DEFAULT_FAMILY", "PRICES", "VERSION_PRICES", "Prices", "prices_for"]
+__all__ = [
+    "CACHE_RULES",
+    "DEFAULT_FAMILY",
+    "PRICES",
+    "VERSION_PRICES",
+    "CacheRules",
+    "Prices",
+    "cache_rules_for",
+    "prices_for",
+]
 
 
 @dataclass(frozen=True)
@@ -136,3 +145,97 @@ def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
         f"no price for model {model_raw or family!r} (family {family!r}): priced as {DEFAULT_FAMILY}",
     )
     return PRICES[DEFAULT_FAMILY]
+
+
+# -- prompt caching rules ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheRules:
+    """When a provider really reads a prompt's prefix from its cache.
+
+    The simulator's ideal cache reads, at every call, the whole prefix shared with the previous
+    call.  Providers read less: nothing for prompts under ``min_prefix`` tokens, the shared prefix
+    rounded down to ``step`` tokens, nothing once the cache sat idle longer than ``ttl`` seconds
+    (measured between the logged call timestamps; unknown timestamps count as no wait), and, for
+    implicit caches that do not guarantee a hit, only ``hit_rate`` of it on average (fitted on logs
+    that report cached tokens: ``dtoc-rl billcheck``).
+    """
+
+    provider: str
+    min_prefix: int = 1024
+    step: int = 1
+    ttl: float = float("inf")
+    hit_rate: float = 1.0
+    source: str = ""
+
+    def cached(self, ideal, prompt, idle):
+        """Cached tokens the provider bills, from the ideal cached prefix, the prompt size and the
+        seconds since the previous call (numpy arrays or scalars; an int for scalar input)."""
+        import numpy as np
+
+        c = np.asarray(ideal, np.float64)
+        c = np.where((c >= self.min_prefix) & (np.asarray(prompt) >= self.min_prefix), c, 0.0)
+        if self.step > 1:
+            c = np.floor(c / self.step) * self.step
+        c = np.where(np.asarray(idle, np.float64) > self.ttl, 0.0, c)  # NaN idle: no wait known
+        if self.hit_rate != 1.0:
+            c = np.round(c * self.hit_rate)
+        return int(c) if c.ndim == 0 else c.astype(np.int64)
+
+    def cached_one(self, ideal: int, prompt: int, idle: float) -> int:
+        """:meth:`cached` for one call, in plain Python (the simulator calls it per model call)."""
+        if ideal < self.min_prefix or prompt < self.min_prefix or idle > self.ttl:
+            return 0
+        c = ideal - ideal % self.step if self.step > 1 else ideal
+        return c if self.hit_rate == 1.0 else round(c * self.hit_rate)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: Per provider.  Figures read on 2026-12-01.
+CACHE_RULES: dict[str, CacheRules] = {
+    # Automatic caching from 1,024 tokens, hits in 128-token increments, cleared after 5-10 minutes
+    # idle (platform.openai.com/docs/guides/prompt-caching); 5 minutes taken.  RepoLaunch's per-call
+    # costs give cached counts of 1,024 + 128k tokens.
+    "openai": CacheRules("openai", 1024, 128, 300.0, 1.0, "platform.openai.com/docs/guides/prompt-caching"),
+    # Explicit breakpoints; minimum cacheable prompt 1,024 tokens (Sonnet/Opus), 5-minute lifetime
+    # refreshed by each hit (docs.anthropic.com/en/docs/build-with-claude/prompt-caching).  The
+    # 20-block look-back of a breakpoint is not modelled: agent harnesses put the breakpoint at
+    # the end of the prompt, and changes further back than 20 blocks then miss entirely.
+    "anthropic": CacheRules("anthropic", 1024, 1, 300.0, 1.0, "docs.anthropic.com prompt-caching"),
+    # Implicit caching, minimum 4,096 tokens for Gemini 3 Pro Preview, no lifetime documented, hits
+    # not guaranteed (ai.google.dev/gemini-api/docs/caching); hit_rate fitted on the mini-swe-agent
+    # gemini-3-pro logs (dtoc_rl.calibrated.CACHE_HIT_RATES).
+    "google": CacheRules("google", 4096, 1, float("inf"), 1.0, "ai.google.dev/gemini-api/docs/caching"),
+    # Disk cache in 64-token units, hours of lifetime (api-docs.deepseek.com/guides/kv_cache).
+    "deepseek": CacheRules("deepseek", 64, 64, float("inf"), 1.0, "api-docs.deepseek.com/guides/kv_cache"),
+    # No discount (cache_read == input): the rules change nothing but are kept for symmetry.
+    "none": CacheRules("none", 0, 1, float("inf"), 1.0, "no prompt caching"),
+}
+
+_PROVIDER_OF_FAMILY = (
+    ("gpt", "openai"),
+    ("openai", "openai"),
+    ("claude", "anthropic"),
+    ("gemini", "google"),
+    ("deepseek", "deepseek"),
+)
+
+
+def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRules:
+    """The caching rules of the provider serving ``family`` (hit rates fitted where measured)."""
+    from dtoc_rl.calibrated import CACHE_HIT_RATES
+
+    fam = (family or "").lower()
+    provider = next((prov for prefix, prov in _PROVIDER_OF_FAMILY if fam.startswith(prefix)), "openai")
+    if prices_for(family, model_raw).cache_read >= prices_for(family, model_raw).input:
+        provider = "none"
+    rules = CACHE_RULES[provider]
+    rate = CACHE_HIT_RATES.get(model_version(model_raw) or "", CACHE_HIT_RATES.get(fam))
+    if rate is not None:
+        from dataclasses import replace
+
+        rules = replace(rules, hit_rate=rate)
+    return rules

@@ -7,8 +7,11 @@ visibility schedule and prices every model call:
   that matches the previous call's prompt up to the first output whose
   visibility changed since then is read from the cache (``cache_read``
   price); the rest is written to it (``cache_write``).  So hiding or restoring
-  output j re-writes everything after j once.  The cache is assumed never to
-  expire between calls.
+  output j re-writes everything after j once.  ``cache="provider"`` (default)
+  then applies the provider's rules (:class:`~dtoc_rl.pricing.CacheRules`:
+  minimum cacheable prompt, granularity, lifetime between the logged call
+  timestamps, fitted hit rate); ``cache="ideal"`` reads that whole prefix
+  every time, never expiring.
 * **Misses.** A call whose need labels point to a hidden output is a miss.
   ``miss="reread"`` (the paper's re-read metric): the agent spends one extra
   model call over the whole active context to get the output again.
@@ -41,13 +44,14 @@ import numpy as np
 
 from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.episode import Episode
-from dtoc_rl.pricing import Prices, prices_for
+from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
 from dtoc_rl.schema import NEED_KINDS
 
-__all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals"]
+__all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
 MISS_MODES = ("reread", "fail", "calibrated")
 RECOVERY_MODES = ("append", "restore")
+CACHE_MODES = ("provider", "ideal")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
 #: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
 #: that re-read twice (docs/validity.md measured this on really masked runs).
@@ -82,12 +86,18 @@ class CostConfig:
     report_tokens_per_key: int = 6
     prices: Prices | None = None
     """Override the family's price table (USD per million tokens)."""
+    cache: str = "provider"
+    """Prompt cache: provider (the provider's rules) or ideal (the whole shared prefix, forever)."""
+    cache_rules: CacheRules | None = None
+    """Override the provider's caching rules (cache="provider" only)."""
 
     def __post_init__(self) -> None:
         if self.miss not in MISS_MODES:
             raise ValueError(f"miss must be one of {MISS_MODES}, got {self.miss!r}")
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery must be one of {RECOVERY_MODES}, got {self.recovery!r}")
+        if self.cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {CACHE_MODES}, got {self.cache!r}")
         if self.overhead not in OVERHEAD_MODES:
             raise ValueError(f"overhead must be one of {OVERHEAD_MODES}, got {self.overhead!r}")
         bad = set(self.need_kinds) - set(NEED_KINDS)
@@ -103,6 +113,18 @@ class CostConfig:
         d = asdict(self)
         d["need_kinds"] = list(self.need_kinds)
         return d
+
+    def rules_for(self, ep: Episode) -> CacheRules | None:
+        """The caching rules applied to ``ep`` (None: the ideal cache)."""
+        if self.cache == "ideal":
+            return None
+        return self.cache_rules or cache_rules_for(ep.model_family, ep.model_raw)
+
+
+def idle_seconds(ep: Episode) -> np.ndarray:
+    """Seconds between each call and the previous one (NaN: unknown; the first call: NaN)."""
+    ts = ep.timestamps if ep.timestamps is not None else np.full(ep.n, np.nan)
+    return np.concatenate([[np.nan], np.diff(ts)]) if ep.n else np.zeros(0)
 
 
 @dataclass
@@ -167,6 +189,8 @@ class Simulator:
             ptr, idx = kept_before[ep.need_ptr].tolist(), ep.need_idx[keep].tolist()
         self._needs = [sorted(set(idx[a:b])) if b > a else None for a, b in zip(ptr, ptr[1:])]
         self._base = int(ep.base_tokens)
+        self._rules = self.cfg.rules_for(ep)
+        self._idle = idle_seconds(ep).tolist()
         self._cfg_snapshot = self.cfg_snapshot()
         self._all_true = np.ones(ep.n, bool)  # reset() copies it (np.ones is slow in Python)
         self.log: list | None = None
@@ -179,7 +203,7 @@ class Simulator:
 
     def cfg_snapshot(self) -> tuple:
         """The settings read once at construction (prices, need kinds), to detect a changed config."""
-        return (self.cfg.prices, tuple(self.cfg.need_kinds))
+        return (self.cfg.prices, tuple(self.cfg.need_kinds), self.cfg.cache, self.cfg.cache_rules)
 
     # -- state -------------------------------------------------------------------
     def reset(self) -> None:
@@ -203,6 +227,7 @@ class Simulator:
         self.n_stored = 0  # stored outputs
         self.n_visible = 0  # stored outputs now visible
         self.prev_prompt = 0
+        self.idle = float("nan")  # seconds the cache waited before the next billed call
         self.first_changed = ep.n
         self.totals = Totals()
 
@@ -233,6 +258,9 @@ class Simulator:
 
     def _bill(self, prompt: int, out_tokens: int) -> float:
         cached = self._cached_prefix()
+        if self._rules is not None:
+            cached = self._rules.cached_one(cached, prompt, self.idle)
+        self.idle = 0.0  # a call right after this one (the logged call after a re-run) waits for none
         written = prompt - cached
         # Python float arithmetic (bit-identical to numpy's float64), typed np.float64 as before
         dollars = _f64(cached * self._p0 + written * self._p1 + out_tokens * self._p2)
@@ -314,6 +342,7 @@ class Simulator:
         t, tot = self.t, self.totals
         if t >= self._n or tot.failed:  # self.done
             raise RuntimeError("episode is over; reset() first")
+        self.idle = self._idle[t]
         dollars = 0.0
         misses = 0
         pre = 0  # appended by re-runs before this call's message
@@ -418,6 +447,9 @@ def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)[:-1]])
     prompts = before + ep.user_tok
     cached = np.concatenate([[0], prompts[:-1]])
+    rules = cfg.rules_for(ep)
+    if rules is not None:
+        cached = rules.cached(cached, prompts, idle_seconds(ep))
     written = prompts - cached
     out = ep.asst_tok
     tot = Totals(

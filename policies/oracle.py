@@ -33,7 +33,7 @@ from dtoc_rl.episode import Episode
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import to_action
 from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.simulator import CostConfig, idle_seconds
 
 __all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
 
@@ -81,14 +81,18 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     o_cum = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(out_cost, axis=1)], axis=1)
     prefix = ep.base_tokens + ua_before[fc] + o_cum[k_idx, fc] + ua[fc]
     cached = np.where(has_change, np.minimum(prev, prefix), prev)
+    rules = (cfg or CostConfig()).rules_for(ep)
+    if rules is not None:
+        cached = rules.cached(cached, prompts, idle_seconds(ep))
     written = prompts - cached
     return float((cached * p.cache_read + written * p.cache_write + ep.asst_tok * p.output).sum() / 1e6)
 
 
 def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
-    """(output k, first hidden call, first call it must be visible again or n)."""
+    """(output k, first hidden call, first call it must be visible again or n); outputs whose
+    placeholder is no smaller than the output itself are never hidden (it could only cost more)."""
     out = []
-    for k in np.flatnonzero(ep.has_out):
+    for k in np.flatnonzero(ep.has_out & (ep.hid_cost < ep.vis_cost)):
         needs = np.flatnonzero(R[:, k])
         start = k + 1
         for b in [*needs.tolist(), ep.n]:
@@ -169,11 +173,14 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     def feasible(t: int) -> np.ndarray:
         need = R[t, outs]
         stored = outs < t
-        bad = (~bits & need[None, :] & stored[None, :]).any(axis=1)
+        keep = need | (ep.hid_cost[outs] >= ep.vis_cost[outs])  # a placeholder no smaller: never hide
+        bad = (~bits & keep[None, :] & stored[None, :]).any(axis=1)
         # outputs not stored yet are "visible" by convention: one state per real situation
         canonical = bits[:, ~stored].all(axis=1)
         return ~bad & canonical
 
+    rules = (cfg or CostConfig()).rules_for(ep)
+    idle = idle_seconds(ep)
     INF = float("inf")
     cost = np.full(len(states), INF)
     back = np.zeros((n, len(states)), np.int64)
@@ -195,6 +202,8 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
             o_cum = np.concatenate([[0], np.cumsum(o_vis)])
             prefix = ep.base_tokens + ua_before[k_first] + o_cum[first] + ua[k_first]
             cached = np.where(any_diff, np.minimum(prev_prompt, prefix), prev_prompt)
+            if rules is not None:
+                cached = rules.cached(cached, pr[s], idle[t])
             step = (
                 cached * p.cache_read + (pr[s] - cached) * p.cache_write + ep.asst_tok[t] * p.output
             ) / 1e6
@@ -216,11 +225,13 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
 
 class HindsightOracle(Policy):
     """Plays the oracle's schedule; needs ``info["episode"]`` at reset
-    (``ReplayEnv(expose_episode=True)``)."""
+    (``ReplayEnv(expose_episode=True)``, which also passes its ``cost_config``: the schedule is
+    planned under the costs it is scored with).  Episodes with at most ``exact_max_outputs``
+    outputs get the exact optimum (:func:`exact_plan`), longer ones :func:`plan`."""
 
     name = "oracle"
 
-    def __init__(self, cost_config: CostConfig | None = None, exact_max_outputs: int = 0):
+    def __init__(self, cost_config: CostConfig | None = None, exact_max_outputs: int = 8):
         self.cfg = cost_config
         self.exact_max_outputs = exact_max_outputs
         self.V: np.ndarray | None = None
@@ -229,10 +240,12 @@ class HindsightOracle(Policy):
         ep = (info or {}).get("episode")
         if ep is None:
             raise ValueError("the oracle needs info['episode']: make the env with expose_episode=True")
+        # the optimum of what is being scored: the env's cost configuration unless one was given
+        cfg = self.cfg or (info or {}).get("cost_config")
         if self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
-            self.V = exact_plan(ep, self.cfg, self.exact_max_outputs)
+            self.V = exact_plan(ep, cfg, self.exact_max_outputs)
         else:
-            self.V = plan(ep, self.cfg)
+            self.V = plan(ep, cfg)
 
     def act(self, obs, info=None):
         if self.V is None or info is None or "slot_steps" not in info:

@@ -6,9 +6,11 @@ figure is worked out in the comment above it; removing the rule changes it.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from dtoc_rl.simulator import CostConfig, Simulator
+from dtoc_rl.pricing import CACHE_RULES, CacheRules
+from dtoc_rl.simulator import CostConfig, Simulator, baseline_totals
 from tests.cost_episodes import UNIT, make_episode
 
 
@@ -22,7 +24,8 @@ def _miss_episode():
 
 
 def _run_hiding_0_before_call_2(recovery: str) -> Simulator:
-    sim = Simulator(_miss_episode(), CostConfig(prices=UNIT, recovery=recovery, reread_call_tokens=30))
+    cfg = CostConfig(prices=UNIT, recovery=recovery, reread_call_tokens=30, cache="ideal")
+    sim = Simulator(_miss_episode(), cfg)
     sim.call()  # prompt 100, all written: 200 + 10 * 10 = 300
     sim.call()  # prompt 100+10+1000 = 1110: 100 read + 1010 written + 100 out = 2220
     sim.apply_changes([], [0])  # context 1620 -> 630
@@ -61,3 +64,71 @@ def test_miss_recovered_by_restoring_in_place():
 def test_recovery_is_checked():
     with pytest.raises(ValueError, match="recovery must be one of"):
         CostConfig(recovery="rewind")
+
+
+# -- the provider's cache rules ---------------------------------------------------------------------
+
+
+def _cache_episode(timestamps=None):
+    # base 1000; step 0: A=10, O=20; step 1: A=10, O=200; step 2: A=10
+    ep = make_episode(base=1000, user=[0, 0, 0], asst=[10, 10, 10], vis=[20, 200, 0], hid=[5, 5, 0])
+    if timestamps is not None:
+        ep.timestamps = np.asarray(timestamps, float)
+    return ep
+
+
+def _calls(ep, **kw):
+    sim = Simulator(ep, CostConfig(prices=UNIT, **kw))
+    out = [sim.call()[0] for _ in range(ep.n)]
+    assert baseline_totals(ep, sim.cfg).dollars == pytest.approx(sim.totals.dollars)  # same rules
+    return out, sim.totals
+
+
+def test_ideal_cache_reads_the_whole_previous_prompt():
+    # prompts 1000, 1030, 1240; each call reads the previous prompt from the cache
+    out, tot = _calls(_cache_episode(), cache="ideal")
+    assert out == [2000 + 100, 1000 + 30 * 2 + 100, 1030 + 210 * 2 + 100]
+    assert tot.cache_read_tokens == 2030
+
+
+def test_minimum_cacheable_prefix_and_128_token_steps():
+    out, tot = _calls(_cache_episode(), cache_rules=CACHE_RULES["openai"])
+    # call 1: the shared 1000 tokens are under the 1,024-token minimum: all 1030 written.
+    # call 2: the shared 1030 tokens are read in 128-token steps: 1024 read, 216 written.
+    assert out == [2100, 1030 * 2 + 100, 1024 + 216 * 2 + 100]
+    assert (tot.cache_read_tokens, tot.cache_write_tokens) == (1024, 1000 + 1030 + 216)
+
+
+def test_cache_expires_after_its_lifetime_between_logged_calls():
+    rules = CACHE_RULES["anthropic"]  # 1,024-token minimum, 5-minute lifetime, any granularity
+    out, _ = _calls(_cache_episode([0.0, 10.0, 200.0]), cache_rules=rules)
+    assert out[2] == 1030 + 210 * 2 + 100  # 190 s idle: the 1030 shared tokens are read
+    out, _ = _calls(_cache_episode([0.0, 10.0, 400.0]), cache_rules=rules)
+    assert out[2] == 1240 * 2 + 100  # 390 s idle: expired, everything written
+    out, _ = _calls(_cache_episode([0.0, 10.0, float("nan")]), cache_rules=rules)
+    assert out[2] == 1030 + 210 * 2 + 100  # no timestamp: no wait assumed
+
+
+def test_fitted_hit_rate_scales_what_is_read():
+    rules = CacheRules("test", min_prefix=0, step=1, hit_rate=0.5)
+    out, _ = _calls(_cache_episode(), cache_rules=rules)
+    assert out[1:] == [500 + 530 * 2 + 100, 515 + 725 * 2 + 100]
+
+
+def test_an_appended_rerun_keeps_the_prefix_under_provider_rules():
+    # the miss episode scaled past the 1,024-token minimum: base 2000
+    ep = make_episode(
+        base=2000, user=[0, 0, 5, 0], asst=[10, 10, 10, 10], vis=[1000, 500, 0, 0], hid=[10, 10, 0, 0],
+        needs={2: [0], 3: [0]},
+    )  # fmt: skip
+    sims = {}
+    for recovery in ("append", "restore"):
+        sim = Simulator(ep, CostConfig(prices=UNIT, recovery=recovery, cache_rules=CACHE_RULES["anthropic"]))
+        sim.call(), sim.call()  # prompts 2000 and 3010
+        sim.apply_changes([], [0])  # context 3520 -> 2530
+        sims[recovery] = (sim.call()[0], sim)
+    # re-run call (both): prompt 2535, cached prefix up to O_0 = 2010 -> 2010 + 525*2 + 30*10 = 3360
+    # append: the call's prompt is 2535 + 1030 = 3565 with 2535 cached: 2535 + 1030*2 + 100 = 4695
+    assert sims["append"][0] == 3360 + 4695
+    # restore: the call's prompt is 3525 with only 2010 cached: 2010 + 1515*2 + 100 = 5140
+    assert sims["restore"][0] == 3360 + 5140

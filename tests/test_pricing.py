@@ -58,9 +58,9 @@ def test_unknown_versions_fall_back_to_the_family_with_one_warning(monkeypatch):
 
 
 def test_the_simulator_prices_the_episode_by_its_version():
-    ep = make_episode(base=1000, user=[0, 0], asst=[0, 0], vis=[0, 0], hid=[0, 0])
+    ep = make_episode(base=2048, user=[0, 0], asst=[0, 0], vis=[0, 0], hid=[0, 0])
     ep.model_raw = "gpt-4o-2024-05-13"
-    # two calls of 1,000 prompt tokens each, the second 1,000 cached: no discount at $5
-    assert baseline_totals(ep).dollars == pytest.approx(2000 * 5.0 / 1e6)
+    # two calls of 2,048 prompt tokens each, the second one's cached: no discount at $5
+    assert baseline_totals(ep).dollars == pytest.approx(4096 * 5.0 / 1e6)
     ep.model_raw = "gpt-4o-2024-08-06"
-    assert baseline_totals(ep).dollars == pytest.approx((1000 * 2.5 + 1000 * 1.25) / 1e6)
+    assert baseline_totals(ep).dollars == pytest.approx((2048 * 2.5 + 2048 * 1.25) / 1e6)

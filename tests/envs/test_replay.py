@@ -117,7 +117,7 @@ def test_fail_mode_ends_episode_with_failure():
 
 def test_cache_break_makes_late_hiding_cost_more_than_its_token_savings_suggest():
     """Hiding output 0 rewrites the whole cached suffix once; with claude prices the writes are dearer."""
-    env = ReplayEnv(trajectories=[_traj([400] * 10)], max_items=N)
+    env = ReplayEnv(trajectories=[_traj([4000] * 10)], max_items=N)  # past the 1,024-token cache minimum
 
     def hide_first_once(obs):
         a = _noop()

@@ -7,6 +7,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.episode import compile_episode
 from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
+from dtoc_rl.simulator import CostConfig
 
 from .crafted import crafted
 
@@ -23,9 +24,11 @@ def play(policy, env, index=0):
 def test_oracle_has_zero_misses_and_matches_its_planned_cost_on_bundled_data():
     env = ReplayEnv(max_items=256, expose_episode=True)
     for i, ep in enumerate(env.episodes):
-        tot = play(HindsightOracle(), env, i)
+        oracle = HindsightOracle()
+        tot = play(oracle, env, i)
         assert tot["misses"] == 0, ep.traj_id
-        assert tot["dollars"] == pytest.approx(schedule_cost(ep, plan(ep)), rel=1e-9), ep.traj_id
+        # the simulator (provider cache rules, call by call) and schedule_cost (vectorised) agree
+        assert tot["dollars"] == pytest.approx(schedule_cost(ep, oracle.V), rel=1e-9), ep.traj_id
 
 
 def test_schedule_cost_of_all_visible_is_the_baseline():
@@ -92,17 +95,23 @@ def test_no_baseline_beats_the_oracle_at_zero_misses(ep):
             assert tot["dollars"] >= oracle["dollars"] - 1e-12, pol.label
 
 
-def test_approximation_gap_on_real_prefixes_is_small():
-    """On the first 8 calls of each bundled trajectory, plan() is within 2% of the exact optimum."""
+@pytest.mark.parametrize("cache, worst", [("ideal", 0.006), ("provider", 0.086)])
+def test_approximation_gap_on_real_prefixes(cache, worst):
+    """plan() against the exact optimum on the first 8 calls of each bundled trajectory: within 0.6%
+    with the ideal cache; up to 8.6% under the providers' rules (a minimum cacheable prompt makes
+    hiding part of a gap pay, which plan()'s whole-gap flips cannot find), which is why the oracle
+    solves episodes of up to 8 outputs exactly (docs/billcheck.md reports the gap)."""
     from dtoc_rl.dataset import load_trajectories
     from dtoc_rl.paths import bundled_dataset
 
+    cfg = CostConfig(cache=cache)
     gaps = []
     for t in load_trajectories(bundled_dataset())[:12]:
         t.steps = t.steps[:8]
         ep = compile_episode(t)
         if ep.has_out.sum() > 8:
             continue
-        exact, approx = schedule_cost(ep, exact_plan(ep)), schedule_cost(ep, plan(ep))
+        exact, approx = schedule_cost(ep, exact_plan(ep, cfg), cfg), schedule_cost(ep, plan(ep, cfg), cfg)
+        assert approx >= exact - 1e-12
         gaps.append(approx / exact - 1)
-    assert gaps and max(gaps) < 0.02, gaps
+    assert len(gaps) == 12 and max(gaps) < worst, gaps
