@@ -17,6 +17,7 @@ from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.episode import Episode
 from dtoc_rl.features import (
+    DEFAULT_MAX_ITEMS,
     GLOBAL_FEATURES,
     ITEM_FEATURES,
     action_space,
@@ -206,7 +207,7 @@ class ReplayEnv(gym.Env):
       of ``Trajectory`` / ``Episode`` objects or rows, or None for the bundled sample.
     * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead (same as ``dataset``).
     * ``model_family``, ``source``: keep only these (a name or a list).
-    * ``max_items`` (128): slots N.
+    * ``max_items`` (``dtoc_rl.features.DEFAULT_MAX_ITEMS``, 128): slots N.
     * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (calibrated mode only; default
       ``dtoc_rl.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
     * ``overhead`` ("orchestrator" | "agent").
@@ -235,7 +236,7 @@ class ReplayEnv(gym.Env):
         trajectories: Sequence[Trajectory] | Sequence[Episode] | None = None,
         model_family: str | Sequence[str] | None = None,
         source: str | Sequence[str] | None = None,
-        max_items: int = 128,
+        max_items: int = DEFAULT_MAX_ITEMS,
         miss: str = "reread",
         reread_prob: float = CALIBRATED_REREAD_PROB,
         overhead: str = "orchestrator",
