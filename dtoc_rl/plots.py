@@ -18,11 +18,12 @@ def _plt():
     return plt
 
 
-def _save(fig, out: Path) -> Path:
+def _save(fig, out: Path, dpi: int = 200) -> Path:
+    """Save in the format the suffix names (png, pdf, svg); ``dpi`` matters for png only."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=dpi)
     fig.clf()
     return out
 
@@ -41,7 +42,11 @@ def _family(label: str) -> str:
 
 
 def plot_pareto(
-    rows: Sequence[dict[str, Any]], out: Path, title: str = "", group: tuple[str, str] | None = None
+    rows: Sequence[dict[str, Any]],
+    out: Path,
+    title: str = "",
+    group: tuple[str, str] | None = None,
+    dpi: int = 200,
 ) -> Path:
     """Dollar savings (y) against misses per 100 steps (x), one point per policy,
     lines joining parameter sweeps of the same policy, 95% CIs as error bars.
@@ -92,10 +97,10 @@ def plot_pareto(
     ax.set_ylabel("dollar savings vs. no management, % (higher is better)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save(fig, out)
+    return _save(fig, out, dpi)
 
 
-def plot_token_curves(curves: dict[str, dict[str, list[int]]], out: Path) -> Path:
+def plot_token_curves(curves: dict[str, dict[str, list[int]]], out: Path, dpi: int = 200) -> Path:
     """Active tokens at each call, per sample trajectory, all policies overlaid."""
     plt = _plt()
     n = max(1, len(curves))
@@ -113,7 +118,7 @@ def plot_token_curves(curves: dict[str, dict[str, list[int]]], out: Path) -> Pat
         ax.set_xlabel("call")
         ax.set_ylabel("active tokens")
     axes[0, 0].legend(fontsize=7, ncol=2)
-    return _save(fig, out)
+    return _save(fig, out, dpi)
 
 
 def plot_cross_model(matrix: dict[str, dict[str, float]], out: Path, metric: str = "savings") -> Path:

@@ -56,7 +56,9 @@ class LearnedPolicyConfig:
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")
     seed: int = _f(0, "random seed (split, init, sampling)")
     threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")
-    wandb: bool = _f(False, "log to Weights & Biases (offline when no API key)")
+    wandb: bool = _f(
+        False, "log to Weights & Biases (online or offline as wandb decides: WANDB_MODE, `wandb login`)"
+    )
     wandb_project: str = _f("dtoc-rl", "wandb project")
 
     def __post_init__(self) -> None:

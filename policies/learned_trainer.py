@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -301,8 +300,38 @@ def fit(
     *,
     progress: bool = True,
     episodes: Sequence[Episode] | None = None,
+    wandb_run: Any = None,
 ) -> dict[str, Any]:
-    """Train ``policy`` in place; returns a report (also stored in ``policy.meta``)."""
+    """Train ``policy`` in place; returns a report (also stored in ``policy.meta``).
+
+    Losses and validation metrics go to ``wandb_run`` when given (the caller finishes it, e.g.
+    after logging the saved checkpoint), else to a run of its own when ``cfg.wandb`` is set, which
+    is finished here, with a non-zero exit code when training fails.
+    """
+    own = wandb_run is None and policy.cfg.wandb
+    if own:
+        from dtoc_rl.tracking import start_run
+
+        wandb_run = start_run(project=policy.cfg.wandb_project, config=policy.cfg.to_dict(), job_type="train")
+    try:
+        report = _fit(policy, dataset, progress=progress, episodes=episodes, run=wandb_run)
+    except BaseException:
+        if own:
+            wandb_run.finish(exit_code=1)
+        raise
+    if own:
+        wandb_run.finish()
+    return report
+
+
+def _fit(
+    policy: LearnedPolicy,
+    dataset: Any,
+    *,
+    progress: bool,
+    episodes: Sequence[Episode] | None,
+    run: Any,
+) -> dict[str, Any]:
     cfg = policy.cfg
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(max(1, cfg.threads))
@@ -313,7 +342,6 @@ def fit(
         else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
     )
     train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
-    run = _wandb(cfg)
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {
         "mode": cfg.mode,
@@ -357,8 +385,6 @@ def fit(
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)
     report["seconds"] = round(time.perf_counter() - t0, 2)
     log({f"val/{k}": v for k, v in report["val_metrics"].items()})
-    if run is not None:
-        run.finish()
     policy.meta = {
         "trained_on": str(dataset) if dataset is not None else "objects",
         "model_family": cfg.model_family,
@@ -366,12 +392,3 @@ def fit(
         **{k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")},
     }
     return report
-
-
-def _wandb(cfg):
-    if not cfg.wandb or os.environ.get("WANDB_MODE") == "disabled":
-        return None
-    import wandb
-
-    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-    return wandb.init(project=cfg.wandb_project, config=cfg.to_dict(), mode=mode)

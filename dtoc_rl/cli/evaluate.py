@@ -72,11 +72,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="mark trajectories of this checkpoint's validation tasks as held-out (adds --by split)",
     )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
-    p.add_argument("--plots", type=Path, help="write pareto.png and curves.png into this folder")
+    p.add_argument("--plots", type=Path, help="write the pareto and curves plots into this folder")
+    p.add_argument(
+        "--plot-format",
+        choices=["png", "pdf", "svg"],
+        default="png",
+        help="plot file format (pdf/svg: vector, for papers)",
+    )
+    p.add_argument("--dpi", type=int, default=200, help="plot resolution for png (default: 200)")
     p.add_argument("--csv", type=Path, help="also write the metric rows as CSV")
     p.add_argument("--runs-out", type=Path, help="also write every per-trajectory run as JSONL")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the metric rows as JSON")
+    from dtoc_rl.tracking import add_wandb_arguments
+
+    add_wandb_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_items is None:
         args.max_items = DEFAULT_MAX_ITEMS
+    if args.dpi < 1:
+        return fail(f"--dpi must be a positive integer, got {args.dpi}")
     try:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint
@@ -144,6 +156,22 @@ def run(args: argparse.Namespace) -> int:
             w.writerows(rows)
     if args.plots:
         out["plots"] = write_plots(args, specs, rows, runs)
+    if args.wandb:
+        from dtoc_rl.tracking import WandbError, log_evaluation, start_run
+
+        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
+        try:
+            wb = start_run(project=args.wandb_project, name=args.wandb_name, tags=args.wandb_tags,
+                           group=args.wandb_group, config=config, job_type="evaluate")  # fmt: skip
+        except WandbError as e:
+            return fail(str(e))
+        files = [p for p in (args.csv, args.runs_out) if p]
+        try:
+            log_evaluation(wb, rows, failed=failed, plots=out.get("plots", []), files=files)
+        except BaseException:
+            wb.finish(exit_code=1)
+            raise
+        wb.finish()
     if args.json:
         emit_json(out)
     else:
@@ -168,8 +196,9 @@ def write_plots(args, specs, rows, runs) -> list[str]:
     from dtoc_rl.plots import plot_pareto, plot_token_curves
     from dtoc_rl.policies.evaluate import token_curves
 
+    fmt = {"dpi": args.dpi}
     rows = [r for r in rows if r["n"]]  # a policy whose runs all failed has no point to plot
-    paths = [str(plot_pareto(rows, args.plots / "pareto.png"))]
+    paths = [str(plot_pareto(rows, args.plots / f"pareto.{args.plot_format}", **fmt))]
     # one sample trajectory per source, the longest, so the curves show something
     best: dict[str, tuple[int, str]] = {}
     for r in runs:
@@ -177,7 +206,7 @@ def write_plots(args, specs, rows, runs) -> list[str]:
             best[r.source] = (r.calls, r.traj_id)
     ids = [tid for _, tid in best.values()][:3]
     curves = token_curves(str(args.dataset) if args.dataset else None, specs, ids, max_items=args.max_items)
-    paths.append(str(plot_token_curves(curves, args.plots / "curves.png")))
+    paths.append(str(plot_token_curves(curves, args.plots / f"curves.{args.plot_format}", **fmt)))
     return paths
 
 

@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the training report as JSON")
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
+    from dtoc_rl.tracking import add_wandb_arguments
+
+    add_wandb_arguments(p, switch=False)  # --wandb and --wandb-project are config fields
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,14 +42,39 @@ def run(args: argparse.Namespace) -> int:
         cfg = dataclass_from_args(LearnedPolicyConfig, args)
     except ValueError as e:
         return fail(str(e))
+    from dtoc_rl.tracking import WandbError, finish_run, log_checkpoint, start_run
+
     policy = cfg.create()
+    run = None
+    if cfg.wandb:
+        try:
+            run = start_run(
+                project=cfg.wandb_project,
+                name=args.wandb_name,
+                tags=args.wandb_tags,
+                group=args.wandb_group,
+                config=cfg.to_dict(),
+                job_type="train",
+            )
+        except WandbError as e:
+            return fail(str(e))
+    # the run stays open until the checkpoint is saved and logged; any failure closes it as failed
     try:
         report = policy.fit(
-            str(args.dataset) if args.dataset else None, progress=not (args.quiet or args.json)
+            str(args.dataset) if args.dataset else None,
+            progress=not (args.quiet or args.json),
+            wandb_run=run,
         )
+        policy.save(args.out)
+        if run is not None:
+            log_checkpoint(run, args.out, metadata={"val_metrics": report.get("val_metrics", {})})
     except (ValueError, DatasetError, FileNotFoundError) as e:
+        finish_run(run, 1)
         return fail(str(e))
-    policy.save(args.out)
+    except BaseException:
+        finish_run(run, 1)
+        raise
+    finish_run(run, 0)
     report["checkpoint"] = str(args.out)
     if args.json:
         emit_json({k: v for k, v in report.items()})
