@@ -62,3 +62,32 @@ def test_rules_beyond_the_schema():
         {"items": [{"key": "b", "tokens": 2, "timestamp": 9}, {"key": "a", "tokens": 1, "timestamp": 1}]}
     )
     assert parse(late_first, max_items=4, max_request_items=10)["keys"] == ["a", "b"]  # ordered by timestamp
+
+
+@pytest.mark.parametrize(
+    "raw,field",
+    [
+        (b'{"items": [], "x": ' + b"[" * 1000 + b"]" * 1000 + b"}", "<body>"),  # an ignored field, 2 KB
+        (b'{"items": [], "x": ' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}", "<body>"),
+        (b'{"items": [], "big": 1' + b"0" * 30 + b', "x": ' + b"[" * 3000 + b"]" * 3000 + b"}", "<body>"),
+    ],
+)
+def test_json_nested_too_deeply_is_a_400(raw, field):
+    with pytest.raises(DecideError) as e:  # not a RecursionError (an HTTP 500)
+        decode(raw)
+    assert (e.value.status, e.value.field) == (400, field) and "too deeply" in e.value.message
+
+
+def test_tool_arguments_nested_deeper_than_the_limit_are_a_400_naming_the_field():
+    from dtoc_rl.decide_request import MAX_ARGS_DEPTH
+
+    ok = json.loads("[" * MAX_ARGS_DEPTH + "]" * MAX_ARGS_DEPTH)
+    deep = {"a": json.loads("[" * MAX_ARGS_DEPTH + "]" * MAX_ARGS_DEPTH)}
+    assert decode(body({"items": [{"key": "a", "tokens": 1, "args": ok}]})).items[0].args == ok
+    with pytest.raises(DecideError) as e:
+        decode(body({"items": [{"key": "a", "tokens": 1}, {"key": "b", "tokens": 1, "args": deep}]}))
+    assert (e.value.status, e.value.field) == (400, "items[1].args")
+    turns = [{"index": 0, "calls": [{"key": "k", "tool": "bash", "output": "", "args": deep}]}]
+    with pytest.raises(DecideError) as e:  # the same from a decoded object
+        to_request({"items": [], "session": "s", "turns": turns})
+    assert (e.value.status, e.value.field) == (400, "turns[0].calls[0].args")

@@ -168,3 +168,16 @@ def test_a_session_is_made_by_its_first_turn_with_its_task():
     r = svc.decide({"session": "probe", "items": []})  # names a session but sends no turn
     assert r["session"] == {"turns": 0, "needed": {}} and len(svc.sessions) == 1  # no slot taken
     assert svc.sessions.get("real").orch.trajectory().task_text == "Fix pager.py"
+
+
+def test_sessions_are_kept_per_client():
+    svc = DecisionService(make_policy("none"))
+    t0 = {"index": 0, "calls": [{"key": "t0000", "tool": "bash", "output": "x"}]}
+    svc.decide({"session": "same-name", "turns": [t0], "items": []}, client="alice")
+    with pytest.raises(DecideError) as e:  # another client's turn 1 does not reach alice's session
+        svc.decide({"session": "same-name", "turns": [{"index": 1, "assistant_text": "t0000"}], "items": []},
+                   client="mallory")  # fmt: skip
+    assert e.value.status == 409 and svc.sessions.get("same-name", "mallory") is None
+    r = svc.decide({"session": "same-name", "turns": [{"index": 1}], "items": []}, client="alice")
+    assert r["session"]["turns"] == 2 and svc.sessions.get("same-name", "alice").turns == 2
+    assert svc.sessions.get("same-name") is None  # nor in the in-process (no client) namespace
