@@ -23,6 +23,7 @@ from dtoc_rl.envs.tools import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT,
     Toolbox,
+    ToolResult,
     tool_specs,
 )
 from dtoc_rl.features import (
@@ -41,6 +42,26 @@ from dtoc_rl.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.tools import tool_category_id
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
+
+
+def _checked_arguments(args: Any) -> tuple[Any, str | None]:
+    """A call's arguments as the context can store them, or ``({}, why)`` when they cannot be:
+    JSON text nested too deeply to parse, or values that are not JSON.  Such a call is
+    answered with an error output instead of being run."""
+    try:
+        value = args
+        if isinstance(args, str):
+            try:
+                value = json.loads(args)
+            except json.JSONDecodeError:
+                value = None  # kept as text: the context and the tools report it
+        json.dumps(value, ensure_ascii=False)  # what the context does with it when counting tokens
+    except RecursionError:
+        return {}, "arguments are nested too deeply"
+    except (TypeError, ValueError) as e:
+        return {}, f"arguments are not JSON ({type(e).__name__}: {str(e)[:200]})"
+    return args, None
+
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an autonomous coding agent working in a small Python repository (your working directory). "
@@ -546,11 +567,15 @@ class LiveEnv(gym.Env):
         if len(calls) > self.max_calls_per_turn:
             ep.totals.dropped_tool_calls += len(calls) - self.max_calls_per_turn
             calls = calls[: self.max_calls_per_turn]
-        calls = [
-            {"id": self._new_id(c["id"], turn, k), "name": c["name"], "arguments": c["arguments"]}
-            for k, c in enumerate(calls)
-        ]
-        ctx.add_assistant(resp["content"], tool_calls=calls)
+        bad: dict[str, str] = {}  # call id -> why its arguments cannot be used
+        checked = []
+        for k, c in enumerate(calls):
+            cid = self._new_id(c["id"], turn, k)
+            args, why = _checked_arguments(c["arguments"])
+            if why:
+                bad[cid] = why
+            checked.append({"id": cid, "name": c["name"], "arguments": args})
+        ctx.add_assistant(resp["content"], tool_calls=checked)
         asst = ctx.store.messages[-1]
         dollars = self._bill(sigs, toks, self._tokens_of(asst))
         usage = resp.get("usage") or {}
@@ -585,12 +610,24 @@ class LiveEnv(gym.Env):
             if ep.end_reason is not None:
                 text, is_error = "[not run: the episode ended at submit]", True
                 rec = ctx.add_tool_result(text, call["id"], timestamp=now)
+            elif call["id"] in bad:
+                text, is_error = f"[error] {call['name'][:64]}: {bad[call['id']]}", True
+                ep.totals.tool_errors += 1
+                rec = ctx.add_tool_result(text, call["id"], timestamp=now)
             elif call["name"] == MANAGE_CONTEXT_NAME and self.agent_can_manage:
-                report = ctx.handle_manage_context_call(call["arguments"], call["id"])
-                text, is_error, rec = report.to_json(), not report.ok, None
-                self._record_changes(report.enabled, report.disabled)
+                try:
+                    report = ctx.handle_manage_context_call(call["arguments"], call["id"])
+                except Exception as e:  # the model's arguments must not end the episode
+                    text, is_error = f"[error] {MANAGE_CONTEXT_NAME}: {type(e).__name__}: {e}", True
+                    rec = ctx.add_tool_result(text, call["id"], timestamp=now)
+                else:
+                    text, is_error, rec = report.to_json(), not report.ok, None
+                    self._record_changes(report.enabled, report.disabled)
             else:
-                res = ep.tools.run(call["name"], call["arguments"])
+                try:
+                    res = ep.tools.run(call["name"], call["arguments"])
+                except Exception as e:  # Toolbox.run reports errors itself; this is the last guard
+                    res = ToolResult(f"[error] {call['name'][:64]}: {type(e).__name__}: {e}", is_error=True)
                 text, is_error = res.output, res.is_error
                 ep.totals.tool_errors += int(res.is_error)
                 ep.totals.tool_timeouts += int(res.timed_out)

@@ -5,12 +5,17 @@
   A non-zero exit appends ``[exit code N]``; a timeout appends ``[timed out after
   Ts: the command was killed]`` to whatever it printed.  Both are ordinary tool
   outputs (``is_error=True``): the episode goes on.  The shell is **not** a sandbox:
-  it runs with the permissions of this process.  Its environment is this process's
-  minus variables whose names look like credentials (``*KEY*``, ``*TOKEN*``,
-  ``*SECRET*``, ``*PASSWORD*``), with this Python's ``bin`` folder first on
-  ``PATH`` so ``python`` and ``pytest`` are the ones running the env, and
-  ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (the task tests need plain pytest; host
-  plugins would add seconds per run and could change results).
+  it runs with the permissions of this process.  Its environment is built from an
+  allow-list, so a credential under any name stays out of it: ``PATH``, ``HOME``,
+  ``USER``, ``LOGNAME``, ``SHELL``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TERM``,
+  ``COLUMNS``, ``LINES``, ``NO_COLOR``, ``TZ``, ``TMPDIR``/``TEMP``/``TMP``,
+  ``VIRTUAL_ENV`` and ``PYTHON*`` (except ``PYTHONPATH``, which would put host code
+  before the task's); a name that still looks like a credential (``KEY``, ``TOKEN``,
+  ``SECRET``, ``PASSWORD``, ...) is dropped even there.  This Python's ``bin`` folder
+  comes first on ``PATH`` so ``python`` and ``pytest`` are the ones running the env,
+  and ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (the task tests need plain pytest; host
+  plugins would add seconds per run and could change results).  Pass
+  ``Toolbox(env_allow=[...])`` for more names a task needs.
 * ``read_file(path, start_line?, end_line?)``: the file's text (1-based, inclusive line range).
 * ``write_file(path, content)``: create or overwrite a file (parent folders are made).
 * ``str_replace(path, old_str, new_str)``: replace the one occurrence of ``old_str``.
@@ -18,6 +23,18 @@
 
 File tools are confined to the workdir: a path that resolves (after ``..`` and
 symlinks) outside it is rejected with an error output, and nothing is read or written.
+They only touch regular files with one link: a hard link (``st_nlink > 1``) may be
+a file outside the workdir under a name inside it, and a FIFO, device or socket
+would block or never end, so these are refused (checked on the opened file, not
+only its name).  Reads are bounded in bytes: a file over ``max_read_bytes``
+(default 1 MiB) shows its head and tail with the number of bytes skipped; a line
+range is found by scanning at most 64 MiB, and ``str_replace`` refuses files over
+the limit (``bash`` tools such as ``sed`` handle those).
+
+Arguments are checked before anything runs: ``start_line``/``end_line`` must be
+whole numbers >= 1 (a string, ``1e999``, a negative or a bool is an error output).
+No tool call, however malformed, raises out of :meth:`Toolbox.run`: anything
+unexpected becomes an ``[error]`` output the model can read.
 
 Every output longer than ``max_output_chars`` (default 10,000 characters, about
 2,500 tokens) keeps its first and last halves around a ``[... N characters cut ...]``
@@ -27,9 +44,11 @@ marker, so one runaway command cannot flood the context.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -39,10 +58,14 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
+    "DEFAULT_MAX_READ_BYTES",
     "DEFAULT_TOOL_TIMEOUT",
+    "ENV_ALLOW",
+    "ENV_ALLOW_PREFIXES",
     "SUBMIT_NAMES",
     "TOOL_NAMES",
     "PathEscapeError",
+    "ToolArgumentError",
     "ToolResult",
     "Toolbox",
     "resolve_in",
@@ -51,10 +74,33 @@ __all__ = [
 ]
 
 DEFAULT_MAX_OUTPUT_CHARS = 10_000
+DEFAULT_MAX_READ_BYTES = 1 << 20
 DEFAULT_TOOL_TIMEOUT = 30.0
 TOOL_NAMES = ("bash", "read_file", "write_file", "str_replace", "submit")
 SUBMIT_NAMES = ("submit", "finish")  # "finish" is accepted as an alias of submit
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# The shell's environment: these names and prefixes only (see the module docstring).
+ENV_ALLOW = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLUMNS",
+    "LINES",
+    "NO_COLOR",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "VIRTUAL_ENV",
+)
+ENV_ALLOW_PREFIXES = ("LC_", "PYTHON")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|PWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE)
+_MAX_SCAN_BYTES = 64 << 20  # how far a line range is looked for
+_CHUNK = 1 << 16
 
 
 class PathEscapeError(ValueError):
@@ -71,6 +117,7 @@ class ToolResult:
     submitted: bool = False
     seconds: float = 0.0
     returncode: int | None = None  # bash only; None when killed by the timeout
+    cut: bool = False  # already cut to size by the tool, with its own marker
 
 
 def truncate_output(text: str, max_chars: int = DEFAULT_MAX_OUTPUT_CHARS) -> str:
@@ -97,18 +144,30 @@ def resolve_in(workdir: str | Path, path: str) -> Path:
     return full
 
 
-def _safe_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+def _allowed(name: str, extra: tuple[str, ...] = ()) -> bool:
+    if name in extra:
+        return True
+    if name == "PYTHONPATH" or _SECRET.search(name):
+        return False
+    return name in ENV_ALLOW or name.startswith(ENV_ALLOW_PREFIXES)
+
+
+def _safe_env(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if _allowed(k, extra)}
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # task tests need plain pytest; plugins cost seconds
-    env.pop("PYTHONPATH", None)
     return env
 
 
 def run_command(
-    cmd: str | list[str], cwd: str | Path, timeout: float, max_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    cmd: str | list[str],
+    cwd: str | Path,
+    timeout: float,
+    max_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+    *,
+    env_allow: tuple[str, ...] = (),
 ) -> ToolResult:
     """Run ``cmd`` (a shell string, or an argv list) in ``cwd`` with a hard timeout.
 
@@ -124,7 +183,7 @@ def run_command(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=_safe_env(),
+            env=_safe_env(env_allow),
             start_new_session=True,
         )
     except OSError as e:
@@ -222,6 +281,98 @@ def tool_specs() -> list[dict[str, Any]]:
     ]
 
 
+class ToolArgumentError(ValueError):
+    """A tool call's argument that cannot be used (the message is shown to the model)."""
+
+
+def _line_arg(args: dict[str, Any], name: str) -> int | None:
+    """A 1-based line number argument: a whole JSON number >= 1, or absent."""
+    v = args.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ToolArgumentError(f"{name!r} must be a whole number >= 1, got {type(v).__name__} {v!r:.40}")
+    if isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()):
+        raise ToolArgumentError(f"{name!r} must be a whole number >= 1, got {v!r}")
+    if v < 1:
+        raise ToolArgumentError(f"{name!r} must be >= 1 (lines are numbered from 1), got {v!r}")
+    return int(v)
+
+
+def _open_regular(p: Path, flags: int) -> tuple[int, os.stat_result]:
+    """Open ``p`` and check the opened file (not just its name) is a regular file with one link.
+
+    ``O_NONBLOCK`` keeps a FIFO from blocking the open; ``O_NOFOLLOW`` refuses a symlink swapped
+    in after the path was resolved."""
+    fd = os.open(p, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(st.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(st.st_mode)
+                else "a device"
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a folder"
+                if stat.S_ISDIR(st.st_mode)
+                else "not a regular file"
+            )
+            raise ToolArgumentError(f"{p.name} is {kind}; only regular files can be used")
+        if st.st_nlink > 1:
+            raise ToolArgumentError(
+                f"{p.name} has {st.st_nlink} hard links (it may be a file outside the working directory); "
+                "refused"
+            )
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _special(p: Path) -> str | None:
+    """Why ``p`` (already resolved) cannot be opened safely, without opening it."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return f"{p.name} is not a regular file (a FIFO, device or socket); only regular files can be used"
+
+
+def _read_range(f, first: int, last: int | None, keep: int) -> tuple[bytes, str]:
+    """Lines ``first..last`` (1-based, inclusive; ``last`` None: to the end) of a binary file,
+    keeping at most ``keep`` bytes and scanning at most ``_MAX_SCAN_BYTES``; returns the bytes
+    and a note on why reading stopped early ("" when it did not)."""
+    out = bytearray()
+    line = 1  # the line the next byte belongs to
+    scanned = 0
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return bytes(out), ""
+        scanned += len(chunk)
+        pos = 0
+        while pos < len(chunk):
+            nl = chunk.find(b"\n", pos)
+            stop = len(chunk) if nl < 0 else nl + 1
+            if line >= first and (last is None or line <= last):
+                out += chunk[pos:stop]
+                if len(out) > keep:
+                    return bytes(out[:keep]), f"[... stopped after {keep} bytes of the requested lines ...]"
+            if nl < 0:
+                break
+            line += 1
+            pos = stop
+            if last is not None and line > last:
+                return bytes(out), ""
+        if scanned >= _MAX_SCAN_BYTES:
+            where = f"line {line}" if line >= first else f"line {first}"
+            return bytes(out), f"[... stopped scanning at {scanned} bytes, before the end of {where} ...]"
+
+
 class Toolbox:
     """Runs tool calls in ``workdir``.
 
@@ -229,6 +380,8 @@ class Toolbox:
         workdir: the task's working directory (a temporary copy of its repository).
         timeout: seconds before a ``bash`` command is killed.
         max_output_chars: outputs are cut head+tail beyond this (see :func:`truncate_output`).
+        max_read_bytes: the most a file tool reads of one file (see the module docstring).
+        env_allow: more environment variable names passed to ``bash`` (beyond :data:`ENV_ALLOW`).
     """
 
     def __init__(
@@ -237,25 +390,39 @@ class Toolbox:
         *,
         timeout: float = DEFAULT_TOOL_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        env_allow: tuple[str, ...] | list[str] = (),
     ):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_read_bytes < 1:
+            raise ValueError(f"max_read_bytes must be >= 1, got {max_read_bytes}")
         self.workdir = Path(workdir).resolve()
         self.timeout = float(timeout)
         self.max_output_chars = int(max_output_chars)
+        self.max_read_bytes = int(max_read_bytes)
+        self.env_allow = tuple(env_allow)
 
     def run(self, name: str, arguments: Any) -> ToolResult:
-        """Run one call.  Bad names, bad arguments and failing tools become error outputs."""
+        """Run one call.  Bad names, bad arguments and failing tools become error outputs;
+        nothing raises (but KeyboardInterrupt and SystemExit)."""
         t0 = time.monotonic()
-        args, err = _args_dict(arguments)
-        if err:
-            return ToolResult(f"[error] {name}: {err}", is_error=True)
+        if not isinstance(name, str):
+            return ToolResult(f"[error] tool name must be a string, got {type(name).__name__}", is_error=True)
+        label = name if len(name) <= 64 and name.isprintable() else repr(name[:64])
         try:
+            args, err = _args_dict(arguments)
+            if err:
+                return ToolResult(f"[error] {label}: {err}", is_error=True)
             if name == "bash":
                 cmd = args.get("command", args.get("cmd", args.get("input")))
                 if not isinstance(cmd, str) or not cmd.strip():
                     return ToolResult("[error] bash: 'command' must be a non-empty string", is_error=True)
-                return run_command(cmd, self.workdir, self.timeout, self.max_output_chars)
+                if "\x00" in cmd:
+                    return ToolResult("[error] bash: 'command' contains a NUL character", is_error=True)
+                return run_command(
+                    cmd, self.workdir, self.timeout, self.max_output_chars, env_allow=self.env_allow
+                )
             if name == "read_file":
                 res = self._read(args)
             elif name == "write_file":
@@ -268,13 +435,15 @@ class Toolbox:
                 res = ToolResult(text, submitted=True)
             else:
                 res = ToolResult(
-                    f"[error] unknown tool {name!r}; available tools: {', '.join(TOOL_NAMES)}", is_error=True
+                    f"[error] unknown tool {name[:64]!r}; available tools: {', '.join(TOOL_NAMES)}",
+                    is_error=True,
                 )
-        except PathEscapeError as e:
-            res = ToolResult(f"[error] {name}: {e}", is_error=True)
-        except (OSError, UnicodeError, ValueError, TypeError) as e:
-            res = ToolResult(f"[error] {name}: {type(e).__name__}: {e}", is_error=True)
-        res.output = truncate_output(res.output, self.max_output_chars)
+        except (PathEscapeError, ToolArgumentError) as e:
+            res = ToolResult(f"[error] {label}: {e}", is_error=True)
+        except Exception as e:  # a model's call must never end the episode with a traceback
+            res = ToolResult(f"[error] {label}: {type(e).__name__}: {e}", is_error=True)
+        if not res.cut:
+            res.output = truncate_output(res.output, self.max_output_chars)
         res.seconds = time.monotonic() - t0
         return res
 
@@ -286,17 +455,47 @@ class Toolbox:
         return resolve_in(self.workdir, path)
 
     def _read(self, args: dict[str, Any]) -> ToolResult:
+        start, end = _line_arg(args, "start_line"), _line_arg(args, "end_line")
         p = self._path(args)
-        if not p.is_file():
+        if not p.exists():
             return ToolResult(f"[error] read_file: no such file: {args.get('path')}", is_error=True)
-        text = p.read_text(encoding="utf-8", errors="backslashreplace")
-        start, end = args.get("start_line"), args.get("end_line")
-        if start is not None or end is not None:
-            lines = text.splitlines(keepends=True)
-            a = max(1, int(start or 1))
-            b = len(lines) if end is None else int(end)
-            text = "".join(lines[a - 1 : b])
+        why = _special(p)
+        if why:
+            return ToolResult(f"[error] read_file: {why}", is_error=True)
+        if p.is_dir():
+            return ToolResult(f"[error] read_file: {args.get('path')} is a folder", is_error=True)
+        fd, st = _open_regular(p, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            limit = self.max_read_bytes
+            if start is None and end is None:
+                if st.st_size <= limit:
+                    text = f.read(limit + 1).decode("utf-8", errors="backslashreplace")
+                    return ToolResult(text if text else "[empty]")
+                return self._head_tail(f, st.st_size)
+            if st.st_size <= limit:  # small: the same line splitting as str.splitlines
+                lines = f.read(limit + 1).decode("utf-8", errors="backslashreplace").splitlines(keepends=True)
+                text = "".join(lines[(start or 1) - 1 : end])
+                return ToolResult(text if text else "[empty]")
+            data, note = _read_range(f, start or 1, end, limit)
+        text = data.decode("utf-8", errors="backslashreplace")
+        if note:
+            room = self.max_output_chars - len(note) - 1 - 48  # 48: truncate_output's own marker
+            text = truncate_output(text, max(2, room)) + "\n" + note
+            return ToolResult(text, cut=True)
         return ToolResult(text if text else "[empty]")
+
+    def _head_tail(self, f, size: int) -> ToolResult:
+        """A large file's first and last characters around a marker; reads at most 4 bytes per
+        character shown (the most UTF-8 needs), never the whole file."""
+        half = max(1, self.max_output_chars // 2)
+        head = f.read(4 * half).decode("utf-8", errors="backslashreplace")[:half]
+        f.seek(max(0, size - 4 * half))
+        tail = f.read(4 * half).decode("utf-8", errors="backslashreplace")[-half:]
+        marker = (
+            f"\n[... the file is {size} bytes; only its start and end are shown: "
+            "use start_line/end_line or bash (grep -n, sed -n) for the rest ...]\n"
+        )
+        return ToolResult(head + marker + tail, cut=True)
 
     def _write(self, args: dict[str, Any]) -> ToolResult:
         p = self._path(args)
@@ -305,8 +504,16 @@ class Toolbox:
             return ToolResult("[error] write_file: 'content' must be a string", is_error=True)
         if p.is_dir():
             return ToolResult(f"[error] write_file: {args.get('path')} is a directory", is_error=True)
+        why = _special(p)  # before opening: a FIFO would block or fail obscurely
+        if why:
+            return ToolResult(f"[error] write_file: {why}", is_error=True)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content, encoding="utf-8")
+        data = content.encode("utf-8")
+        # Checked on the opened file, then truncated: a hard link is refused before it changes.
+        fd, _ = _open_regular(p, os.O_WRONLY | os.O_CREAT)
+        with os.fdopen(fd, "wb") as f:
+            f.truncate(0)
+            f.write(data)
         return ToolResult(f"Wrote {len(content)} characters to {p.relative_to(self.workdir)}.")
 
     def _replace(self, args: dict[str, Any]) -> ToolResult:
@@ -316,17 +523,30 @@ class Toolbox:
             return ToolResult("[error] str_replace: 'old_str' must be a non-empty string", is_error=True)
         if not isinstance(new, str):
             return ToolResult("[error] str_replace: 'new_str' must be a string", is_error=True)
-        if not p.is_file():
+        if not p.exists() or p.is_dir():
             return ToolResult(f"[error] str_replace: no such file: {args.get('path')}", is_error=True)
-        text = p.read_text(encoding="utf-8")
-        n = text.count(old)
-        if n != 1:
-            return ToolResult(
-                f"[error] str_replace: old_str occurs {n} times in {args.get('path')}; "
-                "it must occur exactly once",
-                is_error=True,
-            )
-        p.write_text(text.replace(old, new, 1), encoding="utf-8")
+        why = _special(p)
+        if why:
+            return ToolResult(f"[error] str_replace: {why}", is_error=True)
+        fd, st = _open_regular(p, os.O_RDWR)
+        with os.fdopen(fd, "r+b") as f:
+            if st.st_size > self.max_read_bytes:
+                return ToolResult(
+                    f"[error] str_replace: {args.get('path')} is {st.st_size} bytes, over the "
+                    f"{self.max_read_bytes}-byte limit of the file tools; edit it with bash (e.g. sed)",
+                    is_error=True,
+                )
+            text = f.read(self.max_read_bytes + 1).decode("utf-8")
+            n = text.count(old)
+            if n != 1:
+                return ToolResult(
+                    f"[error] str_replace: old_str occurs {n} times in {args.get('path')}; "
+                    "it must occur exactly once",
+                    is_error=True,
+                )
+            f.seek(0)
+            f.truncate(0)
+            f.write(text.replace(old, new, 1).encode("utf-8"))
         return ToolResult(f"Replaced 1 occurrence in {p.relative_to(self.workdir)}.")
 
 
@@ -340,6 +560,8 @@ def _args_dict(arguments: Any) -> tuple[dict[str, Any], str | None]:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as e:
             return {}, f"arguments are not valid JSON ({e.msg})"
+        except RecursionError:
+            return {}, "arguments are nested too deeply"
     if not isinstance(arguments, dict):
         return {}, f"arguments must be a JSON object, got {type(arguments).__name__}"
     return arguments, None
