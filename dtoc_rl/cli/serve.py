@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="another name clients reach the service by, accepted in the Host header (the loopback "
-        "names and the bound host always are)",
+        "names and the bound host always are; with a wildcard --host such as 0.0.0.0, name each "
+        "address the clients use)",
     )
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)"
