@@ -87,7 +87,7 @@ PACKAGE_PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 ERROR_KINDS: tuple[str, ...] = (
     "backend_timeout",  # every attempt timed out
     "backend_connection",  # could not connect
-    "backend_http",  # HTTP error status (5xx/429 after retries; other 4xx at once)
+    "backend_http",  # HTTP error status (408/409/429/5xx after retries; other 4xx at once)
     "backend_bad_response",  # a 2xx whose body was not a chat answer
     "backend_error",  # anything else (local generation failure, SDK error)
     "no_tool_call",  # no manage_context call in the answer

@@ -15,13 +15,15 @@ It never interprets the answer; the policy does.
 * :class:`AnthropicBackend` - the messages endpoint via the ``anthropic`` SDK,
   with ``tools=[anthropic_tool()]`` and the same forcing/fallback scheme.
 
-Remote backends disable the SDK's own retries and retry themselves, so every
-attempt is counted (``backend.stats``): timeouts, connection errors, HTTP 429
-and 5xx are retried up to ``max_retries`` times with exponential backoff;
-other HTTP errors and malformed responses are not.  When all attempts fail,
-:meth:`LLMBackend.complete` raises :class:`BackendError` whose ``kind`` is one
-of ``backend_timeout``, ``backend_connection``, ``backend_http``,
-``backend_bad_response`` or ``backend_error``.
+Remote backends retry with the SDK's own machinery (as the live agents do): timeouts,
+connection errors and HTTP 408, 409, 429 and 5xx are retried up to ``max_retries`` times,
+after the server's ``Retry-After`` / ``retry-after-ms`` (seconds or an HTTP date, up to two
+minutes) or else an exponential backoff from 0.5 s to 8 s with 0-25% jitter; other HTTP errors
+and malformed responses are not.  Every attempt is still counted (``backend.stats``: ``attempts``,
+``retries``, ``http_<status>`` per error response) through the HTTP client's event hooks.  When
+all attempts fail, :meth:`LLMBackend.complete` raises :class:`BackendError` whose ``kind`` is one
+of ``backend_timeout``, ``backend_connection``, ``backend_http``, ``backend_bad_response`` or
+``backend_error``.
 
 SDKs and ``transformers`` are imported lazily, in the constructors.
 """
@@ -121,13 +123,10 @@ class _RemoteBackend(LLMBackend):
         api_key: str | None,
         timeout: float,
         max_retries: int,
-        retry_backoff: float,
-        max_backoff: float,
         max_tokens: int,
         temperature: float | None,
         tool_choice: str | None,
         extra_body: dict[str, Any] | None,
-        sleep: Callable[[float], None] | None,
     ):
         super().__init__()
         if tool_choice not in _TOOL_CHOICES:
@@ -152,13 +151,12 @@ class _RemoteBackend(LLMBackend):
         self._api_key = key
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
-        self.retry_backoff = float(retry_backoff)
-        self.max_backoff = float(max_backoff)
         self.max_tokens = int(max_tokens)
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         self._choice_level = _TOOL_CHOICES.index(tool_choice)
-        self._sleep = sleep or time.sleep
+        self._attempts = 0  # HTTP requests seen by the client's hooks, SDK retries included
+        self._call_attempts = 0  # ... of which the current complete() call sent
 
     @property
     def tool_choice(self) -> str | None:
@@ -182,72 +180,84 @@ class _RemoteBackend(LLMBackend):
     def _request(self, system: str, user: str, tool_choice: str | None) -> Any: ...
 
     @abstractmethod
-    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
-        """(kind, retryable, http status) for an exception raised by ``_request``."""
+    def _classify(self, exc: Exception) -> tuple[str, int | None]:
+        """(kind, http status) for an exception raised by ``_request`` (after the SDK's retries)."""
 
     @abstractmethod
     def _read(self, resp: Any) -> Reply: ...
 
+    def _hooks(self) -> dict[str, list[Callable[[Any], None]]]:
+        """httpx event hooks that count every attempt the SDK makes, retries included."""
+
+        def on_request(_request: Any) -> None:
+            self._attempts += 1
+
+        def on_response(response: Any) -> None:
+            if response.status_code >= 400:
+                self.stats[f"http_{response.status_code}"] += 1
+
+        return {"request": [on_request], "response": [on_response]}
+
+    def _attempt(self, system: str, user: str) -> Any:
+        """One request through the SDK (which retries); returns the response or raises."""
+        before = self._attempts
+        try:
+            return self._request(system, user, self.tool_choice)
+        finally:
+            sent = max(1, self._attempts - before)  # an injected client has no hooks: count 1
+            self.stats["attempts"] += sent
+            self.stats["retries"] += sent - 1
+            self._call_attempts += sent
+
     def complete(self, system: str, user: str) -> Reply:
         self.stats["calls"] += 1
         t0 = time.monotonic()
-        attempts = 0
-        last: tuple[str, str] = ("backend_error", "no attempt made")
-        for retry in range(self.max_retries + 1):
-            if retry:
-                self.stats["retries"] += 1
-                delay = min(self.max_backoff, self.retry_backoff * 2 ** (retry - 1))
-                if delay > 0:
-                    self._sleep(delay)
-            while True:  # tool_choice fallbacks do not use up retries (at most 3 ever)
-                attempts += 1
-                self.stats["attempts"] += 1
-                try:
-                    resp = self._request(system, user, self.tool_choice)
-                except Exception as e:  # SDK errors, classified below
-                    kind, retryable, status = self._classify(e)
-                    self.stats[kind] += 1
-                    if (
-                        status in (400, 422)
-                        and "tool" in str(e).lower()
-                        and self._choice_level < len(_TOOL_CHOICES) - 1
-                    ):
-                        old = self.tool_choice
-                        self._choice_level += 1
-                        self.stats["tool_choice_fallbacks"] += 1
-                        log.warning(
-                            "%s: server rejected the request with tool_choice=%r (HTTP %s); "
-                            "retrying with tool_choice=%r",
-                            self.name,
-                            old,
-                            status,
-                            self.tool_choice,
-                        )
-                        continue
-                    last = (kind, f"{type(e).__name__}: {e}")
-                    if not retryable:
-                        self.stats["failures"] += 1
-                        raise BackendError(kind, last[1], attempts) from e
-                    break
-                try:
-                    reply = self._read(resp)
-                except Exception as e:  # a 200 whose body is not the expected shape
-                    self.stats["backend_bad_response"] += 1
-                    self.stats["failures"] += 1
-                    raise BackendError(
-                        "backend_bad_response", f"unusable response ({type(e).__name__}: {e})", attempts
-                    ) from e
-                reply.attempts = attempts
-                reply.latency_s = time.monotonic() - t0
-                self.stats["input_tokens"] += reply.input_tokens or 0
-                self.stats["output_tokens"] += reply.output_tokens or 0
-                return reply
-        self.stats["failures"] += 1
-        raise BackendError(last[0], f"{last[1]} (after {attempts} attempts)", attempts)
+        self._call_attempts = 0
+        while True:  # tool_choice fallbacks (at most 3 ever) are new requests, not retries
+            try:
+                resp = self._attempt(system, user)
+            except Exception as e:  # SDK errors, classified below
+                kind, status = self._classify(e)
+                if (
+                    status in (400, 422)
+                    and "tool" in str(e).lower()
+                    and self._choice_level < len(_TOOL_CHOICES) - 1
+                ):
+                    old = self.tool_choice
+                    self._choice_level += 1
+                    self.stats["tool_choice_fallbacks"] += 1
+                    log.warning(
+                        "%s: server rejected the request with tool_choice=%r (HTTP %s); "
+                        "retrying with tool_choice=%r",
+                        self.name,
+                        old,
+                        status,
+                        self.tool_choice,
+                    )
+                    continue
+                self.stats[kind] += 1
+                self.stats["failures"] += 1
+                n = self._call_attempts
+                raise BackendError(kind, f"{type(e).__name__}: {e} (after {n} attempts)", n) from e
+            try:
+                reply = self._read(resp)
+            except Exception as e:  # a 200 whose body is not the expected shape
+                self.stats["backend_bad_response"] += 1
+                self.stats["failures"] += 1
+                raise BackendError(
+                    "backend_bad_response",
+                    f"unusable response ({type(e).__name__}: {e})",
+                    self._call_attempts,
+                ) from e
+            reply.attempts = self._call_attempts
+            reply.latency_s = time.monotonic() - t0
+            self.stats["input_tokens"] += reply.input_tokens or 0
+            self.stats["output_tokens"] += reply.output_tokens or 0
+            return reply
 
 
-def _status_kind(status: int | None) -> tuple[str, bool, int | None]:
-    return "backend_http", status is not None and (status == 429 or status >= 500), status
+def _status_kind(status: int | None) -> tuple[str, int | None]:
+    return "backend_http", status
 
 
 def _require(obj: Any, what: str) -> Any:
@@ -264,7 +274,8 @@ class OpenAIBackend(_RemoteBackend):
     (plus at most three ``tool_choice`` fallbacks).  ``max_tokens_param`` is
     ``"max_tokens"`` (widest support) or ``"max_completion_tokens"`` (OpenAI
     reasoning models); ``temperature=None`` omits it.  ``client`` injects a
-    ready ``openai.OpenAI`` (its own retries are then the caller's business).
+    ready ``openai.OpenAI`` (its retries are then its own settings, and each call counts as one
+    attempt).
     """
 
     name = "openai"
@@ -279,15 +290,12 @@ class OpenAIBackend(_RemoteBackend):
         api_key: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 2,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 30.0,
         max_tokens: int = 512,
         max_tokens_param: str = "max_tokens",
         temperature: float | None = 0.0,
         tool_choice: str | None = "force",
         extra_body: dict[str, Any] | None = None,
         client: Any = None,
-        sleep: Callable[[float], None] | None = None,
     ):
         super().__init__(
             model,
@@ -295,13 +303,10 @@ class OpenAIBackend(_RemoteBackend):
             api_key=api_key or ("injected" if client is not None else None),
             timeout=timeout,
             max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            max_backoff=max_backoff,
             max_tokens=max_tokens,
             temperature=temperature,
             tool_choice=tool_choice,
             extra_body=extra_body,
-            sleep=sleep,
         )
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
@@ -310,7 +315,11 @@ class OpenAIBackend(_RemoteBackend):
 
         self._openai = openai
         self.client = client or openai.OpenAI(
-            api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=openai.DefaultHttpxClient(event_hooks=self._hooks()),
         )
 
     def _request(self, system: str, user: str, tool_choice: str | None) -> Any:
@@ -330,17 +339,17 @@ class OpenAIBackend(_RemoteBackend):
             model=self.model, messages=messages, tools=[openai_tool()], timeout=self.timeout, **kw
         )
 
-    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
+    def _classify(self, exc: Exception) -> tuple[str, int | None]:
         o = self._openai
         if isinstance(exc, o.APITimeoutError):
-            return "backend_timeout", True, None
+            return "backend_timeout", None
         if isinstance(exc, o.APIConnectionError):
-            return "backend_connection", True, None
+            return "backend_connection", None
         if isinstance(exc, o.APIStatusError):
             return _status_kind(getattr(exc, "status_code", None))
         if isinstance(exc, o.APIResponseValidationError):
-            return "backend_bad_response", False, None
-        return "backend_error", False, None
+            return "backend_bad_response", None
+        return "backend_error", None
 
     def _read(self, resp: Any) -> Reply:
         choices = _require(getattr(resp, "choices", None), "choices")
@@ -380,14 +389,11 @@ class AnthropicBackend(_RemoteBackend):
         api_key: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 2,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 30.0,
         max_tokens: int = 1024,
         temperature: float | None = None,
         tool_choice: str | None = "force",
         extra_body: dict[str, Any] | None = None,
         client: Any = None,
-        sleep: Callable[[float], None] | None = None,
     ):
         super().__init__(
             model,
@@ -395,19 +401,20 @@ class AnthropicBackend(_RemoteBackend):
             api_key=api_key or ("injected" if client is not None else None),
             timeout=timeout,
             max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            max_backoff=max_backoff,
             max_tokens=max_tokens,
             temperature=temperature,
             tool_choice=tool_choice,
             extra_body=extra_body,
-            sleep=sleep,
         )
         anthropic = require("anthropic", "an Anthropic LLM policy")
 
         self._anthropic = anthropic
         self.client = client or anthropic.Anthropic(
-            api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=anthropic.DefaultHttpxClient(event_hooks=self._hooks()),
         )
 
     def _request(self, system: str, user: str, tool_choice: str | None) -> Any:
@@ -434,17 +441,17 @@ class AnthropicBackend(_RemoteBackend):
             **kw,
         )
 
-    def _classify(self, exc: Exception) -> tuple[str, bool, int | None]:
+    def _classify(self, exc: Exception) -> tuple[str, int | None]:
         a = self._anthropic
         if isinstance(exc, a.APITimeoutError):
-            return "backend_timeout", True, None
+            return "backend_timeout", None
         if isinstance(exc, a.APIConnectionError):
-            return "backend_connection", True, None
+            return "backend_connection", None
         if isinstance(exc, a.APIStatusError):
             return _status_kind(getattr(exc, "status_code", None))
         if isinstance(exc, a.APIResponseValidationError):
-            return "backend_bad_response", False, None
-        return "backend_error", False, None
+            return "backend_bad_response", None
+        return "backend_error", None
 
     def _read(self, resp: Any) -> Reply:
         content = getattr(resp, "content", None)

@@ -12,7 +12,9 @@ JSON body) and answers according to a *behaviour*:
 * ``"other_tool"`` - a call to a different tool
 * ``"garbage"``    - HTTP 200 with a non-JSON body
 * ``"wrong_shape"``- HTTP 200 with JSON that is not a chat answer
-* ``"500"`` / ``"429"`` / ``"400"`` - that status with an error body
+* ``"500"`` / ``"429"`` / ``"400"`` / any other 4xx/5xx - that status with an error body and
+  ``server.error_headers`` (default ``retry-after-ms: 1``, so that the SDKs' retries are quick in
+  tests; ``{"retry-after": "2"}`` to test that a wait is honoured)
 * ``"400_tool_choice"`` - HTTP 400 complaining about ``tool_choice``
 * ``"hang"``       - never answers (until ``hang_seconds`` or the server stops)
 
@@ -37,6 +39,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -68,12 +71,14 @@ class FakeLLMServer:
         text: str = "I will not change anything.",
         hang_seconds: float = 30.0,
         model: str = "fake-model",
+        error_headers: dict[str, str] | None = None,
     ):
         self.answer = answer if answer is not None else {"enable": [], "disable": []}
         self.behaviour = behaviour
         self.text = text
         self.hang_seconds = hang_seconds
         self.model = model
+        self.error_headers = {"retry-after-ms": "1"} if error_headers is None else dict(error_headers)
         self.requests: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -97,10 +102,14 @@ class FakeLLMServer:
             def do_GET(self):
                 self._send(404, {"error": {"message": "not found"}})
 
-            def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+            def _send(
+                self, status: int, body: Any, content_type: str = "application/json", headers=None
+            ) -> None:
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 try:
                     self.send_response(status)
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
                     self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -160,6 +169,7 @@ class FakeLLMServer:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         req = {"path": h.path, "headers": {k.lower(): v for k, v in h.headers.items()}, "body": body}
+        req["time"] = time.monotonic()
         with self._lock:
             self.requests.append(req)
             behaviour = self._next_behaviour(req)
@@ -171,8 +181,8 @@ class FakeLLMServer:
             send(200, b"<html>this is not json", "text/html")
         elif behaviour == "wrong_shape":
             send(200, {"hello": "world"})
-        elif behaviour in ("500", "429", "400"):
-            send(int(behaviour), self._error(int(behaviour)))
+        elif behaviour.isdigit() and int(behaviour) >= 400:
+            send(int(behaviour), self._error(int(behaviour)), headers=self.error_headers)
         elif behaviour == "400_tool_choice":
             send(400, self._error(400, "tool_choice of this form is not supported by this server"))
         else:
@@ -248,7 +258,9 @@ class FakeAnthropicServer(FakeLLMServer):
         }
 
     def _error(self, status: int, message: str = "") -> dict[str, Any]:
-        kind = {500: "api_error", 429: "rate_limit_error", 400: "invalid_request_error"}[status]
+        kind = {429: "rate_limit_error", 408: "timeout_error", 409: "conflict_error"}.get(
+            status, "invalid_request_error" if status < 500 else "api_error"
+        )
         return {"type": "error", "error": {"type": kind, "message": message or f"fake error {status}"}}
 
 

@@ -422,7 +422,7 @@ def test_runs_a_replay_episode_through_the_text_view():
 def _openai(srv, **kw):
     kw.setdefault("timeout", 5.0)
     kw.setdefault("max_retries", 1)
-    return OpenAIBackend("gpt-4o-test", base_url=srv.url, api_key="sk-test", retry_backoff=0, **kw)
+    return OpenAIBackend("gpt-4o-test", base_url=srv.url, api_key="sk-test", **kw)
 
 
 def test_openai_tool_call_becomes_slot_masks():
@@ -482,7 +482,8 @@ def test_openai_retry_then_success():
         pol = PromptedLLMPolicy(be)
         assert _masks(pol.act(_obs(), _info())) == ([], [0])
     assert not pol.errors and len(srv.requests) == 2
-    assert be.stats["retries"] == 1 and be.stats["backend_http"] == 1 and pol.last.reply.attempts == 2
+    assert be.stats["retries"] == 1 and be.stats["http_500"] == 1 and pol.last.reply.attempts == 2
+    assert not be.stats["backend_http"]  # the call did not fail
 
 
 def test_openai_hang_times_out_with_bounded_retries():
@@ -494,7 +495,7 @@ def test_openai_hang_times_out_with_bounded_retries():
         elapsed = time.monotonic() - t0
     assert _masks(act) == ([], [])
     assert pol.errors == {"backend_timeout": 1}
-    assert be.stats["backend_timeout"] == 2 and be.stats["retries"] == 1 and len(srv.requests) == 2
+    assert be.stats["backend_timeout"] == 1 and be.stats["retries"] == 1 and len(srv.requests) == 2
     assert elapsed < 3.0
 
 
@@ -546,7 +547,7 @@ def _anthropic_key(req):
 def _anthropic(srv, **kw):
     kw.setdefault("timeout", 5.0)
     kw.setdefault("max_retries", 1)
-    return AnthropicBackend("claude-sonnet-test", base_url=srv.url, api_key="ak-test", retry_backoff=0, **kw)
+    return AnthropicBackend("claude-sonnet-test", base_url=srv.url, api_key="ak-test", **kw)
 
 
 def test_anthropic_tool_use_becomes_slot_masks():
