@@ -132,6 +132,7 @@ from functools import lru_cache
 
 from dtoc_rl.record import format_key
 from dtoc_rl.schema import NEED_KINDS, Need, Step, Trajectory
+from dtoc_rl.tools import base_tool_name
 
 __all__ = [
     "DEFAULT_MIN_ATOM",
@@ -493,6 +494,9 @@ _ACI_COMMANDS = {
     "edit",
     "submit",
 }
+_KNOWN_TOOLS = (
+    _SHELL_TOOLS | _EDITOR_TOOLS | _READ_TOOLS | _GREP_TOOLS | _GLOB_TOOLS | _LIST_TOOLS | _WRITE_TOOLS
+)
 _NAV_ONLY = {"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "false", "clear", ":"}
 _WRITE_CMDS = {"rm", "mv", "cp", "touch", "mkdir", "rmdir", "tee", "ln", "chmod", "truncate", "dd", "patch"}
 _WRAPPERS = {"sudo", "time", "nohup", "env", "command", "builtin", "exec", "stdbuf", "xargs"}
@@ -1202,7 +1206,7 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
     if step.tool_name is None and not step.tool_args:
         return [], []
     name = (step.tool_name or "").strip()
-    lname = name.lower()
+    lname = base_tool_name(name)  # mcp__server__read_file, server.read_file -> read_file
     args = _json_args(step.tool_args)
     if args is None:
         text = step.tool_args or ""
@@ -1268,11 +1272,94 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
                 state.edits.append(_norm_path(path))
             return [], [_norm_path(path)]
         return [], ["*"]
-    if lname.startswith(_READ_PREFIXES):
-        return [_call_resource(name, args)], []
-    if lname.startswith(_WRITE_PREFIXES):
-        return [], [f"state:{name}({_canon_json(args)})"]
-    return [], []
+    return _generic_resources(name, lname, args)
+
+
+# Argument names that hold what a tool reads or writes, whatever the tool (MCP servers, agent SDKs).
+_PATH_KEYS = {
+    "path", "file_path", "filepath", "target_file", "notebook_path", "relative_path", "absolute_path",
+}  # fmt: skip
+# Names that hold a path only sometimes (``destination`` is also an airport code): their value counts
+# when it looks like one.
+_MAYBE_PATH_KEYS = {"file", "filename", "file_name", "source", "destination", "dest", "directory", "dir"}
+_LOOKS_LIKE_PATH = re.compile(r"[/\\]|^~|\.[A-Za-z0-9]{1,8}$")
+_PATH_LIST_KEYS = {"paths", "files", "file_paths", "filenames"}
+# A path next to one of these names a file somewhere else (a repository, a bucket, a remote host):
+# it is that call's resource, not a local file another tool could read.
+_SCOPE_KEYS = {
+    "owner", "repo", "repository", "bucket", "project", "branch", "ref", "sha", "commit", "host",
+    "server", "container", "namespace", "database", "org", "organization", "remote", "drive_id",
+}  # fmt: skip
+_URL_KEYS = {"url", "uri", "href", "link", "page_url"}
+_SQL_KEYS = ("sql", "query", "statement")
+_SQL_WRITE = re.compile(
+    r"^\s*(insert|update|delete|create|drop|alter|replace|truncate|merge|upsert|grant|revoke)\b", re.I
+)
+_SQL_ANY = re.compile(r"^\s*(select|with|show|describe|explain|pragma)\b", re.I)
+_WRITE_VERBS = {
+    *_WRITE_PREFIXES, "upload", "push", "merge", "commit", "move", "rename", "append", "replace", "click",
+    "type", "fill", "press", "drag", "hover", "select", "upsert", "save", "store", "put", "run_migration",
+}  # fmt: skip
+_READ_VERBS = {
+    *_READ_PREFIXES, "navigate", "open", "snapshot", "screenshot", "download", "retrieve", "browse",
+    "inspect", "describe", "count", "cat", "head", "tail", "stat", "info", "load", "scrape", "crawl",
+}  # fmt: skip
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Tools that read and change nothing outside the conversation: thoughts, plans, answers, hand-offs.
+_NO_RESOURCE = {
+    "think", "submit", "finish", "done", "final_answer", "answer", "respond", "reply", "todowrite",
+    "todoread", "todo_write", "todo_read", "task", "plan", "exit", "stop", "issue", "manage_context",
+    "attempt_completion", "ask_followup_question", "send_message_to_user",
+}  # fmt: skip
+
+
+_SEARCH_VERBS = {"search", "find", "grep", "query", "lookup", "count", "list", "check", "filter", "match"}
+
+
+def _verb(name: str) -> str | None:
+    """``read``, ``search`` or ``write`` from the first verb in a tool's name (``create_or_update_file``:
+    write; ``search_method_in_file``: search; ``browser_navigate``: read), None when it names none."""
+    base = base_tool_name(_HUMP.sub("_", name.split("__")[-1]))
+    for word in base.split("_"):
+        if word in _WRITE_VERBS:
+            return "write"
+        if word in _SEARCH_VERBS:
+            return "search"
+        if word in _READ_VERBS:
+            return "read"
+    return None
+
+
+def _generic_resources(name: str, lname: str, args: dict) -> tuple[list[Resource], list[str]]:
+    """Any other tool, from its arguments: the same tool with the same arguments reads the same resource
+    (``call:NAME(ARGS)``); a path argument is also that file, a URL that page, so another tool reading
+    or writing it agrees; a write-like name (or an SQL statement that changes data) modifies them."""
+    if lname in _NO_RESOURCE:
+        return [], []
+    files: list[str] = []
+    urls: list[str] = []
+    for key, value in args.items():
+        k = key.lower()
+        maybe = k in _MAYBE_PATH_KEYS and isinstance(value, str) and _LOOKS_LIKE_PATH.search(value)
+        if (k in _PATH_KEYS or maybe) and isinstance(value, str) and value.strip():
+            (urls if "://" in value and not value.startswith("file://") else files).append(value)
+        elif k in _PATH_LIST_KEYS and isinstance(value, list):
+            files += [v for v in value if isinstance(v, str) and v.strip()]
+        elif k in _URL_KEYS and isinstance(value, str) and value.strip():
+            (files if value.startswith("file://") else urls).append(value)
+    kind = _verb(name)
+    if kind == "search" or any(k.lower() in _SCOPE_KEYS for k in args):
+        files = []  # a search's path is where it looks, not a file it reads whole
+    files = [_norm_path(f.removeprefix("file://")) for f in files]
+    sql = next((args[k] for k in _SQL_KEYS if isinstance(args.get(k), str)), None)
+    if sql is not None and (_SQL_WRITE.match(sql) or _SQL_ANY.match(sql)):
+        kind = "write" if _SQL_WRITE.match(sql) else "read"
+    if kind == "write":
+        return [], files or [f"state:{name}({_canon_json(args)})"]
+    reads = [_call_resource(name, args)]
+    reads += [Resource("file", f) for f in files]
+    reads += [Resource("call", f"url({u.strip()})") for u in urls]
+    return reads, []
 
 
 def _file_written(res: Resource, writes: Iterable[str]) -> bool:

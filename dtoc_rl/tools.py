@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["TOOL_CATEGORIES", "tool_category", "tool_category_id"]
+__all__ = ["TOOL_CATEGORIES", "base_tool_name", "tool_category", "tool_category_id"]
 
 TOOL_CATEGORIES: tuple[str, ...] = (
     "none", "read", "list", "search", "edit", "run", "test", "api_read", "api_write", "submit", "think",
@@ -28,12 +28,32 @@ _BY_NAME = {
     "edit": "edit", "write": "edit", "create": "edit", "multiedit": "edit", "notebookedit": "edit",
     "str_replace_editor": "edit", "file_editor": "edit", "apply_patch": "edit", "patch": "edit",
     "submit": "submit", "finish": "submit", "think": "think", "todowrite": "think", "task": "other",
+    # LiveEnv's own tools and the MCP filesystem server's
+    "read_file": "read", "read_text_file": "read", "read_multiple_files": "read", "readfile": "read",
+    "write_file": "edit", "edit_file": "edit", "create_file": "edit", "str_replace": "edit",
+    "list_directory": "list", "directory_tree": "list", "list_dir": "list", "search_files": "search",
 }  # fmt: skip
 _READ_CMDS = {"cat", "head", "tail", "sed", "nl", "less", "more", "view"}
 _LIST_CMDS = {"ls", "find", "tree"}
 _SEARCH_CMDS = {"grep", "rg", "ag", "git grep", "ack"}
 _TEST_RE = re.compile(r"\b(pytest|tox|unittest|mvn test|gradle test|npm test|go test|cargo test|runtests)\b")
 _RUN = {"bash", "execute_bash", "executebashaction", "run", "shell", "terminal", "cmd", "python", "exec"}
+
+
+def base_tool_name(name: str | None) -> str:
+    """A tool's own name, lower snake case, without the MCP server it came through.
+
+    ``mcp__filesystem__read_file`` (Claude Code), ``filesystem.read_file``, ``github/get_file_contents``
+    and ``read-file`` name the tools ``read_file`` and ``get_file_contents``: harnesses prefix tools
+    with their server.  CamelCase is only lowered (``NotebookEdit`` stays ``notebookedit``).
+    """
+    if not name:
+        return ""
+    n = name.strip()
+    if n.startswith("mcp__"):
+        n = n.split("__")[-1]
+    n = re.split(r"[./:]", n)[-1]
+    return re.sub(r"[-\s]+", "_", n).lower()
 
 
 def _command(args: str) -> str:
@@ -53,6 +73,8 @@ def tool_category(name: str | None, args: str = "") -> str:
     if not name:
         return "none"
     n = name.lower()
+    if n not in _BY_NAME:
+        n = base_tool_name(name)
     if n in ("str_replace_editor", "file_editor"):
         return "read" if '"view"' in args else "edit"
     if n in _BY_NAME:
