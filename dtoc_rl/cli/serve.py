@@ -63,7 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--policy", required=True, help="policy spec or learned-policy checkpoint folder")
+    p.add_argument(
+        "--policy",
+        required=True,
+        help="policy spec, learned-policy checkpoint folder, or module:Class for your own",
+    )
     p.add_argument(
         "--fallback",
         default="none",
