@@ -260,15 +260,46 @@ def _shards(path: Path) -> list[Path]:
     return files
 
 
+# Columns every trajectory row has; a Parquet file without them was written by something else.
+_REQUIRED_COLUMNS = ("traj_id", "source", "model_raw", "model_family", "task_id", "steps")
+
+
 def iter_trajectories(path: str | Path, *, columns: list[str] | None = None) -> Iterator[Trajectory]:
-    """Stream trajectories shard by shard."""
+    """Stream trajectories shard by shard.  A file that is not Parquet, Parquet without the
+    trajectory columns, or a row that is no trajectory is a DatasetError naming the file."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for f in _shards(Path(path)):
-        pf = pq.ParquetFile(f)
-        for batch in pf.iter_batches(batch_size=64, columns=columns):
-            for row in batch.to_pylist():
-                yield Trajectory.from_row(row)
+        try:
+            pf = pq.ParquetFile(f)
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetError(
+                f"{f}: not a readable Parquet file ({' '.join(str(e).split())[:200]})"
+            ) from None
+        missing = [
+            c
+            for c in _REQUIRED_COLUMNS
+            if c not in pf.schema_arrow.names and (columns is None or c in columns)
+        ]
+        if missing:
+            raise DatasetError(
+                f"{f}: not a DTOC-RL trajectory dataset (no column {', '.join(missing)}); "
+                "make one with `dtoc-rl ingest LOGS -o DATASET`"
+            )
+        try:
+            for i, batch in enumerate(pf.iter_batches(batch_size=64, columns=columns)):
+                for j, row in enumerate(batch.to_pylist()):
+                    try:
+                        t = Trajectory.from_row(row)
+                    except (TypeError, KeyError, ValueError, AttributeError) as e:
+                        why = f"{type(e).__name__}: {e}"
+                        raise DatasetError(
+                            f"{f}: row {i * 64 + j} is not a trajectory of this schema ({why})"
+                        ) from None
+                    yield t
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetError(f"{f}: damaged Parquet data ({' '.join(str(e).split())[:200]})") from None
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:

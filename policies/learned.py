@@ -47,6 +47,11 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be used here, with the reason."""
 
 
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
 def _squash(x: torch.Tensor) -> torch.Tensor:
     # Counts and token sizes span orders of magnitude; log1p keeps them in range.
     return torch.sign(x) * torch.log1p(x.abs())
@@ -364,11 +369,15 @@ class LearnedPolicy(Policy):
         if not cfg_file.is_file() or not weights.is_file():
             raise CheckpointError(f"{path} is not a checkpoint: expected config.json and model.safetensors")
         try:
-            meta = json.loads(cfg_file.read_text())
+            meta = json.loads(cfg_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise CheckpointError(f"{cfg_file}: invalid JSON ({e.msg})") from None
-        if meta.get("kind") != "dtoc_rl.learned":
+        except (OSError, UnicodeDecodeError, RecursionError) as e:
+            raise CheckpointError(f"{cfg_file}: cannot be read ({type(e).__name__}: {e})") from None
+        if not isinstance(meta, dict) or meta.get("kind") != "dtoc_rl.learned":
             raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint")
+        if not isinstance(meta.get("config"), dict):
+            raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")
         for key, ours in (
             ("item_features", ITEM_FEATURES),
             ("global_features", GLOBAL_FEATURES),
@@ -385,12 +394,19 @@ class LearnedPolicy(Policy):
                     f"or a different order). Retrain it with this version."
                 )
         known = set(LearnedPolicyConfig.__dataclass_fields__)
-        cfg = LearnedPolicyConfig(**{k: v for k, v in meta["config"].items() if k in known})
-        policy = cls(cfg)
         try:
-            policy.net.load_state_dict(load_file(str(weights)))
+            cfg = LearnedPolicyConfig(**{k: v for k, v in meta["config"].items() if k in known})
+            policy = cls(cfg)
+        except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with
+            raise CheckpointError(f"{cfg_file}: unusable config ({_one_line(e)})") from None
+        try:
+            state = load_file(str(weights))
+        except Exception as e:  # safetensors' own error type for a damaged or foreign file
+            raise CheckpointError(f"{weights}: not readable safetensors weights ({_one_line(e)})") from None
+        try:
+            policy.net.load_state_dict(state)
         except RuntimeError as e:
-            raise CheckpointError(f"{weights}: weights do not fit the config: {e}") from None
+            raise CheckpointError(f"{weights}: weights do not fit the config: {_one_line(e)}") from None
         policy.net.eval()
         policy.meta = meta.get("meta", {})
         return policy

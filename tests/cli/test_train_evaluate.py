@@ -74,6 +74,92 @@ def test_evaluate_checkpoint_feature_mismatch_is_clear(ckpt, tmp_path, capsys):
     assert "different global features" in capsys.readouterr().err
 
 
+def _damage_weights_random(d):
+    (d / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+
+
+def _damage_weights_truncated(d):
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+
+
+def _damage_config(**change):
+    def damage(d):
+        meta = json.loads((d / "config.json").read_text())
+        for k, v in change.items():
+            if v is None:
+                meta.pop(k)
+            else:
+                meta[k] = v if k != "config" else {**meta["config"], **v}
+        (d / "config.json").write_text(json.dumps(meta))
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    "damage,msg",
+    [
+        (_damage_weights_random, "model.safetensors: not readable safetensors weights"),
+        (_damage_weights_truncated, "model.safetensors: not readable safetensors weights"),
+        (lambda d: (d / "config.json").write_text("[1, 2]"), "not a dtoc_rl learned-policy checkpoint"),
+        (lambda d: (d / "config.json").write_bytes(b"\xff\xfe{"), "config.json: cannot be read"),
+        (_damage_config(config=None), "config.json: no 'config' object"),
+        (_damage_config(config={"n_heads": 3}), "config.json: unusable config"),
+        (_damage_config(config={"d_model": "big"}), "config.json: unusable config"),
+    ],
+)
+def test_evaluate_with_a_damaged_checkpoint_is_a_one_line_error(ckpt, tmp_path, capsys, damage, msg):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt, bad)
+    damage(bad)
+    assert main(["evaluate", "-p", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and str(bad) in err and err.count("\n") == 1, err
+
+
+def _foreign_table(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), path)
+
+
+def _bad_rows(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {c: ["x"] for c in ("traj_id", "source", "model_raw", "model_family", "task_id")}
+    pq.write_table(pa.table({**cols, "steps": [[1, 2]]}), path)  # steps that are not step records
+
+
+@pytest.mark.parametrize(
+    "make,msg",
+    [
+        ("folder", "not a DTOC-RL trajectory dataset (no column traj_id"),
+        ("file", "not a DTOC-RL trajectory dataset"),
+        ("not_parquet", "not a readable Parquet file"),
+        ("bad_rows", "row 0 is not a trajectory of this schema"),
+    ],
+)
+def test_evaluate_on_a_foreign_parquet_dataset_is_a_one_line_error(tmp_path, capsys, make, msg):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "COMPLETE").write_text("1.2\n")
+    shard = ds / "data-00000-of-00001.parquet"
+    if make == "not_parquet":
+        shard.write_bytes(b"PAR1 but not really" * 50)
+    elif make == "bad_rows":
+        _bad_rows(shard)
+    else:
+        _foreign_table(shard)
+    target = shard if make == "file" else ds
+    assert main(["evaluate", "--dataset", str(target), "-p", "none", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and str(shard) in err and err.count("\n") == 1, err
+
+
 def test_a_policy_that_raises_is_reported_and_the_rest_completes():
     from dtoc_rl.policies.baselines import NoManagement
     from dtoc_rl.policies.evaluate import aggregate, evaluate
