@@ -10,8 +10,10 @@ trajectories (ratios of sums, resampled in pairs with the oracle).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -28,7 +30,15 @@ from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.simulator import CostConfig
 
-__all__ = ["METRICS", "Run", "aggregate", "evaluate", "run_policy_on_episode", "token_curves"]
+__all__ = [
+    "METRICS",
+    "Run",
+    "aggregate",
+    "evaluate",
+    "run_policy_on_episode",
+    "token_curves",
+    "torch_threads",
+]
 
 ORACLE = "oracle"
 
@@ -88,10 +98,28 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
 _W: dict[str, Any] = {}
 
 
-def _init_worker(dataset, filters, specs, cost_cfg, max_items):
+def _init_worker(dataset, filters, specs, cost_cfg, max_items, threads=None):
     eps = load_episodes(dataset, **filters)
     _W["env"] = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True)
     _W["policies"] = [(s, make_policy(s)) for s in specs]
+    if threads and "torch" in sys.modules:  # the worker is this module's own process
+        sys.modules["torch"].set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the block with ``n`` torch CPU threads and restore the caller's count after (nothing when
+    ``n`` is None or torch was never imported: rule policies do not need it)."""
+    torch = sys.modules.get("torch")
+    if not n or torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _work(indices: list[int]) -> list[Run]:
@@ -132,6 +160,7 @@ def evaluate(
     progress: bool = True,
     policies: dict[str, Any] | None = None,
     holdout_tasks: set[str] | None = None,
+    threads: int | None = 1,
 ) -> list[Run]:
     """Run every policy (plus the oracle) over every trajectory of ``dataset``.
 
@@ -140,7 +169,8 @@ def evaluate(
     objects.  Objects run in this process only.  ``dataset`` is anything ReplayEnv takes (a folder,
     a ``datasets.Dataset``, a list of trajectories).  ``holdout_tasks`` (``"source/task_id"``
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
-    or ``train``.
+    or ``train``.  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
+    small network is fastest on one, and several spin badly on a busy machine); None leaves them.
     """
     from tqdm.auto import tqdm
 
@@ -163,7 +193,7 @@ def evaluate(
             max_workers=workers,
             mp_context=multiprocessing.get_context("forkserver"),
             initializer=_init_worker,
-            initargs=(dataset, filters, specs, cost_config, max_items),
+            initargs=(dataset, filters, specs, cost_config, max_items, threads),
         ) as pool:
             for out in pool.map(_work, chunks):
                 runs.extend(out)
@@ -171,11 +201,12 @@ def evaluate(
     else:
         env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
         objs = [(s, make_policy(s)) for s in specs] + list((policies or {}).items())
-        for chunk in chunks:
-            for i in chunk:
-                for label, pol in objs:
-                    runs.append(run_policy_on_episode(pol, env, i, label))
-                    bar.update(1)
+        with torch_threads(threads):
+            for chunk in chunks:
+                for i in chunk:
+                    for label, pol in objs:
+                        runs.append(run_policy_on_episode(pol, env, i, label))
+                        bar.update(1)
     bar.close()
     if holdout_tasks is not None:
         for r in runs:
@@ -191,23 +222,26 @@ def token_curves(
     cost_config: CostConfig | None = None,
     max_items: int = DEFAULT_MAX_ITEMS,
     policies: dict[str, Any] | None = None,
+    threads: int | None = 1,
 ) -> dict[str, dict[str, list[int]]]:
-    """Active tokens at every call, per trajectory and policy (for the curve plot)."""
+    """Active tokens at every call, per trajectory and policy (for the curve plot); ``threads`` as in
+    :func:`evaluate`."""
     specs, policies = _split_objects(specs, policies)
     eps = [e for e in load_episodes(dataset) if e.traj_id in set(traj_ids)]
     env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
     objs = [(s, make_policy(s)) for s in dict.fromkeys([*specs, ORACLE])] + list((policies or {}).items())
     out: dict[str, dict[str, list[int]]] = {}
-    for i, ep in enumerate(eps):
-        out[ep.traj_id] = {}
-        for label, pol in objs:
-            obs, info = env.reset(options={"index": i})
-            pol.reset(info)
-            curve, done = [], False
-            while not done:
-                obs, _, done, _, info = env.step(pol.act(obs, info))
-                curve.append(int(env.sim.prev_prompt))
-            out[ep.traj_id][label] = curve
+    with torch_threads(threads):
+        for i, ep in enumerate(eps):
+            out[ep.traj_id] = {}
+            for label, pol in objs:
+                obs, info = env.reset(options={"index": i})
+                pol.reset(info)
+                curve, done = [], False
+                while not done:
+                    obs, _, done, _, info = env.step(pol.act(obs, info))
+                    curve.append(int(env.sim.prev_prompt))
+                out[ep.traj_id][label] = curve
     return out
 
 

@@ -33,3 +33,30 @@ def test_initial_weights_still_follow_the_config_seed():
     sa, sb, sc = a.net.state_dict(), b.net.state_dict(), c.net.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_evaluate_runs_on_its_threads_and_restores_the_callers():
+    from dtoc_rl.policies.baselines import NoManagement
+    from dtoc_rl.policies.evaluate import evaluate
+
+    class Spy(NoManagement):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def act(self, obs, info=None):
+            self.seen.add(torch.get_num_threads())
+            return super().act(obs, info)
+
+    before = torch.get_num_threads()
+    want = 2 if before != 2 else 3
+    torch.set_num_threads(want)
+    try:
+        spy = Spy()
+        evaluate(None, [spy], source="mini-swe-agent", progress=False)
+        assert spy.seen == {1} and torch.get_num_threads() == want
+        spy.seen = set()
+        evaluate(None, [spy], source="mini-swe-agent", progress=False, threads=None)
+        assert spy.seen == {want}
+    finally:
+        torch.set_num_threads(before)
