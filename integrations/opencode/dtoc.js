@@ -14,9 +14,10 @@
  *
  * Setup: run `dtoc-rl serve --policy CKPT_OR_SPEC` and add this file to opencode.json
  * (`"plugin": ["file:///abs/path/to/dtoc.js"]`) or copy it into `.opencode/plugin/`.
- * Settings (environment): DTOC_URL (default http://127.0.0.1:8765), DTOC_TIMEOUT_MS
- * (default 1500), DTOC_MODEL (model name sent to the service; default: the session's
- * model), DTOC_BUDGET (token budget, default 0), DTOC_LABELS=0 (send no texts: no need
+ * Settings (environment): DTOC_URL (default http://127.0.0.1:8765), DTOC_TOKEN (the service's
+ * token, sent as a bearer token), DTOC_TIMEOUT_MS (default 1500), DTOC_MODEL (model name sent
+ * to the service, over the session's own: for a local model whose name the service does not
+ * know), DTOC_BUDGET (token budget, default 0), DTOC_LABELS=0 (send no texts: no need
  * features), DTOC_DISABLE=1 (plugin off).
  *
  * The module exports only the plugin factory: OpenCode calls every export as a plugin.
@@ -28,8 +29,11 @@
  * @typedef {object} DtocOptions
  * @property {string} [url] service base URL
  * @property {number} [timeoutMs] per-request timeout
- * @property {number} [backoffMs] after a failure, skip the service this long (show everything)
- * @property {string} [model] model name sent to the service (default: from the messages)
+ * @property {number} [backoffMs] after a failure, skip the service this long (show everything);
+ *   doubled after each further failure in a row, up to maxBackoffMs
+ * @property {number} [maxBackoffMs] the longest backoff (a service that came back is used again by then)
+ * @property {string} [token] sent as `Authorization: Bearer <token>` (default: DTOC_TOKEN)
+ * @property {string} [model] model name sent to the service, over the messages' own (DTOC_MODEL)
  * @property {number} [budget] token budget passed to the policy
  * @property {boolean} [disabled] do nothing
  * @property {boolean} [labels] send each turn's text once so that the service labels needs (default on)
@@ -87,8 +91,9 @@
 const DEFAULT_URL = "http://127.0.0.1:8765";
 const RETRY = Symbol("retry"); // the session's labels must be sent anew (or not at all): ask again
 const STATE = Symbol.for("dtoc.state");
-const NOTE = "hidden by the DTOC context manager to save context; kept in full and shown again when needed";
-const PLACEHOLDER_TOKENS = 40;
+// Kept short: a placeholder is about 40 tokens under ceil(chars/4), the estimator the plugin and
+// the service's default use (the core's own placeholders measure the same); a test holds it there.
+const NOTE = "kept in full; shown again when needed, or re-run the tool";
 // Texts sent for labelling are cut (head and tail) beyond this: the body limit is 1 MiB.
 const MAX_SENT_CHARS = 50_000;
 const MAX_BODY_BYTES = 900_000; // under the service's default 1 MiB body limit
@@ -188,6 +193,13 @@ function createDtoc(opts = {}) {
   const url = (opts.url || env.DTOC_URL || DEFAULT_URL).replace(/\/+$/, "");
   const timeoutMs = opts.timeoutMs ?? (Number(env.DTOC_TIMEOUT_MS) || 1500);
   const backoffMs = opts.backoffMs ?? 1000;
+  const maxBackoffMs = Math.max(backoffMs, opts.maxBackoffMs ?? 60_000);
+  const token = opts.token ?? env.DTOC_TOKEN ?? "";
+  /** @type {Record<string, string>} */
+  const headers = { "content-type": "application/json" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  /** @type {Set<string>} model names whose family has been logged */
+  const resolved = new Set();
   const budget = opts.budget ?? (Number(env.DTOC_BUDGET) || 0);
   const fixedModel = opts.model || env.DTOC_MODEL || "";
   const disabled = opts.disabled ?? env.DTOC_DISABLE === "1";
@@ -197,7 +209,9 @@ function createDtoc(opts = {}) {
   const log = opts.log || (() => {});
   /** @type {Map<string, Session>} */
   const sessions = new Map();
-  const stats = { requests: 0, failures: 0, fallbacks: 0, downUntil: 0 };
+  // failuresInRow: consecutive failed requests; each one doubles the next backoff (a hung
+  // service then costs one timeout per ever longer pause, not one per model call)
+  const stats = { requests: 0, failures: 0, fallbacks: 0, downUntil: 0, failuresInRow: 0 };
 
   /** @param {string} id @returns {Session} */
   function session(id) {
@@ -258,9 +272,9 @@ function createDtoc(opts = {}) {
   function payload(s, step, otherTokens) {
     const items = [...s.items.values()].sort((a, b) => a.assistantIndex - b.assistantIndex || a.key.localeCompare(b.key));
     let active = otherTokens;
-    for (const it of items) active += it.visible ? it.tokens : PLACEHOLDER_TOKENS;
+    for (const it of items) active += it.visible ? it.tokens : estimateTokens(placeholder(it));
     return {
-      model: s.model || fixedModel || "",
+      model: fixedModel || s.model || "",
       step,
       budget,
       active_tokens: active,
@@ -295,7 +309,7 @@ function createDtoc(opts = {}) {
     try {
       const res = await doFetch(url + "/decide", {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers,
         body: JSON.stringify(body),
         signal: ctrl.signal,
       });
@@ -320,11 +334,22 @@ function createDtoc(opts = {}) {
         s.needed = data.session.needed || {};
       }
       if (!Array.isArray(data.enable) || !Array.isArray(data.disable)) throw new Error("malformed answer");
+      stats.failuresInRow = 0;
+      if (typeof data.family === "string" && !resolved.has(String(body.model))) {
+        resolved.add(String(body.model));
+        const how = data.fallback
+          ? `not served by the policy: the fallback (${data.policy}) decides; set DTOC_MODEL to a known model name`
+          : `policy ${data.policy}`;
+        log(data.fallback ? "warn" : "info", `dtoc: model "${body.model}" resolved to family "${data.family}" (${how})`);
+      }
       return data;
     } catch (e) {
       stats.failures++;
-      stats.downUntil = Date.now() + backoffMs;
-      log("warn", `dtoc: service at ${url} unavailable (${e instanceof Error ? e.message : e}); showing every output`);
+      stats.failuresInRow++;
+      const pause = Math.min(maxBackoffMs, backoffMs * 2 ** Math.min(30, stats.failuresInRow - 1));
+      stats.downUntil = Date.now() + pause;
+      const why = e instanceof Error ? (e.name === "AbortError" ? `no answer in ${timeoutMs} ms` : e.message) : e;
+      log("warn", `dtoc: service at ${url} unavailable (${why}); showing every output, next try in ${pause} ms`);
       return null;
     } finally {
       clearTimeout(timer);

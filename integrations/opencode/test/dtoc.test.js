@@ -4,12 +4,19 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
+import { createServer } from "node:net";
+import { readFileSync } from "node:fs";
 import * as plugin from "../dtoc.js";
 import { DtocContextPlugin } from "../dtoc.js";
 
 const PYTHON = process.env.DTOC_PYTHON || "python3";
 const SID = "ses_test";
 const STATE = Symbol.for("dtoc.state");
+// The service needs a bearer token on every endpoint but /health; the plugin reads DTOC_TOKEN,
+// and the service started below gets the same one from its environment.
+const TOKEN = "plugin-test-" + Math.random().toString(36).slice(2);
+process.env.DTOC_TOKEN = TOKEN;
+delete process.env.DTOC_MODEL;
 
 /** @type {import("node:child_process").ChildProcess | null} */
 let proc = null;
@@ -130,14 +137,17 @@ function recordingFetch() {
   const bodies = [];
   /** @type {number[]} */
   const statuses = [];
+  /** @type {any[]} */
+  const headers = [];
   /** @type {typeof fetch} */
   const spy = async (input, init) => {
     bodies.push(JSON.parse(String(init?.body)));
+    headers.push(init?.headers);
     const res = await fetch(input, init);
     statuses.push(res.status);
     return res;
   };
-  return { bodies, statuses, spy };
+  return { bodies, statuses, headers, spy };
 }
 
 test("the module exports only the plugin factory (OpenCode calls every export)", () => {
@@ -331,6 +341,142 @@ test("a service that is down means every output is shown, and nothing throws", a
   assert.deepEqual(toolOutputs(history), OUTPUTS);
   assert.ok(state.stats.failures >= 4);
   assert.ok(state.sessions.get(SID).degraded);
+});
+
+test("every request carries the service's token; without it the service refuses and everything is shown", async () => {
+  const { bodies, headers, statuses, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const history = [user("task")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.ok(bodies.length >= 3);
+  assert.ok(headers.every((h) => h.authorization === `Bearer ${TOKEN}`), JSON.stringify(headers));
+  assert.ok(statuses.every((c) => c === 200));
+
+  /** @type {string[]} */
+  const logs = [];
+  const anonymous = await DtocContextPlugin({}, { url, token: "", backoffMs: 0, log: (_l, m) => logs.push(m) });
+  const h2 = [user("task")];
+  for (let i = 0; i < 3; i++) await runTool(anonymous, h2, i);
+  await anonymous["experimental.chat.messages.transform"]({}, { messages: h2 });
+  assert.deepEqual(toolOutputs(h2), OUTPUTS.slice(0, 3));
+  assert.ok(logs.some((m) => m.includes("HTTP 401")), logs.join("\n"));
+});
+
+test("DTOC_MODEL overrides the messages' model, and the family the service resolved is logged once", async () => {
+  process.env.DTOC_MODEL = "gpt-4o";
+  /** @type {Array<[string, string]>} */
+  const logs = [];
+  const { bodies, spy } = recordingFetch();
+  let hooks;
+  try {
+    hooks = await DtocContextPlugin({}, { url, fetch: spy, log: (l, m) => logs.push([l, m]) });
+  } finally {
+    delete process.env.DTOC_MODEL;
+  }
+  const history = [user("task")];
+  for (let i = 0; i < 4; i++) {
+    await runTool(hooks, history, i);
+    history[history.length - 1].info.modelID = "my-local-finetune-q4"; // a name the service cannot place
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.ok(bodies.every((b) => b.model === "gpt-4o"));
+  // the policy serves gpt-4o: it hid the old outputs (an unknown family would get the fallback: nothing hidden)
+  assert.deepEqual(toolOutputs(history).map(hiddenKey), ["t0000", "t0001", null, null]);
+  const said = logs.filter(([, m]) => m.includes("resolved to family"));
+  assert.equal(said.length, 1, JSON.stringify(logs));
+  assert.deepEqual(said[0][0], "info");
+  assert.match(said[0][1], /"gpt-4o" resolved to family "gpt-4o"/);
+
+  // without the override, the unknown name falls back, and the log says how to fix it
+  /** @type {Array<[string, string]>} */
+  const logs2 = [];
+  const plain = await DtocContextPlugin({}, { url, log: (l, m) => logs2.push([l, m]) });
+  const h2 = [user("task")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(plain, h2, i);
+    h2[h2.length - 1].info.modelID = "my-local-finetune-q4";
+    await plain["experimental.chat.messages.transform"]({}, { messages: h2 });
+  }
+  const warned = logs2.filter(([, m]) => m.includes("resolved to family"));
+  assert.equal(warned.length, 1);
+  assert.equal(warned[0][0], "warn");
+  assert.match(warned[0][1], /DTOC_MODEL/);
+});
+
+test("a placeholder is ~40 tokens under ceil(chars/4), as the README says, and is counted at that size", async () => {
+  const { bodies, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const history = [user("task")];
+  for (let i = 0; i < 4; i++) {
+    await runTool(hooks, history, i);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  const placeholders = toolOutputs(history).filter((o) => hiddenKey(o));
+  assert.equal(placeholders.length, 2);
+  const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+  const stated = Number((readme.match(/~(\d+)-token JSON placeholder/) || [])[1]);
+  for (const ph of placeholders) {
+    const measured = Math.ceil(ph.length / 4);
+    assert.ok(Math.abs(measured - stated) <= 2, `placeholder measures ${measured} tokens, README says ~${stated}`);
+  }
+  // extremes: a 5-digit key and a huge output stay within the stated size too
+  const worst = JSON.stringify({ tool_key: "t99999", hidden: true, timestamp: "2026-12-01T00:00:00Z", estimated_tokens: 123456789, note: JSON.parse(placeholders[0]).note });
+  assert.ok(Math.ceil(worst.length / 4) <= stated + 4);
+  // the active tokens the plugin reports count hidden outputs at their placeholder's size
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  const last = bodies[bodies.length - 1];
+  const s = hooks[STATE].sessions.get(SID);
+  const visible = last.items.filter((/** @type {any} */ it) => it.visible).reduce((a, /** @type {any} */ it) => a + it.tokens, 0);
+  const hidden = placeholders.reduce((a, ph) => a + Math.ceil(ph.length / 4), 0);
+  assert.equal(last.active_tokens, visible + hidden + s.otherTokens);
+});
+
+test("a hung service (accepts, never answers) costs one timeout, then ever longer pauses (capped)", async () => {
+  /** @type {import("node:net").Socket[]} */
+  const sockets = [];
+  const hung = createServer((sock) => sockets.push(sock)); // accepts, reads nothing, answers nothing
+  await new Promise((r) => hung.listen(0, "127.0.0.1", () => r(undefined)));
+  const port = /** @type {import("node:net").AddressInfo} */ (hung.address()).port;
+  /** @type {number[]} */
+  const starts = [];
+  /** @type {typeof fetch} */
+  const timed = (input, init) => {
+    starts.push(Date.now());
+    return fetch(input, init);
+  };
+  const timeoutMs = 100;
+  const hooks = await DtocContextPlugin({}, { url: `http://127.0.0.1:${port}`, fetch: timed, timeoutMs, backoffMs: 100, maxBackoffMs: 800 });
+  const history = [user("task")];
+  await runTool(hooks, history, 0);
+  let waited = 0;
+  let calls = 0;
+  const t0 = Date.now();
+  try {
+    while (Date.now() - t0 < 4000 && calls < 400) {
+      // a model call every 10 ms: a busy agent
+      const c0 = Date.now();
+      await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+      waited += Date.now() - c0;
+      calls++;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    for (const sock of sockets) sock.destroy();
+    hung.close();
+  }
+  assert.deepEqual(toolOutputs(history), [OUTPUTS[0]], "everything shown");
+  const gaps = starts.slice(1).map((t, i) => t - starts[i] - timeoutMs);
+  // pauses after each timeout: ~100, 200, 400, 800, 800, ... ms
+  assert.ok(gaps.length >= 4 && gaps.length <= 9, `requests: ${starts.length}, pauses ${gaps}`);
+  for (let i = 1; i < 4; i++) assert.ok(gaps[i] >= 1.6 * gaps[i - 1] - 30, `pauses grow: ${gaps}`);
+  assert.ok(gaps.every((g) => g <= 800 + 150), `pauses are capped: ${gaps}`);
+  // the model calls waited only for the timeouts themselves, not once per call
+  assert.ok(calls > 4 * starts.length, `${calls} model calls, ${starts.length} requests`);
+  assert.ok(waited <= starts.length * (timeoutMs + 60), `waited ${waited} ms over ${starts.length} requests`);
+  assert.equal(hooks[STATE].stats.failures, starts.length);
 });
 
 test("when the service goes away mid-session, hidden outputs are restored", async () => {
