@@ -137,6 +137,11 @@ def _conversations(text: str, path: Path) -> tuple[list[_Conversation], dict]:
             else:
                 cur = None
             continue
+        if cur is None and not convs and _AI.match(msg):
+            # a log without conversation banners (another RepoLaunch version): one conversation whose
+            # window and re-sent text are unknown
+            cur = _Conversation("log", 1)
+            convs.append(cur)
         if cur is None:
             _, usage = _split_cost(msg)
             if usage is not None:  # a call outside the agent loop (file relevance, base image)
@@ -166,7 +171,7 @@ def _conversations(text: str, path: Path) -> tuple[list[_Conversation], dict]:
                 cur.notes.append(line.split("\n", 1)[0][:300])
     other["cost_usd"] = round(other["cost_usd"], 8)
     if not any(c.calls for c in convs):
-        raise IngestError("no model call inside a setup or verify conversation", path)
+        raise IngestError("no model call (no 'Ai Message' record) in this RepoLaunch-style log", path)
     return convs, other
 
 
@@ -255,8 +260,11 @@ class RepoLaunchIngester(Ingester):
     name = "repolaunch"
 
     def detect(self, path: Path, head: str) -> bool:
-        return (_RECORD.search(head) is not None and "conversation----------" in head) or (
-            "<step_cost>" in head and "Ai Message" in head
+        m = _RECORD.search(head)
+        return (
+            m is not None
+            and m.start() == 0
+            and any(mark in head for mark in ("conversation----------", "<step_cost>", "= Ai Message ="))
         )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:

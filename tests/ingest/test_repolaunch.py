@@ -111,6 +111,16 @@ def test_the_window_drops_whole_message_pairs_beyond_forty_messages(tmp_path):
     assert t.success is None and t.model_raw == "unknown"  # no result.json, no config.json
 
 
+def test_a_log_without_conversation_banners_is_one_conversation(tmp_path):
+    text = _long_log(tmp_path, 3).read_text().splitlines()
+    plain = tmp_path / "plain" / "setup.log"
+    plain.parent.mkdir()
+    plain.write_text("\n".join(line for line in text if "conversation---" not in line) + "\n")
+    (t,) = _parse(plain)
+    assert t.traj_id.endswith("/log-1") and len(t.steps) == 3
+    assert t.steps[2].dropped_before is None and t.steps[2].harness_text == ""  # window unknown
+
+
 def test_the_driver_takes_setup_logs_and_leaves_results_and_configs_as_metadata():
     res = ingest_paths([FIX], progress=False)
     assert len(res.trajectories) == 4 and not res.skipped
