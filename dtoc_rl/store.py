@@ -13,7 +13,6 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from dtoc_rl.record import ToolOutput, format_key
@@ -189,28 +188,12 @@ class Store(ABC):
         if self._undo is not None:
             self._undo.append(self._messages.pop)
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Make the changes inside the block one unit: on an exception none of them is
-        kept (the store is as before the block) and a process killed inside the block
-        leaves none of them on disk.  Nested blocks join the outermost one."""
-        if self._undo is not None:
-            yield
-            return
-        self._begin()
-        self._undo = []
-        try:
-            yield
-            self._commit()
-        except BaseException:
-            undo, self._undo = self._undo, None
-            try:
-                self._rollback()
-            finally:
-                for step in reversed(undo):
-                    step()
-            raise
-        self._undo = None
+    def transaction(self) -> _Transaction:
+        """Make the changes inside a ``with store.transaction():`` block one unit: on an
+        exception none of them is kept (the store is as before the block) and a process
+        killed inside the block leaves none of them on disk.  Nested blocks join the
+        outermost one."""
+        return _Transaction(self)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (no-op in memory)."""
@@ -239,6 +222,48 @@ class Store(ABC):
 
     @abstractmethod
     def _persist_message(self, message: dict[str, Any]) -> None: ...
+
+
+class _Transaction:
+    """The context manager of :meth:`Store.transaction` (a plain class: it runs on every stored
+    output, where a generator-based one costs several times more)."""
+
+    __slots__ = ("outer", "store")
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.outer = False
+
+    def __enter__(self) -> None:
+        s = self.store
+        if s._undo is None:
+            s._begin()
+            s._undo = []
+            self.outer = True
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self.outer:
+            return False
+        s = self.store
+        if exc_type is None:
+            try:
+                s._commit()
+            except BaseException:
+                self._abort()
+                raise
+            s._undo = None
+            return False
+        self._abort()
+        return False
+
+    def _abort(self) -> None:
+        s = self.store
+        undo, s._undo = s._undo or [], None
+        try:
+            s._rollback()
+        finally:
+            for step in reversed(undo):
+                step()
 
 
 class MemoryStore(Store):
