@@ -186,12 +186,14 @@ class SQLiteStore(Store):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self._db = None  # type: ignore[assignment]
         self._version = 0
-        if not self.path.exists() and not self.path.is_symlink():
+        in_memory = str(path) == ":memory:"  # SQLite's name for a database that is no file
+        if not in_memory and not self.path.exists() and not self.path.is_symlink():
             try:
                 _create_file(self.path)
             except (OSError, sqlite3.Error) as e:
                 raise StoreFileError(f"{self.path}: cannot create the session store ({_reason(e)})") from None
-        _check_file(self.path)
+        if not in_memory:
+            _check_file(self.path)
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
             _check_schema(self._db, self.path)  # before the journal pragma changes the file

@@ -395,3 +395,10 @@ def test_a_store_without_write_versions_is_upgraded(tmp_path):
     s = SQLiteStore(db, session_id="s")
     s.add("x")
     assert SQLiteStore(db, session_id="s").get("t0000").tool_result == "x"
+
+
+def test_sqlites_memory_name_makes_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = SQLiteStore(":memory:", session_id="m")
+    s.add("x")
+    assert len(s) == 1 and list(tmp_path.iterdir()) == []
