@@ -21,6 +21,13 @@ intervals that ignore clustering):
   per 100 steps, and how often the policy's schedule equals the logged one.
 
 See dtoc_rl.calibration for the exact definitions and docs/validity.md.
+
+With --cost, it checks the cost model instead (the bill check, dtoc_rl.billcheck): every logged
+model call of every trajectory whose log keeps per-call usage is re-priced from the context the
+log says was sent, and predicted input tokens, cached tokens and dollars are compared with the
+logged ones, per source and per call (a tokens-per-estimator-token factor and, for best-effort
+caches, a hit rate fitted per source).  Target: per source, total dollars within 5% and the
+median per-call input error within 5%.  See docs/billcheck.md.
 """
 
 from __future__ import annotations
@@ -51,7 +58,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "is the baseline for hidden outputs of the same age",
     )
     p.add_argument("--control-source", nargs="+", help="only these sources of the control dataset")
-    p.add_argument("--plot", type=Path, help="write the calibration plot (PNG) here")
+    p.add_argument("--plot", type=Path, help="write the calibration (or, with --cost, bill check) plot here")
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="check the cost model against the logs' per-call usage (the bill check) instead",
+    )
+    p.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="--cost: no fitted factor or hit rate (estimator tokens, the configured cache rules)",
+    )
     p.add_argument("--json", action="store_true", help="print everything as JSON")
 
 
@@ -65,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         trajs = load_trajectories(args.dataset)
     except DatasetError as e:
         return fail(str(e))
+    if args.cost:
+        return run_bill_check(args, trajs)
     try:
         cal = calibrate(trajs, k=args.k, n_boot=args.bootstrap)
     except NoMaskedData as e:
@@ -432,3 +451,48 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# -- the bill check ------------------------------------------------------------------------------
+
+
+def run_bill_check(args: argparse.Namespace, trajs) -> int:
+    from dtoc_rl.billcheck import bill_check, plot_bill_check, targets_met
+
+    res = bill_check(trajs, fit_factor=not args.no_fit, fit_hit_rate=not args.no_fit)
+    if not res["sources"]:
+        return fail(
+            f"{args.dataset}: no trajectory with logged per-call usage (Step.usage); nothing to check"
+        )
+    out: dict[str, Any] = {
+        "dataset": str(args.dataset),
+        "sources": res["sources"],
+        "targets_met": targets_met(res),
+    }
+    if args.plot:
+        out["plot"] = plot_bill_check(res, args.plot)
+    if args.json:
+        emit_json(_strict(out))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    tab = Table(title=f"bill check: {args.dataset}")
+    cols = ("source", "trajs", "calls", "factor", "hit rate", "logged $", "pred $", "$ err %",
+            "$ err % (ideal cache)", "cached err %", "per-call in |err| med %", "p90 %", "ok")  # fmt: skip
+    for c in cols:
+        tab.add_column(c)
+    for src, r in out["sources"].items():
+        e, pc = r["error_pct"], r["per_call_input_error_pct"]
+        fmt = lambda x: "-" if x is None else f"{x:+.1f}"  # noqa: E731
+        tab.add_row(
+            src, str(r["trajectories"]), str(r["calls"]), f"{r['factor']:.3f}",
+            "-" if r["hit_rate"] is None else f"{r['hit_rate']:.3f}",
+            f"{r['logged']['dollars']:.2f}", f"{r['predicted']['dollars']:.2f}", fmt(e["dollars"]),
+            fmt(e["dollars_ideal_cache"]), fmt(e["cached_tokens"]), f"{pc['median_abs']:.1f}",
+            f"{pc['p90_abs']:.1f}", "met" if out["targets_met"][src] else "NOT met",
+        )  # fmt: skip
+    Console().print(tab)
+    if args.plot:
+        print(f"plot: {out['plot']}")
+    return 0

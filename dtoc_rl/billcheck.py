@@ -1,0 +1,380 @@
+"""The bill check: the cost model against what providers billed.
+
+For every trajectory whose log keeps per-call usage (``Step.usage``), each logged model call is
+re-priced from the log's own context, the one the harness really sent: the system prompt and task,
+then every earlier step's message, assistant text and raw output as logged (not DTOC envelopes),
+outputs the harness masked as a short placeholder, steps it dropped (``dropped_before``) left out,
+plus the call's own ``harness_text`` and the prompt tokens the log lacks
+(``Trajectory.unlogged_prompt_tokens``).  The prompt's size in provider tokens is ``factor`` x the
+estimator's count plus the unlogged tokens, ``factor`` (tokens per estimator token) fitted per
+source from the logged input tokens: the estimator counts characters, providers count their own
+tokenizer's tokens.
+
+The cached part is the simulator's: the prefix shared with the previous call (up to the first
+earlier step whose visibility changed, and never the previous call's harness text, which is
+re-rendered at the end of every prompt), then the provider's :class:`~dtoc_rl.pricing.CacheRules`
+(minimum size, granularity, lifetime between the logged timestamps).  For providers whose cache
+hits are best effort, ``hit_rate`` is fitted per source as logged / rule-allowed cached tokens.
+Dollars use the version's list prices (:func:`dtoc_rl.pricing.prices_for`) and the logged output
+tokens, so what is checked is the input side: prompt size, cache and prices.
+
+Logged figures: ``usage.input_tokens`` (all prompt tokens), ``usage.cached_tokens`` (or, when a log
+gives only the call's cost, the cached tokens that cost implies at list prices) and
+``usage.cost_usd`` (or the logged tokens at list prices).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
+from dtoc_rl.schema import Trajectory
+from dtoc_rl.tokens import TokenEstimator, get_estimator
+
+__all__ = ["CallCheck", "bill_check", "log_calls"]
+
+#: Placeholder a masking harness leaves for a hidden output (SWE-agent: "Old environment output:
+#: (N lines omitted)"), in estimator tokens.
+MASKED_PLACEHOLDER_TOKENS = 10
+
+
+@dataclass
+class CallCheck:
+    """One logged model call: the context the log says it was sent, and the logged usage."""
+
+    traj_id: str
+    source: str
+    step: int
+    est_prompt: int  # estimator tokens of the logged context (without the unlogged tokens)
+    est_shared: int  # estimator tokens shared with the previous call's prompt (ideal cache)
+    est_outputs: int  # of est_prompt, the tool outputs (tokenizers split code and logs differently)
+    est_base: int  # of est_prompt, the system prompt and task (often prose, tokenized apart from code)
+    n_steps: int  # earlier steps in the prompt (each brings the chat format's and harness's framing)
+    unlogged: int  # provider tokens the log lacks (in every prompt, at its start)
+    idle: float  # seconds since the previous call (NaN: unknown or first)
+    first: bool  # the trajectory's first logged call (nothing cached yet)
+    logged_in: float
+    logged_cached: float  # NaN: unknown
+    logged_out: float
+    logged_dollars: float  # NaN: unknown
+    prices: Prices
+    rules: CacheRules
+    pred: dict[str, float] = field(default_factory=dict)
+
+
+def _turn_starts(traj: Trajectory) -> list[int]:
+    """For each step, the first step of its turn (the model call that produced it)."""
+    starts, first = [], 0
+    for k, s in enumerate(traj.steps):
+        if k == 0 or s.turn != traj.steps[k - 1].turn:
+            first = k
+        starts.append(first)
+    return starts
+
+
+def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
+    """The logged calls of ``traj`` with the context the log says each one was sent."""
+    steps = traj.steps
+    usage_at = [k for k, s in enumerate(steps) if s.usage is not None and s.usage.input_tokens]
+    if not usage_at:
+        return []
+    starts = _turn_starts(traj)
+    seg_u = [est.count(s.user_text) if s.user_text else 0 for s in steps]
+    seg_a = [
+        est.count(s.assistant_text) + est.count(s.reasoning) + (est.count(s.tool_args) if s.tool_name else 0)
+        for s in steps
+    ]
+    seg_o = [est.count(s.output) if s.output is not None else 0 for s in steps]
+    base = est.count(traj.system_prompt or "") + est.count(traj.task_text or "")
+    p = prices_for(traj.model_family, traj.model_raw)
+    rules = cache_rules_for(traj.model_family, traj.model_raw)
+    out: list[CallCheck] = []
+    prev: tuple[list[int], float | None, int] | None = None  # (segment sizes, timestamp, first step)
+    for k in usage_at:
+        s = steps[k]
+        start = starts[k]
+        masked = set(s.masked_before or ())
+        dropped = set(s.dropped_before or ())
+        segs = []
+        for j in range(start):
+            if j in dropped:
+                segs.append(0)
+                continue
+            o = MASKED_PLACEHOLDER_TOKENS if (j in masked and steps[j].output is not None) else seg_o[j]
+            segs.append(seg_u[j] + seg_a[j] + o)
+        outs = sum(
+            (MASKED_PLACEHOLDER_TOKENS if (j in masked and steps[j].output is not None) else seg_o[j])
+            for j in range(start)
+            if j not in dropped
+        )
+        harness = est.count(s.harness_text) if s.harness_text else 0
+        prompt = base + sum(segs) + seg_u[start] + harness
+        if prev is None:
+            shared, idle = 0, float("nan")
+        else:
+            psegs, pts, pstart = prev
+            first_diff = next((j for j in range(len(psegs)) if segs[j] != psegs[j]), len(psegs))
+            shared = base + sum(segs[:first_diff])
+            if first_diff == len(psegs) and pstart < start and pstart not in dropped:
+                shared += seg_u[pstart]  # the previous call's own message, still in place
+            idle = (s.timestamp - pts) if (s.timestamp is not None and pts is not None) else float("nan")
+        u = s.usage
+        cached = float(u.cached_tokens) if u.cached_tokens is not None else float("nan")
+        out_tok = float(u.output_tokens) if u.output_tokens is not None else float(seg_a[k])
+        dollars = float(u.cost_usd) if u.cost_usd is not None else float("nan")
+        if math.isnan(cached) and not math.isnan(dollars) and p.input > p.cache_read:
+            # a log that gives only the cost: the cached tokens that cost implies at list prices
+            implied = (u.input_tokens * p.input + out_tok * p.output - dollars * 1e6) / (
+                p.input - p.cache_read
+            )
+            cached = float(min(max(round(implied), 0), u.input_tokens))
+        if math.isnan(dollars) and (not math.isnan(cached) or p.cache_read >= p.input):
+            write = float(u.cache_write_tokens or 0)
+            c = 0.0 if math.isnan(cached) else cached
+            dollars = (
+                c * p.cache_read + write * p.cache_write + (u.input_tokens - c - write) * p.input
+            ) / 1e6
+            dollars += out_tok * p.output / 1e6
+        out.append(
+            CallCheck(
+                traj_id=traj.traj_id,
+                source=traj.source,
+                step=k,
+                est_prompt=prompt,
+                est_shared=shared,
+                est_outputs=outs,
+                est_base=base,
+                n_steps=sum(1 for j in range(start) if j not in dropped),
+                unlogged=int(traj.unlogged_prompt_tokens or 0),
+                idle=idle,
+                first=prev is None,
+                logged_in=float(u.input_tokens),
+                logged_cached=cached,
+                logged_out=out_tok,
+                logged_dollars=dollars,
+                prices=p,
+                rules=rules,
+            )
+        )
+        prev = (segs, s.timestamp, start)
+    return out
+
+
+def _fit_size(calls: list[CallCheck]) -> tuple[float, float, float, float, float]:
+    """The provider's prompt size from the log's: provider tokens per estimator token of the system
+    prompt and task (``f``), of tool outputs (``c``) and of the other step text (``a``), tokens per
+    earlier step (``d``: the chat format's message framing and any template text the harness wraps
+    each step in that the log strips), and a constant per call (``b``: text every call carries that
+    the log lacks and the ingester could not size, e.g. tool definitions):
+    logged - unlogged = f * base + a * rest + c * outputs + d * steps + b, by least squares on
+    relative errors, all coefficients non-negative (one ratio if a factor would be zero)."""
+    e = np.array([c.est_prompt for c in calls], float)
+    o = np.array([c.est_outputs for c in calls], float)
+    g = np.array([c.est_base for c in calls], float)
+    n = np.array([c.n_steps for c in calls], float)
+    y = np.array([c.logged_in - c.unlogged for c in calls], float)
+    if len(e) >= 5 and np.ptp(e) > 0:
+        w = 1.0 / np.maximum(y, 1.0)  # relative errors: a long call must not outweigh many short ones
+        X = np.vstack([g, e - o - g, o, n, np.ones_like(e)]).T * w[:, None]
+        cols = list(range(5))
+        while cols:  # non-negative least squares by dropping the most negative coefficient
+            coef = np.linalg.lstsq(X[:, cols], y * w, rcond=None)[0]
+            if (coef >= 0).all():
+                out = np.zeros(5)
+                out[cols] = coef
+                if min(out[:3]) > 0:
+                    return tuple(float(x) for x in out)  # type: ignore[return-value]
+                break
+            cols.pop(int(np.argmin(coef)))
+    r = float(y.sum() / e.sum()) if e.sum() else 1.0
+    return r, r, r, 0.0, 0.0
+
+
+def _pct(pred: float, logged: float) -> float:
+    return 100.0 * (pred / logged - 1.0) if logged else float("nan")
+
+
+def _dollars(c: CallCheck, cached: float, pred_in: float) -> float:
+    p = c.prices
+    return (cached * p.cache_read + (pred_in - cached) * p.cache_write + c.logged_out * p.output) / 1e6
+
+
+def bill_check(
+    trajs: list[Trajectory],
+    estimator: TokenEstimator | str | None = None,
+    *,
+    fit_factor: bool = True,
+    fit_hit_rate: bool = True,
+) -> dict[str, Any]:
+    """Predicted against logged input tokens, cached tokens and dollars, per source and per call.
+
+    Returns ``{"sources": {source: summary}, "calls": {source: {"logged_in", "pred_in", ...}}}``;
+    a summary holds the fitted ``factor`` and ``hit_rate``, the logged and predicted totals with
+    their errors in percent (provider rules and, for comparison, the ideal cache), and the per-call
+    input-token error distribution (percent; median of absolute errors, percentiles).
+    """
+    est = get_estimator(estimator)
+    by_source: dict[str, list[CallCheck]] = defaultdict(list)
+    trajs_of: dict[str, set[str]] = defaultdict(set)
+    for t in trajs:
+        for c in log_calls(t, est):
+            by_source[c.source].append(c)
+            trajs_of[c.source].add(t.traj_id)
+    sources: dict[str, Any] = {}
+    calls_out: dict[str, Any] = {}
+    for src, calls in sorted(by_source.items()):
+        f_base, a, c_out, per_step, offset = _fit_size(calls) if fit_factor else (1.0, 1.0, 1.0, 0.0, 0.0)
+        pred_in = np.array(
+            [
+                round(
+                    f_base * c.est_base
+                    + a * (c.est_prompt - c.est_outputs - c.est_base)
+                    + c_out * c.est_outputs
+                    + per_step * c.n_steps
+                    + offset
+                )
+                + c.unlogged
+                for c in calls
+            ],
+            float,
+        )
+        # the fixed part (offset, unlogged tokens) opens every prompt; the rest of the shared prefix is
+        # sized at the prompt's own mix of outputs and other text
+        fixed = np.array([offset + c.unlogged for c in calls])
+        ratio = np.array([0.0 if c.first else c.est_shared / max(c.est_prompt, 1) for c in calls])
+        shared = np.minimum(np.round(fixed + (pred_in - fixed) * ratio), pred_in)
+        first = np.array([c.first for c in calls])
+        allowed = np.array(
+            [
+                replace(c.rules, hit_rate=1.0).cached_one(int(s), int(pin), c.idle)
+                for c, s, pin in zip(calls, shared, pred_in)
+            ],
+            float,
+        )
+        logged_cached = np.array([c.logged_cached for c in calls])
+        known = ~np.isnan(logged_cached)
+        # A run's first call may find the harness's fixed prefix (system prompt, tools) still cached
+        # by the run before it: the share of that prefix read on first calls is fitted per source.
+        kf = known & first
+        warm = 0.0
+        if fit_hit_rate and kf.any() and allowed[kf].sum() > 0:
+            warm = float(min(1.0, logged_cached[kf].sum() / allowed[kf].sum()))
+        allowed[first] = np.round(allowed[first] * warm)
+        rate = 1.0
+        kl = known & ~first
+        if fit_hit_rate and kl.any() and allowed[kl].sum() > 0:
+            rate = float(logged_cached[kl].sum() / allowed[kl].sum())
+        elif not fit_hit_rate:
+            rate = None
+        if rate is None:  # the providers' rules as configured (hit rates from dtoc_rl.calibrated)
+            cached = np.array(
+                [c.rules.cached_one(int(s), int(pin), c.idle) for c, s, pin in zip(calls, shared, pred_in)],
+                float,
+            )
+            cached[first] = 0.0
+            rate_out = None
+        else:
+            cached = np.where(first, allowed, np.round(allowed * min(rate, 1.0)))
+            rate_out = rate
+        logged_in = np.array([c.logged_in for c in calls])
+        logged_usd = np.array([c.logged_dollars for c in calls])
+        billed = ~np.isnan(logged_usd)  # calls whose bill the log gives (cost, or cached tokens)
+        pred_usd = np.array([_dollars(c, ch, pin) for c, ch, pin in zip(calls, cached, pred_in)])
+        shared = np.where(first, 0.0, shared)  # the ideal cache: nothing before a run's first call
+        ideal_usd = np.array([_dollars(c, s, pin) for c, s, pin in zip(calls, shared, pred_in)])
+        rel = 100.0 * (pred_in / logged_in - 1.0)
+        abs_rel = np.abs(rel)
+        sources[src] = {
+            "trajectories": len(trajs_of[src]),
+            "calls": len(calls),
+            "models": sorted({c.prices.source for c in calls}),
+            "factor_base": f_base,
+            "factor": a,
+            "factor_outputs": c_out,
+            "tokens_per_step": per_step,
+            "offset_tokens": offset,
+            "first_call_warm_share": warm,
+            "hit_rate": rate_out,
+            "calls_billed": int(billed.sum()),
+            "logged": {
+                "input_tokens": float(logged_in.sum()),
+                "cached_tokens": float(logged_cached[known].sum()) if known.any() else None,
+                "dollars": float(logged_usd[billed].sum()),
+            },
+            "predicted": {
+                "input_tokens": float(pred_in.sum()),
+                "cached_tokens": float(cached[known].sum()) if known.any() else float(cached.sum()),
+                "dollars": float(pred_usd[billed].sum()),
+                "dollars_ideal_cache": float(ideal_usd[billed].sum()),
+                "cached_tokens_ideal_cache": float(shared[known].sum())
+                if known.any()
+                else float(shared.sum()),
+            },
+            "error_pct": {
+                "input_tokens": _pct(pred_in.sum(), logged_in.sum()),
+                "cached_tokens": _pct(cached[known].sum(), logged_cached[known].sum())
+                if known.any()
+                else None,
+                "dollars": _pct(pred_usd[billed].sum(), logged_usd[billed].sum()),
+                "dollars_ideal_cache": _pct(ideal_usd[billed].sum(), logged_usd[billed].sum()),
+            },
+            "per_call_input_error_pct": {
+                "median_abs": float(np.median(abs_rel)),
+                "p90_abs": float(np.percentile(abs_rel, 90)),
+                "p10": float(np.percentile(rel, 10)),
+                "median": float(np.median(rel)),
+                "p90": float(np.percentile(rel, 90)),
+                "within_5pct": float((abs_rel <= 5).mean()),
+            },
+            "calls_with_logged_cache": int(known.sum()),
+            "calls_without_cache_hit_logged": int((logged_cached[known] == 0).sum()),
+        }
+        calls_out[src] = {
+            "logged_in": logged_in.tolist(),
+            "pred_in": pred_in.tolist(),
+            "logged_cached": [None if math.isnan(x) else x for x in logged_cached.tolist()],
+            "pred_cached": cached.tolist(),
+        }
+    return {"sources": sources, "calls": calls_out}
+
+
+def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool]:
+    """Per source: total dollars within ±tol and per-call input tokens within ±tol (median abs error)."""
+    return {
+        src: bool(
+            abs(s["error_pct"]["dollars"]) <= tol_pct
+            and s["per_call_input_error_pct"]["median_abs"] <= tol_pct
+        )
+        for src, s in summary["sources"].items()
+    }
+
+
+def plot_bill_check(result: dict[str, Any], path) -> str:
+    """Predicted against logged input tokens per call, and the per-call error distribution."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for src, c in result["calls"].items():
+        li, pi = np.asarray(c["logged_in"]), np.asarray(c["pred_in"])
+        ax1.scatter(li, pi, s=4, alpha=0.4, label=src)
+        ax2.hist(np.clip(100 * (pi / li - 1), -50, 50), bins=100, histtype="step", label=src)
+    lim = [1, max(max(c["logged_in"] + c["pred_in"]) for c in result["calls"].values())]
+    ax1.plot(lim, lim, "k--", lw=0.8)
+    ax1.set(xscale="log", yscale="log", xlabel="logged input tokens per call", ylabel="predicted")
+    ax2.axvline(-5, color="k", lw=0.5)
+    ax2.axvline(5, color="k", lw=0.5)
+    ax2.set(xlabel="per-call input error, % (clipped to ±50)", ylabel="calls")
+    ax1.legend(fontsize=7, markerscale=3)
+    fig.suptitle("bill check: the cost model against logged usage")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return str(path)
