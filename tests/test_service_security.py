@@ -306,6 +306,16 @@ def test_duplicate_content_length_is_400_and_closes(serve):
     assert b"more than one Content-Length" in out
 
 
+def test_a_body_sent_with_a_get_is_not_read_as_the_next_request(serve):
+    srv = serve()
+    port = srv.server_address[1]
+    get = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    out = raw_exchange(
+        srv, (get + "Content-Length: 5\r\n\r\nBREW " + get + "Connection: close\r\n\r\n").encode()
+    )
+    assert out.count(b"HTTP/1.1 200") == 2 and b"HTTP/1.1 4" not in out
+
+
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE", "CONNECT", "PROPFIND", "PUT"])
 def test_other_methods_get_a_json_405(serve, method):
     srv = serve()
