@@ -365,13 +365,13 @@ def plot_bill_check(result: dict[str, Any], path) -> str:
     for src, c in result["calls"].items():
         li, pi = np.asarray(c["logged_in"]), np.asarray(c["pred_in"])
         ax1.scatter(li, pi, s=4, alpha=0.4, label=src)
-        ax2.hist(np.clip(100 * (pi / li - 1), -50, 50), bins=100, histtype="step", label=src)
+        ax2.hist(np.clip(100 * (pi / li - 1), -50, 50), bins=100, histtype="step", density=True, label=src)
     lim = [1, max(max(c["logged_in"] + c["pred_in"]) for c in result["calls"].values())]
     ax1.plot(lim, lim, "k--", lw=0.8)
     ax1.set(xscale="log", yscale="log", xlabel="logged input tokens per call", ylabel="predicted")
     ax2.axvline(-5, color="k", lw=0.5)
     ax2.axvline(5, color="k", lw=0.5)
-    ax2.set(xlabel="per-call input error, % (clipped to ±50)", ylabel="calls")
+    ax2.set(xlabel="per-call input error, % (clipped to ±50)", ylabel="share of the source's calls")
     ax1.legend(fontsize=7, markerscale=3)
     fig.suptitle("bill check: the cost model against logged usage")
     fig.tight_layout()

@@ -260,7 +260,7 @@ def test_real_swe_agent_lm_32b_runs(shared_traces: Path):
     folder = shared_traces / "swe-agent-1.0_swebench-verified" / "20250511_sweagent_lm_32b"
     trajs = ingest_paths([folder], progress=False).trajectories
     cal = calibrate(trajs, k=calibrated.CALIBRATED_K, n_boot=2000, seed=0)
-    assert cal.trajectories == 44 and cal.steps == 537
+    assert cal.trajectories == 162 and cal.steps == 2589  # MANIFEST section 4: both batches
     r = cal.rates
     # hidden outputs are re-accessed and copied from far less than visible ones (age confounds this)
     assert 0.002 < r["reaccess_masked"].rate < r["reaccess_visible"].rate < 0.2
