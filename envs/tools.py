@@ -38,7 +38,10 @@ unexpected becomes an ``[error]`` output the model can read.
 
 Every output longer than ``max_output_chars`` (default 10,000 characters, about
 2,500 tokens) keeps its first and last halves around a ``[... N characters cut ...]``
-marker, so one runaway command cannot flood the context.
+marker, so one runaway command cannot flood the context.  A command's output is
+also held in bounded memory while it runs (its first and last ``4 * max_output_chars``
+bytes; beyond that the marker counts bytes), so printing gigabytes costs no more
+than printing a page.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,34 +192,94 @@ def run_command(
         )
     except OSError as e:
         return ToolResult(f"[could not start the command: {e}]", is_error=True, seconds=time.monotonic() - t0)
+    keep = 4 * max(1, max_chars)  # bytes kept at each end: enough for max_chars characters of UTF-8
+    sink = _OutputSink(keep)
+    reader = threading.Thread(target=sink.drain, args=(proc.stdout,), daemon=True)
+    reader.start()
     timed_out = False
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
+        reader.join(max(0.0, timeout - (time.monotonic() - t0)))
+        timed_out = reader.is_alive()  # exited, but a background child still holds the output open
     except subprocess.TimeoutExpired:
         timed_out = True
+    if timed_out:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             proc.kill()
-        try:
-            out, _ = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a grandchild holds the pipe open
-            out = b""
-    text = (out or b"").decode("utf-8", errors="backslashreplace")
+        proc.wait()
+        reader.join(5)  # a grandchild in another session may still hold the pipe: keep what came
     seconds = time.monotonic() - t0
     if timed_out:
-        text = f"{text}\n[timed out after {timeout:g}s: the command was killed]".lstrip("\n")
-        return ToolResult(truncate_output(text, max_chars), is_error=True, timed_out=True, seconds=seconds)
-    if proc.returncode != 0:
-        text = f"{text}\n[exit code {proc.returncode}]".lstrip("\n")
-    elif not text:
-        text = "[no output]"
+        suffix, is_error = f"[timed out after {timeout:g}s: the command was killed]", True
+    elif proc.returncode != 0:
+        suffix, is_error = f"[exit code {proc.returncode}]", True
+    else:
+        suffix, is_error = "", False
+    text = sink.text(max_chars, suffix)
     return ToolResult(
-        truncate_output(text, max_chars),
-        is_error=proc.returncode != 0,
+        text,
+        is_error=is_error,
+        timed_out=timed_out,
         seconds=seconds,
-        returncode=proc.returncode,
+        returncode=None if timed_out else proc.returncode,
     )
+
+
+class _OutputSink:
+    """A command's output kept in bounded memory: the first and last ``keep`` bytes and the
+    total count, so a command printing gigabytes costs no more than one printing a page."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.lock = threading.Lock()
+
+    def drain(self, stream) -> None:
+        try:
+            while True:
+                chunk = stream.read1(_CHUNK) if hasattr(stream, "read1") else stream.read(_CHUNK)
+                if not chunk:
+                    break
+                with self.lock:
+                    self.total += len(chunk)
+                    room = self.keep - len(self.head)
+                    if room > 0:
+                        self.head += chunk[:room]
+                        chunk = chunk[room:]
+                    if chunk:
+                        self.tail += chunk
+                        if len(self.tail) > 2 * self.keep:
+                            del self.tail[: len(self.tail) - self.keep]
+        except (OSError, ValueError):  # the pipe was closed under us after a kill
+            pass
+        finally:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def text(self, max_chars: int, suffix: str) -> str:
+        """The output as the tool shows it: cut head+tail to ``max_chars`` like
+        :func:`truncate_output`, with ``suffix`` (exit code, timeout) kept at the end."""
+        with self.lock:
+            head, tail, total = bytes(self.head), bytes(self.tail[-self.keep :]), self.total
+        if total <= 2 * self.keep:  # all of it was kept (head and tail do not overlap)
+            text = (head + bytes(self.tail)).decode("utf-8", errors="backslashreplace")
+            if suffix:
+                text = f"{text}\n{suffix}".lstrip("\n")
+            elif not text:
+                text = "[no output]"
+            return truncate_output(text, max_chars)
+        half = max(1, max_chars // 2)
+        start = head.decode("utf-8", errors="backslashreplace")[:half]
+        end = tail.decode("utf-8", errors="backslashreplace")
+        end = (f"{end}\n{suffix}" if suffix else end)[-half:]
+        skipped = total - len(start.encode("utf-8", errors="surrogateescape")) - len(end.encode())
+        return f"{start}\n[... about {max(0, skipped)} bytes cut ...]\n{end}"
 
 
 def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

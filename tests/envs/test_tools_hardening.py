@@ -88,6 +88,18 @@ def test_a_huge_sparse_file_is_never_read_whole(work):
     assert _peak_mb() - before < 200  # MB; reading it whole would add more than 1,000
 
 
+def test_a_command_printing_hundreds_of_megabytes_is_kept_in_bounded_memory(work):
+    box = Toolbox(work, timeout=60)
+    before = _peak_mb()
+    res = box.run("bash", {"command": "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo THE-END; exit 3"})
+    assert _peak_mb() - before < 100  # MB; keeping the output would add 300 (600 as text)
+    assert res.is_error and res.returncode == 3
+    assert res.output.startswith("aaaa") and res.output.endswith("THE-END\n\n[exit code 3]")
+    assert "bytes cut ...]" in res.output and len(res.output) < box.max_output_chars + 100
+    small = box.run("bash", {"command": "printf 'x%.0s' $(seq 1 30000)"})  # 30,000 chars: cut as before
+    assert small.output.startswith("x" * 5000 + "\n[... 20000 characters cut ...]\n")
+
+
 def test_a_line_range_of_a_large_file_is_found_by_scanning(work):
     lines = [f"row {i:07d} " + "x" * 80 + "\n" for i in range(1, 30_001)]  # ~2.8 MB
     (work / "log.txt").write_text("".join(lines))
