@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_cross_model", "plot_pareto", "plot_token_curves"]
+__all__ = ["curves_figure", "pareto_figure", "plot_cross_model", "plot_pareto", "plot_token_curves"]
 
 
 def _plt():
@@ -18,13 +18,14 @@ def _plt():
     return plt
 
 
-def _save(fig, out: Path, dpi: int = 200) -> Path:
+def _save(fig, out: Path, dpi: int = 200, tight: bool = True) -> Path:
     """Save in the format the suffix names (png, pdf, svg); ``dpi`` matters for png only."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(out, dpi=dpi)
-    fig.clf()
+    _plt().close(fig)
     return out
 
 
@@ -41,20 +42,147 @@ def _family(label: str) -> str:
     return label.split(":")[0].split("(")[0].split("[")[0]
 
 
-def plot_pareto(
+def _human(v: str) -> str:
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return f"{x / 1000:g}k" if abs(x) >= 1000 and x % 100 == 0 else v
+
+
+def _point_label(policy: str) -> str:
+    """A short, unambiguous label: ``last_n:n=5`` → ``last_n n=5``, ``budget:budget=8000`` → ``budget 8k``."""
+    fam = _family(policy)
+    if fam == "learned" or policy.startswith("learned:"):
+        return _short(policy)
+    _, _, params = policy.partition(":")
+    parts = []
+    for kv in filter(None, params.split(",")):
+        k, eq, v = kv.partition("=")
+        if not eq:
+            parts.append(kv)
+        elif k == fam:
+            parts.append(_human(v))
+        else:
+            parts.append(f"{k.replace('attention_window', 'window')}={_human(v)}")
+    return (
+        " ".join([fam, *parts])
+        if fam in ("last_n", "budget", "obs_mask", "anthropic_clear") or parts
+        else fam
+    )
+
+
+def _palette(plt) -> list:
+    """tab10 without its red and grey: crimson marks the learned policy, grey no management."""
+    return [c for i, c in enumerate(plt.cm.tab10.colors) if i not in (3, 7)]
+
+
+def _is_learned(policy: str) -> bool:
+    return _family(policy) == "learned" or "/" in policy.split(":")[0] or policy.startswith("learned")
+
+
+# candidate label offsets (points): close first, then further out, in sixteen directions
+_ANGLES = (30, 150, -30, -150, 0, 180, 60, 120, -60, -120, 90, -90, 15, 165, -15, -165)
+_RADII = (6, 14, 24, 36, 50, 66, 84, 104)
+
+
+def _obstacle_points(ax, step_px: float = 3.0):
+    """Pixel points along every drawn line (data lines, error bars, caps): labels avoid covering them."""
+    import numpy as np
+
+    segs = []
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), float)
+        if len(xy):
+            segs.append(ax.transData.transform(xy))
+    for coll in ax.collections:
+        for seg in getattr(coll, "get_segments", lambda: [])():
+            if len(seg):
+                segs.append(ax.transData.transform(np.asarray(seg, float)))
+    pts = []
+    for s in segs:
+        s = s[np.isfinite(s).all(axis=1)]
+        pts.append(s)
+        for a, b in zip(s[:-1], s[1:]):
+            n = int(np.hypot(*(b - a)) // step_px)
+            if n > 1:
+                t = np.linspace(0, 1, n)[1:-1, None]
+                pts.append(a + t * (b - a))
+    return np.concatenate(pts) if pts else np.zeros((0, 2))
+
+
+def _place_labels(fig, ax, points: list[tuple[float, float, str, dict]]) -> list:
+    """Annotate each (x, y, text, style) so that no two labels overlap and each stays in the axes.
+
+    Greedy, in list order (the priority): each label tries rings of growing radius around its
+    point and takes the spot that overlaps no placed label and stays inside the axes, preferring
+    spots close to the point that cover fewer markers and lines; a label placed away from its
+    point gets a thin leader line."""
+    import math
+
+    import numpy as np
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axbox = ax.get_window_extent(renderer)
+    px = np.array([ax.transData.transform((x, y)) for x, y, _, _ in points]).reshape(-1, 2)
+    lines = _obstacle_points(ax)
+    pt = fig.dpi / 72  # pixels per point
+    marker_r = 4.0 * pt
+    taken: list[tuple[float, float, float, float]] = []
+    labels = []
+
+    def area(b, o) -> float:
+        return max(0.0, min(b[2], o[2]) - max(b[0], o[0])) * max(0.0, min(b[3], o[3]) - max(b[1], o[1]))
+
+    for (x, y, text, style), (u, v) in zip(points, px):
+        probe = ax.text(0, 0, text, fontsize=7, **style)  # its size; the offsets only move it
+        size = probe.get_window_extent(renderer)
+        w, h = size.width, size.height
+        probe.remove()
+        best = None
+        for r in _RADII:
+            for a in _ANGLES:
+                dx, dy = r * math.cos(math.radians(a)), r * math.sin(math.radians(a))
+                ha = "left" if dx > 1 else "right" if dx < -1 else "center"
+                va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
+                ox, oy = u + dx * pt, v + dy * pt
+                x0 = ox if ha == "left" else ox - w if ha == "right" else ox - w / 2
+                y0 = oy if va == "bottom" else oy - h if va == "top" else oy - h / 2
+                b = (x0 - 1.5, y0 - 1.5, x0 + w + 1.5, y0 + h + 1.5)
+                inside = b[0] >= axbox.x0 and b[2] <= axbox.x1 and b[1] >= axbox.y0 and b[3] <= axbox.y1
+                free = all(area(b, o) == 0 for o in taken)
+                # soft: markers covered (own one included), line pixels covered, distance
+                near = (px[:, 0] + marker_r >= b[0]) & (px[:, 0] - marker_r <= b[2])
+                near &= (px[:, 1] + marker_r >= b[1]) & (px[:, 1] - marker_r <= b[3])
+                hit = 0
+                if len(lines):
+                    hit = int(((lines[:, 0] >= b[0]) & (lines[:, 0] <= b[2])
+                               & (lines[:, 1] >= b[1]) & (lines[:, 1] <= b[3])).sum())  # fmt: skip
+                soft = 400.0 * int(near.sum()) + 25.0 * hit + 3.0 * r
+                cost = (0 if inside and free else 1e9) + soft
+                if best is None or cost < best[0]:
+                    best = (cost, (dx, dy), ha, va, b, r)
+        assert best is not None
+        _, xytext, ha, va, b, r = best
+        kw = {}
+        if r > _RADII[1]:  # away from its point: a leader line says whose label it is
+            kw["arrowprops"] = {"arrowstyle": "-", "lw": 0.5, "color": "0.55", "shrinkA": 0, "shrinkB": 3}
+        ann = ax.annotate(text, (x, y), xytext=xytext, textcoords="offset points", ha=ha, va=va,
+                          fontsize=7, zorder=6, **kw, **style)  # fmt: skip
+        taken.append(b)
+        labels.append(ann)
+    return labels
+
+
+def pareto_figure(
     rows: Sequence[dict[str, Any]],
-    out: Path,
     title: str = "",
     group: tuple[str, str] | None = None,
-    dpi: int = 200,
-) -> Path:
-    """Dollar savings (y) against misses per 100 steps (x), one point per policy,
-    lines joining parameter sweeps of the same policy, 95% CIs as error bars.
-
-    ``group`` picks the rows, e.g. ``("split", "held-out")``; by default the held-out split when the
-    rows have one (a learned policy is judged on tasks it did not train on), else ``overall``."""
+):
+    """The Pareto chart as ``(fig, ax, labels)``; :func:`plot_pareto` saves it."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
     if group is None:
         held = any(r["group_by"] == "split" and r["group"] == "held-out" for r in rows)
         group = ("split", "held-out") if held else ("overall", "all")
@@ -62,7 +190,11 @@ def plot_pareto(
     title = title or f"Savings against misses ({group[1] if group[0] != 'overall' else 'all trajectories'})"
     by_family: dict[str, list] = {}
     for r in overall:
-        by_family.setdefault(_family(r["policy"]), []).append(r)
+        key = "learned" if _is_learned(r["policy"]) else _family(r["policy"])
+        by_family.setdefault(key, []).append(r)
+    colors = _palette(plt)
+    others = [f for f in by_family if f not in ("learned", "oracle", "none")]
+    points = []  # (x, y, label, style, priority)
     for fam, rs in by_family.items():
         rs = sorted(rs, key=lambda r: r["misses_per_100"])
         xs = [r["misses_per_100"] for r in rs]
@@ -73,52 +205,110 @@ def plot_pareto(
         ]
         xerr = [[r["misses_per_100"] - r["misses_per_100_lo"] for r in rs],
                 [r["misses_per_100_hi"] - r["misses_per_100"] for r in rs]]  # fmt: skip
-        ax.errorbar(
-            xs,
-            ys,
-            xerr=xerr,
-            yerr=yerr,
-            marker="o",
-            capsize=3,
-            label=fam,
-            linestyle="-" if len(rs) > 1 else "",
-        )
+        if fam == "learned":  # the policy the reader came for: on top of everything, never hidden
+            style = {"color": "crimson", "marker": "D", "ms": 7, "zorder": 5, "mec": "black", "mew": 0.8}
+        elif fam == "oracle":
+            style = {"color": "black", "marker": "*", "ms": 11, "zorder": 4}
+        elif fam == "none":
+            style = {"color": "grey", "marker": "s", "ms": 6, "zorder": 3}
+        else:
+            style = {"color": colors[others.index(fam) % len(colors)], "marker": "o", "ms": 5, "zorder": 3}
+        ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, capsize=2.5, elinewidth=0.8, label=fam,
+                    linestyle="-" if len(rs) > 1 else "", lw=1.0, **style)  # fmt: skip
+        rank = {"learned": 0, "oracle": 1, "none": 2}.get(fam, 3)
         for r, x, y in zip(rs, xs, ys):
-            if len(rs) > 1:
-                ax.annotate(
-                    r["policy"].split(":", 1)[-1].split(",")[-1],
-                    (x, y),
-                    fontsize=7,
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
-    ax.axhline(0, color="grey", lw=0.8)
+            points.append((x, y, _point_label(r["policy"]), {"color": style["color"]}, rank))
+    ax.axhline(0, color="grey", lw=0.6, zorder=1)
     ax.set_xlabel("misses per 100 steps (lower is better)")
     ax.set_ylabel("dollar savings vs. no management, % (higher is better)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _save(fig, out, dpi)
+    # room for labels around the extreme points: 12% of the data span on each side
+    ax.margins(x=0.12, y=0.12)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    fig.tight_layout()
+    points.sort(key=lambda p: p[4])
+    labels = _place_labels(fig, ax, [p[:4] for p in points])
+    return fig, ax, labels
+
+
+def plot_pareto(
+    rows: Sequence[dict[str, Any]],
+    out: Path,
+    title: str = "",
+    group: tuple[str, str] | None = None,
+    dpi: int = 200,
+) -> Path:
+    """Dollar savings (y) against misses per 100 steps (x), one labelled point per policy, lines
+    joining parameter sweeps of the same policy, 95% CIs as error bars; the learned policy is drawn
+    last, on top.  The file format follows ``out``'s suffix (png, pdf, svg).
+
+    ``group`` picks the rows, e.g. ``("split", "held-out")``; by default the held-out split when the
+    rows have one (a learned policy is judged on tasks it did not train on), else ``overall``."""
+    fig, _, _ = pareto_figure(rows, title, group)
+    return _save(fig, out, dpi, tight=False)
+
+
+def curves_figure(curves: dict[str, dict[str, list[int]]]):
+    """The token-curve figure as ``(fig, axes, legend)``; :func:`plot_token_curves` saves it."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _plt()
+    n = max(1, len(curves))
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.8 * n + 1.2), squeeze=False)
+    labels = list(dict.fromkeys(label for per in curves.values() for label in per))
+    fams = list(dict.fromkeys(_family(lb) for lb in labels if _family(lb) not in ("oracle", "none")))
+    fams = [f for f in fams if not any(_is_learned(lb) and _family(lb) == f for lb in labels)] or fams
+    colors = _palette(plt)
+    dashes = ["-", "--", ":", "-."]
+    seen: dict[str, int] = {}
+    styles = {}
+    for lb in labels:  # one colour per policy family, one line style per member of a sweep
+        fam = _family(lb)
+        k = seen[fam] = seen.get(fam, -1) + 1
+        if lb == "oracle":
+            styles[lb] = {"color": "black", "lw": 2.0, "zorder": 4}
+        elif lb == "none":
+            # a wide pale band under everything: policies that change nothing run inside it, visibly
+            styles[lb] = {"color": "0.6", "lw": 5.0, "alpha": 0.45, "zorder": 1, "solid_capstyle": "butt"}
+        elif _is_learned(lb):
+            styles[lb] = {"color": "crimson", "lw": 1.6, "ls": dashes[k % len(dashes)], "zorder": 5}
+        else:
+            styles[lb] = {"color": colors[fams.index(fam) % len(colors)], "lw": 1.1,
+                          "ls": dashes[k % len(dashes)], "zorder": 3}  # fmt: skip
+    handles = {}
+    for ax, (tid, per_policy) in zip(axes[:, 0], curves.items()):
+        for label, ys in per_policy.items():
+            (line,) = ax.plot(range(1, len(ys) + 1), ys, label=_point_label(label), **styles[label])
+            handles.setdefault(label, line)
+        ax.set_title(tid, fontsize=9)
+        ax.set_ylabel("active tokens")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # calls are counted, not measured
+        ax.yaxis.set_major_formatter(
+            plt.FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}")
+        )
+        ax.margins(x=0.01)
+    axes[-1, 0].set_xlabel("model call")
+    ncol = min(5, max(1, len(handles)))
+    legend = fig.legend(
+        list(handles.values()),
+        [_point_label(lb) for lb in handles],
+        loc="lower center",
+        ncol=ncol,
+        fontsize=7.5,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+    fig.canvas.draw()
+    height = legend.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height
+    fig.tight_layout(rect=(0, height + 0.01, 1, 1))  # the panels end where the legend starts
+    return fig, axes, legend
 
 
 def plot_token_curves(curves: dict[str, dict[str, list[int]]], out: Path, dpi: int = 200) -> Path:
-    """Active tokens at each call, per sample trajectory, all policies overlaid."""
-    plt = _plt()
-    n = max(1, len(curves))
-    fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
-    colors = plt.cm.tab20.colors
-    for ax, (tid, per_policy) in zip(axes[:, 0], curves.items()):
-        for i, (label, ys) in enumerate(per_policy.items()):
-            style = (
-                {"color": "black", "lw": 2.0} if label == "oracle" else {"color": colors[i % 20], "lw": 1.1}
-            )
-            if label == "none":
-                style = {"color": "grey", "lw": 2.0, "ls": "--"}
-            ax.plot(ys, label=_short(label), **style)
-        ax.set_title(tid, fontsize=9)
-        ax.set_xlabel("call")
-        ax.set_ylabel("active tokens")
-    axes[0, 0].legend(fontsize=7, ncol=2)
-    return _save(fig, out, dpi)
+    """Active tokens at each model call, per sample trajectory, all policies overlaid; one legend
+    below the panels (never over the data).  The file format follows ``out``'s suffix."""
+    fig, _, _ = curves_figure(curves)
+    return _save(fig, out, dpi, tight=False)
 
 
 def plot_cross_model(matrix: dict[str, dict[str, float]], out: Path, metric: str = "savings") -> Path:
