@@ -270,7 +270,41 @@ COUNT_KEYS = (
     "liftm_x_n", "liftm_x_k", "liftm_nx_n", "liftm_nx_k",
     # miss episodes: direct re-reads, episodes opened by a miss-kind need (failed, re-read within k)
     "ep", "ep_reread", "ep_absorbed", "ep_direct", "ep_x", "ep_x_failed", "ep_x_reread", "ep_censored",
+    # how a re-read episode got the output back (recovery_kind)
+    "rec_same", "rec_narrower", "rec_other",
 )  # fmt: skip
+
+RECOVERY_KINDS = {
+    "rec_same": "re-ran the same command (its output appended at the end)",
+    "rec_narrower": "viewed a narrower range of the same file",
+    "rec_other": "re-accessed the resource another way (other command or range)",
+}
+
+
+def _view_range(step) -> tuple[float, float] | None:
+    """(first, last) line a file view shows; the whole file when it names no range; None: no view."""
+    import json
+
+    try:
+        args = json.loads(step.tool_args) if step.tool_args.strip().startswith("{") else None
+    except ValueError:
+        return None
+    if not isinstance(args, dict) or args.get("command") != "view" or not args.get("path"):
+        return None
+    rng = args.get("view_range")
+    if isinstance(rng, list) and len(rng) == 2 and all(isinstance(x, int) for x in rng):
+        return float(rng[0]), float("inf") if rng[1] == -1 else float(rng[1])
+    return 1.0, float("inf")
+
+
+def recovery_kind(original, reread) -> str:
+    """How step ``reread`` re-accessed what step ``original`` had read: one of RECOVERY_KINDS."""
+    if " ".join((reread.tool_args or "").split()) == " ".join((original.tool_args or "").split()):
+        return "rec_same"
+    a, b = _view_range(original), _view_range(reread)
+    if a and b and a[0] <= b[0] and b[1] <= a[1] and (b[1] - b[0]) < (a[1] - a[0]):
+        return "rec_narrower"
+    return "rec_other"
 
 
 @dataclass
@@ -400,6 +434,7 @@ def traj_counts(
                 else:
                     c["ep_x_reread"] += 1
                     tc.delays.append(t - open_t)
+                c[recovery_kind(steps[i], steps[t])] += 1
                 open_t = None
             elif i in miss[t] and open_t is None:
                 open_t = t
@@ -560,6 +595,11 @@ def calibrate(
         "censored": int(per["ep_censored"].sum()),
         "delay_hist": {str(d): delays[d] for d in range(0, k + 1)},
         "delay_mean": (sum(d * c for d, c in delays.items()) / sum(delays.values())) if delays else math.nan,
+        # how the agents got a hidden output back, and how often they went on without it
+        "recovery": {
+            **{RECOVERY_KINDS[key]: r(key, "ep").to_dict() for key in RECOVERY_KINDS},
+            "went on without it (no re-read within k steps)": r("ep_absorbed", "ep").to_dict(),
+        },
     }
     by_age = _by_age(tcs, idx)
     return Calibration(
