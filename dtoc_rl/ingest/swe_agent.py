@@ -482,7 +482,15 @@ class SweAgentIngester(Ingester):
 
         instance_id = path.name.removesuffix(".traj")
         system, first_user = "", ""
+        # Demonstrations (0.x ``is_demo`` messages, a worked example of some 5,000 tokens) are sent
+        # with every model call, right after the system message: they belong to the prompt's fixed
+        # part, so they are kept with the system prompt rather than dropped.
         try:
+            demos = [
+                _text(m.get("content"))
+                for m in history
+                if isinstance(m, dict) and m.get("is_demo") and m.get("content")
+            ]
             for m in history:
                 if not isinstance(m, dict) or m.get("is_demo"):
                     continue
@@ -493,12 +501,16 @@ class SweAgentIngester(Ingester):
                     break
         except IngestError as err:
             raise IngestError(err.reason, path) from None
+        if demos:
+            system = "\n\n".join([system, *demos]) if system else "\n\n".join(demos)
         m = (_ISSUE_1X if is_1x else _ISSUE_0X).search(first_user)
         task = m.group(1).strip() if m else ""
         if not task:
             task = str(((replay.get("problem_statement") or {}).get("text")) or first_user)
 
         extra: dict[str, Any] = {"exit_status": info.get("exit_status")}
+        if demos:
+            extra["demonstration_chars"] = sum(len(d) for d in demos)
         n_last = None
         if is_1x:
             extra["swe_agent_version"] = info.get("swe_agent_version")

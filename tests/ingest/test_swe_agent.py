@@ -244,3 +244,29 @@ def test_synthetic_1x_inconsistent_context_is_unknown(tmp_path):
     t = _parse(_write(tmp_path, "inst-2.traj", data))
     assert [s.masked_before for s in t.steps] == [[], None]
     assert t.extra_dict()["masking_unknown_steps"] == [1]
+
+
+@pytest.mark.shared
+def test_0x_demonstrations_stay_in_the_prompt(shared_traces):
+    """The is_demo messages are sent with every call: the system prompt keeps them (docs/schema.md)."""
+    from dtoc_rl.episode import compile_episode
+
+    java = sorted((shared_traces / "swe-agent-0.x_multi-swe-bench-java").rglob("*.traj"))
+    sent = replayed_without = replayed_with = 0
+    for f in java:
+        raw = json.loads(f.read_text())
+        demos = [m["content"] for m in raw["history"] if m.get("is_demo")]
+        t = _parse(f)
+        assert demos and all(d in t.system_prompt for d in demos), f
+        assert t.system_prompt.startswith(raw["history"][0]["content"])  # the system message first
+        assert t.extra_dict()["demonstration_chars"] == sum(len(d) for d in demos)
+        ep = compile_episode(t)
+        calls = raw["info"]["model_stats"]["api_calls"]
+        sent += raw["info"]["model_stats"]["tokens_sent"]
+        replayed_with += ep.base_tokens * calls
+        replayed_without += (ep.base_tokens - -(-sum(len(d) for d in demos) // 4)) * calls
+    # the fixed prompt part alone: with the demonstration it is a large share of what was sent
+    assert replayed_with > 1.5 * replayed_without
+    assert replayed_with < sent
+    lite = sorted((shared_traces / "swe-agent-0.x_gpt-4-0125_swebench-lite").rglob("*.traj"))[0]
+    assert "demonstration" not in _parse(lite).system_prompt  # runs without demonstrations keep none
