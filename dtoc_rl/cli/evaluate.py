@@ -44,6 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
     p.add_argument(
+        "--recovery",
+        default="append",
+        choices=["append", "restore"],
+        help="how a re-read brings a missed output back: append (the agent re-runs the tool; masking "
+        "rules) or restore (in place; only a policy that can re-enable outputs)",
+    )
+    p.add_argument(
+        "--cache",
+        default="provider",
+        choices=["provider", "ideal"],
+        help="prompt cache: the provider's rules (minimum size, steps, lifetime, hit rate) or ideal",
+    )
+    p.add_argument(
         "--max-items",
         type=int,
         default=None,
@@ -110,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
-        cost = CostConfig(miss=args.miss, overhead=args.overhead, **kw)
+        cost = CostConfig(
+            miss=args.miss, overhead=args.overhead, recovery=args.recovery, cache=args.cache, **kw
+        )
         if args.backend == "ray":
             from dtoc_rl.policies.evaluate_ray import evaluate_ray as evaluate
         runs = evaluate(
