@@ -41,15 +41,19 @@ def test_missing_minari_names_the_extra(monkeypatch, tmp_path):
         export_minari("dtoc_rl/x-v0", out_dir=tmp_path)
 
 
-minari = pytest.importorskip("minari")
+@pytest.fixture
+def minari():
+    return pytest.importorskip("minari")  # the tests above run without it
 
 
 def _load(out, dataset_id, monkeypatch):
+    import minari
+
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(out))
     return minari.load_dataset(dataset_id)
 
 
-def test_export_replays_the_policy_and_loads_back(tmp_path, monkeypatch):
+def test_export_replays_the_policy_and_loads_back(tmp_path, monkeypatch, minari):
     out = export_minari("dtoc_rl/replay-last3-v0", "last_n:n=3", out_dir=tmp_path, episodes=3, max_items=N)
     assert out["episodes"] == 3 and out["policy"] == "last_n(n=3,polling=1)"
     ds = _load(tmp_path, "dtoc_rl/replay-last3-v0", monkeypatch)
@@ -73,7 +77,7 @@ def test_export_replays_the_policy_and_loads_back(tmp_path, monkeypatch):
         export_minari("dtoc_rl/replay-last3-v0", "none", out_dir=tmp_path, episodes=1)
 
 
-def test_flat_export_records_visible_bits_and_objects_need_no_spec(tmp_path, monkeypatch):
+def test_flat_export_records_visible_bits_and_objects_need_no_spec(tmp_path, monkeypatch, minari):
     trajs = load_trajectories(bundled_dataset())[:2]
     out = export_minari(
         "dtoc_rl/flat-v0", "last_n:n=3", dataset=trajs, out_dir=tmp_path, flat=True, max_items=N
@@ -85,7 +89,7 @@ def test_flat_export_records_visible_bits_and_objects_need_no_spec(tmp_path, mon
     assert "item_features" in ep.observations and "items" not in ep.observations
 
 
-def test_script_writes_a_dataset_and_reports_errors_in_one_line(tmp_path, capsys):
+def test_script_writes_a_dataset_and_reports_errors_in_one_line(tmp_path, capsys, minari):
     from scripts import minari_export
 
     argv = ["--dataset-id", "dtoc_rl/s-v0", "--policy", "oracle", "--episodes", "2", "--out", str(tmp_path)]
