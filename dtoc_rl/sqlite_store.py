@@ -138,13 +138,14 @@ def _check_file(path: Path) -> None:
 def _check_schema(db: sqlite3.Connection, path: Path) -> bool:
     """True when the database has the store's tables, False when it has no tables at all;
     another program's database is an error."""
-    tables = {
-        name: {r[1] for r in db.execute(f"PRAGMA table_info({name!r})")}
-        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-    }
-    if not tables:
+    names = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not names:
         return False
-    bad = [t for t, cols in _NEEDED.items() if not cols <= tables.get(t, set())]
+    bad = [
+        t
+        for t, cols in _NEEDED.items()
+        if t not in names or not cols <= {r[1] for r in db.execute(f"PRAGMA table_info('{t}')")}
+    ]
     if bad:
         raise StoreFileError(
             f"{path}: an SQLite database but not a DTOC session store "
@@ -220,46 +221,69 @@ class SQLiteStore(Store):
             raise err
 
     def _open_session(self, session_id: str | None, create: bool) -> Exception | None:
-        """Check the schema and find or make the session row, in one write transaction so
-        that concurrent openers do not race.  Returns the error to raise for a session
-        that cannot be opened as asked (kept apart from errors of a damaged file)."""
+        """Check the schema and find the session row; returns the error to raise for a session
+        that cannot be opened as asked (kept apart from errors of a damaged file).  A plain
+        read first, so opening an existing session never waits for a busy writer; the write
+        lock only when tables, a column or the session row must be made, rechecking under it."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if not _check_schema(db, self.path):  # an SQLite file with no tables yet
-                for stmt in _SCHEMA.split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
-            cols = {r[1] for r in db.execute("PRAGMA table_info('sessions')")}
-            if "version" not in cols:  # a store made before writes were versioned
-                db.execute("ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
-            row = db.execute(
-                "SELECT estimator, version FROM sessions WHERE session_id=?", (self.session_id,)
-            ).fetchone()
-            err: Exception | None = None
-            if row is None:
-                if session_id is not None and not create:
-                    err = KeyError(f"no session {session_id!r} in {self.path}")
-                else:
+        for write in (False, True):
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                has_schema = _check_schema(db, self.path)
+                cols = {r[1] for r in db.execute("PRAGMA table_info('sessions')")} if has_schema else set()
+                row = None
+                if has_schema:
+                    row = db.execute(
+                        "SELECT estimator FROM sessions WHERE session_id=?", (self.session_id,)
+                    ).fetchone()
+                if row is None and session_id is not None and not create:
+                    db.execute("COMMIT")
+                    return KeyError(f"no session {session_id!r} in {self.path}")
+                if row is not None and row[0] != self.estimator.name:
+                    db.execute("COMMIT")
+                    return ValueError(
+                        f"session {self.session_id!r} in {self.path} was created with estimator "
+                        f"{row[0]!r}, reopened with {self.estimator.name!r}"
+                    )
+                if has_schema and "version" in cols and row is not None:
+                    db.execute("COMMIT")
+                    return None
+                if not write:
+                    db.execute("COMMIT")
+                    continue
+                if not has_schema:  # an SQLite file with no tables yet
+                    for stmt in _SCHEMA.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
+                elif "version" not in cols:  # a store made before writes were versioned
+                    db.execute("ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+                if row is None:
                     db.execute(
                         "INSERT INTO sessions (session_id, created, estimator, version) VALUES (?,?,?,0)",
                         (self.session_id, time.time(), self.estimator.name),
                     )
-            elif row[0] != self.estimator.name:
-                err = ValueError(
-                    f"session {self.session_id!r} in {self.path} was created with estimator {row[0]!r}, "
-                    f"reopened with {self.estimator.name!r}"
-                )
-            else:
-                self._version = int(row[1])
-            db.execute("COMMIT")
-            return err
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+                db.execute("COMMIT")
+                return None
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return None
 
     def _load(self) -> None:
+        """Read the session in one read transaction: a consistent snapshot even while another
+        process writes (its version, outputs and messages all from the same moment)."""
+        self._db.execute("BEGIN")
+        try:
+            self._read_session()
+        finally:
+            self._db.execute("COMMIT")
+
+    def _read_session(self) -> None:
+        row = self._db.execute(
+            "SELECT version FROM sessions WHERE session_id=?", (self.session_id,)
+        ).fetchone()
+        self._version = int(row[0])
         cur = self._db.execute(
             "SELECT tool_key, tool_result, estimated_tokens, visible_cost, hidden_cost, timestamp, visible,"
             " tool_name, tool_args, step, call_id FROM outputs WHERE session_id=? ORDER BY seq",

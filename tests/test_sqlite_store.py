@@ -402,3 +402,48 @@ def test_sqlites_memory_name_makes_no_file(tmp_path, monkeypatch):
     s = SQLiteStore(":memory:", session_id="m")
     s.add("x")
     assert len(s) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_opening_during_writes_sees_a_consistent_session(tmp_path):
+    """Outputs and messages are read from one snapshot: a turn committed between the two reads
+    would otherwise show a tool message whose output was not loaded."""
+    import time
+
+    from dtoc_rl import DTOCContext
+
+    db = tmp_path / "rw.db"
+    DTOCContext(query="task", store=SQLiteStore(db, session_id="s", synchronous="OFF")).store.close()
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import time
+                from dtoc_rl import DTOCContext, SQLiteStore
+                ctx = DTOCContext(store=SQLiteStore({str(db)!r}, session_id="s", synchronous="OFF"))
+                end = time.monotonic() + 20
+                n = 0
+                print("go", flush=True)
+                while time.monotonic() < end:
+                    ctx.add_assistant("", tool_calls=[{{"id": "c%d" % n, "name": "bash", "arguments": {{}}}}])
+                    ctx.add_tool_result("x" * (n % 500), "c%d" % n)
+                    n += 1
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout.readline().strip() == "go"
+        opened, t0 = 0, time.monotonic()
+        while opened < 25 and time.monotonic() - t0 < 5:
+            ctx = DTOCContext(store=SQLiteStore(db, session_id="s"))  # raised on a torn read
+            assert len(ctx.pending_calls) <= 1 and ctx.active_tokens == ctx.recount()
+            ctx.store.close()
+            opened += 1
+        assert opened >= 5
+    finally:
+        writer.kill()
+        writer.wait()
