@@ -509,6 +509,7 @@ function createDtoc(opts = {}) {
         // the turns get what the body limit leaves after the items' metadata
         const room = Math.max(MIN_TURNS_BYTES, MAX_BODY_BYTES - jsonBytes(b));
         // the session names this plugin instance: a restarted OpenCode numbers its outputs anew
+        /** @type {Record<string, any>} */
         const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns), room) };
         if (s.sentTurns === 0) out.task = clip(task);
         return out;
@@ -519,7 +520,7 @@ function createDtoc(opts = {}) {
         // copies, so `body` is still the metadata alone)
         decision = await decide(s.retry === "all" && !s.labelsOff ? withTurns(body) : body, s);
       }
-      if (decision === RETRY) decision = null;
+      if (typeof decision === "symbol") decision = null; // still refused: show everything this time
       if (labelled && decision && s.sentTurns) s.sentIds = turnIds.slice(0, s.sentTurns);
       apply(s, decision);
       for (const { part, item } of managed) {

@@ -2,12 +2,11 @@
 // Run with `node --test test/dtoc.test.js` (the pytest wrapper sets DTOC_PYTHON to its interpreter).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { createServer } from "node:net";
 import { readFileSync } from "node:fs";
 import * as plugin from "../dtoc.js";
 import { DtocContextPlugin } from "../dtoc.js";
+import { startService } from "./service.js";
 
 const PYTHON = process.env.DTOC_PYTHON || "python3";
 const SID = "ses_test";
@@ -22,51 +21,12 @@ delete process.env.DTOC_MODEL;
 let proc = null;
 let url = "";
 
-/** Start the service; resolve with its URL once /health answers. */
-async function startService() {
-  const args = [
-    "-c",
-    "import sys; from dtoc_rl.cli import main; sys.exit(main())",
-    "serve",
-    "--policy",
-    "last_n:n=2",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "0",
-    "--json",
-  ];
-  proc = spawn(PYTHON, args, { stdio: ["ignore", "pipe", "pipe"] });
-  let stderr = "";
-  proc.stderr?.on("data", (d) => (stderr += d));
-  const rl = createInterface({ input: /** @type {any} */ (proc.stdout) });
-  const line = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("service did not start in 90 s: " + stderr)), 90_000);
-    rl.once("line", (l) => {
-      clearTimeout(timer);
-      resolve(l);
-    });
-    proc?.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`service exited with ${code}: ${stderr}`));
-    });
-  });
-  const info = JSON.parse(/** @type {string} */ (line));
-  assert.equal(info.host, "127.0.0.1");
-  url = info.url;
-  for (let i = 0; i < 100; i++) {
-    try {
-      const r = await fetch(url + "/health");
-      if (r.ok && (await r.json()).status === "ok") return;
-    } catch {
-      /* not yet */
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("service never became healthy");
-}
-
-before(startService, { timeout: 120_000 });
+before(
+  async () => {
+    ({ url, proc } = await startService({ policy: "last_n:n=2", token: TOKEN, python: PYTHON }));
+  },
+  { timeout: 120_000 },
+);
 after(() => {
   if (proc && proc.exitCode === null) proc.kill("SIGTERM");
 });
