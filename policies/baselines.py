@@ -16,12 +16,17 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.models import FAMILIES
 from dtoc_rl.policies.base import Policy
+from dtoc_rl.pricing import Prices, prices_for
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
     "AnthropicClearToolUses",
+    "CacheAwareClear",
+    "HideBig",
     "LastNObservations",
     "NoManagement",
     "ObservationMasking",
@@ -284,3 +289,208 @@ class TokenBudget(Policy):
 
     def config(self):
         return {"budget": self.budget}
+
+
+def needed_again(obs: dict[str, np.ndarray]) -> np.ndarray:
+    """Slots whose output some call needed after the first call that saw it.
+
+    The first call after an output is stored reads it (offset 0); "needed again" is a need at a later
+    call.  The observation carries ``times_needed`` and ``since_need`` (calls since the last need), so
+    the last need's offset is ``age - since_need - 1``: when that is >= 1 the output was needed again.
+    Needs are counted whether or not the output was visible, so a need on a hidden output (a miss)
+    counts too.  Only the last need's offset is exposed, but it can only grow, so the signal never
+    switches off once on.
+    """
+    items = obs["items"]
+    last_offset = items[:, _F["age"]] - items[:, _F["since_need"]] - 1
+    return (items[:, _F["times_needed"]] > 0) & (last_offset >= 1) & obs["item_mask"].astype(bool)
+
+
+class HideBig(Policy):
+    """Hide every output of at least ``tokens`` tokens once ``age`` calls have seen it, and never hide
+    one the agent has needed again.
+
+    A big output is read by the call right after it and rarely after that, while it is paid for at
+    every later call; small outputs cost little and are the ones an agent refers back to.  ``age``
+    (default 1) is the number of calls that see an output before it is hidden: with 1, output k is
+    visible to call k+1 and hidden from call k+2 on.  "Needed again" is :func:`needed_again` (the
+    ``times_needed`` and ``since_need`` features): such an output is never hidden (again).  The rule
+    only hides: an output needed while hidden is brought back by the miss itself (a re-run copy, or
+    the restored original, per the simulator's recovery), so re-showing the original would pay a
+    cache re-write for nothing.  Not a published rule: the ten-line baseline of issue 17.
+    """
+
+    name = "hide_big"
+
+    def __init__(self, tokens: int = 2_000, age: int = 1):
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        if age < 1:
+            raise ValueError(f"age must be >= 1 (calls that see an output before it is hidden), got {age}")
+        self.tokens, self.age = tokens, age
+
+    def act(self, obs, info=None):
+        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        vis = items[:, _F["visible"]] > 0.5
+        hide = (
+            mask
+            & vis
+            & (items[:, _F["est_tokens_k"]] * 1000 >= self.tokens)
+            & (items[:, _F["age"]] >= self.age)
+            & ~needed_again(obs)
+        )
+        return {"enable": np.zeros(len(mask), np.int8), "disable": hide.astype(np.int8)}
+
+    def config(self):
+        return {"tokens": self.tokens, "age": self.age}
+
+
+def episode_prices(info: dict[str, Any] | None) -> Prices | None:
+    """The prices an episode is billed at, from what ``reset`` hands a policy: the cost config's own
+    prices (a user's override), else the logged model version's, else the family's; None when the
+    info names no model (the caller then prices the observation's family id)."""
+    info = info or {}
+    cfg = info.get("cost_config")
+    if cfg is not None and getattr(cfg, "prices", None) is not None:
+        return cfg.prices
+    ep = info.get("episode")
+    if ep is not None:
+        return prices_for(ep.model_family, ep.model_raw)
+    if info.get("model_family"):
+        return prices_for(info["model_family"])
+    return None
+
+
+class CacheAwareClear(Policy):
+    """Clear old tool outputs in batches, only when the clearing pays for its cache re-write.
+
+    The idea behind Anthropic's context editing (``clear_tool_uses_20250919``, docs.claude.com
+    "Context editing"): clearing invalidates the cached prompt prefix from the first cleared result
+    on, so the documentation recommends clearing enough tokens at once to make that worthwhile, which
+    its ``clear_at_least`` sets by hand.  Here the amount is priced instead.  Clearing a batch C
+    whose earliest output is j saves every later call the cached read of the freed tokens, and costs
+    the next call a re-write of the prompt after j::
+
+        benefit = freed(C) * remaining * cache_read
+        cost    = suffix_after(j) * (cache_write - cache_read)
+
+    For each candidate j the batch is every candidate from j on (clearing more after j costs nothing
+    more); the rule clears the batch of largest ``benefit - cost`` when that is positive, frees at
+    least ``clear_at_least`` tokens, and the full history exceeds ``trigger`` tokens.
+
+    * Candidates: visible outputs outside the ``keep`` most recent (Anthropic's default 3 tool uses),
+      not of an ``exclude_tools`` category, freeing more than a placeholder, and not
+      :func:`needed_again` (the agent came back to it once; clearing it again risks a re-read call).
+    * ``remaining``: the run's calls so far (the ``step`` feature), capped at ``horizon``.  With no
+      other knowledge of a run's length, a run that has gone on for t calls is as likely to be near
+      its middle as anywhere, so t more is the median guess; the cap keeps one decision on a long run
+      from counting on hundreds of calls that may not come.
+    * ``suffix_after(j)``: tokens of the prompt from output j on, after the clearing.  The observation
+      gives the whole history's size (``full_tokens_k``) but not where each output sits in it, so the
+      rule records, when it first sees an output, the history size before it; the suffix is the
+      history since then minus what hidden outputs from j on save.  One instance per episode stream:
+      ``reset`` clears this record.
+    * Prices: from ``reset``'s info (:func:`episode_prices`: the cost config's prices, the logged
+      model version's, or the family's), else the observation's family id; ``prices`` (a
+      :class:`~dtoc_rl.pricing.Prices`) overrides them.  Cache lifetimes and minimum sizes are not
+      modelled: the re-write is charged as if the cache were warm.
+    * ``trigger`` defaults to 0 (Anthropic's default is 100,000 input tokens): the price test decides.
+    """
+
+    name = "cache_clear"
+
+    def __init__(
+        self,
+        keep: int = 3,
+        horizon: int = 50,
+        clear_at_least: int = 0,
+        trigger: int = 0,
+        exclude_tools: Sequence[str] = (),
+        prices: Prices | None = None,
+    ):
+        bad = set(exclude_tools) - set(TOOL_CATEGORIES)
+        if bad:
+            raise ValueError(f"unknown tool categories {sorted(bad)}; known: {TOOL_CATEGORIES}")
+        if keep < 0 or horizon < 1 or clear_at_least < 0 or trigger < 0:
+            raise ValueError(
+                f"keep, clear_at_least and trigger must be >= 0 and horizon >= 1; got keep={keep}, "
+                f"horizon={horizon}, clear_at_least={clear_at_least}, trigger={trigger}"
+            )
+        self.keep, self.horizon, self.clear_at_least, self.trigger = keep, horizon, clear_at_least, trigger
+        self.exclude_tools = tuple(exclude_tools)
+        self._excluded = np.array([c in self.exclude_tools for c in TOOL_CATEGORIES])
+        self._fixed_prices = prices
+        self.reset()
+
+    def reset(self, info=None):
+        self.prices = self._fixed_prices or episode_prices(info)
+        self._before: dict[int, float] = {}  # output ordinal -> history tokens before it
+
+    def _prices(self, obs) -> Prices:
+        if self.prices is None:
+            fid = int(obs["family"])
+            self.prices = prices_for(FAMILIES[fid] if 0 <= fid < len(FAMILIES) else None)
+        return self.prices
+
+    def act(self, obs, info=None):
+        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        n = len(mask)
+        nothing = {"enable": np.zeros(n, np.int8), "disable": np.zeros(n, np.int8)}
+        m = int(mask.sum())
+        g = obs["globals"]
+        full = float(g[_G["full_tokens_k"]]) * 1000
+        tokens = items[:, _F["est_tokens_k"]] * 1000
+        ords = _ordinals(obs)
+        # history size before each output not seen yet, newest first (messages between them ignored)
+        running = full
+        for j in range(m - 1, -1, -1):
+            o = int(ords[j])
+            if o in self._before:
+                break
+            running -= tokens[j]
+            self._before[o] = running
+        if m == 0 or full <= self.trigger:
+            return nothing
+        vis = items[:, _F["visible"]] > 0.5
+        freed = np.maximum(tokens - PLACEHOLDER_TOKENS, 0.0)
+        stored = int(g[_G["stored"]])
+        cand = (
+            mask
+            & vis
+            & (ords < stored - self.keep)
+            & (freed > 0)
+            & ~self._excluded[obs["item_tool"]]
+            & ~needed_again(obs)
+        )
+        if not cand.any():
+            return nothing
+        p = self._prices(obs)
+        remaining = min(max(int(g[_G["step"]]), 1), self.horizon)
+        rewrite = max(p.cache_write - p.cache_read, 0.0)
+        hidden_saving = np.where(mask & ~vis, freed, 0.0)
+        # suffix savings and freed tokens from slot j on (reverse cumulative sums)
+        saved_from = np.cumsum(hidden_saving[::-1])[::-1]
+        freed_from = np.cumsum(np.where(cand, freed, 0.0)[::-1])[::-1]
+        best, best_j = 0.0, -1
+        for j in np.flatnonzero(cand):
+            f = float(freed_from[j])
+            if f < self.clear_at_least:
+                continue
+            suffix = full - self._before[int(ords[j])] - float(saved_from[j]) - f
+            net = f * remaining * p.cache_read - max(suffix, 0.0) * rewrite
+            if net > best:
+                best, best_j = net, j
+        if best_j < 0:
+            return nothing
+        clear = cand & (np.arange(n) >= best_j)
+        return {"enable": nothing["enable"], "disable": clear.astype(np.int8)}
+
+    def config(self):
+        cfg: dict[str, Any] = {"keep": self.keep, "horizon": self.horizon}
+        if self.clear_at_least:
+            cfg["clear_at_least"] = self.clear_at_least
+        if self.trigger:
+            cfg["trigger"] = self.trigger
+        if self.exclude_tools:
+            cfg["exclude_tools"] = "+".join(self.exclude_tools)
+        return cfg

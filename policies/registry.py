@@ -3,7 +3,7 @@
 ``NAME`` or ``NAME:key=value,key=value``; ``key=a|b|c`` sweeps a parameter
 (one policy per value).  A path to a checkpoint folder loads a learned
 policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune,
-budget, oracle, learned (``learned:path=CKPT,threshold=0.3``), llm (see
+budget, hide_big, cache_clear, oracle, learned (``learned:path=CKPT,threshold=0.3``), llm (see
 ``dtoc_rl.policies.llm``).
 
 A user's own policy is ``module:Class`` or ``module:Class:key=value,...``
@@ -27,6 +27,8 @@ from typing import Any
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import (
     AnthropicClearToolUses,
+    CacheAwareClear,
+    HideBig,
     LastNObservations,
     NoManagement,
     ObservationMasking,
@@ -43,6 +45,8 @@ BASELINES: dict[str, type[Policy]] = {
     "anthropic_clear": AnthropicClearToolUses,
     "opencode_prune": OpenCodePrune,
     "budget": TokenBudget,
+    "hide_big": HideBig,
+    "cache_clear": CacheAwareClear,
 }
 
 

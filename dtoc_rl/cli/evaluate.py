@@ -10,7 +10,8 @@ of the oracle's savings.
 
 Policies: none, last_n[:n=5,polling=1], obs_mask[:attention_window=100],
 anthropic_clear[:trigger=100000,keep=3], opencode_prune, budget[:budget=32000],
-oracle, a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
+hide_big[:tokens=2000,age=1], cache_clear[:keep=3,horizon=50], oracle,
+a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
 or your own policy as module:Class[:key=value,...] (imported from the Python
 path or the current folder; it needs an act(obs, info) method).
 A parameter written a|b|c is swept (one policy per value).  A policy whose
