@@ -145,3 +145,19 @@ def test_evaluate_logs_tables_plots_and_files(offline):
     } | {"/".join(k.split("/")[:2]) for k in run["history"]}
     kind, files = run["artifacts"]["evaluation"]
     assert kind == "evaluation" and {"pareto.png", "curves.png", "m.csv"} <= files
+
+
+@pytest.mark.slow  # the whole demo: ingest, train, evaluate
+def test_demo_logs_one_run_with_checkpoint_tables_and_plots(offline, capsys):
+    out = offline / "demo"
+    argv = ["demo", "--out", str(out), "--epochs", "1", "--thresholds", "0.5", "--workers", "1", "--json",
+            "--plot-format", "pdf", "--wandb", "--wandb-group", "demo-test"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert (out / "pareto.pdf").read_bytes().startswith(b"%PDF") and not (out / "pareto.png").exists()
+    (run,) = _runs(offline)
+    assert (run["job_type"], run["group"], run["exit"]) == ("demo", "demo-test", 0)
+    assert run["artifacts"]["policy"] == ("model", {"model.safetensors", "config.json"})
+    kind, files = run["artifacts"]["evaluation"]
+    assert kind == "evaluation" and {"pareto.pdf", "curves.pdf", "metrics.json", "metrics.csv"} <= files
+    assert any(k.startswith("evaluation/metrics") for k in run["history"])
