@@ -178,15 +178,18 @@ class DTOCContext:
         self._pending.extend(c["id"] for c in calls)
         return [c["id"] for c in calls]
 
-    def _take_call(self, call_id: str | None) -> str:
+    def _take_call(self, call_id: str | None) -> tuple[str, int]:
+        """Remove the call from the pending ones; returns it and where it was (to put it back)."""
         if call_id is None:
             if not self._pending:
                 raise ValueError("no pending tool call to answer; call add_assistant(tool_calls=...) first")
-            return self._pending.popleft()
-        if call_id not in self._pending:
-            raise ValueError(f"call id {call_id!r} is not a pending tool call")
-        self._pending.remove(call_id)
-        return call_id
+            return self._pending.popleft(), 0
+        try:
+            pos = self._pending.index(call_id)
+        except ValueError:
+            raise ValueError(f"call id {call_id!r} is not a pending tool call") from None
+        del self._pending[pos]
+        return call_id, pos
 
     def add_tool_result(
         self,
@@ -204,8 +207,7 @@ class DTOCContext:
         and its tool message are one store transaction: both are kept or neither
         (on an error here, or a process killed in between).
         """
-        pending = self._pending.copy()
-        call_id = self._take_call(call_id)
+        call_id, pos = self._take_call(call_id)
         call = self._calls.get(call_id)
         tokens = self._msg_tokens
         try:
@@ -221,13 +223,13 @@ class DTOCContext:
                 )
                 self._append({"role": "tool", "tool_call_id": call_id, "tool_key": rec.tool_key})
         except BaseException:
-            self._undo_assembly(pending, tokens)
+            self._undo_assembly(call_id, pos, tokens)
             raise
         return rec
 
-    def _undo_assembly(self, pending: deque[str], tokens: int) -> None:
+    def _undo_assembly(self, call_id: str, pos: int, tokens: int) -> None:
         """Bring the context back in line with a store whose transaction was rolled back."""
-        self._pending = pending
+        self._pending.insert(pos, call_id)
         self._msg_tokens = tokens
         n = len(self.store.messages)
         for m in self._assembled[n:]:
@@ -246,8 +248,7 @@ class DTOCContext:
         """Answer a manage_context call the model made: apply it and add the
         StatusReport as that call's (unmanaged) tool result."""
         enable, disable, errors = parse_arguments(arguments)
-        pending = self._pending.copy()
-        call_id = self._take_call(call_id)
+        call_id, pos = self._take_call(call_id)
         tokens = self._msg_tokens
         try:
             with self.store.transaction():  # the changes and their report together
@@ -262,7 +263,7 @@ class DTOCContext:
                     }
                 )
         except BaseException:
-            self._undo_assembly(pending, tokens)
+            self._undo_assembly(call_id, pos, tokens)
             raise
         return report
 
