@@ -402,25 +402,31 @@ test("a hung service (accepts, never answers) costs one timeout, then ever longe
   const port = /** @type {import("node:net").AddressInfo} */ (hung.address()).port;
   /** @type {number[]} */
   const starts = [];
+  /** @type {number[]} */
+  const ends = [];
   /** @type {typeof fetch} */
-  const timed = (input, init) => {
+  const timed = async (input, init) => {
     starts.push(Date.now());
-    return fetch(input, init);
+    try {
+      return await fetch(input, init);
+    } finally {
+      ends.push(Date.now());
+    }
   };
   const timeoutMs = 100;
   const hooks = await DtocContextPlugin({}, { url: `http://127.0.0.1:${port}`, fetch: timed, timeoutMs, backoffMs: 100, maxBackoffMs: 800 });
   const history = [user("task")];
   await runTool(hooks, history, 0);
-  let waited = 0;
-  let calls = 0;
+  /** @type {Array<{ ms: number, asked: boolean }>} */
+  const calls = [];
   const t0 = Date.now();
   try {
-    while (Date.now() - t0 < 4000 && calls < 400) {
+    while (Date.now() - t0 < 4000 && calls.length < 400) {
       // a model call every 10 ms: a busy agent
       const c0 = Date.now();
+      const before = starts.length;
       await hooks["experimental.chat.messages.transform"]({}, { messages: history });
-      waited += Date.now() - c0;
-      calls++;
+      calls.push({ ms: Date.now() - c0, asked: starts.length > before });
       await new Promise((r) => setTimeout(r, 10));
     }
   } finally {
@@ -428,14 +434,17 @@ test("a hung service (accepts, never answers) costs one timeout, then ever longe
     hung.close();
   }
   assert.deepEqual(toolOutputs(history), [OUTPUTS[0]], "everything shown");
-  const gaps = starts.slice(1).map((t, i) => t - starts[i] - timeoutMs);
-  // pauses after each timeout: ~100, 200, 400, 800, 800, ... ms
-  assert.ok(gaps.length >= 4 && gaps.length <= 9, `requests: ${starts.length}, pauses ${gaps}`);
-  for (let i = 1; i < 4; i++) assert.ok(gaps[i] >= 1.6 * gaps[i - 1] - 30, `pauses grow: ${gaps}`);
-  assert.ok(gaps.every((g) => g <= 800 + 150), `pauses are capped: ${gaps}`);
-  // the model calls waited only for the timeouts themselves, not once per call
-  assert.ok(calls > 4 * starts.length, `${calls} model calls, ${starts.length} requests`);
-  assert.ok(waited <= starts.length * (timeoutMs + 60), `waited ${waited} ms over ${starts.length} requests`);
+  // the pause after each timeout, until the next request: 100, 200, 400, 800, 800, ... ms
+  const pauses = starts.slice(1).map((t, i) => t - ends[i]);
+  const planned = pauses.map((_, i) => Math.min(800, 100 * 2 ** i));
+  assert.ok(pauses.length >= 4 && pauses.length <= 9, `requests: ${starts.length}, pauses ${pauses}`);
+  pauses.forEach((p, i) => assert.ok(p >= planned[i] - 5 && p <= planned[i] + 250, `pauses ${pauses}, planned ${planned}`));
+  // a model call waits for one timeout when it asks, and not at all in a pause
+  const asked = calls.filter((c) => c.asked);
+  assert.equal(asked.length, starts.length);
+  assert.ok(asked.every((c) => c.ms < timeoutMs + 250), JSON.stringify(asked));
+  assert.ok(calls.filter((c) => !c.asked).every((c) => c.ms < 50), "no waiting during a pause");
+  assert.ok(calls.length > 4 * starts.length, `${calls.length} model calls, ${starts.length} requests`);
   assert.equal(hooks[STATE].stats.failures, starts.length);
 });
 
