@@ -19,6 +19,7 @@ from gymnasium import spaces
 
 from dtoc_rl.models import FAMILIES, family_id
 from dtoc_rl.schema import Step
+from dtoc_rl.simulator import MISS_KINDS
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
@@ -279,14 +280,18 @@ class ItemColumns:
         """Row ``i`` was needed at model call ``call`` (its ``since_need`` counts from the latest)."""
         self._last_need[i] = max(int(self._last_need[i]), int(call))
 
-    def add_needs(self, steps: Iterable[Step], row_of_step: Mapping[int, int]) -> int:
+    def add_needs(
+        self, steps: Iterable[Step], row_of_step: Mapping[int, int], kinds: Sequence[str] = MISS_KINDS
+    ) -> int:
         """Count the needs of newly labelled ``steps`` on the outputs they use.
 
         ``row_of_step`` maps a trajectory step to the row of its output.  Per output: a
-        ``reaccess`` need marks it ``superseded``; the first need on it in this batch adds
-        one to ``times_needed`` and moves its last need to the step's turn; a need on an
-        output listed in the step's ``masked_before`` (hidden when the call was made) is a
-        re-read.  Returns the re-reads (the misses of these steps)."""
+        ``reaccess`` need marks it ``superseded``; the first need of a kind in ``kinds`` on it in
+        this batch adds one to ``times_needed`` and moves its last need to the step's turn; such a
+        need on an output listed in the step's ``masked_before`` (hidden when the call was made) is
+        a re-read.  ``kinds`` defaults to the kinds ReplayEnv counts (``CostConfig.need_kinds``),
+        so a policy sees the same features online as in training.  Returns the re-reads (the
+        misses of these steps)."""
         misses = 0
         needed: set[int] = set()
         for s in steps:
@@ -297,7 +302,7 @@ class ItemColumns:
                     continue
                 if need.kind == "reaccess":
                     self.flag(row, "superseded")
-                if need.step in needed:
+                if need.kind not in kinds or need.step in needed:
                     continue
                 needed.add(need.step)
                 self.bump(row, "times_needed")

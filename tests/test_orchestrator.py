@@ -17,6 +17,7 @@ from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.orchestrator import Orchestrator
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.simulator import MISS_KINDS
 
 openai_types = pytest.importorskip("openai.types.chat")
 anthropic_types = pytest.importorskip("anthropic.types")
@@ -552,7 +553,7 @@ def test_online_labels_are_label_trajectory_of_the_log(data_dir, tmp_path):
         counts = {}
         for s in online.steps:
             for n in s.needs:
-                if n.kind in ("provenance", "reaccess", "reference"):
+                if n.kind in MISS_KINDS:  # the kinds ReplayEnv counts (CostConfig.need_kinds)
                     counts[n.step] = counts.get(n.step, 0) + 1
         key_step = json.loads(online.extra)["keys"]
         feats = {key_step[k]: st.times_needed for k, st in o.item_states()}
@@ -569,6 +570,40 @@ def test_online_labels_are_label_trajectory_of_the_log(data_dir, tmp_path):
         == 0
     )
     assert {t.task_id: _labels(t) for t in load_trajectories(out)} == logged
+
+
+def test_times_needed_counts_the_need_kinds_replayenv_counts():
+    """Regression: online feature columns counted every need kind, ReplayEnv only ``need_kinds``, so a
+    policy trained on one meaning of times_needed/since_need was served the other."""
+    import gymnasium as gym
+
+    import dtoc_rl.envs  # noqa: F401
+    from dtoc_rl.features import ITEM_FEATURES
+    from dtoc_rl.schema import Step, Trajectory
+
+    def bash(i, cmd, out):
+        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
+
+    body = "def alpha_function(argument):\n    return argument * 2\n"
+    traj = Trajectory(
+        "t/1", "openai-chat", "gpt-4o", "gpt-4o", "t1", task_text="look at the files",
+        steps=[bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "echo hi", "hi"),
+               bash(3, "cat a.py", body), Step(index=4, turn=4, assistant_text="done")],
+    )  # fmt: skip
+    o = Orchestrator(make_policy("none"), query=traj.task_text, model="gpt-4o")
+    _replay(o, traj)
+    online = o.trajectory()
+    assert [(n.step, n.kind) for n in online.steps[3].needs] == [(0, "reaccess")]
+    online_needed = {k: st.times_needed for k, st in o.item_states()}
+
+    env = gym.make("dtoc_rl/Replay-v0", dataset=[online], max_items=8)
+    obs, info = env.reset(seed=0)
+    col = ITEM_FEATURES.index("times_needed")
+    for _ in range(4):  # the decision before the final call: calls 0..3 have run
+        obs, *_ = env.step({"enable": np.zeros(8, np.int8), "disable": np.zeros(8, np.int8)})
+    offline_needed = int(obs["items"][0, col])
+    assert offline_needed == 0  # a re-access is not a need ReplayEnv counts
+    assert online_needed["t0000"] == offline_needed
 
 
 def test_a_turn_is_labelled_with_its_tool_results():

@@ -75,7 +75,9 @@ def test_turns_are_sent_once_in_order_and_a_clients_own_needs_win():
         "output": "def function_number_one(x): pass\n" * 5,
     }
     t0 = {"index": 0, "calls": [{"key": "a", **cat}]}
-    t1 = {"index": 1, "calls": [{"key": "b", **cat}]}  # reads f.py again: a need on "a"
+    # copies a line of a's output: a provenance need on "a" (a plain re-read is not a counted kind)
+    grep = {"tool": "bash", "args": {"command": "grep -n 'def function_number_one(x): pass' g.py"}}
+    t1 = {"index": 1, "calls": [{"key": "b", **grep, "output": "no match"}]}
     items = [{"key": "a", "tokens": 40}, {"key": "b", "tokens": 40}]
     assert svc.decide({"session": "s", "turns": [t0], "items": items[:1]})["session"]["needed"] == {}
     r = svc.decide({"session": "s", "turns": [t0, t1], "items": items})  # t0 again: a retry, skipped

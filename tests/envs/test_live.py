@@ -240,7 +240,13 @@ def test_disable_takes_effect_in_the_next_agent_call():
     script = [
         call("read_file", path="pager.py"),
         call("bash", command="ls"),
-        call("read_file", path="pager.py"),
+        # copies a line of the hidden output: a provenance need, the kind the simulator charges
+        call(
+            "str_replace",
+            path="pager.py",
+            old_str='raise ValueError("pages are numbered from 1")',
+            new_str='raise ValueError("page numbers start at 1")',
+        ),
     ]
     agent = ScriptedAgent(script)
     env = LiveEnv(agent, tasks=["pagination"], max_items=N, max_steps=3)
@@ -254,7 +260,7 @@ def test_disable_takes_effect_in_the_next_agent_call():
     assert tool_msg["tool_key"] == "t0000" and tool_msg["hidden"] is True and "tool_result" not in tool_msg
     assert obs["items"][0][2] == 0 and obs["enable_mask"][0] == 1
     assert info["step_misses"] == 0
-    # re-reading the hidden file is a miss, and the output it needed counts a re-read
+    # copying from the hidden output is a miss, and the output it needed counts a re-read
     obs, _, _, _, info = env.step(_noop())
     assert info["step_misses"] == 1 and info["misses"] == 1
     steps = env.trajectory().steps
