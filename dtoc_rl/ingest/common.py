@@ -10,7 +10,14 @@ from pathlib import Path
 from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS
 from dtoc_rl.schema import Step, Trajectory, Usage
 
-__all__ = ["cap_output", "finalize", "find_upwards", "load_selected_labels", "usage_from"]
+__all__ = [
+    "cap_output",
+    "fill_unlogged_prompt",
+    "finalize",
+    "find_upwards",
+    "load_selected_labels",
+    "usage_from",
+]
 
 
 def cap_output(text: str | None) -> str | None:
@@ -132,3 +139,27 @@ def usage_from(raw: object) -> Usage | None:
 
 def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
+
+
+def fill_unlogged_prompt(traj: Trajectory) -> None:
+    """Set ``unlogged_prompt_tokens`` from the first call's logged input tokens, when a log has them.
+
+    Logs rarely hold the whole prompt: tool definitions, a harness's system prompt (Claude Code) or a
+    first message are sent but not written down.  The first call's prompt is the system prompt, the
+    task and the first step's user and harness text, so the rest of its logged ``input_tokens`` is
+    what the log lacks, counted with the model's tokenizer where one ships (else ``ceil(len/4)``).
+    An ingester that measured it itself (RepoLaunch) is left alone.
+    """
+    if traj.unlogged_prompt_tokens or not traj.steps:
+        return
+    usage = traj.steps[0].usage
+    if usage is None or not usage.input_tokens:
+        return
+    from dtoc_rl.tokens import estimator_for_model
+
+    est = estimator_for_model(traj.model_raw)
+    first = traj.steps[0]
+    held = sum(
+        est.count(t) for t in (traj.system_prompt, traj.task_text, first.user_text, first.harness_text) if t
+    )
+    traj.unlogged_prompt_tokens = max(0, usage.input_tokens - held)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.ingest import INGESTERS, IngestError, detect_format
+from dtoc_rl.ingest.common import fill_unlogged_prompt
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
@@ -195,6 +196,7 @@ def _process(
             if not t.steps:
                 skips.append(Skip(f"{where}#{t.traj_id}", "empty trajectory: no steps", ing.name))
                 continue
+            fill_unlogged_prompt(t)
             trajs.append(t)
     except IngestError as e:
         skips.append(Skip(where, forced + e.reason, ing.name))

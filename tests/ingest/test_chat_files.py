@@ -85,3 +85,17 @@ def test_usage_from_reads_every_providers_shape():
     routed = usage_from({"prompt_tokens": 10, "completion_tokens": 1, "cost": 0.002})
     assert routed.cost_usd == pytest.approx(0.002)
     assert usage_from({"foo": 1}) is None and usage_from(None) is None
+
+
+def test_prompt_tokens_the_log_lacks_are_the_first_calls_input_less_what_it_holds(tmp_path):
+    from dtoc_rl.tokens import get_estimator
+
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps({"model": "gpt-4o-2024-08-06", "messages": MESSAGES}))
+    (t,) = ingest_paths([f], progress=False).trajectories
+    est = get_estimator("o200k_base")  # gpt-4o's tokenizer
+    held = est.count("You are helpful.") + est.count("Read config.yaml and tell me the port.")
+    assert t.unlogged_prompt_tokens == 120 - held  # the tool definitions, never in a chat log
+    f.write_text(json.dumps({"messages": [MESSAGES[1], {**MESSAGES[2], "usage": None}, *MESSAGES[3:]]}))
+    (t,) = ingest_paths([f], progress=False).trajectories
+    assert t.unlogged_prompt_tokens == 0  # nothing logged, nothing inferred
