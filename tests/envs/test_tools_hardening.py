@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import socket
 import stat
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -63,8 +65,24 @@ def test_line_numbers_as_json_text_too(work):
 # -- bounded reads ---------------------------------------------------------------------------------
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _run_in_child(work, calls, **box_kw):
+    """Run tool calls in a fresh process; returns their results and how much its peak memory
+    grew (MB) while they ran, unaffected by what this test process did before."""
+    code = textwrap.dedent(
+        f"""
+        import json, resource, sys
+        from dtoc_rl.envs.tools import Toolbox
+        box = Toolbox({str(work)!r}, **{box_kw!r})
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = [vars(box.run(name, args)) for name, args in {calls!r}]
+        grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        json.dump({{"results": out, "grew_mb": grew}}, sys.stdout)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    return [ToolResult(**r) for r in data["results"]], data["grew_mb"]
 
 
 def test_a_huge_sparse_file_is_never_read_whole(work):
@@ -73,30 +91,32 @@ def test_a_huge_sparse_file_is_never_read_whole(work):
         f.truncate(1 << 30)  # 1 GiB of holes: costs no disk, 1 GiB of memory if read whole
         f.seek((1 << 30) - 9)
         f.write(b"\nthe end\n")
-    box = Toolbox(work)
-    before = _peak_mb()
-    whole = box.run("read_file", {"path": "big.bin"})
+    calls = [
+        ("read_file", {"path": "big.bin"}),
+        ("read_file", {"path": "big.bin", "start_line": 2}),  # line 1 is 1 GiB long
+        ("read_file", {"path": "big.bin", "end_line": 1}),
+        ("str_replace", {"path": "big.bin", "old_str": "end", "new_str": "END"}),
+    ]
+    (whole, ranged, first, edit), grew = _run_in_child(work, calls)
+    limit = Toolbox(work).max_output_chars
     assert not whole.is_error and "the file is 1073741824 bytes" in whole.output
-    assert whole.output.endswith("the end\n")
-    assert len(whole.output) < box.max_output_chars + 300
-    ranged = box.run("read_file", {"path": "big.bin", "start_line": 2})  # line 1 is 1 GiB long
-    assert "stopped scanning" in ranged.output and len(ranged.output) <= box.max_output_chars
-    first = box.run("read_file", {"path": "big.bin", "end_line": 1})
-    assert "stopped after" in first.output and len(first.output) <= box.max_output_chars
-    edit = box.run("str_replace", {"path": "big.bin", "old_str": "end", "new_str": "END"})
+    assert whole.output.endswith("the end\n") and len(whole.output) < limit + 300
+    assert "stopped scanning" in ranged.output and len(ranged.output) <= limit
+    assert "stopped after" in first.output and len(first.output) <= limit
     assert edit.is_error and "over the" in edit.output
-    assert _peak_mb() - before < 200  # MB; reading it whole would add more than 1,000
+    assert grew < 200  # MB; reading it whole would add more than 1,000
 
 
 def test_a_command_printing_hundreds_of_megabytes_is_kept_in_bounded_memory(work):
-    box = Toolbox(work, timeout=60)
-    before = _peak_mb()
-    res = box.run("bash", {"command": "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo THE-END; exit 3"})
-    assert _peak_mb() - before < 100  # MB; keeping the output would add 300 (600 as text)
+    cmd = "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo THE-END; exit 3"
+    small_cmd = "printf 'x%.0s' $(seq 1 30000)"  # 30,000 characters: cut as before
+    (res, small), grew = _run_in_child(
+        work, [("bash", {"command": cmd}), ("bash", {"command": small_cmd})], timeout=60
+    )
+    assert grew < 100  # MB; keeping the output would add 300 (600 as text)
     assert res.is_error and res.returncode == 3
     assert res.output.startswith("aaaa") and res.output.endswith("THE-END\n\n[exit code 3]")
-    assert "bytes cut ...]" in res.output and len(res.output) < box.max_output_chars + 100
-    small = box.run("bash", {"command": "printf 'x%.0s' $(seq 1 30000)"})  # 30,000 chars: cut as before
+    assert "bytes cut ...]" in res.output and len(res.output) < Toolbox(work).max_output_chars + 100
     assert small.output.startswith("x" * 5000 + "\n[... 20000 characters cut ...]\n")
 
 
