@@ -29,6 +29,7 @@ __all__ = [
     "VERSION_PRICES",
     "CacheRules",
     "Prices",
+    "cache_regime",
     "cache_rules_for",
     "prices_for",
 ]
@@ -145,6 +146,19 @@ def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
         f"no price for model {model_raw or family!r} (family {family!r}): priced as {DEFAULT_FAMILY}",
     )
     return PRICES[DEFAULT_FAMILY]
+
+
+#: The three cache regimes results are grouped by (families priced 50x apart must not be pooled).
+CACHE_REGIMES = ("no caching", "discount, no write premium", "write premium")
+
+
+def cache_regime(p: Prices) -> str:
+    """Which of :data:`CACHE_REGIMES` a price table belongs to: no discount on cache reads; a read
+    discount with writes at the input price (OpenAI, Gemini, DeepSeek); or a write premium
+    (Anthropic), which makes every re-written suffix dearer than the uncached input."""
+    if p.cache_read >= p.input:
+        return CACHE_REGIMES[0]
+    return CACHE_REGIMES[2] if p.cache_write > p.input else CACHE_REGIMES[1]
 
 
 # -- prompt caching rules ----------------------------------------------------------------------------

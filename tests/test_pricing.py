@@ -64,3 +64,13 @@ def test_the_simulator_prices_the_episode_by_its_version():
     assert baseline_totals(ep).dollars == pytest.approx(4096 * 5.0 / 1e6)
     ep.model_raw = "gpt-4o-2024-08-06"
     assert baseline_totals(ep).dollars == pytest.approx((2048 * 2.5 + 2048 * 1.25) / 1e6)
+
+
+def test_cache_regimes():
+    from dtoc_rl.pricing import cache_regime
+
+    assert cache_regime(prices_for("gpt-4o", "gpt-4o-2024-05-13")) == "no caching"
+    assert cache_regime(prices_for("gpt-4", "gpt4-0125")) == "no caching"
+    assert cache_regime(prices_for("gpt-5", "azure/gpt-5.2-20251211")) == "discount, no write premium"
+    assert cache_regime(prices_for("gemini-3-pro", "gemini-3-pro-preview")) == "discount, no write premium"
+    assert cache_regime(prices_for("claude-opus", "claude-opus-4-5-20251101")) == "write premium"
