@@ -36,7 +36,14 @@ _RULES: list[tuple[str, str]] = [
     (r"llama", "llama"),
 ]
 
-FAMILIES: tuple[str, ...] = ("other",) + tuple(dict.fromkeys(f for _, f in _RULES))
+#: Every family's id is its position here: ids are inputs of trained policies (their family
+#: embedding), so this tuple only grows: a new family goes at the end, whatever the order of _RULES,
+#: and a checkpoint trained on a shorter tuple still loads (its unknown families read as "other").
+FAMILIES: tuple[str, ...] = (
+    "other", "gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4", "gpt-5", "openai-o", "gemini-3-pro",
+    "gemini-2.5-pro", "gemini", "claude-opus", "claude-sonnet", "claude-haiku", "qwen-coder", "qwen",
+    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama",
+)  # fmt: skip
 
 
 def normalize_family(raw: str | None) -> str:

@@ -63,13 +63,16 @@ _FUSED_LAYER = getattr(torch, "_transformer_encoder_layer_fwd", None)
 
 
 class ItemScorer(nn.Module):
-    def __init__(self, cfg: LearnedPolicyConfig):
+    def __init__(self, cfg: LearnedPolicyConfig, n_families: int = len(FAMILIES)):
         super().__init__()
+        # families this network has an embedding for: a checkpoint keeps the count it was trained with
+        # (FAMILIES only grows), and a family added since reads as "other" (id 0)
+        self.n_families = n_families
         d = cfg.d_model
         self.item_in = nn.Sequential(nn.Linear(len(ITEM_FEATURES), d), nn.GELU(), nn.Linear(d, d))
         self.tool = nn.Embedding(len(TOOL_CATEGORIES), d)
         self.glob_in = nn.Sequential(nn.Linear(len(GLOBAL_FEATURES), d), nn.GELU(), nn.Linear(d, d))
-        self.family = nn.Embedding(len(FAMILIES), d) if cfg.family_conditioning else None
+        self.family = nn.Embedding(n_families, d) if cfg.family_conditioning else None
         self.encoder = (
             nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(
@@ -113,7 +116,7 @@ class ItemScorer(nn.Module):
     def _module_forward(self, items, tool, mask, glob, family) -> torch.Tensor:
         g = self.glob_in(_squash(glob))
         if self.family is not None:
-            g = g + self.family(family)
+            g = g + self.family(torch.where(family < self.n_families, family, 0))
         h = self.item_in(_squash(items)) + self.tool(tool) + g[:, None, :]
         if self.encoder is not None:
             if bool(mask.all()):
@@ -233,7 +236,7 @@ class _InferencePlan:
     def __call__(self, items, tool, mask, glob, family) -> torch.Tensor:
         g = _mlp(_squash(glob), self.glob)
         if self.family is not None:
-            g = g + F.embedding(family, self.family)
+            g = g + F.embedding(torch.where(family < self.family.shape[0], family, 0), self.family)
         h = _mlp(_squash(items), self.item) + F.embedding(tool, self.tool) + g[:, None, :]
         if self.layers:
             pad, kind = None, None
@@ -285,14 +288,14 @@ class LearnedPolicy(Policy):
 
     name = "learned"
 
-    def __init__(self, config: LearnedPolicyConfig | None = None):
+    def __init__(self, config: LearnedPolicyConfig | None = None, n_families: int = len(FAMILIES)):
         self.cfg = config or LearnedPolicyConfig()
         # The initial weights follow cfg.seed, drawn from a forked generator: building or loading a
         # policy leaves the caller's torch RNG and thread count as they were (fit() and
         # `dtoc-rl serve --threads` set threads where the user asked for them).
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.cfg.seed)
-            self.net = ItemScorer(self.cfg)
+            self.net = ItemScorer(self.cfg, n_families)
         self.net.eval()
         self.meta: dict[str, Any] = {}
 
@@ -347,7 +350,7 @@ class LearnedPolicy(Policy):
             "config": self.cfg.to_dict(),
             "item_features": list(ITEM_FEATURES),
             "global_features": list(GLOBAL_FEATURES),
-            "families": list(FAMILIES),
+            "families": list(FAMILIES[: self.net.n_families]),
             "tool_categories": list(TOOL_CATEGORIES),
             "meta": self.meta,
         }
@@ -385,6 +388,8 @@ class LearnedPolicy(Policy):
             ("tool_categories", TOOL_CATEGORIES),
         ):
             theirs = tuple(meta.get(key, ()))
+            if key == "families" and theirs and tuple(ours[: len(theirs)]) == theirs:
+                continue  # families only grow: the ones added since read as "other"
             if theirs != tuple(ours):
                 missing = [x for x in ours if x not in theirs]
                 extra = [x for x in theirs if x not in ours]
@@ -396,7 +401,7 @@ class LearnedPolicy(Policy):
         known = set(LearnedPolicyConfig.__dataclass_fields__)
         try:
             cfg = LearnedPolicyConfig(**{k: v for k, v in meta["config"].items() if k in known})
-            policy = cls(cfg)
+            policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with
             raise CheckpointError(f"{cfg_file}: unusable config ({_one_line(e)})") from None
         try:

@@ -1,0 +1,63 @@
+"""Model families only grow: ids never move, and a checkpoint trained on fewer still loads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dtoc_rl.models import _RULES, FAMILIES, family_id
+from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, obs_to_tensors
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+# The ids checkpoints were trained with: appending is fine, moving any of these is not.
+PINNED = (
+    "other", "gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4", "gpt-5", "openai-o", "gemini-3-pro",
+    "gemini-2.5-pro", "gemini", "claude-opus", "claude-sonnet", "claude-haiku", "qwen-coder", "qwen",
+    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama",
+)  # fmt: skip
+
+
+def test_family_ids_never_move_and_every_rule_has_one():
+    assert FAMILIES[: len(PINNED)] == PINNED
+    assert len(set(FAMILIES)) == len(FAMILIES)
+    assert {f for _, f in _RULES} <= set(FAMILIES)
+    assert family_id("gpt-4o") == 2 and family_id("nonsense") == 0
+
+
+def _policy(n_families: int) -> LearnedPolicy:
+    return LearnedPolicy(
+        LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, seed=3), n_families=n_families
+    )
+
+
+def test_a_checkpoint_trained_on_fewer_families_loads_and_reads_new_ones_as_other(tmp_path):
+    old = _policy(len(FAMILIES) - 1)
+    old.save(tmp_path / "ck")
+    meta = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert meta["families"] == list(FAMILIES[:-1])
+    policy = LearnedPolicy.load(tmp_path / "ck")  # would be a shape mismatch if ids were fixed-size
+    assert policy.net.n_families == len(FAMILIES) - 1
+    from dtoc_rl.features import observation_space
+
+    obs = observation_space(8).sample()
+    probs = {}
+    for fid in (0, len(FAMILIES) - 1):
+        obs["family"] = np.int64(fid)
+        with torch.inference_mode():
+            probs[fid] = policy.net(*obs_to_tensors(obs).values()).numpy()
+    np.testing.assert_array_equal(probs[0], probs[len(FAMILIES) - 1])
+    policy.save(tmp_path / "again")  # saving keeps the count it has
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["families"] == list(FAMILIES[:-1])
+
+
+def test_families_in_another_order_are_still_refused(tmp_path):
+    _policy(len(FAMILIES)).save(tmp_path / "ck")
+    cfg = tmp_path / "ck" / "config.json"
+    meta = json.loads(cfg.read_text())
+    meta["families"] = list(reversed(meta["families"]))
+    cfg.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="different families"):
+        LearnedPolicy.load(tmp_path / "ck")
