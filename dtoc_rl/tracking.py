@@ -19,6 +19,7 @@ __all__ = [
     "log_checkpoint",
     "log_evaluation",
     "start_run",
+    "unused_run_options",
 ]
 
 
@@ -37,6 +38,14 @@ def add_wandb_arguments(p: argparse.ArgumentParser, *, switch: bool = True) -> N
     g.add_argument("--wandb-name", help="wandb run name (default: wandb's generated name)")
     g.add_argument("--wandb-tags", nargs="+", metavar="TAG", help="wandb run tags")
     g.add_argument("--wandb-group", help="wandb run group (e.g. one per sweep or seed set)")
+
+
+def unused_run_options(args: argparse.Namespace, enabled: bool) -> str | None:
+    """The error for run options given without ``--wandb`` (they would be silently dropped), or None."""
+    given = [f"--wandb-{k}" for k in ("name", "tags", "group") if getattr(args, f"wandb_{k}", None)]
+    if given and not enabled:
+        return f"{', '.join(given)} only apply to a wandb run: add --wandb"
+    return None
 
 
 def start_run(

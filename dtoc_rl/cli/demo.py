@@ -57,10 +57,12 @@ def _step(msg: str, quiet: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.tracking import WandbError, finish_run, start_run
+    from dtoc_rl.tracking import WandbError, finish_run, start_run, unused_run_options
 
     if args.dpi < 1:
         return fail(f"--dpi must be a positive integer, got {args.dpi}")
+    if msg := unused_run_options(args, args.wandb):
+        return fail(msg)
     run_ = None
     if args.wandb:
         config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}

@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         args.max_items = DEFAULT_MAX_ITEMS
     if args.dpi < 1:
         return fail(f"--dpi must be a positive integer, got {args.dpi}")
+    from dtoc_rl.tracking import unused_run_options
+
+    if msg := unused_run_options(args, args.wandb):
+        return fail(msg)
     try:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint

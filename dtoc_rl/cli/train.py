@@ -42,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
         cfg = dataclass_from_args(LearnedPolicyConfig, args)
     except ValueError as e:
         return fail(str(e))
-    from dtoc_rl.tracking import WandbError, finish_run, log_checkpoint, start_run
+    from dtoc_rl.tracking import WandbError, finish_run, log_checkpoint, start_run, unused_run_options
 
+    if msg := unused_run_options(args, cfg.wandb):
+        return fail(msg)
     policy = cfg.create()
     run = None
     if cfg.wandb:

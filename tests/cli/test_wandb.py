@@ -161,3 +161,11 @@ def test_demo_logs_one_run_with_checkpoint_tables_and_plots(offline, capsys):
     kind, files = run["artifacts"]["evaluation"]
     assert kind == "evaluation" and {"pareto.pdf", "curves.pdf", "metrics.json", "metrics.csv"} <= files
     assert any(k.startswith("evaluation/metrics") for k in run["history"])
+
+
+@pytest.mark.parametrize("command", [["train", "-o", "x"], ["evaluate", "-p", "none"], ["demo"]])
+def test_run_options_without_wandb_are_an_error_not_dropped(command, capsys):
+    assert main([*command, "--wandb-tags", "paper", "--wandb-group", "g"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--wandb-tags, --wandb-group only apply to a wandb run: add --wandb")
+    assert len(err.splitlines()) == 1
