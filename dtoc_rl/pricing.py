@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from dtoc_rl.models import model_version
 
@@ -238,6 +239,7 @@ _PROVIDER_OF_FAMILY = (
 )
 
 
+@lru_cache(maxsize=256)  # called for every episode the simulator is built for
 def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRules:
     """The caching rules of the provider serving ``family`` (hit rates fitted where measured)."""
     from dtoc_rl.calibrated import CACHE_HIT_RATES
