@@ -36,7 +36,7 @@ from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
 from dtoc_rl.schema import Trajectory
 from dtoc_rl.tokens import TokenEstimator, get_estimator
 
-__all__ = ["CallCheck", "bill_check", "log_calls"]
+__all__ = ["CallCheck", "bill_check", "log_calls", "plot_bill_check", "targets_met", "write_calls"]
 
 #: Placeholder a masking harness leaves for a hidden output (SWE-agent: "Old environment output:
 #: (N lines omitted)"), in estimator tokens.
@@ -335,10 +335,14 @@ def bill_check(
             "calls_without_cache_hit_logged": int((logged_cached[known] == 0).sum()),
         }
         calls_out[src] = {
+            "traj_id": [c.traj_id for c in calls],
+            "step": [c.step for c in calls],
             "logged_in": logged_in.tolist(),
             "pred_in": pred_in.tolist(),
             "logged_cached": [None if math.isnan(x) else x for x in logged_cached.tolist()],
             "pred_cached": cached.tolist(),
+            "logged_dollars": [None if math.isnan(x) else x for x in logged_usd.tolist()],
+            "pred_dollars": pred_usd.tolist(),
         }
     return {"sources": sources, "calls": calls_out}
 
@@ -378,3 +382,19 @@ def plot_bill_check(result: dict[str, Any], path) -> str:
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return str(path)
+
+
+def write_calls(result: dict[str, Any], path) -> int:
+    """Write one JSON line per checked call (source, trajectory, step, logged and predicted input
+    tokens, cached tokens and dollars); returns the number of lines."""
+    import json
+
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for src, c in result["calls"].items():
+            keys = [k for k in c if k not in ("traj_id", "step")]
+            for i, (tid, step) in enumerate(zip(c["traj_id"], c["step"])):
+                row = {"source": src, "traj_id": tid, "step": step, **{k: c[k][i] for k in keys}}
+                f.write(json.dumps(row) + "\n")
+                n += 1
+    return n

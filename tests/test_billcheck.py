@@ -85,9 +85,25 @@ def test_factor_hit_rate_and_cost_implied_cache_are_fitted():
 
 def test_cli_cost_json_plot_and_errors(tmp_path: Path, capsys):
     ds = write_dataset([_log()], tmp_path / "ds")
-    assert cli(["calibrate", "--cost", str(ds), "--json", "--plot", str(tmp_path / "bill.png")]) == 0
+    calls = tmp_path / "calls.jsonl"
+    args = [
+        "calibrate",
+        "--cost",
+        str(ds),
+        "--json",
+        "--plot",
+        str(tmp_path / "bill.png"),
+        "--calls-out",
+        str(calls),
+    ]
+    assert cli(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["targets_met"] == {"repolaunch": True}
+    rows = [json.loads(x) for x in calls.read_text().splitlines()]
+    assert [(r["step"], r["logged_in"], r["pred_in"], r["pred_cached"]) for r in rows] == [
+        (0, 1000, 1000, 0), (1, 2020, 2020, 0), (2, 2340, 2340, 1920), (3, 1260, 1260, 0)
+    ]  # fmt: skip
+    assert out["calls_out"]["calls"] == 4
     assert (tmp_path / "bill.png").stat().st_size > 0
     assert cli(["calibrate", "--cost", str(ds)]) == 0
     assert "bill check" in capsys.readouterr().out

@@ -69,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--cost: no fitted factor or hit rate (estimator tokens, the configured cache rules)",
     )
+    p.add_argument("--calls-out", type=Path, help="--cost: also write every checked call as a JSON line here")
     p.add_argument("--json", action="store_true", help="print everything as JSON")
 
 
@@ -457,7 +458,7 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
 
 
 def run_bill_check(args: argparse.Namespace, trajs) -> int:
-    from dtoc_rl.billcheck import bill_check, plot_bill_check, targets_met
+    from dtoc_rl.billcheck import bill_check, plot_bill_check, targets_met, write_calls
 
     res = bill_check(trajs, fit_factor=not args.no_fit, fit_hit_rate=not args.no_fit)
     if not res["sources"]:
@@ -471,6 +472,8 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
     }
     if args.plot:
         out["plot"] = plot_bill_check(res, args.plot)
+    if args.calls_out:
+        out["calls_out"] = {"path": str(args.calls_out), "calls": write_calls(res, args.calls_out)}
     if args.json:
         emit_json(_strict(out))
         return 0
