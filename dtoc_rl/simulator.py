@@ -460,5 +460,11 @@ def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
         output_tokens=int(out.sum()),
         active_token_sum=int(prompts.sum()),
     )
-    tot.dollars = float((cached * p.cache_read + written * p.cache_write + out * p.output).sum() / 1e6)
+    # per call and summed in call order, with the simulator's arithmetic, so that a run that changes
+    # nothing costs exactly the baseline (savings exactly 0, not float noise around it)
+    p0, p1, p2 = (np.array([p.cache_read, p.cache_write, p.output]) / 1e6).tolist()
+    dollars = 0.0
+    for d in (cached * p0 + written * p1 + out * p2).tolist():
+        dollars += d
+    tot.dollars = dollars
     return tot

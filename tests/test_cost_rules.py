@@ -132,3 +132,15 @@ def test_an_appended_rerun_keeps_the_prefix_under_provider_rules():
     assert sims["append"][0] == 3360 + 4695
     # restore: the call's prompt is 3525 with only 2010 cached: 2010 + 1515*2 + 100 = 5140
     assert sims["restore"][0] == 3360 + 5140
+
+
+def test_a_run_that_changes_nothing_costs_exactly_the_baseline():
+    from dtoc_rl.envs import ReplayEnv
+
+    env = ReplayEnv(max_items=64)
+    for i, ep in enumerate(env.episodes):
+        for cfg in (CostConfig(), CostConfig(cache="ideal")):
+            sim = Simulator(ep, cfg)
+            while not sim.done:
+                sim.call()
+            assert sim.totals.dollars == baseline_totals(ep, cfg).dollars, (i, cfg.cache)  # bit for bit
