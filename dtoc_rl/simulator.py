@@ -29,6 +29,10 @@ visibility schedule and prices every model call:
   ``recovery="restore"``: the output is made visible again at its old position,
   which re-writes the cached suffix after it; only a policy that can re-enable
   an output (the orchestrator's ``manage_context``) recovers like that.
+  ``recovery="cheaper"``: such a policy's choice per miss, whichever of the two
+  costs less for the call that needed it plus the rest of the episode's reads
+  of what each leaves in the context (the output's later visibility assumed
+  unchanged).
 * **Management overhead.** ``overhead="orchestrator"``: changes cost only
   their cache effect.  ``overhead="agent"`` (the paper's setting): every step
   with a change is one manage_context tool call made by the model, an extra
@@ -50,7 +54,7 @@ from dtoc_rl.schema import NEED_KINDS
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
 MISS_MODES = ("reread", "fail", "calibrated")
-RECOVERY_MODES = ("append", "restore")
+RECOVERY_MODES = ("append", "restore", "cheaper")
 CACHE_MODES = ("provider", "ideal")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
 #: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
@@ -69,7 +73,8 @@ class CostConfig:
     miss: str = "reread"
     """What a miss costs: reread (default), fail, or calibrated."""
     recovery: str = "append"
-    """How a re-read brings a missed output back: append (a re-run, default) or restore (in place)."""
+    """How a re-read brings a missed output back: append (a re-run, default), restore (in place), or
+    cheaper (per miss, whichever of the two costs less)."""
     overhead: str = "orchestrator"
     """Who pays for visibility changes: orchestrator (cache effect only) or agent (a tool call each)."""
     need_kinds: tuple[str, ...] = MISS_KINDS
@@ -336,6 +341,24 @@ class Simulator:
             else:
                 log.append((np.array(en + di, np.int64), ne))
 
+    def _restore_is_cheaper(self, j: int, t: int, pre: int) -> bool:
+        """recovery="cheaper": restoring missed output ``j`` in place before call ``t`` against appending
+        a re-run's copy.  Restoring re-writes the prompt after ``j`` now but carries only the output
+        (its placeholder replaced); appending writes the call and the copy, which every later call
+        reads on top of the placeholder."""
+        added = self.cfg.reread_call_tokens + self._vis_cost[j]
+        read, write = self._p0, self._p1
+        prompt_append = self.ctx + self._user[t] + pre
+        prompt_restore = prompt_append + self._gap_l[j]
+        first = self.first_changed
+        self.first_changed = min(first, j)
+        prefix = self._cached_prefix()  # what restoring leaves cached: everything before O_j
+        self.first_changed = first
+        cost_restore = prefix * read + (prompt_restore - prefix) * write
+        cost_append = prompt_append * read + added * write
+        later = (self._n - t - 1) * read * (self._gap_l[j] - added)
+        return cost_restore + later < cost_append
+
     # -- one model call of the log ---------------------------------------------
     def call(self) -> tuple[float, int]:
         """Run call t (after recovering any misses); returns (dollars, misses)."""
@@ -369,7 +392,9 @@ class Simulator:
             tot.extra_calls += 1
             tot.rereads += 1
             self.rereads_of[j] += 1
-            if cfg.recovery == "restore":
+            if cfg.recovery == "restore" or (
+                cfg.recovery == "cheaper" and self._restore_is_cheaper(j, t, pre)
+            ):
                 self._show(j)
             else:
                 added = cfg.reread_call_tokens + self._vis_cost[j]

@@ -144,3 +144,24 @@ def test_a_run_that_changes_nothing_costs_exactly_the_baseline():
             while not sim.done:
                 sim.call()
             assert sim.totals.dollars == baseline_totals(ep, cfg).dollars, (i, cfg.cache)  # bit for bit
+
+
+def test_cheaper_recovery_picks_per_miss():
+    def run(ep, recovery, hide_before):
+        sim = Simulator(ep, CostConfig(prices=UNIT, recovery=recovery, reread_call_tokens=30, cache="ideal"))
+        while not sim.done:
+            if sim.t == hide_before:
+                sim.apply_changes([], [0])
+            sim.call()
+        return sim.totals
+
+    # _miss_episode at call 2: restoring re-writes 1515 tokens now (3140) against an appended copy
+    # (2695), and one call remains that would read 40 tokens fewer: append is cheaper.
+    ep = _miss_episode()
+    assert run(ep, "cheaper", 2).dollars == run(ep, "append", 2).dollars < run(ep, "restore", 2).dollars
+    # output 0 is the last thing before the miss and 20 calls follow: restoring re-writes little
+    # (2130 against 2190 now) and saves the copy's extra 40 tokens on each later call.
+    long = make_episode(
+        base=100, user=[0] * 23, asst=[10] * 23, vis=[1000] + [0] * 22, hid=[10] + [0] * 22, needs={2: [0]}
+    )
+    assert run(long, "cheaper", 2).dollars == run(long, "restore", 2).dollars < run(long, "append", 2).dollars

@@ -47,9 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--recovery",
         default="append",
-        choices=["append", "restore"],
+        choices=["append", "restore", "cheaper"],
         help="how a re-read brings a missed output back: append (the agent re-runs the tool; masking "
-        "rules) or restore (in place; only a policy that can re-enable outputs)",
+        "rules), restore (in place; only a policy that can re-enable outputs) or cheaper (per miss, "
+        "whichever of the two costs less)",
     )
     p.add_argument(
         "--cache",
