@@ -287,13 +287,17 @@ class ItemColumns:
 
         ``row_of_step`` maps a trajectory step to the row of its output.  Per output: a
         ``reaccess`` need marks it ``superseded``; the first need of a kind in ``kinds`` on it in
-        this batch adds one to ``times_needed`` and moves its last need to the step's turn; such a
-        need on an output listed in the step's ``masked_before`` (hidden when the call was made) is
-        a re-read.  ``kinds`` defaults to the kinds ReplayEnv counts (``CostConfig.need_kinds``),
-        so a policy sees the same features online as in training.  Returns the re-reads (the
-        misses of these steps)."""
+        this batch adds one to ``times_needed`` and moves its last need to the step's turn, and
+        when the output was listed in the step's ``masked_before`` (hidden when the call was made)
+        one to ``rereads``.  ``kinds`` defaults to the kinds ReplayEnv counts
+        (``CostConfig.need_kinds``), so a policy sees the same features online as in training.
+
+        Returns the misses of these steps: outputs they needed, of any kind, while hidden.  Live, a
+        re-read of a hidden output is the agent paying for the hiding, so it counts there; a logged
+        re-read is not charged offline because the agent made it with everything visible too."""
         misses = 0
         needed: set[int] = set()
+        missed: set[int] = set()
         for s in steps:
             masked = set(s.masked_before or ())
             for need in s.needs:
@@ -302,13 +306,16 @@ class ItemColumns:
                     continue
                 if need.kind == "reaccess":
                     self.flag(row, "superseded")
+                hidden = need.step in masked
+                if hidden and need.step not in missed:
+                    missed.add(need.step)
+                    misses += 1
                 if need.kind not in kinds or need.step in needed:
                     continue
                 needed.add(need.step)
                 self.bump(row, "times_needed")
                 self.need(row, s.turn)
-                if need.step in masked:
-                    misses += 1
+                if hidden:
                     self.bump(row, "rereads")
         return misses
 

@@ -139,3 +139,14 @@ def test_add_needs_counts_once_per_output_and_charges_hidden_ones():
     assert (get(0, "superseded"), get(0, "rereads"), get(1, "rereads")) == (1, 1, 0)
     states = [cols.state(r, True, now=5, users=0) for r in range(3)]
     assert [s.since_need for s in states] == [2, 2, None]  # the first need's turn (3) for both
+
+
+def test_a_hidden_output_re_accessed_is_a_miss_but_not_a_counted_need():
+    from dtoc_rl.schema import Need, Step
+
+    cols = ItemColumns()
+    cols.append(1000, 0, call=0, users_at=0)
+    step = Step(index=1, turn=1, masked_before=[0], needs=[Need(0, "reaccess", "file:f.py")])
+    assert cols.add_needs([step], {0: 0}) == 1  # live, the re-read is what the hiding cost
+    # the features keep ReplayEnv's meaning: only MISS_KINDS are counted needs
+    assert (cols.get(0, "times_needed"), cols.get(0, "rereads"), cols.get(0, "superseded")) == (0, 0, 1)

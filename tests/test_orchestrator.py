@@ -142,21 +142,22 @@ def test_sdk_objects_are_accepted_and_a_hidden_output_needed_again_is_a_miss():
     obs, info = orch.observation()
     slot = info["keys"].index("t0000")
     f = {n: obs["items"][slot, i] for i, n in enumerate(ITEM_FEATURES)}
-    assert f["times_needed"] == 1 and f["rereads"] == 1 and f["superseded"] == 1 and f["toggles"] == 1
+    # a miss in the totals, but a re-access is not a need kind the features count (as in ReplayEnv)
+    assert f["times_needed"] == 0 and f["rereads"] == 0 and f["superseded"] == 1 and f["toggles"] == 1
     assert f["age"] == 3 and f["visible"] == 0
     # item_states() is the same knowledge as ItemStates (what a /decide request carries)
     states = dict(orch.item_states())
     assert list(states) == ["t0000", "t0001", "t0002", "t0003"]
     st = states["t0000"]
     assert (st.times_needed, st.rereads, st.superseded, st.toggles, st.age, st.visible) == (
-        1,
-        1,
+        0,
+        0,
         True,
         1,
         3,
         False,
     )
-    assert st.since_need == 0 and st.est_tokens == orch.store.get("t0000").estimated_tokens
+    assert st.since_need is None and st.est_tokens == orch.store.get("t0000").estimated_tokens
     rebuilt = build_observation(
         [s for _, s in orch.item_states()], len(obs["item_mask"]), active_tokens=0, step=0
     )
@@ -755,8 +756,9 @@ def test_an_output_that_arrives_after_its_turn_was_labelled_is_still_found():
 
 def test_item_states_include_the_needs_of_the_last_turn():
     o = Orchestrator(make_policy("none"), query="t")
-    read_loop(o, 7)  # turn 6 reads f0.py again: a need on t0000
-    assert dict(o.item_states())["t0000"].times_needed == 1
+    read_loop(o, 7)  # turn 6 reads f0.py again: a re-access need on t0000
+    st = dict(o.item_states())["t0000"]
+    assert st.superseded and st.times_needed == 0  # re-accesses supersede; they are not counted needs
 
 
 def test_a_labelling_failure_never_stops_the_loop(monkeypatch):
