@@ -1,0 +1,34 @@
+"""Numbers a JSON log may hold but no provider writes: infinite or negative usage counts."""
+
+from __future__ import annotations
+
+from dtoc_rl.ingest.common import usage_from
+from dtoc_rl.ingest.driver import ingest_paths
+
+
+def _chat(usage: str) -> str:
+    # written as text: json.dumps cannot write 1e999, but a log file can hold it
+    return (
+        '{"messages": [{"role": "user", "content": "fix it"},'
+        ' {"role": "assistant", "content": null, "usage": ' + usage + ","
+        ' "tool_calls": [{"id": "c1", "type": "function",'
+        ' "function": {"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}}]},'
+        ' {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]}'
+    )
+
+
+def test_usage_counts_that_are_infinite_or_negative_are_not_figures():
+    assert usage_from({"prompt_tokens": float("inf"), "completion_tokens": 3}).input_tokens is None
+    assert usage_from({"prompt_tokens": 10, "completion_tokens": -5}).output_tokens is None
+    anth = usage_from({"input_tokens": 5, "cache_read_input_tokens": float("inf"), "output_tokens": 1})
+    assert anth.input_tokens == 5 and anth.cached_tokens is None
+    assert usage_from({"prompt_tokens": 10, "completion_tokens": 1, "cost": -0.5}).cost_usd is None
+
+
+def test_a_chat_log_with_an_infinite_usage_count_is_ingested(tmp_path):
+    f = tmp_path / "run.json"
+    f.write_text(_chat('{"prompt_tokens": 1e999, "completion_tokens": 7}'))
+    res = ingest_paths([f], progress=False)
+    assert not res.skipped
+    (t,) = res.trajectories
+    assert t.steps[0].usage.input_tokens is None and t.steps[0].usage.output_tokens == 7
