@@ -204,8 +204,9 @@ def _process(
         skips.append(Skip(where, f"{forced}too large or deep to parse: {type(e).__name__}", ing.name))
     except OSError as e:
         skips.append(Skip(where, f"{forced}cannot read: {e.strerror or e}", ing.name))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-        # A malformed file reached code that expected a well-formed one: say where.
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
+        # A malformed file reached code that expected a well-formed one (1e999 is inf in JSON,
+        # and int() of it overflows): say where.
         msg = f"{forced}wrong types or missing fields: {type(e).__name__}: {e}"
         skips.append(Skip(where, msg.splitlines()[0][:500], ing.name))
     if label and trajs:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.ingest.driver import ingest_paths
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def _chat(usage: str) -> str:
@@ -32,3 +38,20 @@ def test_a_chat_log_with_an_infinite_usage_count_is_ingested(tmp_path):
     assert not res.skipped
     (t,) = res.trajectories
     assert t.steps[0].usage.input_tokens is None and t.steps[0].usage.output_tokens == 7
+
+
+def test_an_overflowing_number_skips_its_file_and_the_batch_goes_on(tmp_path):
+    # Claude Code's usage totals are summed by the ingester itself: 1e999 there overflows int()
+    src = next((FIXTURES / "claude_code_transcript").glob("*.jsonl"))
+    bad = tmp_path / "bad" / src.name
+    bad.parent.mkdir()
+    # every record of a message carries its usage (the last one counts): change them all
+    bad.write_text(re.sub(r'"output_tokens": ?[0-9]+', '"output_tokens": 1e999', src.read_text()))
+    good = tmp_path / "good.json"
+    good.write_text(_chat('{"prompt_tokens": 10, "completion_tokens": 2}'))
+    shutil.copy(src.parent / "README.md", tmp_path / "bad" / "README.md")
+
+    res = ingest_paths([bad, good], progress=False)
+    assert [t.source for t in res.trajectories] == ["openai-chat"]
+    (skip,) = res.skipped
+    assert skip.path.endswith(src.name) and "OverflowError" in skip.reason and "\n" not in skip.reason
