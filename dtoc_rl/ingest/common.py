@@ -7,7 +7,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS
+from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError
 from dtoc_rl.schema import Step, Trajectory, Usage
 
 __all__ = [
@@ -68,6 +68,12 @@ def load_selected_labels(start: Path) -> tuple[dict, ...]:
 def finalize(traj: Trajectory) -> Trajectory:
     """Renumber steps, fill default token estimates; shared by every ingester."""
     for i, step in enumerate(traj.steps):
+        if step.tool_call_id is not None and not isinstance(step.tool_call_id, str):
+            # the labeller keys calls by it and the dataset stores it as a string
+            raise IngestError(
+                f"step {i} ({step.tool_name}): tool call id is {type(step.tool_call_id).__name__}, "
+                "expected string"
+            )
         step.index = i
         step.output_tokens = math.ceil(len(step.output) / 4) if step.output else 0
     return traj

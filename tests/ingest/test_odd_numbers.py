@@ -1,10 +1,13 @@
-"""Numbers a JSON log may hold but no provider writes: infinite or negative usage counts."""
+"""Values a JSON log may hold but no provider writes: infinite or negative usage counts, a tool
+call id that is not a string."""
 
 from __future__ import annotations
 
 import re
 import shutil
 from pathlib import Path
+
+import pytest
 
 from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.ingest.driver import ingest_paths
@@ -55,3 +58,18 @@ def test_an_overflowing_number_skips_its_file_and_the_batch_goes_on(tmp_path):
     assert [t.source for t in res.trajectories] == ["openai-chat"]
     (skip,) = res.skipped
     assert skip.path.endswith(src.name) and "OverflowError" in skip.reason and "\n" not in skip.reason
+
+
+@pytest.mark.parametrize("call_id", ['{"a": [1]}', "[1, 2]", "7"])
+def test_a_tool_call_id_that_is_not_a_string_skips_its_file_and_the_batch_goes_on(tmp_path, call_id):
+    # the labeller keys tool calls by their id: an object there ended the batch with a traceback
+    src = next((FIXTURES / "opencode").glob("ses_*.json"))
+    bad = tmp_path / src.name
+    bad.write_text(re.sub(r'"callID": ?"[^"]*"', f'"callID": {call_id}', src.read_text(), count=1))
+    good = tmp_path / "good.json"
+    good.write_text(_chat('{"prompt_tokens": 10, "completion_tokens": 2}'))
+
+    res = ingest_paths([bad, good], progress=False)
+    assert [t.source for t in res.trajectories] == ["openai-chat"]
+    (skip,) = res.skipped
+    assert skip.path.endswith(src.name) and "tool call id" in skip.reason and "\n" not in skip.reason
