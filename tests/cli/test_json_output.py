@@ -1,0 +1,22 @@
+"""--json output is strict JSON: tools such as jq and JSON.parse refuse NaN and Infinity."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from dtoc_rl.cli.common import emit_json
+
+
+def _strict(text: str):
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_and_infinities_become_null(capsys):
+    emit_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": np.float32("nan"), "d": (np.int64(3),)})
+    out = _strict(capsys.readouterr().out)
+    assert out == {"a": None, "b": [None, 1.5], "c": None, "d": [3]}
