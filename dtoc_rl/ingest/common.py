@@ -65,15 +65,24 @@ def load_selected_labels(start: Path) -> tuple[dict, ...]:
     return ()
 
 
+# Step fields the labeller reads as text and the dataset stores as strings: an ingester copies them
+# from the log, so a log holding a number or an object there is refused here, naming the field.
+_TEXT_FIELDS = ("user_text", "assistant_text", "reasoning", "tool_args", "harness_text")
+_OPTIONAL_TEXT_FIELDS = ("tool_name", "tool_call_id", "output")
+
+
+def _check_step_types(i: int, step: Step) -> None:
+    for name in _TEXT_FIELDS + _OPTIONAL_TEXT_FIELDS:
+        v = getattr(step, name)
+        if not isinstance(v, str) and (v is not None or name in _TEXT_FIELDS):
+            what = name.replace("_", " ").replace("tool args", "tool arguments")
+            raise IngestError(f"step {i}: {what} is {type(v).__name__}, expected string")
+
+
 def finalize(traj: Trajectory) -> Trajectory:
     """Renumber steps, fill default token estimates; shared by every ingester."""
     for i, step in enumerate(traj.steps):
-        if step.tool_call_id is not None and not isinstance(step.tool_call_id, str):
-            # the labeller keys calls by it and the dataset stores it as a string
-            raise IngestError(
-                f"step {i} ({step.tool_name}): tool call id is {type(step.tool_call_id).__name__}, "
-                "expected string"
-            )
+        _check_step_types(i, step)
         step.index = i
         step.output_tokens = math.ceil(len(step.output) / 4) if step.output else 0
     return traj

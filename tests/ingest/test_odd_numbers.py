@@ -3,6 +3,7 @@ call id that is not a string."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -73,3 +74,34 @@ def test_a_tool_call_id_that_is_not_a_string_skips_its_file_and_the_batch_goes_o
     assert [t.source for t in res.trajectories] == ["openai-chat"]
     (skip,) = res.skipped
     assert skip.path.endswith(src.name) and "tool call id" in skip.reason and "\n" not in skip.reason
+
+
+def _swe_agent(thought, observation) -> str:
+    entry = {"action": "ls", "observation": observation, "thought": thought, "response": "r", "state": "{}"}
+    history = [
+        {"role": "system", "content": "sys", "agent": "primary"},
+        {"role": "user", "content": "fix it"},
+    ]
+    return json.dumps({"environment": "swe_main", "trajectory": [entry], "history": history, "info": {}})
+
+
+@pytest.mark.parametrize(
+    ("thought", "observation", "field"),
+    [(-1.5, "a.py", "assistant text is float"), ("look", {"a": [1]}, "output is dict")],
+)
+def test_a_text_field_of_another_type_skips_its_file_and_the_batch_goes_on(
+    tmp_path, thought, observation, field
+):
+    # the need labeller reads these as text: a number or an object ended the batch with a traceback
+    ok = tmp_path / "ok" / "inst-1.traj"
+    ok.parent.mkdir()
+    ok.write_text(_swe_agent("look", "a.py"))
+    bad = tmp_path / "inst-2.traj"
+    bad.write_text(_swe_agent(thought, observation))
+
+    res = ingest_paths([bad, ok], progress=False)
+    assert [t.traj_id for t in res.trajectories] == [
+        ingest_paths([ok], progress=False).trajectories[0].traj_id
+    ]
+    (skip,) = res.skipped
+    assert skip.path.endswith("inst-2.traj") and field in skip.reason and "\n" not in skip.reason
