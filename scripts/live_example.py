@@ -44,6 +44,7 @@ from dtoc_rl.orchestrator import MODES, Orchestrator
 from dtoc_rl.policies.learned import CheckpointError
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.service import RemotePolicy
+from dtoc_rl.store import SessionConflictError, StoreFileError
 
 PROG = "python -m scripts.live_example"
 
@@ -174,18 +175,21 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workdir = task.make_workdir()
-    orch = Orchestrator(
-        policy,
-        mode=args.mode,
-        query=task.prompt,
-        system=system,
-        model=str(getattr(agent, "model_name", "") or ""),
-        task_id=task.id,
-        session_path=args.session_db,
-        session_id=args.session_id,
-        max_items=args.max_items,
-        budget_tokens=args.budget,
-    )
+    try:  # a damaged, foreign or busy --session-db is the user's to fix: one line
+        orch = Orchestrator(
+            policy,
+            mode=args.mode,
+            query=task.prompt,
+            system=system,
+            model=str(getattr(agent, "model_name", "") or ""),
+            task_id=task.id,
+            session_path=args.session_db,
+            session_id=args.session_id,
+            max_items=args.max_items,
+            budget_tokens=args.budget,
+        )
+    except (StoreFileError, SessionConflictError, OSError) as e:
+        raise SystemExit(f"{PROG}: error: {_one_line(e)}") from None
     tools = Toolbox(workdir, timeout=args.tool_timeout)
     turns: list[dict[str, Any]] = []
     end = "max_steps"

@@ -44,6 +44,14 @@ def test_the_dry_runs_masking_survives_the_reingest(tmp_path, capsys):
     assert sum(len(s.events) for s in t.steps) >= 1
 
 
+def test_a_damaged_session_db_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "session.db"
+    bad.write_bytes(b"this is not an sqlite database at all" * 4)
+    with pytest.raises(SystemExit) as e:
+        live_example.main(["--scripted", "--session-db", str(bad), "--out", str(tmp_path / "out")])
+    assert "error:" in str(e.value) and "session.db" in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
