@@ -39,6 +39,7 @@ Mapping (one trajectory per conversation, since each conversation is a separate 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -104,8 +105,14 @@ def _split_cost(body: str) -> tuple[str, Usage | None]:
     if not found:
         return body, None
     m = found[-1]
-    # Runs whose provider returned no price log ``nan``: the dollars are then not logged.
-    cost = float(m.group(3)) if m.group(3)[0] in "-+.0123456789" else None
+    # Runs whose provider returned no price log ``nan``: the dollars are then not logged; a figure
+    # that is no finite price >= 0 ("-", "1e999") is not logged either, and the tokens are kept.
+    try:
+        cost = float(m.group(3))
+    except ValueError:
+        cost = None
+    if cost is not None and not (math.isfinite(cost) and cost >= 0):
+        cost = None
     usage = Usage(input_tokens=int(m.group(1)), output_tokens=int(m.group(2)), cost_usd=cost)
     return body[: m.start()] + ("\n\n" + body[m.end() :] if body[m.end() :].strip() else ""), usage
 

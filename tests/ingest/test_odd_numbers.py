@@ -105,3 +105,18 @@ def test_a_text_field_of_another_type_skips_its_file_and_the_batch_goes_on(
     ]
     (skip,) = res.skipped
     assert skip.path.endswith("inst-2.traj") and field in skip.reason and "\n" not in skip.reason
+
+
+@pytest.mark.parametrize("cost", ["-", "+", "1e999", "-0.5"])
+def test_a_repolaunch_cost_that_is_no_price_is_not_logged_and_the_log_is_kept(tmp_path, cost):
+    # one odd tag ("-" raised ValueError: the whole log, all its conversations, was skipped)
+    src = FIXTURES / "repolaunch"
+    shutil.copytree(src, tmp_path / "r")
+    log = next((tmp_path / "r").rglob("setup.log"))
+    log.write_text(log.read_text().replace("cost_usd: 0.009 ", f"cost_usd: {cost} ", 1))
+    res = ingest_paths([log], progress=False)
+    assert not res.skipped and res.trajectories
+    usages = [s.usage for t in res.trajectories for s in t.steps if s.usage is not None]
+    (odd,) = [u for u in usages if u.input_tokens == 5000]
+    assert odd.cost_usd is None and odd.output_tokens == 20
+    assert all(u.cost_usd is None or 0 <= u.cost_usd < 1 for u in usages)
