@@ -62,7 +62,7 @@ CALIBRATION_SOURCE = (
 )
 
 #: Share of the rule-allowed cached prefix that providers with an implicit, best-effort cache really
-#: hit, per model version or family, fitted by ``dtoc-rl billcheck`` on logs that report cached
+#: hit, per model version or family, fitted by ``dtoc-rl calibrate --cost`` on logs that report cached
 #: tokens (docs/billcheck.md).  Providers not listed hit every allowed token.
 CACHE_HIT_RATES: dict[str, float] = {
     # mini-swe-agent, 130 runs, 4,624 calls with usage (OpenRouter): 50.4M of 62.4M prompt tokens read

@@ -174,7 +174,7 @@ class CacheRules:
     rounded down to ``step`` tokens, nothing once the cache sat idle longer than ``ttl`` seconds
     (measured between the logged call timestamps; unknown timestamps count as no wait), and, for
     implicit caches that do not guarantee a hit, only ``hit_rate`` of it on average (fitted on logs
-    that report cached tokens: ``dtoc-rl billcheck``).
+    that report cached tokens: ``dtoc-rl calibrate --cost``).
     """
 
     provider: str
