@@ -659,6 +659,8 @@ class _Server(ThreadingHTTPServer):
         self.token_bytes = [t.encode() for t in tokens]
         self.request_timeout = float(request_timeout)
         self.idle_timeout = float(idle_timeout)
+        if ":" in addr[0]:  # an IPv6 address (::1, ::): socketserver's default family is IPv4 only
+            self.address_family = socket.AF_INET6
         super().__init__(addr, _Handler)
         host, port = addr[0], self.server_address[1]
         names = {*_LOOPBACK_NAMES, *(h.strip().lower() for h in allow_hosts if h.strip())}

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 
     host, port = server.server_address[:2]
     info = {
-        "url": f"http://{host}:{port}",
+        "url": f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}",
         "host": host,
         "port": port,
         "policy": service.label,
