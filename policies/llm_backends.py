@@ -17,12 +17,13 @@ It never interprets the answer; the policy does.
 
 Remote backends retry with the SDK's own machinery (as the live agents do): timeouts,
 connection errors and HTTP 408, 409, 429 and 5xx are retried up to ``max_retries`` times,
-after the server's ``Retry-After`` / ``retry-after-ms`` (seconds or an HTTP date, up to two
-minutes) or else an exponential backoff from 0.5 s to 8 s with 0-25% jitter; other HTTP errors
-and malformed responses are not.  Every attempt is still counted (``backend.stats``: ``attempts``,
-``retries``, ``http_<status>`` per error response) through the HTTP client's event hooks.  When
-all attempts fail, :meth:`LLMBackend.complete` raises :class:`BackendError` whose ``kind`` is one
-of ``backend_timeout``, ``backend_connection``, ``backend_http``, ``backend_bad_response`` or
+after the server's ``Retry-After`` / ``retry-after-ms`` (seconds or an HTTP date; a longer wait
+than ``MAX_RETRY_AFTER_S``, two minutes, is not retried, with either SDK) or else an exponential
+backoff from 0.5 s to 8 s with 0-25% jitter; other HTTP errors and malformed responses are not.
+Every attempt is still counted (``backend.stats``: ``attempts``, ``retries``, ``http_<status>``
+per error response) through the HTTP client's event hooks.  When all attempts fail,
+:meth:`LLMBackend.complete` raises :class:`BackendError` whose ``kind`` is one of
+``backend_timeout``, ``backend_connection``, ``backend_http``, ``backend_bad_response`` or
 ``backend_error``.
 
 SDKs and ``transformers`` are imported lazily, in the constructors.
@@ -30,6 +31,7 @@ SDKs and ``transformers`` are imported lazily, in the constructors.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import os
 import time
@@ -58,6 +60,30 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TOOL_CHOICES = ("force", "required", "auto", None)
+# The longest Retry-After waited out (seconds; a longer one fails the call): the OpenAI SDK's bound.
+MAX_RETRY_AFTER_S = 120.0
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    """Seconds a response's ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date) asks
+    for, or None when it asks nothing readable."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        return email.utils.parsedate_to_datetime(raw).timestamp() - time.time()
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -195,6 +221,11 @@ class _RemoteBackend(LLMBackend):
         def on_response(response: Any) -> None:
             if response.status_code >= 400:
                 self.stats[f"http_{response.status_code}"] += 1
+                # The Anthropic SDK waits whatever a server's Retry-After says (an hour, a day);
+                # beyond the bound the call fails at once instead, as the OpenAI SDK's does.
+                wait = _retry_after_s(response.headers)
+                if wait is not None and not wait <= MAX_RETRY_AFTER_S:
+                    response.headers["x-should-retry"] = "false"  # both SDKs obey it
 
         return {"request": [on_request], "response": [on_response]}
 
