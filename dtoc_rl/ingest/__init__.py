@@ -21,7 +21,26 @@ from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
 from dtoc_rl.schema import Trajectory
 
-__all__ = ["INGESTERS", "IngestError", "Ingester", "detect_format", "get_ingester", "read_first"]
+__all__ = [
+    "INGESTERS",
+    "MALFORMED",
+    "IngestError",
+    "Ingester",
+    "detect_format",
+    "get_ingester",
+    "malformed_reason",
+    "read_first",
+]
+
+# What an ingester raises when a malformed file reaches code that expected a well-formed one
+# (1e999 is inf in JSON, and int() of it overflows).
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError)
+
+
+def malformed_reason(e: BaseException) -> str:
+    """One line saying what went wrong in a malformed file."""
+    return f"wrong types or missing fields: {type(e).__name__}: {e}".splitlines()[0][:500]
+
 
 # Specific formats first; the generic OpenAI chat JSONL last.
 INGESTERS: list[Ingester] = [
@@ -65,11 +84,18 @@ def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
     """The ingester of one log (file or folder) and its first trajectory; :class:`IngestError` names
     what was wrong."""
     path = Path(path)
-    ing = detect_format(path)
-    if ing is None:
-        raise IngestError("not a recognised log format", path)
-    for traj in ing.parse(path):
-        return ing, traj
+    try:
+        ing = detect_format(path)
+        if ing is None:
+            raise IngestError("not a recognised log format", path)
+        for traj in ing.parse(path):
+            return ing, traj
+    except OSError as e:
+        raise IngestError(f"cannot read: {e.strerror or e}", path) from None
+    except (RecursionError, MemoryError) as e:
+        raise IngestError(f"too large or deep to parse: {type(e).__name__}", path) from None
+    except MALFORMED as e:
+        raise IngestError(malformed_reason(e), path) from None
     raise IngestError("no trajectory in it", path)
 
 

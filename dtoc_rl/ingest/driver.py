@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.ingest import INGESTERS, IngestError, detect_format
+from dtoc_rl.ingest import INGESTERS, MALFORMED, IngestError, detect_format, malformed_reason
 from dtoc_rl.ingest.common import fill_unlogged_prompt
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 
@@ -204,11 +204,8 @@ def _process(
         skips.append(Skip(where, f"{forced}too large or deep to parse: {type(e).__name__}", ing.name))
     except OSError as e:
         skips.append(Skip(where, f"{forced}cannot read: {e.strerror or e}", ing.name))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
-        # A malformed file reached code that expected a well-formed one (1e999 is inf in JSON,
-        # and int() of it overflows): say where.
-        msg = f"{forced}wrong types or missing fields: {type(e).__name__}: {e}"
-        skips.append(Skip(where, msg.splitlines()[0][:500], ing.name))
+    except MALFORMED as e:  # a malformed file reached code that expected a well-formed one: say where
+        skips.append(Skip(where, (forced + malformed_reason(e))[:500], ing.name))
     if label and trajs:
         from dtoc_rl.labels import label_trajectory
 

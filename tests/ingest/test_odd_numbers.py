@@ -120,3 +120,18 @@ def test_a_repolaunch_cost_that_is_no_price_is_not_logged_and_the_log_is_kept(tm
     (odd,) = [u for u in usages if u.input_tokens == 5000]
     assert odd.cost_usd is None and odd.output_tokens == 20
     assert all(u.cost_usd is None or 0 <= u.cost_usd < 1 for u in usages)
+
+
+def test_replay_of_a_malformed_log_is_a_one_line_error(tmp_path, capsys):
+    # read_first (dtoc-rl replay, the live example's --replay) let the OverflowError out as a traceback
+    from dtoc_rl.cli import main as cli
+    from dtoc_rl.ingest import IngestError, read_first
+
+    src = next((FIXTURES / "claude_code_transcript").glob("*.jsonl"))
+    bad = tmp_path / src.name
+    bad.write_text(re.sub(r'"output_tokens": ?[0-9]+', '"output_tokens": 1e999', src.read_text()))
+    with pytest.raises(IngestError, match="OverflowError"):
+        read_first(bad)
+    assert cli(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dtoc-rl: error:") and "OverflowError" in err and "\n" not in err
