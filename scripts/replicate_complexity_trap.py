@@ -31,16 +31,18 @@ def main() -> None:
     args = ap.parse_args()
 
     from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.models import model_version
     from dtoc_rl.policies.evaluate import aggregate, evaluate
     from dtoc_rl.pricing import prices_for
     from dtoc_rl.simulator import CostConfig
 
     eps = load_episodes(args.dataset, source=SOURCES)
-    families = sorted({e.model_family for e in eps})
+    # one group per price: a family's versions can be priced apart (gpt-4o-2024-05-13 has no caching)
+    groups: dict[tuple[str, object], list] = {}
+    for e in eps:
+        groups.setdefault((e.model_family, prices_for(e.model_family, e.model_raw)), []).append(e)
     out = []
-    for fam in families:
-        fam_eps = [e for e in eps if e.model_family == fam]
-        p = prices_for(fam)
+    for (fam, p), fam_eps in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].input)):
         uncached = replace(p, cache_read=p.input, cache_write=p.input)
         for name, cfg in (
             ("cached", CostConfig()),
@@ -54,9 +56,11 @@ def main() -> None:
             base = sum(r.base_dollars for r in runs if r.policy == "none") / n
             pol = sum(r.dollars for r in runs if r.policy == args.policy) / n
             r = rows[args.policy]
+            versions = sorted({model_version(e.model_raw) or "?" for e in fam_eps})
             out.append(
                 {
                     "model_family": fam,
+                    "model": fam if len(versions) > 1 else versions[0].replace("?", fam),
                     "trajectories": n,
                     "cost_model": name,
                     "dollars_per_instance_none": base,
@@ -73,11 +77,11 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"{args.policy} on {', '.join(SOURCES)} ({len(eps)} trajectories)")
-    print(f"{'family':15s} {'n':>4s} {'cost model':22s} {'$ none':>8s} {'$ masked':>9s} "
+    print(f"{'model':26s} {'n':>4s} {'cost model':22s} {'$ none':>8s} {'$ masked':>9s} "
           f"{'change (95% CI)':>24s} {'misses/100':>10s} {'tokens':>8s}")  # fmt: skip
     for r in out:
         ci = f"{-100 * r['savings']:+.0f}% [{-100 * r['savings_hi']:+.0f}, {-100 * r['savings_lo']:+.0f}]"
-        print(f"{r['model_family']:15s} {r['trajectories']:4d} {r['cost_model']:22s} "
+        print(f"{r['model']:26s} {r['trajectories']:4d} {r['cost_model']:22s} "
               f"{r['dollars_per_instance_none']:8.3f} {r['dollars_per_instance_masked']:9.3f} {ci:>24s} "
               f"{r['misses_per_100']:10.2f} {-100 * r['token_savings']:+7.0f}%")  # fmt: skip
 
