@@ -7,6 +7,7 @@ folders, labels needs and writes datasets is :mod:`dtoc_rl.ingest.driver`.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
@@ -85,6 +86,9 @@ def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
     what was wrong."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(mode := path.stat().st_mode) and not stat.S_ISDIR(mode):
+            # never opened: reading a FIFO waits for a writer forever
+            raise IngestError("not a regular file or folder (a FIFO, device or socket): not read", path)
         ing = detect_format(path)
         if ing is None:
             raise IngestError("not a recognised log format", path)

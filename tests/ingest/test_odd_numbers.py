@@ -135,3 +135,24 @@ def test_replay_of_a_malformed_log_is_a_one_line_error(tmp_path, capsys):
     assert cli(["replay", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dtoc-rl: error:") and "OverflowError" in err and "\n" not in err
+
+
+def test_replay_of_a_fifo_is_refused_without_opening_it(tmp_path, capsys):
+    # dtoc-rl replay FIFO waited for a writer forever (the ingest driver already refuses FIFOs)
+    import os
+    import threading
+
+    from dtoc_rl.cli import main as cli
+
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    codes: list = []
+    worker = threading.Thread(target=lambda: codes.append(cli(["replay", str(fifo)])), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():  # let the blocked reader go before failing
+        with open(fifo, "w"):
+            pass
+        worker.join(timeout=5)
+        pytest.fail("dtoc-rl replay blocked on a FIFO")
+    assert codes == [2] and "FIFO" in capsys.readouterr().err
