@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
             # the reader went away (`dtoc-rl ... --json | head`): not an error of ours
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
+        except OSError as e:
+            # a path that cannot be read or written (an output under a file, a missing mount, no
+            # permission, a full disk) that no check of the command named: one line, no traceback
+            where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
+            print(f"dtoc-rl: error: {where}{e.strerror or e}", file=sys.stderr)
+            return 2
     # Top-level help lists commands without importing them.
     parser = build_parser()
     args = parser.parse_args(argv)
