@@ -18,7 +18,7 @@ from dtoc_rl.manage import (
 from dtoc_rl.record import ToolOutput
 from dtoc_rl.render import to_anthropic, to_openai
 from dtoc_rl.sqlite_store import SQLiteStore
-from dtoc_rl.store import MemoryStore, Store, UnknownKeyError
+from dtoc_rl.store import MemoryStore, SessionConflictError, Store, StoreFileError, UnknownKeyError
 from dtoc_rl.tokens import CharEstimator, HFTokenizerEstimator, TiktokenEstimator, get_estimator
 
 __version__ = "0.1.0"
@@ -30,8 +30,10 @@ __all__ = [
     "HFTokenizerEstimator",
     "MemoryStore",
     "SQLiteStore",
+    "SessionConflictError",
     "StatusReport",
     "Store",
+    "StoreFileError",
     "TiktokenEstimator",
     "ToolOutput",
     "UnknownKeyError",
