@@ -116,6 +116,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from email.errors import MissingHeaderBodySeparatorDefect
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -734,7 +735,9 @@ class RemotePolicy:
     every hidden slot, like the OpenCode plugin), ``"keep"`` (change nothing) or
     ``"raise"``.  ``errors`` counts failures; ``last`` is the last answer.  ``token``: the
     service's token (default: the ``DTOC_TOKEN`` environment variable), sent as
-    ``Authorization: Bearer <token>``.
+    ``Authorization: Bearer <token>``.  The first failure of each kind (an HTTP status, or the
+    service unreachable) is also a ``RuntimeWarning``: a wrong token would otherwise show
+    everything, silently, for the whole run.
     """
 
     name = "remote"
@@ -757,6 +760,7 @@ class RemotePolicy:
         if tok:
             self._headers["Authorization"] = f"Bearer {check_token(tok)}"
         self.errors = 0
+        self._warned: set[str] = set()  # kinds of failure already warned about
         self.last: dict[str, Any] | None = None
         self._conn: Any = None
         self._lock = threading.Lock()
@@ -839,10 +843,19 @@ class RemotePolicy:
         try:
             with self._lock:
                 ans = self._post(json.dumps(body).encode())
-        except Exception:
+        except Exception as e:
             self.errors += 1
             if self.on_error == "raise":
                 raise
+            kind = str(e).split(":", 1)[0] if str(e).startswith("HTTP ") else type(e).__name__
+            if kind not in self._warned:
+                self._warned.add(kind)
+                warnings.warn(
+                    f"RemotePolicy {self.url}: {' '.join(str(e).split())[:300] or kind}; "
+                    f"on_error={self.on_error!r} decides until the service answers",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             if self.on_error == "show_all":
                 action["enable"] = np.asarray(obs["enable_mask"], np.int8).copy()
             return action
