@@ -209,8 +209,16 @@ def _process(
     if label and trajs:
         from dtoc_rl.labels import label_trajectory
 
-        for t in trajs:
-            label_trajectory(t)
+        labelled = []
+        for t in trajs:  # the labeller reads every text of the log: a surprise there skips one trajectory
+            try:
+                label_trajectory(t)
+            except (*MALFORMED, RecursionError) as e:
+                reason = f"need labelling failed: {type(e).__name__}: {e}".splitlines()[0][:500]
+                skips.append(Skip(f"{where}#{t.traj_id}", reason, ing.name))
+                continue
+            labelled.append(t)
+        trajs = labelled
     return trajs, skips, ing.name, size
 
 

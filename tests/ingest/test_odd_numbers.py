@@ -156,3 +156,28 @@ def test_replay_of_a_fifo_is_refused_without_opening_it(tmp_path, capsys):
         worker.join(timeout=5)
         pytest.fail("dtoc-rl replay blocked on a FIFO")
     assert codes == [2] and "FIFO" in capsys.readouterr().err
+
+
+def test_a_trajectory_the_labeller_fails_on_is_skipped_and_the_others_are_kept(tmp_path, monkeypatch):
+    # labelling ran outside the per-file guard: any exception there ended the batch with a traceback
+    import dtoc_rl.labels
+
+    real = dtoc_rl.labels.label_trajectory
+
+    def picky(traj, **kw):
+        if "fix it twice" in traj.task_text:
+            raise ValueError("an input the labeller did not expect")
+        return real(traj, **kw)
+
+    monkeypatch.setattr(dtoc_rl.labels, "label_trajectory", picky)
+    runs = tmp_path / "runs.jsonl"
+    one, two = json.loads(_chat("{}")), json.loads(_chat("{}"))
+    two["messages"][0]["content"] = "fix it twice"
+    runs.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    good = tmp_path / "good.json"
+    good.write_text(_chat('{"prompt_tokens": 10, "completion_tokens": 2}'))
+
+    res = ingest_paths([runs, good], progress=False)
+    assert sorted(t.task_text for t in res.trajectories) == ["fix it", "fix it"]
+    (skip,) = res.skipped
+    assert "#" in skip.path and "need labelling failed: ValueError" in skip.reason
