@@ -119,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
 
     if msg := unused_run_options(args, args.wandb):
         return fail(msg)
+    # the output folders before any work: one that cannot be made fails now, not after the run
+    for folder in sorted({p.parent for p in (args.csv, args.runs_out) if p} | {p for p in [args.plots] if p}):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return fail(f"{folder}: cannot make the output folder ({e.strerror or e})")
     try:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint

@@ -40,3 +40,17 @@ def test_evaluate_csv_into_an_unwritable_folder(blocked, capsys):
     data = str(bundled_dataset())
     assert cli(["evaluate", "-p", "none", "--dataset", data, "--csv", str(blocked / "m.csv"), "--quiet"]) == 2
     _one_line_error(capsys, blocked)
+
+
+@pytest.mark.parametrize("flag", ["--csv", "--runs-out", "--plots"])
+def test_evaluate_checks_its_output_folders_before_evaluating(blocked, capsys, monkeypatch, flag):
+    # the whole evaluation ran first, then the write failed: minutes of work for a mistyped path
+    import dtoc_rl.policies.evaluate
+
+    def must_not_run(*a, **k):
+        raise AssertionError("evaluate() ran before the output folder was checked")
+
+    monkeypatch.setattr(dtoc_rl.policies.evaluate, "evaluate", must_not_run)
+    out = str(blocked / "x.csv") if flag != "--plots" else str(blocked)
+    assert cli(["evaluate", "-p", "none", "--dataset", str(bundled_dataset()), flag, out, "--quiet"]) == 2
+    _one_line_error(capsys, blocked)
