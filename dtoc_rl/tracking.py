@@ -18,6 +18,7 @@ __all__ = [
     "finish_run",
     "log_checkpoint",
     "log_evaluation",
+    "start_cli_run",
     "start_run",
     "unused_run_options",
 ]
@@ -74,6 +75,19 @@ def start_run(
         raise WandbError(
             f"wandb: cannot start a run: {msg} (`wandb login`, or WANDB_MODE=offline to keep it on disk)"
         ) from e
+
+
+def start_cli_run(args: argparse.Namespace, job_type: str):
+    """:func:`start_run` from a command's ``--wandb-*`` options, its arguments as the run's config."""
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
+    return start_run(
+        project=args.wandb_project,
+        name=args.wandb_name,
+        tags=args.wandb_tags,
+        group=args.wandb_group,
+        config=config,
+        job_type=job_type,
+    )
 
 
 def finish_run(run, exit_code: int = 0) -> None:

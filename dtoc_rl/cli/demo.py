@@ -57,7 +57,7 @@ def _step(msg: str, quiet: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.tracking import WandbError, finish_run, start_run, unused_run_options
+    from dtoc_rl.tracking import WandbError, finish_run, start_cli_run, unused_run_options
 
     if args.dpi < 1:
         return fail(f"--dpi must be a positive integer, got {args.dpi}")
@@ -65,10 +65,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(msg)
     run_ = None
     if args.wandb:
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
         try:
-            run_ = start_run(project=args.wandb_project, name=args.wandb_name, tags=args.wandb_tags,
-                             group=args.wandb_group, config=config, job_type="demo")  # fmt: skip
+            run_ = start_cli_run(args, job_type="demo")
         except WandbError as e:
             return fail(str(e))
     # the run is closed whatever happens, marked failed unless the demo completes

@@ -184,12 +184,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plots:
         out["plots"] = write_plots(args, specs, rows, runs)
     if args.wandb:
-        from dtoc_rl.tracking import WandbError, log_evaluation, start_run
+        from dtoc_rl.tracking import WandbError, log_evaluation, start_cli_run
 
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"}
         try:
-            wb = start_run(project=args.wandb_project, name=args.wandb_name, tags=args.wandb_tags,
-                           group=args.wandb_group, config=config, job_type="evaluate")  # fmt: skip
+            wb = start_cli_run(args, job_type="evaluate")
         except WandbError as e:
             return fail(str(e))
         files = [p for p in (args.csv, args.runs_out) if p]
