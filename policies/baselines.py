@@ -50,6 +50,15 @@ def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str,
     }
 
 
+def _tool_categories(tools: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray]:
+    """``tools`` as a tuple, checked against ``TOOL_CATEGORIES``, and its mask over the tool ids."""
+    bad = set(tools) - set(TOOL_CATEGORIES)
+    if bad:
+        raise ValueError(f"unknown tool categories {sorted(bad)}; known: {TOOL_CATEGORIES}")
+    tools = tuple(tools)
+    return tools, np.array([c in tools for c in TOOL_CATEGORIES])
+
+
 def _ordinals(obs: dict[str, np.ndarray]) -> np.ndarray:
     """Ordinal of each slot's output among all outputs stored so far (-1 for padding)."""
     mask = obs["item_mask"].astype(bool)
@@ -166,14 +175,10 @@ class AnthropicClearToolUses(Policy):
         clear_at_least: int = 0,
         exclude_tools: Sequence[str] = (),
     ):
-        bad = set(exclude_tools) - set(TOOL_CATEGORIES)
-        if bad:
-            raise ValueError(f"unknown tool categories {sorted(bad)}; known: {TOOL_CATEGORIES}")
+        self.exclude_tools, self._excluded = _tool_categories(exclude_tools)
         if keep < 0 or trigger < 0 or clear_at_least < 0:
             raise ValueError("trigger, keep and clear_at_least must be >= 0")
         self.trigger, self.keep, self.clear_at_least = trigger, keep, clear_at_least
-        self.exclude_tools = tuple(exclude_tools)
-        self._excluded = np.array([c in self.exclude_tools for c in TOOL_CATEGORIES])
 
     def act(self, obs, info=None):
         mask = obs["item_mask"].astype(bool)
@@ -408,17 +413,13 @@ class CacheAwareClear(Policy):
         exclude_tools: Sequence[str] = (),
         prices: Prices | None = None,
     ):
-        bad = set(exclude_tools) - set(TOOL_CATEGORIES)
-        if bad:
-            raise ValueError(f"unknown tool categories {sorted(bad)}; known: {TOOL_CATEGORIES}")
+        self.exclude_tools, self._excluded = _tool_categories(exclude_tools)
         if keep < 0 or horizon < 1 or clear_at_least < 0 or trigger < 0:
             raise ValueError(
                 f"keep, clear_at_least and trigger must be >= 0 and horizon >= 1; got keep={keep}, "
                 f"horizon={horizon}, clear_at_least={clear_at_least}, trigger={trigger}"
             )
         self.keep, self.horizon, self.clear_at_least, self.trigger = keep, horizon, clear_at_least, trigger
-        self.exclude_tools = tuple(exclude_tools)
-        self._excluded = np.array([c in self.exclude_tools for c in TOOL_CATEGORIES])
         self._fixed_prices = prices
         self.reset()
 
