@@ -11,6 +11,7 @@ from dtoc_rl.pricing import PRICES, Prices
 from dtoc_rl.simulator import CostConfig
 
 from .crafted import crafted
+from .test_baselines import visible_sets
 
 N = 16
 # Anthropic-like ratios: a cached read costs 0.1, a cache write 1.25 of an uncached input token
@@ -31,21 +32,6 @@ def obs_of(items, base=0, step=None, family="other"):
 def hidden_slots(action):
     assert not action["enable"].any()  # neither rule ever re-shows an output
     return np.flatnonzero(action["disable"]).tolist()
-
-
-def seen_per_call(policy, traj, **cost):
-    """Visible outputs each call after the first saw, under ``policy`` (and the final info)."""
-    env = ReplayEnv(trajectories=[traj], max_items=N, cost_config=CostConfig(**cost), expose_episode=True)
-    obs, info = env.reset(seed=0)
-    policy.reset(info)
-    seen, done = [], False
-    while not done:
-        obs, _, done, _, info = env.step(policy.act(obs, info))
-        slots = info["slot_steps"]
-        vis = obs["items"][:, 2] > 0.5
-        # visibility the call just made saw: the outputs stored before it
-        seen.append(sorted(int(s) for s in slots[(slots >= 0) & vis] if s < env.sim.t - 1))
-    return seen, info
 
 
 # -- needed again --------------------------------------------------------------------------------------
@@ -80,22 +66,26 @@ def test_hide_big_hides_outputs_of_at_least_t_tokens_once_age_calls_saw_them():
 
 def test_hide_big_on_an_episode_big_outputs_are_seen_by_one_call():
     # 8,000 chars = 2,000 tokens; 7,996 = 1,999; 400 = 100
-    seen, info = seen_per_call(HideBig(), crafted([8000, 400, 7996, 8000, 400, 8000, 400]))
+    seen, info = visible_sets(HideBig(), crafted([8000, 400, 7996, 8000, 400, 8000, 400]))
     # call i (i >= 1) sees output i-1 whatever its size; a big one is gone from call i+1 on
     assert seen == [[0], [1], [1, 2], [1, 2, 3], [1, 2, 4], [1, 2, 4, 5]]
     assert info["totals"]["misses"] == 0
-    seen, _ = seen_per_call(HideBig(age=2), crafted([8000, 400, 8000, 8000, 400]))
+    seen, _ = visible_sets(HideBig(age=2), crafted([8000, 400, 8000, 8000, 400]))
     assert seen == [[0], [0, 1], [1, 2], [1, 2, 3]]
 
 
 def test_hide_big_keeps_an_output_visible_for_good_once_needed_again():
     sizes = [8000] * 7
     # call 3 needs output 0 (hidden since call 2): a miss; restored in place, it is never hidden again
-    seen, info = seen_per_call(HideBig(), crafted(sizes, needs={3: [0]}), recovery="restore")
+    seen, info = visible_sets(
+        HideBig(), crafted(sizes, needs={3: [0]}), cost_config=CostConfig(recovery="restore")
+    )
     assert info["totals"]["misses"] == 1
     assert [0 in v for v in seen] == [True, False, True, True, True, True]
     # a need by the call right after the output is its first read, not "again": hidden as usual
-    seen, info = seen_per_call(HideBig(), crafted(sizes, needs={1: [0]}), recovery="restore")
+    seen, info = visible_sets(
+        HideBig(), crafted(sizes, needs={1: [0]}), cost_config=CostConfig(recovery="restore")
+    )
     assert info["totals"]["misses"] == 0
     assert [0 in v for v in seen] == [True, False, False, False, False, False]
 
