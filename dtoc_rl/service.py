@@ -632,12 +632,6 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return self._read_exactly(n)
 
-    def do_GET(self) -> None:
-        self._route("GET")
-
-    def do_POST(self) -> None:
-        self._route("POST")
-
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
