@@ -13,7 +13,7 @@ with the labeller of this version (refused edits write nothing; abbreviated
 SWE-agent views read only the lines they show; token runs must add 12
 characters beyond the agent's own words and never span a jump in line numbers;
 ``edit`` needs).  Miss episodes are opened by needs of the kinds the simulator
-charges (:data:`dtoc_rl.simulator.MISS_KINDS`: provenance and reference).  Definitions in
+charges (:data:`dtoc_rl.schema.MISS_KINDS`: provenance and reference).  Definitions in
 :mod:`dtoc_rl.calibration`; discussion and limits in ``docs/validity.md``.
 ``tests/test_calibration.py`` recomputes these from the shared traces.
 

@@ -18,8 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dtoc_rl.models import FAMILIES, family_id
-from dtoc_rl.schema import Step
-from dtoc_rl.simulator import MISS_KINDS
+from dtoc_rl.schema import MISS_KINDS, Step
 from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [

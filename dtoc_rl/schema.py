@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "MISS_KINDS",
+    "NEED_KINDS",
     "SCHEMA_VERSION",
     "ContextEvent",
     "Need",
@@ -30,6 +32,10 @@ __all__ = [
 SCHEMA_VERSION = "1.2"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages
 
 NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
+#: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
+#: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
+#: that re-read twice (docs/validity.md measured this on really masked runs).
+MISS_KINDS = ("provenance", "reference")
 EVENT_KINDS = ("mask", "unmask", "enable", "disable", "compaction", "truncate")
 
 

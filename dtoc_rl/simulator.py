@@ -49,17 +49,13 @@ import numpy as np
 from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.episode import Episode
 from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
-from dtoc_rl.schema import NEED_KINDS
+from dtoc_rl.schema import MISS_KINDS, NEED_KINDS
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
 MISS_MODES = ("reread", "fail", "calibrated")
 RECOVERY_MODES = ("append", "restore", "cheaper")
 CACHE_MODES = ("provider", "ideal")
-#: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
-#: carries one is itself the agent re-reading the resource, so charging a re-read for it would count
-#: that re-read twice (docs/validity.md measured this on really masked runs).
-MISS_KINDS = ("provenance", "reference")
 
 _f64 = np.float64
 OVERHEAD_MODES = ("orchestrator", "agent")
