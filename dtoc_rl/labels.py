@@ -72,7 +72,7 @@ Four kinds
     to those of them the action copied from (a ``provenance`` need), when
     there are such.  Evidence is ``file:PATH``.  A refused edit after a hidden
     view is the typical real miss (``docs/validity.md``); the simulator does
-    not charge ``edit`` needs by default (:data:`dtoc_rl.simulator.MISS_KINDS`).
+    not charge ``edit`` needs by default (:data:`dtoc_rl.schema.MISS_KINDS`).
 
 ``reference``
     The action names a DTOC tool key (``t0007``) or the provider tool-call id of
@@ -494,9 +494,6 @@ _ACI_COMMANDS = {
     "edit",
     "submit",
 }
-_KNOWN_TOOLS = (
-    _SHELL_TOOLS | _EDITOR_TOOLS | _READ_TOOLS | _GREP_TOOLS | _GLOB_TOOLS | _LIST_TOOLS | _WRITE_TOOLS
-)
 _NAV_ONLY = {"cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "false", "clear", ":"}
 _WRITE_CMDS = {"rm", "mv", "cp", "touch", "mkdir", "rmdir", "tee", "ln", "chmod", "truncate", "dd", "patch"}
 _WRAPPERS = {"sudo", "time", "nohup", "env", "command", "builtin", "exec", "stdbuf", "xargs"}
@@ -1352,8 +1349,10 @@ def _generic_resources(name: str, lname: str, args: dict) -> tuple[list[Resource
         files = []  # a search's path is where it looks, not a file it reads whole
     files = [_norm_path(f.removeprefix("file://")) for f in files]
     sql = next((args[k] for k in _SQL_KEYS if isinstance(args.get(k), str)), None)
-    if sql is not None and (_SQL_WRITE.match(sql) or _SQL_ANY.match(sql)):
-        kind = "write" if _SQL_WRITE.match(sql) else "read"
+    if sql is not None and _SQL_WRITE.match(sql):
+        kind = "write"
+    elif sql is not None and _SQL_ANY.match(sql):
+        kind = "read"
     if kind == "write":
         return [], files or [f"state:{name}({_canon_json(args)})"]
     reads = [_call_resource(name, args)]
