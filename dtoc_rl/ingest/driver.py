@@ -23,6 +23,7 @@ from typing import Any
 from dtoc_rl.ingest import INGESTERS, MALFORMED, IngestError, detect_format, malformed_reason
 from dtoc_rl.ingest.common import fill_unlogged_prompt
 from dtoc_rl.schema import NEED_KINDS, Trajectory
+from dtoc_rl.tokens import CharEstimator
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -79,8 +80,6 @@ def _special(mode: int) -> str | None:
 
 def _text_log(p: Path) -> bool:
     """Whether a ``.log`` file is an agent log some ingester reads (most are build output)."""
-    from dtoc_rl.ingest import detect_format
-
     try:
         return detect_format(p) is not None
     except OSError:
@@ -381,8 +380,10 @@ def context_per_call(t: Trajectory) -> list[int]:
     It shows which regime a dataset is in (Anthropic's context editing acts from 100k tokens).
     """
 
+    est = CharEstimator()  # the default estimator, as Step.output_tokens is counted
+
     def tok(text: str | None) -> int:
-        return (len(text) + 3) // 4 if text else 0
+        return est.count(text) if text else 0
 
     total = tok(t.system_prompt) + tok(t.task_text) + int(t.unlogged_prompt_tokens or 0)
     out = []
