@@ -27,7 +27,7 @@ from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
 from dtoc_rl.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.policies.registry import _line, make_policy
 from dtoc_rl.simulator import CostConfig
 
 __all__ = [
@@ -88,8 +88,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         if errors:
             run.extra["policy_errors"] = dict(errors)
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
-        msg = str(e).strip().splitlines()  # one line; the traceback keeps the rest
-        run.error = f"{type(e).__name__}: {msg[0]}" if msg else type(e).__name__
+        run.error = _line(e)  # one line; the traceback keeps the rest
         run.extra["traceback"] = traceback.format_exc(limit=3)
     return run
 
