@@ -25,9 +25,11 @@ from dtoc_rl.schema import Trajectory
 __all__ = [
     "INGESTERS",
     "MALFORMED",
+    "PARSE_FAILURES",
     "IngestError",
     "Ingester",
     "detect_format",
+    "failure_reason",
     "get_ingester",
     "malformed_reason",
     "read_first",
@@ -41,6 +43,19 @@ MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, Arithm
 def malformed_reason(e: BaseException) -> str:
     """One line saying what went wrong in a malformed file."""
     return f"wrong types or missing fields: {type(e).__name__}: {e}".splitlines()[0][:500]
+
+
+#: Everything short of an IngestError that reading one log can raise and a batch survives.
+PARSE_FAILURES = (OSError, RecursionError, MemoryError, *MALFORMED)
+
+
+def failure_reason(e: BaseException) -> str:
+    """One line for an exception in :data:`PARSE_FAILURES`: the reason a log was not read."""
+    if isinstance(e, OSError):
+        return f"cannot read: {e.strerror or e}"
+    if isinstance(e, (RecursionError, MemoryError)):
+        return f"too large or deep to parse: {type(e).__name__}"
+    return malformed_reason(e)
 
 
 # Specific formats first; the generic OpenAI chat JSONL last.
@@ -94,12 +109,8 @@ def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
             raise IngestError("not a recognised log format", path)
         for traj in ing.parse(path):
             return ing, traj
-    except OSError as e:
-        raise IngestError(f"cannot read: {e.strerror or e}", path) from None
-    except (RecursionError, MemoryError) as e:
-        raise IngestError(f"too large or deep to parse: {type(e).__name__}", path) from None
-    except MALFORMED as e:
-        raise IngestError(malformed_reason(e), path) from None
+    except PARSE_FAILURES as e:
+        raise IngestError(failure_reason(e), path) from None
     raise IngestError("no trajectory in it", path)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.ingest import INGESTERS, MALFORMED, IngestError, detect_format, malformed_reason
+from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.common import fill_unlogged_prompt
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 from dtoc_rl.tokens import CharEstimator
@@ -184,7 +184,7 @@ def _process(
     try:
         ing = get_ingester(fmt) if fmt else detect_format(unit)
     except OSError as e:
-        return [], [Skip(where, f"cannot read: {e.strerror or e}")], None, size
+        return [], [Skip(where, failure_reason(e))], None, size
     if ing is None:
         return [], [Skip(where, "unknown format: no ingester recognises this file")], None, size
     trajs: list[Trajectory] = []
@@ -199,12 +199,8 @@ def _process(
             trajs.append(t)
     except IngestError as e:
         skips.append(Skip(where, forced + e.reason, ing.name))
-    except (RecursionError, MemoryError) as e:
-        skips.append(Skip(where, f"{forced}too large or deep to parse: {type(e).__name__}", ing.name))
-    except OSError as e:
-        skips.append(Skip(where, f"{forced}cannot read: {e.strerror or e}", ing.name))
-    except MALFORMED as e:  # a malformed file reached code that expected a well-formed one: say where
-        skips.append(Skip(where, (forced + malformed_reason(e))[:500], ing.name))
+    except PARSE_FAILURES as e:  # e.g. a malformed file reached code that expected a well-formed one
+        skips.append(Skip(where, (forced + failure_reason(e))[:500], ing.name))
     if label and trajs:
         from dtoc_rl.labels import label_trajectory
 
