@@ -52,6 +52,9 @@ class DTOCContext:
         self.estimator = self.store.estimator
         self._pending: deque[str] = deque()
         self._calls: dict[str, dict[str, Any]] = {}
+        # The assembled context, kept up to date incrementally (see assemble()).
+        self._assembled: list[dict[str, Any]] = []
+        self._tool_pos: dict[str, int] = {}
         try:
             self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
             answered = set()
@@ -62,13 +65,7 @@ class DTOCContext:
                         self._pending.append(c["id"])
                 elif m["role"] == "tool":
                     answered.add(m["tool_call_id"])
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{self.store.where}: a stored message is malformed ({e!r})") from None
-        self._pending = deque(c for c in self._pending if c not in answered)
-        # The assembled context, kept up to date incrementally (see assemble()).
-        self._assembled: list[dict[str, Any]] = []
-        self._tool_pos: dict[str, int] = {}
-        try:
+            self._pending = deque(c for c in self._pending if c not in answered)
             for m in self.store.messages:
                 self._assemble_one(m)
         except (KeyError, TypeError, AttributeError) as e:
