@@ -287,10 +287,6 @@ class _RemoteBackend(LLMBackend):
             return reply
 
 
-def _status_kind(status: int | None) -> tuple[str, int | None]:
-    return "backend_http", status
-
-
 def _require(obj: Any, what: str) -> Any:
     if obj is None:
         raise ValueError(f"missing {what}")
@@ -377,7 +373,7 @@ class OpenAIBackend(_RemoteBackend):
         if isinstance(exc, o.APIConnectionError):
             return "backend_connection", None
         if isinstance(exc, o.APIStatusError):
-            return _status_kind(getattr(exc, "status_code", None))
+            return "backend_http", getattr(exc, "status_code", None)
         if isinstance(exc, o.APIResponseValidationError):
             return "backend_bad_response", None
         return "backend_error", None
@@ -479,7 +475,7 @@ class AnthropicBackend(_RemoteBackend):
         if isinstance(exc, a.APIConnectionError):
             return "backend_connection", None
         if isinstance(exc, a.APIStatusError):
-            return _status_kind(getattr(exc, "status_code", None))
+            return "backend_http", getattr(exc, "status_code", None)
         if isinstance(exc, a.APIResponseValidationError):
             return "backend_bad_response", None
         return "backend_error", None
