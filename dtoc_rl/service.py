@@ -125,7 +125,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
+from dtoc_rl.features import DEFAULT_MAX_ITEMS, GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.models import FAMILIES
 from dtoc_rl.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
@@ -189,7 +189,7 @@ class DecisionService:
         fallback: Any = None,
         fallback_label: str | None = None,
         families: set[str] | frozenset[str] | None = None,
-        max_items: int = 128,
+        max_items: int = DEFAULT_MAX_ITEMS,
         max_body: int = DEFAULT_MAX_BODY,
         max_request_items: int = DEFAULT_MAX_REQUEST_ITEMS,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
