@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         out["plot"] = str(plot_calibration(out, args.plot))
     if args.json:
-        emit_json(_strict(out))
+        emit_json(out)  # strict JSON: NaN and infinities become null
     else:
         print_report(out)
     return 0
@@ -247,17 +247,6 @@ def comparison(cal, sim) -> list[dict[str, Any]]:
 
 
 # -- output -----------------------------------------------------------------------------------------
-
-
-def _strict(obj: Any) -> Any:
-    """Strict JSON: NaN and infinities (an undefined or unbounded ratio) become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _strict(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_strict(v) for v in obj]
-    return obj
 
 
 def _pct(r: dict[str, float]) -> str:
@@ -475,7 +464,7 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
     if args.calls_out:
         out["calls_out"] = {"path": str(args.calls_out), "calls": write_calls(res, args.calls_out)}
     if args.json:
-        emit_json(_strict(out))
+        emit_json(out)  # strict JSON: NaN and infinities become null
         return 0
     from rich.console import Console
     from rich.table import Table
