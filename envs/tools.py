@@ -531,15 +531,13 @@ class Toolbox:
         fd, st = _open_regular(p, os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
             limit = self.max_read_bytes
-            if start is None and end is None:
-                if st.st_size <= limit:
-                    text = f.read(limit + 1).decode("utf-8", errors="backslashreplace")
-                    return ToolResult(text if text else "[empty]")
-                return self._head_tail(f, st.st_size)
-            if st.st_size <= limit:  # small: the same line splitting as str.splitlines
-                lines = f.read(limit + 1).decode("utf-8", errors="backslashreplace").splitlines(keepends=True)
-                text = "".join(lines[(start or 1) - 1 : end])
+            if st.st_size <= limit:
+                text = f.read(limit + 1).decode("utf-8", errors="backslashreplace")
+                if start is not None or end is not None:  # small: the same line splitting as str.splitlines
+                    text = "".join(text.splitlines(keepends=True)[(start or 1) - 1 : end])
                 return ToolResult(text if text else "[empty]")
+            if start is None and end is None:
+                return self._head_tail(f, st.st_size)
             data, note = _read_range(f, start or 1, end, limit)
         text = data.decode("utf-8", errors="backslashreplace")
         if note:
