@@ -33,12 +33,17 @@ class IngestError(Exception):
         self.path = str(path) if path is not None else None
 
 
-def read_text(path: Path) -> str:
-    """Read UTF-8 text, naming the byte offset of the first invalid byte."""
+def read_text(path: Path, *, lenient: bool = False) -> str:
+    """Read UTF-8 text, naming the byte offset of the first invalid byte.
+
+    ``lenient``: invalid bytes become U+FFFD and NULs are dropped instead (text logs that copied a
+    terminal byte for byte; the model saw the text decoded that way)."""
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise IngestError(f"file is {size / 1e6:.0f} MB, over the {MAX_FILE_BYTES / 1e6:.0f} MB limit", path)
     raw = path.read_bytes()
+    if lenient:
+        return raw.decode("utf-8", errors="replace").replace("\x00", "")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

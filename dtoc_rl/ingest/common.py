@@ -80,11 +80,12 @@ def _check_step_types(i: int, step: Step) -> None:
 
 
 def finalize(traj: Trajectory) -> Trajectory:
-    """Renumber steps, fill default token estimates; shared by every ingester."""
+    """Renumber steps, fill default token estimates and the unlogged prompt; shared by every ingester."""
     for i, step in enumerate(traj.steps):
         _check_step_types(i, step)
         step.index = i
         step.output_tokens = math.ceil(len(step.output) / 4) if step.output else 0
+    fill_unlogged_prompt(traj)
     return traj
 
 
@@ -164,7 +165,7 @@ def fill_unlogged_prompt(traj: Trajectory) -> None:
     first message are sent but not written down.  The first call's prompt is the system prompt, the
     task and the first step's user and harness text, so the rest of its logged ``input_tokens`` is
     what the log lacks, counted with the model's tokenizer where one ships (else ``ceil(len/4)``).
-    An ingester that measured it itself (RepoLaunch) is left alone.
+    A value an ingester set already is left alone.
     """
     if traj.unlogged_prompt_tokens or not traj.steps:
         return

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
-from dtoc_rl.ingest.common import fill_unlogged_prompt
 from dtoc_rl.schema import NEED_KINDS, Trajectory
 from dtoc_rl.tokens import CharEstimator
 
@@ -195,7 +194,6 @@ def _process(
             if not t.steps:
                 skips.append(Skip(f"{where}#{t.traj_id}", "empty trajectory: no steps", ing.name))
                 continue
-            fill_unlogged_prompt(t)
             trajs.append(t)
     except IngestError as e:
         skips.append(Skip(where, forced + e.reason, ing.name))

@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, new_step
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import Step, Trajectory, Usage
+from dtoc_rl.tokens import estimator_for_model
 
 __all__ = ["RepoLaunchIngester"]
 
@@ -275,9 +276,8 @@ class RepoLaunchIngester(Ingester):
         )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        raw = path.read_bytes()
         # The harness logged terminal output byte for byte; the model saw it decoded, invalid bytes replaced.
-        text = raw.decode("utf-8", errors="replace").replace("\x00", "")
+        text = read_text(path, lenient=True)
         convs, other = _conversations(text, path)
         cfg = _run_config(path)
         model = str((cfg.get("model_config") or {}).get("model") or "unknown")
@@ -286,8 +286,6 @@ class RepoLaunchIngester(Ingester):
         if result and isinstance(result.get("instance_id"), str):
             instance = result["instance_id"]
         lang = path.parent.parent.parent.name if path.parent.parent.name == "playground" else ""
-        from dtoc_rl.tokens import estimator_for_model
-
         est = estimator_for_model(model)
         # pair each setup attempt with the verification that followed it
         last_attempt = max(c.attempt for c in convs)
@@ -335,11 +333,7 @@ class RepoLaunchIngester(Ingester):
                 ),
                 steps=steps,
             )
-            first = steps[0]
-            if first.usage is not None and first.usage.input_tokens is not None:
-                logged = est.count(first.user_text) + est.count(first.harness_text)
-                traj.unlogged_prompt_tokens = max(0, first.usage.input_tokens - logged)
-            yield finalize(traj)
+            yield finalize(traj)  # which also measures the unlogged prompt from the first call
 
 
 def _sum(values) -> float | int | None:
