@@ -266,9 +266,9 @@ class _OutputSink:
         """The output as the tool shows it: cut head+tail to ``max_chars`` like
         :func:`truncate_output`, with ``suffix`` (exit code, timeout) kept at the end."""
         with self.lock:
-            head, tail, total = bytes(self.head), bytes(self.tail[-self.keep :]), self.total
+            head, tail, total = bytes(self.head), bytes(self.tail), self.total
         if total <= 2 * self.keep:  # all of it was kept (head and tail do not overlap)
-            text = (head + bytes(self.tail)).decode("utf-8", errors="backslashreplace")
+            text = (head + tail).decode("utf-8", errors="backslashreplace")
             if suffix:
                 text = f"{text}\n{suffix}".lstrip("\n")
             elif not text:
@@ -276,7 +276,7 @@ class _OutputSink:
             return truncate_output(text, max_chars)
         half = max(1, max_chars // 2)
         start = head.decode("utf-8", errors="backslashreplace")[:half]
-        end = tail.decode("utf-8", errors="backslashreplace")
+        end = tail[-self.keep :].decode("utf-8", errors="backslashreplace")
         end = (f"{end}\n{suffix}" if suffix else end)[-half:]
         skipped = total - len(start.encode("utf-8", errors="surrogateescape")) - len(end.encode())
         return f"{start}\n[... about {max(0, skipped)} bytes cut ...]\n{end}"
