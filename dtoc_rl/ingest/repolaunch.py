@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -231,8 +232,7 @@ def _steps(conv: _Conversation) -> list[Step]:
         pending_user = c.observation or "" if not has_output and tool != "stop" else ""
         if window is not None:
             # the messages in the prompt of this call are the n_msgs already logged; keep the last `window`
-            first_kept = max(0, n_msgs - window)
-            dropped = [j for j, at in enumerate(msg_at) if at < first_kept]
+            dropped = list(range(bisect_left(msg_at, n_msgs - window)))  # msg_at only grows
             step.masked_before = dropped
             step.dropped_before = dropped
         msg_at.append(n_msgs)
