@@ -101,17 +101,14 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         masked = set(s.masked_before or ())
         dropped = set(s.dropped_before or ())
         segs = []
+        outs = 0  # the outputs' share of the prompt, as they were shown
         for j in range(start):
             if j in dropped:
                 segs.append(0)
                 continue
             o = MASKED_PLACEHOLDER_TOKENS if (j in masked and steps[j].output is not None) else seg_o[j]
+            outs += o
             segs.append(seg_u[j] + seg_a[j] + o)
-        outs = sum(
-            (MASKED_PLACEHOLDER_TOKENS if (j in masked and steps[j].output is not None) else seg_o[j])
-            for j in range(start)
-            if j not in dropped
-        )
         harness = est.count(s.harness_text) if s.harness_text else 0
         prompt = base + sum(segs) + seg_u[start] + harness
         if prev is None:
