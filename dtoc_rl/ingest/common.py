@@ -16,6 +16,7 @@ __all__ = [
     "finalize",
     "find_upwards",
     "load_selected_labels",
+    "message_usage",
     "usage_from",
 ]
 
@@ -152,6 +153,14 @@ def usage_from(raw: object) -> Usage | None:
             cost_usd=cost,
         )
     return None
+
+
+def message_usage(message: dict) -> Usage | None:
+    """The usage saved with one assistant message: its own ``usage`` (litellm, OpenRouter exports) or
+    that of the raw response kept in ``extra.response`` (mini-swe-agent)."""
+    extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
+    response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+    return usage_from(message.get("usage")) or usage_from(response.get("usage"))
 
 
 def _int(v: float | None) -> int | None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, new_step, usage_from
+from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import Trajectory
 
@@ -82,7 +82,7 @@ class MiniSweAgentIngester(Ingester):
                         assistant_text=thought,
                         tool_name="bash" if cmd is not None else None,
                         tool_args=cmd or "",
-                        usage=usage_from(((msg.get("extra") or {}).get("response") or {}).get("usage")),
+                        usage=message_usage(msg),
                     )
                 )
                 pending_user = ""

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
+from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 
@@ -259,10 +259,7 @@ def chat_to_steps(
                 )
                 res.n_tool_calls += 1
             if len(res.steps) > first_of_turn:
-                # usage saved with the message (litellm, OpenRouter, mini-swe-agent's raw response)
-                extra = m.get("extra") if isinstance(m.get("extra"), dict) else {}
-                resp = extra.get("response") if isinstance(extra.get("response"), dict) else {}
-                res.steps[first_of_turn].usage = usage_from(m.get("usage")) or usage_from(resp.get("usage"))
+                res.steps[first_of_turn].usage = message_usage(m)
         else:  # tool / function reply
             cid = m.get("tool_call_id")
             target = next(
