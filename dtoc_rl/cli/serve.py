@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-items",
         type=int,
         default=None,
-        help="observation slots (default: the checkpoint's max_items, else 128)",
+        help="observation slots (default: the checkpoint's max_items, else 128, features.DEFAULT_MAX_ITEMS)",
     )
     p.add_argument(
         "--max-body",
@@ -155,6 +155,7 @@ def _load(spec: str, what: str):
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from dtoc_rl.features import DEFAULT_MAX_ITEMS
     from dtoc_rl.models import FAMILIES, normalize_family
     from dtoc_rl.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
 
@@ -199,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
             policy,
             fallback=fallback,
             families=families,
-            max_items=args.max_items or getattr(getattr(policy, "cfg", None), "max_items", None) or 128,
+            max_items=args.max_items
+            or getattr(getattr(policy, "cfg", None), "max_items", None)
+            or DEFAULT_MAX_ITEMS,
             max_body=args.max_body,
             max_sessions=args.max_sessions,
             max_total_chars=args.max_total_chars,
