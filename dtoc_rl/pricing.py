@@ -48,6 +48,24 @@ class Prices:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def per_token(self) -> tuple[float, float, float]:
+        """(cache read, cache write, output) in USD per token: the factors :meth:`bill` multiplies by,
+        for a hot loop that keeps them in locals and computes ``c * r + w * cw + o * out`` itself
+        (bit-identical to :meth:`bill` with ``uncached=0``; ``tests/test_pricing.py`` pins it)."""
+        return self.cache_read / 1e6, self.cache_write / 1e6, self.output / 1e6
+
+    def bill(self, cached, written, output, uncached=0):
+        """USD of model calls: ``cached`` prompt tokens read from the cache, ``written`` written to it,
+        ``uncached`` neither (billed at ``input``; a provider without caching bills every prompt token
+        so, and a prompt cache prices them at ``cache_write``), and ``output`` completion tokens.
+
+        The one place the dollar formula lives: the simulator, its baseline, the oracle, LiveEnv and
+        the bill check all price calls with it.  Scalars or numpy arrays (element-wise, one figure
+        per call).
+        """
+        r, w, o = self.per_token()
+        return cached * r + written * w + output * o + uncached * (self.input / 1e6)
+
 
 _OPENAI = "openai.com/api/pricing"
 _ANTHROPIC = "anthropic.com/pricing (cache write = 5-minute lifetime)"

@@ -167,8 +167,9 @@ class Simulator:
     def __post_init__(self) -> None:
         ep = self.ep
         p = self.cfg.prices or prices_for(ep.model_family, ep.model_raw)
-        self._p = np.array([p.cache_read, p.cache_write, p.output]) / 1e6
-        self._p0, self._p1, self._p2 = self._p.tolist()
+        self.prices = p
+        # the biller's per-token factors in locals: _bill is the hot loop (Prices.bill, bit for bit)
+        self._p0, self._p1, self._p2 = p.per_token()
         self._kinds = self.cfg.kind_mask()
         self._all_kinds = bool(self._kinds.all())
         # Per-call scalars as Python lists: indexing a list is several times cheaper than a numpy array.
@@ -263,7 +264,7 @@ class Simulator:
             cached = self._rules.cached_one(cached, prompt, self.idle)
         self.idle = 0.0  # a call right after this one (the logged call after a re-run) waits for none
         written = prompt - cached
-        # Python float arithmetic (bit-identical to numpy's float64), typed np.float64 as before
+        # Prices.bill inlined (Python floats are bit-identical to numpy's float64), typed np.float64
         dollars = _f64(cached * self._p0 + written * self._p1 + out_tokens * self._p2)
         tot = self.totals
         tot.input_tokens += prompt
@@ -483,9 +484,8 @@ def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     )
     # per call and summed in call order, with the simulator's arithmetic, so that a run that changes
     # nothing costs exactly the baseline (savings exactly 0, not float noise around it)
-    p0, p1, p2 = (np.array([p.cache_read, p.cache_write, p.output]) / 1e6).tolist()
     dollars = 0.0
-    for d in (cached * p0 + written * p1 + out * p2).tolist():
+    for d in p.bill(cached, written, out).tolist():
         dollars += d
     tot.dollars = dollars
     return tot

@@ -92,8 +92,7 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     rules = (cfg or CostConfig()).rules_for(ep)
     if rules is not None:
         cached = rules.cached(cached, prompts, idle_seconds(ep))
-    written = prompts - cached
-    return float((cached * p.cache_read + written * p.cache_write + ep.asst_tok * p.output).sum() / 1e6)
+    return float(p.bill(cached, prompts - cached, ep.asst_tok).sum())
 
 
 def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
@@ -194,7 +193,7 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     back = np.zeros((n, len(states)), np.int64)
     pr0 = prompt_tokens(0)
     f0 = feasible(0)
-    cost[f0] = (pr0[f0] * p.cache_write + ep.asst_tok[0] * p.output) / 1e6
+    cost[f0] = p.bill(0, pr0[f0], ep.asst_tok[0])
     prev_prompt = pr0
     for t in range(1, n):
         pr = prompt_tokens(t)
@@ -212,9 +211,7 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
             cached = np.where(any_diff, np.minimum(prev_prompt, prefix), prev_prompt)
             if rules is not None:
                 cached = rules.cached(cached, pr[s], idle[t])
-            step = (
-                cached * p.cache_read + (pr[s] - cached) * p.cache_write + ep.asst_tok[t] * p.output
-            ) / 1e6
+            step = p.bill(cached, pr[s] - cached, ep.asst_tok[t])
             total = cost + step
             j = int(np.argmin(total))
             new[s] = total[j]

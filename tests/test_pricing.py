@@ -74,3 +74,24 @@ def test_cache_regimes():
     assert cache_regime(prices_for("gpt-5", "azure/gpt-5.2-20251211")) == "discount, no write premium"
     assert cache_regime(prices_for("gemini-3-pro", "gemini-3-pro-preview")) == "discount, no write premium"
     assert cache_regime(prices_for("claude-opus", "claude-opus-4-5-20251101")) == "write premium"
+
+
+def test_bill_is_the_dollar_formula_by_hand():
+    p = pricing.Prices(input=2.0, output=10.0, cache_read=0.5, cache_write=2.5)
+    # 1,000 cached x $0.5 + 200 written x $2.5 + 50 output x $10 + 100 uncached x $2, per million
+    assert p.bill(1000, 200, 50, 100) == pytest.approx((500 + 500 + 500 + 200) / 1e6, rel=1e-15)
+    assert p.bill(0, 0, 0) == 0.0
+
+
+def test_the_per_token_fast_path_equals_bill_bit_for_bit():
+    """The simulator's hot loop multiplies by per_token() itself: it must give bill()'s exact floats."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for prices in [*PRICES.values(), *VERSION_PRICES.values()]:
+        r, w, o = prices.per_token()
+        cached, written, out = (rng.integers(0, 300_000, 200) for _ in range(3))
+        fast = [c * r + x * w + y * o for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist())]
+        plain = [prices.bill(c, x, y) for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist())]
+        assert fast == plain
+        assert prices.bill(cached, written, out).tolist() == plain  # arrays: the same figure per call
