@@ -4,8 +4,11 @@ Every policy runs over every trajectory in ReplayEnv (one process, or a pool
 of worker processes); each run gives one :class:`Run` record.  The hindsight
 oracle always runs too, as the reference for "fraction of the oracle's
 savings".  :func:`aggregate` turns runs into metrics per policy, overall and
-per model family and source, with 95% bootstrap confidence intervals over
-trajectories (ratios of sums, resampled in pairs with the oracle).
+per model family, source, cost regime and run length (or a crossing of them,
+``split+length``), with 95% bootstrap confidence intervals over trajectories
+(ratios of sums, resampled in pairs with the oracle).  :func:`done_when` reads
+the issue-17 targets off those rows: per group, the best non-rule policy within
+a miss budget against the oracle and every rule.
 """
 
 from __future__ import annotations
@@ -27,13 +30,17 @@ from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
 from dtoc_rl.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.registry import _line, make_policy
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.policies.registry import BASELINES, _line, make_policy
+from dtoc_rl.pricing import cache_regime, prices_for
+from dtoc_rl.simulator import CostConfig, baseline_totals
 
 __all__ = [
+    "GROUPINGS",
+    "LONG_RUN_TOKENS",
     "METRICS",
     "Run",
     "aggregate",
+    "done_when",
     "evaluate",
     "run_policy_on_episode",
     "token_curves",
@@ -41,6 +48,20 @@ __all__ = [
 ]
 
 ORACLE = "oracle"
+
+#: A run is "long" when its mean prompt per model call, with nothing hidden, is at least this many
+#: tokens.  Long runs are where the bill is (every call re-reads the whole context), and a cache
+#: changes more there, so they are reported apart; the mean of the unmanaged prompt depends only on the
+#: log, never on the policy, so every policy's run of a trajectory falls on the same side.
+LONG_RUN_TOKENS = 20_000
+
+#: What :func:`aggregate` can group by; ``a+b`` crosses two of them (``split+length``).
+GROUPINGS = ("overall", "model_family", "source", "split", "regime", "length")
+
+
+def run_length(base_input_tokens: float, calls: int) -> str:
+    """``"long"`` or ``"short"`` (see :data:`LONG_RUN_TOKENS`)."""
+    return "long" if calls and base_input_tokens / calls >= LONG_RUN_TOKENS else "short"
 
 
 @dataclass
@@ -63,6 +84,8 @@ class Run:
     placeholder_tokens: int = 0
     invalid_actions: int = 0
     split: str = "all"  # "train" / "held-out" when evaluated against a policy's training split
+    regime: str = ""  # pricing.cache_regime() of the run's model version
+    length: str = ""  # "short" / "long": run_length() of the unmanaged prompt per call
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -71,6 +94,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
     """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id."""
     ep = env.episodes[index]
     run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
+    run.regime = cache_regime(env.cfg.prices or prices_for(ep.model_family, ep.model_raw))
     try:
         obs, info = env.reset(options={"index": index})
         policy.reset(info)
@@ -87,9 +111,13 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         errors = getattr(policy, "errors", None)
         if errors:
             run.extra["policy_errors"] = dict(errors)
+        run.length = run_length(run.base_input_tokens, run.calls)
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
         run.error = _line(e)  # one line; the traceback keeps the rest
         run.extra["traceback"] = traceback.format_exc(limit=3)
+        with contextlib.suppress(Exception):  # the length is the log's, whatever the policy did
+            base = baseline_totals(ep, env.cfg)
+            run.length = run_length(base.input_tokens, base.calls)
     return run
 
 
@@ -285,6 +313,21 @@ def _stats(a: dict[str, np.ndarray], o: dict[str, np.ndarray], idx: np.ndarray) 
     }
 
 
+def _group_key(dim: str) -> Callable[[Run], str]:
+    """The group of a run under ``dim``: one of :data:`GROUPINGS`, or several joined by ``+``."""
+    parts = dim.split("+")
+    bad = [d for d in parts if d not in GROUPINGS]
+    if bad:
+        raise ValueError(
+            f"cannot group by {dim!r}: {', '.join(map(repr, bad))} is not one of {', '.join(GROUPINGS)}"
+        )
+    if parts == ["overall"]:
+        return lambda r: "all"
+    if len(parts) == 1:
+        return lambda r: getattr(r, dim)
+    return lambda r: " | ".join("all" if d == "overall" else str(getattr(r, d)) for d in parts)
+
+
 def aggregate(
     runs: Sequence[Run],
     *,
@@ -294,8 +337,12 @@ def aggregate(
 ) -> list[dict[str, Any]]:
     """Rows ``{policy, group_by, group, n, errors, first_error, <metric>, <metric>_lo, <metric>_hi}``.
 
+    ``by``: groupings of :data:`GROUPINGS`, or crossings such as ``split+length`` (groups named
+    ``"held-out | long"``); an unknown one is a ValueError before any work.
+
     ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
     whose every run in a group failed still gets its row, with ``n = 0`` and NaN metrics."""
+    keys = {dim: _group_key(dim) for dim in by}
     ok = [r for r in runs if r.error is None]
     failed = [r for r in runs if r.error is not None]
     policies = list(dict.fromkeys(r.policy for r in runs))
@@ -305,9 +352,7 @@ def aggregate(
                "misses", "rereads", "mgmt_calls", "placeholder_tokens")  # fmt: skip
     rows = []
     for dim in by:
-        keyf: Callable[[Run], str] = (
-            (lambda r: "all") if dim == "overall" else (lambda r, d=dim: getattr(r, d))
-        )
+        keyf = keys[dim]
         groups = sorted({keyf(r) for r in runs}, key=str)
         for g in groups:
             for p in policies:
@@ -338,6 +383,56 @@ def aggregate(
                     row[f"{k}_lo"], row[f"{k}_hi"] = float(lo), float(hi)
                 rows.append(row)
     return rows
+
+
+def _is_rule(policy: str) -> bool:
+    return policy.partition(":")[0] in BASELINES
+
+
+def done_when(
+    rows: Sequence[dict[str, Any]], *, max_misses: float = 1.0, target: float = 0.6, min_n: int = 10
+) -> list[dict[str, Any]]:
+    """Issue 17's targets per group of :func:`aggregate`'s ``rows``.
+
+    Per group: the policy that is neither a rule (:data:`~dtoc_rl.policies.registry.BASELINES`) nor the
+    oracle and saves the most within ``max_misses`` per 100 steps (e.g. the best threshold of a learned
+    policy's sweep), with its savings and 95% CI, the oracle's savings and the fraction of them it
+    reaches; and the rule that saves the most at equal or fewer misses.  Three checks: ``reaches``
+    (fraction >= ``target``), ``no_loss`` (upper end of the CI >= 0; None for groups under ``min_n``
+    trajectories, too few to judge) and ``beats_rules`` (saves more than that rule).  A group where no
+    such policy stays within the budget gets ``policy`` None and False checks."""
+    out = []
+    for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
+        sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
+        oracle = next((r for r in sel if r["policy"] == ORACLE), None)
+        cands = [r for r in sel if r["policy"] != ORACLE and not _is_rule(r["policy"])]
+        if oracle is None or not cands:
+            continue
+        ok = [r for r in cands if r["misses_per_100"] <= max_misses]
+        best = max(ok, key=lambda r: r["savings"]) if ok else None
+        miss = best["misses_per_100"] if best else max_misses
+        rules = [r for r in sel if _is_rule(r["policy"]) and r["misses_per_100"] <= miss + 1e-9]
+        rule = max(rules, key=lambda r: r["savings"]) if rules else None
+        n = oracle["n"]
+        row = {
+            "group_by": key[0], "group": key[1], "n": n,
+            "policy": best["policy"] if best else None,
+            "savings": best["savings"] if best else None,
+            "savings_lo": best["savings_lo"] if best else None,
+            "savings_hi": best["savings_hi"] if best else None,
+            "misses_per_100": best["misses_per_100"] if best else None,
+            "oracle_savings": oracle["savings"],
+            "oracle_fraction": best["oracle_fraction"] if best else None,
+            "best_rule": rule["policy"] if rule else None,
+            "best_rule_savings": rule["savings"] if rule else None,
+            "best_rule_misses_per_100": rule["misses_per_100"] if rule else None,
+        }  # fmt: skip
+        frac = row["oracle_fraction"]
+        row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
+        row["no_loss"] = (bool(best) and best["savings_hi"] >= 0) if n >= min_n else None
+        row["beats_rules"] = bool(best) and (rule is None or best["savings"] > rule["savings"])
+        out.append(row)
+    return out
 
 
 def runs_to_dicts(runs: Sequence[Run]) -> list[dict[str, Any]]:

@@ -76,9 +76,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--by",
         nargs="+",
+        type=_grouping,
         default=["overall", "model_family", "source"],
-        choices=["overall", "model_family", "source", "split"],
-        help="groupings to report (split: train vs held-out tasks, with --holdout-from)",
+        metavar="GROUPING",
+        help="groupings to report: overall, model_family, source, split (train vs held-out tasks, with "
+        "--holdout-from), regime (the model's cache pricing) and length (short or long runs: long when "
+        "the unmanaged prompt averages >= 20,000 tokens per call); a+b crosses two, e.g. split+length "
+        "or split+model_family",
+    )
+    p.add_argument(
+        "--miss-budget",
+        type=float,
+        default=1.0,
+        help="misses per 100 steps allowed in the 'done when' summary (issue 17: <= 1): per group, the "
+        "best non-rule policy within it against the oracle (>= 60%% of its savings?), the upper end of "
+        "its 95%% CI (>= 0?) and the best rule at equal or fewer misses (beaten?)",
     )
     p.add_argument(
         "--holdout-from",
@@ -104,10 +116,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_wandb_arguments(p)
 
 
+def _grouping(value: str) -> str:
+    from dtoc_rl.policies.evaluate import GROUPINGS
+
+    bad = [d for d in value.split("+") if d not in GROUPINGS]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: {', '.join(map(repr, bad))} is not one of {', '.join(GROUPINGS)} (a+b crosses two)"
+        )
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.dataset import DatasetError
     from dtoc_rl.features import DEFAULT_MAX_ITEMS
-    from dtoc_rl.policies.evaluate import aggregate, evaluate
+    from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
     from dtoc_rl.policies.registry import PolicySpecError, expand_specs, make_policy
     from dtoc_rl.simulator import CostConfig
 
@@ -169,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
         raise
     rows = aggregate(runs, by=args.by, n_boot=args.bootstrap)
     failed = [{"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error]
-    out = {"rows": rows, "failed_runs": failed, "policies": specs}
+    if args.miss_budget < 0:
+        return fail(f"--miss-budget must be >= 0, got {args.miss_budget}")
+    done = done_when(rows, max_misses=args.miss_budget)
+    out = {"rows": rows, "done_when": done, "failed_runs": failed, "policies": specs}
     if args.runs_out:
         args.runs_out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.runs_out, "w") as fh:
@@ -201,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json(out)
     else:
         print_rows(rows)
+        if done:
+            print_done_when(done, args.miss_budget)
         for f in failed:
             print(f"failed: {f['policy']} on {f['traj_id']}: {f['error']}", file=sys.stderr)
         if args.plots:
@@ -278,3 +306,46 @@ def print_rows(rows, console=None) -> None:
                 f"[red]{escape(short_label(r['policy']))}: all {r['errors']} runs failed in "
                 f"{r['group']}; first error: {escape(r.get('first_error') or '')}[/red]"
             )
+
+
+def print_done_when(done, budget: float, console=None) -> None:
+    """Issue 17's targets per group, one line each (see policies.evaluate.done_when)."""
+    from rich.table import Table
+
+    from dtoc_rl.cli.tables import wide_console
+    from dtoc_rl.policies.registry import short_label
+
+    console = console or wide_console()
+    mark = {True: "yes", False: "[red]no[/red]", None: "—"}
+    t = Table(
+        title=f"done when: best non-rule policy at <= {budget:g} misses/100 steps", title_justify="left"
+    )
+    for c in ("group", "n", "policy", "$ saved (95% CI)", "misses/100", "oracle", "of oracle", ">= 60%",
+              "CI hi >= 0", "best rule at <= misses", "beats it"):  # fmt: skip
+        t.add_column(c, justify="left" if c in ("group", "policy", "best rule at <= misses") else "right")
+    for d in done:
+        group = "overall" if d["group_by"] == "overall" else f"{d['group_by']} = {d['group']}"
+        if d["policy"] is None:
+            oracle = f"{100 * d['oracle_savings']:+.1f}%"
+            t.add_row(group, str(d["n"]), "[red]none within budget[/red]", "—", "—", oracle, "—",
+                      mark[False], mark[d["no_loss"]], "—", mark[False])  # fmt: skip
+            continue
+        frac = d["oracle_fraction"]
+        rule = "—" if d["best_rule"] is None else (
+            f"{short_label(d['best_rule'])} {100 * d['best_rule_savings']:+.1f}% "
+            f"({d['best_rule_misses_per_100']:.2f})"
+        )  # fmt: skip
+        t.add_row(
+            group,
+            str(d["n"]),
+            short_label(d["policy"]),
+            f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}]",
+            f"{d['misses_per_100']:.2f}",
+            f"{100 * d['oracle_savings']:+.1f}%",
+            "—" if frac is None or frac != frac else f"{100 * frac:.0f}%",
+            mark[d["reaches"]],
+            mark[d["no_loss"]],
+            rule,
+            mark[d["beats_rules"]],
+        )
+    console.print(t)

@@ -1,0 +1,130 @@
+"""Evaluation reports by run length, cost regime and crossed groupings, and the issue-17 summary."""
+
+import json
+
+import pytest
+
+from dtoc_rl.cli import main
+from dtoc_rl.policies.evaluate import LONG_RUN_TOKENS, Run, aggregate, done_when, evaluate, run_length
+from dtoc_rl.pricing import cache_regime, prices_for
+
+
+def _run(policy, tid, *, dollars, base=100.0, misses=0, calls=100, split="held-out", length="short"):
+    return Run(policy, tid, "gpt-4o", "src", tid, calls=calls, dollars=dollars, base_dollars=base,
+               input_tokens=1, base_input_tokens=1, misses=misses, split=split, length=length)  # fmt: skip
+
+
+def test_run_length_rule():
+    assert run_length(LONG_RUN_TOKENS * 10, 10) == "long"
+    assert run_length(LONG_RUN_TOKENS * 10 - 1, 10) == "short"
+    assert run_length(0, 0) == "short"
+
+
+def test_evaluate_labels_every_run_with_its_regime_and_length():
+    from dtoc_rl.envs.data import load_episodes
+
+    raw = {e.traj_id: e.model_raw for e in load_episodes(None)}
+    runs = evaluate(None, ["none", "hide_big"], progress=False)
+    by_traj: dict[str, set] = {}
+    for r in runs:
+        assert r.error is None
+        assert r.regime == cache_regime(prices_for(r.model_family, raw[r.traj_id]))
+        assert r.length == run_length(r.base_input_tokens, r.calls)
+        by_traj.setdefault(r.traj_id, set()).add((r.regime, r.length))
+    assert all(len(v) == 1 for v in by_traj.values())  # every policy's run of a trajectory agrees
+
+
+def test_a_failed_run_still_has_its_length():
+    from dtoc_rl.policies.baselines import NoManagement
+
+    class Broken(NoManagement):
+        def act(self, obs, info=None):
+            raise RuntimeError("boom")
+
+    runs = evaluate(None, [], policies={"broken": Broken()}, progress=False)
+    bad = [r for r in runs if r.policy == "broken"]
+    oracle = {r.traj_id: r for r in runs if r.policy == "oracle"}
+    assert bad and all(r.error for r in bad)
+    assert all(r.length == oracle[r.traj_id].length != "" for r in bad)
+
+
+def test_crossed_grouping_splits_the_overall_figures():
+    runs = [
+        _run("oracle", "a", dollars=50, split="held-out", length="long"),
+        _run("x", "a", dollars=80, split="held-out", length="long"),
+        _run("oracle", "b", dollars=90, split="held-out", length="short"),
+        _run("x", "b", dollars=100, split="held-out", length="short"),
+        _run("oracle", "c", dollars=90, split="train", length="short"),
+        _run("x", "c", dollars=95, split="train", length="short"),
+    ]
+    rows = aggregate(runs, by=["overall", "split+length"], n_boot=20)
+    crossed = {r["group"]: r for r in rows if r["group_by"] == "split+length" and r["policy"] == "x"}
+    assert set(crossed) == {"held-out | long", "held-out | short", "train | short"}
+    assert crossed["held-out | long"]["savings"] == pytest.approx(0.2)
+    assert crossed["held-out | short"]["savings"] == pytest.approx(0.0)
+    assert sum(r["n"] for r in crossed.values()) == 3
+    with pytest.raises(ValueError, match="'lenght' is not one of"):
+        aggregate(runs, by=["split+lenght"])
+
+
+def _row(policy, savings, misses, *, group="all", n=20, lo=None, hi=None, frac=None):
+    return {"policy": policy, "group_by": "overall", "group": group, "n": n, "savings": savings,
+            "savings_lo": savings - 0.05 if lo is None else lo,
+            "savings_hi": savings + 0.05 if hi is None else hi,
+            "misses_per_100": misses, "oracle_fraction": savings / 0.3 if frac is None else frac}  # fmt: skip
+
+
+def test_done_when_picks_the_best_policy_within_the_budget_and_the_rule_it_must_beat():
+    rows = [
+        _row("oracle", 0.30, 0.0),
+        _row("learned:path=p,threshold=0.1", 0.15, 0.5),
+        _row("learned:path=p,threshold=0.2", 0.20, 0.9),
+        _row("learned:path=p,threshold=0.5", 0.28, 4.0),  # saves most, but over the budget
+        _row("cache_clear", 0.19, 0.8),
+        _row("hide_big:tokens=2000", 0.25, 1.5),  # more misses than the pick: not its rival
+        _row("none", 0.0, 0.0),
+    ]
+    (d,) = done_when(rows, max_misses=1.0)
+    assert d["policy"] == "learned:path=p,threshold=0.2" and d["best_rule"] == "cache_clear"
+    assert d["beats_rules"] and d["no_loss"] and d["reaches"]  # 0.20 of 0.30: 67% >= 60%
+    assert d["oracle_fraction"] == pytest.approx(0.2 / 0.3)
+    (d,) = done_when(rows, max_misses=1.0, target=0.7)
+    assert d["reaches"] is False
+    # a tighter budget: threshold 0.1, beaten by nothing but none
+    (d,) = done_when(rows, max_misses=0.6)
+    assert d["policy"].endswith("0.1") and d["best_rule"] == "none" and d["beats_rules"]
+
+
+def test_done_when_flags_losses_and_small_groups():
+    rows = [
+        _row("oracle", 0.30, 0.0, group="g", n=12),
+        _row("learned:path=p,threshold=0.1", -0.10, 0.2, group="g", n=12, hi=-0.01),
+        _row("hide_big:tokens=8000", 0.01, 0.1, group="g", n=12),
+        _row("oracle", 0.30, 0.0, group="tiny", n=3),
+        _row("learned:path=p,threshold=0.1", -0.10, 0.2, group="tiny", n=3, hi=-0.01),
+        _row("oracle", 0.30, 0.0, group="over", n=30),
+        _row("learned:path=p,threshold=0.1", 0.10, 3.0, group="over", n=30),
+    ]
+    d = {r["group"]: r for r in done_when(rows, max_misses=1.0)}
+    assert d["g"]["no_loss"] is False and d["g"]["beats_rules"] is False and d["g"]["reaches"] is False
+    assert d["tiny"]["no_loss"] is None  # too few trajectories to judge
+    assert d["over"]["policy"] is None and not d["over"]["beats_rules"]
+
+
+def test_cli_reports_lengths_and_the_done_when_summary(capsys):
+    args = ["evaluate", "-p", "none", "hide_big:tokens=2000",
+            "--by", "overall", "length", "model_family+length",
+            "--json", "--bootstrap", "20", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["group"] for r in out["rows"] if r["group_by"] == "length"} <= {"short", "long"}
+    assert any(" | " in r["group"] for r in out["rows"] if r["group_by"] == "model_family+length")
+    assert out["done_when"] == []  # only rules: nothing to judge
+
+
+def test_cli_refuses_an_unknown_grouping(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", "-p", "none", "--by", "split+family"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "'family' is not one of" in err
