@@ -17,7 +17,9 @@ also takes a ready policy object and returns it unchanged.
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
+import math
 import os
 import re
 import sys
@@ -69,6 +71,39 @@ def _value(v: str) -> Any:
     if "+" in v:
         return v.split("+")
     return v
+
+
+def _typed(cls: type, kw: dict[str, Any], spec: str) -> dict[str, Any]:
+    """Check and convert a built-in policy's parameters against its constructor's defaults.
+
+    Spec values are parsed without knowing their parameter (``5`` is an int, ``2.5`` a float,
+    ``abc`` a string); this gives each the type of the parameter's default, so that a wrong value
+    is named with its parameter instead of failing somewhere inside the policy."""
+    params = {
+        name: p
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    out: dict[str, Any] = {}
+    for key, value in kw.items():
+        if key not in params:
+            known = ", ".join(params) or "none"
+            raise PolicySpecError(f"policy {spec!r}: unknown parameter {key!r} (known: {known})")
+        default = params[key].default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise PolicySpecError(f"policy {spec!r}: {key} must be true or false, got {value!r}")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PolicySpecError(f"policy {spec!r}: {key} must be an integer, got {value!r}")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise PolicySpecError(f"policy {spec!r}: {key} must be a finite number, got {value!r}")
+            value = float(value)
+        elif isinstance(default, tuple | list):
+            value = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        out[key] = value
+    return out
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -184,7 +219,13 @@ def make_policy(spec: str | Policy) -> Policy:
         return _user_policy(name, kw, spec)
     try:
         if name in BASELINES:
-            return BASELINES[name](**kw)
+            cls = BASELINES[name]
+            try:
+                return cls(**_typed(cls, kw, spec))
+            except ValueError as e:  # the rule's own range checks: one line, naming the spec
+                if isinstance(e, PolicySpecError):
+                    raise
+                raise PolicySpecError(f"policy {spec!r}: {str(e).strip().splitlines()[0]}") from None
         if name == "oracle":
             from dtoc_rl.policies.oracle import HindsightOracle
 

@@ -1,0 +1,35 @@
+"""Policy spec parameters are checked against the rule's own defaults, and a bad one is named."""
+
+import pytest
+
+from dtoc_rl.policies.registry import PolicySpecError, make_policy
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("last_n:n=abc", ["n must be an integer", "'abc'"]),
+        ("last_n:n=2.5", ["n must be an integer", "2.5"]),
+        ("last_n:n=nan", ["n must be an integer"]),
+        ("hide_big:tokens=inf", ["tokens must be an integer"]),
+        ("last_n:m=3", ["unknown parameter 'm'", "n, polling"]),
+        ("last_n:n=0", ["n must be a positive integer"]),
+        ("budget:budget=true", ["budget must be an integer"]),
+    ],
+)
+def test_bad_parameter_is_named_in_one_line(spec, words):
+    with pytest.raises(PolicySpecError) as e:
+        make_policy(spec)
+    msg = str(e.value)
+    assert "\n" not in msg and spec in msg
+    for w in words:
+        assert w in msg
+
+
+def test_good_parameters_keep_their_types():
+    p = make_policy("last_n:n=7,polling=2")
+    assert (p.n, p.polling) == (7, 2) and type(p.n) is int
+    p = make_policy("anthropic_clear:exclude_tools=read+search")
+    assert list(p.exclude_tools) == ["read", "search"] or set(p.exclude_tools) == {"read", "search"}
+    p = make_policy("anthropic_clear:exclude_tools=read")
+    assert list(p.exclude_tools) == ["read"] or set(p.exclude_tools) == {"read"}
