@@ -352,7 +352,6 @@ class LiveEnv(gym.Env):
         self.model_family = model_family or normalize_family(self.model_name)
         p = prices or prices_for(self.model_family)
         self.prices = p
-        self._p = np.array([p.cache_read, p.cache_write, p.output], np.float64) / 1e6
         self.cost_unit = cost_unit
         self.budget = int(budget_tokens)
         self.w = {
@@ -515,7 +514,7 @@ class LiveEnv(gym.Env):
             same += 1
         cached = min(int(sum(toks[:same])), int(sum(ep.prev_tokens)))
         written = prompt - cached
-        dollars = float(cached * self._p[0] + written * self._p[1] + out_tokens * self._p[2])
+        dollars = float(self.prices.bill(cached, written, out_tokens))
         tot = ep.totals
         tot.calls += 1
         tot.input_tokens += prompt
@@ -531,9 +530,7 @@ class LiveEnv(gym.Env):
         sh.input_tokens += full
         sh.cache_read_tokens += sh.prev_prompt
         sh.cache_write_tokens += full - sh.prev_prompt
-        sh.dollars += float(
-            sh.prev_prompt * self._p[0] + (full - sh.prev_prompt) * self._p[1] + out_tokens * self._p[2]
-        )
+        sh.dollars += float(self.prices.bill(sh.prev_prompt, full - sh.prev_prompt, out_tokens))
         sh.prev_prompt = full
         return dollars
 

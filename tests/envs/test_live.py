@@ -142,6 +142,27 @@ def test_scripted_agent_fixes_the_task_end_to_end():
     env.close()
 
 
+def test_dollars_come_from_the_one_biller():
+    """LiveEnv prices its calls and their all-visible counterfactual with ``Prices.bill``, the biller
+    the simulator uses: a change to its rules reaches LiveEnv too."""
+    from dtoc_rl.pricing import Prices, prices_for
+
+    class Doubled(Prices):
+        def bill(self, cached, written, output, uncached=0):
+            return 2 * super().bill(cached, written, output, uncached)
+
+    script = [call("read_file", path="pager.py"), call("bash", command="ls"), call("submit")]
+    base = prices_for("gpt-4o")
+    runs = {}
+    for name, prices in (("plain", base), ("doubled", Doubled(**base.to_dict()))):
+        env = LiveEnv(ScriptedAgent(list(script)), tasks=["pagination"], max_items=N, prices=prices)
+        *_, info = run_episode(env)
+        runs[name] = (info["totals"]["dollars"], info["all_visible"]["dollars"])
+        env.close()
+    assert runs["plain"][0] > 0
+    assert runs["doubled"] == pytest.approx((2 * runs["plain"][0], 2 * runs["plain"][1]))
+
+
 def test_online_labels_are_label_trajectory_of_the_episode():
     import copy
 
