@@ -25,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="chars",
         help="token estimator: chars (ceil(len/4), default), o200k_base, cl100k_base, hf:/path",
     )
+    p.add_argument(
+        "--traj",
+        help="which trajectory of a log that holds several (RepoLaunch conversations, tau-bench tasks, "
+        "chat JSONL lines): its index from 0 or its id (default: the first; --list-trajs shows them)",
+    )
+    p.add_argument("--list-trajs", action="store_true", help="list the trajectories in TRACE and exit")
     p.add_argument("--every", type=int, default=0, help="print every k-th step (default: about 25 rows)")
     p.add_argument("--plot", type=Path, help="also write the two curves to this PNG")
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
@@ -44,7 +50,7 @@ def _resolve(trace: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.ingest import IngestError, read_first
+    from dtoc_rl.ingest import IngestError, read_one
     from dtoc_rl.paths import bundled_raw
     from dtoc_rl.replay import hide_older_than, replay_trajectory
     from dtoc_rl.tokens import get_estimator
@@ -63,9 +69,16 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--keep-last must be >= 0, got {args.keep_last}")
         path = _resolve(args.trace)
         try:
-            ing, traj = read_first(path)
+            pick = args.traj if args.traj is not None else (0 if args.list_trajs else None)
+            ing, traj, ids = read_one(path, pick)
         except IngestError as e:
             raise CLIError(f"{path}: {e.reason}") from None
+        if args.list_trajs:
+            if args.json:
+                emit_json({"trace": str(path), "format": ing.name, "trajectories": ids})
+            else:
+                print("\n".join(f"{i}\t{t}" for i, t in enumerate(ids)))
+            return 0
         try:
             est = get_estimator(args.estimator)
         except (ValueError, FileNotFoundError) as e:

@@ -33,6 +33,7 @@ __all__ = [
     "get_ingester",
     "malformed_reason",
     "read_first",
+    "read_one",
 ]
 
 # What an ingester raises when a malformed file reaches code that expected a well-formed one
@@ -99,6 +100,14 @@ def detect_format(path: Path) -> Ingester | None:
 def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
     """The ingester of one log (file or folder) and its first trajectory; :class:`IngestError` names
     what was wrong."""
+    ing, traj, _ = read_one(path)
+    return ing, traj
+
+
+def read_one(path: Path | str, pick: str | int | None = None) -> tuple[Ingester, Trajectory, list[str]]:
+    """The ingester of one log, the trajectory ``pick`` (its index in the log, or its ``traj_id``; None:
+    the first) and the ids of all the log's trajectories (one log may hold many: RepoLaunch
+    conversations, tau-bench tasks, chat JSONL lines).  :class:`IngestError` names what was wrong."""
     path = Path(path)
     try:
         if not stat.S_ISREG(mode := path.stat().st_mode) and not stat.S_ISDIR(mode):
@@ -107,11 +116,25 @@ def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
         ing = detect_format(path)
         if ing is None:
             raise IngestError("not a recognised log format", path)
-        for traj in ing.parse(path):
-            return ing, traj
+        if pick is None:  # only the first: a long log need not be parsed to the end
+            for traj in ing.parse(path):
+                return ing, traj, [traj.traj_id]
+            raise IngestError("no trajectory in it", path)
+        trajs = list(ing.parse(path))
     except PARSE_FAILURES as e:
         raise IngestError(failure_reason(e), path) from None
-    raise IngestError("no trajectory in it", path)
+    ids = [t.traj_id for t in trajs]
+    if not trajs:
+        raise IngestError("no trajectory in it", path)
+    if isinstance(pick, int) or (isinstance(pick, str) and pick.isdigit() and pick not in ids):
+        i = int(pick)
+        if not 0 <= i < len(trajs):
+            raise IngestError(f"no trajectory {i}: the log holds {len(trajs)} (0..{len(trajs) - 1})", path)
+        return ing, trajs[i], ids
+    if pick in ids:
+        return ing, trajs[ids.index(pick)], ids
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    raise IngestError(f"no trajectory {pick!r}; it holds {len(ids)}: {shown}", path)
 
 
 def get_ingester(name: str) -> Ingester:
