@@ -4,7 +4,9 @@
   stderr merged, killed (its whole process group) after ``timeout`` seconds.
   A non-zero exit appends ``[exit code N]``; a timeout appends ``[timed out after
   Ts: the command was killed]`` to whatever it printed.  Both are ordinary tool
-  outputs (``is_error=True``): the episode goes on.  The shell is **not** a sandbox:
+  outputs (``is_error=True``): the episode goes on.  Background processes that still
+  hold the output a second after the command exited (``server &``) are stopped with
+  its process group, and the output says so: one call never outlives its command.  The shell is **not** a sandbox:
   it runs with the permissions of this process.  Its environment is built from an
   allow-list, so a credential under any name stays out of it: ``PATH``, ``HOME``,
   ``USER``, ``LOGNAME``, ``SHELL``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TERM``,
@@ -165,6 +167,9 @@ def _safe_env(extra: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
+_BACKGROUND_GRACE = 1.0  # seconds a background child may keep a finished command's output open
+
+
 def run_command(
     cmd: str | list[str],
     cwd: str | Path,
@@ -196,14 +201,17 @@ def run_command(
     sink = _OutputSink(keep)
     reader = threading.Thread(target=sink.drain, args=(proc.stdout,), daemon=True)
     reader.start()
-    timed_out = False
+    timed_out = lingering = False
     try:
         proc.wait(timeout=timeout)
-        reader.join(max(0.0, timeout - (time.monotonic() - t0)))
-        timed_out = reader.is_alive()  # exited, but a background child still holds the output open
+        # The command exited; a child it left in the background (`server &`) may still hold the
+        # output open.  Waiting for it would stall the agent until the timeout, so it gets a short
+        # grace period for its last words and is then stopped with the command's process group.
+        reader.join(min(_BACKGROUND_GRACE, max(0.0, timeout - (time.monotonic() - t0))))
+        lingering = reader.is_alive()
     except subprocess.TimeoutExpired:
         timed_out = True
-    if timed_out:
+    if timed_out or lingering:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -217,6 +225,9 @@ def run_command(
         suffix, is_error = f"[exit code {proc.returncode}]", True
     else:
         suffix, is_error = "", False
+    if lingering:
+        note = "[background processes that kept the output open were stopped when the command exited]"
+        suffix = f"{suffix}\n{note}".lstrip("\n")
     text = sink.text(max_chars, suffix)
     return ToolResult(
         text,

@@ -306,3 +306,21 @@ def test_no_malformed_tool_call_raises_out_of_live_env_step():
     assert "def page_count" in outs[-2]
     assert outs[-1].strip() == "still going"
     env.close()
+
+
+def test_background_child_holding_the_output_does_not_stall_the_agent(tmp_path):
+    # `server &` keeps the pipe open after the shell exits: the call returns after a short grace
+    # period with what was printed, says the background process was stopped, and is not a timeout.
+    import time
+
+    from dtoc_rl.envs.tools import run_command
+
+    t0 = time.monotonic()
+    r = run_command("sleep 30 & echo started", tmp_path, timeout=20)
+    took = time.monotonic() - t0
+    assert took < 5, took
+    assert not r.timed_out and r.returncode == 0 and not r.is_error
+    assert r.output.startswith("started") and "background processes" in r.output
+    # a child that lets go of the output finishes its words inside the grace period
+    r = run_command("(sleep 0.2; echo late) & echo now", tmp_path, timeout=20)
+    assert r.output == "now\nlate\n"
