@@ -8,7 +8,9 @@ the context shows in full.  Every key is judged on its own:
 * a key already in the requested state → listed as ``unchanged``;
 * a key repeated in one list → acted on once, listed in ``duplicates``.
 
-Nothing is ever deleted, so every operation can be undone by the opposite one.
+Which keys change and which are invalid is decided by :func:`dtoc_rl.engine.actions.resolve_keys`,
+the rule a policy's slot masks follow too.  Nothing is ever deleted, so every operation can be
+undone by the opposite one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dtoc_rl.engine.actions import resolve_keys
 from dtoc_rl.store import Store
 
 __all__ = [
@@ -89,6 +92,9 @@ class StatusReport:
     errors: dict[str, str] = field(default_factory=dict)
     tokens_before: int = 0
     tokens_after: int = 0
+    # entries naming no stored output (once per list) plus stored keys in both lists: the count a
+    # policy's slot masks get (dtoc_rl.engine.actions); kept out of the JSON the model reads
+    invalid: int = 0
 
     @property
     def delta(self) -> int:
@@ -104,6 +110,7 @@ class StatusReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["invalid"]
         d["delta"] = self.delta
         return d
 
@@ -156,32 +163,19 @@ def apply_manage_context(
     count = total_tokens or (lambda: store.active_tokens)
     report = StatusReport(tokens_before=count())
     enable, disable = list(enable), list(disable)
-    seen: dict[str, set[str]] = {"enable": set(), "disable": set()}
-    wanted: dict[str, list[str]] = {"enable": [], "disable": []}
-    for name, keys in (("enable", enable), ("disable", disable)):
-        for k in keys:
-            if not isinstance(k, str):
-                report.errors[repr(k)] = f"key in '{name}' must be a string, got {type(k).__name__}"
-                continue
-            if k in seen[name]:
-                if k not in report.duplicates:
-                    report.duplicates.append(k)
-                continue
-            seen[name].add(k)
-            wanted[name].append(k)
-    conflicts = seen["enable"] & seen["disable"]
-    for name, visible in (("enable", True), ("disable", False)):
-        todo = []
-        for k in wanted[name]:
-            if k in conflicts:
-                report.errors[k] = "key is in both enable and disable; left as it was"
-            elif k not in store:
-                report.errors[k] = "unknown tool key; no such output is stored"
-            elif store.get(k).visible == visible:
-                report.unchanged.append(k)
-            else:
-                todo.append(k)
-        changed = store.set_visible(todo, visible)
-        (report.enabled if visible else report.disabled).extend(changed)
+    ch = resolve_keys(enable, disable, lambda k: store.get(k).visible if k in store else None)
+    report.duplicates = ch.duplicates
+    report.unchanged = ch.unchanged
+    report.invalid = ch.invalid
+    for k in ch.conflicts:
+        report.errors[k] = "key is in both enable and disable; left as it was"
+    for k in ch.unknown:
+        if isinstance(k, str):
+            report.errors[k] = "unknown tool key; no such output is stored"
+        else:
+            name = "enable" if any(k is e for e in enable) else "disable"
+            report.errors[repr(k)] = f"key in '{name}' must be a string, got {type(k).__name__}"
+    report.enabled = store.set_visible(ch.enable, True)
+    report.disabled = store.set_visible(ch.disable, False)
     report.tokens_after = count()
     return report

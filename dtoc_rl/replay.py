@@ -3,7 +3,8 @@
 This is the orchestrator-level replay used by ``dtoc-rl replay``: each logged
 step becomes an assistant turn with its tool call, the tool's output is stored
 under a fresh key, and an optional rule decides visibility before the next
-call.  It records the active tokens of the context each model call saw.
+call (applied by ``manage_context``, so its keys are judged as every action's are:
+:mod:`dtoc_rl.engine.actions`).  It records the active tokens of the context each model call saw.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class ReplayResult:
     traj_id: str
     tokens_per_call: list[int] = field(default_factory=list)  # active tokens each call saw
     hidden_per_call: list[int] = field(default_factory=list)
+    # keys the rule named that no output has, plus keys in both its lists (engine.actions' count)
+    invalid_actions: int = 0
 
     @property
     def total_input_tokens(self) -> int:
@@ -73,5 +76,5 @@ def replay_trajectory(
         if rule is not None:
             enable, disable = rule(ctx, step.index)
             if enable or disable:
-                ctx.manage_context(enable, disable)
+                res.invalid_actions += ctx.manage_context(enable, disable).invalid
     return res

@@ -38,6 +38,8 @@ import gymnasium as gym
 import numpy as np
 
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
+from dtoc_rl.engine.actions import resolve
+from dtoc_rl.features import check_action
 from dtoc_rl.schema import ContextEvent, Trajectory
 
 __all__ = ["FORMATS", "RecordTrajectory", "read_rows", "trajectory_to_chat"]
@@ -154,16 +156,14 @@ class RecordTrajectory(gym.Wrapper):
         if sim is None or sim.done or self._info is None:
             return
         try:
-            en, di = base._decode(action)
+            en, di = check_action(action, base.N, base.action_space)
         except ValueError:
             return  # the env raises its own error
         slots = np.asarray(self._info["slot_steps"])
-        valid = slots >= 0
-        vis = np.zeros(len(slots), bool)
-        vis[valid] = sim.visible[slots[valid]]
-        conflict = en & di
-        enabled = sorted(int(k) for k in slots[en & valid & ~conflict & ~vis])
-        disabled = sorted(int(k) for k in slots[di & valid & ~conflict & vis])
+        filled = slots[slots >= 0]  # the window's outputs fill the first slots
+        ch = resolve(en, di, sim.visible[filled])
+        enabled = sorted(int(k) for k in filled[ch.enable])
+        disabled = sorted(int(k) for k in filled[ch.disable])
         t = sim.t
         visible = sim.visible.copy()
         visible[enabled] = True
