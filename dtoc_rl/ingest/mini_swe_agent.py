@@ -73,8 +73,12 @@ class MiniSweAgentIngester(Ingester):
             elif role == "assistant":
                 m = _BASH.findall(text)
                 cmd = m[0] if len(m) == 1 else None
-                thought = _BASH.sub("", text).strip()
-                thought = _THOUGHT.sub("", thought)
+                if cmd is not None:
+                    thought = _THOUGHT.sub("", _BASH.sub("", text).strip())
+                else:
+                    # No action (zero or several bash blocks): the harness answers with its format
+                    # error and keeps the whole reply in every later prompt, code blocks included.
+                    thought = text
                 steps.append(
                     new_step(
                         turn=turn,
