@@ -125,18 +125,15 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         out_tok = float(u.output_tokens) if u.output_tokens is not None else float(seg_a[k])
         dollars = float(u.cost_usd) if u.cost_usd is not None else float("nan")
         if math.isnan(cached) and not math.isnan(dollars) and p.input > p.cache_read:
-            # a log that gives only the cost: the cached tokens that cost implies at list prices
-            implied = (u.input_tokens * p.input + out_tok * p.output - dollars * 1e6) / (
-                p.input - p.cache_read
-            )
+            # a log that gives only the cost: the cached tokens that cost implies at list prices (each
+            # cached token costs input - cache_read less than the same call with nothing cached)
+            uncached_bill = p.bill(0, 0, out_tok, uncached=u.input_tokens)
+            implied = (uncached_bill - dollars) / (p.bill(0, 0, 0, uncached=1) - p.bill(1, 0, 0))
             cached = float(min(max(round(implied), 0), u.input_tokens))
         if math.isnan(dollars) and (not math.isnan(cached) or p.cache_read >= p.input):
             write = float(u.cache_write_tokens or 0)
             c = 0.0 if math.isnan(cached) else cached
-            dollars = (
-                c * p.cache_read + write * p.cache_write + (u.input_tokens - c - write) * p.input
-            ) / 1e6
-            dollars += out_tok * p.output / 1e6
+            dollars = float(p.bill(c, write, out_tok, uncached=u.input_tokens - c - write))
         out.append(
             CallCheck(
                 traj_id=traj.traj_id,
@@ -196,9 +193,10 @@ def _pct(pred: float, logged: float) -> float:
     return 100.0 * (pred / logged - 1.0) if logged else float("nan")
 
 
-def _dollars(c: CallCheck, cached: float, pred_in: float) -> float:
-    p = c.prices
-    return (cached * p.cache_read + (pred_in - cached) * p.cache_write + c.logged_out * p.output) / 1e6
+def _dollars(calls: list[CallCheck], cached: np.ndarray, pred_in: np.ndarray) -> np.ndarray:
+    """Predicted dollars per call: ``cached`` prompt tokens read, the rest written (the simulator's
+    rule), the logged output tokens."""
+    return np.array([c.prices.bill(ch, pin - ch, c.logged_out) for c, ch, pin in zip(calls, cached, pred_in)])
 
 
 def bill_check(
@@ -281,9 +279,9 @@ def bill_check(
         logged_in = np.array([c.logged_in for c in calls])
         logged_usd = np.array([c.logged_dollars for c in calls])
         billed = ~np.isnan(logged_usd)  # calls whose bill the log gives (cost, or cached tokens)
-        pred_usd = np.array([_dollars(c, ch, pin) for c, ch, pin in zip(calls, cached, pred_in)])
+        pred_usd = _dollars(calls, cached, pred_in)
         shared = np.where(first, 0.0, shared)  # the ideal cache: nothing before a run's first call
-        ideal_usd = np.array([_dollars(c, s, pin) for c, s, pin in zip(calls, shared, pred_in)])
+        ideal_usd = _dollars(calls, shared, pred_in)
         rel = 100.0 * (pred_in / logged_in - 1.0)
         abs_rel = np.abs(rel)
         sources[src] = {
