@@ -33,14 +33,130 @@ from torch import nn
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.models import FAMILIES
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.baselines import to_action
+from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.pricing import Prices, cache_regime, prices_for
 from dtoc_rl.tools import TOOL_CATEGORIES
 
-__all__ = ["CheckpointError", "ItemScorer", "LearnedPolicy"]
+__all__ = [
+    "ECON_GLOBAL_FEATURES",
+    "ECON_ITEM_FEATURES",
+    "CheckpointError",
+    "ItemScorer",
+    "LearnedPolicy",
+    "economics",
+    "table_threshold",
+]
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 _VIS = ITEM_FEATURES.index("visible")
+_TOK = ITEM_FEATURES.index("est_tokens_k")
+_AGE = ITEM_FEATURES.index("age")
+_G_ACTIVE = GLOBAL_FEATURES.index("active_tokens_k")
+_G_STEP = GLOBAL_FEATURES.index("step")
+
+#: What a change to each output costs and what keeping it saves, computed inside the policy from the
+#: observation and the model's prices (appended to ITEM_FEATURES), so that one network can price a
+#: model it never saw:  the tokens after it in the prompt (what hiding or restoring it re-writes),
+#: that suffix's and the output's share of the prompt, the cache reads of keeping it visible for the
+#: calls expected to remain, and the re-write a change costs, both relative to one full-price read of
+#: the prompt.
+ECON_ITEM_FEATURES: tuple[str, ...] = (
+    "suffix_k",
+    "suffix_share",
+    "prompt_share",
+    "keep_cost_rel",
+    "change_cost_rel",
+)
+#: The model's prices relative to its input price (and the input price's log, $ per million tokens),
+#: and the calls expected to remain (the calls so far, capped: a run that has lasted n calls is likely
+#: to last about as many more).
+ECON_GLOBAL_FEATURES: tuple[str, ...] = (
+    "cache_read_rel",
+    "cache_write_rel",
+    "output_rel",
+    "log_input_price",
+    "horizon",
+)
+HORIZON_CAP = 50.0
+
+
+def price_vector(p: Prices) -> np.ndarray:
+    """``[input, output, cache_read, cache_write]`` in $ per million tokens."""
+    return np.array([p.input, p.output, p.cache_read, p.cache_write], np.float32)
+
+
+_FAMILY_PRICES: dict[int, np.ndarray] = {}
+
+
+def family_price_vector(fid: int) -> np.ndarray:
+    """Prices of a family id from the observation (an id outside FAMILIES: the default family's)."""
+    v = _FAMILY_PRICES.get(fid)
+    if v is None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an unknown family is priced as the default, by design
+            v = _FAMILY_PRICES[fid] = price_vector(
+                prices_for(FAMILIES[fid] if 0 <= fid < len(FAMILIES) else None)
+            )
+    return v
+
+
+def economics(
+    items: np.ndarray, mask: np.ndarray, glob: np.ndarray, prices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ECON_ITEM_FEATURES (``(..., n, 5)``) and ECON_GLOBAL_FEATURES (``(..., 5)``) of observations.
+
+    ``items`` ``(..., n, F)`` in slot order (oldest first), ``mask`` ``(..., n)``, ``glob``
+    ``(..., G)``, ``prices`` ``(..., 4)`` as :func:`price_vector`.  The tokens after an output are the
+    visible outputs after it plus the rest of the prompt (messages, system prompt) spread evenly over
+    the calls so far, of which ``age`` came after it.
+    """
+    items = np.asarray(items, np.float32)
+    mask = np.asarray(mask).astype(bool)
+    glob = np.asarray(glob, np.float32)
+    prices = np.asarray(prices, np.float32)
+    tok = items[..., _TOK] * 1000.0
+    vis_tok = np.where(mask & (items[..., _VIS] > 0.5), tok, 0.0)
+    active = np.maximum(glob[..., _G_ACTIVE] * 1000.0, 1.0)
+    step = np.maximum(glob[..., _G_STEP], 1.0)
+    after = np.cumsum(vis_tok[..., ::-1], axis=-1)[..., ::-1] - vis_tok
+    other = np.maximum(active - vis_tok.sum(-1), 0.0) / step
+    suffix = after + np.maximum(items[..., _AGE], 0.0) * other[..., None]
+    inp = np.maximum(prices[..., 0], 1e-9)
+    out_rel, read_rel, write_rel = (prices[..., i] / inp for i in (1, 2, 3))
+    horizon = np.minimum(step, HORIZON_CAP)
+    a = active[..., None]
+    per_item = np.stack(
+        [
+            suffix / 1000.0,
+            suffix / a,
+            tok / a,
+            tok * (horizon * read_rel)[..., None] / a,
+            suffix * np.maximum(write_rel - read_rel, 0.0)[..., None] / a,
+        ],
+        axis=-1,
+    )
+    per_item = np.where(mask[..., None], per_item, 0.0).astype(np.float32)
+    per_call = np.stack([read_rel, write_rel, out_rel, np.log(inp), horizon], axis=-1).astype(np.float32)
+    return per_item, per_call
+
+
+def table_threshold(table: dict[str, Any] | None, family: str | None, prices: Prices | None) -> float | None:
+    """The threshold a checkpoint's validation table gives a model: its family's entry, else its price
+    regime's, else the pooled one; None without a table.  0 means abstain (nothing is ever hidden)."""
+    if not table:
+        return None
+    fam = table.get("family") or {}
+    if family in fam:
+        return float(fam[family])
+    if prices is not None:
+        reg = (table.get("regime") or {}).get(cache_regime(prices))
+        if reg is not None:
+            return float(reg)
+    d = table.get("default")
+    return float(d) if d is not None else None
 
 
 class CheckpointError(Exception):
@@ -69,9 +185,13 @@ class ItemScorer(nn.Module):
         # (FAMILIES only grows), and a family added since reads as "other" (id 0)
         self.n_families = n_families
         d = cfg.d_model
-        self.item_in = nn.Sequential(nn.Linear(len(ITEM_FEATURES), d), nn.GELU(), nn.Linear(d, d))
+        n_items, n_glob = (
+            len(ITEM_FEATURES) + len(ECON_ITEM_FEATURES),
+            len(GLOBAL_FEATURES) + len(ECON_GLOBAL_FEATURES),
+        )
+        self.item_in = nn.Sequential(nn.Linear(n_items, d), nn.GELU(), nn.Linear(d, d))
         self.tool = nn.Embedding(len(TOOL_CATEGORIES), d)
-        self.glob_in = nn.Sequential(nn.Linear(len(GLOBAL_FEATURES), d), nn.GELU(), nn.Linear(d, d))
+        self.glob_in = nn.Sequential(nn.Linear(n_glob, d), nn.GELU(), nn.Linear(d, d))
         self.family = nn.Embedding(n_families, d) if cfg.family_conditioning else None
         self.encoder = (
             nn.TransformerEncoder(
@@ -94,10 +214,10 @@ class ItemScorer(nn.Module):
 
     def forward(
         self,
-        items: torch.Tensor,  # (B, N, F)
+        items: torch.Tensor,  # (B, N, F + E): ITEM_FEATURES then ECON_ITEM_FEATURES
         tool: torch.Tensor,  # (B, N)
         mask: torch.Tensor,  # (B, N) bool
-        glob: torch.Tensor,  # (B, G)
+        glob: torch.Tensor,  # (B, G + E'): GLOBAL_FEATURES then ECON_GLOBAL_FEATURES
         family: torch.Tensor,  # (B,)
     ) -> torch.Tensor:  # (B, N) logits of "visible at the next call"
         if (
@@ -251,34 +371,56 @@ class _InferencePlan:
         return _mlp(F.layer_norm(h, *self.norm), self.out).squeeze(-1)
 
 
-def obs_to_tensors(obs: dict[str, np.ndarray], device: str = "cpu") -> dict[str, torch.Tensor]:
-    """A (possibly batched) observation as model inputs; trims padding columns."""
+def _prices_of(obs: dict[str, np.ndarray], prices: np.ndarray | None, batch: int | None) -> np.ndarray:
+    # The caller's prices (from the episode), else the observation's own, else its family's.
+    if prices is None:
+        prices = obs.get("prices")
+    if prices is None:
+        fam = np.asarray(obs["family"]).reshape(-1)
+        rows = [family_price_vector(int(f)) for f in fam]
+        return rows[0] if batch is None else np.stack(rows)
+    prices = np.asarray(prices, np.float32)
+    if batch is not None and prices.ndim == 1:
+        prices = np.broadcast_to(prices, (batch, prices.shape[0]))
+    return prices
+
+
+def obs_to_tensors(
+    obs: dict[str, np.ndarray], device: str = "cpu", prices: np.ndarray | None = None
+) -> dict[str, torch.Tensor]:
+    """A (possibly batched) observation as model inputs, with its economics (:func:`economics`)
+    appended; trims padding columns.  ``prices`` (:func:`price_vector`, one row or one per
+    observation) defaults to ``obs["prices"]``, else the family's list prices."""
     if obs["items"].ndim == 2:
-        one = _one_obs_to_tensors(obs)
+        one = _one_obs_to_tensors(obs, _prices_of(obs, prices, None))
         return one if device == "cpu" else {k: v.to(device) for k, v in one.items()}
     mask = np.asarray(obs["item_mask"]).astype(bool)
     width = max(1, int(mask.sum(axis=1).max()))  # slots fill from the left
+    items, glob = np.asarray(obs["items"])[:, :width], np.asarray(obs["globals"], np.float32)
+    econ_items, econ_glob = economics(items, mask[:, :width], glob, _prices_of(obs, prices, len(mask)))
     return {
-        "items": torch.as_tensor(np.asarray(obs["items"])[:, :width], dtype=torch.float32, device=device),
+        "items": torch.as_tensor(np.concatenate([items, econ_items], -1), dtype=torch.float32, device=device),
         "tool": torch.as_tensor(np.asarray(obs["item_tool"])[:, :width], dtype=torch.long, device=device),
         "mask": torch.as_tensor(mask[:, :width], device=device),
-        "glob": torch.as_tensor(np.asarray(obs["globals"]), dtype=torch.float32, device=device),
+        "glob": torch.as_tensor(np.concatenate([glob, econ_glob], -1), dtype=torch.float32, device=device),
         "family": torch.as_tensor(np.asarray(obs["family"]).reshape(-1), dtype=torch.long, device=device),
     }
 
 
-def _one_obs_to_tensors(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    # One decision (the live path): views of the leading valid slots, no copies when the
-    # arrays already have the model's dtypes.
+def _one_obs_to_tensors(obs: dict[str, np.ndarray], prices: np.ndarray) -> dict[str, torch.Tensor]:
+    # One decision (the live path): the leading valid slots only.
     mask = np.asarray(obs["item_mask"])
     width = max(1, int(np.count_nonzero(mask)))  # slots fill from the left
-    items = np.ascontiguousarray(obs["items"][:width], np.float32)
+    items = np.asarray(obs["items"][:width], np.float32)
+    m = mask[:width].astype(bool)
+    glob = np.asarray(obs["globals"], np.float32).reshape(-1)
+    econ_items, econ_glob = economics(items, m, glob, prices)
     tool = np.ascontiguousarray(obs["item_tool"][:width], np.int64)
     return {
-        "items": torch.from_numpy(items)[None],
+        "items": torch.from_numpy(np.concatenate([items, econ_items], -1))[None],
         "tool": torch.from_numpy(tool)[None],
-        "mask": torch.from_numpy(mask[:width].astype(bool))[None],
-        "glob": torch.from_numpy(np.asarray(obs["globals"], np.float32).reshape(1, -1)),
+        "mask": torch.from_numpy(m)[None],
+        "glob": torch.from_numpy(np.concatenate([glob, econ_glob]))[None],
         "family": torch.from_numpy(np.asarray(obs["family"], np.int64).reshape(1)),
     }
 
@@ -298,30 +440,82 @@ class LearnedPolicy(Policy):
             self.net = ItemScorer(self.cfg, n_families)
         self.net.eval()
         self.meta: dict[str, Any] = {}
+        self._prices: np.ndarray | None = None  # the current episode's (reset), else the family's
+        self._thr: float | None = None
+        self._thr_cache: dict[Any, float] = {}
 
     # -- acting ------------------------------------------------------------------
+    def reset(self, info: dict[str, Any] | None = None) -> None:
+        """Take the episode's prices and model (what ReplayEnv hands policies at reset) for the
+        economics features and the threshold; without them both come from the observation."""
+        p = episode_prices(info)
+        self._prices = price_vector(p) if p is not None else None
+        info = info or {}
+        ep = info.get("episode")
+        family = getattr(ep, "model_family", None) or info.get("model_family")
+        self._thr = self.threshold_for(family, p) if family or p is not None else None
+
+    def threshold_for(self, family: str | None, prices: Prices | None = None) -> float:
+        """The threshold used for a model: ``cfg.threshold`` when set, else the checkpoint's
+        validation table (:func:`table_threshold`), else 0.5."""
+        if self.cfg.threshold is not None:
+            return float(self.cfg.threshold)
+        if prices is None and family:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prices = prices_for(family)
+        t = table_threshold(self.meta.get("thresholds"), family, prices)
+        return 0.5 if t is None else t
+
+    def _obs_threshold(self, obs: dict[str, np.ndarray]) -> float:
+        if self.cfg.threshold is not None:
+            return float(self.cfg.threshold)
+        fid = int(np.asarray(obs["family"]).reshape(-1)[0])
+        key = ("fid", fid)
+        t = self._thr_cache.get(key)
+        if t is None:
+            family = FAMILIES[fid] if 0 < fid < len(FAMILIES) else None
+            prices = family_price_vector(fid)
+            p = Prices(*(float(x) for x in prices))
+            t = self._thr_cache[key] = self.threshold_for(family, p)
+        return t
+
     @torch.inference_mode()
-    def probs(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+    def probs(self, obs: dict[str, np.ndarray], prices: np.ndarray | None = None) -> np.ndarray:
         """P(visible at the next call) per slot, shape like ``obs["item_mask"]``."""
-        t = obs_to_tensors(obs)
+        t = obs_to_tensors(obs, prices=prices)
         p = torch.sigmoid(self.net(**t)).numpy()
         n = obs["item_mask"].shape[-1]
         out = np.zeros((p.shape[0], n), np.float32)
         out[:, : p.shape[1]] = p
         return out if obs["items"].ndim == 3 else out[0]
 
+    def set_threshold_table(self, table: dict[str, Any] | None) -> None:
+        """Install a validation threshold table (saved with the checkpoint's meta)."""
+        self.meta["thresholds"] = table
+        self._thr_cache.clear()
+        self._thr = None
+
     def act(self, obs, info=None):
-        return to_action(obs, self.probs(obs) >= self.cfg.threshold)
+        if self.cfg.threshold is not None:
+            thr = float(self.cfg.threshold)
+        else:
+            thr = self._thr if self._thr is not None else self._obs_threshold(obs)
+        if thr <= 0.0:  # abstain: every output stays (or comes back) visible, no network call
+            return to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
+        return to_action(obs, self.probs(obs, self._prices) >= thr)
 
     def act_batch(self, obs, infos=None):
+        # rows may come from different episodes: prices and thresholds from each row's family
         p = self.probs(obs)
-        acts = [
-            to_action({k: v[i] for k, v in obs.items()}, p[i] >= self.cfg.threshold) for i in range(len(p))
-        ]
+        rows = [{k: v[i] for k, v in obs.items()} for i in range(len(p))]
+        acts = [to_action(r, p[i] >= self._obs_threshold(r)) for i, r in enumerate(rows)]
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def config(self):
-        c = {"threshold": self.cfg.threshold}
+        c: dict[str, Any] = {"threshold": self.cfg.threshold if self.cfg.threshold is not None else "table"}
         if self.meta.get("model_family"):
             c["family"] = self.meta["model_family"]
         return c
@@ -350,6 +544,8 @@ class LearnedPolicy(Policy):
             "config": self.cfg.to_dict(),
             "item_features": list(ITEM_FEATURES),
             "global_features": list(GLOBAL_FEATURES),
+            "econ_item_features": list(ECON_ITEM_FEATURES),
+            "econ_global_features": list(ECON_GLOBAL_FEATURES),
             "families": list(FAMILIES[: self.net.n_families]),
             "tool_categories": list(TOOL_CATEGORIES),
             "meta": self.meta,
@@ -384,6 +580,8 @@ class LearnedPolicy(Policy):
         for key, ours in (
             ("item_features", ITEM_FEATURES),
             ("global_features", GLOBAL_FEATURES),
+            ("econ_item_features", ECON_ITEM_FEATURES),
+            ("econ_global_features", ECON_GLOBAL_FEATURES),
             ("families", FAMILIES),
             ("tool_categories", TOOL_CATEGORIES),
         ):
@@ -414,4 +612,24 @@ class LearnedPolicy(Policy):
             raise CheckpointError(f"{weights}: weights do not fit the config: {_one_line(e)}") from None
         policy.net.eval()
         policy.meta = meta.get("meta", {})
+        if not isinstance(policy.meta, dict):
+            raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
+        table = policy.meta.get("thresholds")
+        if table is not None and not _valid_table(table):
+            raise CheckpointError(
+                f"{cfg_file}: 'meta.thresholds' is not a threshold table (a damaged checkpoint)"
+            )
         return policy
+
+
+def _valid_table(table: Any) -> bool:
+    def ok(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0
+
+    if not isinstance(table, dict):
+        return False
+    for key in ("family", "regime"):
+        sub = table.get(key, {})
+        if not isinstance(sub, dict) or not all(ok(v) for v in sub.values()):
+            return False
+    return table.get("default") is None or ok(table["default"])

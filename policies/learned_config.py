@@ -31,9 +31,30 @@ class LearnedPolicyConfig:
     )
     dropout: float = _f(0.0, "dropout in the encoder")
     family_conditioning: bool = _f(True, "condition on the model family (one network serves several models)")
-    threshold: float = _f(0.5, "keep an output visible when P(visible) >= threshold (lower: fewer misses)")
+    threshold: float | None = _f(
+        None,
+        "keep an output visible when P(visible) >= threshold (lower: fewer misses); unset: the threshold "
+        "chosen on validation for the model's family or price regime (0 = abstain), stored in the checkpoint",
+    )
+    miss_budget: float = _f(
+        1.0,
+        "misses per 100 steps a validation threshold may cost; the one saving the most dollars within it "
+        "is kept per family / price regime, and where none saves money the policy abstains",
+    )
+    min_family_val: int = _f(
+        10, "validation trajectories a family needs for a threshold of its own (else its price regime's)"
+    )
+    loss_weights: str = _f(
+        "dollars",
+        "per-output loss weights. dollars: what a wrong decision would cost (a miss re-reads the prompt, a "
+        "wrongly visible output is read on the calls left, a change re-writes the suffix), relative to one "
+        "read of the prompt; need: need_weight on outputs needed at the next call, 1 elsewhere",
+    )
     # -- data ------------------------------------------------------------------
     model_family: str | None = _f(None, "train only on this model family (a per-family policy)")
+    exclude_family: str | None = _f(
+        None, "train without this model family (leave-one-family-out: evaluate on it afterwards)"
+    )
     source: str | None = _f(None, "train only on this source harness")
     max_items: int = _f(128, "env slots (the most recent outputs the policy sees)")
     val_fraction: float = _f(0.2, "fraction of tasks held out for validation (split by task id)")
@@ -71,8 +92,14 @@ class LearnedPolicyConfig:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if not 0.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if not self.miss_budget >= 0.0:
+            raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
+        if self.min_family_val < 1:
+            raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
+        if self.loss_weights not in ("dollars", "need"):
+            raise ValueError(f"loss_weights must be dollars or need, got {self.loss_weights!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,19 +34,32 @@ from torch import nn
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
-from dtoc_rl.policies.baselines import to_action
-from dtoc_rl.policies.learned import LearnedPolicy, obs_to_tensors
+from dtoc_rl.features import ITEM_FEATURES
+from dtoc_rl.policies.baselines import episode_prices, to_action
+from dtoc_rl.policies.learned import LearnedPolicy, economics, obs_to_tensors, price_vector
 from dtoc_rl.policies.oracle import plan
+from dtoc_rl.pricing import CACHE_REGIMES, cache_regime
 from dtoc_rl.simulator import CostConfig
 
-__all__ = ["Sample", "collect", "fit", "split_by_task"]
+__all__ = [
+    "THRESHOLD_GRID",
+    "Sample",
+    "collect",
+    "fit",
+    "split_by_task",
+    "sweep_thresholds",
+    "threshold_table",
+]
+
+#: Thresholds tried on validation for the per-family / per-regime table (0, abstaining, needs no run).
+THRESHOLD_GRID = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
 
 
 @dataclass
 class Sample:
-    items: np.ndarray  # (m, F) the used slots only
+    items: np.ndarray  # (m, F + E) the used slots only, economics appended
     tool: np.ndarray  # (m,)
-    glob: np.ndarray  # (G,)
+    glob: np.ndarray  # (G + E',)
     family: int
     target: np.ndarray  # (m,) 1 = visible at the next call
     weight: np.ndarray  # (m,) loss weights
@@ -70,6 +83,9 @@ def split_by_task(episodes: Sequence[Episode], val_fraction: float, seed: int) -
     return train, val
 
 
+ITEM_VISIBLE = ITEM_FEATURES.index("visible")
+
+
 def _cost_config(policy: LearnedPolicy) -> CostConfig:
     return CostConfig(miss=policy.cfg.miss, overhead=policy.cfg.overhead)
 
@@ -90,6 +106,70 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
     return V
 
 
+def _ep_prices(ep: Episode, cfg: CostConfig) -> np.ndarray:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a version priced as its family: reported by evaluate, not here
+        return price_vector(episode_prices({"episode": ep, "cost_config": cfg}))
+
+
+def _n_calls(ep: Episode) -> int:
+    # decisions are per model call (several parallel tool calls are one call) where episodes group them
+    return int(getattr(ep, "n_calls", ep.n))
+
+
+def _call_needs(ep: Episode, c: int) -> np.ndarray:
+    f = getattr(ep, "call_needs", None)
+    return f(c) if f is not None else ep.needs_at(c)
+
+
+def _last_need(ep: Episode) -> np.ndarray:
+    """The last model call that needs each output (-1: never needed)."""
+    last = np.full(ep.n, -1, np.int64)
+    for t in range(_n_calls(ep)):
+        k = np.asarray(_call_needs(ep, t), np.int64)
+        k = k[(k >= 0) & (k < ep.n)]
+        last[k] = t
+    return last
+
+
+def _needed_later(last_need: np.ndarray, slots: np.ndarray, t: int) -> np.ndarray:
+    # slots past the logged outputs (copies a recovery appended) have no needs of their own
+    inside = (slots >= 0) & (slots < len(last_need))
+    return inside & (last_need[np.where(inside, slots, 0)] > t)
+
+
+def dollar_weights(
+    items: np.ndarray,
+    econ: np.ndarray,
+    prices: np.ndarray,
+    target: np.ndarray,
+    needed_now: np.ndarray,
+    needed_later: np.ndarray,
+    calls_left: int,
+    need_weight: float,
+) -> np.ndarray:
+    """What deciding the opposite of ``target`` would cost for each output, relative to one
+    full-price read of the prompt (so that runs and models of every size weigh alike).
+
+    * kept visible by the target, needed at the next call: a miss, i.e. an extra call re-reading the
+      prompt from the cache plus the output again at full price, ``need_weight`` times (misses are
+      also budgeted);
+    * kept visible, not needed next: the suffix re-write of the change, plus half a miss when a
+      later call needs it;
+    * hidden by the target: its cache reads over the calls actually left, plus the re-write when
+      showing it again would be a change.
+    """
+    read_rel = prices[2] / max(prices[0], 1e-9)
+    visible = items[:, ITEM_VISIBLE] > 0.5
+    share, change = econ[:, 2], econ[:, 4]
+    miss = need_weight * (read_rel + share)
+    keep_wrong = np.where(needed_now, miss, change + np.where(needed_later, 0.5 * miss, 0.0))
+    hide_wrong = share * calls_left * read_rel + np.where(visible, 0.0, change)
+    return np.clip(np.where(target > 0.5, keep_wrong, hide_wrong), 0.02, 50.0).astype(np.float32)
+
+
 def collect(
     policy: LearnedPolicy,
     episodes: Sequence[Episode],
@@ -107,31 +187,43 @@ def collect(
     cfg = _cost_config(policy)
     out: list[Sample] = []
     n = policy.cfg.max_items
+    dollars = policy.cfg.loss_weights == "dollars"
     for ep in tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False):
         V = _targets(ep, mode, cfg, cache)
         if V is None:
             continue
-        env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg)
+        prices = _ep_prices(ep, cfg)
+        last_need = _last_need(ep) if dollars else None
+        env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
+        if actor == "policy":
+            policy.reset(info)
         done = False
         while not done:
             t = int(obs["globals"][2])
             slots = info["slot_steps"]
             m = int(obs["item_mask"].sum())
             s = slots[:m]
-            target = V[t, s] if t < ep.n else np.ones(m, bool)
-            weight = np.ones(m, np.float32)
-            if t < ep.n:
-                needed = np.isin(s, ep.needs_at(t))
-                weight[needed] = policy.cfg.need_weight
+            calls = _n_calls(ep)
+            target = V[t, s] if t < min(calls, len(V)) else np.ones(m, bool)
+            items = obs["items"][:m]
+            econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], prices)
+            needed = np.isin(s, _call_needs(ep, t)) if t < calls else np.zeros(m, bool)
+            if dollars:
+                weight = dollar_weights(
+                    items, econ, prices, target, needed, _needed_later(last_need, s, t), max(calls - t, 1),
+                    policy.cfg.need_weight,
+                )  # fmt: skip
+            else:
+                weight = np.where(needed, np.float32(policy.cfg.need_weight), np.float32(1.0))
             out.append(
                 Sample(
-                    items=obs["items"][:m].copy(),
+                    items=np.concatenate([items, econ], 1),
                     tool=obs["item_tool"][:m].copy(),
-                    glob=obs["globals"].copy(),
+                    glob=np.concatenate([obs["globals"], econ_glob]),
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
-                    weight=weight,
+                    weight=weight.astype(np.float32),
                 )
             )
             want = np.zeros(n, bool)
@@ -236,8 +328,11 @@ def _reinforce(policy, episodes, *, log, progress) -> dict[str, Any]:
     cfg = policy.cfg
     net = policy.net
     opt = torch.optim.Adam(net.parameters(), lr=cfg.rl_lr)
+    cost_cfg = _cost_config(policy)
     envs = [
-        ReplayEnv(trajectories=list(episodes), max_items=cfg.max_items, cost_config=_cost_config(policy))
+        ReplayEnv(
+            trajectories=list(episodes), max_items=cfg.max_items, cost_config=cost_cfg, expose_episode=True
+        )
         for _ in range(cfg.rl_envs)
     ]
     rng_seed = cfg.seed
@@ -246,10 +341,11 @@ def _reinforce(policy, episodes, *, log, progress) -> dict[str, Any]:
         logps, ents, rets = [], [], []
         net.train()
         for i, env in enumerate(envs):
-            obs, _ = env.reset(seed=rng_seed + update * len(envs) + i)
+            obs, info = env.reset(seed=rng_seed + update * len(envs) + i)
+            prices = _ep_prices(info["episode"], cost_cfg)
             done, ep_logp, ep_ent, ret = False, [], [], 0.0
             while not done:
-                x = obs_to_tensors(obs)
+                x = obs_to_tensors(obs, prices=prices)
                 logits = net(**x)[0]
                 dist = torch.distributions.Bernoulli(logits=logits)
                 sample = dist.sample()
@@ -280,8 +376,11 @@ def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[
     """Mean cost ratio against all-visible, and misses per 100 steps."""
     ratios, misses, steps = [], 0, 0
     for ep in episodes:
-        env = ReplayEnv(trajectories=[ep], max_items=policy.cfg.max_items, cost_config=cfg)
+        env = ReplayEnv(
+            trajectories=[ep], max_items=policy.cfg.max_items, cost_config=cfg, expose_episode=True
+        )
         obs, info = env.reset(seed=0)
+        policy.reset(info)
         done = False
         while not done:
             obs, _, done, _, info = env.step(policy.act(obs, info))
@@ -291,6 +390,96 @@ def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[
     return {
         "cost_ratio": float(np.mean(ratios)) if ratios else float("nan"),
         "misses_per_100_steps": 100.0 * misses / max(1, steps),
+    }
+
+
+def sweep_thresholds(
+    policy: LearnedPolicy,
+    episodes: Sequence[Episode],
+    cfg: CostConfig,
+    grid: Sequence[float] = THRESHOLD_GRID,
+) -> list[dict[str, Any]]:
+    """Each episode replayed at every threshold of ``grid`` in lockstep (one batched network call per
+    decision for all thresholds): per episode its family, price regime, steps, no-management
+    dollars, and per threshold the dollars and misses."""
+    n = policy.cfg.max_items
+    rows = []
+    for ep in episodes:
+        envs = [ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg) for _ in grid]
+        obs_list = [env.reset(seed=0)[0] for env in envs]
+        prices = _ep_prices(ep, cfg)
+        thr = np.asarray(grid, np.float32)[:, None]
+        done = False
+        while not done:
+            batch = {k: np.stack([o[k] for o in obs_list]) for k in obs_list[0]}
+            want = policy.probs(batch, prices) >= thr
+            steps = [
+                env.step(to_action({k: v[i] for k, v in batch.items()}, want[i]))
+                for i, env in enumerate(envs)
+            ]
+            obs_list = [st[0] for st in steps]
+            done = steps[0][2]
+        infos = [st[4] for st in steps]
+        p = episode_prices({"episode": ep, "cost_config": cfg})
+        rows.append(
+            {
+                "family": ep.model_family,
+                "regime": cache_regime(p),
+                "steps": _n_calls(ep),
+                "base": float(infos[0]["all_visible"]["dollars"]),
+                "dollars": [float(i["totals"]["dollars"]) for i in infos],
+                "misses": [int(i["totals"]["misses"]) for i in infos],
+            }
+        )
+    return rows
+
+
+def _choose(rows: list[dict[str, Any]], grid: Sequence[float], budget: float) -> dict[str, Any]:
+    """The threshold saving the most dollars within the miss budget; 0 (abstain) when none saves."""
+    base = sum(r["base"] for r in rows)
+    steps = max(1, sum(r["steps"] for r in rows))
+    options = []
+    for i, t in enumerate(grid):
+        saved = base - sum(r["dollars"][i] for r in rows)
+        misses = 100.0 * sum(r["misses"][i] for r in rows) / steps
+        options.append({"threshold": t, "saved": saved, "misses_per_100": misses})
+    ok = [o for o in options if o["misses_per_100"] <= budget and o["saved"] > 0]
+    best = max(ok, key=lambda o: o["saved"]) if ok else None
+    return {
+        "threshold": best["threshold"] if best else 0.0,
+        "saved_fraction": (best["saved"] / base if best and base > 0 else 0.0),
+        "misses_per_100": best["misses_per_100"] if best else 0.0,
+        "trajectories": len(rows),
+        "options": options,
+    }
+
+
+def threshold_table(
+    rows: list[dict[str, Any]], grid: Sequence[float], budget: float, min_family: int
+) -> dict[str, Any]:
+    """Per family (with at least ``min_family`` validation runs), per price regime and pooled: the
+    threshold of :func:`_choose`.  A family without an entry uses its regime's at run time."""
+    fams = sorted({r["family"] for r in rows})
+    family = {}
+    detail: dict[str, Any] = {"family": {}, "regime": {}}
+    for f in fams:
+        sub = [r for r in rows if r["family"] == f]
+        if len(sub) >= min_family:
+            detail["family"][f] = _choose(sub, grid, budget)
+            family[f] = detail["family"][f]["threshold"]
+    regime = {}
+    for g in CACHE_REGIMES:
+        sub = [r for r in rows if r["regime"] == g]
+        if sub:
+            detail["regime"][g] = _choose(sub, grid, budget)
+            regime[g] = detail["regime"][g]["threshold"]
+    pooled = _choose(rows, grid, budget) if rows else None
+    return {
+        "budget_misses_per_100": budget,
+        "family": family,
+        "regime": regime,
+        "default": pooled["threshold"] if pooled else None,
+        "validation": {**detail, "pooled": pooled},
     }
 
 
@@ -341,6 +530,10 @@ def _fit(
         if episodes is not None
         else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
     )
+    if cfg.exclude_family:
+        eps = [e for e in eps if e.model_family != cfg.exclude_family]
+        if not eps:
+            raise ValueError(f"no episodes left after excluding family {cfg.exclude_family!r}")
     train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {
@@ -381,6 +574,12 @@ def _fit(
             cfg.rl_updates = 50
         report["rl"] = _reinforce(policy, train_eps, log=log, progress=progress)
     cost_cfg = _cost_config(policy)
+    if val_eps:
+        t1 = time.perf_counter()
+        rows = sweep_thresholds(policy, val_eps, cost_cfg)
+        policy.set_threshold_table(threshold_table(rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val))
+        report["thresholds"] = policy.meta["thresholds"]
+        report["threshold_seconds"] = round(time.perf_counter() - t1, 2)
     report["val_metrics"] = evaluate_cost(policy, val_eps, cost_cfg) if val_eps else {}
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)
     report["seconds"] = round(time.perf_counter() - t0, 2)

@@ -154,8 +154,13 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     ext = args.plot_format
     print(f"\nwrote {out}/metrics.json, metrics.csv, pareto.{ext}, curves.{ext} in {metrics['seconds']} s")
     threshold = json.loads((ckpt / "config.json").read_text())["config"]["threshold"]
+    where = (
+        f"threshold {threshold:g}"
+        if threshold is not None
+        else "the thresholds chosen on validation per model family / price regime"
+    )
     print(
-        f"the learned policy is {ckpt} (it decides at threshold {threshold:g} unless told; "
+        f"the learned policy is {ckpt} (it decides at {where} unless told; "
         f"'learned:path={ckpt},threshold=T' picks another): plug it into an agent with "
         f"Orchestrator(make_policy('{ckpt}')) or dtoc-rl serve --policy {ckpt}"
     )

@@ -1,10 +1,16 @@
 """``dtoc-rl train``: train a learned context-management policy from logged trajectories.
 
-Supervised on the hindsight oracle's decisions by default (--mode oracle), or
-behaviour cloning of logged masking (--mode bc), optionally followed by
-REINFORCE fine-tuning in ReplayEnv (--rl-updates N).  Validation holds out
-whole tasks; training stops early when the validation loss stops improving.
-Writes a checkpoint folder (model.safetensors + config.json).
+Supervised on the hindsight oracle's decisions by default (--mode oracle), each
+output's loss weighted by what a wrong decision about it would cost in dollars
+(--loss-weights), or behaviour cloning of logged masking (--mode bc), optionally
+followed by REINFORCE fine-tuning in ReplayEnv (--rl-updates N).  The network
+sees each model's prices, so it can price a model it never saw.  Validation
+holds out whole tasks; training stops early when the validation loss stops
+improving.  Then the decision threshold is chosen on the validation tasks per
+model family and per price regime: the one saving the most dollars within
+--miss-budget misses per 100 steps, or abstaining (never hiding) where none
+saves money; the table is stored in the checkpoint and used unless a threshold
+is given.  Writes a checkpoint folder (model.safetensors + config.json).
 """
 
 from __future__ import annotations
@@ -90,6 +96,14 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"validation: cost {100 * (vm['cost_ratio'] - 1):+.1f}% vs. no management, "
             f"{vm['misses_per_100_steps']:.2f} misses per 100 steps"
+        )
+    table = report.get("thresholds")
+    if table:
+        fmt = lambda d: ", ".join(f"{k} {'abstain' if v == 0 else f'{v:g}'}" for k, v in d.items()) or "none"  # noqa: E731
+        print(
+            f"thresholds chosen on validation (most dollars at <= {table['budget_misses_per_100']:g} "
+            f"misses per 100 steps; abstain where none saves): per family: {fmt(table['family'])}; "
+            f"per price regime: {fmt(table['regime'])}; pooled: {fmt({'all': table['default']})}"
         )
     print(f"checkpoint written to {args.out}")
     return 0

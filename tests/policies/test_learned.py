@@ -10,7 +10,13 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.models import FAMILIES
-from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, obs_to_tensors
+from dtoc_rl.policies.learned import (
+    CheckpointError,
+    LearnedPolicy,
+    economics,
+    family_price_vector,
+    obs_to_tensors,
+)
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import split_by_task
 from dtoc_rl.tools import TOOL_CATEGORIES
@@ -150,12 +156,14 @@ def _padded_probs(net, obs):
     grad on (so that torch uses its unfused attention, not the kernel the policy calls)."""
     batched = obs["items"].ndim == 3
     o = obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}
+    prices = np.stack([family_price_vector(int(f)) for f in np.asarray(o["family"]).reshape(-1)])
+    econ_items, econ_glob = economics(o["items"], o["item_mask"], o["globals"], prices)
     with torch.enable_grad():
         logits = net(
-            torch.as_tensor(o["items"]),
+            torch.as_tensor(np.concatenate([o["items"], econ_items], -1)),
             torch.as_tensor(o["item_tool"]),
             torch.as_tensor(o["item_mask"].astype(bool)),
-            torch.as_tensor(o["globals"]),
+            torch.as_tensor(np.concatenate([o["globals"], econ_glob], -1)),
             torch.as_tensor(np.asarray(o["family"]).reshape(-1)),
         )
     p = torch.sigmoid(logits).detach().numpy() * o["item_mask"]
@@ -169,7 +177,7 @@ def _padded_probs(net, obs):
 )  # fmt: skip
 def test_inference_path_matches_the_padded_module_path_on_random_observations(cfg):
     rng = np.random.default_rng(7)
-    pol = LearnedPolicyConfig(**cfg, seed=5).create()
+    pol = LearnedPolicyConfig(**cfg, seed=5, threshold=0.5).create()
     n = 128
     counts = [0, 1, 2, 5, 64, 127, 128]
     singles = [_random_obs(rng, n, c) for c in counts]

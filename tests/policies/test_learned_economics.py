@@ -1,0 +1,209 @@
+"""The learned policy's economics: price features, the validation threshold table (abstaining where
+nothing pays), and dollar-weighted imitation."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.episode import compile_episode
+from dtoc_rl.features import ITEM_FEATURES
+from dtoc_rl.policies.learned import (
+    ECON_ITEM_FEATURES,
+    CheckpointError,
+    LearnedPolicy,
+    economics,
+    price_vector,
+    table_threshold,
+)
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.policies.learned_trainer import dollar_weights, threshold_table
+from dtoc_rl.pricing import PRICES
+
+from .crafted import crafted
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, epochs=3, dagger_rounds=0)
+_F = {f: i for i, f in enumerate(ITEM_FEATURES)}
+_E = {f: i for i, f in enumerate(ECON_ITEM_FEATURES)}
+
+
+def _env(family="claude-sonnet", sizes=(4000,) * 8):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = compile_episode(crafted(list(sizes), family=family))
+    return ReplayEnv(trajectories=[ep], max_items=16, expose_episode=True)
+
+
+def _obs_after(env, calls=5):
+    obs, info = env.reset(seed=0)
+    first = info
+    for _ in range(calls):
+        obs, *_ = env.step({"enable": np.zeros(16, np.int8), "disable": np.zeros(16, np.int8)})
+    return obs, first
+
+
+# ------------------------------------------------------------------------------ economics features
+
+
+def test_economics_prices_the_suffix_and_the_reads_of_each_output():
+    # three visible outputs of 1k, 2k, 3k tokens, oldest first; 10k active tokens at call 4
+    items = np.zeros((4, len(ITEM_FEATURES)), np.float32)
+    items[:3, _F["est_tokens_k"]] = [1, 2, 3]
+    items[:3, _F["visible"]] = 1
+    items[:3, _F["age"]] = [3, 2, 1]
+    mask = np.array([1, 1, 1, 0], bool)
+    glob = np.zeros(9, np.float32)
+    glob[0], glob[2] = 10.0, 4  # active_tokens_k, step
+    anthropic = price_vector(PRICES["claude-sonnet"])  # read 10%, write 125% of input
+    per_item, per_call = economics(items, mask, glob, anthropic)
+    # the rest of the prompt (4k tokens) is spread over 4 calls: 1k per call after each output
+    np.testing.assert_allclose(per_item[:3, _E["suffix_k"]], [5 + 3, 3 + 2, 0 + 1])
+    np.testing.assert_allclose(per_item[:3, _E["prompt_share"]], [0.1, 0.2, 0.3], rtol=1e-6)
+    # keeping an output visible: its reads over the calls expected to remain (4) at 10% of input
+    np.testing.assert_allclose(
+        per_item[:3, _E["keep_cost_rel"]], np.array([1, 2, 3]) * 4 * 0.1 / 10, rtol=1e-5
+    )
+    # a change re-writes the suffix at (125% - 10%) of input
+    np.testing.assert_allclose(
+        per_item[:3, _E["change_cost_rel"]], np.array([8, 5, 1]) * 1.15 / 10, rtol=1e-5
+    )
+    assert not per_item[3].any()  # padding stays zero
+    np.testing.assert_allclose(per_call[:4], [0.1, 1.25, 5.0, np.log(3.0)], rtol=1e-6)
+    # no cache discount: a change is free, keeping costs full reads
+    doubao = price_vector(PRICES["doubao-pro"])
+    per_item, _ = economics(items, mask, glob, doubao)
+    assert not per_item[:3, _E["change_cost_rel"]].any()
+    np.testing.assert_allclose(per_item[:3, _E["keep_cost_rel"]], np.array([1, 2, 3]) * 4 / 10, rtol=1e-5)
+
+
+def test_the_network_sees_the_prices_the_episode_is_billed_at():
+    pol = LearnedPolicyConfig(**TINY, seed=2).create()
+    obs, info = _obs_after(_env("claude-sonnet"))
+    obs = {k: v for k, v in obs.items() if k != "prices"}  # only the family id: its family's prices
+    by_family = pol.probs(obs)
+    cheap = pol.probs(obs, price_vector(PRICES["deepseek-chat"]))
+    assert not np.allclose(by_family, cheap)  # one network, priced per model
+    np.testing.assert_array_equal(pol.probs(obs, price_vector(PRICES["claude-sonnet"])), by_family)
+    pol.reset(info)  # the episode's prices, taken at reset
+    np.testing.assert_array_equal(pol._prices, price_vector(PRICES["claude-sonnet"]))
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    np.testing.assert_allclose(pol.probs(batch)[0], by_family, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ threshold table
+
+
+def _row(family, regime, base, dollars, misses, steps=100):
+    return {"family": family, "regime": regime, "steps": steps, "base": base, "dollars": dollars,
+            "misses": misses}  # fmt: skip
+
+
+GRID = (0.1, 0.3, 0.5)
+DISC, PREM = "discount, no write premium", "write premium"
+
+
+def test_threshold_table_saves_the_most_within_the_miss_budget_and_abstains_where_nothing_saves():
+    rows = (
+        # gpt-4o: 0.5 saves most but misses 3/100; 0.3 saves within the budget
+        [_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 1, 3]) for _ in range(10)]
+        # claude: every threshold loses money -> abstain
+        + [_row("claude-sonnet", PREM, 10.0, [10.2, 10.5, 11.0], [0, 0, 1]) for _ in range(10)]
+        # too few runs for an entry of its own: its regime's entry applies
+        + [_row("deepseek-chat", DISC, 1.0, [0.5, 0.4, 0.3], [0, 0, 0]) for _ in range(3)]
+    )
+    table = threshold_table(rows, GRID, budget=1.0, min_family=10)
+    assert table["family"] == {"gpt-4o": 0.3, "claude-sonnet": 0.0}
+    assert table["regime"] == {DISC: 0.3, PREM: 0.0}
+    assert table["validation"]["family"]["gpt-4o"]["misses_per_100"] == pytest.approx(1.0)
+    # a stricter budget picks the lower threshold; a budget nothing meets abstains
+    assert threshold_table(rows, GRID, budget=0.5, min_family=10)["family"]["gpt-4o"] == 0.1
+    assert threshold_table(rows, GRID, budget=1.0, min_family=3)["family"]["deepseek-chat"] == 0.5
+    assert json.loads(json.dumps(table)) == table  # stored as JSON beside the weights
+
+
+def test_table_lookup_family_then_regime_then_pooled():
+    table = {"family": {"gpt-4o": 0.2}, "regime": {PREM: 0.0, DISC: 0.1}, "default": 0.3}
+    assert table_threshold(table, "gpt-4o", PRICES["gpt-4o"]) == 0.2
+    assert table_threshold(table, "some-new-model", PRICES["claude-opus"]) == 0.0  # priced: its regime
+    assert table_threshold(table, "some-new-model", PRICES["doubao-pro"]) == 0.3  # no entry: pooled
+    assert table_threshold(None, "gpt-4o", PRICES["gpt-4o"]) is None
+
+
+def test_policy_uses_the_table_by_default_abstains_with_zero_and_threshold_overrides(tmp_path):
+    pol = LearnedPolicyConfig(**TINY, seed=1).create()
+    pol.set_threshold_table({"family": {"claude-sonnet": 0.0}, "regime": {}, "default": 1.0})
+    obs, info = _obs_after(_env("claude-sonnet"))
+    assert obs["disable_mask"].sum() >= 4
+    pol.reset(info)
+    assert not pol.act(obs)["disable"].any()  # abstains on claude-sonnet
+    back = LearnedPolicy.load(pol.save(tmp_path / "ckpt"))
+    assert back.cfg.threshold is None and back.config() == {"threshold": "table"}
+    back.reset(info)
+    assert not back.act(obs)["disable"].any()
+    back.reset({})  # no model named: the observation's family id decides
+    assert not back.act(obs)["disable"].any()
+    obs4o, info4o = _obs_after(_env("gpt-4o"))
+    back.reset(info4o)  # no family entry, no regime entry: the pooled 1.0 hides every visible output
+    np.testing.assert_array_equal(back.act(obs4o)["disable"], obs4o["disable_mask"])
+    back.cfg.threshold = 1.0  # an explicit threshold overrides the table
+    back.reset(info)
+    np.testing.assert_array_equal(back.act(obs)["disable"], obs["disable_mask"])
+    b = back.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
+    np.testing.assert_array_equal(b["disable"][1], obs["disable_mask"])
+
+
+def test_a_damaged_threshold_table_is_a_clear_error(tmp_path):
+    pol = LearnedPolicyConfig(**TINY).create()
+    pol.set_threshold_table({"family": {"gpt-4o": 0.2}, "regime": {}, "default": 0.1})
+    path = pol.save(tmp_path / "ckpt")
+    meta = json.loads((path / "config.json").read_text())
+    meta["meta"]["thresholds"]["family"]["gpt-4o"] = "high"
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="not a threshold table"):
+        LearnedPolicy.load(path)
+    del meta["econ_item_features"]  # a checkpoint from before the economics features
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="different econ item features"):
+        LearnedPolicy.load(path)
+
+
+def test_fit_stores_a_validated_threshold_table(tmp_path):
+    pol = LearnedPolicyConfig(**TINY).create()
+    rep = pol.fit(None, progress=False)
+    table = rep["thresholds"]
+    assert table["budget_misses_per_100"] == 1.0
+    pooled = table["validation"]["pooled"]
+    assert pooled["threshold"] == table["default"]
+    assert pooled["misses_per_100"] <= 1.0 and pooled["trajectories"] == rep["val_episodes"]
+    assert len(pooled["options"]) == 7
+    back = LearnedPolicy.load(pol.save(tmp_path / "c"))
+    assert back.meta["thresholds"]["regime"] == table["regime"]
+
+
+# ------------------------------------------------------------------------------ dollar weights
+
+
+def test_dollar_weights_price_each_wrong_decision():
+    items = np.zeros((3, len(ITEM_FEATURES)), np.float32)
+    items[:, _F["visible"]] = [1, 1, 0]
+    econ = np.zeros((3, len(ECON_ITEM_FEATURES)), np.float32)
+    econ[:, _E["prompt_share"]] = 0.1
+    econ[:, _E["change_cost_rel"]] = [0.5, 0.5, 0.5]
+    prices = price_vector(PRICES["claude-sonnet"])
+    target = np.array([1, 0, 0], np.float32)
+    needed = np.array([True, False, False])
+    w = dollar_weights(items, econ, prices, target, needed, np.zeros(3, bool), calls_left=20, need_weight=4.0)
+    assert w[0] == pytest.approx(4.0 * (0.1 + 0.1))  # a miss: a cached re-read plus the output again
+    assert w[1] == pytest.approx(0.1 * 20 * 0.1)  # left visible: its reads over the 20 calls left
+    assert w[2] == pytest.approx(0.1 * 20 * 0.1 + 0.5)  # shown again: the reads and the re-write
+    fewer = dollar_weights(
+        items, econ, prices, target, needed, np.zeros(3, bool), calls_left=2, need_weight=4.0
+    )
+    assert fewer[1] < w[1]  # near the end of a run, a visible output costs little
+    later = dollar_weights(
+        items, econ, prices, np.ones(3, np.float32), np.zeros(3, bool), np.array([True, False, False]),
+        calls_left=5, need_weight=4.0,
+    )  # fmt: skip
+    assert later[0] == pytest.approx(0.5 + 0.5 * 4.0 * 0.2) and later[1] == pytest.approx(0.5)
