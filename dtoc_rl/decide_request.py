@@ -20,6 +20,7 @@ import msgspec
 
 from dtoc_rl.features import ItemState
 from dtoc_rl.models import FAMILIES, normalize_family
+from dtoc_rl.pricing import Prices
 from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Call",
     "DecideError",
     "Item",
+    "PriceSpec",
     "Request",
     "Turn",
     "decode",
@@ -80,6 +82,23 @@ class Item(msgspec.Struct):
     turns_after: Count = 0
 
 
+Price = Annotated[float, msgspec.Meta(ge=0, le=1e6)]
+
+
+class PriceSpec(msgspec.Struct):
+    """The model's prices in USD per million tokens (cache read and write default to the input price)."""
+
+    input: Price
+    output: Price
+    cache_read: Price | None = None
+    cache_write: Price | None = None
+
+    def to_prices(self) -> Prices:
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        return Prices(self.input, self.output, read, write, source="/decide request")
+
+
 class Call(msgspec.Struct):
     """A tool call of a turn, with the item key its output has in ``items``."""
 
@@ -114,6 +133,7 @@ class Request(msgspec.Struct):
     visible_count: Count | None = None
     misses: Count = 0
     mgmt_calls: Count = 0
+    prices: PriceSpec | None = None  # for a model the service cannot price by its name
     # need labels kept by the service: the session's new turns, sent once each, in order
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     task: str | None = None
@@ -310,6 +330,8 @@ def parse(
         "keys": keys,
         "states": states,
         "family": resolve_family(req),
+        "model": req.model,
+        "prices": req.prices.to_prices() if req.prices is not None else None,
         "active_tokens": active,
         "saved_tokens": saved,
         "budget": req.budget if req.budget is not None else (req.budget_tokens or 0),

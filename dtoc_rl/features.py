@@ -5,19 +5,24 @@ ReplayEnv, LiveEnv and the live Orchestrator all hand policies the same
 fills it from compiled arrays; LiveEnv and the Orchestrator keep their
 outputs' features up to date in :class:`ItemColumns`; a caller that only has
 a description of each output (the ``/decide`` service) gives a list of
-:class:`ItemState` to :func:`build_observation`.
+:class:`ItemState` to :func:`build_observation`.  Every builder fills the
+``prices`` key with :func:`price_vector` of the model's prices, so a policy can
+price a model it never saw.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from dtoc_rl.models import FAMILIES, family_id
+from dtoc_rl.pricing import Prices, prices_for
 from dtoc_rl.schema import MISS_KINDS, Step
 from dtoc_rl.tools import TOOL_CATEGORIES
 
@@ -25,13 +30,18 @@ __all__ = [
     "DEFAULT_MAX_ITEMS",
     "GLOBAL_FEATURES",
     "ITEM_FEATURES",
+    "PRICE_FEATURES",
     "ItemColumns",
     "ItemState",
     "action_space",
     "build_observation",
     "check_action",
     "decode_action",
+    "load_price_table",
+    "model_prices",
     "observation_space",
+    "price_vector",
+    "user_prices",
 ]
 
 # Observation slots (the most recent stored outputs a policy sees) wherever none are given: the env, training,
@@ -64,6 +74,97 @@ GLOBAL_FEATURES: tuple[str, ...] = (
 )
 
 
+#: The ``prices`` key: the model's list prices in USD per million tokens.  Absolute rather than relative
+#: to the input price, so that nothing is lost: a policy derives the ratios (a cache read at 10% of the
+#: input, a write premium) and the price level (log of the input price) it wants.
+PRICE_FEATURES: tuple[str, ...] = ("input", "output", "cache_read", "cache_write")
+
+
+def price_vector(p: Prices) -> np.ndarray:
+    """The ``prices`` observation of a model priced ``p`` (see :data:`PRICE_FEATURES`).  The one place
+    an observation's prices are built: ReplayEnv, LiveEnv, the Orchestrator and ``/decide`` call it."""
+    return np.array([p.input, p.output, p.cache_read, p.cache_write], np.float32)
+
+
+def model_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None = None) -> Prices:
+    """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
+    without a ``provider/`` prefix), else for its family, else the list prices of its version or family
+    (:func:`dtoc_rl.pricing.prices_for`, which warns once when it falls back)."""
+    return user_prices(model, family, table) or prices_for(family, model or None)
+
+
+def user_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:
+    """The entry of the user's ``table`` for ``model`` (see :func:`model_prices`), or None."""
+    if not table:
+        return None
+    names = [n for n in (model, (model or "").rsplit("/", 1)[-1], family) if n]
+    lower = {k.lower(): v for k, v in table.items()}
+    for n in names:
+        if n in table:
+            return table[n]
+        if n.lower() in lower:
+            return lower[n.lower()]
+    return None
+
+
+def load_price_table(source: str | Path) -> dict[str, Prices]:
+    """A user's prices, ``{model: {input, output, cache_read, cache_write}}`` in USD per million
+    tokens, from a JSON or YAML file or an inline JSON object.  ``cache_read`` and ``cache_write``
+    default to ``input`` (no caching discount).  Errors are one-line ValueErrors naming the entry."""
+    text = str(source)
+    inline = text.lstrip()[:1] in ("{", "[")
+    source = "(inline JSON)" if inline else source
+    if not inline:
+        path = Path(text)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(
+                f"prices file {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
+            ) from None
+    try:
+        import yaml
+
+        data = yaml.safe_load(text)  # JSON is YAML
+    except Exception as e:
+        raise ValueError(f"prices {source}: not JSON or YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(
+            f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
+        )
+    out: dict[str, Prices] = {}
+    for model, entry in data.items():
+        where = f"prices {source}: {model!r}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
+        unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
+        if unknown or "input" not in entry or "output" not in entry:
+            raise ValueError(
+                f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
+            )
+        vals = {}
+        for k in ("input", "output", "cache_read", "cache_write"):
+            v = entry.get(k, entry["input"])
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(
+                    f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
+                )
+            vals[k] = float(v)
+        out[str(model)] = Prices(**vals, source=f"user prices ({source})")
+    return out
+
+
+_FAMILY_PRICES: dict[str, np.ndarray] = {}
+
+
+def _family_prices(family: str) -> np.ndarray:
+    # A caller that names no prices gets its family's (prices_for warns once for an unknown family).
+    v = _FAMILY_PRICES.get(family)
+    if v is None:
+        v = _FAMILY_PRICES[family] = price_vector(prices_for(family))
+    return v
+
+
 _VISIBLE = ITEM_FEATURES.index("visible")
 
 
@@ -77,6 +178,7 @@ def observation_space(n: int) -> spaces.Dict:
             "disable_mask": spaces.MultiBinary(n),
             "globals": spaces.Box(-np.inf, np.inf, (len(GLOBAL_FEATURES),), np.float32),
             "family": spaces.Discrete(len(FAMILIES)),
+            "prices": spaces.Box(0.0, np.inf, (len(PRICE_FEATURES),), np.float32),
         }
     )
 
@@ -129,8 +231,10 @@ def build_observation(
     saved_tokens: int = 0,
     misses: int = 0,
     mgmt_calls: int = 0,
+    prices: Prices | None = None,
 ) -> dict[str, np.ndarray]:
-    """The observation for the ``n`` most recent of ``items`` (oldest first)."""
+    """The observation for the ``n`` most recent of ``items`` (oldest first); ``prices``: the model's
+    (default: its family's list prices)."""
     window = list(items)[-n:] if n else []
     m = len(window)
     feats = np.zeros((n, len(ITEM_FEATURES)), np.float32)
@@ -151,10 +255,13 @@ def build_observation(
         saved_tokens=saved_tokens,
         misses=misses,
         mgmt_calls=mgmt_calls,
+        prices=prices,
     )
 
 
-_CONTEXT_DEFAULTS = dict(model_family="other", budget_tokens=0, saved_tokens=0, misses=0, mgmt_calls=0)
+_CONTEXT_DEFAULTS = dict(
+    model_family="other", budget_tokens=0, saved_tokens=0, misses=0, mgmt_calls=0, prices=None
+)
 
 
 def _assemble(
@@ -194,6 +301,9 @@ def _assemble(
             np.float32,
         ),
         "family": np.int64(family_id(c["model_family"])),
+        "prices": _family_prices(c["model_family"]).copy()
+        if c["prices"] is None
+        else price_vector(c["prices"]),
     }
 
 
@@ -270,6 +380,11 @@ class ItemColumns:
         """Row ``i``'s visibility, for :meth:`observation` without a ``visible`` array (a
         caller that hears of every change, e.g. from a store listener)."""
         self._feats[i, _VISIBLE] = float(bool(visible))
+
+    def visible(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The visibility kept with :meth:`set_visible` of rows ``lo`` to ``hi`` (default: all), as bools."""
+        hi = self._n if hi is None else min(hi, self._n)
+        return self._feats[lo:hi, _VISIBLE] > 0.5
 
     def get(self, i: int, name: str) -> float:
         """Feature ``name`` of row ``i`` as stored (time-dependent columns are filled per observation)."""

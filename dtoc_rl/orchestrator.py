@@ -110,6 +110,7 @@ from dtoc_rl.features import DEFAULT_MAX_ITEMS, ItemColumns, ItemState
 from dtoc_rl.labels import NeedLabeller, modified_by
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
+from dtoc_rl.pricing import Prices, prices_for
 from dtoc_rl.record import ToolOutput
 from dtoc_rl.render import message_text
 from dtoc_rl.schema import ContextEvent, Step, Trajectory
@@ -246,6 +247,8 @@ class Orchestrator:
         query, system: the task and the system prompt of a new session.
         model: the model's name (prices and family; read from the first response when empty).
         model_family: the policy's model family (default: ``normalize_family(model)``).
+        prices: the model's prices for the policy's ``prices`` observation (default: the list
+            prices of ``model``, else of its family: give them for a model the price table lacks).
         session_path: a SQLite file: the session is stored there and reopens after a restart.
         session_id: the session to create or reopen (with ``session_path``, or alone:
             then the file is ``$DTOC_SESSION_DB`` or ``./dtoc_sessions.sqlite``).
@@ -268,6 +271,7 @@ class Orchestrator:
         system: str | None = None,
         model: str = "",
         model_family: str | None = None,
+        prices: Prices | None = None,
         session_path: str | Path | None = None,
         session_id: str | None = None,
         store: Store | None = None,
@@ -301,6 +305,7 @@ class Orchestrator:
         self._model = model or ""
         self._family_fixed = model_family is not None
         self.model_family = model_family or normalize_family(self._model)
+        self._prices = prices
         if store is None and (session_path is not None or session_id is not None):
             from dtoc_rl.sqlite_store import SQLiteStore
 
@@ -367,6 +372,14 @@ class Orchestrator:
     @property
     def active_tokens(self) -> int:
         return self.ctx.active_tokens
+
+    @property
+    def prices(self) -> Prices:
+        """The model's prices as the policy sees them: the caller's, else ``model``'s list prices (or
+        its family's, with a warning once), as ReplayEnv bills the same model."""
+        if self._prices is not None:
+            return self._prices
+        return prices_for(self.model_family, self._model or None)
 
     @property
     def policy_label(self) -> str:
@@ -895,6 +908,7 @@ class Orchestrator:
             active_tokens=active,
             step=self._totals.calls,
             model_family=self.model_family,
+            prices=self.prices,
             budget_tokens=self.budget,
             saved_tokens=self._saved,
             misses=self._totals.misses,

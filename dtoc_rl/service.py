@@ -117,7 +117,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.errors import MissingHeaderBodySeparatorDefect
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -125,8 +125,15 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
-from dtoc_rl.features import DEFAULT_MAX_ITEMS, GLOBAL_FEATURES, ITEM_FEATURES, build_observation
+from dtoc_rl.features import (
+    DEFAULT_MAX_ITEMS,
+    GLOBAL_FEATURES,
+    ITEM_FEATURES,
+    build_observation,
+    user_prices,
+)
 from dtoc_rl.models import FAMILIES
+from dtoc_rl.pricing import Prices, prices_for
 from dtoc_rl.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
     DEFAULT_MAX_SESSIONS,
@@ -174,6 +181,9 @@ class DecisionService:
             everything visible).
         fallback_label: its name (default: its ``label``, or ``"none"``).
         families: accepted model families (default: every known family, not ``"other"``).
+        prices: the user's prices by model name (``features.load_price_table``), for the policy's
+            ``prices`` observation; a request may also carry its own.  A model of another family is
+            served by the policy, not the fallback, when its prices are known this way.
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
         max_sessions: sessions whose need labels the service keeps (least recently used
@@ -195,6 +205,7 @@ class DecisionService:
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_session_chars: int = DEFAULT_MAX_SESSION_CHARS,
         max_total_chars: int = DEFAULT_MAX_TOTAL_CHARS,
+        prices: Mapping[str, Prices] | None = None,
     ):
         if not callable(getattr(policy, "act", None)):
             raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
@@ -216,6 +227,7 @@ class DecisionService:
         if unknown:
             raise ValueError(f"unknown model families {sorted(unknown)}; known: {list(FAMILIES)}")
         self.max_items = int(max_items)
+        self.prices = dict(prices or {})
         self.max_body = int(max_body)
         self.max_request_items = int(max_request_items)
         self.sessions = Sessions(max_sessions, max_session_chars, max_total_chars)
@@ -288,7 +300,8 @@ class DecisionService:
         DecideError); ``client`` names whose sessions it may use."""
         t0 = time.perf_counter()
         p = self.parse(req, client)
-        fallback = p["family"] not in self.families
+        given = p["prices"] or user_prices(p["model"], p["family"], self.prices)
+        fallback = p["family"] not in self.families and given is None
         policy = self.fallback if fallback else self.policy
         label = self.fallback_label if fallback else self.label
         keys, states = p["keys"], p["states"]  # states: the window's items only
@@ -303,6 +316,7 @@ class DecisionService:
                 active_tokens=p["active_tokens"],
                 step=p["step"],
                 model_family=p["family"],
+                prices=given or prices_for(p["family"], p["model"] or None),
                 budget_tokens=p["budget"],
                 saved_tokens=p["saved_tokens"],
                 misses=p["misses"],

@@ -350,7 +350,7 @@ class LiveEnv(gym.Env):
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.model_name = str(getattr(self.agent, "model_name", "") or "")
         self.model_family = model_family or normalize_family(self.model_name)
-        p = prices or prices_for(self.model_family)
+        p = prices or prices_for(self.model_family, self.model_name or None)
         self.prices = p
         self.cost_unit = cost_unit
         self.budget = int(budget_tokens)
@@ -734,6 +734,7 @@ class LiveEnv(gym.Env):
             active_tokens=ep.ctx.active_tokens,
             step=ep.totals.calls,
             model_family=self.model_family,
+            prices=self.prices,
             budget_tokens=self.budget,
             saved_tokens=self._saved(),
             misses=ep.totals.misses,

@@ -24,6 +24,7 @@ from dtoc_rl.features import (
     check_action,
     decode_action,
     observation_space,
+    price_vector,
 )
 from dtoc_rl.schema import Trajectory
 from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
@@ -169,6 +170,8 @@ class ReplayEnv(gym.Env):
       stored outputs, visible outputs, tokens saved now / 1000, misses so far,
       management calls so far, tokens if everything were visible / 1000.
     * ``family``: ``Discrete``, the model-family id (``dtoc_rl.models.FAMILIES``).
+    * ``prices`` ``Box(4,)`` float32: the model's prices, USD per million tokens
+      (``dtoc_rl.features.PRICE_FEATURES``), the ones the episode is billed at.
 
     With ``text_view=True``, ``info["text"]`` holds the view an LLM policy reads:
     the store listing (key, tokens, timestamp, preview, visibility) and the recent
@@ -485,6 +488,7 @@ class ReplayEnv(gym.Env):
         if tpl is None or tpl.ep is not self.episodes[idx]:
             tpl = self._templates[idx] = _Template.build(self.episodes[idx], self.N)
         self._tpl = tpl
+        self._prices = price_vector(self.sim.prices)  # constant over the episode
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
@@ -614,6 +618,7 @@ class ReplayEnv(gym.Env):
             "disable_mask": disable_mask,
             "globals": g,
             "family": tpl.family,
+            "prices": self._prices,
         }
 
     def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:

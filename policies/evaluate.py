@@ -18,9 +18,9 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,10 +28,10 @@ import numpy as np
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import Episode
-from dtoc_rl.features import DEFAULT_MAX_ITEMS
+from dtoc_rl.features import DEFAULT_MAX_ITEMS, user_prices
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
-from dtoc_rl.pricing import cache_regime, prices_for
+from dtoc_rl.pricing import Prices, cache_regime, prices_for
 from dtoc_rl.simulator import CostConfig, baseline_totals
 
 __all__ = [
@@ -188,6 +188,7 @@ def evaluate(
     policies: dict[str, Any] | None = None,
     holdout_tasks: set[str] | None = None,
     threads: int | None = 1,
+    prices: Mapping[str, Prices] | None = None,
 ) -> list[Run]:
     """Run every policy (plus the oracle) over every trajectory of ``dataset``.
 
@@ -198,6 +199,9 @@ def evaluate(
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
     or ``train``.  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
     small network is fastest on one, and several spin badly on a busy machine); None leaves them.
+    ``prices``: the user's prices by model name (:func:`dtoc_rl.features.load_price_table`); a
+    trajectory whose model (or family) has an entry is billed, planned and observed at those prices
+    (in this process: the worker pool rebuilds its env from the dataset alone).
     """
     from tqdm.auto import tqdm
 
@@ -206,6 +210,16 @@ def evaluate(
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*specs, ORACLE]))
     eps = load_episodes(dataset, **filters)
+    by_prices: dict[Prices | None, list[Episode]] = {}
+    for e in eps:
+        by_prices.setdefault(user_prices(e.model_raw, e.model_family, prices), []).append(e)
+    if set(by_prices) != {None}:
+        runs = []
+        for p, sub in by_prices.items():
+            cfg = cost_config if p is None else replace(cost_config, prices=p)
+            runs += evaluate(sub, specs, cost_config=cfg, max_items=max_items, progress=progress,
+                             policies=policies, holdout_tasks=holdout_tasks, threads=threads)  # fmt: skip
+        return runs
     n = len(eps)
     chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
     runs: list[Run] = []

@@ -65,6 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="env slots (default: dtoc_rl.features.DEFAULT_MAX_ITEMS, the env's and training's, so a policy "
         "is judged on the window it was trained on)",
     )
+    p.add_argument(
+        "--prices",
+        metavar="FILE|JSON",
+        help="your prices for models the price table lacks (or to override it): a JSON or YAML file, or "
+        "inline JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens; a "
+        "trajectory whose model name (or family) has an entry is billed, planned and observed at them "
+        "(in this process: not with --workers or --backend ray)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes")
     p.add_argument(
         "--backend",
@@ -161,6 +169,13 @@ def run(args: argparse.Namespace) -> int:
         cost = CostConfig(
             miss=args.miss, overhead=args.overhead, recovery=args.recovery, cache=args.cache, **kw
         )
+        prices = None
+        if args.prices:
+            from dtoc_rl.features import load_price_table
+
+            prices = load_price_table(args.prices)
+            if args.backend == "ray":
+                return fail("--prices runs in this process; it cannot be used with --backend ray")
         if args.backend == "ray":
             from dtoc_rl.policies.evaluate_ray import evaluate_ray as evaluate
         runs = evaluate(
@@ -173,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not (args.quiet or args.json),
             holdout_tasks=holdout,
+            **({"prices": prices} if prices else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
         return fail(str(e))

@@ -131,6 +131,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="torch intra-op threads for learned policies (default 1: lowest latency for one small network)",
     )
+    p.add_argument(
+        "--prices",
+        metavar="FILE|JSON",
+        help="your prices for models the price table lacks: a JSON or YAML file (or inline JSON) "
+        "{model: {input, output, cache_read, cache_write}} in USD per million tokens; the policy sees "
+        "them for requests naming that model (and serves it even if its family is unknown), instead of "
+        "its family's list prices",
+    )
     p.add_argument("--log", action="store_true", help="log every request to stderr")
     p.add_argument("--json", action="store_true", help="print the startup info as one JSON line")
 
@@ -183,6 +191,14 @@ def run(args: argparse.Namespace) -> int:
                 f"--host {args.host} is not a loopback address: the service would be reachable from the "
                 f"network; give a token explicitly (--token or {TOKEN_ENV}) to allow it"
             )
+        prices = None
+        if args.prices:
+            from dtoc_rl.features import load_price_table
+
+            try:
+                prices = load_price_table(args.prices)
+            except ValueError as e:
+                raise CLIError(f"--prices: {e}") from None
         policy = _load(args.policy, "policy")
         if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
             sys.modules["torch"].set_num_threads(args.threads)
@@ -206,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
             max_body=args.max_body,
             max_sessions=args.max_sessions,
             max_total_chars=args.max_total_chars,
+            prices=prices,
         )
         try:  # run the policy once now: a broken checkpoint fails here, not at the first request
             service.decide(_SAMPLE)
