@@ -1,0 +1,305 @@
+"""The need labeller: :func:`label_trajectory` on a whole log, :class:`NeedLabeller` turn by turn.
+
+The rules (provenance, reaccess, edit, reference) are in :mod:`dtoc_rl.labels`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from dtoc_rl.labels.calls import _step_resources
+from dtoc_rl.labels.resources import Resource, _args_text, same_path
+from dtoc_rl.labels.shell import _State
+from dtoc_rl.labels.spans import _SpanIndex
+from dtoc_rl.record import format_key
+from dtoc_rl.schema import Need, Step, Trajectory
+
+DEFAULT_WINDOW = 6
+DEFAULT_MIN_SPAN = 24
+DEFAULT_MIN_ATOM = 10
+EVIDENCE_CHARS = 200
+
+_KEY = re.compile(r"\bt\d{4,5}\b")
+_ENVELOPE_KEY = re.compile(r'"tool_key"\s*:\s*"(t\d{4,5})"')
+_IDLIKE = re.compile(r"[\w-]{8,}")
+
+
+def _edit_sources(
+    res_by_base: dict[str, dict[Resource, int]],
+    writes_by_base: dict[str, dict[str, int]],
+    any_write: int,
+    path: str,
+    visible: set[int],
+) -> set[int]:
+    """The visible steps that read file ``path`` and whose text of it is still current (no write since).
+
+    An in-place edit must match text somewhere in the file and the action rarely says where, so every
+    current read is a source; when the agent has rewritten the file since every read, the latest read.
+    """
+    base = os.path.basename(path)
+    written = max([any_write, *(w for p, w in writes_by_base.get(base, {}).items() if same_path(p, path))])
+    reads = {src for r, src in res_by_base.get(base, {}).items() if src in visible and same_path(r.key, path)}
+    current = {src for src in reads if src > written}
+    return current or ({max(reads)} if reads else set())
+
+
+def _turn_groups(steps: list[Step]) -> list[list[Step]]:
+    if not steps:
+        return []
+    turns = [s.turn for s in steps]
+    informative = len(set(turns)) > 1 or len(steps) == 1
+    groups: list[list[Step]] = []
+    for s in steps:
+        if informative and groups and groups[-1][0].turn == s.turn:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def _recorded_keys(traj: Trajectory) -> dict[str, int] | None:
+    """The key -> step map a DTOC orchestrator saved with its log (``extra["dtoc_keys"]``)."""
+    try:
+        raw = traj.extra_dict().get("dtoc_keys")
+        keys = json.loads(raw) if isinstance(raw, str) else raw
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(keys, dict):
+        return None
+    n = len(traj.steps)
+    return {k: v for k, v in keys.items() if isinstance(k, str) and type(v) is int and 0 <= v < n}
+
+
+def _key_map(traj: Trajectory, keys: dict[str, int] | None) -> dict[str, int]:
+    if keys is not None:
+        return dict(keys)
+    recorded = _recorded_keys(traj)
+    if recorded:
+        return recorded
+    found: dict[str, int] = {}
+    for s in traj.steps:
+        if s.output and '"tool_key"' in s.output:
+            m = _ENVELOPE_KEY.search(s.output)
+            if m:
+                found.setdefault(m.group(1), s.index)
+    if found:
+        return found
+    ordinal = {}
+    n = 0
+    for s in traj.steps:
+        if s.output is not None:
+            ordinal[format_key(n)] = s.index
+            n += 1
+    return ordinal
+
+
+class NeedLabeller:
+    """:func:`label_trajectory` one turn at a time, for agents that are still running.
+
+    Feed the turns in order with :meth:`label_turn` (the steps of one assistant message, numbered
+    on from the previous turn's): it fills their ``read_resource``, ``write_resources`` and
+    ``needs`` as :func:`label_trajectory` does on the whole trajectory, provided each step's
+    ``output`` is set when its turn is fed.  (One exception: in a trajectory whose steps all
+    share one turn number, :func:`label_trajectory` takes each step as a turn of its own, since
+    some logs carry no turn numbers; so a session of one turn with several calls differs.)  The
+    indexes persist, so a turn costs time linear in its own text, whatever the length of the
+    session.  An output that arrives after its turn was fed can still be added
+    (:meth:`add_output`): later turns may need it, its own step's labels stay as they were.
+
+    ``keys`` maps DTOC tool keys to step indices (it may be a live mapping that grows with the
+    session; a key is only ever resolved to a step already fed).  The other arguments are
+    :func:`label_trajectory`'s.
+    """
+
+    def __init__(
+        self,
+        task_text: str = "",
+        system_prompt: str = "",
+        *,
+        keys: Mapping[str, int] | None = None,
+        min_span: int = DEFAULT_MIN_SPAN,
+        window: int = DEFAULT_WINDOW,
+        min_atom: int = DEFAULT_MIN_ATOM,
+        include_reasoning: bool = False,
+        exclude_agent_text: bool = True,
+    ):
+        self.min_span = min_span
+        self.include_reasoning = include_reasoning
+        self.exclude_agent_text = exclude_agent_text
+        self.keys: Mapping[str, int] = keys if keys is not None else {}
+        self.steps_fed = 0
+        self._idx = _SpanIndex(window, min_atom)
+        self._idx.add_own(task_text)
+        self._idx.add_own(system_prompt)
+        self._state = _State()
+        self._call_ids: dict[str, int] = {}
+        self._visible: set[int] = set()  # steps of earlier turns that have an output
+        # resource string -> latest earlier step; files also by basename for path-suffix matching
+        self._res_latest: dict[str, int] = {}
+        self._res_by_base: dict[str, dict[Resource, int]] = defaultdict(dict)
+        # file path -> latest step that wrote it (by basename), and the latest unknown write (``*``)
+        self._writes_by_base: dict[str, dict[str, int]] = defaultdict(dict)
+        self._any_write = -1
+        self._reads_waiting: dict[int, list[Resource]] = {}  # steps fed without an output
+
+    def label_turn(self, steps: Sequence[Step]) -> None:
+        """Label the steps of one turn (in place); then their outputs become visible to later turns."""
+        for i, s in enumerate(steps):
+            if s.index != self.steps_fed + i:
+                raise ValueError(
+                    f"step {s.index} fed as step {self.steps_fed + i}: turns must be fed in order "
+                    "and steps numbered 0..n-1"
+                )
+        idx, state, visible = self._idx, self._state, self._visible
+        for s in steps:
+            idx.add_own(s.user_text)
+        labelled: list[tuple[Step, list[Resource]]] = []
+        for s in steps:
+            reads, writes = _step_resources(s, state)
+            reads = list(dict.fromkeys(reads))
+            s.read_resource = "\n".join(str(r) for r in reads) or None
+            s.write_resources = list(dict.fromkeys(writes))
+            needs: dict[tuple[int, str], str] = {}
+            # provenance
+            texts = [_args_text(s)]
+            if s is steps[0] or s.assistant_text:
+                texts.append(s.assistant_text)
+            if self.include_reasoning:
+                texts.append(s.reasoning)
+            for text in texts:
+                for src, span in idx.match(text, self.min_span).items():
+                    if src in visible:
+                        prev = needs.get((src, "provenance"), "")
+                        if len(span) > len(prev):
+                            needs[(src, "provenance")] = span
+            # re-access
+            for r in reads:
+                if r.kind == "file":
+                    for prev, src in self._res_by_base.get(os.path.basename(r.key), {}).items():
+                        if src in visible and r.overlaps(prev):
+                            needs.setdefault((src, "reaccess"), str(prev))
+                else:
+                    src = self._res_latest.get(str(r))
+                    if src is not None and src in visible:
+                        needs.setdefault((src, "reaccess"), str(r))
+            # in-place edits must match text that the file's current reads showed
+            for path in dict.fromkeys(state.edits):
+                sources = _edit_sources(
+                    self._res_by_base, self._writes_by_base, self._any_write, path, visible
+                )
+                # an edit whose text was copied from some of these reads came from them
+                copied = {src for src in sources if (src, "provenance") in needs}
+                for src in copied or sources:
+                    needs.setdefault((src, "edit"), f"file:{path}")
+            # references
+            action = "\n".join(t for t in texts if t)
+            for m in _KEY.finditer(action):
+                src = self.keys.get(m.group(0))
+                if src is not None and src in visible:
+                    needs.setdefault((src, "reference"), m.group(0))
+            if self._call_ids:
+                for m in _IDLIKE.finditer(action):
+                    src = self._call_ids.get(m.group(0))
+                    if src is not None and src in visible:
+                        needs.setdefault((src, "reference"), m.group(0))
+            s.needs = [
+                Need(step=st, kind=kind, evidence=ev[:EVIDENCE_CHARS])
+                for (st, kind), ev in sorted(needs.items())
+            ]
+            labelled.append((s, reads))
+        self.steps_fed += len(steps)
+        # the turn is over: its words become "own words", its outputs become visible
+        for s in steps if self.exclude_agent_text else ():
+            idx.add_own(s.assistant_text)
+            idx.add_own(s.tool_args)
+            args_text = _args_text(s)
+            if args_text != s.tool_args:
+                idx.add_own(args_text)
+            if self.include_reasoning:
+                idx.add_own(s.reasoning)
+        for s, reads in labelled:
+            for w in s.write_resources:
+                if w == "*":
+                    self._any_write = s.index
+                elif not w.startswith("state:"):
+                    self._writes_by_base[os.path.basename(w)][w] = s.index
+            if s.output is None:
+                self._reads_waiting[s.index] = reads
+            else:
+                self._show(s, reads)
+
+    def skip_turn(self, steps: Sequence[Step]) -> None:
+        """Pass over a turn without labelling it (e.g. one that :meth:`label_turn` failed on):
+        its steps keep no resources or needs, and their outputs become visible to later turns."""
+        for s in steps:
+            s.read_resource, s.write_resources, s.needs = None, [], []
+        if steps:
+            self.steps_fed = steps[-1].index + 1
+        for s in steps:
+            if s.output is None:
+                self._reads_waiting[s.index] = []
+            else:
+                self._show(s, [])
+
+    def add_output(self, step: Step) -> None:
+        """A step fed without an output has one now: later turns may need it.  (Its own
+        resources and needs stay as labelled: an abbreviated view or a refused edit is only
+        seen in its output.)  A step not fed yet, or already shown, is ignored."""
+        reads = self._reads_waiting.pop(step.index, None)
+        if reads is not None and step.output is not None:
+            self._show(step, reads)
+
+    def _show(self, s: Step, reads: list[Resource]) -> None:
+        self._idx.add_output(s.output, s.index)
+        self._visible.add(s.index)
+        if s.tool_call_id:
+            self._call_ids[s.tool_call_id] = s.index
+        for r in reads:
+            self._res_latest[str(r)] = s.index
+            if r.kind == "file":
+                self._res_by_base[os.path.basename(r.key)][r] = s.index
+
+
+def label_trajectory(
+    traj: Trajectory,
+    *,
+    min_span: int = DEFAULT_MIN_SPAN,
+    window: int = DEFAULT_WINDOW,
+    min_atom: int = DEFAULT_MIN_ATOM,
+    include_reasoning: bool = False,
+    keys: dict[str, int] | None = None,
+    exclude_agent_text: bool = True,
+) -> Trajectory:
+    """Fill ``read_resource``, ``write_resources`` and ``needs`` of every step (in place).
+
+    ``min_span``: fewest non-space characters of a copied token run;
+    ``window``: tokens per hashed window (the shortest run); ``min_atom``: the
+    shortest distinctive identifier/path; ``include_reasoning``: also treat
+    ``step.reasoning`` as action text (and as own words); ``keys``: DTOC tool
+    key → step index, when known; ``exclude_agent_text=False`` drops the
+    agent's own earlier messages and actions from the exclusion (task, system
+    prompt and user messages stay excluded) — for sensitivity analysis only,
+    it counts re-quotes of the agent's own words as copies.  See the module
+    docstring for the rules.  Existing labels are replaced.  Returns ``traj``.
+    A running agent labels turn by turn with :class:`NeedLabeller` (the same labels).
+    """
+    for i, s in enumerate(traj.steps):
+        if s.index != i:
+            raise ValueError(f"step {i} has index {s.index}; steps must be numbered 0..n-1")
+    labeller = NeedLabeller(
+        traj.task_text,
+        traj.system_prompt,
+        keys=_key_map(traj, keys),
+        min_span=min_span,
+        window=window,
+        min_atom=min_atom,
+        include_reasoning=include_reasoning,
+        exclude_agent_text=exclude_agent_text,
+    )
+    for group in _turn_groups(traj.steps):
+        labeller.label_turn(group)
+    return traj
