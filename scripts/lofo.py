@@ -1,0 +1,252 @@
+"""Leave-one-family-out: can the learned policy save money on a model family it never saw?
+
+    python -m scripts.lofo --dataset /tmp/all2
+    python -m scripts.lofo --dataset /tmp/all2 --families gemini-3-pro gpt-4 --epochs 5 --json
+
+For every model family with at least --min-trajectories trajectories it trains a policy with `dtoc-rl
+train`'s defaults (LearnedPolicyConfig()) on every other family, then evaluates it on all of the left-out
+family's trajectories: the learned policy at the threshold its checkpoint stores (and at --thresholds),
+the rules hide_big, cache_clear and none, and the hindsight oracle.  Reported per left-out family: dollar
+savings with a 95% bootstrap CI, misses per 100 steps, the share of the oracle's savings, and the
+"done when" reading (best learned threshold at <= 1 miss per 100 steps against the best rule).
+
+A full run retrains once per family, so it is capped for a shared machine: --epochs and --dagger-rounds
+bound each training, --max-train and --max-eval sample the trajectories trained and evaluated on
+(deterministically, per family, so that a large family does not dominate), and the times are measured
+and reported.  Checkpoints are written into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass
+class Args:
+    dataset: str = ""
+    """dataset folder from `dtoc-rl ingest` (default: the bundled sample)"""
+    out: str = "runs/lofo"
+    """folder for the checkpoints and lofo.json"""
+    families: list[str] = field(default_factory=list)
+    """left-out families to run (default: every family with >= --min-trajectories)"""
+    min_trajectories: int = 10
+    """a family with fewer trajectories is still trained on, but not left out (too few to judge)"""
+    epochs: int = 0
+    """max supervised epochs per training (0: the training default)"""
+    dagger_rounds: int = -1
+    """DAgger rounds per training (-1: the training default)"""
+    max_train: int = 0
+    """train on at most this many trajectories per family (0: all): bounds the time of a training"""
+    max_eval: int = 0
+    """evaluate on at most this many trajectories of the left-out family (0: all)"""
+    thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
+    """learned-policy thresholds evaluated besides the checkpoint's own"""
+    rules: list[str] = field(default_factory=lambda: ["none", "hide_big", "cache_clear"])
+    """rule baselines evaluated on each left-out family"""
+    miss_budget: float = 1.0
+    """misses per 100 steps allowed in the 'done when' reading"""
+    bootstrap: int = 1000
+    """bootstrap resamples for the 95% CIs"""
+    seed: int = 0
+    """random seed (sampling, training)"""
+    json: bool = False
+    """print the result as JSON instead of a table"""
+
+
+def parse(argv: list[str] | None = None) -> Args:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    docs = {k: v.replace("%", "%%") for k, v in _field_docs().items()}  # argparse formats help with %
+    for f in fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            ap.add_argument(flag, action="store_true", help=docs[f.name])
+        elif f.name in ("families", "rules"):
+            ap.add_argument(flag, nargs="+", default=f.default_factory(), help=docs[f.name])
+        elif f.name == "thresholds":
+            ap.add_argument(flag, nargs="*", type=float, default=f.default_factory(), help=docs[f.name])
+        else:
+            ap.add_argument(flag, type=type(f.default), default=f.default, help=docs[f.name])
+    return Args(**vars(ap.parse_args(argv)))
+
+
+def _field_docs() -> dict[str, str]:
+    # the string under each field of Args is its help text
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Args))
+    body = tree.body[0].body
+    out = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            out[a.target.id] = b.value.value
+    return out
+
+
+def _sample(eps: list, cap: int, seed: int) -> list:
+    """At most ``cap`` of ``eps`` per family, the same ones on every run (0: all)."""
+    if not cap:
+        return list(eps)
+    by: dict[str, list] = defaultdict(list)
+    for e in eps:
+        by[e.model_family].append(e)
+    out = []
+    for fam in sorted(by):
+        group = sorted(by[fam], key=lambda e: e.traj_id)
+        if len(group) > cap:
+            group = random.Random(f"{seed}:{fam}").sample(group, cap)
+        out += group
+    return out
+
+
+def leave_one_out(args: Args, log=print) -> dict:
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    t_all = time.perf_counter()
+    eps = load_episodes(args.dataset or None)
+    counts = Counter(e.model_family for e in eps)
+    eligible = sorted(f for f, n in counts.items() if n >= args.min_trajectories)
+    families = args.families or eligible
+    unknown = sorted(set(families) - set(counts))
+    if unknown:
+        raise ValueError(f"--families: {unknown} not in {args.dataset} (present: {sorted(counts)})")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "dataset": str(args.dataset),
+        "args": vars(args),
+        "trajectories": dict(counts),
+        "folds": [],
+    }
+    for fam in families:
+        fold: dict = {"family": fam, "trajectories": counts[fam]}
+        train_eps = _sample([e for e in eps if e.model_family != fam], args.max_train, args.seed)
+        test_eps = _sample([e for e in eps if e.model_family == fam], args.max_eval, args.seed)
+        cfg = LearnedPolicyConfig(seed=args.seed)
+        if args.epochs:
+            cfg.epochs = args.epochs
+        if args.dagger_rounds >= 0:
+            cfg.dagger_rounds = args.dagger_rounds
+        others = len({e.model_family for e in train_eps})
+        log(f"== {fam}: train on {len(train_eps)} trajectories of {others} other families, "
+            f"evaluate on {len(test_eps)}")  # fmt: skip
+        t0 = time.perf_counter()
+        policy = cfg.create()
+        report = policy.fit(episodes=train_eps, progress=False)
+        ckpt = out_dir / f"without-{fam}"
+        policy.save(ckpt)
+        fold["train_seconds"] = round(time.perf_counter() - t0, 1)
+        fold["train_episodes"] = report.get("train_episodes")
+        fold["train_families"] = sorted({e.model_family for e in train_eps})
+        fold["checkpoint"] = str(ckpt)
+        learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
+        t0 = time.perf_counter()
+        runs = evaluate(test_eps, [*learned, *args.rules], progress=False)
+        fold["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        rows = aggregate(runs, by=["overall"], n_boot=args.bootstrap, seed=args.seed)
+        fold["rows"] = rows
+        fold["done_when"] = done_when(rows, max_misses=args.miss_budget, min_n=args.min_trajectories)
+        fold["failed_runs"] = [
+            {"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error
+        ]
+        log(f"   trained in {fold['train_seconds']} s, evaluated in {fold['eval_seconds']} s")
+        result["folds"].append(fold)
+        _write(out_dir / "lofo.json", result)
+    result["seconds"] = round(time.perf_counter() - t_all, 1)
+    _write(out_dir / "lofo.json", result)
+    return result
+
+
+def _strict(o):
+    # strict JSON: NaN (an undefined share of the oracle's savings) becomes null
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: _strict(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_strict(v) for v in o]
+    return o
+
+
+def _write(path: Path, result: dict) -> None:
+    path.write_text(json.dumps(_strict(result), indent=1, default=str))
+
+
+def _finite(x):
+    return x if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def _label(policy: str, ckpt: str) -> str:
+    if policy.startswith(f"learned:path={ckpt}"):
+        rest = policy[len(f"learned:path={ckpt}") :]
+        return "learned (stored t)" if not rest else f"learned t={rest.split('=', 1)[1]}"
+    return policy
+
+
+def table(result: dict) -> str:
+    """The result as a Markdown table: one row per left-out family and policy."""
+    lines = [
+        "| left-out family (n) | policy | $ saved (95% CI) | misses /100 steps | of oracle's savings |",
+        "|---|---|---|---:|---:|",
+    ]
+    for fold in result["folds"]:
+        for r in fold["rows"]:
+            frac = _finite(r["oracle_fraction"])
+            lines.append(
+                f"| {fold['family']} ({r['n']}) | {_label(r['policy'], fold['checkpoint'])} | "
+                f"{100 * r['savings']:+.1f}% [{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}] | "
+                f"{r['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} |"
+            )
+    lines += ["", "| left-out family | best learned at <= budget | $ saved (95% CI) | misses | of oracle | "
+              "CI hi >= 0 | best rule at <= misses | beats it | train s | eval s |",
+              "|---|---|---|---:|---:|---|---|---|---:|---:|"]  # fmt: skip
+    for fold in result["folds"]:
+        for d in fold["done_when"]:
+            if d["policy"] is None:
+                lines.append(f"| {fold['family']} | none within budget | | | | no | | no | "
+                             f"{fold['train_seconds']} | {fold['eval_seconds']} |")  # fmt: skip
+                continue
+            frac = _finite(d["oracle_fraction"])
+            rule = d["best_rule"] or "—"
+            if d["best_rule"]:
+                rule += f" {100 * d['best_rule_savings']:+.1f}% ({d['best_rule_misses_per_100']:.2f})"
+            lines.append(
+                f"| {fold['family']} | {_label(d['policy'], fold['checkpoint'])} | "
+                f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}] | "
+                f"{d['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} | "
+                f"{ {True: 'yes', False: 'no', None: '—'}[d['no_loss']] } | {rule} | "
+                f"{'yes' if d['beats_rules'] else 'no'} | {fold['train_seconds']} | {fold['eval_seconds']} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        result = leave_one_out(args, log=(lambda *a, **k: None) if args.json else print)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(_strict(result), default=str))
+    else:
+        print(table(result))
+        print(f"\n{len(result['folds'])} families in {result['seconds']} s; JSON in {args.out}/lofo.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
