@@ -12,6 +12,13 @@ assembles): ``base`` (system prompt + task), then for each step k in order
 assistant message of call k: text, reasoning, tool call) and ``O_k`` (the
 tool output, as envelope or placeholder).  Token costs use the same estimator
 and the same envelope/placeholder texts as the store.
+
+A step is one tool call; a *model call* is one assistant turn, which may make
+several tool calls at once (consecutive steps sharing ``Step.turn``).  Billing
+is per model call: ``call_ptr`` groups the steps into calls (call ``c`` is
+steps ``call_ptr[c]`` to ``call_ptr[c + 1] - 1``); its prompt ends with the
+user text of its steps, its output tokens are the assistant tokens of all its
+steps, and every output of the turn joins the context after it.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ class Episode:
     model_family: str
     family_id: int
     success: bool | None
-    n: int  # model calls (steps)
+    n: int  # steps (tool calls); model calls are n_calls
     base_tokens: int
     user_tok: np.ndarray  # (n,) int64
     asst_tok: np.ndarray  # (n,) output tokens of each call
@@ -72,6 +79,8 @@ class Episode:
     tool_names: list[str] = field(default_factory=list)
     model_raw: str = ""  # the log's model name (prices are per model version)
     timestamps: np.ndarray | None = None  # (n,) seconds since the epoch of each call, NaN unknown
+    # (n_calls + 1,) steps at which each model call starts, then n; None: every step is its own call
+    call_ptr: np.ndarray | None = None
 
     @property
     def gap(self) -> np.ndarray:
@@ -87,8 +96,48 @@ class Episode:
             self._out_steps = np.flatnonzero(self.has_out)
         return self._out_steps
 
+    @property
+    def starts(self) -> np.ndarray:
+        """(n_calls + 1,) the first step of each model call, then ``n`` (cached)."""
+        if self._starts is None:
+            ptr = self.call_ptr
+            self._starts = np.arange(self.n + 1, dtype=np.int64) if ptr is None else np.asarray(ptr, np.int64)
+        return self._starts
+
+    @property
+    def n_calls(self) -> int:
+        """Model calls (assistant turns); at most ``n``."""
+        return len(self.starts) - 1
+
+    @property
+    def call_of_step(self) -> np.ndarray:
+        """(n,) the model call each step belongs to (cached)."""
+        if self._call_of is None:
+            st = self.starts
+            self._call_of = np.repeat(np.arange(len(st) - 1, dtype=np.int64), np.diff(st))
+        return self._call_of
+
+    def per_call(self, a: np.ndarray) -> np.ndarray:
+        """Per-step integer quantities ``a`` summed over each model call's steps."""
+        st = self.starts
+        if len(st) - 1 == self.n:
+            return np.asarray(a)
+        return np.add.reduceat(np.asarray(a), st[:-1]) if self.n else np.zeros(0, np.asarray(a).dtype)
+
+    def call_needs(self, c: int, kinds: np.ndarray | None = None) -> np.ndarray:
+        """Sorted distinct earlier outputs needed by model call ``c``: the union of its steps' needs
+        (optionally only kinds in the boolean mask ``kinds``) on steps stored before the call."""
+        st = self.starts
+        a, b = int(st[c]), int(st[c + 1])
+        if b == a + 1:
+            return np.unique(self.needs_at(a, kinds))
+        idx = np.concatenate([self.needs_at(t, kinds) for t in range(a, b)])
+        return np.unique(idx[idx < a])
+
     _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _call_of: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
         """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""
@@ -219,7 +268,22 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         tool_names=[s.tool_name or "" for s in traj.steps],
         model_raw=traj.model_raw or "",
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
+        call_ptr=_call_ptr(traj),
     )
+
+
+def _call_ptr(traj: Trajectory) -> np.ndarray | None:
+    """Where each model call starts: a step whose ``turn`` differs from the step before it (None when
+    every step is its own call).  Steps that all carry turn 0, ``Step``'s default, are taken as turns
+    not recorded (one call per step), not as one turn of parallel calls: a trajectory built without
+    turns must not be billed as a single call."""
+    turns = [s.turn for s in traj.steps]
+    if not any(turns):
+        return None
+    starts = [k for k in range(len(turns)) if k == 0 or turns[k] != turns[k - 1]]
+    if len(starts) == len(turns):
+        return None
+    return np.array([*starts, len(turns)], np.int64)
 
 
 def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:

@@ -1,7 +1,11 @@
 """The offline cost simulator behind ReplayEnv, the oracle and evaluation.
 
 It replays a compiled :class:`~dtoc_rl.episode.Episode` call by call under a
-visibility schedule and prices every model call:
+visibility schedule and prices every model call.  A model call is one assistant
+turn: parallel tool calls of one turn (consecutive steps sharing ``Step.turn``)
+are billed once, for a prompt that ends with the turn's user text, the output
+tokens of all its tool calls, and the union of its steps' needs; then every
+output of the turn joins the context.
 
 * **Prompt caching.** A call's prompt is the whole active context.  The part
   that matches the previous call's prompt up to the first output whose
@@ -123,8 +127,10 @@ class CostConfig:
 
 
 def idle_seconds(ep: Episode) -> np.ndarray:
-    """Seconds between each call and the previous one (NaN: unknown; the first call: NaN)."""
+    """Seconds between each model call and the previous one (NaN: unknown; the first call: NaN), from
+    the timestamps of the calls' first steps."""
     ts = ep.timestamps if ep.timestamps is not None else np.full(ep.n, np.nan)
+    ts = ts[ep.starts[:-1]] if ep.n_calls != ep.n else ts
     return np.concatenate([[np.nan], np.diff(ts)]) if ep.n else np.zeros(0)
 
 
@@ -172,24 +178,33 @@ class Simulator:
         self._p0, self._p1, self._p2 = p.per_token()
         self._kinds = self.cfg.kind_mask()
         self._all_kinds = bool(self._kinds.all())
-        # Per-call scalars as Python lists: indexing a list is several times cheaper than a numpy array.
+        # Per-step and per-call scalars as Python lists: indexing a list is several times cheaper than a
+        # numpy array.
         self._n = ep.n
+        self._nc = ep.n_calls
         self._gap_l = ep.gap.tolist()
         self._hid_l = ep.hid_cost.tolist()
-        self._user = ep.user_tok.tolist()
         self._ua = (ep.user_tok + ep.asst_tok).tolist()
-        self._asst = ep.asst_tok.tolist()
         self._has_out = ep.has_out.tolist()
         self._vis_cost = ep.vis_cost.tolist()
+        self._user = ep.per_call(ep.user_tok).tolist()  # per model call: its steps' user text
+        self._asst = ep.per_call(ep.asst_tok).tolist()  # per model call: its steps' assistant tokens
+        self._end = ep.starts[1:].tolist()  # per model call: the step after its last
         # the need schedule restricted to the counted kinds (CSR: step t needs idx[ptr[t]:ptr[t+1]]), as
-        # the sorted distinct steps each call needs (what ep.needs_at(t, kinds) lists), None for none
+        # the sorted distinct steps each call needs (what ep.call_needs(c, kinds) lists), None for none
         if self._all_kinds:
             ptr, idx = ep.need_ptr.tolist(), ep.need_idx.tolist()
         else:
             keep = self._kinds[ep.need_kind]
             kept_before = np.concatenate([[0], np.cumsum(keep)])
             ptr, idx = kept_before[ep.need_ptr].tolist(), ep.need_idx[keep].tolist()
-        self._needs = [sorted(set(idx[a:b])) if b > a else None for a, b in zip(ptr, ptr[1:])]
+        if self._nc == self._n:
+            self._needs = [sorted(set(idx[a:b])) if b > a else None for a, b in zip(ptr, ptr[1:])]
+        else:  # a turn's needs on outputs stored before it (its own parallel outputs did not exist yet)
+            st = ep.starts.tolist()
+            self._needs = [
+                sorted({j for j in idx[ptr[a] : ptr[b]] if j < a}) or None for a, b in zip(st, st[1:])
+            ]
         self._base = int(ep.base_tokens)
         self._rules = self.cfg.rules_for(ep)
         self._idle = idle_seconds(ep).tolist()
@@ -210,7 +225,8 @@ class Simulator:
     # -- state -------------------------------------------------------------------
     def reset(self) -> None:
         ep = self.ep
-        self.t = 0  # next call
+        self.t = 0  # steps stored: the next call starts at step t
+        self.c = 0  # model calls made: the next call is call c
         n = ep.n
         self.visible = self._all_true.copy()  # an array: policies and tools index it with arrays
         # Per-step counters as Python lists, not arrays: they are read and updated one element at a
@@ -338,14 +354,19 @@ class Simulator:
             else:
                 log.append((np.array(en + di, np.int64), ne))
 
-    def _restore_is_cheaper(self, j: int, t: int, pre: int) -> bool:
+    @property
+    def next_user_tokens(self) -> int:
+        """User text of the next model call (0 when none is left): part of the prompt it will pay for."""
+        return self._user[self.c] if self.c < self._nc else 0
+
+    def _restore_is_cheaper(self, j: int, c: int, pre: int) -> bool:
         """recovery="cheaper": restoring missed output ``j`` in place before call ``t`` against appending
         a re-run's copy.  Restoring re-writes the prompt after ``j`` now but carries only the output
         (its placeholder replaced); appending writes the call and the copy, which every later call
         reads on top of the placeholder."""
         added = self.cfg.reread_call_tokens + self._vis_cost[j]
         read, write = self._p0, self._p1
-        prompt_append = self.ctx + self._user[t] + pre
+        prompt_append = self.ctx + self._user[c] + pre
         prompt_restore = prompt_append + self._gap_l[j]
         first = self.first_changed
         self.first_changed = min(first, j)
@@ -353,25 +374,25 @@ class Simulator:
         self.first_changed = first
         cost_restore = prefix * read + (prompt_restore - prefix) * write
         cost_append = prompt_append * read + added * write
-        later = (self._n - t - 1) * read * (self._gap_l[j] - added)
+        later = (self._nc - c - 1) * read * (self._gap_l[j] - added)
         return cost_restore + later < cost_append
 
     # -- one model call of the log ---------------------------------------------
     def call(self) -> tuple[float, int]:
-        """Run call t (after recovering any misses); returns (dollars, misses)."""
-        t, tot = self.t, self.totals
+        """Run model call c, the steps from t on (after recovering any misses); returns (dollars, misses)."""
+        t, c, tot = self.t, self.c, self.totals
         if t >= self._n or tot.failed:  # self.done
             raise RuntimeError("episode is over; reset() first")
-        self.idle = self._idle[t]
+        self.idle = self._idle[c]
         dollars = 0.0
         misses = 0
         pre = 0  # appended by re-runs before this call's message
         log = self.log
-        for j in self._needs[t] or ():
+        for j in self._needs[c] or ():
             if log is not None:
                 log.append(j)
             self.need_count[j] += 1
-            self.last_need[j] = t
+            self.last_need[j] = c
             if self.visible[j] or self.copied[j]:
                 continue
             misses += 1
@@ -385,12 +406,12 @@ class Simulator:
                 if rng.random() >= cfg.reread_prob:
                     tot.absorbed += 1
                     continue
-            dollars += self._bill(self.ctx + self._user[t] + pre, cfg.reread_call_tokens)
+            dollars += self._bill(self.ctx + self._user[c] + pre, cfg.reread_call_tokens)
             tot.extra_calls += 1
             tot.rereads += 1
             self.rereads_of[j] += 1
             if cfg.recovery == "restore" or (
-                cfg.recovery == "cheaper" and self._restore_is_cheaper(j, t, pre)
+                cfg.recovery == "cheaper" and self._restore_is_cheaper(j, c, pre)
             ):
                 self._show(j)
             else:
@@ -398,21 +419,34 @@ class Simulator:
                 pre += added
                 tot.appended_tokens += added
                 self.copied[j] = True
-        prompt = self.ctx + self._user[t] + pre
-        dollars += self._bill(prompt, self._asst[t])
+        prompt = self.ctx + self._user[c] + pre
+        dollars += self._bill(prompt, self._asst[c])
         tot.calls += 1
         tot.active_token_sum += prompt
         tot.placeholder_tokens += self.placeholders
-        # the call's message and its output join the context
-        c = self._vis_cost[t] if self._has_out[t] else 0
-        if c:
-            self.n_stored += 1
-            self.n_visible += 1
-        seg = self._ua[t] + pre + c
+        # the call's messages and outputs join the context (the re-runs' copies before its first step)
         self.pre[t] = pre
-        self.seg[t] = seg
-        self.ctx += seg
-        self.t += 1
+        end = self._end[c]
+        if end == t + 1:  # one tool call (the usual case), without the loop below
+            o = self._vis_cost[t] if self._has_out[t] else 0
+            if o:
+                self.n_stored += 1
+                self.n_visible += 1
+            seg = self._ua[t] + pre + o
+            self.seg[t] = seg
+            self.ctx += seg
+        else:
+            for k in range(t, end):
+                o = self._vis_cost[k] if self._has_out[k] else 0
+                if o:
+                    self.n_stored += 1
+                    self.n_visible += 1
+                seg = self._ua[k] + pre + o
+                pre = 0
+                self.seg[k] = seg
+                self.ctx += seg
+        self.t = end
+        self.c = c + 1
         return dollars, misses
 
     # -- a policy's decision ---------------------------------------------------
@@ -462,20 +496,20 @@ class Simulator:
 
 
 def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
-    """Totals with every output visible and no management (vectorised)."""
+    """Totals with every output visible and no management (vectorised; one bill per model call)."""
     cfg = cfg or CostConfig()
     p = cfg.prices or prices_for(ep.model_family, ep.model_raw)
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
-    before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)[:-1]])
-    prompts = before + ep.user_tok
+    before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)])[ep.starts[:-1]]
+    prompts = before + ep.per_call(ep.user_tok)
     cached = np.concatenate([[0], prompts[:-1]])
     rules = cfg.rules_for(ep)
     if rules is not None:
         cached = rules.cached(cached, prompts, idle_seconds(ep))
     written = prompts - cached
-    out = ep.asst_tok
+    out = ep.per_call(ep.asst_tok)
     tot = Totals(
-        calls=ep.n,
+        calls=ep.n_calls,
         input_tokens=int(prompts.sum()),
         cache_read_tokens=int(cached.sum()),
         cache_write_tokens=int(written.sum()),

@@ -78,7 +78,7 @@ class _Template:
     items0: np.ndarray  # (outputs, F) float32: item features when stored, time columns minus their reference
     tool_o: np.ndarray  # tool id per output ordinal
     tool_list: list[int]
-    turn_list: list[int]  # user turns begun up to each step
+    turn_list: list[int]  # user turns begun up to each step (user text arrives on a call's first step)
     ev_times: list[int]  # sorted times at which a modified / superseded flag turns on
     ev_rows: np.ndarray  # output ordinal of each event
     ev_cols: np.ndarray  # feature column of each event
@@ -91,10 +91,12 @@ class _Template:
         n_out = len(outs)
         f = np.zeros((n_out, _NF), np.float32)
         f[:, 0] = ep.est_tok[outs] / 1000.0
-        # time-dependent columns hold minus their reference time; _obs adds "now" (or the turn count)
-        f[:, _C_AGE] = -outs
+        # time-dependent columns hold minus their reference time, in model calls (the online tracker's
+        # clock); _obs adds "now" (or the turn count)
+        call_of = ep.call_of_step[outs]
+        f[:, _C_AGE] = -call_of
         f[:, _C_VIS] = 1.0
-        f[:, _C_SINCE] = -outs
+        f[:, _C_SINCE] = -call_of
         f[:, _C_ERR] = ep.is_error[outs]
         f[:, _C_TURNS] = -ep.user_turn[outs]
         ord_of_step = np.full(ep.n, -1, np.int64)
@@ -133,8 +135,11 @@ class ReplayEnv(gym.Env):
     (from the bundled sample, a dataset made by ``dtoc-rl ingest``, or objects
     passed in).  At every step the logged agent makes its next model call,
     seeing the context as the policy has shaped it; the need labels say which
-    earlier outputs that call used; the call's output is stored, visible; then
-    the policy's enable/disable sets take effect before the next call.
+    earlier outputs that call used; the call's outputs are stored, visible; then
+    the policy's enable/disable sets take effect before the next call.  A model
+    call is one assistant turn: its parallel tool calls (logged steps sharing
+    ``Step.turn``) are billed as one call and stored together, so an episode
+    has one decision per model call, not per tool call.
 
     The logged agent cannot react to what it was not shown, so a needed output
     that is hidden is a **miss**.  By default (``miss="reread"``, the paper's
@@ -158,15 +163,17 @@ class ReplayEnv(gym.Env):
     A ``Dict``:
 
     * ``items`` ``Box(N, F)`` float32, per slot: ``est_tokens_k`` (the output's
-      estimated tokens / 1000), ``age`` (steps since stored), ``visible``,
-      ``times_needed`` (needs on it so far), ``since_need`` (steps since its last
-      need, or its age), ``modified`` (what it read was modified later, so far),
+      estimated tokens / 1000), ``age`` (model calls since the one that stored it),
+      ``visible``, ``times_needed`` (needs on it so far), ``since_need`` (model
+      calls since its last need, or its age), ``modified`` (what it read was modified later, so far),
       ``is_error``, ``superseded`` (a later step re-read the same resource, so
       far), ``rereads`` (misses it caused), ``toggles`` (visibility changes),
       ``turns_after`` (user turns begun after it).
     * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.tools``).
     * ``item_mask``, ``enable_mask``, ``disable_mask``: ``MultiBinary(N)``.
-    * ``globals`` ``Box(G,)`` float32: active tokens / 1000, budget / 1000, step,
+    * ``globals`` ``Box(G,)`` float32: active tokens / 1000 (the context plus the
+      user text that arrived for the coming call: the prompt it will pay for, as
+      the online Orchestrator counts it), budget / 1000, step (model calls made),
       stored outputs, visible outputs, tokens saved now / 1000, misses so far,
       management calls so far, tokens if everything were visible / 1000.
     * ``family``: ``Discrete``, the model-family id (``dtoc_rl.models.FAMILIES``).
@@ -199,7 +206,7 @@ class ReplayEnv(gym.Env):
     first call (before any decision) is charged in the first step's reward.
 
     ## Episode End
-    Terminated after the log's last call (``n - 1`` steps for ``n`` calls), or at
+    Terminated after the log's last model call (``n - 1`` steps for ``n`` calls), or at
     the first miss with ``miss="fail"``.  Never truncated.  The final ``info``
     holds ``totals`` (tokens, cache reads/writes, dollars, misses, re-reads,
     management calls, placeholder tokens, mean active tokens) and
@@ -557,10 +564,10 @@ class ReplayEnv(gym.Env):
         sim, tpl, N = self.sim, self._tpl, self.N
         if sim.log:
             self._drain(sim.log)
-        t = sim.t  # calls done; the last stored step is t-1
+        t = sim.t  # steps stored: the last stored step is t-1, the next call starts at step t
         count = sim.n_stored
         if count != self._count:
-            for k in range(self._count, count):  # newly stored outputs (one per call)
+            for k in range(self._count, count):  # newly stored outputs (one per tool call)
                 step = tpl.out_list[k]
                 self._slot_st[k] = step
                 self._tool_st[k] = tpl.tool_list[k]
@@ -572,10 +579,11 @@ class ReplayEnv(gym.Env):
             self._lo = max(0, count - N)
             self._m = count - self._lo
         lo, m = self._lo, self._m
-        now = t - 1
+        calls = sim.c  # model calls done
+        now = calls - 1  # the last call made, the clock of age and since_need
         ev = self._ev
-        if ev < len(tpl.ev_times) and tpl.ev_times[ev] <= now:  # modified / superseded flags turn on
-            end = bisect_right(tpl.ev_times, now, ev)
+        if ev < len(tpl.ev_times) and tpl.ev_times[ev] < t:  # modified / superseded flags turn on
+            end = bisect_right(tpl.ev_times, t - 1, ev)
             self._items[tpl.ev_rows[ev:end], tpl.ev_cols[ev:end]] = 1.0
             self._ev = end
         # user turns begun up to the next call (a user message before call t counts)
@@ -596,17 +604,20 @@ class ReplayEnv(gym.Env):
             feats = np.zeros((N, _NF), np.float32)
             if m:
                 _add(self._items[lo:count], shift, feats[:m])
+        # the prompt the next call will pay for before any change: the context and the user text that
+        # arrived for it (as the online Orchestrator counts it when it decides)
+        self._active = active = sim.ctx + sim.next_user_tokens
         g = np.array(
             [
-                sim.ctx / 1000.0,
+                active / 1000.0,
                 self.budget / 1000.0,
-                t,
+                calls,
                 count,
                 sim.n_visible,
                 sim.saved / 1000.0,
                 sim.totals.misses,
                 sim.totals.mgmt_calls,
-                (sim.ctx + sim.saved) / 1000.0,
+                (active + sim.saved) / 1000.0,
             ],
             np.float32,
         )
@@ -618,7 +629,7 @@ class ReplayEnv(gym.Env):
             "disable_mask": disable_mask,
             "globals": g,
             "family": tpl.family,
-            "prices": self._prices,
+            "prices": self._prices.copy(),  # new data per observation (the env checker requires it)
         }
 
     def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -626,10 +637,10 @@ class ReplayEnv(gym.Env):
         info: dict[str, Any] = {
             "traj_id": sim.ep.traj_id,
             "model_family": sim.ep.model_family,
-            "step": sim.t,
+            "step": sim.c,
             "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
             "slot_steps": self._slots,
-            "active_tokens": sim.ctx,
+            "active_tokens": self._active,
             "dollars": sim.totals.dollars,
             "misses": sim.totals.misses,
             "invalid_actions": sim.totals.invalid_actions,
@@ -642,7 +653,7 @@ class ReplayEnv(gym.Env):
     def text(self, recent: int = 3) -> str:
         """The store listing and recent reasoning, as an LLM policy would read them."""
         sim, ep = self.sim, self.sim.ep
-        lines = [f"Active context: {sim.ctx:,} tokens. Stored tool outputs (oldest first):"]
+        lines = [f"Active context: {self._active:,} tokens. Stored tool outputs (oldest first):"]
         for k in self._slots[self._slots >= 0]:
             state = "visible" if sim.visible[k] else "HIDDEN"
             lines.append(

@@ -1,9 +1,10 @@
 """The hindsight oracle: the cheapest visibility schedule with zero misses.
 
 It knows the trace's future (its need labels) and plans the whole episode at
-``reset``.  A schedule is a boolean matrix ``V[t, k]``: is output ``k``
-visible at call ``t``.  Zero misses means ``V[t, j]`` for every need of call
-``t`` on ``j``.  Costs are those of :mod:`dtoc_rl.simulator` with
+``reset``.  A schedule is a boolean matrix ``V[t, k]``: is output ``k`` (a step)
+visible at model call ``t`` (one row per call: parallel tool calls of one turn
+are one call, :attr:`~dtoc_rl.episode.Episode.starts`).  Zero misses means
+``V[t, j]`` for every need of call ``t`` on ``j``.  Costs are those of :mod:`dtoc_rl.simulator` with
 ``overhead="orchestrator"``; :func:`schedule_cost` evaluates any schedule
 exactly (vectorised, O(n²)).
 
@@ -52,57 +53,68 @@ def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
 
 
 def _need_matrix(ep: Episode, cfg: CostConfig | None) -> np.ndarray:
-    """R[t, k]: call t needs output k (under the configured need kinds)."""
+    """R[t, k]: model call t needs output k (under the configured need kinds)."""
     cfg = cfg or CostConfig()
     kinds = cfg.kind_mask()
-    R = np.zeros((ep.n, ep.n), bool)
-    for t in range(ep.n):
-        idx = ep.needs_at(t, kinds)
+    R = np.zeros((ep.n_calls, ep.n), bool)
+    for t in range(ep.n_calls):
+        idx = ep.call_needs(t, kinds)
         if len(idx):
             R[t, idx[ep.has_out[idx]]] = True
     return R
 
 
+def _call_tokens(ep: Episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per model call: its first step, the user and assistant tokens of its steps, and the U+A tokens of
+    every step before it."""
+    first = ep.starts[:-1]
+    ua = ep.user_tok + ep.asst_tok
+    ua_cum = np.concatenate([[0], np.cumsum(ua)])
+    return first, ep.per_call(ep.user_tok), ep.per_call(ep.asst_tok), ua_cum[first]
+
+
 def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> float:
     """Dollars of running ``ep`` under schedule ``V`` (orchestrator overhead).
 
-    Returns ``inf`` if the schedule misses a need.  Only ``V[t, k]`` with
-    ``k < t`` and an output at ``k`` matter; the rest is ignored.
+    ``V`` has one row per model call.  Returns ``inf`` if the schedule misses a need.  Only
+    ``V[t, k]`` with ``k`` stored before call ``t`` and an output at ``k`` matter; the rest is
+    ignored.
     """
-    n = ep.n
+    n, nc = ep.n, ep.n_calls
     p = _prices(ep, cfg)
-    k_idx = np.arange(n)
-    stored = (k_idx[None, :] < k_idx[:, None]) & ep.has_out[None, :]  # stored[t, k]: k < t
+    first, user_c, asst_c, ua_before_c = _call_tokens(ep)
+    stored = (np.arange(n)[None, :] < first[:, None]) & ep.has_out[None, :]  # stored[t, k]: k before call t
     V = V.astype(bool) | ~stored
     if (_need_matrix(ep, cfg) & ~V).any():
         return float("inf")
     out_cost = np.where(V, ep.vis_cost[None, :], ep.hid_cost[None, :]) * stored
     ua = ep.user_tok + ep.asst_tok
-    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # Σ_{k<t} U_k + A_k
-    prompts = ep.base_tokens + ua_before + out_cost.sum(axis=1) + ep.user_tok
+    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # Σ_{k<j} U_k + A_k, per step j
+    prompts = ep.base_tokens + ua_before_c + out_cost.sum(axis=1) + user_c
     prev = np.concatenate([[0], prompts[:-1]])
-    changed = np.zeros((n, n), bool)
+    changed = np.zeros((nc, n), bool)
     changed[1:] = (V[1:] != V[:-1]) & stored[:-1]  # was already stored at the previous call
     has_change = changed.any(axis=1)
     fc = np.where(has_change, changed.argmax(axis=1), 0)
     # prefix up to and including U_fc, A_fc at call t (O before fc is unchanged)
-    o_cum = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(out_cost, axis=1)], axis=1)
-    prefix = ep.base_tokens + ua_before[fc] + o_cum[k_idx, fc] + ua[fc]
+    o_cum = np.concatenate([np.zeros((nc, 1), np.int64), np.cumsum(out_cost, axis=1)], axis=1)
+    prefix = ep.base_tokens + ua_before[fc] + o_cum[np.arange(nc), fc] + ua[fc]
     cached = np.where(has_change, np.minimum(prev, prefix), prev)
     rules = (cfg or CostConfig()).rules_for(ep)
     if rules is not None:
         cached = rules.cached(cached, prompts, idle_seconds(ep))
-    return float(p.bill(cached, prompts - cached, ep.asst_tok).sum())
+    return float(p.bill(cached, prompts - cached, asst_c).sum())
 
 
 def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
-    """(output k, first hidden call, first call it must be visible again or n); outputs whose
+    """(output k, first hidden call, first call it must be visible again or n_calls); outputs whose
     placeholder is no smaller than the output itself are never hidden (it could only cost more)."""
     out = []
+    call_of = ep.call_of_step
     for k in np.flatnonzero(ep.has_out & (ep.hid_cost < ep.vis_cost)):
         needs = np.flatnonzero(R[:, k])
-        start = k + 1
-        for b in [*needs.tolist(), ep.n]:
+        start = int(call_of[k]) + 1  # the first call after the one that stored it
+        for b in [*needs.tolist(), ep.n_calls]:
             if b > start:
                 out.append((int(k), start, int(b)))
             start = b + 1
@@ -116,10 +128,10 @@ def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
 
 def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> np.ndarray:
     """The oracle's schedule (see the module docstring)."""
-    n = ep.n
+    n = ep.n_calls
     p = _prices(ep, cfg)
     R = _need_matrix(ep, cfg)
-    V = np.ones((n, n), bool)
+    V = np.ones((n, ep.n), bool)
     gaps = _gaps(ep, R)
     if p.cache_read >= p.cache_write:  # no cache discount: separable, hide every gap
         for g in gaps:
@@ -128,14 +140,15 @@ def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> 
     # Initial: hide gaps whose own saving beats their own re-write (cache read vs write).
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     cum = np.concatenate([[0], np.cumsum(seg)])
+    first, user_c = ep.starts, ep.per_call(ep.user_tok)
     for k, a, b in gaps:
         gap_tok = ep.vis_cost[k] - ep.hid_cost[k]
-        suffix_a = cum[a] - cum[k + 1] + ep.user_tok[a]  # tokens after O_k in call a's prompt
+        suffix_a = cum[first[a]] - cum[k + 1] + user_c[a]  # tokens after O_k in call a's prompt
         cost = suffix_a * (p.cache_write - p.cache_read) + ep.hid_cost[k] * p.cache_write
         cost -= ep.vis_cost[k] * p.cache_read
         saving = gap_tok * p.cache_read * (b - a - 1)
         if b < n:
-            suffix_b = cum[b] - cum[k + 1] + ep.user_tok[b]
+            suffix_b = cum[first[b]] - cum[k + 1] + user_c[b]
             cost += (suffix_b + ep.vis_cost[k]) * (p.cache_write - p.cache_read)
         if saving > cost:
             _apply(V, (k, a, b), True)
@@ -162,24 +175,25 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     K = len(outs)
     if K > max_outputs:
         raise ValueError(f"exact_plan handles up to {max_outputs} outputs; this episode has {K}")
-    n = ep.n
+    n = ep.n_calls
     if K == 0:
-        return np.ones((n, n), bool)
+        return np.ones((n, ep.n), bool)
     p = _prices(ep, cfg)
     R = _need_matrix(ep, cfg)
     ua = ep.user_tok + ep.asst_tok
-    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])
+    ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # per step
+    first_step, user_c, asst_c, ua_before_c = _call_tokens(ep)
     states = np.arange(1 << K)
     bits = ((states[:, None] >> np.arange(K)[None, :]) & 1).astype(bool)  # bits[s, i]: output i visible
 
     def prompt_tokens(t: int) -> np.ndarray:
-        stored = outs < t
+        stored = outs < first_step[t]
         o = np.where(bits, ep.vis_cost[outs][None, :], ep.hid_cost[outs][None, :]) * stored[None, :]
-        return ep.base_tokens + ua_before[t] + o.sum(axis=1) + ep.user_tok[t]
+        return ep.base_tokens + ua_before_c[t] + o.sum(axis=1) + user_c[t]
 
     def feasible(t: int) -> np.ndarray:
         need = R[t, outs]
-        stored = outs < t
+        stored = outs < first_step[t]
         keep = need | (ep.hid_cost[outs] >= ep.vis_cost[outs])  # a placeholder no smaller: never hide
         bad = (~bits & keep[None, :] & stored[None, :]).any(axis=1)
         # outputs not stored yet are "visible" by convention: one state per real situation
@@ -193,25 +207,26 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     back = np.zeros((n, len(states)), np.int64)
     pr0 = prompt_tokens(0)
     f0 = feasible(0)
-    cost[f0] = p.bill(0, pr0[f0], ep.asst_tok[0])
+    cost[f0] = p.bill(0, pr0[f0], asst_c[0])
     prev_prompt = pr0
     for t in range(1, n):
         pr = prompt_tokens(t)
         ft = feasible(t)
-        stored_prev = outs < t - 1
+        stored_prev = outs < first_step[t - 1]
+        stored_now = outs < first_step[t]
         new = np.full(len(states), INF)
         for s in np.flatnonzero(ft):
             diff = (bits[s] != bits) & stored_prev[None, :]  # vs every previous state
             any_diff = diff.any(axis=1)
             first = np.where(any_diff, diff.argmax(axis=1), 0)
             k_first = outs[first]
-            o_vis = np.where(bits[s], ep.vis_cost[outs], ep.hid_cost[outs]) * (outs < t)
+            o_vis = np.where(bits[s], ep.vis_cost[outs], ep.hid_cost[outs]) * stored_now
             o_cum = np.concatenate([[0], np.cumsum(o_vis)])
             prefix = ep.base_tokens + ua_before[k_first] + o_cum[first] + ua[k_first]
             cached = np.where(any_diff, np.minimum(prev_prompt, prefix), prev_prompt)
             if rules is not None:
                 cached = rules.cached(cached, pr[s], idle[t])
-            step = p.bill(cached, pr[s] - cached, ep.asst_tok[t])
+            step = p.bill(cached, pr[s] - cached, asst_c[t])
             total = cost + step
             j = int(np.argmin(total))
             new[s] = total[j]
@@ -221,7 +236,7 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     s = int(np.argmin(cost))
     if not np.isfinite(cost[s]):
         raise ValueError("no feasible schedule")
-    V = np.ones((n, n), bool)
+    V = np.ones((n, ep.n), bool)
     for t in range(n - 1, -1, -1):
         V[t, outs] = bits[s]
         s = int(back[t, s])
@@ -255,7 +270,7 @@ class HindsightOracle(Policy):
     def act(self, obs, info=None):
         if self.V is None or info is None or "slot_steps" not in info:
             raise ValueError("the oracle needs reset(info) first and info['slot_steps'] at every step")
-        t = int(obs["globals"][2])  # calls done: this decision shapes call t
+        t = int(obs["globals"][2])  # model calls done: this decision shapes call t
         slots = info["slot_steps"]
         want = np.zeros(len(slots), bool)
         ok = slots >= 0

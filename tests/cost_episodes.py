@@ -20,10 +20,12 @@ def make_episode(
     hid: list[int],
     needs: dict[int, list[int]] | None = None,
     family: str = "gpt-4o",
+    calls: list[int] | None = None,
 ) -> Episode:
     """An episode whose step k sends ``user[k]`` tokens, answers ``asst[k]``, and (when ``vis[k]``)
     gets an output of ``vis[k]`` tokens whose placeholder is ``hid[k]``; ``needs`` maps a step to
-    the earlier steps it needs (provenance)."""
+    the earlier steps it needs (provenance); ``calls`` lists the first step of each model call
+    (parallel tool calls of one turn; default: every step is a call)."""
     n = len(user)
     needs = needs or {}
     ptr, idx = [0], []
@@ -55,5 +57,6 @@ def make_episode(
         superseded_at=np.full(n, NEVER, np.int64),
         user_turn=np.ones(n, np.int64),
         keys=[f"k{k}" if v else "" for k, v in enumerate(vis)],
+        call_ptr=None if calls is None else i64([*calls, n]),
     )
     return ep

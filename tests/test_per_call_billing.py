@@ -1,0 +1,210 @@
+"""Billing per model call: parallel tool calls of one assistant turn are one call.
+
+Prices are $1 read / $2 write / $10 output per token (tests/cost_episodes.UNIT), so every bill is a
+small integer worked out in the comment above it.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.episode import compile_episode
+from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.schema import Need, Step, Trajectory
+from dtoc_rl.simulator import CostConfig, Simulator, baseline_totals
+from tests.cost_episodes import UNIT, make_episode
+
+IDEAL = CostConfig(prices=UNIT, cache="ideal", reread_call_tokens=30)
+
+
+def _two_turns():
+    # base 100.  Turn 0 = step 0: A=10, O=1000 (placeholder 10).  Turn 1 = steps 1-3, three parallel
+    # tool calls: U=5 (on its first step), A=10 each, outputs 200 and 300 and none; steps 1 and 2
+    # both need output 0, step 2 also output 1 (of its own turn: it did not exist when the call was
+    # made, so it cannot be needed by it).
+    return make_episode(
+        base=100, user=[0, 5, 0, 0], asst=[10, 10, 10, 10], vis=[1000, 200, 300, 0], hid=[10, 10, 10, 0],
+        needs={1: [0], 2: [0, 1]}, calls=[0, 1],
+    )  # fmt: skip
+
+
+def test_three_parallel_tool_calls_are_billed_as_one_model_call():
+    ep = _two_turns()
+    assert (ep.n, ep.n_calls) == (4, 2)
+    sim = Simulator(ep, IDEAL)
+    # call 0: prompt 100, all written: 200 + 10 out * 10 = 300
+    assert sim.call() == (300, 0)
+    # call 1: prompt 100 + 10 + 1000 + U 5 = 1115, of which call 0's 100 are cached:
+    # 100 + 1015 * 2 + (10 + 10 + 10) out * 10 = 2430.  (Per tool call it was 2230 + 1635 + 2045.)
+    assert sim.call() == (2430, 0)
+    assert sim.done
+    bill_of = lambda t: (t.calls, t.input_tokens, t.cache_read_tokens, t.output_tokens, t.dollars)  # noqa: E731
+    assert bill_of(sim.totals) == (2, 1215, 100, 40, 2730)
+    assert sim.ctx == 1115 + 30 + 200 + 300  # every output of the turn joined the context
+    assert (sim.n_stored, sim.t, sim.c) == (3, 4, 2)
+    # with everything visible the baseline is the same bill, call by call
+    assert bill_of(baseline_totals(ep, IDEAL)) == (2, 1215, 100, 40, 2730)
+
+
+def test_a_turn_needing_a_hidden_output_misses_it_once():
+    sim = Simulator(_two_turns(), IDEAL)
+    sim.call()
+    sim.apply_changes([], [0])  # context 1110 -> 120
+    d, misses = sim.call()
+    # steps 1 and 2 both need output 0: one model call, one miss.  The re-run: prompt 120 + 5 = 125,
+    # 100 cached (call 0's prompt; the prefix before O_0 is 110): 100 + 25 * 2 + 30 * 10 = 450.  Then
+    # the call with the re-run's 30 + 1000 appended: 1155, 125 cached: 125 + 1030 * 2 + 30 * 10 = 2485.
+    assert (d, misses) == (450 + 2485, 1)
+    assert sim.totals.rereads == 1 and sim.need_count[0] == 1 and sim.need_count[1] == 0
+
+
+def test_one_step_per_call_is_billed_as_before_by_hand():
+    # the same steps without turns: four calls (300 + 2230 + 1635 + 2045, each worked out as above)
+    ep = make_episode(
+        base=100, user=[0, 5, 0, 0], asst=[10] * 4, vis=[1000, 200, 300, 0], hid=[10, 10, 10, 0]
+    )
+    sim = Simulator(ep, IDEAL)
+    assert [sim.call()[0] for _ in range(4)] == [300, 2230, 1635, 2045]
+    assert baseline_totals(ep, IDEAL).dollars == 6210
+
+
+def _traj(turns):
+    steps = [
+        Step(index=k, turn=turn, assistant_text="go" if k == 0 or turns[k - 1] != turn else "",
+             tool_name="bash", tool_args=f"cat f{k}", output="x" * 400, output_tokens=100,
+             needs=[Need(step=0, kind="provenance", evidence="x")] if k else [])
+        for k, turn in enumerate(turns)
+    ]  # fmt: skip
+    return Trajectory(traj_id="p/1", source="test", model_raw="gpt-4o-2024-08-06", model_family="gpt-4o",
+                      task_id="p", task_text="q", success=True, steps=steps)  # fmt: skip
+
+
+def test_compile_groups_the_steps_of_a_turn_into_one_call():
+    ep = compile_episode(_traj([0, 1, 1, 1, 2]))
+    assert ep.starts.tolist() == [0, 1, 4, 5] and ep.n_calls == 3
+    assert ep.call_of_step.tolist() == [0, 1, 1, 1, 2]
+    assert ep.call_needs(1).tolist() == [0]  # the union of its three steps' needs
+    # steps that all carry Step's default turn 0: turns were not recorded, every step is a call
+    assert compile_episode(_traj([0, 0, 0])).call_ptr is None
+    assert compile_episode(_traj([3, 4, 5])).call_ptr is None
+
+
+def test_replay_env_takes_one_decision_per_model_call():
+    ep = compile_episode(_traj([0, 1, 1, 1, 2]))
+    env = ReplayEnv(trajectories=[ep], max_items=8)
+    obs, info = env.reset(seed=0)
+    steps = 0
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step({"enable": np.zeros(8, np.int8), "disable": np.zeros(8, np.int8)})
+        steps += 1
+        if not done:
+            # after call 1 (steps 1-3): three outputs stored by that one call, all of age 0
+            assert int(obs["globals"][2]) == 2 and int(obs["globals"][3]) == 4
+            assert obs["items"][:4, 1].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert steps == ep.n_calls - 1
+    assert info["totals"]["calls"] == 3 and info["totals"]["dollars"] == info["all_visible"]["dollars"]
+
+
+def test_replay_active_tokens_count_the_coming_calls_user_text():
+    """At a decision the online Orchestrator has already added the user text of the coming call to the
+    context; ReplayEnv's active tokens must count it too, so a decision sees the prompt it pays for."""
+    ep = _two_turns()
+    env = ReplayEnv(trajectories=[ep], max_items=8, cost_config=IDEAL)
+    obs, info = env.reset(seed=0)
+    # after call 0: context 100 + 10 + 1000 = 1110; the next call's user text (5) has arrived
+    assert info["active_tokens"] == 1115 == env.sim.ctx + 5
+    assert obs["globals"][0] == pytest.approx(1.115)
+    assert obs["globals"][8] == pytest.approx(1.115)  # tokens if everything were visible
+
+
+def test_the_oracle_plans_per_model_call():
+    ep = _two_turns()
+    for solve in (plan, exact_plan):
+        V = solve(ep, IDEAL)
+        assert V.shape == (ep.n_calls, ep.n)
+        assert V[1, 0]  # call 1 needs output 0
+        sim = Simulator(ep, IDEAL)
+        sim.call()
+        assert schedule_cost(ep, V, IDEAL) == pytest.approx(300 + sim.call()[0])
+    env = ReplayEnv(
+        trajectories=[compile_episode(_traj([0, 1, 1, 1, 2, 3]))], max_items=8, expose_episode=True
+    )
+    oracle = HindsightOracle()
+    obs, info = env.reset(seed=0)
+    oracle.reset(info)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(oracle.act(obs, info))
+    V = oracle.V
+    assert info["totals"]["misses"] == 0
+    assert info["totals"]["dollars"] == pytest.approx(schedule_cost(env.sim.ep, V, env.cfg), rel=1e-12)
+
+
+# -- figures of one-call-per-step trajectories, against those recorded before billing per call ---------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "per_step_figures.json"
+CONFIGS = {
+    "default": {},
+    "agent_restore": {"overhead": "agent", "recovery": "restore"},
+    "ideal_cheaper": {"cache": "ideal", "recovery": "cheaper"},
+}
+POLICIES = ("none", "last_n:n=3", "oracle", "random")
+FIELDS = (
+    "calls", "extra_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+    "dollars", "misses", "rereads", "appended_tokens", "mgmt_calls", "changes", "invalid_actions",
+)  # fmt: skip
+
+
+def figures() -> dict:
+    """Totals and return of every bundled episode under a few policies and cost settings.  The fixture
+    holds this function's output under the code of commit a4fdb7e (every step billed as a model call)
+    on the bundled sample of ef199c8; if the sample is rebuilt, regenerate it by running this function
+    in a ``git archive a4fdb7e`` tree holding the new sample."""
+    out: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cname, kw in CONFIGS.items():
+            cfg = CostConfig(**kw)
+            env = ReplayEnv(max_items=16, cost_config=cfg, expose_episode=True, sequential=True)
+            for i, ep in enumerate(env.episodes):
+                row = out.setdefault(ep.traj_id, {})
+                b = baseline_totals(ep, cfg)
+                row[f"{cname}/baseline"] = [getattr(b, f) for f in FIELDS]
+                for pname in POLICIES:
+                    env.action_space.seed(7)
+                    pol = None if pname == "random" else make_policy(pname)
+                    obs, info = env.reset(seed=0, options={"index": i})
+                    if pol is not None:
+                        pol.reset(info)
+                    ret, steps, done = 0.0, 0, False
+                    while not done:
+                        act = env.action_space.sample() if pol is None else pol.act(obs, info)
+                        obs, r, done, _, info = env.step(act)
+                        ret += r
+                        steps += 1
+                    row[f"{cname}/{pname}"] = [info["totals"][f] for f in FIELDS] + [ret, steps]
+    return out
+
+
+@pytest.mark.slow
+def test_one_call_per_step_trajectories_give_the_figures_recorded_before_per_call_billing():
+    old = json.loads(FIXTURE.read_text())
+    new = figures()
+    assert set(new) == set(old)
+    parallel = {ep.traj_id for ep in ReplayEnv().episodes if ep.n_calls < ep.n}
+    assert parallel  # the bundled sample has an OpenHands run with parallel tool calls
+    for tid in new:
+        if tid in parallel:
+            # fewer model calls billed, so fewer dollars with everything visible
+            assert new[tid]["default/baseline"][0] < old[tid]["default/baseline"][0]
+            assert new[tid]["default/baseline"][6] < old[tid]["default/baseline"][6]
+        else:
+            assert new[tid] == old[tid], tid  # bit for bit: floats compared exactly
