@@ -125,8 +125,17 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
 _W: dict[str, Any] = {}
 
 
-def _init_worker(dataset, filters, specs, cost_cfg, max_items, threads=None):
+def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Episode]:
     eps = load_episodes(dataset, **filters)
+    if tasks is not None:
+        eps = [e for e in eps if f"{e.source}/{e.task_id}" in tasks]
+        if not eps:
+            raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+    return eps
+
+
+def _init_worker(dataset, filters, specs, cost_cfg, max_items, threads=None, tasks=None):
+    eps = _load(dataset, filters, tasks)
     _W["env"] = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True)
     _W["policies"] = [(s, make_policy(s)) for s in specs]
     if threads and "torch" in sys.modules:  # the worker is this module's own process
@@ -189,6 +198,7 @@ def evaluate(
     holdout_tasks: set[str] | None = None,
     threads: int | None = 1,
     prices: Mapping[str, Prices] | None = None,
+    tasks: set[str] | None = None,
 ) -> list[Run]:
     """Run every policy (plus the oracle) over every trajectory of ``dataset``.
 
@@ -201,7 +211,8 @@ def evaluate(
     small network is fastest on one, and several spin badly on a busy machine); None leaves them.
     ``prices``: the user's prices by model name (:func:`dtoc_rl.features.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
-    (in this process: the worker pool rebuilds its env from the dataset alone).
+    (in this process: the worker pool rebuilds its env from the dataset alone).  ``tasks``
+    (``"source/task_id"`` strings): evaluate only their trajectories.
     """
     from tqdm.auto import tqdm
 
@@ -209,7 +220,7 @@ def evaluate(
     filters = {"model_family": model_family, "source": source}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*specs, ORACLE]))
-    eps = load_episodes(dataset, **filters)
+    eps = _load(dataset, filters, tasks)
     by_prices: dict[Prices | None, list[Episode]] = {}
     for e in eps:
         by_prices.setdefault(user_prices(e.model_raw, e.model_family, prices), []).append(e)
@@ -234,7 +245,7 @@ def evaluate(
             max_workers=workers,
             mp_context=multiprocessing.get_context("forkserver"),
             initializer=_init_worker,
-            initargs=(dataset, filters, specs, cost_config, max_items, threads),
+            initargs=(dataset, filters, specs, cost_config, max_items, threads, tasks),
         ) as pool:
             for out in pool.map(_work, chunks):
                 runs.extend(out)

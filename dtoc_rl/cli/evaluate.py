@@ -106,6 +106,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="CKPT",
         help="mark trajectories of this checkpoint's validation tasks as held-out (adds --by split)",
     )
+    p.add_argument(
+        "--held-out-only",
+        action="store_true",
+        help="evaluate only the trajectories of --holdout-from's validation tasks (the fair test of a "
+        "learned policy, and much faster than running every policy on the training tasks too)",
+    )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--plots", type=Path, help="write the pareto and curves plots into this folder")
     p.add_argument(
@@ -161,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint
             make_policy(s)
         holdout = None
+        if args.held_out_only and not args.holdout_from:
+            return fail("--held-out-only needs --holdout-from CKPT (whose validation tasks to keep)")
+        if args.held_out_only and args.backend == "ray":
+            return fail("--held-out-only runs on the local backend; drop --backend ray")
         if args.holdout_from:
             holdout = set(_val_tasks(args.holdout_from))
             if "split" not in args.by:
@@ -189,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not (args.quiet or args.json),
             holdout_tasks=holdout,
             **({"prices": prices} if prices else {}),
+            **({"tasks": holdout} if args.held_out_only else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
         return fail(str(e))

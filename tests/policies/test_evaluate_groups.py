@@ -128,3 +128,33 @@ def test_cli_refuses_an_unknown_grouping(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "'family' is not one of" in err
+
+
+def test_held_out_only_evaluates_the_checkpoints_validation_tasks(tmp_path, capsys):
+    from dtoc_rl.envs.data import load_episodes
+
+    eps = load_episodes(None)
+    keep = {f"{e.source}/{e.task_id}" for e in eps[:3]}
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"meta": {"val_tasks": sorted(keep)}}))
+    args = [
+        "evaluate",
+        "-p",
+        "none",
+        "--holdout-from",
+        str(ckpt),
+        "--by",
+        "overall",
+        "--json",
+        "--bootstrap",
+        "10",
+    ]
+    assert main([*args, "--held-out-only"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    n = sum(1 for e in eps if f"{e.source}/{e.task_id}" in keep)
+    assert {r["n"] for r in rows} == {n} and {r["group"] for r in rows if r["group_by"] == "split"} == {
+        "held-out"
+    }
+    assert main(["evaluate", "-p", "none", "--held-out-only"]) == 2
+    assert "--held-out-only needs --holdout-from" in capsys.readouterr().err
