@@ -89,16 +89,12 @@ event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import json
-import math
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -106,17 +102,15 @@ import numpy as np
 
 from dtoc_rl.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.context import DTOCContext
-from dtoc_rl.features import DEFAULT_MAX_ITEMS, ItemColumns, ItemState
-from dtoc_rl.labels import NeedLabeller, modified_by
+from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
+from dtoc_rl.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.record import ToolOutput
 from dtoc_rl.render import message_text
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.schema import Trajectory
 from dtoc_rl.store import MemoryStore, Store
 from dtoc_rl.tokens import TokenEstimator
-from dtoc_rl.tools import tool_category_id
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -149,14 +143,14 @@ class Decision:
 
 
 @dataclass
-class OrchestratorTotals:
+class OrchestratorTotals(SessionCounts):
+    """The session's counters: :class:`~dtoc_rl.engine.session.SessionCounts` (management calls,
+    changes, misses, invalid actions of the policy or the model) and these."""
+
     calls: int = 0  # assistant turns recorded (model calls)
     tool_calls: int = 0
     decisions: int = 0  # policy decisions that ran
-    mgmt_calls: int = 0  # decisions or model manage_context calls that changed something
     model_mgmt_calls: int = 0  # manage_context calls made by the model
-    changes: int = 0  # outputs whose visibility changed
-    misses: int = 0  # needs on outputs hidden when the call was made
     input_tokens: int = 0  # as reported by the provider
     output_tokens: int = 0
     decision_ms: float = 0.0  # total time in decide()
@@ -164,17 +158,6 @@ class OrchestratorTotals:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-@dataclass
-class _Out:
-    """One stored output as the orchestrator tracks it."""
-
-    key: str
-    rec: ToolOutput
-    step: int  # index in the trajectory
-    row: int  # its row in the orchestrator's ItemColumns
-    gain: int  # tokens hiding it saves (visible_cost - hidden_cost)
 
 
 class _LazyInfo(Mapping):
@@ -213,12 +196,6 @@ def _as_dict(obj: Any, what: str) -> dict[str, Any]:
             if isinstance(d, Mapping):
                 return dict(d)
     raise TypeError(f"{what} must be a dict or an SDK object, got {type(obj).__name__}")
-
-
-def _args_json(args: Any) -> str:
-    if isinstance(args, str):
-        return args
-    return json.dumps(args, ensure_ascii=False)
 
 
 def _to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -323,24 +300,9 @@ class Orchestrator:
         self.success: bool | None = None
         self._totals = OrchestratorTotals()
         self._lock = threading.RLock()
-        self._outs: list[_Out] = []
-        self._cols = ItemColumns()  # the outputs' policy features, kept up to date (not rebuilt per decision)
-        self._saved = 0  # tokens that hiding saves now (kept with the visibility in _cols)
-        self._by_key: dict[str, _Out] = {}
-        self._steps: list[Step] = []
-        self._step_of_call: dict[str, Step] = {}
-        self._key_step: dict[str, int] = {}
-        self._label_keys: dict[str, int] = {}  # the key the model knows each output by -> step
-        self._step_row: dict[int, int] = {}  # step index -> its output's row in _cols
-        self._task = ""
-        self._system = ""
-        self._users = 0  # user messages after the task
-        self._pending_user: list[str] = []
-        self._pending_events: list[ContextEvent] = []
+        # steps, outputs and their policy features, kept up to date (not rebuilt per decision)
+        self._s = SessionTracker(counts=self._totals, id_prefix="dtoc")
         self._masked_at_request: list[int] | None = None
-        self._unlabelled_from = 0  # first step not fed to the labeller
-        self._labeller: NeedLabeller | None = None  # made at the first labelling (task text known)
-        self.label_errors: list[str] = []
         self._turns_since_label = 0
         self._pins: dict[str, bool] = {}
         self._version = 0  # bumps on every change the policy could react to
@@ -360,6 +322,11 @@ class Orchestrator:
         with self._lock:
             self._label_due()
             return self._totals
+
+    @property
+    def label_errors(self) -> list[str]:
+        """Labeller errors so far (each turn it failed on keeps no labels)."""
+        return self._s.label_errors
 
     @property
     def session_id(self) -> str:
@@ -417,7 +384,7 @@ class Orchestrator:
             )
 
     def _note_request(self) -> None:
-        self._masked_at_request = self._masked_steps()
+        self._masked_at_request = self._s.masked_steps()
 
     def openai_messages(self) -> list[dict[str, Any]]:
         """Decide (policy modes), then the chat-completions ``messages`` for the next call."""
@@ -462,8 +429,7 @@ class Orchestrator:
         """A user (or environment) message between model calls."""
         with self._lock:
             self.ctx.add_user(content)
-            self._users += 1
-            self._pending_user.append(content)
+            self._s.add_user(content)
             self._touch()
 
     def record_openai_response(self, response: Any) -> list[dict[str, Any]]:
@@ -530,22 +496,23 @@ class Orchestrator:
         with self._lock:
             tot = self._totals
             turn = tot.calls
-            masked = self._masked_at_request if self._masked_at_request is not None else self._masked_steps()
+            masked = self._masked_at_request
+            if masked is None:
+                masked = self._s.masked_steps()
             self._masked_at_request = None
-            calls = []
-            used: set[str] = set()
             for k, c in enumerate(tool_calls):
                 name = c.get("name")
                 if not isinstance(name, str) or not name:
                     raise ValueError(f"tool_calls[{k}] has no name: {c!r}")
-                cid = c.get("id")
-                if not isinstance(cid, str) or not cid or cid in self._step_of_call or cid in used:
-                    cid = self._new_id(turn, k)  # missing or reused by the provider: a fresh one
-                used.add(cid)
-                args = c.get("arguments")
-                if args is None:
-                    args = {}
-                calls.append({"id": cid, "name": name, "arguments": args})
+            ids = self._s.call_ids([c.get("id") for c in tool_calls], turn)
+            calls = [
+                {
+                    "id": cid,
+                    "name": c["name"],
+                    "arguments": {} if c.get("arguments") is None else c["arguments"],
+                }
+                for c, cid in zip(tool_calls, ids)
+            ]
             ids = self.ctx.add_assistant(content or "", reasoning=reasoning, tool_calls=calls)
             asst = self.store.messages[-1]
             for c, cid in zip(calls, ids):
@@ -555,7 +522,7 @@ class Orchestrator:
             if usage:
                 tot.input_tokens += int(usage.get("input_tokens") or 0)
                 tot.output_tokens += int(usage.get("output_tokens") or 0)
-            self._add_steps(asst, turn, masked, time.time())
+            self._add_turn(asst, turn, masked, time.time())
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -589,14 +556,10 @@ class Orchestrator:
                     raise ValueError("no pending tool call to answer")
                 call_id = self.ctx.pending_calls[0]
             rec = self.ctx.add_tool_result(content, call_id, tool_name=tool_name, timestamp=timestamp)
-            step = self._step_of_call.get(call_id)
+            step = self._s.step_of_call.get(call_id)
             if step is not None:
-                step.output = rec.tool_result
-                step.output_is_error = bool(is_error)
-                step.output_tokens = math.ceil(len(rec.tool_result) / 4)
-                if step.index < self._unlabelled_from and self._labeller is not None:
-                    self._labeller.add_output(step)  # late: its turn was labelled without it
-            self._track(rec, step, is_error=is_error, model_key=model_key)
+                self._s.set_output(step, rec.tool_result, is_error)
+            self._s.track(rec, step, call=self._call_now(), is_error=is_error, model_key=model_key)
             self._touch()
             return rec.tool_key
 
@@ -640,15 +603,15 @@ class Orchestrator:
         ``dtoc-rl serve`` as a ``/decide`` request)."""
         with self._lock:
             self._label_due()
-            now = max(0, self._totals.calls - 1)
-            outs = self._outs if keys is None else [self._by_key[k] for k in keys if k in self._by_key]
-            return [(o.key, self._cols.state(o.row, o.rec.visible, now=now, users=self._users)) for o in outs]
+            by_key = self._s.by_key
+            outs = self._s.outputs if keys is None else [by_key[k] for k in keys if k in by_key]
+            return self._s.states(outs, self._call_now())
 
     def manage_context(self, enable: Sequence[str] = (), disable: Sequence[str] = ()):
         """Change visibility yourself (outside the model); returns the StatusReport."""
         with self._lock:
             report = self.ctx.manage_context(enable, disable)
-            self._record_changes(report.enabled, report.disabled)
+            self._s.record_changes(report.enabled, report.disabled, report.invalid)
             if report.changed:
                 self._touch()
             return report
@@ -688,31 +651,21 @@ class Orchestrator:
             if self.label_every:
                 self._label()
             tot = self._totals
-            extra = {
-                "env": SOURCE,
-                "mode": self.mode,
-                "policy": self.policy_label,
-                "dtoc_session": self.session_id,
-                "keys": dict(self._key_step),
-                "totals": tot.to_dict(),
-                "resumed": self.resumed,
-            }
             ok = self.success if success is None else success
-            return Trajectory(
+            extra = {"env": SOURCE, "mode": self.mode, "policy": self.policy_label}
+            extra.update(dtoc_session=self.session_id, totals=tot.to_dict(), resumed=self.resumed)
+            return self._s.trajectory(
+                extra,
                 traj_id=f"orchestrator/{self.session_id}",
                 source=SOURCE,
                 model_raw=self._model,
                 model_family=self.model_family,
                 task_id=self.task_id or self.session_id,
-                task_text=self._task,
-                system_prompt=self._system,
                 success=ok,
                 outcome_source="Orchestrator.success" if ok is not None else "",
                 tokens_in=tot.input_tokens or None,
                 tokens_out=tot.output_tokens or None,
                 api_calls=tot.calls,
-                extra=json.dumps(extra, default=str),
-                steps=[replace(s, needs=list(s.needs), events=list(s.events)) for s in self._steps],
             )
 
     def log_row(self, success: bool | None = None) -> dict[str, Any]:
@@ -720,8 +673,8 @@ class Orchestrator:
         traj = self.trajectory(success)
         msgs = trajectory_to_chat(traj, reasoning=True)
         with self._lock:
-            if self._pending_user:
-                msgs.append({"role": "user", "content": "\n\n".join(self._pending_user)})
+            if self._s.pending_user:
+                msgs.append({"role": "user", "content": "\n\n".join(self._s.pending_user)})
         # "messages" early: format detection reads the first 64 KiB.
         return {
             "id": traj.traj_id,
@@ -766,7 +719,7 @@ class Orchestrator:
 
     def __repr__(self) -> str:
         return (
-            f"Orchestrator(mode={self.mode!r}, policy={self.policy_label!r}, outputs={len(self._outs)}, "
+            f"Orchestrator(mode={self.mode!r}, policy={self.policy_label!r}, outputs={len(self._s.outputs)}, "
             f"hidden={len(self.store.hidden_keys())}, active_tokens={self.ctx.active_tokens})"
         )
 
@@ -774,66 +727,34 @@ class Orchestrator:
     def _touch(self) -> None:
         self._version += 1
 
-    def _new_id(self, turn: int, k: int) -> str:
-        cid = f"dtoc_{turn:03d}_{k}"
-        while cid in self._step_of_call:
-            cid += "x"
-        return cid
+    def _call_now(self) -> int:
+        """The current model call (the latest recorded; 0 before the first)."""
+        return max(0, self._totals.calls - 1)
 
-    def _masked_steps(self) -> list[int]:
-        return sorted(o.step for o in self._outs if not o.rec.visible)
-
-    def _add_steps(self, asst: dict[str, Any], turn: int, masked: list[int] | None, now: float) -> None:
-        user_text = "\n\n".join(self._pending_user)
-        self._pending_user = []
-        events, self._pending_events = self._pending_events, []
-        base = {"turn": turn, "timestamp": now, "masked_before": None if masked is None else list(masked)}
-        content = asst.get("content") or ""
-        reasoning = asst.get("reasoning") or ""
-        calls = asst.get("tool_calls") or []
-        if not calls:
-            self._steps.append(
-                Step(
-                    index=len(self._steps),
-                    user_text=user_text,
-                    assistant_text=content,
-                    reasoning=reasoning,
-                    events=events,
-                    **base,
-                )
-            )
-        for k, c in enumerate(calls):
-            step = Step(
-                index=len(self._steps),
-                user_text=user_text if k == 0 else "",
-                assistant_text=content if k == 0 else "",
-                reasoning=reasoning if k == 0 else "",
-                events=events if k == 0 else [],
-                tool_name=c["name"],
-                tool_args=_args_json(c["arguments"]),
-                tool_call_id=c["id"],
-                **base,
-            )
-            self._steps.append(step)
-            self._step_of_call[c["id"]] = step
+    def _add_turn(self, asst: dict[str, Any], turn: int, masked: list[int] | None, now: float) -> None:
+        self._s.add_turn(
+            turn,
+            asst.get("content") or "",
+            asst.get("tool_calls") or [],
+            reasoning=asst.get("reasoning") or "",
+            masked=masked,
+            now=now,
+        )
 
     def _answer_manage_context(self, call: dict[str, Any]) -> None:
-        step = self._step_of_call[call["id"]]
+        step = self._s.step_of_call[call["id"]]
         if self.mode == "policy":
             text = json.dumps(
                 {"error": "manage_context is not available in this session; the context is managed for you"}
             )
             rec = self.ctx.add_tool_result(text, call["id"])
-            step.output, step.output_is_error = rec.tool_result, True
-            step.output_tokens = math.ceil(len(text) / 4)
-            self._track(rec, step, is_error=True)
+            self._s.set_output(step, rec.tool_result, True)
+            self._s.track(rec, step, call=self._call_now(), is_error=True)
             return
         report = self.ctx.handle_manage_context_call(call["arguments"], call["id"])
-        text = report.to_json()
-        step.output, step.output_is_error = text, not report.ok
-        step.output_tokens = math.ceil(len(text) / 4)
+        self._s.set_output(step, report.to_json(), not report.ok)
         self._totals.model_mgmt_calls += 1
-        self._record_changes(report.enabled, report.disabled)
+        self._s.record_changes(report.enabled, report.disabled, report.invalid)
         if self.mode == "hybrid":
             for k in report.enabled:
                 self._pins[k] = True
@@ -842,131 +763,50 @@ class Orchestrator:
             for k in report.unchanged:  # restating a state is a pin too
                 self._pins[k] = self.store.get(k).visible
 
-    def _track(
-        self, rec: ToolOutput, step: Step | None, *, is_error: bool, model_key: str | None = None
-    ) -> None:
-        turn = step.turn if step is not None else max(0, self._totals.calls - 1)
-        sidx = step.index if step is not None else -1
-        args = step.tool_args if step is not None else _args_json(rec.tool_args or {})
-        row = self._cols.append(
-            rec.estimated_tokens,
-            tool_category_id(rec.tool_name, args),
-            call=turn,
-            users_at=self._users,
-            is_error=is_error,
-            visible=rec.visible,
-        )
-        o = _Out(
-            key=rec.tool_key,
-            rec=rec,
-            step=sidx,
-            row=row,
-            gain=rec.visible_cost - rec.hidden_cost,
-        )
-        self._outs.append(o)
-        if not rec.visible:
-            self._saved += o.gain
-        self._by_key[o.key] = o
-        if sidx >= 0:
-            self._key_step[o.key] = sidx
-            self._label_keys[model_key or o.key] = sidx
-            self._step_row[sidx] = row
-
     def _on_visibility(self, keys: list[str], visible: bool) -> None:
-        with self._lock:  # a change made on ctx from another thread must not race _track
-            for k in keys:
-                o = self._by_key.get(k)
-                if o is not None:
-                    self._cols.set_visible(o.row, visible)
-                    self._saved += -o.gain if visible else o.gain
+        with self._lock:  # a change made on ctx from another thread must not race the tracker
+            self._s.on_visibility(keys, visible)
 
-    def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
-        if not (enabled or disabled):
-            return
-        self._totals.mgmt_calls += 1
-        self._totals.changes += len(enabled) + len(disabled)
-        for kind, keys in (("enable", enabled), ("disable", disabled)):
-            if not keys:
-                continue
-            for k in keys:
-                o = self._by_key.get(k)
-                if o is not None:
-                    self._cols.bump(o.row, "toggles")
-            targets = sorted(self._key_step[k] for k in keys if k in self._key_step)
-            self._pending_events.append(ContextEvent(kind=kind, targets=targets, detail=",".join(keys)))
-
-    def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[_Out]]:
-        now = max(0, self._totals.calls - 1)
-        outs = self._outs
-        window = outs[-self.N :]
+    def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[Output]]:
         active = self.ctx.active_tokens
-        obs = self._cols.observation(
-            None,  # the visibility _on_visibility keeps
+        obs, window = self._s.observe(
             self.N,
-            now=now,
-            users=self._users,
+            now=self._call_now(),
             active_tokens=active,
             step=self._totals.calls,
             model_family=self.model_family,
             prices=self.prices,
             budget_tokens=self.budget,
-            saved_tokens=self._saved,
-            misses=self._totals.misses,
-            mgmt_calls=self._totals.mgmt_calls,
         )
         pad = self.N - len(window)
-        keys = [o.key for o in window] + [""] * pad
-        slot_steps = np.full(self.N, -1, np.int64)
-        slot_steps[: len(window)] = [o.step for o in window]
-        eager = {
-            "keys": keys,
-            "slot_keys": keys,
-            "slot_steps": slot_steps,
-            "step": self._totals.calls,
-            "model_family": self.model_family,
-            "active_tokens": active,
-            "budget_tokens": self.budget,
-            "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
-            "misses": self._totals.misses,
-            "mode": self.mode,
-            "session_id": self.session_id,
-        }
+        eager = self._s.slot_info(obs, window, self.N)
+        eager.update(
+            keys=eager["slot_keys"],
+            step=self._totals.calls,
+            model_family=self.model_family,
+            active_tokens=active,
+            budget_tokens=self.budget,
+            mode=self.mode,
+            session_id=self.session_id,
+        )
         lazy: dict[str, Callable[[], Any]] = {
-            "store_listing": lambda: self._listing(window),
-            "recent_reasoning": lambda: self._recent_reasoning(),
+            "store_listing": lambda: self._s.listing(window),
+            "recent_reasoning": lambda: self._s.recent_reasoning(),
             "text": lambda: self._text_view(window, active),
             "previews": lambda: [o.rec.preview(100) for o in window] + [""] * pad,
         }
         return obs, _LazyInfo(eager, lazy), window
 
-    def _listing(self, window: list[_Out]) -> str:
-        lines = []
-        for o in window:
-            rec = o.rec
-            state = "visible" if rec.visible else "HIDDEN"
-            lines.append(
-                f"- {o.key} [{state}] step {o.step}, {rec.tool_name or 'tool'}, "
-                f"~{rec.estimated_tokens:,} tokens: {rec.preview(100)}"
-            )
-        return "\n".join(lines)
-
-    def _recent_reasoning(self, recent: int = 3) -> str:
-        lines = []
-        for s in [s for s in self._steps if s.assistant_text or s.reasoning][-recent:]:
-            lines.append(f"[step {s.index}] {(s.reasoning + ' ' + s.assistant_text).strip()[:400]}")
-        return "\n".join(lines)
-
-    def _text_view(self, window: list[_Out], active: int) -> str:
+    def _text_view(self, window: list[Output], active: int) -> str:
         return (
             f"Active context: {active:,} tokens. Stored tool outputs (oldest first):\n"
-            f"{self._listing(window)}\nRecent reasoning:\n{self._recent_reasoning()}"
+            f"{self._s.listing(window)}\nRecent reasoning:\n{self._s.recent_reasoning()}"
         )
 
-    def _apply(self, action: Any, window: list[_Out]) -> Decision:
-        d = Decision()
+    def _apply(self, action: Any, window: list[Output]) -> Decision:
         try:
-            en = np.asarray(action["enable"]).reshape(-1) != 0
-            di = np.asarray(action["disable"]).reshape(-1) != 0
+            en = np.asarray(action["enable"]).reshape(-1)
+            di = np.asarray(action["disable"]).reshape(-1)
         except (TypeError, KeyError, IndexError, ValueError):
             raise ValueError(
                 f"policy {self.policy_label} returned {type(action).__name__}; expected "
@@ -977,22 +817,11 @@ class Orchestrator:
                 f"policy {self.policy_label} returned masks of shapes {en.shape} and {di.shape}; "
                 f"expected ({self.N},) each"
             )
-        want_on, want_off = [], []
-        m = len(window)
-        for i in np.flatnonzero((en ^ di)[:m]):  # a slot in both sets is left as it is
-            o, want = window[int(i)], bool(en[i])
-            if o.rec.visible == want:
-                continue
-            pin = self._pins.get(o.key) if self.mode == "hybrid" else None
-            if pin is not None and pin != want:
-                d.blocked.append(o.key)
-                continue
-            (want_on if want else want_off).append(o.key)
-        if want_on or want_off:
-            report = self.ctx.manage_context(enable=want_on, disable=want_off)
-            d.enabled, d.disabled = list(report.enabled), list(report.disabled)
-            self._record_changes(d.enabled, d.disabled)
-        return d
+        allow = None
+        if self.mode == "hybrid":  # the model's pins overrule the policy
+            allow = lambda key, show: self._pins.get(key, show) == show  # noqa: E731
+        done = self._s.apply(self.ctx, en, di, window, allow=allow)
+        return Decision(enabled=done.enabled, disabled=done.disabled, blocked=done.blocked)
 
     def _label_due(self) -> None:
         """Label the turns recorded since the last labelling when ``label_every`` says so
@@ -1001,81 +830,43 @@ class Orchestrator:
             self._label()
 
     def _label(self) -> None:
-        """Feed the turns not labelled yet to the labeller (under the lock), then update the
-        features of the outputs that their steps needed."""
-        first = self._unlabelled_from
-        steps = self._steps
-        end = len(steps)
-        pending = self.ctx.pending_calls
-        if pending:  # the latest turn waits for its tool results (its labels depend on them)
-            waiting = set(pending)
-            last = steps[-1].turn
-            if any(s.tool_call_id in waiting for s in steps[first:] if s.turn == last):
-                while end > first and steps[end - 1].turn == last:
-                    end -= 1
-        if end == len(steps):
+        """Label the turns not labelled yet (under the lock; the latest waits for its tool results)."""
+        s = self._s
+        before = s.labelled
+        s.label(self.ctx.pending_calls)
+        if s.labelled == len(s.steps):
             self._turns_since_label = 0
-        if first >= end:
-            return
-        t0 = time.perf_counter()
-        if self._labeller is None:
-            # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
-            self._labeller = NeedLabeller(self._task, self._system, keys=self._label_keys)
-        lab = self._labeller
-        new = steps[first:end]
-        for _, group in itertools.groupby(new, key=lambda st: st.turn):
-            turn = list(group)
-            try:
-                lab.label_turn(turn)
-            except Exception as e:  # a labeller bug must not stop the agent: features just miss it
-                self.label_errors.append(f"{type(e).__name__}: {e}")
-                if len(self.label_errors) == 1:
-                    warnings.warn(f"dtoc_rl Orchestrator: need labelling failed: {e!r}", stacklevel=3)
-                with contextlib.suppress(Exception):  # its outputs may be what the labeller chokes on
-                    lab.skip_turn(turn)
-        self._unlabelled_from = end
-        cols = self._cols
-        self._totals.misses += cols.add_needs(new, self._step_row)
-        new_writes = [w for st in new for w in st.write_resources]
-        if new_writes:
-            for o in self._outs:
-                if not 0 <= o.step < first or cols.get(o.row, "modified"):
-                    continue
-                if modified_by(steps[o.step], new_writes):
-                    cols.flag(o.row, "modified")
-        self._totals.label_ms += (time.perf_counter() - t0) * 1000
-        self._touch()
+        if s.labelled != before:
+            self._touch()
 
     def _rebuild(self) -> None:
         """Rebuild the tracking state from the store's messages (a new or reopened session)."""
+        s = self._s
         turn = 0
         seen_task = False
         for m in self.store.messages:
             role = m["role"]
-            if role == "system" and not self._steps and not seen_task:
-                self._system = "\n\n".join(p for p in (self._system, m.get("content") or "") if p)
+            if role == "system" and not s.steps and not seen_task:
+                s.system = "\n\n".join(p for p in (s.system, m.get("content") or "") if p)
             elif role == "user":
-                if not seen_task and not self._steps:
-                    self._task = m.get("content") or ""
+                if not seen_task and not s.steps:
+                    s.task = m.get("content") or ""
                     seen_task = True
                 else:
-                    self._users += 1
-                    self._pending_user.append(m.get("content") or "")
+                    s.add_user(m.get("content") or "")
             elif role == "assistant":
-                self._add_steps(m, turn, None, 0.0)  # what was hidden then is not stored: unknown
+                self._add_turn(m, turn, None, 0.0)  # what was hidden then is not stored: unknown
                 turn += 1
             elif role == "tool":
-                step = self._step_of_call.get(m["tool_call_id"])
+                step = s.step_of_call.get(m["tool_call_id"])
                 if "tool_key" in m:
                     rec = self.store.get(m["tool_key"])
                     if step is not None:
-                        step.output = rec.tool_result
-                        step.output_tokens = math.ceil(len(rec.tool_result) / 4)
-                    self._track(rec, step, is_error=False)
+                        s.set_output(step, rec.tool_result)
+                    s.track(rec, step, call=max(0, turn - 1), is_error=False)
                 elif step is not None:
-                    step.output = m.get("content") or ""
-                    step.output_tokens = math.ceil(len(step.output) / 4)
+                    s.set_output(step, m.get("content") or "")
         self._totals.calls = turn
-        self._totals.tool_calls = sum(1 for s in self._steps if s.tool_name is not None)
+        self._totals.tool_calls = sum(1 for st in s.steps if st.tool_name is not None)
         if self.label_every:
             self._label()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import json
-import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -16,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from dtoc_rl.context import DTOCContext
+from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.envs.agents import AgentError, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import CheckResult, Task, TaskChecker, load_tasks
 from dtoc_rl.envs.selection import pick_index
@@ -29,17 +28,14 @@ from dtoc_rl.envs.tools import (
 from dtoc_rl.features import (
     GLOBAL_FEATURES,
     ITEM_FEATURES,
-    ItemColumns,
     action_space,
     decode_action,
     observation_space,
 )
-from dtoc_rl.labels import NeedLabeller, modified_between
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, openai_tool
 from dtoc_rl.models import normalize_family
 from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
-from dtoc_rl.tools import tool_category_id
+from dtoc_rl.schema import Trajectory
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
 
@@ -80,8 +76,9 @@ COST_UNITS = ("ktokens", "task")
 
 
 @dataclass
-class LiveTotals:
-    """Episode totals (``info["totals"]``)."""
+class LiveTotals(SessionCounts):
+    """Episode totals (``info["totals"]``): :class:`~dtoc_rl.engine.session.SessionCounts` (management
+    calls and changes, misses, invalid actions) and these."""
 
     calls: int = 0  # model calls that answered
     steps: int = 0  # env steps
@@ -96,10 +93,6 @@ class LiveTotals:
     tool_timeouts: int = 0
     dropped_tool_calls: int = 0  # beyond max_calls_per_turn
     no_tool_turns: int = 0
-    mgmt_calls: int = 0  # steps whose action changed something (or agent manage_context calls)
-    changes: int = 0  # outputs whose visibility changed
-    invalid_actions: int = 0
-    misses: int = 0  # needs (hindsight labels) on outputs hidden at the time
     reported_input_tokens: int = 0  # what the agent's API/model reported, when it does
     reported_output_tokens: int = 0
 
@@ -111,13 +104,6 @@ class LiveTotals:
         d = dict(self.__dict__)
         d["mean_active_tokens"] = self.mean_active_tokens
         return d
-
-
-@dataclass
-class _Item:
-    key: str
-    step: int  # index in the recorded trajectory
-    row: int  # its row in the episode's ItemColumns (the policy features)
 
 
 @dataclass
@@ -141,27 +127,21 @@ class _Episode:
     ctx: DTOCContext
     tools: Toolbox
     unit_dollars: float
-    totals: LiveTotals = field(default_factory=LiveTotals)
+    totals: LiveTotals
+    session: SessionTracker  # steps, outputs, features, labels (counting into totals)
     shadow: _Shadow = field(default_factory=_Shadow)
-    items: list[_Item] = field(default_factory=list)
-    cols: ItemColumns = field(default_factory=ItemColumns)
-    by_key: dict[str, _Item] = field(default_factory=dict)
-    step_row: dict[int, int] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
-    key_step: dict[str, int] = field(default_factory=dict)
-    used_ids: set[str] = field(default_factory=set)
     static_tokens: dict[int, int] = field(default_factory=dict)
     prev_sigs: list[Any] = field(default_factory=list)
     prev_tokens: list[int] = field(default_factory=list)
-    pending_user: str = ""
-    labeller: NeedLabeller | None = None  # fed turn by turn (made at the first one)
-    pending_events: list[ContextEvent] = field(default_factory=list)
-    user_msgs: int = 1  # the task
     end_reason: str | None = None  # submit | agent_error | max_steps
     agent_error: str | None = None
     check: CheckResult | None = None
     over: bool = False
-    window: list[_Item] = field(default_factory=list)
+    window: list[Output] = field(default_factory=list)  # the outputs in the slots of the last observation
+
+    @property
+    def key_step(self) -> dict[str, int]:
+        return self.session.key_step
 
 
 class LiveEnv(gym.Env):
@@ -397,13 +377,17 @@ class LiveEnv(gym.Env):
             unit = float(task.reference_dollars)
         else:
             unit = float(self.cost_unit)
+        totals = LiveTotals()
         self.ep = _Episode(
             task=task,
             workdir=workdir,
             ctx=DTOCContext(query=task.prompt, system=self.system_prompt, estimator=self.estimator),
             tools=Toolbox(workdir, timeout=self.tool_timeout, max_output_chars=self.max_output_chars),
             unit_dollars=max(unit, 1e-12),
+            totals=totals,
+            session=SessionTracker(task.prompt, self.system_prompt, counts=totals, id_prefix="live"),
         )
+        self.ep.ctx.store.listeners.append(self.ep.session.on_visibility)
         if hasattr(self.agent, "reset"):
             self.agent.reset()
         self._pending_dollars, self._pending_misses = self._turn()
@@ -416,20 +400,20 @@ class LiveEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if ep.over:
             raise RuntimeError("episode is over; call reset()")
-        enable, disable = self._decode(action)
+        enable, disable = decode_action(action, self.N, self.action_space)
         dollars, misses = self._pending_dollars, self._pending_misses
         self._pending_dollars, self._pending_misses = 0.0, 0
         if ep.end_reason is None and ep.totals.calls >= self.max_steps:
             ep.end_reason = "max_steps"  # only when max_steps=1: the reset call was the last
         if ep.end_reason is None:
-            self._apply(enable, disable)
+            ep.session.apply(ep.ctx, enable, disable, ep.window)
             d, m = self._turn()
             dollars += d
             misses += m
             if ep.end_reason is None and ep.totals.calls >= self.max_steps:
                 ep.end_reason = "max_steps"
         else:  # the agent already finished: the action has nothing left to act on
-            self._count_invalid(enable, disable)
+            ep.session.count_invalid(enable, disable, ep.window)
         ep.totals.steps += 1
         terminated = ep.end_reason == "submit"
         truncated = ep.end_reason is not None and not terminated
@@ -526,7 +510,7 @@ class LiveEnv(gym.Env):
         ep.prev_sigs, ep.prev_tokens = sigs, toks
         # the same call with every output visible: the previous prompt is always a prefix
         sh = ep.shadow
-        full = prompt + self._saved()
+        full = prompt + ep.session.saved
         sh.input_tokens += full
         sh.cache_read_tokens += sh.prev_prompt
         sh.cache_write_tokens += full - sh.prev_prompt
@@ -534,24 +518,11 @@ class LiveEnv(gym.Env):
         sh.prev_prompt = full
         return dollars
 
-    def _saved(self) -> int:
-        store = self.ep.ctx.store
-        return sum(store.get(k).visible_cost - store.get(k).hidden_cost for k in store.hidden_keys())
-
-    def _new_id(self, cid: str | None, turn: int, k: int) -> str:
-        used = self.ep.used_ids
-        if not cid or cid in used:
-            cid = f"live_{turn:03d}_{k}"
-            while cid in used:
-                cid += "x"
-        used.add(cid)
-        return cid
-
     def _turn(self) -> tuple[float, int]:
         """One model call and its tool calls; returns (dollars, misses)."""
         ep = self.ep
         ctx = ep.ctx
-        masked = sorted(ep.key_step[k] for k in ctx.store.hidden_keys())
+        masked = ep.session.masked_steps()
         sigs, toks = self._prompt()
         try:
             resp = normalize_response(self.agent.next_action(ctx.to_openai(), self.tool_defs))
@@ -566,8 +537,7 @@ class LiveEnv(gym.Env):
             calls = calls[: self.max_calls_per_turn]
         bad: dict[str, str] = {}  # call id -> why its arguments cannot be used
         checked = []
-        for k, c in enumerate(calls):
-            cid = self._new_id(c["id"], turn, k)
+        for c, cid in zip(calls, ep.session.call_ids([c["id"] for c in calls], turn)):
             args, why = _checked_arguments(c["arguments"])
             if why:
                 bad[cid] = why
@@ -578,31 +548,15 @@ class LiveEnv(gym.Env):
         usage = resp.get("usage") or {}
         ep.totals.reported_input_tokens += int(usage.get("input_tokens") or 0)
         ep.totals.reported_output_tokens += int(usage.get("output_tokens") or 0)
-        user_text, ep.pending_user = ep.pending_user, ""
-        events, ep.pending_events = ep.pending_events, []
-        first = len(ep.steps)
         now = time.time()
-        base = {"turn": turn, "timestamp": now, "masked_before": list(masked)}
+        steps = ep.session.add_turn(
+            turn, resp["content"], asst.get("tool_calls") or [], masked=masked, now=now
+        )
         if not asst.get("tool_calls"):
-            ep.steps.append(
-                Step(index=first, user_text=user_text, assistant_text=resp["content"], events=events, **base)
-            )
             ep.totals.no_tool_turns += 1
             ctx.add_user(NUDGE)
-            ep.pending_user = NUDGE
-            ep.user_msgs += 1
-        for k, call in enumerate(asst.get("tool_calls") or []):
-            step = Step(
-                index=len(ep.steps),
-                user_text=user_text if k == 0 else "",
-                assistant_text=resp["content"] if k == 0 else "",
-                events=events if k == 0 else [],
-                tool_name=call["name"],
-                tool_args=json.dumps(call["arguments"], ensure_ascii=False),
-                tool_call_id=call["id"],
-                **base,
-            )
-            ep.steps.append(step)
+            ep.session.add_user(NUDGE)
+        for step, call in zip(steps, asst.get("tool_calls") or []):
             ep.totals.tool_calls += 1
             if ep.end_reason is not None:
                 text, is_error = "[not run: the episode ended at submit]", True
@@ -619,7 +573,7 @@ class LiveEnv(gym.Env):
                     rec = ctx.add_tool_result(text, call["id"], timestamp=now)
                 else:
                     text, is_error, rec = report.to_json(), not report.ok, None
-                    self._record_changes(report.enabled, report.disabled)
+                    ep.session.record_changes(report.enabled, report.disabled, report.invalid)
             else:
                 try:
                     res = ep.tools.run(call["name"], call["arguments"])
@@ -631,133 +585,37 @@ class LiveEnv(gym.Env):
                 rec = ctx.add_tool_result(text, call["id"], timestamp=now)
                 if res.submitted:
                     ep.end_reason = "submit"
-            step.output = text
-            step.output_is_error = is_error
-            step.output_tokens = math.ceil(len(text) / 4)
+            ep.session.set_output(step, text, is_error)
             if rec is not None:
-                row = ep.cols.append(
-                    rec.estimated_tokens,
-                    tool_category_id(step.tool_name, step.tool_args),
-                    call=turn,
-                    users_at=ep.user_msgs,
-                    is_error=is_error,
-                )
-                item = _Item(key=rec.tool_key, step=step.index, row=row)
-                ep.items.append(item)
-                ep.step_row[step.index] = row
-                ep.by_key[rec.tool_key] = item
-                ep.key_step[rec.tool_key] = step.index
-        return dollars, self._label(first)
-
-    def _label(self, first: int) -> int:
-        """Label the new turn (its tool results are in); update the features of what it needed."""
-        ep = self.ep
-        if ep.labeller is None:
-            ep.labeller = NeedLabeller(ep.task.prompt, self.system_prompt, keys=ep.key_step)
-        ep.labeller.label_turn(ep.steps[first:])
-        traj = Trajectory(
-            traj_id="live",
-            source="live",
-            model_raw=self.model_name,
-            model_family=self.model_family,
-            task_id=ep.task.id,
-            steps=ep.steps,
-        )
-        misses = ep.cols.add_needs(ep.steps[first:], ep.step_row)
-        wrote = any(s.write_resources for s in ep.steps[first:])
-        ep.totals.misses += misses
-        if wrote:
-            last = len(ep.steps) - 1
-            for item in ep.items:
-                if (
-                    not ep.cols.get(item.row, "modified")
-                    and item.step < last
-                    and modified_between(traj, item.step, last)
-                ):
-                    ep.cols.flag(item.row, "modified")
-        return misses
-
-    # -- the policy's action ----------------------------------------------------------------------
-    def _decode(self, action) -> tuple[np.ndarray, np.ndarray]:
-        return decode_action(action, self.N, self.action_space)
-
-    def _count_invalid(self, enable: np.ndarray, disable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        m = len(self.ep.window)
-        valid = np.arange(self.N) < m
-        conflict = enable & disable
-        self.ep.totals.invalid_actions += int(
-            np.count_nonzero(enable & ~valid)
-            + np.count_nonzero(disable & ~valid)
-            + np.count_nonzero(conflict & valid)
-        )
-        return valid, conflict
-
-    def _apply(self, enable: np.ndarray, disable: np.ndarray) -> None:
-        ep = self.ep
-        valid, conflict = self._count_invalid(enable, disable)
-        store = ep.ctx.store
-        vis = np.zeros(self.N, bool)
-        vis[: len(ep.window)] = [store.get(it.key).visible for it in ep.window]
-        en = [ep.window[i].key for i in np.flatnonzero(enable & valid & ~conflict & ~vis)]
-        di = [ep.window[i].key for i in np.flatnonzero(disable & valid & ~conflict & vis)]
-        if en or di:
-            report = ep.ctx.manage_context(enable=en, disable=di)
-            self._record_changes(report.enabled, report.disabled)
-
-    def _record_changes(self, enabled: list[str], disabled: list[str]) -> None:
-        ep = self.ep
-        if not (enabled or disabled):
-            return
-        ep.totals.mgmt_calls += 1
-        ep.totals.changes += len(enabled) + len(disabled)
-        for kind, keys in (("enable", enabled), ("disable", disabled)):
-            if keys:
-                for k in keys:
-                    ep.cols.bump(ep.by_key[k].row, "toggles")
-                ep.pending_events.append(
-                    ContextEvent(
-                        kind=kind, targets=sorted(ep.key_step[k] for k in keys), detail=",".join(keys)
-                    )
-                )
+                ep.session.track(rec, step, call=turn, is_error=is_error)
+        return dollars, ep.session.label()  # every result of the turn is in
 
     # -- views ------------------------------------------------------------------------------------------
     def _obs(self) -> dict[str, np.ndarray]:
         ep = self.ep
-        store = ep.ctx.store
-        now = ep.totals.calls - 1
-        ep.window = ep.items[-self.N :]
-        return ep.cols.observation(
-            np.fromiter((store.get(it.key).visible for it in ep.items), bool, len(ep.items)),
+        obs, ep.window = ep.session.observe(
             self.N,
-            now=now,
-            users=ep.user_msgs,
+            now=ep.totals.calls - 1,
             active_tokens=ep.ctx.active_tokens,
             step=ep.totals.calls,
             model_family=self.model_family,
             prices=self.prices,
             budget_tokens=self.budget,
-            saved_tokens=self._saved(),
-            misses=ep.totals.misses,
-            mgmt_calls=ep.totals.mgmt_calls,
         )
+        return obs
 
     def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:
         ep = self.ep
-        slot_steps = np.full(self.N, -1, np.int64)
-        slot_steps[: len(ep.window)] = [it.step for it in ep.window]
         info: dict[str, Any] = {
             "task_id": ep.task.id,
             "model_family": self.model_family,
             "step": ep.totals.calls,
-            "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
-            "slot_steps": slot_steps,
-            "slot_keys": [it.key for it in ep.window] + [""] * (self.N - len(ep.window)),
-            "active_tokens": ep.ctx.active_tokens,
-            "dollars": ep.totals.dollars,
-            "misses": ep.totals.misses,
-            "invalid_actions": ep.totals.invalid_actions,
-            "tool_timeouts": ep.totals.tool_timeouts,
         }
+        info.update(ep.session.slot_info(obs, ep.window, self.N))
+        info["active_tokens"] = ep.ctx.active_tokens
+        info["dollars"] = ep.totals.dollars
+        info["invalid_actions"] = ep.totals.invalid_actions
+        info["tool_timeouts"] = ep.totals.tool_timeouts
         if self.text_view:
             info["text"] = self.text()
         return info
@@ -765,20 +623,10 @@ class LiveEnv(gym.Env):
     def text(self, recent: int = 3) -> str:
         """The store listing and the agent's recent messages, as an LLM policy would read them."""
         ep = self.ep
-        store = ep.ctx.store
-        lines = [f"Task {ep.task.id}. Active context: {ep.ctx.active_tokens:,} tokens. Stored tool outputs:"]
-        for it in ep.window:
-            rec = store.get(it.key)
-            state = "visible" if rec.visible else "HIDDEN"
-            lines.append(
-                f"- {it.key} [{state}] step {it.step}, {rec.tool_name}, ~{rec.estimated_tokens:,} tokens: "
-                f"{rec.preview(100)}"
-            )
-        lines.append("Recent agent messages:")
-        for s in ep.steps[-recent:]:
-            if s.assistant_text:
-                lines.append(f"[step {s.index}] {s.assistant_text[:400]}")
-        return "\n".join(lines)
+        return (
+            f"Task {ep.task.id}. Active context: {ep.ctx.active_tokens:,} tokens. Stored tool outputs:\n"
+            f"{ep.session.listing(ep.window)}\nRecent agent messages:\n{ep.session.recent_reasoning(recent)}"
+        )
 
     def trajectory(self) -> Trajectory:
         """The current (or just finished) episode in the canonical schema.
@@ -792,33 +640,24 @@ class LiveEnv(gym.Env):
         ep = self.ep
         if ep is None:
             raise RuntimeError("no episode yet; call reset()")
-        extra = {
-            "env": "dtoc_rl/Live-v0",
-            "end_reason": ep.end_reason,
-            "agent_error": ep.agent_error,
-            "totals": ep.totals.to_dict(),
-            "all_visible": ep.shadow.to_dict(),
-            "keys": dict(ep.key_step),
-            "check_output": ep.check.output if ep.check else None,
-        }
-        traj = Trajectory(
+        tot, check = ep.totals, ep.check
+        extra = {"env": "dtoc_rl/Live-v0", "end_reason": ep.end_reason, "agent_error": ep.agent_error}
+        extra.update(totals=tot.to_dict(), all_visible=ep.shadow.to_dict())
+        extra["check_output"] = check.output if check else None
+        return ep.session.trajectory(
+            extra,
             traj_id=f"live/{ep.task.id}/{ep.ctx.store.session_id}",
             source="dtoc-live",
             model_raw=self.model_name,
             model_family=self.model_family,
             task_id=ep.task.id,
-            task_text=ep.task.prompt,
-            system_prompt=self.system_prompt,
-            success=ep.check.success if ep.check else None,
-            outcome_source=f"LiveEnv TaskChecker: {ep.task.test_command}" if ep.check else "",
-            cost_usd=ep.totals.dollars,
-            tokens_in=ep.totals.input_tokens,
-            tokens_out=ep.totals.output_tokens,
-            api_calls=ep.totals.calls,
-            extra=json.dumps(extra, default=str),
-            steps=copy.deepcopy(ep.steps),
+            success=check.success if check else None,
+            outcome_source=f"LiveEnv TaskChecker: {ep.task.test_command}" if check else "",
+            cost_usd=tot.dollars,
+            tokens_in=tot.input_tokens,
+            tokens_out=tot.output_tokens,
+            api_calls=tot.calls,
         )
-        return traj
 
     @property
     def workdir(self) -> Path | None:

@@ -805,3 +805,45 @@ def test_missing_and_reused_call_ids_get_fresh_ones():
     assert again["id"] != "x"
     orch.add_tool_result(None, "answers the oldest pending call")
     OPENAI_MESSAGES.validate_python(orch.openai_messages())
+
+
+def test_invalid_policy_actions_are_counted_as_in_the_envs():
+    """Padding slots and slots set in both masks are invalid actions, counted as LiveEnv and ReplayEnv
+    count them (the Orchestrator used to drop them silently)."""
+
+    class Sloppy:
+        def act(self, obs, info):
+            n = len(obs["item_mask"])
+            en, di = np.zeros(n, np.int8), np.zeros(n, np.int8)
+            en[n - 1] = 1  # a padding slot while the session holds fewer outputs
+            en[0] = di[0] = 1  # an output in both sets: left as it is
+            return {"enable": en, "disable": di}
+
+    o = Orchestrator(Sloppy(), query="t", max_items=8)
+    read_loop(o, 3)
+    o.decide(force=True)
+    # before turn 0 slot 0 is padding too (set in both: once per set); then three decisions at 2 each
+    assert o.totals.decisions == 4
+    assert o.totals.invalid_actions == 3 + 3 * 2 and o.totals.changes == 0
+    assert all(o.store.get(k).visible for k in o.store.keys())
+
+
+def test_model_manage_context_keys_count_as_invalid_the_same_way():
+    o = Orchestrator(query="t")  # agent mode
+    read_loop(o, 1)
+    args = {"enable": ["t0000", "t0404"], "disable": ["t0000"]}
+    o.record_assistant("", [{"name": "manage_context", "arguments": args}])
+    # t0404 names nothing (1); t0000 is in both lists (1)
+    assert o.totals.invalid_actions == 2 and o.totals.model_mgmt_calls == 1
+
+
+def test_an_output_read_and_then_written_within_one_labelling_batch_is_modified():
+    """``modified`` follows the offline rule (a later step's write, its own batch of turns included):
+    with label_every=2 the read and the write are labelled together, and the read used to stay unflagged."""
+    o = Orchestrator(make_policy("none"), query="t", label_every=2)
+    read_loop(o, 1)  # turn 0: cat f0.py
+    edit = {"command": "sed -i 's/x/y/' f0.py"}
+    (c,) = o.record_assistant("", [{"name": "bash", "arguments": edit}])
+    o.add_tool_result(c["id"], "")
+    st = dict(o.item_states())
+    assert st["t0000"].modified
