@@ -135,7 +135,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold: dict = {"family": fam, "trajectories": counts[fam]}
         train_eps = _sample([e for e in eps if e.model_family != fam], args.max_train, args.seed)
         test_eps = _sample([e for e in eps if e.model_family == fam], args.max_eval, args.seed)
-        cfg = LearnedPolicyConfig(seed=args.seed)
+        cfg = LearnedPolicyConfig(seed=args.seed, exclude_family=fam)  # kept in the checkpoint's config
         if args.epochs:
             cfg.epochs = args.epochs
         if args.dagger_rounds >= 0:

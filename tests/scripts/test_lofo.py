@@ -48,3 +48,5 @@ def test_leaves_the_family_out_of_training_and_evaluates_on_it(tmp_path, capsys)
     assert all(r["n"] == 4 for r in fold["rows"])
     assert fold["train_seconds"] > 0 and fold["done_when"][0]["policy"].startswith("learned")
     assert json.loads((tmp_path / "lofo.json").read_text())["folds"][0]["family"] == "gemini-3-pro"
+    cfg = json.loads((tmp_path / "without-gemini-3-pro" / "config.json").read_text())
+    assert cfg["config"]["exclude_family"] == "gemini-3-pro"  # the checkpoint says what it never saw
