@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
+from dtoc_rl.engine.actions import resolve
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.episode import Episode
@@ -31,8 +32,6 @@ from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baselin
 
 __all__ = ["ReplayEnv"]
 
-_gt = np.greater
-_xor = np.bitwise_xor
 _add = np.add
 try:  # the C function behind np.count_nonzero, without its Python-level dispatch (~0.6 µs a call)
     from numpy._core.multiarray import count_nonzero as _count
@@ -345,8 +344,8 @@ class ReplayEnv(gym.Env):
             eb, db = _nonzero_bytes(enable), _nonzero_bytes(disable)
             mgmt = 0.0 if eb == db == self._zero_bytes else self._act_few(eb, db)
         else:
-            n_set = int(_count(enable)) + int(_count(disable))  # counts non-zero entries of any dtype
-            mgmt = self._act_masks(enable, disable, n_set) if n_set else 0.0
+            set_any = _count(enable) or _count(disable)  # counts non-zero entries of any dtype
+            mgmt = self._act_masks(enable, disable) if set_any else 0.0
         dollars = self._pending_dollars + mgmt
         self._pending_dollars = 0.0
         d, misses = sim.call()
@@ -415,38 +414,29 @@ class ReplayEnv(gym.Env):
             c_tog[en + di] += _ONE  # each ordinal once
         return dollars
 
-    def _act_masks(self, enable: np.ndarray, disable: np.ndarray, n_set: int) -> float:
-        """The checked action arrays, with ``n_set`` entries set in all, for a window of any size."""
+    def _act_masks(self, enable: np.ndarray, disable: np.ndarray) -> float:
+        """The checked action arrays, for a window of any size: the plain path, through the one rule
+        (:func:`dtoc_rl.engine.actions.resolve`); ``_act_few`` is pinned equal to it by a test."""
         sim = self.sim
         log = sim.log
         if log:
             self._drain(log)
         m, lo = self._m, self._lo
-        hi = lo + m
-        # For booleans x > y is x & ~y, so (e > d) > vis == enable & ~conflict & ~visible, and
-        # (d > e) & vis == disable & ~conflict & visible.
-        e = enable[:m] if enable.dtype.kind == "b" else enable[:m].astype(np.bool_)
-        d = disable[:m] if disable.dtype.kind == "b" else disable[:m].astype(np.bool_)
-        vis = self._vis_b[lo:hi]
-        en_mask = _gt(_gt(e, d), vis)
-        di_mask = _gt(d, e) & vis
-        slots = self._slots[:m]
-        en, di = slots[en_mask], slots[di_mask]
-        # set entries outside the window, plus conflicts (set in both, so counted twice in n_set)
-        sim.totals.invalid_actions += n_set - int(_count(e)) - int(_count(d)) + int(_count(e & d))
-        if not len(en) and not len(di):
+        ch = resolve(enable, disable, self._vis_b[lo : lo + m])
+        sim.totals.invalid_actions += ch.invalid
+        if not len(ch.enable) and not len(ch.disable):
             return 0.0
-        sim.log = None  # the mirrors are updated below, from the masks
+        slots = self._slots[:m]
+        sim.log = None  # the mirrors are updated below, from the slots
         try:
-            dollars = sim.apply_changes(en, di)
+            dollars = sim.apply_changes(slots[ch.enable], slots[ch.disable])
         finally:
             sim.log = log
-        flip = en_mask | di_mask  # each output in en or di toggled once
-        w = self._st8[1:, lo:hi]  # the enable and visible rows
-        _xor(w, flip, out=w)
-        self._c_vis[lo:hi] = self._vis_st[lo:hi]
-        w = self._c_toggle[lo:hi]
-        _add(w, flip, out=w)
+        flip = np.concatenate([ch.enable, ch.disable]) + lo  # the ordinals toggled, each once
+        w = self._st8[1:]  # the enable and visible rows
+        w[:, flip] ^= 1
+        self._c_vis[flip] = self._vis_st[flip]
+        self._c_toggle[flip] += _ONE
         return dollars
 
     def render(self):
