@@ -91,14 +91,14 @@ def load_episodes(
     kept = [
         e
         for e in eps
-        if (not fams or e.model_family in fams) and (not srcs or e.source in srcs) and e.n >= min_steps
+        if (not fams or e.model_family in fams) and (not srcs or e.source in srcs) and e.n_calls >= min_steps
     ]
     if not kept:
         have_f = sorted({e.model_family for e in eps})
         have_s = sorted({e.source for e in eps})
         raise ValueError(
             f"no usable trajectory in {where} (of {len(eps)}) for model_family={sorted(fams) or 'any'}, "
-            f"source={sorted(srcs) or 'any'}, at least {min_steps} steps; "
+            f"source={sorted(srcs) or 'any'}, at least {min_steps} model calls; "
             f"families present: {have_f}; sources present: {have_s}"
         )
     return kept

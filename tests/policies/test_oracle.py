@@ -7,6 +7,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.episode import compile_episode
 from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
+from dtoc_rl.schema import Need
 from dtoc_rl.simulator import CostConfig
 
 from .crafted import crafted
@@ -115,3 +116,47 @@ def test_approximation_gap_on_real_prefixes(cache, worst):
         assert approx >= exact - 1e-12
         gaps.append(approx / exact - 1)
     assert len(gaps) == 12 and max(gaps) < worst, gaps
+
+
+def _small_parallel_episode(draw_sizes, draw_needs, family, new_turn):
+    """As _small_episode, with the steps grouped into turns of parallel tool calls (step k opens a
+    new turn where ``new_turn[k - 1]``)."""
+    t = crafted(draw_sizes, needs={}, family=family)
+    turn = 0
+    for k, s in enumerate(t.steps):
+        turn += k > 0 and new_turn[(k - 1) % len(new_turn)]
+        s.turn = turn + 1  # from 1: all-zero turns mean "not recorded"
+    for step, js in draw_needs:
+        if step < len(t.steps):
+            t.steps[step].needs += [Need(step=j, kind="provenance", evidence="span") for j in js if j < step]
+    return compile_episode(t)
+
+
+parallel_episodes = st.builds(
+    _small_parallel_episode,
+    st.lists(st.integers(4, 40_000), min_size=2, max_size=6),
+    st.lists(st.tuples(st.integers(1, 5), st.lists(st.integers(0, 4), max_size=2)), max_size=4),
+    st.sampled_from(["claude-sonnet", "gemini-3-pro", "gpt-4", "gpt-4o"]),
+    st.lists(st.booleans(), min_size=1, max_size=5),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ep=parallel_episodes, seed=st.integers(0, 2**16))
+def test_with_parallel_tool_calls_the_oracle_plans_per_call_and_no_schedule_beats_the_exact_one(ep, seed):
+    exact, approx = exact_plan(ep), plan(ep)
+    assert exact.shape == approx.shape == (ep.n_calls, ep.n)
+    best = schedule_cost(ep, exact)
+    assert best <= schedule_cost(ep, approx) + 1e-12
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        c = schedule_cost(ep, rng.random((ep.n_calls, ep.n)) < 0.5)
+        assert c >= best - 1e-12 or c == float("inf")
+    if ep.n_calls < 2:
+        return  # one model call: no decision to make, ReplayEnv does not load it
+    # played in ReplayEnv, one decision per model call, the exact schedule costs what it planned
+    env = ReplayEnv(trajectories=[ep], max_items=16, expose_episode=True)
+    oracle = HindsightOracle(exact_max_outputs=8)
+    tot = play(oracle, env)
+    assert tot["misses"] == 0 and tot["calls"] == ep.n_calls
+    assert tot["dollars"] == pytest.approx(schedule_cost(ep, oracle.V), rel=1e-9)
