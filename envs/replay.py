@@ -23,7 +23,6 @@ from dtoc_rl.features import (
     ITEM_FEATURES,
     action_space,
     check_action,
-    decode_action,
     observation_space,
     price_vector,
 )
@@ -460,9 +459,6 @@ class ReplayEnv(gym.Env):
         if b is None:
             b = self._baselines[ep.traj_id] = baseline_totals(ep, self.cfg)
         return b
-
-    def _decode(self, action) -> tuple[np.ndarray, np.ndarray]:
-        return decode_action(action, self.N, self.action_space)
 
     def _simulator(self, idx: int, ep: Episode) -> Simulator:
         """A fresh simulator for ``ep``: a cached one reset (its per-episode set-up is the costly part of a
