@@ -16,6 +16,7 @@ is pinned equal to :func:`resolve` by a test.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,12 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Applied", "KeyChanges", "SlotChanges", "apply_slots", "resolve", "resolve_keys"]
+
+_gt = np.greater
+try:  # the C function behind np.count_nonzero, without its Python-level dispatch
+    from numpy._core.multiarray import count_nonzero as _count
+except ImportError:  # numpy < 2
+    _count = np.count_nonzero
 
 
 @dataclass(frozen=True)
@@ -36,20 +43,16 @@ class SlotChanges:
 
 def resolve(enable: np.ndarray, disable: np.ndarray, visible: np.ndarray) -> SlotChanges:
     """The changes of masks ``enable``/``disable`` (any non-zero entry is set) over slots whose first
-    ``len(visible)`` hold stored outputs of that visibility; the slots after them hold nothing."""
+    ``len(visible)`` hold stored outputs of that visibility (bools); the slots after them hold nothing."""
     m = len(visible)
-    e = np.asarray(enable)
-    d = np.asarray(disable)
-    e_in = e[:m] != 0
-    d_in = d[:m] != 0
-    vis = np.asarray(visible, bool)
-    both = e_in & d_in
-    invalid = int(np.count_nonzero(e[m:]) + np.count_nonzero(d[m:]) + np.count_nonzero(both))
-    return SlotChanges(
-        enable=np.flatnonzero(e_in & ~d_in & ~vis),
-        disable=np.flatnonzero(d_in & ~e_in & vis),
-        invalid=invalid,
-    )
+    e, d = enable[:m], disable[:m]
+    if e.dtype.kind != "b":
+        e = e != 0
+    if d.dtype.kind != "b":
+        d = d != 0
+    invalid = _count(enable[m:]) + _count(disable[m:]) + _count(e & d)
+    # for booleans x > y is x & ~y: shown = enable & ~disable & ~visible, hidden = disable & ~enable & visible
+    return SlotChanges(_gt(_gt(e, d), visible).nonzero()[0], (_gt(d, e) & visible).nonzero()[0], int(invalid))
 
 
 @dataclass
@@ -74,8 +77,8 @@ def resolve_keys(
     Each distinct stored key takes a slot and each unknown entry one past them, so :func:`resolve`
     decides and counts exactly as it does for a policy's masks.  Lists keep the order of the input."""
     out = KeyChanges()
-    sets: list[list[Any]] = [[], []]
-    seen: list[set[Any]] = [set(), set()]
+    named: tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]] = ([], [])  # distinct (tag, entry) per set
+    seen: tuple[set[Any], set[Any]] = (set(), set())
     for j, keys in enumerate((enable, disable)):
         for k in keys:
             tag = k if isinstance(k, str) else ("\0", repr(k))  # unhashable entries compare by repr
@@ -84,44 +87,42 @@ def resolve_keys(
                     out.duplicates.append(k)
                 continue
             seen[j].add(tag)
-            sets[j].append((tag, k))
-    slot: dict[Any, int] = {}
+            named[j].append((tag, k))
+    slot: dict[str, int] = {}  # stored keys, numbered in the order they are first named
     vis: list[bool] = []
-    for tag, k in sets[0] + sets[1]:
-        if tag not in slot and isinstance(k, str):
-            v = visible_of(k)
-            if v is not None:
-                slot[tag] = len(vis)
-                vis.append(bool(v))
+    for tag, k in itertools.chain(*named):
+        if tag is k and k not in slot and (v := visible_of(k)) is not None:
+            slot[k] = len(vis)
+            vis.append(bool(v))
     m = len(vis)
-    extra: dict[tuple[int, Any], int] = {}  # an unknown entry: its own slot per set
+    pos: tuple[list[int], list[int]] = ([], [])
+    size = m
     for j in (0, 1):
-        for tag, _ in sets[j]:
-            if tag not in slot:
-                extra[(j, tag)] = m + len(extra)
-    masks = np.zeros((2, m + len(extra)), np.bool_)
+        for tag, _ in named[j]:
+            i = slot.get(tag) if tag.__class__ is str else None
+            if i is None:  # an unknown entry: a padding slot of its own
+                i, size = size, size + 1
+            pos[j].append(i)
+    masks = ([False] * size, [False] * size)
     for j in (0, 1):
-        for tag, _ in sets[j]:
-            masks[j, slot[tag] if tag in slot else extra[(j, tag)]] = True
-    ch = resolve(masks[0], masks[1], np.asarray(vis, bool))
+        for i in pos[j]:
+            masks[j][i] = True
+    ch = resolve(np.array(masks[0], np.bool_), np.array(masks[1], np.bool_), np.array(vis, np.bool_))
     out.invalid = ch.invalid
-    key_of = {i: k for j in (0, 1) for tag, k in sets[j] if (i := slot.get(tag)) is not None}
-    out.enable = [key_of[i] for i in ch.enable]
-    out.disable = [key_of[i] for i in ch.disable]
-    in_both = {t for t in seen[0] & seen[1] if isinstance(t, str)}
+    # slots are numbered in naming order, so ascending slots keep each list's order
+    key_at = list(slot)
+    out.enable = [key_at[i] for i in ch.enable.tolist()]
+    out.disable = [key_at[i] for i in ch.disable.tolist()]
+    both = {t for t in seen[0] & seen[1] if t.__class__ is str}
     for j in (0, 1):
-        for tag, k in sets[j]:
-            if tag in in_both:
+        for tag, k in named[j]:
+            if tag in both:
                 if j == 0:
                     out.conflicts.append(k)
-            elif tag not in slot:
+            elif tag not in slot or tag.__class__ is not str:
                 out.unknown.append(k)
             elif vis[slot[tag]] == (j == 0):
                 out.unchanged.append(k)
-    # resolve returns ascending slots; give them back in the order they were named
-    order = {tag: i for i, (tag, _) in enumerate(sets[0] + sets[1])}
-    out.enable.sort(key=lambda k: order[k])
-    out.disable.sort(key=lambda k: order[k])
     return out
 
 
