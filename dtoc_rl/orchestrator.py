@@ -39,8 +39,9 @@ The decision
 :meth:`decide` runs once per model call, when something changed since the last
 one (:meth:`openai_request`, :meth:`openai_messages`, :meth:`anthropic_request`
 call it).  Slot ``i`` of the observation holds the ``i``-th oldest of the
-``max_items`` most recent outputs; older outputs keep their visibility.  Per
-output the orchestrator keeps the features of an :class:`~dtoc_rl.features.ItemState`
+``max_items`` most recent outputs; older outputs keep their visibility.  The session is
+tracked by a :class:`~dtoc_rl.engine.session.SessionTracker`, the one LiveEnv uses too: per
+output it keeps the features of an :class:`~dtoc_rl.features.ItemState`
 (as columns, :class:`~dtoc_rl.features.ItemColumns`; :meth:`item_states` lists them): tokens,
 age in model calls, visibility, tool category, and the online need features
 (``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
@@ -66,7 +67,9 @@ whatever the length of the session.
 ``label_every=k`` labels every k-th assistant turn (the skipped turns are labelled
 together at the next one); ``label_every=0`` switches labelling off (need features
 stay 0; rule policies do not read them).  Misses (a new step needs an output that
-was hidden when its call was made) are counted in :attr:`totals`.  A labeller
+was hidden when its call was made) are counted in :attr:`totals`, as are invalid actions (a policy's
+padding slots and slots in both masks, a model's unknown keys and keys in both lists:
+:mod:`dtoc_rl.engine.actions`, the rule every env applies).  A labeller
 error never stops the loop: it is kept in :attr:`label_errors`, warned about once,
 and the turn it failed on keeps no labels (its outputs still count for later turns).
 

@@ -3,7 +3,8 @@
 A client that names a ``session`` in its ``/decide`` requests may send each model call of
 the session once, as a ``turn`` (the assistant text, the user text since the previous
 turn, and each tool call with its item key, tool, arguments and output).  The service
-keeps an :class:`~dtoc_rl.orchestrator.Orchestrator` per session, which labels the turns
+keeps an :class:`~dtoc_rl.orchestrator.Orchestrator` per session (its
+:class:`~dtoc_rl.engine.session.SessionTracker`, the one LiveEnv uses), which labels the turns
 as it does for a Python agent (:class:`~dtoc_rl.labels.NeedLabeller`: the labels
 ``dtoc-rl ingest`` gives the session's log), and fills the need features
 (``times_needed``, ``since_need``, ``modified``, ``rereads``) of the request's items that

@@ -160,7 +160,8 @@ class LiveEnv(gym.Env):
     :mod:`dtoc_rl.envs.tools`), and their outputs are stored, visible.  The first
     model call happens in ``reset()``, so the first observation already holds its
     output.  A message without a tool call (an unparseable generation) gets a short
-    user nudge and the loop continues.  Needs are labelled online, a turn at a time,
+    user nudge and the loop continues.  The episode is tracked by the Orchestrator's
+    :class:`~dtoc_rl.engine.session.SessionTracker`.  Needs are labelled online, a turn at a time,
     with :class:`dtoc_rl.labels.NeedLabeller` (the labels that
     :func:`dtoc_rl.labels.label_trajectory` gives the whole episode); a need on an
     output that was hidden when the call was made is a **miss** (the agent had to
@@ -172,9 +173,11 @@ class LiveEnv(gym.Env):
     recently stored outputs (``obs["item_mask"]``; their keys are
     ``info["slot_keys"]``).  Setting a padding slot, enabling a visible or
     disabling a hidden output does nothing; padding slots and slots in both sets
-    are counted in ``info["invalid_actions"]``.  An action of the wrong structure,
-    shape or dtype raises ``ValueError`` naming the expected space.  After the
-    agent has submitted (in ``reset()`` or mid-turn) the next action is not applied.
+    are counted in ``info["invalid_actions"]`` (as are unknown keys and keys in both
+    lists of the agent's own ``manage_context`` calls: :mod:`dtoc_rl.engine.actions`).
+    An action of the wrong structure, shape or dtype raises ``ValueError`` naming the
+    expected space.  After the agent has submitted (in ``reset()`` or mid-turn) the next
+    action is not applied.
 
     ## Observation Space
     The shared spec of :mod:`dtoc_rl.features` (the same ``Dict`` as ReplayEnv):
