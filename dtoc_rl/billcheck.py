@@ -5,16 +5,20 @@ re-priced from the log's own context, the one the harness really sent: the syste
 then every earlier step's message, assistant text and raw output as logged (not DTOC envelopes),
 outputs the harness masked as a short placeholder, steps it dropped (``dropped_before``) left out,
 plus the call's own ``harness_text`` and the prompt tokens the log lacks
-(``Trajectory.unlogged_prompt_tokens``).  The prompt's size in provider tokens is ``factor`` x the
-estimator's count plus the unlogged tokens, ``factor`` (tokens per estimator token) fitted per
-source from the logged input tokens: the estimator counts characters, providers count their own
-tokenizer's tokens.
+(``Trajectory.unlogged_prompt_tokens``).  The prompt's size in provider tokens is a
+:class:`SizeModel` of the estimator's counts (o200k by default) plus the unlogged tokens: provider
+tokens per estimator token of the task, the step text and the outputs, tokens per step and per
+call.  It is per (source, model family): the one stored in ``dtoc_rl.calibrated`` for it, else the
+stored ratio of the same family in another harness, else fitted on the fit half of these logs
+(:func:`held_out` splits the trajectories by a hash of their id), and every summary reports the
+errors on both halves and where its size model came from.
 
 The cached part is the simulator's: the prefix shared with the previous call (up to the first
 earlier step whose visibility changed, and never the previous call's harness text, which is
 re-rendered at the end of every prompt), then the provider's :class:`~dtoc_rl.pricing.CacheRules`
 (minimum size, granularity, lifetime between the logged timestamps).  For providers whose cache
-hits are best effort, ``hit_rate`` is fitted per source as logged / rule-allowed cached tokens.
+hits are best effort, ``hit_rate`` is fitted per source as logged / rule-allowed cached tokens
+(on the fit half).
 Dollars use the version's list prices (:func:`dtoc_rl.pricing.prices_for`) and the logged output
 tokens, so what is checked is the input side: prompt size, cache and prices.
 
@@ -25,9 +29,10 @@ gives only the call's cost, the cached tokens that cost implies at list prices) 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,11 +41,28 @@ from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
 from dtoc_rl.schema import Trajectory
 from dtoc_rl.tokens import TokenEstimator, get_estimator
 
-__all__ = ["CallCheck", "bill_check", "log_calls", "plot_bill_check", "targets_met", "write_calls"]
+__all__ = [
+    "DEFAULT_ESTIMATOR",
+    "CallCheck",
+    "SizeModel",
+    "bill_check",
+    "held_out",
+    "log_calls",
+    "plot_bill_check",
+    "targets_met",
+    "write_calls",
+]
 
 #: Placeholder a masking harness leaves for a hidden output (SWE-agent: "Old environment output:
 #: (N lines omitted)"), in estimator tokens.
 MASKED_PLACEHOLDER_TOKENS = 10
+#: What the logged text is counted with.  A BPE tokenizer follows any provider's own across prose,
+#: code and logs far better than characters do (on the gemini-3-pro runs, provider tokens per 4
+#: characters span 1.08-1.35 between the 10th and 90th percentile of calls, per o200k token
+#: 1.13-1.23), so a factor fitted on some logs of a source holds on its other logs.
+DEFAULT_ESTIMATOR = "o200k_base"
+#: Calls a (source, model family) needs in its fit half to be fitted there, not on all its calls.
+MIN_FIT_CALLS = 20
 
 
 @dataclass
@@ -64,6 +86,7 @@ class CallCheck:
     logged_dollars: float  # NaN: unknown
     prices: Prices
     rules: CacheRules
+    family: str = ""  # the trajectory's model family: size models are per (source, family)
     pred: dict[str, float] = field(default_factory=dict)
 
 
@@ -153,6 +176,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 logged_dollars=dollars,
                 prices=p,
                 rules=rules,
+                family=traj.model_family or "",
             )
         )
         prev = (segs, s.timestamp, start)
@@ -173,7 +197,8 @@ def _fit_size(calls: list[CallCheck]) -> tuple[float, float, float, float, float
     n = np.array([c.n_steps for c in calls], float)
     y = np.array([c.logged_in - c.unlogged for c in calls], float)
     if len(e) >= 5 and np.ptp(e) > 0:
-        w = 1.0 / np.maximum(y, 1.0)  # relative errors: a long call must not outweigh many short ones
+        # relative errors of the whole prompt: a long call must not outweigh many short ones
+        w = 1.0 / np.maximum([c.logged_in for c in calls], 1.0)
         X = np.vstack([g, e - o - g, o, n, np.ones_like(e)]).T * w[:, None]
         cols = list(range(5))
         while cols:  # non-negative least squares by dropping the most negative coefficient
@@ -185,8 +210,90 @@ def _fit_size(calls: list[CallCheck]) -> tuple[float, float, float, float, float
                     return tuple(float(x) for x in out)  # type: ignore[return-value]
                 break
             cols.pop(int(np.argmin(coef)))
-    r = float(y.sum() / e.sum()) if e.sum() else 1.0
+    r = _fit_ratio(calls)
     return r, r, r, 0.0, 0.0
+
+
+def _fit_ratio(calls: list[CallCheck]) -> float:
+    """One provider-tokens-per-estimator-token ratio: the median over calls of logged (less the
+    unlogged tokens) / estimated.  A median, because some logs' unlogged count is off for a few calls
+    (a RepoLaunch conversation whose first logged call is larger than later ones leaves nothing, or
+    less than nothing, to scale) and a least-squares ratio follows those calls."""
+    r = [(c.logged_in - c.unlogged) / c.est_prompt for c in calls if c.est_prompt > 0]
+    r = [x for x in r if x > 0]
+    return float(np.median(r)) if r else 1.0
+
+
+def held_out(traj_id: str) -> bool:
+    """Whether a trajectory belongs to the check half.  Size models, hit rates and warm shares are
+    fitted on the other half only, so the check half's figures are out of sample.  The split is a
+    hash of the id: the same on every machine and for every subset of a dataset."""
+    return hashlib.sha1(traj_id.encode("utf-8")).digest()[0] & 1 == 1
+
+
+@dataclass(frozen=True)
+class SizeModel:
+    """Provider prompt tokens from a logged call's estimator counts (the terms of :func:`_fit_size`)."""
+
+    estimator: str
+    base: float = 1.0  # per estimator token of the system prompt and task
+    text: float = 1.0  # per estimator token of the other step text (messages, assistant text, args)
+    outputs: float = 1.0  # per estimator token of tool outputs
+    per_step: float = 0.0  # tokens per earlier step
+    offset: float = 0.0  # tokens per call
+    origin: str = "none"  # where the figures come from, said in the output
+
+    def predict(self, c: CallCheck) -> int:
+        rest = c.est_prompt - c.est_outputs - c.est_base
+        size = self.base * c.est_base + self.text * rest + self.outputs * c.est_outputs
+        return round(size + self.per_step * c.n_steps + self.offset) + c.unlogged
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fitted(calls: list[CallCheck], est: str, origin: str) -> SizeModel:
+    f, a, c, d, b = _fit_size(calls)
+    return SizeModel(est, f, a, c, d, b, origin)
+
+
+def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[SizeModel, list[CallCheck]]:
+    """The size model for one (source, model family) and the calls it was fitted on (none if stored).
+
+    ``mode``: ``"none"`` (estimator tokens as counted), ``"fit"`` (fitted on the fit half of
+    ``calls``, or on all of them when that half is too small) or ``"stored"``: the factors
+    ``dtoc_rl.calibrated.PROMPT_SIZE_FACTORS`` holds for ``key`` and this estimator; else, for the
+    same model family in another harness, that entry's single tokens-per-estimator-token ratio (the
+    tokenizer carries over, the harness's framing does not); else fitted as for ``"fit"``.
+    """
+    from dtoc_rl.calibrated import PROMPT_SIZE_FACTORS
+
+    if mode == "none":
+        return SizeModel(est, origin="none: estimator tokens as counted"), []
+    if mode == "stored":
+        entry = PROMPT_SIZE_FACTORS.get(key)
+        if entry is not None and entry["estimator"] == est:
+            terms = {k: float(entry[k]) for k in ("base", "text", "outputs", "per_step", "offset")}
+            return SizeModel(est, **terms, origin=f"stored for {key} ({entry['fitted_on']})"), []
+        family = key.split("/", 1)[1]
+        kin = [
+            (int(v["calls"]), k)
+            for k, v in PROMPT_SIZE_FACTORS.items()
+            if k.split("/", 1)[1] == family and v["estimator"] == est
+        ]
+        if kin:
+            other = PROMPT_SIZE_FACTORS[max(kin)[1]]
+            r = float(other["ratio"])
+            origin = f"stored ratio of {max(kin)[1]} (no factors for {key}; same model family)"
+            return SizeModel(est, r, r, r, 0.0, 0.0, origin), []
+    fit = [c for c in calls if not held_out(c.traj_id)]
+    if len(fit) >= MIN_FIT_CALLS:
+        why = "" if mode == "fit" else f"; no stored factors for {key}"
+        return _fitted(fit, est, f"fitted on the fit half of these logs ({len(fit)} calls{why})"), fit
+    if len(calls) >= 2:
+        why = "" if mode == "fit" else f"; no stored factors for {key}"
+        return _fitted(calls, est, f"fitted on all {len(calls)} calls of these logs (in sample{why})"), calls
+    return SizeModel(est, origin=f"none: too few calls to fit ({len(calls)}) and no stored factors"), []
 
 
 def _pct(pred: float, logged: float) -> float:
@@ -199,21 +306,47 @@ def _dollars(calls: list[CallCheck], cached: np.ndarray, pred_in: np.ndarray) ->
     return np.array([c.prices.bill(ch, pin - ch, c.logged_out) for c, ch, pin in zip(calls, cached, pred_in)])
 
 
+def _errors(pred_in, logged_in, pred_cached, logged_cached, pred_usd, logged_usd, billed) -> dict[str, Any]:
+    rel = 100.0 * (pred_in / logged_in - 1.0)
+    abs_rel = np.abs(rel)
+    if not len(rel):
+        return {"calls": 0}
+    known = ~np.isnan(logged_cached)
+    return {
+        "calls": len(rel),
+        "input_tokens": _pct(pred_in.sum(), logged_in.sum()),
+        "cached_tokens": _pct(pred_cached[known].sum(), logged_cached[known].sum()) if known.any() else None,
+        "dollars": _pct(pred_usd[billed].sum(), logged_usd[billed].sum()) if billed.any() else None,
+        "per_call_input_median_abs": float(np.median(abs_rel)),
+        "per_call_input_p90_abs": float(np.percentile(abs_rel, 90)),
+    }
+
+
 def bill_check(
     trajs: list[Trajectory],
     estimator: TokenEstimator | str | None = None,
     *,
-    fit_factor: bool = True,
+    size: str = "stored",
     fit_hit_rate: bool = True,
 ) -> dict[str, Any]:
     """Predicted against logged input tokens, cached tokens and dollars, per source and per call.
 
+    ``estimator`` counts the logged text (default :data:`DEFAULT_ESTIMATOR`); ``size`` says where
+    the provider-tokens-per-estimator-token model of each (source, model family) comes from
+    (``"stored"``, ``"fit"`` or ``"none"``, see :func:`_size_model`); with ``fit_hit_rate`` the
+    cache hit rate and the first-call warm share are fitted per source on the fit half of its
+    trajectories (:func:`held_out`), else the configured rules apply.
+
     Returns ``{"sources": {source: summary}, "calls": {source: {"logged_in", "pred_in", ...}}}``;
-    a summary holds the fitted ``factor`` and ``hit_rate``, the logged and predicted totals with
-    their errors in percent (provider rules and, for comparison, the ideal cache), and the per-call
-    input-token error distribution (percent; median of absolute errors, percentiles).
+    a summary holds the size models used (``size_models``, each with its ``origin``) and the
+    fitted ``hit_rate``, the logged and predicted totals with their errors in percent (provider
+    rules and, for comparison, the ideal cache), the per-call input-token error distribution
+    (percent; median of absolute errors, percentiles), and the same errors on each half
+    (``halves``: ``fit`` and ``held_out``).
     """
-    est = get_estimator(estimator)
+    if size not in ("stored", "fit", "none"):
+        raise ValueError(f"size must be 'stored', 'fit' or 'none', got {size!r}")
+    est = get_estimator(DEFAULT_ESTIMATOR if estimator is None else estimator)
     by_source: dict[str, list[CallCheck]] = defaultdict(list)
     trajs_of: dict[str, set[str]] = defaultdict(set)
     for t in trajs:
@@ -223,24 +356,24 @@ def bill_check(
     sources: dict[str, Any] = {}
     calls_out: dict[str, Any] = {}
     for src, calls in sorted(by_source.items()):
-        f_base, a, c_out, per_step, offset = _fit_size(calls) if fit_factor else (1.0, 1.0, 1.0, 0.0, 0.0)
-        pred_in = np.array(
-            [
-                round(
-                    f_base * c.est_base
-                    + a * (c.est_prompt - c.est_outputs - c.est_base)
-                    + c_out * c.est_outputs
-                    + per_step * c.n_steps
-                    + offset
-                )
-                + c.unlogged
-                for c in calls
-            ],
-            float,
-        )
+        models: dict[str, Any] = {}
+        pred_in = np.zeros(len(calls))
+        offset = np.zeros(len(calls))
+        for fam in sorted({c.family for c in calls}):
+            idx = [i for i, c in enumerate(calls) if c.family == fam]
+            sm, fit_on = _size_model(f"{src}/{fam}", [calls[i] for i in idx], est.name, size)
+            models[fam] = {
+                **sm.to_dict(),
+                "calls": len(idx),
+                "fit_calls": len(fit_on),
+                "ratio": _fit_ratio(fit_on) if fit_on else None,
+            }
+            for i in idx:
+                pred_in[i] = sm.predict(calls[i])
+                offset[i] = sm.offset
         # the fixed part (offset, unlogged tokens) opens every prompt; the rest of the shared prefix is
         # sized at the prompt's own mix of outputs and other text
-        fixed = np.array([offset + c.unlogged for c in calls])
+        fixed = offset + np.array([c.unlogged for c in calls])
         ratio = np.array([0.0 if c.first else c.est_shared / max(c.est_prompt, 1) for c in calls])
         shared = np.minimum(np.round(fixed + (pred_in - fixed) * ratio), pred_in)
         first = np.array([c.first for c in calls])
@@ -253,15 +386,18 @@ def bill_check(
         )
         logged_cached = np.array([c.logged_cached for c in calls])
         known = ~np.isnan(logged_cached)
+        check = np.array([held_out(c.traj_id) for c in calls])
+        # hit rates are fitted on the fit half, or on every call when that half has no logged cache
+        fit_on = known & ~check if (known & ~check).any() else known
         # A run's first call may find the harness's fixed prefix (system prompt, tools) still cached
         # by the run before it: the share of that prefix read on first calls is fitted per source.
-        kf = known & first
+        kf = fit_on & first
         warm = 0.0
         if fit_hit_rate and kf.any() and allowed[kf].sum() > 0:
             warm = float(min(1.0, logged_cached[kf].sum() / allowed[kf].sum()))
         allowed[first] = np.round(allowed[first] * warm)
         rate = 1.0
-        kl = known & ~first
+        kl = fit_on & ~first
         if fit_hit_rate and kl.any() and allowed[kl].sum() > 0:
             rate = float(logged_cached[kl].sum() / allowed[kl].sum())
         elif not fit_hit_rate:
@@ -288,11 +424,8 @@ def bill_check(
             "trajectories": len(trajs_of[src]),
             "calls": len(calls),
             "models": sorted({c.prices.source for c in calls}),
-            "factor_base": f_base,
-            "factor": a,
-            "factor_outputs": c_out,
-            "tokens_per_step": per_step,
-            "offset_tokens": offset,
+            "estimator": est.name,
+            "size_models": models,
             "first_call_warm_share": warm,
             "hit_rate": rate_out,
             "calls_billed": int(billed.sum()),
@@ -325,6 +458,14 @@ def bill_check(
                 "median": float(np.median(rel)),
                 "p90": float(np.percentile(rel, 90)),
                 "within_5pct": float((abs_rel <= 5).mean()),
+            },
+            "halves": {
+                name: _errors(
+                    *(x[m] for x in (pred_in, logged_in, cached, logged_cached, pred_usd)),
+                    logged_usd[m],
+                    billed[m],
+                )
+                for name, m in (("fit", ~check), ("held_out", check))
             },
             "calls_with_logged_cache": int(known.sum()),
             "calls_without_cache_hit_logged": int((logged_cached[known] == 0).sum()),

@@ -36,6 +36,7 @@ __all__ = [
     "CALIBRATED_REREAD_PROB_CI",
     "CALIBRATED_REREAD_PROB_WILSON",
     "CALIBRATION_SOURCE",
+    "PROMPT_SIZE_FACTORS",
 ]
 
 #: P(the agent re-reads | a need on a hidden output): 121 of 200 miss episodes.
@@ -72,4 +73,59 @@ CACHE_HIT_RATES: dict[str, float] = {
     # the cost; many calls with a long unchanged prefix were billed with no hit at all.
     "gpt-5.2": 0.52,
     "gpt-5.2-codex": 0.52,
+}
+
+#: Provider prompt tokens from a log's text, per "source/model family", for the bill check
+#: (``dtoc_rl.billcheck.SizeModel``): tokens per ``estimator`` token of the system prompt and task
+#: (``base``), of other step text (``text``) and of tool outputs (``outputs``), tokens per earlier step
+#: (``per_step``) and per call (``offset``), and one overall ``ratio`` (what a harness with no entry of
+#: its own borrows for the same model family).  Fitted on the fit half of each source's trajectories
+#: (``billcheck.held_out`` false) by ``dtoc-rl calibrate --cost DATASET --fit --json``
+#: (``sources.*.size_models``), on a fresh ingest of ../shared/traces; docs/billcheck.md gives the
+#: errors on both halves.
+PROMPT_SIZE_FACTORS: dict[str, dict[str, float | int | str]] = {
+    "claude-code-stream/claude-opus": {
+        "estimator": "o200k_base",
+        "base": 1.0038,
+        "text": 1.1137,
+        "outputs": 1.0172,
+        "per_step": 88.7775,
+        "offset": 94.2425,
+        "ratio": 1.0956,
+        "calls": 65,
+        "fitted_on": "../shared/traces fit half: 9 runs, 65 calls; 2026-12-01",
+    },
+    "claude-code-stream/claude-sonnet": {
+        "estimator": "o200k_base",
+        "base": 1.0081,
+        "text": 1.2051,
+        "outputs": 1.0812,
+        "per_step": 103.8186,
+        "offset": 0.0,
+        "ratio": 1.1477,
+        "calls": 123,
+        "fitted_on": "../shared/traces fit half: 13 runs, 123 calls; 2026-12-01",
+    },
+    "mini-swe-agent/gemini-3-pro": {
+        "estimator": "o200k_base",
+        "base": 0.8102,
+        "text": 1.1791,
+        "outputs": 1.2068,
+        "per_step": 8.1342,
+        "offset": 384.9708,
+        "ratio": 1.1769,
+        "calls": 2590,
+        "fitted_on": "../shared/traces fit half: 74 runs, 2,590 calls; 2026-12-01",
+    },
+    "repolaunch/gpt-5": {
+        "estimator": "o200k_base",
+        "base": 0.9988,
+        "text": 0.9988,
+        "outputs": 0.9988,
+        "per_step": 0.0,
+        "offset": 0.0,
+        "ratio": 0.9988,
+        "calls": 9767,
+        "fitted_on": "../shared/traces fit half: 768 runs, 9,767 calls; 2026-12-01",
+    },
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.billcheck import bill_check, log_calls, targets_met
+from dtoc_rl.billcheck import bill_check, held_out, log_calls, targets_met
 from dtoc_rl.cli import main as cli
 from dtoc_rl.dataset import write_dataset
 from dtoc_rl.schema import Step, Trajectory, Usage
@@ -54,9 +54,9 @@ def test_the_logged_context_is_rebuilt_call_by_call():
 
 
 def test_a_log_that_matches_the_model_is_predicted_exactly():
-    res = bill_check([_log()], "chars")
+    res = bill_check([_log()], "chars", size="fit")
     s = res["sources"]["repolaunch"]
-    assert s["factor"] == 1.0 and s["hit_rate"] == 1.0
+    assert s["size_models"]["gpt-5"]["text"] == 1.0 and s["hit_rate"] == 1.0
     assert res["calls"]["repolaunch"]["pred_cached"] == [0, 0, 1920, 0]
     assert s["error_pct"]["dollars"] == pytest.approx(0, abs=1e-9)
     assert s["per_call_input_error_pct"]["median_abs"] == 0
@@ -76,9 +76,9 @@ def test_factor_hit_rate_and_cost_implied_cache_are_fitted():
         inp = round(1.2 * u.input_tokens) + 500
         cached = (round(1.2 * c) + 500) // 128 * 128 // 2 if c else 0  # half of what the rules allow
         s.usage = Usage(input_tokens=inp, output_tokens=20, cost_usd=_usage(inp, cached).cost_usd)
-    res = bill_check([t], "chars")
+    res = bill_check([t], "chars", size="fit")
     s = res["sources"]["repolaunch"]
-    assert s["factor"] == pytest.approx(1.2, abs=1e-3)
+    assert s["size_models"]["gpt-5"]["text"] == pytest.approx(1.2, abs=1e-3)
     assert s["hit_rate"] == pytest.approx(0.5, abs=0.01)
     assert abs(s["error_pct"]["dollars"]) < 1 and s["per_call_input_error_pct"]["median_abs"] < 0.1
 
@@ -90,6 +90,8 @@ def test_cli_cost_json_plot_and_errors(tmp_path: Path, capsys):
         "calibrate",
         "--cost",
         str(ds),
+        "--estimator",
+        "chars",
         "--json",
         "--plot",
         str(tmp_path / "bill.png"),
@@ -105,8 +107,12 @@ def test_cli_cost_json_plot_and_errors(tmp_path: Path, capsys):
     ]  # fmt: skip
     assert out["calls_out"]["calls"] == 4
     assert (tmp_path / "bill.png").stat().st_size > 0
-    assert cli(["calibrate", "--cost", str(ds)]) == 0
-    assert "bill check" in capsys.readouterr().out
+    assert cli(["calibrate", "--cost", str(ds), "--estimator", "chars"]) == 0
+    text = capsys.readouterr().out
+    assert "bill check" in text and "size repolaunch/gpt-5 (chars)" in text and "in sample" in text
+    assert cli(["calibrate", "--cost", str(ds), "--estimator", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--estimator" in err and "nope" in err and len(err.strip().splitlines()) == 1
     bare = _log()
     for s in bare.steps:
         s.usage = None
@@ -130,9 +136,166 @@ def test_unlogged_fixed_prompt_and_warm_first_calls_are_fitted():
             cached = 5000 if c.first else (c.est_shared + 5000) // 128 * 128
             t.steps[c.step].usage = _usage(inp, cached)
         trajs.append(t)
-    res = bill_check(trajs, "chars")
+    res = bill_check(trajs, "chars", size="fit")
     s = res["sources"]["repolaunch"]
-    assert s["offset_tokens"] == pytest.approx(5000, abs=1)
+    assert s["size_models"]["gpt-5"]["offset"] == pytest.approx(5000, abs=1)
     assert s["first_call_warm_share"] == pytest.approx(1.0)
     assert s["per_call_input_error_pct"]["median_abs"] < 0.05
     assert abs(s["error_pct"]["dollars"]) < 0.5
+
+
+def _runs(n: int, factor_fit: float, factor_check: float, source: str = "repolaunch", family: str = "gpt-5"):
+    """``n`` runs of 4 calls whose provider counts ``factor_fit`` tokens per estimator token on the
+    fit half (billcheck.held_out false) and ``factor_check`` on the other half; nothing cached."""
+    trajs = []
+    for r in range(n):
+        steps = [_step(k, 400 * (k + r % 5 + 1), _usage(1, 0), 10.0 * k) for k in range(4)]
+        t = _traj(steps, tid=f"run/{r}", source=source)
+        t.model_family = family
+        factor = factor_check if held_out(t.traj_id) else factor_fit
+        for c in log_calls(t, get_estimator("chars")):
+            t.steps[c.step].usage = _usage(round(factor * c.est_prompt), 0)
+        trajs.append(t)
+    return trajs
+
+
+def test_size_models_are_fitted_on_the_fit_half_and_checked_on_the_other():
+    trajs = _runs(30, 1.2, 1.5)
+    assert 5 < sum(held_out(t.traj_id) for t in trajs) < 25  # both halves are there
+    s = bill_check(trajs, "chars", size="fit")["sources"]["repolaunch"]
+    m = s["size_models"]["gpt-5"]
+    assert m["text"] == pytest.approx(1.2, abs=0.01) and m["outputs"] == pytest.approx(1.2, abs=0.01)
+    assert "fit half" in m["origin"] and m["fit_calls"] == 4 * sum(not held_out(t.traj_id) for t in trajs)
+    fit, check = s["halves"]["fit"], s["halves"]["held_out"]
+    assert fit["per_call_input_median_abs"] < 0.5
+    assert check["per_call_input_median_abs"] == pytest.approx(100 * (1 - 1.2 / 1.5), abs=0.5)
+    assert fit["calls"] + check["calls"] == s["calls"]
+
+
+def test_stored_size_models_apply_per_source_and_family_and_say_where_they_come_from(monkeypatch):
+    from dtoc_rl import calibrated
+
+    entry = {"estimator": "chars", "base": 1.3, "text": 1.3, "outputs": 1.3, "per_step": 0.0,
+             "offset": 0.0, "ratio": 1.3, "calls": 100, "fitted_on": "hand-made"}  # fmt: skip
+    monkeypatch.setattr(calibrated, "PROMPT_SIZE_FACTORS", {"repolaunch/gpt-5": entry})
+    same = bill_check(_runs(30, 1.3, 1.3), "chars")["sources"]["repolaunch"]
+    assert same["size_models"]["gpt-5"]["origin"] == "stored for repolaunch/gpt-5 (hand-made)"
+    assert same["size_models"]["gpt-5"]["fit_calls"] == 0
+    assert same["per_call_input_error_pct"]["median_abs"] < 0.1
+    # the same model family in another harness borrows the stored ratio
+    other = bill_check(_runs(30, 1.3, 1.3, source="my-harness"), "chars")["sources"]["my-harness"]
+    m = other["size_models"]["gpt-5"]
+    assert "stored ratio of repolaunch/gpt-5" in m["origin"] and m["text"] == 1.3 and m["per_step"] == 0
+    # another family has no stored model: fitted on these logs, and the output says so
+    new = bill_check(_runs(30, 1.1, 1.1, family="gpt-4o"), "chars")["sources"]["repolaunch"]
+    m = new["size_models"]["gpt-4o"]
+    assert "no stored factors for repolaunch/gpt-4o" in m["origin"] and m["text"] == pytest.approx(
+        1.1, abs=0.01
+    )
+    # a stored model counted with another estimator does not apply
+    other_est = bill_check(_runs(30, 1.3, 1.3), "o200k_base")["sources"]["repolaunch"]
+    assert "no stored factors" in other_est["size_models"]["gpt-5"]["origin"]
+    # --no-fit: estimator tokens as counted
+    bare = bill_check(_runs(30, 1.3, 1.3), "chars", size="none")["sources"]["repolaunch"]
+    assert bare["size_models"]["gpt-5"]["origin"].startswith("none")
+    assert bare["per_call_input_error_pct"]["median"] == pytest.approx(100 * (1 / 1.3 - 1), abs=0.1)
+    with pytest.raises(ValueError, match="size must be"):
+        bill_check(_runs(2, 1.0, 1.0), "chars", size="guess")
+
+
+def _chat_runs(shape: str, model: str) -> tuple[list[dict], list[int]]:
+    """Three chat runs whose assistant messages carry ``shape``'s usage: 1.1 provider tokens per 4
+    characters of the prompt so far plus 300 tokens of tools the log lacks; half of each prompt
+    after the first call read from the cache.  Also the prompt sizes written."""
+    runs, prompts = [], []
+    for r in range(3):
+        msgs = [
+            {"role": "system", "content": "You fix bugs." * 20},
+            {"role": "user", "content": f"task {r} " * 50},
+        ]
+        chars = sum(len(m["content"]) for m in msgs)
+        for k in range(5):
+            prompt = 300 + round(1.1 * chars / 4)
+            cached = prompt // 2 if k else 0
+            prompts.append(prompt)
+            if shape == "anthropic":
+                usage = {"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
+                         "cache_creation_input_tokens": 0, "output_tokens": 30}  # fmt: skip
+            elif shape == "responses":
+                usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+                         "output_tokens": 30}  # fmt: skip
+            elif shape == "gemini":  # REST
+                usage = {"promptTokenCount": prompt, "cachedContentTokenCount": cached,
+                         "candidatesTokenCount": 30}  # fmt: skip
+            else:  # Gemini's Python SDK
+                usage = {"prompt_token_count": prompt, "cached_content_token_count": cached,
+                         "candidates_token_count": 30}  # fmt: skip
+            args = json.dumps({"cmd": f"cat file{k}.py"})
+            call = {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": args}}
+            key = {"gemini": "usageMetadata", "gemini-sdk": "usage_metadata"}.get(shape, "usage")
+            msgs.append({"role": "assistant", "content": "", "tool_calls": [call], key: usage})
+            out = f"line {k}\n" * (40 * (k + 1) + 10 * r)
+            msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
+            chars += len(args) + len(out)
+        runs.append({"id": f"{shape}-{r}", "model": model, "messages": msgs})
+    return runs, prompts
+
+
+@pytest.mark.parametrize(
+    ("shape", "model"),
+    [
+        ("anthropic", "claude-sonnet-4-5-20250929"),
+        ("responses", "gpt-4.1-2025-04-14"),
+        ("gemini", "gemini-2.5-pro"),
+        ("gemini-sdk", "gemini-3-pro-preview"),
+    ],
+)
+def test_a_chat_log_with_another_providers_usage_is_checked(tmp_path: Path, capsys, shape, model):
+    runs, prompts = _chat_runs(shape, model)
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert cli(["ingest", str(log), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
+    capsys.readouterr()
+    # the made-up provider counts characters, so the check counts them too
+    calls = ["--calls-out", str(tmp_path / "calls.jsonl")]
+    assert cli(["calibrate", "--cost", str(tmp_path / "ds"), "--estimator", "chars", "--json", *calls]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (src,) = out["sources"]
+    s = out["sources"][src]
+    assert s["calls"] == 15 and s["calls_with_logged_cache"] == 15
+    assert s["logged"]["input_tokens"] == sum(prompts)
+    (m,) = s["size_models"].values()
+    # no stored figures for this harness (and none counted in characters): fitted here, and said so
+    assert "no stored factors for openai-chat/" in m["origin"] and "in sample" in m["origin"]
+    assert s["per_call_input_error_pct"]["median_abs"] < 2
+    # each shape's cached count was read: half of every prompt after a run's first call
+    rows = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert all(r["logged_cached"] == (r["logged_in"] // 2 if r["step"] else 0) for r in rows)
+    assert len(rows) == 15
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_gemini_runs_meet_the_targets_out_of_sample(shared_traces: Path):
+    """The 130 gemini-3-pro runs: the stored size model is the one fitted on their fit half, and it
+    predicts the other half's calls within the issue's 5 % (median), counted with o200k."""
+    from dtoc_rl.calibrated import PROMPT_SIZE_FACTORS
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    trajs = ingest_paths([shared_traces / "mini-swe-agent_gemini-3-pro_swebench-verified"], progress=False)
+    trajs = trajs.trajectories
+    assert len(trajs) == 130
+    stored = bill_check(trajs)["sources"]["mini-swe-agent"]
+    refit = bill_check(trajs, size="fit")["sources"]["mini-swe-agent"]
+    m, entry = refit["size_models"]["gemini-3-pro"], PROMPT_SIZE_FACTORS["mini-swe-agent/gemini-3-pro"]
+    for k in ("base", "text", "outputs", "per_step", "offset", "ratio"):
+        assert m[k] == pytest.approx(entry[k], abs=1e-3), k
+    assert stored["size_models"]["gemini-3-pro"]["origin"].startswith(
+        "stored for mini-swe-agent/gemini-3-pro"
+    )
+    held = stored["halves"]["held_out"]
+    assert held["calls"] > 1500 and held["per_call_input_median_abs"] < 3.0
+    assert stored["per_call_input_error_pct"]["median_abs"] < 3.0 and abs(stored["error_pct"]["dollars"]) < 5
+    # characters instead: the tokenizer's ratio varies with the text, the target is missed
+    chars = bill_check(trajs, "chars", size="fit")["sources"]["mini-swe-agent"]
+    assert chars["halves"]["held_out"]["per_call_input_median_abs"] > 4.5

@@ -25,9 +25,13 @@ See dtoc_rl.calibration for the exact definitions and docs/validity.md.
 With --cost, it checks the cost model instead (the bill check, dtoc_rl.billcheck): every logged
 model call of every trajectory whose log keeps per-call usage is re-priced from the context the
 log says was sent, and predicted input tokens, cached tokens and dollars are compared with the
-logged ones, per source and per call (a tokens-per-estimator-token factor and, for best-effort
-caches, a hit rate fitted per source).  Target: per source, total dollars within 5% and the
-median per-call input error within 5%.  See docs/billcheck.md.
+logged ones, per source and per call.  The provider's prompt size comes from the text counted
+with o200k and a size model per source and model family: the stored one (dtoc_rl.calibrated,
+fitted on half of ../shared/traces), else the stored ratio of the same model family, else one
+fitted on half of these logs (--fit: always); the output says which, and gives the errors on the
+fit half and on the held-out half.  For best-effort caches a hit rate is fitted per source.
+Target: per source, total dollars within 5% and the median per-call input error within 5%.
+See docs/billcheck.md.
 """
 
 from __future__ import annotations
@@ -64,10 +68,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="check the cost model against the logs' per-call usage (the bill check) instead",
     )
-    p.add_argument(
+    fit = p.add_mutually_exclusive_group()
+    fit.add_argument(
         "--no-fit",
         action="store_true",
-        help="--cost: no fitted factor or hit rate (estimator tokens, the configured cache rules)",
+        help="--cost: no size model or fitted hit rate (estimator tokens, the configured cache rules)",
+    )
+    fit.add_argument(
+        "--fit",
+        action="store_true",
+        help="--cost: fit every source's size model on the fit half of these logs, ignoring the stored "
+        "ones (default: the stored model of the source and model family, dtoc_rl.calibrated."
+        "PROMPT_SIZE_FACTORS, else fitted here; the output says which)",
+    )
+    p.add_argument(
+        "--estimator",
+        default=None,
+        help="--cost: what the logged text is counted with (default o200k_base: it follows other "
+        "providers' tokenizers far better than characters; stored size models hold for it only)",
     )
     p.add_argument("--calls-out", type=Path, help="--cost: also write every checked call as a JSON line here")
     p.add_argument("--json", action="store_true", help="print everything as JSON")
@@ -449,7 +467,11 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
 def run_bill_check(args: argparse.Namespace, trajs) -> int:
     from dtoc_rl.billcheck import bill_check, plot_bill_check, targets_met, write_calls
 
-    res = bill_check(trajs, fit_factor=not args.no_fit, fit_hit_rate=not args.no_fit)
+    size = "none" if args.no_fit else "fit" if args.fit else "stored"
+    try:
+        res = bill_check(trajs, args.estimator, size=size, fit_hit_rate=not args.no_fit)
+    except (ValueError, OSError) as e:  # a bad --estimator
+        return fail(f"--estimator: {e}")
     if not res["sources"]:
         return fail(
             f"{args.dataset}: no trajectory with logged per-call usage (Step.usage); nothing to check"
@@ -470,21 +492,29 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
     from rich.table import Table
 
     tab = Table(title=f"bill check: {args.dataset}")
-    cols = ("source", "trajs", "calls", "factor", "hit rate", "logged $", "pred $", "$ err %",
-            "$ err % (ideal cache)", "cached err %", "per-call in |err| med %", "p90 %", "ok")  # fmt: skip
+    cols = ("source", "trajs", "calls", "hit rate", "logged $", "pred $", "$ err %",
+            "$ err % (ideal cache)", "cached err %", "per-call in |err| med %", "p90 %",
+            "held-out: calls", "$ err %", "per-call med %", "ok")  # fmt: skip
     for c in cols:
         tab.add_column(c)
     for src, r in out["sources"].items():
-        e, pc = r["error_pct"], r["per_call_input_error_pct"]
+        e, pc, ho = r["error_pct"], r["per_call_input_error_pct"], r["halves"]["held_out"]
         fmt = lambda x: "-" if x is None else f"{x:+.1f}"  # noqa: E731
         tab.add_row(
-            src, str(r["trajectories"]), str(r["calls"]), f"{r['factor']:.3f}",
+            src, str(r["trajectories"]), str(r["calls"]),
             "-" if r["hit_rate"] is None else f"{r['hit_rate']:.3f}",
             f"{r['logged']['dollars']:.2f}", f"{r['predicted']['dollars']:.2f}", fmt(e["dollars"]),
             fmt(e["dollars_ideal_cache"]), fmt(e["cached_tokens"]), f"{pc['median_abs']:.1f}",
-            f"{pc['p90_abs']:.1f}", "met" if out["targets_met"][src] else "NOT met",
+            f"{pc['p90_abs']:.1f}", str(ho["calls"]), fmt(ho.get("dollars")),
+            "-" if not ho["calls"] else f"{ho['per_call_input_median_abs']:.1f}",
+            "met" if out["targets_met"][src] else "NOT met",
         )  # fmt: skip
     Console().print(tab)
+    for src, r in out["sources"].items():  # where each prompt-size model comes from
+        for fam, m in r["size_models"].items():
+            terms = f"base {m['base']:.3f}, text {m['text']:.3f}, outputs {m['outputs']:.3f}, " \
+                    f"{m['per_step']:.1f}/step, {m['offset']:.0f}/call"  # fmt: skip
+            print(f"size {src}/{fam} ({m['estimator']}): {terms}; {m['origin']}")
     if args.plot:
         print(f"plot: {out['plot']}")
     return 0

@@ -103,14 +103,17 @@ def _num(d: dict, *keys: str) -> float | None:
     return None
 
 
+_GEMINI_COUNTS = {"promptTokenCount", "candidatesTokenCount", "prompt_token_count", "candidates_token_count"}
+
+
 def usage_from(raw: object) -> Usage | None:
     """A provider's usage object as :class:`~dtoc_rl.schema.Usage`, whichever API wrote it.
 
     OpenAI chat (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``; OpenRouter adds ``cost``),
     OpenAI responses (``input_tokens``, ``input_tokens_details``), Anthropic (``input_tokens`` counts
     only the uncached part: the cache read and creation counts are added to it) and Gemini
-    (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount``).  None when ``raw``
-    holds no token count.
+    (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount``; the Python SDK
+    writes them in snake case).  None when ``raw`` holds no token count.
     """
     if not isinstance(raw, dict):
         return None
@@ -126,11 +129,11 @@ def usage_from(raw: object) -> Usage | None:
             output_tokens=_int(_num(raw, "completion_tokens")),
             cost_usd=cost,
         )
-    if "promptTokenCount" in raw or "candidatesTokenCount" in raw:
+    if _GEMINI_COUNTS & raw.keys():
         return Usage(
-            input_tokens=_int(_num(raw, "promptTokenCount")),
-            cached_tokens=_int(_num(raw, "cachedContentTokenCount")) or 0,
-            output_tokens=_int(_num(raw, "candidatesTokenCount")),
+            input_tokens=_int(_num(raw, "promptTokenCount", "prompt_token_count")),
+            cached_tokens=_int(_num(raw, "cachedContentTokenCount", "cached_content_token_count")) or 0,
+            output_tokens=_int(_num(raw, "candidatesTokenCount", "candidates_token_count")),
             cost_usd=cost,
         )
     if "input_tokens" in raw or "output_tokens" in raw:
@@ -157,10 +160,14 @@ def usage_from(raw: object) -> Usage | None:
 
 def message_usage(message: dict) -> Usage | None:
     """The usage saved with one assistant message: its own ``usage`` (litellm, OpenRouter exports) or
-    that of the raw response kept in ``extra.response`` (mini-swe-agent)."""
+    ``usage_metadata`` / ``usageMetadata`` (Gemini's SDK and REST responses), or that of the raw
+    response kept in ``extra.response`` (mini-swe-agent)."""
     extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
     response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
-    return usage_from(message.get("usage")) or usage_from(response.get("usage"))
+    for raw in (message.get("usage"), message.get("usage_metadata"), message.get("usageMetadata")):
+        if (u := usage_from(raw)) is not None:
+            return u
+    return usage_from(response.get("usage"))
 
 
 def _int(v: float | None) -> int | None:
