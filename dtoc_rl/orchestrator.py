@@ -286,6 +286,7 @@ class Orchestrator:
         self._family_fixed = model_family is not None
         self.model_family = model_family or normalize_family(self._model)
         self._prices = prices
+        self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
         if store is None and (session_path is not None or session_id is not None):
             from dtoc_rl.sqlite_store import SQLiteStore
 
@@ -349,7 +350,10 @@ class Orchestrator:
         its family's, with a warning once), as ReplayEnv bills the same model."""
         if self._prices is not None:
             return self._prices
-        return prices_for(self.model_family, self._model or None)
+        key = (self.model_family, self._model)
+        if self._listed is None or self._listed[0] != key:  # looked up once per model, not per decision
+            self._listed = (key, prices_for(self.model_family, self._model or None))
+        return self._listed[1]
 
     @property
     def policy_label(self) -> str:
@@ -837,6 +841,7 @@ class Orchestrator:
         s = self._s
         before = s.labelled
         s.label(self.ctx.pending_calls)
+        self._totals.label_ms = s.label_ms
         if s.labelled == len(s.steps):
             self._turns_since_label = 0
         if s.labelled != before:

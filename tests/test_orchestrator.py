@@ -847,3 +847,9 @@ def test_an_output_read_and_then_written_within_one_labelling_batch_is_modified(
     o.add_tool_result(c["id"], "")
     st = dict(o.item_states())
     assert st["t0000"].modified
+
+
+def test_labelling_time_is_counted_in_the_totals():
+    o = Orchestrator(make_policy("none"), query="t")
+    read_loop(o, 3)
+    assert o.totals.label_ms > 0  # what bench_policy reports as the full turn's need labelling
