@@ -57,7 +57,11 @@ class LearnedPolicyConfig:
     )
     source: str | None = _f(None, "train only on this source harness")
     max_items: int = _f(128, "env slots (the most recent outputs the policy sees)")
-    val_fraction: float = _f(0.2, "fraction of tasks held out for validation (split by task id)")
+    val_fraction: float = _f(
+        0.2,
+        "fraction of tasks held out (split by task id): half of them stop training and choose the "
+        "thresholds, the other half (the checkpoint's val_tasks) is used for nothing but reporting",
+    )
     # -- training --------------------------------------------------------------
     mode: str = _f(
         "oracle", "oracle: imitate the hindsight oracle; bc: clone logged masking; rl: REINFORCE only"

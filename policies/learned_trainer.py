@@ -386,7 +386,7 @@ def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[
             obs, _, done, _, info = env.step(policy.act(obs, info))
         ratios.append(info["totals"]["dollars"] / max(info["all_visible"]["dollars"], 1e-12))
         misses += info["totals"]["misses"]
-        steps += ep.n
+        steps += _n_calls(ep)
     return {
         "cost_ratio": float(np.mean(ratios)) if ratios else float("nan"),
         "misses_per_100_steps": 100.0 * misses / max(1, steps),
@@ -535,19 +535,27 @@ def _fit(
         if not eps:
             raise ValueError(f"no episodes left after excluding family {cfg.exclude_family!r}")
     train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
+    # The validation tasks are halved: one half stops training and chooses the thresholds (tune), the
+    # other is never used for any choice, so that figures on it (val_tasks, `evaluate --holdout-from`)
+    # are not inflated by picking the best of several thresholds on the same runs.
+    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
+    if not tune_eps:  # a single validation task: it has to do both
+        tune_eps = held_eps
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {
         "mode": cfg.mode,
         "episodes": len(eps),
         "train_episodes": len(train_eps),
-        "val_episodes": len(val_eps),
-        "val_tasks": sorted({f"{e.source}/{e.task_id}" for e in val_eps}),
+        "val_episodes": len(held_eps),
+        "val_tasks": sorted({f"{e.source}/{e.task_id}" for e in held_eps}),
+        "tune_episodes": len(tune_eps),
+        "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
         "families": sorted({e.model_family for e in eps}),
     }
     cache: dict = {}
     if cfg.mode in ("oracle", "bc"):
         train = collect(policy, train_eps, mode=cfg.mode, cache=cache, progress=progress)
-        val = collect(policy, val_eps, mode=cfg.mode, cache=cache, progress=progress)
+        val = collect(policy, tune_eps, mode=cfg.mode, cache=cache, progress=progress)
         if not train:
             raise ValueError(
                 f"no training decisions for mode={cfg.mode!r}"
@@ -563,7 +571,7 @@ def _fit(
         )
         for r in range(cfg.dagger_rounds if cfg.mode == "oracle" else 0):
             train += collect(policy, train_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
-            val += collect(policy, val_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
+            val += collect(policy, tune_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
             # fine-tune from the current weights: a third of the epochs is enough
             report[f"dagger_{r + 1}"] = _train_supervised(
                 policy, train, val, log=log, progress=progress, label=f"dagger{r + 1}",
@@ -574,13 +582,13 @@ def _fit(
             cfg.rl_updates = 50
         report["rl"] = _reinforce(policy, train_eps, log=log, progress=progress)
     cost_cfg = _cost_config(policy)
-    if val_eps:
+    if tune_eps:
         t1 = time.perf_counter()
-        rows = sweep_thresholds(policy, val_eps, cost_cfg)
+        rows = sweep_thresholds(policy, tune_eps, cost_cfg)
         policy.set_threshold_table(threshold_table(rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val))
         report["thresholds"] = policy.meta["thresholds"]
         report["threshold_seconds"] = round(time.perf_counter() - t1, 2)
-    report["val_metrics"] = evaluate_cost(policy, val_eps, cost_cfg) if val_eps else {}
+    report["val_metrics"] = evaluate_cost(policy, held_eps, cost_cfg) if held_eps else {}
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)
     report["seconds"] = round(time.perf_counter() - t0, 2)
     log({f"val/{k}": v for k, v in report["val_metrics"].items()})

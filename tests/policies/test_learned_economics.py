@@ -176,7 +176,9 @@ def test_fit_stores_a_validated_threshold_table(tmp_path):
     assert table["budget_misses_per_100"] == 1.0
     pooled = table["validation"]["pooled"]
     assert pooled["threshold"] == table["default"]
-    assert pooled["misses_per_100"] <= 1.0 and pooled["trajectories"] == rep["val_episodes"]
+    assert pooled["misses_per_100"] <= 1.0 and pooled["trajectories"] == rep["tune_episodes"]
+    # the held-out half of the validation tasks is never used to choose a threshold
+    assert rep["val_tasks"] and rep["tune_tasks"] and not set(rep["val_tasks"]) & set(rep["tune_tasks"])
     assert len(pooled["options"]) == 7
     back = LearnedPolicy.load(pol.save(tmp_path / "c"))
     assert back.meta["thresholds"]["regime"] == table["regime"]
