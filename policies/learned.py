@@ -472,12 +472,15 @@ class LearnedPolicy(Policy):
     def _obs_threshold(self, obs: dict[str, np.ndarray]) -> float:
         if self.cfg.threshold is not None:
             return float(self.cfg.threshold)
+        # the family id and the observation's prices (a model the family table lacks is priced by
+        # the caller), else the family's list prices, pick the table entry
         fid = int(np.asarray(obs["family"]).reshape(-1)[0])
-        key = ("fid", fid)
+        own = obs.get("prices")
+        key = (fid, None if own is None else tuple(np.asarray(own, np.float64).reshape(-1)[:4]))
         t = self._thr_cache.get(key)
         if t is None:
             family = FAMILIES[fid] if 0 < fid < len(FAMILIES) else None
-            prices = family_price_vector(fid)
+            prices = family_price_vector(fid) if own is None else key[1]
             p = Prices(*(float(x) for x in prices))
             t = self._thr_cache[key] = self.threshold_for(family, p)
         return t

@@ -209,3 +209,17 @@ def test_dollar_weights_price_each_wrong_decision():
         calls_left=5, need_weight=4.0,
     )  # fmt: skip
     assert later[0] == pytest.approx(0.5 + 0.5 * 4.0 * 0.2) and later[1] == pytest.approx(0.5)
+
+
+def test_an_unknown_model_takes_its_regime_entry_from_the_prices_in_the_observation():
+    # the live path: no reset info, family id 0 ("other"), the caller's prices in obs["prices"]
+    pol = LearnedPolicyConfig(**TINY, seed=1).create()
+    pol.set_threshold_table({"family": {}, "regime": {PREM: 0.0, DISC: 1.0}, "default": 1.0})
+    obs, _ = _obs_after(_env("gpt-4o"))
+    obs = {**obs, "family": np.int64(0)}
+    obs["prices"] = price_vector(PRICES["claude-opus"])  # write premium: abstain
+    assert not pol.act(obs)["disable"].any()
+    obs["prices"] = price_vector(PRICES["deepseek-chat"])  # discount: 1.0 hides every visible output
+    np.testing.assert_array_equal(pol.act(obs)["disable"], obs["disable_mask"])
+    b = pol.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
+    np.testing.assert_array_equal(b["disable"][0], obs["disable_mask"])
