@@ -483,15 +483,20 @@ def bill_check(
     return {"sources": sources, "calls": calls_out}
 
 
-def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool]:
-    """Per source: total dollars within ±tol and per-call input tokens within ±tol (median abs error)."""
-    return {
-        src: bool(
+def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool | None]:
+    """Per source: total dollars within ±tol and per-call input tokens within ±tol (median abs error).
+    None for a source whose logs give no call's bill (neither its cost nor its cached tokens), where
+    the dollars cannot be checked."""
+    out: dict[str, bool | None] = {}
+    for src, s in summary["sources"].items():
+        if not s["calls_billed"]:
+            out[src] = None
+            continue
+        out[src] = bool(
             abs(s["error_pct"]["dollars"]) <= tol_pct
             and s["per_call_input_error_pct"]["median_abs"] <= tol_pct
         )
-        for src, s in summary["sources"].items()
-    }
+    return out
 
 
 def plot_bill_check(result: dict[str, Any], path) -> str:

@@ -66,6 +66,16 @@ def test_a_log_that_matches_the_model_is_predicted_exactly():
     assert s["error_pct"]["dollars_ideal_cache"] < -10
 
 
+def test_a_log_without_any_bill_is_checked_on_tokens_only():
+    t = _log()
+    for s in t.steps:  # prompt and output tokens only: neither the cost nor the cached tokens
+        s.usage = Usage(input_tokens=s.usage.input_tokens, output_tokens=20)
+    res = bill_check([t], "chars", size="fit")
+    s = res["sources"]["repolaunch"]
+    assert s["calls_billed"] == 0 and s["per_call_input_error_pct"]["median_abs"] == 0
+    assert targets_met(res) == {"repolaunch": None}
+
+
 def test_factor_hit_rate_and_cost_implied_cache_are_fitted():
     # the provider counts 1.2 tokens per estimator token, has 500 unlogged tokens, and only the cost
     # is logged: the cached tokens are implied by it.

@@ -499,7 +499,7 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
         tab.add_column(c)
     for src, r in out["sources"].items():
         e, pc, ho = r["error_pct"], r["per_call_input_error_pct"], r["halves"]["held_out"]
-        fmt = lambda x: "-" if x is None else f"{x:+.1f}"  # noqa: E731
+        fmt = lambda x: "-" if x is None or math.isnan(x) else f"{x:+.1f}"  # noqa: E731
         tab.add_row(
             src, str(r["trajectories"]), str(r["calls"]),
             "-" if r["hit_rate"] is None else f"{r['hit_rate']:.3f}",
@@ -507,7 +507,7 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
             fmt(e["dollars_ideal_cache"]), fmt(e["cached_tokens"]), f"{pc['median_abs']:.1f}",
             f"{pc['p90_abs']:.1f}", str(ho["calls"]), fmt(ho.get("dollars")),
             "-" if not ho["calls"] else f"{ho['per_call_input_median_abs']:.1f}",
-            "met" if out["targets_met"][src] else "NOT met",
+            {True: "met", False: "NOT met", None: "no logged $"}[out["targets_met"][src]],
         )  # fmt: skip
     Console().print(tab)
     for src, r in out["sources"].items():  # where each prompt-size model comes from
