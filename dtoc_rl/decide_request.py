@@ -107,6 +107,9 @@ class Call(msgspec.Struct):
     output: str
     args: str | dict | list | None = None
     is_error: bool = False
+    # the provider's tool call id: a later turn that names it (a harness saving a long output under
+    # the call's id) needs this output, as it does in the log
+    id: Annotated[str, msgspec.Meta(max_length=200)] | None = None
 
 
 class Turn(msgspec.Struct):

@@ -61,7 +61,7 @@ Sessions (need labels for clients that cannot label): a request may name a ``ses
         "session": "opencode-ses_42", "task": "Fix the failing test",   # task: first request
         "turns": [{"index": 0, "assistant_text": "Let me look.", "user_text": "",
                    "calls": [{"key": "t0000", "tool": "bash", "args": {"command": "cat a.py"},
-                              "output": "...", "is_error": false}]}]
+                              "output": "...", "is_error": false, "id": "call_1"}]}]
 
 The service labels them as it does for a Python agent's Orchestrator
 (:mod:`dtoc_rl.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
@@ -73,7 +73,8 @@ characters; idle sessions are dropped first) a 429.  Sessions are kept per token
 name is looked up among the sessions of the request's token, so a client with another token
 cannot add turns to it (its turn N of an unknown session is a 409, and the owner's turn N is
 labelled as sent).  Clients sharing one token share its sessions.  Key references (``t0003``) in the texts are
-read in the client's numbering (the item keys of the calls).  The
+read in the client's numbering (the item keys of the calls), and a call's optional ``id`` (the
+provider's tool call id) lets a later turn that names it need its output, as in a log.  The
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
 A session is made when its turn 0 arrives.  Sessions

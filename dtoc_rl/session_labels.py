@@ -106,7 +106,8 @@ class SessionLabels:
                 if t.user_text:
                     self.orch.add_user(t.user_text)
                 recorded = self.orch.record_assistant(
-                    t.assistant_text, [{"name": c.tool, "arguments": _args(c.args)} for c in calls]
+                    t.assistant_text,
+                    [{"name": c.tool, "arguments": _args(c.args), "id": c.id} for c in calls],
                 )
                 for c, r in zip(calls, recorded):
                     key = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error, model_key=c.key)

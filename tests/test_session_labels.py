@@ -183,3 +183,26 @@ def test_sessions_are_kept_per_client():
     r = svc.decide({"session": "same-name", "turns": [{"index": 1}], "items": []}, client="alice")
     assert r["session"]["turns"] == 2 and svc.sessions.get("same-name", "alice").turns == 2
     assert svc.sessions.get("same-name") is None  # nor in the in-process (no client) namespace
+
+
+def test_a_later_turn_naming_a_calls_id_needs_its_output():
+    """A harness that saves a long output under its call's id (Claude Code's tool-results/<id>.txt) is
+    read back by that id: with the call's ``id`` sent, the session labels the need the log has."""
+    svc = DecisionService(make_policy("none"))
+    out = "line one of a long listing\n" * 40
+    saved = "/home/u/.claude/tool-results/toolu_01AbCdEfGhIjKlMn.txt"
+    turns = [
+        {"index": 0, "calls": [{"key": "k0", "tool": "bash", "args": {"command": "ls -R"}, "output": out,
+                                "id": "toolu_01AbCdEfGhIjKlMn"}]},
+        {"index": 1, "calls": [{"key": "k1", "tool": "Read", "output": "(the same listing)",
+                                "args": {"file_path": saved}}]},
+    ]  # fmt: skip
+    needed = {}
+    for with_id in (True, False):
+        sent = json.loads(json.dumps(turns))
+        if not with_id:
+            del sent[0]["calls"][0]["id"]
+        items = [{"key": "k0", "tokens": 300, "tool": "bash"}, {"key": "k1", "tokens": 5, "tool": "Read"}]
+        resp = svc.decide({"session": f"s{with_id}", "task": "t", "turns": sent, "items": items})
+        needed[with_id] = resp["session"]["needed"].get("k0", 0)
+    assert needed == {True: 1, False: 0}
