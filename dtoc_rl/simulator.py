@@ -38,8 +38,9 @@ output of the turn joins the context.
   of what each leaves in the context (the output's later visibility assumed
   unchanged).
 * **Management overhead.** ``overhead="orchestrator"``: changes cost only
-  their cache effect.  ``overhead="agent"`` (the paper's setting): every step
-  with a change is one manage_context tool call made by the model, an extra
+  their cache effect.  ``overhead="agent"`` (the paper's setting): every
+  decision (before a model call) with a change is one manage_context tool call
+  made by the model, an extra
   model call over the active context whose call and StatusReport tokens stay
   in the context.
 """
