@@ -18,7 +18,7 @@ from dtoc_rl.episode import compile_episode
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.schema import Need, Step, Trajectory
-from dtoc_rl.simulator import CostConfig, Simulator, baseline_totals
+from dtoc_rl.simulator import CostConfig, Simulator, Totals, baseline_totals
 from tests.cost_episodes import UNIT, make_episode
 
 IDEAL = CostConfig(prices=UNIT, cache="ideal", reread_call_tokens=30)
@@ -208,3 +208,31 @@ def test_one_call_per_step_trajectories_give_the_figures_recorded_before_per_cal
             assert new[tid]["default/baseline"][6] < old[tid]["default/baseline"][6]
         else:
             assert new[tid] == old[tid], tid  # bit for bit: floats compared exactly
+
+
+def test_the_simulators_inlined_bill_is_prices_bill_call_by_call():
+    """Simulator._bill multiplies by Prices.per_token() itself (the hot loop): every call's dollars must
+    be exactly Prices.bill of the tokens it added to the totals, misses and management calls included."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = ReplayEnv(max_items=16, cost_config=CostConfig(overhead="agent"))
+    env.action_space.seed(1)
+    checked = 0
+    for i in range(len(env.episodes)):
+        env.reset(seed=0, options={"index": i})
+        sim, done = env.sim, False
+        prices = sim.prices
+        before = Totals().to_dict()  # the first step's dollars include call 0, made at reset
+        while not done:
+            _, _, done, _, info = env.step(env.action_space.sample())
+            t = sim.totals
+            billed = prices.bill(
+                t.cache_read_tokens - before["cache_read_tokens"],
+                t.cache_write_tokens - before["cache_write_tokens"],
+                t.output_tokens - before["output_tokens"],
+            )
+            if t.calls + t.extra_calls - before["calls"] - before["extra_calls"] == 1:
+                assert info["step_dollars"] == billed  # one bill in this step: exactly the biller's figure
+                checked += 1
+            before = t.to_dict()
+    assert checked > 100
