@@ -141,3 +141,22 @@ def test_dtoc_rl_tools_is_the_vocabulary():
 
     assert dtoc_rl.tools.tool_category is v.tool_category
     assert dtoc_rl.tools.TOOL_CATEGORIES is v.TOOL_CATEGORIES
+
+
+def test_a_shell_command_kept_as_input_is_parsed_as_a_shell_command():
+    """A DTOC context keeps arguments that are not JSON (mini-swe-agent's raw command text) as
+    ``{"input": text}``: the labeller read that as an opaque call while the category parsed the
+    command, so the Orchestrator's labels of such a client differed from the log's."""
+    raw = _resources("bash", "cat pkg/mod.py | head -n 5")
+    wrapped = _resources("bash", {"input": "cat pkg/mod.py | head -n 5"})
+    assert [str(r) for r in wrapped[0]] == [str(r) for r in raw[0]] == ["file:pkg/mod.py#L1-5"]
+    assert v.tool_category("bash", json.dumps({"input": "cat pkg/mod.py"})) == "read"
+
+
+def test_aci_command_kept_as_input_reads_the_open_window():
+    """SWE-agent 0.x's ``open f.py`` sent through a DTOC context (``{"input": "open f.py"}``) reads the
+    window its output shows, as the logged text does, not an opaque ``call:open(...)``."""
+    out = "[File: /repo/f.py (300 lines total)]\n1:import os\n2:x = 1\n"
+    raw = _resources("open", "open f.py", output=out)
+    wrapped = _resources("open", {"input": "open f.py"}, output=out)
+    assert [str(r) for r in wrapped[0]] == [str(r) for r in raw[0]] == ["file:f.py#L1-2"]

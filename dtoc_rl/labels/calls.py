@@ -20,6 +20,7 @@ from dtoc_rl.labels.vocabulary import (
     TOOL_KINDS,
     WRITE_VERBS,
     base_tool_name,
+    shell_command,
     shell_like,
     words,
 )
@@ -103,8 +104,11 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
     name = (step.tool_name or "").strip()
     lname = base_tool_name(name)  # mcp__server__read_file, server.read_file -> read_file
     args = _json_args(step.tool_args)
+    text = step.tool_args or ""
+    if args is not None and len(args) == 1 and isinstance(args.get("input"), str):
+        # a DTOC context keeps arguments that are not JSON (a raw command line) as {"input": text}
+        args, text = None, args["input"]
     if args is None:
-        text = step.tool_args or ""
         if lname in _EDITOR_TOOLS and text.strip() and not text.lstrip().startswith("str_replace_editor"):
             text = "str_replace_editor " + text
         m = re.fullmatch(r"\s*(\w+)\((.*)\)\s*", text, re.DOTALL)
@@ -135,8 +139,10 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
         return [], [path]
     if isinstance(cmd, str) and (lname == "" or shell_like(lname)):
         return _shell(cmd, state)
-    if isinstance(args.get("cmd"), str) and lname in _SHELL_TOOLS:
-        return _shell(args["cmd"], state)
+    if shell_like(lname):
+        line = shell_command(args)
+        if line is not None:
+            return _shell(line, state)
     path = args.get("file_path") or args.get("filePath") or args.get("path") or args.get("notebook_path")
     if lname in _READ_TOOLS and isinstance(path, str):
         off = args.get("offset")

@@ -29,6 +29,7 @@ __all__ = [
     "WRITE_PREFIXES",
     "base_tool_name",
     "command_category",
+    "shell_command",
     "tool_category",
     "tool_category_id",
     "tool_kind",
@@ -198,15 +199,28 @@ def tool_kind(name: str | None) -> str | None:
     return TOOL_KINDS.get(base_tool_name(name)) if name else None
 
 
+#: Where a shell tool's JSON arguments hold its command line (``input``: a DTOC context keeps
+#: arguments that are not JSON, as mini-swe-agent's raw command text, as ``{"input": text}``).
+COMMAND_KEYS: tuple[str, ...] = ("command", "cmd", "code", "input")
+
+
+def shell_command(args: dict) -> str | None:
+    """A shell tool's command line, from its JSON arguments (None when they hold none)."""
+    for k in COMMAND_KEYS:
+        if isinstance(args.get(k), str):
+            return args[k]
+    return None
+
+
 def _command(args: str) -> str:
     try:
         obj = json.loads(args)
     except (ValueError, TypeError):
         return args
     if isinstance(obj, dict):
-        for k in ("command", "cmd", "code", "input"):
-            if isinstance(obj.get(k), str):
-                return obj[k]
+        line = shell_command(obj)
+        if line is not None:
+            return line
     return args if isinstance(args, str) else ""
 
 
