@@ -203,7 +203,8 @@ def test_stored_size_models_apply_per_source_and_family_and_say_where_they_come_
         1.1, abs=0.01
     )
     # a stored model counted with another estimator does not apply
-    other_est = bill_check(_runs(30, 1.3, 1.3), "o200k_base")["sources"]["repolaunch"]
+    other_est = bill_check(_runs(30, 1.3, 1.3))["sources"]["repolaunch"]  # o200k by default
+    assert other_est["estimator"] == "o200k_base"
     assert "no stored factors" in other_est["size_models"]["gpt-5"]["origin"]
     # --no-fit: estimator tokens as counted
     bare = bill_check(_runs(30, 1.3, 1.3), "chars", size="none")["sources"]["repolaunch"]
