@@ -26,7 +26,6 @@ is covered on real trajectories by comparing ``times_needed`` and ``since_need``
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections import Counter
 
@@ -66,15 +65,10 @@ KNOWN = {
     # Hiding an output smaller than its placeholder saves negative tokens; a /decide request's
     # ``saved_tokens`` must be >= 0, so a client sends 0.
     "saved_tokens": "corrected (service): offline saved_tokens_k < 0 taken as 0, full_tokens_k with it",
-    # A /decide turn's calls carry the client's item key but not the provider's tool-call id, so an
-    # action that names an earlier call by its id (Claude Code's ``toolu_...``) is a reference need
-    # offline and for the Orchestrator, not for the service's session.
-    "call_id_reference": "left out (service): times_needed/since_need of trajectories with such needs",
     # The service's session never hides anything (the client's store does), so it cannot tell that a
     # needed output was hidden when the call was made: ``rereads`` from a session are always 0.
     "session_rereads": "left out (service): rereads (with the rereads entry above)",
 }
-_DTOC_KEY = re.compile(r"t\d{4,5}")
 # Counts the online side may exceed (misses of every need kind; re-reads of an output ReplayEnv's
 # recovery made visible again), but only where the offline count is not zero.
 _AT_LEAST = ("misses", "rereads")
@@ -231,6 +225,7 @@ def _turn(k: int, steps: list, keys: dict) -> dict:
                 "args": s.tool_args or "",
                 "output": s.output,
                 "is_error": s.output_is_error,
+                "id": s.tool_call_id,
             }
             for s in calls
         ],
@@ -277,13 +272,6 @@ def differences(offline, online, traj: Trajectory, appended: list[int], left_out
     return out
 
 
-def _references_a_call_id(traj: Trajectory) -> bool:
-    """A reference need by the provider's tool-call id (``toolu_...``), not a DTOC key."""
-    return any(
-        n.kind == "reference" and not _DTOC_KEY.fullmatch(n.evidence) for s in traj.steps for n in s.needs
-    )
-
-
 def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("orchestrator", "service")):
     decisions, failures = 0, []
     for t in trajs:
@@ -292,9 +280,7 @@ def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("
             decisions += len(offline)
             for path in paths:
                 online = orchestrator(t, sched) if path == "orchestrator" else service(t, sched)
-                left_out: tuple[str, ...] = ("rereads",) if path == "service" else ()
-                if path == "service" and _references_a_call_id(t):
-                    left_out += ("times_needed", "since_need")
+                left_out = ("rereads",) if path == "service" else ()
                 diffs = differences(offline, online, t, appended, left_out, clamp_saved=path == "service")
                 if diffs:
                     failures.append((t.traj_id, sched, path, len(diffs), diffs[:3]))
