@@ -6,10 +6,10 @@
   Ts: the command was killed]`` to whatever it printed.  Both are ordinary tool
   outputs (``is_error=True``): the episode goes on.  Background processes that still
   hold the output a second after the command exited (``server &``) are stopped with
-  its process group, and the output says so: one call never outlives its command.  The shell is **not** a sandbox:
-  it runs with the permissions of this process.  Its environment is built from an
-  allow-list, so a credential under any name stays out of it: ``PATH``, ``HOME``,
-  ``USER``, ``LOGNAME``, ``SHELL``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TERM``,
+  its process group, and the output says so: one call never outlives its command.
+  The shell is **not** a sandbox: it runs with the permissions of this process.
+  Its environment is built from an allow-list, so a credential under any name stays
+  out of it: ``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TERM``,
   ``COLUMNS``, ``LINES``, ``NO_COLOR``, ``TZ``, ``TMPDIR``/``TEMP``/``TMP``,
   ``VIRTUAL_ENV`` and ``PYTHON*`` (except ``PYTHONPATH``, which would put host code
   before the task's); a name that still looks like a credential (``KEY``, ``TOKEN``,
