@@ -54,26 +54,12 @@ from typing import Any
 
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, load_selected_labels, new_step
+from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
 from dtoc_rl.models import normalize_family
 from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 __all__ = ["SweAgentIngester"]
 
-#: ACI commands of SWE-agent 0.x (``config/commands/*.sh``); anything else ran in bash.
-ACI_COMMANDS = frozenset(
-    {
-        "open",
-        "goto",
-        "scroll_down",
-        "scroll_up",
-        "create",
-        "submit",
-        "search_dir",
-        "search_file",
-        "find_file",
-        "edit",
-    }
-)
 _HARNESS_EXIT = re.compile(r"exit_[a-z_]+")  # exit_cost, exit_context, exit_format, exit_api, …
 _ISSUE_0X = re.compile(r"ISSUE:\n(.*?)\n\s*INSTRUCTIONS:", re.DOTALL)
 _ISSUE_1X = re.compile(r"<pr_description>\n?(.*?)\n?</pr_description>", re.DOTALL)
