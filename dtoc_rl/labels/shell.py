@@ -25,7 +25,9 @@ _PY_WRITE = re.compile(
     r"""|Path\(\s*(['"])([^'"\n]+)\4\s*\)\.write_(?:text|bytes)"""
 )
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][\w.-]*)\1")
-_DEVNULL = re.compile(r"\d*>&\d+|&>\s*/dev/null|\d*>>?\s*/dev/null")
+# (?<!\d): a match starts where a run of digits starts, else a long run of digits is scanned
+# once from every one of its positions (quadratic: seconds for a 20k-digit argument)
+_DEVNULL = re.compile(r"(?<!\d)\d*>&\d+|&>\s*/dev/null|(?<!\d)\d*>>?\s*/dev/null")
 _SED_RANGE = re.compile(r"^\s*(\d+)\s*(?:,\s*(\d+|\$))?\s*\{?\s*p\s*;?\s*\}?\s*;?\s*(?:q)?\s*$")
 _AWK_RANGE = re.compile(r"NR\s*>=\s*(\d+)\s*&&\s*NR\s*<=\s*(\d+)|NR\s*==\s*(\d+)\s*,\s*NR\s*==\s*(\d+)")
 _LINE_NUM_OUT = re.compile(r"(?m)^[ \t]*(\d+)(?:\t|:|→|\|)")
