@@ -46,13 +46,14 @@ __all__ = [
     "Sample",
     "collect",
     "fit",
+    "retune",
     "split_by_task",
     "sweep_thresholds",
     "threshold_table",
 ]
 
 #: Thresholds tried on validation for the per-family / per-regime table (0, abstaining, needs no run).
-THRESHOLD_GRID = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+THRESHOLD_GRID = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.7)
 
 
 @dataclass
@@ -483,6 +484,38 @@ def threshold_table(
     }
 
 
+def _tune(policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConfig) -> dict[str, Any]:
+    cfg = policy.cfg
+    rows = sweep_thresholds(policy, tune_eps, cost_cfg)
+    policy.set_threshold_table(threshold_table(rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val))
+    return policy.meta["thresholds"]
+
+
+def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Episode] | None = None) -> dict:
+    """Choose a trained policy's threshold table again (e.g. with another ``cfg.miss_budget``) on the
+    tune half of the validation tasks it was trained with: the same split from the same data, filters
+    and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
+    cfg = policy.cfg
+    eps = (
+        list(episodes)
+        if episodes is not None
+        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
+    )
+    if cfg.exclude_family:
+        eps = [e for e in eps if e.model_family != cfg.exclude_family]
+    _, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
+    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
+    tune_eps = tune_eps or held_eps
+    if not tune_eps:
+        raise ValueError("no validation tasks to choose thresholds on")
+    held = sorted({f"{e.source}/{e.task_id}" for e in held_eps})
+    if policy.meta.get("val_tasks") and held != sorted(policy.meta["val_tasks"]):
+        raise ValueError(
+            "this data does not split into the policy's held-out tasks: not the data it was trained on"
+        )
+    return _tune(policy, tune_eps, _cost_config(policy))
+
+
 def fit(
     policy: LearnedPolicy,
     dataset: Any = None,
@@ -584,9 +617,7 @@ def _fit(
     cost_cfg = _cost_config(policy)
     if tune_eps:
         t1 = time.perf_counter()
-        rows = sweep_thresholds(policy, tune_eps, cost_cfg)
-        policy.set_threshold_table(threshold_table(rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val))
-        report["thresholds"] = policy.meta["thresholds"]
+        report["thresholds"] = _tune(policy, tune_eps, cost_cfg)
         report["threshold_seconds"] = round(time.perf_counter() - t1, 2)
     report["val_metrics"] = evaluate_cost(policy, held_eps, cost_cfg) if held_eps else {}
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.episode import compile_episode
 from dtoc_rl.features import ITEM_FEATURES
 from dtoc_rl.policies.learned import (
@@ -19,7 +20,7 @@ from dtoc_rl.policies.learned import (
     table_threshold,
 )
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.policies.learned_trainer import dollar_weights, threshold_table
+from dtoc_rl.policies.learned_trainer import THRESHOLD_GRID, dollar_weights, retune, threshold_table
 from dtoc_rl.pricing import PRICES
 
 from .crafted import crafted
@@ -179,9 +180,18 @@ def test_fit_stores_a_validated_threshold_table(tmp_path):
     assert pooled["misses_per_100"] <= 1.0 and pooled["trajectories"] == rep["tune_episodes"]
     # the held-out half of the validation tasks is never used to choose a threshold
     assert rep["val_tasks"] and rep["tune_tasks"] and not set(rep["val_tasks"]) & set(rep["tune_tasks"])
-    assert len(pooled["options"]) == 7
+    assert [o["threshold"] for o in pooled["options"]] == list(THRESHOLD_GRID)
     back = LearnedPolicy.load(pol.save(tmp_path / "c"))
     assert back.meta["thresholds"]["regime"] == table["regime"]
+    # chosen again under a stricter budget, on the same tune tasks: every entry within it
+    back.cfg.miss_budget = 0.0
+    again = retune(back, None)
+    assert again["budget_misses_per_100"] == 0.0 and back.meta["thresholds"] is again
+    assert again["validation"]["pooled"]["trajectories"] == rep["tune_episodes"]
+    for entry in [*again["validation"]["regime"].values(), again["validation"]["pooled"]]:
+        assert entry["misses_per_100"] == 0.0
+    with pytest.raises(ValueError, match="not the data it was trained on"):
+        retune(back, episodes=load_episodes(None, model_family="gpt-4o"))
 
 
 # ------------------------------------------------------------------------------ dollar weights
