@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.labels import (
-    _GUTTER,
-    _TOKEN,
     Resource,
-    _State,
-    _step_resources,
     label_stats,
     label_trajectory,
     modified_between,
     parse_resource,
     read_resources,
 )
+from dtoc_rl.labels.calls import _step_resources
+from dtoc_rl.labels.shell import _State
+from dtoc_rl.labels.spans import _GUTTER, _TOKEN
 from dtoc_rl.schema import Step, Trajectory
 
 FILE_A = """\

@@ -130,7 +130,6 @@ index), :mod:`~dtoc_rl.labels.labeller` (:func:`label_trajectory`, :class:`NeedL
 
 from __future__ import annotations
 
-from dtoc_rl.labels.calls import _step_resources
 from dtoc_rl.labels.labeller import (
     DEFAULT_MIN_ATOM,
     DEFAULT_MIN_SPAN,
@@ -148,8 +147,7 @@ from dtoc_rl.labels.resources import (
     read_resources,
     same_path,
 )
-from dtoc_rl.labels.shell import _State
-from dtoc_rl.labels.spans import _GUTTER, _TOKEN, MIN_NOVEL, _SpanIndex
+from dtoc_rl.labels.spans import MIN_NOVEL, _SpanIndex
 from dtoc_rl.labels.stats import AGE_BUCKETS, label_stats, real_rereads
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES, base_tool_name, tool_category, tool_category_id
 
@@ -176,6 +174,5 @@ __all__ = [
     "tool_category",
     "tool_category_id",
 ]
-# Internals some tests reach (the span index is patched to count calls; the step parser is
-# pinned directly): re-exported under their old names.
-_INTERNALS = (_GUTTER, _TOKEN, _SpanIndex, _State, _step_resources)
+# The span index, as dtoc_rl.labels._SpanIndex: tests patch it to count its calls.
+_INTERNALS = (_SpanIndex,)
