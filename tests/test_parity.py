@@ -330,3 +330,33 @@ def test_parity_on_real_trajectories(shared_traces):
     decisions, failures = _check(trajs)
     assert decisions > 1000
     assert not failures, failures[:5]
+
+
+def test_times_needed_skew_of_issue_16_is_gone_on_all_three_paths():
+    """Regression (issue 16): on a 4-call trajectory whose third call re-reads the first output, the
+    online columns gave times_needed=1, since_need=1 where ReplayEnv gave 0 and 3 (a re-access is not
+    a need ReplayEnv counts).  Now all three paths agree at every decision (see also
+    tests/test_orchestrator.py::test_times_needed_counts_the_need_kinds_replayenv_counts)."""
+    import json
+
+    from dtoc_rl.schema import Step
+
+    def bash(i, cmd, out):
+        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
+
+    body = "def alpha_function(argument):\n    return argument * 2\n"
+    traj = Trajectory(
+        "t/1", "openai-chat", "gpt-4o-2024-08-06", "gpt-4o", "t1", task_text="look at the files",
+        steps=[bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "echo hi", "hi"),
+               bash(3, "cat a.py", body), Step(index=4, turn=4, assistant_text="done")],
+    )  # fmt: skip
+    from dtoc_rl.labels import label_trajectory
+
+    label_trajectory(traj)
+    assert [(n.step, n.kind) for n in traj.steps[3].needs] == [(0, "reaccess")]
+    offline, _ = replay_env(traj, "none")
+    last, keys = offline[-1]
+    row = last["items"][keys.index("t0000")]
+    assert (row[_I["times_needed"]], row[_I["since_need"]], row[_I["superseded"]]) == (0, 3, 1)
+    decisions, failures = _check([traj], schedules=("none",))
+    assert decisions == 4 and not failures, failures
