@@ -250,6 +250,7 @@ class SessionTracker:
             self.labeller = NeedLabeller(self.task, self.system, keys=self.label_keys)
         lab = self.labeller
         new = steps[first:end]
+        misses = 0
         for _, group in itertools.groupby(new, key=lambda st: st.turn):
             turn = list(group)
             try:
@@ -260,8 +261,9 @@ class SessionTracker:
                     warnings.warn(f"dtoc_rl session: need labelling failed: {e!r}", stacklevel=3)
                 with contextlib.suppress(Exception):  # its outputs may be what the labeller chokes on
                     lab.skip_turn(turn)
+            # a turn at a time: add_needs counts an output once per batch, ReplayEnv once per model call
+            misses += self.cols.add_needs(turn, self.step_row)
         self.labelled = end
-        misses = self.cols.add_needs(new, self.step_row)
         self.counts.misses += misses
         self._flag_modified(new)
         self.label_ms += (time.perf_counter() - t0) * 1000

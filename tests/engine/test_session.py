@@ -87,3 +87,47 @@ def test_liveenv_and_the_orchestrator_track_a_session_alike():
         live_totals["mgmt_calls"],
     )
     assert [s.masked_before for s in orch.trajectory().steps] == [s.masked_before for s in traj.steps]
+
+
+def _two_turns_citing_the_first_output(label_every: int, observe_each_turn: bool):
+    """Four one-call turns; turns 1 and 2 cite output t0000 (a 'reference' need), which is hidden
+    before turn 1.  Returns the Orchestrator after the last turn."""
+    orch = Orchestrator(
+        mode="agent", query="fix pager.py", model="gpt-4o-2024-08-06", label_every=label_every, max_items=N
+    )
+    for i, out in enumerate(["def page(n):\n    return n * SIZE\n", "ok1", "ok2", "ok3"]):
+        if i == 1:
+            orch.manage_context(disable=["t0000"])
+        text = f"step {i}" + (", as t0000 showed" if i in (1, 2) else "")
+        (c,) = orch.record_assistant(text, [{"name": "bash", "arguments": {"command": f"echo {i}"}}])
+        orch.add_tool_result(c["id"], out)
+        if observe_each_turn:
+            orch.observation()
+    return orch
+
+
+def test_needs_are_counted_per_turn_whenever_the_turns_are_labelled():
+    """times_needed, since_need and misses count each turn's needs once, as ReplayEnv counts each model
+    call's: labelling two turns together (label_every=3, or no decision between them, as a /decide
+    request carrying several turns) must not merge their needs into one."""
+    from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.features import ITEM_FEATURES
+
+    cols = [ITEM_FEATURES.index(k) for k in ("times_needed", "since_need", "rereads")]
+    seen = []
+    for label_every, each in ((1, True), (1, False), (3, False)):
+        orch = _two_turns_citing_the_first_output(label_every, each)
+        obs, _ = orch.observation()
+        seen.append((obs["items"][0, cols].tolist(), orch.totals.misses))
+    assert seen[0] == ([2.0, 1.0, 2.0], 2)  # needed at calls 1 and 2, seen at call 3; missed twice
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    # ReplayEnv on the session's log, under the same schedule (t0000 hidden before call 1)
+    traj = orch.trajectory(True)
+    env = ReplayEnv(trajectories=[traj], max_items=N)
+    obs, _ = env.reset(seed=0)
+    done, t = False, 0
+    while not done:
+        hide = _mask((0,) if t == 0 else ())
+        obs, _, done, _, _ = env.step({"enable": np.zeros(N, np.int8), "disable": hide})
+        t += 1
+    assert obs["items"][0, cols[:2]].tolist() == seen[0][0][:2]
