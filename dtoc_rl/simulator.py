@@ -454,12 +454,13 @@ class Simulator:
     def apply(self, enable, disable) -> float:
         """Apply visibility changes to stored outputs (step indices).  Indices
         that are not stored outputs, or are in both sets, are counted as
-        invalid and ignored.  Returns the dollars of any management call."""
+        invalid and ignored (the rule of :mod:`dtoc_rl.engine.actions`: a non-stored index once per
+        set, a stored one in both sets once).  Returns the dollars of any management call."""
         enable = np.unique(np.asarray(enable, np.int64))
         disable = np.unique(np.asarray(disable, np.int64))
-        both = np.intersect1d(enable, disable, assume_unique=True)
         en, bad_en = self._stored_only(enable)
         di, bad_di = self._stored_only(disable)
+        both = np.intersect1d(en, di, assume_unique=True)
         if len(both):
             en = en[~np.isin(en, both)]
             di = di[~np.isin(di, both)]

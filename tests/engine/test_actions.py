@@ -70,3 +70,30 @@ def test_replay_rules_are_judged_by_the_same_rule():
     res = replay_trajectory(traj, rule)
     assert res.invalid_actions == 4
     assert res.hidden_per_call == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_simulators_step_index_actions_follow_the_rule_of_keys(seed):
+    """Simulator.apply takes step indices: a stored output is a key, anything else an unknown entry, so
+    its changes and invalid count are resolve_keys' (an unstored index in both sets is invalid once
+    per set, not a third time as a conflict)."""
+    from dtoc_rl.simulator import CostConfig, Simulator
+    from tests.cost_episodes import UNIT, make_episode
+
+    rng = np.random.default_rng(seed)
+    ep = make_episode(
+        100, [0] * 8, [10] * 8, [100, 0, 100, 100, 0, 100, 100, 100], [10, 0, 10, 10, 0, 10, 10, 10]
+    )
+    sim = Simulator(ep, CostConfig(prices=UNIT))
+    for _ in range(5):
+        sim.call()
+    sim.apply_changes([], [2])  # one stored output hidden
+    en = rng.integers(-2, 9, size=int(rng.integers(0, 6))).tolist()
+    di = rng.integers(-2, 9, size=int(rng.integers(0, 6))).tolist()
+    stored = {str(k): bool(sim.visible[k]) for k in range(sim.t) if ep.has_out[k]}
+    want = resolve_keys([str(k) for k in en], [str(k) for k in di], stored.get)
+    before = sim.visible.copy()
+    sim.apply(en, di)
+    assert sim.totals.invalid_actions == want.invalid, (en, di)
+    assert sorted(np.flatnonzero(sim.visible & ~before).tolist()) == sorted(int(k) for k in want.enable)
+    assert sorted(np.flatnonzero(before & ~sim.visible).tolist()) == sorted(int(k) for k in want.disable)
