@@ -91,7 +91,10 @@ class CallCheck:
 
 
 def _turn_starts(traj: Trajectory) -> list[int]:
-    """For each step, the first step of its turn (the model call that produced it)."""
+    """For each step, the first step of its turn (the model call that produced it).  Steps that all
+    carry Step's default turn 0 recorded no turns: each is its own call, as compile_episode reads them."""
+    if not any(s.turn for s in traj.steps):
+        return list(range(len(traj.steps)))
     starts, first = [], 0
     for k, s in enumerate(traj.steps):
         if k == 0 or s.turn != traj.steps[k - 1].turn:

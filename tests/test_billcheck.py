@@ -310,3 +310,18 @@ def test_gemini_runs_meet_the_targets_out_of_sample(shared_traces: Path):
     # characters instead: the tokenizer's ratio varies with the text, the target is missed
     chars = bill_check(trajs, "chars", size="fit")["sources"]["mini-swe-agent"]
     assert chars["halves"]["held_out"]["per_call_input_median_abs"] > 4.5
+
+
+def test_a_log_without_turn_numbers_is_one_call_per_step():
+    """Steps that all carry Step's default turn 0 have no recorded turns: each is a model call, as
+    compile_episode (and so the Simulator) reads them, not one turn whose calls all see the base."""
+    from dataclasses import replace
+
+    from dtoc_rl.episode import compile_episode
+
+    log = _log()
+    unrecorded = replace(log, steps=[replace(s, turn=0) for s in log.steps])
+    assert compile_episode(unrecorded).n_calls == 4
+    calls = log_calls(unrecorded, get_estimator("chars"))
+    assert [c.est_prompt for c in calls] == [1000, 2020, 2340, 1260]
+    assert [c.est_shared for c in calls] == [0, 1000, 2020, 1000]
