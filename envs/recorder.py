@@ -197,8 +197,11 @@ class RecordTrajectory(gym.Wrapper):
         sim = self.env.unwrapped.sim
         traj = copy.deepcopy(self._logged_trajectory(sim.ep.traj_id))
         traj.steps = traj.steps[: sim.t]
+        first = sim.ep.starts[sim.ep.call_of_step].tolist()  # the step each step's model call starts at
         for s in traj.steps:
             masked, events = self._schedule.get(s.index, ([], []))
+            if first[s.index] != s.index:  # a later tool call of the same model call saw the same context
+                masked = list(self._schedule.get(first[s.index], ([], []))[0])
             s.masked_before = masked
             s.events = [e for e in s.events if e.kind not in ("enable", "disable")] + events
         extra = traj.extra_dict()

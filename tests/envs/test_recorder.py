@@ -160,3 +160,23 @@ def test_chat_conversion_round_trips_through_the_ingester():
 def test_unsupported_env_is_rejected(tmp_path):
     with pytest.raises(TypeError, match="LiveEnv"):
         RecordTrajectory(gym.make("CartPole-v1"), tmp_path / "x.jsonl")
+
+
+def test_every_step_of_a_parallel_turn_is_recorded_with_what_its_model_call_saw(tmp_path):
+    """A turn of three parallel tool calls is one model call: all three of its steps were made with
+    output 0 hidden (as the online tracker records them), not only the first."""
+    from dataclasses import replace
+
+    traj = _crafted()
+    traj.steps = [replace(s, turn=t) for s, t in zip(traj.steps, [0, 1, 2, 2, 2, 3])]
+    env = RecordTrajectory(
+        ReplayEnv(trajectories=[traj], max_items=N), tmp_path / "replay.jsonl", format="rows", source=[traj]
+    )
+    obs, info = env.reset(seed=0)
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(hide_first(obs, info))
+        done = term or trunc
+    (t,) = read_rows(tmp_path / "replay.jsonl")
+    assert [s.masked_before for s in t.steps] == [[], [0], [0], [0], [0], [0]]
+    assert [len(s.events) for s in t.steps] == [0, 1, 0, 0, 0, 0]  # the change is made once, before call 1
