@@ -236,3 +236,31 @@ def test_the_simulators_inlined_bill_is_prices_bill_call_by_call():
                 checked += 1
             before = t.to_dict()
     assert checked > 100
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_simulators_compiled_needs_are_each_calls_call_needs(seed):
+    """The Simulator compiles each call's needs once (kinds filtered on the CSR arrays, a turn's own
+    outputs dropped); its counts must be those of the plain Episode.call_needs, for any need kinds."""
+    from dtoc_rl.schema import NEED_KINDS
+
+    rng = np.random.default_rng(seed)
+    n = 9
+    calls = [0] + sorted({int(x) for x in rng.integers(1, n, size=4)})
+    needs = {t: [j for j in range(t) if rng.random() < 0.4] for t in range(1, n)}
+    ep = make_episode(
+        100, [5] * n, [10] * n, [100, 0, 100, 100, 100, 0, 100, 100, 100], [10] * n, needs, calls=calls
+    )
+    ep.need_kind = rng.integers(0, len(NEED_KINDS), len(ep.need_idx))
+    for kinds in (NEED_KINDS, ("provenance",), ("reaccess", "reference")):
+        cfg = CostConfig(prices=UNIT, cache="ideal", need_kinds=kinds)
+        mask = cfg.kind_mask()
+        sim = Simulator(ep, cfg)
+        while not sim.done:
+            sim.call()
+        count, last = [0] * n, [-1] * n
+        for c in range(ep.n_calls):
+            for j in ep.call_needs(c, mask).tolist():
+                count[j] += 1
+                last[j] = c
+        assert (sim.need_count, sim.last_need) == (count, last), kinds
