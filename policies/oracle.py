@@ -81,6 +81,8 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     ignored.
     """
     n, nc = ep.n, ep.n_calls
+    if not nc:  # no model call, no bill (and no rows for the arrays below)
+        return 0.0
     p = _prices(ep, cfg)
     first, user_c, asst_c, ua_before_c = _call_tokens(ep)
     stored = (np.arange(n)[None, :] < first[:, None]) & ep.has_out[None, :]  # stored[t, k]: k before call t

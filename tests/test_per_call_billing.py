@@ -264,3 +264,13 @@ def test_the_simulators_compiled_needs_are_each_calls_call_needs(seed):
                 count[j] += 1
                 last[j] = c
         assert (sim.need_count, sim.last_need) == (count, last), kinds
+
+
+def test_an_episode_without_steps_costs_nothing_on_every_path():
+    ep = make_episode(100, [], [], [], [])
+    assert (ep.n, ep.n_calls) == (0, 0)
+    for cfg in (IDEAL, CostConfig(prices=UNIT)):
+        sim = Simulator(ep, cfg)
+        assert sim.done and sim.totals.dollars == 0.0 == baseline_totals(ep, cfg).dollars
+        for solve in (plan, exact_plan):
+            assert schedule_cost(ep, solve(ep, cfg), cfg) == 0.0
