@@ -496,6 +496,7 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
     cfg = policy.cfg
+    torch.set_num_threads(max(1, cfg.threads))  # as fit(): one small network, several threads only spin
     eps = (
         list(episodes)
         if episodes is not None
