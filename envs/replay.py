@@ -142,8 +142,12 @@ class ReplayEnv(gym.Env):
     The logged agent cannot react to what it was not shown, so a needed output
     that is hidden is a **miss**.  By default (``miss="reread"``, the paper's
     re-read metric) the agent re-reads it: one extra model call over the whole
-    active context, after which the output is visible again (it re-enters the
-    context, so the prompt cache is re-written from its position).  With
+    active context.  How the output comes back is ``CostConfig.recovery`` (pass a
+    ``cost_config``): ``"append"`` (default) appends the re-run's copy just before
+    the call that needed it, which later needs of it read (the original stays
+    hidden, the cache unbroken); ``"restore"`` makes it visible again at its old
+    position (re-writing the cached suffix after it); ``"cheaper"`` picks the
+    cheaper of the two per miss.  With
     ``miss="fail"`` a miss ends the episode as a failure; ``miss="calibrated"``
     re-reads with probability ``reread_prob`` and otherwise absorbs the need.
     A policy that re-enables an output before it is needed avoids the miss.
