@@ -403,8 +403,9 @@ class Simulator:
                 tot.failed = True
                 return dollars, misses
             if cfg.miss == "calibrated" and cfg.reread_prob < 1.0:
-                rng = self.rng if self.rng is not None else np.random.default_rng(0)
-                if rng.random() >= cfg.reread_prob:
+                if self.rng is None:  # one seeded stream: a fresh generator per miss repeats its draw
+                    self.rng = np.random.default_rng(0)
+                if self.rng.random() >= cfg.reread_prob:
                     tot.absorbed += 1
                     continue
             dollars += self._bill(self.ctx + self._user[c] + pre, cfg.reread_call_tokens)

@@ -77,3 +77,24 @@ def test_apply_validates_and_counts_invalid_indices():
     assert sim.visible[:5].tolist() == [True, True, True, False, True]
     assert sim.toggles[:5] == [0, 0, 0, 1, 0]
     _check(sim)
+
+
+def test_calibrated_misses_without_an_rng_draw_from_one_stream():
+    """Without an rng the Simulator makes one seeded generator, not a new one per miss (which gave
+    every miss the same draw: all re-read or all absorbed, whatever reread_prob said)."""
+    from tests.cost_episodes import UNIT, make_episode
+
+    n = 40
+    ep = make_episode(100, [0] * n, [10] * n, [100] + [0] * (n - 1), [10] + [0] * (n - 1),
+                      needs={t: [0] for t in range(2, n)})  # fmt: skip
+    runs = []
+    for _ in range(2):
+        sim = Simulator(ep, CostConfig(prices=UNIT, miss="calibrated", reread_prob=0.5))
+        sim.call()
+        sim.apply_changes([], [0])
+        while not sim.done:
+            sim.call()
+        runs.append((sim.totals.misses, sim.totals.rereads, sim.totals.absorbed))
+    misses, rereads, absorbed = runs[0]
+    assert rereads == 1 and absorbed == misses - 1  # the re-run's copy meets every later need
+    assert runs[1] == runs[0]  # still reproducible
