@@ -274,3 +274,35 @@ def test_an_episode_without_steps_costs_nothing_on_every_path():
         assert sim.done and sim.totals.dollars == 0.0 == baseline_totals(ep, cfg).dollars
         for solve in (plan, exact_plan):
             assert schedule_cost(ep, solve(ep, cfg), cfg) == 0.0
+
+
+def test_turns_numbered_with_gaps_give_the_online_observation_offline():
+    """ReplayEnv clocks age and since_need in model calls (0, 1, 2, ...), the online tracker in the
+    turns it numbers itself: a log whose turns start at 3 and skip numbers (3, 4, 4, 9, ...), with
+    parallel tool calls, must still give the Orchestrator's observation at every decision."""
+    import random
+    from dataclasses import replace
+
+    from dtoc_rl.dataset import load_trajectories
+    from dtoc_rl.labels import label_trajectory
+    from dtoc_rl.paths import bundled_dataset
+    from tests.test_parity import _check
+
+    rnd = random.Random(0)
+    picked = []
+    for t in sorted(load_trajectories(bundled_dataset()), key=lambda t: len(t.steps))[:8]:
+        turns, cur = [], 3
+        for k, s in enumerate(t.steps):  # two tool calls in a row may share a turn (no text between)
+            if k and not (
+                s.tool_name and t.steps[k - 1].tool_name and not s.user_text and rnd.random() < 0.4
+            ):
+                cur += rnd.choice([1, 2, 5])
+            turns.append(cur)
+        steps = [replace(s, turn=u, needs=[]) for s, u in zip(t.steps, turns)]
+        for k in range(1, len(steps)):
+            if turns[k] == turns[k - 1]:
+                steps[k].assistant_text = steps[k].reasoning = ""
+        picked.append(label_trajectory(replace(t, steps=steps, traj_id=t.traj_id + "/gaps")))
+    assert any(len(set(s.turn for s in t.steps)) < len(t.steps) for t in picked)  # some parallel calls
+    decisions, failures = _check(picked, schedules=("random",), paths=("orchestrator",))
+    assert decisions > 10 and not failures, failures[:3]
