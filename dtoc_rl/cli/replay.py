@@ -1,9 +1,9 @@
 """``dtoc-rl replay TRACE``: the orchestrator over one logged trace.
 
-Replays every step through a DTOCContext twice, once with every output
-visible and once with a hide-older-than-N rule, and prints the active-token
-curve of both.  TRACE is a log file in any supported format, or the name of a
-bundled trace (``dtoc-rl replay --list`` shows them).
+Replays every model call (a turn's parallel tool calls together) through a
+DTOCContext twice, once with every output visible and once with a
+hide-older-than-N rule, and prints the active-token curve of both.  TRACE is a
+log file in any supported format, or the name of a bundled trace (``dtoc-rl replay --list`` shows them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "chat JSONL lines): its index from 0 or its id (default: the first; --list-trajs shows them)",
     )
     p.add_argument("--list-trajs", action="store_true", help="list the trajectories in TRACE and exit")
-    p.add_argument("--every", type=int, default=0, help="print every k-th step (default: about 25 rows)")
+    p.add_argument(
+        "--every", type=int, default=0, help="print every k-th model call (default: about 25 rows)"
+    )
     p.add_argument("--plot", type=Path, help="also write the two curves to this PNG")
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "format": ing.name,
         "model": traj.model_raw,
         "steps": traj.n_steps,
+        "calls": len(base.tokens_per_call),  # model calls: a turn's parallel tool calls are one
         "outputs": sum(1 for s in traj.steps if s.tool_name is not None),
         "estimator": est.name,
         "keep_last": args.keep_last,
@@ -135,7 +138,7 @@ def _print_table(r: dict, every: int) -> None:
     every = every or max(1, n // 25)
     peak = max(a, default=1) or 1
     table = Table(title=f"{r['traj_id']}  ({r['format']}, {r['model']}, estimator {r['estimator']})")
-    table.add_column("step", justify="right")
+    table.add_column("call", justify="right")
     table.add_column("all visible", justify="right")
     table.add_column(f"keep last {r['keep_last']}", justify="right")
     table.add_column("hidden", justify="right")
@@ -169,7 +172,7 @@ def _plot(r: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.plot(r["all_visible"]["tokens_per_call"], label="all visible")
     ax.plot(r["hide_older"]["tokens_per_call"], label=f"keep last {r['keep_last']}")
-    ax.set_xlabel("step (model call)")
+    ax.set_xlabel("model call")
     ax.set_ylabel(f"active tokens ({r['estimator']})")
     ax.set_title(r["traj_id"])
     ax.legend()

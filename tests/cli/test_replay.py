@@ -30,3 +30,27 @@ def test_replay_errors_are_clear(capsys, tmp_path):
     assert main(["replay", str(bad)]) == 2
     assert "not a recognised log format" in capsys.readouterr().err
     assert main(["replay", "django__django-11239", "-n", "-1"]) == 2
+
+
+def test_parallel_tool_calls_of_one_turn_are_one_model_call():
+    """A turn of three parallel tool calls is one model call (as the Simulator bills it): the replay
+    records the context once for it, not once per tool call; steps without recorded turns (all
+    turn 0) are a call each."""
+    from dataclasses import replace
+
+    from dtoc_rl.replay import hide_older_than, replay_trajectory
+    from dtoc_rl.schema import Step, Trajectory
+
+    steps = [
+        Step(index=k, turn=t, user_text="go on" if k in (0, 4) else "", assistant_text=f"call {t}",
+             tool_name="bash", tool_args=f'{{"command": "cat f{k}"}}', output="x" * 400)
+        for k, t in enumerate([0, 1, 1, 1, 2])
+    ]  # fmt: skip
+    traj = Trajectory(traj_id="p/1", source="test", model_raw="gpt-4o", model_family="gpt-4o",
+                      task_id="p", task_text="fix it", steps=steps)  # fmt: skip
+    res = replay_trajectory(traj, hide_older_than(1))
+    assert len(res.tokens_per_call) == 3
+    # call 2 saw call 1's three outputs, only the newest visible
+    assert res.hidden_per_call == [0, 0, 3]
+    flat = replay_trajectory(replace(traj, steps=[replace(s, turn=0) for s in steps]), hide_older_than(1))
+    assert len(flat.tokens_per_call) == 5
