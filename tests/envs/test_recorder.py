@@ -132,8 +132,8 @@ def _crafted():
     )  # fmt: skip
 
 
-def test_replay_env_is_recorded_with_the_policy_schedule(tmp_path):
-    traj = _crafted()
+def _recorded_replay(traj, tmp_path):
+    """``traj`` replayed in ReplayEnv under hide_first, as RecordTrajectory writes it back."""
     env = RecordTrajectory(
         ReplayEnv(trajectories=[traj], max_items=N), tmp_path / "replay.jsonl", format="rows", source=[traj]
     )
@@ -143,6 +143,12 @@ def test_replay_env_is_recorded_with_the_policy_schedule(tmp_path):
         obs, _, term, trunc, info = env.step(hide_first(obs, info))
         done = term or trunc
     (t,) = read_rows(tmp_path / "replay.jsonl")
+    return t
+
+
+def test_replay_env_is_recorded_with_the_policy_schedule(tmp_path):
+    traj = _crafted()
+    t = _recorded_replay(traj, tmp_path)
     assert len(t.steps) == 6
     assert [s.masked_before for s in t.steps] == [[], [0], [0], [0], [0], [0]]
     assert t.steps[1].events[0].kind == "disable" and t.steps[1].events[0].targets == [0]
@@ -169,14 +175,6 @@ def test_every_step_of_a_parallel_turn_is_recorded_with_what_its_model_call_saw(
 
     traj = _crafted()
     traj.steps = [replace(s, turn=t) for s, t in zip(traj.steps, [0, 1, 2, 2, 2, 3])]
-    env = RecordTrajectory(
-        ReplayEnv(trajectories=[traj], max_items=N), tmp_path / "replay.jsonl", format="rows", source=[traj]
-    )
-    obs, info = env.reset(seed=0)
-    done = False
-    while not done:
-        obs, _, term, trunc, info = env.step(hide_first(obs, info))
-        done = term or trunc
-    (t,) = read_rows(tmp_path / "replay.jsonl")
+    t = _recorded_replay(traj, tmp_path)
     assert [s.masked_before for s in t.steps] == [[], [0], [0], [0], [0], [0]]
     assert [len(s.events) for s in t.steps] == [0, 1, 0, 0, 0, 0]  # the change is made once, before call 1
