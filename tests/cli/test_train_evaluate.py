@@ -19,7 +19,8 @@ def test_train_writes_checkpoint_and_json_report(tmp_path, capsys):
     assert main(["train", "-o", str(out), "--json", *TINY]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["checkpoint"] == str(out) and (out / "model.safetensors").is_file()
-    assert rep["train_episodes"] + rep["val_episodes"] == rep["episodes"]
+    # validation tasks: a tune half (early stopping, thresholds) and a held-out half (val_episodes)
+    assert rep["train_episodes"] + rep["tune_episodes"] + rep["val_episodes"] == rep["episodes"]
 
 
 def test_train_help_has_config_help_text(capsys):
