@@ -49,7 +49,7 @@ class Episode:
     success: bool | None
     n: int  # steps (tool calls); model calls are n_calls
     base_tokens: int
-    user_tok: np.ndarray  # (n,) int64
+    user_tok: np.ndarray  # (n,) int64: user text tokens, a model call's all on its first step
     asst_tok: np.ndarray  # (n,) output tokens of each call
     has_out: np.ndarray  # (n,) bool
     est_tok: np.ndarray  # (n,) estimated tokens of the raw output
@@ -217,6 +217,14 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
                 if need.kind == "reaccess":
                     superseded_at[j] = min(superseded_at[j], k)
         need_ptr[k + 1] = len(need_idx)
+    call_ptr = _call_ptr(traj)
+    if call_ptr is not None:
+        # A call's prompt ends with all of its user text, which precedes its assistant message in the
+        # context: kept on its first step, every cost path (Simulator, oracle, baseline) lays it out alike.
+        for a, b in zip(call_ptr[:-1].tolist(), call_ptr[1:].tolist()):
+            if b > a + 1:
+                user_tok[a] = user_tok[a:b].sum()
+                user_tok[a + 1 : b] = 0
     need_idx_a = np.asarray(need_idx, np.int64)
     # Needs on steps without an output cannot be missed; drop them here once.
     keep = has_out[need_idx_a] if len(need_idx_a) else np.zeros(0, bool)
@@ -268,7 +276,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         tool_names=[s.tool_name or "" for s in traj.steps],
         model_raw=traj.model_raw or "",
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
-        call_ptr=_call_ptr(traj),
+        call_ptr=call_ptr,
     )
 
 

@@ -306,3 +306,26 @@ def test_turns_numbered_with_gaps_give_the_online_observation_offline():
     assert any(len(set(s.turn for s in t.steps)) < len(t.steps) for t in picked)  # some parallel calls
     decisions, failures = _check(picked, schedules=("random",), paths=("orchestrator",))
     assert decisions > 10 and not failures, failures[:3]
+
+
+def test_a_turns_user_text_on_a_later_tool_call_is_laid_out_before_the_turn():
+    """User text logged on a later step of a turn is part of the call's prompt, before its assistant
+    message (where the online tracker puts a turn's user text): the Simulator and the oracle's
+    schedule_cost must then bill hiding an output of that turn alike (they differed by the re-write
+    of that text)."""
+    steps = [
+        Step(index=k, turn=t, user_text=u, assistant_text="a" * 8, tool_name="bash", tool_args="{}",
+             output="o" * 400)
+        for k, (t, u) in enumerate([(0, ""), (1, "u" * 200), (1, "w" * 400), (2, "")])
+    ]  # fmt: skip
+    traj = Trajectory(traj_id="x/1", source="test", model_raw="gpt-4o", model_family="gpt-4o",
+                      task_id="x", task_text="q" * 40, steps=steps)  # fmt: skip
+    ep = compile_episode(traj)
+    assert ep.user_tok.tolist() == [0, 150, 0, 0]  # the turn's 50 + 100 tokens on its first step
+    for cfg in (IDEAL, CostConfig(prices=UNIT)):
+        for hide in (1, 2, 0):  # an output of the turn just made, and one of an earlier turn
+            V = np.ones((ep.n_calls, ep.n), bool)
+            V[2, hide] = False
+            sim = Simulator(ep, cfg)
+            dollars = sim.call()[0] + sim.call()[0] + sim.apply_changes([], [hide]) + sim.call()[0]
+            assert dollars == pytest.approx(schedule_cost(ep, V, cfg), rel=1e-12), (hide, cfg.cache)
