@@ -182,3 +182,11 @@ def test_a_yaml_price_file_and_serve_help(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     assert "--prices" in capsys.readouterr().out
+
+
+def test_serve_refuses_a_bad_price_file_in_one_line(tmp_path, capsys):
+    f = tmp_path / "prices.json"
+    f.write_text('{"acme-1": {"input": 4}}')
+    assert main(["serve", "--policy", "none", "--port", "0", "--prices", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "--prices" in err and "needs input and output" in err and err.count("\n") == 1, err
