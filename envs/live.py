@@ -34,7 +34,7 @@ from dtoc_rl.features import (
 )
 from dtoc_rl.manage import MANAGE_CONTEXT_NAME, openai_tool
 from dtoc_rl.models import normalize_family
-from dtoc_rl.pricing import Prices, prices_for
+from dtoc_rl.pricing import Prices, cache_rules_for, prices_for
 from dtoc_rl.schema import Trajectory
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
@@ -132,6 +132,7 @@ class _Episode:
     shadow: _Shadow = field(default_factory=_Shadow)
     static_tokens: dict[int, int] = field(default_factory=dict)
     prev_sigs: list[Any] = field(default_factory=list)
+    last_call: float | None = None  # time.time() of the previous model call
     prev_tokens: list[int] = field(default_factory=list)
     end_reason: str | None = None  # submit | agent_error | max_steps
     agent_error: str | None = None
@@ -235,7 +236,9 @@ class LiveEnv(gym.Env):
     * ``tool_timeout`` (30 s), ``test_timeout`` (the task's), ``max_output_chars`` (10,000),
       ``max_calls_per_turn`` (8; further calls in one reply are dropped and counted).
     * ``model_family`` (default: from the agent's ``model_name``), ``prices``
-      (a :class:`~dtoc_rl.pricing.Prices` overriding the family's).
+      (a :class:`~dtoc_rl.pricing.Prices` overriding the family's), ``cache``
+      ("provider": the provider's caching rules, as the Simulator bills a logged run;
+      "ideal": every shared prefix read back).
     * ``cost_unit`` ("ktokens" | "task" | dollars), ``cost_weight`` (1), ``success_weight`` (10),
       ``miss_weight`` (0), ``budget_tokens`` (0 = none), ``over_budget_weight`` (0).
     * ``system_prompt``: replaces ``DEFAULT_SYSTEM_PROMPT``.  ``agent_can_manage``
@@ -268,6 +271,7 @@ class LiveEnv(gym.Env):
         max_calls_per_turn: int = 8,
         model_family: str | None = None,
         prices: Prices | None = None,
+        cache: str = "provider",
         cost_unit: str | float = "ktokens",
         cost_weight: float = 1.0,
         success_weight: float = 10.0,
@@ -335,6 +339,12 @@ class LiveEnv(gym.Env):
         self.model_family = model_family or normalize_family(self.model_name)
         p = prices or prices_for(self.model_family, self.model_name or None)
         self.prices = p
+        if cache not in ("provider", "ideal"):
+            raise ValueError(f"cache must be 'provider' or 'ideal', got {cache!r}")
+        # the rules the Simulator applies to the same model (simulator.CostConfig.rules_for)
+        self.cache_rules = (
+            cache_rules_for(self.model_family, self.model_name or None) if cache == "provider" else None
+        )
         self.cost_unit = cost_unit
         self.budget = int(budget_tokens)
         self.w = {
@@ -491,7 +501,7 @@ class LiveEnv(gym.Env):
                 toks.append(n)
         return sigs, toks
 
-    def _bill(self, sigs: list[Any], toks: list[int], out_tokens: int) -> float:
+    def _bill(self, sigs: list[Any], toks: list[int], out_tokens: int, now: float) -> float:
         ep = self.ep
         prompt = int(sum(toks))
         same = 0
@@ -500,6 +510,11 @@ class LiveEnv(gym.Env):
                 break
             same += 1
         cached = min(int(sum(toks[:same])), int(sum(ep.prev_tokens)))
+        idle = now - ep.last_call if ep.last_call is not None else float("nan")
+        ep.last_call = now
+        rules = self.cache_rules
+        if rules is not None:
+            cached = rules.cached_one(cached, prompt, idle)
         written = prompt - cached
         dollars = float(self.prices.bill(cached, written, out_tokens))
         tot = ep.totals
@@ -515,9 +530,10 @@ class LiveEnv(gym.Env):
         sh = ep.shadow
         full = prompt + ep.session.saved
         sh.input_tokens += full
-        sh.cache_read_tokens += sh.prev_prompt
-        sh.cache_write_tokens += full - sh.prev_prompt
-        sh.dollars += float(self.prices.bill(sh.prev_prompt, full - sh.prev_prompt, out_tokens))
+        sh_cached = sh.prev_prompt if rules is None else rules.cached_one(sh.prev_prompt, full, idle)
+        sh.cache_read_tokens += sh_cached
+        sh.cache_write_tokens += full - sh_cached
+        sh.dollars += float(self.prices.bill(sh_cached, full - sh_cached, out_tokens))
         sh.prev_prompt = full
         return dollars
 
@@ -547,11 +563,13 @@ class LiveEnv(gym.Env):
             checked.append({"id": cid, "name": c["name"], "arguments": args})
         ctx.add_assistant(resp["content"], tool_calls=checked)
         asst = ctx.store.messages[-1]
-        dollars = self._bill(sigs, toks, self._tokens_of(asst))
+        # the call's time is the one its steps are recorded with, so a replay of the recorded log waits
+        # the same seconds between calls (the cache's lifetime) as this bill does
+        now = time.time()
+        dollars = self._bill(sigs, toks, self._tokens_of(asst), now)
         usage = resp.get("usage") or {}
         ep.totals.reported_input_tokens += int(usage.get("input_tokens") or 0)
         ep.totals.reported_output_tokens += int(usage.get("output_tokens") or 0)
-        now = time.time()
         steps = ep.session.add_turn(
             turn, resp["content"], asst.get("tool_calls") or [], masked=masked, now=now
         )

@@ -122,7 +122,10 @@ def test_scripted_agent_fixes_the_task_end_to_end():
         call("bash", command=PYTEST),
         call("submit", summary="fixed the slice start"),
     ]
-    env = LiveEnv(ScriptedAgent(script), tasks=["pagination"], max_items=N, success_weight=10.0)
+    # the ideal cache: these prompts are under every provider's minimum cacheable size
+    env = LiveEnv(
+        ScriptedAgent(script), tasks=["pagination"], max_items=N, success_weight=10.0, cache="ideal"
+    )
     total, term, trunc, info = run_episode(env)
     assert term and not trunc
     assert info["success"] and info["end_reason"] == "submit"
@@ -540,3 +543,25 @@ def test_truncate_output_keeps_head_and_tail():
     text = "a" * 100 + "b" * 100
     out = truncate_output(text, 50)
     assert out.startswith("a" * 25) and out.endswith("b" * 25) and "150 characters cut" in out
+
+
+def test_provider_cache_rules_apply_to_live_calls():
+    """Prompts under the provider's minimum cacheable size read nothing from the cache (the rule the
+    Simulator applies to a logged run); the ideal cache reads every shared prefix back."""
+    script = [call("bash", command="ls"), call("bash", command="ls -a"), call("submit", summary="done")]
+    got = {}
+    for cache in ("provider", "ideal"):
+        agent = ScriptedAgent(script, model_name="gpt-4o-2024-08-06")
+        env = LiveEnv(agent, tasks=["pagination"], max_items=N, cache=cache)
+        env.reset(seed=0)
+        done, keep = False, {"enable": np.zeros(N, np.int8), "disable": np.zeros(N, np.int8)}
+        while not done:
+            _, _, term, trunc, info = env.step(keep)
+            done = term or trunc
+        got[cache] = info["totals"]
+        env.close()
+    assert got["provider"]["cache_read_tokens"] == 0 and got["ideal"]["cache_read_tokens"] > 0
+    assert got["provider"]["input_tokens"] == got["ideal"]["input_tokens"]
+    assert got["provider"]["dollars"] > got["ideal"]["dollars"]
+    with pytest.raises(ValueError, match="cache must be"):
+        LiveEnv(ScriptedAgent(script), tasks=["pagination"], cache="perfect")
