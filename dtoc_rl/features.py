@@ -332,6 +332,8 @@ class ItemColumns:
         self._users_at = np.zeros(cap, np.int64)  # user turns before it
         self._last_need = np.full(cap, -1, np.int64)  # model call of its last need (-1: none)
         self._n = 0
+        # misses of the counted kinds only: the ``misses`` a policy sees, as ReplayEnv counts them
+        self.kind_misses = 0
 
     def __len__(self) -> int:
         return self._n
@@ -408,7 +410,9 @@ class ItemColumns:
 
         Returns the misses of these steps: outputs they needed, of any kind, while hidden.  Live, a
         re-read of a hidden output is the agent paying for the hiding, so it counts there; a logged
-        re-read is not charged offline because the agent made it with everything visible too."""
+        re-read is not charged offline because the agent made it with everything visible too.  The
+        observation's ``misses`` (:attr:`kind_misses`) counts only needs of ``kinds``, as ReplayEnv's
+        does, so that a policy sees the feature it was trained on."""
         misses = 0
         needed: set[int] = set()
         missed: set[int] = set()
@@ -431,6 +435,7 @@ class ItemColumns:
                 self.need(row, s.turn)
                 if hidden:
                     self.bump(row, "rereads")
+                    self.kind_misses += 1
         return misses
 
     def observation(

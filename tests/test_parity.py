@@ -59,9 +59,9 @@ KNOWN = {
     # ReplayEnv bills the prompt a log does not hold (tool definitions: ``unlogged_prompt_tokens``) in
     # every call and counts it in the policy's active tokens; the Orchestrator counts only its context.
     "unlogged": "corrected: online active_tokens_k/full_tokens_k + trajectory.unlogged_prompt_tokens",
-    # ItemColumns.add_needs counts a miss for a hidden output needed by a need of any kind, ReplayEnv
-    # only for ``need_kinds`` (provenance, reference): the ``misses`` global differs.
-    "misses": "online >= offline: online counts misses of every need kind, ReplayEnv only need_kinds",
+    # Both count misses of ``need_kinds`` only (the bill online counts every kind, the observation
+    # not), but offline a missed output's re-read copy meets its later needs, online it stays hidden.
+    "misses": "online >= offline: after a miss, ReplayEnv's re-read copy meets later needs of the output",
     # Hiding an output smaller than its placeholder saves negative tokens; a /decide request's
     # ``saved_tokens`` must be >= 0, so a client sends 0.
     "saved_tokens": "corrected (service): offline saved_tokens_k < 0 taken as 0, full_tokens_k with it",

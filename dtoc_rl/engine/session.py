@@ -296,7 +296,7 @@ class SessionTracker:
             now=now,
             users=self.users,
             saved_tokens=self.saved,
-            misses=self.counts.misses,
+            misses=self.cols.kind_misses,  # the kinds ReplayEnv counts; counts.misses is the bill's
             mgmt_calls=self.counts.mgmt_calls,
             **context,
         )

@@ -131,3 +131,54 @@ def test_needs_are_counted_per_turn_whenever_the_turns_are_labelled():
         obs, _, done, _, _ = env.step({"enable": np.zeros(N, np.int8), "disable": hide})
         t += 1
     assert obs["items"][0, cols[:2]].tolist() == seen[0][0][:2]
+
+
+def test_observed_misses_count_the_kinds_replayenv_counts():
+    """A hidden output the agent re-reads itself (a reaccess need) is a miss on the bill online, but the
+    observation's ``misses`` counts only the need kinds ReplayEnv counts, so a policy sees online the
+    feature it was trained on (issue 16: one meaning of every feature)."""
+    import json
+
+    import gymnasium as gym
+
+    import dtoc_rl.envs  # noqa: F401
+    from dtoc_rl.features import GLOBAL_FEATURES
+    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.schema import Step, Trajectory
+
+    def bash(i, cmd, out):
+        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
+
+    body = "def alpha_function(argument):\n    return argument * 2\n"
+    steps = [bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "cat a.py", body)]
+    steps.append(Step(index=3, turn=3, assistant_text="done"))
+    traj = Trajectory(
+        "t/1", "openai-chat", "gpt-4o", "gpt-4o", "t1", task_text="look at the files", steps=steps
+    )
+
+    class HideFirst:
+        def act(self, obs, info):
+            return {
+                "enable": np.zeros(4, np.int8),
+                "disable": np.array([1, 0, 0, 0], np.int8) * obs["disable_mask"],
+            }
+
+    g = GLOBAL_FEATURES.index("misses")
+    env = gym.make("dtoc_rl/Replay-v0", dataset=[traj], max_items=4).unwrapped
+    obs, info = env.reset(seed=0)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(HideFirst().act(obs, info))
+    o = Orchestrator(HideFirst(), query=traj.task_text, model="gpt-4o", max_items=4)
+    for i, s in enumerate(traj.steps):
+        if i:
+            o.decide(force=True)
+        calls = [s] if s.tool_name else []
+        ids = o.record_assistant(
+            s.assistant_text, [{"name": c.tool_name, "arguments": c.tool_args} for c in calls]
+        )
+        for c, x in zip(ids, calls):
+            o.add_tool_result(c["id"], x.output)
+    assert [(n.step, n.kind) for n in o.trajectory().steps[2].needs] == [(0, "reaccess")]
+    assert o.totals.misses == 1  # the bill: the agent re-ran `cat a.py` because it was hidden
+    assert obs["globals"][g] == 0 and o.observation()[0]["globals"][g] == 0
