@@ -45,6 +45,8 @@ _MAX_ARGS = 100_000
 MAX_ARGS_DEPTH = 64
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=10**15)]
+# tokens saved by hiding: below 0 when a hidden output is smaller than its placeholder (ReplayEnv sends that)
+Delta = Annotated[int, msgspec.Meta(ge=-(10**15), le=10**15)]
 Name = Annotated[str, msgspec.Meta(max_length=200)]
 
 
@@ -129,7 +131,7 @@ class Request(msgspec.Struct):
     model: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     step: Count | None = None
     active_tokens: Count | None = None
-    saved_tokens: Count | None = None
+    saved_tokens: Delta | None = None
     budget: Count | None = None
     budget_tokens: Count | None = None
     stored: Count | None = None

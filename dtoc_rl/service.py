@@ -837,7 +837,7 @@ class RemotePolicy:
             "active_tokens": max(0, round(g[gi["active_tokens_k"]] * 1000)),
             "budget": max(0, round(g[gi["budget_k"]] * 1000)),
             "step": max(0, round(g[gi["step"]])),
-            "saved_tokens": max(0, round(g[gi["saved_tokens_k"]] * 1000)),
+            "saved_tokens": round(g[gi["saved_tokens_k"]] * 1000),  # < 0 when placeholders outweigh
             "misses": max(0, round(g[gi["misses"]])),
             "mgmt_calls": max(0, round(g[gi["mgmt_calls"]])),
             "stored": max(len(items), round(g[gi["stored"]])),

@@ -91,3 +91,12 @@ def test_tool_arguments_nested_deeper_than_the_limit_are_a_400_naming_the_field(
     with pytest.raises(DecideError) as e:  # the same from a decoded object
         to_request({"items": [], "session": "s", "turns": turns})
     assert (e.value.status, e.value.field) == (400, "turns[0].calls[0].args")
+
+
+def test_saved_tokens_may_be_negative():
+    """Hiding an output smaller than its placeholder saves fewer than zero tokens; ReplayEnv's observation
+    says so and a client mirroring it must be able to send it (the parity test's service path)."""
+    from dtoc_rl.decide_request import decode
+
+    body = b'{"items": [{"key": "t0000", "tokens": 20, "age": 1, "visible": false}], "saved_tokens": -12}'
+    assert decode(body).saved_tokens == -12

@@ -62,9 +62,6 @@ KNOWN = {
     # Both count misses of ``need_kinds`` only (the bill online counts every kind, the observation
     # not), but offline a missed output's re-read copy meets its later needs, online it stays hidden.
     "misses": "online >= offline: after a miss, ReplayEnv's re-read copy meets later needs of the output",
-    # Hiding an output smaller than its placeholder saves negative tokens; a /decide request's
-    # ``saved_tokens`` must be >= 0, so a client sends 0.
-    "saved_tokens": "corrected (service): offline saved_tokens_k < 0 taken as 0, full_tokens_k with it",
     # The service's session never hides anything (the client's store does), so it cannot tell that a
     # needed output was hidden when the call was made: ``rereads`` from a session are always 0.
     "session_rereads": "left out (service): rereads (with the rereads entry above)",
@@ -202,7 +199,7 @@ def service(traj: Trajectory, schedule: str):
                 "items": items, "model": traj.model_raw, "session": traj.traj_id, "turns": new,
                 "task": traj.task_text, "system": traj.system_prompt,
                 "step": int(obs["globals"][_G["step"]]), "active_tokens": client.active_tokens,
-                "saved_tokens": max(0, round(float(obs["globals"][_G["saved_tokens_k"]]) * 1000)),
+                "saved_tokens": round(float(obs["globals"][_G["saved_tokens_k"]]) * 1000),
                 "misses": int(obs["globals"][_G["misses"]]), "mgmt_calls": client.totals.mgmt_calls,
             }  # fmt: skip
             ans = svc.decide(req, client="parity")
@@ -232,7 +229,7 @@ def _turn(k: int, steps: list, keys: dict) -> dict:
     }
 
 
-def differences(offline, online, traj: Trajectory, appended: list[int], left_out=(), clamp_saved=False):
+def differences(offline, online, traj: Trajectory, appended: list[int], left_out=()):
     """Every (decision, field, offline, online) that differs, after the KNOWN corrections."""
     out = []
     if len(offline) != len(online):
@@ -255,9 +252,6 @@ def differences(offline, online, traj: Trajectory, appended: list[int], left_out
                         out.append((d, f, x[:, j].tolist(), y[:, j].tolist()))
             elif name == "globals":
                 x, y = x.astype(np.float64), y.astype(np.float64)
-                if clamp_saved and x[_G["saved_tokens_k"]] < 0:  # /decide takes saved_tokens >= 0
-                    x[_G["full_tokens_k"]] -= x[_G["saved_tokens_k"]]
-                    x[_G["saved_tokens_k"]] = 0.0
                 extra = (traj.unlogged_prompt_tokens + appended[d]) / 1000
                 y[_G["active_tokens_k"]] += extra
                 y[_G["full_tokens_k"]] += extra
@@ -281,7 +275,7 @@ def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("
             for path in paths:
                 online = orchestrator(t, sched) if path == "orchestrator" else service(t, sched)
                 left_out = ("rereads",) if path == "service" else ()
-                diffs = differences(offline, online, t, appended, left_out, clamp_saved=path == "service")
+                diffs = differences(offline, online, t, appended, left_out)
                 if diffs:
                     failures.append((t.traj_id, sched, path, len(diffs), diffs[:3]))
     return decisions, failures
