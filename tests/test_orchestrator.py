@@ -580,17 +580,9 @@ def test_times_needed_counts_the_need_kinds_replayenv_counts():
 
     import dtoc_rl.envs  # noqa: F401
     from dtoc_rl.features import ITEM_FEATURES
-    from dtoc_rl.schema import Step, Trajectory
+    from tests.crafted_trajs import reaccess_trajectory
 
-    def bash(i, cmd, out):
-        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
-
-    body = "def alpha_function(argument):\n    return argument * 2\n"
-    traj = Trajectory(
-        "t/1", "openai-chat", "gpt-4o", "gpt-4o", "t1", task_text="look at the files",
-        steps=[bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "echo hi", "hi"),
-               bash(3, "cat a.py", body), Step(index=4, turn=4, assistant_text="done")],
-    )  # fmt: skip
+    traj = reaccess_trajectory()
     o = Orchestrator(make_policy("none"), query=traj.task_text, model="gpt-4o")
     _replay(o, traj)
     online = o.trajectory()

@@ -331,19 +331,9 @@ def test_times_needed_skew_of_issue_16_is_gone_on_all_three_paths():
     online columns gave times_needed=1, since_need=1 where ReplayEnv gave 0 and 3 (a re-access is not
     a need ReplayEnv counts).  Now all three paths agree at every decision (see also
     tests/test_orchestrator.py::test_times_needed_counts_the_need_kinds_replayenv_counts)."""
-    import json
+    from tests.crafted_trajs import reaccess_trajectory
 
-    from dtoc_rl.schema import Step
-
-    def bash(i, cmd, out):
-        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
-
-    body = "def alpha_function(argument):\n    return argument * 2\n"
-    traj = Trajectory(
-        "t/1", "openai-chat", "gpt-4o-2024-08-06", "gpt-4o", "t1", task_text="look at the files",
-        steps=[bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "echo hi", "hi"),
-               bash(3, "cat a.py", body), Step(index=4, turn=4, assistant_text="done")],
-    )  # fmt: skip
+    traj = reaccess_trajectory("gpt-4o-2024-08-06")
     from dtoc_rl.labels import label_trajectory
 
     label_trajectory(traj)

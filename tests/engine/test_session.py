@@ -137,24 +137,14 @@ def test_observed_misses_count_the_kinds_replayenv_counts():
     """A hidden output the agent re-reads itself (a reaccess need) is a miss on the bill online, but the
     observation's ``misses`` counts only the need kinds ReplayEnv counts, so a policy sees online the
     feature it was trained on (issue 16: one meaning of every feature)."""
-    import json
-
     import gymnasium as gym
 
     import dtoc_rl.envs  # noqa: F401
     from dtoc_rl.features import GLOBAL_FEATURES
     from dtoc_rl.orchestrator import Orchestrator
-    from dtoc_rl.schema import Step, Trajectory
+    from tests.crafted_trajs import reaccess_trajectory
 
-    def bash(i, cmd, out):
-        return Step(index=i, turn=i, tool_name="bash", tool_args=json.dumps({"command": cmd}), output=out)
-
-    body = "def alpha_function(argument):\n    return argument * 2\n"
-    steps = [bash(0, "cat a.py", body), bash(1, "ls", "a.py b.py"), bash(2, "cat a.py", body)]
-    steps.append(Step(index=3, turn=3, assistant_text="done"))
-    traj = Trajectory(
-        "t/1", "openai-chat", "gpt-4o", "gpt-4o", "t1", task_text="look at the files", steps=steps
-    )
+    traj = reaccess_trajectory(echo=False)
 
     class HideFirst:
         def act(self, obs, info):
