@@ -1,7 +1,7 @@
 """Offline-RL datasets from ReplayEnv: every logged trajectory replayed under a policy, written in
 Minari's format (``pip install 'dtoc-rl[minari]'``).
 
-    from dtoc_rl.envs.export import export_minari
+    from dtoc_rl.policies.export import export_minari
     export_minari("dtoc_rl/replay-last_n-v0", "last_n:n=5", out_dir="minari_data")
     # MINARI_DATASETS_PATH=minari_data, then minari.load_dataset("dtoc_rl/replay-last_n-v0")
 

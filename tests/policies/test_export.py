@@ -9,7 +9,7 @@ import pytest
 import dtoc_rl.envs  # noqa: F401  registers the ids
 from dtoc_rl.dataset import load_trajectories
 from dtoc_rl.envs import ReplayEnv, StockRLWrapper
-from dtoc_rl.envs.export import action_to_bits, export_minari
+from dtoc_rl.policies.export import action_to_bits, export_minari
 from dtoc_rl.paths import bundled_dataset
 from dtoc_rl.policies.registry import make_policy
 
