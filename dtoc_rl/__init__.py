@@ -5,21 +5,28 @@ in a store under an orchestrator key; the active context shows visible outputs
 in full (as envelopes) and hidden ones as short placeholders;
 ``manage_context(enable=[...], disable=[...])`` changes visibility and reports
 the token delta.  Nothing is ever lost.
+
+The subpackages are the layers, each importing only those before it: ``core`` (records,
+stores, context, manage_context), ``data`` (schema, datasets), ``labels``, ``ingest``,
+``sim`` (prices, simulator), ``engine`` (session tracker, features, actions), then
+``dtoc_rl.envs``, ``dtoc_rl.policies``, ``serve`` (orchestrator, service) and the CLI.
+The names below are re-exported from dtoc_rl.core so ``from dtoc_rl import DTOCContext``
+keeps working.
 """
 
-from dtoc_rl.context import DTOCContext
-from dtoc_rl.manage import (
+from dtoc_rl.core.context import DTOCContext
+from dtoc_rl.core.manage import (
     MANAGE_CONTEXT_DESCRIPTION,
     StatusReport,
     anthropic_tool,
     apply_manage_context,
     openai_tool,
 )
-from dtoc_rl.record import ToolOutput
-from dtoc_rl.render import to_anthropic, to_openai
-from dtoc_rl.sqlite_store import SQLiteStore
-from dtoc_rl.store import MemoryStore, SessionConflictError, Store, StoreFileError, UnknownKeyError
-from dtoc_rl.tokens import CharEstimator, HFTokenizerEstimator, TiktokenEstimator, get_estimator
+from dtoc_rl.core.record import ToolOutput
+from dtoc_rl.core.render import to_anthropic, to_openai
+from dtoc_rl.core.sqlite_store import SQLiteStore
+from dtoc_rl.core.store import MemoryStore, SessionConflictError, Store, StoreFileError, UnknownKeyError
+from dtoc_rl.core.tokens import CharEstimator, HFTokenizerEstimator, TiktokenEstimator, get_estimator
 
 __version__ = "0.1.0"
 

@@ -12,10 +12,10 @@ Importing this package registers both ids::
 
 from gymnasium.envs.registration import register, registry
 
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs.live import LiveEnv
 from dtoc_rl.envs.replay import ReplayEnv
 from dtoc_rl.envs.wrappers import StockRLWrapper
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 
 __all__ = ["GLOBAL_FEATURES", "ITEM_FEATURES", "LiveEnv", "ReplayEnv", "StockRLWrapper"]
 

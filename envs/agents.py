@@ -154,7 +154,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
 
 
 def openai_to_neutral(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI chat messages → the provider-neutral form :mod:`dtoc_rl.render` takes."""
+    """OpenAI chat messages → the provider-neutral form :mod:`dtoc_rl.core.render` takes."""
     out = []
     for m in messages:
         role = m.get("role")
@@ -476,7 +476,7 @@ class AnthropicAgent:
     """The Anthropic messages API as a LiveEnv agent.
 
     ``base_url`` / ``api_key`` default to ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
-    The OpenAI-format context is rendered with :func:`dtoc_rl.render.to_anthropic`.
+    The OpenAI-format context is rendered with :func:`dtoc_rl.core.render.to_anthropic`.
     ``temperature`` (default None: the model's default) is sent in the request body,
     since recent SDK releases dropped the parameter.
     """
@@ -510,7 +510,7 @@ class AnthropicAgent:
         self._errors = (anthropic.AnthropicError,)
 
     def next_action(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        from dtoc_rl.render import to_anthropic
+        from dtoc_rl.core.render import to_anthropic
 
         req = to_anthropic(openai_to_neutral(messages))
         kw: dict[str, Any] = {

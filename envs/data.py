@@ -7,10 +7,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.dataset import load_trajectories
-from dtoc_rl.episode import Episode, compile_episode
-from dtoc_rl.schema import Trajectory
-from dtoc_rl.tokens import get_estimator
+from dtoc_rl.core.tokens import get_estimator
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.sim.episode import Episode, compile_episode
 
 __all__ = ["load_episodes"]
 
@@ -22,7 +22,7 @@ def _compiled(path: str, mtime: float, estimator: str) -> tuple[Episode, ...]:
 
 
 def _bundled() -> Path:
-    from dtoc_rl.paths import bundled_dataset
+    from dtoc_rl.data.paths import bundled_dataset
 
     return bundled_dataset()
 
@@ -56,7 +56,7 @@ def _episode(x: Any, i: int, est: Any) -> Episode:
         try:
             return compile_episode(Trajectory.from_row(x), est)
         except (KeyError, TypeError) as e:
-            raise ValueError(f"dataset item {i}: not a trajectory row of dtoc_rl.schema ({e})") from None
+            raise ValueError(f"dataset item {i}: not a trajectory row of dtoc_rl.data.schema ({e})") from None
     raise TypeError(
         f"dataset item {i}: expected a Trajectory, an Episode or a row dict, got {type(x).__name__}"
     )

@@ -13,7 +13,17 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from dtoc_rl.context import DTOCContext
+from dtoc_rl.core.context import DTOCContext
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, openai_tool
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.engine.features import (
+    GLOBAL_FEATURES,
+    ITEM_FEATURES,
+    action_space,
+    decode_action,
+    observation_space,
+)
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.envs.agents import AgentError, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import CheckResult, Task, TaskChecker, load_tasks
@@ -25,17 +35,7 @@ from dtoc_rl.envs.tools import (
     ToolResult,
     tool_specs,
 )
-from dtoc_rl.features import (
-    GLOBAL_FEATURES,
-    ITEM_FEATURES,
-    action_space,
-    decode_action,
-    observation_space,
-)
-from dtoc_rl.manage import MANAGE_CONTEXT_NAME, openai_tool
-from dtoc_rl.models import normalize_family
-from dtoc_rl.pricing import Prices, cache_rules_for, prices_for
-from dtoc_rl.schema import Trajectory
+from dtoc_rl.sim.pricing import Prices, cache_rules_for, prices_for
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
 
@@ -175,13 +175,13 @@ class LiveEnv(gym.Env):
     ``info["slot_keys"]``).  Setting a padding slot, enabling a visible or
     disabling a hidden output does nothing; padding slots and slots in both sets
     are counted in ``info["invalid_actions"]`` (as are unknown keys and keys in both
-    lists of the agent's own ``manage_context`` calls: :mod:`dtoc_rl.engine.actions`).
+    lists of the agent's own ``manage_context`` calls: :mod:`dtoc_rl.core.actions`).
     An action of the wrong structure, shape or dtype raises ``ValueError`` naming the
     expected space.  After the agent has submitted (in ``reset()`` or mid-turn) the next
     action is not applied.
 
     ## Observation Space
-    The shared spec of :mod:`dtoc_rl.features` (the same ``Dict`` as ReplayEnv):
+    The shared spec of :mod:`dtoc_rl.engine.features` (the same ``Dict`` as ReplayEnv):
     per slot ``items`` (``est_tokens_k``, ``age`` in model calls, ``visible``,
     ``times_needed``, ``since_need``, ``modified``, ``is_error``, ``superseded``,
     ``rereads``, ``toggles``, ``turns_after``), ``item_tool`` (tool category),
@@ -203,7 +203,7 @@ class LiveEnv(gym.Env):
     message by message with the previous call's; the common prefix, which ends at
     the first output whose visibility changed since, is read at ``cache_read``
     price, the rest is written at ``cache_write``, and the reply is billed at the
-    ``output`` price (``dtoc_rl.pricing.prices_for(model_family)``; the cache never
+    ``output`` price (``dtoc_rl.sim.pricing.prices_for(model_family)``; the cache never
     expires; tool definitions are not counted).  **Normalisation** (``cost_unit``):
     ``"ktokens"`` (default) divides by the price of 1,000 uncached input tokens of
     the same model, so ``-1`` is one thousand fresh prompt tokens whatever the
@@ -236,7 +236,7 @@ class LiveEnv(gym.Env):
     * ``tool_timeout`` (30 s), ``test_timeout`` (the task's), ``max_output_chars`` (10,000),
       ``max_calls_per_turn`` (8; further calls in one reply are dropped and counted).
     * ``model_family`` (default: from the agent's ``model_name``), ``prices``
-      (a :class:`~dtoc_rl.pricing.Prices` overriding the family's), ``cache``
+      (a :class:`~dtoc_rl.sim.pricing.Prices` overriding the family's), ``cache``
       ("provider": the provider's caching rules, as the Simulator bills a logged run;
       "ideal": every shared prefix read back).
     * ``cost_unit`` ("ktokens" | "task" | dollars), ``cost_weight`` (1), ``success_weight`` (10),

@@ -12,11 +12,11 @@ Three formats (``format=``):
   trajectory's ``extra``; other scalars: ``source_env``, ``end_reason``,
   ``cost_usd``, ``tokens_in``, ``tokens_out``, ``api_calls``.
 * ``"rows"``: canonical rows JSONL, ``json.dumps(Trajectory.to_row())`` per line,
-  exactly the schema of :mod:`dtoc_rl.schema` with ``events`` and
+  exactly the schema of :mod:`dtoc_rl.data.schema` with ``events`` and
   ``masked_before``; read back with :func:`read_rows`.
-* ``"dataset"``: a Parquet dataset folder (:func:`dtoc_rl.dataset.write_dataset`),
+* ``"dataset"``: a Parquet dataset folder (:func:`dtoc_rl.data.dataset.write_dataset`),
   rewritten atomically after every episode; it loads with
-  :func:`dtoc_rl.dataset.load_trajectories` and replays in ReplayEnv.
+  :func:`dtoc_rl.data.dataset.load_trajectories` and replays in ReplayEnv.
 
 Envs: LiveEnv (anything whose ``unwrapped`` has ``trajectory()``), and ReplayEnv,
 whose replayed log is written with the policy's schedule: ``masked_before`` of
@@ -37,10 +37,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dtoc_rl.chatlog import trajectory_to_chat, visibility
-from dtoc_rl.engine.actions import resolve
-from dtoc_rl.features import check_action
-from dtoc_rl.schema import ContextEvent, Trajectory
+from dtoc_rl.core.actions import resolve
+from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
+from dtoc_rl.data.schema import ContextEvent, Trajectory
+from dtoc_rl.engine.features import check_action
 
 __all__ = ["FORMATS", "RecordTrajectory", "read_rows", "trajectory_to_chat"]
 
@@ -179,10 +179,10 @@ class RecordTrajectory(gym.Wrapper):
         if self._logged is None:
             src = self._source
             if src is None or isinstance(src, str | Path):
-                from dtoc_rl.dataset import load_trajectories
+                from dtoc_rl.data.dataset import load_trajectories
 
                 if src is None:
-                    from dtoc_rl.paths import bundled_dataset
+                    from dtoc_rl.data.paths import bundled_dataset
 
                     src = bundled_dataset()
                 trajs: Iterable[Trajectory] = load_trajectories(src)
@@ -218,7 +218,7 @@ class RecordTrajectory(gym.Wrapper):
     def write(self, traj: Trajectory) -> None:
         self.recorded.append(traj)
         if self.format == "dataset":
-            from dtoc_rl.dataset import write_dataset
+            from dtoc_rl.data.dataset import write_dataset
 
             write_dataset(
                 self.recorded, self.path, overwrite=True, summary={"recorded_by": "RecordTrajectory"}

@@ -12,12 +12,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
-from dtoc_rl.engine.actions import resolve
-from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.envs.selection import pick_index
-from dtoc_rl.episode import Episode
-from dtoc_rl.features import (
+from dtoc_rl.core.actions import resolve
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.engine.features import (
     DEFAULT_MAX_ITEMS,
     GLOBAL_FEATURES,
     ITEM_FEATURES,
@@ -26,8 +23,11 @@ from dtoc_rl.features import (
     observation_space,
     price_vector,
 )
-from dtoc_rl.schema import Trajectory
-from dtoc_rl.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.envs.selection import pick_index
+from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
+from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
 
 __all__ = ["ReplayEnv"]
 
@@ -171,16 +171,16 @@ class ReplayEnv(gym.Env):
       ``is_error``, ``superseded`` (a later step re-read the same resource, so
       far), ``rereads`` (misses it caused), ``toggles`` (visibility changes),
       ``turns_after`` (user turns begun after it).
-    * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.tools``).
+    * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.labels.vocabulary``).
     * ``item_mask``, ``enable_mask``, ``disable_mask``: ``MultiBinary(N)``.
     * ``globals`` ``Box(G,)`` float32: active tokens / 1000 (the context plus the
       user text that arrived for the coming call: the prompt it will pay for, as
       the online Orchestrator counts it), budget / 1000, step (model calls made),
       stored outputs, visible outputs, tokens saved now / 1000, misses so far,
       management calls so far, tokens if everything were visible / 1000.
-    * ``family``: ``Discrete``, the model-family id (``dtoc_rl.models.FAMILIES``).
+    * ``family``: ``Discrete``, the model-family id (``dtoc_rl.data.models.FAMILIES``).
     * ``prices`` ``Box(4,)`` float32: the model's prices, USD per million tokens
-      (``dtoc_rl.features.PRICE_FEATURES``), the ones the episode is billed at.
+      (``dtoc_rl.engine.features.PRICE_FEATURES``), the ones the episode is billed at.
 
     With ``text_view=True``, ``info["text"]`` holds the view an LLM policy reads:
     the store listing (key, tokens, timestamp, preview, visibility) and the recent
@@ -198,7 +198,7 @@ class ReplayEnv(gym.Env):
     ``- fail_penalty`` if a miss ended it (``miss="fail"``).
 
     A call costs ``cached * cache_read + written * cache_write + output * output_price``
-    (USD per million tokens, ``dtoc_rl.pricing``; unknown families priced as
+    (USD per million tokens, ``dtoc_rl.sim.pricing``; unknown families priced as
     ``gpt-4o``).  ``cached`` is the prefix shared with the previous call's prompt
     up to the first output whose visibility changed since; the rest is written.
     **Normalisation:** dividing by ``D_all_visible``, the dollars of the same
@@ -219,9 +219,9 @@ class ReplayEnv(gym.Env):
       of ``Trajectory`` / ``Episode`` objects or rows, or None for the bundled sample.
     * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead (same as ``dataset``).
     * ``model_family``, ``source``: keep only these (a name or a list).
-    * ``max_items`` (``dtoc_rl.features.DEFAULT_MAX_ITEMS``, 128): slots N.
+    * ``max_items`` (``dtoc_rl.engine.features.DEFAULT_MAX_ITEMS``, 128): slots N.
     * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (calibrated mode only; default
-      ``dtoc_rl.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
+      ``dtoc_rl.sim.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
     * ``overhead`` ("orchestrator" | "agent").
     * ``need_kinds``: need-label kinds that make a hidden output a miss (default provenance and
       reference; a re-access step is itself the agent's re-read, so it is not charged twice).
@@ -419,7 +419,7 @@ class ReplayEnv(gym.Env):
 
     def _act_masks(self, enable: np.ndarray, disable: np.ndarray) -> float:
         """The checked action arrays, for a window of any size: the plain path, through the one rule
-        (:func:`dtoc_rl.engine.actions.resolve`); ``_act_few`` is pinned equal to it by a test."""
+        (:func:`dtoc_rl.core.actions.resolve`); ``_act_few`` is pinned equal to it by a test."""
         sim = self.sim
         log = sim.log
         if log:

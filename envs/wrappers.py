@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 
 __all__ = ["StockRLWrapper", "bits_to_action", "make_flat_replay"]
 

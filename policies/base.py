@@ -1,6 +1,6 @@
 """The Policy interface: an observation in, enable/disable sets out.
 
-The observation is the ``Dict`` described in :mod:`dtoc_rl.features`; the
+The observation is the ``Dict`` described in :mod:`dtoc_rl.engine.features`; the
 action is ``{"enable": MultiBinary(N), "disable": MultiBinary(N)}`` over the
 same slots.  The same object runs in ReplayEnv, LiveEnv and the live
 Orchestrator.  ``info`` carries extras some policies need (``"text"`` for LLM

@@ -1,7 +1,7 @@
 """Faithful baselines: the context-management rules agents use today.
 
 Each reimplements a published rule with its defaults, and names its source.
-All read only the observation (``dtoc_rl.features``): slot ``j`` holds the
+All read only the observation (``dtoc_rl.engine.features``): slot ``j`` holds the
 ``j``-th oldest of the most recent N stored outputs; ``globals`` carries the
 env's token accounting (active tokens, tokens if everything were visible,
 outputs stored so far).  Rules recompute the visibility they want at every
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.decide_request import PLACEHOLDER_TOKENS
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
-from dtoc_rl.models import FAMILIES
+from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.tools import TOOL_CATEGORIES
+from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
     "AnthropicClearToolUses",
@@ -163,7 +163,7 @@ class AnthropicClearToolUses(Policy):
     tokens would be cleared (default: no minimum) nothing is cleared.  The
     trigger is measured on the full history, i.e. the env's
     ``full_tokens_k`` (active tokens with every output visible).
-    ``exclude_tools`` takes tool categories of ``dtoc_rl.tools``.
+    ``exclude_tools`` takes tool categories of ``dtoc_rl.labels.vocabulary``.
     """
 
     name = "anthropic_clear"
@@ -397,7 +397,7 @@ class CacheAwareClear(Policy):
       ``reset`` clears this record.
     * Prices: from ``reset``'s info (:func:`episode_prices`: the cost config's prices, the logged
       model version's, or the family's), else the observation's family id; ``prices`` (a
-      :class:`~dtoc_rl.pricing.Prices`) overrides them.  Cache lifetimes and minimum sizes are not
+      :class:`~dtoc_rl.sim.pricing.Prices`) overrides them.  Cache lifetimes and minimum sizes are not
       modelled: the re-write is charged as if the cache were warm.
     * ``trigger`` defaults to 0 (Anthropic's default is 100,000 input tokens): the price test decides.
     """

@@ -25,14 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, user_prices
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.episode import Episode
-from dtoc_rl.features import DEFAULT_MAX_ITEMS, user_prices
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
-from dtoc_rl.pricing import Prices, cache_regime, prices_for
-from dtoc_rl.simulator import CostConfig, baseline_totals
+from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.pricing import Prices, cache_regime, prices_for
+from dtoc_rl.sim.simulator import CostConfig, baseline_totals
 
 __all__ = [
     "GROUPINGS",
@@ -209,7 +209,7 @@ def evaluate(
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
     or ``train``.  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
     small network is fastest on one, and several spin badly on a busy machine); None leaves them.
-    ``prices``: the user's prices by model name (:func:`dtoc_rl.features.load_price_table`); a
+    ``prices``: the user's prices by model name (:func:`dtoc_rl.engine.features.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
     (in this process: the worker pool rebuilds its env from the dataset alone).  ``tasks``
     (``"source/task_id"`` strings): evaluate only their trajectories.

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.features import DEFAULT_MAX_ITEMS
+from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.policies.evaluate import ORACLE, Run, run_policy_on_episode
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = ["RAY_INSTALL_HINT", "RayNotAvailable", "evaluate_ray"]
 
@@ -68,8 +68,8 @@ class _EvalActor:
         self.env = None
 
     def _episodes(self, table) -> list:
+        from dtoc_rl.data.schema import Trajectory
         from dtoc_rl.envs.data import load_episodes
-        from dtoc_rl.schema import Trajectory
 
         trajs = [Trajectory.from_row(row) for row in table.to_pylist()]
         if not trajs:
@@ -107,10 +107,10 @@ class _EvalActor:
 
 
 def _dataset_files(dataset: Any) -> list[str]:
-    from dtoc_rl.dataset import _shards
+    from dtoc_rl.data.dataset import _shards
 
     if dataset is None:
-        from dtoc_rl.paths import bundled_dataset
+        from dtoc_rl.data.paths import bundled_dataset
 
         dataset = bundled_dataset()
     if not isinstance(dataset, str | os.PathLike):

@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
-from dtoc_rl.models import FAMILIES
+from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.pricing import Prices, cache_regime, prices_for
-from dtoc_rl.tools import TOOL_CATEGORIES
+from dtoc_rl.sim.pricing import Prices, cache_regime, prices_for
 
 __all__ = [
     "ECON_GLOBAL_FEATURES",

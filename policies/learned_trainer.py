@@ -31,15 +31,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.episode import Episode
-from dtoc_rl.features import ITEM_FEATURES
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.learned import LearnedPolicy, economics, obs_to_tensors, price_vector
 from dtoc_rl.policies.oracle import plan
-from dtoc_rl.pricing import CACHE_REGIMES, cache_regime
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime
+from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
     "THRESHOLD_GRID",

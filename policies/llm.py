@@ -8,7 +8,7 @@ keys to slots and returns ``{"enable": int8[N], "disable": int8[N]}``.
 
 What the policy reads
 ---------------------
-From ``obs`` (:mod:`dtoc_rl.features`): ``item_mask``, ``enable_mask``,
+From ``obs`` (:mod:`dtoc_rl.engine.features`): ``item_mask``, ``enable_mask``,
 ``disable_mask``, ``items``, ``item_tool``, ``globals``, ``family``.  From
 ``info`` (all optional, in order of preference):
 
@@ -34,7 +34,7 @@ text, parsed by :func:`parse_text_answer` from either a JSON object
 Invalid answers never raise.  Each problem is counted in ``policy.errors``
 (a ``Counter`` by kind, see :data:`ERROR_KINDS`), logged, and kept in
 ``policy.error_log``.  With ``on_invalid="partial"`` (default) keys are judged
-one by one like the real tool (:func:`dtoc_rl.manage.apply_manage_context`):
+one by one like the real tool (:func:`dtoc_rl.core.manage.apply_manage_context`):
 unknown keys, non-string keys and keys in both lists are dropped, the valid
 rest is applied.  With ``on_invalid="noop"`` any error makes the whole answer a
 no-op.  Answers that cannot be read at all (backend failure, no tool call, a
@@ -57,12 +57,12 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
-from dtoc_rl.manage import MANAGE_CONTEXT_DESCRIPTION, MANAGE_CONTEXT_NAME, openai_tool, parse_arguments
-from dtoc_rl.models import FAMILIES, normalize_family
+from dtoc_rl.core.manage import MANAGE_CONTEXT_DESCRIPTION, MANAGE_CONTEXT_NAME, openai_tool, parse_arguments
+from dtoc_rl.data.models import FAMILIES, normalize_family
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy, empty_action
 from dtoc_rl.policies.llm_backends import BackendError, LLMBackend, Reply, ToolCall
-from dtoc_rl.tools import TOOL_CATEGORIES
 
 __all__ = [
     "ANSWER_FORMAT_TEXT",
@@ -119,7 +119,7 @@ PLACEHOLDERS: dict[str, str] = {
     "full_tokens": "active tokens if every output were visible",
     "keys": "the listed keys, comma-separated",
     "tool_name": "manage_context",
-    "tool_description": "the tool's description, verbatim (dtoc_rl.manage.MANAGE_CONTEXT_DESCRIPTION)",
+    "tool_description": "the tool's description, verbatim (dtoc_rl.core.manage.MANAGE_CONTEXT_DESCRIPTION)",
     "tool_schema": "the tool's JSON parameter schema",
     "answer_format": "how to answer: call the tool (tool backends) or write one line (text backends)",
     "model_family": "the agent's model family",
@@ -414,7 +414,7 @@ class PromptedLLMPolicy(Policy):
 
     * ``backend``: an :class:`~dtoc_rl.policies.llm_backends.LLMBackend`.
     * ``prompt_family``: ``"auto"`` (the family of ``backend.model``, via
-      :func:`dtoc_rl.models.normalize_family`), a family name, or None (``default``).
+      :func:`dtoc_rl.data.models.normalize_family`), a family name, or None (``default``).
     * ``prompt_dir``: a folder of the user's prompt files, searched before the
       packaged ones (see :func:`find_prompt`).  ``prompt_file``: one file, used as is.
     * ``every``: ask the LLM every k-th step of an episode (others are no-ops, counted in

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.core.render import message_text
 from dtoc_rl.optional import require
-from dtoc_rl.render import message_text
 
 __all__ = [
     "AnthropicBackend",

@@ -3,8 +3,8 @@
 It knows the trace's future (its need labels) and plans the whole episode at
 ``reset``.  A schedule is a boolean matrix ``V[t, k]``: is output ``k`` (a step)
 visible at model call ``t`` (one row per call: parallel tool calls of one turn
-are one call, :attr:`~dtoc_rl.episode.Episode.starts`).  Zero misses means
-``V[t, j]`` for every need of call ``t`` on ``j``.  Costs are those of :mod:`dtoc_rl.simulator` with
+are one call, :attr:`~dtoc_rl.sim.episode.Episode.starts`).  Zero misses means
+``V[t, j]`` for every need of call ``t`` on ``j``.  Costs are those of :mod:`dtoc_rl.sim.simulator` with
 ``overhead="orchestrator"``; :func:`schedule_cost` evaluates any schedule
 exactly (vectorised, O(n²)).
 
@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.episode import Episode
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import to_action
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.simulator import CostConfig, idle_seconds
+from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.simulator import CostConfig, idle_seconds
 
 __all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
 

@@ -38,8 +38,8 @@ import gymnasium as gym
 import numpy as np
 
 import dtoc_rl.envs  # noqa: F401  (registers dtoc_rl/Replay-v0)
+from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.schema import Need, Step, Trajectory
 
 TARGET_STEPS_PER_S = 20_000
 TARGET_VS_CARTPOLE = 0.25

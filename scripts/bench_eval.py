@@ -36,7 +36,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.evaluate import _init_worker, _work, evaluate, run_policy_on_episode
 from dtoc_rl.policies.registry import BASELINES, make_policy
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.simulator import CostConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ITEMS = 256
@@ -47,7 +47,7 @@ def default_traces() -> Path:
 
 
 def make_dataset(traces: Path, out: Path) -> dict[str, Any]:
-    from dtoc_rl.dataset import write_dataset
+    from dtoc_rl.data.dataset import write_dataset
     from dtoc_rl.ingest.driver import ingest_paths
 
     t0 = time.perf_counter()

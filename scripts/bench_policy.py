@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.serve.orchestrator import Orchestrator
 
 TOOLS = [
     ("bash", lambda i: {"command": f"cat src/module_{i % 40}.py"}),

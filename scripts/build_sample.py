@@ -18,7 +18,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the ingest summary as JSON")
     args = ap.parse_args()
-    from dtoc_rl.paths import bundled_dataset, bundled_raw
+    from dtoc_rl.data.paths import bundled_dataset, bundled_raw
 
     argv = ["ingest", str(bundled_raw()), "-o", str(bundled_dataset()), "--overwrite", "--workers", "1"]
     return cli(argv + (["--json"] if args.json else ["--quiet"]))

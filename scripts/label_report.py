@@ -20,9 +20,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import IngestError, detect_format
 from dtoc_rl.labels import label_stats, label_trajectory
-from dtoc_rl.schema import Trajectory
 
 SKIP_NAMES = {"selected_labels.jsonl", "sessions_index.jsonl", "MANIFEST.md", "LICENSE", "LICENSE.md"}
 

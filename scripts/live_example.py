@@ -2,7 +2,7 @@
 
 The agent (a local transformers model, any OpenAI-compatible endpoint, or a scripted
 dry run that needs nothing) fixes one of the tiny repositories in ``envs/tasks/``
-through the :class:`~dtoc_rl.orchestrator.Orchestrator`: its tool calls run for real
+through the :class:`~dtoc_rl.serve.orchestrator.Orchestrator`: its tool calls run for real
 in a temporary copy of the repository, the policy (a learned checkpoint or any
 policy spec) decides before every model call which past outputs it sees, the
 task's tests decide success, the session log is written as OpenAI chat JSONL and
@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.cli import main as dtoc_main
+from dtoc_rl.core.store import SessionConflictError, StoreFileError
 from dtoc_rl.envs.agents import AgentError, ScriptedAgent, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import TaskChecker, load_tasks
 from dtoc_rl.envs.live import DEFAULT_SYSTEM_PROMPT, MANAGE_HINT, NUDGE
 from dtoc_rl.envs.tools import Toolbox, tool_specs
-from dtoc_rl.orchestrator import MODES, Orchestrator
 from dtoc_rl.policies.learned import CheckpointError
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import RemotePolicy
-from dtoc_rl.store import SessionConflictError, StoreFileError
+from dtoc_rl.serve.orchestrator import MODES, Orchestrator
+from dtoc_rl.serve.service import RemotePolicy
 
 PROG = "python -m scripts.live_example"
 
@@ -238,8 +238,8 @@ def run_episode(args: argparse.Namespace) -> dict[str, Any]:
 def replay_episode(args: argparse.Namespace) -> dict[str, Any]:
     """A logged trajectory instead of a live agent: its outputs go through the Orchestrator
     and the policy (or the service) decides before every logged model call."""
+    from dtoc_rl.data.paths import find_bundled_trace
     from dtoc_rl.ingest import IngestError, read_first
-    from dtoc_rl.paths import find_bundled_trace
 
     path = Path(args.replay)
     if not path.exists():

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.policies.export import export_minari
 
     if args.episodes is not None and args.episodes < 1:

@@ -164,9 +164,9 @@ def train(args: Args) -> dict[str, Any]:
     import torch
 
     import dtoc_rl.envs  # noqa: F401  registers dtoc_rl/ReplayFlat-v0
-    from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
-    from dtoc_rl.models import FAMILIES
-    from dtoc_rl.tools import TOOL_CATEGORIES
+    from dtoc_rl.data.models import FAMILIES
+    from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+    from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -289,7 +289,7 @@ def train(args: Args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.data.dataset import DatasetError
 
     args = parse_args(argv)
     try:

@@ -30,11 +30,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args()
 
+    from dtoc_rl.data.models import model_version
     from dtoc_rl.envs.data import load_episodes
-    from dtoc_rl.models import model_version
     from dtoc_rl.policies.evaluate import aggregate, evaluate
-    from dtoc_rl.pricing import prices_for
-    from dtoc_rl.simulator import CostConfig
+    from dtoc_rl.sim.pricing import prices_for
+    from dtoc_rl.sim.simulator import CostConfig
 
     eps = load_episodes(args.dataset, source=SOURCES)
     # one group per price: a family's versions can be priced apart (gpt-4o-2024-05-13 has no caching)

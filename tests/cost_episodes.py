@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dtoc_rl.episode import NEVER, Episode
-from dtoc_rl.pricing import Prices
-from dtoc_rl.schema import NEED_KINDS
+from dtoc_rl.data.schema import NEED_KINDS
+from dtoc_rl.sim.episode import NEVER, Episode
+from dtoc_rl.sim.pricing import Prices
 
 #: $1 / $2 / $10 per token (x 1e6 per million): every bill is a small integer of dollars.
 UNIT = Prices(input=2e6, output=10e6, cache_read=1e6, cache_write=2e6, source="test")

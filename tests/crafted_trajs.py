@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dtoc_rl.schema import Step, Trajectory
+from dtoc_rl.data.schema import Step, Trajectory
 
 BODY = "def alpha_function(argument):\n    return argument * 2\n"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.billcheck import bill_check, held_out, log_calls, targets_met
 from dtoc_rl.cli import main as cli
-from dtoc_rl.dataset import write_dataset
-from dtoc_rl.schema import Step, Trajectory, Usage
-from dtoc_rl.tokens import get_estimator
+from dtoc_rl.core.tokens import get_estimator
+from dtoc_rl.data.dataset import write_dataset
+from dtoc_rl.data.schema import Step, Trajectory, Usage
+from dtoc_rl.sim.billcheck import bill_check, held_out, log_calls, targets_met
 
 GPT52 = "azure/gpt-5.2-20251211"  # $1.75 in, $0.175 cached, $14 out; 1,024-token minimum, 128-token steps
 
@@ -183,7 +183,7 @@ def test_size_models_are_fitted_on_the_fit_half_and_checked_on_the_other():
 
 
 def test_stored_size_models_apply_per_source_and_family_and_say_where_they_come_from(monkeypatch):
-    from dtoc_rl import calibrated
+    from dtoc_rl.sim import calibrated
 
     entry = {"estimator": "chars", "base": 1.3, "text": 1.3, "outputs": 1.3, "per_step": 0.0,
              "offset": 0.0, "ratio": 1.3, "calls": 100, "fitted_on": "hand-made"}  # fmt: skip
@@ -290,8 +290,8 @@ def test_a_chat_log_with_another_providers_usage_is_checked(tmp_path: Path, caps
 def test_gemini_runs_meet_the_targets_out_of_sample(shared_traces: Path):
     """The 130 gemini-3-pro runs: the stored size model is the one fitted on their fit half, and it
     predicts the other half's calls within the issue's 5 % (median), counted with o200k."""
-    from dtoc_rl.calibrated import PROMPT_SIZE_FACTORS
     from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.sim.calibrated import PROMPT_SIZE_FACTORS
 
     trajs = ingest_paths([shared_traces / "mini-swe-agent_gemini-3-pro_swebench-verified"], progress=False)
     trajs = trajs.trajectories
@@ -317,7 +317,7 @@ def test_a_log_without_turn_numbers_is_one_call_per_step():
     compile_episode (and so the Simulator) reads them, not one turn whose calls all see the base."""
     from dataclasses import replace
 
-    from dtoc_rl.episode import compile_episode
+    from dtoc_rl.sim.episode import compile_episode
 
     log = _log()
     unrecorded = replace(log, steps=[replace(s, turn=0) for s in log.steps])

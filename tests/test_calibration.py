@@ -1,4 +1,4 @@
-"""Calibration against logged masking (dtoc_rl.calibration, dtoc-rl calibrate): crafted trajectories with
+"""Calibration against logged masking (dtoc_rl.sim.calibration, dtoc-rl calibrate): crafted trajectories with
 known masked schedules pin every statistic; the real SWE-agent-LM-32B traces check the figures."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtoc_rl.calibration import (
+from dtoc_rl.cli import main as cli
+from dtoc_rl.data.dataset import write_dataset
+from dtoc_rl.data.schema import Step, Trajectory
+from dtoc_rl.labels import label_trajectory
+from dtoc_rl.sim.calibration import (
     NO_MASKED_DATA,
     NoMaskedData,
     age_hazard,
@@ -20,10 +24,6 @@ from dtoc_rl.calibration import (
     traj_counts,
     wilson,
 )
-from dtoc_rl.cli import main as cli
-from dtoc_rl.dataset import write_dataset
-from dtoc_rl.labels import label_trajectory
-from dtoc_rl.schema import Step, Trajectory
 
 CODE = """\
 def compute_total_price(self, items, discount_rate):
@@ -254,8 +254,8 @@ def test_cli_errors(tmp_path: Path, capsys):
 
 @pytest.mark.shared
 def test_real_swe_agent_lm_32b_runs(shared_traces: Path):
-    from dtoc_rl import calibrated
     from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.sim import calibrated
 
     folder = shared_traces / "swe-agent-1.0_swebench-verified" / "20250511_sweagent_lm_32b"
     trajs = ingest_paths([folder], progress=False).trajectories
@@ -266,9 +266,9 @@ def test_real_swe_agent_lm_32b_runs(shared_traces: Path):
     assert 0.002 < r["reaccess_masked"].rate < r["reaccess_visible"].rate < 0.2
     assert 0.002 < r["need_masked"].rate < r["need_visible"].rate < 0.2
     assert cal.ratios["need_masked_vs_visible"]["hi"] < 0.5
-    # the fitted miss model is what dtoc_rl.calibrated records
+    # the fitted miss model is what dtoc_rl.sim.calibrated records
     mm = cal.miss_model
-    stale = "labels or ingester changed: rerun `dtoc-rl calibrate` and update dtoc_rl/calibrated.py"
+    stale = "labels or ingester changed: rerun `dtoc-rl calibrate` and update dtoc_rl/sim/calibrated.py"
     assert mm["episodes"] == calibrated.CALIBRATED_EPISODES, stale
     assert mm["reread_prob"]["rate"] == pytest.approx(calibrated.CALIBRATED_REREAD_PROB), stale
     assert (mm["reread_prob"]["lo"], mm["reread_prob"]["hi"]) == pytest.approx(
@@ -288,7 +288,7 @@ def test_real_swe_agent_lm_32b_runs(shared_traces: Path):
 
 
 def test_recovery_kinds_of_a_reread():
-    from dtoc_rl.calibration import recovery_kind
+    from dtoc_rl.sim.calibration import recovery_kind
 
     def v(path, rng=None, cmd="view"):
         args = {"command": cmd, "path": path, **({"view_range": rng} if rng else {})}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dtoc_rl.chatlog import trajectory_to_chat, visibility
+from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.openai_chat import chat_to_steps
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 
 def _traj() -> Trajectory:

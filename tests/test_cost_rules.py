@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dtoc_rl.pricing import CACHE_RULES, CacheRules
-from dtoc_rl.simulator import CostConfig, Simulator, baseline_totals
+from dtoc_rl.sim.pricing import CACHE_RULES, CacheRules
+from dtoc_rl.sim.simulator import CostConfig, Simulator, baseline_totals
 from tests.cost_episodes import UNIT, make_episode
 
 

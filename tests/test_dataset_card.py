@@ -4,9 +4,9 @@ import json
 import shutil
 
 from dtoc_rl.cli import main as cli
-from dtoc_rl.dataset import load_trajectories, write_dataset
-from dtoc_rl.paths import bundled_dataset, bundled_raw
-from dtoc_rl.schema import SCHEMA_VERSION
+from dtoc_rl.data.dataset import load_trajectories, write_dataset
+from dtoc_rl.data.paths import bundled_dataset, bundled_raw
+from dtoc_rl.data.schema import SCHEMA_VERSION
 
 
 def test_ingest_writes_a_card_with_schema_sources_licences_counts_and_command(tmp_path, capsys):

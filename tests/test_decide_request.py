@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dtoc_rl.decide_request import DecideError, Request, decode, parse, to_request
+from dtoc_rl.engine.decide_request import DecideError, Request, decode, parse, to_request
 
 
 def body(obj) -> bytes:
@@ -79,7 +79,7 @@ def test_json_nested_too_deeply_is_a_400(raw, field):
 
 
 def test_tool_arguments_nested_deeper_than_the_limit_are_a_400_naming_the_field():
-    from dtoc_rl.decide_request import MAX_ARGS_DEPTH
+    from dtoc_rl.engine.decide_request import MAX_ARGS_DEPTH
 
     ok = json.loads("[" * MAX_ARGS_DEPTH + "]" * MAX_ARGS_DEPTH)
     deep = {"a": json.loads("[" * MAX_ARGS_DEPTH + "]" * MAX_ARGS_DEPTH)}
@@ -96,7 +96,7 @@ def test_tool_arguments_nested_deeper_than_the_limit_are_a_400_naming_the_field(
 def test_saved_tokens_may_be_negative():
     """Hiding an output smaller than its placeholder saves fewer than zero tokens; ReplayEnv's observation
     says so and a client mirroring it must be able to send it (the parity test's service path)."""
-    from dtoc_rl.decide_request import decode
+    from dtoc_rl.engine.decide_request import decode
 
     body = b'{"items": [{"key": "t0000", "tokens": 20, "age": 1, "visible": false}], "saved_tokens": -12}'
     assert decode(body).saved_tokens == -12

@@ -4,7 +4,7 @@ expected space; any non-zero integer counts as set."""
 import numpy as np
 import pytest
 
-from dtoc_rl.features import (
+from dtoc_rl.engine.features import (
     ItemColumns,
     ItemState,
     action_space,
@@ -122,7 +122,7 @@ def test_item_columns_reject_unknown_fields_and_wrong_visibility():
 
 
 def test_add_needs_counts_once_per_output_and_charges_hidden_ones():
-    from dtoc_rl.schema import Need, Step
+    from dtoc_rl.data.schema import Need, Step
 
     cols = ItemColumns()
     for call in range(3):
@@ -142,7 +142,7 @@ def test_add_needs_counts_once_per_output_and_charges_hidden_ones():
 
 
 def test_a_hidden_output_re_accessed_is_a_miss_but_not_a_counted_need():
-    from dtoc_rl.schema import Need, Step
+    from dtoc_rl.data.schema import Need, Step
 
     cols = ItemColumns()
     cols.append(1000, 0, call=0, users_at=0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.labels import (
     Resource,
     label_stats,
@@ -21,7 +22,6 @@ from dtoc_rl.labels import (
 from dtoc_rl.labels.calls import _step_resources
 from dtoc_rl.labels.shell import _State
 from dtoc_rl.labels.spans import _GUTTER, _TOKEN
-from dtoc_rl.schema import Step, Trajectory
 
 FILE_A = """\
 import os

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.labels import label_trajectory
-from dtoc_rl.schema import Step, Trajectory
-from dtoc_rl.tools import base_tool_name, tool_category
+from dtoc_rl.labels.vocabulary import base_tool_name, tool_category
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mcp" / "mcp_tools.jsonl"
 

@@ -2,8 +2,8 @@
 
 import time
 
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.labels import label_trajectory
-from dtoc_rl.schema import Step, Trajectory
 
 
 def test_a_long_run_of_digits_is_parsed_in_linear_time():

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from dtoc_rl.data.schema import Step
 from dtoc_rl.labels import calls, shell
 from dtoc_rl.labels import vocabulary as v
 from dtoc_rl.labels.calls import _step_resources
 from dtoc_rl.labels.shell import _State
-from dtoc_rl.schema import Step
 from envs.tools import tool_specs
 
 # what the labeller's resource says a call does -> the category a policy must see for it
@@ -137,10 +137,10 @@ def test_category_ids_keep_their_order():
 
 
 def test_dtoc_rl_tools_is_the_vocabulary():
-    import dtoc_rl.tools
+    import dtoc_rl.labels.vocabulary
 
-    assert dtoc_rl.tools.tool_category is v.tool_category
-    assert dtoc_rl.tools.TOOL_CATEGORIES is v.TOOL_CATEGORIES
+    assert dtoc_rl.labels.vocabulary.tool_category is v.tool_category
+    assert dtoc_rl.labels.vocabulary.TOOL_CATEGORIES is v.TOOL_CATEGORIES
 
 
 def test_a_shell_command_kept_as_input_is_parsed_as_a_shell_command():

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from dtoc_rl import MemoryStore, apply_manage_context
-from dtoc_rl.manage import MANAGE_CONTEXT_DESCRIPTION, anthropic_tool, openai_tool, parse_arguments
+from dtoc_rl.core.manage import MANAGE_CONTEXT_DESCRIPTION, anthropic_tool, openai_tool, parse_arguments
 
 VERBATIM = (
     "Use this tool when you feel the context limit is increasing and there are some tool outputs whose "

@@ -12,12 +12,12 @@ import pytest
 from pydantic import TypeAdapter
 
 from dtoc_rl.cli import main as cli_main
-from dtoc_rl.dataset import load_trajectories
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
-from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, build_observation
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.simulator import MISS_KINDS
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.sim.simulator import MISS_KINDS
 
 openai_types = pytest.importorskip("openai.types.chat")
 anthropic_types = pytest.importorskip("anthropic.types")
@@ -579,7 +579,7 @@ def test_times_needed_counts_the_need_kinds_replayenv_counts():
     import gymnasium as gym
 
     import dtoc_rl.envs  # noqa: F401
-    from dtoc_rl.features import ITEM_FEATURES
+    from dtoc_rl.engine.features import ITEM_FEATURES
     from tests.crafted_trajs import reaccess_trajectory
 
     traj = reaccess_trajectory()
@@ -778,7 +778,7 @@ def test_a_labelling_failure_never_stops_the_loop(monkeypatch):
 
 
 def test_close_detaches_the_orchestrator_from_its_store():
-    from dtoc_rl.store import MemoryStore
+    from dtoc_rl.core.store import MemoryStore
 
     store = MemoryStore()
     o = Orchestrator(make_policy("none"), query="t", store=store)

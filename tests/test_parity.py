@@ -34,13 +34,13 @@ import numpy as np
 import pytest
 
 import dtoc_rl.envs  # noqa: F401  (registers the environments)
-from dtoc_rl.dataset import load_trajectories
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.schema import NEED_KINDS, Trajectory
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.ingest.driver import ingest_paths
-from dtoc_rl.orchestrator import Orchestrator
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.schema import NEED_KINDS, Trajectory
-from dtoc_rl.service import DecisionService
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.serve.service import DecisionService
 
 N = 16
 _G = {name: i for i, name in enumerate(GLOBAL_FEATURES)}

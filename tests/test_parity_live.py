@@ -16,7 +16,7 @@ from dtoc_rl.envs import LiveEnv, ReplayEnv
 from dtoc_rl.envs.agents import ScriptedAgent
 from dtoc_rl.envs.recorder import RecordTrajectory
 from dtoc_rl.ingest.driver import ingest_paths
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.simulator import CostConfig
 
 N = 8
 PYTEST = "python -m pytest -q"

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.episode import compile_episode
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.schema import Need, Step, Trajectory
-from dtoc_rl.simulator import CostConfig, Simulator, Totals, baseline_totals
+from dtoc_rl.sim.episode import compile_episode
+from dtoc_rl.sim.simulator import CostConfig, Simulator, Totals, baseline_totals
 from tests.cost_episodes import UNIT, make_episode
 
 IDEAL = CostConfig(prices=UNIT, cache="ideal", reread_call_tokens=30)
@@ -242,7 +242,7 @@ def test_the_simulators_inlined_bill_is_prices_bill_call_by_call():
 def test_the_simulators_compiled_needs_are_each_calls_call_needs(seed):
     """The Simulator compiles each call's needs once (kinds filtered on the CSR arrays, a turn's own
     outputs dropped); its counts must be those of the plain Episode.call_needs, for any need kinds."""
-    from dtoc_rl.schema import NEED_KINDS
+    from dtoc_rl.data.schema import NEED_KINDS
 
     rng = np.random.default_rng(seed)
     n = 9
@@ -283,9 +283,9 @@ def test_turns_numbered_with_gaps_give_the_online_observation_offline():
     import random
     from dataclasses import replace
 
-    from dtoc_rl.dataset import load_trajectories
+    from dtoc_rl.data.dataset import load_trajectories
+    from dtoc_rl.data.paths import bundled_dataset
     from dtoc_rl.labels import label_trajectory
-    from dtoc_rl.paths import bundled_dataset
     from tests.test_parity import _check
 
     rnd = random.Random(0)

@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 from dtoc_rl.cli import main
-from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.features import (
+from dtoc_rl.engine.features import (
     ItemColumns,
     ItemState,
     build_observation,
@@ -22,9 +20,11 @@ from dtoc_rl.features import (
     observation_space,
     price_vector,
 )
-from dtoc_rl.orchestrator import Orchestrator
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.service import DecisionService
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.serve.service import DecisionService
+from dtoc_rl.sim.pricing import Prices, prices_for
 from tests.test_orchestrator import read_loop
 
 ACME = Prices(input=4.0, output=16.0, cache_read=0.5, cache_write=5.0, source="test")
@@ -111,7 +111,7 @@ def test_build_observation_defaults_to_the_family_and_fits_the_space():
 
 
 def test_replay_env_observes_the_prices_it_bills():
-    from dtoc_rl.simulator import CostConfig
+    from dtoc_rl.sim.simulator import CostConfig
 
     ep = load_episodes(None)[0]
     env = ReplayEnv(trajectories=[ep], cost_config=CostConfig(prices=ACME))
@@ -138,7 +138,7 @@ def test_an_unknown_model_takes_the_users_prices():
 
 
 def test_a_request_with_bad_prices_is_refused():
-    from dtoc_rl.service import DecideError
+    from dtoc_rl.serve.service import DecideError
 
     with pytest.raises(DecideError, match="prices"):
         DecisionService(Spy()).decide({"items": _items(2), "prices": {"input": -1, "output": 2}})

@@ -6,10 +6,10 @@ import warnings
 
 import pytest
 
-from dtoc_rl import pricing
-from dtoc_rl.models import model_version
-from dtoc_rl.pricing import PRICES, VERSION_PRICES, prices_for
-from dtoc_rl.simulator import baseline_totals
+from dtoc_rl.data.models import model_version
+from dtoc_rl.sim import pricing
+from dtoc_rl.sim.pricing import PRICES, VERSION_PRICES, prices_for
+from dtoc_rl.sim.simulator import baseline_totals
 from tests.cost_episodes import make_episode
 
 
@@ -67,7 +67,7 @@ def test_the_simulator_prices_the_episode_by_its_version():
 
 
 def test_cache_regimes():
-    from dtoc_rl.pricing import cache_regime
+    from dtoc_rl.sim.pricing import cache_regime
 
     assert cache_regime(prices_for("gpt-4o", "gpt-4o-2024-05-13")) == "no caching"
     assert cache_regime(prices_for("gpt-4", "gpt4-0125")) == "no caching"

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from dtoc_rl.record import ToolOutput, format_key
-from dtoc_rl.tokens import CharEstimator
+from dtoc_rl.core.record import ToolOutput, format_key
+from dtoc_rl.core.tokens import CharEstimator
 
 EST = CharEstimator()
 

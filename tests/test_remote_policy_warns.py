@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from dtoc_rl.features import observation_space
+from dtoc_rl.engine.features import observation_space
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecisionService, RemotePolicy, serve_in_thread
+from dtoc_rl.serve.service import DecisionService, RemotePolicy, serve_in_thread
 
 
 def _obs():

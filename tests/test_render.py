@@ -61,7 +61,7 @@ def test_openai_reasoning_only_on_request():
 def test_message_text_reads_strings_parts_and_sdk_objects():
     from types import SimpleNamespace
 
-    from dtoc_rl.render import message_text
+    from dtoc_rl.core.render import message_text
 
     assert message_text(None) == "" and message_text("hi") == "hi"
     image = {"type": "image_url", "image_url": {}}

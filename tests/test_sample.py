@@ -1,8 +1,8 @@
 """The committed bundled dataset matches what ingesting the bundled raw logs gives today."""
 
-from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.paths import bundled_dataset, bundled_raw
 from dtoc_rl.ingest.driver import ingest_paths
-from dtoc_rl.paths import bundled_dataset, bundled_raw
 
 
 def test_bundled_dataset_is_up_to_date():

@@ -14,10 +14,10 @@ import pytest
 
 from dtoc_rl import __version__
 from dtoc_rl.cli import main as cli_main
-from dtoc_rl.features import ITEM_FEATURES
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecideError, DecisionService, serve_in_thread
+from dtoc_rl.serve.service import DecideError, DecisionService, serve_in_thread
 
 
 def items(n, hidden=()):
@@ -286,8 +286,8 @@ def _free_port():
 
 
 def test_remote_policy_decides_like_the_local_one(server):
-    from dtoc_rl.orchestrator import Orchestrator
-    from dtoc_rl.service import RemotePolicy
+    from dtoc_rl.serve.orchestrator import Orchestrator
+    from dtoc_rl.serve.service import RemotePolicy
 
     svc = DecisionService(make_policy("last_n:n=3,polling=4"))
     srv, _ = serve_in_thread(svc, "127.0.0.1", 0)
@@ -309,7 +309,7 @@ def test_remote_policy_decides_like_the_local_one(server):
 
 
 def test_remote_policy_when_the_service_is_down():
-    from dtoc_rl.service import RemotePolicy
+    from dtoc_rl.serve.service import RemotePolicy
 
     obs = {
         "items": np.zeros((4, len(ITEM_FEATURES)), np.float32),

@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecisionService, serve_in_thread
+from dtoc_rl.serve.service import DecisionService, serve_in_thread
 
 DEADLINE = 1.0
 

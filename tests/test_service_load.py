@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecisionService, serve_in_thread
+from dtoc_rl.serve.service import DecisionService, serve_in_thread
 
 CLIENTS, REQUESTS, ITEMS = 4, 40, 300
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from dtoc_rl.cli import main as cli_main
-from dtoc_rl.features import ITEM_FEATURES
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecisionService, RemotePolicy, make_server, serve_in_thread
-from dtoc_rl.session_labels import Sessions
+from dtoc_rl.serve.service import DecisionService, RemotePolicy, make_server, serve_in_thread
+from dtoc_rl.serve.session_labels import Sessions
 
 
 @pytest.fixture

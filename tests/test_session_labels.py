@@ -1,4 +1,4 @@
-"""Need labels the service keeps per client session (``dtoc_rl.session_labels``)."""
+"""Need labels the service keeps per client session (``dtoc_rl.serve.session_labels``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from dtoc_rl.dataset import load_trajectories
-from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.data.dataset import load_trajectories
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.service import DecideError, DecisionService, serve_in_thread
-from dtoc_rl.session_labels import Sessions
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.serve.service import DecideError, DecisionService, serve_in_thread
+from dtoc_rl.serve.session_labels import Sessions
 
 
 def _turns(traj):

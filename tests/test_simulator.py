@@ -4,10 +4,10 @@ fancy indexing), the counters, the context size and the cached prefix stay consi
 import numpy as np
 import pytest
 
-import dtoc_rl.simulator as simulator
-from dtoc_rl.episode import compile_episode
-from dtoc_rl.schema import Need, Step, Trajectory
-from dtoc_rl.simulator import CostConfig, Simulator
+import dtoc_rl.sim.simulator as simulator
+from dtoc_rl.data.schema import Need, Step, Trajectory
+from dtoc_rl.sim.episode import compile_episode
+from dtoc_rl.sim.simulator import CostConfig, Simulator
 
 
 def _episode(n=40, seed=0):

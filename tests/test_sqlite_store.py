@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from dtoc_rl import SQLiteStore
-from dtoc_rl.sqlite_store import list_sessions
+from dtoc_rl.core.sqlite_store import list_sessions
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -185,7 +185,7 @@ def test_sigkill_between_output_and_message_leaves_a_session_that_continues(tmp_
         """
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.serve.orchestrator import Orchestrator
 
     orch = Orchestrator(session_path=db, session_id="s")
     assert len(orch.store) == 0 and orch.ctx.pending_calls == ["call_1"]
@@ -197,7 +197,7 @@ def test_sigkill_between_output_and_message_leaves_a_session_that_continues(tmp_
 
 def test_an_output_without_its_message_is_repaired_on_reopen(tmp_path):
     """Files written when the two were separate commits can hold such an output."""
-    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.serve.orchestrator import Orchestrator
 
     db = tmp_path / "old.db"
     s = SQLiteStore(db, session_id="s")
@@ -223,7 +223,7 @@ def test_an_output_without_its_message_is_repaired_on_reopen(tmp_path):
 
 
 def test_a_second_writer_gets_a_clear_error_not_an_integrity_error(tmp_path):
-    from dtoc_rl.store import SessionConflictError
+    from dtoc_rl.core.store import SessionConflictError
 
     db = tmp_path / "w.db"
     a = SQLiteStore(db, session_id="s")
@@ -248,7 +248,7 @@ def test_two_processes_writing_one_session_never_raise_integrity_errors(tmp_path
     code = f"""
         import sys
         from dtoc_rl import SQLiteStore
-        from dtoc_rl.store import SessionConflictError
+        from dtoc_rl.core.store import SessionConflictError
         kept = conflicts = 0
         s = SQLiteStore({str(db)!r}, session_id="s")
         for i in range(150):
@@ -317,7 +317,7 @@ def _good(tmp_path):
 def test_a_file_that_is_no_session_store_is_a_one_line_error_naming_it(tmp_path, make):
     import sqlite3
 
-    from dtoc_rl.store import StoreFileError
+    from dtoc_rl.core.store import StoreFileError
 
     db = tmp_path / "x.db"
     if make == "empty":

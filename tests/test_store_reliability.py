@@ -51,7 +51,7 @@ def _payload(cid: str, key: str) -> str:
 
 @pytest.mark.slow
 def test_sigkill_loop_loses_nothing_acknowledged_and_sessions_always_continue(tmp_path):
-    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.serve.orchestrator import Orchestrator
 
     db = tmp_path / "kill.db"
     rng = random.Random(SEED)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from dtoc_rl.tokens import CharEstimator, TiktokenEstimator, get_estimator
+from dtoc_rl.core.tokens import CharEstimator, TiktokenEstimator, get_estimator
 
 
 @pytest.mark.parametrize("text", ["", "a", "abcd", "abcde", "é" * 7, "x" * 1001])

@@ -20,13 +20,13 @@ intervals that ignore clustering):
   with miss=calibrated at the fitted probability, against the observed re-reads
   per 100 steps, and how often the policy's schedule equals the logged one.
 
-See dtoc_rl.calibration for the exact definitions and docs/validity.md.
+See dtoc_rl.sim.calibration for the exact definitions and docs/validity.md.
 
-With --cost, it checks the cost model instead (the bill check, dtoc_rl.billcheck): every logged
+With --cost, it checks the cost model instead (the bill check, dtoc_rl.sim.billcheck): every logged
 model call of every trajectory whose log keeps per-call usage is re-priced from the context the
 log says was sent, and predicted input tokens, cached tokens and dollars are compared with the
 logged ones, per source and per call.  The provider's prompt size comes from the text counted
-with o200k and a size model per source and model family: the stored one (dtoc_rl.calibrated,
+with o200k and a size model per source and model family: the stored one (dtoc_rl.sim.calibrated,
 fitted on half of ../shared/traces), else the stored ratio of the same model family, else one
 fitted on half of these logs (--fit: always); the output says which, and gives the errors on the
 fit half and on the held-out half.  For best-effort caches a hit rate is fitted per source.
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fit",
         action="store_true",
         help="--cost: fit every source's size model on the fit half of these logs, ignoring the stored "
-        "ones (default: the stored model of the source and model family, dtoc_rl.calibrated."
+        "ones (default: the stored model of the source and model family, dtoc_rl.sim.calibrated."
         "PROMPT_SIZE_FACTORS, else fitted here; the output says which)",
     )
     p.add_argument(
@@ -92,8 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.calibration import NoMaskedData, age_hazard, calibrate
-    from dtoc_rl.dataset import DatasetError, load_trajectories
+    from dtoc_rl.data.dataset import DatasetError, load_trajectories
+    from dtoc_rl.sim.calibration import NoMaskedData, age_hazard, calibrate
 
     if args.k < 1:
         return fail(f"--k must be >= 1, got {args.k}")
@@ -151,11 +151,11 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     """Run ``policy_spec`` in ReplayEnv over the calibrated trajectories (reread, per kind, calibrated)."""
     import numpy as np
 
-    from dtoc_rl.calibration import ratio_ci
+    from dtoc_rl.data.schema import NEED_KINDS
     from dtoc_rl.envs import ReplayEnv
     from dtoc_rl.policies.registry import make_policy
-    from dtoc_rl.schema import NEED_KINDS
-    from dtoc_rl.simulator import MISS_KINDS, CostConfig
+    from dtoc_rl.sim.calibration import ratio_ci
+    from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig
 
     policy = make_policy(policy_spec)
     by_id = {t.traj_id: t for t in trajs}
@@ -218,7 +218,7 @@ def schedule_agreement(trajs, policy) -> dict[str, float]:
     import numpy as np
 
     from dtoc_rl.envs import ReplayEnv
-    from dtoc_rl.simulator import CostConfig
+    from dtoc_rl.sim.simulator import CostConfig
 
     env = ReplayEnv(trajectories=trajs, cost_config=CostConfig(need_kinds=()), max_items=_slots(trajs))
     by_id = {t.traj_id: t for t in trajs}
@@ -465,7 +465,7 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
 
 
 def run_bill_check(args: argparse.Namespace, trajs) -> int:
-    from dtoc_rl.billcheck import bill_check, plot_bill_check, targets_met, write_calls
+    from dtoc_rl.sim.billcheck import bill_check, plot_bill_check, targets_met, write_calls
 
     size = "none" if args.no_fit else "fit" if args.fit else "stored"
     try:

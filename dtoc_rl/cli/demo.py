@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, wandb_run) -> int:
     from dtoc_rl.cli import main as cli
-    from dtoc_rl.paths import bundled_raw
+    from dtoc_rl.data.paths import bundled_raw
 
     t0 = time.perf_counter()
     quiet = args.quiet or args.json

@@ -62,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-items",
         type=int,
         default=None,
-        help="env slots (default: dtoc_rl.features.DEFAULT_MAX_ITEMS, the env's and training's, so a policy "
-        "is judged on the window it was trained on)",
+        help="env slots (default: dtoc_rl.engine.features.DEFAULT_MAX_ITEMS, the env's and training's, so a "
+        "policy is judged on the window it was trained on)",
     )
     p.add_argument(
         "--prices",
@@ -142,11 +142,11 @@ def _grouping(value: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.dataset import DatasetError
-    from dtoc_rl.features import DEFAULT_MAX_ITEMS
+    from dtoc_rl.data.dataset import DatasetError
+    from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
     from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
     from dtoc_rl.policies.registry import PolicySpecError, expand_specs, make_policy
-    from dtoc_rl.simulator import CostConfig
+    from dtoc_rl.sim.simulator import CostConfig
 
     if args.max_items is None:
         args.max_items = DEFAULT_MAX_ITEMS
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         )
         prices = None
         if args.prices:
-            from dtoc_rl.features import load_price_table
+            from dtoc_rl.engine.features import load_price_table
 
             prices = load_price_table(args.prices)
             if args.backend == "ray":

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.dataset import DatasetError, write_dataset
+    from dtoc_rl.data.dataset import DatasetError, write_dataset
     from dtoc_rl.ingest.driver import ingest_paths, summarize
 
     if args.out.exists() and not args.overwrite:

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve(trace: str) -> Path:
-    from dtoc_rl.paths import find_bundled_trace
+    from dtoc_rl.data.paths import find_bundled_trace
 
     p = Path(trace)
     if p.exists():
@@ -52,10 +52,10 @@ def _resolve(trace: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.core.tokens import get_estimator
+    from dtoc_rl.data.paths import bundled_raw
     from dtoc_rl.ingest import IngestError, read_one
-    from dtoc_rl.paths import bundled_raw
-    from dtoc_rl.replay import hide_older_than, replay_trajectory
-    from dtoc_rl.tokens import get_estimator
+    from dtoc_rl.serve.replay import hide_older_than, replay_trajectory
 
     try:
         if args.list:

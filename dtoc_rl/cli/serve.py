@@ -2,7 +2,7 @@
 
 Endpoints: GET /health, GET /version, POST /decide (the client sends its
 store's metadata, the policy answers which keys to enable and disable; see
-dtoc_rl.service for the request fields).  Binds to 127.0.0.1 by default.
+dtoc_rl.serve.service for the request fields).  Binds to 127.0.0.1 by default.
 A client that cannot label needs itself may name a session and send each model
 call's text once ("session", "turns"): the service labels them and fills the
 need features (--max-sessions sessions are kept in memory).
@@ -58,8 +58,8 @@ _SAMPLE = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from dtoc_rl.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
-    from dtoc_rl.session_labels import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_CHARS
+    from dtoc_rl.serve.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
+    from dtoc_rl.serve.session_labels import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_CHARS
 
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -163,9 +163,9 @@ def _load(spec: str, what: str):
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from dtoc_rl.features import DEFAULT_MAX_ITEMS
-    from dtoc_rl.models import FAMILIES, normalize_family
-    from dtoc_rl.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
+    from dtoc_rl.data.models import FAMILIES, normalize_family
+    from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
+    from dtoc_rl.serve.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
 
     try:
         if not 0 <= args.port <= 65535:
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
             )
         prices = None
         if args.prices:
-            from dtoc_rl.features import load_price_table
+            from dtoc_rl.engine.features import load_price_table
 
             try:
                 prices = load_price_table(args.prices)

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.dataset import DatasetError, load_trajectories
+    from dtoc_rl.data.dataset import DatasetError, load_trajectories
     from dtoc_rl.ingest.driver import summarize
 
     try:

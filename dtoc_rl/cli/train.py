@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.cli.dataclass_args import dataclass_from_args
-    from dtoc_rl.dataset import DatasetError
+    from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
     try:

@@ -2,14 +2,14 @@
 
 :class:`SessionTracker` keeps what the live Orchestrator, LiveEnv and the ``/decide`` service's
 sessions (an Orchestrator each) know of a session between model calls: its steps in the canonical
-schema, its stored outputs with their policy features (:class:`~dtoc_rl.features.ItemColumns`), the
+schema, its stored outputs with their policy features (:class:`~dtoc_rl.engine.features.ItemColumns`), the
 need labels of each turn (:class:`~dtoc_rl.labels.NeedLabeller`, fed incrementally), misses,
-``modified``/``superseded`` flags, the visibility changes as :class:`~dtoc_rl.schema.ContextEvent`\\ s,
+``modified``/``superseded`` flags, the visibility changes as :class:`~dtoc_rl.data.schema.ContextEvent`\\ s,
 and invalid actions.  The owner runs the agent loop (its context, tools, requests and bill); the
 tracker is told what happened and answers the policy's observation.
 
 Misses (live): a need of any kind on an output that was hidden when its call was made, because live
-the agent pays for the re-read.  The feature columns count only :data:`dtoc_rl.schema.MISS_KINDS`, the
+the agent pays for the re-read.  The feature columns count only :data:`dtoc_rl.data.schema.MISS_KINDS`, the
 kinds ReplayEnv counts, so a policy sees online what it was trained on.
 
 The tracker is not thread-safe: its owner serialises calls (the Orchestrator under its lock).
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.engine.actions import Applied, apply_slots, resolve
-from dtoc_rl.features import ItemColumns, ItemState
+from dtoc_rl.core.actions import Applied, apply_slots, resolve
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.engine.features import ItemColumns, ItemState
 from dtoc_rl.labels import NeedLabeller, modified_by
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
-from dtoc_rl.tools import tool_category_id
+from dtoc_rl.labels.vocabulary import tool_category_id
 
 __all__ = ["Output", "SessionCounts", "SessionTracker", "args_json"]
 
@@ -213,7 +213,7 @@ class SessionTracker:
         self, ctx: Any, enable: np.ndarray, disable: np.ndarray, window: Sequence[Output], **kw: Any
     ) -> Applied:
         """A policy's masks over ``window`` (the observation's slots) applied to ``ctx`` and recorded
-        (see :func:`dtoc_rl.engine.actions.apply_slots`)."""
+        (see :func:`dtoc_rl.core.actions.apply_slots`)."""
         done = apply_slots(ctx, enable, disable, [o.key for o in window], self._window_visible(window), **kw)
         self.record_changes(done.enabled, done.disabled, done.invalid)
         return done
@@ -288,7 +288,7 @@ class SessionTracker:
     # -- what the policy sees -------------------------------------------------------------------
     def observe(self, n: int, *, now: int, **context: Any) -> tuple[dict[str, np.ndarray], list[Output]]:
         """The observation of the ``n`` most recent outputs and those outputs (its slots, oldest first);
-        ``now``: the current model call; ``context``: :func:`~dtoc_rl.features.build_observation`'s
+        ``now``: the current model call; ``context``: :func:`~dtoc_rl.engine.features.build_observation`'s
         keywords besides the ones the tracker knows (saved tokens, misses, management calls)."""
         obs = self.cols.observation(
             None,  # the visibility on_visibility keeps

@@ -3,6 +3,9 @@
 ``detect_format(path)`` names the ingester for a file or directory (or None),
 and ``INGESTERS`` lists them in detection order.  The driver that walks
 folders, labels needs and writes datasets is :mod:`dtoc_rl.ingest.driver`.
+
+It may import dtoc_rl.core, dtoc_rl.data and dtoc_rl.labels; never sim, engine, serve, envs or
+policies (tests/test_layers.py checks this).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
@@ -20,7 +24,6 @@ from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKInges
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
-from dtoc_rl.schema import Trajectory
 
 __all__ = [
     "INGESTERS",

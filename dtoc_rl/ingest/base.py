@@ -1,7 +1,7 @@
 """What every ingester provides, and the errors they raise.
 
 An ingester turns one log file (or folder, for layouts such as AutoCodeRover's
-task directories) into :class:`~dtoc_rl.schema.Trajectory` objects.  It never
+task directories) into :class:`~dtoc_rl.data.schema.Trajectory` objects.  It never
 guesses: ``detect`` must be specific to the format, and anything it cannot
 parse raises :class:`IngestError` with a reason a person can act on.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dtoc_rl.schema import Trajectory
+from dtoc_rl.data.schema import Trajectory
 
 __all__ = ["MAX_OUTPUT_CHARS", "IngestError", "Ingester", "read_json", "read_text"]
 

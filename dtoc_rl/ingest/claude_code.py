@@ -68,11 +68,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 __all__ = ["ClaudeCodeStreamIngester", "ClaudeCodeTranscriptIngester"]
 

@@ -7,8 +7,8 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError
-from dtoc_rl.schema import Step, Trajectory, Usage
 
 __all__ = [
     "cap_output",
@@ -107,7 +107,7 @@ _GEMINI_COUNTS = {"promptTokenCount", "candidatesTokenCount", "prompt_token_coun
 
 
 def usage_from(raw: object) -> Usage | None:
-    """A provider's usage object as :class:`~dtoc_rl.schema.Usage`, whichever API wrote it.
+    """A provider's usage object as :class:`~dtoc_rl.data.schema.Usage`, whichever API wrote it.
 
     OpenAI chat (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``; OpenRouter adds ``cost``),
     OpenAI responses (``input_tokens``, ``input_tokens_details``), Anthropic (``input_tokens`` counts
@@ -188,7 +188,7 @@ def fill_unlogged_prompt(traj: Trajectory) -> None:
     usage = traj.steps[0].usage
     if usage is None or not usage.input_tokens:
         return
-    from dtoc_rl.tokens import estimator_for_model
+    from dtoc_rl.core.tokens import estimator_for_model
 
     est = estimator_for_model(traj.model_raw)
     first = traj.steps[0]

@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import Trajectory
 
 # mini-swe-agent's own action regex requires the ``bash`` tag (a ```python block is not an action).
 _BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)

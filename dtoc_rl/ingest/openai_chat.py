@@ -40,10 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 
 __all__ = [
     "ChatParse",
@@ -377,7 +377,7 @@ class OpenAIChatIngester(Ingester):
 
 def apply_visibility(traj: Trajectory, raw: Any) -> None:
     """Set ``masked_before`` and the context events of every step from the ``dtoc_visibility``
-    a DTOC orchestrator or env recorder saved with its log (:func:`dtoc_rl.chatlog.visibility`:
+    a DTOC orchestrator or env recorder saved with its log (:func:`dtoc_rl.data.chatlog.visibility`:
     step index -> ``{"masked_before": [...] or null, "events": [...]}``; a step not listed had
     nothing hidden, ``null`` means not known).  A malformed map is an :class:`IngestError`."""
     try:

@@ -60,10 +60,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 __all__ = ["OpenCodeIngester"]
 

@@ -64,11 +64,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl, norm_args, parse_rows
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 __all__ = ["OpenHandsHistoryIngester", "OpenHandsSDKIngester"]
 

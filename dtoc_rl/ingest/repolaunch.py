@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dtoc_rl.core.tokens import estimator_for_model
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, new_step
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import Step, Trajectory, Usage
-from dtoc_rl.tokens import estimator_for_model
 
 __all__ = ["RepoLaunchIngester"]
 

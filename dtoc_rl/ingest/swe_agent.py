@@ -52,11 +52,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, load_selected_labels, new_step
 from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import ContextEvent, Step, Trajectory
 
 __all__ = ["SweAgentIngester"]
 

@@ -27,11 +27,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize
 from dtoc_rl.ingest.openai_chat import chat_to_steps, parse_rows
-from dtoc_rl.models import normalize_family
-from dtoc_rl.schema import Trajectory
 
 _DOMAIN = re.compile(r"^(?P<model>.+?)[-_](?P<domain>airline|retail|telecom)$")
 _HEAD = re.compile(r"^\s*\[\s*\{")

@@ -1,6 +1,6 @@
 """Hindsight need labels: which earlier tool outputs each step of a logged trajectory used.
 
-:func:`label_trajectory` fills, for every :class:`~dtoc_rl.schema.Step`, the
+:func:`label_trajectory` fills, for every :class:`~dtoc_rl.data.schema.Step`, the
 fields ``read_resource``, ``write_resources`` and ``needs``.  A need
 ``Need(step=i, kind, evidence)`` on step ``j`` says that step ``j`` used the
 output of the earlier step ``i``.  Needs only point to steps of an **earlier
@@ -72,7 +72,7 @@ Four kinds
     to those of them the action copied from (a ``provenance`` need), when
     there are such.  Evidence is ``file:PATH``.  A refused edit after a hidden
     view is the typical real miss (``docs/validity.md``); the simulator does
-    not charge ``edit`` needs by default (:data:`dtoc_rl.schema.MISS_KINDS`).
+    not charge ``edit`` needs by default (:data:`dtoc_rl.data.schema.MISS_KINDS`).
 
 ``reference``
     The action names a DTOC tool key (``t0007``) or the provider tool-call id of
@@ -126,6 +126,8 @@ what the call does, read by the policy's tool categories and by the resource rul
 index), :mod:`~dtoc_rl.labels.labeller` (:func:`label_trajectory`, :class:`NeedLabeller`) and
 :mod:`~dtoc_rl.labels.stats` (:func:`label_stats`).  Everything public is importable from
 ``dtoc_rl.labels``.
+
+It may import dtoc_rl.core and dtoc_rl.data only (tests/test_layers.py checks this).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from dtoc_rl.data.schema import Step
 from dtoc_rl.labels.resources import _WS, Resource, _canon_json, _json_args, _norm_path
 from dtoc_rl.labels.shell import _INPLACE_COMMANDS, _shell, _State
 from dtoc_rl.labels.vocabulary import (
@@ -24,7 +25,6 @@ from dtoc_rl.labels.vocabulary import (
     shell_like,
     words,
 )
-from dtoc_rl.schema import Step
 
 # The labeller's rule per kind of tool (see TOOL_KINDS)
 _SHELL_TOOLS = words(TOOL_KINDS, "shell")

@@ -11,12 +11,12 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from dtoc_rl.core.record import format_key
+from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.labels.calls import _step_resources
 from dtoc_rl.labels.resources import Resource, _args_text, same_path
 from dtoc_rl.labels.shell import _State
 from dtoc_rl.labels.spans import _SpanIndex
-from dtoc_rl.record import format_key
-from dtoc_rl.schema import Need, Step, Trajectory
 
 DEFAULT_WINDOW = 6
 DEFAULT_MIN_SPAN = 24

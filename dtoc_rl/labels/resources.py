@@ -1,7 +1,7 @@
 """Resources: what a step reads (files and their line ranges, searches, listings, commands, calls),
 the paths they name, and whether later writes change them.
 
-``read_resource`` and ``write_resources`` of a labelled :class:`~dtoc_rl.schema.Step` hold these
+``read_resource`` and ``write_resources`` of a labelled :class:`~dtoc_rl.data.schema.Step` hold these
 as text (the format is in :mod:`dtoc_rl.labels`); :func:`parse_resource` reads them back.
 """
 
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dtoc_rl.schema import Step, Trajectory
+from dtoc_rl.data.schema import Step, Trajectory
 
 _WS = re.compile(r"\s+")
 

@@ -6,8 +6,8 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels.resources import modified_between
-from dtoc_rl.schema import NEED_KINDS, Trajectory
 
 AGE_BUCKETS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 20), (21, 50), (51, None))
 

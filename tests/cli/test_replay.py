@@ -38,8 +38,8 @@ def test_parallel_tool_calls_of_one_turn_are_one_model_call():
     turn 0) are a call each."""
     from dataclasses import replace
 
-    from dtoc_rl.replay import hide_older_than, replay_trajectory
-    from dtoc_rl.schema import Step, Trajectory
+    from dtoc_rl.data.schema import Step, Trajectory
+    from dtoc_rl.serve.replay import hide_older_than, replay_trajectory
 
     steps = [
         Step(index=k, turn=t, user_text="go on" if k in (0, 4) else "", assistant_text=f"call {t}",

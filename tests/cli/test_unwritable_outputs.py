@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dtoc_rl.cli import main as cli
-from dtoc_rl.paths import bundled_dataset
+from dtoc_rl.data.paths import bundled_dataset
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dtoc_rl import MemoryStore, apply_manage_context
-from dtoc_rl.engine.actions import resolve, resolve_keys
+from dtoc_rl.core.actions import resolve, resolve_keys
 
 
 def test_resolve_shows_hides_and_counts_invalid_entries():
@@ -53,8 +53,8 @@ def test_manage_context_counts_invalid_keys_as_policies_do():
 
 
 def test_replay_rules_are_judged_by_the_same_rule():
-    from dtoc_rl.replay import hide_older_than, replay_trajectory
-    from dtoc_rl.schema import Step, Trajectory
+    from dtoc_rl.data.schema import Step, Trajectory
+    from dtoc_rl.serve.replay import hide_older_than, replay_trajectory
 
     steps = [
         Step(index=i, turn=i, tool_name="bash", tool_args='{"command": "ls"}', output="x" * 400)
@@ -77,7 +77,7 @@ def test_the_simulators_step_index_actions_follow_the_rule_of_keys(seed):
     """Simulator.apply takes step indices: a stored output is a key, anything else an unknown entry, so
     its changes and invalid count are resolve_keys' (an unstored index in both sets is invalid once
     per set, not a third time as a conflict)."""
-    from dtoc_rl.simulator import CostConfig, Simulator
+    from dtoc_rl.sim.simulator import CostConfig, Simulator
     from tests.cost_episodes import UNIT, make_episode
 
     rng = np.random.default_rng(seed)

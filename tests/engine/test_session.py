@@ -5,7 +5,7 @@ import numpy as np
 
 from dtoc_rl.envs import LiveEnv
 from dtoc_rl.envs.agents import ScriptedAgent
-from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.serve.orchestrator import Orchestrator
 
 N = 8
 _SCRIPT = [
@@ -36,7 +36,7 @@ def _mask(slots):
 
 
 def _view(obs):
-    from dtoc_rl.features import GLOBAL_FEATURES
+    from dtoc_rl.engine.features import GLOBAL_FEATURES
 
     g = [float(obs["globals"][GLOBAL_FEATURES.index(k)]) for k in _GLOBALS]
     return {k: np.asarray(obs[k]).tolist() for k in _ITEM_KEYS} | {"globals": g}
@@ -110,8 +110,8 @@ def test_needs_are_counted_per_turn_whenever_the_turns_are_labelled():
     """times_needed, since_need and misses count each turn's needs once, as ReplayEnv counts each model
     call's: labelling two turns together (label_every=3, or no decision between them, as a /decide
     request carrying several turns) must not merge their needs into one."""
+    from dtoc_rl.engine.features import ITEM_FEATURES
     from dtoc_rl.envs import ReplayEnv
-    from dtoc_rl.features import ITEM_FEATURES
 
     cols = [ITEM_FEATURES.index(k) for k in ("times_needed", "since_need", "rereads")]
     seen = []
@@ -140,8 +140,8 @@ def test_observed_misses_count_the_kinds_replayenv_counts():
     import gymnasium as gym
 
     import dtoc_rl.envs  # noqa: F401
-    from dtoc_rl.features import GLOBAL_FEATURES
-    from dtoc_rl.orchestrator import Orchestrator
+    from dtoc_rl.engine.features import GLOBAL_FEATURES
+    from dtoc_rl.serve.orchestrator import Orchestrator
     from tests.crafted_trajs import reaccess_trajectory
 
     traj = reaccess_trajectory(echo=False)

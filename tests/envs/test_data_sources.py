@@ -4,9 +4,9 @@ import gymnasium as gym
 import pytest
 
 import dtoc_rl.envs  # noqa: F401  registers the ids
-from dtoc_rl.dataset import load_hf_dataset, load_trajectories
+from dtoc_rl.data.dataset import load_hf_dataset, load_trajectories
+from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.paths import bundled_dataset
 from dtoc_rl.policies.registry import make_policy
 
 

@@ -148,7 +148,7 @@ def test_scripted_agent_fixes_the_task_end_to_end():
 def test_dollars_come_from_the_one_biller():
     """LiveEnv prices its calls and their all-visible counterfactual with ``Prices.bill``, the biller
     the simulator uses: a change to its rules reaches LiveEnv too."""
-    from dtoc_rl.pricing import Prices, prices_for
+    from dtoc_rl.sim.pricing import Prices, prices_for
 
     class Doubled(Prices):
         def bill(self, cached, written, output, uncached=0):

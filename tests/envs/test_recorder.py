@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from dtoc_rl.cli import main
-from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.envs import LiveEnv, ReplayEnv
 from dtoc_rl.envs.agents import ScriptedAgent
 from dtoc_rl.envs.recorder import RecordTrajectory, read_rows, trajectory_to_chat
 from dtoc_rl.ingest.openai_chat import chat_to_steps
-from dtoc_rl.schema import Step, Trajectory
 
 N = 8
 

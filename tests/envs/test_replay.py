@@ -5,9 +5,9 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import dtoc_rl.envs  # noqa: F401  registers the ids
+from dtoc_rl.data.schema import Need, Step, Trajectory
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.features import ITEM_FEATURES
-from dtoc_rl.schema import Need, Step, Trajectory
 
 N = 16
 
@@ -267,7 +267,7 @@ def test_action_decoding_paths_agree(monkeypatch, max_items):
     """Small windows are decoded byte by byte, large ones with boolean masks, and a few changed outputs
     are applied one by one, many at once: every combination gives the same episode."""
     import dtoc_rl.envs.replay as replay
-    import dtoc_rl.simulator as simulator
+    import dtoc_rl.sim.simulator as simulator
 
     needs = {k: [k - 3, k - 40] for k in range(40, 90, 5)}
     trajs = [_traj([300 + 50 * (k % 7) for k in range(90)], needs=needs)]

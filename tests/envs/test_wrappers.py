@@ -6,9 +6,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import dtoc_rl.envs  # noqa: F401  registers the ids
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv, StockRLWrapper
 from dtoc_rl.envs.wrappers import bits_to_action, make_flat_replay
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.policies.registry import make_policy
 
 N = 16

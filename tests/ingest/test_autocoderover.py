@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import IngestError
-from dtoc_rl.schema import Trajectory
 
 ING = AutoCodeRoverIngester()
 FOLDER = "autocoderover_gpt-4-0125_swebench-lite"

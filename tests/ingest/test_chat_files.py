@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dtoc_rl.cli import main as cli
-from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.data.dataset import load_trajectories
 from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.ingest.driver import ingest_paths
 
@@ -88,7 +88,7 @@ def test_usage_from_reads_every_providers_shape():
 
 
 def test_prompt_tokens_the_log_lacks_are_the_first_calls_input_less_what_it_holds(tmp_path):
-    from dtoc_rl.tokens import get_estimator
+    from dtoc_rl.core.tokens import get_estimator
 
     f = tmp_path / "run.json"
     f.write_text(json.dumps({"model": "gpt-4o-2024-08-06", "messages": MESSAGES}))

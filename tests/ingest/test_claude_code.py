@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
-from dtoc_rl.schema import Trajectory
 
 STREAM = ClaudeCodeStreamIngester()
 TRANSCRIPT = ClaudeCodeTranscriptIngester()

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from dtoc_rl.cli import main
-from dtoc_rl.dataset import DatasetError, load_trajectories, write_dataset
+from dtoc_rl.data.dataset import DatasetError, load_trajectories, write_dataset
 from dtoc_rl.ingest.driver import ingest_paths
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.dataset import load_trajectories, write_dataset
+from dtoc_rl.data.dataset import load_trajectories, write_dataset
 from dtoc_rl.ingest.driver import ingest_paths
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester, chat_to_steps, iso_to_epoch
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
-from dtoc_rl.schema import Trajectory
 
 ING = OpenAIChatIngester()
 TAU = Path("raw") / "tau-bench_gpt-4o_airline" / "gpt-4o-airline.json"

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dtoc_rl.core.tokens import get_estimator
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.driver import ingest_paths
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
-from dtoc_rl.tokens import get_estimator
 
 FIX = Path(__file__).parents[1] / "fixtures" / "repolaunch"
 LOG = FIX / "c" / "playground" / "acme__widget-1" / "setup.log"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.swe_agent import ACI_COMMANDS, SweAgentIngester
-from dtoc_rl.schema import Trajectory
 
 ING = SweAgentIngester()
 
@@ -249,7 +249,7 @@ def test_synthetic_1x_inconsistent_context_is_unknown(tmp_path):
 @pytest.mark.shared
 def test_0x_demonstrations_stay_in_the_prompt(shared_traces):
     """The is_demo messages are sent with every call: the system prompt keeps them (docs/schema.md)."""
-    from dtoc_rl.episode import compile_episode
+    from dtoc_rl.sim.episode import compile_episode
 
     java = sorted((shared_traces / "swe-agent-0.x_multi-swe-bench-java").rglob("*.traj"))
     sent = replayed_without = replayed_with = 0

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
-from dtoc_rl.schema import Trajectory
 
 ING = TauBenchIngester()
 FOLDER = "tau-bench_gpt-4o_airline"

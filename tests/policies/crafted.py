@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dtoc_rl.schema import Need, Step, Trajectory
+from dtoc_rl.data.schema import Need, Step, Trajectory
 
 
 def crafted(sizes, needs=None, family="claude-sonnet", user_turns=(), tool="bash", args="cat f{k}"):

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
+from dtoc_rl.engine.features import ItemState, build_observation
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.features import ItemState, build_observation
 from dtoc_rl.policies.baselines import CacheAwareClear, HideBig, episode_prices, needed_again
 from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.pricing import PRICES, Prices
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.pricing import PRICES, Prices
+from dtoc_rl.sim.simulator import CostConfig
 
 from .crafted import crafted
 from .test_baselines import visible_sets

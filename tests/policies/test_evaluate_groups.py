@@ -6,7 +6,7 @@ import pytest
 
 from dtoc_rl.cli import main
 from dtoc_rl.policies.evaluate import LONG_RUN_TOKENS, Run, aggregate, done_when, evaluate, run_length
-from dtoc_rl.pricing import cache_regime, prices_for
+from dtoc_rl.sim.pricing import cache_regime, prices_for
 
 
 def _run(policy, tid, *, dollars, base=100.0, misses=0, calls=100, split="held-out", length="short"):

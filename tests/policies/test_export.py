@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import dtoc_rl.envs  # noqa: F401  registers the ids
-from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.envs import ReplayEnv, StockRLWrapper
 from dtoc_rl.policies.export import action_to_bits, export_minari
-from dtoc_rl.paths import bundled_dataset
 from dtoc_rl.policies.registry import make_policy
 
 N = 16

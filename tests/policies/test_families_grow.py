@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dtoc_rl.models import _RULES, FAMILIES, family_id
+from dtoc_rl.data.models import _RULES, FAMILIES, family_id
 from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, obs_to_tensors
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
@@ -40,7 +40,7 @@ def test_a_checkpoint_trained_on_fewer_families_loads_and_reads_new_ones_as_othe
     assert meta["families"] == list(FAMILIES[:-1])
     policy = LearnedPolicy.load(tmp_path / "ck")  # would be a shape mismatch if ids were fixed-size
     assert policy.net.n_families == len(FAMILIES) - 1
-    from dtoc_rl.features import observation_space
+    from dtoc_rl.engine.features import observation_space
 
     obs = observation_space(8).sample()
     probs = {}

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.features import GLOBAL_FEATURES, ITEM_FEATURES
-from dtoc_rl.models import FAMILIES
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.learned import (
     CheckpointError,
     LearnedPolicy,
@@ -19,7 +20,6 @@ from dtoc_rl.policies.learned import (
 )
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import split_by_task
-from dtoc_rl.tools import TOOL_CATEGORIES
 
 from .crafted import crafted
 
@@ -113,7 +113,7 @@ def test_bc_mode_clones_a_logged_schedule():
         for k, s in enumerate(t.steps):
             s.masked_before = list(range(max(0, k - 2)))  # a keep-last-2 log
         trajs.append(t)
-    from dtoc_rl.episode import compile_episode
+    from dtoc_rl.sim.episode import compile_episode
 
     pol = LearnedPolicyConfig(**{**TINY, "epochs": 40, "mode": "bc", "lr": 5e-3}).create()
     rep = pol.fit(episodes=[compile_episode(t) for t in trajs], progress=False)

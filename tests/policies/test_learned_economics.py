@@ -7,10 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.episode import compile_episode
-from dtoc_rl.features import ITEM_FEATURES
 from dtoc_rl.policies.learned import (
     ECON_ITEM_FEATURES,
     CheckpointError,
@@ -21,7 +20,8 @@ from dtoc_rl.policies.learned import (
 )
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import THRESHOLD_GRID, dollar_weights, retune, threshold_table
-from dtoc_rl.pricing import PRICES
+from dtoc_rl.sim.episode import compile_episode
+from dtoc_rl.sim.pricing import PRICES
 
 from .crafted import crafted
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtoc_rl.features import ItemState, build_observation
-from dtoc_rl.manage import MANAGE_CONTEXT_DESCRIPTION
+from dtoc_rl.core.manage import MANAGE_CONTEXT_DESCRIPTION
+from dtoc_rl.engine.features import ItemState, build_observation
 from dtoc_rl.policies.llm import (
     ANSWER_FORMAT_TEXT,
     ANSWER_FORMAT_TOOLS,
@@ -382,8 +382,8 @@ def test_act_batch_and_history():
 
 
 def test_runs_a_replay_episode_through_the_text_view():
+    from dtoc_rl.data.schema import Step, Trajectory
     from dtoc_rl.envs import ReplayEnv
-    from dtoc_rl.schema import Step, Trajectory
 
     steps = [
         Step(

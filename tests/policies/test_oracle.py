@@ -3,12 +3,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dtoc_rl.data.schema import Need
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.episode import compile_episode
 from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
-from dtoc_rl.schema import Need
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.episode import compile_episode
+from dtoc_rl.sim.simulator import CostConfig
 
 from .crafted import crafted
 
@@ -102,8 +102,8 @@ def test_approximation_gap_on_real_prefixes(cache, worst):
     with the ideal cache; up to 8.6% under the providers' rules (a minimum cacheable prompt makes
     hiding part of a gap pay, which plan()'s whole-gap flips cannot find), which is why the oracle
     solves episodes of up to 8 outputs exactly (docs/billcheck.md reports the gap)."""
-    from dtoc_rl.dataset import load_trajectories
-    from dtoc_rl.paths import bundled_dataset
+    from dtoc_rl.data.dataset import load_trajectories
+    from dtoc_rl.data.paths import bundled_dataset
 
     cfg = CostConfig(cache=cache)
     gaps = []

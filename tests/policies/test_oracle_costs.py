@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
-from dtoc_rl.pricing import Prices
-from dtoc_rl.simulator import CostConfig
+from dtoc_rl.sim.pricing import Prices
+from dtoc_rl.sim.simulator import CostConfig
 from tests.cost_episodes import make_episode
 
 from .test_oracle import episodes, play

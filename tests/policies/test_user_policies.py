@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.evaluate import aggregate, evaluate, token_curves
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
@@ -158,7 +158,7 @@ def test_default_slots_are_one_constant():
 
 def test_serve_loads_a_user_policy(user_module):
     from dtoc_rl.cli.serve import _load
-    from dtoc_rl.service import DecisionService
+    from dtoc_rl.serve.service import DecisionService
 
     pol = _load(f"{user_module}:HideOld:keep=1", "policy")
     items = [{"key": f"t{i:04d}", "tokens": 100, "visible": True, "tool": "bash"} for i in range(3)]

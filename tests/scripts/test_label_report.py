@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.schema import NEED_KINDS
+from dtoc_rl.data.schema import NEED_KINDS
 from scripts.label_report import main
 
 RAW = Path(__file__).resolve().parents[2] / "data" / "raw"

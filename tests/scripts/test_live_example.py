@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dtoc_rl.dataset import load_trajectories
+from dtoc_rl.data.dataset import load_trajectories
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from scripts import live_example
 
@@ -106,7 +106,7 @@ def test_learned_checkpoint_in_hybrid_mode_with_a_sqlite_session(tmp_path, capsy
 
 def test_replaying_a_bundled_trace_against_the_service(tmp_path, capsys, monkeypatch):
     from dtoc_rl.policies.registry import make_policy
-    from dtoc_rl.service import DecisionService, serve_in_thread
+    from dtoc_rl.serve.service import DecisionService, serve_in_thread
 
     srv, _ = serve_in_thread(DecisionService(make_policy("last_n:n=5")), "127.0.0.1", 0)
     monkeypatch.setenv("DTOC_TOKEN", srv.token)  # RemotePolicy sends it

@@ -4,7 +4,7 @@ The schema is two msgspec Structs (:class:`Item`, :class:`Request`), so a reques
 decoded and type-checked in one pass in C; the rules a schema cannot say (unique keys,
 timestamps, tool categories, the window) follow in :func:`parse`.  Errors are
 :class:`DecideError`\\ s naming the field (``items[3].tokens``) for the service to return
-as 4xx responses.  The fields are documented in :mod:`dtoc_rl.service`.
+as 4xx responses.  The fields are documented in :mod:`dtoc_rl.serve.service`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from dtoc_rl.features import ItemState
-from dtoc_rl.models import FAMILIES, normalize_family
-from dtoc_rl.pricing import Prices
-from dtoc_rl.tools import TOOL_CATEGORIES, tool_category_id
+from dtoc_rl.data.models import FAMILIES, normalize_family
+from dtoc_rl.engine.features import ItemState
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES, tool_category_id
+from dtoc_rl.sim.pricing import Prices
 
 __all__ = [
     "MAX_ARGS_DEPTH",

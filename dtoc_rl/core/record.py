@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.core.tokens import TokenEstimator
 
 __all__ = ["HIDDEN_NOTE", "ToolOutput", "envelope", "format_key", "iso_time", "placeholder"]
 

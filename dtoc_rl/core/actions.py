@@ -1,6 +1,6 @@
 """What an enable/disable action does: the one rule, for slot masks and for key sets.
 
-A policy acts with two masks over observation slots (:func:`dtoc_rl.features.action_space`); a
+A policy acts with two masks over observation slots (:func:`dtoc_rl.engine.features.action_space`); a
 model or a script acts with two lists of output keys (``manage_context``).  Either way:
 
 * an entry naming a stored output that is hidden, in ``enable`` only, shows it; one naming a visible
@@ -145,7 +145,7 @@ def apply_slots(
     *,
     allow: Callable[[str, bool], bool] | None = None,
 ) -> Applied:
-    """Apply a policy's checked masks to ``ctx`` (a :class:`~dtoc_rl.context.DTOCContext`): slot ``i``
+    """Apply a policy's checked masks to ``ctx`` (a :class:`~dtoc_rl.core.context.DTOCContext`): slot ``i``
     holds the output ``keys[i]`` of visibility ``visible[i]``, the slots after ``len(keys)`` nothing.
     ``allow(key, visible)`` may refuse a change (a hybrid session's pins): it is listed in ``blocked``."""
     ch = resolve(enable, disable, visible)

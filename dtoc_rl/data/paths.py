@@ -11,7 +11,7 @@ __all__ = ["bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace"]
 def data_dir() -> Path:
     """``$DTOC_DATA`` if set, else the repository's ``data/`` folder."""
     env = os.environ.get("DTOC_DATA")
-    d = Path(env) if env else Path(__file__).resolve().parents[1] / "data"
+    d = Path(env) if env else Path(__file__).resolve().parents[2] / "data"
     if not d.is_dir():
         raise FileNotFoundError(
             f"bundled data not found at {d}; install from a clone of the repository "

@@ -1,13 +1,13 @@
 """Calibrating the offline miss model against logs that really were masked.
 
-The simulator (:mod:`dtoc_rl.simulator`) assumes that a need label pointing to
+The simulator (:mod:`dtoc_rl.sim.simulator`) assumes that a need label pointing to
 a hidden output is a *miss* and that the agent recovers by re-reading the
 output.  Logs run with observation masking — SWE-agent 1.x with
 ``LastNObservations``, whose per-step prompts show which older outputs were
 replaced by ``Old environment output: (N lines omitted)`` — let us check that
 against what agents did when an output really was hidden.  The ingester
 records, per step, the outputs hidden in the context that produced the step's
-action (:attr:`~dtoc_rl.schema.Step.masked_before`); this module measures,
+action (:attr:`~dtoc_rl.data.schema.Step.masked_before`); this module measures,
 from labelled trajectories only (it never imports the envs or policies):
 
 Opportunities
@@ -85,9 +85,9 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels import first_modified, read_resources
-from dtoc_rl.schema import NEED_KINDS, Trajectory
-from dtoc_rl.simulator import MISS_KINDS
+from dtoc_rl.sim.simulator import MISS_KINDS
 
 __all__ = [
     "DEFAULT_BOOT",

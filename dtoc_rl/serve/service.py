@@ -1,7 +1,7 @@
 """The decision service: a policy behind a small HTTP JSON API, for agents not written in Python.
 
 ``http.server.ThreadingHTTPServer`` (HTTP/1.1 keep-alive); requests are decoded and
-type-checked by msgspec against the schema in :mod:`dtoc_rl.decide_request`.
+type-checked by msgspec against the schema in :mod:`dtoc_rl.engine.decide_request`.
 ``dtoc-rl serve --policy SPEC_OR_CHECKPOINT`` runs it; the service itself takes
 any object with ``act(obs, info)`` (the core never imports the policies).
 
@@ -39,12 +39,12 @@ Endpoints
 Item fields: ``key`` (required, unique string), ``tokens`` (required, the
 output's estimated tokens), ``visible`` (default true), ``tool`` (tool name) and
 ``args`` (its arguments, JSON text or object) or ``tool_category`` (one of
-``dtoc_rl.tools.TOOL_CATEGORIES``), ``age`` (model calls since it was stored;
+``dtoc_rl.labels.vocabulary.TOOL_CATEGORIES``), ``age`` (model calls since it was stored;
 default: ``step - stored_step`` when ``stored_step`` is given, else the number
 of items after it), ``timestamp`` (seconds; when every item has one, items are
 ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``modified``, ``is_error``, ``superseded``, ``rereads``, ``toggles``,
-``turns_after`` (see :data:`dtoc_rl.features.ITEM_FEATURES`).  Top level:
+``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`).  Top level:
 ``active_tokens`` (default: visible tokens plus ~40 per hidden placeholder),
 ``step`` (default: the oldest age + 1), ``budget`` (alias ``budget_tokens``),
 ``saved_tokens``, ``misses``, ``mgmt_calls``, and ``stored`` / ``visible_count``
@@ -64,7 +64,7 @@ Sessions (need labels for clients that cannot label): a request may name a ``ses
                               "output": "...", "is_error": false, "id": "call_1"}]}]
 
 The service labels them as it does for a Python agent's Orchestrator
-(:mod:`dtoc_rl.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
+(:mod:`dtoc_rl.serve.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
 ``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
 is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
@@ -125,23 +125,23 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.decide_request import DecideError, decode, parse, request_schema, to_request
-from dtoc_rl.features import (
+from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.engine.decide_request import DecideError, decode, parse, request_schema, to_request
+from dtoc_rl.engine.features import (
     DEFAULT_MAX_ITEMS,
     GLOBAL_FEATURES,
     ITEM_FEATURES,
     build_observation,
     user_prices,
 )
-from dtoc_rl.models import FAMILIES
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.session_labels import (
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_TOTAL_CHARS,
     Sessions,
 )
-from dtoc_rl.tools import TOOL_CATEGORIES
+from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
     "DEFAULT_HOST",
@@ -188,7 +188,7 @@ class DecisionService:
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
         max_sessions: sessions whose need labels the service keeps (least recently used
-            dropped first; see :mod:`dtoc_rl.session_labels`); ``max_session_chars`` and
+            dropped first; see :mod:`dtoc_rl.serve.session_labels`); ``max_session_chars`` and
             ``max_total_chars``: their text, per session (413 beyond) and in all (429).
     """
 
@@ -272,7 +272,7 @@ class DecisionService:
 
     # -- deciding ------------------------------------------------------------------
     def parse(self, req: Any, client: str = "") -> dict[str, Any]:
-        """Validate a request (a decoded JSON object, or a :class:`~dtoc_rl.decide_request.Request`);
+        """Validate a request (a decoded JSON object, or a :class:`~dtoc_rl.engine.decide_request.Request`);
         returns the observation inputs (raises DecideError).  With a ``session`` (one of
         ``client``'s: the HTTP layer passes the id of the request's token), its new turns are
         labelled first and the session's need features fill the items that carry none."""

@@ -8,7 +8,7 @@ the context shows in full.  Every key is judged on its own:
 * a key already in the requested state → listed as ``unchanged``;
 * a key repeated in one list → acted on once, listed in ``duplicates``.
 
-Which keys change and which are invalid is decided by :func:`dtoc_rl.engine.actions.resolve_keys`,
+Which keys change and which are invalid is decided by :func:`dtoc_rl.core.actions.resolve_keys`,
 the rule a policy's slot masks follow too.  Nothing is ever deleted, so every operation can be
 undone by the opposite one.
 """
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dtoc_rl.engine.actions import resolve_keys
-from dtoc_rl.store import Store
+from dtoc_rl.core.actions import resolve_keys
+from dtoc_rl.core.store import Store
 
 __all__ = [
     "MANAGE_CONTEXT_DESCRIPTION",
@@ -93,7 +93,7 @@ class StatusReport:
     tokens_before: int = 0
     tokens_after: int = 0
     # entries naming no stored output (once per list) plus stored keys in both lists: the count a
-    # policy's slot masks get (dtoc_rl.engine.actions); kept out of the JSON the model reads
+    # policy's slot masks get (dtoc_rl.core.actions); kept out of the JSON the model reads
     invalid: int = 0
 
     @property

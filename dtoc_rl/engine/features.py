@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from dtoc_rl.models import FAMILIES, family_id
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.schema import MISS_KINDS, Step
-from dtoc_rl.tools import TOOL_CATEGORIES
+from dtoc_rl.data.models import FAMILIES, family_id
+from dtoc_rl.data.schema import MISS_KINDS, Step
+from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -89,7 +89,7 @@ def price_vector(p: Prices) -> np.ndarray:
 def model_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None = None) -> Prices:
     """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
     without a ``provider/`` prefix), else for its family, else the list prices of its version or family
-    (:func:`dtoc_rl.pricing.prices_for`, which warns once when it falls back)."""
+    (:func:`dtoc_rl.sim.pricing.prices_for`, which warns once when it falls back)."""
     return user_prices(model, family, table) or prices_for(family, model or None)
 
 

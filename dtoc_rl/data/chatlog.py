@@ -1,6 +1,6 @@
 """Trajectories as generic OpenAI chat logs: what ``dtoc-rl ingest`` reads back.
 
-The live :class:`~dtoc_rl.orchestrator.Orchestrator` (``save_log``) and the env
+The live :class:`~dtoc_rl.serve.orchestrator.Orchestrator` (``save_log``) and the env
 recorder (:class:`dtoc_rl.envs.recorder.RecordTrajectory`, ``format="chat"``)
 both write sessions this way, so live runs become datasets:
 :func:`trajectory_to_chat` gives the messages, :func:`visibility` the context
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtoc_rl.schema import Trajectory
+from dtoc_rl.data.schema import Trajectory
 
 __all__ = ["trajectory_to_chat", "visibility"]
 

@@ -2,7 +2,7 @@
 
 The context is the user query, the agent's messages and reasoning, and every
 tool output: visible ones in full as envelopes, hidden ones as placeholders.
-Tool outputs live in a :class:`~dtoc_rl.store.Store`; everything else is an
+Tool outputs live in a :class:`~dtoc_rl.core.store.Store`; everything else is an
 append-only message log kept in the same store, so a SQLite session reopens
 whole.
 
@@ -21,10 +21,10 @@ import json
 from collections import deque
 from typing import Any
 
-from dtoc_rl.manage import MANAGE_CONTEXT_NAME, StatusReport, apply_manage_context, parse_arguments
-from dtoc_rl.record import ToolOutput
-from dtoc_rl.store import MemoryStore, Store
-from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, StatusReport, apply_manage_context, parse_arguments
+from dtoc_rl.core.record import ToolOutput
+from dtoc_rl.core.store import MemoryStore, Store
+from dtoc_rl.core.tokens import TokenEstimator
 
 __all__ = ["DTOCContext"]
 
@@ -289,12 +289,12 @@ class DTOCContext:
         return list(self._assembled)
 
     def to_openai(self, **kw: Any) -> list[dict[str, Any]]:
-        from dtoc_rl.render import to_openai
+        from dtoc_rl.core.render import to_openai
 
         return to_openai(self.assemble(), **kw)
 
     def to_anthropic(self, **kw: Any) -> dict[str, Any]:
-        from dtoc_rl.render import to_anthropic
+        from dtoc_rl.core.render import to_anthropic
 
         return to_anthropic(self.assemble(), **kw)
 

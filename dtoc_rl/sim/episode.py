@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dtoc_rl.models import family_id
-from dtoc_rl.record import ToolOutput, format_key
-from dtoc_rl.schema import NEED_KINDS, Trajectory
-from dtoc_rl.tokens import TokenEstimator, get_estimator
-from dtoc_rl.tools import tool_category_id
+from dtoc_rl.core.record import ToolOutput, format_key
+from dtoc_rl.core.tokens import TokenEstimator, get_estimator
+from dtoc_rl.data.models import family_id
+from dtoc_rl.data.schema import NEED_KINDS, Trajectory
+from dtoc_rl.labels.vocabulary import tool_category_id
 
 __all__ = ["Episode", "compile_episode", "compile_episodes"]
 

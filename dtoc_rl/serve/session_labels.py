@@ -3,7 +3,7 @@
 A client that names a ``session`` in its ``/decide`` requests may send each model call of
 the session once, as a ``turn`` (the assistant text, the user text since the previous
 turn, and each tool call with its item key, tool, arguments and output).  The service
-keeps an :class:`~dtoc_rl.orchestrator.Orchestrator` per session (its
+keeps an :class:`~dtoc_rl.serve.orchestrator.Orchestrator` per session (its
 :class:`~dtoc_rl.engine.session.SessionTracker`, the one LiveEnv uses), which labels the turns
 as it does for a Python agent (:class:`~dtoc_rl.labels.NeedLabeller`: the labels
 ``dtoc-rl ingest`` gives the session's log), and fills the need features
@@ -26,10 +26,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from dtoc_rl.decide_request import DecideError, Request, Turn
-from dtoc_rl.features import ItemState
-from dtoc_rl.manage import MANAGE_CONTEXT_NAME
-from dtoc_rl.orchestrator import Orchestrator
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
+from dtoc_rl.engine.decide_request import DecideError, Request, Turn
+from dtoc_rl.engine.features import ItemState
+from dtoc_rl.serve.orchestrator import Orchestrator
 
 __all__ = [
     "DEFAULT_IDLE_RECLAIM_S",

@@ -2,11 +2,11 @@
 
 This is the orchestrator-level replay used by ``dtoc-rl replay``: each logged
 model call (the steps of one turn: its parallel tool calls; each step when the log
-records no turns, as :func:`~dtoc_rl.episode.compile_episode` reads it) becomes an
+records no turns, as :func:`~dtoc_rl.sim.episode.compile_episode` reads it) becomes an
 assistant turn with its tool calls, the tools' outputs are stored under fresh keys,
 and an optional rule decides visibility before the next call (applied by
 ``manage_context``, so its keys are judged as every action's are:
-:mod:`dtoc_rl.engine.actions`).  It records the active tokens of the context each model call saw.
+:mod:`dtoc_rl.core.actions`).  It records the active tokens of the context each model call saw.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dtoc_rl.context import DTOCContext
-from dtoc_rl.schema import Trajectory
-from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.core.context import DTOCContext
+from dtoc_rl.core.tokens import TokenEstimator
+from dtoc_rl.data.schema import Trajectory
 
 __all__ = ["ReplayResult", "hide_older_than", "replay_trajectory"]
 
@@ -30,7 +30,7 @@ class ReplayResult:
     traj_id: str
     tokens_per_call: list[int] = field(default_factory=list)  # active tokens each call saw
     hidden_per_call: list[int] = field(default_factory=list)
-    # keys the rule named that no output has, plus keys in both its lists (engine.actions' count)
+    # keys the rule named that no output has, plus keys in both its lists (core.actions' count)
     invalid_actions: int = 0
 
     @property

@@ -1,6 +1,6 @@
 """The offline cost simulator behind ReplayEnv, the oracle and evaluation.
 
-It replays a compiled :class:`~dtoc_rl.episode.Episode` call by call under a
+It replays a compiled :class:`~dtoc_rl.sim.episode.Episode` call by call under a
 visibility schedule and prices every model call.  A model call is one assistant
 turn: parallel tool calls of one turn (consecutive steps sharing ``Step.turn``)
 are billed once, for a prompt that ends with the turn's user text, the output
@@ -12,7 +12,7 @@ output of the turn joins the context.
   visibility changed since then is read from the cache (``cache_read``
   price); the rest is written to it (``cache_write``).  So hiding or restoring
   output j re-writes everything after j once.  ``cache="provider"`` (default)
-  then applies the provider's rules (:class:`~dtoc_rl.pricing.CacheRules`:
+  then applies the provider's rules (:class:`~dtoc_rl.sim.pricing.CacheRules`:
   minimum cacheable prompt, granularity, lifetime between the logged call
   timestamps, fitted hit rate); ``cache="ideal"`` reads that whole prefix
   every time, never expiring.
@@ -51,10 +51,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from dtoc_rl.calibrated import CALIBRATED_REREAD_PROB
-from dtoc_rl.episode import Episode
-from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
-from dtoc_rl.schema import MISS_KINDS, NEED_KINDS
+from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
+from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
+from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
@@ -455,7 +455,7 @@ class Simulator:
     def apply(self, enable, disable) -> float:
         """Apply visibility changes to stored outputs (step indices).  Indices
         that are not stored outputs, or are in both sets, are counted as
-        invalid and ignored (the rule of :mod:`dtoc_rl.engine.actions`: a non-stored index once per
+        invalid and ignored (the rule of :mod:`dtoc_rl.core.actions`: a non-stored index once per
         set, a stored one in both sets once).  Returns the dollars of any management call."""
         enable = np.unique(np.asarray(enable, np.int64))
         disable = np.unique(np.asarray(disable, np.int64))

@@ -10,7 +10,7 @@ had no prompt caching and cost twice ``gpt-4o-2024-08-06``).  Check them before
 quoting dollar figures, and override any of them with ``Prices(...)``.
 
 :func:`prices_for` picks the version's prices from the raw model name
-(:func:`dtoc_rl.models.model_version`); a name with no version entry is priced
+(:func:`dtoc_rl.data.models.model_version`); a name with no version entry is priced
 as its family, and an unknown family as ``DEFAULT_FAMILY``, each with a warning
 once per name, so that a silently wrong price cannot go unnoticed.
 """
@@ -21,7 +21,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from dtoc_rl.models import model_version
+from dtoc_rl.data.models import model_version
 
 __all__ = [
     "CACHE_RULES",
@@ -70,7 +70,7 @@ class Prices:
 _OPENAI = "openai.com/api/pricing"
 _ANTHROPIC = "anthropic.com/pricing (cache write = 5-minute lifetime)"
 
-#: Prices per model version (the keys :func:`dtoc_rl.models.model_version` returns).
+#: Prices per model version (the keys :func:`dtoc_rl.data.models.model_version` returns).
 VERSION_PRICES: dict[str, Prices] = {
     # The 2024-05-13 snapshot predates prompt caching (introduced 2024-10-01 for gpt-4o-2024-08-06
     # and later): every input token at the full $5.
@@ -240,7 +240,7 @@ CACHE_RULES: dict[str, CacheRules] = {
     "anthropic": CacheRules("anthropic", 1024, 1, 300.0, 1.0, "docs.anthropic.com prompt-caching"),
     # Implicit caching, minimum 4,096 tokens for Gemini 3 Pro Preview, no lifetime documented, hits
     # not guaranteed (ai.google.dev/gemini-api/docs/caching); hit_rate fitted on the mini-swe-agent
-    # gemini-3-pro logs (dtoc_rl.calibrated.CACHE_HIT_RATES).
+    # gemini-3-pro logs (dtoc_rl.sim.calibrated.CACHE_HIT_RATES).
     "google": CacheRules("google", 4096, 1, float("inf"), 1.0, "ai.google.dev/gemini-api/docs/caching"),
     # Disk cache in 64-token units, hours of lifetime (api-docs.deepseek.com/guides/kv_cache).
     "deepseek": CacheRules("deepseek", 64, 64, float("inf"), 1.0, "api-docs.deepseek.com/guides/kv_cache"),
@@ -260,7 +260,7 @@ _PROVIDER_OF_FAMILY = (
 @lru_cache(maxsize=256)  # called for every episode the simulator is built for
 def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRules:
     """The caching rules of the provider serving ``family`` (hit rates fitted where measured)."""
-    from dtoc_rl.calibrated import CACHE_HIT_RATES
+    from dtoc_rl.sim.calibrated import CACHE_HIT_RATES
 
     fam = (family or "").lower()
     provider = next((prov for prefix, prov in _PROVIDER_OF_FAMILY if fam.startswith(prefix)), "openai")

@@ -5,7 +5,7 @@ provider prefix, date or route (``openrouter/google/gemini-3-pro-preview``,
 ``gpt-4o-2024-08-06``) must map to one id.  Unknown names map to ``"other"``.
 
 Prices differ within a family (snapshots of one model), so :func:`model_version`
-also maps a raw name to a priced version key of :data:`dtoc_rl.pricing.VERSION_PRICES`.
+also maps a raw name to a priced version key of :data:`dtoc_rl.sim.pricing.VERSION_PRICES`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def family_id(family: str) -> int:
         return 0
 
 
-# raw name (lower case, provider route removed) -> version key of dtoc_rl.pricing.VERSION_PRICES;
+# raw name (lower case, provider route removed) -> version key of dtoc_rl.sim.pricing.VERSION_PRICES;
 # the first matching pattern wins.  Bare aliases ("gpt-4o") name no version: they moved over time.
 _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?4o-?mini-2024-07-18", "gpt-4o-mini-2024-07-18"),

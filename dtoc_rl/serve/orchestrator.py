@@ -1,7 +1,7 @@
 """Orchestrator: DTOC inside an existing agent loop, with a policy (or the model) deciding.
 
 Drop it into any OpenAI- or Anthropic-style tool loop.  It stores every tool
-output (a :class:`~dtoc_rl.context.DTOCContext` over a MemoryStore, or a
+output (a :class:`~dtoc_rl.core.context.DTOCContext` over a MemoryStore, or a
 SQLiteStore when ``session_path``/``session_id`` is given, so the session survives
 a restart) and, before each model call, decides what the model sees::
 
@@ -31,7 +31,7 @@ Modes
 
 The default is ``"policy"`` when a policy is given, else ``"agent"``.  A policy is
 any object with ``act(obs, info) -> {"enable", "disable"}`` (int masks over slots,
-see :mod:`dtoc_rl.features`): ``make_policy("last_n:n=5")``, a
+see :mod:`dtoc_rl.engine.features`): ``make_policy("last_n:n=5")``, a
 ``LearnedPolicy``, an LLM policy.  The core never imports the policies package.
 
 The decision
@@ -41,8 +41,8 @@ one (:meth:`openai_request`, :meth:`openai_messages`, :meth:`anthropic_request`
 call it).  Slot ``i`` of the observation holds the ``i``-th oldest of the
 ``max_items`` most recent outputs; older outputs keep their visibility.  The session is
 tracked by a :class:`~dtoc_rl.engine.session.SessionTracker`, the one LiveEnv uses too: per
-output it keeps the features of an :class:`~dtoc_rl.features.ItemState`
-(as columns, :class:`~dtoc_rl.features.ItemColumns`; :meth:`item_states` lists them): tokens,
+output it keeps the features of an :class:`~dtoc_rl.engine.features.ItemState`
+(as columns, :class:`~dtoc_rl.engine.features.ItemColumns`; :meth:`item_states` lists them): tokens,
 age in model calls, visibility, tool category, and the online need features
 (``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
 ``toggles`` and ``turns_after``.  ``info`` holds ``keys``/``slot_keys`` (DTOC key
@@ -69,7 +69,7 @@ together at the next one); ``label_every=0`` switches labelling off (need featur
 stay 0; rule policies do not read them).  Misses (a new step needs an output that
 was hidden when its call was made) are counted in :attr:`totals`, as are invalid actions (a policy's
 padding slots and slots in both masks, a model's unknown keys and keys in both lists:
-:mod:`dtoc_rl.engine.actions`, the rule every env applies).  A labeller
+:mod:`dtoc_rl.core.actions`, the rule every env applies).  A labeller
 error never stops the loop: it is kept in :attr:`label_errors`, warned about once,
 and the turn it failed on keeps no labels (its outputs still count for later turns).
 
@@ -103,17 +103,17 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.chatlog import trajectory_to_chat, visibility
-from dtoc_rl.context import DTOCContext
+from dtoc_rl.core.context import DTOCContext
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.core.render import message_text
+from dtoc_rl.core.store import MemoryStore, Store
+from dtoc_rl.core.tokens import TokenEstimator
+from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
-from dtoc_rl.features import DEFAULT_MAX_ITEMS, ItemState
-from dtoc_rl.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
-from dtoc_rl.models import normalize_family
-from dtoc_rl.pricing import Prices, prices_for
-from dtoc_rl.render import message_text
-from dtoc_rl.schema import Trajectory
-from dtoc_rl.store import MemoryStore, Store
-from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -232,7 +232,7 @@ class Orchestrator:
         session_path: a SQLite file: the session is stored there and reopens after a restart.
         session_id: the session to create or reopen (with ``session_path``, or alone:
             then the file is ``$DTOC_SESSION_DB`` or ``./dtoc_sessions.sqlite``).
-        store: a ready :class:`~dtoc_rl.store.Store` instead (overrides the two above).
+        store: a ready :class:`~dtoc_rl.core.store.Store` instead (overrides the two above).
         estimator: token estimator for a new store (default ``ceil(len/4)``).
         max_items: observation slots: the policy sees the ``max_items`` most recent outputs
             (default: the policy's ``cfg.max_items`` when it has one, as learned policies do, else 128).
@@ -288,7 +288,7 @@ class Orchestrator:
         self._prices = prices
         self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
         if store is None and (session_path is not None or session_id is not None):
-            from dtoc_rl.sqlite_store import SQLiteStore
+            from dtoc_rl.core.sqlite_store import SQLiteStore
 
             path = session_path or os.environ.get("DTOC_SESSION_DB") or DEFAULT_SESSION_DB
             store = SQLiteStore(path, session_id=session_id, estimator=estimator)

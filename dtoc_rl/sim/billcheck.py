@@ -8,18 +8,18 @@ plus the call's own ``harness_text`` and the prompt tokens the log lacks
 (``Trajectory.unlogged_prompt_tokens``).  The prompt's size in provider tokens is a
 :class:`SizeModel` of the estimator's counts (o200k by default) plus the unlogged tokens: provider
 tokens per estimator token of the task, the step text and the outputs, tokens per step and per
-call.  It is per (source, model family): the one stored in ``dtoc_rl.calibrated`` for it, else the
+call.  It is per (source, model family): the one stored in ``dtoc_rl.sim.calibrated`` for it, else the
 stored ratio of the same family in another harness, else fitted on the fit half of these logs
 (:func:`held_out` splits the trajectories by a hash of their id), and every summary reports the
 errors on both halves and where its size model came from.
 
 The cached part is the simulator's: the prefix shared with the previous call (up to the first
 earlier step whose visibility changed, and never the previous call's harness text, which is
-re-rendered at the end of every prompt), then the provider's :class:`~dtoc_rl.pricing.CacheRules`
+re-rendered at the end of every prompt), then the provider's :class:`~dtoc_rl.sim.pricing.CacheRules`
 (minimum size, granularity, lifetime between the logged timestamps).  For providers whose cache
 hits are best effort, ``hit_rate`` is fitted per source as logged / rule-allowed cached tokens
 (on the fit half).
-Dollars use the version's list prices (:func:`dtoc_rl.pricing.prices_for`) and the logged output
+Dollars use the version's list prices (:func:`dtoc_rl.sim.pricing.prices_for`) and the logged output
 tokens, so what is checked is the input side: prompt size, cache and prices.
 
 Logged figures: ``usage.input_tokens`` (all prompt tokens), ``usage.cached_tokens`` (or, when a log
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.pricing import CacheRules, Prices, cache_rules_for, prices_for
-from dtoc_rl.schema import Trajectory
-from dtoc_rl.tokens import TokenEstimator, get_estimator
+from dtoc_rl.core.tokens import TokenEstimator, get_estimator
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -265,11 +265,11 @@ def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[
 
     ``mode``: ``"none"`` (estimator tokens as counted), ``"fit"`` (fitted on the fit half of
     ``calls``, or on all of them when that half is too small) or ``"stored"``: the factors
-    ``dtoc_rl.calibrated.PROMPT_SIZE_FACTORS`` holds for ``key`` and this estimator; else, for the
+    ``dtoc_rl.sim.calibrated.PROMPT_SIZE_FACTORS`` holds for ``key`` and this estimator; else, for the
     same model family in another harness, that entry's single tokens-per-estimator-token ratio (the
     tokenizer carries over, the harness's framing does not); else fitted as for ``"fit"``.
     """
-    from dtoc_rl.calibrated import PROMPT_SIZE_FACTORS
+    from dtoc_rl.sim.calibrated import PROMPT_SIZE_FACTORS
 
     if mode == "none":
         return SizeModel(est, origin="none: estimator tokens as counted"), []
@@ -405,7 +405,7 @@ def bill_check(
             rate = float(logged_cached[kl].sum() / allowed[kl].sum())
         elif not fit_hit_rate:
             rate = None
-        if rate is None:  # the providers' rules as configured (hit rates from dtoc_rl.calibrated)
+        if rate is None:  # the providers' rules as configured (hit rates from dtoc_rl.sim.calibrated)
             cached = np.array(
                 [c.rules.cached_one(int(s), int(pin), c.idle) for c, s, pin in zip(calls, shared, pred_in)],
                 float,

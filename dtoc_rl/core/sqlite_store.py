@@ -2,7 +2,7 @@
 
 Every output is committed before :meth:`add` returns (WAL journal,
 ``synchronous=FULL`` by default), so a process killed right after storing
-loses nothing.  Changes grouped with :meth:`~dtoc_rl.store.Store.transaction`
+loses nothing.  Changes grouped with :meth:`~dtoc_rl.core.store.Store.transaction`
 (DTOCContext stores an output and its tool message that way) are one SQLite
 transaction, so a kill leaves both or neither and a reopened session can always
 continue.  A session is reopened with ``SQLiteStore(path, session_id=...)`` in
@@ -11,11 +11,11 @@ any later process; records are cached in memory for O(1) reads.
 One writer per session: every write checks, in the same transaction, that the
 session's version is still the one this store loaded; a second process that
 changed the session in between makes the write fail with
-:class:`~dtoc_rl.store.SessionConflictError` (reopen to see its changes).  Readers
+:class:`~dtoc_rl.core.store.SessionConflictError` (reopen to see its changes).  Readers
 may open a session any time.
 
 A file that cannot be a session store is refused with
-:class:`~dtoc_rl.store.StoreFileError` naming it: an empty (0-byte) file (SQLite
+:class:`~dtoc_rl.core.store.StoreFileError` naming it: an empty (0-byte) file (SQLite
 would silently treat it as a new database, hiding a truncated or mistyped file),
 a file that is not SQLite, an SQLite database of another program, or damaged
 content.  New files are written under a temporary name and linked into place
@@ -35,9 +35,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.record import ToolOutput
-from dtoc_rl.store import SessionConflictError, Store, StoreFileError
-from dtoc_rl.tokens import TokenEstimator
+from dtoc_rl.core.record import ToolOutput
+from dtoc_rl.core.store import SessionConflictError, Store, StoreFileError
+from dtoc_rl.core.tokens import TokenEstimator
 
 __all__ = ["SQLiteStore", "list_sessions"]
 

@@ -1,7 +1,7 @@
 """The DTOC store S: key → ToolOutput, plus the session's message log.
 
 One interface, two backends: :class:`MemoryStore` (default, fast, for RL) and
-:class:`~dtoc_rl.sqlite_store.SQLiteStore` (persistent, reopenable by session
+:class:`~dtoc_rl.core.sqlite_store.SQLiteStore` (persistent, reopenable by session
 id).  Both keep the active-token total of the stored outputs up to date on
 every change, so reading it is O(1); :meth:`Store.recount` recomputes it from
 scratch for checking.
@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from dtoc_rl.record import ToolOutput, format_key
-from dtoc_rl.tokens import TokenEstimator, get_estimator
+from dtoc_rl.core.record import ToolOutput, format_key
+from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 
 __all__ = ["MemoryStore", "SessionConflictError", "Store", "StoreFileError", "UnknownKeyError"]
 

@@ -3,7 +3,7 @@
 A dataset is a folder::
 
     OUT/
-      data-00000-of-00002.parquet   # rows of the canonical schema (dtoc_rl.schema)
+      data-00000-of-00002.parquet   # rows of the canonical schema (dtoc_rl.data.schema)
       data-00001-of-00002.parquet
       summary.json                  # what `dtoc-rl ingest` reported, incl. skips
       COMPLETE                      # written last: a folder without it is not a dataset
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.schema import SCHEMA_VERSION, Trajectory
+from dtoc_rl.data.schema import SCHEMA_VERSION, Trajectory
 
 __all__ = [
     "DatasetError",
@@ -120,14 +120,14 @@ class _Card:
         import sys
 
         from dtoc_rl import __version__
-        from dtoc_rl.schema import hf_features
+        from dtoc_rl.data.schema import hf_features
 
         if command is None:
             command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "unknown"
         lines = [
             f"# {name}",
             "",
-            f"A DTOC-RL trajectory dataset: **schema version {SCHEMA_VERSION}** (`dtoc_rl.schema`), "
+            f"A DTOC-RL trajectory dataset: **schema version {SCHEMA_VERSION}** (`dtoc_rl.data.schema`), "
             f"written by dtoc-rl {__version__}.",
             "",
             f"Made with: `{command}`",
@@ -168,7 +168,7 @@ class _Card:
             "",
             f"Parquet shards (`data-*.parquet`), one row per trajectory; `summary.json` has the ingest "
             f"report and `{MARKER}` marks a completely written folder.  Load it with "
-            "`dtoc_rl.dataset.load_trajectories(PATH)` or "
+            "`dtoc_rl.data.dataset.load_trajectories(PATH)` or "
             '`datasets.load_dataset("parquet", data_files="PATH/*.parquet")`.',
             "",
         ]
@@ -204,7 +204,7 @@ def write_dataset(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dtoc_rl.schema import hf_features
+    from dtoc_rl.data.schema import hf_features
 
     out = Path(out)
     if out.exists() and not overwrite:

@@ -13,8 +13,8 @@ with the labeller of this version (refused edits write nothing; abbreviated
 SWE-agent views read only the lines they show; token runs must add 12
 characters beyond the agent's own words and never span a jump in line numbers;
 ``edit`` needs).  Miss episodes are opened by needs of the kinds the simulator
-charges (:data:`dtoc_rl.schema.MISS_KINDS`: provenance and reference).  Definitions in
-:mod:`dtoc_rl.calibration`; discussion and limits in ``docs/validity.md``.
+charges (:data:`dtoc_rl.data.schema.MISS_KINDS`: provenance and reference).  Definitions in
+:mod:`dtoc_rl.sim.calibration`; discussion and limits in ``docs/validity.md``.
 ``tests/test_calibration.py`` recomputes these from the shared traces.
 
 How to use them: ``CostConfig(miss="calibrated", reread_prob=CALIBRATED_REREAD_PROB)``
@@ -76,7 +76,7 @@ CACHE_HIT_RATES: dict[str, float] = {
 }
 
 #: Provider prompt tokens from a log's text, per "source/model family", for the bill check
-#: (``dtoc_rl.billcheck.SizeModel``): tokens per ``estimator`` token of the system prompt and task
+#: (``dtoc_rl.sim.billcheck.SizeModel``): tokens per ``estimator`` token of the system prompt and task
 #: (``base``), of other step text (``text``) and of tool outputs (``outputs``), tokens per earlier step
 #: (``per_step``) and per call (``offset``), and one overall ``ratio`` (what a harness with no entry of
 #: its own borrows for the same model family).  Fitted on the fit half of each source's trajectories
