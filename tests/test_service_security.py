@@ -394,3 +394,20 @@ def test_serve_help_explains_the_token_the_host_check_and_the_warning(capsys):
     assert "Authorization: Bearer" in text and "DTOC_TOKEN" in text and "--token" in text
     assert "Host header" in text and "421" in text
     assert "WARNING: --host other than a loopback address" in text
+
+
+def test_a_client_opening_many_sessions_pushes_out_only_its_own():
+    """The session table is shared; when it is full the client holding the most sessions loses its
+    least recently used one, so a client opening sessions in a loop cannot evict another's."""
+    sessions = Sessions(max_sessions=4)
+    svc = DecisionService(make_policy("none"))
+    svc.sessions = sessions
+    t0 = {"index": 0, "calls": [{"key": "a", "tool": "bash", "output": "x"}]}
+    svc.decide({"session": "mine", "turns": [t0], "items": []}, client="victim")
+    for i in range(20):  # the noisy client's sessions are all more recent than the victim's
+        svc.decide({"session": f"s{i}", "turns": [t0], "items": []}, client="noisy")
+    assert len(sessions) == 4 and sessions.get("mine", "victim") is not None
+    assert [sessions.get(f"s{i}", "noisy") is not None for i in (16, 17, 18, 19)] == [False, True, True, True]
+    # between equals, the least recently used session goes, as before
+    svc.decide({"session": "mine2", "turns": [t0], "items": []}, client="victim")
+    assert sessions.get("mine", "victim") is not None and sessions.get("s17", "noisy") is None

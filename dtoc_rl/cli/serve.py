@@ -115,7 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-sessions",
         type=int,
         default=DEFAULT_MAX_SESSIONS,
-        help=f"client sessions whose need labels are kept in memory (least recently used dropped; "
+        help=f"client sessions whose need labels are kept in memory (beyond it, the least recently used "
+        f"of the client holding the most is dropped; "
         f"{DEFAULT_MAX_SESSIONS})",
     )
     p.add_argument(

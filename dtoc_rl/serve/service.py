@@ -78,7 +78,8 @@ provider's tool call id) lets a later turn that names it need its output, as in 
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
 A session is made when its turn 0 arrives.  Sessions
-live in memory, the least recently used dropped beyond ``--max-sessions``.
+live in memory; beyond ``--max-sessions``, the least recently used one of the client (token)
+holding the most is dropped.
 
 Model families: the request's family (or ``normalize_family(model)``) picks the
 policy.  A family the service does not accept (``"other"``, i.e. an unknown
@@ -187,8 +188,8 @@ class DecisionService:
             served by the policy, not the fallback, when its prices are known this way.
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
-        max_sessions: sessions whose need labels the service keeps (least recently used
-            dropped first; see :mod:`dtoc_rl.serve.session_labels`); ``max_session_chars`` and
+        max_sessions: sessions whose need labels the service keeps (the least recently used
+            of the client holding the most dropped first; see :mod:`dtoc_rl.serve.session_labels`); ``max_session_chars`` and
             ``max_total_chars``: their text, per session (413 beyond) and in all (429).
     """
 

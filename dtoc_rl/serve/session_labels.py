@@ -134,8 +134,9 @@ def _args_text(args: Any) -> str:
 
 
 class Sessions:
-    """The service's sessions, per client (least recently used dropped beyond ``max_sessions``;
-    text bounded per session by ``max_chars`` and in all by ``max_total_chars``)."""
+    """The service's sessions, per client (beyond ``max_sessions``, the least recently used session of
+    the client holding the most is dropped; text bounded per session by ``max_chars`` and in all by
+    ``max_total_chars``, which all clients share)."""
 
     def __init__(
         self,
@@ -173,6 +174,15 @@ class Sessions:
         s = self._sessions.pop(key)
         s.dropped = True  # a request still using it keeps its own reference, uncounted
         self._total -= s.chars
+
+    def _victim(self) -> tuple[str, str]:
+        """The session to drop when the table is full: the least recently used one of the client
+        holding the most sessions, so that one client opening many cannot push out another's."""
+        held: dict[str, int] = {}
+        for client, _ in self._sessions:
+            held[client] = held.get(client, 0) + 1
+        most = max(held.values())
+        return next(k for k in self._sessions if held[k[0]] == most)  # the table is in LRU order
 
     def _reserve(self, s: SessionLabels, size: int, field: str) -> None:
         """Count ``size`` more characters for ``s`` (under the table lock)."""
@@ -225,7 +235,7 @@ class Sessions:
                     del self._sessions[key]
                     raise
                 while len(self._sessions) > self.max_sessions:
-                    self._drop(next(iter(self._sessions)))
+                    self._drop(self._victim())
             else:
                 self._sessions.move_to_end(key)
             s.last_used = self._clock()
