@@ -189,8 +189,9 @@ class DecisionService:
         max_items: observation slots (the most recent items the policy sees).
         max_body: request body limit in bytes; ``max_request_items``: items per request.
         max_sessions: sessions whose need labels the service keeps (the least recently used
-            of the client holding the most dropped first; see :mod:`dtoc_rl.serve.session_labels`); ``max_session_chars`` and
-            ``max_total_chars``: their text, per session (413 beyond) and in all (429).
+            of the client holding the most dropped first; see :mod:`dtoc_rl.serve.session_labels`);
+            ``max_session_chars`` and ``max_total_chars``: their text, per session (413 beyond) and
+            in all (429).
     """
 
     def __init__(
