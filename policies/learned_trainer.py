@@ -497,16 +497,7 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
     cfg = policy.cfg
     torch.set_num_threads(max(1, cfg.threads))  # as fit(): one small network, several threads only spin
-    eps = (
-        list(episodes)
-        if episodes is not None
-        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
-    )
-    if cfg.exclude_family:
-        eps = [e for e in eps if e.model_family != cfg.exclude_family]
-    _, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
-    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
-    tune_eps = tune_eps or held_eps
+    _, _, held_eps, tune_eps = _splits(cfg, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
     held = sorted({f"{e.source}/{e.task_id}" for e in held_eps})
@@ -515,6 +506,26 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
             "this data does not split into the policy's held-out tasks: not the data it was trained on"
         )
     return _tune(policy, tune_eps, _cost_config(policy))
+
+
+def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
+    """All, training, held-out and tune episodes for ``cfg``: fit() and retune() must split alike.
+
+    The validation tasks are halved: one half stops training and chooses the thresholds (tune), the
+    other is never used for any choice, so that figures on it (val_tasks, `evaluate --holdout-from`)
+    are not inflated by picking the best of several thresholds on the same runs."""
+    eps = (
+        list(episodes)
+        if episodes is not None
+        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
+    )
+    if cfg.exclude_family:
+        eps = [e for e in eps if e.model_family != cfg.exclude_family]
+        if not eps:
+            raise ValueError(f"no episodes left after excluding family {cfg.exclude_family!r}")
+    train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
+    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
+    return eps, train_eps, held_eps, tune_eps or held_eps  # a single validation task has to do both
 
 
 def fit(
@@ -559,22 +570,7 @@ def _fit(
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(max(1, cfg.threads))
     t0 = time.perf_counter()
-    eps = (
-        list(episodes)
-        if episodes is not None
-        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
-    )
-    if cfg.exclude_family:
-        eps = [e for e in eps if e.model_family != cfg.exclude_family]
-        if not eps:
-            raise ValueError(f"no episodes left after excluding family {cfg.exclude_family!r}")
-    train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
-    # The validation tasks are halved: one half stops training and chooses the thresholds (tune), the
-    # other is never used for any choice, so that figures on it (val_tasks, `evaluate --holdout-from`)
-    # are not inflated by picking the best of several thresholds on the same runs.
-    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
-    if not tune_eps:  # a single validation task: it has to do both
-        tune_eps = held_eps
+    eps, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes)
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {
         "mode": cfg.mode,
