@@ -308,6 +308,27 @@ def test_remote_policy_decides_like_the_local_one(server):
         srv.server_close()
 
 
+def test_remote_policy_in_evaluate_like_a_local_one():
+    # evaluate() calls reset() on every policy object: RemotePolicy must have it ("like a local one")
+    from dtoc_rl.data.paths import bundled_dataset
+    from dtoc_rl.policies.evaluate import evaluate
+    from dtoc_rl.serve.service import RemotePolicy
+
+    srv, _ = serve_in_thread(DecisionService(make_policy("last_n:n=5")), "127.0.0.1", 0)
+    try:
+        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}", token=srv.token)
+        remote.reset({"model_family": "gpt-4o"})
+        runs = evaluate(bundled_dataset(), [remote, "last_n:n=5"], progress=False)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    by = {}
+    for r in runs:
+        assert r.error is None, r.error
+        by.setdefault(r.policy.split("(")[0], {})[r.traj_id] = (r.calls, round(float(r.dollars), 9))
+    assert by["remote"] == by["last_n:n=5"] and len(by["remote"]) == 34
+
+
 def test_remote_policy_when_the_service_is_down():
     from dtoc_rl.serve.service import RemotePolicy
 

@@ -847,6 +847,10 @@ class RemotePolicy:
         }
         return body, keys
 
+    def reset(self, info: Any = None) -> None:
+        """Start of an episode: nothing to do (each ``/decide`` request carries the whole state), but
+        ``evaluate()``, ReplayEnv loops and the Orchestrator call it on every policy."""
+
     def act(self, obs: dict[str, np.ndarray], info: Any = None) -> dict[str, np.ndarray]:
         body, keys = self.request(obs, info)
         n = len(keys)
