@@ -298,16 +298,9 @@ class Simulator:
         if not self.visible[k]:
             self._show_and_hide([k], [])
 
-    def set_visibility(self, steps, visible: bool) -> None:
-        """Set stored outputs ``steps`` (unique, all currently ``not visible``) to ``visible``."""
-        if visible:
-            self._show_and_hide(steps, ())
-        else:
-            self._show_and_hide((), steps)
-
     def _show_and_hide(self, en, di) -> None:
-        """``set_visibility(en, True)`` then ``set_visibility(di, False)`` (unique step indices, disjoint;
-        integer arrays, or lists of Python ints)."""
+        """Show stored outputs ``en`` and hide ``di`` (unique step indices, disjoint, each currently in
+        the other state; integer arrays, or lists of Python ints)."""
         # Python ints: the change log's consumers tell a single step from an array by its type
         en = en if type(en) is list else np.asarray(en, np.int64).tolist()
         di = di if type(di) is list else np.asarray(di, np.int64).tolist()
