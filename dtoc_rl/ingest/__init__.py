@@ -108,9 +108,10 @@ def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
 
 
 def read_one(path: Path | str, pick: str | int | None = None) -> tuple[Ingester, Trajectory, list[str]]:
-    """The ingester of one log, the trajectory ``pick`` (its index in the log, or its ``traj_id``; None:
-    the first) and the ids of all the log's trajectories (one log may hold many: RepoLaunch
-    conversations, tau-bench tasks, chat JSONL lines).  :class:`IngestError` names what was wrong."""
+    """The ingester of one log, the trajectory ``pick`` (its index in the log, or its ``traj_id``) and
+    the ids of all the log's trajectories (one log may hold many: RepoLaunch conversations, tau-bench
+    tasks, chat JSONL lines).  ``pick=None``: the first trajectory, read without parsing the rest of
+    the log, so the ids list then holds its id alone.  :class:`IngestError` names what was wrong."""
     path = Path(path)
     try:
         if not stat.S_ISREG(mode := path.stat().st_mode) and not stat.S_ISDIR(mode):
