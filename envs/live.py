@@ -36,6 +36,7 @@ from dtoc_rl.envs.tools import (
     tool_specs,
 )
 from dtoc_rl.sim.pricing import Prices, cache_rules_for, prices_for
+from dtoc_rl.sim.simulator import CACHE_MODES
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
 
@@ -339,8 +340,8 @@ class LiveEnv(gym.Env):
         self.model_family = model_family or normalize_family(self.model_name)
         p = prices or prices_for(self.model_family, self.model_name or None)
         self.prices = p
-        if cache not in ("provider", "ideal"):
-            raise ValueError(f"cache must be 'provider' or 'ideal', got {cache!r}")
+        if cache not in CACHE_MODES:  # the Simulator's modes: a live run is billed as its replay is
+            raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
         # the rules the Simulator applies to the same model (simulator.CostConfig.rules_for)
         self.cache_rules = (
             cache_rules_for(self.model_family, self.model_name or None) if cache == "provider" else None
