@@ -32,6 +32,7 @@ __all__ = [
     "ObservationMasking",
     "OpenCodePrune",
     "TokenBudget",
+    "best_batch",
     "to_action",
 ]
 
@@ -366,6 +367,44 @@ def episode_prices(info: dict[str, Any] | None) -> Prices | None:
     return None
 
 
+def best_batch(
+    cand: np.ndarray,
+    freed: np.ndarray,
+    prompt_from: np.ndarray,
+    remaining: float,
+    read: float,
+    rewrite: float,
+    *,
+    at_least: float = 0.0,
+    rewritten_anyway: float = 0.0,
+) -> int:
+    """The slot ``j`` from which hiding every candidate pays most, or -1 when no batch pays.
+
+    Hiding the candidates from slot ``j`` on frees ``F(j)`` tokens that each of the ``remaining``
+    calls would read from the cache at ``read`` per token, and breaks the cached prefix at ``j``: the
+    prompt from ``j`` on (``prompt_from[j]``, as it stands) minus ``F(j)`` is written again at
+    ``rewrite`` per token (the cache-write price less the cache-read one)::
+
+        net(j) = F(j) * remaining * read - max(prompt_from[j] - F(j) - rewritten_anyway, 0) * rewrite
+
+    ``rewritten_anyway``: tokens re-written by other changes at the same call (a restore earlier in
+    the prompt), which the batch does not pay for twice.  Batches freeing less than ``at_least`` do
+    not count.  Hiding more after ``j`` costs nothing more, so the batch is every candidate from
+    ``j`` on.  One rule for every policy that times its hides by price (CacheAwareClear, the learned
+    policy's batching).
+    """
+    cand = np.asarray(cand, bool)
+    f = np.where(cand, np.asarray(freed, np.float64), 0.0)
+    freed_from = np.cumsum(f[::-1])[::-1]
+    cost = np.maximum(np.asarray(prompt_from, np.float64) - freed_from - rewritten_anyway, 0.0) * rewrite
+    net = freed_from * remaining * read - cost
+    net = np.where(cand & (freed_from >= at_least), net, -np.inf)
+    if not cand.any():
+        return -1
+    j = int(np.argmax(net))
+    return j if net[j] > 0 else -1
+
+
 class CacheAwareClear(Policy):
     """Clear old tool outputs in batches, only when the clearing pays for its cache re-write.
 
@@ -467,20 +506,13 @@ class CacheAwareClear(Policy):
             return nothing
         p = self._prices(obs)
         remaining = min(max(int(g[_G["step"]]), 1), self.horizon)
-        rewrite = max(p.cache_write - p.cache_read, 0.0)
         hidden_saving = np.where(mask & ~vis, freed, 0.0)
-        # suffix savings and freed tokens from slot j on (reverse cumulative sums)
-        saved_from = np.cumsum(hidden_saving[::-1])[::-1]
-        freed_from = np.cumsum(np.where(cand, freed, 0.0)[::-1])[::-1]
-        best, best_j = 0.0, -1
-        for j in np.flatnonzero(cand):
-            f = float(freed_from[j])
-            if f < self.clear_at_least:
-                continue
-            suffix = full - self._before[int(ords[j])] - float(saved_from[j]) - f
-            net = f * remaining * p.cache_read - max(suffix, 0.0) * rewrite
-            if net > best:
-                best, best_j = net, j
+        saved_from = np.cumsum(hidden_saving[::-1])[::-1]  # what hidden outputs from slot j on save
+        before = np.array([self._before.get(int(o), full) for o in ords], np.float64)
+        best_j = best_batch(
+            cand, freed, full - before - saved_from, remaining, p.cache_read,
+            max(p.cache_write - p.cache_read, 0.0), at_least=self.clear_at_least,
+        )  # fmt: skip
         if best_j < 0:
             return nothing
         clear = cand & (np.arange(n) >= best_j)

@@ -31,10 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from dtoc_rl.data.models import FAMILIES
-from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.baselines import episode_prices, to_action
+from dtoc_rl.policies.baselines import best_batch, episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.pricing import Prices, cache_regime, prices_for
 
@@ -79,11 +80,6 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
     "horizon",
 )
 HORIZON_CAP = 50.0
-
-
-def price_vector(p: Prices) -> np.ndarray:
-    """``[input, output, cache_read, cache_write]`` in $ per million tokens."""
-    return np.array([p.input, p.output, p.cache_read, p.cache_write], np.float32)
 
 
 _FAMILY_PRICES: dict[int, np.ndarray] = {}
@@ -508,14 +504,54 @@ class LearnedPolicy(Policy):
             thr = self._thr if self._thr is not None else self._obs_threshold(obs)
         if thr <= 0.0:  # abstain: every output stays (or comes back) visible, no network call
             return to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
-        return to_action(obs, self.probs(obs, self._prices) >= thr)
+        return to_action(obs, self.want_visible(obs, self.probs(obs, self._prices), thr, self._prices))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
         p = self.probs(obs)
         rows = [{k: v[i] for k, v in obs.items()} for i in range(len(p))]
-        acts = [to_action(r, p[i] >= self._obs_threshold(r)) for i, r in enumerate(rows)]
+        acts = [to_action(r, self.want_visible(r, p[i], self._obs_threshold(r))) for i, r in enumerate(rows)]
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
+
+    def want_visible(
+        self, obs: dict[str, np.ndarray], probs: np.ndarray, thr: float, prices: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The visibility the policy asks for, from the network's P(visible) of one observation.
+
+        An output is wanted visible when P(visible) >= ``thr`` (0: abstain, everything visible).  With
+        ``cfg.batching == "pays"`` the hides are then timed by price (:func:`best_batch`, CacheAwareClear's
+        rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
+        are hidden together, from the slot where the cache reads they save over the calls expected to
+        remain beat the re-write, and kept visible for now when no batch pays.  Restores are kept
+        (a restore the network asks for costs a re-write too, which the hides after it share)."""
+        mask = np.asarray(obs["item_mask"]).astype(bool)
+        if thr <= 0.0:
+            return mask.copy()
+        want = (np.asarray(probs) >= thr) & mask
+        if self.cfg.batching == "off":
+            return want
+        items = np.asarray(obs["items"], np.float32)
+        vis = items[:, _VIS] > 0.5
+        cand = mask & vis & ~want
+        if not cand.any():
+            return want
+        price = _prices_of(obs, prices if prices is not None else self._prices, None)
+        inp = max(float(price[0]), 1e-9)
+        read, rewrite = float(price[2]) / inp, max(float(price[3]) - float(price[2]), 0.0) / inp
+        glob = np.asarray(obs["globals"], np.float32).reshape(-1)
+        econ, _ = economics(items, mask, glob, price)
+        tokens = items[:, _TOK] * 1000.0
+        shown = np.where(vis, tokens, float(PLACEHOLDER_TOKENS))
+        prompt_from = econ[:, 0] * 1000.0 + shown  # this output and every token after it
+        restores = np.flatnonzero(mask & ~vis & want)
+        anyway = float(prompt_from[restores[0]]) if len(restores) else 0.0
+        remaining = min(max(float(glob[_G_STEP]), 1.0), HORIZON_CAP)
+        j = best_batch(
+            cand, np.maximum(tokens - PLACEHOLDER_TOKENS, 0.0), prompt_from, remaining, read, rewrite,
+            rewritten_anyway=anyway,
+        )  # fmt: skip
+        keep = cand if j < 0 else cand & (np.arange(len(mask)) < j)
+        return want | keep
 
     def config(self):
         c: dict[str, Any] = {"threshold": self.cfg.threshold if self.cfg.threshold is not None else "table"}

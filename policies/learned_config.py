@@ -41,6 +41,12 @@ class LearnedPolicyConfig:
         "misses per 100 steps a validation threshold may cost; the one saving the most dollars within it "
         "is kept per family / price regime, and where none saves money the policy abstains",
     )
+    batching: str = _f(
+        "pays",
+        "pays: hide the outputs the network would hide together, only when the cache reads saved over the "
+        "calls expected to remain beat the cache re-write (as the cache_clear rule); off: act on every "
+        "threshold crossing at once",
+    )
     min_family_val: int = _f(
         10, "validation trajectories a family needs for a threshold of its own (else its price regime's)"
     )
@@ -64,7 +70,9 @@ class LearnedPolicyConfig:
     )
     # -- training --------------------------------------------------------------
     mode: str = _f(
-        "oracle", "oracle: imitate the hindsight oracle; bc: clone logged masking; rl: REINFORCE only"
+        "oracle",
+        "oracle: imitate the hindsight oracle's visibility; need: predict whether a later call needs each "
+        "output (the hides are then timed by --batching pays); bc: clone logged masking; rl: REINFORCE only",
     )
     epochs: int = _f(30, "max supervised epochs (early stopping on validation loss)")
     patience: int = _f(5, "epochs without validation improvement before stopping")
@@ -87,8 +95,8 @@ class LearnedPolicyConfig:
     wandb_project: str = _f("dtoc-rl", "wandb project")
 
     def __post_init__(self) -> None:
-        if self.mode not in ("oracle", "bc", "rl"):
-            raise ValueError(f"mode must be oracle, bc or rl, got {self.mode!r}")
+        if self.mode not in ("oracle", "need", "bc", "rl"):
+            raise ValueError(f"mode must be oracle, need, bc or rl, got {self.mode!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         for name, low in (("d_model", 1), ("n_heads", 1), ("n_layers", 0)):
@@ -102,6 +110,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
         if self.min_family_val < 1:
             raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
+        if self.batching not in ("pays", "off"):
+            raise ValueError(f"batching must be pays or off, got {self.batching!r}")
         if self.loss_weights not in ("dollars", "need"):
             raise ValueError(f"loss_weights must be dollars or need, got {self.loss_weights!r}")
 

@@ -1,6 +1,6 @@
 """Training learned policies from logged trajectories.
 
-Three ways, chosen by ``LearnedPolicyConfig.mode`` (and ``rl_updates``):
+Four ways, chosen by ``LearnedPolicyConfig.mode`` (and ``rl_updates``):
 
 * **oracle** (default): supervised on the hindsight oracle's decisions.  The
   oracle is rolled out in ReplayEnv on the training episodes; at each decision
@@ -8,6 +8,10 @@ Three ways, chosen by ``LearnedPolicyConfig.mode`` (and ``rl_updates``):
   call.  ``dagger_rounds`` then re-collects states with the learned policy
   itself, labelled by the oracle (DAgger), so the policy also learns to
   recover from its own mistakes.
+* **need**: supervised on whether some later call needs each output (a need
+  that would be a miss), straight from the logs, with no oracle in between.
+  P(visible) is then the chance that hiding it now is a miss, and *when* to
+  hide is left to the policy's batching rule (``batching="pays"``).
 * **bc**: behaviour cloning of context management found in the logs
   (``Step.masked_before``: SWE-agent 1.x ``LastNObservations`` runs, OpenCode
   prunes).  Only episodes with a logged schedule are used.
@@ -31,11 +35,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from dtoc_rl.engine.features import ITEM_FEATURES
+from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.baselines import episode_prices, to_action
-from dtoc_rl.policies.learned import LearnedPolicy, economics, obs_to_tensors, price_vector
+from dtoc_rl.policies.learned import LearnedPolicy, economics, obs_to_tensors
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime
@@ -103,7 +107,12 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
         return V
     V = cache.get(ep.traj_id)
     if V is None:
-        V = cache[ep.traj_id] = plan(ep, cfg)
+        if mode == "need":
+            # visible while some call from this one on needs it (a need that would be a miss)
+            V = np.arange(_n_calls(ep))[:, None] <= _last_need(ep, cfg.kind_mask())[None, :]
+        else:
+            V = plan(ep, cfg)
+        cache[ep.traj_id] = V
     return V
 
 
@@ -120,16 +129,16 @@ def _n_calls(ep: Episode) -> int:
     return int(getattr(ep, "n_calls", ep.n))
 
 
-def _call_needs(ep: Episode, c: int) -> np.ndarray:
+def _call_needs(ep: Episode, c: int, kinds: np.ndarray | None = None) -> np.ndarray:
     f = getattr(ep, "call_needs", None)
-    return f(c) if f is not None else ep.needs_at(c)
+    return f(c, kinds) if f is not None else ep.needs_at(c, kinds)
 
 
-def _last_need(ep: Episode) -> np.ndarray:
-    """The last model call that needs each output (-1: never needed)."""
+def _last_need(ep: Episode, kinds: np.ndarray | None = None) -> np.ndarray:
+    """The last model call that needs each output (-1: never needed), of the need ``kinds``."""
     last = np.full(ep.n, -1, np.int64)
     for t in range(_n_calls(ep)):
-        k = np.asarray(_call_needs(ep, t), np.int64)
+        k = np.asarray(_call_needs(ep, t, kinds), np.int64)
         k = k[(k >= 0) & (k < ep.n)]
         last[k] = t
     return last
@@ -409,15 +418,14 @@ def sweep_thresholds(
         envs = [ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg) for _ in grid]
         obs_list = [env.reset(seed=0)[0] for env in envs]
         prices = _ep_prices(ep, cfg)
-        thr = np.asarray(grid, np.float32)[:, None]
         done = False
         while not done:
             batch = {k: np.stack([o[k] for o in obs_list]) for k in obs_list[0]}
-            want = policy.probs(batch, prices) >= thr
-            steps = [
-                env.step(to_action({k: v[i] for k, v in batch.items()}, want[i]))
-                for i, env in enumerate(envs)
-            ]
+            probs = policy.probs(batch, prices)
+            steps = []
+            for i, env in enumerate(envs):
+                row = {k: v[i] for k, v in batch.items()}
+                steps.append(env.step(to_action(row, policy.want_visible(row, probs[i], grid[i], prices))))
             obs_list = [st[0] for st in steps]
             done = steps[0][2]
         infos = [st[4] for st in steps]
@@ -583,7 +591,7 @@ def _fit(
         "families": sorted({e.model_family for e in eps}),
     }
     cache: dict = {}
-    if cfg.mode in ("oracle", "bc"):
+    if cfg.mode in ("oracle", "bc", "need"):
         train = collect(policy, train_eps, mode=cfg.mode, cache=cache, progress=progress)
         val = collect(policy, tune_eps, mode=cfg.mode, cache=cache, progress=progress)
         if not train:
@@ -599,7 +607,7 @@ def _fit(
         report["supervised"] = _train_supervised(
             policy, train, val, log=log, progress=progress, label="train"
         )
-        for r in range(cfg.dagger_rounds if cfg.mode == "oracle" else 0):
+        for r in range(cfg.dagger_rounds if cfg.mode in ("oracle", "need") else 0):
             train += collect(policy, train_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
             val += collect(policy, tune_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
             # fine-tune from the current weights: a third of the epochs is enough

@@ -177,7 +177,7 @@ def _padded_probs(net, obs):
 )  # fmt: skip
 def test_inference_path_matches_the_padded_module_path_on_random_observations(cfg):
     rng = np.random.default_rng(7)
-    pol = LearnedPolicyConfig(**cfg, seed=5, threshold=0.5).create()
+    pol = LearnedPolicyConfig(**cfg, seed=5, threshold=0.5, batching="off").create()
     n = 128
     counts = [0, 1, 2, 5, 64, 127, 128]
     singles = [_random_obs(rng, n, c) for c in counts]

@@ -1,0 +1,140 @@
+"""Batched hides: the rule that times hides by price (best_batch), shared by cache_clear and the
+learned policy's ``batching="pays"``."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
+from dtoc_rl.policies.baselines import best_batch
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.sim.pricing import PRICES
+
+_F = {f: i for i, f in enumerate(ITEM_FEATURES)}
+
+
+def _brute(cand, freed, prompt_from, remaining, read, rewrite, at_least=0.0, anyway=0.0):
+    best, best_j = 0.0, -1
+    for j in range(len(cand)):
+        if not cand[j]:
+            continue
+        f = sum(freed[i] for i in range(j, len(cand)) if cand[i])
+        if f < at_least:
+            continue
+        net = f * remaining * read - max(prompt_from[j] - f - anyway, 0.0) * rewrite
+        if net > best:
+            best, best_j = net, j
+    return best_j
+
+
+def test_best_batch_is_the_batch_of_largest_positive_net_saving():
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        n = int(rng.integers(1, 9))
+        cand = rng.random(n) < 0.6
+        freed = rng.integers(0, 5000, n).astype(float)
+        prompt_from = np.cumsum(rng.integers(0, 20000, n)[::-1])[::-1].astype(float) + freed
+        args = (
+            cand,
+            freed,
+            prompt_from,
+            float(rng.integers(1, 50)),
+            0.1,
+            float(rng.choice([0.0, 0.9, 1.15])),
+        )
+        kw = dict(at_least=float(rng.choice([0, 3000])), anyway=float(rng.choice([0, 10000])))
+        assert best_batch(*args, at_least=kw["at_least"], rewritten_anyway=kw["anyway"]) == _brute(
+            *args, **kw
+        )
+
+
+def test_best_batch_waits_when_the_rewrite_costs_more_than_the_reads_it_saves():
+    cand = np.array([True, False, True])
+    freed = np.array([1000.0, 0.0, 1000.0])
+    prompt_from = np.array([60000.0, 40000.0, 20000.0])
+    # 2k tokens freed for 2 calls at 10% of input: 400; the re-write of ~58k at 115%: far more
+    assert best_batch(cand, freed, prompt_from, 2, 0.1, 1.15) == -1
+    # no write premium and no discount (a model without a cache): every hide pays at once
+    assert best_batch(cand, freed, prompt_from, 2, 1.0, 0.0) == 0
+    # the same hides late in a long run, with little prompt after them: they pay
+    assert best_batch(cand, freed, np.array([3000.0, 2000.0, 1000.0]), 50, 0.1, 1.15) == 0
+
+
+def _obs(tokens_k, visible, step, active_k):
+    n = 8
+    items = np.zeros((n, len(ITEM_FEATURES)), np.float32)
+    m = len(tokens_k)
+    items[:m, _F["est_tokens_k"]] = tokens_k
+    items[:m, _F["visible"]] = visible
+    items[:m, _F["age"]] = np.arange(m)[::-1] + 1
+    glob = np.zeros(9, np.float32)
+    glob[0], glob[2], glob[3] = active_k, step, m  # active_tokens_k, step, stored
+    return {
+        "items": items,
+        "item_tool": np.zeros(n, np.int64),
+        "item_mask": np.arange(n) < m,
+        "globals": glob,
+        "family": np.int64(0),
+    }
+
+
+@pytest.mark.parametrize("family", ["claude-sonnet", "gpt-5", "doubao-pro"])
+def test_pays_keeps_visible_what_the_threshold_keeps_and_hides_a_suffix_of_its_candidates(family):
+    prices = price_vector(PRICES[family])
+    pays = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="pays").create()
+    off = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off").create()
+    rng = np.random.default_rng(1)
+    for step, active in itertools.product((1, 5, 40), (10.0, 100.0)):
+        obs = _obs(rng.uniform(0.1, 6, 6), rng.random(6) < 0.8, step, active)
+        probs = rng.random(8).astype(np.float32)
+        plain = off.want_visible(obs, probs, 0.5, prices)
+        timed = pays.want_visible(obs, probs, 0.5, prices)
+        assert (timed >= plain).all()  # never hides what the threshold keeps
+        vis = obs["items"][:, _F["visible"]] > 0.5
+        cand = obs["item_mask"] & vis & ~plain
+        hidden = cand & ~timed
+        if hidden.any():  # the batch: every candidate from its first slot on
+            j = int(np.flatnonzero(hidden)[0])
+            assert (hidden == cand & (np.arange(8) >= j)).all()
+
+
+def test_pays_waits_on_a_write_premium_early_in_a_run_and_acts_without_one():
+    obs = _obs([2.0, 2.0, 2.0], [1, 1, 1], step=1, active_k=80.0)
+    probs = np.array([0.0, 0.0, 0.9] + [0.0] * 5, np.float32)  # the two oldest would be hidden
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
+    assert pol.cfg.batching == "pays"
+    claude = pol.want_visible(obs, probs, 0.5, price_vector(PRICES["claude-sonnet"]))
+    assert claude[:3].all()  # 4k tokens for one more call do not pay a ~78k-token re-write
+    nocache = pol.want_visible(obs, probs, 0.5, price_vector(PRICES["doubao-pro"]))
+    assert (nocache[:3] == [False, False, True]).all()
+    # abstaining (threshold 0) keeps everything, whatever the network says
+    assert pol.want_visible(obs, probs, 0.0, price_vector(PRICES["doubao-pro"]))[:3].all()
+
+
+def test_batching_is_checked():
+    with pytest.raises(ValueError, match="batching must be pays or off"):
+        LearnedPolicyConfig(batching="sometimes")
+
+
+def test_need_mode_targets_are_visible_while_a_later_call_needs_the_output():
+    import warnings
+
+    from dtoc_rl.data.schema import Need
+    from dtoc_rl.policies.learned_trainer import _targets
+    from dtoc_rl.sim.episode import compile_episode
+    from dtoc_rl.sim.simulator import CostConfig
+
+    from .crafted import crafted
+
+    traj = crafted([4000] * 6, needs={3: [0], 5: [1]})
+    traj.steps[4].needs.append(Need(step=2, kind="reaccess", evidence="cat f2"))  # never a miss
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = compile_episode(traj)
+    V = _targets(ep, "need", CostConfig(), {})
+    assert V.shape == (ep.n_calls, ep.n)
+    # output 0 is needed by call 3, output 1 by call 5; nothing else would miss
+    assert (V[:, 0] == (np.arange(6) <= 3)).all()
+    assert (V[:, 1] == (np.arange(6) <= 5)).all()
+    assert not V[:, 2:].any()
