@@ -72,7 +72,8 @@ class LearnedPolicyConfig:
     mode: str = _f(
         "oracle",
         "oracle: imitate the hindsight oracle's visibility; need: predict whether a later call needs each "
-        "output (the hides are then timed by --batching pays); bc: clone logged masking; rl: REINFORCE only",
+        "output (the hides are then timed by --batching pays); bc: clone logged masking; rl: PPO alone, "
+        "from a fresh network",
     )
     epochs: int = _f(30, "max supervised epochs (early stopping on validation loss)")
     patience: int = _f(5, "epochs without validation improvement before stopping")
@@ -81,10 +82,56 @@ class LearnedPolicyConfig:
     weight_decay: float = _f(1e-4, "AdamW weight decay")
     need_weight: float = _f(4.0, "loss weight of outputs needed at the next call (hiding them is a miss)")
     dagger_rounds: int = _f(1, "re-collect states with the learned policy, labelled by the oracle")
-    rl_updates: int = _f(0, "REINFORCE fine-tuning updates in ReplayEnv after supervised training")
-    rl_envs: int = _f(4, "vectorised envs for RL")
-    rl_lr: float = _f(3e-4, "RL learning rate")
-    rl_entropy: float = _f(0.001, "entropy bonus weight")
+    rl_updates: int = _f(
+        0,
+        "PPO updates in ReplayEnv after supervised training (policies/learned_rl.py); 0: none, except "
+        "mode rl, which runs 50. Each update is rl_envs x rl_steps decisions",
+    )
+    rl_envs: int = _f(
+        4,
+        "ReplayEnvs in the gymnasium.vector.SyncVectorEnv: 4 runs at a time give each network call a "
+        "batch of 4 and each rollout several runs, while staying in one process (on 2 cores the network, "
+        "not the envs, is the cost: AsyncVectorEnv's processes only add pickling)",
+    )
+    rl_steps: int = _f(
+        64,
+        "decisions each env takes per rollout: 64 x 4 envs is long enough for GAE to see a hide pay back "
+        "over the calls after it, and short enough for an update every few seconds on 2 cores",
+    )
+    rl_epochs: int = _f(4, "passes over each rollout (CleanRL's default; the KL stop ends them earlier)")
+    rl_minibatches: int = _f(4, "minibatches per pass over a rollout (64 decisions each with the defaults)")
+    rl_lr: float = _f(
+        1e-4,
+        "PPO learning rate (Adam, actor and critic): lower than a fresh agent's 3e-4 because RL usually "
+        "starts from the imitation-trained network, which it should refine, not overwrite",
+    )
+    rl_entropy: float = _f(
+        0.001,
+        "entropy bonus per output bit: small, since each step draws one bit per stored output and a "
+        "random toggle costs a cache re-write",
+    )
+    rl_clip: float = _f(0.2, "PPO clip of the probability ratio and of the value change (the usual 0.2)")
+    rl_gamma: float = _f(
+        0.99,
+        "discount: 0.99 reaches about 100 calls ahead, which covers most runs and the calls over which a "
+        "hide must pay back its re-write, with less variance than no discount on runs of hundreds of calls",
+    )
+    rl_gae_lambda: float = _f(0.95, "GAE lambda (the usual 0.95: variance against bias of the advantage)")
+    rl_vf_coef: float = _f(0.5, "weight of the critic's value loss (the critic has its own parameters)")
+    rl_max_grad_norm: float = _f(
+        0.5, "gradient norm clip, actor and critic each (CleanRL's 0.5: one bad rollout cannot jump far)"
+    )
+    rl_target_kl: float = _f(
+        0.05,
+        "stop an update's epochs once the approximate KL to the rollout policy passes this (per "
+        "decision, summed over its output bits; 0: never): keeps fine-tuning near the imitation it "
+        "starts from",
+    )
+    rl_miss_weight: float = _f(
+        0.0,
+        "reward subtracted per miss on top of its dollars (0: a miss costs what its re-read costs, as "
+        "evaluation counts it; the miss budget is applied when thresholds are chosen)",
+    )
     miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")
     seed: int = _f(0, "random seed (split, init, sampling)")
@@ -114,6 +161,16 @@ class LearnedPolicyConfig:
             raise ValueError(f"batching must be pays or off, got {self.batching!r}")
         if self.loss_weights not in ("dollars", "need"):
             raise ValueError(f"loss_weights must be dollars or need, got {self.loss_weights!r}")
+        for name in ("rl_updates", "rl_envs", "rl_steps", "rl_epochs", "rl_minibatches"):
+            if getattr(self, name) < (0 if name == "rl_updates" else 1):
+                raise ValueError(
+                    f"{name} must be >= {0 if name == 'rl_updates' else 1}, got {getattr(self, name)}"
+                )
+        for name in ("rl_gamma", "rl_gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.rl_clip > 0.0:
+            raise ValueError(f"rl_clip must be > 0, got {self.rl_clip}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,8 +3,9 @@
 Supervised on the hindsight oracle's decisions by default (--mode oracle), each
 output's loss weighted by what a wrong decision about it would cost in dollars
 (--loss-weights), or behaviour cloning of logged masking (--mode bc), optionally
-followed by REINFORCE fine-tuning in ReplayEnv (--rl-updates N).  The network
-sees each model's prices, so it can price a model it never saw.  Validation
+followed by PPO fine-tuning in ReplayEnv (--rl-updates N; --init-from CKPT
+fine-tunes an existing checkpoint).  The network sees each model's prices, so
+it can price a model it never saw.  Validation
 holds out whole tasks; training stops early when the validation loss stops
 improving.  Then the decision threshold is chosen on the validation tasks per
 model family and per price regime: the one saving the most dollars within
@@ -33,6 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, help="checkpoint folder to write")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the training report as JSON")
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="CKPT",
+        help="fine-tune this checkpoint with PPO (--rl-updates N and the other --rl-* flags) instead of "
+        "training from scratch, which skips the supervised part (minutes on all of ../shared): its network, "
+        "data and split settings are kept so that it trains on its own training tasks, its thresholds are "
+        "chosen again on its tune tasks, and the result is written to --out (the checkpoint is not "
+        "changed). --dataset defaults to the data it was trained on",
+    )
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
     from dtoc_rl.tracking import add_wandb_arguments
 
@@ -52,7 +63,15 @@ def run(args: argparse.Namespace) -> int:
 
     if msg := unused_run_options(args, cfg.wandb):
         return fail(msg)
-    policy = cfg.create()
+    dataset = str(args.dataset) if args.dataset else None
+    if args.init_from is not None:
+        try:
+            policy, dataset = _init_from(args, cfg)
+        except ValueError as e:
+            return fail(f"--init-from {args.init_from}: {e}")
+        cfg = policy.cfg
+    else:
+        policy = cfg.create()
     run = None
     if cfg.wandb:
         try:
@@ -68,11 +87,17 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(e))
     # the run stays open until the checkpoint is saved and logged; any failure closes it as failed
     try:
-        report = policy.fit(
-            str(args.dataset) if args.dataset else None,
-            progress=not (args.quiet or args.json),
-            wandb_run=run,
-        )
+        if args.init_from is not None:
+            from dtoc_rl.policies.learned_rl import finetune
+
+            report = finetune(
+                policy,
+                dataset,
+                progress=not (args.quiet or args.json),
+                log=run.log if run is not None else (lambda *_a, **_k: None),
+            )
+        else:
+            report = policy.fit(dataset, progress=not (args.quiet or args.json), wandb_run=run)
         policy.save(args.out)
         if run is not None:
             log_checkpoint(run, args.out, metadata={"val_metrics": report.get("val_metrics", {})})
@@ -107,3 +132,28 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"checkpoint written to {args.out}")
     return 0
+
+
+def _init_from(args: argparse.Namespace, cfg):
+    """The checkpoint of ``--init-from`` with the command's RL settings, and the data to fine-tune it on.
+    Raises ValueError (a CheckpointError too) with a one-line reason."""
+    from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy
+
+    if not args.init_from.exists():
+        raise ValueError("no such checkpoint folder")
+    if cfg.rl_updates < 1:
+        raise ValueError("fine-tuning needs --rl-updates N with N >= 1")
+    try:
+        policy = LearnedPolicy.load(args.init_from)
+    except CheckpointError as e:
+        raise ValueError(str(e)) from None
+    # the checkpoint's own network, data and split settings; the command's RL run and logging
+    for name, value in cfg.to_dict().items():
+        if name.startswith("rl_") or name in ("threads", "wandb", "wandb_project"):
+            setattr(policy.cfg, name, value)
+    if args.dataset:
+        return policy, str(args.dataset)
+    trained_on = policy.meta.get("trained_on")
+    if trained_on and trained_on != "objects" and not Path(trained_on).exists():
+        raise ValueError(f"the data it was trained on ({trained_on}) is gone: give --dataset")
+    return policy, (trained_on if trained_on and trained_on != "objects" else None)

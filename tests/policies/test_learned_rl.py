@@ -1,0 +1,145 @@
+"""PPO fine-tuning of learned policies (policies/learned_rl.py) and `dtoc-rl train --init-from`."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dtoc_rl.cli import main
+from dtoc_rl.policies import learned_rl
+from dtoc_rl.policies.learned import LearnedPolicy
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.policies.learned_rl import Critic, finetune, make_vector_env, ppo
+from dtoc_rl.sim.episode import compile_episode
+
+from .crafted import crafted
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, epochs=1, dagger_rounds=0)
+TINY_CLI = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--epochs", "1", "--dagger-rounds", "0"]
+
+
+def _huge_first(i: int = 0):
+    """A 50k-token output nobody needs again, then small outputs each needed by the next call: hiding
+    the big one for good is where nearly all of the money is (a cache read of it every call)."""
+    t = crafted([200_000] + [400] * 24, needs={k + 1: [k] for k in range(1, 24)})
+    t.traj_id, t.task_id = f"huge/{i}", f"task{i}"
+    return compile_episode(t)
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs))
+
+
+def test_ppo_learns_to_save_dollars_on_a_crafted_run():
+    pol = LearnedPolicyConfig(
+        **TINY, rl_updates=12, rl_envs=2, rl_steps=24, rl_lr=1e-2, rl_target_kl=0.0, max_items=32
+    ).create()
+    rep = ppo(pol, [_huge_first()])
+    assert rep["vector_env"] == "SyncVectorEnv" and rep["updates_run"] == 12
+    curve = [h["mean_return"] for h in rep["history"]]
+    first, last = _mean(curve[:3]), _mean(curve[-3:])
+    # a return is minus the run's cost relative to everything visible: the initial coin-flip policy
+    # keeps re-showing the big output (a full cache write each time) and pays about 2.5 times the
+    # bill; PPO must learn to keep it hidden and save money (measured: -2.6 to -0.4)
+    assert last > first + 1.0, curve
+    assert last > -0.8, curve
+
+
+def test_vector_env_is_a_gymnasium_sync_vector_env_with_same_step_autoreset():
+    pol = LearnedPolicyConfig(**TINY, max_items=32).create()
+    envs = make_vector_env(pol, [_huge_first()], 3, 0.0)
+    assert isinstance(envs, gym.vector.SyncVectorEnv) and envs.num_envs == 3
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    obs, _ = envs.reset(seed=0)
+    zero = {"enable": np.zeros((3, 32), np.int8), "disable": np.zeros((3, 32), np.int8)}
+    for _ in range(24):  # 25 calls, the first made at reset: the 24th step ends the run, returns the next
+        obs, r, term, trunc, _ = envs.step(zero)
+    assert term.all() and (obs["globals"][:, 2] == 1).all()  # already the next run's first call
+
+
+def test_critic_is_not_saved_and_the_checkpoint_keeps_its_format(tmp_path):
+    pol = LearnedPolicyConfig(**TINY, rl_updates=2, rl_envs=2, rl_steps=8, max_items=32).create()
+    fresh_keys = set(pol.net.state_dict())
+    before = {k: v.clone() for k, v in pol.net.state_dict().items()}
+    ppo(pol, [_huge_first()])
+    assert any(not torch.equal(before[k], v) for k, v in pol.net.state_dict().items())  # the actor moved
+    pol.save(tmp_path / "ck")
+    saved = set(load_file(str(tmp_path / "ck" / "model.safetensors")))
+    assert saved == fresh_keys
+    critic_keys = {f"net.{k}" for k in Critic().state_dict()}
+    assert not saved & critic_keys and not any("critic" in k for k in saved)
+    LearnedPolicy.load(tmp_path / "ck")
+
+
+def test_mode_rl_and_rl_updates_both_run_ppo(monkeypatch):
+    calls = []
+    real = learned_rl.ppo
+
+    def spy(policy, episodes, **kw):
+        calls.append(policy.cfg.rl_updates)
+        return real(policy, episodes, **kw)
+
+    monkeypatch.setattr(learned_rl, "ppo", spy)
+    eps = [_huge_first(i) for i in range(6)]
+    small = dict(TINY, rl_envs=2, rl_steps=4, rl_epochs=1, rl_minibatches=1, max_items=32)
+    LearnedPolicyConfig(**small, mode="rl", rl_updates=0).create().fit(episodes=eps, progress=False)
+    rep = LearnedPolicyConfig(**small, rl_updates=1).create().fit(episodes=eps, progress=False)
+    assert calls == [50, 1] and rep["rl"]["algorithm"] == "ppo"
+
+
+def test_finetune_refuses_data_that_is_not_the_checkpoints():
+    eps = [_huge_first(i) for i in range(8)]
+    pol = LearnedPolicyConfig(**TINY, rl_updates=1, rl_envs=2, rl_steps=4, max_items=32).create()
+    pol.meta = {"val_tasks": ["test/elsewhere"]}
+    with pytest.raises(ValueError, match="not the data it was trained on"):
+        finetune(pol, episodes=eps)
+
+
+def test_train_init_from_round_trip(tmp_path, capsys):
+    ck, out = tmp_path / "ck", tmp_path / "ft"
+    assert main(["train", "-o", str(ck), "--quiet", *TINY_CLI]) == 0
+    capsys.readouterr()
+    weights = (ck / "model.safetensors").read_bytes()
+    args = ["train", "--init-from", str(ck), "-o", str(out), "--rl-updates", "2", "--rl-steps", "8",
+            "--rl-envs", "2", "--json"]  # fmt: skip
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["rl"]["updates_run"] == 2 and rep["rl"]["vector_env"] == "SyncVectorEnv"
+    a, b = LearnedPolicy.load(ck), LearnedPolicy.load(out)
+    assert b.meta["val_tasks"] == a.meta["val_tasks"]  # same split: the held-out tasks stay unused
+    assert b.meta["rl"]["updates_run"] == 2 and "thresholds" in b.meta
+    assert b.cfg.d_model == 16 and b.cfg.rl_updates == 2  # the checkpoint's network, the command's RL
+    sa, sb = a.net.state_dict(), b.net.state_dict()
+    assert sa.keys() == sb.keys() and any(not torch.equal(sa[k], sb[k]) for k in sa)
+    assert (ck / "model.safetensors").read_bytes() == weights  # the checkpoint itself is not changed
+
+
+@pytest.mark.parametrize(
+    "make,extra,msg",
+    [(lambda p: None, ["--rl-updates", "1"], "no such checkpoint folder"),
+     (lambda p: (p.mkdir(), (p / "config.json").write_text("{"), (p / "model.safetensors").write_text("x")),
+      ["--rl-updates", "1"], "invalid JSON"),
+     (lambda p: p.mkdir(), ["--rl-updates", "1"], "is not a checkpoint"),
+     (lambda p: p.mkdir(), [], "needs --rl-updates")],
+)  # fmt: skip
+def test_train_bad_init_from_is_one_clear_line(tmp_path, capsys, make, extra, msg):
+    ck = tmp_path / "bad"
+    make(ck)
+    assert main(["train", "--init-from", str(ck), "-o", str(tmp_path / "o"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--init-from" in err and msg in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_train_init_from_with_other_data_is_refused(tmp_path, capsys):
+    pol = LearnedPolicyConfig(**TINY).create()
+    pol.meta = {"val_tasks": ["test/elsewhere"], "trained_on": "objects"}
+    pol.save(tmp_path / "ck")
+    args = ["train", "--init-from", str(tmp_path / "ck"), "-o", str(tmp_path / "o"), "--rl-updates", "1"]
+    assert main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not the data it was trained on" in err
