@@ -15,9 +15,9 @@ Four ways, chosen by ``LearnedPolicyConfig.mode`` (and ``rl_updates``):
 * **bc**: behaviour cloning of context management found in the logs
   (``Step.masked_before``: SWE-agent 1.x ``LastNObservations`` runs, OpenCode
   prunes).  Only episodes with a logged schedule are used.
-* **rl**: REINFORCE with a mean baseline on vectorised ReplayEnv episodes,
-  sampling each output's visibility from the scorer; after supervised
-  training when ``rl_updates > 0``, or alone with ``mode="rl"``.
+* **rl**: PPO on ReplayEnv's dollar reward over ``gymnasium.vector`` envs,
+  sampling each output's visibility from the scorer (policies/learned_rl.py);
+  after supervised training when ``rl_updates > 0``, or alone with ``mode="rl"``.
 
 Validation holds out whole tasks (by task id), so no task is in both splits.
 """
@@ -39,7 +39,7 @@ from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.baselines import episode_prices, to_action
-from dtoc_rl.policies.learned import LearnedPolicy, economics, obs_to_tensors
+from dtoc_rl.policies.learned import LearnedPolicy, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime
@@ -331,57 +331,6 @@ def _train_supervised(
     return {"best_val_loss": best, "epochs_run": len(history), "history": history}
 
 
-def _reinforce(policy, episodes, *, log, progress) -> dict[str, Any]:
-    """REINFORCE with a mean baseline over batches of whole episodes."""
-    from tqdm.auto import tqdm
-
-    cfg = policy.cfg
-    net = policy.net
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.rl_lr)
-    cost_cfg = _cost_config(policy)
-    envs = [
-        ReplayEnv(
-            trajectories=list(episodes), max_items=cfg.max_items, cost_config=cost_cfg, expose_episode=True
-        )
-        for _ in range(cfg.rl_envs)
-    ]
-    rng_seed = cfg.seed
-    returns_hist = []
-    for update in tqdm(range(cfg.rl_updates), desc="rl", disable=not progress):
-        logps, ents, rets = [], [], []
-        net.train()
-        for i, env in enumerate(envs):
-            obs, info = env.reset(seed=rng_seed + update * len(envs) + i)
-            prices = _ep_prices(info["episode"], cost_cfg)
-            done, ep_logp, ep_ent, ret = False, [], [], 0.0
-            while not done:
-                x = obs_to_tensors(obs, prices=prices)
-                logits = net(**x)[0]
-                dist = torch.distributions.Bernoulli(logits=logits)
-                sample = dist.sample()
-                m = x["mask"][0]
-                ep_logp.append((dist.log_prob(sample) * m).sum())
-                ep_ent.append((dist.entropy() * m).sum())
-                want = np.zeros(cfg.max_items, bool)
-                want[: len(sample)] = sample.numpy().astype(bool)
-                obs, r, done, _, info = env.step(to_action(obs, want))
-                ret += r
-            logps.append(torch.stack(ep_logp).sum())
-            ents.append(torch.stack(ep_ent).mean())
-            rets.append(ret)
-        r = torch.tensor(rets)
-        adv = (r - r.mean()) / (r.std() + 1e-8) if len(rets) > 1 else r - r.mean()
-        loss = -(torch.stack(logps) * adv).mean() - cfg.rl_entropy * torch.stack(ents).mean()
-        opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        returns_hist.append(float(r.mean()))
-        log({"rl/mean_return": float(r.mean()), "rl/update": update})
-    net.eval()
-    return {"rl_mean_return_first": returns_hist[:1], "rl_mean_return_last": returns_hist[-1:]}
-
-
 def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[str, float]:
     """Mean cost ratio against all-visible, and misses per 100 steps."""
     ratios, misses, steps = [], 0, 0
@@ -443,16 +392,30 @@ def sweep_thresholds(
     return rows
 
 
+#: A threshold's misses are judged by this quantile of their bootstrap distribution over the tune runs
+#: rather than by their mean: the runs a threshold is chosen on are few (a family may have ten), and a
+#: threshold chosen at its mean overshot the budget on held-out tasks (docs/results.md).
+MISS_QUANTILE = 0.8
+_BOOTSTRAP = 200
+
+
 def _choose(rows: list[dict[str, Any]], grid: Sequence[float], budget: float) -> dict[str, Any]:
-    """The threshold saving the most dollars within the miss budget; 0 (abstain) when none saves."""
+    """The threshold saving the most dollars with its misses within the budget (at MISS_QUANTILE of
+    their bootstrap over runs); 0 (abstain) when none saves."""
     base = sum(r["base"] for r in rows)
-    steps = max(1, sum(r["steps"] for r in rows))
+    steps = np.array([r["steps"] for r in rows], np.float64)
+    miss = np.array([r["misses"] for r in rows], np.float64).reshape(len(rows), len(grid))
+    idx = np.random.default_rng(0).integers(0, len(rows), (_BOOTSTRAP, len(rows)))
+    boot = 100.0 * miss[idx].sum(1) / np.maximum(steps[idx].sum(1), 1.0)[:, None]
+    high = np.quantile(boot, MISS_QUANTILE, axis=0)
     options = []
     for i, t in enumerate(grid):
         saved = base - sum(r["dollars"][i] for r in rows)
-        misses = 100.0 * sum(r["misses"][i] for r in rows) / steps
-        options.append({"threshold": t, "saved": saved, "misses_per_100": misses})
-    ok = [o for o in options if o["misses_per_100"] <= budget and o["saved"] > 0]
+        misses = 100.0 * float(miss[:, i].sum()) / max(1.0, float(steps.sum()))
+        options.append(
+            {"threshold": t, "saved": saved, "misses_per_100": misses, "misses_high": float(high[i])}
+        )
+    ok = [o for o in options if o["misses_high"] <= budget and o["saved"] > 0]
     best = max(ok, key=lambda o: o["saved"]) if ok else None
     return {
         "threshold": best["threshold"] if best else 0.0,
@@ -618,7 +581,9 @@ def _fit(
     if cfg.mode == "rl" or cfg.rl_updates:
         if cfg.mode == "rl" and not cfg.rl_updates:
             cfg.rl_updates = 50
-        report["rl"] = _reinforce(policy, train_eps, log=log, progress=progress)
+        from dtoc_rl.policies.learned_rl import ppo  # it imports this module
+
+        report["rl"] = ppo(policy, train_eps, log=log, progress=progress)
     cost_cfg = _cost_config(policy)
     if tune_eps:
         t1 = time.perf_counter()
