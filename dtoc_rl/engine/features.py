@@ -12,10 +12,8 @@ price a model it never saw.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +22,7 @@ from gymnasium import spaces
 from dtoc_rl.data.models import FAMILIES, family_id
 from dtoc_rl.data.schema import MISS_KINDS, Step
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
-from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.pricing import Prices, load_price_table, model_prices, prices_for, user_prices
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -37,6 +35,8 @@ __all__ = [
     "build_observation",
     "check_action",
     "decode_action",
+    # the user's prices are resolved in dtoc_rl.sim.pricing (the simulator bills with them); these names
+    # stay importable from here, where the service and the CLI look for them
     "load_price_table",
     "model_prices",
     "observation_space",
@@ -84,74 +84,6 @@ def price_vector(p: Prices) -> np.ndarray:
     """The ``prices`` observation of a model priced ``p`` (see :data:`PRICE_FEATURES`).  The one place
     an observation's prices are built: ReplayEnv, LiveEnv, the Orchestrator and ``/decide`` call it."""
     return np.array([p.input, p.output, p.cache_read, p.cache_write], np.float32)
-
-
-def model_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None = None) -> Prices:
-    """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
-    without a ``provider/`` prefix), else for its family, else the list prices of its version or family
-    (:func:`dtoc_rl.sim.pricing.prices_for`, which warns once when it falls back)."""
-    return user_prices(model, family, table) or prices_for(family, model or None)
-
-
-def user_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:
-    """The entry of the user's ``table`` for ``model`` (see :func:`model_prices`), or None."""
-    if not table:
-        return None
-    names = [n for n in (model, (model or "").rsplit("/", 1)[-1], family) if n]
-    lower = {k.lower(): v for k, v in table.items()}
-    for n in names:
-        if n in table:
-            return table[n]
-        if n.lower() in lower:
-            return lower[n.lower()]
-    return None
-
-
-def load_price_table(source: str | Path) -> dict[str, Prices]:
-    """A user's prices, ``{model: {input, output, cache_read, cache_write}}`` in USD per million
-    tokens, from a JSON or YAML file or an inline JSON object.  ``cache_read`` and ``cache_write``
-    default to ``input`` (no caching discount).  Errors are one-line ValueErrors naming the entry."""
-    text = str(source)
-    inline = text.lstrip()[:1] in ("{", "[")
-    source = "(inline JSON)" if inline else source
-    if not inline:
-        path = Path(text)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(
-                f"prices file {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
-            ) from None
-    try:
-        import yaml
-
-        data = yaml.safe_load(text)  # JSON is YAML
-    except Exception as e:
-        raise ValueError(f"prices {source}: not JSON or YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not data:
-        raise ValueError(
-            f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
-        )
-    out: dict[str, Prices] = {}
-    for model, entry in data.items():
-        where = f"prices {source}: {model!r}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
-        unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
-        if unknown or "input" not in entry or "output" not in entry:
-            raise ValueError(
-                f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
-            )
-        vals = {}
-        for k in ("input", "output", "cache_read", "cache_write"):
-            v = entry.get(k, entry["input"])
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise ValueError(
-                    f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
-                )
-            vals[k] = float(v)
-        out[str(model)] = Prices(**vals, source=f"user prices ({source})")
-    return out
 
 
 _FAMILY_PRICES: dict[str, np.ndarray] = {}

@@ -12,14 +12,19 @@ quoting dollar figures, and override any of them with ``Prices(...)``.
 :func:`prices_for` picks the version's prices from the raw model name
 (:func:`dtoc_rl.data.models.model_version`); a name with no version entry is priced
 as its family, and an unknown family as ``DEFAULT_FAMILY``, each with a warning
-once per name, so that a silently wrong price cannot go unnoticed.
+once per name, so that a silently wrong price cannot go unnoticed.  A user's own prices
+(:func:`load_price_table`) come first wherever an episode is priced: :func:`model_prices` resolves a
+model against them before falling back to :func:`prices_for`.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from dtoc_rl.data.models import model_version
 
@@ -32,7 +37,10 @@ __all__ = [
     "Prices",
     "cache_regime",
     "cache_rules_for",
+    "load_price_table",
+    "model_prices",
     "prices_for",
+    "user_prices",
 ]
 
 
@@ -149,22 +157,95 @@ def _warn_once(key: str, message: str) -> None:
 
 def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
     """Prices of the version ``model_raw`` names; else of ``family``; else of ``DEFAULT_FAMILY``."""
+    p, fallback = _list_prices(family, model_raw)
+    if fallback is not None:
+        _warn_once(*fallback)
+    return p
+
+
+def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tuple[str, str] | None]:
+    """:func:`prices_for` without its warning: the prices, and (key, message) when they are a fallback."""
     version = model_version(model_raw)
     if version in VERSION_PRICES:
-        return VERSION_PRICES[version]
+        return VERSION_PRICES[version], None
     if family in PRICES:
-        if model_raw:
-            _warn_once(
-                f"v:{model_raw}",
-                f"no price for model version {model_raw!r}: priced as its family {family!r} "
-                f"({PRICES[family].source})",
+        if not model_raw:
+            return PRICES[family], None
+        msg = (
+            f"no price for model version {model_raw!r}: priced as its family {family!r} "
+            f"({PRICES[family].source})"
+        )
+        return PRICES[family], (f"v:{model_raw}", msg)
+    msg = f"no price for model {model_raw or family!r} (family {family!r}): priced as {DEFAULT_FAMILY}"
+    return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
+
+
+def model_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None = None) -> Prices:
+    """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
+    without a ``provider/`` prefix), else for its family, else the list prices of its version or family
+    (:func:`prices_for`, which warns once when it falls back)."""
+    return user_prices(model, family, table) or prices_for(family, model or None)
+
+
+def user_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:
+    """The entry of the user's ``table`` for ``model`` (see :func:`model_prices`), or None."""
+    if not table:
+        return None
+    names = [n for n in (model, (model or "").rsplit("/", 1)[-1], family) if n]
+    lower = {k.lower(): v for k, v in table.items()}
+    for n in names:
+        if n in table:
+            return table[n]
+        if n.lower() in lower:
+            return lower[n.lower()]
+    return None
+
+
+def load_price_table(source: str | Path) -> dict[str, Prices]:
+    """A user's prices, ``{model: {input, output, cache_read, cache_write}}`` in USD per million
+    tokens, from a JSON or YAML file or an inline JSON object.  ``cache_read`` and ``cache_write``
+    default to ``input`` (no caching discount).  Errors are one-line ValueErrors naming the entry."""
+    text = str(source)
+    inline = text.lstrip()[:1] in ("{", "[")
+    source = "(inline JSON)" if inline else source
+    if not inline:
+        path = Path(text)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(
+                f"prices file {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
+            ) from None
+    try:
+        import yaml
+
+        data = yaml.safe_load(text)  # JSON is YAML
+    except Exception as e:
+        raise ValueError(f"prices {source}: not JSON or YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(
+            f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
+        )
+    out: dict[str, Prices] = {}
+    for model, entry in data.items():
+        where = f"prices {source}: {model!r}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
+        unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
+        if unknown or "input" not in entry or "output" not in entry:
+            raise ValueError(
+                f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
             )
-        return PRICES[family]
-    _warn_once(
-        f"f:{family}:{model_raw}",
-        f"no price for model {model_raw or family!r} (family {family!r}): priced as {DEFAULT_FAMILY}",
-    )
-    return PRICES[DEFAULT_FAMILY]
+        vals = {}
+        for k in ("input", "output", "cache_read", "cache_write"):
+            v = entry.get(k, entry["input"])
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(
+                    f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
+                )
+            vals[k] = float(v)
+        out[str(model)] = Prices(**vals, source=f"user prices ({source})")
+    return out
 
 
 #: The three cache regimes results are grouped by (families priced 50x apart must not be pooled).
@@ -264,7 +345,10 @@ def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRu
 
     fam = (family or "").lower()
     provider = next((prov for prefix, prov in _PROVIDER_OF_FAMILY if fam.startswith(prefix)), "openai")
-    if prices_for(family, model_raw).cache_read >= prices_for(family, model_raw).input:
+    # the list prices' regime, without prices_for's warning: whoever bills the model resolves its prices
+    # (a user's table first) and warns there if they fall back
+    listed = _list_prices(family, model_raw)[0]
+    if listed.cache_read >= listed.input:
         provider = "none"
     rules = CACHE_RULES[provider]
     rate = CACHE_HIT_RATES.get(model_version(model_raw) or "", CACHE_HIT_RATES.get(fam))
