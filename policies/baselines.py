@@ -22,6 +22,7 @@ from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
     "AnthropicClearToolUses",
@@ -352,16 +353,17 @@ class HideBig(Policy):
 
 
 def episode_prices(info: dict[str, Any] | None) -> Prices | None:
-    """The prices an episode is billed at, from what ``reset`` hands a policy: the cost config's own
-    prices (a user's override), else the logged model version's, else the family's; None when the
+    """The prices an episode is billed at, from what ``reset`` hands a policy: its cost config's
+    resolution (:meth:`~dtoc_rl.sim.simulator.CostConfig.prices_of`: the config's prices, the user's
+    entry for the model, else the logged model version's or the family's list prices); None when the
     info names no model (the caller then prices the observation's family id)."""
     info = info or {}
     cfg = info.get("cost_config")
-    if cfg is not None and getattr(cfg, "prices", None) is not None:
-        return cfg.prices
     ep = info.get("episode")
     if ep is not None:
-        return prices_for(ep.model_family, ep.model_raw)
+        return (cfg if cfg is not None else CostConfig()).prices_of(ep)
+    if cfg is not None and getattr(cfg, "prices", None) is not None:
+        return cfg.prices
     if info.get("model_family"):
         return prices_for(info["model_family"])
     return None

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, user_prices
+from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import Prices, cache_regime, prices_for
+from dtoc_rl.sim.pricing import Prices, cache_regime
 from dtoc_rl.sim.simulator import CostConfig, baseline_totals
 
 __all__ = [
@@ -94,7 +94,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
     """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id."""
     ep = env.episodes[index]
     run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
-    run.regime = cache_regime(env.cfg.prices or prices_for(ep.model_family, ep.model_raw))
+    run.regime = cache_regime(env.cfg.prices_of(ep))
     try:
         obs, info = env.reset(options={"index": index})
         policy.reset(info)
@@ -209,28 +209,21 @@ def evaluate(
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
     or ``train``.  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
     small network is fastest on one, and several spin badly on a busy machine); None leaves them.
-    ``prices``: the user's prices by model name (:func:`dtoc_rl.engine.features.load_price_table`); a
+    ``prices``: the user's prices by model name (:func:`dtoc_rl.sim.pricing.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
-    (in this process: the worker pool rebuilds its env from the dataset alone).  ``tasks``
+    (they join ``cost_config.price_table``, over its entries of the same name, and travel with it to
+    the worker pool).  ``tasks``
     (``"source/task_id"`` strings): evaluate only their trajectories.
     """
     from tqdm.auto import tqdm
 
     cost_config = cost_config or CostConfig()
+    if prices:
+        cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})
     filters = {"model_family": model_family, "source": source}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*specs, ORACLE]))
     eps = _load(dataset, filters, tasks)
-    by_prices: dict[Prices | None, list[Episode]] = {}
-    for e in eps:
-        by_prices.setdefault(user_prices(e.model_raw, e.model_family, prices), []).append(e)
-    if set(by_prices) != {None}:
-        runs = []
-        for p, sub in by_prices.items():
-            cfg = cost_config if p is None else replace(cost_config, prices=p)
-            runs += evaluate(sub, specs, cost_config=cfg, max_items=max_items, progress=progress,
-                             policies=policies, holdout_tasks=holdout_tasks, threads=threads)  # fmt: skip
-        return runs
     n = len(eps)
     chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
     runs: list[Run] = []

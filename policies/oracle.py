@@ -41,15 +41,14 @@ import numpy as np
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import to_action
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.pricing import Prices
 from dtoc_rl.sim.simulator import CostConfig, idle_seconds
 
 __all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
 
 
 def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
-    cfg = cfg or CostConfig()
-    return cfg.prices or prices_for(ep.model_family, ep.model_raw)
+    return (cfg or CostConfig()).prices_of(ep)
 
 
 def _need_matrix(ep: Episode, cfg: CostConfig | None) -> np.ndarray:

@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="your prices for models the price table lacks (or to override it): a JSON or YAML file, or "
         "inline JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens; a "
         "trajectory whose model name (or family) has an entry is billed, planned and observed at them "
-        "(in this process: not with --workers or --backend ray)",
+        "(the table travels with the cost settings, to --workers and --backend ray too)",
     )
     p.add_argument("--workers", type=int, default=1, help="worker processes")
     p.add_argument(
@@ -176,16 +176,13 @@ def run(args: argparse.Namespace) -> int:
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
+        if args.prices:
+            from dtoc_rl.sim.pricing import load_price_table
+
+            kw["price_table"] = load_price_table(args.prices)
         cost = CostConfig(
             miss=args.miss, overhead=args.overhead, recovery=args.recovery, cache=args.cache, **kw
         )
-        prices = None
-        if args.prices:
-            from dtoc_rl.engine.features import load_price_table
-
-            prices = load_price_table(args.prices)
-            if args.backend == "ray":
-                return fail("--prices runs in this process; it cannot be used with --backend ray")
         if args.backend == "ray":
             from dtoc_rl.policies.evaluate_ray import evaluate_ray as evaluate
         runs = evaluate(
@@ -198,7 +195,6 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not (args.quiet or args.json),
             holdout_tasks=holdout,
-            **({"prices": prices} if prices else {}),
             **({"tasks": holdout} if args.held_out_only else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:

@@ -47,6 +47,7 @@ output of the turn joins the context.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -54,7 +55,7 @@ import numpy as np
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
+from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, model_prices
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
@@ -91,7 +92,10 @@ class CostConfig:
     """agent overhead: StatusReport tokens entering the context, plus report_tokens_per_key per key."""
     report_tokens_per_key: int = 6
     prices: Prices | None = None
-    """Override the family's price table (USD per million tokens)."""
+    """Override the family's price table (USD per million tokens) for every episode."""
+    price_table: Mapping[str, Prices] | None = None
+    """The user's prices by model name or family (:func:`~dtoc_rl.sim.pricing.load_price_table`): an
+    episode whose model has an entry is billed, planned and observed at it (see :meth:`prices_of`)."""
     cache: str = "provider"
     """Prompt cache: provider (the provider's rules) or ideal (the whole shared prefix, forever)."""
     cache_rules: CacheRules | None = None
@@ -111,6 +115,8 @@ class CostConfig:
             raise ValueError(f"unknown need kinds {sorted(bad)}; known: {NEED_KINDS}")
         if not 0.0 <= self.reread_prob <= 1.0:
             raise ValueError(f"reread_prob must be in [0, 1], got {self.reread_prob}")
+        # a copy: a caller's later edit of its dict must not change what this config bills
+        self.price_table = dict(self.price_table) if self.price_table else None
 
     def kind_mask(self) -> np.ndarray:
         return np.array([k in self.need_kinds for k in NEED_KINDS])
@@ -119,6 +125,14 @@ class CostConfig:
         d = asdict(self)
         d["need_kinds"] = list(self.need_kinds)
         return d
+
+    def prices_of(self, ep: Episode) -> Prices:
+        """The prices that bill ``ep`` (anything with ``model_family`` and ``model_raw``): ``prices`` when
+        set, else the ``price_table`` entry for its model name (any case, with or without a ``provider/``
+        prefix) or family, else its version's or family's list prices (``prices_for``, which warns once).
+        The one place an episode's prices are resolved: the Simulator, the all-visible bill, the
+        oracle, the rules and evaluation all ask it, so none of them can price an episode differently."""
+        return self.prices or model_prices(getattr(ep, "model_raw", None), ep.model_family, self.price_table)
 
     def rules_for(self, ep: Episode) -> CacheRules | None:
         """The caching rules applied to ``ep`` (None: the ideal cache)."""
@@ -173,7 +187,7 @@ class Simulator:
 
     def __post_init__(self) -> None:
         ep = self.ep
-        p = self.cfg.prices or prices_for(ep.model_family, ep.model_raw)
+        p = self.cfg.prices_of(ep)
         self.prices = p
         # the biller's per-token factors in locals: _bill is the hot loop (Prices.bill, bit for bit)
         self._p0, self._p1, self._p2 = p.per_token()
@@ -221,7 +235,8 @@ class Simulator:
 
     def cfg_snapshot(self) -> tuple:
         """The settings read once at construction (prices, need kinds), to detect a changed config."""
-        return (self.cfg.prices, tuple(self.cfg.need_kinds), self.cfg.cache, self.cfg.cache_rules)
+        table = tuple(self.cfg.price_table.items()) if self.cfg.price_table else None
+        return (self.cfg.prices, table, tuple(self.cfg.need_kinds), self.cfg.cache, self.cfg.cache_rules)
 
     # -- state -------------------------------------------------------------------
     def reset(self) -> None:
@@ -494,7 +509,7 @@ class Simulator:
 def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     """Totals with every output visible and no management (vectorised; one bill per model call)."""
     cfg = cfg or CostConfig()
-    p = cfg.prices or prices_for(ep.model_family, ep.model_raw)
+    p = cfg.prices_of(ep)
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)])[ep.starts[:-1]]
     prompts = before + ep.per_call(ep.user_tok)
