@@ -134,6 +134,14 @@ class LearnedPolicyConfig:
     )
     miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")
+    prices: str | None = _f(
+        None,
+        "your prices for models the price table lacks (or to override it): a JSON or YAML file, or inline "
+        "JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens; a trajectory "
+        "whose model name (or family) has an entry is planned, weighted, observed and given its threshold "
+        "at them (otherwise an unknown model is trained at its family's or a default's prices). Recorded "
+        "as given",
+    )
     seed: int = _f(0, "random seed (split, init, sampling)")
     threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")
     wandb: bool = _f(

@@ -42,7 +42,7 @@ from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.learned import LearnedPolicy, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime
+from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
@@ -92,7 +92,10 @@ ITEM_VISIBLE = ITEM_FEATURES.index("visible")
 
 
 def _cost_config(policy: LearnedPolicy) -> CostConfig:
-    return CostConfig(miss=policy.cfg.miss, overhead=policy.cfg.overhead)
+    """The costs training plans, weights, observes and tunes under, with the user's prices
+    (``cfg.prices``, a file or inline JSON) read into its price table."""
+    table = load_price_table(policy.cfg.prices) if policy.cfg.prices else None
+    return CostConfig(miss=policy.cfg.miss, overhead=policy.cfg.overhead, price_table=table)
 
 
 def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray | None:

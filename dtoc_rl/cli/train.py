@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         cfg = policy.cfg
     else:
         policy = cfg.create()
+    if cfg.prices:  # a bad price table stops here, before the data is read or anything is trained
+        from dtoc_rl.sim.pricing import load_price_table
+
+        try:
+            load_price_table(cfg.prices)
+        except ValueError as e:
+            return fail(f"--prices: {e}")
     run = None
     if cfg.wandb:
         try:
@@ -151,6 +158,8 @@ def _init_from(args: argparse.Namespace, cfg):
     for name, value in cfg.to_dict().items():
         if name.startswith("rl_") or name in ("threads", "wandb", "wandb_project"):
             setattr(policy.cfg, name, value)
+    if cfg.prices:  # the user's prices for this run; without --prices, the checkpoint's own
+        policy.cfg.prices = cfg.prices
     if args.dataset:
         return policy, str(args.dataset)
     trained_on = policy.meta.get("trained_on")
