@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     vm = report.get("val_metrics", {})
     print(
-        f"trained on {report['train_episodes']} episodes ({report.get('train_decisions', '?')} decisions), "
+        f"trained on {report['train_episodes']} episodes "
+        f"({report.get('train_decisions', report.get('rl', {}).get('transitions', '?'))} decisions), "
         f"validated on {report['val_episodes']} held-out-task episodes, in {report['seconds']} s"
     )
     if vm:

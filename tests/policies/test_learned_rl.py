@@ -116,6 +116,8 @@ def test_train_init_from_round_trip(tmp_path, capsys):
     sa, sb = a.net.state_dict(), b.net.state_dict()
     assert sa.keys() == sb.keys() and any(not torch.equal(sa[k], sb[k]) for k in sa)
     assert (ck / "model.safetensors").read_bytes() == weights  # the checkpoint itself is not changed
+    assert main([*args[:-1], "--quiet"]) == 0  # the text report counts the decisions PPO made
+    assert "episodes (32 decisions)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
