@@ -128,9 +128,11 @@ class LearnedPolicyConfig:
         "starts from",
     )
     rl_miss_weight: float = _f(
-        0.0,
-        "reward subtracted per miss on top of its dollars (0: a miss costs what its re-read costs, as "
-        "evaluation counts it; the miss budget is applied when thresholds are chosen)",
+        0.25,
+        "reward subtracted per miss on top of its re-read dollars, in units of the run's bill with "
+        "everything visible: priced in dollars alone a miss is cheap, and PPO from the default checkpoint "
+        "learned to hide so much that no threshold kept 1 miss per 100 calls (it abstained everywhere); "
+        "0.25 kept it within the budget on the tune tasks",
     )
     miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")

@@ -36,8 +36,9 @@ def _mean(xs):
 
 def test_ppo_learns_to_save_dollars_on_a_crafted_run():
     pol = LearnedPolicyConfig(
-        **TINY, rl_updates=12, rl_envs=2, rl_steps=24, rl_lr=1e-2, rl_target_kl=0.0, max_items=32
-    ).create()
+        **TINY, rl_updates=12, rl_envs=2, rl_steps=24, rl_lr=1e-2, rl_target_kl=0.0, rl_miss_weight=0.0,
+        max_items=32,
+    ).create()  # fmt: skip
     rep = ppo(pol, [_huge_first()])
     assert rep["vector_env"] == "SyncVectorEnv" and rep["updates_run"] == 12
     curve = [h["mean_return"] for h in rep["history"]]
@@ -59,6 +60,29 @@ def test_vector_env_is_a_gymnasium_sync_vector_env_with_same_step_autoreset():
     for _ in range(24):  # 25 calls, the first made at reset: the 24th step ends the run, returns the next
         obs, r, term, trunc, _ = envs.step(zero)
     assert term.all() and (obs["globals"][:, 2] == 1).all()  # already the next run's first call
+
+
+def test_each_miss_costs_rl_miss_weight_in_the_reward():
+    t = crafted([4000] * 5, needs={3: [0]})
+    t.traj_id = "miss/0"
+    ep = compile_episode(t)
+    pol = LearnedPolicyConfig(**TINY, max_items=32).create()
+    assert pol.cfg.rl_miss_weight > 0  # dollars alone price a miss too cheaply (see its help)
+    totals = []
+    for w in (0.0, 0.7):
+        envs = make_vector_env(pol, [ep], 1, w)
+        envs.reset(seed=0)
+        hide0 = np.zeros((1, 32), np.int8)
+        hide0[0, 0] = 1
+        total, misses = 0.0, 0
+        for k in range(4):  # hide output 0 at the first decision; call 3 needs it: a miss
+            act = {"enable": np.zeros((1, 32), np.int8), "disable": hide0 if k == 0 else 0 * hide0}
+            _, r, *_, info = envs.step(act)
+            total += float(r[0])
+            last = info["final_info"] if "final_info" in info else info  # the run ends at call 4
+            misses += int(last["step_misses"][0])
+        totals.append(total)
+    assert misses == 1 and totals[1] == pytest.approx(totals[0] - 0.7)
 
 
 def test_critic_is_not_saved_and_the_checkpoint_keeps_its_format(tmp_path):
