@@ -130,9 +130,8 @@ class LearnedPolicyConfig:
     rl_miss_weight: float = _f(
         0.25,
         "reward subtracted per miss on top of its re-read dollars, in units of the run's bill with "
-        "everything visible: priced in dollars alone a miss is cheap, and PPO from the default checkpoint "
-        "learned to hide so much that no threshold kept 1 miss per 100 calls (it abstained everywhere); "
-        "0.25 kept it within the budget on the tune tasks",
+        "everything visible: priced in dollars alone a miss is cheap, so PPO hides past any threshold "
+        "that keeps 1 miss per 100 calls; 0.25 keeps it within that budget (docs/results.md)",
     )
     miss: str = _f("reread", "ReplayEnv miss model for oracle planning and RL: reread | fail | calibrated")
     overhead: str = _f("orchestrator", "who pays for management: orchestrator | agent")

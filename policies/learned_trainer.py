@@ -433,7 +433,11 @@ def threshold_table(
     rows: list[dict[str, Any]], grid: Sequence[float], budget: float, min_family: int
 ) -> dict[str, Any]:
     """Per family (with at least ``min_family`` validation runs), per price regime and pooled: the
-    threshold of :func:`_choose`.  A family without an entry uses its regime's at run time."""
+    threshold of :func:`_choose`.  A family without an entry uses its regime's at run time.
+
+    A regime with fewer than ``min_family`` runs may be more cautious than the pooled threshold, never
+    bolder: a few runs without a miss cannot show the misses a bolder threshold causes (their
+    bootstrap is all zeros), while a loss on them is evidence enough to abstain."""
     fams = sorted({r["family"] for r in rows})
     family = {}
     detail: dict[str, Any] = {"family": {}, "regime": {}}
@@ -442,13 +446,16 @@ def threshold_table(
         if len(sub) >= min_family:
             detail["family"][f] = _choose(sub, grid, budget)
             family[f] = detail["family"][f]["threshold"]
+    pooled = _choose(rows, grid, budget) if rows else None
     regime = {}
     for g in CACHE_REGIMES:
         sub = [r for r in rows if r["regime"] == g]
         if sub:
-            detail["regime"][g] = _choose(sub, grid, budget)
-            regime[g] = detail["regime"][g]["threshold"]
-    pooled = _choose(rows, grid, budget) if rows else None
+            entry = detail["regime"][g] = _choose(sub, grid, budget)
+            if len(sub) < min_family and pooled is not None and entry["threshold"] > pooled["threshold"]:
+                entry["capped_at_pooled"] = entry["threshold"]
+                entry["threshold"] = pooled["threshold"]
+            regime[g] = entry["threshold"]
     return {
         "budget_misses_per_100": budget,
         "family": family,

@@ -124,6 +124,23 @@ def test_threshold_table_saves_the_most_within_the_miss_budget_and_abstains_wher
     assert json.loads(json.dumps(table)) == table  # stored as JSON beside the weights
 
 
+def test_a_regime_with_few_runs_is_never_bolder_than_the_pooled_threshold():
+    rows = (
+        [_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 1, 3]) for _ in range(10)]  # pooled: 0.3
+        # 4 write-premium runs that save most at 0.5 with no miss seen: too few to trust the boldest
+        + [_row("claude-sonnet", PREM, 10.0, [9.9, 9.5, 9.0], [0, 0, 0]) for _ in range(4)]
+    )
+    table = threshold_table(rows, GRID, budget=1.0, min_family=10)
+    assert table["default"] == 0.3
+    assert table["regime"][PREM] == 0.3
+    assert table["validation"]["regime"][PREM]["capped_at_pooled"] == 0.5
+    # with enough runs the regime keeps its own choice
+    assert threshold_table(rows, GRID, budget=1.0, min_family=4)["regime"][PREM] == 0.5
+    # a few runs that lose everywhere still abstain: caution needs no large sample
+    losing = rows[:10] + [_row("claude-sonnet", PREM, 10.0, [10.2, 10.5, 11.0], [0, 0, 0]) for _ in range(4)]
+    assert threshold_table(losing, GRID, budget=1.0, min_family=10)["regime"][PREM] == 0.0
+
+
 def test_a_threshold_whose_misses_sit_in_a_few_runs_is_judged_by_their_spread_not_their_mean():
     # 0.3: 10 misses in one run of ten (a mean of 1 per 100 calls, within the budget, but most
     # resamples of the runs land above it); 0.1: misses spread evenly, mean 0.5
