@@ -99,6 +99,19 @@ def family_price_vector(fid: int) -> np.ndarray:
     return v
 
 
+def suffix_tokens(items: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    """The tokens after each output in the prompt (what hiding or restoring it re-writes), shape of
+    ``mask``: the visible outputs after it plus the rest of the prompt (messages, system prompt) spread
+    evenly over the calls so far, of which ``age`` came after it."""
+    tok = items[..., _TOK] * 1000.0
+    vis_tok = np.where(mask & (items[..., _VIS] > 0.5), tok, 0.0)
+    active = np.maximum(glob[..., _G_ACTIVE] * 1000.0, 1.0)
+    step = np.maximum(glob[..., _G_STEP], 1.0)
+    after = np.cumsum(vis_tok[..., ::-1], axis=-1)[..., ::-1] - vis_tok
+    other = np.maximum(active - vis_tok.sum(-1), 0.0) / step
+    return after + np.maximum(items[..., _AGE], 0.0) * other[..., None]
+
+
 def economics(
     items: np.ndarray, mask: np.ndarray, glob: np.ndarray, prices: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -114,12 +127,9 @@ def economics(
     glob = np.asarray(glob, np.float32)
     prices = np.asarray(prices, np.float32)
     tok = items[..., _TOK] * 1000.0
-    vis_tok = np.where(mask & (items[..., _VIS] > 0.5), tok, 0.0)
+    suffix = suffix_tokens(items, mask, glob)
     active = np.maximum(glob[..., _G_ACTIVE] * 1000.0, 1.0)
     step = np.maximum(glob[..., _G_STEP], 1.0)
-    after = np.cumsum(vis_tok[..., ::-1], axis=-1)[..., ::-1] - vis_tok
-    other = np.maximum(active - vis_tok.sum(-1), 0.0) / step
-    suffix = after + np.maximum(items[..., _AGE], 0.0) * other[..., None]
     inp = np.maximum(prices[..., 0], 1e-9)
     out_rel, read_rel, write_rel = (prices[..., i] / inp for i in (1, 2, 3))
     horizon = np.minimum(step, HORIZON_CAP)
@@ -539,10 +549,9 @@ class LearnedPolicy(Policy):
         inp = max(float(price[0]), 1e-9)
         read, rewrite = float(price[2]) / inp, max(float(price[3]) - float(price[2]), 0.0) / inp
         glob = np.asarray(obs["globals"], np.float32).reshape(-1)
-        econ, _ = economics(items, mask, glob, price)
         tokens = items[:, _TOK] * 1000.0
         shown = np.where(vis, tokens, float(PLACEHOLDER_TOKENS))
-        prompt_from = econ[:, 0] * 1000.0 + shown  # this output and every token after it
+        prompt_from = suffix_tokens(items, mask, glob) + shown  # this output and every token after it
         restores = np.flatnonzero(mask & ~vis & want)
         anyway = float(prompt_from[restores[0]]) if len(restores) else 0.0
         remaining = min(max(float(glob[_G_STEP]), 1.0), HORIZON_CAP)
