@@ -545,7 +545,7 @@ class LearnedPolicy(Policy):
         cand = mask & vis & ~want
         if not cand.any():
             return want
-        price = _prices_of(obs, prices if prices is not None else self._prices, None)
+        price = _prices_of(obs, prices, None)  # a row of act_batch carries its own prices
         inp = max(float(price[0]), 1e-9)
         read, rewrite = float(price[2]) / inp, max(float(price[3]) - float(price[2]), 0.0) / inp
         glob = np.asarray(obs["globals"], np.float32).reshape(-1)
@@ -646,7 +646,10 @@ class LearnedPolicy(Policy):
                 )
         known = set(LearnedPolicyConfig.__dataclass_fields__)
         try:
-            cfg = LearnedPolicyConfig(**{k: v for k, v in meta["config"].items() if k in known})
+            saved = {k: v for k, v in meta["config"].items() if k in known}
+            # a checkpoint from before batched hides had its thresholds chosen without them
+            saved.setdefault("batching", "off")
+            cfg = LearnedPolicyConfig(**saved)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with
             raise CheckpointError(f"{cfg_file}: unusable config ({_one_line(e)})") from None

@@ -48,7 +48,9 @@ class LearnedPolicyConfig:
         "threshold crossing at once",
     )
     min_family_val: int = _f(
-        10, "validation trajectories a family needs for a threshold of its own (else its price regime's)"
+        10,
+        "validation trajectories a family needs for a threshold of its own (else its price regime's); a "
+        "regime with fewer may be more cautious than the pooled threshold, never bolder",
     )
     loss_weights: str = _f(
         "dollars",
@@ -81,7 +83,9 @@ class LearnedPolicyConfig:
     lr: float = _f(2e-3, "supervised learning rate (AdamW)")
     weight_decay: float = _f(1e-4, "AdamW weight decay")
     need_weight: float = _f(4.0, "loss weight of outputs needed at the next call (hiding them is a miss)")
-    dagger_rounds: int = _f(1, "re-collect states with the learned policy, labelled by the oracle")
+    dagger_rounds: int = _f(
+        1, "re-collect states with the learned policy, labelled by the targets of --mode (plan or needs)"
+    )
     rl_updates: int = _f(
         0,
         "PPO updates in ReplayEnv after supervised training (policies/learned_rl.py); 0: none, except "

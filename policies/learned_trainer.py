@@ -206,7 +206,8 @@ def collect(
         if V is None:
             continue
         prices = _ep_prices(ep, cfg)
-        last_need = _last_need(ep) if dollars else None
+        kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
+        last_need = _last_need(ep, kinds) if dollars else None
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
         if actor == "policy":
@@ -221,7 +222,7 @@ def collect(
             target = V[t, s] if t < min(calls, len(V)) else np.ones(m, bool)
             items = obs["items"][:m]
             econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], prices)
-            needed = np.isin(s, _call_needs(ep, t)) if t < calls else np.zeros(m, bool)
+            needed = np.isin(s, _call_needs(ep, t, kinds)) if t < calls else np.zeros(m, bool)
             if dollars:
                 weight = dollar_weights(
                     items, econ, prices, target, needed, _needed_later(last_need, s, t), max(calls - t, 1),

@@ -11,20 +11,12 @@ import numpy as np
 import pytest
 
 from dtoc_rl.cli import main
-from dtoc_rl.engine.features import (
-    ItemColumns,
-    ItemState,
-    build_observation,
-    load_price_table,
-    model_prices,
-    observation_space,
-    price_vector,
-)
+from dtoc_rl.engine.features import ItemColumns, ItemState, build_observation, observation_space, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.serve.service import DecisionService
-from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.pricing import Prices, load_price_table, model_prices, prices_for
 from tests.test_orchestrator import read_loop
 
 ACME = Prices(input=4.0, output=16.0, cache_read=0.5, cache_write=5.0, source="test")

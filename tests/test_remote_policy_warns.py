@@ -7,14 +7,19 @@ import warnings
 import numpy as np
 import pytest
 
+from dtoc_rl.data.models import family_id
 from dtoc_rl.engine.features import observation_space
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve.service import DecisionService, RemotePolicy, serve_in_thread
 
 
 def _obs():
-    obs = observation_space(8).sample()
+    space = observation_space(8)
+    space.seed(0)
+    obs = space.sample()
     obs["item_mask"] = np.ones(8, np.int8)
+    # a priced family: a random one may be unpriced, and its price warning is not what this tests
+    obs["family"] = np.int64(family_id("gpt-4o"))
     return obs
 
 

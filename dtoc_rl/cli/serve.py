@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             )
         prices = None
         if args.prices:
-            from dtoc_rl.engine.features import load_price_table
+            from dtoc_rl.sim.pricing import load_price_table
 
             try:
                 prices = load_price_table(args.prices)

@@ -2,7 +2,8 @@
 
 Supervised on the hindsight oracle's decisions by default (--mode oracle), each
 output's loss weighted by what a wrong decision about it would cost in dollars
-(--loss-weights), or behaviour cloning of logged masking (--mode bc), optionally
+(--loss-weights); or on the hindsight need labels (--mode need: visible while a
+later call needs the output), or behaviour cloning of logged masking (--mode bc), optionally
 followed by PPO fine-tuning in ReplayEnv (--rl-updates N; --init-from CKPT
 fine-tunes an existing checkpoint).  The network sees each model's prices, so
 it can price a model it never saw.  Validation
@@ -42,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "training from scratch, which skips the supervised part (minutes on all of ../shared): its network, "
         "data and split settings are kept so that it trains on its own training tasks, its thresholds are "
         "chosen again on its tune tasks, and the result is written to --out (the checkpoint is not "
-        "changed). --dataset defaults to the data it was trained on",
+        "changed). --dataset defaults to the data it was trained on; of the other flags only --rl-*, "
+        "--threads, --wandb* and --prices apply (any other is refused)",
     )
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
     from dtoc_rl.tracking import add_wandb_arguments
@@ -151,13 +153,18 @@ def _init_from(args: argparse.Namespace, cfg):
         raise ValueError("no such checkpoint folder")
     if cfg.rl_updates < 1:
         raise ValueError("fine-tuning needs --rl-updates N with N >= 1")
+    defaults = type(cfg)().to_dict()
+    ignored = [n for n, v in cfg.to_dict().items() if not _init_from_takes(n) and v != defaults[n]]
+    if ignored:  # the checkpoint's settings win: say so rather than drop the flag unseen
+        flags = ", ".join("--" + n.replace("_", "-") for n in ignored)
+        raise ValueError(f"keeps the checkpoint's own settings, so {flags} would be ignored: drop it")
     try:
         policy = LearnedPolicy.load(args.init_from)
     except CheckpointError as e:
         raise ValueError(str(e)) from None
     # the checkpoint's own network, data and split settings; the command's RL run and logging
     for name, value in cfg.to_dict().items():
-        if name.startswith("rl_") or name in ("threads", "wandb", "wandb_project"):
+        if _init_from_takes(name) and name != "prices":
             setattr(policy.cfg, name, value)
     if cfg.prices:  # the user's prices for this run; without --prices, the checkpoint's own
         policy.cfg.prices = cfg.prices
@@ -167,3 +174,8 @@ def _init_from(args: argparse.Namespace, cfg):
     if trained_on and trained_on != "objects" and not Path(trained_on).exists():
         raise ValueError(f"the data it was trained on ({trained_on}) is gone: give --dataset")
     return policy, (trained_on if trained_on and trained_on != "objects" else None)
+
+
+def _init_from_takes(name: str) -> bool:
+    """Whether ``--init-from`` applies the command's value of this config field to the checkpoint."""
+    return name.startswith("rl_") or name in ("threads", "wandb", "wandb_project", "prices")

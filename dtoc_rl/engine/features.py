@@ -22,7 +22,7 @@ from gymnasium import spaces
 from dtoc_rl.data.models import FAMILIES, family_id
 from dtoc_rl.data.schema import MISS_KINDS, Step
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
-from dtoc_rl.sim.pricing import Prices, load_price_table, model_prices, prices_for, user_prices
+from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -35,13 +35,8 @@ __all__ = [
     "build_observation",
     "check_action",
     "decode_action",
-    # the user's prices are resolved in dtoc_rl.sim.pricing (the simulator bills with them); these names
-    # stay importable from here, where the service and the CLI look for them
-    "load_price_table",
-    "model_prices",
     "observation_space",
     "price_vector",
-    "user_prices",
 ]
 
 # Observation slots (the most recent stored outputs a policy sees) wherever none are given: the env, training,

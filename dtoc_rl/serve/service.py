@@ -133,7 +133,6 @@ from dtoc_rl.engine.features import (
     GLOBAL_FEATURES,
     ITEM_FEATURES,
     build_observation,
-    user_prices,
 )
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.serve.session_labels import (
@@ -142,7 +141,7 @@ from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_TOTAL_CHARS,
     Sessions,
 )
-from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.pricing import Prices, prices_for, user_prices
 
 __all__ = [
     "DEFAULT_HOST",
@@ -183,7 +182,7 @@ class DecisionService:
             everything visible).
         fallback_label: its name (default: its ``label``, or ``"none"``).
         families: accepted model families (default: every known family, not ``"other"``).
-        prices: the user's prices by model name (``features.load_price_table``), for the policy's
+        prices: the user's prices by model name (``pricing.load_price_table``), for the policy's
             ``prices`` observation; a request may also carry its own.  A model of another family is
             served by the policy, not the fallback, when its prices are known this way.
         max_items: observation slots (the most recent items the policy sees).

@@ -112,6 +112,37 @@ def test_pays_waits_on_a_write_premium_early_in_a_run_and_acts_without_one():
     assert pol.want_visible(obs, probs, 0.0, price_vector(PRICES["doubao-pro"]))[:3].all()
 
 
+def test_act_batch_times_each_row_by_its_own_prices_whatever_episode_was_reset_last():
+    # the same three outputs early in a run: a write premium makes their hides wait, no cache does not
+    rows = []
+    for fam in ("claude-sonnet", "doubao-pro"):
+        o = _obs([2.0, 2.0, 2.0], [1, 1, 1], step=1, active_k=80.0)
+        o["prices"] = price_vector(PRICES[fam])
+        rows.append(o)
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, threshold=1.0).create()  # hides all
+    fresh = [pol.act(r) for r in rows]
+    assert not fresh[0]["disable"].any() and fresh[1]["disable"][:3].all()
+    pol.reset({"model_family": "claude-sonnet"})  # the last episode's prices must not leak into rows
+    batch = pol.act_batch({k: np.stack([r[k] for r in rows]) for k in rows[0]})
+    for i, a in enumerate(fresh):
+        for k in ("enable", "disable"):
+            assert (batch[k][i] == a[k]).all()
+
+
+def test_a_checkpoint_saved_before_batching_loads_without_it(tmp_path):
+    import json
+
+    from dtoc_rl.policies.learned import LearnedPolicy
+
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
+    path = pol.save(tmp_path / "ck")
+    meta = json.loads((path / "config.json").read_text())
+    assert LearnedPolicy.load(path).cfg.batching == "pays"
+    del meta["config"]["batching"]  # its thresholds were chosen for hides made at once
+    (path / "config.json").write_text(json.dumps(meta))
+    assert LearnedPolicy.load(path).cfg.batching == "off"
+
+
 def test_batching_is_checked():
     with pytest.raises(ValueError, match="batching must be pays or off"):
         LearnedPolicyConfig(batching="sometimes")
@@ -138,3 +169,25 @@ def test_need_mode_targets_are_visible_while_a_later_call_needs_the_output():
     assert (V[:, 0] == (np.arange(6) <= 3)).all()
     assert (V[:, 1] == (np.arange(6) <= 5)).all()
     assert not V[:, 2:].any()
+
+
+def test_loss_weights_count_only_the_needs_that_would_be_misses():
+    import warnings
+
+    from dtoc_rl.data.schema import Need
+    from dtoc_rl.policies.learned_trainer import collect
+    from dtoc_rl.sim.episode import compile_episode
+
+    from .crafted import crafted
+
+    traj = crafted([4000] * 6, needs={3: [0]})
+    traj.steps[4].needs.append(Need(step=2, kind="reaccess", evidence="cat f2"))  # never a miss
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = compile_episode(traj)
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, loss_weights="need").create()
+    samples = collect(pol, [ep], mode="oracle")
+    w = pol.cfg.need_weight
+    # samples[t - 1] is the decision before call t
+    assert samples[2].weight[0] == w  # output 0, needed (provenance) by call 3
+    assert samples[3].weight[2] == 1.0  # output 2, re-accessed by call 4: hiding it is no miss

@@ -145,8 +145,8 @@ def test_a_threshold_whose_misses_sit_in_a_few_runs_is_judged_by_their_spread_no
     # 0.3: 10 misses in one run of ten (a mean of 1 per 100 calls, within the budget, but most
     # resamples of the runs land above it); 0.1: misses spread evenly, mean 0.5
     rows = [_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 10 if k == 0 else 0, 30]) for k in range(10)]
-    for r in rows:
-        r["misses"][0] = 1 if r is not rows[0] and rows.index(r) % 2 else 0
+    for k, r in enumerate(rows):
+        r["misses"][0] = k % 2
     entry = threshold_table(rows, GRID, budget=1.0, min_family=10)["validation"]["family"]["gpt-4o"]
     by_t = {o["threshold"]: o for o in entry["options"]}
     assert by_t[0.3]["misses_per_100"] == pytest.approx(1.0) and by_t[0.3]["misses_high"] > 1.0

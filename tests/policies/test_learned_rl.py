@@ -150,7 +150,9 @@ def test_train_init_from_round_trip(tmp_path, capsys):
      (lambda p: (p.mkdir(), (p / "config.json").write_text("{"), (p / "model.safetensors").write_text("x")),
       ["--rl-updates", "1"], "invalid JSON"),
      (lambda p: p.mkdir(), ["--rl-updates", "1"], "is not a checkpoint"),
-     (lambda p: p.mkdir(), [], "needs --rl-updates")],
+     (lambda p: p.mkdir(), [], "needs --rl-updates"),
+     (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--rl-updates", "1", "--miss-budget", "2"],
+      "--miss-budget would be ignored")],
 )  # fmt: skip
 def test_train_bad_init_from_is_one_clear_line(tmp_path, capsys, make, extra, msg):
     ck = tmp_path / "bad"
