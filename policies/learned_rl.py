@@ -328,20 +328,14 @@ def finetune(
     held-out tasks must come out the same, else this is not its data and a ValueError says so), so
     the held-out tasks stay unused.  ``policy.cfg``'s RL fields set the run.  Updates ``policy.meta``
     (``rl``, ``thresholds``, ``val_metrics``) and returns the report."""
-    from dtoc_rl.policies.learned_trainer import _cost_config, _splits, _tune, evaluate_cost
+    from dtoc_rl.policies.learned_trainer import _cost_config, _tune, evaluate_cost, own_splits
 
     cfg = policy.cfg
     if cfg.rl_updates < 1:
         raise ValueError("fine-tuning needs rl_updates >= 1")
     torch.set_num_threads(max(1, cfg.threads))
     t0 = time.perf_counter()
-    _, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes)
-    held = sorted({f"{e.source}/{e.task_id}" for e in held_eps})
-    if policy.meta.get("val_tasks") is not None and held != sorted(policy.meta["val_tasks"]):
-        raise ValueError(
-            "this data does not split into the checkpoint's held-out tasks: not the data it was trained on "
-            "(give the same --dataset and data filters)"
-        )
+    _, train_eps, held_eps, tune_eps = own_splits(policy, dataset, episodes)
     if not train_eps:
         raise ValueError("no training episodes in this data")
     report: dict[str, Any] = {"train_episodes": len(train_eps), "val_episodes": len(held_eps)}

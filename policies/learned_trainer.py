@@ -477,17 +477,24 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     """Choose a trained policy's threshold table again (e.g. with another ``cfg.miss_budget``) on the
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
-    cfg = policy.cfg
-    torch.set_num_threads(max(1, cfg.threads))  # as fit(): one small network, several threads only spin
-    _, _, held_eps, tune_eps = _splits(cfg, dataset, episodes)
+    torch.set_num_threads(max(1, policy.cfg.threads))  # as fit(): a small network, more threads only spin
+    _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
-    held = sorted({f"{e.source}/{e.task_id}" for e in held_eps})
-    if policy.meta.get("val_tasks") and held != sorted(policy.meta["val_tasks"]):
-        raise ValueError(
-            "this data does not split into the policy's held-out tasks: not the data it was trained on"
-        )
     return _tune(policy, tune_eps, _cost_config(policy))
+
+
+def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
+    """:func:`_splits` for a trained policy, which must give back its own held-out tasks
+    (``meta.val_tasks``): else the data is not what it was trained on, and a ValueError says so."""
+    split = _splits(policy.cfg, dataset, episodes)
+    held = sorted({f"{e.source}/{e.task_id}" for e in split[2]})
+    if policy.meta.get("val_tasks") is not None and held != sorted(policy.meta["val_tasks"]):
+        raise ValueError(
+            "this data does not split into the checkpoint's held-out tasks: not the data it was trained on "
+            "(give the same --dataset and data filters)"
+        )
+    return split
 
 
 def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
