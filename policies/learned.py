@@ -32,7 +32,7 @@ from torch import nn
 
 from dtoc_rl.data.models import FAMILIES
 from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
-from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_prices, price_vector
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import best_batch, episode_prices, to_action
@@ -82,21 +82,10 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
 HORIZON_CAP = 50.0
 
 
-_FAMILY_PRICES: dict[int, np.ndarray] = {}
-
-
 def family_price_vector(fid: int) -> np.ndarray:
-    """Prices of a family id from the observation (an id outside FAMILIES: the default family's)."""
-    v = _FAMILY_PRICES.get(fid)
-    if v is None:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an unknown family is priced as the default, by design
-            v = _FAMILY_PRICES[fid] = price_vector(
-                prices_for(FAMILIES[fid] if 0 <= fid < len(FAMILIES) else None)
-            )
-    return v
+    """Prices of a family id from the observation (an id outside FAMILIES: the default family's, by
+    design and without a warning)."""
+    return family_prices(FAMILIES[fid] if 0 <= fid < len(FAMILIES) else None, warn=False)
 
 
 def suffix_tokens(items: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> np.ndarray:

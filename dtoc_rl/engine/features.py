@@ -12,6 +12,7 @@ price a model it never saw.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "build_observation",
     "check_action",
     "decode_action",
+    "family_prices",
     "observation_space",
     "price_vector",
 ]
@@ -81,14 +83,19 @@ def price_vector(p: Prices) -> np.ndarray:
     return np.array([p.input, p.output, p.cache_read, p.cache_write], np.float32)
 
 
-_FAMILY_PRICES: dict[str, np.ndarray] = {}
+_FAMILY_PRICES: dict[str | None, np.ndarray] = {}
 
 
-def _family_prices(family: str) -> np.ndarray:
-    # A caller that names no prices gets its family's (prices_for warns once for an unknown family).
+def family_prices(family: str | None, *, warn: bool = True) -> np.ndarray:
+    """The ``prices`` observation of a family's list prices, for a caller that names no prices (one
+    array per family, shared: copy it before changing it).  An unknown family is priced as
+    ``prices_for`` prices it, which warns once unless ``warn`` is False."""
     v = _FAMILY_PRICES.get(family)
     if v is None:
-        v = _FAMILY_PRICES[family] = price_vector(prices_for(family))
+        with warnings.catch_warnings():
+            if not warn:
+                warnings.simplefilter("ignore")
+            v = _FAMILY_PRICES[family] = price_vector(prices_for(family))
     return v
 
 
@@ -228,7 +235,7 @@ def _assemble(
             np.float32,
         ),
         "family": np.int64(family_id(c["model_family"])),
-        "prices": _family_prices(c["model_family"]).copy()
+        "prices": family_prices(c["model_family"]).copy()
         if c["prices"] is None
         else price_vector(c["prices"]),
     }
