@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -51,6 +51,9 @@ from dtoc_rl.policies.learned import (
     obs_to_tensors,
 )
 from dtoc_rl.sim.episode import Episode
+
+if TYPE_CHECKING:
+    from dtoc_rl.policies.learned_trainer import Sample
 
 __all__ = ["Critic", "finetune", "make_vector_env", "ppo"]
 
@@ -100,40 +103,27 @@ def make_vector_env(policy: LearnedPolicy, episodes: Sequence[Episode], n_envs: 
     )
 
 
-def _rows(t: dict[str, torch.Tensor]) -> list[dict[str, np.ndarray]]:
-    """A batch of model inputs as one dict per row, trimmed to the row's own valid slots."""
+def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor) -> list[Sample]:
+    """A batch of model inputs and the visibility bits drawn for it, one Sample per row (the bits as
+    its target), trimmed to the row's own valid slots: minibatches are then padded by
+    :func:`~dtoc_rl.policies.learned_trainer._batch`, as in supervised training."""
+    from dtoc_rl.policies.learned_trainer import Sample
+
     out = []
     for i in range(t["mask"].shape[0]):
         m = int(t["mask"][i].sum())
+        action = bits[i, :m].numpy()
         out.append(
-            {
-                "items": t["items"][i, :m].numpy(),
-                "tool": t["tool"][i, :m].numpy(),
-                "glob": t["glob"][i].numpy(),
-                "family": int(t["family"][i]),
-            }
+            Sample(
+                items=t["items"][i, :m].numpy(),
+                tool=t["tool"][i, :m].numpy(),
+                glob=t["glob"][i].numpy(),
+                family=int(t["family"][i]),
+                target=action,
+                weight=np.ones_like(action),
+            )
         )
     return out
-
-
-def _collate(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    b = len(rows)
-    width = max(1, max(len(r["tool"]) for r in rows))
-    items = np.zeros((b, width, N_ITEM), np.float32)
-    tool = np.zeros((b, width), np.int64)
-    mask = np.zeros((b, width), bool)
-    action = np.zeros((b, width), np.float32)
-    for i, r in enumerate(rows):
-        m = len(r["tool"])
-        items[i, :m], tool[i, :m], mask[i, :m], action[i, :m] = r["items"], r["tool"], True, r["action"]
-    return {
-        "items": torch.from_numpy(items),
-        "tool": torch.from_numpy(tool),
-        "mask": torch.from_numpy(mask),
-        "glob": torch.from_numpy(np.stack([r["glob"] for r in rows])),
-        "family": torch.tensor([r["family"] for r in rows]),
-        "action": torch.from_numpy(action),
-    }
 
 
 def _dist_terms(logits, mask, action):
@@ -165,6 +155,8 @@ def ppo(
 
 def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
     from tqdm.auto import tqdm
+
+    from dtoc_rl.policies.learned_trainer import _batch
 
     cfg = policy.cfg
     if not episodes:
@@ -202,13 +194,12 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
                 bits = torch.bernoulli(probs, generator=gen) * x["mask"]
                 lp, _ = _dist_terms(logits, x["mask"], bits)
                 v = critic(x["items"], x["mask"], x["glob"])
-            step_rows = _rows(x)
+            step_rows = _rows(x, bits)
             actions = {"enable": [], "disable": []}
             for i, r in enumerate(step_rows):
-                m = len(r["tool"])
-                r["action"] = bits[i, :m].numpy()
+                m = len(r.tool)
                 want = np.zeros(cfg.max_items, bool)
-                want[:m] = r["action"] > 0.5
+                want[:m] = r.target > 0.5
                 a = to_action({"item_mask": obs["item_mask"][i], "items": obs["items"][i]}, want)
                 actions["enable"].append(a["enable"])
                 actions["disable"].append(a["disable"])
@@ -248,8 +239,7 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
             order = rng.permutation(n)
             for j in range(0, n, mb):
                 idx = order[j : j + mb]
-                x = _collate([flat[k] for k in idx])
-                action = x.pop("action")
+                x, action, _ = _batch([flat[k] for k in idx])
                 logits = net(**x)
                 new_lp, ent = _dist_terms(logits, x["mask"], action)
                 v = critic(x["items"], x["mask"], x["glob"])
