@@ -201,12 +201,12 @@ def collect(
     out: list[Sample] = []
     n = policy.cfg.max_items
     dollars = policy.cfg.loss_weights == "dollars"
+    kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
     for ep in tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False):
         V = _targets(ep, mode, cfg, cache)
         if V is None:
             continue
         prices = _ep_prices(ep, cfg)
-        kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
         last_need = _last_need(ep, kinds) if dollars else None
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
