@@ -25,6 +25,7 @@ from dtoc_rl.engine.features import (
 )
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
@@ -82,6 +83,7 @@ class _Template:
     ev_cols: np.ndarray  # feature column of each event
     family: np.int64
     st64_init: np.ndarray  # (2, outputs + N): slot steps (-1) and tool ids (0), before anything is stored
+    words_o: np.ndarray  # (outputs + N, WORDS_PER_OUTPUT): hashed call words per output ordinal, zero-padded
 
     @classmethod
     def build(cls, ep: Episode, n_slots: int) -> _Template:
@@ -106,6 +108,9 @@ class _Template:
         order = np.argsort(times[keep], kind="stable")
         st64 = np.zeros((2, n_out + n_slots), np.int64)
         st64[0] = -1
+        words = np.zeros((n_out + n_slots, WORDS_PER_OUTPUT), np.int64)
+        if ep.words is not None:
+            words[:n_out] = ep.words[outs]
         return cls(
             ep=ep,
             out_steps=outs,
@@ -121,6 +126,7 @@ class _Template:
             ev_cols=cols[keep][order],
             family=np.int64(ep.family_id),
             st64_init=st64,
+            words_o=words,
         )
 
 
@@ -172,6 +178,8 @@ class ReplayEnv(gym.Env):
       far), ``rereads`` (misses it caused), ``toggles`` (visibility changes),
       ``turns_after`` (user turns begun after it).
     * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.labels.vocabulary``).
+    * ``item_words`` ``Box(N, W)`` int64: the hashed words of each output's call and first
+      output lines, zero-padded (``dtoc_rl.labels.words``; a learned policy's content input).
     * ``item_mask``, ``enable_mask``, ``disable_mask``: ``MultiBinary(N)``.
     * ``globals`` ``Box(G,)`` float32: active tokens / 1000 (the context plus the
       user text that arrived for the coming call: the prompt it will pay for, as
@@ -611,9 +619,13 @@ class ReplayEnv(gym.Env):
             ],
             np.float32,
         )
+        words = tpl.words_o[lo:hi].copy()
+        if m < N:
+            words[m:] = 0  # outputs not stored yet
         return {
             "items": feats,
             "item_tool": item_tool,
+            "item_words": words,
             "item_mask": item_mask,
             "enable_mask": enable_mask,
             "disable_mask": disable_mask,

@@ -80,6 +80,8 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
     "horizon",
 )
 HORIZON_CAP = 50.0
+# Entries of the word lookup table (a power of two; 64 times the default vocabulary, so few collide).
+_WORD_SLOTS = 2**16
 
 
 def family_price_vector(fid: int) -> np.ndarray:
@@ -205,7 +207,60 @@ class ItemScorer(nn.Module):
             else None
         )
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        # content words (built last, so the other layers draw the same initial weights with or without
+        # them): the vocabulary (word hashes, most common first, set at fit time by set_vocabulary) is a
+        # buffer saved and loaded with the weights (0: unused); _word_slots, rebuilt from it, looks words up
+        self.words = (
+            nn.EmbeddingBag(cfg.word_vocab + 1, d, mode="mean", padding_idx=0) if cfg.word_vocab else None
+        )
+        if cfg.word_vocab:
+            self.register_buffer("word_hashes", torch.zeros(cfg.word_vocab, dtype=torch.int64))
+            self.register_buffer("_word_slots", torch.zeros(_WORD_SLOTS, dtype=torch.int64), persistent=False)
+            self._word_slots_np = self._word_slots.numpy()
         self._plan: _InferencePlan | bool | None = None  # None: not built yet; False: not applicable
+
+    def set_vocabulary(self, hashes: Any) -> int:
+        """Embed these word hashes, most important first (the first ``cfg.word_vocab`` distinct valid
+        ones; the rest are dropped); returns how many."""
+        if self.words is None:
+            return 0
+        seen: dict[int, None] = {}
+        for h in np.asarray(list(hashes), np.int64).reshape(-1).tolist():
+            if 0 < h < 2**31 and len(seen) < len(self.word_hashes):
+                seen.setdefault(h)
+        table = torch.zeros(len(self.word_hashes), dtype=torch.int64)
+        table[: len(seen)] = torch.tensor(list(seen), dtype=torch.int64)
+        self.word_hashes.copy_(table)
+        self._build_word_slots()
+        return len(seen)
+
+    def _build_word_slots(self) -> None:
+        # An open table indexed by a hash's low bits, each entry ``hash << 16 | id``: one gather and a
+        # compare find a word's id (a binary search over the vocabulary cost a tenth of a decision).  A
+        # word whose slot a more common one took is left out (about 1% of a 1,024-word vocabulary).
+        slots = torch.zeros(_WORD_SLOTS, dtype=torch.int64)
+        for i, h in enumerate(self.word_hashes.tolist()):
+            if h > 0 and slots[h & (_WORD_SLOTS - 1)] == 0:
+                slots[h & (_WORD_SLOTS - 1)] = (h << 16) | (i + 1)
+        self._word_slots_np = slots.numpy()
+        self._word_slots = slots.to(self.word_hashes.device)
+        self._plan = None
+
+    def word_ids(self, words: torch.Tensor) -> torch.Tensor:
+        """Hashed words ``(..., K)`` as embedding ids: 1 + their place in the vocabulary, 0 for padding
+        and for words outside it.  On the CPU in numpy, whose few operations cost a fifth of torch's
+        here (a decision is a latency target); elsewhere :meth:`_word_ids_torch`, the same lookup."""
+        if words.device.type != "cpu":
+            return self._word_ids_torch(words)
+        w = words.numpy()
+        entry = self._word_slots_np.take(w & (_WORD_SLOTS - 1))
+        ids = entry & 0xFFFF
+        ids[(entry >> 16) != w] = 0
+        return torch.from_numpy(ids)
+
+    def _word_ids_torch(self, words: torch.Tensor) -> torch.Tensor:
+        entry = self._word_slots[words & (_WORD_SLOTS - 1)]
+        return torch.where((entry >> 16) == words, entry & 0xFFFF, 0)
 
     def forward(
         self,
@@ -214,6 +269,7 @@ class ItemScorer(nn.Module):
         mask: torch.Tensor,  # (B, N) bool
         glob: torch.Tensor,  # (B, G + E'): GLOBAL_FEATURES then ECON_GLOBAL_FEATURES
         family: torch.Tensor,  # (B,)
+        words: torch.Tensor | None = None,  # (B, N, K) hashed words (dtoc_rl.labels.words); None: none
     ) -> torch.Tensor:  # (B, N) logits of "visible at the next call"
         if (
             not self.training
@@ -225,14 +281,17 @@ class ItemScorer(nn.Module):
             if plan is None:
                 plan = self._plan = _InferencePlan.build(self) or False
             if plan:
-                return plan(items, tool, mask, glob, family)
-        return self._module_forward(items, tool, mask, glob, family)
+                return plan(items, tool, mask, glob, family, words)
+        return self._module_forward(items, tool, mask, glob, family, words)
 
-    def _module_forward(self, items, tool, mask, glob, family) -> torch.Tensor:
+    def _module_forward(self, items, tool, mask, glob, family, words=None) -> torch.Tensor:
         g = self.glob_in(_squash(glob))
         if self.family is not None:
             g = g + self.family(torch.where(family < self.n_families, family, 0))
         h = self.item_in(_squash(items)) + self.tool(tool) + g[:, None, :]
+        if self.words is not None and words is not None:
+            ids = self.word_ids(words)
+            h = h + self.words(ids.reshape(-1, ids.shape[-1])).reshape(h.shape)
         if self.encoder is not None:
             if bool(mask.all()):
                 # No padding: the unmasked attention path is about twice as fast on CPU.
@@ -249,7 +308,10 @@ class ItemScorer(nn.Module):
 
     def load_state_dict(self, *args, **kwargs):
         self._plan = None
-        return super().load_state_dict(*args, **kwargs)
+        out = super().load_state_dict(*args, **kwargs)
+        if self.words is not None:
+            self._build_word_slots()
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -283,6 +345,8 @@ class _InferencePlan:
         self.glob = seq(net.glob_in)
         self.tool = net.tool.weight
         self.family = net.family.weight if net.family is not None else None
+        self.words = net.words.weight if net.words is not None else None
+        self.word_ids = net.word_ids
         norm, lin1, lin2 = net.head[0], net.head[1], net.head[3]
         self.norm = (norm.normalized_shape, norm.weight, norm.bias, norm.eps)
         self.out = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
@@ -340,19 +404,28 @@ class _InferencePlan:
         mask = torch.tensor([[True, True, True], [True, True, False]])
         glob = torch.linspace(-5, 500, 2 * n_glob).reshape(2, n_glob)
         family = torch.arange(2) % (net.family.num_embeddings if net.family is not None else 1)
+        words = None
+        if net.words is not None:  # known words, unknown ones and padding
+            known = net.word_hashes[torch.arange(2 * 3 * 4) % len(net.word_hashes)]
+            words = torch.where(torch.arange(2 * 3 * 4) % 3 == 0, 0, known).reshape(2, 3, 4)
+            words[0, 1, 1] = 12345
         try:
             with torch.no_grad():
-                ours = self(items, tool, mask, glob, family)
-                theirs = net._module_forward(items, tool, mask, glob, family)
+                ours = self(items, tool, mask, glob, family, words)
+                theirs = net._module_forward(items, tool, mask, glob, family, words)
         except (RuntimeError, TypeError):
             return False
         return bool(torch.allclose(ours[mask], theirs[mask], rtol=0, atol=1e-6))
 
-    def __call__(self, items, tool, mask, glob, family) -> torch.Tensor:
+    def __call__(self, items, tool, mask, glob, family, words=None) -> torch.Tensor:
         g = _mlp(_squash(glob), self.glob)
         if self.family is not None:
             g = g + F.embedding(torch.where(family < self.family.shape[0], family, 0), self.family)
         h = _mlp(_squash(items), self.item) + F.embedding(tool, self.tool) + g[:, None, :]
+        if self.words is not None and words is not None:
+            ids = self.word_ids(words)
+            bags = F.embedding_bag(ids.reshape(-1, ids.shape[-1]), self.words, mode="mean", padding_idx=0)
+            h = h + bags.reshape(h.shape)
         if self.layers:
             pad, kind = None, None
             if not bool(mask.all()):
@@ -399,7 +472,17 @@ def obs_to_tensors(
         "mask": torch.as_tensor(mask[:, :width], device=device),
         "glob": torch.as_tensor(np.concatenate([glob, econ_glob], -1), dtype=torch.float32, device=device),
         "family": torch.as_tensor(np.asarray(obs["family"]).reshape(-1), dtype=torch.long, device=device),
+        **_words_tensor(obs, width, device),
     }
+
+
+def _words_tensor(obs: dict[str, np.ndarray], width: int, device: str = "cpu") -> dict[str, torch.Tensor]:
+    # An observation from before content words (or a caller that builds its own) has none.
+    w = obs.get("item_words")
+    if w is None:
+        return {}
+    w = np.asarray(w)
+    return {"words": torch.as_tensor(w[..., :width, :], dtype=torch.long, device=device)}
 
 
 def _one_obs_to_tensors(obs: dict[str, np.ndarray], prices: np.ndarray) -> dict[str, torch.Tensor]:
@@ -417,6 +500,7 @@ def _one_obs_to_tensors(obs: dict[str, np.ndarray], prices: np.ndarray) -> dict[
         "mask": torch.from_numpy(m)[None],
         "glob": torch.from_numpy(np.concatenate([glob, econ_glob]))[None],
         "family": torch.from_numpy(np.asarray(obs["family"], np.int64).reshape(1)),
+        **{k: v[None] for k, v in _words_tensor(obs, width).items()},
     }
 
 
@@ -638,6 +722,7 @@ class LearnedPolicy(Policy):
             saved = {k: v for k, v in meta["config"].items() if k in known}
             # a checkpoint from before batched hides had its thresholds chosen without them
             saved.setdefault("batching", "off")
+            saved.setdefault("word_vocab", 0)  # nor content words
             cfg = LearnedPolicyConfig(**saved)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with

@@ -31,6 +31,17 @@ class LearnedPolicyConfig:
     )
     dropout: float = _f(0.0, "dropout in the encoder")
     family_conditioning: bool = _f(True, "condition on the model family (one network serves several models)")
+    word_vocab: int = _f(
+        1024,
+        "content words the network embeds (the hashed words of each output's call and first lines, "
+        "dtoc_rl.labels.words): the most frequent of those seen in at least --word-min-tasks training "
+        "tasks; 0: no content input (size, age, tool and prices only)",
+    )
+    word_min_tasks: int = _f(
+        20,
+        "training tasks a word must appear in to be embedded: a word from a few tasks (a file name) would "
+        "be learned by heart and mislead on other tasks",
+    )
     threshold: float | None = _f(
         None,
         "keep an output visible when P(visible) >= threshold (lower: fewer misses); unset: the threshold "
@@ -170,6 +181,11 @@ class LearnedPolicyConfig:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
         if self.min_family_val < 1:
             raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
+        if not 0 <= self.word_vocab < 2**16 or self.word_min_tasks < 1:
+            raise ValueError(
+                f"word_vocab must be in [0, 65535] and word_min_tasks >= 1, got {self.word_vocab}, "
+                f"{self.word_min_tasks}"
+            )
         if self.batching not in ("pays", "off"):
             raise ValueError(f"batching must be pays or off, got {self.batching!r}")
         if self.loss_weights not in ("dollars", "need"):

@@ -64,6 +64,7 @@ THRESHOLD_GRID = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.7)
 class Sample:
     items: np.ndarray  # (m, F + E) the used slots only, economics appended
     tool: np.ndarray  # (m,)
+    words: np.ndarray  # (m, K) int64 hashed content words
     glob: np.ndarray  # (G + E',)
     family: int
     target: np.ndarray  # (m,) 1 = visible at the next call
@@ -234,6 +235,7 @@ def collect(
                 Sample(
                     items=np.concatenate([items, econ], 1),
                     tool=obs["item_tool"][:m].copy(),
+                    words=obs["item_words"][:m].copy(),
                     glob=np.concatenate([obs["globals"], econ_glob]),
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
@@ -256,12 +258,13 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
     F = samples[0].items.shape[1] if samples[0].items.ndim == 2 else 0
     items = np.zeros((b, width, F), np.float32)
     tool = np.zeros((b, width), np.int64)
+    words = np.zeros((b, width, samples[0].words.shape[-1]), np.int64)
     mask = np.zeros((b, width), bool)
     target = np.zeros((b, width), np.float32)
     weight = np.zeros((b, width), np.float32)
     for i, s in enumerate(samples):
         m = len(s.target)
-        items[i, :m], tool[i, :m], mask[i, :m] = s.items, s.tool, True
+        items[i, :m], tool[i, :m], words[i, :m], mask[i, :m] = s.items, s.tool, s.words, True
         target[i, :m], weight[i, :m] = s.target, s.weight
     x = {
         "items": torch.from_numpy(items),
@@ -269,6 +272,7 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
         "mask": torch.from_numpy(mask),
         "glob": torch.from_numpy(np.stack([s.glob for s in samples])),
         "family": torch.tensor([s.family for s in samples]),
+        "words": torch.from_numpy(words),
     }
     return x, torch.from_numpy(target), torch.from_numpy(weight)
 
@@ -484,6 +488,30 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     return _tune(policy, tune_eps, _cost_config(policy))
 
 
+def word_vocabulary(episodes: Sequence[Episode], size: int, min_tasks: int) -> np.ndarray:
+    """The ``size`` content words (hashes, dtoc_rl.labels.words) found in the most tasks among
+    ``episodes``, of those found in at least ``min_tasks``, most common first; ties broken by the hash,
+    so the same episodes always give the same vocabulary."""
+    if size <= 0:
+        return np.zeros(0, np.int64)
+    task_ids: dict[tuple[str, str], int] = {}
+    rows = []
+    for ep in episodes:
+        if ep.words is None:
+            continue
+        w = np.unique(ep.words[ep.has_out])
+        w = w[w > 0]
+        t = task_ids.setdefault((ep.source, ep.task_id), len(task_ids))
+        rows.append(np.stack([w, np.full(len(w), t, np.int64)], 1))
+    if not rows:
+        return np.zeros(0, np.int64)
+    pairs = np.unique(np.concatenate(rows), axis=0)  # (word, task) once each
+    words, tasks = np.unique(pairs[:, 0], return_counts=True)
+    keep = tasks >= min_tasks
+    words, tasks = words[keep], tasks[keep]
+    return words[np.lexsort((words, -tasks))[:size]]
+
+
 def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
     """:func:`_splits` for a trained policy, which must give back its own held-out tasks
     (``meta.val_tasks``): else the data is not what it was trained on, and a ValueError says so."""
@@ -571,6 +599,9 @@ def _fit(
         "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
         "families": sorted({e.model_family for e in eps}),
     }
+    report["word_vocab"] = policy.net.set_vocabulary(
+        word_vocabulary(train_eps, cfg.word_vocab, cfg.word_min_tasks)
+    )
     cache: dict = {}
     if cfg.mode in ("oracle", "bc", "need"):
         train = collect(policy, train_eps, mode=cfg.mode, cache=cache, progress=progress)

@@ -67,9 +67,10 @@ def _random_columns(rng: np.random.Generator, count: int, now: int, users: int):
         tokens, tool = int(rng.integers(0, 20000)), int(rng.integers(0, 5))
         call, users_at = int(rng.integers(0, now + 1)), int(rng.integers(0, users + 1))
         err = rng.random() < 0.2
-        cols.append(tokens, tool, call=call, users_at=users_at, is_error=bool(err))
+        words = tuple(int(w) for w in rng.integers(1, 2**31 - 1, int(rng.integers(0, 17))))
+        cols.append(tokens, tool, call=call, users_at=users_at, is_error=bool(err), words=words)
         st = ItemState(est_tokens=tokens, age=now - call, visible=bool(visible[i]), tool_id=tool,
-                       is_error=bool(err), turns_after=users - users_at)  # fmt: skip
+                       is_error=bool(err), turns_after=users - users_at, words=words)  # fmt: skip
         for _ in range(int(rng.integers(0, 3))):
             name = str(rng.choice(["times_needed", "rereads", "toggles"]))
             cols.bump(i, name)

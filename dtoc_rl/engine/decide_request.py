@@ -21,6 +21,7 @@ import msgspec
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.engine.features import ItemState
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES, tool_category_id
+from dtoc_rl.labels.words import output_words
 from dtoc_rl.sim.pricing import Prices
 
 __all__ = [
@@ -73,6 +74,9 @@ class Item(msgspec.Struct):
     tool: Name | None = None
     args: str | dict | list | None = None
     tool_category: Name | None = None
+    # the output's first lines (all of it will do): the words of the call and of these lines are a
+    # learned policy's content input (dtoc_rl.labels.words); only the first three lines are read
+    head: Annotated[str, msgspec.Meta(max_length=_MAX_ARGS)] | None = None
     needs: Count | None = None
     times_needed: Count | None = None
     since_need: Count | None = None
@@ -248,6 +252,11 @@ def _category(tool: str, args: str) -> int:
     return tool_category_id(tool, args)
 
 
+@functools.lru_cache(maxsize=8192)
+def _words(tool: str | None, args: str, head: str | None) -> tuple[int, ...]:
+    return output_words(tool, args, head)
+
+
 def resolve_family(req: Request) -> str:
     """The model family a request names (``model_family``, else ``model`` normalised)."""
     fam = req.model_family if req.model_family is not None else req.model
@@ -305,14 +314,20 @@ def parse(
         max_age = max(max_age, age)
         if rank < first_in_window:  # older than the policy's slots: counted in the globals only
             continue
+        args = _args_text(it, i)
         times_needed = it.needs if it.needs is not None else it.times_needed
         since_need, modified, rereads = it.since_need, it.modified, it.rereads
         label = known.get(it.key)
         if label is not None and times_needed is None:  # the client's own counts win
             times_needed, since_need = label.times_needed, label.since_need
             modified, rereads = modified or label.modified, max(rereads, label.rereads)
+        if it.head is None and label is not None and label.words:  # the session saw the output
+            words = label.words
+        else:
+            words = _words(it.tool, args, it.head) if (it.tool or it.head) else ()
         states.append(ItemState(
-            est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i),
+            est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i, args),
+            words=words,
             times_needed=times_needed or 0, since_need=since_need, modified=modified,
             is_error=it.is_error, superseded=it.superseded, rereads=rereads, toggles=it.toggles,
             turns_after=it.turns_after,
@@ -347,7 +362,7 @@ def parse(
     }
 
 
-def _tool_id(it: Item, i: int) -> int:
+def _tool_id(it: Item, i: int, args: str) -> int:
     if it.tool_category is not None:
         if it.tool_category not in TOOL_CATEGORIES:
             raise _bad(
@@ -355,9 +370,13 @@ def _tool_id(it: Item, i: int) -> int:
                 f"unknown category {it.tool_category!r}; one of {list(TOOL_CATEGORIES)}",
             )
         return TOOL_CATEGORIES.index(it.tool_category)
+    return _category(it.tool, args) if it.tool else 0
+
+
+def _args_text(it: Item, i: int) -> str:
     args = it.args if it.args is not None else ""
     if not isinstance(args, str):
         args = json.dumps(args)
     if len(args) > _MAX_ARGS:
         raise _bad(f"items[{i}].args", f"is longer than {_MAX_ARGS} characters")
-    return _category(it.tool, args) if it.tool else 0
+    return args

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from dtoc_rl.data.models import FAMILIES, family_id
 from dtoc_rl.data.schema import MISS_KINDS, Step
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT, words_array
 from dtoc_rl.sim.pricing import Prices, prices_for
 
 __all__ = [
@@ -107,6 +108,7 @@ def observation_space(n: int) -> spaces.Dict:
         {
             "items": spaces.Box(-np.inf, np.inf, (n, len(ITEM_FEATURES)), np.float32),
             "item_tool": spaces.Box(0, len(TOOL_CATEGORIES) - 1, (n,), np.int64),
+            "item_words": spaces.Box(0, 2**31 - 1, (n, WORDS_PER_OUTPUT), np.int64),
             "item_mask": spaces.MultiBinary(n),
             "enable_mask": spaces.MultiBinary(n),
             "disable_mask": spaces.MultiBinary(n),
@@ -137,6 +139,7 @@ class ItemState:
     rereads: int = 0
     toggles: int = 0
     turns_after: int = 0
+    words: tuple[int, ...] = ()  # hashed call words (dtoc_rl.labels.words.output_words)
 
     def row(self) -> list[float]:
         return [
@@ -173,12 +176,17 @@ def build_observation(
     m = len(window)
     feats = np.zeros((n, len(ITEM_FEATURES)), np.float32)
     tool = np.zeros(n, np.int64)
+    words = np.zeros((n, WORDS_PER_OUTPUT), np.int64)
     if m:
         feats[:m] = np.asarray([it.row() for it in window], np.float32)
         tool[:m] = [it.tool_id for it in window]
+        for k, it in enumerate(window):
+            if it.words:
+                words_array(it.words, words[k])
     return _assemble(
         feats,
         tool,
+        words,
         m,
         len(items),
         sum(1 for it in items if it.visible),
@@ -199,9 +207,15 @@ _CONTEXT_DEFAULTS = dict(
 
 
 def _assemble(
-    feats: np.ndarray, tool: np.ndarray, m: int, stored: int, visible_count: int, **context: Any
+    feats: np.ndarray,
+    tool: np.ndarray,
+    words: np.ndarray,
+    m: int,
+    stored: int,
+    visible_count: int,
+    **context: Any,
 ) -> dict[str, np.ndarray]:
-    # ``feats``/``tool`` hold the m most recent outputs in their first m rows, zeros after;
+    # ``feats``/``tool``/``words`` hold the m most recent outputs in their first m rows, zeros after;
     # both become part of the observation (not copied).  ``context``: build_observation's
     # keywords (active_tokens and step required).
     unknown = set(context) - set(_CONTEXT_DEFAULTS) - {"active_tokens", "step"}
@@ -217,6 +231,7 @@ def _assemble(
     return {
         "items": feats,
         "item_tool": tool,
+        "item_words": words,
         "item_mask": item_mask,
         "enable_mask": (item_mask.astype(bool) & ~vis).astype(np.int8),
         "disable_mask": vis.astype(np.int8),
@@ -262,6 +277,7 @@ class ItemColumns:
         cap = max(1, int(capacity))
         self._feats = np.zeros((cap, len(ITEM_FEATURES)), np.float32)
         self._tool = np.zeros(cap, np.int64)
+        self._words = np.zeros((cap, WORDS_PER_OUTPUT), np.int64)
         self._call = np.zeros(cap, np.int64)  # model call that stored it (age = now - call)
         self._users_at = np.zeros(cap, np.int64)  # user turns before it
         self._last_need = np.full(cap, -1, np.int64)  # model call of its last need (-1: none)
@@ -281,12 +297,14 @@ class ItemColumns:
         users_at: int,
         is_error: bool = False,
         visible: bool = True,
+        words: tuple[int, ...] = (),
     ) -> int:
-        """Add an output; returns its row."""
+        """Add an output; returns its row.  ``words``: its hashed call words
+        (:func:`dtoc_rl.labels.words.output_words`)."""
         i = self._n
         if i == len(self._tool):
             grow = lambda a: np.concatenate([a, np.zeros_like(a)])  # noqa: E731
-            self._feats, self._tool = grow(self._feats), grow(self._tool)
+            self._feats, self._tool, self._words = grow(self._feats), grow(self._tool), grow(self._words)
             self._call, self._users_at = grow(self._call), grow(self._users_at)
             self._last_need = np.concatenate([self._last_need, np.full_like(self._last_need, -1)])
         self._feats[i] = 0.0
@@ -294,6 +312,7 @@ class ItemColumns:
         self._feats[i, _COL["is_error"]] = float(bool(is_error))
         self._feats[i, _VISIBLE] = float(bool(visible))
         self._tool[i] = tool_id
+        words_array(words, self._words[i])
         self._call[i] = call
         self._users_at[i] = users_at
         self._last_need[i] = -1
@@ -394,6 +413,7 @@ class ItemColumns:
         m = total - lo
         feats = np.zeros((n, len(ITEM_FEATURES)), np.float32)
         tool = np.zeros(n, np.int64)
+        words = np.zeros((n, WORDS_PER_OUTPUT), np.int64)
         if m:
             rows = slice(lo, total)
             feats[:m] = self._feats[rows]
@@ -404,7 +424,8 @@ class ItemColumns:
             feats[:m, _COL["visible"]] = visible[rows]
             feats[:m, _COL["turns_after"]] = users - self._users_at[rows]
             tool[:m] = self._tool[rows]
-        return _assemble(feats, tool, m, total, int(np.count_nonzero(visible)), **context)
+            words[:m] = self._words[rows]
+        return _assemble(feats, tool, words, m, total, int(np.count_nonzero(visible)), **context)
 
     def state(self, i: int, visible: bool, *, now: int, users: int) -> ItemState:
         """Row ``i`` as an :class:`ItemState` (for a ``/decide`` request or an inspection)."""
@@ -423,6 +444,7 @@ class ItemColumns:
             rereads=int(f[_COL["rereads"]]),
             toggles=int(f[_COL["toggles"]]),
             turns_after=users - int(self._users_at[i]),
+            words=tuple(int(w) for w in self._words[i] if w),
         )
 
 

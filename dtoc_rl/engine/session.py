@@ -34,6 +34,7 @@ from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.engine.features import ItemColumns, ItemState
 from dtoc_rl.labels import NeedLabeller, modified_by
 from dtoc_rl.labels.vocabulary import tool_category_id
+from dtoc_rl.labels.words import output_words
 
 __all__ = ["Output", "SessionCounts", "SessionTracker", "args_json"]
 
@@ -163,6 +164,7 @@ class SessionTracker:
             users_at=self.users,
             is_error=is_error,
             visible=rec.visible,
+            words=output_words(rec.tool_name, args, rec.tool_result),
         )
         o = Output(
             rec.tool_key, rec, step.index if step is not None else -1, row, rec.visible_cost - rec.hidden_cost

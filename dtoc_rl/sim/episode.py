@@ -33,6 +33,7 @@ from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 from dtoc_rl.data.models import family_id
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels.vocabulary import tool_category_id
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
 
 __all__ = ["Episode", "compile_episode", "compile_episodes"]
 
@@ -78,6 +79,8 @@ class Episode:
     thoughts: list[str] = field(default_factory=list)  # assistant text / reasoning, cut, for text views
     tool_names: list[str] = field(default_factory=list)
     model_raw: str = ""  # the log's model name (prices are per model version)
+    # (n, WORDS_PER_OUTPUT) int64: each output's hashed call words (labels.words), zeros without one
+    words: np.ndarray | None = None
     timestamps: np.ndarray | None = None  # (n,) seconds since the epoch of each call, NaN unknown
     # (n_calls + 1,) steps at which each model call starts, then n; None: every step is its own call
     call_ptr: np.ndarray | None = None
@@ -169,6 +172,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
     vis_cost = np.zeros(n, np.int64)
     hid_cost = np.zeros(n, np.int64)
     tool_id = np.zeros(n, np.int64)
+    words = np.zeros((n, WORDS_PER_OUTPUT), np.int64)
     is_error = np.zeros(n, bool)
     need_ptr = np.zeros(n + 1, np.int64)
     need_idx: list[int] = []
@@ -203,6 +207,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
             hid_cost[k] = rec.hidden_cost
             keys.append(key)
             previews.append(rec.preview(100))
+            words_array(output_words(s.tool_name, s.tool_args, s.output), words[k])
         else:
             keys.append("")
             previews.append("")
@@ -252,6 +257,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         vis_cost=vis_cost,
         hid_cost=hid_cost,
         tool_id=tool_id,
+        words=words,
         is_error=is_error,
         need_ptr=need_ptr.astype(np.int64),
         need_idx=need_idx_a,

