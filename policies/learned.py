@@ -210,9 +210,7 @@ class ItemScorer(nn.Module):
         # content words (built last, so the other layers draw the same initial weights with or without
         # them): the vocabulary (word hashes, most common first, set at fit time by set_vocabulary) is a
         # buffer saved and loaded with the weights (0: unused); _word_slots, rebuilt from it, looks words up
-        self.words = (
-            nn.Embedding(cfg.word_vocab + 1, d, padding_idx=0) if cfg.word_vocab else None
-        )
+        self.words = nn.Embedding(cfg.word_vocab + 1, d, padding_idx=0) if cfg.word_vocab else None
         if cfg.word_vocab:
             self.register_buffer("word_hashes", torch.zeros(cfg.word_vocab, dtype=torch.int64))
             self.register_buffer("_word_slots", torch.zeros(_WORD_SLOTS, dtype=torch.int64), persistent=False)
@@ -580,6 +578,13 @@ class LearnedPolicy(Policy):
         out[:, : p.shape[1]] = p
         return out if obs["items"].ndim == 3 else out[0]
 
+    @property
+    def price_table(self) -> dict[str, Prices] | None:
+        """The prices it was trained with (``dtoc-rl train --prices``), by model name, or None: a live
+        agent or the service prices a model they name as training did (unless given other prices)."""
+        table = self.meta.get("prices")
+        return {m: Prices(**p) for m, p in table.items()} if table else None
+
     def set_threshold_table(self, table: dict[str, Any] | None) -> None:
         """Install a validation threshold table (saved with the checkpoint's meta)."""
         self.meta["thresholds"] = table
@@ -745,6 +750,12 @@ class LearnedPolicy(Policy):
         policy.meta = meta.get("meta", {})
         if not isinstance(policy.meta, dict):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
+        try:
+            policy.price_table  # noqa: B018  (validated here, not at the first decision)
+        except (TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"{cfg_file}: 'meta.prices' is not a price table ({_one_line(e)})"
+            ) from None
         table = policy.meta.get("thresholds")
         if table is not None and not _valid_table(table):
             raise CheckpointError(

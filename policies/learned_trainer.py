@@ -648,4 +648,6 @@ def _fit(
         "source": cfg.source,
         **{k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")},
     }
+    if cost_cfg.price_table:  # the prices themselves, not the file they came from: served where it is not
+        policy.meta["prices"] = {m: p.to_dict() for m, p in cost_cfg.price_table.items()}
     return report

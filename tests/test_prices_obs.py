@@ -182,3 +182,25 @@ def test_serve_refuses_a_bad_price_file_in_one_line(tmp_path, capsys):
     assert main(["serve", "--policy", "none", "--port", "0", "--prices", str(f)]) == 2
     err = capsys.readouterr().err
     assert "--prices" in err and "needs input and output" in err and err.count("\n") == 1, err
+
+
+def test_a_checkpoint_trained_with_prices_keeps_them_and_a_live_agent_runs_at_them(tmp_path):
+    from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, LearnedPolicyConfig
+
+    table = '{"acme-1": {"input": 4, "output": 16, "cache_read": 0.5, "cache_write": 5}}'
+    tiny = dict(d_model=16, n_heads=2, n_layers=1, epochs=1, dagger_rounds=0)
+    pol = LearnedPolicyConfig(**tiny, prices=table).create()
+    pol.fit(None, progress=False)
+    path = pol.save(tmp_path / "c")
+    back = LearnedPolicy.load(path)
+    assert back.price_table == load_price_table(table)  # the prices, not the text they came from
+    orch = Orchestrator(back, query="task", model="acme-1")
+    assert price_vector(orch.prices).tolist() == [4.0, 16.0, 0.5, 5.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert Orchestrator(back, query="t", model="gpt-4o").prices == prices_for("gpt-4o", "gpt-4o")
+    meta = json.loads((path / "config.json").read_text())
+    meta["meta"]["prices"] = {"acme-1": {"input": 4}}
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"meta\.prices"):
+        LearnedPolicy.load(path)

@@ -113,7 +113,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
-from dtoc_rl.sim.pricing import Prices, prices_for
+from dtoc_rl.sim.pricing import Prices, model_prices
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -352,7 +352,9 @@ class Orchestrator:
             return self._prices
         key = (self.model_family, self._model)
         if self._listed is None or self._listed[0] != key:  # looked up once per model, not per decision
-            self._listed = (key, prices_for(self.model_family, self._model or None))
+            # a learned policy trained with its own prices (`dtoc-rl train --prices`) is priced at them
+            table = getattr(self.policy, "price_table", None)
+            self._listed = (key, model_prices(self._model or None, self.model_family, table))
         return self._listed[1]
 
     @property
