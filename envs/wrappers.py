@@ -36,6 +36,7 @@ from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 __all__ = ["StockRLWrapper", "bits_to_action", "make_flat_replay"]
 
 _RENAMED = {"items": "item_features"}
+_LEFT_OUT = frozenset({"item_words"})
 
 
 def bits_to_action(bits: Any, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -69,7 +70,10 @@ class StockRLWrapper(gym.Wrapper):
             size = n * len(ITEM_FEATURES) + 3 * n + len(GLOBAL_FEATURES) + self._n_families
             self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float32)
         else:
-            self.observation_space = spaces.Dict({_RENAMED.get(k, k): s for k, s in native.spaces.items()})
+            # word hashes (up to 2**31) are ids for a learned embedding, not numbers an MLP can scale
+            self.observation_space = spaces.Dict(
+                {_RENAMED.get(k, k): s for k, s in native.spaces.items() if k not in _LEFT_OUT}
+            )
         self._obs: dict[str, np.ndarray] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -91,7 +95,7 @@ class StockRLWrapper(gym.Wrapper):
 
     def _convert(self, obs: dict[str, np.ndarray]):
         if not self.flatten_obs:
-            return {_RENAMED.get(k, k): v for k, v in obs.items()}
+            return {_RENAMED.get(k, k): v for k, v in obs.items() if k not in _LEFT_OUT}
         onehot = np.zeros(self._n_families, np.float32)
         onehot[int(obs["family"])] = 1.0
         visible = obs["disable_mask"]  # stored and visible

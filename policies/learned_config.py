@@ -181,9 +181,10 @@ class LearnedPolicyConfig:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
         if self.min_family_val < 1:
             raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
-        if not 0 <= self.word_vocab < 2**16 or self.word_min_tasks < 1:
+        if not 0 <= self.word_vocab <= 4096 or self.word_min_tasks < 1:
+            # the network's word lookup table has 65,536 entries: more words would collide too often
             raise ValueError(
-                f"word_vocab must be in [0, 65535] and word_min_tasks >= 1, got {self.word_vocab}, "
+                f"word_vocab must be in [0, 4096] and word_min_tasks >= 1, got {self.word_vocab}, "
                 f"{self.word_min_tasks}"
             )
         if self.batching not in ("pays", "off"):

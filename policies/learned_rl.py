@@ -117,7 +117,7 @@ def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor) -> list[Sample]:
             Sample(
                 items=t["items"][i, :m].numpy(),
                 tool=t["tool"][i, :m].numpy(),
-                words=t["words"][i, :m].numpy(),
+                words=t["words"][i, :m].numpy().astype(np.int32),
                 glob=t["glob"][i].numpy(),
                 family=int(t["family"][i]),
                 target=action,

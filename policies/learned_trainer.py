@@ -38,6 +38,7 @@ from torch import nn
 from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.labels.words import common_words
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.learned import LearnedPolicy, economics
 from dtoc_rl.policies.oracle import plan
@@ -64,7 +65,7 @@ THRESHOLD_GRID = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.7)
 class Sample:
     items: np.ndarray  # (m, F + E) the used slots only, economics appended
     tool: np.ndarray  # (m,)
-    words: np.ndarray  # (m, K) int64 hashed content words
+    words: np.ndarray  # (m, K) hashed content words, int32 (they are < 2**31): half the memory
     glob: np.ndarray  # (G + E',)
     family: int
     target: np.ndarray  # (m,) 1 = visible at the next call
@@ -235,7 +236,7 @@ def collect(
                 Sample(
                     items=np.concatenate([items, econ], 1),
                     tool=obs["item_tool"][:m].copy(),
-                    words=obs["item_words"][:m].copy(),
+                    words=obs["item_words"][:m].astype(np.int32),
                     glob=np.concatenate([obs["globals"], econ_glob]),
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
@@ -489,27 +490,17 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
 
 
 def word_vocabulary(episodes: Sequence[Episode], size: int, min_tasks: int) -> np.ndarray:
-    """The ``size`` content words (hashes, dtoc_rl.labels.words) found in the most tasks among
-    ``episodes``, of those found in at least ``min_tasks``, most common first; ties broken by the hash,
-    so the same episodes always give the same vocabulary."""
-    if size <= 0:
-        return np.zeros(0, np.int64)
-    task_ids: dict[tuple[str, str], int] = {}
-    rows = []
-    for ep in episodes:
-        if ep.words is None:
-            continue
-        w = np.unique(ep.words[ep.has_out])
-        w = w[w > 0]
-        t = task_ids.setdefault((ep.source, ep.task_id), len(task_ids))
-        rows.append(np.stack([w, np.full(len(w), t, np.int64)], 1))
-    if not rows:
-        return np.zeros(0, np.int64)
-    pairs = np.unique(np.concatenate(rows), axis=0)  # (word, task) once each
-    words, tasks = np.unique(pairs[:, 0], return_counts=True)
-    keep = tasks >= min_tasks
-    words, tasks = words[keep], tasks[keep]
-    return words[np.lexsort((words, -tasks))[:size]]
+    """The policy's vocabulary (:func:`dtoc_rl.labels.words.common_words`) of these episodes' outputs."""
+    return common_words(
+        (
+            ((ep.source, ep.task_id), row)
+            for ep in episodes
+            if ep.words is not None
+            for row in ep.words[ep.has_out]
+        ),
+        size,
+        min_tasks,
+    )
 
 
 def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:

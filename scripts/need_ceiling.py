@@ -38,7 +38,7 @@ import numpy as np
 from dtoc_rl.data.dataset import iter_trajectories
 from dtoc_rl.data.schema import MISS_KINDS
 from dtoc_rl.labels.vocabulary import tool_category_id
-from dtoc_rl.labels.words import output_words
+from dtoc_rl.labels.words import common_words, output_words
 from dtoc_rl.optional import require
 
 AGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
@@ -112,12 +112,10 @@ def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 2
     decomposition = require("sklearn.decomposition", "scripts.need_ceiling", "analysis")
     if kind == "words":
         sparse = require("scipy.sparse", "scripts.need_ceiling", "analysis")
-        tasks: dict[int, set[str]] = {}
-        for o, tr in zip(outs, train):
-            if tr:
-                for w in o.words:
-                    tasks.setdefault(w, set()).add(o.task)
-        vocab = {w: i for i, w in enumerate(sorted(w for w, t in tasks.items() if len(t) >= min_tasks))}
+        common = common_words(
+            (((o.source, o.task), o.words) for o, tr in zip(outs, train) if tr), 1024, min_tasks
+        )  # the policy's vocabulary (LearnedPolicyConfig.word_vocab, word_min_tasks)
+        vocab = {int(w): i for i, w in enumerate(common)}
         if len(vocab) < 2:
             raise SystemExit(
                 f"--text words: {len(vocab)} words in >= {min_tasks} training tasks (--min-tasks)"

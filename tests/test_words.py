@@ -85,3 +85,43 @@ def test_the_orchestrator_and_decide_see_the_words_replay_computes():
                             active_tokens=10, step=1)  # fmt: skip
     assert obs["item_words"][0].tolist() == spy.obs["item_words"][0].tolist()
     assert not obs["item_words"][1:].any()
+
+
+def test_a_command_with_non_ascii_letters_has_the_same_words_escaped_or_not():
+    raw = {"file_path": "/home/josé/src/módulo.py"}
+    escaped, plain = json.dumps(raw), json.dumps(raw, ensure_ascii=False)  # loggers differ
+    assert escaped != plain
+    assert output_words("Read", escaped, "x") == output_words("Read", plain, "x")
+    assert _h("u00e9") not in output_words("Read", escaped, "x")
+
+
+def test_the_words_a_replayed_log_gives_are_the_ones_the_orchestrator_observed():
+    from dtoc_rl.sim.episode import compile_episode
+
+    spy = Spy()
+    orch = Orchestrator(spy, query="task", model="gpt-4o")
+    read_loop(orch, 4)
+    orch.decide(force=True)
+    ep = compile_episode(orch.trajectory())
+    m = int(spy.obs["item_mask"].sum())
+    assert m == 4
+    np.testing.assert_array_equal(spy.obs["item_words"][:m], ep.words[ep.has_out])
+
+
+def test_remote_policy_sends_each_outputs_words():
+    from dtoc_rl.serve.service import RemotePolicy, serve_in_thread
+
+    local, served = Spy(), Spy()
+    srv, _ = serve_in_thread(DecisionService(served), "127.0.0.1", 0)
+    try:
+        orch = Orchestrator(local, query="task", model="gpt-4o", max_items=8, label_every=0)
+        read_loop(orch, 5)
+        orch.decide(force=True)
+        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}", token=srv.token)
+        remote.act(local.obs, {"model_family": "gpt-4o"})
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    m = int(local.obs["item_mask"].sum())
+    assert local.obs["item_words"][:m].any()
+    np.testing.assert_array_equal(served.obs["item_words"][:m], local.obs["item_words"][:m])

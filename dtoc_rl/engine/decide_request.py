@@ -21,7 +21,7 @@ import msgspec
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.engine.features import ItemState
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES, tool_category_id
-from dtoc_rl.labels.words import output_words
+from dtoc_rl.labels.words import call_text, text_words
 from dtoc_rl.sim.pricing import Prices
 
 __all__ = [
@@ -77,6 +77,10 @@ class Item(msgspec.Struct):
     # the output's first lines (all of it will do): the words of the call and of these lines are a
     # learned policy's content input (dtoc_rl.labels.words); only the first three lines are read
     head: Annotated[str, msgspec.Meta(max_length=_MAX_ARGS)] | None = None
+    # the hashed words themselves (dtoc_rl.labels.words), for a client that has them (RemotePolicy)
+    words: (
+        Annotated[list[Annotated[int, msgspec.Meta(ge=1, lt=2**31)]], msgspec.Meta(max_length=16)] | None
+    ) = None
     needs: Count | None = None
     times_needed: Count | None = None
     since_need: Count | None = None
@@ -253,8 +257,9 @@ def _category(tool: str, args: str) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-def _words(tool: str | None, args: str, head: str | None) -> tuple[int, ...]:
-    return output_words(tool, args, head)
+def _words(text: str) -> tuple[int, ...]:
+    # keyed on the few hundred characters read (call_text), not on arguments of up to 100,000
+    return text_words(text)
 
 
 def resolve_family(req: Request) -> str:
@@ -321,10 +326,12 @@ def parse(
         if label is not None and times_needed is None:  # the client's own counts win
             times_needed, since_need = label.times_needed, label.since_need
             modified, rereads = modified or label.modified, max(rereads, label.rereads)
-        if it.head is None and label is not None and label.words:  # the session saw the output
+        if it.words is not None:
+            words = tuple(it.words)
+        elif it.head is None and label is not None and label.words:  # the session saw the output
             words = label.words
         else:
-            words = _words(it.tool, args, it.head) if (it.tool or it.head) else ()
+            words = _words(call_text(it.tool, args, it.head)) if (it.tool or it.head) else ()
         states.append(ItemState(
             est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i, args),
             words=words,

@@ -19,16 +19,20 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Hashable, Iterable
 
 import numpy as np
 
-__all__ = ["WORDS_PER_OUTPUT", "output_words", "words_array"]
+__all__ = ["WORDS_PER_OUTPUT", "call_text", "common_words", "output_words", "text_words", "words_array"]
 
 #: Distinct words kept per output.  The call and the output's first lines hold about 11 on average
 #: in ../shared; more added nothing measurable.
 WORDS_PER_OUTPUT = 16
 
-_WORD = re.compile(r"\b[a-z_][a-z0-9_]{1,30}\b")  # longer runs (hashes, base64) are no words
+# ASCII words: longer runs (hashes, base64) are no words, and a non-ASCII letter separates words the
+# same way whether a log escaped it (\u00e9) or not
+_WORD = re.compile(r"\b[a-z_][a-z0-9_]{1,30}\b", re.ASCII)
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
 _ARGS_CHARS = 300  # of the tool name and arguments
 _HEAD_LINES = 3  # of the output
 _HEAD_CHARS = 300
@@ -51,19 +55,53 @@ def _plain(args: str) -> str:
     return args
 
 
-def output_words(tool_name: str | None, tool_args: str | None, output: str | None) -> tuple[int, ...]:
-    """The hashed words (at most :data:`WORDS_PER_OUTPUT`, first occurrence order, each in
-    ``1 .. 2**31-1``) of a call's tool name and arguments and the first lines of its output."""
-    head = (tool_name or "") + " " + _plain(tool_args or "")[:_ARGS_CHARS]
+def call_text(tool_name: str | None, tool_args: str | None, output: str | None) -> str:
+    """The text :func:`output_words` reads (at most about 650 characters): the tool name, the start of
+    the arguments (JSON escapes of non-ASCII characters decoded: loggers differ in escaping them) and
+    the output's first lines."""
+    args = _plain(tool_args or "")
+    if "\\u" in args:
+        args = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), args)
+    text = (tool_name or "") + " " + args[:_ARGS_CHARS]
     if output:
         first = output[: _HEAD_CHARS * 4].split("\n", _HEAD_LINES)[:_HEAD_LINES]
-        head += "\n" + "\n".join(first)[:_HEAD_CHARS]
+        text += "\n" + "\n".join(first)[:_HEAD_CHARS]
+    return text
+
+
+def text_words(text: str) -> tuple[int, ...]:
+    """The hashed words of ``text`` (at most :data:`WORDS_PER_OUTPUT`, first occurrence order, each in
+    ``1 .. 2**31-1``)."""
     seen: dict[int, None] = {}
-    for w in _WORD.findall(head.lower()):
+    for w in _WORD.findall(text.lower()):
         seen.setdefault(_hash(w))
         if len(seen) == WORDS_PER_OUTPUT:
             break
     return tuple(seen)
+
+
+def output_words(tool_name: str | None, tool_args: str | None, output: str | None) -> tuple[int, ...]:
+    """The hashed words of a call's tool name and arguments and its output's first lines."""
+    return text_words(call_text(tool_name, tool_args, output))
+
+
+def common_words(docs: Iterable[tuple[Hashable, Iterable[int]]], size: int, min_tasks: int) -> np.ndarray:
+    """The ``size`` words found in the most tasks, of those found in at least ``min_tasks``, most
+    common first (ties by hash, so the same documents always give the same list).  ``docs``: (task,
+    hashed words) pairs, a task any number of times.  A learned policy's vocabulary, so that it
+    embeds words seen across tasks, not a file name of a few."""
+    tasks: dict[int, set[Hashable]] = {}
+    for task, words in docs:
+        for w in words:
+            if w:
+                tasks.setdefault(int(w), set()).add(task)
+    if size <= 0 or not tasks:
+        return np.zeros(0, np.int64)
+    words = np.fromiter(tasks, np.int64, len(tasks))
+    counts = np.fromiter((len(t) for t in tasks.values()), np.int64, len(tasks))
+    keep = counts >= min_tasks
+    words, counts = words[keep], counts[keep]
+    return words[np.lexsort((words, -counts))[:size]]
 
 
 def words_array(words: tuple[int, ...] | list[int], out: np.ndarray | None = None) -> np.ndarray:

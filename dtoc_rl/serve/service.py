@@ -44,7 +44,9 @@ default: ``step - stored_step`` when ``stored_step`` is given, else the number
 of items after it), ``timestamp`` (seconds; when every item has one, items are
 ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``modified``, ``is_error``, ``superseded``, ``rereads``, ``toggles``,
-``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`).  Top level:
+``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`), ``head`` (the output's first
+lines: with ``tool`` and ``args``, the words a learned policy reads, ``dtoc_rl.labels.words``) or
+``words`` (those words already hashed, at most 16).  Top level:
 ``active_tokens`` (default: visible tokens plus ~40 per hidden placeholder),
 ``step`` (default: the oldest age + 1), ``budget`` (alias ``budget_tokens``),
 ``saved_tokens``, ``misses``, ``mgmt_calls``, and ``stored`` / ``visible_count``
@@ -821,6 +823,7 @@ class RemotePolicy:
                     "tokens": max(0, round(row[f["est_tokens_k"]] * 1000)),
                     "visible": bool(row[f["visible"]] > 0.5),
                     "tool_category": TOOL_CATEGORIES[int(obs["item_tool"][i])],
+                    **_words_field(obs, i),
                     "age": age,
                     "needs": max(0, needed),
                     "since_need": max(0, round(row[f["since_need"]])) if needed else None,
@@ -885,3 +888,12 @@ class RemotePolicy:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _words_field(obs: dict[str, np.ndarray], i: int) -> dict[str, list[int]]:
+    # the slot's hashed words, so that a served learned policy reads what a local one would
+    w = obs.get("item_words")
+    if w is None:
+        return {}
+    row = [int(x) for x in np.asarray(w[i]) if x]
+    return {"words": row} if row else {}

@@ -284,9 +284,9 @@ function createDtoc(opts = {}) {
         visible: it.visible,
         tool: it.tool,
         args: it.args.length > 20000 ? it.args.slice(0, 20000) : it.args,
-        // the first lines of the output: with the call, the words a learned policy reads (the service
-        // reads three lines)
-        head: it.original.slice(0, 1200).split("\n", 3).join("\n"),
+        // the start of the output: with the call, the words a learned policy reads (the service reads
+        // its first lines)
+        head: it.original.slice(0, 1200),
         age: Math.max(0, step - 1 - it.assistantIndex),
         superseded: it.superseded,
       })),

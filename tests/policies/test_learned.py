@@ -148,7 +148,12 @@ def _random_obs(rng, n, count):
         "disable_mask": vis.astype(np.int8),
         "globals": (rng.standard_normal(len(GLOBAL_FEATURES)) * 50).astype(np.float32),
         "family": np.int64(rng.integers(0, len(FAMILIES))),
+        # word hashes 1..199, some padding: those below 100 are in the vocabulary the tests give
+        "item_words": np.where(mask[:, None] & (rng.random((n, 16)) < 0.7), rng.integers(1, 200, (n, 16)), 0),
     }
+
+
+VOCABULARY = range(1, 100)
 
 
 def _padded_probs(net, obs):
@@ -165,6 +170,7 @@ def _padded_probs(net, obs):
             torch.as_tensor(o["item_mask"].astype(bool)),
             torch.as_tensor(np.concatenate([o["globals"], econ_glob], -1)),
             torch.as_tensor(np.asarray(o["family"]).reshape(-1)),
+            torch.as_tensor(o["item_words"]),
         )
     p = torch.sigmoid(logits).detach().numpy() * o["item_mask"]
     return p if batched else p[0]
@@ -178,6 +184,7 @@ def _padded_probs(net, obs):
 def test_inference_path_matches_the_padded_module_path_on_random_observations(cfg):
     rng = np.random.default_rng(7)
     pol = LearnedPolicyConfig(**cfg, seed=5, threshold=0.5, batching="off").create()
+    pol.net.set_vocabulary(VOCABULARY)
     n = 128
     counts = [0, 1, 2, 5, 64, 127, 128]
     singles = [_random_obs(rng, n, c) for c in counts]
@@ -205,6 +212,7 @@ def test_inference_path_matches_the_padded_module_path_on_random_observations(cf
 def test_inference_path_is_the_kernel_the_module_runs_in_eval_mode():
     rng = np.random.default_rng(3)
     pol = LearnedPolicyConfig(seed=1).create()
+    pol.net.set_vocabulary(VOCABULARY)
     state = torch.get_rng_state()
     fast = [pol.probs(_random_obs(rng, 128, c)) for c in (3, 128)]
     assert pol.net._plan  # built on first use, for the default network

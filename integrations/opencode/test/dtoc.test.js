@@ -388,8 +388,8 @@ test("a placeholder is ~40 tokens under ceil(chars/4), as the README says, and i
   // the active tokens the plugin reports count hidden outputs at their placeholder's size
   await hooks["experimental.chat.messages.transform"]({}, { messages: history });
   const last = bodies[bodies.length - 1];
-  // each item carries its output's first three lines, the words a learned policy reads
-  for (const it of last.items) assert.ok(it.head.split("\n").length === 3 && OUTPUTS.some((o) => o.startsWith(it.head)));
+  // each item carries the start of its output, where a learned policy reads its words
+  for (const it of last.items) assert.ok(it.head.length > 0 && OUTPUTS.some((o) => o.startsWith(it.head)));
   const s = hooks[STATE].sessions.get(SID);
   const visible = last.items.filter((/** @type {any} */ it) => it.visible).reduce((a, /** @type {any} */ it) => a + it.tokens, 0);
   const hidden = placeholders.reduce((a, ph) => a + Math.ceil(ph.length / 4), 0);
