@@ -37,7 +37,7 @@ from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import best_batch, episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.sim.pricing import Prices, cache_regime, prices_for
+from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
 
 __all__ = [
     "ECON_GLOBAL_FEATURES",
@@ -583,7 +583,7 @@ class LearnedPolicy(Policy):
         """The prices it was trained with (``dtoc-rl train --prices``), by model name, or None: a live
         agent or the service prices a model they name as training did (unless given other prices)."""
         table = self.meta.get("prices")
-        return {m: Prices(**p) for m, p in table.items()} if table else None
+        return price_table(table, "in the checkpoint") if table else None
 
     def set_threshold_table(self, table: dict[str, Any] | None) -> None:
         """Install a validation threshold table (saved with the checkpoint's meta)."""
@@ -752,10 +752,8 @@ class LearnedPolicy(Policy):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
         try:
             policy.price_table  # noqa: B018  (validated here, not at the first decision)
-        except (TypeError, AttributeError) as e:
-            raise CheckpointError(
-                f"{cfg_file}: 'meta.prices' is not a price table ({_one_line(e)})"
-            ) from None
+        except ValueError as e:
+            raise CheckpointError(f"{cfg_file}: 'meta.prices': {e}") from None
         table = policy.meta.get("thresholds")
         if table is not None and not _valid_table(table):
             raise CheckpointError(

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
+from dtoc_rl.engine.features import ITEM_FEATURES, PRICE_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import common_words
@@ -96,7 +96,9 @@ ITEM_VISIBLE = ITEM_FEATURES.index("visible")
 def _cost_config(policy: LearnedPolicy) -> CostConfig:
     """The costs training plans, weights, observes and tunes under, with the user's prices
     (``cfg.prices``, a file or inline JSON) read into its price table."""
-    table = load_price_table(policy.cfg.prices) if policy.cfg.prices else None
+    # a trained checkpoint's own prices (retune, fine-tuning) before the file it was given, which may
+    # have moved or changed since
+    table = policy.price_table or (load_price_table(policy.cfg.prices) if policy.cfg.prices else None)
     return CostConfig(miss=policy.cfg.miss, overhead=policy.cfg.overhead, price_table=table)
 
 
@@ -579,6 +581,7 @@ def _fit(
     torch.set_num_threads(max(1, cfg.threads))
     t0 = time.perf_counter()
     eps, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes)
+    policy.meta.pop("prices", None)  # a new training is priced by its config
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {
         "mode": cfg.mode,
@@ -640,5 +643,7 @@ def _fit(
         **{k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")},
     }
     if cost_cfg.price_table:  # the prices themselves, not the file they came from: served where it is not
-        policy.meta["prices"] = {m: p.to_dict() for m, p in cost_cfg.price_table.items()}
+        policy.meta["prices"] = {
+            m: {k: getattr(p, k) for k in PRICE_FEATURES} for m, p in cost_cfg.price_table.items()
+        }
     return report

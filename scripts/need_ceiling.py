@@ -40,6 +40,7 @@ from dtoc_rl.data.schema import MISS_KINDS
 from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import common_words, output_words
 from dtoc_rl.optional import require
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
 AGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
@@ -113,8 +114,10 @@ def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 2
     if kind == "words":
         sparse = require("scipy.sparse", "scripts.need_ceiling", "analysis")
         common = common_words(
-            (((o.source, o.task), o.words) for o, tr in zip(outs, train) if tr), 1024, min_tasks
-        )  # the policy's vocabulary (LearnedPolicyConfig.word_vocab, word_min_tasks)
+            (((o.source, o.task), o.words) for o, tr in zip(outs, train) if tr),
+            LearnedPolicyConfig.word_vocab,
+            min_tasks,
+        )  # the policy's vocabulary
         vocab = {int(w): i for i, w in enumerate(common)}
         if len(vocab) < 2:
             raise SystemExit(

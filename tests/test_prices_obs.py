@@ -187,20 +187,30 @@ def test_serve_refuses_a_bad_price_file_in_one_line(tmp_path, capsys):
 def test_a_checkpoint_trained_with_prices_keeps_them_and_a_live_agent_runs_at_them(tmp_path):
     from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, LearnedPolicyConfig
 
-    table = '{"acme-1": {"input": 4, "output": 16, "cache_read": 0.5, "cache_write": 5}}'
+    acme = {"input": 4, "output": 16, "cache_read": 0.5, "cache_write": 5}
+    table = json.dumps({"acme-1": acme, "gpt-4o": {"input": 1, "output": 2}})
     tiny = dict(d_model=16, n_heads=2, n_layers=1, epochs=1, dagger_rounds=0)
     pol = LearnedPolicyConfig(**tiny, prices=table).create()
     pol.fit(None, progress=False)
     path = pol.save(tmp_path / "c")
     back = LearnedPolicy.load(path)
-    assert back.price_table == load_price_table(table)  # the prices, not the text they came from
-    orch = Orchestrator(back, query="task", model="acme-1")
-    assert price_vector(orch.prices).tolist() == [4.0, 16.0, 0.5, 5.0]
+    want = {m: price_vector(p).tolist() for m, p in load_price_table(table).items()}
+    assert {m: price_vector(p).tolist() for m, p in back.price_table.items()} == want  # the prices themselves
+    assert price_vector(Orchestrator(back, query="task", model="acme-1").prices).tolist() == want["acme-1"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert Orchestrator(back, query="t", model="gpt-4o").prices == prices_for("gpt-4o", "gpt-4o")
+        assert Orchestrator(back, query="t", model="gpt-4").prices == prices_for("gpt-4", "gpt-4")
+    # the service prices a model of a family it serves at them, and leaves another family to the fallback
+    spy = Spy()
+    spy.price_table = back.price_table
+    svc = DecisionService(spy)
+    svc.decide({"items": _items(4), "model": "gpt-4o"})
+    assert spy.obs["prices"].tolist() == want["gpt-4o"]
+    spy.obs = None
+    assert svc.decide({"items": _items(4), "model": "acme-1"})["fallback"] is True and spy.obs is None
+    # a damaged table is refused at load, naming what is wrong
     meta = json.loads((path / "config.json").read_text())
-    meta["meta"]["prices"] = {"acme-1": {"input": 4}}
+    meta["meta"]["prices"] = {"acme-1": {"input": "four", "output": 16}}
     (path / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=r"meta\.prices"):
+    with pytest.raises(CheckpointError, match=r"meta\.prices.*input must be a non-negative number"):
         LearnedPolicy.load(path)

@@ -7,6 +7,7 @@ import json
 import zlib
 
 import numpy as np
+import pytest
 
 from dtoc_rl.engine.features import ItemState, build_observation, observation_space
 from dtoc_rl.envs import ReplayEnv
@@ -93,6 +94,20 @@ def test_a_command_with_non_ascii_letters_has_the_same_words_escaped_or_not():
     assert escaped != plain
     assert output_words("Read", escaped, "x") == output_words("Read", plain, "x")
     assert _h("u00e9") not in output_words("Read", escaped, "x")
+    # an emoji is a surrogate pair when escaped: one character either way, so the 300-character cut of
+    # the arguments lands at the same word
+    long = {"command": "\U0001f600" * 40 + " " + "w" * 20 + " pytest_module tail"}
+    a, b = json.dumps(long), json.dumps(long, ensure_ascii=False)
+    assert output_words("bash", a, None) == output_words("bash", b, None)
+
+
+def test_decide_refuses_bad_words():
+    from dtoc_rl.serve.service import DecideError
+
+    for bad in ([0], [2**31], [1.5], list(range(1, 18))):
+        item = {"key": "a", "tokens": 10, "words": bad}
+        with pytest.raises(DecideError, match="words"):
+            DecisionService(Spy()).decide({"items": [item], "model": "gpt-4o"})
 
 
 def test_the_words_a_replayed_log_gives_are_the_ones_the_orchestrator_observed():

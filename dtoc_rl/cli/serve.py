@@ -201,8 +201,6 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as e:
                 raise CLIError(f"--prices: {e}") from None
         policy = _load(args.policy, "policy")
-        if prices is None:  # a checkpoint trained with --prices serves at them
-            prices = getattr(policy, "price_table", None)
         if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
             sys.modules["torch"].set_num_threads(args.threads)
         families = None

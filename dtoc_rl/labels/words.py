@@ -32,7 +32,7 @@ WORDS_PER_OUTPUT = 16
 # ASCII words: longer runs (hashes, base64) are no words, and a non-ASCII letter separates words the
 # same way whether a log escaped it (\u00e9) or not
 _WORD = re.compile(r"\b[a-z_][a-z0-9_]{1,30}\b", re.ASCII)
-_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_ESCAPES = re.compile(r"(?:\\u[0-9a-fA-F]{4})+")  # a run of them: a surrogate pair is one character
 _ARGS_CHARS = 300  # of the tool name and arguments
 _HEAD_LINES = 3  # of the output
 _HEAD_CHARS = 300
@@ -60,13 +60,17 @@ def call_text(tool_name: str | None, tool_args: str | None, output: str | None) 
     the arguments (JSON escapes of non-ASCII characters decoded: loggers differ in escaping them) and
     the output's first lines."""
     args = _plain(tool_args or "")
-    if "\\u" in args:
-        args = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), args)
+    if "\\u" in args:  # at most 12 characters an escaped one: decode only what can reach the cut
+        args = _ESCAPES.sub(_decoded, args[: _ARGS_CHARS * 12 + 12])
     text = (tool_name or "") + " " + args[:_ARGS_CHARS]
     if output:
         first = output[: _HEAD_CHARS * 4].split("\n", _HEAD_LINES)[:_HEAD_LINES]
         text += "\n" + "\n".join(first)[:_HEAD_CHARS]
     return text
+
+
+def _decoded(m: re.Match) -> str:
+    return json.loads(f'"{m.group(0)}"')  # JSON's own decoding joins surrogate pairs
 
 
 def text_words(text: str) -> tuple[int, ...]:

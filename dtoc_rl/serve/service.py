@@ -143,7 +143,7 @@ from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_TOTAL_CHARS,
     Sessions,
 )
-from dtoc_rl.sim.pricing import Prices, prices_for, user_prices
+from dtoc_rl.sim.pricing import Prices, model_prices, user_prices
 
 __all__ = [
     "DEFAULT_HOST",
@@ -320,7 +320,10 @@ class DecisionService:
                 active_tokens=p["active_tokens"],
                 step=p["step"],
                 model_family=p["family"],
-                prices=given or prices_for(p["family"], p["model"] or None),
+                # a learned policy trained with its own prices is priced at them (they do not make
+                # another family served, as the user's --prices do: the policy was not trained on it)
+                prices=given
+                or model_prices(p["model"] or None, p["family"], getattr(policy, "price_table", None)),
                 budget_tokens=p["budget"],
                 saved_tokens=p["saved_tokens"],
                 misses=p["misses"],

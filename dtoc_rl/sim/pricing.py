@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from dtoc_rl.data.models import model_version
 
@@ -39,6 +40,7 @@ __all__ = [
     "cache_rules_for",
     "load_price_table",
     "model_prices",
+    "price_table",
     "prices_for",
     "user_prices",
 ]
@@ -222,6 +224,12 @@ def load_price_table(source: str | Path) -> dict[str, Prices]:
         data = yaml.safe_load(text)  # JSON is YAML
     except Exception as e:
         raise ValueError(f"prices {source}: not JSON or YAML ({str(e).splitlines()[0]})") from None
+    return price_table(data, str(source))
+
+
+def price_table(data: Any, source: str) -> dict[str, Prices]:
+    """A parsed price table (``{model: {input, output, cache_read, cache_write}}``) checked, as
+    :func:`load_price_table` reads one; ``source`` names it in the one-line ValueErrors."""
     if not isinstance(data, dict) or not data:
         raise ValueError(
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"

@@ -285,8 +285,8 @@ function createDtoc(opts = {}) {
         tool: it.tool,
         args: it.args.length > 20000 ? it.args.slice(0, 20000) : it.args,
         // the start of the output: with the call, the words a learned policy reads (the service reads
-        // its first lines)
-        head: it.original.slice(0, 1200),
+        // at most 300 characters of its first lines)
+        head: it.original.slice(0, 600),
         age: Math.max(0, step - 1 - it.assistantIndex),
         superseded: it.superseded,
       })),
