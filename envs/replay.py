@@ -111,6 +111,7 @@ class _Template:
         words = np.zeros((n_out + n_slots, WORDS_PER_OUTPUT), np.int64)
         if ep.words is not None:
             words[:n_out] = ep.words[outs]
+        words.flags.writeable = False  # observations are views of it
         return cls(
             ep=ep,
             out_steps=outs,
@@ -619,9 +620,11 @@ class ReplayEnv(gym.Env):
             ],
             np.float32,
         )
-        words = tpl.words_o[lo:hi].copy()
-        if m < N:
-            words[m:] = 0  # outputs not stored yet
+        if m == N:  # a view of the episode's read-only words: they never change, so nothing to copy
+            words = tpl.words_o[lo:hi]
+        else:  # the outputs not stored yet stay zero
+            words = np.zeros((N, WORDS_PER_OUTPUT), np.int64)
+            words[:m] = tpl.words_o[lo : lo + m]
         return {
             "items": feats,
             "item_tool": item_tool,
