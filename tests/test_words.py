@@ -104,7 +104,7 @@ def test_a_command_with_non_ascii_letters_has_the_same_words_escaped_or_not():
 def test_decide_refuses_bad_words():
     from dtoc_rl.serve.service import DecideError
 
-    for bad in ([0], [2**31], [1.5], list(range(1, 18))):
+    for bad in ([0], [2**31], [1.5], list(range(1, WORDS_PER_OUTPUT + 2))):
         item = {"key": "a", "tokens": 10, "words": bad}
         with pytest.raises(DecideError, match="words"):
             DecisionService(Spy()).decide({"items": [item], "model": "gpt-4o"})

@@ -21,7 +21,7 @@ import msgspec
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.engine.features import ItemState
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES, tool_category_id
-from dtoc_rl.labels.words import call_text, text_words
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT, call_text, text_words
 from dtoc_rl.sim.pricing import Prices
 
 __all__ = [
@@ -62,6 +62,11 @@ class DecideError(Exception):
         return {"error": self.message, "field": self.field, "status": self.status}
 
 
+# hashed words (dtoc_rl.labels.words): 1 .. 2**31-1, at most as many as an observation holds
+Word = Annotated[int, msgspec.Meta(ge=1, lt=2**31)]
+Words = Annotated[list[Word], msgspec.Meta(max_length=WORDS_PER_OUTPUT)]
+
+
 class Item(msgspec.Struct):
     """One stored output, as a client describes it."""
 
@@ -78,9 +83,7 @@ class Item(msgspec.Struct):
     # learned policy's content input (dtoc_rl.labels.words); only the first three lines are read
     head: Annotated[str, msgspec.Meta(max_length=_MAX_ARGS)] | None = None
     # the hashed words themselves (dtoc_rl.labels.words), for a client that has them (RemotePolicy)
-    words: (
-        Annotated[list[Annotated[int, msgspec.Meta(ge=1, lt=2**31)]], msgspec.Meta(max_length=16)] | None
-    ) = None
+    words: Words | None = None
     needs: Count | None = None
     times_needed: Count | None = None
     since_need: Count | None = None
