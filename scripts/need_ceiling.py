@@ -35,16 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dtoc_rl.data.dataset import iter_trajectories
-from dtoc_rl.data.schema import MISS_KINDS
-from dtoc_rl.labels.vocabulary import tool_category_id
-from dtoc_rl.labels.words import common_words, output_words
+from dtoc_rl.data.dataset import DatasetError, iter_trajectories
+from dtoc_rl.labels.words import common_words
 from dtoc_rl.optional import require
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.sim.episode import compile_episode
+from dtoc_rl.sim.simulator import CostConfig
 
 AGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
-N_STATE = 8  # state columns before the content columns
 
 
 @dataclass
@@ -58,30 +57,29 @@ class Output:
     tool: int
     error: bool
     needs: list[int]  # steps that need it (miss kinds)
-    reaccess: list[int]
-    modified: int | None  # first later step that writes what it read
+    superseded: int  # first later step that re-reads what it read (NEVER: none)
+    modified: int  # first later step that may change what it read (NEVER: none)
     words: tuple[int, ...]
     text: str
 
 
 def load(dataset: str) -> list[Output]:
+    """Every stored output of the dataset, with what ReplayEnv shows a policy of it (the compiled
+    episode's sizes, tool ids, flags, needs and words) and its text (for ``--text minilm``)."""
     outs = []
+    kinds = CostConfig().kind_mask()  # the needs ReplayEnv charges as misses
     for tr in iter_trajectories(dataset):
-        needs: dict[int, list[tuple[int, str]]] = {}
-        for s in tr.steps:
-            for n in s.needs:
-                needs.setdefault(n.step, []).append((s.index, n.kind))
-        writes = [(s.index, set(s.write_resources or ())) for s in tr.steps]
-        for s in tr.steps:
-            if s.output is None or s.tool_name is None:
-                continue
-            ns = needs.get(s.index, [])
-            mod = [t for t, w in writes if t > s.index and s.read_resource and s.read_resource in w]
+        ep = compile_episode(tr)
+        needs: dict[int, list[int]] = {}
+        for t in range(ep.n):
+            for j in ep.needs_at(t, kinds).tolist():
+                needs.setdefault(j, []).append(t)
+        for k in ep.out_steps.tolist():
+            s = tr.steps[k]
             outs.append(Output(
-                tr.task_id, tr.source, tr.traj_id, len(tr.steps), s.index, s.output_tokens,
-                tool_category_id(s.tool_name, s.tool_args), s.output_is_error,
-                sorted(t for t, k in ns if k in MISS_KINDS), sorted(t for t, k in ns if k == "reaccess"),
-                min(mod) if mod else None, output_words(s.tool_name, s.tool_args, s.output),
+                tr.task_id, tr.source, tr.traj_id, ep.n, k, int(ep.est_tok[k]), int(ep.tool_id[k]),
+                bool(ep.is_error[k]), sorted(set(needs.get(k, ()))), int(ep.superseded_at[k]),
+                int(ep.modified_at[k]), tuple(int(w) for w in ep.words[k] if w),
                 f"{s.tool_name} {s.tool_args[:300]}\n{s.output[:1500]}",
             ))  # fmt: skip
     return outs
@@ -98,8 +96,7 @@ def rows(outs: list[Output]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             before = [u for u in o.needs if u < t]
             x.append([
                 np.log1p(o.tokens), a, o.tool, len(before), (t - before[-1]) if before else a,
-                float(o.modified is not None and o.modified < t), float(o.error),
-                float(any(u < t for u in o.reaccess)),
+                float(o.modified < t), float(o.error), float(o.superseded < t),
             ])  # fmt: skip
             y.append(any(u >= t for u in o.needs))
             meta.append((k, a))
@@ -130,10 +127,8 @@ def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 2
             m[np.flatnonzero(train)]
         )
         return svd.transform(m).astype(np.float32)
-    if kind == "minilm":
-        e = _minilm(outs)
-        return decomposition.PCA(32, random_state=0).fit(e[train]).transform(e).astype(np.float32)
-    raise SystemExit(f"--text: unknown kind {kind!r}; one of none, words, minilm")
+    e = _minilm(outs)  # kind == "minilm" (argparse allows no other)
+    return decomposition.PCA(32, random_state=0).fit(e[train]).transform(e).astype(np.float32)
 
 
 def _minilm(outs: list[Output]) -> np.ndarray:
@@ -187,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.need_ceiling", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", required=True, help="an ingested dataset folder (dtoc-rl ingest)")
     ap.add_argument(
-        "--text", nargs="+", default=["none", "words"], help="content inputs to compare: none words minilm"
+        "--text",
+        nargs="+",
+        choices=("none", "words", "minilm"),
+        default=["none", "words"],
+        help="content inputs to compare (one row each)",
     )
     ap.add_argument("--leave-out-source", help="score on this source's tasks, train on the others")
     ap.add_argument("--seed", type=int, default=0, help="task split")
@@ -206,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args(argv)
-    outs = load(args.dataset)
+    try:
+        outs = load(args.dataset)
+    except DatasetError as e:
+        print(f"need_ceiling: {e}", file=sys.stderr)
+        return 1
     if not outs:
         print(f"need_ceiling: no tool outputs in {args.dataset}", file=sys.stderr)
         return 1
