@@ -526,6 +526,7 @@ class LearnedPolicy(Policy):
         self._prices: np.ndarray | None = None  # the current episode's (reset), else the family's
         self._thr: float | None = None
         self._thr_cache: dict[Any, float] = {}
+        self._price_table: tuple[Any, dict[str, Prices]] | None = None  # (meta["prices"], parsed)
 
     # -- acting ------------------------------------------------------------------
     def reset(self, info: dict[str, Any] | None = None) -> None:
@@ -583,7 +584,11 @@ class LearnedPolicy(Policy):
         """The prices it was trained with (``dtoc-rl train --prices``), by model name, or None: a live
         agent or the service prices a model they name as training did (unless given other prices)."""
         table = self.meta.get("prices")
-        return price_table(table, "in the checkpoint") if table else None
+        if not table:
+            return None
+        if self._price_table is None or self._price_table[0] is not table:  # checked once, not per request
+            self._price_table = (table, price_table(table, "in the checkpoint"))
+        return self._price_table[1]
 
     def set_threshold_table(self, table: dict[str, Any] | None) -> None:
         """Install a validation threshold table (saved with the checkpoint's meta)."""

@@ -94,12 +94,14 @@ def common_words(docs: Iterable[tuple[Hashable, Iterable[int]]], size: int, min_
     common first (ties by hash, so the same documents always give the same list).  ``docs``: (task,
     hashed words) pairs, a task any number of times.  A learned policy's vocabulary, so that it
     embeds words seen across tasks, not a file name of a few."""
+    if size <= 0:
+        return np.zeros(0, np.int64)
     tasks: dict[int, set[Hashable]] = {}
     for task, words in docs:
         for w in words:
             if w:
                 tasks.setdefault(int(w), set()).add(task)
-    if size <= 0 or not tasks:
+    if not tasks:
         return np.zeros(0, np.int64)
     words = np.fromiter(tasks, np.int64, len(tasks))
     counts = np.fromiter((len(t) for t in tasks.values()), np.int64, len(tasks))
