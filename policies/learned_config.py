@@ -75,6 +75,9 @@ class LearnedPolicyConfig:
         None, "train without this model family (leave-one-family-out: evaluate on it afterwards)"
     )
     source: str | None = _f(None, "train only on this source harness")
+    exclude_source: str | None = _f(
+        None, "train without this source harness (leave-one-harness-out: evaluate on it afterwards)"
+    )
     max_items: int = _f(128, "env slots (the most recent outputs the policy sees)")
     val_fraction: float = _f(
         0.2,

@@ -529,10 +529,11 @@ def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
         if episodes is not None
         else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
     )
-    if cfg.exclude_family:
-        eps = [e for e in eps if e.model_family != cfg.exclude_family]
-        if not eps:
-            raise ValueError(f"no episodes left after excluding family {cfg.exclude_family!r}")
+    for what, value in (("family", cfg.exclude_family), ("source", cfg.exclude_source)):
+        if value:
+            eps = [e for e in eps if (e.model_family if what == "family" else e.source) != value]
+            if not eps:
+                raise ValueError(f"no episodes left after excluding {what} {value!r}")
     train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
     held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
     return eps, train_eps, held_eps, tune_eps or held_eps  # a single validation task has to do both

@@ -1,20 +1,21 @@
-"""Leave-one-family-out: can the learned policy save money on a model family it never saw?
+"""Leave-one-family-out: can the learned policy save money on a model family (or harness) it never saw?
 
     python -m scripts.lofo --dataset /tmp/all2
     python -m scripts.lofo --dataset /tmp/all2 --families gemini-3-pro gpt-4 --epochs 5 --json
+    python -m scripts.lofo --dataset /tmp/all2 --by source --sources mini-swe-agent tau-bench
 
-For every model family with at least --min-trajectories trajectories it trains a policy with `dtoc-rl
-train`'s defaults (LearnedPolicyConfig()) on every other family, then evaluates it on all of the left-out
-family's trajectories: the learned policy at the threshold its checkpoint stores (and at --thresholds),
-the rules hide_big, cache_clear and none, and the hindsight oracle.  Reported per left-out family: dollar
-savings with a 95% bootstrap CI, misses per 100 steps, the share of the oracle's savings, and the
-"done when" reading (best learned threshold at <= 1 miss per 100 steps against the best rule).
+For every model family (with --by source: every source harness) with at least --min-trajectories
+trajectories it trains a policy with `dtoc-rl train`'s defaults (LearnedPolicyConfig()) on every other
+one, then evaluates it on all of the left-out one's trajectories: the learned policy at the threshold
+its checkpoint stores (and at --thresholds), the rules hide_big, cache_clear and none, and the hindsight
+oracle. Reported per left-out group: dollar savings with a 95% bootstrap CI, misses per 100 steps, the
+share of the oracle's savings, and the "done when" reading (best learned threshold at <= 1 miss per 100
+steps against the best rule).
 
 A full run retrains once per family, so it is capped for a shared machine: --epochs and --dagger-rounds
 bound each training, --max-train and --max-eval sample the trajectories trained and evaluated on
-(deterministically, per family, so that a large family does not dominate), and the times are measured
-and reported.  Checkpoints are written into --out.
-"""
+(deterministically, per family or source, so that a large one does not dominate), and the times are
+measured and reported. Checkpoints are written into --out."""
 
 from __future__ import annotations
 
@@ -35,18 +36,24 @@ class Args:
     """dataset folder from `dtoc-rl ingest` (default: the bundled sample)"""
     out: str = "runs/lofo"
     """folder for the checkpoints and lofo.json"""
+    by: str = "family"
+    """what is left out: a model family (can it price and judge a model it never saw?) or a source
+    harness (other tools, other output formats, other words)"""
     families: list[str] = field(default_factory=list)
-    """left-out families to run (default: every family with >= --min-trajectories)"""
+    """left-out families to run, with --by family (default: every family with >= --min-trajectories)"""
+    sources: list[str] = field(default_factory=list)
+    """left-out sources to run, with --by source (default: every source with >= --min-trajectories)"""
     min_trajectories: int = 10
-    """a family with fewer trajectories is still trained on, but not left out (too few to judge)"""
+    """a family or source with fewer trajectories is still trained on, but not left out (too few to
+    judge)"""
     epochs: int = 0
     """max supervised epochs per training (0: the training default)"""
     dagger_rounds: int = -1
     """DAgger rounds per training (-1: the training default)"""
     max_train: int = 0
-    """train on at most this many trajectories per family (0: all): bounds the time of a training"""
+    """train on at most this many trajectories per family or source (0: all): bounds a training's time"""
     max_eval: int = 0
-    """evaluate on at most this many trajectories of the left-out family (0: all)"""
+    """evaluate on at most this many trajectories of the left-out family or source (0: all)"""
     thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
     """learned-policy thresholds evaluated besides the checkpoint's own"""
     rules: list[str] = field(default_factory=lambda: ["none", "hide_big", "cache_clear"])
@@ -71,7 +78,9 @@ def parse(argv: list[str] | None = None) -> Args:
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             ap.add_argument(flag, action="store_true", help=docs[f.name])
-        elif f.name in ("families", "rules"):
+        elif f.name == "by":
+            ap.add_argument(flag, choices=("family", "source"), default=f.default, help=docs[f.name])
+        elif f.name in ("families", "sources", "rules"):
             ap.add_argument(flag, nargs="+", default=f.default_factory(), help=docs[f.name])
         elif f.name == "thresholds":
             ap.add_argument(flag, nargs="*", type=float, default=f.default_factory(), help=docs[f.name])
@@ -94,18 +103,22 @@ def _field_docs() -> dict[str, str]:
     return out
 
 
-def _sample(eps: list, cap: int, seed: int) -> list:
-    """At most ``cap`` of ``eps`` per family, the same ones on every run (0: all)."""
+def _group(e, by: str) -> str:
+    return e.model_family if by == "family" else e.source
+
+
+def _sample(eps: list, cap: int, seed: int, by: str = "family") -> list:
+    """At most ``cap`` of ``eps`` per family (or source), the same ones on every run (0: all)."""
     if not cap:
         return list(eps)
-    by: dict[str, list] = defaultdict(list)
+    groups: dict[str, list] = defaultdict(list)
     for e in eps:
-        by[e.model_family].append(e)
+        groups[_group(e, by)].append(e)
     out = []
-    for fam in sorted(by):
-        group = sorted(by[fam], key=lambda e: e.traj_id)
+    for name in sorted(groups):
+        group = sorted(groups[name], key=lambda e: e.traj_id)
         if len(group) > cap:
-            group = random.Random(f"{seed}:{fam}").sample(group, cap)
+            group = random.Random(f"{seed}:{name}").sample(group, cap)
         out += group
     return out
 
@@ -116,13 +129,20 @@ def leave_one_out(args: Args, log=print) -> dict:
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
     t_all = time.perf_counter()
+    by = args.by
+    if args.sources and by == "family":
+        raise ValueError("--sources needs --by source")
+    if args.families and by == "source":
+        raise ValueError("--families needs --by family")
     eps = load_episodes(args.dataset or None)
-    counts = Counter(e.model_family for e in eps)
+    counts = Counter(_group(e, by) for e in eps)
     eligible = sorted(f for f, n in counts.items() if n >= args.min_trajectories)
-    families = args.families or eligible
-    unknown = sorted(set(families) - set(counts))
+    chosen = (args.families if by == "family" else args.sources) or eligible
+    unknown = sorted(set(chosen) - set(counts))
     if unknown:
-        raise ValueError(f"--families: {unknown} not in {args.dataset} (present: {sorted(counts)})")
+        flag = "--families" if by == "family" else "--sources"
+        where = args.dataset or "the bundled sample"
+        raise ValueError(f"{flag}: {unknown} not in {where} (present: {sorted(counts)})")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {
@@ -131,18 +151,19 @@ def leave_one_out(args: Args, log=print) -> dict:
         "trajectories": dict(counts),
         "folds": [],
     }
-    for fam in families:
-        fold: dict = {"family": fam, "trajectories": counts[fam]}
-        train_eps = _sample([e for e in eps if e.model_family != fam], args.max_train, args.seed)
-        test_eps = _sample([e for e in eps if e.model_family == fam], args.max_eval, args.seed)
-        cfg = LearnedPolicyConfig(seed=args.seed, exclude_family=fam)  # kept in the checkpoint's config
+    for fam in chosen:
+        fold: dict = {by: fam, "left_out": fam, "trajectories": counts[fam]}
+        train_eps = _sample([e for e in eps if _group(e, by) != fam], args.max_train, args.seed, by)
+        test_eps = _sample([e for e in eps if _group(e, by) == fam], args.max_eval, args.seed, by)
+        # kept in the checkpoint's config: it says what it never saw
+        cfg = LearnedPolicyConfig(seed=args.seed, **{f"exclude_{by}": fam})
         if args.epochs:
             cfg.epochs = args.epochs
         if args.dagger_rounds >= 0:
             cfg.dagger_rounds = args.dagger_rounds
-        others = len({e.model_family for e in train_eps})
-        log(f"== {fam}: train on {len(train_eps)} trajectories of {others} other families, "
-            f"evaluate on {len(test_eps)}")  # fmt: skip
+        others = len({_group(e, by) for e in train_eps})
+        log(f"== {fam}: train on {len(train_eps)} trajectories of {others} other "
+            f"{'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
         t0 = time.perf_counter()
         policy = cfg.create()
         report = policy.fit(episodes=train_eps, progress=False)
@@ -151,6 +172,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold["train_seconds"] = round(time.perf_counter() - t0, 1)
         fold["train_episodes"] = report.get("train_episodes")
         fold["train_families"] = sorted({e.model_family for e in train_eps})
+        fold["train_sources"] = sorted({e.source for e in train_eps})
         fold["checkpoint"] = str(ckpt)
         learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
         t0 = time.perf_counter()
@@ -197,26 +219,29 @@ def _label(policy: str, ckpt: str) -> str:
 
 
 def table(result: dict) -> str:
-    """The result as a Markdown table: one row per left-out family and policy."""
+    """The result as a Markdown table: one row per left-out family (or source) and policy."""
+    by = result["args"].get("by", "family")
     lines = [
-        "| left-out family (n) | policy | $ saved (95% CI) | misses /100 steps | of oracle's savings |",
+        f"| left-out {by} (n) | policy | $ saved (95% CI) | misses /100 steps | of oracle's savings |",
         "|---|---|---|---:|---:|",
     ]
     for fold in result["folds"]:
+        name = fold.get("left_out", fold.get("family"))
         for r in fold["rows"]:
             frac = _finite(r["oracle_fraction"])
             lines.append(
-                f"| {fold['family']} ({r['n']}) | {_label(r['policy'], fold['checkpoint'])} | "
+                f"| {name} ({r['n']}) | {_label(r['policy'], fold['checkpoint'])} | "
                 f"{100 * r['savings']:+.1f}% [{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}] | "
                 f"{r['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} |"
             )
-    lines += ["", "| left-out family | best learned at <= budget | $ saved (95% CI) | misses | of oracle | "
+    lines += ["", f"| left-out {by} | best learned at <= budget | $ saved (95% CI) | misses | of oracle | "
               "CI hi >= 0 | best rule at <= misses | beats it | train s | eval s |",
               "|---|---|---|---:|---:|---|---|---|---:|---:|"]  # fmt: skip
     for fold in result["folds"]:
+        name = fold.get("left_out", fold.get("family"))
         for d in fold["done_when"]:
             if d["policy"] is None:
-                lines.append(f"| {fold['family']} | none within budget | | | | no | | no | "
+                lines.append(f"| {name} | none within budget | | | | no | | no | "
                              f"{fold['train_seconds']} | {fold['eval_seconds']} |")  # fmt: skip
                 continue
             frac = _finite(d["oracle_fraction"])
@@ -224,7 +249,7 @@ def table(result: dict) -> str:
             if d["best_rule"]:
                 rule += f" {100 * d['best_rule_savings']:+.1f}% ({d['best_rule_misses_per_100']:.2f})"
             lines.append(
-                f"| {fold['family']} | {_label(d['policy'], fold['checkpoint'])} | "
+                f"| {name} | {_label(d['policy'], fold['checkpoint'])} | "
                 f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}] | "
                 f"{d['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} | "
                 f"{ {True: 'yes', False: 'no', None: '—'}[d['no_loss']] } | {rule} | "
@@ -244,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_strict(result), default=str))
     else:
         print(table(result))
-        print(f"\n{len(result['folds'])} families in {result['seconds']} s; JSON in {args.out}/lofo.json")
+        print(f"\n{len(result['folds'])} folds in {result['seconds']} s; JSON in {args.out}/lofo.json")
     return 0
 
 
