@@ -24,12 +24,12 @@ def _h(w: str) -> int:
 
 
 def test_words_are_the_calls_and_the_first_lines_hashed_in_order_once_each():
-    got = output_words(
-        "bash", '{"command": "cat src/a.py"}', "Traceback here\nline two\nthree 3\nFOURTH line"
-    )
-    want = ["bash", "command", "cat", "src", "py", "traceback", "here", "line", "two", "three"]
+    got = output_words("bash", '{"cmd": "cat a.py"}', "Traceback here\nx 2\ny 3\nFOURTH line")
+    want = ["bash", "cmd", "cat", "py", "traceback", "here"]
     assert got == tuple(_h(w) for w in want)  # one-letter words and digits are not words
-    assert _h("fourth") not in got  # the fourth line is not read
+    assert len(want) < WORDS_PER_OUTPUT  # so the fourth line is left out for being the fourth
+    full = output_words("bash", '{"command": "cat src/a.py"}', "Traceback here\nline two\nthree four")
+    assert len(full) == WORDS_PER_OUTPUT and full[-1] == _h("line") and _h("two") not in full
 
 
 def test_a_command_line_has_the_same_words_as_the_object_a_live_context_keeps_it_as():
@@ -102,12 +102,23 @@ def test_a_command_with_non_ascii_letters_has_the_same_words_escaped_or_not():
 
 
 def test_decide_refuses_bad_words():
+    from dtoc_rl.engine.decide_request import MAX_CLIENT_WORDS
     from dtoc_rl.serve.service import DecideError
 
-    for bad in ([0], [2**31], [1.5], list(range(1, WORDS_PER_OUTPUT + 2))):
+    for bad in ([0], [2**31], [1.5], list(range(1, MAX_CLIENT_WORDS + 2))):
         item = {"key": "a", "tokens": 10, "words": bad}
         with pytest.raises(DecideError, match="words"):
             DecisionService(Spy()).decide({"items": [item], "model": "gpt-4o"})
+
+
+def test_decide_reads_the_first_words_of_a_client_that_sends_more():
+    spies = Spy(), Spy()
+    many = list(range(1, 2 * WORDS_PER_OUTPUT + 1))
+    for spy, words in zip(spies, (many, many[:WORDS_PER_OUTPUT])):
+        item = {"key": "a", "tokens": 10, "words": words}
+        DecisionService(spy).decide({"items": [item], "model": "gpt-4o"})
+    assert spies[0].obs["item_words"][0].tolist() == many[:WORDS_PER_OUTPUT]
+    np.testing.assert_array_equal(spies[0].obs["item_words"], spies[1].obs["item_words"])
 
 
 def test_the_words_a_replayed_log_gives_are_the_ones_the_orchestrator_observed():

@@ -62,9 +62,12 @@ class DecideError(Exception):
         return {"error": self.message, "field": self.field, "status": self.status}
 
 
-# hashed words (dtoc_rl.labels.words): 1 .. 2**31-1, at most as many as an observation holds
+# hashed words (dtoc_rl.labels.words): 1 .. 2**31-1 in first-seen order.  The first WORDS_PER_OUTPUT
+# are used; a client may send more (one built when outputs kept more words still works), within a
+# bound that keeps a request small.
 Word = Annotated[int, msgspec.Meta(ge=1, lt=2**31)]
-Words = Annotated[list[Word], msgspec.Meta(max_length=WORDS_PER_OUTPUT)]
+MAX_CLIENT_WORDS = 64
+Words = Annotated[list[Word], msgspec.Meta(max_length=MAX_CLIENT_WORDS)]
 
 
 class Item(msgspec.Struct):
@@ -330,7 +333,7 @@ def parse(
             times_needed, since_need = label.times_needed, label.since_need
             modified, rereads = modified or label.modified, max(rereads, label.rereads)
         if it.words is not None:
-            words = tuple(it.words)
+            words = tuple(it.words[:WORDS_PER_OUTPUT])
         elif it.head is None and label is not None and label.words:  # the session saw the output
             words = label.words
         else:
