@@ -140,16 +140,21 @@ def economics(
     return per_item, per_call
 
 
-def table_threshold(table: dict[str, Any] | None, family: str | None, prices: Prices | None) -> float | None:
+def table_threshold(
+    table: dict[str, Any] | None, family: str | None, prices: Prices | None, regime: str | None = None
+) -> float | None:
     """The threshold a checkpoint's validation table gives a model: its family's entry, else its price
-    regime's, else the pooled one; None without a table.  0 means abstain (nothing is ever hidden)."""
+    regime's (``regime``, or that of ``prices``), else the pooled one; None without a table.  0 means
+    abstain (nothing is ever hidden)."""
     if not table:
         return None
     fam = table.get("family") or {}
     if family in fam:
         return float(fam[family])
-    if prices is not None:
-        reg = (table.get("regime") or {}).get(cache_regime(prices))
+    if regime is None and prices is not None:
+        regime = cache_regime(prices)
+    if regime is not None:
+        reg = (table.get("regime") or {}).get(regime)
         if reg is not None:
             return float(reg)
     d = table.get("default")

@@ -40,6 +40,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import common_words
 from dtoc_rl.policies.baselines import episode_prices, to_action
+from dtoc_rl.policies.evaluate import run_length
 from dtoc_rl.policies.learned import LearnedPolicy, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.sim.episode import Episode
@@ -371,7 +372,7 @@ def sweep_thresholds(
 ) -> list[dict[str, Any]]:
     """Each episode replayed at every threshold of ``grid`` in lockstep (one batched network call per
     decision for all thresholds): per episode its family, price regime, steps, no-management
-    dollars, and per threshold the dollars and misses."""
+    dollars and run length (``evaluate.run_length``), and per threshold the dollars and misses."""
     n = policy.cfg.max_items
     rows = []
     for ep in episodes:
@@ -389,13 +390,15 @@ def sweep_thresholds(
             obs_list = [st[0] for st in steps]
             done = steps[0][2]
         infos = [st[4] for st in steps]
+        unmanaged = infos[0]["all_visible"]
         p = episode_prices({"episode": ep, "cost_config": cfg})
         rows.append(
             {
                 "family": ep.model_family,
                 "regime": cache_regime(p),
                 "steps": _n_calls(ep),
-                "base": float(infos[0]["all_visible"]["dollars"]),
+                "base": float(unmanaged["dollars"]),
+                "length": run_length(unmanaged["input_tokens"], unmanaged["calls"]),
                 "dollars": [float(i["totals"]["dollars"]) for i in infos],
                 "misses": [int(i["totals"]["misses"]) for i in infos],
             }
@@ -410,15 +413,17 @@ MISS_QUANTILE = 0.8
 _BOOTSTRAP = 200
 
 
-def _choose(rows: list[dict[str, Any]], grid: Sequence[float], budget: float) -> dict[str, Any]:
-    """The threshold saving the most dollars with its misses within the budget (at MISS_QUANTILE of
+def _choose(
+    rows: list[dict[str, Any]], grid: Sequence[float], budget: float, quantile: float = MISS_QUANTILE
+) -> dict[str, Any]:
+    """The threshold saving the most dollars with its misses within the budget (at ``quantile`` of
     their bootstrap over runs); 0 (abstain) when none saves."""
     base = sum(r["base"] for r in rows)
     steps = np.array([r["steps"] for r in rows], np.float64)
     miss = np.array([r["misses"] for r in rows], np.float64).reshape(len(rows), len(grid))
     idx = np.random.default_rng(0).integers(0, len(rows), (_BOOTSTRAP, len(rows)))
     boot = 100.0 * miss[idx].sum(1) / np.maximum(steps[idx].sum(1), 1.0)[:, None]
-    high = np.quantile(boot, MISS_QUANTILE, axis=0)
+    high = np.quantile(boot, quantile, axis=0)
     options = []
     for i, t in enumerate(grid):
         saved = base - sum(r["dollars"][i] for r in rows)
@@ -438,7 +443,11 @@ def _choose(rows: list[dict[str, Any]], grid: Sequence[float], budget: float) ->
 
 
 def threshold_table(
-    rows: list[dict[str, Any]], grid: Sequence[float], budget: float, min_family: int
+    rows: list[dict[str, Any]],
+    grid: Sequence[float],
+    budget: float,
+    min_family: int,
+    quantile: float = MISS_QUANTILE,
 ) -> dict[str, Any]:
     """Per family (with at least ``min_family`` validation runs), per price regime and pooled: the
     threshold of :func:`_choose`.  A family without an entry uses its regime's at run time.
@@ -452,14 +461,14 @@ def threshold_table(
     for f in fams:
         sub = [r for r in rows if r["family"] == f]
         if len(sub) >= min_family:
-            detail["family"][f] = _choose(sub, grid, budget)
+            detail["family"][f] = _choose(sub, grid, budget, quantile)
             family[f] = detail["family"][f]["threshold"]
-    pooled = _choose(rows, grid, budget) if rows else None
+    pooled = _choose(rows, grid, budget, quantile) if rows else None
     regime = {}
     for g in CACHE_REGIMES:
         sub = [r for r in rows if r["regime"] == g]
         if sub:
-            entry = detail["regime"][g] = _choose(sub, grid, budget)
+            entry = detail["regime"][g] = _choose(sub, grid, budget, quantile)
             if len(sub) < min_family and pooled is not None and entry["threshold"] > pooled["threshold"]:
                 entry["capped_at_pooled"] = entry["threshold"]
                 entry["threshold"] = pooled["threshold"]
