@@ -34,6 +34,7 @@ from dtoc_rl.data.models import FAMILIES
 from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_prices, price_vector
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import best_batch, episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
@@ -690,6 +691,7 @@ class LearnedPolicy(Policy):
             "econ_global_features": list(ECON_GLOBAL_FEATURES),
             "families": list(FAMILIES[: self.net.n_families]),
             "tool_categories": list(TOOL_CATEGORIES),
+            "words_per_output": WORDS_PER_OUTPUT,
             "meta": self.meta,
         }
         (tmp / "config.json").write_text(json.dumps(meta, indent=2, default=str))
@@ -757,6 +759,18 @@ class LearnedPolicy(Policy):
         except RuntimeError as e:
             raise CheckpointError(f"{weights}: weights do not fit the config: {_one_line(e)}") from None
         policy.net.eval()
+        # a checkpoint trained when outputs kept more words sees the first WORDS_PER_OUTPUT of them:
+        # it still works, but not as it was measured (its words are first-seen order, so these are its
+        # first ones); checkpoints before the field kept sixteen
+        theirs = meta.get("words_per_output", 16)
+        if cfg.word_vocab > 0 and theirs != WORDS_PER_OUTPUT:
+            import warnings
+
+            warnings.warn(
+                f"{path}: trained with {theirs} words per output, this version keeps {WORDS_PER_OUTPUT}: it "
+                "decides on fewer words than it was trained and measured on (retrain it)",
+                stacklevel=2,
+            )
         policy.meta = meta.get("meta", {})
         if not isinstance(policy.meta, dict):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")

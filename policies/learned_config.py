@@ -63,6 +63,13 @@ class LearnedPolicyConfig:
         "validation trajectories a family needs for a threshold of its own (else its price regime's); a "
         "regime with fewer may be more cautious than the pooled threshold, never bolder",
     )
+    min_source_val: int = _f(
+        5,
+        "validation trajectories a source harness needs for a say in each threshold: a family's, a "
+        "regime's and the pooled threshold are each the most cautious of those chosen on every harness "
+        "with that many of their runs, so that they carry to a harness not trained on (0: chosen on "
+        "the pooled runs only)",
+    )
     loss_weights: str = _f(
         "dollars",
         "per-output loss weights. dollars: what a wrong decision would cost (a miss re-reads the prompt, a "
@@ -184,6 +191,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
         if self.min_family_val < 1:
             raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
+        if self.min_source_val < 0:
+            raise ValueError(f"min_source_val must be >= 0, got {self.min_source_val}")
         if not 0 <= self.word_vocab <= 4096 or self.word_min_tasks < 1:
             # the network's word lookup table has 65,536 entries: more words would collide too often
             raise ValueError(

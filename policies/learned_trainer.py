@@ -371,7 +371,7 @@ def sweep_thresholds(
     grid: Sequence[float] = THRESHOLD_GRID,
 ) -> list[dict[str, Any]]:
     """Each episode replayed at every threshold of ``grid`` in lockstep (one batched network call per
-    decision for all thresholds): per episode its family, price regime, steps, no-management
+    decision for all thresholds): per episode its family, source, price regime, steps, no-management
     dollars and run length (``evaluate.run_length``), and per threshold the dollars and misses."""
     n = policy.cfg.max_items
     rows = []
@@ -395,6 +395,7 @@ def sweep_thresholds(
         rows.append(
             {
                 "family": ep.model_family,
+                "source": ep.source,
                 "regime": cache_regime(p),
                 "steps": _n_calls(ep),
                 "base": float(unmanaged["dollars"]),
@@ -442,34 +443,65 @@ def _choose(
     }
 
 
+def _choose_everywhere(
+    rows: list[dict[str, Any]], grid: Sequence[float], budget: float, quantile: float, min_source: int
+) -> dict[str, Any]:
+    """:func:`_choose` on ``rows``, lowered to the most cautious of its choices on each source harness
+    with at least ``min_source`` of them (0: no such check): a threshold that held on every harness
+    it was tuned on is the one to trust on a harness it was not.  A harness where no threshold pays
+    (its choice is to abstain) says nothing about how bold to be where one does, so it has no say:
+    else one such harness would make every entry that pools it abstain."""
+    entry = _choose(rows, grid, budget, quantile)
+    if min_source <= 0:
+        return entry
+    by_source = {}
+    for src in sorted({str(r.get("source")) for r in rows}):
+        sub = [r for r in rows if str(r.get("source")) == src]
+        if len(sub) >= min_source:
+            by_source[src] = _choose(sub, grid, budget, quantile)["threshold"]
+    entry["by_source"] = by_source
+    lowest = min((t for t in by_source.values() if t > 0), default=entry["threshold"])
+    if lowest < entry["threshold"]:
+        entry["lowered_from"] = entry["threshold"]
+        entry["threshold"] = lowest
+    return entry
+
+
 def threshold_table(
     rows: list[dict[str, Any]],
     grid: Sequence[float],
     budget: float,
     min_family: int,
     quantile: float = MISS_QUANTILE,
+    min_source: int = 0,
+    min_regime: int | None = None,
 ) -> dict[str, Any]:
     """Per family (with at least ``min_family`` validation runs), per price regime and pooled: the
     threshold of :func:`_choose`.  A family without an entry uses its regime's at run time.
 
-    A regime with fewer than ``min_family`` runs may be more cautious than the pooled threshold, never
-    bolder: a few runs without a miss cannot show the misses a bolder threshold causes (their
-    bootstrap is all zeros), while a loss on them is evidence enough to abstain."""
+    With ``min_source`` > 0 each entry is held to every source harness with at least that many of its
+    runs (:func:`_choose_everywhere`): thresholds chosen on a pool that one harness dominates were
+    too bold on harnesses left out of training (docs/results.md, leave-one-harness-out).
+
+    A regime with fewer than ``min_regime`` (default ``min_family``) runs may be more cautious than the
+    pooled threshold, never bolder: a few runs without a miss cannot show the misses a bolder threshold
+    causes (their bootstrap is all zeros), while a loss on them is evidence enough to abstain."""
+    min_regime = min_family if min_regime is None else min_regime
     fams = sorted({r["family"] for r in rows})
     family = {}
     detail: dict[str, Any] = {"family": {}, "regime": {}}
     for f in fams:
         sub = [r for r in rows if r["family"] == f]
         if len(sub) >= min_family:
-            detail["family"][f] = _choose(sub, grid, budget, quantile)
+            detail["family"][f] = _choose_everywhere(sub, grid, budget, quantile, min_source)
             family[f] = detail["family"][f]["threshold"]
-    pooled = _choose(rows, grid, budget, quantile) if rows else None
+    pooled = _choose_everywhere(rows, grid, budget, quantile, min_source) if rows else None
     regime = {}
     for g in CACHE_REGIMES:
         sub = [r for r in rows if r["regime"] == g]
         if sub:
-            entry = detail["regime"][g] = _choose(sub, grid, budget, quantile)
-            if len(sub) < min_family and pooled is not None and entry["threshold"] > pooled["threshold"]:
+            entry = detail["regime"][g] = _choose_everywhere(sub, grid, budget, quantile, min_source)
+            if len(sub) < min_regime and pooled is not None and entry["threshold"] > pooled["threshold"]:
                 entry["capped_at_pooled"] = entry["threshold"]
                 entry["threshold"] = pooled["threshold"]
             regime[g] = entry["threshold"]
@@ -485,7 +517,10 @@ def threshold_table(
 def _tune(policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConfig) -> dict[str, Any]:
     cfg = policy.cfg
     rows = sweep_thresholds(policy, tune_eps, cost_cfg)
-    policy.set_threshold_table(threshold_table(rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val))
+    table = threshold_table(
+        rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val, min_source=cfg.min_source_val
+    )
+    policy.set_threshold_table(table)
     return policy.meta["thresholds"]
 
 
@@ -527,6 +562,12 @@ def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list
     return split
 
 
+def episode_group(ep: Episode, by: str) -> str:
+    """An episode's model family (``by="family"``) or source harness (``"source"``): what a
+    leave-one-out training can exclude."""
+    return ep.model_family if by == "family" else ep.source
+
+
 def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
     """All, training, held-out and tune episodes for ``cfg``: fit() and retune() must split alike.
 
@@ -540,7 +581,12 @@ def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
     )
     for what, value in (("family", cfg.exclude_family), ("source", cfg.exclude_source)):
         if value:
-            eps = [e for e in eps if (e.model_family if what == "family" else e.source) != value]
+            present = {episode_group(e, what) for e in eps}
+            # a mistyped name would train on everything under a config that says otherwise; episodes
+            # handed in (scripts.lofo) may come without the excluded ones already
+            if episodes is None and value not in present:
+                raise ValueError(f"exclude_{what} {value!r} is not in the data (present: {sorted(present)})")
+            eps = [e for e in eps if episode_group(e, what) != value]
             if not eps:
                 raise ValueError(f"no episodes left after excluding {what} {value!r}")
     train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)

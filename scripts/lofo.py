@@ -1,4 +1,4 @@
-"""Leave-one-family-out: can the learned policy save money on a model family (or harness) it never saw?
+"""Leave-one-out: can the learned policy save money on a model family (or a harness) it never saw?
 
     python -m scripts.lofo --dataset /tmp/all2
     python -m scripts.lofo --dataset /tmp/all2 --families gemini-3-pro gpt-4 --epochs 5 --json
@@ -12,10 +12,10 @@ oracle. Reported per left-out group: dollar savings with a 95% bootstrap CI, mis
 share of the oracle's savings, and the "done when" reading (best learned threshold at <= 1 miss per 100
 steps against the best rule).
 
-A full run retrains once per family, so it is capped for a shared machine: --epochs and --dagger-rounds
-bound each training, --max-train and --max-eval sample the trajectories trained and evaluated on
-(deterministically, per family or source, so that a large one does not dominate), and the times are
-measured and reported. Checkpoints are written into --out."""
+A full run retrains once per left-out family or source, so it is capped for a shared machine: --epochs
+and --dagger-rounds bound each training, --max-train and --max-eval sample the trajectories trained and
+evaluated on (deterministically, per family or source, so that a large one does not dominate), and the
+times are measured and reported. Checkpoints are written into --out."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Args:
     thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
     """learned-policy thresholds evaluated besides the checkpoint's own"""
     rules: list[str] = field(default_factory=lambda: ["none", "hide_big", "cache_clear"])
-    """rule baselines evaluated on each left-out family"""
+    """rule baselines evaluated on each left-out family or source"""
     miss_budget: float = 1.0
     """misses per 100 steps allowed in the 'done when' reading"""
     bootstrap: int = 1000
@@ -70,7 +70,8 @@ class Args:
 
 def parse(argv: list[str] | None = None) -> Args:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+        prog="python -m scripts.lofo", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     docs = {k: v.replace("%", "%%") for k, v in _field_docs().items()}  # argparse formats help with %
@@ -104,7 +105,9 @@ def _field_docs() -> dict[str, str]:
 
 
 def _group(e, by: str) -> str:
-    return e.model_family if by == "family" else e.source
+    from dtoc_rl.policies.learned_trainer import episode_group
+
+    return episode_group(e, by)
 
 
 def _sample(eps: list, cap: int, seed: int, by: str = "family") -> list:

@@ -9,7 +9,11 @@ This replays every threshold of the training grid on the tune runs and on the he
 checkpoint's ``val_tasks``, never used for any choice), then scores on the held-out runs the table the
 checkpoint stores and the tables other rules would have chosen from the same tune runs:
 
-* ``stored``: the checkpoint's own table;
+* ``stored``: the checkpoint's own table (what it does unless a fixed ``threshold`` is configured);
+* ``chosen again``: the table this version's rule chooses from the same tune runs (what ``retune``
+  would store), with the checkpoint's ``miss_budget``, ``min_family_val`` and ``min_source_val``;
+* ``no per-harness check``: the same with ``min_source_val`` 0 (each entry chosen on its pooled runs,
+  not held to each source harness);
 * ``quantile Q``: misses judged at the Q-th quantile of their bootstrap over runs (the default 0.8);
 * ``families >= N``: a family needs N tune runs for an entry of its own (else its regime's);
 * ``regimes only`` / ``pooled only``: no family entries / one threshold for every run;
@@ -19,7 +23,9 @@ checkpoint stores and the tables other rules would have chosen from the same tun
 
 Cells: dollars saved against no management / misses per 100 model calls, overall and for long and
 short runs (``evaluate.run_length``); a cell over the miss budget is marked ``!``.  Needs the data the
-checkpoint was trained on (same --dataset), so that its held-out tasks are the same.
+checkpoint was trained on (same --dataset), so that its held-out tasks are the same.  ``--excluded``
+scores on the runs a leave-one-out checkpoint never saw (its ``exclude_source`` or ``exclude_family``,
+``scripts.lofo``) instead of its held-out tasks: how its thresholds carry to a harness or model unseen.
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+#: threshold_table's arguments per rule, over the checkpoint's own (budget, min_family_val, min_source_val)
 RULES: dict[str, dict[str, Any]] = {
+    "chosen again": {},
+    "no per-harness check": {"min_source": 0},
     "quantile 0.5": {"quantile": 0.5},
     "quantile 0.9": {"quantile": 0.9},
     "families >= 30": {"min_family": 30},
@@ -67,12 +76,20 @@ def compare(tune: list[dict], held: list[dict], grid: Sequence[float], stored: d
     def by_table(table: dict) -> Callable[[dict], float]:
         return lambda r: table_threshold(table, r["family"], None, regime=r["regime"]) or 0.0
 
-    budget, min_family = cfg.miss_budget, cfg.min_family_val
-    pooled = threshold_table(tune, grid, budget, min_family)["default"] or 0.0
+    on_grid = set(grid) | {0.0}
+    for t in [*stored.get("family", {}).values(), *stored.get("regime", {}).values(), stored.get("default")]:
+        if t is not None and float(t) not in on_grid:
+            raise ValueError(f"the stored threshold {t} is not on the replay grid {list(grid)}")
+    budget = cfg.miss_budget
+    own = {
+        "min_family": cfg.min_family_val,
+        "min_source": cfg.min_source_val,
+        "min_regime": cfg.min_family_val,
+    }
+    pooled = threshold_table(tune, grid, budget, **own)["default"] or 0.0
     picks: dict[str, Callable[[dict], float]] = {"stored": by_table(stored)}
     for name, kw in RULES.items():
-        kw = {"min_family": min_family, **kw}
-        picks[name] = by_table(threshold_table(tune, grid, budget, **kw))
+        picks[name] = by_table(threshold_table(tune, grid, budget, **{**own, **kw}))
     picks["pooled only"] = lambda r: pooled
     out: dict[str, Any] = {"budget_misses_per_100": budget, "rules": {}}
     for name, pick in picks.items():
@@ -101,9 +118,14 @@ def _sweep(policy, episodes, cost_cfg, label: str, progress: bool) -> list[dict]
     return [sweep_thresholds(policy, [ep], cost_cfg)[0] for ep in it]
 
 
-def run(checkpoint: str, dataset: str | None, progress: bool = True) -> dict[str, Any]:
+def run(
+    checkpoint: str, dataset: str | None, progress: bool = True, excluded: bool = False, max_runs: int = 0
+) -> dict[str, Any]:
+    import random
+
     import torch
 
+    from dtoc_rl.envs.data import load_episodes
     from dtoc_rl.policies.learned import LearnedPolicy
     from dtoc_rl.policies.learned_trainer import THRESHOLD_GRID, _cost_config, own_splits
 
@@ -113,12 +135,29 @@ def run(checkpoint: str, dataset: str | None, progress: bool = True) -> dict[str
         raise ValueError(f"{checkpoint} stores no threshold table (trained without validation tasks?)")
     torch.set_num_threads(max(1, policy.cfg.threads))
     _, _, held_eps, tune_eps = own_splits(policy, dataset, None)
+    scored_on = "held-out tasks"
+    if excluded:
+        src, fam = policy.cfg.exclude_source, policy.cfg.exclude_family
+        if not (src or fam):
+            raise ValueError(f"{checkpoint} left no source or family out of its training (--excluded)")
+        held_eps = [e for e in load_episodes(dataset) if e.source == src or e.model_family == fam]
+        held_eps.sort(key=lambda e: e.traj_id)
+        if max_runs and len(held_eps) > max_runs:
+            held_eps = random.Random(0).sample(held_eps, max_runs)
+        scored_on = f"runs of the {'source' if src else 'family'} it never saw ({src or fam})"
     cost_cfg = _cost_config(policy)
     grid = list(THRESHOLD_GRID)
     tune = _sweep(policy, tune_eps, cost_cfg, "tune runs", progress)
-    held = _sweep(policy, held_eps, cost_cfg, "held-out runs", progress)
+    held = _sweep(policy, held_eps, cost_cfg, "scored runs", progress)
     result = compare(tune, held, grid, stored, policy.cfg)
-    result.update(checkpoint=str(checkpoint), tune_runs=len(tune), held_out_runs=len(held), grid=grid)
+    result.update(
+        fixed_threshold=policy.cfg.threshold,
+        checkpoint=str(checkpoint),
+        tune_runs=len(tune),
+        held_out_runs=len(held),
+        grid=grid,
+        scored_on=scored_on,
+    )
     return result
 
 
@@ -147,14 +186,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--checkpoint", required=True, help="a trained learned policy (dtoc-rl train -o)")
     ap.add_argument("--dataset", help="the dataset folder it was trained on (default: the bundled sample)")
+    ap.add_argument(
+        "--excluded",
+        action="store_true",
+        help="score on the runs of the source or family the checkpoint left out of its training "
+        "(dtoc-rl train --exclude-source/--exclude-family) instead of its held-out tasks",
+    )
+    ap.add_argument("--max-runs", type=int, default=0, help="with --excluded: score on at most this many")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    if args.max_runs and not args.excluded:
+        ap.error("--max-runs caps the runs of --excluded; the held-out tasks are scored whole")
     from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.policies.learned import CheckpointError
 
     try:
-        result = run(args.checkpoint, args.dataset, progress=not (args.quiet or args.json))
+        progress = not (args.quiet or args.json)
+        result = run(args.checkpoint, args.dataset, progress, args.excluded, args.max_runs)
     except (ValueError, CheckpointError, DatasetError, FileNotFoundError) as e:
         print(f"threshold_rules: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
@@ -162,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=1))
     else:
         print(table(result))
+        if result["fixed_threshold"] is not None:
+            print(f"(the checkpoint is configured to a fixed threshold {result['fixed_threshold']}, "
+                  "which it uses instead of its table)")  # fmt: skip
         print(
-            f"\n{result['tune_runs']} tune runs, {result['held_out_runs']} held-out runs; cells: $ saved / "
-            f"misses per 100 calls on the held-out runs; ! over the {result['budget_misses_per_100']} budget"
+            f"\n{result['tune_runs']} tune runs; scored on {result['held_out_runs']} {result['scored_on']}; "
+            f"cells: $ saved / misses per 100 calls; ! over the {result['budget_misses_per_100']} budget"
         )
     return 0
 

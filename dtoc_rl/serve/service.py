@@ -46,7 +46,8 @@ ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``modified``, ``is_error``, ``superseded``, ``rereads``, ``toggles``,
 ``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`), ``head`` (the output's first
 lines: with ``tool`` and ``args``, the words a learned policy reads, ``dtoc_rl.labels.words``) or
-``words`` (those words already hashed, at most 16).  Top level:
+``words`` (those words already hashed, in first-seen order: up to 64 are taken, the first eight
+read).  Top level:
 ``active_tokens`` (default: visible tokens plus ~40 per hidden placeholder),
 ``step`` (default: the oldest age + 1), ``budget`` (alias ``budget_tokens``),
 ``saved_tokens``, ``misses``, ``mgmt_calls``, and ``stored`` / ``visible_count``

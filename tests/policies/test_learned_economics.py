@@ -154,6 +154,28 @@ def test_a_threshold_whose_misses_sit_in_a_few_runs_is_judged_by_their_spread_no
     assert entry["threshold"] == 0.1
 
 
+def test_a_threshold_is_held_to_every_harness_with_enough_tune_runs():
+    # gpt-4o on two harnesses: the pool (mostly A, no misses) allows 0.5, but B's five runs miss 2 per
+    # 100 calls there; held to every harness with >= 5 runs, the entry falls to B's 0.3
+    rows = [{**_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 0, 0]), "source": "A"} for _ in range(20)]
+    rows += [{**_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 0, 2]), "source": "B"} for _ in range(5)]
+    assert threshold_table(rows, GRID, budget=1.0, min_family=10)["family"]["gpt-4o"] == 0.5
+    table = threshold_table(rows, GRID, budget=1.0, min_family=10, min_source=5)
+    assert table["family"]["gpt-4o"] == table["regime"][DISC] == table["default"] == 0.3
+    entry = table["validation"]["family"]["gpt-4o"]
+    assert entry["by_source"] == {"A": 0.5, "B": 0.3} and entry["lowered_from"] == 0.5
+    # a harness with fewer runs than min_source has no say
+    assert threshold_table(rows, GRID, budget=1.0, min_family=10, min_source=6)["family"]["gpt-4o"] == 0.5
+
+
+def test_a_regime_cap_can_be_set_apart_from_the_family_minimum():
+    rows = [_row("gpt-4o", DISC, 10.0, [9.5, 8.0, 7.0], [0, 1, 3]) for _ in range(10)]  # pooled: 0.3
+    rows += [_row("claude-sonnet", PREM, 10.0, [9.9, 9.5, 9.0], [0, 0, 0]) for _ in range(20)]
+    no_families = threshold_table(rows, GRID, budget=1.0, min_family=10**9, min_regime=10)
+    assert no_families["family"] == {} and no_families["regime"][PREM] == 0.5  # 20 runs: not capped
+    assert threshold_table(rows, GRID, budget=1.0, min_family=10**9)["regime"][PREM] == no_families["default"]
+
+
 def test_table_lookup_family_then_regime_then_pooled():
     table = {"family": {"gpt-4o": 0.2}, "regime": {PREM: 0.0, DISC: 0.1}, "default": 0.3}
     assert table_threshold(table, "gpt-4o", PRICES["gpt-4o"]) == 0.2

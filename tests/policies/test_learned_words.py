@@ -94,3 +94,28 @@ def test_words_tell_apart_what_size_age_and_tool_cannot(vocab):
         assert min(gaps) > 0.3, gaps
     else:
         assert max(abs(g) for g in gaps) < 0.2, gaps
+
+
+def test_a_checkpoint_says_how_many_words_per_output_it_was_trained_with(tmp_path):
+    import warnings
+
+    from dtoc_rl.labels.words import WORDS_PER_OUTPUT
+
+    pol = LearnedPolicyConfig(**TINY).create()
+    path = pol.save(tmp_path / "c")
+    meta = json.loads((path / "config.json").read_text())
+    assert meta["words_per_output"] == WORDS_PER_OUTPUT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own count: no warning
+        LearnedPolicy.load(path)
+    del meta["words_per_output"]  # a checkpoint from when outputs kept sixteen
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="trained with 16 words per output"):
+        LearnedPolicy.load(path)
+    plain = LearnedPolicyConfig(**TINY, word_vocab=0).create().save(tmp_path / "plain")
+    meta = json.loads((plain / "config.json").read_text())
+    del meta["words_per_output"]
+    (plain / "config.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # without words the count does not matter
+        LearnedPolicy.load(plain)

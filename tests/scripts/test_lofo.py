@@ -71,3 +71,18 @@ def test_leaves_a_source_out_of_training_and_evaluates_on_it(tmp_path, capsys):
     cfg = json.loads((tmp_path / "without-tau-bench" / "config.json").read_text())
     assert cfg["config"]["exclude_source"] == "tau-bench" and cfg["config"]["exclude_family"] is None
     assert "left-out source" in lofo.table(json.loads((tmp_path / "lofo.json").read_text()))
+
+
+def test_a_mistyped_exclusion_is_an_error_not_a_training_on_everything():
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    for key in ("exclude_source", "exclude_family"):
+        pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, **{key: "nope"}).create()
+        with pytest.raises(ValueError, match=f"{key} 'nope' is not in the data"):
+            pol.fit(None, progress=False)
+
+
+def test_an_old_result_without_left_out_still_makes_a_table():
+    old = {"args": {}, "folds": [{"family": "gpt-4", "checkpoint": "c", "train_seconds": 1, "eval_seconds": 1,
+                                   "rows": [], "done_when": [{"policy": None}]}]}  # fmt: skip
+    assert "| gpt-4 | none within budget |" in lofo.table(old)

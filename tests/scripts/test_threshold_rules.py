@@ -11,9 +11,9 @@ GRID = [0.1, 0.3]
 DISC = "discount, no write premium"
 
 
-def _row(family, base, dollars, misses, length="short", steps=100):
+def _row(family, base, dollars, misses, length="short", steps=100, source="s"):
     return {"family": family, "regime": DISC, "steps": steps, "base": base, "dollars": dollars,
-            "misses": misses, "length": length}  # fmt: skip
+            "misses": misses, "length": length, "source": source}  # fmt: skip
 
 
 def test_score_prices_an_abstaining_run_at_its_unmanaged_bill():
@@ -27,13 +27,22 @@ def test_hindsight_is_the_best_single_threshold_within_the_budget_per_group():
     held = [_row("a", 10.0, [9.0, 6.0], [0, 5], "long")] + [_row("a", 10.0, [9.5, 9.0], [0, 0])] * 3
     tune = [_row("a", 10.0, [9.0, 6.0], [0, 0])] * 10  # the tune runs say 0.3 is safe
     stored = {"family": {"a": 0.3}, "regime": {}, "default": 0.3}
-    cfg = SimpleNamespace(miss_budget=1.0, min_family_val=10)
+    cfg = SimpleNamespace(miss_budget=1.0, min_family_val=10, min_source_val=5)
     out = tr.compare(tune, held, GRID, stored, cfg)["rules"]
     assert out["stored"]["long"]["misses_per_100"] == 5.0  # over the budget on the held-out run
     assert out["hindsight"]["long"]["threshold"] == 0.1 and out["hindsight"]["long"]["saved"] == 0.1
     assert out["hindsight"]["short"]["threshold"] == 0.3
     assert out["pooled only"]["all"] == out["stored"]["all"]  # the tune runs chose 0.3 either way
-    assert "!" in tr.table({"budget_misses_per_100": 1.0, "rules": out})
+    rows = tr.table({"budget_misses_per_100": 1.0, "rules": out}).splitlines()
+    stored_row = next(r for r in rows if r.startswith("| stored |"))
+    assert stored_row.split(" | ")[2].endswith("5.00 !")  # the long run's cell, over the budget
+
+
+def test_a_stored_threshold_off_the_replay_grid_is_named():
+    cfg = SimpleNamespace(miss_budget=1.0, min_family_val=10, min_source_val=5)
+    rows = [_row("a", 10.0, [9.0, 8.0], [0, 0])]
+    with pytest.raises(ValueError, match=r"0\.2 is not on the replay grid"):
+        tr.compare(rows, rows, GRID, {"family": {"a": 0.2}, "regime": {}, "default": 0.1}, cfg)
 
 
 def test_a_checkpoint_without_a_table_is_a_one_line_error(tmp_path, capsys):
