@@ -46,6 +46,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "changed). --dataset defaults to the data it was trained on; of the other flags only --rl-*, "
         "--threads, --wandb* and --prices apply (any other is refused)",
     )
+    p.add_argument(
+        "--retune",
+        type=Path,
+        metavar="CKPT",
+        help="train nothing: choose this checkpoint's thresholds again on its own tune tasks with this "
+        "version's rule and the command's --miss-budget, --min-family-val and --min-source-val (e.g. a "
+        "stricter budget, or an older checkpoint's thresholds held to every harness), and write it to "
+        "--out. --dataset defaults to the data it was trained on; of the other flags only --threads and "
+        "--prices apply (any other is refused)",
+    )
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
     from dtoc_rl.tracking import add_wandb_arguments
 
@@ -66,9 +76,13 @@ def run(args: argparse.Namespace) -> int:
     if msg := unused_run_options(args, cfg.wandb):
         return fail(msg)
     dataset = str(args.dataset) if args.dataset else None
+    if args.retune is not None:
+        return _retune(args, cfg)
     if args.init_from is not None:
+        if cfg.rl_updates < 1:
+            return fail(f"--init-from {args.init_from}: fine-tuning needs --rl-updates N with N >= 1")
         try:
-            policy, dataset = _init_from(args, cfg)
+            policy, dataset = _from_checkpoint(args.init_from, args, cfg, _init_from_takes)
         except ValueError as e:
             return fail(f"--init-from {args.init_from}: {e}")
         cfg = policy.cfg
@@ -132,39 +146,62 @@ def run(args: argparse.Namespace) -> int:
             f"validation: cost {100 * (vm['cost_ratio'] - 1):+.1f}% vs. no management, "
             f"{vm['misses_per_100_steps']:.2f} misses per 100 steps"
         )
-    table = report.get("thresholds")
-    if table:
-        fmt = lambda d: ", ".join(f"{k} {'abstain' if v == 0 else f'{v:g}'}" for k, v in d.items()) or "none"  # noqa: E731
-        print(
-            f"thresholds chosen on validation (most dollars at <= {table['budget_misses_per_100']:g} "
-            f"misses per 100 steps; abstain where none saves): per family: {fmt(table['family'])}; "
-            f"per price regime: {fmt(table['regime'])}; pooled: {fmt({'all': table['default']})}"
-        )
+    if report.get("thresholds"):
+        _print_thresholds(report["thresholds"])
     print(f"checkpoint written to {args.out}")
     return 0
 
 
-def _init_from(args: argparse.Namespace, cfg):
-    """The checkpoint of ``--init-from`` with the command's RL settings, and the data to fine-tune it on.
-    Raises ValueError (a CheckpointError too) with a one-line reason."""
+def _print_thresholds(table: dict) -> None:
+    fmt = lambda d: ", ".join(f"{k} {'abstain' if v == 0 else f'{v:g}'}" for k, v in d.items()) or "none"  # noqa: E731
+    print(
+        f"thresholds chosen on validation (most dollars at <= {table['budget_misses_per_100']:g} "
+        f"misses per 100 steps; abstain where none saves): per family: {fmt(table['family'])}; "
+        f"per price regime: {fmt(table['regime'])}; pooled: {fmt({'all': table['default']})}"
+    )
+
+
+def _retune(args: argparse.Namespace, cfg) -> int:
+    """``--retune CKPT``: the checkpoint with its thresholds chosen again, written to ``--out``."""
+    from dtoc_rl.data.dataset import DatasetError
+    from dtoc_rl.policies.learned_trainer import retune
+
+    if args.init_from is not None:
+        return fail("--retune and --init-from: give one of them")
+    try:
+        policy, dataset = _from_checkpoint(args.retune, args, cfg, _retune_takes)
+        table = retune(policy, dataset)
+    except (ValueError, DatasetError, FileNotFoundError) as e:
+        return fail(f"--retune {args.retune}: {e}")
+    policy.save(args.out)
+    if args.json:
+        emit_json({"checkpoint": str(args.out), "retuned_from": str(args.retune), "thresholds": table})
+        return 0
+    _print_thresholds(table)
+    print(f"checkpoint written to {args.out}")
+    return 0
+
+
+def _from_checkpoint(path: Path, args: argparse.Namespace, cfg, takes):
+    """The checkpoint at ``path`` with the command's values of the config fields ``takes(name)`` accepts,
+    and the data it was trained on (``--dataset`` if given).  Raises ValueError (a CheckpointError too)
+    with a one-line reason, also for a flag the checkpoint's own settings would override."""
     from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy
 
-    if not args.init_from.exists():
+    if not path.exists():
         raise ValueError("no such checkpoint folder")
-    if cfg.rl_updates < 1:
-        raise ValueError("fine-tuning needs --rl-updates N with N >= 1")
     defaults = type(cfg)().to_dict()
-    ignored = [n for n, v in cfg.to_dict().items() if not _init_from_takes(n) and v != defaults[n]]
+    ignored = [n for n, v in cfg.to_dict().items() if not takes(n) and v != defaults[n]]
     if ignored:  # the checkpoint's settings win: say so rather than drop the flag unseen
         flags = ", ".join("--" + n.replace("_", "-") for n in ignored)
         raise ValueError(f"keeps the checkpoint's own settings, so {flags} would be ignored: drop it")
     try:
-        policy = LearnedPolicy.load(args.init_from)
+        policy = LearnedPolicy.load(path)
     except CheckpointError as e:
         raise ValueError(str(e)) from None
-    # the checkpoint's own network, data and split settings; the command's RL run and logging
+    # the checkpoint's own network, data and split settings; the command's run settings
     for name, value in cfg.to_dict().items():
-        if _init_from_takes(name) and name != "prices":
+        if takes(name) and name != "prices":
             setattr(policy.cfg, name, value)
     if cfg.prices:  # the user's prices for this run; without --prices, the checkpoint's own
         policy.cfg.prices = cfg.prices
@@ -179,3 +216,8 @@ def _init_from(args: argparse.Namespace, cfg):
 def _init_from_takes(name: str) -> bool:
     """Whether ``--init-from`` applies the command's value of this config field to the checkpoint."""
     return name.startswith("rl_") or name in ("threads", "wandb", "wandb_project", "prices")
+
+
+def _retune_takes(name: str) -> bool:
+    """Whether ``--retune`` applies the command's value of this config field to the checkpoint."""
+    return name in ("miss_budget", "min_family_val", "min_source_val", "threads", "prices")

@@ -171,3 +171,35 @@ def test_train_init_from_with_other_data_is_refused(tmp_path, capsys):
     assert main([*args, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not the data it was trained on" in err
+
+
+def test_train_retune_chooses_the_thresholds_again_and_nothing_else(tmp_path, capsys):
+    ck, out = tmp_path / "ck", tmp_path / "rt"
+    assert main(["train", "-o", str(ck), "--quiet", *TINY_CLI]) == 0
+    capsys.readouterr()
+    weights = (ck / "model.safetensors").read_bytes()
+    assert main(["train", "--retune", str(ck), "-o", str(out), "--miss-budget", "0", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    a, b = LearnedPolicy.load(ck), LearnedPolicy.load(out)
+    assert rep["thresholds"]["budget_misses_per_100"] == 0.0 == b.meta["thresholds"]["budget_misses_per_100"]
+    assert a.meta["thresholds"]["budget_misses_per_100"] == 1.0  # the checkpoint itself is not changed
+    assert (out / "model.safetensors").read_bytes() == weights == (ck / "model.safetensors").read_bytes()
+    assert b.meta["val_tasks"] == a.meta["val_tasks"] and b.cfg.miss_budget == 0.0
+    for entry in [*b.meta["thresholds"]["validation"]["regime"].values()]:
+        assert entry["misses_per_100"] == 0.0  # within the new budget on its tune runs
+
+
+@pytest.mark.parametrize(
+    "make,extra,msg",
+    [(lambda p: None, [], "no such checkpoint folder"),
+     (lambda p: p.mkdir(), [], "is not a checkpoint"),
+     (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--epochs", "2"], "--epochs would be ignored"),
+     (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--init-from", "x"], "give one of them")],
+)  # fmt: skip
+def test_train_bad_retune_is_one_clear_line(tmp_path, capsys, make, extra, msg):
+    ck = tmp_path / "bad"
+    make(ck)
+    assert main(["train", "--retune", str(ck), "-o", str(tmp_path / "o"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--retune" in err and msg in err, err
+    assert not (tmp_path / "o").exists()
