@@ -12,6 +12,7 @@ from dtoc_rl.engine.features import (
     check_action,
     decode_action,
 )
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 
 N = 8
 SPACE = action_space(N)
@@ -67,10 +68,14 @@ def _random_columns(rng: np.random.Generator, count: int, now: int, users: int):
         tokens, tool = int(rng.integers(0, 20000)), int(rng.integers(0, 5))
         call, users_at = int(rng.integers(0, now + 1)), int(rng.integers(0, users + 1))
         err = rng.random() < 0.2
-        words = tuple(int(w) for w in rng.integers(1, 2**31 - 1, int(rng.integers(0, 17))))
+        # up to twice as many words as an output keeps: the columns keep the first WORDS_PER_OUTPUT
+        words = tuple(
+            int(w) for w in rng.integers(1, 2**31 - 1, int(rng.integers(0, 2 * WORDS_PER_OUTPUT + 1)))
+        )
         cols.append(tokens, tool, call=call, users_at=users_at, is_error=bool(err), words=words)
         st = ItemState(est_tokens=tokens, age=now - call, visible=bool(visible[i]), tool_id=tool,
-                       is_error=bool(err), turns_after=users - users_at, words=words)  # fmt: skip
+                       is_error=bool(err), turns_after=users - users_at,
+                       words=words[:WORDS_PER_OUTPUT])  # fmt: skip
         for _ in range(int(rng.integers(0, 3))):
             name = str(rng.choice(["times_needed", "rereads", "toggles"]))
             cols.bump(i, name)
