@@ -199,12 +199,14 @@ def test_evaluate_cli_prices_with_ray_matches_local(capsys):
 def test_fine_tuning_takes_the_commands_prices_else_the_checkpoints(tmp_path):
     import argparse
 
-    from dtoc_rl.cli.train import _init_from
+    from dtoc_rl.cli.train import _from_checkpoint, _init_from_takes
 
     path = LearnedPolicyConfig(**TINY, prices=ACME_JSON).create().save(tmp_path / "ckpt")
     args = argparse.Namespace(init_from=path, dataset=None)
-    policy, _ = _init_from(args, LearnedPolicyConfig(rl_updates=1))
+    policy, _ = _from_checkpoint(path, args, LearnedPolicyConfig(rl_updates=1), _init_from_takes)
     assert policy.cfg.prices == ACME_JSON  # the checkpoint's own
     other = json.dumps({"acme-1": {"input": 1, "output": 2}})
-    policy, _ = _init_from(args, LearnedPolicyConfig(rl_updates=1, prices=other))
+    policy, _ = _from_checkpoint(
+        path, args, LearnedPolicyConfig(rl_updates=1, prices=other), _init_from_takes
+    )
     assert policy.cfg.prices == other and _cost_config(policy).prices_of(compile_episode(_traj())).input == 1
