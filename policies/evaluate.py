@@ -83,7 +83,7 @@ class Run:
     changes: int = 0
     placeholder_tokens: int = 0
     invalid_actions: int = 0
-    split: str = "all"  # "train" / "held-out" when evaluated against a policy's training split
+    split: str = "all"  # "train" / "held-out" / "left out" when evaluated against a policy's training
     regime: str = ""  # pricing.cache_regime() of the run's model version
     length: str = ""  # "short" / "long": run_length() of the unmanaged prompt per call
     error: str | None = None
@@ -196,6 +196,7 @@ def evaluate(
     progress: bool = True,
     policies: dict[str, Any] | None = None,
     holdout_tasks: set[str] | None = None,
+    left_out: Mapping[str, Any] | None = None,
     threads: int | None = 1,
     prices: Mapping[str, Prices] | None = None,
     tasks: set[str] | None = None,
@@ -207,7 +208,8 @@ def evaluate(
     objects.  Objects run in this process only.  ``dataset`` is anything ReplayEnv takes (a folder,
     a ``datasets.Dataset``, a list of trajectories).  ``holdout_tasks`` (``"source/task_id"``
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
-    or ``train``.  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
+    or ``train``, or ``left out`` for the source or family it was trained without (``left_out``,
+    :func:`mark_split`).  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
     small network is fastest on one, and several spin badly on a busy machine); None leaves them.
     ``prices``: the user's prices by model name (:func:`dtoc_rl.sim.pricing.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
@@ -253,10 +255,24 @@ def evaluate(
                         runs.append(run_policy_on_episode(pol, env, i, label))
                         bar.update(1)
     bar.close()
-    if holdout_tasks is not None:
-        for r in runs:
-            r.split = "held-out" if f"{r.source}/{r.task_id}" in holdout_tasks else "train"
+    mark_split(runs, holdout_tasks, left_out)
     return runs
+
+
+def mark_split(
+    runs: Sequence[Run], holdout_tasks: set[str] | None, left_out: Mapping[str, Any] | None
+) -> None:
+    """Each run's ``split`` against a learned policy's training: ``held-out`` (its validation tasks),
+    ``left out`` (the source or model family it was trained without: ``left_out`` as
+    ``{"source": ..., "family": ...}``) or ``train``; unchanged without ``holdout_tasks``."""
+    if holdout_tasks is None:
+        return
+    src, fam = (left_out or {}).get("source"), (left_out or {}).get("family")
+    for r in runs:
+        if (src and r.source == src) or (fam and r.model_family == fam):
+            r.split = "left out"
+        else:
+            r.split = "held-out" if f"{r.source}/{r.task_id}" in holdout_tasks else "train"
 
 
 def token_curves(

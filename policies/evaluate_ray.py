@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
-from dtoc_rl.policies.evaluate import ORACLE, Run, run_policy_on_episode
+from dtoc_rl.policies.evaluate import ORACLE, Run, mark_split, run_policy_on_episode
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = ["RAY_INSTALL_HINT", "RayNotAvailable", "evaluate_ray"]
@@ -131,11 +131,12 @@ def evaluate_ray(
     address: str | None = None,
     progress: bool = True,
     holdout_tasks: set[str] | None = None,
+    left_out: Mapping[str, Any] | None = None,
 ) -> list[Run]:
     """Run every policy spec (plus the oracle) over every trajectory of ``dataset`` on Ray.
 
     ``dataset``: a dataset folder (None: the bundled sample).  ``workers``: actors (default: the
-    cluster's CPUs); ``batch_size``: trajectories per batch; ``holdout_tasks`` as in
+    cluster's CPUs); ``batch_size``: trajectories per batch; ``holdout_tasks`` and ``left_out`` as in
     :func:`~dtoc_rl.policies.evaluate.evaluate`.  Returns the same runs, in the same order, as
     :func:`~dtoc_rl.policies.evaluate.evaluate`.
     """
@@ -194,7 +195,5 @@ def evaluate_ray(
             f"no usable trajectory in {dataset or 'the bundled sample'} for "
             f"model_family={model_family or 'any'}, source={source or 'any'}, at least 2 steps"
         )
-    if holdout_tasks is not None:
-        for r in runs:
-            r.split = "held-out" if f"{r.source}/{r.task_id}" in holdout_tasks else "train"
+    mark_split(runs, holdout_tasks, left_out)
     return runs

@@ -87,8 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_grouping,
         default=["overall", "model_family", "source"],
         metavar="GROUPING",
-        help="groupings to report: overall, model_family, source, split (train vs held-out tasks, with "
-        "--holdout-from), regime (the model's cache pricing) and length (short or long runs: long when "
+        help="groupings to report: overall, model_family, source, split (train, held-out tasks or left "
+        "out, with --holdout-from), regime (the model's cache pricing) and length (short or long runs: long when "
         "the unmanaged prompt averages >= 20,000 tokens per call); a+b crosses two, e.g. split+length "
         "or split+model_family",
     )
@@ -104,7 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--holdout-from",
         type=Path,
         metavar="CKPT",
-        help="mark trajectories of this checkpoint's validation tasks as held-out (adds --by split)",
+        help="mark trajectories of this checkpoint's validation tasks as held-out, and those of a "
+        "source or family it was trained without (--exclude-source/--exclude-family) as left out "
+        "(adds --by split)",
     )
     p.add_argument(
         "--held-out-only",
@@ -171,8 +173,10 @@ def run(args: argparse.Namespace) -> int:
             return fail("--held-out-only needs --holdout-from CKPT (whose validation tasks to keep)")
         if args.held_out_only and args.backend == "ray":
             return fail("--held-out-only runs on the local backend; drop --backend ray")
+        left_out = None
         if args.holdout_from:
-            holdout = set(_val_tasks(args.holdout_from))
+            tasks, left_out = _val_tasks(args.holdout_from)
+            holdout = set(tasks)
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
@@ -195,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not (args.quiet or args.json),
             holdout_tasks=holdout,
+            left_out=left_out,
             **({"tasks": holdout} if args.held_out_only else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
@@ -259,13 +264,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _val_tasks(ckpt: Path) -> list[str]:
+def _val_tasks(ckpt: Path) -> tuple[list[str], dict[str, str | None]]:
+    """The checkpoint's validation tasks, and the source and family it was trained without."""
     import json as _json
 
     cfg = ckpt / "config.json"
     if not cfg.is_file():
         raise FileNotFoundError(f"--holdout-from {ckpt}: no config.json (not a checkpoint folder)")
-    return _json.loads(cfg.read_text()).get("meta", {}).get("val_tasks", [])
+    meta = _json.loads(cfg.read_text())
+    config = meta.get("config") or {}
+    left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}
+    return meta.get("meta", {}).get("val_tasks", []), left_out
 
 
 def write_plots(args, specs, rows, runs) -> list[str]:

@@ -158,3 +158,31 @@ def test_held_out_only_evaluates_the_checkpoints_validation_tasks(tmp_path, caps
     }
     assert main(["evaluate", "-p", "none", "--held-out-only"]) == 2
     assert "--held-out-only needs --holdout-from" in capsys.readouterr().err
+
+
+def test_runs_of_a_source_the_checkpoint_was_trained_without_are_left_out(tmp_path, capsys):
+    from dtoc_rl.envs.data import load_episodes
+
+    eps = load_episodes(None)
+    keep = set(sorted({f"{e.source}/{e.task_id}" for e in eps if e.source != "tau-bench"})[:2])
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    config = {"config": {"exclude_source": "tau-bench"}, "meta": {"val_tasks": sorted(keep)}}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    args = [
+        "evaluate",
+        "-p",
+        "none",
+        "--holdout-from",
+        str(ckpt),
+        "--by",
+        "split",
+        "--json",
+        "--bootstrap",
+        "10",
+    ]
+    assert main(args) == 0
+    n = {r["group"]: r["n"] for r in json.loads(capsys.readouterr().out)["rows"] if r["policy"] == "none"}
+    tau = sum(e.source == "tau-bench" for e in eps)
+    held = sum(f"{e.source}/{e.task_id}" in keep for e in eps)
+    assert n == {"left out": tau, "held-out": held, "train": len(eps) - tau - held}
