@@ -88,9 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=["overall", "model_family", "source"],
         metavar="GROUPING",
         help="groupings to report: overall, model_family, source, split (train, held-out tasks or left "
-        "out, with --holdout-from), regime (the model's cache pricing) and length (short or long runs: long when "
-        "the unmanaged prompt averages >= 20,000 tokens per call); a+b crosses two, e.g. split+length "
-        "or split+model_family",
+        "out, with --holdout-from), regime (the model's cache pricing) and length (short or long runs: "
+        "long when the unmanaged prompt averages >= 20,000 tokens per call); a+b crosses two, e.g. "
+        "split+length or split+model_family",
     )
     p.add_argument(
         "--miss-budget",
