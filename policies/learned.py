@@ -36,7 +36,7 @@ from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_price
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.baselines import best_batch, episode_prices, to_action
+from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
 
@@ -141,25 +141,45 @@ def economics(
     return per_item, per_call
 
 
+def _table_entry(
+    table: dict[str, Any], family: str | None, prices: Prices | None, regime: str | None
+) -> tuple[str, str | None] | None:
+    """Which entry of a threshold table decides for a model: ("family", f), ("regime", g) or
+    ("default", None); None when the table has none for it."""
+    if family in (table.get("family") or {}):
+        return "family", family
+    if regime is None and prices is not None:
+        regime = cache_regime(prices)
+    if regime is not None and (table.get("regime") or {}).get(regime) is not None:
+        return "regime", regime
+    return ("default", None) if table.get("default") is not None else None
+
+
 def table_threshold(
     table: dict[str, Any] | None, family: str | None, prices: Prices | None, regime: str | None = None
 ) -> float | None:
     """The threshold a checkpoint's validation table gives a model: its family's entry, else its price
     regime's (``regime``, or that of ``prices``), else the pooled one; None without a table.  0 means
-    abstain (nothing is ever hidden)."""
-    if not table:
+    abstain (nothing is ever hidden, unless the entry has a fallback rule: :func:`table_fallback`)."""
+    entry = _table_entry(table, family, prices, regime) if table else None
+    if entry is None:
         return None
-    fam = table.get("family") or {}
-    if family in fam:
-        return float(fam[family])
-    if regime is None and prices is not None:
-        regime = cache_regime(prices)
-    if regime is not None:
-        reg = (table.get("regime") or {}).get(regime)
-        if reg is not None:
-            return float(reg)
-    d = table.get("default")
-    return float(d) if d is not None else None
+    section, key = entry
+    return float(table[section] if key is None else table[section][key])
+
+
+def table_fallback(
+    table: dict[str, Any] | None, family: str | None, prices: Prices | None, regime: str | None = None
+) -> dict[str, int] | None:
+    """The ``hide_big`` settings (``{"tokens", "age"}``) a table gives a model whose entry abstains,
+    chosen on the same tune runs (``learned_trainer.fallback_table``); None when the entry does not
+    abstain or has none."""
+    entry = _table_entry(table, family, prices, regime) if table else None
+    if entry is None or table_threshold(table, family, prices, regime) != 0.0:
+        return None
+    section, key = entry
+    rules = (table.get("fallback") or {}).get(section)
+    return rules if key is None else (rules or {}).get(key)
 
 
 class CheckpointError(Exception):
@@ -531,8 +551,11 @@ class LearnedPolicy(Policy):
         self.meta: dict[str, Any] = {}
         self._prices: np.ndarray | None = None  # the current episode's (reset), else the family's
         self._thr: float | None = None
-        self._thr_cache: dict[Any, float] = {}
+        self._rule: Policy | None = None  # the fallback rule of the current episode's abstaining entry
+        self._thr_cache: dict[Any, tuple[float, Policy | None]] = {}
         self._price_table: tuple[Any, dict[str, Prices]] | None = None  # (meta["prices"], parsed)
+        # words per output its network was trained on (a loaded checkpoint's own; training sets it)
+        self.words_per_output = WORDS_PER_OUTPUT
 
     # -- acting ------------------------------------------------------------------
     def reset(self, info: dict[str, Any] | None = None) -> None:
@@ -543,7 +566,7 @@ class LearnedPolicy(Policy):
         info = info or {}
         ep = info.get("episode")
         family = getattr(ep, "model_family", None) or info.get("model_family")
-        self._thr = self.threshold_for(family, p) if family or p is not None else None
+        self._thr, self._rule = self._choice(family, p) if family or p is not None else (None, None)
 
     def threshold_for(self, family: str | None, prices: Prices | None = None) -> float:
         """The threshold used for a model: ``cfg.threshold`` when set, else the checkpoint's
@@ -559,9 +582,30 @@ class LearnedPolicy(Policy):
         t = table_threshold(self.meta.get("thresholds"), family, prices)
         return 0.5 if t is None else t
 
-    def _obs_threshold(self, obs: dict[str, np.ndarray]) -> float:
+    def fallback_for(self, family: str | None, prices: Prices | None = None) -> Policy | None:
+        """The rule the policy runs for a model whose table entry abstains (:func:`table_fallback`),
+        or None: then an abstaining policy keeps everything visible.  None with a fixed threshold."""
         if self.cfg.threshold is not None:
-            return float(self.cfg.threshold)
+            return None
+        if prices is None and family:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prices = prices_for(family)
+        rule = table_fallback(self.meta.get("thresholds"), family, prices)
+        return None if rule is None else HideBig(int(rule["tokens"]), int(rule["age"]))
+
+    def _choice(self, family: str | None, prices: Prices | None) -> tuple[float, Policy | None]:
+        return self.threshold_for(family, prices), self.fallback_for(family, prices)
+
+    def _obs_threshold(self, obs: dict[str, np.ndarray]) -> float:
+        return self._obs_choice(obs)[0]
+
+    def _obs_choice(self, obs: dict[str, np.ndarray]) -> tuple[float, Policy | None]:
+        """The threshold and fallback rule for an observation's model (cached by family and prices)."""
+        if self.cfg.threshold is not None:
+            return float(self.cfg.threshold), None
         # the family id and the observation's prices (a model the family table lacks is priced by
         # the caller), else the family's list prices, pick the table entry
         fid = int(np.asarray(obs["family"]).reshape(-1)[0])
@@ -572,7 +616,7 @@ class LearnedPolicy(Policy):
             family = FAMILIES[fid] if 0 < fid < len(FAMILIES) else None
             prices = family_price_vector(fid) if own is None else key[1]
             p = Prices(*(float(x) for x in prices))
-            t = self._thr_cache[key] = self.threshold_for(family, p)
+            t = self._thr_cache[key] = self._choice(family, p)
         return t
 
     @torch.inference_mode()
@@ -600,22 +644,35 @@ class LearnedPolicy(Policy):
         """Install a validation threshold table (saved with the checkpoint's meta)."""
         self.meta["thresholds"] = table
         self._thr_cache.clear()
-        self._thr = None
+        self._thr, self._rule = None, None
 
     def act(self, obs, info=None):
         if self.cfg.threshold is not None:
-            thr = float(self.cfg.threshold)
+            thr, rule = float(self.cfg.threshold), None
+        elif self._thr is not None:
+            thr, rule = self._thr, self._rule
         else:
-            thr = self._thr if self._thr is not None else self._obs_threshold(obs)
-        if thr <= 0.0:  # abstain: every output stays (or comes back) visible, no network call
-            return to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
+            thr, rule = self._obs_choice(obs)
+        if thr <= 0.0:  # abstain: its fallback rule, else every output stays (or comes back) visible
+            return (
+                rule.act(obs)
+                if rule is not None
+                else to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
+            )
         return to_action(obs, self.want_visible(obs, self.probs(obs, self._prices), thr, self._prices))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
         p = self.probs(obs)
-        rows = [{k: v[i] for k, v in obs.items()} for i in range(len(p))]
-        acts = [to_action(r, self.want_visible(r, p[i], self._obs_threshold(r))) for i, r in enumerate(rows)]
+        acts = []
+        for i in range(len(p)):
+            row = {k: v[i] for k, v in obs.items()}
+            thr, rule = self._obs_choice(row)
+            acts.append(
+                rule.act(row)
+                if thr <= 0.0 and rule is not None
+                else to_action(row, self.want_visible(row, p[i], thr))
+            )
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def want_visible(
@@ -691,7 +748,7 @@ class LearnedPolicy(Policy):
             "econ_global_features": list(ECON_GLOBAL_FEATURES),
             "families": list(FAMILIES[: self.net.n_families]),
             "tool_categories": list(TOOL_CATEGORIES),
-            "words_per_output": WORDS_PER_OUTPUT,
+            "words_per_output": self.words_per_output,
             "meta": self.meta,
         }
         (tmp / "config.json").write_text(json.dumps(meta, indent=2, default=str))
@@ -759,18 +816,6 @@ class LearnedPolicy(Policy):
         except RuntimeError as e:
             raise CheckpointError(f"{weights}: weights do not fit the config: {_one_line(e)}") from None
         policy.net.eval()
-        # a checkpoint trained when outputs kept more words sees the first WORDS_PER_OUTPUT of them:
-        # it still works, but not as it was measured (its words are first-seen order, so these are its
-        # first ones); checkpoints before the field kept sixteen
-        theirs = meta.get("words_per_output", 16)
-        if cfg.word_vocab > 0 and theirs != WORDS_PER_OUTPUT:
-            import warnings
-
-            warnings.warn(
-                f"{path}: trained with {theirs} words per output, this version keeps {WORDS_PER_OUTPUT}: it "
-                "decides on fewer words than it was trained and measured on (retrain it)",
-                stacklevel=2,
-            )
         policy.meta = meta.get("meta", {})
         if not isinstance(policy.meta, dict):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
@@ -782,6 +827,20 @@ class LearnedPolicy(Policy):
         if table is not None and not _valid_table(table):
             raise CheckpointError(
                 f"{cfg_file}: 'meta.thresholds' is not a threshold table (a damaged checkpoint)"
+            )
+        # A checkpoint trained when outputs kept another number of words sees the first
+        # WORDS_PER_OUTPUT of each (first-seen order): it works, but not as it was measured.  Before the
+        # field existed outputs kept sixteen.
+        known = meta.get("words_per_output")
+        policy.words_per_output = int(known) if isinstance(known, int) else 16
+        if cfg.word_vocab > 0 and policy.words_per_output != WORDS_PER_OUTPUT:
+            import warnings
+
+            how = "trained with" if known is not None else "trained before words per output were recorded:"
+            warnings.warn(
+                f"{path}: {how} {policy.words_per_output} words per output, this version keeps "
+                f"{WORDS_PER_OUTPUT}: it decides on other words than it was measured on (retrain it)",
+                stacklevel=2,
             )
         return policy
 
@@ -796,4 +855,26 @@ def _valid_table(table: Any) -> bool:
         sub = table.get(key, {})
         if not isinstance(sub, dict) or not all(ok(v) for v in sub.values()):
             return False
-    return table.get("default") is None or ok(table["default"])
+    if not (table.get("default") is None or ok(table["default"])):
+        return False
+    return _valid_fallback(table.get("fallback"))
+
+
+def _valid_fallback(fb: Any) -> bool:
+    def rule(x: Any) -> bool:
+        return (
+            isinstance(x, dict)
+            and all(isinstance(x.get(k), int) and not isinstance(x.get(k), bool) for k in ("tokens", "age"))
+            and x["tokens"] >= 0
+            and x["age"] >= 1
+        )
+
+    if fb is None:
+        return True
+    if not isinstance(fb, dict):
+        return False
+    for key in ("family", "regime"):
+        sub = fb.get(key, {})
+        if not isinstance(sub, dict) or not all(rule(v) for v in sub.values()):
+            return False
+    return fb.get("default") is None or rule(fb["default"])

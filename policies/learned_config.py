@@ -63,6 +63,12 @@ class LearnedPolicyConfig:
         "validation trajectories a family needs for a threshold of its own (else its price regime's); a "
         "regime with fewer may be more cautious than the pooled threshold, never bolder",
     )
+    fallback_rule: bool = _f(
+        True,
+        "where the threshold table abstains (no threshold of the network saves money within the budget "
+        "on the tune runs), run the hide_big rule whose settings do, chosen on the same runs the same "
+        "way (learned_trainer.FALLBACK_LADDER); without one, abstaining keeps everything visible",
+    )
     min_source_val: int = _f(
         5,
         "validation trajectories a source harness needs for a say in each threshold: a family's, a "

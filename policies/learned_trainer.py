@@ -38,7 +38,7 @@ from torch import nn
 from dtoc_rl.engine.features import ITEM_FEATURES, PRICE_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.labels.words import common_words
+from dtoc_rl.labels.words import WORDS_PER_OUTPUT, common_words
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.evaluate import run_length
 from dtoc_rl.policies.learned import LearnedPolicy, economics
@@ -389,22 +389,23 @@ def sweep_thresholds(
                 steps.append(env.step(to_action(row, policy.want_visible(row, probs[i], grid[i], prices))))
             obs_list = [st[0] for st in steps]
             done = steps[0][2]
-        infos = [st[4] for st in steps]
-        unmanaged = infos[0]["all_visible"]
-        p = episode_prices({"episode": ep, "cost_config": cfg})
-        rows.append(
-            {
-                "family": ep.model_family,
-                "source": ep.source,
-                "regime": cache_regime(p),
-                "steps": _n_calls(ep),
-                "base": float(unmanaged["dollars"]),
-                "length": run_length(unmanaged["input_tokens"], unmanaged["calls"]),
-                "dollars": [float(i["totals"]["dollars"]) for i in infos],
-                "misses": [int(i["totals"]["misses"]) for i in infos],
-            }
-        )
+        rows.append(_sweep_row(ep, cfg, [st[4] for st in steps]))
     return rows
+
+
+def _sweep_row(ep: Episode, cfg: CostConfig, infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """One episode's row of a sweep: what groups it, and per option its dollars and misses."""
+    unmanaged = infos[0]["all_visible"]
+    return {
+        "family": ep.model_family,
+        "source": ep.source,
+        "regime": cache_regime(episode_prices({"episode": ep, "cost_config": cfg})),
+        "steps": _n_calls(ep),
+        "base": float(unmanaged["dollars"]),
+        "length": run_length(unmanaged["input_tokens"], unmanaged["calls"]),
+        "dollars": [float(i["totals"]["dollars"]) for i in infos],
+        "misses": [int(i["totals"]["misses"]) for i in infos],
+    }
 
 
 #: A threshold's misses are judged by this quantile of their bootstrap distribution over the tune runs
@@ -448,9 +449,11 @@ def _choose_everywhere(
 ) -> dict[str, Any]:
     """:func:`_choose` on ``rows``, lowered to the most cautious of its choices on each source harness
     with at least ``min_source`` of them (0: no such check): a threshold that held on every harness
-    it was tuned on is the one to trust on a harness it was not.  A harness where no threshold pays
-    (its choice is to abstain) says nothing about how bold to be where one does, so it has no say:
-    else one such harness would make every entry that pools it abstain."""
+    it was tuned on is the one to trust on a harness it was not.  A harness where no threshold saves
+    money within the budget (its own choice is to abstain, whether every threshold loses money or
+    every one that saves misses too often) has no say: else one such harness (qwen-coder's runs on
+    ../shared) makes every entry that pools it abstain, the per-family entries being where such a
+    model is held back."""
     entry = _choose(rows, grid, budget, quantile)
     if min_source <= 0:
         return entry
@@ -464,6 +467,11 @@ def _choose_everywhere(
     if lowest < entry["threshold"]:
         entry["lowered_from"] = entry["threshold"]
         entry["threshold"] = lowest
+        # the figures of the threshold it now has, on all of the entry's tune runs
+        opt = next(o for o in entry["options"] if o["threshold"] == lowest)
+        base = sum(r["base"] for r in rows)
+        entry["saved_fraction"] = opt["saved"] / base if base > 0 else 0.0
+        entry["misses_per_100"] = opt["misses_per_100"]
     return entry
 
 
@@ -514,12 +522,77 @@ def threshold_table(
     }
 
 
+#: ``hide_big`` settings (tokens, age) an abstaining table entry may fall back to, from the most
+#: cautious (few, big, old outputs hidden) to the boldest, so that the most cautious of several
+#: harnesses' choices is the lowest rung (:func:`fallback_table`).
+FALLBACK_LADDER: tuple[tuple[int, int], ...] = (
+    (8000, 12), (4000, 12), (2000, 12), (1000, 12), (1000, 8), (1000, 4), (2000, 1), (1000, 1),
+)  # fmt: skip
+
+
+def sweep_rules(
+    episodes: Sequence[Episode],
+    cfg: CostConfig,
+    max_items: int,
+    ladder: Sequence[tuple[int, int]] = FALLBACK_LADDER,
+) -> list[dict[str, Any]]:
+    """:func:`sweep_thresholds`'s rows for the ``hide_big`` rule at each rung of ``ladder``."""
+    from dtoc_rl.policies.baselines import HideBig
+
+    rows = []
+    for ep in episodes:
+        infos = []
+        for tokens, age in ladder:
+            env = ReplayEnv(trajectories=[ep], max_items=max_items, cost_config=cfg)
+            obs, info = env.reset(seed=0)
+            rule = HideBig(tokens, age)
+            rule.reset(info)
+            done = False
+            while not done:
+                obs, _, done, _, info = env.step(rule.act(obs, info))
+            infos.append(info)
+        rows.append(_sweep_row(ep, cfg, infos))
+    return rows
+
+
+def fallback_table(
+    table: dict[str, Any],
+    rule_rows: list[dict[str, Any]],
+    budget: float,
+    quantile: float = MISS_QUANTILE,
+    min_source: int = 0,
+    ladder: Sequence[tuple[int, int]] = FALLBACK_LADDER,
+) -> dict[str, Any]:
+    """For each entry of ``table`` that abstains, the rung of ``ladder`` chosen the way thresholds are
+    (:func:`_choose_everywhere` on the entry's tune runs, ``rule_rows`` of :func:`sweep_rules`): the
+    ``hide_big`` rule saving the most within the budget, held to every harness; none when none saves.
+    Where no threshold of the network pays, a fixed rule on big old outputs still may (on ../shared:
+    qwen-coder, and families or harnesses the network was not trained on)."""
+    rungs = list(range(1, len(ladder) + 1))  # 0 is "no rule", as a threshold of 0 abstains
+
+    def pick(rows: list[dict[str, Any]]) -> dict[str, int] | None:
+        rung = int(_choose_everywhere(rows, rungs, budget, quantile, min_source)["threshold"]) if rows else 0
+        return dict(zip(("tokens", "age"), ladder[rung - 1])) if rung else None
+
+    out: dict[str, Any] = {"family": {}, "regime": {}, "default": None}
+    for section, field in (("family", "family"), ("regime", "regime")):
+        for key, t in table[section].items():
+            if t == 0 and (rule := pick([r for r in rule_rows if r[field] == key])):
+                out[section][key] = rule
+    if table["default"] == 0:
+        out["default"] = pick(rule_rows)
+    return out
+
+
 def _tune(policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConfig) -> dict[str, Any]:
     cfg = policy.cfg
     rows = sweep_thresholds(policy, tune_eps, cost_cfg)
     table = threshold_table(
         rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val, min_source=cfg.min_source_val
     )
+    if cfg.fallback_rule:
+        rule_rows = sweep_rules(tune_eps, cost_cfg, cfg.max_items)
+        table["fallback"] = fallback_table(table, rule_rows, cfg.miss_budget, min_source=cfg.min_source_val)
     policy.set_threshold_table(table)
     return policy.meta["thresholds"]
 
@@ -585,7 +658,8 @@ def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
             # a mistyped name would train on everything under a config that says otherwise; episodes
             # handed in (scripts.lofo) may come without the excluded ones already
             if episodes is None and value not in present:
-                raise ValueError(f"exclude_{what} {value!r} is not in the data (present: {sorted(present)})")
+                where = f"after its filters; present: {sorted(present)}"
+                raise ValueError(f"exclude_{what} {value!r} is not in the data ({where})")
             eps = [e for e in eps if episode_group(e, what) != value]
             if not eps:
                 raise ValueError(f"no episodes left after excluding {what} {value!r}")
@@ -649,6 +723,7 @@ def _fit(
         "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
         "families": sorted({e.model_family for e in eps}),
     }
+    policy.words_per_output = WORDS_PER_OUTPUT  # a new network, trained on this version's words
     report["word_vocab"] = policy.net.set_vocabulary(
         word_vocabulary(train_eps, cfg.word_vocab, cfg.word_min_tasks)
     )

@@ -144,7 +144,7 @@ def run(
         held_eps.sort(key=lambda e: e.traj_id)
         if max_runs and len(held_eps) > max_runs:
             held_eps = random.Random(0).sample(held_eps, max_runs)
-        scored_on = f"runs of the {'source' if src else 'family'} it never saw ({src or fam})"
+        scored_on = "runs of what it never saw (" + ", ".join(x for x in (src, fam) if x) + ")"
     cost_cfg = _cost_config(policy)
     grid = list(THRESHOLD_GRID)
     tune = _sweep(policy, tune_eps, cost_cfg, "tune runs", progress)
@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    if args.max_runs < 0:
+        ap.error("--max-runs must be >= 0")
     if args.max_runs and not args.excluded:
         ap.error("--max-runs caps the runs of --excluded; the held-out tasks are scored whole")
     from dtoc_rl.data.dataset import DatasetError

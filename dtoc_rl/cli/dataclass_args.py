@@ -8,7 +8,32 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args"]
+__all__ = ["add_dataclass_arguments", "dataclass_from_args", "given_fields"]
+
+_GIVEN = "_dataclass_fields_given"
+
+
+def _remember(action_cls: type) -> type:
+    """``action_cls`` that also records its field as given on the command line (a value equal to the
+    default is still given: what a checkpoint keeps unless told otherwise depends on it)."""
+
+    class Given(action_cls):
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            given = getattr(namespace, _GIVEN, None) or set()
+            given.add(self.dest)
+            setattr(namespace, _GIVEN, given)
+
+    return Given
+
+
+_StoreGiven = _remember(argparse._StoreAction)
+_BoolGiven = _remember(argparse.BooleanOptionalAction)
+
+
+def given_fields(args: argparse.Namespace) -> set[str]:
+    """The dataclass fields whose flags the command line gave."""
+    return set(getattr(args, _GIVEN, None) or ())
 
 
 def _base_type(tp: Any) -> Any:
@@ -28,9 +53,11 @@ def add_dataclass_arguments(p: argparse.ArgumentParser, cls: type, group: str | 
         help_ = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
         if tp is bool:
-            g.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_)
+            g.add_argument(flag, action=_BoolGiven, default=default, help=help_)
         else:
-            g.add_argument(flag, type=tp, default=default, help=f"{help_} (default: {default})")
+            g.add_argument(
+                flag, action=_StoreGiven, type=tp, default=default, help=f"{help_} (default: {default})"
+            )
 
 
 def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:

@@ -12,7 +12,11 @@ improving.  Then the decision threshold is chosen on the validation tasks per
 model family and per price regime: the one saving the most dollars within
 --miss-budget misses per 100 steps, or abstaining (never hiding) where none
 saves money; the table is stored in the checkpoint and used unless a threshold
-is given.  Writes a checkpoint folder (model.safetensors + config.json).
+is given.  Each threshold is held to every source harness with enough validation runs
+(--min-source-val), and where the table abstains a hide_big rule that pays on the same
+runs may take over (--fallback-rule).  --retune CKPT chooses a trained checkpoint's
+thresholds again without training.  Writes a checkpoint folder (model.safetensors +
+config.json).
 """
 
 from __future__ import annotations
@@ -50,11 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--retune",
         type=Path,
         metavar="CKPT",
-        help="train nothing: choose this checkpoint's thresholds again on its own tune tasks with this "
-        "version's rule and the command's --miss-budget, --min-family-val and --min-source-val (e.g. a "
-        "stricter budget, or an older checkpoint's thresholds held to every harness), and write it to "
-        "--out. --dataset defaults to the data it was trained on; of the other flags only --threads and "
-        "--prices apply (any other is refused)",
+        help="train nothing: choose this checkpoint's thresholds (and fallback rules) again on its own "
+        "tune tasks with this version's rule, and write it to --out: e.g. a stricter --miss-budget, or an "
+        "older checkpoint's thresholds held to every harness. --miss-budget, --min-family-val, "
+        "--min-source-val and --fallback-rule apply when given (else the checkpoint's own), as do "
+        "--threads and --prices; any other flag is refused. --dataset defaults to the data it was "
+        "trained on",
     )
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
     from dtoc_rl.tracking import add_wandb_arguments
@@ -169,8 +174,11 @@ def _retune(args: argparse.Namespace, cfg) -> int:
     if args.init_from is not None:
         return fail("--retune and --init-from: give one of them")
     try:
-        policy, dataset = _from_checkpoint(args.retune, args, cfg, _retune_takes)
+        policy, dataset = _from_checkpoint(args.retune, args, cfg, _retune_takes, only_given=True)
         table = retune(policy, dataset)
+        # its validation figures were the old table's; the new one's choice is in meta.thresholds
+        policy.meta.pop("val_metrics", None)
+        policy.meta["retuned_from"] = str(args.retune)
     except (ValueError, DatasetError, FileNotFoundError) as e:
         return fail(f"--retune {args.retune}: {e}")
     policy.save(args.out)
@@ -182,16 +190,18 @@ def _retune(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def _from_checkpoint(path: Path, args: argparse.Namespace, cfg, takes):
-    """The checkpoint at ``path`` with the command's values of the config fields ``takes(name)`` accepts,
-    and the data it was trained on (``--dataset`` if given).  Raises ValueError (a CheckpointError too)
-    with a one-line reason, also for a flag the checkpoint's own settings would override."""
+def _from_checkpoint(path: Path, args: argparse.Namespace, cfg, takes, only_given: bool = False):
+    """The checkpoint at ``path`` with the command's values of the config fields ``takes(name)`` accepts
+    (with ``only_given``, of those the command line gave: the others keep the checkpoint's), and the
+    data it was trained on (``--dataset`` if given).  Raises ValueError (a CheckpointError too) with a
+    one-line reason, also for a flag the checkpoint's own settings would override."""
+    from dtoc_rl.cli.dataclass_args import given_fields
     from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy
 
     if not path.exists():
         raise ValueError("no such checkpoint folder")
-    defaults = type(cfg)().to_dict()
-    ignored = [n for n, v in cfg.to_dict().items() if not takes(n) and v != defaults[n]]
+    defaults, given = type(cfg)().to_dict(), given_fields(args)
+    ignored = [n for n, v in cfg.to_dict().items() if not takes(n) and (n in given or v != defaults[n])]
     if ignored:  # the checkpoint's settings win: say so rather than drop the flag unseen
         flags = ", ".join("--" + n.replace("_", "-") for n in ignored)
         raise ValueError(f"keeps the checkpoint's own settings, so {flags} would be ignored: drop it")
@@ -201,7 +211,7 @@ def _from_checkpoint(path: Path, args: argparse.Namespace, cfg, takes):
         raise ValueError(str(e)) from None
     # the checkpoint's own network, data and split settings; the command's run settings
     for name, value in cfg.to_dict().items():
-        if takes(name) and name != "prices":
+        if takes(name) and name != "prices" and (name in given or not only_given):
             setattr(policy.cfg, name, value)
     if cfg.prices:  # the user's prices for this run; without --prices, the checkpoint's own
         policy.cfg.prices = cfg.prices
@@ -220,4 +230,4 @@ def _init_from_takes(name: str) -> bool:
 
 def _retune_takes(name: str) -> bool:
     """Whether ``--retune`` applies the command's value of this config field to the checkpoint."""
-    return name in ("miss_budget", "min_family_val", "min_source_val", "threads", "prices")
+    return name in ("miss_budget", "min_family_val", "min_source_val", "fallback_rule", "threads", "prices")

@@ -19,7 +19,14 @@ from dtoc_rl.policies.learned import (
     table_threshold,
 )
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.policies.learned_trainer import THRESHOLD_GRID, dollar_weights, retune, threshold_table
+from dtoc_rl.policies.learned_trainer import (
+    FALLBACK_LADDER,
+    THRESHOLD_GRID,
+    dollar_weights,
+    fallback_table,
+    retune,
+    threshold_table,
+)
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.pricing import PRICES
 
@@ -164,6 +171,8 @@ def test_a_threshold_is_held_to_every_harness_with_enough_tune_runs():
     assert table["family"]["gpt-4o"] == table["regime"][DISC] == table["default"] == 0.3
     entry = table["validation"]["family"]["gpt-4o"]
     assert entry["by_source"] == {"A": 0.5, "B": 0.3} and entry["lowered_from"] == 0.5
+    # its figures are the lowered threshold's: 0.3 saves 2 of 10 per run, with no miss
+    assert entry["saved_fraction"] == pytest.approx(0.2) and entry["misses_per_100"] == 0.0
     # a harness with fewer runs than min_source has no say
     assert threshold_table(rows, GRID, budget=1.0, min_family=10, min_source=6)["family"]["gpt-4o"] == 0.5
 
@@ -205,6 +214,52 @@ def test_policy_uses_the_table_by_default_abstains_with_zero_and_threshold_overr
     np.testing.assert_array_equal(back.act(obs)["disable"], obs["disable_mask"])
     b = back.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
     np.testing.assert_array_equal(b["disable"][1], obs["disable_mask"])
+
+
+def test_an_abstaining_entry_falls_back_to_the_hide_big_rung_that_pays_within_the_budget():
+    rung = len(FALLBACK_LADDER)
+    table = {"family": {"qwen-coder": 0.0, "gpt-4o": 0.2}, "regime": {DISC: 0.0, PREM: 0.0}, "default": 0.0}
+    saves_at_3 = [10.0, 10.0, 9.0] + [8.0] * (rung - 3)  # rungs 4+ save more but miss 3 per 100
+    misses = [0, 0, 0] + [3] * (rung - 3)
+    rows = [_row("qwen-coder", DISC, 10.0, saves_at_3, misses) for _ in range(10)]
+    rows += [_row("gpt-4o", PREM, 10.0, [10.5] * rung, [0] * rung) for _ in range(10)]  # no rung saves
+    fb = fallback_table(table, rows, budget=1.0)
+    assert fb["family"] == {"qwen-coder": dict(zip(("tokens", "age"), FALLBACK_LADDER[2]))}
+    assert fb["regime"] == {DISC: fb["family"]["qwen-coder"]}  # gpt-4o's entry does not abstain
+    assert PREM not in fb["regime"]  # a regime where no rung saves gets none
+    assert fb["default"] == fb["family"]["qwen-coder"]  # the pooled runs: rung 3 still pays most
+
+
+def test_the_policy_runs_its_fallback_rule_where_its_table_abstains(tmp_path):
+    from dtoc_rl.policies.baselines import HideBig
+
+    pol = LearnedPolicyConfig(**TINY, seed=1).create()
+    rule = {"tokens": 1000, "age": 2}
+    pol.set_threshold_table({"family": {"claude-sonnet": 0.0}, "regime": {}, "default": 0.0,
+                             "fallback": {"family": {"claude-sonnet": rule}, "regime": {}, "default": None}})  # fmt: skip
+    obs, info = _obs_after(_env("claude-sonnet"))
+    want = HideBig(**rule).act(obs)
+    assert want["disable"].any()
+    back = LearnedPolicy.load(pol.save(tmp_path / "ckpt"))
+    for p in (pol, back):
+        p.reset(info)
+        np.testing.assert_array_equal(p.act(obs)["disable"], want["disable"])
+        p.reset({})  # from the observation's family id
+        np.testing.assert_array_equal(p.act(obs)["disable"], want["disable"])
+        b = p.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
+        np.testing.assert_array_equal(b["disable"][1], want["disable"])
+    obs4o, info4o = _obs_after(_env("gpt-4o"))
+    back.reset(info4o)  # the pooled entry abstains without a rule: everything stays visible
+    assert not back.act(obs4o)["disable"].any()
+    back.cfg.threshold = 1.0  # a fixed threshold: the network, no fallback
+    back.reset(info)
+    np.testing.assert_array_equal(back.act(obs)["disable"], obs["disable_mask"])
+    path = back.save(tmp_path / "bad")
+    meta = json.loads((path / "config.json").read_text())
+    meta["meta"]["thresholds"]["fallback"]["family"]["claude-sonnet"] = {"tokens": 1000, "age": 0}
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="not a threshold table"):
+        LearnedPolicy.load(path)
 
 
 def test_a_damaged_threshold_table_is_a_clear_error(tmp_path):

@@ -187,6 +187,10 @@ def test_train_retune_chooses_the_thresholds_again_and_nothing_else(tmp_path, ca
     assert b.meta["val_tasks"] == a.meta["val_tasks"] and b.cfg.miss_budget == 0.0
     for entry in [*b.meta["thresholds"]["validation"]["regime"].values()]:
         assert entry["misses_per_100"] == 0.0  # within the new budget on its tune runs
+    assert b.meta["retuned_from"] == str(ck) and "val_metrics" not in b.meta  # those were the old table's
+    # a setting not given keeps the checkpoint's own: retuned again without flags, still budget 0
+    assert main(["train", "--retune", str(out), "-o", str(tmp_path / "again"), "--quiet"]) == 0
+    assert LearnedPolicy.load(tmp_path / "again").meta["thresholds"]["budget_misses_per_100"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -194,6 +198,7 @@ def test_train_retune_chooses_the_thresholds_again_and_nothing_else(tmp_path, ca
     [(lambda p: None, [], "no such checkpoint folder"),
      (lambda p: p.mkdir(), [], "is not a checkpoint"),
      (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--epochs", "2"], "--epochs would be ignored"),
+     (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--seed", "0"], "--seed would be ignored"),
      (lambda p: LearnedPolicyConfig(**TINY).create().save(p), ["--init-from", "x"], "give one of them")],
 )  # fmt: skip
 def test_train_bad_retune_is_one_clear_line(tmp_path, capsys, make, extra, msg):

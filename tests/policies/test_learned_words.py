@@ -110,8 +110,10 @@ def test_a_checkpoint_says_how_many_words_per_output_it_was_trained_with(tmp_pat
         LearnedPolicy.load(path)
     del meta["words_per_output"]  # a checkpoint from when outputs kept sixteen
     (path / "config.json").write_text(json.dumps(meta))
-    with pytest.warns(UserWarning, match="trained with 16 words per output"):
-        LearnedPolicy.load(path)
+    with pytest.warns(UserWarning, match="16 words per output"):
+        old = LearnedPolicy.load(path)
+    again = old.save(tmp_path / "resaved")  # e.g. by --retune: still what it was trained with
+    assert json.loads((again / "config.json").read_text())["words_per_output"] == 16
     plain = LearnedPolicyConfig(**TINY, word_vocab=0).create().save(tmp_path / "plain")
     meta = json.loads((plain / "config.json").read_text())
     del meta["words_per_output"]
