@@ -9,7 +9,9 @@ This replays every threshold of the training grid on the tune runs and on the he
 checkpoint's ``val_tasks``, never used for any choice), then scores on the held-out runs the table the
 checkpoint stores and the tables other rules would have chosen from the same tune runs:
 
-* ``stored``: the checkpoint's own table (what it does unless a fixed ``threshold`` is configured);
+* ``stored``: the checkpoint's own thresholds (what it does unless a fixed ``threshold`` is
+  configured; the ``hide_big`` rules its abstaining entries may fall back to are not replayed here,
+  so such an entry scores as abstaining: ``dtoc-rl evaluate`` measures the policy with them);
 * ``chosen again``: the table this version's rule chooses from the same tune runs (what ``retune``
   would store), with the checkpoint's ``miss_budget``, ``min_family_val`` and ``min_source_val``;
 * ``no per-harness check``: the same with ``min_source_val`` 0 (each entry chosen on its pooled runs,

@@ -235,8 +235,10 @@ def test_the_policy_runs_its_fallback_rule_where_its_table_abstains(tmp_path):
 
     pol = LearnedPolicyConfig(**TINY, seed=1).create()
     rule = {"tokens": 1000, "age": 2}
-    pol.set_threshold_table({"family": {"claude-sonnet": 0.0}, "regime": {}, "default": 0.0,
-                             "fallback": {"family": {"claude-sonnet": rule}, "regime": {}, "default": None}})  # fmt: skip
+    fallback = {"family": {"claude-sonnet": rule}, "regime": {}, "default": None}
+    pol.set_threshold_table(
+        {"family": {"claude-sonnet": 0.0}, "regime": {}, "default": 0.0, "fallback": fallback}
+    )
     obs, info = _obs_after(_env("claude-sonnet"))
     want = HideBig(**rule).act(obs)
     assert want["disable"].any()
