@@ -164,6 +164,13 @@ def _print_thresholds(table: dict) -> None:
         f"misses per 100 steps; abstain where none saves): per family: {fmt(table['family'])}; "
         f"per price regime: {fmt(table['regime'])}; pooled: {fmt({'all': table['default']})}"
     )
+    fb = table.get("fallback") or {}
+    rules = [*fb.get("family", {}).items(), *fb.get("regime", {}).items()]
+    if fb.get("default"):
+        rules.append(("pooled", fb["default"]))
+    if rules:
+        said = ", ".join(f"{k} hide_big:tokens={r['tokens']},age={r['age']}" for k, r in rules)
+        print(f"where it abstains, a rule that pays on the same runs: {said}")
 
 
 def _retune(args: argparse.Namespace, cfg) -> int:

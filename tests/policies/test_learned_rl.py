@@ -208,3 +208,16 @@ def test_train_bad_retune_is_one_clear_line(tmp_path, capsys, make, extra, msg):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--retune" in err and msg in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_training_report_names_the_fallback_rules(capsys):
+    from dtoc_rl.cli.train import _print_thresholds
+
+    rule = {"tokens": 1000, "age": 4}
+    fallback = {"family": {"qwen-coder": rule}, "regime": {}, "default": None}
+    table = {"budget_misses_per_100": 1.0, "family": {"qwen-coder": 0.0}, "regime": {}, "default": 0.1}
+    _print_thresholds({**table, "fallback": fallback})
+    out = capsys.readouterr().out
+    assert "qwen-coder abstain" in out and "qwen-coder hide_big:tokens=1000,age=4" in out
+    _print_thresholds({"budget_misses_per_100": 1.0, "family": {}, "regime": {}, "default": 0.1})
+    assert "where it abstains" not in capsys.readouterr().out
