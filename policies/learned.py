@@ -175,9 +175,11 @@ def table_fallback(
     chosen on the same tune runs (``learned_trainer.fallback_table``); None when the entry does not
     abstain or has none."""
     entry = _table_entry(table, family, prices, regime) if table else None
-    if entry is None or table_threshold(table, family, prices, regime) != 0.0:
+    if entry is None:
         return None
     section, key = entry
+    if float(table[section] if key is None else table[section][key]) != 0.0:
+        return None
     rules = (table.get("fallback") or {}).get(section)
     return rules if key is None else (rules or {}).get(key)
 
@@ -573,13 +575,7 @@ class LearnedPolicy(Policy):
         validation table (:func:`table_threshold`), else 0.5."""
         if self.cfg.threshold is not None:
             return float(self.cfg.threshold)
-        if prices is None and family:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prices = prices_for(family)
-        t = table_threshold(self.meta.get("thresholds"), family, prices)
+        t = table_threshold(self.meta.get("thresholds"), family, _priced(family, prices))
         return 0.5 if t is None else t
 
     def fallback_for(self, family: str | None, prices: Prices | None = None) -> Policy | None:
@@ -587,20 +583,11 @@ class LearnedPolicy(Policy):
         or None: then an abstaining policy keeps everything visible.  None with a fixed threshold."""
         if self.cfg.threshold is not None:
             return None
-        if prices is None and family:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prices = prices_for(family)
-        rule = table_fallback(self.meta.get("thresholds"), family, prices)
+        rule = table_fallback(self.meta.get("thresholds"), family, _priced(family, prices))
         return None if rule is None else HideBig(int(rule["tokens"]), int(rule["age"]))
 
     def _choice(self, family: str | None, prices: Prices | None) -> tuple[float, Policy | None]:
         return self.threshold_for(family, prices), self.fallback_for(family, prices)
-
-    def _obs_threshold(self, obs: dict[str, np.ndarray]) -> float:
-        return self._obs_choice(obs)[0]
 
     def _obs_choice(self, obs: dict[str, np.ndarray]) -> tuple[float, Policy | None]:
         """The threshold and fallback rule for an observation's model (cached by family and prices)."""
@@ -845,36 +832,41 @@ class LearnedPolicy(Policy):
         return policy
 
 
-def _valid_table(table: Any) -> bool:
-    def ok(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0
+def _priced(family: str | None, prices: Prices | None) -> Prices | None:
+    # a model named only by its family: the family's list prices pick its regime entry (quietly: the
+    # caller named no model version to warn about)
+    if prices is None and family:
+        import warnings
 
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return prices_for(family)
+    return prices
+
+
+def _sections_ok(table: Any, ok: Any) -> bool:
+    """A table of ``family`` and ``regime`` dicts and a ``default`` (or None) whose values pass ``ok``."""
     if not isinstance(table, dict):
         return False
     for key in ("family", "regime"):
         sub = table.get(key, {})
         if not isinstance(sub, dict) or not all(ok(v) for v in sub.values()):
             return False
-    if not (table.get("default") is None or ok(table["default"])):
-        return False
-    return _valid_fallback(table.get("fallback"))
+    return table.get("default") is None or ok(table["default"])
 
 
-def _valid_fallback(fb: Any) -> bool:
-    def rule(x: Any) -> bool:
-        return (
-            isinstance(x, dict)
-            and all(isinstance(x.get(k), int) and not isinstance(x.get(k), bool) for k in ("tokens", "age"))
-            and x["tokens"] >= 0
-            and x["age"] >= 1
-        )
+def _valid_table(table: Any) -> bool:
+    def threshold(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0
 
-    if fb is None:
-        return True
-    if not isinstance(fb, dict):
-        return False
-    for key in ("family", "regime"):
-        sub = fb.get(key, {})
-        if not isinstance(sub, dict) or not all(rule(v) for v in sub.values()):
+    def rule(x: Any) -> bool:  # hide_big's settings: integers HideBig itself accepts
+        if not (isinstance(x, dict) and all(type(x.get(k)) is int for k in ("tokens", "age"))):
             return False
-    return fb.get("default") is None or rule(fb["default"])
+        try:
+            HideBig(x["tokens"], x["age"])
+        except ValueError:
+            return False
+        return True
+
+    fallback = table.get("fallback") if isinstance(table, dict) else None
+    return _sections_ok(table, threshold) and (fallback is None or _sections_ok(fallback, rule))
