@@ -343,18 +343,22 @@ def _train_supervised(
     return {"best_val_loss": best, "epochs_run": len(history), "history": history}
 
 
+def _replay(policy, ep: Episode, cfg: CostConfig, max_items: int) -> dict[str, Any]:
+    """The last step's info of ``policy`` replayed over ``ep`` (its ``totals`` and ``all_visible``)."""
+    env = ReplayEnv(trajectories=[ep], max_items=max_items, cost_config=cfg, expose_episode=True)
+    obs, info = env.reset(seed=0)
+    policy.reset(info)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(policy.act(obs, info))
+    return info
+
+
 def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[str, float]:
     """Mean cost ratio against all-visible, and misses per 100 steps."""
     ratios, misses, steps = [], 0, 0
     for ep in episodes:
-        env = ReplayEnv(
-            trajectories=[ep], max_items=policy.cfg.max_items, cost_config=cfg, expose_episode=True
-        )
-        obs, info = env.reset(seed=0)
-        policy.reset(info)
-        done = False
-        while not done:
-            obs, _, done, _, info = env.step(policy.act(obs, info))
+        info = _replay(policy, ep, cfg, policy.cfg.max_items)
         ratios.append(info["totals"]["dollars"] / max(info["all_visible"]["dollars"], 1e-12))
         misses += info["totals"]["misses"]
         steps += _n_calls(ep)
@@ -539,20 +543,8 @@ def sweep_rules(
     """:func:`sweep_thresholds`'s rows for the ``hide_big`` rule at each rung of ``ladder``."""
     from dtoc_rl.policies.baselines import HideBig
 
-    rows = []
-    for ep in episodes:
-        infos = []
-        for tokens, age in ladder:
-            env = ReplayEnv(trajectories=[ep], max_items=max_items, cost_config=cfg)
-            obs, info = env.reset(seed=0)
-            rule = HideBig(tokens, age)
-            rule.reset(info)
-            done = False
-            while not done:
-                obs, _, done, _, info = env.step(rule.act(obs, info))
-            infos.append(info)
-        rows.append(_sweep_row(ep, cfg, infos))
-    return rows
+    rules = [HideBig(tokens, age) for tokens, age in ladder]
+    return [_sweep_row(ep, cfg, [_replay(rule, ep, cfg, max_items) for rule in rules]) for ep in episodes]
 
 
 def fallback_table(
@@ -575,9 +567,9 @@ def fallback_table(
         return dict(zip(("tokens", "age"), ladder[rung - 1])) if rung else None
 
     out: dict[str, Any] = {"family": {}, "regime": {}, "default": None}
-    for section, field in (("family", "family"), ("regime", "regime")):
+    for section in ("family", "regime"):  # a row's family / regime names the entry it falls under
         for key, t in table[section].items():
-            if t == 0 and (rule := pick([r for r in rule_rows if r[field] == key])):
+            if t == 0 and (rule := pick([r for r in rule_rows if r[section] == key])):
                 out[section][key] = rule
     if table["default"] == 0:
         out["default"] = pick(rule_rows)
