@@ -88,10 +88,10 @@ def compare(tune: list[dict], held: list[dict], grid: Sequence[float], stored: d
         "min_source": cfg.min_source_val,
         "min_regime": cfg.min_family_val,
     }
-    pooled = threshold_table(tune, grid, budget, **own)["default"] or 0.0
+    tables = {name: threshold_table(tune, grid, budget, **{**own, **kw}) for name, kw in RULES.items()}
     picks: dict[str, Callable[[dict], float]] = {"stored": by_table(stored)}
-    for name, kw in RULES.items():
-        picks[name] = by_table(threshold_table(tune, grid, budget, **{**own, **kw}))
+    picks.update({name: by_table(table) for name, table in tables.items()})
+    pooled = tables["chosen again"]["default"] or 0.0  # its pooled entry, for every run
     picks["pooled only"] = lambda r: pooled
     out: dict[str, Any] = {"budget_misses_per_100": budget, "rules": {}}
     for name, pick in picks.items():

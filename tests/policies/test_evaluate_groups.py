@@ -130,26 +130,20 @@ def test_cli_refuses_an_unknown_grouping(capsys):
     assert "'family' is not one of" in err
 
 
+def _against_checkpoint(tmp_path, config: dict, by: str) -> list[str]:
+    """`dtoc-rl evaluate` arguments marking runs against a checkpoint folder holding only ``config``."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(config))
+    return ["evaluate", "-p", "none", "--holdout-from", str(ckpt), "--by", by, "--json", "--bootstrap", "10"]
+
+
 def test_held_out_only_evaluates_the_checkpoints_validation_tasks(tmp_path, capsys):
     from dtoc_rl.envs.data import load_episodes
 
     eps = load_episodes(None)
     keep = {f"{e.source}/{e.task_id}" for e in eps[:3]}
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"meta": {"val_tasks": sorted(keep)}}))
-    args = [
-        "evaluate",
-        "-p",
-        "none",
-        "--holdout-from",
-        str(ckpt),
-        "--by",
-        "overall",
-        "--json",
-        "--bootstrap",
-        "10",
-    ]
+    args = _against_checkpoint(tmp_path, {"meta": {"val_tasks": sorted(keep)}}, "overall")
     assert main([*args, "--held-out-only"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     n = sum(1 for e in eps if f"{e.source}/{e.task_id}" in keep)
@@ -165,23 +159,8 @@ def test_runs_of_a_source_the_checkpoint_was_trained_without_are_left_out(tmp_pa
 
     eps = load_episodes(None)
     keep = set(sorted({f"{e.source}/{e.task_id}" for e in eps if e.source != "tau-bench"})[:2])
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
     config = {"config": {"exclude_source": "tau-bench"}, "meta": {"val_tasks": sorted(keep)}}
-    (ckpt / "config.json").write_text(json.dumps(config))
-    args = [
-        "evaluate",
-        "-p",
-        "none",
-        "--holdout-from",
-        str(ckpt),
-        "--by",
-        "split",
-        "--json",
-        "--bootstrap",
-        "10",
-    ]
-    assert main(args) == 0
+    assert main(_against_checkpoint(tmp_path, config, "split")) == 0
     n = {r["group"]: r["n"] for r in json.loads(capsys.readouterr().out)["rows"] if r["policy"] == "none"}
     tau = sum(e.source == "tau-bench" for e in eps)
     held = sum(f"{e.source}/{e.task_id}" in keep for e in eps)
