@@ -17,6 +17,7 @@ from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
+from dtoc_rl.ingest.codex import CodexRolloutIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
@@ -74,6 +75,7 @@ INGESTERS: list[Ingester] = [
     ClaudeCodeTranscriptIngester(),
     OpenCodeIngester(),
     RepoLaunchIngester(),
+    CodexRolloutIngester(),
     OpenAIChatIngester(),
 ]
 

@@ -110,8 +110,10 @@ def usage_from(raw: object) -> Usage | None:
     """A provider's usage object as :class:`~dtoc_rl.data.schema.Usage`, whichever API wrote it.
 
     OpenAI chat (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``; OpenRouter adds ``cost``),
-    OpenAI responses (``input_tokens``, ``input_tokens_details``), Anthropic (``input_tokens`` counts
-    only the uncached part: the cache read and creation counts are added to it) and Gemini
+    OpenAI responses (``input_tokens``, ``input_tokens_details``; Codex CLI writes the cached part as
+    ``cached_input_tokens`` beside them, inside ``input_tokens`` all the same), Anthropic
+    (``input_tokens`` counts only the uncached part: the cache read and creation counts are added to
+    it) and Gemini
     (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount``; the Python SDK
     writes them in snake case).  None when ``raw`` holds no token count.
     """
@@ -143,7 +145,7 @@ def usage_from(raw: object) -> Usage | None:
         if read is None and write is None:  # OpenAI responses: input_tokens already holds the cached part
             return Usage(
                 input_tokens=_int(inp),
-                cached_tokens=_int(_num(details, "cached_tokens")),
+                cached_tokens=_int(_first(_num(details, "cached_tokens"), _num(raw, "cached_input_tokens"))),
                 output_tokens=_int(_num(raw, "output_tokens")),
                 cost_usd=cost,
             )
@@ -168,6 +170,10 @@ def message_usage(message: dict) -> Usage | None:
         if (u := usage_from(raw)) is not None:
             return u
     return usage_from(response.get("usage"))
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _int(v: float | None) -> int | None:

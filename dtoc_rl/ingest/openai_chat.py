@@ -4,10 +4,14 @@ Format: a ``.jsonl`` file with one run per line, or a ``.json`` file holding one
 runs).  A run is ``{"messages": [...], "id"?, "model"?, "task_id"?, "success"? / "pass"? /
 "reward"?}`` or a bare list of messages.  Messages are OpenAI chat-completions dicts:
 ``system``/``user`` text, ``assistant`` with optional ``tool_calls`` (``{"id", "type": "function",
-"function": {"name", "arguments"}}``) and ``tool`` replies carrying ``tool_call_id``; a ``usage``
+"function": {"name", "arguments"}}``) and ``tool`` replies carrying ``tool_call_id``, or Anthropic
+Messages content blocks (``tool_use`` in an assistant message, ``tool_result`` with its
+``is_error`` flag in a user message, ``thinking`` as reasoning); a ``usage``
 object on an assistant message (any provider's shape, :func:`~dtoc_rl.ingest.common.usage_from`) is
-kept as that call's logged usage.  AutoCodeRover's ``conversation_round_*.json`` (bare message lists
-inside its task folders) are left to that ingester.
+kept as that call's logged usage.  A run may instead hold OpenAI Responses API items under
+``input`` (and ``output``) or ``items``, or be a bare item list: they are read as the equivalent
+messages (:mod:`dtoc_rl.ingest.responses`).  AutoCodeRover's ``conversation_round_*.json`` (bare
+message lists inside its task folders) are left to that ingester.
 
 Mapping (shared with :mod:`dtoc_rl.ingest.tau_bench` via :func:`chat_to_steps`):
 the first ``user`` message before any assistant turn is the task; later
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,6 +49,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
+from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
 
 __all__ = [
     "ChatParse",
@@ -57,7 +63,10 @@ __all__ = [
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Anthropic Messages content blocks that are no text: calls, results and thinking, read apart
+_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
 _ROLE_RE = re.compile(r'"role"\s*:\s*"(?:system|developer|user|assistant|tool)"')
+_ITEM_RE = re.compile(r'"type"\s*:\s*"(?:function_call|custom_tool_call|local_shell_call)"')
 # Keys that mark formats other ingesters own; their presence vetoes detection.
 _FOREIGN = re.compile(
     r'"(?:traj|history|trajectory|trajectory_format|parentUuid|session_id|sessionId|_RESPONSE|parts|kind)"\s*:'
@@ -201,6 +210,7 @@ def chat_to_steps(
     pending: list[str] = []
     task_set = False
     turn = -1
+    events: list[ContextEvent] = []  # found in the log, for the next step
     for i, m in enumerate(msgs):
         w = f"{where}[{i}]"
         if not isinstance(m, dict):
@@ -208,7 +218,29 @@ def chat_to_steps(
         role = m.get("role")
         if role not in ROLES:
             raise IngestError(f"{w} has role {role!r}, expected one of {', '.join(ROLES)}")
-        text = content_text(m.get("content"), f"{w}.content")
+        content = m.get("content")
+        results: list[dict] = []
+        blocks: list[dict] = []
+        if isinstance(content, list):  # Anthropic Messages blocks: tool calls and results travel in content
+            results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            blocks = [b for b in content if isinstance(b, dict) and b.get("type") in ("tool_use", "thinking")]
+            if results or blocks:
+                content = [b for b in content if not (isinstance(b, dict) and b.get("type") in _BLOCKS)]
+        text = content_text(content, f"{w}.content")
+        if results and role == "user":
+            for k, b in enumerate(results):
+                bw = f"{w}.content[{k}]"
+                body = content_text(b.get("content"), f"{bw}.content")
+                _reply(res, b.get("tool_use_id"), body, bw, is_error, b.get("is_error") is True)
+            if text:
+                pending.append(text)
+            continue
+        if m.get("dtoc_compaction") is True:  # a summary replaced everything before it
+            events.append(
+                ContextEvent("compaction", list(range(len(res.steps))), "summary replaced the context")
+            )
+            pending.append(text)
+            continue
         if role in ("system", "developer"):
             if not res.steps and not task_set:
                 system_parts.append(text)
@@ -227,9 +259,17 @@ def chat_to_steps(
                 raise IngestError(f"{w}.tool_calls is {type(calls).__name__}, expected list")
             if not calls and isinstance(m.get("function_call"), dict):  # legacy functions API
                 calls = [{"id": None, "function": m["function_call"]}]
+            calls = calls + [
+                {"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input")}}
+                for b in blocks
+                if b["type"] == "tool_use"
+            ]
             reasoning = m.get("reasoning_content") or m.get("reasoning") or ""
             if not isinstance(reasoning, str):
                 reasoning = content_text(reasoning, f"{w}.reasoning_content")
+            thinking = [b.get("thinking") for b in blocks if b["type"] == "thinking"]
+            if not reasoning and thinking:
+                reasoning = "\n\n".join(t for t in thinking if isinstance(t, str))
             user_text = "\n\n".join(p for p in pending if p)
             pending = []
             first_of_turn = len(res.steps)
@@ -260,24 +300,39 @@ def chat_to_steps(
                 res.n_tool_calls += 1
             if len(res.steps) > first_of_turn:
                 res.steps[first_of_turn].usage = message_usage(m)
+                res.steps[first_of_turn].events.extend(events)
+                events = []
         else:  # tool / function reply
-            cid = m.get("tool_call_id")
-            target = next(
-                (
-                    s
-                    for s in res.steps
-                    if s.tool_name is not None and s.output is None and (cid is None or s.tool_call_id == cid)
-                ),
-                None,
-            )
-            if target is None:
-                raise IngestError(f"{w}: tool reply (tool_call_id={cid!r}) matches no unanswered tool call")
-            target.output = cap_output(text)
-            target.output_is_error = bool(is_error(text)) if is_error else False
-            res.n_tool_replies += 1
+            _reply(res, m.get("tool_call_id"), text, w, is_error)
     res.system = "\n\n".join(p for p in system_parts if p)
     res.trailing_user = "\n\n".join(p for p in pending if p)
     return res
+
+
+def _reply(
+    res: ChatParse,
+    cid: Any,
+    text: str,
+    where: str,
+    is_error: Callable[[str], bool] | None,
+    flagged: bool = False,
+) -> None:
+    # A tool reply goes to the oldest unanswered call with its id (ids may be reused once answered),
+    # or to the oldest unanswered call when it names none; ``flagged``: the log marks it an error
+    # (an Anthropic tool_result's is_error).
+    target = next(
+        (
+            s
+            for s in res.steps
+            if s.tool_name is not None and s.output is None and (cid is None or s.tool_call_id == cid)
+        ),
+        None,
+    )
+    if target is None:
+        raise IngestError(f"{where}: tool reply (tool_call_id={cid!r}) matches no unanswered tool call")
+    target.output = cap_output(text)
+    target.output_is_error = flagged or (bool(is_error(text)) if is_error else False)
+    res.n_tool_replies += 1
 
 
 # ---------------------------------------------------------------- ingester
@@ -309,7 +364,12 @@ class OpenAIChatIngester(Ingester):
             return False
         if not _ROLE_RE.search(head) or _FOREIGN.search(head):
             return False
-        return '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None
+        if '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None:
+            return True
+        # Responses items: a list of them, or a run holding them under "input", "items" or "output"
+        return _ITEM_RE.search(head) is not None and (
+            start == "[" or re.search(r'"(?:input|items|output)"\s*:\s*\[', head) is not None
+        )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: set[str] = set()
@@ -317,12 +377,11 @@ class OpenAIChatIngester(Ingester):
 
         def one(row: Any, number: int) -> Trajectory:
             if isinstance(row, list):
-                row = {"messages": row}
+                row = {"input": row} if is_item_list(row) else {"messages": row}
             if not isinstance(row, dict):
                 raise IngestError(f"row is {type(row).__name__}, expected object or message list")
-            if "messages" not in row:
-                raise IngestError("row has no 'messages' list")
-            cp = chat_to_steps(row["messages"])
+            messages, skipped = _row_messages(row)
+            cp = chat_to_steps(messages)
             if not cp.steps:
                 raise IngestError("empty trajectory: no assistant turns")
             rid = row.get("id")
@@ -342,6 +401,8 @@ class OpenAIChatIngester(Ingester):
             }
             if cp.trailing_user:
                 scalars["trailing_user_text"] = cp.trailing_user
+            if skipped:
+                scalars["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
             traj = finalize(
                 Trajectory(
                     traj_id=f"{self.name}/{path.stem}/{key}",
@@ -366,13 +427,37 @@ class OpenAIChatIngester(Ingester):
             yield from parse_rows(path, iter_jsonl(path), one, unit=unit)
             return
         data = read_json(path)
-        if isinstance(data, list) and data and all(isinstance(r, dict) and "messages" in r for r in data):
+        if isinstance(data, list) and data and all(isinstance(r, dict) and _is_run(r) for r in data):
             rows = [(i, r, None) for i, r in enumerate(data, 1)]  # a list of runs
             unit = "run"
         else:
             rows = [(1, data, None)]  # one run: an object with "messages", or a bare message list
             unit = "file"
         yield from parse_rows(path, rows, one, unit=unit)
+
+
+_ITEM_KEYS = ("input", "items", "output")
+
+
+def _is_run(row: dict) -> bool:
+    return "messages" in row or any(is_item_list(row.get(k)) for k in _ITEM_KEYS)
+
+
+def _row_messages(row: dict) -> tuple[list, Counter]:
+    # A run's chat messages: its "messages", or its Responses items ("input" then "output", or "items";
+    # an "input" that is text is the first user message) as messages.
+    if "messages" in row:
+        return row["messages"], Counter()
+    items: list = []
+    if isinstance(row.get("input"), str):
+        items.append({"role": "user", "content": row["input"]})
+    for key in _ITEM_KEYS:
+        if is_item_list(row.get(key)):
+            items.extend(row[key])
+    if not items:
+        raise IngestError("row has no 'messages' list and no Responses items ('input', 'items', 'output')")
+    rp = responses_to_messages(items, "items")
+    return rp.messages, rp.skipped
 
 
 def apply_visibility(traj: Trajectory, raw: Any) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 __all__ = [
     "ACI_COMMANDS",
@@ -205,11 +206,22 @@ COMMAND_KEYS: tuple[str, ...] = ("command", "cmd", "code", "input")
 
 
 def shell_command(args: dict) -> str | None:
-    """A shell tool's command line, from its JSON arguments (None when they hold none)."""
+    """A shell tool's command line, from its JSON arguments (None when they hold none).  A command
+    given as an argv list (Codex CLI's ``["bash", "-lc", "pytest -q"]``) is the script a shell runs,
+    or else the words joined as a shell would read them."""
     for k in COMMAND_KEYS:
-        if isinstance(args.get(k), str):
-            return args[k]
+        v = args.get(k)
+        if isinstance(v, str):
+            return v
+        if isinstance(v, list) and v and all(isinstance(w, str) for w in v):
+            shell = v[0].rsplit("/", 1)[-1]
+            if len(v) >= 3 and shell in _SHELLS and v[1].startswith("-") and v[1].endswith("c"):
+                return v[2]
+            return shlex.join(v)
     return None
+
+
+_SHELLS = frozenset(("bash", "sh", "zsh", "dash", "ksh"))
 
 
 def _command(args: str) -> str:

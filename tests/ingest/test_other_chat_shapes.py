@@ -1,0 +1,237 @@
+"""The same conversations in the other shapes agent logs take: Anthropic Messages blocks, OpenAI
+Responses items and Codex CLI rollouts must give the steps the chat-completions reading gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.codex import CodexRolloutIngester
+from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
+from dtoc_rl.ingest.responses import responses_to_messages
+from dtoc_rl.labels import label_trajectory
+
+CHAT = OpenAIChatIngester()
+CODEX = CodexRolloutIngester()
+TAU = Path("raw") / "tau-bench_gpt-4o_airline" / "gpt-4o-airline.json"
+FIELDS = ("turn", "user_text", "assistant_text", "tool_name", "tool_args", "tool_call_id", "output")
+
+
+def _fields(t):
+    return [tuple(getattr(s, f) for f in FIELDS) for s in t.steps]
+
+
+def _anthropic(msgs: list[dict]) -> list[dict]:
+    # tool calls as tool_use blocks, consecutive tool replies as one user message of tool_result blocks
+    out: list[dict] = []
+    for m in msgs:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            for c in m["tool_calls"]:
+                args = json.loads(c["function"]["arguments"])
+                blocks.append(
+                    {"type": "tool_use", "id": c["id"], "name": c["function"]["name"], "input": args}
+                )
+            out.append({"role": "assistant", "content": blocks})
+        elif m["role"] == "tool":
+            block = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def _items(msgs: list[dict]) -> list[dict]:
+    out: list[dict] = []
+    for m in msgs:
+        if m["role"] == "assistant":
+            if m.get("content"):
+                out.append({"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": m["content"]}]})  # fmt: skip
+            for c in m.get("tool_calls") or []:
+                out.append({"type": "function_call", "call_id": c["id"], **c["function"]})
+        elif m["role"] == "tool":
+            out.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+        else:
+            out.append({"type": "message", "role": m["role"],
+                        "content": [{"type": "input_text", "text": m["content"]}]})  # fmt: skip
+    return out
+
+
+def _rollout(path: Path, items: list[dict], *, usage_after: bool = True, legacy: bool = False) -> Path:
+    lines: list[dict] = []
+    if legacy:
+        lines.append({"id": "s-legacy", "timestamp": "2025-06-01T00:00:00Z", "instructions": None})
+        lines.extend(items)
+    else:
+        env = "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>"
+        lines.append(
+            {"type": "session_meta", "payload": {"id": "s1", "cwd": "/repo", "cli_version": "0.60.0"}}
+        )
+        first = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": env}]}
+        lines.append({"type": "response_item", "payload": first})
+        lines.append({"type": "turn_context", "payload": {"model": "gpt-5.1-codex"}})
+        total = 0
+        for k, it in enumerate(items):
+            lines.append({"type": "response_item", "payload": it})
+            nxt = items[k + 1] if k + 1 < len(items) else None
+            ends_call = (
+                it["type"] != "function_call_output"
+                and it.get("role") != "user"
+                and (nxt is None or nxt["type"] == "function_call_output" or nxt.get("role") == "user")
+            )
+            if usage_after and ends_call:
+                total += 1000 + k
+                last = {"input_tokens": 1000 + k, "cached_input_tokens": 900, "output_tokens": 7}
+                info = {"last_token_usage": last, "total_token_usage": {"input_tokens": total}}
+                for _ in range(2):  # Codex reports a call twice at times: one call, one usage
+                    lines.append({"type": "event_msg", "payload": {"type": "token_count", "info": info}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tau_runs(data_dir):
+    return [x["traj"] for x in json.loads((data_dir / TAU).read_text())[:6]]
+
+
+def test_anthropic_blocks_read_as_tool_calls(tmp_path, tau_runs):
+    ref = list(CHAT.parse(_write(tmp_path / "chat.jsonl", [{"messages": m} for m in tau_runs])))
+    got = list(CHAT.parse(_write(tmp_path / "anth.jsonl", [{"messages": _anthropic(m)} for m in tau_runs])))
+    assert detect_format(tmp_path / "anth.jsonl").name == "openai-chat"
+    assert sum(s.tool_name is not None for t in got for s in t.steps) > 20
+    assert [_fields(t) for t in got] == [_fields(t) for t in ref]
+
+
+def test_anthropic_error_flag_thinking_and_text_beside_results(tmp_path):
+    msgs = [
+        {"role": "user", "content": "fix it"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "look first", "signature": "x"},
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "cat a.py"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "is_error": True,
+                    "content": [{"type": "text", "text": "No such file"}],
+                },
+                {"type": "text", "text": "try b.py"},
+            ],
+        },
+        {"role": "assistant", "content": "ok"},
+    ]
+    (t,) = CHAT.parse(_write(tmp_path / "a.json", [{"messages": msgs}]))
+    s0, s1 = t.steps
+    assert (s0.tool_name, s0.tool_args, s0.output, s0.output_is_error, s0.reasoning) == (
+        "bash", '{"command": "cat a.py"}', "No such file", True, "look first")  # fmt: skip
+    assert s1.user_text == "try b.py" and s1.assistant_text == "ok"
+
+
+def test_responses_items_read_as_chat(tmp_path, tau_runs):
+    ref = list(CHAT.parse(_write(tmp_path / "chat.jsonl", [{"messages": m} for m in tau_runs])))
+    rows = [{"id": str(i), "input": _items(m)} for i, m in enumerate(tau_runs)]
+    p = _write(tmp_path / "resp.jsonl", rows)
+    assert detect_format(p).name == "openai-chat"
+    assert [_fields(t) for t in CHAT.parse(p)] == [_fields(t) for t in ref]
+    bare = tmp_path / "one.json"  # one run as a bare list of items
+    bare.write_text(json.dumps(_items(tau_runs[0])))
+    assert detect_format(bare).name == "openai-chat"
+    assert [_fields(t) for t in CHAT.parse(bare)] == [_fields(ref[0])]
+
+
+def test_responses_other_call_kinds_and_skipped_items():
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}]},
+        {"type": "web_search_call", "id": "ws1", "status": "completed"},
+        {"type": "local_shell_call", "call_id": "l1", "action": {"type": "exec", "command": ["ls"]}},
+        {"type": "mcp_call", "id": "m1", "name": "fetch", "arguments": "{}", "output": "page"},
+    ]
+    rp = responses_to_messages(items)
+    assert [m["role"] for m in rp.messages] == ["user", "assistant", "tool"]
+    a = rp.messages[1]
+    assert a["reasoning_content"] == "plan"
+    assert [c["function"]["name"] for c in a["tool_calls"]] == ["local_shell", "fetch"]
+    assert rp.messages[2] == {"role": "tool", "tool_call_id": "m1", "content": "page"}
+    assert dict(rp.skipped) == {"web_search_call": 1}
+    with pytest.raises(IngestError, match=r"items\[1\] has no call_id"):
+        responses_to_messages([{"role": "user", "content": "x"}, {"type": "function_call", "name": "f"}])
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_codex_rollout(tmp_path, tau_runs, legacy):
+    msgs = tau_runs[0]
+    ref = next(CHAT.parse(_write(tmp_path / "chat.jsonl", [{"messages": msgs}])))
+    items = _items([m for m in msgs if m["role"] != "system"])
+    p = _rollout(tmp_path / "rollout-1.jsonl", items, legacy=legacy)
+    assert detect_format(p).name == "codex"
+    (t,) = CODEX.parse(p)
+    assert [f[3:] for f in _fields(t)] == [f[3:] for f in _fields(ref)]  # calls and outputs
+    assert t.task_text == ref.task_text  # Codex's environment context is no task
+    if legacy:
+        assert all(s.usage is None for s in t.steps) and t.model_family == "other"
+        return
+    assert "<environment_context>" in t.system_prompt and t.model_family == "gpt-5"
+    firsts = [s for k, s in enumerate(t.steps) if k == 0 or s.turn != t.steps[k - 1].turn]
+    assert all(s.usage is not None and s.usage.cached_tokens == 900 for s in firsts)
+    assert len({s.usage.input_tokens for s in firsts}) == len(firsts)  # each call its own usage
+    assert all(s.usage is None for s in t.steps if s not in firsts)
+    assert json.loads(t.extra)["cli_version"] == "0.60.0"
+
+
+def test_codex_shell_argv_patch_and_compaction_are_labelled(tmp_path):
+    def sh(cid, cmd, out):
+        args = json.dumps({"command": ["bash", "-lc", cmd]})
+        return [{"type": "function_call", "call_id": cid, "name": "shell", "arguments": args},
+                {"type": "function_call_output", "call_id": cid, "output": out}]  # fmt: skip
+
+    patch = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch"
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix a.py"}]},
+             *sh("c1", "cat a.py", "x = 1\n" * 20), *sh("c2", "ls", "a.py"),
+             {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": patch},
+             {"type": "custom_tool_call_output", "call_id": "c3", "output": "Success."}]  # fmt: skip
+    p = _rollout(tmp_path / "rollout-2.jsonl", items)
+    lines = p.read_text().splitlines()
+    at = next(k for k, line in enumerate(lines) if "custom_tool_call" in line)  # before the patch call
+    lines.insert(at, json.dumps({"type": "compacted", "payload": {"message": "summary so far"}}))
+    p.write_text("\n".join(lines) + "\n")
+    (t,) = CODEX.parse(p)
+    label_trajectory(t)
+    s = t.steps
+    assert s[0].read_resource == "file:a.py" and s[1].read_resource == "list:."
+    assert [(n.step, n.kind) for n in s[2].needs] == [(0, "edit")]
+    assert [e.kind for e in s[2].events] == ["compaction"] and s[2].events[0].targets == [0, 1]
+    assert s[2].user_text == "summary so far"
+
+
+def test_codex_bad_lines_are_named(tmp_path):
+    p = _rollout(tmp_path / "rollout-3.jsonl", [{"type": "message", "role": "user", "content": "x"}])
+    p.write_text(p.read_text() + "{not json\n" + json.dumps({"type": "response_item", "payload": 3}) + "\n")
+    with pytest.raises(IngestError, match=r"2 bad lines: line \d+: invalid JSON.*payload is int"):
+        list(CODEX.parse(p))
+
+
+def test_codex_detection_is_strict(tmp_path, repo_root):
+    chat = _write(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "q"}]}])
+    assert not CODEX.detect(chat, chat.read_text())
+    fixture = next((repo_root / "tests/fixtures/claude_code_transcript").glob("*.jsonl"))
+    assert not CODEX.detect(fixture, fixture.read_text()[:65536])
+
+
+def _write(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
