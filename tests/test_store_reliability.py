@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-ROUNDS = 100
+# 30 kills in the suite (about 30 s); the README's figure is 100: DTOC_SIGKILL_ROUNDS=100
+ROUNDS = int(os.environ.get("DTOC_SIGKILL_ROUNDS", "30"))
 SEED = 19
 
 CHILD = """

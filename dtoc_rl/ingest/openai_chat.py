@@ -10,7 +10,10 @@ Messages content blocks (``tool_use`` in an assistant message, ``tool_result`` w
 object on an assistant message (any provider's shape, :func:`~dtoc_rl.ingest.common.usage_from`) is
 kept as that call's logged usage.  A run may instead hold OpenAI Responses API items under
 ``input`` (and ``output``) or ``items``, or be a bare item list: they are read as the equivalent
-messages (:mod:`dtoc_rl.ingest.responses`).  AutoCodeRover's ``conversation_round_*.json`` (bare
+messages (:mod:`dtoc_rl.ingest.responses`).  A run with no tool calls whose replies write their
+actions as text (a ```` ```bash ```` block, ``<function=...>``, ``<execute_bash>``) has them read
+as tool calls, each next user message as the output (:mod:`dtoc_rl.ingest.text_actions`;
+``extra.text_actions`` names the convention).  AutoCodeRover's ``conversation_round_*.json`` (bare
 message lists inside its task folders) are left to that ingester.
 
 Mapping (shared with :mod:`dtoc_rl.ingest.tau_bench` via :func:`chat_to_steps`):
@@ -50,6 +53,7 @@ from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
+from dtoc_rl.ingest.text_actions import as_tool_calls
 
 __all__ = [
     "ChatParse",
@@ -381,6 +385,7 @@ class OpenAIChatIngester(Ingester):
             if not isinstance(row, dict):
                 raise IngestError(f"row is {type(row).__name__}, expected object or message list")
             messages, skipped = _row_messages(row)
+            messages, text_actions = as_tool_calls(messages, content_text)
             cp = chat_to_steps(messages)
             if not cp.steps:
                 raise IngestError("empty trajectory: no assistant turns")
@@ -401,6 +406,8 @@ class OpenAIChatIngester(Ingester):
             }
             if cp.trailing_user:
                 scalars["trailing_user_text"] = cp.trailing_user
+            if text_actions:
+                scalars["text_actions"] = text_actions
             if skipped:
                 scalars["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
             traj = finalize(

@@ -235,3 +235,53 @@ def test_codex_detection_is_strict(tmp_path, repo_root):
 def _write(path: Path, rows: list) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def test_text_actions_match_the_native_mini_swe_agent_reading(tmp_path, data_dir):
+    from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
+
+    files = sorted((data_dir / "raw" / "mini-swe-agent_gemini-3-pro_swebench-verified").rglob("*.traj.json"))[
+        :6
+    ]
+    native = [t for f in files for t in MiniSweAgentIngester().parse(f)]
+    p = _write(tmp_path / "plain.jsonl", [{"messages": json.loads(f.read_text())["messages"]} for f in files])
+    got = list(CHAT.parse(p))
+    want = [[(s.tool_name, s.tool_args, s.output) for s in t.steps] for t in native]
+    assert [[(s.tool_name, s.tool_args, s.output) for s in t.steps] for t in got] == want
+    assert sum(s.tool_name is not None for t in got for s in t.steps) > 50
+    assert {json.loads(t.extra)["text_actions"] for t in got} == {"fence"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "name", "args"),
+    [
+        ("Let me look.\n<function=str_replace_editor>\n<parameter=command>view</parameter>\n"
+         "<parameter=path>/repo/a.py</parameter>\n</function>", "str_replace_editor",
+         '{"command": "view", "path": "/repo/a.py"}'),
+        ("Run it.\n<execute_bash>\npytest -q\n</execute_bash>", "execute_bash", '{"command": "pytest -q"}'),
+        ("DISCUSSION\nOpen the file.\n```\nopen src/a.py 10\n```", "open", "open src/a.py 10"),
+        ("Try:\n```python\nx = 1\n```\nthen\n```\nls -la\n```", "bash", "ls -la"),
+    ],
+)  # fmt: skip
+def test_text_action_conventions(tmp_path, reply, name, args):
+    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": reply},
+            {"role": "user", "content": "OBSERVATION"}, {"role": "assistant", "content": "done"}]  # fmt: skip
+    (t,) = CHAT.parse(_write(tmp_path / "t.jsonl", [{"messages": msgs}]))
+    s0, s1 = t.steps
+    assert (s0.tool_name, s0.tool_args, s0.output) == (name, args, "OBSERVATION")
+    assert reply.split("\n")[0] in s0.assistant_text and "<" not in s0.assistant_text.split("\n")[-1]
+    assert s1.tool_name is None and s1.user_text == ""
+
+
+def test_text_actions_never_second_guess_a_function_calling_log(tmp_path):
+    two = "```bash\nls\n```\n```bash\npwd\n```"  # mini-swe-agent runs neither
+    plain = [{"role": "user", "content": "t"}, {"role": "assistant", "content": two},
+             {"role": "user", "content": "format error"}]  # fmt: skip
+    (t,) = CHAT.parse(_write(tmp_path / "a.jsonl", [{"messages": plain}]))
+    assert [s.tool_name for s in t.steps] == [None] and "text_actions" not in json.loads(t.extra)
+    native = [{"role": "user", "content": "t"},
+              {"role": "assistant", "content": "```bash\nls\n```", "tool_calls": [
+                  {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+              {"role": "tool", "tool_call_id": "c", "content": "x"}]  # fmt: skip
+    (t,) = CHAT.parse(_write(tmp_path / "b.jsonl", [{"messages": native}]))
+    assert [(s.tool_name, s.output) for s in t.steps] == [("read", "x")]
