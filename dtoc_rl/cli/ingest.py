@@ -83,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
+    bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
+    if bare:  # most likely a log whose tool calls are written in a shape no ingester reads
+        summary["warnings"] = [
+            f"{bare} of {len(res.trajectories)} trajectories have no tool calls, so nothing a policy could "
+            "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
+            "(README, 'Log formats'; --format NAME forces an ingester)"
+        ]
     code = 0
     if not res.trajectories:
         first = res.skipped[0] if res.skipped else None
@@ -114,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         from dtoc_rl.cli.tables import print_summary
 
         print_summary(summary, f"ingested → {args.out}" if code == 0 else "ingest (not written)")
+        for w in summary.get("warnings", ()):
+            print(f"dtoc-rl: warning: {w}", file=sys.stderr)
         if code:
             print(f"dtoc-rl: error: {summary['error']}", file=sys.stderr)
     return code

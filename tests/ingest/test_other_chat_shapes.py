@@ -285,3 +285,20 @@ def test_text_actions_never_second_guess_a_function_calling_log(tmp_path):
               {"role": "tool", "tool_call_id": "c", "content": "x"}]  # fmt: skip
     (t,) = CHAT.parse(_write(tmp_path / "b.jsonl", [{"messages": native}]))
     assert [(s.tool_name, s.output) for s in t.steps] == [("read", "x")]
+
+
+def test_ingest_warns_when_runs_have_no_tool_calls(tmp_path, capsys):
+    from dtoc_rl.cli import main
+
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    tools = [{"messages": _anthropic(m)} for m in _tau_like()]
+    src = _write(tmp_path / "runs.jsonl", [{"messages": chat}, *tools])
+    assert main(["ingest", str(src), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 of 2 trajectories have no tool calls" in err
+
+
+def _tau_like() -> list[list[dict]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"id": 1}'}}
+    return [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "c1", "content": "user 1"}]]  # fmt: skip
