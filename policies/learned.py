@@ -81,6 +81,8 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
     "horizon",
 )
 HORIZON_CAP = 50.0
+# The output size at which cfg.size_weight leaves the threshold as it is.
+SIZE_REF_TOKENS = 2000.0
 # Entries of the word lookup table (a power of two; 64 times the default vocabulary, so few collide).
 _WORD_SLOTS = 2**16
 
@@ -676,10 +678,14 @@ class LearnedPolicy(Policy):
         mask = np.asarray(obs["item_mask"]).astype(bool)
         if thr <= 0.0:
             return mask.copy()
-        want = (np.asarray(probs) >= thr) & mask
+        items = np.asarray(obs["items"], np.float32)
+        if self.cfg.size_weight:
+            scale = np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
+            want = (np.asarray(probs) >= thr * scale) & mask
+        else:
+            want = (np.asarray(probs) >= thr) & mask
         if self.cfg.batching == "off":
             return want
-        items = np.asarray(obs["items"], np.float32)
         vis = items[:, _VIS] > 0.5
         cand = mask & vis & ~want
         if not cand.any():

@@ -47,6 +47,12 @@ class LearnedPolicyConfig:
         "keep an output visible when P(visible) >= threshold (lower: fewer misses); unset: the threshold "
         "chosen on validation for the model's family or price regime (0 = abstain), stored in the checkpoint",
     )
+    size_weight: float = _f(
+        0.0,
+        "alpha: an output of T tokens is kept visible when P(visible) >= threshold * (T / 2000) ** alpha "
+        "(the factor held to 0.1..10): the miss budget counts misses whatever their size, so a miss risked "
+        "on a large output buys more savings than one risked on a small one; 0: one threshold for all",
+    )
     miss_budget: float = _f(
         1.0,
         "misses per 100 steps a validation threshold may cost; the one saving the most dollars within it "
@@ -191,6 +197,8 @@ class LearnedPolicyConfig:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not (0.0 <= self.size_weight <= 2.0):
+            raise ValueError(f"size_weight must be in [0, 2], got {self.size_weight}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         if not self.miss_budget >= 0.0:

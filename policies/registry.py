@@ -238,8 +238,12 @@ def make_policy(spec: str | Policy) -> Policy:
             pol = LearnedPolicy.load(str(kw.pop("path")))
             if "threshold" in kw:
                 pol.cfg.threshold = float(kw.pop("threshold"))
+            if "size_weight" in kw:
+                pol.cfg.size_weight = float(kw.pop("size_weight"))
             if kw:
-                raise PolicySpecError(f"learned policy: unknown parameters {sorted(kw)} (path, threshold)")
+                raise PolicySpecError(
+                    f"learned policy: unknown parameters {sorted(kw)} (path, threshold, size_weight)"
+                )
             return pol
         if name == "llm":
             from dtoc_rl.policies.llm import PromptedLLMPolicy

@@ -237,4 +237,5 @@ def _init_from_takes(name: str) -> bool:
 
 def _retune_takes(name: str) -> bool:
     """Whether ``--retune`` applies the command's value of this config field to the checkpoint."""
-    return name in ("miss_budget", "min_family_val", "min_source_val", "fallback_rule", "threads", "prices")
+    retunable = ("miss_budget", "min_family_val", "min_source_val", "fallback_rule", "size_weight")
+    return name in (*retunable, "threads", "prices")

@@ -191,3 +191,26 @@ def test_loss_weights_count_only_the_needs_that_would_be_misses():
     # samples[t - 1] is the decision before call t
     assert samples[2].weight[0] == w  # output 0, needed (provenance) by call 3
     assert samples[3].weight[2] == 1.0  # output 2, re-accessed by call 4: hiding it is no miss
+
+
+def test_size_weight_raises_the_threshold_for_large_outputs_and_lowers_it_for_small_ones():
+    obs = _obs([0.2, 20.0], [1, 1], step=5, active_k=30.0)
+    probs = np.array([0.08, 0.3] + [0.0] * 6, np.float32)
+    prices = price_vector(PRICES["doubao-pro"])
+    plain = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off").create()
+    weighted = LearnedPolicyConfig(
+        d_model=16, n_heads=2, n_layers=1, batching="off", size_weight=0.5
+    ).create()
+    assert list(plain.want_visible(obs, probs, 0.1, prices)[:2]) == [False, True]
+    # 200 tokens: 0.1 * 0.1 ** 0.5 = 0.032 <= 0.08 (kept); 20,000: 0.1 * 10 ** 0.5 = 0.32 > 0.3 (hidden)
+    assert list(weighted.want_visible(obs, probs, 0.1, prices)[:2]) == [True, False]
+    # at 2,000 tokens the threshold is the plain one
+    at_ref = _obs([2.0], [1], step=5, active_k=30.0)
+    for p in (0.09, 0.11):
+        row = np.array([p] + [0.0] * 7, np.float32)
+        assert (
+            weighted.want_visible(at_ref, row, 0.1, prices)[0]
+            == plain.want_visible(at_ref, row, 0.1, prices)[0]
+        )
+    with pytest.raises(ValueError, match="size_weight"):
+        LearnedPolicyConfig(size_weight=-1.0)
