@@ -42,6 +42,11 @@ class LearnedPolicyConfig:
         "training tasks a word must appear in to be embedded: a word from a few tasks (a file name) would "
         "be learned by heart and mislead on other tasks",
     )
+    word_dropout: float = _f(
+        0.0,
+        "share of training observations shown without their words, so that the network also learns to "
+        "decide from sizes, ages and needs alone, as it must on a harness whose words it never saw",
+    )
     threshold: float | None = _f(
         None,
         "keep an output visible when P(visible) >= threshold (lower: fewer misses); unset: the threshold "
@@ -197,6 +202,8 @@ class LearnedPolicyConfig:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not (0.0 <= self.word_dropout < 1.0):
+            raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
         if not (0.0 <= self.size_weight <= 2.0):
             raise ValueError(f"size_weight must be in [0, 2], got {self.size_weight}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:

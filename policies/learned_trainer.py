@@ -281,8 +281,10 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
     return x, torch.from_numpy(target), torch.from_numpy(weight)
 
 
-def _loss(net: nn.Module, samples: list[Sample]) -> torch.Tensor:
+def _loss(net: nn.Module, samples: list[Sample], drop_words: np.ndarray | None = None) -> torch.Tensor:
     x, y, w = _batch(samples)
+    if drop_words is not None and drop_words.any():  # these observations seen without their words
+        x["words"][torch.from_numpy(drop_words)] = 0
     logits = net(**x)
     ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
     return (ll * w).sum() / w.sum().clamp_min(1.0)
@@ -309,7 +311,8 @@ def _train_supervised(
         total = 0.0
         for b in rng.permutation(len(batches)):
             batch = [train[j] for j in batches[b]]
-            loss = _loss(net, batch)
+            drop = rng.random(len(batch)) < cfg.word_dropout if cfg.word_dropout else None
+            loss = _loss(net, batch, drop)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)

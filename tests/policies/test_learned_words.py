@@ -121,3 +121,29 @@ def test_a_checkpoint_says_how_many_words_per_output_it_was_trained_with(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # without words the count does not matter
         LearnedPolicy.load(plain)
+
+
+def test_word_dropout_shows_the_chosen_observations_without_words():
+    from dtoc_rl.policies.learned_trainer import Sample, _loss
+
+    pol = LearnedPolicyConfig(**TINY, word_vocab=8).create()
+    pol.net.set_vocabulary(range(1, 9))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        pol.net.words.weight.normal_()  # words that move the logits
+
+    def sample(words):
+        n, f, g = 3, pol.net.item_in[0].in_features, pol.net.glob_in[0].in_features
+        target = np.array([1, 0, 1], np.float32)
+        items, glob = np.ones((n, f), np.float32), np.ones(g, np.float32)
+        return Sample(items, np.zeros(n, np.int64), np.asarray(words, np.int64), glob, 0, target, np.ones(n))
+
+    pol.net.eval()
+    with_words = [sample(np.full((3, 2), 3)), sample(np.full((3, 2), 5))]
+    without = [sample(np.zeros((3, 2))), sample(np.full((3, 2), 5))]
+    drop = np.array([True, False])
+    assert float(_loss(pol.net, with_words, drop)) == pytest.approx(float(_loss(pol.net, without)))
+    assert float(_loss(pol.net, with_words, drop)) != pytest.approx(float(_loss(pol.net, with_words)))
+    assert float(_loss(pol.net, with_words, np.zeros(2, bool))) == float(_loss(pol.net, with_words))
+    with pytest.raises(ValueError, match="word_dropout"):
+        LearnedPolicyConfig(word_dropout=1.0)
