@@ -55,8 +55,9 @@ class LearnedPolicyConfig:
     size_weight: float = _f(
         0.0,
         "alpha: an output of T tokens is kept visible when P(visible) >= threshold * (T / 2000) ** alpha "
-        "(the factor held to 0.1..10): the miss budget counts misses whatever their size, so a miss risked "
-        "on a large output buys more savings than one risked on a small one; 0: one threshold for all",
+        "(T / 2000 held to 0.1..10): the miss budget counts misses whatever their size, so a miss risked "
+        "on a large output buys more savings than one risked on a small one; 0: one threshold for all. "
+        "The stored thresholds are chosen with it: change it on a trained checkpoint with --retune",
     )
     miss_budget: float = _f(
         1.0,

@@ -16,6 +16,7 @@ also takes a ready policy object and returns it unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import itertools
@@ -236,10 +237,12 @@ def make_policy(spec: str | Policy) -> Policy:
             if "path" not in kw:
                 raise PolicySpecError("learned policy needs path=CHECKPOINT_DIR")
             pol = LearnedPolicy.load(str(kw.pop("path")))
-            if "threshold" in kw:
-                pol.cfg.threshold = float(kw.pop("threshold"))
-            if "size_weight" in kw:
-                pol.cfg.size_weight = float(kw.pop("size_weight"))
+            given = {k: float(kw.pop(k)) for k in ("threshold", "size_weight") if k in kw}
+            if given:
+                try:  # the config's own range checks
+                    pol.cfg = dataclasses.replace(pol.cfg, **given)
+                except ValueError as e:
+                    raise PolicySpecError(f"policy {spec!r}: {e}") from None
             if kw:
                 raise PolicySpecError(
                     f"learned policy: unknown parameters {sorted(kw)} (path, threshold, size_weight)"

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
     bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
-    if bare:  # most likely a log whose tool calls are written in a shape no ingester reads
+    if bare:  # runs that only talked, or a log whose tool calls no ingester reads
         summary["warnings"] = [
             f"{bare} of {len(res.trajectories)} trajectories have no tool calls, so nothing a policy could "
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "

@@ -19,6 +19,9 @@ including reasoning, as the Responses API counts them) to the model call it foll
 with an unchanged total are the same call reported twice and are skipped.  The model is the first
 ``turn_context``'s (a session that switched models names the others in ``extra.models``).
 
+A last line cut short (a session still being written) is left out and marked
+``extra.torn_last_line``; a bad line anywhere else fails the file, naming the line.
+
 Rollouts carry no outcome: ``success`` is None.
 """
 
@@ -64,15 +67,22 @@ class CodexRolloutIngester(Ingester):
         models: list[str] = []
         last_total: Any = None
         bad: list[str] = []
+        torn: str | bool = False
         for lineno, rec, err in iter_jsonl(path):
-            if err is not None or not isinstance(rec, dict):
-                bad.append(f"line {lineno}: {err or 'not an object'}")
+            if torn:  # the unreadable line was not the last one after all
+                bad.append(torn)
+                torn = False
+            if err is not None:  # forgiven only as the last line: a session still being written
+                torn = f"line {lineno}: {err}"
+                continue
+            if not isinstance(rec, dict):
+                bad.append(f"line {lineno}: not an object")
                 continue
             kind, payload = rec.get("type"), rec.get("payload")
             if "payload" not in rec:  # a rollout without the envelope
                 if lineno == 1 and "instructions" in rec:
                     meta = rec
-                elif kind in ITEM_TYPES:
+                elif isinstance(kind, str) and kind in ITEM_TYPES:
                     items.append(rec)
                 continue
             if not isinstance(payload, dict):
@@ -117,6 +127,8 @@ class CodexRolloutIngester(Ingester):
             extra["models"] = ",".join(models)
         if rp.skipped:
             extra["skipped_items"] = json.dumps(dict(sorted(rp.skipped.items())))
+        if torn:
+            extra["torn_last_line"] = True
         if rp.unattached_usage:
             extra["unattached_usage_events"] = rp.unattached_usage
         if cp.trailing_user:

@@ -18,10 +18,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
-
-# mini-swe-agent's own action regex requires the ``bash`` tag (a ```python block is not an action).
-_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
-_THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
+from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```python block is no action
 
 
 def _content(msg: dict) -> str:
@@ -71,14 +68,9 @@ class MiniSweAgentIngester(Ingester):
                 else:
                     pending_user += text
             elif role == "assistant":
-                m = _BASH.findall(text)
-                cmd = m[0] if len(m) == 1 else None
-                if cmd is not None:
-                    thought = _THOUGHT.sub("", _BASH.sub("", text).strip())
-                else:
-                    # No action (zero or several bash blocks): the harness answers with its format
-                    # error and keeps the whole reply in every later prompt, code blocks included.
-                    thought = text
+                # no action (zero or several bash blocks): the harness answers with its format error
+                # and keeps the whole reply in every later prompt, code blocks included
+                cmd, thought = bash_block(text)
                 steps.append(
                     new_step(
                         turn=turn,

@@ -3,8 +3,9 @@
 A Responses-API log is a flat list of items instead of messages: ``message`` items (``role``,
 ``content`` parts ``input_text`` / ``output_text``), ``reasoning`` items (``summary`` parts), tool
 calls (``function_call``: ``call_id``, ``name``, ``arguments``; ``custom_tool_call``: ``input`` text;
-``local_shell_call``: an ``action``; ``mcp_call``: its ``output`` inline) and their outputs
-(``function_call_output``, ``custom_tool_call_output``, ``local_shell_call_output``: ``call_id``,
+``local_shell_call`` and ``computer_call``: an ``action``; ``mcp_call``: its ``output`` inline; a call
+without ``call_id`` goes by its item ``id``) and their outputs (``function_call_output``,
+``custom_tool_call_output``, ``local_shell_call_output``, ``computer_call_output``: ``call_id``,
 ``output``).  Everything one model call produced (reasoning, text, parallel calls) arrives as
 consecutive items; :func:`responses_to_messages` folds such a run into one assistant message with
 ``tool_calls`` and turns each output into a ``tool`` message, which is what chat-completions logs
@@ -17,7 +18,7 @@ provider usage, and ``{"type": "dtoc_compaction", "text": ...}`` becomes a user 
 ``compaction`` event on the next step).
 
 Item types that carry no output a context could hide (``web_search_call``, ``image_generation_call``,
-``file_search_call``, ``computer_call`` and any type this module does not know) are skipped and
+``file_search_call`` and any type this module does not know) are skipped and
 counted, never guessed at: :attr:`ResponsesParse.skipped`.
 """
 
@@ -32,7 +33,14 @@ from dtoc_rl.ingest.base import IngestError
 
 __all__ = ["ITEM_TYPES", "ResponsesParse", "is_item_list", "responses_to_messages"]
 
-_CALLS = ("function_call", "custom_tool_call", "local_shell_call", "mcp_call")
+# a call's name when its item has none, and where its arguments are
+_CALLS = {
+    "function_call": ("", "arguments"),
+    "custom_tool_call": ("", "input"),
+    "mcp_call": ("", "arguments"),
+    "local_shell_call": ("local_shell", "action"),
+    "computer_call": ("computer", "action"),
+}
 _OUTPUTS = (
     "function_call_output",
     "custom_tool_call_output",
@@ -51,11 +59,14 @@ class ResponsesParse:
 
 
 def is_item_list(value: Any) -> bool:
-    """Whether ``value`` is a list of Responses items (its first object item has a known ``type``)."""
-    if not isinstance(value, list):
+    """Whether ``value`` is a list of Responses items: objects, one at least with a known ``type`` and
+    the rest typed or short-form messages (a ``role``)."""
+    if not isinstance(value, list) or not value or not all(isinstance(x, dict) for x in value):
         return False
-    first = next((x for x in value if isinstance(x, dict)), None)
-    return first is not None and first.get("type") in ITEM_TYPES
+    types = [x.get("type") for x in value]
+    return any(isinstance(t, str) and t in ITEM_TYPES for t in types) and all(
+        isinstance(t, str) or (t is None and "role" in x) for t, x in zip(types, value)
+    )
 
 
 def _text(parts: Any) -> str:
@@ -102,6 +113,8 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
         if not isinstance(it, dict):
             raise IngestError(f"{w} is {type(it).__name__}, expected object")
         kind = it.get("type", "message" if "role" in it else None)
+        if not isinstance(kind, str):
+            raise IngestError(f"{w} has type {kind!r}, expected a string")
         if kind == "message":
             role = it.get("role")
             if role == "assistant":
@@ -114,19 +127,16 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
             text = _text(it.get("summary")) or _text(it.get("content"))
             a = assistant()
             a["reasoning_content"] = "\n".join(t for t in (a["reasoning_content"], text) if t)
-        elif kind == "function_call" or kind == "mcp_call":
-            call(it.get("call_id", it.get("id")), it.get("name"), it.get("arguments"), w)
+        elif kind in _CALLS:
+            default_name, args_key = _CALLS[kind]
+            cid = it.get("call_id") or it.get("id")  # a call may carry only its item id
+            call(cid, it.get("name") or default_name, it.get(args_key), w)
             if kind == "mcp_call":  # its output comes with it
                 turn = None
                 out = it.get("output") if it.get("error") is None else it.get("error")
-                res.messages.append({"role": "tool", "tool_call_id": it.get("call_id", it.get("id")),
-                                     "content": _text(out)})  # fmt: skip
-        elif kind == "custom_tool_call":
-            call(it.get("call_id"), it.get("name"), it.get("input"), w)
-        elif kind == "local_shell_call":
-            call(it.get("call_id"), "local_shell", it.get("action"), w)
+                res.messages.append({"role": "tool", "tool_call_id": cid, "content": _text(out)})
         elif kind in _OUTPUTS:
-            cid = it.get("call_id")
+            cid = it.get("call_id") or it.get("id")
             if not isinstance(cid, str) or not cid:
                 raise IngestError(f"{w} ({kind}) has no call_id")
             turn = None

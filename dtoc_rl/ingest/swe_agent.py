@@ -56,6 +56,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, load_selected_labels, new_step
+from dtoc_rl.ingest.text_actions import xml_function_call  # SWE-agent 1.x's XMLFunctionCallingParser
 from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
 
 __all__ = ["SweAgentIngester"]
@@ -63,10 +64,6 @@ __all__ = ["SweAgentIngester"]
 _HARNESS_EXIT = re.compile(r"exit_[a-z_]+")  # exit_cost, exit_context, exit_format, exit_api, …
 _ISSUE_0X = re.compile(r"ISSUE:\n(.*?)\n\s*INSTRUCTIONS:", re.DOTALL)
 _ISSUE_1X = re.compile(r"<pr_description>\n?(.*?)\n?</pr_description>", re.DOTALL)
-# SWE-agent 1.x sweagent/tools/parsing.py (XMLFunctionCallingParser)
-_FN = re.compile(r"<function=([^>]+)>\n(.*?)</function>", re.DOTALL)
-_FN_PARAM = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
-_FN_ALIASES = {"execute_bash": "bash", "finish": "submit"}
 _MASKED_PREFIX = "Old environment output"
 _CLIPPED = re.compile(r"<response clipped><NOTE>.*?(\d+) characters were elided", re.DOTALL)
 _EDITOR_WRITES = frozenset({"create", "str_replace", "insert", "undo_edit"})
@@ -267,15 +264,9 @@ def _tool_call(hmsg: dict | None, entry: dict) -> tuple[str | None, str, str | N
     action = entry.get("action") or ""
     if not action.strip():
         return None, "", None
-    m = _FN.search(entry.get("response") or "")
-    if m:
-        name = m.group(1).strip()
-        params: dict[str, Any] = {k: v.strip() for k, v in _FN_PARAM.findall(m.group(2))}
-        if isinstance(params.get("view_range"), str) and re.fullmatch(
-            r"\[\d+,\s*\d+\]", params["view_range"]
-        ):
-            params["view_range"] = json.loads(params["view_range"])
-        return _FN_ALIASES.get(name, name), json.dumps(params), None
+    fn = xml_function_call(entry.get("response") or "")
+    if fn is not None:
+        return fn[0], fn[1], None
     return action.strip().split(None, 1)[0], action, None  # thought-action style fallback
 
 

@@ -1,101 +1,91 @@
 """Tool calls written as text: agents whose model writes its action in the reply, not as a tool call.
 
 Many harnesses parse the action out of the assistant's text and send its output back as the next
-user message; saved as plain chat messages, such a run has no ``tool_calls`` at all, and read
-literally it would have no tool outputs to manage.  :func:`text_action` finds the action of one
-reply in the conventions these harnesses use:
+user message.  The parsers here are the one implementation of each convention: the native
+SWE-agent and mini-swe-agent ingesters use them, and so does the generic chat reader, for a run
+saved as plain chat messages (which would otherwise have no tool outputs to manage):
 
-* ``xml``: ``<function=NAME><parameter=KEY>VALUE</parameter>...</function>`` (SWE-agent's
-  ``xml_function_calling`` parser, OpenHands without native function calling) → ``NAME`` with the
-  parameters as JSON arguments;
+* ``xml``: ``<function=NAME>`` then ``<parameter=KEY>VALUE</parameter>`` lines then ``</function>``
+  (SWE-agent 1.x ``sweagent/tools/parsing.py``, ``XMLFunctionCallingParser``; OpenHands without native
+  function calling writes the same) → ``NAME`` (``execute_bash`` read as ``bash``, ``finish`` as
+  ``submit``, SWE-agent's names) with the parameters as JSON arguments;
 * ``codeact``: ``<execute_bash>...</execute_bash>``, ``<execute_ipython>``, ``<execute_browse>``
-  (OpenHands CodeAct) → ``execute_bash`` ``{"command"}``, ``execute_ipython_cell`` ``{"code"}``,
-  ``browser`` ``{"code"}``;
-* ``fence``: the one fenced block tagged ``bash``/``sh``/``shell`` (mini-swe-agent, which runs
-  nothing when a reply has several), else the last untagged one (SWE-agent 0.x) → ``bash`` with the
-  command text as
-  arguments, or the ACI command's own name when its first word is one (``open``, ``edit``, ...), as
-  the native SWE-agent and mini-swe-agent ingesters name them.
+  (OpenHands CodeAct) → ``bash`` ``{"command"}``, ``execute_ipython_cell`` ``{"code"}``, ``browser``
+  ``{"code"}``;
+* ``bash``: exactly one ```` ```bash ```` block (mini-swe-agent 1.x's action regex; with none or several
+  its harness runs nothing and answers with a format error) → ``bash`` with the command text.
 
-:func:`as_tool_calls` rewrites a run's messages so that each reply with an action carries it as a
-tool call and the message after it (the harness's observation) is its tool reply.  It applies only
-to a run with no native tool calls, so a function-calling log is never second-guessed.
+An untagged ```` ``` ```` block is no action here: in a plain chat it is far more often an example.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import Any
 
-from dtoc_rl.labels.vocabulary import ACI_COMMANDS
+__all__ = ["as_tool_calls", "bash_block", "text_action", "xml_function_call"]
 
-__all__ = ["as_tool_calls", "text_action"]
-
-_XML_FN = re.compile(r"<function=([\w.\-]+)>(.*?)</function>", re.DOTALL)
-_XML_PARAM = re.compile(r"<parameter=([\w.\-]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+_FN = re.compile(r"<function=([^>]+)>\n(.*?)</function>", re.DOTALL)
+_FN_PARAM = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
+_FN_ALIASES = {"execute_bash": "bash", "finish": "submit"}
 _CODEACT = re.compile(r"<execute_(bash|ipython|browse)>\n?(.*?)\n?</execute_\1>", re.DOTALL)
-_CODEACT_TOOL = {"bash": ("execute_bash", "command"), "ipython": ("execute_ipython_cell", "code"),
+_CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell", "code"),
                  "browse": ("browser", "code")}  # fmt: skip
+_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+_THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
+
+#: A plain chat is read as a text-action agent only when at least this many replies carry an action
+#: and they are at least this share of the replies the harness answered (a user message follows):
+#: an agent loop acts on nearly every turn, a chat that shows code now and then does not.
+MIN_ACTIONS, MIN_ACTION_SHARE = 2, 0.6
+
+
+def xml_function_call(text: str) -> tuple[str, str, re.Match] | None:
+    """The first ``<function=...>`` call of a reply: ``(tool name, JSON arguments, match)``.  Values are
+    stripped; a ``view_range`` written as ``[a, b]`` becomes a list, as the editor reads it."""
+    m = _FN.search(text or "")
+    if m is None:
+        return None
+    params: dict[str, Any] = {k: v.strip() for k, v in _FN_PARAM.findall(m.group(2))}
+    if isinstance(params.get("view_range"), str) and re.fullmatch(r"\[\d+,\s*\d+\]", params["view_range"]):
+        params["view_range"] = json.loads(params["view_range"])
+    name = m.group(1).strip()
+    return _FN_ALIASES.get(name, name), json.dumps(params), m
+
+
+def bash_block(text: str) -> tuple[str | None, str]:
+    """mini-swe-agent's action of a reply: ``(command, thought)``; the command is None unless the reply
+    holds exactly one ```` ```bash ```` block, and the thought is then the reply without it and without
+    a leading ``THOUGHT:`` (else the whole reply, which the harness keeps in every later prompt)."""
+    m = _BASH.findall(text or "")
+    if len(m) != 1:
+        return None, text
+    return m[0], _THOUGHT.sub("", _BASH.sub("", text).strip())
 
 
 def text_action(text: str) -> tuple[str, str, str, str] | None:
-    """``(convention, tool name, tool arguments, the text without the action)`` of one assistant
+    """``(convention, tool name, tool arguments, the reply without the action)`` of one assistant
     reply, or None when it holds no action (see the module docstring)."""
     if not text:
         return None
-    fns = list(_XML_FN.finditer(text))
-    if fns:
-        m = fns[-1]
-        params = {k: v for k, v in _XML_PARAM.findall(m.group(2))}
-        return "xml", m.group(1), json.dumps(params), _without(text, m)
+    fn = xml_function_call(text)
+    if fn is not None:
+        name, args, m = fn
+        return "xml", name, args, (text[: m.start()] + text[m.end() :]).strip()
     acts = list(_CODEACT.finditer(text))
     if acts:
         m = acts[-1]
         name, key = _CODEACT_TOOL[m.group(1)]
-        return "codeact", name, json.dumps({key: m.group(2)}), _without(text, m)
-    blocks = _fences(text)
-    shell = [b for b in blocks if b[0] in _SHELL_TAGS]
-    # exactly one shell block, as mini-swe-agent demands (several: its format error, no action);
-    # else SWE-agent 0.x's untagged block, the last one
-    pick = (shell if len(shell) == 1 else []) or ([b for b in blocks if b[0] == ""][-1:] if not shell else [])
-    if not pick:
-        return None
-    _, command, start, end = pick[0]
-    if not command.strip():
-        return None
-    word = command.split(None, 1)[0]
-    rest = (text[:start] + text[end:]).strip()
-    return "fence", word if word in ACI_COMMANDS else "bash", command, rest
+        return "codeact", name, json.dumps({key: m.group(2)}), (text[: m.start()] + text[m.end() :]).strip()
+    command, thought = bash_block(text)
+    if command is not None and command.strip():
+        return "bash", "bash", command, thought
+    return None
 
 
-def _without(text: str, m: re.Match) -> str:
-    return (text[: m.start()] + text[m.end() :]).strip()
-
-
-_SHELL_TAGS = ("bash", "sh", "shell", "console")
-_OPEN = re.compile(r"^[ \t]*```[ \t]*([\w+\-]*)[ \t]*$")
-_CLOSE = re.compile(r"^[ \t]*```[ \t]*$")
-
-
-def _fences(text: str) -> list[tuple[str, str, int, int]]:
-    # (tag, body, start, end) of each fenced block, read line by line: a fence opens on a line of
-    # three backticks and an optional tag and closes on a line of three backticks alone
-    out = []
-    pos, open_at, tag, body_at = 0, -1, "", 0
-    for line in text.splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        if open_at < 0:
-            m = _OPEN.match(bare)
-            if m:
-                open_at, tag, body_at = pos, m.group(1).lower(), pos + len(line)
-        elif _CLOSE.match(bare):
-            out.append((tag, text[body_at:pos].rstrip("\r\n"), open_at, pos + len(bare)))
-            open_at = -1
-        pos += len(line)
-    return out
-
-
-def _native(m) -> bool:
+def _native(m: Any) -> bool:
     # a message of a function-calling log: OpenAI tool calls or replies, Anthropic tool blocks
     if not isinstance(m, dict):
         return False
@@ -107,35 +97,37 @@ def _native(m) -> bool:
     )
 
 
-def as_tool_calls(msgs: list, content_text) -> tuple[list, str | None]:
-    """``msgs`` with text actions as tool calls and the observation after each as its tool reply, and
-    the conventions found (None, and ``msgs`` unchanged, when a message has native tool calls or no
-    reply holds an action).  ``content_text(content, where)`` reads a message's text."""
-    if not isinstance(msgs, list) or any(_native(m) for m in msgs):
+def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[Any, str | None]:
+    """``msgs`` with text actions as tool calls and the user message after each as its tool reply, and
+    the conventions found; ``msgs`` unchanged and None when a message has native tool calls or the run
+    does not act like an agent loop (:data:`MIN_ACTIONS`, :data:`MIN_ACTION_SHARE`).
+    ``content_text(content, where)`` reads a message's text."""
+    if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs) or any(map(_native, msgs)):
+        return msgs, None
+    acts: dict[int, tuple[str, str, str, str]] = {}
+    answered = 0
+    for i, m in enumerate(msgs):
+        if m.get("role") != "assistant":
+            continue
+        followed = i + 1 < len(msgs) and msgs[i + 1].get("role") == "user"
+        answered += followed
+        act = text_action(content_text(m.get("content"), f"messages[{i}].content"))
+        if act is not None and followed:
+            acts[i] = act
+    if len(acts) < MIN_ACTIONS or len(acts) < MIN_ACTION_SHARE * answered:
         return msgs, None
     out: list = []
-    found: set[str] = set()
-    waiting: str | None = None  # the call id the next user message answers
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict):
-            return msgs, None  # chat_to_steps names the error
-        role = m.get("role")
-        if role == "assistant":
-            act = text_action(content_text(m.get("content"), f"messages[{i}].content"))
-            if act is None:
-                out.append(m)
-                waiting = None
-                continue
-            convention, name, args, rest = act
-            found.add(convention)
-            waiting = f"text-action-{i}"
-            call = {"id": waiting, "type": "function", "function": {"name": name, "arguments": args}}
+        if i in acts:
+            _, name, args, rest = acts[i]
+            call = {
+                "id": f"text-action-{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": args},
+            }
             out.append({**m, "content": rest, "tool_calls": [call]})
-        elif role == "user" and waiting is not None:
-            out.append({"role": "tool", "tool_call_id": waiting, "content": m.get("content")})
-            waiting = None
+        elif i - 1 in acts:
+            out.append({"role": "tool", "tool_call_id": f"text-action-{i - 1}", "content": m.get("content")})
         else:
             out.append(m)
-    if not found:
-        return msgs, None
-    return out, ",".join(sorted(found))
+    return out, ",".join(sorted({a[0] for a in acts.values()}))

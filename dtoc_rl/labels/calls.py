@@ -12,7 +12,7 @@ import re
 
 from dtoc_rl.data.schema import Step
 from dtoc_rl.labels.resources import _WS, Resource, _canon_json, _json_args, _norm_path
-from dtoc_rl.labels.shell import _INPLACE_COMMANDS, _shell, _State
+from dtoc_rl.labels.shell import _INPLACE_COMMANDS, _shell, _State, patch_paths
 from dtoc_rl.labels.vocabulary import (
     ACI_COMMANDS,
     READ_PREFIXES,
@@ -83,20 +83,6 @@ def _shown_ranges(path: str, output: str) -> list[Resource]:
     return [Resource("file", path, start=a, end=b) for a, b in runs]
 
 
-# The files a patch in the apply_patch format (OpenAI's Codex CLI) adds, updates, deletes or moves to.
-_PATCH_FILE = re.compile(r"(?m)^\*\*\* (Update File|Add File|Delete File|Move to): (.+?)\s*$")
-
-
-def _patch_paths(text: str, state: _State) -> list[str]:
-    paths = []
-    for m in _PATCH_FILE.finditer(text):
-        path = _norm_path(m.group(2))
-        if m.group(1) == "Update File":
-            state.edits.append(path)
-        paths.append(path)
-    return paths or ["*"]
-
-
 def _step_resources(step: Step, state: _State) -> tuple[list[Resource], list[str]]:
     """What ``step`` reads and writes, from its tool name and arguments, corrected by its output:
     an edit the editor refused writes nothing, and an abbreviated whole-file view reads only the
@@ -124,7 +110,7 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
         args, text = None, args["input"]
     if args is None:
         if lname in _WRITE_TOOLS and text.lstrip().startswith("*** Begin Patch"):
-            return [], _patch_paths(text, state)
+            return [], patch_paths(text, state)
         if lname in _EDITOR_TOOLS and text.strip() and not text.lstrip().startswith("str_replace_editor"):
             text = "str_replace_editor " + text
         m = re.fullmatch(r"\s*(\w+)\((.*)\)\s*", text, re.DOTALL)

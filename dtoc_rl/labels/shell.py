@@ -405,6 +405,22 @@ def _head_tail(line: _Line, c: _Cmd) -> None:
         line.runs_something = True
 
 
+# The files a patch in the apply_patch format (OpenAI's Codex CLI) adds, updates, deletes or moves to.
+_PATCH_FILE = re.compile(r"(?m)^\*\*\* (Update File|Add File|Delete File|Move to): (.+?)\s*$")
+
+
+def patch_paths(text: str, state: _State, cwd: str | None = None) -> list[str]:
+    """What an apply_patch patch writes (every file it names; ``*`` when it names none), noting the
+    files it updates in place in ``state.edits`` (an update must match their current text)."""
+    paths = []
+    for m in _PATCH_FILE.finditer(text or ""):
+        path = _norm_path(m.group(2), cwd)
+        if m.group(1) == "Update File":
+            state.edits.append(path)
+        paths.append(path)
+    return paths or ["*"]
+
+
 @_handles("read", "sed")
 def _sed(line: _Line, c: _Cmd) -> None:
     opts, args = _opts_and_args(c.argv, {"-e", "-f"})
@@ -476,7 +492,9 @@ def _ls(line: _Line, c: _Cmd) -> None:
 @_handles("write", *words(COMMAND_KINDS, "write"))
 def _write(line: _Line, c: _Cmd) -> None:
     _, args = _opts_and_args(c.argv, {"-t", "-m", "--target-directory", "-s", "-o"})
-    if c.name == "patch":
+    if c.name == "apply_patch":  # Codex runs it as a command: the patch an argument or a heredoc
+        line.writes.extend(patch_paths(c.stdin_body or " ".join(c.argv[1:]), line.state, line.cwd))
+    elif c.name == "patch":
         line.writes.append("*")
     elif c.name in ("cp", "ln") and args:
         line.writes.append(_norm_path(args[-1], line.cwd))

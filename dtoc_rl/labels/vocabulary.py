@@ -152,7 +152,21 @@ _COMMANDS_BY_KIND: dict[str, tuple[str, ...]] = {
     "read": ("cat", "nl", "less", "more", "bat", "batcat", "awk", "gawk", "head", "tail", "sed"),
     "search": ("grep", "egrep", "fgrep", "rg", "ag", "ack"),
     "list": ("find", "ls", "tree", "dir"),
-    "write": ("rm", "mv", "cp", "touch", "mkdir", "rmdir", "tee", "ln", "chmod", "truncate", "dd", "patch"),
+    "write": (
+        "rm",
+        "mv",
+        "cp",
+        "touch",
+        "mkdir",
+        "rmdir",
+        "tee",
+        "ln",
+        "chmod",
+        "truncate",
+        "dd",
+        "patch",
+        "apply_patch",
+    ),
     "nav": ("cd", "pushd", "popd", "export", "source", ".", "set", "unset", "true", "false", "clear", ":"),
 }
 COMMAND_KINDS: dict[str, str] = {name: kind for kind, names in _COMMANDS_BY_KIND.items() for name in names}
@@ -214,9 +228,14 @@ def shell_command(args: dict) -> str | None:
         if isinstance(v, str):
             return v
         if isinstance(v, list) and v and all(isinstance(w, str) for w in v):
-            shell = v[0].rsplit("/", 1)[-1]
-            if len(v) >= 3 and shell in _SHELLS and v[1].startswith("-") and v[1].endswith("c"):
-                return v[2]
+            if v[0].rsplit("/", 1)[-1] in _SHELLS:
+                for k, opt in enumerate(v[1:-1], 1):  # its options, up to -c (or -lc, -ic, ...)
+                    if opt.startswith("--"):
+                        continue
+                    if not opt.startswith("-"):
+                        break
+                    if opt.endswith("c"):
+                        return v[k + 1]
             return shlex.join(v)
     return None
 

@@ -240,51 +240,84 @@ def _write(path: Path, rows: list) -> Path:
 def test_text_actions_match_the_native_mini_swe_agent_reading(tmp_path, data_dir):
     from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 
-    files = sorted((data_dir / "raw" / "mini-swe-agent_gemini-3-pro_swebench-verified").rglob("*.traj.json"))[
-        :6
-    ]
+    files = sorted((data_dir / "raw" / "mini-swe-agent_gemini-3-pro_swebench-verified").rglob("*.traj.json"))
     native = [t for f in files for t in MiniSweAgentIngester().parse(f)]
     p = _write(tmp_path / "plain.jsonl", [{"messages": json.loads(f.read_text())["messages"]} for f in files])
     got = list(CHAT.parse(p))
-    want = [[(s.tool_name, s.tool_args, s.output) for s in t.steps] for t in native]
-    assert [[(s.tool_name, s.tool_args, s.output) for s in t.steps] for t in got] == want
-    assert sum(s.tool_name is not None for t in got for s in t.steps) > 50
-    assert {json.loads(t.extra)["text_actions"] for t in got} == {"fence"}
+    fields = ("tool_name", "tool_args", "output", "assistant_text", "user_text", "turn")
+    assert [[tuple(getattr(s, f) for f in fields) for s in t.steps] for t in got] == [
+        [tuple(getattr(s, f) for f in fields) for s in t.steps] for t in native
+    ]
+    assert len(files) >= 10 and sum(s.tool_name is not None for t in got for s in t.steps) > 200
+    assert {json.loads(t.extra)["text_actions"] for t in got} == {"bash"}
+
+
+def test_text_actions_match_the_native_swe_agent_reading(shared_traces, tmp_path):
+    from dtoc_rl.ingest.swe_agent import SweAgentIngester
+
+    files = sorted((shared_traces / "swe-agent-1.0_swebench-verified").rglob("*.traj"))[:20]
+    if not files:
+        pytest.skip("no SWE-agent 1.x runs in ../shared")
+    for f in files:
+        (native,) = SweAgentIngester().parse(f)
+        history = json.loads(f.read_text())["history"]
+        msgs = [{"role": m["role"], "content": m["content"]} for m in history]
+        (got,) = CHAT.parse(_write(tmp_path / "h.jsonl", [{"messages": msgs}]))
+        want = [(s.tool_name, s.tool_args) for s in native.steps if s.tool_name]
+        assert [(s.tool_name, s.tool_args) for s in got.steps if s.tool_name] == want, f.name
+
+
+_ACT = [{"role": "user", "content": "task"}]
 
 
 @pytest.mark.parametrize(
-    ("reply", "name", "args"),
+    ("reply", "name", "args", "thought"),
     [
         ("Let me look.\n<function=str_replace_editor>\n<parameter=command>view</parameter>\n"
-         "<parameter=path>/repo/a.py</parameter>\n</function>", "str_replace_editor",
-         '{"command": "view", "path": "/repo/a.py"}'),
-        ("Run it.\n<execute_bash>\npytest -q\n</execute_bash>", "execute_bash", '{"command": "pytest -q"}'),
-        ("DISCUSSION\nOpen the file.\n```\nopen src/a.py 10\n```", "open", "open src/a.py 10"),
-        ("Try:\n```python\nx = 1\n```\nthen\n```\nls -la\n```", "bash", "ls -la"),
+         "<parameter=path>/repo/a.py</parameter>\n<parameter=view_range>[1, 20]</parameter>\n</function>",
+         "str_replace_editor", '{"command": "view", "path": "/repo/a.py", "view_range": [1, 20]}',
+         "Let me look."),
+        ("Run it.\n<execute_bash>\npytest -q\n</execute_bash>", "bash", '{"command": "pytest -q"}',
+         "Run it."),
+        ("THOUGHT: list it\n\n```bash\nls -la\n```", "bash", "ls -la", "list it"),
     ],
 )  # fmt: skip
-def test_text_action_conventions(tmp_path, reply, name, args):
-    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": reply},
-            {"role": "user", "content": "OBSERVATION"}, {"role": "assistant", "content": "done"}]  # fmt: skip
+def test_text_action_conventions(tmp_path, reply, name, args, thought):
+    msgs = [*_ACT, {"role": "assistant", "content": reply}, {"role": "user", "content": "OBS 1"},
+            {"role": "assistant", "content": reply}, {"role": "user", "content": "OBS 2"},
+            {"role": "assistant", "content": "done"}]  # fmt: skip
     (t,) = CHAT.parse(_write(tmp_path / "t.jsonl", [{"messages": msgs}]))
-    s0, s1 = t.steps
-    assert (s0.tool_name, s0.tool_args, s0.output) == (name, args, "OBSERVATION")
-    assert reply.split("\n")[0] in s0.assistant_text and "<" not in s0.assistant_text.split("\n")[-1]
-    assert s1.tool_name is None and s1.user_text == ""
+    got = [(s.tool_name, s.tool_args, s.output, s.assistant_text) for s in t.steps]
+    assert got == [(name, args, "OBS 1", thought), (name, args, "OBS 2", thought), (None, "", None, "done")]
+
+
+def test_a_chat_that_shows_code_is_no_agent_loop(tmp_path):
+    fence = "Use:\n```bash\nls\n```"
+    xml = "Like `<function=bash>\n<parameter=command>ls</parameter>\n</function>`."
+    chats = [
+        [*_ACT, {"role": "assistant", "content": fence}, {"role": "user", "content": "thanks, and?"},
+         {"role": "assistant", "content": "Nothing else."}],
+        [*_ACT, {"role": "assistant", "content": xml}, {"role": "user", "content": "ok"},
+         {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"},
+         {"role": "assistant", "content": fence}, {"role": "user", "content": "c"},
+         {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}],
+        [*_ACT, {"role": "assistant", "content": "```bash\nls\n```\n```bash\npwd\n```"},
+         {"role": "user", "content": "format error"}, {"role": "assistant", "content": "```bash\nls\n```"}],
+    ]  # fmt: skip
+    for i, msgs in enumerate(chats):
+        (t,) = CHAT.parse(_write(tmp_path / f"c{i}.jsonl", [{"messages": msgs}]))
+        assert all(s.tool_name is None for s in t.steps) and "text_actions" not in json.loads(t.extra), i
 
 
 def test_text_actions_never_second_guess_a_function_calling_log(tmp_path):
-    two = "```bash\nls\n```\n```bash\npwd\n```"  # mini-swe-agent runs neither
-    plain = [{"role": "user", "content": "t"}, {"role": "assistant", "content": two},
-             {"role": "user", "content": "format error"}]  # fmt: skip
-    (t,) = CHAT.parse(_write(tmp_path / "a.jsonl", [{"messages": plain}]))
-    assert [s.tool_name for s in t.steps] == [None] and "text_actions" not in json.loads(t.extra)
-    native = [{"role": "user", "content": "t"},
-              {"role": "assistant", "content": "```bash\nls\n```", "tool_calls": [
-                  {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
-              {"role": "tool", "tool_call_id": "c", "content": "x"}]  # fmt: skip
+    call = {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    native = [*_ACT, {"role": "assistant", "content": "```bash\nls\n```", "tool_calls": [call]},
+              {"role": "tool", "tool_call_id": "c", "content": "x"},
+              {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "y"},
+              {"role": "assistant", "content": "```bash\nls\n```"},
+              {"role": "user", "content": "z"}]  # fmt: skip
     (t,) = CHAT.parse(_write(tmp_path / "b.jsonl", [{"messages": native}]))
-    assert [(s.tool_name, s.output) for s in t.steps] == [("read", "x")]
+    assert [(s.tool_name, s.output) for s in t.steps] == [("read", "x"), (None, None), (None, None)]
 
 
 def test_ingest_warns_when_runs_have_no_tool_calls(tmp_path, capsys):
@@ -302,3 +335,67 @@ def _tau_like() -> list[list[dict]]:
     call = {"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"id": 1}'}}
     return [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
              {"role": "tool", "tool_call_id": "c1", "content": "user 1"}]]  # fmt: skip
+
+
+def test_codex_argv_commands_and_apply_patch_forms_are_labelled():
+    from dtoc_rl.data.schema import Trajectory
+    from dtoc_rl.ingest.common import finalize, new_step
+
+    patch = (
+        "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** Add File: b.py\n+y\n*** End Patch"
+    )
+    commands = [
+        ["cat", "a.py"],
+        ["apply_patch", patch],  # the patch as the argument
+        ["bash", "-lc", f"apply_patch <<'EOF'\n{patch}\nEOF"],  # as a heredoc
+        ["bash", "--norc", "-c", "cat a.py"],  # long options before -c
+    ]
+    steps = [new_step(turn=i, tool_name="shell", tool_args=json.dumps({"command": c}), output="x = 1\n")
+             for i, c in enumerate(commands)]  # fmt: skip
+    t = finalize(Trajectory(traj_id="x", source="codex", model_raw="", model_family="other", task_id="t",
+                            task_text="t", system_prompt="", success=None, outcome_source="", source_path="",
+                            extra="{}", steps=steps))  # fmt: skip
+    label_trajectory(t)
+    s = t.steps
+    assert s[1].write_resources == s[2].write_resources == ["a.py", "b.py"]
+    assert [(n.step, n.kind) for n in s[1].needs] == [(0, "edit")] == [(n.step, n.kind) for n in s[2].needs]
+    assert s[3].read_resource == "file:a.py"
+
+
+def test_responses_short_form_messages_computer_calls_and_ids():
+    items = [
+        {"role": "user", "content": "go"},  # the short form first
+        {"type": "computer_call", "call_id": "cc1", "action": {"type": "click", "x": 1, "y": 2}},
+        {"type": "computer_call_output", "call_id": "cc1", "output": {"type": "input_image"}},
+        {"type": "local_shell_call", "id": "ls1", "call_id": None, "action": {"command": ["ls"]}},
+        {"type": "local_shell_call_output", "call_id": "ls1", "output": "a.py"},
+    ]
+    from dtoc_rl.ingest.responses import is_item_list
+
+    assert is_item_list(items) and not is_item_list([{"role": "user", "content": "x"}])
+    assert not is_item_list([{"type": ["message"]}])
+    rp = responses_to_messages(items)
+    calls = [c["function"]["name"] for m in rp.messages if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert calls == ["computer", "local_shell"]
+    assert [m.get("tool_call_id") for m in rp.messages if m["role"] == "tool"] == ["cc1", "ls1"]
+    with pytest.raises(IngestError, match=r"items\[0\] has type \['message'\]"):
+        responses_to_messages([{"type": ["message"]}])
+
+
+def test_codex_forgives_only_a_torn_last_line(tmp_path):
+    items = [{"type": "message", "role": "user", "content": "x"}, *_items([
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"}])]  # fmt: skip
+    p = _rollout(tmp_path / "rollout-4.jsonl", items)
+    p.write_text(p.read_text() + '{"type": "response_item", "payload": {"type": "mess')
+    (t,) = CODEX.parse(p)
+    assert json.loads(t.extra)["torn_last_line"] is True and t.steps[0].output == "out"
+
+
+def test_no_shipped_log_is_read_as_codex(repo_root):
+    from dtoc_rl.ingest import detect_format
+
+    files = [f for d in ("data/raw", "tests/fixtures") for f in (repo_root / d).rglob("*") if f.is_file()]
+    assert len(files) > 20
+    assert not [f for f in files if (ing := detect_format(f)) is not None and ing.name == "codex"]
