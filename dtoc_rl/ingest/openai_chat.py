@@ -223,16 +223,20 @@ def chat_to_steps(
         if role not in ROLES:
             raise IngestError(f"{w} has role {role!r}, expected one of {', '.join(ROLES)}")
         content = m.get("content")
-        results: list[dict] = []
+        results: list[tuple[int, dict]] = []
         blocks: list[dict] = []
         if isinstance(content, list):  # Anthropic Messages blocks: tool calls and results travel in content
-            results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            results = [
+                (k, b)
+                for k, b in enumerate(content)
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
             blocks = [b for b in content if isinstance(b, dict) and b.get("type") in ("tool_use", "thinking")]
             if results or blocks:
                 content = [b for b in content if not (isinstance(b, dict) and b.get("type") in _BLOCKS)]
         text = content_text(content, f"{w}.content")
         if results and role == "user":
-            for k, b in enumerate(results):
+            for k, b in results:  # k: the block's place in the message, for errors
                 bw = f"{w}.content[{k}]"
                 body = content_text(b.get("content"), f"{bw}.content")
                 _reply(res, b.get("tool_use_id"), body, bw, is_error, b.get("is_error") is True)
@@ -264,7 +268,7 @@ def chat_to_steps(
             if not calls and isinstance(m.get("function_call"), dict):  # legacy functions API
                 calls = [{"id": None, "function": m["function_call"]}]
             calls = calls + [
-                {"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input")}}
+                {"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input") or {}}}
                 for b in blocks
                 if b["type"] == "tool_use"
             ]

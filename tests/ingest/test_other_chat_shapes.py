@@ -399,3 +399,17 @@ def test_no_shipped_log_is_read_as_codex(repo_root):
     files = [f for d in ("data/raw", "tests/fixtures") for f in (repo_root / d).rglob("*") if f.is_file()]
     assert len(files) > 20
     assert not [f for f in files if (ing := detect_format(f)) is not None and ing.name == "codex"]
+
+
+def test_anthropic_block_errors_name_the_block_and_a_call_without_input_has_empty_arguments(tmp_path):
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": None}]},
+        {"role": "user", "content": [{"type": "text", "text": "x"},
+                                     {"type": "tool_result", "tool_use_id": "t9", "content": "y"}]},
+    ]  # fmt: skip
+    with pytest.raises(IngestError, match=r"content\[1\]: tool reply \(tool_call_id='t9'\)"):
+        list(CHAT.parse(_write(tmp_path / "bad.jsonl", [{"messages": msgs}])))
+    msgs[2]["content"][1]["tool_use_id"] = "t1"
+    (t,) = CHAT.parse(_write(tmp_path / "ok.jsonl", [{"messages": msgs}]))
+    assert (t.steps[0].tool_args, t.steps[0].output) == ("{}", "y")
