@@ -413,7 +413,8 @@ def patch_paths(text: str, state: _State, cwd: str | None = None) -> list[str]:
     """What an apply_patch patch writes (every file it names; ``*`` when it names none), noting the
     files it updates in place in ``state.edits`` (an update must match their current text)."""
     paths = []
-    for m in _PATCH_FILE.finditer(text or ""):
+    # a log that kept the command on one line writes its newlines as \n: the patch's lines all the same
+    for m in _PATCH_FILE.finditer((text or "").replace("\\n", "\n")):
         path = _norm_path(m.group(2), cwd)
         if m.group(1) == "Update File":
             state.edits.append(path)
@@ -544,6 +545,10 @@ def _shell(cmd: str, state: _State) -> tuple[list[Resource], list[str]]:
     Each command word has its handler in :data:`COMMANDS`; any other word runs something.
     """
     raw = cmd
+    if raw.lstrip().startswith("apply_patch") and "*** Begin Patch" in raw:
+        # Codex's patch command, the patch as an argument or a heredoc: read the patch itself, which a
+        # shell parse would split into words
+        return [], patch_paths(raw, state)
     cmd = cmd.replace("\\\n", " ")
     cmd, bodies = _extract_heredocs(cmd)
     cmd = _DEVNULL.sub(" ", cmd)

@@ -349,6 +349,8 @@ def test_codex_argv_commands_and_apply_patch_forms_are_labelled():
         ["apply_patch", patch],  # the patch as the argument
         ["bash", "-lc", f"apply_patch <<'EOF'\n{patch}\nEOF"],  # as a heredoc
         ["bash", "--norc", "-c", "cat a.py"],  # long options before -c
+        # a log that kept the command on one line, its newlines written \n (RepoLaunch's gpt-5.2)
+        ["bash", "-lc", "apply_patch <<'PATCH'\\n" + patch.replace("\n", "\\n") + "\\nPATCH"],
     ]
     steps = [new_step(turn=i, tool_name="shell", tool_args=json.dumps({"command": c}), output="x = 1\n")
              for i, c in enumerate(commands)]  # fmt: skip
@@ -360,6 +362,7 @@ def test_codex_argv_commands_and_apply_patch_forms_are_labelled():
     assert s[1].write_resources == s[2].write_resources == ["a.py", "b.py"]
     assert [(n.step, n.kind) for n in s[1].needs] == [(0, "edit")] == [(n.step, n.kind) for n in s[2].needs]
     assert s[3].read_resource == "file:a.py"
+    assert s[4].write_resources == ["a.py", "b.py"] and s[4].read_resource is None
 
 
 def test_responses_short_form_messages_computer_calls_and_ids():
