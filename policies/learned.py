@@ -680,10 +680,10 @@ class LearnedPolicy(Policy):
             return mask.copy()
         items = np.asarray(obs["items"], np.float32)
         if self.cfg.size_weight:
-            scale = np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
-            want = (np.asarray(probs) >= thr * scale) & mask
-        else:
-            want = (np.asarray(probs) >= thr) & mask
+            thr = (
+                thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
+            )
+        want = (np.asarray(probs) >= thr) & mask
         if self.cfg.batching == "off":
             return want
         vis = items[:, _VIS] > 0.5

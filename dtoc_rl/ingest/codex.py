@@ -67,11 +67,11 @@ class CodexRolloutIngester(Ingester):
         models: list[str] = []
         last_total: Any = None
         bad: list[str] = []
-        torn: str | bool = False
+        torn: str | None = None  # the last unreadable line, if it turns out to be the file's last
         for lineno, rec, err in iter_jsonl(path):
             if torn:  # the unreadable line was not the last one after all
                 bad.append(torn)
-                torn = False
+                torn = None
             if err is not None:  # forgiven only as the last line: a session still being written
                 torn = f"line {lineno}: {err}"
                 continue
@@ -83,7 +83,7 @@ class CodexRolloutIngester(Ingester):
                 if lineno == 1 and "instructions" in rec:
                     meta = rec
                 elif isinstance(kind, str) and kind in ITEM_TYPES:
-                    items.append(rec)
+                    items.append(_harness_text(rec))
                 continue
             if not isinstance(payload, dict):
                 bad.append(f"line {lineno}: payload is {type(payload).__name__}, expected object")

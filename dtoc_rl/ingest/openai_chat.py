@@ -67,8 +67,6 @@ __all__ = [
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-# Anthropic Messages content blocks that are no text: calls, results and thinking, read apart
-_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
 _ROLE_RE = re.compile(r'"role"\s*:\s*"(?:system|developer|user|assistant|tool)"')
 _ITEM_RE = re.compile(r'"type"\s*:\s*"(?:function_call|custom_tool_call|local_shell_call)"')
 # Keys that mark formats other ingesters own; their presence vetoes detection.
@@ -232,9 +230,7 @@ def chat_to_steps(
                 if isinstance(b, dict) and b.get("type") == "tool_result"
             ]
             blocks = [b for b in content if isinstance(b, dict) and b.get("type") in ("tool_use", "thinking")]
-            if results or blocks:
-                content = [b for b in content if not (isinstance(b, dict) and b.get("type") in _BLOCKS)]
-        text = content_text(content, f"{w}.content")
+        text = content_text(content, f"{w}.content")  # skips blocks without text: calls, results, thinking
         if results and role == "user":
             for k, b in results:  # k: the block's place in the message, for errors
                 bw = f"{w}.content[{k}]"

@@ -152,7 +152,4 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
             res.messages.append({"role": "user", "content": _text(it.get("text")), "dtoc_compaction": True})
         else:
             res.skipped[str(kind)] += 1
-    for m in res.messages:  # chat_to_steps reads an empty list as "no calls"
-        if m["role"] == "assistant" and not m["tool_calls"]:
-            del m["tool_calls"]
     return res

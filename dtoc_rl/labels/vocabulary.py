@@ -229,13 +229,13 @@ def shell_command(args: dict) -> str | None:
             return v
         if isinstance(v, list) and v and all(isinstance(w, str) for w in v):
             if v[0].rsplit("/", 1)[-1] in _SHELLS:
-                for k, opt in enumerate(v[1:-1], 1):  # its options, up to -c (or -lc, -ic, ...)
+                for j, opt in enumerate(v[1:-1], 1):  # its options, up to -c (or -lc, -ic, ...)
                     if opt.startswith("--"):
                         continue
                     if not opt.startswith("-"):
                         break
                     if opt.endswith("c"):
-                        return v[k + 1]
+                        return v[j + 1]
             return shlex.join(v)
     return None
 
