@@ -237,7 +237,12 @@ def make_policy(spec: str | Policy) -> Policy:
             if "path" not in kw:
                 raise PolicySpecError("learned policy needs path=CHECKPOINT_DIR")
             pol = LearnedPolicy.load(str(kw.pop("path")))
-            given = {k: float(kw.pop(k)) for k in ("threshold", "size_weight") if k in kw}
+            given = {k: kw.pop(k) for k in ("threshold", "size_weight") if k in kw}
+            for k, v in given.items():
+                try:
+                    given[k] = float(v)
+                except (TypeError, ValueError):
+                    raise PolicySpecError(f"policy {spec!r}: {k} must be a number, got {v!r}") from None
             if given:
                 try:  # the config's own range checks
                     pol.cfg = dataclasses.replace(pol.cfg, **given)

@@ -222,6 +222,6 @@ def test_a_policy_spec_checks_size_weight_and_threshold(tmp_path):
     path = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create().save(tmp_path / "ck")
     pol = make_policy(f"learned:path={path},size_weight=0.5,threshold=0.2")
     assert (pol.cfg.size_weight, pol.cfg.threshold) == (0.5, 0.2)
-    for bad in ("size_weight=-5", "size_weight=nan", "threshold=1.5"):
+    for bad in ("size_weight=-5", "size_weight=nan", "threshold=1.5", "size_weight=abc", "threshold=x"):
         with pytest.raises(PolicySpecError, match=bad.split("=")[0]):
             make_policy(f"learned:path={path},{bad}")
