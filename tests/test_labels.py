@@ -499,8 +499,10 @@ def test_labelling_scales_linearly_in_output_text():
     label_trajectory(small)
     assert sum(bool(needs(small, i, "provenance")) for i in range(60)) > 30  # the copies are found
     t1 = best_time(60)
-    t4 = best_time(240)  # 4x the steps, so 4x the output text; a scan of every earlier output is 16x
-    assert t4 < 6 * t1, (t1, t4)
+    # 8x the steps is 8x the output text; a scan of every earlier output would be 64x. The bound sits
+    # near the geometric middle so a loaded CI machine (timings off by 2x) cannot flip the verdict.
+    t8 = best_time(480)
+    assert t8 < 24 * t1, (t1, t8)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -111,6 +111,10 @@ def test_each_shell_command_word_has_a_handler_of_its_kind(word):
         ("sed -i s/a/b/ a.py", None, "edit"),
         ("sed -n 3,9p a.py | grep -i x", "search:grep:x@a.py", "read"),
         ("python -m pytest -q", "cmd:python -m pytest -q", "test"),
+        # a shell run on a script (Codex writes every command so) is the script; more after it is not
+        ("bash -lc 'sed -n 3,9p pkg/a.py'", "file:pkg/a.py#L3-9", "read"),
+        ("/bin/sh -c 'pytest -x'", "cmd:pytest -x", "test"),
+        ("bash -lc 'cat a.py' > o.txt", "cmd:bash -lc 'cat a.py' > o.txt", "run"),
     ],
 )
 def test_shell_commands_agree_between_parser_and_category(cmd, resource, category):

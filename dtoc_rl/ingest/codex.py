@@ -19,6 +19,21 @@ including reasoning, as the Responses API counts them) to the model call it foll
 with an unchanged total are the same call reported twice and are skipped.  The model is the first
 ``turn_context``'s (a session that switched models names the others in ``extra.models``).
 
+Tool outputs as Codex wrote them: older CLIs wrap a command's output as JSON text
+(``{"output": "...", "metadata": {"exit_code": 1, ...}}``), newer ones put a header before it
+(``Process exited with code 1`` or ``Exit code: 1``, then ``Output:``).  The wrapped text is
+unwrapped (the output's own lines are what the labeller compares later calls with), the header is
+kept (the model read it); a non-zero exit code marks the output an error.
+
+``codex exec --json`` writes another stream: ``thread.started``, ``turn.started``, ``item.*`` events
+and ``turn.completed`` with the turn's usage.  Its completed items are read as calls:
+``command_execution`` (``command``, ``aggregated_output``, ``exit_code``) as a ``shell`` call,
+``file_change`` as an ``apply_patch`` naming the files it changed (the patch text is not in the
+stream), ``mcp_tool_call`` as ``server.tool`` with its result or error, ``web_search`` as a call
+with no output; ``agent_message`` and ``reasoning`` as the text before the next call.  The stream
+has no prompt (the task is empty) and no usage per model call: the turns' sums go to ``tokens_in``
+and ``tokens_out``, and each call is billed from the tokens the simulator estimates.
+
 A last line cut short (a session still being written) is left out and marked
 ``extra.torn_last_line``; a bad line anywhere else fails the file, naming the line.
 
@@ -44,6 +59,9 @@ __all__ = ["CodexRolloutIngester"]
 
 _META = re.compile(r'^\s*\{[^\n]*"type"\s*:\s*"session_meta"[^\n]*"payload"\s*:')
 _LEGACY_META = re.compile(r'^\s*\{\s*"id"\s*:\s*"[^"\n]*"\s*,\s*"timestamp"\s*:[^\n]*"instructions"\s*:')
+_STREAM = re.compile(r'^\s*\{\s*"type"\s*:\s*"thread\.started"')
+# the exit code a newer Codex writes before a command's output
+_EXIT = re.compile(r"^(?:Process exited with code|Exit code:)\s*(-?\d+)\s*$", re.M)
 # user messages Codex writes itself, before or between the user's own
 _INJECTED = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<INSTRUCTIONS>")
 
@@ -54,7 +72,7 @@ class CodexRolloutIngester(Ingester):
     def detect(self, path: Path, head: str) -> bool:
         if path.suffix != ".jsonl":
             return False
-        if _META.match(head):
+        if _META.match(head) or _STREAM.match(head):
             return True
         if _LEGACY_META.match(head):  # an older rollout: items follow the first line
             second = head.split("\n", 2)[1] if head.count("\n") >= 1 else ""
@@ -62,6 +80,11 @@ class CodexRolloutIngester(Ingester):
         return False
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        if _STREAM.match(first):
+            yield _parse_stream(self.name, path)
+            return
         items: list[dict] = []
         meta: dict[str, Any] = {}
         models: list[str] = []
@@ -83,7 +106,7 @@ class CodexRolloutIngester(Ingester):
                 if lineno == 1 and "instructions" in rec:
                     meta = rec
                 elif isinstance(kind, str) and kind in ITEM_TYPES:
-                    items.append(_harness_text(rec))
+                    items.append(_codex_output(_harness_text(rec)))
                 continue
             if not isinstance(payload, dict):
                 bad.append(f"line {lineno}: payload is {type(payload).__name__}, expected object")
@@ -95,7 +118,7 @@ class CodexRolloutIngester(Ingester):
                 if isinstance(model, str) and model and model not in models:
                     models.append(model)
             elif kind == "response_item":
-                items.append(_harness_text(payload))
+                items.append(_codex_output(_harness_text(payload)))
             elif kind == "compacted":
                 items.append({"type": "dtoc_compaction", "text": payload.get("message")})
             elif kind == "event_msg" and payload.get("type") == "token_count":
@@ -159,3 +182,158 @@ def _harness_text(item: dict) -> dict:
         if text.startswith(_INJECTED):
             return {**item, "role": "developer"}
     return item
+
+
+def _codex_output(item: dict) -> dict:
+    # A command's output as Codex wrote it: JSON-wrapped text unwrapped, a non-zero exit code (in the
+    # wrapper's metadata or the header of a newer CLI) marks it an error.
+    if item.get("type") not in ("function_call_output", "custom_tool_call_output"):
+        return item
+    out = item.get("output")
+    if not isinstance(out, str):
+        return item
+    code: Any = None
+    if out.startswith("{"):
+        try:
+            wrapped = json.loads(out)
+        except ValueError:
+            wrapped = None
+        if isinstance(wrapped, dict) and isinstance(wrapped.get("output"), str):
+            meta = wrapped.get("metadata")
+            code = meta.get("exit_code") if isinstance(meta, dict) else None
+            item = {**item, "output": wrapped["output"]}
+    else:
+        m = _EXIT.search(out[:300])
+        code = int(m.group(1)) if m else None
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        item = {**item, "dtoc_is_error": True}
+    return item
+
+
+def _stream_item(item: dict, n: int) -> list[dict]:
+    """One completed item of ``codex exec --json`` as Responses items (none for items without a call
+    or text: todo lists, errors)."""
+    kind = item.get("type")
+    cid = str(item.get("id") or f"item_{n}")
+    if kind == "agent_message":
+        text = item.get("text")
+        return [{"type": "message", "role": "assistant", "content": text if isinstance(text, str) else ""}]
+    if kind == "reasoning":
+        return [
+            {"type": "reasoning", "summary": item.get("text") if isinstance(item.get("text"), str) else ""}
+        ]
+    if kind == "command_execution":
+        code, status = item.get("exit_code"), item.get("status")
+        failed = status == "failed" or (isinstance(code, int) and not isinstance(code, bool) and code != 0)
+        out = item.get("aggregated_output")
+        return [
+            {"type": "function_call", "call_id": cid, "name": "shell",
+             "arguments": json.dumps({"command": item.get("command")})},
+            {"type": "function_call_output", "call_id": cid, "output": out if isinstance(out, str) else "",
+             "dtoc_is_error": failed},
+        ]  # fmt: skip
+    if kind == "file_change":
+        verbs = {"add": "Add", "delete": "Delete", "update": "Update"}
+        changes = [
+            c for c in item.get("changes") or () if isinstance(c, dict) and isinstance(c.get("path"), str)
+        ]
+        patch = "\n".join(
+            ["*** Begin Patch"]
+            + [f"*** {verbs.get(c.get('kind'), 'Update')} File: {c['path']}" for c in changes]
+            + ["*** End Patch"]
+        )
+        return [
+            {"type": "custom_tool_call", "call_id": cid, "name": "apply_patch", "input": patch},
+            {"type": "custom_tool_call_output", "call_id": cid, "output": str(item.get("status") or ""),
+             "dtoc_is_error": item.get("status") == "failed"},
+        ]  # fmt: skip
+    if kind == "mcp_tool_call":
+        name = ".".join(str(x) for x in (item.get("server"), item.get("tool")) if x) or "mcp"
+        error = item.get("error")
+        result = item.get("result")
+        out = error.get("message") if isinstance(error, dict) else (result or {}).get("content")
+        return [
+            {"type": "function_call", "call_id": cid, "name": name,
+             "arguments": json.dumps(item.get("arguments") or {})},
+            {"type": "function_call_output", "call_id": cid, "output": out if out is not None else "",
+             "dtoc_is_error": error is not None},
+        ]  # fmt: skip
+    if kind == "web_search":
+        return [
+            {"type": "function_call", "call_id": cid, "name": "web_search",
+             "arguments": json.dumps({"query": item.get("query")})},
+            {"type": "function_call_output", "call_id": cid, "output": ""},
+        ]  # fmt: skip
+    return []
+
+
+def _parse_stream(source: str, path: Path) -> Trajectory:
+    """A ``codex exec --json`` stream (see the module docstring)."""
+    items: list[dict] = []
+    skipped: dict[str, int] = {}
+    thread, bad, torn = "", [], None
+    tokens_in = tokens_out = 0
+    turns = 0
+    for lineno, rec, err in iter_jsonl(path):
+        if torn:
+            bad.append(torn)
+            torn = None
+        if err is not None:
+            torn = f"line {lineno}: {err}"
+            continue
+        if not isinstance(rec, dict):
+            bad.append(f"line {lineno}: not an object")
+            continue
+        kind = rec.get("type")
+        if kind == "thread.started":
+            thread = str(rec.get("thread_id") or thread)
+        elif kind == "item.completed":
+            item = rec.get("item")
+            if not isinstance(item, dict):
+                bad.append(f"line {lineno}: item is {type(item).__name__}, expected object")
+                continue
+            mapped = _stream_item(item, len(items))
+            if not mapped:
+                skipped[str(item.get("type"))] = skipped.get(str(item.get("type")), 0) + 1
+            items.extend(mapped)
+        elif kind == "turn.completed":
+            usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
+            turns += 1
+            for key, add in (("input_tokens", "in"), ("output_tokens", "out")):
+                v = usage.get(key)
+                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                    if add == "in":
+                        tokens_in += v
+                    else:
+                        tokens_out += v
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise IngestError(f"{len(bad)} bad lines: {shown}", path)
+    rp = responses_to_messages(items, "items")
+    cp = chat_to_steps(rp.messages, "items")
+    if not cp.steps:
+        raise IngestError("empty trajectory: no completed items", path)
+    extra: dict[str, Any] = {"format": "codex exec --json", "turns": turns}
+    if skipped:
+        extra["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
+    if torn:
+        extra["torn_last_line"] = True
+    session = thread or path.stem
+    return finalize(
+        Trajectory(
+            traj_id=f"{source}/{session}",
+            source=source,
+            model_raw="",
+            model_family=normalize_family(""),
+            task_id=session,
+            task_text=cp.task,
+            system_prompt=cp.system,
+            success=None,
+            outcome_source="",
+            source_path=str(path),
+            extra=json.dumps(extra),
+            tokens_in=tokens_in if turns else None,
+            tokens_out=tokens_out if turns else None,
+            steps=cp.steps,
+        )
+    )

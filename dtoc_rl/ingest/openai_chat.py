@@ -306,8 +306,8 @@ def chat_to_steps(
                 res.steps[first_of_turn].usage = message_usage(m)
                 res.steps[first_of_turn].events.extend(events)
                 events = []
-        else:  # tool / function reply
-            _reply(res, m.get("tool_call_id"), text, w, is_error)
+        else:  # tool / function reply; "is_error": true marks a failed call (as Anthropic's blocks do)
+            _reply(res, m.get("tool_call_id"), text, w, is_error, m.get("is_error") is True)
     res.system = "\n\n".join(p for p in system_parts if p)
     res.trailing_user = "\n\n".join(p for p in pending if p)
     return res

@@ -15,7 +15,8 @@ Two item types a reader of a log that keeps usage or compaction beside the items
 ``{"type": "dtoc_usage", "usage": {...}}`` gives the latest assistant message without one its
 provider usage, and ``{"type": "dtoc_compaction", "text": ...}`` becomes a user message marked
 ``dtoc_compaction`` (the summary that replaced the context: :func:`chat_to_steps` records a
-``compaction`` event on the next step).
+``compaction`` event on the next step).  An output item with ``"dtoc_is_error": true`` (a reader
+that knows the run's exit codes) becomes a ``tool`` message with ``"is_error": true``.
 
 Item types that carry no output a context could hide (``web_search_call``, ``image_generation_call``,
 ``file_search_call`` and any type this module does not know) are skipped and
@@ -140,7 +141,10 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
             if not isinstance(cid, str) or not cid:
                 raise IngestError(f"{w} ({kind}) has no call_id")
             turn = None
-            res.messages.append({"role": "tool", "tool_call_id": cid, "content": _text(it.get("output"))})
+            msg = {"role": "tool", "tool_call_id": cid, "content": _text(it.get("output"))}
+            if it.get("dtoc_is_error") is True:
+                msg["is_error"] = True
+            res.messages.append(msg)
         elif kind == "dtoc_usage":
             last = next((m for m in reversed(res.messages) if m["role"] == "assistant"), None)
             if last is not None and "usage" not in last:

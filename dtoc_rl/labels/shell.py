@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dtoc_rl.labels.resources import _WS, Resource, _norm_path, same_path
-from dtoc_rl.labels.vocabulary import ACI_COMMANDS, COMMAND_KINDS, WRAPPERS, words
+from dtoc_rl.labels.vocabulary import ACI_COMMANDS, COMMAND_KINDS, WRAPPERS, unwrap_shell, words
 
 _INPLACE_COMMANDS = {"str_replace", "insert"}  # editor commands that match the file's current text
 
@@ -544,6 +544,9 @@ def _shell(cmd: str, state: _State) -> tuple[list[Resource], list[str]]:
     or a pure write, the whole command line is the resource (``cmd:``).
     Each command word has its handler in :data:`COMMANDS`; any other word runs something.
     """
+    script = unwrap_shell(cmd)
+    if script is not cmd:  # `bash -lc 'cat a.py'`: what the script reads and writes
+        return _shell(script, state)
     raw = cmd
     if raw.lstrip().startswith("apply_patch") and "*** Begin Patch" in raw:
         # Codex's patch command, the patch as an argument or a heredoc: read the patch itself, which a

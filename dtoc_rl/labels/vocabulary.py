@@ -64,6 +64,7 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
     "shell": (
         "bash", "sh", "shell", "execute_bash", "executebash", "executebashaction", "terminal",
         "run_shell_command", "execute_command", "run_command", "local_shell", "cmd", "command", "run", "exec",
+        "exec_command",
     ),
     "editor": ("str_replace_editor", "file_editor", "str_replace_based_edit_tool", "text_editor", "editor"),
     "read": ("read", "read_file", "view_file", "readfile", "view", "cat", "open_file"),
@@ -77,7 +78,7 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
     "none": (
         "think", "submit", "finish", "done", "final_answer", "answer", "respond", "reply", "todowrite",
         "todoread", "todo_write", "todo_read", "task", "plan", "exit", "stop", "issue", "manage_context",
-        "attempt_completion", "ask_followup_question", "send_message_to_user",
+        "attempt_completion", "ask_followup_question", "send_message_to_user", "update_plan",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -228,19 +229,44 @@ def shell_command(args: dict) -> str | None:
         if isinstance(v, str):
             return v
         if isinstance(v, list) and v and all(isinstance(w, str) for w in v):
-            if v[0].rsplit("/", 1)[-1] in _SHELLS:
-                for j, opt in enumerate(v[1:-1], 1):  # its options, up to -c (or -lc, -ic, ...)
-                    if opt.startswith("--"):
-                        continue
-                    if not opt.startswith("-"):
-                        break
-                    if opt.endswith("c"):
-                        return v[j + 1]
-            return shlex.join(v)
+            script = shell_script(v)
+            return script if script is not None else shlex.join(v)
     return None
 
 
 _SHELLS = frozenset(("bash", "sh", "zsh", "dash", "ksh"))
+
+
+def shell_script(argv: list[str]) -> str | None:
+    """The script of a shell run as ``bash -lc SCRIPT`` (any of :data:`_SHELLS`, its options up to
+    ``-c``, ``-lc``, ``-ic``, ...), as an argv list; None for any other command."""
+    if len(argv) < 3 or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return None
+    for j, opt in enumerate(argv[1:-1], 1):
+        if opt.startswith("--"):
+            continue
+        if not opt.startswith("-"):
+            return None
+        if opt.endswith("c"):
+            return argv[j + 1]
+    return None
+
+
+def unwrap_shell(cmd: str) -> str:
+    """The script of a command line that only runs a shell on one (``bash -lc 'cat a.py'``, as Codex
+    and other harnesses write every command), else the line itself: what the labeller parses and the
+    policy's tool category reads.  Anything after the script (a redirection, another command) keeps
+    the line whole."""
+    if not cmd.lstrip().startswith(("bash", "sh", "zsh", "dash", "ksh", "/")):
+        return cmd
+    try:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        argv = list(lex)
+    except ValueError:  # unbalanced quotes
+        return cmd
+    script = shell_script(argv)
+    return script if script is not None and argv[-1] == script else cmd
 
 
 def _command(args: str) -> str:
@@ -258,7 +284,7 @@ def _command(args: str) -> str:
 def command_category(cmd: str) -> str:
     """Category of a shell command line: a test run, else by its first word (:data:`COMMAND_KINDS`,
     an ACI command), else ``run``."""
-    cmd = cmd.strip()
+    cmd = unwrap_shell(cmd.strip()).strip()
     if _TEST_RE.search(cmd):
         return "test"
     first = cmd.split(None, 1)[0] if cmd else ""

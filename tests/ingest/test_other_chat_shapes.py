@@ -416,3 +416,95 @@ def test_anthropic_block_errors_name_the_block_and_a_call_without_input_has_empt
     msgs[2]["content"][1]["tool_use_id"] = "t1"
     (t,) = CHAT.parse(_write(tmp_path / "ok.jsonl", [{"messages": msgs}]))
     assert (t.steps[0].tool_args, t.steps[0].output) == ("{}", "y")
+
+
+def _codex_outputs_rollout(tmp_path: Path) -> Path:
+    # Outputs in the three ways Codex CLIs write them: JSON-wrapped (older `shell`), an exit-code
+    # header (newer `exec_command`), an `Exit code:` header (`apply_patch`).
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
+
+    def call(cid, name, args, out):
+        return [{"type": "function_call", "call_id": cid, "name": name, "arguments": json.dumps(args)},
+                {"type": "function_call_output", "call_id": cid, "output": out}]  # fmt: skip
+
+    def wrapped(out, code):
+        return json.dumps({"output": out, "metadata": {"exit_code": code, "duration_seconds": 0.1}})
+
+    patch = (
+        "*** Begin Patch\n*** Update File: src/p.py\n@@\n-    return x + 3\n+    return x - 3\n*** End Patch"
+    )
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix p.py"}]},
+        *call("c1", "exec_command", {"cmd": "cat src/p.py", "workdir": "/repo"},
+              "Chunk ID: 1\nWall time: 0.1 seconds\nProcess exited with code 0\nOutput:\n" + body),
+        *call("c2", "exec_command", {"cmd": "pytest -q"}, "Process exited with code 1\nOutput:\nFAILED t.py::x\n"),
+        *call("c3", "shell", {"command": ["bash", "-lc", "cat src/u.py"]}, wrapped("def g():\n    return 1\n", 0)),
+        *call("c4", "shell", {"command": ["bash", "-lc", "python -c 'import x'"]}, wrapped("Traceback\n", 1)),
+        {"type": "custom_tool_call", "call_id": "c5", "name": "apply_patch", "input": patch},
+        {"type": "custom_tool_call_output", "call_id": "c5", "output": "Exit code: 0\nOutput:\nSuccess."},
+        *call("c6", "update_plan", {"plan": [{"step": "fix", "status": "completed"}]}, "Plan updated"),
+    ]  # fmt: skip
+    return _rollout(tmp_path / "rollout-4.jsonl", items)
+
+
+def test_codex_outputs_are_unwrapped_their_exit_codes_read_and_exec_command_is_a_shell(tmp_path):
+    (t,) = CODEX.parse(_codex_outputs_rollout(tmp_path))
+    label_trajectory(t)
+    s = t.steps
+    assert [x.output_is_error for x in s] == [False, True, False, True, False, False]
+    assert s[2].output == "def g():\n    return 1\n"  # the wrapper's own text, lines the labeller can match
+    assert s[0].output.startswith("Chunk ID: 1\n")  # a header the model read stays
+    assert (s[0].read_resource, s[2].read_resource) == ("file:src/p.py", "file:src/u.py")
+    assert [(n.step, n.kind) for n in s[4].needs] == [(0, "edit")]  # the patch edits what call 1 read
+    assert s[5].read_resource is None and not s[5].write_resources  # a plan reads and writes nothing
+
+
+def _stream(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_codex_exec_json_stream(tmp_path):
+    body = "".join(f"line {i} of the module\n" for i in range(40))
+
+    def item(i, **kw):
+        return {"type": "item.completed", "item": {"id": f"item_{i}", **kw}}
+
+    events = [
+        {"type": "thread.started", "thread_id": "th-1"},
+        {"type": "turn.started"},
+        item(0, type="reasoning", text="**Reading the module**"),
+        {"type": "item.started", "item": {"id": "item_1", "type": "command_execution", "command": "cat m.py",
+                                          "aggregated_output": "", "exit_code": None, "status": "in_progress"}},
+        item(1, type="command_execution", command="bash -lc 'cat m.py'", aggregated_output=body, exit_code=0,
+             status="completed"),
+        item(2, type="todo_list", items=[{"text": "fix", "completed": False}]),
+        item(3, type="file_change", changes=[{"path": "m.py", "kind": "update"}, {"path": "n.py", "kind": "add"}],
+             status="completed"),
+        item(4, type="command_execution", command="pytest", aggregated_output="1 failed\n", exit_code=1,
+             status="failed"),
+        item(5, type="mcp_tool_call", server="docs", tool="search", arguments={"q": "x"}, result=None,
+             error={"message": "timeout"}, status="failed"),
+        item(6, type="agent_message", text="Done: m.py fixed."),
+        {"type": "turn.completed", "usage": {"input_tokens": 5000, "cached_input_tokens": 3000, "output_tokens": 200}},
+    ]  # fmt: skip
+    p = _stream(tmp_path / "codex-exec.jsonl", events)
+    assert detect_format(p).name == "codex"
+    (t,) = CODEX.parse(p)
+    label_trajectory(t)
+    s = t.steps
+    assert [x.tool_name for x in s] == ["shell", "apply_patch", "shell", "docs.search", None]
+    assert s[0].reasoning == "**Reading the module**" and s[0].output == body
+    assert [x.output_is_error for x in s[:4]] == [False, False, True, True]
+    assert s[1].write_resources == ["m.py", "n.py"]
+    assert [(n.step, n.kind) for n in s[1].needs] == [(0, "edit")]  # the change edits what call 1 read
+    assert s[3].output == "timeout" and s[4].assistant_text == "Done: m.py fixed."
+    assert (t.traj_id, t.tokens_in, t.tokens_out, t.task_text) == ("codex/th-1", 5000, 200, "")
+    assert json.loads(t.extra)["skipped_items"] == json.dumps({"todo_list": 1})
+
+
+def test_codex_exec_json_stream_with_a_broken_item_names_its_line(tmp_path):
+    p = _stream(tmp_path / "codex-exec.jsonl", [{"type": "thread.started", "thread_id": "t"},
+                                                 {"type": "item.completed", "item": "oops"}])  # fmt: skip
+    with pytest.raises(IngestError, match=r"line 2: item is str, expected object"):
+        list(CODEX.parse(p))
