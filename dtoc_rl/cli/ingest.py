@@ -10,7 +10,8 @@ Supported formats (auto-detected; --format NAME forces one): mini-swe-agent
 .traj.json; SWE-agent .traj (0.x, 1.x); OpenHands SDK event JSONL and legacy
 history; tau-bench JSON; Claude Code stream-json and ~/.claude/projects
 transcripts; AutoCodeRover task dirs; OpenCode export JSON; RepoLaunch
-setup.log; Codex CLI rollout JSONL; chat logs in any .json/.jsonl file
+setup.log; Codex CLI rollout JSONL and `codex exec --json` streams; Harbor ATIF
+trajectory.json (Terminal-Bench trials); chat logs in any .json/.jsonl file
 ({"messages": [...]}, a bare message list, or one run per line), with tool
 calls as OpenAI tool_calls or Anthropic tool_use/tool_result blocks, or as
 OpenAI Responses API items ({"input": [...]}, {"items": [...]} or a bare item

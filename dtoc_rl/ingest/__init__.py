@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
@@ -66,6 +67,7 @@ def failure_reason(e: BaseException) -> str:
 # Specific formats first; the generic OpenAI chat JSONL last.
 INGESTERS: list[Ingester] = [
     AutoCodeRoverIngester(),
+    AtifIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),
     OpenHandsSDKIngester(),

@@ -64,7 +64,7 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
     "shell": (
         "bash", "sh", "shell", "execute_bash", "executebash", "executebashaction", "terminal",
         "run_shell_command", "execute_command", "run_command", "local_shell", "cmd", "command", "run", "exec",
-        "exec_command",
+        "exec_command", "bash_command",
     ),
     "editor": ("str_replace_editor", "file_editor", "str_replace_based_edit_tool", "text_editor", "editor"),
     "read": ("read", "read_file", "view_file", "readfile", "view", "cat", "open_file"),
@@ -216,8 +216,9 @@ def tool_kind(name: str | None) -> str | None:
 
 
 #: Where a shell tool's JSON arguments hold its command line (``input``: a DTOC context keeps
-#: arguments that are not JSON, as mini-swe-agent's raw command text, as ``{"input": text}``).
-COMMAND_KEYS: tuple[str, ...] = ("command", "cmd", "code", "input")
+#: arguments that are not JSON, as mini-swe-agent's raw command text, as ``{"input": text}``;
+#: ``keystrokes``: Terminus 2's ``bash_command`` types them into a terminal).
+COMMAND_KEYS: tuple[str, ...] = ("command", "cmd", "code", "input", "keystrokes")
 
 
 def shell_command(args: dict) -> str | None:

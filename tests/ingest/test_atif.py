@@ -1,0 +1,139 @@
+"""Harbor's ATIF trajectories (``<trial>/agent/trajectory.json``), built here in the RFC's shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.atif import AtifIngester
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.labels import label_trajectory
+
+ATIF = AtifIngester()
+BODY = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
+
+
+def _agent(step_id: int, message, calls=(), results=None, metrics=None, **kw) -> dict:
+    st = {"step_id": step_id, "source": "agent", "message": message, **kw}
+    if calls:
+        st["tool_calls"] = [
+            {"tool_call_id": cid, "function_name": name, "arguments": args} for cid, name, args in calls
+        ]
+    if results is not None:
+        st["observation"] = {"results": results}
+    if metrics is not None:
+        st["metrics"] = metrics
+    return st
+
+
+def _terminus(tmp_path: Path, reward: float | None = 1.0) -> Path:
+    steps = [
+        {"step_id": 1, "source": "system", "message": "You drive a terminal."},
+        {"step_id": 2, "source": "user", "message": "Task Description:\nFix src/p.py"},
+        _agent(3, "Read it.", [("c1", "bash_command", {"keystrokes": "cat src/p.py\n", "duration": 0.1})],
+               [{"content": BODY}], reasoning_content="look first",
+               metrics={"prompt_tokens": 5000, "cached_tokens": 3000, "completion_tokens": 80,
+                        "cost_usd": 0.01, "extra": {"cache_creation_input_tokens": 1500}}),
+        _agent(4, [{"type": "text", "text": "Fix and test."}],
+               [("c2", "bash_command", {"keystrokes": "sed -i 's/x + 3/x - 3/' src/p.py\n"}),
+                ("c3", "bash_command", {"keystrokes": "pytest -q\n"})],
+               [{"content": "1 passed\n$ "}], metrics={"prompt_tokens": 6500, "completion_tokens": 60}),
+        _agent(5, "Done."),
+    ]  # fmt: skip
+    root = {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "sess-1",
+        "agent": {"name": "terminus-2", "version": "2.0.0", "model_name": "anthropic/claude-sonnet-4-5"},
+        "steps": steps,
+    }
+    trial = tmp_path / "job" / "fix-parser__a1b2"
+    (trial / "agent").mkdir(parents=True)
+    path = trial / "agent" / "trajectory.json"
+    path.write_text(json.dumps(root, indent=1))
+    if reward is not None:
+        result = {
+            "task_name": "terminal-bench/fix-parser",
+            "verifier_result": {"rewards": {"reward": reward}},
+        }
+        (trial / "result.json").write_text(json.dumps(result))
+    return path
+
+
+def test_a_terminus_trial_reads_as_steps_with_usage_outcome_and_labels(tmp_path):
+    path = _terminus(tmp_path)
+    assert detect_format(path).name == "atif"
+    (t,) = ATIF.parse(path)
+    label_trajectory(t)
+    s = t.steps
+    assert (t.task_id, t.success, t.model_family) == ("terminal-bench/fix-parser", True, "claude-sonnet")
+    assert t.system_prompt == "You drive a terminal." and t.task_text == "Task Description:\nFix src/p.py"
+    assert [x.tool_name for x in s] == ["bash_command", "bash_command", "bash_command", None]
+    assert [x.turn for x in s] == [0, 1, 1, 2]
+    # one terminal screen answers the turn's two keystrokes: it goes to the last of them
+    assert (s[0].output, s[1].output, s[2].output) == (BODY, "", "1 passed\n$ ")
+    assert s[0].reasoning == "look first" and s[1].assistant_text == "Fix and test."
+    u = s[0].usage
+    assert (u.input_tokens, u.cached_tokens, u.cache_write_tokens, u.output_tokens, u.cost_usd) == (
+        5000, 3000, 1500, 80, 0.01,
+    )  # fmt: skip
+    assert s[1].usage.input_tokens == 6500 and s[2].usage is None  # a turn's usage is its first step's
+    assert s[0].read_resource == "file:src/p.py" and s[1].write_resources == ["src/p.py"]
+    assert [(n.step, n.kind) for n in s[1].needs] == [(0, "edit")]  # keystrokes are a shell command
+    assert json.loads(t.extra)["agent"] == "terminus-2"
+
+
+def test_without_a_result_file_the_outcome_is_unknown_and_a_partial_reward_is_no_success(tmp_path):
+    (t,) = ATIF.parse(_terminus(tmp_path / "a", reward=None))
+    assert (t.success, t.task_id) == (None, "sess-1")
+    (t,) = ATIF.parse(_terminus(tmp_path / "b", reward=0.5))
+    assert t.success is False and t.outcome_source == "reward"
+
+
+def test_results_without_calls_become_one_call_and_named_results_find_their_calls(tmp_path):
+    steps = [
+        {"step_id": 1, "source": "user", "message": "go"},
+        _agent(2, "THOUGHT: look\n```bash\nls src\n```", results=[{"content": "p.py"}]),
+        _agent(3, "hmm", results=[{"content": "screen"}]),
+        _agent(4, "two", [("a", "read_file", {"path": "x"}), ("b", "read_file", {"path": "y"})],
+               [{"source_call_id": "b", "content": "Y"},
+                {"source_call_id": "a", "content": "X", "is_error": True}]),
+    ]  # fmt: skip
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps({"schema_version": "ATIF-v1.2", "session_id": "s", "agent": {}, "steps": steps}))
+    (t,) = ATIF.parse(p)
+    s = t.steps
+    assert [(x.tool_name, x.output) for x in s] == [
+        ("bash", "p.py"), ("action", "screen"), ("read_file", "X"), ("read_file", "Y"),
+    ]  # fmt: skip
+    assert json.loads(s[0].tool_args) == {"command": "ls src"}
+    assert [x.output_is_error for x in s] == [False, False, True, False]
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ([{"step_id": 1, "source": "robot", "message": "x"}], r"steps\[0\] has source 'robot'"),
+        ([_agent(1, "x", [("a", "ls", {})], [{"content": "1"}, {"content": "2"}])], "more results than"),
+        (
+            [{"step_id": 1, "source": "agent", "message": "x", "tool_calls": [{"arguments": {}}]}],
+            "function_name",
+        ),
+        ([_agent(1, "x", results=[3])], r"results\[0\] is int"),
+    ],
+)
+def test_a_broken_step_is_named(tmp_path, steps, message):
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps({"schema_version": "ATIF-v1.4", "session_id": "s", "agent": {}, "steps": steps}))
+    with pytest.raises(IngestError, match=message):
+        list(ATIF.parse(p))
+
+
+def test_detection_is_strict(tmp_path, repo_root):
+    other = tmp_path / "trajectory.json"
+    other.write_text(json.dumps({"steps": [], "schema_version": "1.0"}))
+    assert not ATIF.detect(other, other.read_text())
+    files = [f for d in ("data/raw", "tests/fixtures") for f in (repo_root / d).rglob("*.json")]
+    assert files and not [f for f in files if ATIF.detect(f, f.read_text(errors="replace")[:65536])]
