@@ -1,5 +1,6 @@
 """The shell parser stays linear on long arguments (a client may send a cut JSON text as the command)."""
 
+import json
 import time
 
 from dtoc_rl.data.schema import Step, Trajectory
@@ -47,3 +48,18 @@ def test_devnull_redirections_are_still_dropped():
         ";",
         "y",
     ]
+
+
+def test_a_shell_script_holding_a_whole_file_is_labelled_in_linear_time():
+    # `bash -lc "cat > f.py <<'EOF' ... EOF"` is how Codex writes a file; splitting it with shlex took
+    # 2.6 s for 240 KB (quadratic), the labeller's own lexer about 0.4 s
+    body = "x = 1\n" * 40_000
+    cmd = f"bash -lc \"cat > f.py <<'EOF'\n{body}EOF\""
+    steps = [Step(index=0, turn=0, tool_name="bash", tool_args=json.dumps({"command": cmd}), output="")]
+    traj = Trajectory(
+        traj_id="t", source="test", model_raw="m", model_family="other", task_id="x", steps=steps
+    )
+    t0 = time.perf_counter()
+    label_trajectory(traj)
+    assert time.perf_counter() - t0 < 1.5
+    assert traj.steps[0].write_resources == ["f.py"]  # the script was read, not the wrapper

@@ -8,7 +8,7 @@ with its reason.
 
 Supported formats (auto-detected; --format NAME forces one): mini-swe-agent
 .traj.json; SWE-agent .traj (0.x, 1.x); OpenHands SDK event JSONL and legacy
-history; tau-bench JSON; Claude Code stream-json and ~/.claude/projects
+history; tau-bench JSON and tau2-bench results; Claude Code stream-json and ~/.claude/projects
 transcripts; AutoCodeRover task dirs; OpenCode export JSON; RepoLaunch
 setup.log; Codex CLI rollout JSONL and `codex exec --json` streams; Harbor ATIF
 trajectory.json (Terminal-Bench trials); chat logs in any .json/.jsonl file

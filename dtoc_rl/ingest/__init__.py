@@ -25,6 +25,7 @@ from dtoc_rl.ingest.opencode import OpenCodeIngester
 from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKIngester
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
+from dtoc_rl.ingest.tau2_bench import Tau2BenchIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
 
 __all__ = [
@@ -73,6 +74,7 @@ INGESTERS: list[Ingester] = [
     OpenHandsSDKIngester(),
     OpenHandsHistoryIngester(),
     TauBenchIngester(),
+    Tau2BenchIngester(),
     ClaudeCodeStreamIngester(),
     ClaudeCodeTranscriptIngester(),
     OpenCodeIngester(),

@@ -14,19 +14,26 @@ Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`, as every cha
 system step is system text, a user step a user message (the first is the task), an agent step an
 assistant turn whose tool calls are steps and whose results are their outputs.  A result that names
 no call (Terminus 2 answers all of a turn's keystrokes with one terminal screen) goes to the turn's
-last unanswered call; an agent turn with results but no calls is one call: its message's ``bash``
-block if it holds exactly one, else a call named ``action``.  ``metrics`` is the call's usage:
-``prompt_tokens`` holds every input token (``cached_tokens`` and, for Anthropic models, the
-``metrics.extra.cache_creation_input_tokens`` are parts of it), and ``cost_usd`` the harness's figure.
+last unanswered call that acts (not ``mark_task_complete`` or another call of the vocabulary's
+``none`` kind); a result naming a call the step does not hold is an error.  An agent turn with
+results but no calls is a call only when its message holds exactly one ``bash`` block (a
+mini-swe-agent turn); otherwise its results are text the next call reads (nothing is invented to
+hide).  Steps marked ``is_copied_context`` (context a continuation file repeats) are skipped.
+``metrics`` is the call's usage: ``prompt_tokens`` holds every input token (``cached_tokens`` and,
+for Anthropic models, ``metrics.extra.cache_creation_input_tokens`` are parts of it), ``cost_usd``
+the harness's figure; ``final_metrics`` gives the trajectory's totals.
 
-Outcome: the trial's ``result.json`` next to the ``agent/`` folder (or beside the file), when it has
-``verifier_result.rewards.reward``: ``success = reward >= 1``; its ``task_name`` names the task.
-Without it ``success`` is None and the task is the session.
+Outcome: the trial's ``result.json`` next to the ``agent/`` folder, when it has
+``verifier_result.rewards.reward``: ``success`` is True at 1, False at 0 and None between; its
+``task_name`` names the task.  Only the trial's own ``trajectory.json`` takes them: Harbor's
+continuation (``trajectory.cont-N.json``) and summarisation files (``trajectory.summarization-*``)
+are trajectories of their own with no outcome.  The session id falls back to the trial's folder.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +45,7 @@ from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
 from dtoc_rl.ingest.text_actions import bash_block
+from dtoc_rl.labels.vocabulary import tool_kind
 
 __all__ = ["AtifIngester"]
 
@@ -60,10 +68,14 @@ class AtifIngester(Ingester):
         cp = chat_to_steps(messages, "steps")
         if not cp.steps:
             raise IngestError("empty trajectory: no agent steps", path)
-        result = _trial_result(path)
+        trial = path.parent.parent if path.parent.name == "agent" else path.parent
+        result = _trial_result(trial) if path.name == "trajectory.json" else {}
         reward = _reward(result)
-        session = str(root.get("session_id") or path.parent.name)
+        session = str(root.get("session_id") or trial.name)
+        if path.name != "trajectory.json":  # a continuation or a summarisation file of the trial
+            session = f"{session}/{path.stem}"
         task = result.get("task_name") if isinstance(result.get("task_name"), str) else None
+        totals = root.get("final_metrics") if isinstance(root.get("final_metrics"), dict) else {}
         extra: dict[str, Any] = {
             k: v
             for k, v in (
@@ -85,10 +97,13 @@ class AtifIngester(Ingester):
                 task_id=task or session,
                 task_text=cp.task,
                 system_prompt=cp.system,
-                success=None if reward is None else reward >= 1.0,
+                success={1.0: True, 0.0: False}.get(reward) if reward is not None else None,
                 outcome_source="" if reward is None else "reward",
                 source_path=str(path),
                 extra=json.dumps(extra),
+                tokens_in=_count(totals.get("total_prompt_tokens")),
+                tokens_out=_count(totals.get("total_completion_tokens")),
+                cost_usd=_money(totals.get("total_cost_usd")),
                 steps=cp.steps,
             )
         )
@@ -112,9 +127,14 @@ def atif_messages(steps: list) -> tuple[list[dict], str]:
             continue
         if source != "agent":
             raise IngestError(f"{w} has source {source!r}, expected system, user or agent")
+        if st.get("is_copied_context") is True:  # context a continuation file repeats
+            continue
         model = model or str(st.get("model_name") or "")
         calls = []
-        for k, c in enumerate(st.get("tool_calls") or ()):
+        raw_calls = st.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise IngestError(f"{w}.tool_calls is {type(raw_calls).__name__}, expected a list")
+        for k, c in enumerate(raw_calls):
             if not isinstance(c, dict) or not isinstance(c.get("function_name"), str):
                 raise IngestError(f"{w}.tool_calls[{k}] must be an object with a 'function_name'")
             cid = c.get("tool_call_id")
@@ -127,14 +147,8 @@ def atif_messages(steps: list) -> tuple[list[dict], str]:
         results = _results(st, w)
         if results and not calls:
             command, _ = bash_block(text)
-            calls = [
-                {
-                    "id": f"{w}.0",
-                    "function": {"name": "bash", "arguments": {"command": command}}
-                    if command is not None
-                    else {"name": "action", "arguments": {}},
-                }
-            ]
+            if command is not None:  # a mini-swe-agent turn: its one bash block is the call
+                calls = [{"id": f"{w}.0", "function": {"name": "bash", "arguments": {"command": command}}}]
         msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": calls}
         if isinstance(st.get("reasoning_content"), str):
             msg["reasoning_content"] = st["reasoning_content"]
@@ -142,18 +156,28 @@ def atif_messages(steps: list) -> tuple[list[dict], str]:
         if usage:
             msg["usage"] = usage
         messages.append(msg)
-        answered: set[str] = set()
-        for cid, out, err in results:
-            if cid is None or cid not in {c["id"] for c in calls} or cid in answered:
-                # Terminus 2 answers all of a turn's keystrokes with one screen: the last open call
-                cid = next((c["id"] for c in reversed(calls) if c["id"] not in answered), None)
-                if cid is None:
+        if results and not calls:  # feedback to a turn without calls: text the next call reads
+            messages.append({"role": "user", "content": "\n".join(r[1] for r in results)})
+            continue
+        ids = [c["id"] for c in calls]
+        answered: dict[str, tuple[str, bool]] = {}
+        for k, (cid, out, err) in enumerate(results):
+            if cid is not None and cid not in ids:
+                raise IngestError(
+                    f"{w}.observation.results[{k}] names call {cid!r}, which the step does not make"
+                )
+            if cid is None or cid in answered:
+                # Terminus 2 answers all of a turn's keystrokes with one screen: the last open call that
+                # acts (a completion marker reads nothing)
+                open_ = [c for c in calls if c["id"] not in answered]
+                acting = [c for c in open_ if tool_kind(c["function"]["name"]) != "none"] or open_
+                if not acting:
                     raise IngestError(f"{w}.observation has more results than the step has calls")
-            answered.add(cid)
+                cid = acting[-1]["id"]
+            answered[cid] = (out, err)
+        for cid in ids:  # in call order; a call the log gave no result gets an empty output
+            out, err = answered.get(cid, ("", False))
             messages.append({"role": "tool", "tool_call_id": cid, "content": out, "is_error": err})
-        for c in calls:  # a call the log gave no result still gets an (empty) output
-            if c["id"] not in answered:
-                messages.append({"role": "tool", "tool_call_id": c["id"], "content": ""})
     return messages, model
 
 
@@ -186,17 +210,27 @@ def _usage(metrics: Any) -> dict | None:
     return {**usage, "prompt_tokens_details": details}
 
 
-def _trial_result(path: Path) -> dict:
+def _trial_result(trial: Path) -> dict:
     # Harbor: <trial>/agent/trajectory.json and <trial>/result.json
-    for folder in (path.parent.parent, path.parent) if path.parent.name == "agent" else (path.parent,):
-        f = folder / "result.json"
-        if f.is_file():
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
+    f = trial / "result.json"
+    if not f.is_file():
+        return {}
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _money(v: Any) -> float | None:
+    # a count or a price that is a finite number >= 0, else none (JSON readers turn 1e999 into inf)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return float(v) if ok else None
+
+
+def _count(v: Any) -> int | None:
+    x = _money(v)
+    return None if x is None else int(x)
 
 
 def _reward(result: dict) -> float | None:

@@ -28,11 +28,12 @@ kept (the model read it); a non-zero exit code marks the output an error.
 ``codex exec --json`` writes another stream: ``thread.started``, ``turn.started``, ``item.*`` events
 and ``turn.completed`` with the turn's usage.  Its completed items are read as calls:
 ``command_execution`` (``command``, ``aggregated_output``, ``exit_code``) as a ``shell`` call,
-``file_change`` as an ``apply_patch`` naming the files it changed (the patch text is not in the
-stream), ``mcp_tool_call`` as ``server.tool`` with its result or error, ``web_search`` as a call
+``file_change`` as an ``apply_patch`` of the files it changed (with each change's ``diff`` when the
+stream has one), ``mcp_tool_call`` as ``server.tool`` with its result or error, ``web_search`` as a call
 with no output; ``agent_message`` and ``reasoning`` as the text before the next call.  The stream
-has no prompt (the task is empty) and no usage per model call: the turns' sums go to ``tokens_in``
-and ``tokens_out``, and each call is billed from the tokens the simulator estimates.
+has no prompt (the task is empty) and no usage per model call: ``turn.completed`` reports the
+thread's running total (codex-rs fills it from ``ThreadTokenUsage.total``), so the last one gives
+``tokens_in`` and ``tokens_out``, and each call is billed from the tokens the simulator estimates.
 
 A last line cut short (a session still being written) is left out and marked
 ``extra.torn_last_line``; a bad line anywhere else fails the file, naming the line.
@@ -198,12 +199,12 @@ def _codex_output(item: dict) -> dict:
             wrapped = json.loads(out)
         except ValueError:
             wrapped = None
-        if isinstance(wrapped, dict) and isinstance(wrapped.get("output"), str):
-            meta = wrapped.get("metadata")
-            code = meta.get("exit_code") if isinstance(meta, dict) else None
+        meta = wrapped.get("metadata") if isinstance(wrapped, dict) else None
+        if isinstance(meta, dict) and isinstance(wrapped.get("output"), str):  # Codex's own wrapper only
+            code = meta.get("exit_code")
             item = {**item, "output": wrapped["output"]}
-    else:
-        m = _EXIT.search(out[:300])
+    else:  # the header lines before "Output:", never the output itself
+        m = _EXIT.search(out.split("\nOutput:", 1)[0][:300])
         code = int(m.group(1)) if m else None
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         item = {**item, "dtoc_is_error": True}
@@ -224,7 +225,9 @@ def _stream_item(item: dict, n: int) -> list[dict]:
         ]
     if kind == "command_execution":
         code, status = item.get("exit_code"), item.get("status")
-        failed = status == "failed" or (isinstance(code, int) and not isinstance(code, bool) and code != 0)
+        failed = status in ("failed", "declined") or (
+            isinstance(code, int) and not isinstance(code, bool) and code != 0
+        )
         out = item.get("aggregated_output")
         return [
             {"type": "function_call", "call_id": cid, "name": "shell",
@@ -237,11 +240,12 @@ def _stream_item(item: dict, n: int) -> list[dict]:
         changes = [
             c for c in item.get("changes") or () if isinstance(c, dict) and isinstance(c.get("path"), str)
         ]
-        patch = "\n".join(
-            ["*** Begin Patch"]
-            + [f"*** {verbs.get(c.get('kind'), 'Update')} File: {c['path']}" for c in changes]
-            + ["*** End Patch"]
-        )
+        lines = ["*** Begin Patch"]
+        for c in changes:  # the change's diff when the stream has it (newer CLIs), else its file alone
+            lines.append(f"*** {verbs.get(c.get('kind'), 'Update')} File: {c['path']}")
+            if isinstance(c.get("diff"), str) and c["diff"]:
+                lines.append(c["diff"].rstrip("\n"))
+        patch = "\n".join([*lines, "*** End Patch"])
         return [
             {"type": "custom_tool_call", "call_id": cid, "name": "apply_patch", "input": patch},
             {"type": "custom_tool_call_output", "call_id": cid, "output": str(item.get("status") or ""),
@@ -249,9 +253,11 @@ def _stream_item(item: dict, n: int) -> list[dict]:
         ]  # fmt: skip
     if kind == "mcp_tool_call":
         name = ".".join(str(x) for x in (item.get("server"), item.get("tool")) if x) or "mcp"
-        error = item.get("error")
-        result = item.get("result")
-        out = error.get("message") if isinstance(error, dict) else (result or {}).get("content")
+        error, result = item.get("error"), item.get("result")
+        if error is not None:
+            out = error.get("message") if isinstance(error, dict) else error
+        else:
+            out = result.get("content") if isinstance(result, dict) else result
         return [
             {"type": "function_call", "call_id": cid, "name": name,
              "arguments": json.dumps(item.get("arguments") or {})},
@@ -267,12 +273,16 @@ def _stream_item(item: dict, n: int) -> list[dict]:
     return []
 
 
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def _parse_stream(source: str, path: Path) -> Trajectory:
     """A ``codex exec --json`` stream (see the module docstring)."""
     items: list[dict] = []
     skipped: dict[str, int] = {}
     thread, bad, torn = "", [], None
-    tokens_in = tokens_out = 0
+    usage: dict = {}  # the last turn's: codex exec reports the thread's running total, not the turn's
     turns = 0
     for lineno, rec, err in iter_jsonl(path):
         if torn:
@@ -299,13 +309,6 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
         elif kind == "turn.completed":
             usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
             turns += 1
-            for key, add in (("input_tokens", "in"), ("output_tokens", "out")):
-                v = usage.get(key)
-                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                    if add == "in":
-                        tokens_in += v
-                    else:
-                        tokens_out += v
     if bad:
         shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
         raise IngestError(f"{len(bad)} bad lines: {shown}", path)
@@ -332,8 +335,8 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
             outcome_source="",
             source_path=str(path),
             extra=json.dumps(extra),
-            tokens_in=tokens_in if turns else None,
-            tokens_out=tokens_out if turns else None,
+            tokens_in=_count(usage.get("input_tokens")),
+            tokens_out=_count(usage.get("output_tokens")),
             steps=cp.steps,
         )
     )

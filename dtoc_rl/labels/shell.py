@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dtoc_rl.labels.resources import _WS, Resource, _norm_path, same_path
+from dtoc_rl.labels.shell_words import shell_tokens as _shell_tokens
 from dtoc_rl.labels.vocabulary import ACI_COMMANDS, COMMAND_KINDS, WRAPPERS, unwrap_shell, words
 
 _INPLACE_COMMANDS = {"str_replace", "insert"}  # editor commands that match the file's current text
@@ -105,46 +106,6 @@ def _extract_heredocs(cmd: str) -> tuple[str, list[str]]:
                 body.append(lines[i - 1])
             bodies.append("\n".join(body))
     return "\n".join(out), bodies
-
-
-_LEX = re.compile(
-    r"""(?P<comment>(?:(?<=[\s;&|()])|^)\#[^\n]*)"""
-    r"""|(?P<op>&&|\|\||;;|&>>?|>>|>&|>\||<<<|<<-?|[;&|()\n<>])"""
-    r"""|(?P<word>(?:'[^']*'|"(?:\\.|[^"\\])*"|\\.|[^\s;&|()<>'"\\])+)"""
-    r"""|(?P<bad>['"])"""
-)
-_UNQUOTE = re.compile(r"""'([^']*)'|"((?:\\.|[^"\\])*)"|\\(.)""")
-_DQ_ESCAPE = re.compile(r'\\([\\"$`])')
-
-
-def _unquote(word: str) -> str:
-    if "'" not in word and '"' not in word and "\\" not in word:
-        return word
-
-    def repl(m: re.Match) -> str:
-        if m.group(1) is not None:
-            return m.group(1)
-        if m.group(2) is not None:
-            return _DQ_ESCAPE.sub(r"\1", m.group(2))
-        return m.group(3)
-
-    return _UNQUOTE.sub(repl, word)
-
-
-def _shell_tokens(cmd: str) -> list[str]:
-    """Split a command line into words (quotes removed) and operators, like a POSIX shell."""
-    out = []
-    for m in _LEX.finditer(cmd):
-        if m.group("comment"):
-            continue
-        if m.group("op"):
-            out.append(m.group("op"))
-        elif m.group("word"):
-            out.append(_unquote(m.group("word")))
-        else:  # an unbalanced quote: keep the rest as plain words
-            out.extend(cmd[m.end() :].split())
-            break
-    return out
 
 
 def _split_commands(tokens: list[str]) -> list[list[list[str]]]:

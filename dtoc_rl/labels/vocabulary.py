@@ -21,6 +21,8 @@ import json
 import re
 import shlex
 
+from dtoc_rl.labels.shell_words import shell_tokens
+
 __all__ = [
     "ACI_COMMANDS",
     "COMMAND_KINDS",
@@ -79,6 +81,7 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
         "think", "submit", "finish", "done", "final_answer", "answer", "respond", "reply", "todowrite",
         "todoread", "todo_write", "todo_read", "task", "plan", "exit", "stop", "issue", "manage_context",
         "attempt_completion", "ask_followup_question", "send_message_to_user", "update_plan",
+        "mark_task_complete",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -238,9 +241,8 @@ def shell_command(args: dict) -> str | None:
 _SHELLS = frozenset(("bash", "sh", "zsh", "dash", "ksh"))
 
 
-def shell_script(argv: list[str]) -> str | None:
-    """The script of a shell run as ``bash -lc SCRIPT`` (any of :data:`_SHELLS`, its options up to
-    ``-c``, ``-lc``, ``-ic``, ...), as an argv list; None for any other command."""
+def _script_at(argv: list[str]) -> int | None:
+    # where the script of `bash -lc SCRIPT` is in argv (any of _SHELLS, options up to -c, -lc, -ic, ...)
     if len(argv) < 3 or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
         return None
     for j, opt in enumerate(argv[1:-1], 1):
@@ -249,8 +251,15 @@ def shell_script(argv: list[str]) -> str | None:
         if not opt.startswith("-"):
             return None
         if opt.endswith("c"):
-            return argv[j + 1]
+            return j + 1
     return None
+
+
+def shell_script(argv: list[str]) -> str | None:
+    """The script of a shell run as ``bash -lc SCRIPT`` (any of :data:`_SHELLS`, its options up to
+    ``-c``, ``-lc``, ``-ic``, ...), as an argv list; None for any other command."""
+    at = _script_at(argv)
+    return None if at is None else argv[at]
 
 
 def unwrap_shell(cmd: str) -> str:
@@ -258,16 +267,12 @@ def unwrap_shell(cmd: str) -> str:
     and other harnesses write every command), else the line itself: what the labeller parses and the
     policy's tool category reads.  Anything after the script (a redirection, another command) keeps
     the line whole."""
-    if not cmd.lstrip().startswith(("bash", "sh", "zsh", "dash", "ksh", "/")):
+    line = cmd.strip()
+    if not line.startswith(("bash", "sh", "zsh", "dash", "ksh", "/")):
         return cmd
-    try:
-        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
-        lex.whitespace_split = True
-        argv = list(lex)
-    except ValueError:  # unbalanced quotes
-        return cmd
-    script = shell_script(argv)
-    return script if script is not None and argv[-1] == script else cmd
+    argv = shell_tokens(line)
+    at = _script_at(argv)
+    return argv[at] if at is not None and at == len(argv) - 1 else cmd
 
 
 def _command(args: str) -> str:

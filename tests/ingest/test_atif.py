@@ -85,14 +85,42 @@ def test_a_terminus_trial_reads_as_steps_with_usage_outcome_and_labels(tmp_path)
     assert json.loads(t.extra)["agent"] == "terminus-2"
 
 
-def test_without_a_result_file_the_outcome_is_unknown_and_a_partial_reward_is_no_success(tmp_path):
+def test_without_a_result_file_the_outcome_is_unknown_and_so_is_a_partial_reward(tmp_path):
     (t,) = ATIF.parse(_terminus(tmp_path / "a", reward=None))
     assert (t.success, t.task_id) == (None, "sess-1")
     (t,) = ATIF.parse(_terminus(tmp_path / "b", reward=0.5))
+    assert t.success is None and json.loads(t.extra)["reward"] == 0.5
+    (t,) = ATIF.parse(_terminus(tmp_path / "c", reward=0.0))
     assert t.success is False and t.outcome_source == "reward"
 
 
-def test_results_without_calls_become_one_call_and_named_results_find_their_calls(tmp_path):
+def test_harbor_layout_a_completion_marker_continuations_and_totals(tmp_path):
+    path = _terminus(tmp_path)
+    root = json.loads(path.read_text())
+    del root["session_id"]
+    # the turn's screen belongs to the keystrokes, not to the completion marker after them
+    root["steps"][3]["tool_calls"].append({"tool_call_id": "c4", "function_name": "mark_task_complete",
+                                           "arguments": {}})  # fmt: skip
+    root["final_metrics"] = {
+        "total_prompt_tokens": 11500,
+        "total_completion_tokens": 140,
+        "total_cost_usd": 0.02,
+    }
+    path.write_text(json.dumps(root))
+    cont = path.with_name("trajectory.cont-1.json")
+    cont_root = {**root, "steps": [{**root["steps"][2], "is_copied_context": True}, root["steps"][4]]}
+    cont.write_text(json.dumps(cont_root))
+    (t,) = ATIF.parse(path)
+    s = t.steps
+    assert [x.tool_name for x in s] == ["bash_command"] * 3 + ["mark_task_complete", None]
+    assert (s[2].output, s[3].output) == ("1 passed\n$ ", "")
+    assert (t.traj_id, t.tokens_in, t.tokens_out, t.cost_usd) == ("atif/fix-parser__a1b2", 11500, 140, 0.02)
+    (c,) = ATIF.parse(cont)  # its own trajectory: no copied steps, no outcome of the trial
+    assert c.traj_id == "atif/fix-parser__a1b2/trajectory.cont-1" and c.success is None
+    assert [x.tool_name for x in c.steps] == [None]
+
+
+def test_results_without_calls_are_a_bash_block_or_text_and_named_results_find_their_calls(tmp_path):
     steps = [
         {"step_id": 1, "source": "user", "message": "go"},
         _agent(2, "THOUGHT: look\n```bash\nls src\n```", results=[{"content": "p.py"}]),
@@ -106,9 +134,10 @@ def test_results_without_calls_become_one_call_and_named_results_find_their_call
     (t,) = ATIF.parse(p)
     s = t.steps
     assert [(x.tool_name, x.output) for x in s] == [
-        ("bash", "p.py"), ("action", "screen"), ("read_file", "X"), ("read_file", "Y"),
+        ("bash", "p.py"), (None, None), ("read_file", "X"), ("read_file", "Y"),
     ]  # fmt: skip
     assert json.loads(s[0].tool_args) == {"command": "ls src"}
+    assert s[2].user_text == "screen"  # feedback without a call: text the next call reads
     assert [x.output_is_error for x in s] == [False, False, True, False]
 
 
@@ -117,6 +146,8 @@ def test_results_without_calls_become_one_call_and_named_results_find_their_call
     [
         ([{"step_id": 1, "source": "robot", "message": "x"}], r"steps\[0\] has source 'robot'"),
         ([_agent(1, "x", [("a", "ls", {})], [{"content": "1"}, {"content": "2"}])], "more results than"),
+        ([_agent(1, "x", [("a", "ls", {})], [{"source_call_id": "b", "content": "1"}])], "names call 'b'"),
+        ([{"step_id": 1, "source": "agent", "message": "x", "tool_calls": 5}], "tool_calls is int"),
         (
             [{"step_id": 1, "source": "agent", "message": "x", "tool_calls": [{"arguments": {}}]}],
             "function_name",

@@ -437,8 +437,10 @@ def _codex_outputs_rollout(tmp_path: Path) -> Path:
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix p.py"}]},
         *call("c1", "exec_command", {"cmd": "cat src/p.py", "workdir": "/repo"},
               "Chunk ID: 1\nWall time: 0.1 seconds\nProcess exited with code 0\nOutput:\n" + body),
-        *call("c2", "exec_command", {"cmd": "pytest -q"}, "Process exited with code 1\nOutput:\nFAILED t.py::x\n"),
-        *call("c3", "shell", {"command": ["bash", "-lc", "cat src/u.py"]}, wrapped("def g():\n    return 1\n", 0)),
+        *call("c2", "exec_command", {"cmd": "pytest -q"},
+              "Process exited with code 1\nOutput:\nFAILED t.py::x\n"),
+        *call("c3", "shell", {"command": ["bash", "-lc", "cat src/u.py"]},
+              wrapped("def g():\n    return 1\n", 0)),
         *call("c4", "shell", {"command": ["bash", "-lc", "python -c 'import x'"]}, wrapped("Traceback\n", 1)),
         {"type": "custom_tool_call", "call_id": "c5", "name": "apply_patch", "input": patch},
         {"type": "custom_tool_call_output", "call_id": "c5", "output": "Exit code: 0\nOutput:\nSuccess."},
@@ -475,18 +477,20 @@ def test_codex_exec_json_stream(tmp_path):
         {"type": "turn.started"},
         item(0, type="reasoning", text="**Reading the module**"),
         {"type": "item.started", "item": {"id": "item_1", "type": "command_execution", "command": "cat m.py",
-                                          "aggregated_output": "", "exit_code": None, "status": "in_progress"}},
+                                          "aggregated_output": "", "exit_code": None,
+                                          "status": "in_progress"}},
         item(1, type="command_execution", command="bash -lc 'cat m.py'", aggregated_output=body, exit_code=0,
              status="completed"),
         item(2, type="todo_list", items=[{"text": "fix", "completed": False}]),
-        item(3, type="file_change", changes=[{"path": "m.py", "kind": "update"}, {"path": "n.py", "kind": "add"}],
-             status="completed"),
+        item(3, type="file_change", status="completed",
+             changes=[{"path": "m.py", "kind": "update"}, {"path": "n.py", "kind": "add"}]),
         item(4, type="command_execution", command="pytest", aggregated_output="1 failed\n", exit_code=1,
              status="failed"),
         item(5, type="mcp_tool_call", server="docs", tool="search", arguments={"q": "x"}, result=None,
              error={"message": "timeout"}, status="failed"),
         item(6, type="agent_message", text="Done: m.py fixed."),
-        {"type": "turn.completed", "usage": {"input_tokens": 5000, "cached_input_tokens": 3000, "output_tokens": 200}},
+        {"type": "turn.completed",
+         "usage": {"input_tokens": 5000, "cached_input_tokens": 3000, "output_tokens": 200}},
     ]  # fmt: skip
     p = _stream(tmp_path / "codex-exec.jsonl", events)
     assert detect_format(p).name == "codex"
@@ -508,3 +512,48 @@ def test_codex_exec_json_stream_with_a_broken_item_names_its_line(tmp_path):
                                                  {"type": "item.completed", "item": "oops"}])  # fmt: skip
     with pytest.raises(IngestError, match=r"line 2: item is str, expected object"):
         list(CODEX.parse(p))
+
+
+def test_codex_exec_json_usage_is_the_threads_running_total_and_odd_items_are_read(tmp_path):
+    def item(i, **kw):
+        return {"type": "item.completed", "item": {"id": f"item_{i}", **kw}}
+
+    diff = "@@\n-a = 1\n+a = 2"
+    events = [
+        {"type": "thread.started", "thread_id": "th-2"},
+        item(0, type="command_execution", command="rm -rf /", aggregated_output="", exit_code=None,
+             status="declined"),
+        item(1, type="file_change", status="completed",
+             changes=[{"path": "a.py", "kind": "update", "diff": diff}]),
+        item(2, type="mcp_tool_call", server="s", tool="t", arguments=None, result="plain text", error=None),
+        item(3, type="mcp_tool_call", server="s", tool="t", arguments={}, result=None, error="boom"),
+        {"type": "turn.completed", "usage": {"input_tokens": 1000, "output_tokens": 10}},
+        {"type": "turn.started"},
+        item(4, type="agent_message", text="ok"),
+        {"type": "turn.completed", "usage": {"input_tokens": 2500, "output_tokens": 30}},
+    ]  # fmt: skip
+    (t,) = CODEX.parse(_stream(tmp_path / "codex-exec.jsonl", events))
+    label_trajectory(t)
+    s = t.steps
+    assert (t.tokens_in, t.tokens_out) == (2500, 30)  # the last running total, not 3500 summed
+    assert s[0].output_is_error  # a declined command did not run
+    assert diff in s[1].tool_args and s[1].write_resources == ["a.py"]
+    assert (s[2].output, s[2].output_is_error, s[3].output, s[3].output_is_error) == (
+        "plain text", False, "boom", True,
+    )  # fmt: skip
+
+
+def test_codex_exit_codes_are_read_from_the_header_only_and_only_codex_wrappers_are_unwrapped(tmp_path):
+    def call(cid, out):
+        return [{"type": "function_call", "call_id": cid, "name": "exec_command", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": cid, "output": out}]  # fmt: skip
+
+    mcp_like = json.dumps({"output": "x", "structured": {"rows": 3}})
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        *call("c1", "Process running with session ID 7\nOutput:\nExit code: 2\n"),
+        *call("c2", mcp_like),
+    ]
+    (t,) = CODEX.parse(_rollout(tmp_path / "rollout-5.jsonl", items))
+    assert [s.output_is_error for s in t.steps] == [False, False]  # "Exit code: 2" is the program's text
+    assert t.steps[1].output == mcp_like  # not Codex's {"output", "metadata"} wrapper: kept whole
