@@ -24,10 +24,35 @@ from tests.cost_episodes import make_episode
         ("claude-4-sonnet-20250514", "claude-sonnet-4-20250514"),
         ("gpt-4o", None),  # a bare alias pins no snapshot
         ("SWE-agent-LM-32B", None),
+        # models outside ../shared that agents run on: a mini model is no full one, an older Opus
+        # costs three times the newest, Haiku 4.5 has a cache-write premium
+        ("gpt-5-mini-2025-08-07", "gpt-5-mini"),
+        ("openai/gpt-5.1-codex", "gpt-5"),
+        ("gpt-4.1-mini", "gpt-4.1-mini"),
+        ("o4-mini-2025-04-16", "o4-mini"),
+        ("anthropic/claude-opus-4-1-20250805", "claude-opus-4-1-20250805"),
+        ("claude-haiku-4-5-20251001", "claude-haiku-4-5-20251001"),
+        ("gemini/gemini-2.5-pro", "gemini-2.5-pro"),
+        ("gemini-2.5-flash-lite", None),  # not the flash model
     ],
 )
 def test_raw_names_map_to_versions(raw, version):
     assert model_version(raw) == version
+
+
+def test_families_outside_the_shared_logs_have_their_own_prices_and_regimes():
+    from dtoc_rl.data.models import normalize_family
+    from dtoc_rl.sim.pricing import cache_regime
+
+    def priced(raw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a known model is priced without a fallback warning
+            return prices_for(normalize_family(raw), raw)
+
+    assert cache_regime(priced("claude-haiku-4-5")) == "write premium"  # was gpt-4o's: none
+    assert priced("gpt-4.1").cache_read / priced("gpt-4.1").input == 0.25  # gpt-4o's is 0.5
+    assert priced("o3").input == 2.00 and priced("gemini-2.5-flash").input == 0.30
+    assert {"gpt-4.1", "openai-o", "claude-haiku", "gemini-2.5-pro", "gemini"} <= PRICES.keys()
 
 
 def test_gpt_4o_2024_05_13_has_no_cache_discount_and_its_own_list_price():

@@ -99,6 +99,17 @@ VERSION_PRICES: dict[str, Prices] = {
     # figures).  RepoLaunch's logged per-call cost_usd (azure/gpt-5.2-*) fits them exactly.
     "gpt-5.2": Prices(1.75, 14.00, 0.175, 1.75, f"{_OPENAI} (gpt-5.2, gpt-5.2-2025-12-11)", "2026-12-01"),
     "gpt-5.2-codex": Prices(1.75, 14.00, 0.175, 1.75, f"{_OPENAI} (gpt-5.2-codex)", "2026-12-01"),
+    # Other OpenAI models agents run on (list prices per 1M tokens; cached input at the stated rate).
+    "gpt-5": Prices(1.25, 10.00, 0.125, 1.25, f"{_OPENAI} (gpt-5, gpt-5-codex, gpt-5.1)", "2025-11-13"),
+    "gpt-5-mini": Prices(0.25, 2.00, 0.025, 0.25, f"{_OPENAI} (gpt-5-mini-2025-08-07)", "2025-08-07"),
+    "gpt-5-nano": Prices(0.05, 0.40, 0.005, 0.05, f"{_OPENAI} (gpt-5-nano-2025-08-07)", "2025-08-07"),
+    "gpt-4.1": Prices(2.00, 8.00, 0.50, 2.00, f"{_OPENAI} (gpt-4.1-2025-04-14)", "2025-04-14"),
+    "gpt-4.1-mini": Prices(0.40, 1.60, 0.10, 0.40, f"{_OPENAI} (gpt-4.1-mini-2025-04-14)", "2025-04-14"),
+    "gpt-4.1-nano": Prices(0.10, 0.40, 0.025, 0.10, f"{_OPENAI} (gpt-4.1-nano-2025-04-14)", "2025-04-14"),
+    "o3": Prices(
+        2.00, 8.00, 0.50, 2.00, f"{_OPENAI} (o3-2025-04-16, after the 2025-06 price cut)", "2025-06-10"
+    ),
+    "o4-mini": Prices(1.10, 4.40, 0.275, 1.10, f"{_OPENAI} (o4-mini-2025-04-16)", "2025-04-16"),
     # Google AI pricing, gemini-3-pro-preview, prompts <= 200k tokens; implicit caching, no write fee.
     "gemini-3-pro-preview": Prices(
         2.00, 12.00, 0.20, 2.00, "ai.google.dev/pricing (gemini-3-pro-preview, <=200k)", "2025-11-18"
@@ -111,6 +122,27 @@ VERSION_PRICES: dict[str, Prices] = {
     ),
     "claude-opus-4-5-20251101": Prices(
         5.00, 25.00, 0.50, 6.25, f"{_ANTHROPIC} (Claude Opus 4.5)", "2025-11-24"
+    ),
+    "claude-opus-4-1-20250805": Prices(
+        15.00, 75.00, 1.50, 18.75, f"{_ANTHROPIC} (Claude Opus 4.1, Opus 4)", "2025-08-05"
+    ),
+    "claude-3-7-sonnet-20250219": Prices(
+        3.00, 15.00, 0.30, 3.75, f"{_ANTHROPIC} (Claude Sonnet 3.7)", "2025-02-24"
+    ),
+    "claude-haiku-4-5-20251001": Prices(
+        1.00, 5.00, 0.10, 1.25, f"{_ANTHROPIC} (Claude Haiku 4.5)", "2025-10-15"
+    ),
+    "claude-3-5-haiku-20241022": Prices(
+        0.80, 4.00, 0.08, 1.00, f"{_ANTHROPIC} (Claude Haiku 3.5)", "2024-11-04"
+    ),
+    # Google AI pricing for Gemini 2.5 as listed at mid-2025 (prompts <= 200k tokens; cached input at
+    # a quarter of the input price, no write fee; storage per hour is not billed per call).  Google has
+    # changed the cached rate since: give --prices for a bill to the cent.
+    "gemini-2.5-pro": Prices(
+        1.25, 10.00, 0.31, 1.25, "ai.google.dev/pricing (gemini-2.5-pro, <=200k, mid-2025)", "2025-06-17"
+    ),
+    "gemini-2.5-flash": Prices(
+        0.30, 2.50, 0.075, 0.30, "ai.google.dev/pricing (gemini-2.5-flash, mid-2025)", "2025-06-17"
     ),
     # DeepSeek V2 API (2024-08): $0.14 / $0.28, disk cache hits $0.014, no write fee.
     "deepseek-chat-v2": Prices(
@@ -140,6 +172,11 @@ PRICES: dict[str, Prices] = {
     "qwen-coder": Prices(
         0.20, 0.60, 0.10, 0.20, "estimate: hosted Qwen2.5-Coder-32B list prices", "2025-05-11"
     ),
+    "gpt-4.1": VERSION_PRICES["gpt-4.1"],
+    "openai-o": VERSION_PRICES["o3"],
+    "claude-haiku": VERSION_PRICES["claude-haiku-4-5-20251001"],
+    "gemini-2.5-pro": VERSION_PRICES["gemini-2.5-pro"],
+    "gemini": VERSION_PRICES["gemini-2.5-flash"],
     "deepseek-chat": VERSION_PRICES["deepseek-chat-v2"],
     "deepseek-coder": VERSION_PRICES["deepseek-coder-v2"],
     "doubao-pro": VERSION_PRICES["doubao-pro-128k"],
