@@ -33,7 +33,6 @@ are trajectories of their own with no outcome.  The session id falls back to the
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.common import count, finalize, number
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
 from dtoc_rl.ingest.text_actions import bash_block
 from dtoc_rl.labels.vocabulary import tool_kind
@@ -101,9 +100,9 @@ class AtifIngester(Ingester):
                 outcome_source="" if reward is None else "reward",
                 source_path=str(path),
                 extra=json.dumps(extra),
-                tokens_in=_count(totals.get("total_prompt_tokens")),
-                tokens_out=_count(totals.get("total_completion_tokens")),
-                cost_usd=_money(totals.get("total_cost_usd")),
+                tokens_in=count(totals, "total_prompt_tokens"),
+                tokens_out=count(totals, "total_completion_tokens"),
+                cost_usd=number(totals, "total_cost_usd"),
                 steps=cp.steps,
             )
         )
@@ -220,17 +219,6 @@ def _trial_result(trial: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _money(v: Any) -> float | None:
-    # a count or a price that is a finite number >= 0, else none (JSON readers turn 1e999 into inf)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-    return float(v) if ok else None
-
-
-def _count(v: Any) -> int | None:
-    x = _money(v)
-    return None if x is None else int(x)
 
 
 def _reward(result: dict) -> float | None:

@@ -52,7 +52,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.common import count, finalize
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, iter_jsonl
 from dtoc_rl.ingest.responses import ITEM_TYPES, responses_to_messages
 
@@ -273,10 +273,6 @@ def _stream_item(item: dict, n: int) -> list[dict]:
     return []
 
 
-def _count(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-
 def _parse_stream(source: str, path: Path) -> Trajectory:
     """A ``codex exec --json`` stream (see the module docstring)."""
     items: list[dict] = []
@@ -335,8 +331,8 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
             outcome_source="",
             source_path=str(path),
             extra=json.dumps(extra),
-            tokens_in=_count(usage.get("input_tokens")),
-            tokens_out=_count(usage.get("output_tokens")),
+            tokens_in=count(usage, "input_tokens"),
+            tokens_out=count(usage, "output_tokens"),
             steps=cp.steps,
         )
     )

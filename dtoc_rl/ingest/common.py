@@ -12,11 +12,13 @@ from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError
 
 __all__ = [
     "cap_output",
+    "count",
     "fill_unlogged_prompt",
     "finalize",
     "find_upwards",
     "load_selected_labels",
     "message_usage",
+    "number",
     "usage_from",
 ]
 
@@ -92,6 +94,16 @@ def finalize(traj: Trajectory) -> Trajectory:
 
 def new_step(**kw) -> Step:
     return Step(index=0, **kw)
+
+
+def count(d: dict, *keys: str) -> int | None:
+    """:func:`number` as a whole count (tokens)."""
+    return _int(_num(d, *keys))
+
+
+def number(d: dict, *keys: str) -> float | None:
+    """The first of ``keys`` in ``d`` that holds a logged count or price: a finite number >= 0."""
+    return _num(d, *keys)
 
 
 def _num(d: dict, *keys: str) -> float | None:
