@@ -80,6 +80,10 @@ def test_the_generic_rule(name, args, reads, writes):
 def test_server_prefixes_are_stripped_and_known_tools_keep_their_category():
     assert base_tool_name("mcp__filesystem__read_file") == "read_file"
     assert base_tool_name("github/get_file_contents") == "get_file_contents"
+    # Goose names a tool by its extension; Gemini CLI's grep has its own name
+    assert base_tool_name("developer__shell") == "shell" and base_tool_name("__init__") == "__init__"
+    assert tool_category("developer__shell", '{"command": "cat a.py"}') == "read"
+    assert tool_category("search_file_content", '{"pattern": "x"}') == "search"
     assert tool_category("mcp__filesystem__read_file") == "read"
     assert tool_category("read_file") == "read"  # LiveEnv's own tools
     assert tool_category("write_file") == "edit" and tool_category("str_replace") == "edit"

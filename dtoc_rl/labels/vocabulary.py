@@ -70,7 +70,10 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
     ),
     "editor": ("str_replace_editor", "file_editor", "str_replace_based_edit_tool", "text_editor", "editor"),
     "read": ("read", "read_file", "view_file", "readfile", "view", "cat", "open_file"),
-    "grep": ("grep", "search", "rg", "ripgrep", "search_files", "grep_search", "codebase_search"),
+    "grep": (
+        "grep", "search", "rg", "ripgrep", "search_files", "grep_search", "codebase_search",
+        "search_file_content",
+    ),
     "glob": ("glob", "find", "file_search", "find_files"),
     "list": ("ls", "list", "list_dir", "list_directory", "list_files"),
     "write": (
@@ -193,14 +196,15 @@ def words(table: dict[str, str], kind: str) -> frozenset[str]:
 def base_tool_name(name: str | None) -> str:
     """A tool's own name, lower snake case, without the MCP server it came through.
 
-    ``mcp__filesystem__read_file`` (Claude Code), ``filesystem.read_file``, ``github/get_file_contents``
-    and ``read-file`` name the tools ``read_file`` and ``get_file_contents``: harnesses prefix tools
-    with their server.  CamelCase is only lowered (``NotebookEdit`` stays ``notebookedit``).
+    ``mcp__filesystem__read_file`` (Claude Code), ``developer__shell`` (Goose's extensions),
+    ``filesystem.read_file``, ``github/get_file_contents`` and ``read-file`` name the tools
+    ``read_file``, ``shell`` and ``get_file_contents``: harnesses prefix tools with their server.
+    CamelCase is only lowered (``NotebookEdit`` stays ``notebookedit``).
     """
     if not name:
         return ""
     n = name.strip()
-    if n.startswith("mcp__"):
+    if "__" in n.strip("_"):
         n = n.split("__")[-1]
     n = re.split(r"[./:]", n)[-1]
     return re.sub(r"[-\s]+", "_", n).lower()
