@@ -23,6 +23,7 @@ from typing import Any
 from dtoc_rl.core.tokens import CharEstimator
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
+from dtoc_rl.ingest.atif import AtifIngester
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -131,6 +132,11 @@ def discover(
                 dirnames[:] = []
                 yield d, True, root
                 continue
+            harbor = _harbor_agent_dir(d)
+            if harbor:  # the agent's own logs repeat the run its ATIF file holds: read that one only
+                for x in dirnames:
+                    skipped.append(Skip(display_path(d / x), _HARBOR_REASON))
+                dirnames[:] = []
             for name in sorted(filenames):
                 p = d / name
                 if name.startswith("."):
@@ -147,7 +153,12 @@ def discover(
                 if kind is not None:
                     skipped.append(Skip(display_path(p), f"{kind}: not read"))
                     continue
-                if name.endswith("_RESPONSE.md"):
+                if harbor and not name.startswith("trajectory"):
+                    if p.suffix in LOG_SUFFIXES:
+                        skipped.append(Skip(display_path(p), _HARBOR_REASON))
+                    else:
+                        yield p, False, root
+                elif name.endswith("_RESPONSE.md"):
                     yield p, True, root  # Claude Code stream-json wrapped in markdown
                 elif p.suffix in LOG_SUFFIXES and not _is_aux(p):
                     yield p, True, root
@@ -155,6 +166,23 @@ def discover(
                     yield p, True, root  # a text-log harness (RepoLaunch's setup.log)
                 else:
                     yield p, False, root
+
+
+_HARBOR_REASON = "a Harbor trial's agent log: the run is read from its ATIF trajectory.json beside it"
+
+
+def _harbor_agent_dir(d: Path) -> bool:
+    """Whether ``d`` is a Harbor trial's ``agent/`` folder with an ATIF ``trajectory.json``: the agent's
+    own logs in it (Claude Code sessions, Codex rollouts, ...) are the same run again."""
+    f = d / "trajectory.json"
+    if d.name != "agent" or not f.is_file() or f.is_symlink():
+        return False
+    try:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return False
+    return AtifIngester().detect(f, head)
 
 
 def _link_reason(p: Path) -> str:

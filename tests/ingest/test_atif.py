@@ -168,3 +168,22 @@ def test_detection_is_strict(tmp_path, repo_root):
     assert not ATIF.detect(other, other.read_text())
     files = [f for d in ("data/raw", "tests/fixtures") for f in (repo_root / d).rglob("*.json")]
     assert files and not [f for f in files if ATIF.detect(f, f.read_text(errors="replace")[:65536])]
+
+
+def test_a_harbor_job_folder_reads_each_trial_once(tmp_path, repo_root):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    path = _terminus(tmp_path)
+    sessions = path.parent / "sessions" / "projects" / "p"
+    sessions.mkdir(parents=True)
+    transcript = next((repo_root / "tests/fixtures/claude_code_transcript").glob("*.jsonl"))
+    (sessions / transcript.name).write_text(transcript.read_text())  # the agent's own log of the run
+    (path.parent / "agent-events.jsonl").write_text(transcript.read_text())
+    res = ingest_paths([tmp_path / "job"], label=False, progress=False)
+    assert [t.source for t in res.trajectories] == ["atif"]
+    skipped = {Path(s.path).name: s.reason for s in res.skipped}
+    assert set(skipped) == {"sessions", "agent-events.jsonl"} and "ATIF" in skipped["sessions"]
+    # without the ATIF file the agent's own log is read as before
+    path.unlink()
+    res = ingest_paths([tmp_path / "job"], label=False, progress=False)
+    assert {t.source for t in res.trajectories} == {"claude-code-transcript"}  # (the copy: a duplicate id)
