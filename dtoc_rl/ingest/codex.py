@@ -237,12 +237,18 @@ def _stream_item(item: dict, n: int) -> list[dict]:
         ]  # fmt: skip
     if kind == "file_change":
         verbs = {"add": "Add", "delete": "Delete", "update": "Update"}
-        changes = [
-            c for c in item.get("changes") or () if isinstance(c, dict) and isinstance(c.get("path"), str)
-        ]
+        raw = item.get("changes")
+        changes = (
+            [c for c in raw if isinstance(c, dict) and isinstance(c.get("path"), str)]
+            if isinstance(raw, list)
+            else []
+        )
         lines = ["*** Begin Patch"]
         for c in changes:  # the change's diff when the stream has it (newer CLIs), else its file alone
-            lines.append(f"*** {verbs.get(c.get('kind'), 'Update')} File: {c['path']}")
+            kind = c.get("kind")
+            lines.append(
+                f"*** {verbs.get(kind, 'Update') if isinstance(kind, str) else 'Update'} File: {c['path']}"
+            )
             if isinstance(c.get("diff"), str) and c["diff"]:
                 lines.append(c["diff"].rstrip("\n"))
         patch = "\n".join([*lines, "*** End Patch"])

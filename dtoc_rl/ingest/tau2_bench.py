@@ -110,7 +110,10 @@ def tau2_messages(messages: Any, where: str) -> list[dict]:
                 out.append({"role": "system", "content": m.get("content") or ""})
                 continue
             calls = []
-            for k, c in enumerate(m.get("tool_calls") or ()):
+            raw = m.get("tool_calls") or []
+            if not isinstance(raw, list):
+                raise IngestError(f"{w}.tool_calls is {type(raw).__name__}, expected a list")
+            for k, c in enumerate(raw):
                 if not isinstance(c, dict) or not isinstance(c.get("name"), str):
                     raise IngestError(f"{w}.tool_calls[{k}] must be an object with a 'name'")
                 calls.append(
