@@ -18,8 +18,10 @@ running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -142,12 +144,31 @@ def evaluate_ray(
     """
     ray = _import_ray()
     import pyarrow.parquet as pq
-    from tqdm.auto import tqdm
 
     cost_config = cost_config or CostConfig()
     specs = list(dict.fromkeys([*specs, ORACLE]))
     files = _dataset_files(dataset)
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    # Ray's driver threads print to stdout (worker-pool warnings such as "(raylet) WARNING: 8 PYTHON
+    # worker processes have been started", even with log_to_driver off): while Ray runs, stdout is
+    # stderr, so that a caller's stdout (`dtoc-rl evaluate --json`) holds only what it prints itself.
+    with contextlib.redirect_stdout(sys.stderr):
+        runs = _run_on_ray(ray, files, rows, specs, model_family, source, cost_config, max_items, workers,
+                           batch_size, progress, address)  # fmt: skip
+    if not runs:
+        raise ValueError(
+            f"no usable trajectory in {dataset or 'the bundled sample'} for "
+            f"model_family={model_family or 'any'}, source={source or 'any'}, at least 2 steps"
+        )
+    mark_split(runs, holdout_tasks, left_out)
+    return runs
+
+
+def _run_on_ray(ray, files, rows, specs, model_family, source, cost_config, max_items, workers, batch_size,
+                progress, address) -> list[Run]:  # fmt: skip
+    # evaluate_ray's work on the cluster (started here and shut down again unless the caller runs one)
+    from tqdm.auto import tqdm
+
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=progress)
@@ -190,10 +211,4 @@ def evaluate_ray(
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         if started:
             ray.shutdown()
-    if not runs:
-        raise ValueError(
-            f"no usable trajectory in {dataset or 'the bundled sample'} for "
-            f"model_family={model_family or 'any'}, source={source or 'any'}, at least 2 steps"
-        )
-    mark_split(runs, holdout_tasks, left_out)
     return runs

@@ -71,3 +71,19 @@ def test_ray_backend_without_ray_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     assert main(["evaluate", "--backend", "ray", "-p", "none", "--quiet"]) == 2
     assert "pip install 'dtoc-rl[ray]'" in capsys.readouterr().err
+
+
+def test_what_ray_prints_goes_to_stderr_not_to_a_json_callers_stdout(monkeypatch, capsys):
+    """Ray's driver threads print worker-pool warnings to stdout; `dtoc-rl evaluate --json --backend
+    ray` once wrote one before its JSON under load."""
+    pytest.importorskip("ray")
+    from dtoc_rl.policies import evaluate_ray as er
+
+    def noisy(*args, **kwargs):
+        print("(raylet) WARNING: 8 PYTHON worker processes have been started on node")
+        return evaluate(None, ["none"], model_family="gpt-4o", progress=False)
+
+    monkeypatch.setattr(er, "_run_on_ray", noisy)
+    runs = er.evaluate_ray(None, ["none"], progress=False)
+    out, err = capsys.readouterr()
+    assert runs and out == "" and "(raylet) WARNING" in err
