@@ -10,7 +10,7 @@ import pytest
 from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.labels import label_trajectory
-from dtoc_rl.labels.vocabulary import base_tool_name, tool_category
+from dtoc_rl.labels.vocabulary import base_tool_name, tool_category, tool_kind
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mcp" / "mcp_tools.jsonl"
 
@@ -82,7 +82,7 @@ def test_server_prefixes_are_stripped_and_known_tools_keep_their_category():
     assert base_tool_name("github/get_file_contents") == "get_file_contents"
     # Goose names a tool by its extension; Gemini CLI's grep has its own name
     assert base_tool_name("developer__shell") == "shell" and base_tool_name("__init__") == "__init__"
-    assert tool_category("developer__shell", '{"command": "cat a.py"}') == "read"
+    assert tool_kind("developer__shell") == "shell" and tool_kind("developer__text_editor") == "editor"
     assert tool_category("search_file_content", '{"pattern": "x"}') == "search"
     assert tool_category("mcp__filesystem__read_file") == "read"
     assert tool_category("read_file") == "read"  # LiveEnv's own tools

@@ -33,7 +33,12 @@ from tests.cost_episodes import make_episode
         ("anthropic/claude-opus-4-1-20250805", "claude-opus-4-1-20250805"),
         ("claude-haiku-4-5-20251001", "claude-haiku-4-5-20251001"),
         ("gemini/gemini-2.5-pro", "gemini-2.5-pro"),
-        ("gemini-2.5-flash-lite", None),  # not the flash model
+        ("gemini-2.5-flash-lite", "gemini-2.5-flash-lite"),  # not the flash model
+        ("gemini-2.5-flash-preview-tts", None),  # a speech model is no text model
+        ("bedrock/us.anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4-1-20250805"),
+        ("vertex_ai/claude-opus-4-1@20250805", "claude-opus-4-1-20250805"),
+        ("o1-mini", "o3-mini"),
+        ("gpt-5.1-codex-mini", "gpt-5-codex-mini"),
     ],
 )
 def test_raw_names_map_to_versions(raw, version):

@@ -75,6 +75,7 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?4-0125(-preview)?$", "gpt-4-0125-preview"),
     (r"gpt-?5\.2-codex(-\d{8})?$", "gpt-5.2-codex"),
     (r"gpt-?5\.2(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.2"),
+    (r"gpt-?5(\.1)?-codex-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-codex-mini"),
     (r"gpt-?5-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-mini"),
     (r"gpt-?5-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-5-nano"),
     (r"gpt-?5(\.1)?(-codex)?(-\d{4}-\d{2}-\d{2})?$", "gpt-5"),
@@ -82,17 +83,21 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?4\.1-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1-nano"),
     (r"gpt-?4\.1(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1"),
     (r"o3(-\d{4}-\d{2}-\d{2})?$", "o3"),
+    (r"o(1|3)-mini(-\d{4}-\d{2}-\d{2})?$", "o3-mini"),
+    (r"o1(-\d{4}-\d{2}-\d{2})?$", "o1"),
     (r"o4-mini(-\d{4}-\d{2}-\d{2})?$", "o4-mini"),
     (r"gemini-3-pro-preview(-[\w-]+)?$", "gemini-3-pro-preview"),
     (r"claude-(sonnet-4|4-sonnet)-20250514$", "claude-sonnet-4-20250514"),
     (r"claude-sonnet-4-5(-20250929)?$", "claude-sonnet-4-5-20250929"),
     (r"claude-opus-4-5(-20251101)?$", "claude-opus-4-5-20251101"),
-    (r"claude-(opus-4-1|opus-4|4-opus)(-2025\d{4})?$", "claude-opus-4-1-20250805"),
+    (r"claude-(opus-4-1|opus-4|4-opus)(-0)?(-2025\d{4})?(-thinking)?$", "claude-opus-4-1-20250805"),
     (r"claude-(3-7-sonnet|sonnet-3-7)(-20250219)?(-thinking)?$", "claude-3-7-sonnet-20250219"),
     (r"claude-haiku-4-5(-20251001)?$", "claude-haiku-4-5-20251001"),
     (r"claude-3-5-haiku(-20241022)?$", "claude-3-5-haiku-20241022"),
-    (r"gemini-2\.5-pro([-\w.]*)?$", "gemini-2.5-pro"),
-    (r"gemini-2\.5-flash(-preview[-\w.]*|-\d{2}-\d{4})?$", "gemini-2.5-flash"),
+    (r"claude-3-haiku(-20240307)?$", "claude-3-haiku-20240307"),
+    (r"gemini-2\.5-pro(-preview-\d{2}-\d{2}|-exp-\d{2}-\d{2})?$", "gemini-2.5-pro"),
+    (r"gemini-2\.5-flash(-preview-\d{2}-\d{2}|-preview-\d{2}-\d{4}|-\d{2}-\d{4})?$", "gemini-2.5-flash"),
+    (r"gemini-2\.5-flash-lite(-preview-\d{2}-\d{2}|-preview-\d{2}-\d{4})?$", "gemini-2.5-flash-lite"),
     (r"deepseek-chat-v2$", "deepseek-chat-v2"),
     (r"deepseek-coder-v2$", "deepseek-coder-v2"),
     (r"doubao-pro-128k$", "doubao-pro-128k"),
@@ -104,6 +109,8 @@ def model_version(raw: str | None) -> str | None:
     if not raw:
         return None
     name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
+    # Bedrock's "(us.)anthropic.claude-...-v1:0" and Vertex's "claude-...@20250805" name the same version
+    name = re.sub(r"-v\d+:\d+$", "", re.sub(r"^(?:[a-z]{2}\.)?anthropic\.", "", name)).replace("@", "-")
     for pattern, version in _VERSIONS:
         if re.fullmatch(pattern, name):
             return version

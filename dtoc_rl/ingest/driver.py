@@ -9,6 +9,7 @@ counted as auxiliary, not skipped.  One bad file never stops the run.
 from __future__ import annotations
 
 import fnmatch
+import json
 import multiprocessing
 import os
 import stat
@@ -172,17 +173,23 @@ _HARBOR_REASON = "a Harbor trial's agent log: the run is read from its ATIF traj
 
 
 def _harbor_agent_dir(d: Path) -> bool:
-    """Whether ``d`` is a Harbor trial's ``agent/`` folder with an ATIF ``trajectory.json``: the agent's
-    own logs in it (Claude Code sessions, Codex rollouts, ...) are the same run again."""
+    """Whether ``d`` is a Harbor trial's ``agent/`` folder (its trial beside it holds ``result.json`` or
+    ``config.json``) with a whole ATIF ``trajectory.json``: the agent's own logs in it (Claude Code
+    sessions, Codex rollouts, ...) are the same run again.  A damaged ATIF file keeps them: they may
+    be all there is of the run."""
     f = d / "trajectory.json"
     if d.name != "agent" or not f.is_file() or f.is_symlink():
         return False
-    try:
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(65536)
-    except OSError:
+    if not any((d.parent / name).is_file() for name in ("result.json", "config.json")):
         return False
-    return AtifIngester().detect(f, head)
+    try:
+        text = f.read_text(encoding="utf-8")
+        if not AtifIngester().detect(f, text[:65536]):
+            return False
+        root = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(root, dict) and isinstance(root.get("steps"), list)
 
 
 def _link_reason(p: Path) -> str:

@@ -9,10 +9,12 @@ assistant and user messages each carry the ``usage`` of the model call that wrot
 
 Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): each simulation is one
 trajectory; the agent's tool calls and their replies are its steps, the simulated user's messages
-are user text.  In the telecom domain the user has tools too (``requestor: "user"``): those calls
-and their replies happen on the user's side, out of the agent's context, and are left out, as is the
-user simulator's usage.  The agent's opening greeting (τ² writes it without a model call) is prompt
-text before the task.  ``success = reward == 1``; the model is ``info.agent_info.llm``.
+are user text (the first is the task; the environment's ``policy``, which the agent's system prompt
+holds, is its system prompt).  In the telecom domain the user has tools too (``requestor:
+"user"``): those calls and their replies happen on the user's side, out of the agent's context, and
+are left out, as is the user simulator's usage.  The agent's opening greeting (τ² writes it without
+a model call) is prompt text before the task.  ``success = reward == 1``; the model is
+``info.agent_info.llm``.
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ from dtoc_rl.ingest.openai_chat import chat_to_steps
 
 __all__ = ["Tau2BenchIngester"]
 
-_HEAD = re.compile(r'^\s*\{[\s\S]*"agent_info"\s*:[\s\S]*"environment_info"\s*:')
-
 
 class Tau2BenchIngester(Ingester):
     name = "tau2-bench"
 
     def detect(self, path: Path, head: str) -> bool:
-        return path.suffix == ".json" and _HEAD.match(head) is not None
+        # Results start with their "info" (the agent's and the environment's), the long task list after
+        return (
+            path.suffix == ".json"
+            and head.lstrip().startswith("{")
+            and all(re.search(rf'"{key}"\s*:', head) for key in ("agent_info", "environment_info"))
+        )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         root = read_json(path)
@@ -49,11 +54,15 @@ class Tau2BenchIngester(Ingester):
         env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
         model = str(agent.get("llm") or "")
         domain = str(env.get("domain_name") or "")
+        policy = env.get("policy") if isinstance(env.get("policy"), str) else ""
         for i, sim in enumerate(root["simulations"]):
             w = f"simulations[{i}]"
             if not isinstance(sim, dict):
                 raise IngestError(f"{w} is {type(sim).__name__}, expected object", path)
-            cp = chat_to_steps(tau2_messages(sim.get("messages"), f"{w}.messages"), f"{w}.messages")
+            messages = tau2_messages(sim.get("messages"), f"{w}.messages")
+            if policy:  # the domain policy the agent's system prompt holds (the file keeps it once)
+                messages.insert(0, {"role": "system", "content": policy})
+            cp = chat_to_steps(messages, f"{w}.messages")
             if not cp.steps:
                 continue  # a simulation that never reached the agent (an infrastructure error)
             reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
@@ -124,7 +133,8 @@ def tau2_messages(messages: Any, where: str) -> list[dict]:
                 msg["usage"] = m["usage"]
             out.append(msg)
         elif role in ("user", "system"):
-            out.append({"role": role, "content": m.get("content") or ""})  # the user's calls stay out
+            if m.get("content"):  # a user message that only calls the user's own tools is not text
+                out.append({"role": role, "content": m["content"]})
         else:
             raise IngestError(f"{w} has role {role!r}, expected system, user, assistant or tool")
     return out

@@ -110,6 +110,11 @@ VERSION_PRICES: dict[str, Prices] = {
         2.00, 8.00, 0.50, 2.00, f"{_OPENAI} (o3-2025-04-16, after the 2025-06 price cut)", "2025-06-10"
     ),
     "o4-mini": Prices(1.10, 4.40, 0.275, 1.10, f"{_OPENAI} (o4-mini-2025-04-16)", "2025-04-16"),
+    "o3-mini": Prices(1.10, 4.40, 0.55, 1.10, f"{_OPENAI} (o3-mini-2025-01-31, o1-mini)", "2025-01-31"),
+    "o1": Prices(15.00, 60.00, 7.50, 15.00, f"{_OPENAI} (o1-2024-12-17)", "2024-12-17"),
+    "gpt-5-codex-mini": Prices(
+        0.25, 2.00, 0.025, 0.25, f"{_OPENAI} (gpt-5-codex-mini, gpt-5.1-codex-mini)", "2025-11-13"
+    ),
     # Google AI pricing, gemini-3-pro-preview, prompts <= 200k tokens; implicit caching, no write fee.
     "gemini-3-pro-preview": Prices(
         2.00, 12.00, 0.20, 2.00, "ai.google.dev/pricing (gemini-3-pro-preview, <=200k)", "2025-11-18"
@@ -135,6 +140,7 @@ VERSION_PRICES: dict[str, Prices] = {
     "claude-3-5-haiku-20241022": Prices(
         0.80, 4.00, 0.08, 1.00, f"{_ANTHROPIC} (Claude Haiku 3.5)", "2024-11-04"
     ),
+    "claude-3-haiku-20240307": Prices(0.25, 1.25, 0.03, 0.30, f"{_ANTHROPIC} (Claude Haiku 3)", "2024-08-14"),
     # Google AI pricing for Gemini 2.5 as listed at mid-2025 (prompts <= 200k tokens; cached input at
     # a quarter of the input price, no write fee; storage per hour is not billed per call).  Google has
     # changed the cached rate since: give --prices for a bill to the cent.
@@ -143,6 +149,9 @@ VERSION_PRICES: dict[str, Prices] = {
     ),
     "gemini-2.5-flash": Prices(
         0.30, 2.50, 0.075, 0.30, "ai.google.dev/pricing (gemini-2.5-flash, mid-2025)", "2025-06-17"
+    ),
+    "gemini-2.5-flash-lite": Prices(
+        0.10, 0.40, 0.025, 0.10, "ai.google.dev/pricing (gemini-2.5-flash-lite, mid-2025)", "2025-07-22"
     ),
     # DeepSeek V2 API (2024-08): $0.14 / $0.28, disk cache hits $0.014, no write fee.
     "deepseek-chat-v2": Prices(

@@ -183,7 +183,10 @@ def test_a_harbor_job_folder_reads_each_trial_once(tmp_path, repo_root):
     assert [t.source for t in res.trajectories] == ["atif"]
     skipped = {Path(s.path).name: s.reason for s in res.skipped}
     assert set(skipped) == {"sessions", "agent-events.jsonl"} and "ATIF" in skipped["sessions"]
-    # without the ATIF file the agent's own log is read as before
+    # a damaged ATIF file (or none) leaves the agent's own log to be read as before
+    path.write_text(path.read_text()[:200])
+    res = ingest_paths([tmp_path / "job"], label=False, progress=False)
+    assert "claude-code-transcript" in {t.source for t in res.trajectories}
     path.unlink()
     res = ingest_paths([tmp_path / "job"], label=False, progress=False)
     assert {t.source for t in res.trajectories} == {"claude-code-transcript"}  # (the copy: a duplicate id)

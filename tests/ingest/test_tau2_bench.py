@@ -24,6 +24,8 @@ def _simulation(sid: str, reward: float | None, task: str = "7") -> dict:
     usage = {"prompt_tokens": 3000, "completion_tokens": 40, "prompt_tokens_details": {"cached_tokens": 2000}}
     messages = [
         {"role": "assistant", "content": "Hi! How can I help you today?", "tool_calls": None, "turn_idx": 0},
+        {"role": "user", "content": None, "tool_calls": [_call("u0", "check_status_bar", "user")]},
+        {"role": "tool", "id": "u0", "content": "No service", "requestor": "user", "error": False},
         {"role": "user", "content": "My phone has no data.", "usage": {"prompt_tokens": 500}, "turn_idx": 1},
         {"role": "assistant", "content": None, "usage": usage, "cost": 0.004,
          "tool_calls": [_call("a1", "get_order_details", order_id="#W1")]},
@@ -52,7 +54,7 @@ def _results(path: Path, sims: list[dict]) -> Path:
             "num_trials": 1,
             "user_info": {"implementation": "user_simulator", "llm": "gpt-4.1"},
             "agent_info": {"implementation": "llm_agent", "llm": "claude-sonnet-4-5-20250929"},
-            "environment_info": {"domain_name": "telecom"},
+            "environment_info": {"domain_name": "telecom", "policy": "# Telecom agent policy"},
         },
         "tasks": [{"id": "7"}],
         "simulations": sims,
@@ -72,7 +74,9 @@ def test_a_telecom_simulation_reads_as_the_agents_context(tmp_path):
         False,
         "claude-sonnet",
     )
-    assert t1.system_prompt == "Hi! How can I help you today?" and t1.task_text == "My phone has no data."
+    # the policy is the agent's system prompt, the greeting follows it; a user's own tool call is no task
+    assert t1.system_prompt == "# Telecom agent policy\n\nHi! How can I help you today?"
+    assert t1.task_text == "My phone has no data."
     # the user's own tool call and its reply are not in the agent's context
     assert [x.tool_name for x in s] == ["get_order_details", None, "refuel_data", None]
     assert s[0].output == ORDER and (s[2].output, s[2].output_is_error) == ("Error: no plan", True)
@@ -83,12 +87,12 @@ def test_a_telecom_simulation_reads_as_the_agents_context(tmp_path):
 
 def test_a_broken_simulation_is_named(tmp_path):
     sim = _simulation("s1", 1.0)
-    sim["messages"][2]["tool_calls"] = [{"id": "x"}]
-    with pytest.raises(IngestError, match=r"simulations\[0\]\.messages\[2\]\.tool_calls\[0\] must be"):
+    sim["messages"][4]["tool_calls"] = [{"id": "x"}]
+    with pytest.raises(IngestError, match=r"simulations\[0\]\.messages\[4\]\.tool_calls\[0\] must be"):
         list(TAU2.parse(_results(tmp_path / "bad.json", [sim])))
     sim = _simulation("s1", None)
-    sim["messages"][3]["role"] = "robot"
-    with pytest.raises(IngestError, match=r"messages\[3\] has role 'robot'"):
+    sim["messages"][5]["role"] = "robot"
+    with pytest.raises(IngestError, match=r"messages\[5\] has role 'robot'"):
         list(TAU2.parse(_results(tmp_path / "bad2.json", [sim])))
 
 
