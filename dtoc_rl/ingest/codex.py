@@ -90,18 +90,8 @@ class CodexRolloutIngester(Ingester):
         meta: dict[str, Any] = {}
         models: list[str] = []
         last_total: Any = None
-        bad: list[str] = []
-        torn: str | None = None  # the last unreadable line, if it turns out to be the file's last
-        for lineno, rec, err in iter_jsonl(path):
-            if torn:  # the unreadable line was not the last one after all
-                bad.append(torn)
-                torn = None
-            if err is not None:  # forgiven only as the last line: a session still being written
-                torn = f"line {lineno}: {err}"
-                continue
-            if not isinstance(rec, dict):
-                bad.append(f"line {lineno}: not an object")
-                continue
+        lines = _Lines(path)
+        for lineno, rec in lines:
             kind, payload = rec.get("type"), rec.get("payload")
             if "payload" not in rec:  # a rollout without the envelope
                 if lineno == 1 and "instructions" in rec:
@@ -110,7 +100,7 @@ class CodexRolloutIngester(Ingester):
                     items.append(_codex_output(_harness_text(rec)))
                 continue
             if not isinstance(payload, dict):
-                bad.append(f"line {lineno}: payload is {type(payload).__name__}, expected object")
+                lines.bad.append(f"line {lineno}: payload is {type(payload).__name__}, expected object")
                 continue
             if kind == "session_meta":
                 meta = payload
@@ -131,9 +121,7 @@ class CodexRolloutIngester(Ingester):
                     continue  # the same call reported again
                 last_total = total
                 items.append({"type": "dtoc_usage", "usage": info["last_token_usage"]})
-        if bad:
-            shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
-            raise IngestError(f"{len(bad)} bad lines: {shown}", path)
+        lines.check()
         if not items:
             raise IngestError("no response items: an empty session", path)
         rp = responses_to_messages(items, "response_items")
@@ -151,7 +139,7 @@ class CodexRolloutIngester(Ingester):
             extra["models"] = ",".join(models)
         if rp.skipped:
             extra["skipped_items"] = json.dumps(dict(sorted(rp.skipped.items())))
-        if torn:
+        if lines.torn:
             extra["torn_last_line"] = True
         if rp.unattached_usage:
             extra["unattached_usage_events"] = rp.unattached_usage
@@ -173,6 +161,36 @@ class CodexRolloutIngester(Ingester):
                 steps=cp.steps,
             )
         )
+
+
+class _Lines:
+    """A Codex JSONL file's objects, ``(line number, object)``, for both layouts it writes.  A bad line
+    goes to :attr:`bad` (the readers add their own: a payload or item of the wrong type) and fails the
+    file at :meth:`check`; an unreadable last line (a session still being written) is forgiven and
+    kept in :attr:`torn`."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.bad: list[str] = []
+        self.torn: str | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, dict]]:
+        for lineno, rec, err in iter_jsonl(self.path):
+            if self.torn:  # the unreadable line was not the last one after all
+                self.bad.append(self.torn)
+                self.torn = None
+            if err is not None:
+                self.torn = f"line {lineno}: {err}"
+            elif not isinstance(rec, dict):
+                self.bad.append(f"line {lineno}: not an object")
+            else:
+                yield lineno, rec
+
+    def check(self) -> None:
+        if self.bad:
+            bad = self.bad
+            shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise IngestError(f"{len(bad)} bad lines: {shown}", self.path)
 
 
 def _harness_text(item: dict) -> dict:
@@ -283,26 +301,18 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
     """A ``codex exec --json`` stream (see the module docstring)."""
     items: list[dict] = []
     skipped: dict[str, int] = {}
-    thread, bad, torn = "", [], None
+    thread = ""
     usage: dict = {}  # the last turn's: codex exec reports the thread's running total, not the turn's
     turns = 0
-    for lineno, rec, err in iter_jsonl(path):
-        if torn:
-            bad.append(torn)
-            torn = None
-        if err is not None:
-            torn = f"line {lineno}: {err}"
-            continue
-        if not isinstance(rec, dict):
-            bad.append(f"line {lineno}: not an object")
-            continue
+    lines = _Lines(path)
+    for lineno, rec in lines:
         kind = rec.get("type")
         if kind == "thread.started":
             thread = str(rec.get("thread_id") or thread)
         elif kind == "item.completed":
             item = rec.get("item")
             if not isinstance(item, dict):
-                bad.append(f"line {lineno}: item is {type(item).__name__}, expected object")
+                lines.bad.append(f"line {lineno}: item is {type(item).__name__}, expected object")
                 continue
             mapped = _stream_item(item, len(items))
             if not mapped:
@@ -311,9 +321,7 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
         elif kind == "turn.completed":
             usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
             turns += 1
-    if bad:
-        shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise IngestError(f"{len(bad)} bad lines: {shown}", path)
+    lines.check()
     rp = responses_to_messages(items, "items")
     cp = chat_to_steps(rp.messages, "items")
     if not cp.steps:
@@ -321,7 +329,7 @@ def _parse_stream(source: str, path: Path) -> Trajectory:
     extra: dict[str, Any] = {"format": "codex exec --json", "turns": turns}
     if skipped:
         extra["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
-    if torn:
+    if lines.torn:
         extra["torn_last_line"] = True
     session = thread or path.stem
     return finalize(
