@@ -98,16 +98,12 @@ def new_step(**kw) -> Step:
 
 def count(d: dict, *keys: str) -> int | None:
     """:func:`number` as a whole count (tokens)."""
-    return _int(_num(d, *keys))
+    return _int(number(d, *keys))
 
 
 def number(d: dict, *keys: str) -> float | None:
-    """The first of ``keys`` in ``d`` that holds a logged count or price: a finite number >= 0."""
-    return _num(d, *keys)
-
-
-def _num(d: dict, *keys: str) -> float | None:
-    # JSON readers turn 1e999 into inf; a count or a price that is not finite and >= 0 is no figure
+    """The first of ``keys`` in ``d`` that holds a logged count or price: a finite number >= 0 (JSON
+    readers turn 1e999 into inf, which is no figure)."""
     for k in keys:
         v = d.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and v > 10**15:
@@ -135,32 +131,34 @@ def usage_from(raw: object) -> Usage | None:
         return None
     details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
     details = details if isinstance(details, dict) else {}
-    cost = _num(raw, "cost", "cost_usd", "total_cost")
+    cost = number(raw, "cost", "cost_usd", "total_cost")
     if "prompt_tokens" in raw or "completion_tokens" in raw:
-        inp = _num(raw, "prompt_tokens")
+        inp = number(raw, "prompt_tokens")
         return Usage(
             input_tokens=None if inp is None else int(inp),
-            cached_tokens=_int(_num(details, "cached_tokens")),
-            cache_write_tokens=_int(_num(details, "cache_write_tokens", "cache_creation_tokens")),
-            output_tokens=_int(_num(raw, "completion_tokens")),
+            cached_tokens=_int(number(details, "cached_tokens")),
+            cache_write_tokens=_int(number(details, "cache_write_tokens", "cache_creation_tokens")),
+            output_tokens=_int(number(raw, "completion_tokens")),
             cost_usd=cost,
         )
     if _GEMINI_COUNTS & raw.keys():
         return Usage(
-            input_tokens=_int(_num(raw, "promptTokenCount", "prompt_token_count")),
-            cached_tokens=_int(_num(raw, "cachedContentTokenCount", "cached_content_token_count")) or 0,
-            output_tokens=_int(_num(raw, "candidatesTokenCount", "candidates_token_count")),
+            input_tokens=_int(number(raw, "promptTokenCount", "prompt_token_count")),
+            cached_tokens=_int(number(raw, "cachedContentTokenCount", "cached_content_token_count")) or 0,
+            output_tokens=_int(number(raw, "candidatesTokenCount", "candidates_token_count")),
             cost_usd=cost,
         )
     if "input_tokens" in raw or "output_tokens" in raw:
-        inp = _num(raw, "input_tokens")
-        read = _num(raw, "cache_read_input_tokens")
-        write = _num(raw, "cache_creation_input_tokens")
+        inp = number(raw, "input_tokens")
+        read = number(raw, "cache_read_input_tokens")
+        write = number(raw, "cache_creation_input_tokens")
         if read is None and write is None:  # OpenAI responses: input_tokens already holds the cached part
             return Usage(
                 input_tokens=_int(inp),
-                cached_tokens=_int(_first(_num(details, "cached_tokens"), _num(raw, "cached_input_tokens"))),
-                output_tokens=_int(_num(raw, "output_tokens")),
+                cached_tokens=_int(
+                    _first(number(details, "cached_tokens"), number(raw, "cached_input_tokens"))
+                ),
+                output_tokens=_int(number(raw, "output_tokens")),
                 cost_usd=cost,
             )
         total = None if inp is None else int(inp + (read or 0) + (write or 0))
@@ -168,7 +166,7 @@ def usage_from(raw: object) -> Usage | None:
             input_tokens=total,
             cached_tokens=_int(read),
             cache_write_tokens=_int(write),
-            output_tokens=_int(_num(raw, "output_tokens")),
+            output_tokens=_int(number(raw, "output_tokens")),
             cost_usd=cost,
         )
     return None
