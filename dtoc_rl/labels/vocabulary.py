@@ -272,7 +272,7 @@ def unwrap_shell(cmd: str) -> str:
     policy's tool category reads.  Anything after the script (a redirection, another command) keeps
     the line whole."""
     line = cmd.strip()
-    if not line.startswith(("bash", "sh", "zsh", "dash", "ksh", "/")):
+    if not line.startswith((*_SHELLS, "/")):  # cheap: most lines run no shell
         return cmd
     argv = shell_tokens(line)
     at = _script_at(argv)
