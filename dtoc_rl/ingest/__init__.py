@@ -17,6 +17,7 @@ from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.chat_parquet import ChatParquetIngester
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
@@ -80,6 +81,7 @@ INGESTERS: list[Ingester] = [
     OpenCodeIngester(),
     RepoLaunchIngester(),
     CodexRolloutIngester(),
+    ChatParquetIngester(),
     OpenAIChatIngester(),
 ]
 

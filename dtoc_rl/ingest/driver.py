@@ -25,10 +25,11 @@ from dtoc_rl.core.tokens import CharEstimator
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
+from dtoc_rl.ingest.chat_parquet import not_a_log_reason
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
-LOG_SUFFIXES = {".json", ".jsonl", ".traj"}
+LOG_SUFFIXES = {".json", ".jsonl", ".traj", ".parquet"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
 AUXILIARY = [
     "*labels*.jsonl", "sessions_index.jsonl", "results.json", "result.json", "config.json", "report.json",
@@ -220,7 +221,10 @@ def _process(
     except OSError as e:
         return [], [Skip(where, failure_reason(e))], None, size
     if ing is None:
-        return [], [Skip(where, "unknown format: no ingester recognises this file")], None, size
+        reason = "unknown format: no ingester recognises this file"
+        if unit.suffix == ".parquet":
+            reason = not_a_log_reason(unit)
+        return [], [Skip(where, reason)], None, size
     trajs: list[Trajectory] = []
     skips: list[Skip] = []
     forced = f"--format {fmt} cannot read it: " if fmt else ""

@@ -13,7 +13,10 @@ kept as that call's logged usage.  A run may instead hold OpenAI Responses API i
 messages (:mod:`dtoc_rl.ingest.responses`).  A run with no tool calls whose replies write their
 actions as text (a ```` ```bash ```` block, ``<function=...>``, ``<execute_bash>``) has them read
 as tool calls, each next user message as the output (:mod:`dtoc_rl.ingest.text_actions`;
-``extra.text_actions`` names the convention).  AutoCodeRover's ``conversation_round_*.json`` (bare
+``extra.text_actions`` names the convention).  A run as trajectory datasets publish it (messages
+under ``trajectory`` or ``conversations``, ShareGPT's ``from``/``value``, roles such as ``ai`` or
+``observation``; Parquet shards through :mod:`dtoc_rl.ingest.chat_parquet`) is renamed to this
+shape first (:mod:`dtoc_rl.ingest.chat_rows`).  AutoCodeRover's ``conversation_round_*.json`` (bare
 message lists inside its task folders) are left to that ingester.
 
 Mapping (shared with :mod:`dtoc_rl.ingest.tau_bench` via :func:`chat_to_steps`):
@@ -30,8 +33,9 @@ events): it becomes the steps' ``masked_before`` and ``events``
 (:func:`apply_visibility`), so a run with a policy plugged in can be replayed,
 cloned (``--mode bc``) and calibrated like any masked log.
 
-Labels: ``success`` / ``pass`` / ``passed`` / ``resolved`` (bool) win; else ``reward`` 1 → True,
-0 → False, other values → None (kept in ``extra``).  No label → None.
+Labels: ``success`` / ``pass`` / ``passed`` / ``resolved`` / ``target`` (bool; nebius' datasets call
+the outcome ``target``) win, then ``resolved`` as an integer 0 / 1; else ``reward`` 1 → True, 0 →
+False, other values → None (kept in ``extra``).  No label → None.
 
 This module also holds small helpers the other chat/event ingesters share
 (``iter_jsonl``, ``parse_rows``, ``iso_to_epoch``, ``norm_args``).
@@ -51,6 +55,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
+from dtoc_rl.ingest.chat_rows import chat_run, message_column
 from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
 from dtoc_rl.ingest.text_actions import as_tool_calls
@@ -66,13 +71,22 @@ __all__ = [
     "parse_rows",
 ]
 
+#: A run's text fields longer than this (a dataset's patch or evaluation log) are not copied into
+#: ``extra``, only named with their length in ``extra.long_fields``: they are not part of the context.
+MAX_FIELD_CHARS = 4000
+
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _ROLE_RE = re.compile(r'"role"\s*:\s*"(?:system|developer|user|assistant|tool)"')
 _ITEM_RE = re.compile(r'"type"\s*:\s*"(?:function_call|custom_tool_call|local_shell_call)"')
 # Keys that mark formats other ingesters own; their presence vetoes detection.
-_FOREIGN = re.compile(
-    r'"(?:traj|history|trajectory|trajectory_format|parentUuid|session_id|sessionId|_RESPONSE|parts|kind)"\s*:'
+_FOREIGN_KEYS = "traj|history|trajectory_format|parentUuid|session_id|sessionId|_RESPONSE|parts|kind"
+_FOREIGN = re.compile(rf'"(?:trajectory|{_FOREIGN_KEYS})"\s*:')
+# A published dataset's run (chat_rows): its messages under another column, roles possibly renamed.
+_DATASET_RUN = re.compile(r'"(?:trajectory|conversations|conversation)"\s*:\s*\[')
+_DATASET_ROLE = re.compile(
+    r'"(?:role|from)"\s*:\s*"(?:system|user|assistant|tool|ai|human|gpt|model|function_call|observation)"'
 )
+_DATASET_FOREIGN = re.compile(rf'"(?:{_FOREIGN_KEYS})"\s*:')
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -343,9 +357,11 @@ def _reply(
 
 
 def _label(row: dict) -> tuple[bool | None, str]:
-    for key in ("success", "pass", "passed", "resolved"):
+    for key in ("success", "pass", "passed", "resolved", "target"):
         if isinstance(row.get(key), bool):
             return row[key], f"row:{key}"
+    if row.get("resolved") in (0, 1) and not isinstance(row.get("resolved"), float):
+        return row["resolved"] == 1, "row:resolved"  # an integer column (SWE-rebench's Parquet)
     reward = row.get("reward")
     if isinstance(reward, (int, float)) and not isinstance(reward, bool):
         if reward == 1:
@@ -366,6 +382,8 @@ class OpenAIChatIngester(Ingester):
         start = head.lstrip()[:1]
         if start not in ("{", "["):
             return False
+        if _DATASET_RUN.search(head) and _DATASET_ROLE.search(head) and not _DATASET_FOREIGN.search(head):
+            return True
         if not _ROLE_RE.search(head) or _FOREIGN.search(head):
             return False
         if '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None:
@@ -377,61 +395,8 @@ class OpenAIChatIngester(Ingester):
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: set[str] = set()
-        unit = "line"
-
-        def one(row: Any, number: int) -> Trajectory:
-            if isinstance(row, list):
-                row = {"input": row} if is_item_list(row) else {"messages": row}
-            if not isinstance(row, dict):
-                raise IngestError(f"row is {type(row).__name__}, expected object or message list")
-            messages, skipped = _row_messages(row)
-            messages, text_actions = as_tool_calls(messages, content_text)
-            cp = chat_to_steps(messages)
-            if not cp.steps:
-                raise IngestError("empty trajectory: no assistant turns")
-            rid = row.get("id")
-            task_id = row.get("task_id", rid)
-            model = row.get("model") or ""
-            if not isinstance(model, str):
-                raise IngestError(f"'model' is {type(model).__name__}, expected string")
-            key = str(rid) if rid is not None else f"{unit}{number}"
-            if key in seen:
-                key = f"{key}#{number}"
-            seen.add(key)
-            success, source = _label(row)
-            scalars = {
-                k: v
-                for k, v in row.items()
-                if k != "messages" and (v is None or isinstance(v, (str, int, float, bool)))
-            }
-            if cp.trailing_user:
-                scalars["trailing_user_text"] = cp.trailing_user
-            if text_actions:
-                scalars["text_actions"] = text_actions
-            if skipped:
-                scalars["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
-            traj = finalize(
-                Trajectory(
-                    traj_id=f"{self.name}/{path.stem}/{key}",
-                    source=self.name,
-                    model_raw=model,
-                    model_family=normalize_family(model),
-                    task_id=str(task_id) if task_id is not None else f"{path.stem}:{number}",
-                    task_text=cp.task,
-                    system_prompt=cp.system,
-                    success=success,
-                    outcome_source=source,
-                    source_path=str(path),
-                    extra=json.dumps(scalars),
-                    steps=cp.steps,
-                )
-            )
-            if row.get("dtoc_visibility") is not None:
-                apply_visibility(traj, row["dtoc_visibility"])
-            return traj
-
         if path.suffix == ".jsonl":
-            yield from parse_rows(path, iter_jsonl(path), one, unit=unit)
+            yield from parse_rows(path, iter_jsonl(path), lambda r, n: self.run(path, r, n, seen, "line"))
             return
         data = read_json(path)
         if isinstance(data, list) and data and all(isinstance(r, dict) and _is_run(r) for r in data):
@@ -440,14 +405,76 @@ class OpenAIChatIngester(Ingester):
         else:
             rows = [(1, data, None)]  # one run: an object with "messages", or a bare message list
             unit = "file"
-        yield from parse_rows(path, rows, one, unit=unit)
+        yield from parse_rows(path, rows, lambda r, n: self.run(path, r, n, seen, unit), unit=unit)
+
+    def run(self, path: Path, row: Any, number: int, seen: set[str], unit: str) -> Trajectory:
+        """One run (row ``number`` of ``path``) as a trajectory; ``seen`` holds the keys used so far."""
+        if isinstance(row, list):
+            row = {"input": row} if is_item_list(row) else {"messages": row}
+        if not isinstance(row, dict):
+            raise IngestError(f"row is {type(row).__name__}, expected object or message list")
+        row = chat_run(row)
+        messages, skipped = _row_messages(row)
+        messages, text_actions = as_tool_calls(messages, content_text)
+        cp = chat_to_steps(messages)
+        if not cp.steps:
+            raise IngestError("empty trajectory: no assistant turns")
+        rid = row.get("id")
+        task_id = row.get("task_id", rid)
+        model = row.get("model") or ""
+        if not isinstance(model, str):
+            raise IngestError(f"'model' is {type(model).__name__}, expected string")
+        key = str(rid) if rid is not None else f"{unit}{number}"
+        if key in seen:
+            key = f"{key}#{number}"
+        seen.add(key)
+        success, source = _label(row)
+        scalars: dict[str, Any] = {}
+        long_fields: dict[str, int] = {}
+        for k, v in row.items():
+            if k == "messages" or not (v is None or isinstance(v, (str, int, float, bool))):
+                continue
+            if isinstance(v, str) and len(v) > MAX_FIELD_CHARS:
+                long_fields[k] = len(v)
+            else:
+                scalars[k] = v
+        if long_fields:
+            scalars["long_fields"] = json.dumps(long_fields)
+        if cp.trailing_user:
+            scalars["trailing_user_text"] = cp.trailing_user
+        if text_actions:
+            scalars["text_actions"] = text_actions
+        if skipped:
+            scalars["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
+        traj = finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{path.stem}/{key}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=str(task_id) if task_id is not None else f"{path.stem}:{number}",
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=success,
+                outcome_source=source,
+                source_path=str(path),
+                extra=json.dumps(scalars),
+                steps=cp.steps,
+            )
+        )
+        if row.get("dtoc_visibility") is not None:
+            apply_visibility(traj, row["dtoc_visibility"])
+        return traj
 
 
 _ITEM_KEYS = ("input", "items", "output")
 
 
 def _is_run(row: dict) -> bool:
-    return "messages" in row or any(is_item_list(row.get(k)) for k in _ITEM_KEYS)
+    # "messages" alone counts (even when not a list: the run then fails with its reason)
+    if "messages" in row or message_column(row) is not None:
+        return True
+    return any(is_item_list(row.get(k)) for k in _ITEM_KEYS)
 
 
 def _row_messages(row: dict) -> tuple[list, Counter]:

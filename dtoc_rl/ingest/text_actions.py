@@ -15,7 +15,16 @@ saved as plain chat messages (which would otherwise have no tool outputs to mana
 * ``bash``: exactly one ```` ```bash ```` block (mini-swe-agent 1.x's action regex; with none or several
   its harness runs nothing and answers with a format error) → ``bash`` with the command text.
 
-An untagged ```` ``` ```` block is no action here: in a plain chat it is far more often an example.
+An untagged ```` ``` ```` block is no action by these: in a plain chat it is far more often an example.
+Only when none of them finds an agent loop is one more convention tried, on its own:
+
+* ``thought_action``: the reply's last fenced block (any language tag or none) is the command and the
+  text around it the thought (SWE-agent 0.x, ``sweagent/agent/parsing.py``, ``ThoughtActionParser``:
+  "a discussion followed by a command wrapped in backticks"; the runs of nebius/SWE-agent-trajectories
+  are written this way) → the ACI command it starts with (``open``, ``edit``, ... as the SWE-agent
+  reader names them), else ``bash``, with the command text.
+
+The same share test guards it, so a chat that shows a code block now and then stays a chat.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["as_tool_calls", "bash_block", "text_action", "xml_function_call"]
+from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
+
+__all__ = ["as_tool_calls", "bash_block", "text_action", "thought_action", "xml_function_call"]
 
 _FN = re.compile(r"<function=([^>]+)>\n(.*?)</function>", re.DOTALL)
 _FN_PARAM = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
@@ -35,6 +46,7 @@ _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell"
                  "browse": ("browser", "code")}  # fmt: skip
 _BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
+_FENCED = re.compile(r"^```[^\n`]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 #: A plain chat is read as a text-action agent only when at least this many replies carry an action
 #: and they are at least this share of the replies the harness answered (a user message follows):
@@ -85,6 +97,19 @@ def text_action(text: str) -> tuple[str, str, str, str] | None:
     return None
 
 
+def thought_action(text: str) -> tuple[str, str, str, str] | None:
+    """SWE-agent 0.x's action of a reply (the last fenced block), as :func:`text_action` returns one,
+    or None when the reply has no fenced block with a command in it."""
+    blocks = list(_FENCED.finditer(text or ""))
+    if not blocks or not blocks[-1].group(1).strip():
+        return None
+    m = blocks[-1]
+    command = m.group(1).rstrip("\n")
+    first = command.split(None, 1)[0]
+    name = first if first in ACI_COMMANDS else "bash"
+    return "thought_action", name, command, (text[: m.start()] + text[m.end() :]).strip()
+
+
 def _native(m: Any) -> bool:
     # a message of a function-calling log: OpenAI tool calls or replies, Anthropic tool blocks
     if not isinstance(m, dict):
@@ -104,17 +129,16 @@ def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[A
     ``content_text(content, where)`` reads a message's text."""
     if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs) or any(map(_native, msgs)):
         return msgs, None
-    acts: dict[int, tuple[str, str, str, str]] = {}
-    answered = 0
-    for i, m in enumerate(msgs):
-        if m.get("role") != "assistant":
-            continue
-        followed = i + 1 < len(msgs) and msgs[i + 1].get("role") == "user"
-        answered += followed
-        act = text_action(content_text(m.get("content"), f"messages[{i}].content"))
-        if act is not None and followed:
-            acts[i] = act
-    if len(acts) < MIN_ACTIONS or len(acts) < MIN_ACTION_SHARE * answered:
+    texts = {
+        i: content_text(m.get("content"), f"messages[{i}].content")
+        for i, m in enumerate(msgs)
+        if m.get("role") == "assistant" and i + 1 < len(msgs) and msgs[i + 1].get("role") == "user"
+    }  # the replies the harness answered
+    for find in (text_action, thought_action):
+        acts = {i: act for i, t in texts.items() if (act := find(t)) is not None}
+        if len(acts) >= MIN_ACTIONS and len(acts) >= MIN_ACTION_SHARE * len(texts):
+            break
+    else:
         return msgs, None
     out: list = []
     for i, m in enumerate(msgs):

@@ -1,0 +1,99 @@
+"""Chat runs under the names published trajectory datasets give them.
+
+Agent trajectories shared on the Hugging Face Hub are chat runs with other column and role names
+than a saved OpenAI request.  The generic chat reader (:mod:`dtoc_rl.ingest.openai_chat`, and its
+Parquet reader :mod:`dtoc_rl.ingest.chat_parquet`) reads them through :func:`chat_run`, which only
+renames; what it reads is then an ordinary chat run.  Conventions seen in such datasets:
+
+* the messages under ``messages``, ``trajectory`` (nebius/SWE-agent-trajectories,
+  nebius/SWE-rebench-openhands-trajectories, nvidia/SWE-Zero-openhands-trajectories) or
+  ``conversations`` / ``conversation`` (ShareGPT), as a list or as the JSON text of one (Parquet
+  exports often store them as a string);
+* a message's role under ``role`` or ``from`` and its text under ``content``, ``text`` (nebius'
+  SWE-agent runs) or ``value`` (ShareGPT);
+* role names ``ai``, ``gpt``, ``model``, ``bot`` (the assistant), ``human`` (the user),
+  ``observation``, ``function_response``, ``tool_response``, ``ipython`` (a tool's reply); ShareGPT's
+  ``function_call`` turn holds the call as JSON ``{"name", "arguments"}`` (LLaMA-Factory's tool
+  format);
+* the run's model under ``model`` or ``model_name``, its task under ``task_id`` or ``instance_id``,
+  its id under ``id``, ``traj_id`` or ``trajectory_id``.
+
+Outcome columns are read by the chat reader's label rule (``resolved`` as 0/1 included).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dtoc_rl.ingest.base import IngestError
+
+__all__ = ["MESSAGE_COLUMNS", "chat_run", "message_column"]
+
+#: Where a run keeps its messages, in the order they are looked for.
+MESSAGE_COLUMNS = ("messages", "trajectory", "conversations", "conversation")
+_ROLES = {
+    "ai": "assistant", "gpt": "assistant", "model": "assistant", "bot": "assistant", "chatbot": "assistant",
+    "human": "user",
+    "observation": "tool", "function_response": "tool", "tool_response": "tool", "ipython": "tool",
+}  # fmt: skip
+_TEXT_KEYS = ("content", "text", "value")
+_ALIASES = {"model": ("model_name",), "task_id": ("instance_id",), "id": ("traj_id", "trajectory_id")}
+
+
+def message_column(row: dict) -> str | None:
+    """The column of ``row`` that holds its messages (a list, or JSON text of one), or None."""
+    for key in MESSAGE_COLUMNS:
+        v = row.get(key)
+        if isinstance(v, list) or (isinstance(v, str) and v.lstrip().startswith("[")):
+            return key
+    return None
+
+
+def chat_run(row: dict) -> dict:
+    """``row`` as a chat run: ``messages`` a list of OpenAI-named messages and ``model``, ``task_id`` and
+    ``id`` filled from their aliases.  A run already in that shape comes back equal."""
+    key = message_column(row)
+    if key is None:
+        return row
+    msgs = row[key]
+    if isinstance(msgs, str):
+        try:
+            msgs = json.loads(msgs)
+        except json.JSONDecodeError as e:
+            raise IngestError(f"'{key}' is text but not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(msgs, list):
+            raise IngestError(f"'{key}' holds JSON {type(msgs).__name__}, expected a list of messages")
+    out = {k: v for k, v in row.items() if k != key}
+    out["messages"] = [_message(m, f"{key}[{i}]") for i, m in enumerate(msgs)]
+    for name, aliases in _ALIASES.items():
+        if out.get(name) is None:
+            found = next((out[a] for a in aliases if out.get(a) is not None), None)
+            if found is not None:
+                out[name] = found
+    return out
+
+
+def _message(m: Any, where: str) -> Any:
+    if not isinstance(m, dict):
+        return m  # the chat reader names what is wrong with it
+    role = m.get("role") if m.get("role") is not None else m.get("from")
+    if role == "function_call":  # ShareGPT tool format: the assistant's call as JSON
+        return {"role": "assistant", "content": None, "tool_calls": [_sharegpt_call(m.get("value"), where)]}
+    text = next((m[k] for k in _TEXT_KEYS if m.get(k) is not None), None)
+    role = _ROLES.get(role, role) if isinstance(role, str) else role
+    if role == m.get("role") and text is m.get("content"):
+        return m
+    return {**m, "role": role, "content": text}
+
+
+def _sharegpt_call(value: Any, where: str) -> dict:
+    try:
+        call = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        call = None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        got = str(value)[:60]
+        raise IngestError(f"{where}: a function_call turn must hold JSON with a 'name', got {got!r}")
+    fn = {"name": call["name"], "arguments": call.get("arguments")}
+    return {"id": None, "type": "function", "function": fn}
