@@ -16,6 +16,7 @@ but has no message column, so it is never taken for a log.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,20 +41,38 @@ def _columns(path: Path) -> list[str] | None:
         return None
 
 
+def _reason(e: BaseException) -> str:
+    # Arrow's messages can hold raw bytes of the damaged file: one printable line
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text)[:200]
+
+
 def _rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """``(row number, row, error)`` for every row, one row group at a time: a damaged group is one
+    error naming its rows, and the groups after it are still read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
-        number = 0
-        for batch in pf.iter_batches(batch_size=ROWS_PER_BATCH):
-            for row in batch.to_pylist():
-                number += 1
-                yield number, row, None
-    except (pa.ArrowException, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise IngestError(f"unreadable Parquet: {first}", path) from None
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise IngestError(f"unreadable Parquet: {_reason(e)}", path) from None
+    meta = pf.metadata
+    if meta.num_rows == 0:
+        raise IngestError("empty Parquet file: no rows", path)
+    first = 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        done = 0
+        try:
+            for batch in pf.iter_batches(batch_size=ROWS_PER_BATCH, row_groups=[g]):
+                for row in batch.to_pylist():
+                    done += 1
+                    yield first + done, row, None
+        except (pa.ArrowException, OSError, ValueError) as e:
+            lost = f"rows {first + done + 1}-{first + n}" if n - done > 1 else f"row {first + n}"
+            yield first + done + 1, None, f"row group {g} ({lost}) unreadable: {_reason(e)}"
+        first += n
 
 
 def not_a_log_reason(path: Path) -> str:
@@ -71,11 +90,19 @@ class ChatParquetIngester(OpenAIChatIngester):
     name = "chat-parquet"
 
     def detect(self, path: Path, head: str) -> bool:
-        if path.suffix != ".parquet":
+        if path.suffix.lower() != ".parquet":
             return False
         cols = _columns(path)
         return cols is not None and any(c in cols for c in MESSAGE_COLUMNS)
 
+    def file_key(self, path: Path) -> str:
+        # Hub shards have generic names (train-00000-of-00001): the two folders above tell datasets apart
+        # (a download's own folder, or the Hub cache's snapshot and data folders)
+        return "/".join(p for p in (path.parent.parent.name, path.parent.name, path.stem) if p)
+
     def parse(self, path: Path) -> Iterator[Trajectory]:
+        cols = _columns(path)
+        if cols is not None and not any(c in cols for c in MESSAGE_COLUMNS):
+            raise IngestError(not_a_log_reason(path), path)  # --format chat-parquet on another table
         seen: set[str] = set()
         yield from parse_rows(path, _rows(path), lambda r, n: self.run(path, r, n, seen, "row"), unit="row")

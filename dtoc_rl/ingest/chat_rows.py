@@ -42,12 +42,8 @@ _ALIASES = {"model": ("model_name",), "task_id": ("instance_id",), "id": ("traj_
 
 
 def message_column(row: dict) -> str | None:
-    """The column of ``row`` that holds its messages (a list, or JSON text of one), or None."""
-    for key in MESSAGE_COLUMNS:
-        v = row.get(key)
-        if isinstance(v, list) or (isinstance(v, str) and v.lstrip().startswith("[")):
-            return key
-    return None
+    """The column of ``row`` holding its messages: the first of :data:`MESSAGE_COLUMNS` it has, or None."""
+    return next((k for k in MESSAGE_COLUMNS if k in row), None)
 
 
 def chat_run(row: dict) -> dict:
@@ -57,13 +53,19 @@ def chat_run(row: dict) -> dict:
     if key is None:
         return row
     msgs = row[key]
-    if isinstance(msgs, str):
+    if isinstance(msgs, str) and msgs.lstrip()[:1] in ("[", "{"):
         try:
             msgs = json.loads(msgs)
         except json.JSONDecodeError as e:
             raise IngestError(f"'{key}' is text but not JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise IngestError(f"'{key}' is JSON text nested too deeply to read") from None
         if not isinstance(msgs, list):
             raise IngestError(f"'{key}' holds JSON {type(msgs).__name__}, expected a list of messages")
+    if not isinstance(msgs, list):
+        raise IngestError(
+            f"'{key}' is {type(msgs).__name__}, expected a list of messages (or JSON text of one)"
+        )
     out = {k: v for k, v in row.items() if k != key}
     out["messages"] = [_message(m, f"{key}[{i}]") for i, m in enumerate(msgs)]
     for name, aliases in _ALIASES.items():
@@ -79,7 +81,8 @@ def _message(m: Any, where: str) -> Any:
         return m  # the chat reader names what is wrong with it
     role = m.get("role") if m.get("role") is not None else m.get("from")
     if role == "function_call":  # ShareGPT tool format: the assistant's call as JSON
-        return {"role": "assistant", "content": None, "tool_calls": [_sharegpt_call(m.get("value"), where)]}
+        value = m.get("value") if m.get("value") is not None else m.get("content")
+        return {"role": "assistant", "content": None, "tool_calls": [_sharegpt_call(value, where)]}
     text = next((m[k] for k in _TEXT_KEYS if m.get(k) is not None), None)
     role = _ROLES.get(role, role) if isinstance(role, str) else role
     if role == m.get("role") and text is m.get("content"):
@@ -90,7 +93,7 @@ def _message(m: Any, where: str) -> Any:
 def _sharegpt_call(value: Any, where: str) -> dict:
     try:
         call = json.loads(value) if isinstance(value, str) else value
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         call = None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         got = str(value)[:60]

@@ -29,7 +29,7 @@ from dtoc_rl.ingest.chat_parquet import not_a_log_reason
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
-LOG_SUFFIXES = {".json", ".jsonl", ".traj", ".parquet"}
+LOG_SUFFIXES = {".json", ".jsonl", ".traj", ".parquet", ".PARQUET"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
 AUXILIARY = [
     "*labels*.jsonl", "sessions_index.jsonl", "results.json", "result.json", "config.json", "report.json",
@@ -222,7 +222,7 @@ def _process(
         return [], [Skip(where, failure_reason(e))], None, size
     if ing is None:
         reason = "unknown format: no ingester recognises this file"
-        if unit.suffix == ".parquet":
+        if unit.suffix.lower() == ".parquet":
             reason = not_a_log_reason(unit)
         return [], [Skip(where, reason)], None, size
     trajs: list[Trajectory] = []

@@ -44,6 +44,7 @@ This module also holds small helpers the other chat/event ingesters share
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -73,6 +74,7 @@ __all__ = [
 
 #: A run's text fields longer than this (a dataset's patch or evaluation log) are not copied into
 #: ``extra``, only named with their length in ``extra.long_fields``: they are not part of the context.
+#: A DTOC orchestrator's own fields (``dtoc_keys``, ``dtoc_visibility``) are always kept: labels read them.
 MAX_FIELD_CHARS = 4000
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -86,7 +88,13 @@ _DATASET_RUN = re.compile(r'"(?:trajectory|conversations|conversation)"\s*:\s*\[
 _DATASET_ROLE = re.compile(
     r'"(?:role|from)"\s*:\s*"(?:system|user|assistant|tool|ai|human|gpt|model|function_call|observation)"'
 )
-_DATASET_FOREIGN = re.compile(rf'"(?:{_FOREIGN_KEYS})"\s*:')
+# the same with the messages stored as JSON text (SWE-smith's rows): their quotes are escaped
+_DATASET_TEXT_RUN = re.compile(r'"(?:messages|trajectory|conversations|conversation)"\s*:\s*"\[')
+_DATASET_TEXT_ROLE = re.compile(
+    r'\\"(?:role|from)\\"\s*:\s*\\"(?:system|user|assistant|tool|ai|human|gpt|model|function_call|observation)\\"'
+)
+# SWE-agent's trajectory steps (a .traj saved as .json) carry these keys; published chat runs do not
+_DATASET_FOREIGN = re.compile(rf'"(?:{_FOREIGN_KEYS}|thought|action|observation|execution_time)"\s*:')
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -360,8 +368,8 @@ def _label(row: dict) -> tuple[bool | None, str]:
     for key in ("success", "pass", "passed", "resolved", "target"):
         if isinstance(row.get(key), bool):
             return row[key], f"row:{key}"
-    if row.get("resolved") in (0, 1) and not isinstance(row.get("resolved"), float):
-        return row["resolved"] == 1, "row:resolved"  # an integer column (SWE-rebench's Parquet)
+    if row.get("resolved") in (0, 1):  # a number column (SWE-rebench's Parquet; a float one with gaps)
+        return row["resolved"] == 1, "row:resolved"
     reward = row.get("reward")
     if isinstance(reward, (int, float)) and not isinstance(reward, bool):
         if reward == 1:
@@ -382,7 +390,9 @@ class OpenAIChatIngester(Ingester):
         start = head.lstrip()[:1]
         if start not in ("{", "["):
             return False
-        if _DATASET_RUN.search(head) and _DATASET_ROLE.search(head) and not _DATASET_FOREIGN.search(head):
+        listed = _DATASET_RUN.search(head) and _DATASET_ROLE.search(head)
+        as_text = _DATASET_TEXT_RUN.search(head) and _DATASET_TEXT_ROLE.search(head)
+        if (listed or as_text) and not _DATASET_FOREIGN.search(head):
             return True
         if not _ROLE_RE.search(head) or _FOREIGN.search(head):
             return False
@@ -407,6 +417,10 @@ class OpenAIChatIngester(Ingester):
             unit = "file"
         yield from parse_rows(path, rows, lambda r, n: self.run(path, r, n, seen, unit), unit=unit)
 
+    def file_key(self, path: Path) -> str:
+        """The part of a trajectory id that names the file it came from."""
+        return path.stem
+
     def run(self, path: Path, row: Any, number: int, seen: set[str], unit: str) -> Trajectory:
         """One run (row ``number`` of ``path``) as a trajectory; ``seen`` holds the keys used so far."""
         if isinstance(row, list):
@@ -414,6 +428,8 @@ class OpenAIChatIngester(Ingester):
         if not isinstance(row, dict):
             raise IngestError(f"row is {type(row).__name__}, expected object or message list")
         row = chat_run(row)
+        # a table's missing values (NaN in a float column) are None, not "nan" ids or invalid JSON in extra
+        row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
         messages, skipped = _row_messages(row)
         messages, text_actions = as_tool_calls(messages, content_text)
         cp = chat_to_steps(messages)
@@ -434,7 +450,7 @@ class OpenAIChatIngester(Ingester):
         for k, v in row.items():
             if k == "messages" or not (v is None or isinstance(v, (str, int, float, bool))):
                 continue
-            if isinstance(v, str) and len(v) > MAX_FIELD_CHARS:
+            if isinstance(v, str) and len(v) > MAX_FIELD_CHARS and not k.startswith("dtoc_"):
                 long_fields[k] = len(v)
             else:
                 scalars[k] = v
@@ -448,7 +464,7 @@ class OpenAIChatIngester(Ingester):
             scalars["skipped_items"] = json.dumps(dict(sorted(skipped.items())))
         traj = finalize(
             Trajectory(
-                traj_id=f"{self.name}/{path.stem}/{key}",
+                traj_id=f"{self.name}/{self.file_key(path)}/{key}",
                 source=self.name,
                 model_raw=model,
                 model_family=normalize_family(model),
@@ -471,10 +487,8 @@ _ITEM_KEYS = ("input", "items", "output")
 
 
 def _is_run(row: dict) -> bool:
-    # "messages" alone counts (even when not a list: the run then fails with its reason)
-    if "messages" in row or message_column(row) is not None:
-        return True
-    return any(is_item_list(row.get(k)) for k in _ITEM_KEYS)
+    # a row with a message column is a run whatever its value (a bad one then fails alone, named)
+    return message_column(row) is not None or any(is_item_list(row.get(k)) for k in _ITEM_KEYS)
 
 
 def _row_messages(row: dict) -> tuple[list, Counter]:

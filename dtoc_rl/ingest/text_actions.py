@@ -18,13 +18,13 @@ saved as plain chat messages (which would otherwise have no tool outputs to mana
 An untagged ```` ``` ```` block is no action by these: in a plain chat it is far more often an example.
 Only when none of them finds an agent loop is one more convention tried, on its own:
 
-* ``thought_action``: the reply's last fenced block (any language tag or none) is the command and the
-  text around it the thought (SWE-agent 0.x, ``sweagent/agent/parsing.py``, ``ThoughtActionParser``:
-  "a discussion followed by a command wrapped in backticks"; the runs of nebius/SWE-agent-trajectories
-  are written this way) → the ACI command it starts with (``open``, ``edit``, ... as the SWE-agent
-  reader names them), else ``bash``, with the command text.
-
-The same share test guards it, so a chat that shows a code block now and then stays a chat.
+* ``thought_action``: the reply's last fenced block is the command and the text before it the thought
+  (SWE-agent 0.x, ``sweagent/agent/parsing.py``, ``ThoughtActionParser``: "a discussion followed by a
+  command wrapped in backticks"; the runs of nebius/SWE-agent-trajectories are written this way) → the
+  ACI command it starts with (``open``, ``edit``, ... as the SWE-agent reader names them), else
+  ``bash``, with the command text.  Only a block that ends the reply and is untagged or tagged as a
+  shell counts, and a stricter share test guards it (:data:`MIN_THOUGHT_ACTIONS`), so a coding chat
+  whose answers show code stays a chat.
 """
 
 from __future__ import annotations
@@ -46,12 +46,15 @@ _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell"
                  "browse": ("browser", "code")}  # fmt: skip
 _BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
-_FENCED = re.compile(r"^```[^\n`]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+_SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 
 #: A plain chat is read as a text-action agent only when at least this many replies carry an action
 #: and they are at least this share of the replies the harness answered (a user message follows):
 #: an agent loop acts on nearly every turn, a chat that shows code now and then does not.
 MIN_ACTIONS, MIN_ACTION_SHARE = 2, 0.6
+#: The same for the ``thought_action`` fallback, stricter: an untagged block is a weaker sign than a
+#: harness's own markup, and a short help chat can end every answer with a command to copy.
+MIN_THOUGHT_ACTIONS, MIN_THOUGHT_ACTION_SHARE = 5, 0.8
 
 
 def xml_function_call(text: str) -> tuple[str, str, re.Match] | None:
@@ -98,16 +101,36 @@ def text_action(text: str) -> tuple[str, str, str, str] | None:
 
 
 def thought_action(text: str) -> tuple[str, str, str, str] | None:
-    """SWE-agent 0.x's action of a reply (the last fenced block), as :func:`text_action` returns one,
-    or None when the reply has no fenced block with a command in it."""
-    blocks = list(_FENCED.finditer(text or ""))
-    if not blocks or not blocks[-1].group(1).strip():
+    """SWE-agent 0.x's action of a reply, as :func:`text_action` returns one, or None: the reply's last
+    fenced block, when it ends the reply and is untagged or tagged as a shell (a ```` ```python ````
+    block, or one with an explanation after it, is an answer, not a command).  One pass over the
+    lines, as SWE-agent's own parser reads them (a fence opens at ```` ``` ```` plus an optional tag and
+    closes at a line of only ```` ``` ````)."""
+    if not text:
         return None
-    m = blocks[-1]
-    command = m.group(1).rstrip("\n")
+    last: tuple[int, int, str, str] | None = None  # (start, end offset, tag, body) of the last block
+    start = tag = None
+    body: list[str] = []
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        bare = line.rstrip()
+        if start is None:
+            if bare.startswith("```") and "`" not in bare[3:] and " " not in bare[3:].strip():
+                start, tag, body = pos, bare[3:].strip(), []
+        elif bare == "```":
+            last = (start, pos + len(line), tag or "", "".join(body))
+            start = None
+        else:
+            body.append(line)
+        pos += len(line)
+    if last is None or text[last[1] :].strip() or last[2].lower() not in _SHELL_TAGS:
+        return None
+    command = last[3].rstrip("\n")
+    if not command.strip():
+        return None
     first = command.split(None, 1)[0]
     name = first if first in ACI_COMMANDS else "bash"
-    return "thought_action", name, command, (text[: m.start()] + text[m.end() :]).strip()
+    return "thought_action", name, command, text[: last[0]].strip()
 
 
 def _native(m: Any) -> bool:
@@ -134,9 +157,13 @@ def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[A
         for i, m in enumerate(msgs)
         if m.get("role") == "assistant" and i + 1 < len(msgs) and msgs[i + 1].get("role") == "user"
     }  # the replies the harness answered
-    for find in (text_action, thought_action):
+    tests = (
+        (text_action, MIN_ACTIONS, MIN_ACTION_SHARE),
+        (thought_action, MIN_THOUGHT_ACTIONS, MIN_THOUGHT_ACTION_SHARE),
+    )
+    for find, least, share in tests:
         acts = {i: act for i, t in texts.items() if (act := find(t)) is not None}
-        if len(acts) >= MIN_ACTIONS and len(acts) >= MIN_ACTION_SHARE * len(texts):
+        if len(acts) >= least and len(acts) >= share * len(texts):
             break
     else:
         return msgs, None

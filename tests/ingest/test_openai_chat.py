@@ -183,7 +183,7 @@ def test_wrong_types(tmp_path):
         list(ING.parse(_jsonl(tmp_path, rows)))
     r = e.value.reason
     assert "6 of 6 lines failed" in r
-    assert "line 1: messages is str" in r
+    assert "line 1: 'messages' is str, expected a list of messages" in r
     assert "line 2: messages[0] has role 'robot'" in r
     assert "line 3: messages[0].content has type int" in r
     assert "line 4: messages[0].tool_calls[0] must be an object with a 'function'" in r
