@@ -15,7 +15,10 @@ trajectory.json (Terminal-Bench trials); chat logs in any .json/.jsonl file
 ({"messages": [...]}, a bare message list, or one run per line), with tool
 calls as OpenAI tool_calls or Anthropic tool_use/tool_result blocks, or as
 OpenAI Responses API items ({"input": [...]}, {"items": [...]} or a bare item
-list).  Logged per-call usage (tokens, cached tokens, dollars) is kept where
+list); trajectory datasets as the Hugging Face Hub publishes them (Parquet
+shards, or their JSON/JSONL exports: messages under "trajectory" or
+"conversations", ShareGPT from/value turns, SWE-agent replies written as
+text).  Logged per-call usage (tokens, cached tokens, dollars) is kept where
 the log has it.
 
 Exit status: 0 when anything was ingested, 1 when nothing was (or, with
