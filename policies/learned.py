@@ -52,6 +52,7 @@ __all__ = [
 
 CHECKPOINT_VERSION = 2
 _VIS = ITEM_FEATURES.index("visible")
+_REREADS = ITEM_FEATURES.index("rereads")
 _TOK = ITEM_FEATURES.index("est_tokens_k")
 _AGE = ITEM_FEATURES.index("age")
 _G_ACTIVE = GLOBAL_FEATURES.index("active_tokens_k")
@@ -674,7 +675,8 @@ class LearnedPolicy(Policy):
         rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
         are hidden together, from the slot where the cache reads they save over the calls expected to
         remain beat the re-write, and kept visible for now when no batch pays.  Restores are kept
-        (a restore the network asks for costs a re-write too, which the hides after it share)."""
+        (a restore the network asks for costs a re-write too, which the hides after it share), except of
+        an output the agent already read again after missing it."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
         if thr <= 0.0:
             return mask.copy()
@@ -683,10 +685,12 @@ class LearnedPolicy(Policy):
             thr = (
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
             )
-        want = (np.asarray(probs) >= thr) & mask
+        vis = items[:, _VIS] > 0.5
+        # a hidden output whose miss the agent recovered by reading it again is in the context again,
+        # after it: restoring the original as well would pay for its tokens twice to the end of the run
+        want = (np.asarray(probs) >= thr) & mask & (vis | (items[:, _REREADS] <= 0))
         if self.cfg.batching == "off":
             return want
-        vis = items[:, _VIS] > 0.5
         cand = mask & vis & ~want
         if not cand.any():
             return want

@@ -225,3 +225,17 @@ def test_a_policy_spec_checks_size_weight_and_threshold(tmp_path):
     for bad in ("size_weight=-5", "size_weight=nan", "threshold=1.5", "size_weight=abc", "threshold=x"):
         with pytest.raises(PolicySpecError, match=bad.split("=")[0]):
             make_policy(f"learned:path={path},{bad}")
+
+
+@pytest.mark.parametrize("batching", ["pays", "off"])
+def test_an_output_read_again_after_its_miss_is_not_restored(batching):
+    # three hidden outputs the network wants back; the second was missed and re-read (its copy is in the
+    # context after it), so restoring it too would pay for the same tokens twice
+    obs = _obs([2.0, 2.0, 2.0, 1.0], [0, 0, 0, 1], step=10, active_k=20.0)
+    obs["items"][1, _F["rereads"]] = 1
+    probs = np.array([0.9, 0.9, 0.9, 0.9] + [0.0] * 4, np.float32)
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching=batching).create()
+    want = pol.want_visible(obs, probs, 0.5, price_vector(PRICES["doubao-pro"]))
+    assert want[:4].tolist() == [True, False, True, True]
+    obs["items"][1, _F["visible"]] = 1  # visible already (restored in place): it stays
+    assert pol.want_visible(obs, probs, 0.5, price_vector(PRICES["doubao-pro"]))[1]
