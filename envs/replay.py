@@ -193,7 +193,9 @@ class ReplayEnv(gym.Env):
 
     With ``text_view=True``, ``info["text"]`` holds the view an LLM policy reads:
     the store listing (key, tokens, timestamp, preview, visibility) and the recent
-    reasoning.
+    reasoning.  Once a miss has been recovered by a re-run (``recovery="append"``),
+    ``info["item_copied"]`` (bool per slot) marks the outputs whose copy the re-run
+    put in the context: live, that copy would be an output of its own, in the window.
 
     ## Rewards
     Per step ``t`` (the dollars of the calls this step caused, including misses'
@@ -650,6 +652,8 @@ class ReplayEnv(gym.Env):
             "misses": sim.totals.misses,
             "invalid_actions": sim.totals.invalid_actions,
         }
+        if sim.totals.appended_tokens:  # a miss was recovered by a re-run: its copy is in the context
+            info["item_copied"] = np.array([k >= 0 and sim.copied[k] for k in self._slots], bool)
         if self.text_view:
             info["text"] = self.text()
             info["keys"] = [sim.ep.keys[k] if k >= 0 else "" for k in self._slots]

@@ -52,7 +52,6 @@ __all__ = [
 
 CHECKPOINT_VERSION = 2
 _VIS = ITEM_FEATURES.index("visible")
-_REREADS = ITEM_FEATURES.index("rereads")
 _TOK = ITEM_FEATURES.index("est_tokens_k")
 _AGE = ITEM_FEATURES.index("age")
 _G_ACTIVE = GLOBAL_FEATURES.index("active_tokens_k")
@@ -649,7 +648,10 @@ class LearnedPolicy(Policy):
                 if rule is not None
                 else to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
             )
-        return to_action(obs, self.want_visible(obs, self.probs(obs, self._prices), thr, self._prices))
+        copied = info.get("item_copied") if info else None
+        return to_action(
+            obs, self.want_visible(obs, self.probs(obs, self._prices), thr, self._prices, copied)
+        )
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
@@ -661,12 +663,22 @@ class LearnedPolicy(Policy):
             acts.append(
                 rule.act(row)
                 if thr <= 0.0 and rule is not None
-                else to_action(row, self.want_visible(row, p[i], thr))
+                else to_action(
+                    row,
+                    self.want_visible(
+                        row, p[i], thr, copied=(infos[i] or {}).get("item_copied") if infos else None
+                    ),
+                )
             )
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def want_visible(
-        self, obs: dict[str, np.ndarray], probs: np.ndarray, thr: float, prices: np.ndarray | None = None
+        self,
+        obs: dict[str, np.ndarray],
+        probs: np.ndarray,
+        thr: float,
+        prices: np.ndarray | None = None,
+        copied: np.ndarray | None = None,
     ) -> np.ndarray:
         """The visibility the policy asks for, from the network's P(visible) of one observation.
 
@@ -676,7 +688,9 @@ class LearnedPolicy(Policy):
         are hidden together, from the slot where the cache reads they save over the calls expected to
         remain beat the re-write, and kept visible for now when no batch pays.  Restores are kept
         (a restore the network asks for costs a re-write too, which the hides after it share), except of
-        an output the agent already read again after missing it."""
+        an output ``copied`` marks (ReplayEnv's ``info["item_copied"]``: a re-run after its miss put a
+        copy of it in the context).  Live, the agent's re-run is an output of its own, which the policy
+        sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
         if thr <= 0.0:
             return mask.copy()
@@ -686,9 +700,11 @@ class LearnedPolicy(Policy):
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
             )
         vis = items[:, _VIS] > 0.5
-        # a hidden output whose miss the agent recovered by reading it again is in the context again,
-        # after it: restoring the original as well would pay for its tokens twice to the end of the run
-        want = (np.asarray(probs) >= thr) & mask & (vis | (items[:, _REREADS] <= 0))
+        want = (np.asarray(probs) >= thr) & mask
+        if copied is not None:
+            # a hidden output whose miss was recovered by running its call again has a copy in the
+            # context after it: restoring the original as well would pay for its tokens twice
+            want &= vis | ~np.asarray(copied, bool)
         if self.cfg.batching == "off":
             return want
         cand = mask & vis & ~want

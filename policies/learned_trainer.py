@@ -251,7 +251,7 @@ def collect(
                 want[:m] = target
                 action = to_action(obs, want)
             else:
-                action = policy.act(obs)
+                action = policy.act(obs, info)  # as it acts when evaluated (info: the re-runs' copies)
             obs, _, done, _, info = env.step(action)
     return out
 

@@ -196,13 +196,7 @@ def test_inference_path_matches_the_padded_module_path_on_random_observations(cf
         a = pol.act(obs)
         sure = np.abs(ref - pol.cfg.threshold) > 1e-5  # within rounding of the threshold: either way
         assert (a["disable"][sure] == obs["disable_mask"][sure] * (ref[sure] < pol.cfg.threshold)).all()
-        # a hidden output already read again after its miss is never restored (LearnedPolicy.want_visible)
-        fresh = obs["items"][:, ITEM_FEATURES.index("rereads")] <= 0
-        m = int(obs["item_mask"].sum())
-        if m >= 5:  # random rows hold both kinds, so the rule is exercised
-            assert 0 < fresh[:m].sum() < m
-        want_back = (ref >= pol.cfg.threshold) & fresh
-        assert (a["enable"][sure] == obs["enable_mask"][sure] * want_back[sure]).all()
+        assert (a["enable"][sure] == obs["enable_mask"][sure] * (ref[sure] >= pol.cfg.threshold)).all()
     batch = {k: np.stack([o[k] for o in singles]) for k in singles[0]}
     pb = pol.probs(batch) * batch["item_mask"]  # rows of different lengths: padded and masked
     np.testing.assert_allclose(pb, _padded_probs(pol.net, batch), rtol=0, atol=1e-5)

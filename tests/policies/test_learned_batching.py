@@ -228,14 +228,38 @@ def test_a_policy_spec_checks_size_weight_and_threshold(tmp_path):
 
 
 @pytest.mark.parametrize("batching", ["pays", "off"])
-def test_an_output_read_again_after_its_miss_is_not_restored(batching):
-    # three hidden outputs the network wants back; the second was missed and re-read (its copy is in the
-    # context after it), so restoring it too would pay for the same tokens twice
+def test_an_output_copied_by_the_re_run_of_its_miss_is_not_restored(batching):
+    # three hidden outputs the network wants back; the second was missed and its call run again (ReplayEnv
+    # marks it copied), so restoring it too would pay for the same tokens twice
     obs = _obs([2.0, 2.0, 2.0, 1.0], [0, 0, 0, 1], step=10, active_k=20.0)
     obs["items"][1, _F["rereads"]] = 1
     probs = np.array([0.9, 0.9, 0.9, 0.9] + [0.0] * 4, np.float32)
     pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching=batching).create()
-    want = pol.want_visible(obs, probs, 0.5, price_vector(PRICES["doubao-pro"]))
-    assert want[:4].tolist() == [True, False, True, True]
+    prices = price_vector(PRICES["doubao-pro"])
+    copied = np.arange(8) == 1
+    assert pol.want_visible(obs, probs, 0.5, prices, copied)[:4].tolist() == [True, False, True, True]
+    # without the mark (live: a restore the agent asks for) a missed output can come back
+    assert pol.want_visible(obs, probs, 0.5, prices)[:4].all()
     obs["items"][1, _F["visible"]] = 1  # visible already (restored in place): it stays
-    assert pol.want_visible(obs, probs, 0.5, price_vector(PRICES["doubao-pro"]))[1]
+    assert pol.want_visible(obs, probs, 0.5, prices, copied)[1]
+
+
+def test_replay_env_marks_the_outputs_a_re_run_copied():
+    from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.baselines import to_action
+
+    eps = [e for e in load_episodes() if e.n_calls > 6][:20]
+    seen = 0
+    for i in range(len(eps)):
+        env = ReplayEnv(trajectories=eps, max_items=32)
+        obs, info = env.reset(options={"index": i})
+        done = False
+        while not done:
+            assert "item_copied" not in info or env.sim.totals.appended_tokens > 0
+            if "item_copied" in info:
+                seen += 1
+                slots = info["slot_steps"]
+                assert info["item_copied"].tolist() == [k >= 0 and env.sim.copied[k] for k in slots]
+            obs, _, done, _, info = env.step(to_action(obs, np.zeros(32, bool)))  # hide all: misses
+    assert seen > 0
