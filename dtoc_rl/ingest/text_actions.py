@@ -137,8 +137,10 @@ def _native(m: Any) -> bool:
     # a message of a function-calling log: OpenAI tool calls or replies, Anthropic tool blocks
     if not isinstance(m, dict):
         return False
-    if m.get("tool_calls") or m.get("function_call") or m.get("role") in ("tool", "function"):
+    if m.get("tool_calls") or m.get("function_call"):
         return True
+    if m.get("role") in ("tool", "function") and m.get("tool_call_id"):
+        return True  # a reply to a call (one without an id answers a text action: ShareGPT's observation)
     c = m.get("content")
     return isinstance(c, list) and any(
         isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") for b in c
@@ -152,6 +154,8 @@ def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[A
     ``content_text(content, where)`` reads a message's text."""
     if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs) or any(map(_native, msgs)):
         return msgs, None
+    # with no call anywhere, a tool-role turn is the harness answering the text (ShareGPT's observation)
+    given, msgs = msgs, [{**m, "role": "user"} if m.get("role") in ("tool", "function") else m for m in msgs]
     texts = {
         i: content_text(m.get("content"), f"messages[{i}].content")
         for i, m in enumerate(msgs)
@@ -166,7 +170,7 @@ def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[A
         if len(acts) >= least and len(acts) >= share * len(texts):
             break
     else:
-        return msgs, None
+        return given, None
     out: list = []
     for i, m in enumerate(msgs):
         if i in acts:

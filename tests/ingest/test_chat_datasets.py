@@ -326,3 +326,20 @@ def test_jsonl_rows_with_messages_as_json_text_are_detected(tmp_path):
     assert isinstance(ing, OpenAIChatIngester)
     (t,) = list(ing.parse(f))
     assert t.success is True and t.steps[0].output == "a.py" and t.traj_id.endswith("/x.1")
+
+
+def test_sharegpt_text_actions_answered_by_observation_turns(tmp_path):
+    conv = [{"from": "human", "value": "Fix the bug in util.py"}]
+    for i in range(3):
+        conv += [
+            {"from": "gpt", "value": f"THOUGHT: step {i}\n\n```bash\ncat util_{i}.py\n```"},
+            {"from": "observation", "value": f"def helper_{i}(): pass"},
+        ]
+    conv.append({"from": "gpt", "value": "Done."})
+    f = tmp_path / "sharegpt.json"
+    f.write_text(json.dumps([{"id": "a", "conversations": conv}]))
+    (t,) = list(OpenAIChatIngester().parse(f))
+    assert t.extra_dict()["text_actions"] == "bash"
+    assert [(s.tool_name, s.tool_args, s.output) for s in t.steps[:3]] == [
+        ("bash", f"cat util_{i}.py", f"def helper_{i}(): pass") for i in range(3)
+    ]
