@@ -338,6 +338,7 @@ class ReplayEnv(gym.Env):
             self.sim = self._simulator(idx, ep)
         self._base = self._baseline(ep)
         self._start(idx)
+        self._rereads_seen, self._copied = 0, None  # the re-runs' copies, as of that many re-reads
         self._pending_dollars, _ = self.sim.call()
         obs = self._obs()
         info = self._info(obs)
@@ -652,8 +653,11 @@ class ReplayEnv(gym.Env):
             "misses": sim.totals.misses,
             "invalid_actions": sim.totals.invalid_actions,
         }
-        if sim.totals.appended_tokens:  # a miss was recovered by a re-run: its copy is in the context
-            info["item_copied"] = np.array([k >= 0 and sim.copied[k] for k in self._slots], bool)
+        if sim.totals.rereads != self._rereads_seen:  # a miss was recovered since: by a re-run's copy?
+            self._rereads_seen = sim.totals.rereads
+            self._copied = np.asarray(sim.copied, bool) if any(sim.copied) else None
+        if self._copied is not None:  # a re-run put these outputs' copies in the context
+            info["item_copied"] = self._copied[self._slots] & (self._slots >= 0)
         if self.text_view:
             info["text"] = self.text()
             info["keys"] = [sim.ep.keys[k] if k >= 0 else "" for k in self._slots]
