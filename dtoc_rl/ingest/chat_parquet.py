@@ -57,6 +57,9 @@ def _rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise IngestError(f"unreadable Parquet: {_reason(e)}", path) from None
+    cols = pf.schema_arrow.names
+    if not any(c in cols for c in MESSAGE_COLUMNS):
+        raise IngestError(_why_not(cols), path)  # --format chat-parquet on another table
     meta = pf.metadata
     if meta.num_rows == 0:
         raise IngestError("empty Parquet file: no rows", path)
@@ -77,7 +80,10 @@ def _rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
 
 def not_a_log_reason(path: Path) -> str:
     """Why a Parquet file no ingester claims is not read: one line for the skip list."""
-    cols = _columns(path)
+    return _why_not(_columns(path))
+
+
+def _why_not(cols: list[str] | None) -> str:
     if cols is None:
         return "unreadable Parquet: no valid footer (damaged or still being written)"
     if {"traj_id", "steps"} <= set(cols):
@@ -101,8 +107,5 @@ class ChatParquetIngester(OpenAIChatIngester):
         return "/".join(p for p in (path.parent.parent.name, path.parent.name, path.stem) if p)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        cols = _columns(path)
-        if cols is not None and not any(c in cols for c in MESSAGE_COLUMNS):
-            raise IngestError(not_a_log_reason(path), path)  # --format chat-parquet on another table
         seen: set[str] = set()
         yield from parse_rows(path, _rows(path), lambda r, n: self.run(path, r, n, seen, "row"), unit="row")

@@ -85,14 +85,11 @@ _FOREIGN_KEYS = "traj|history|trajectory_format|parentUuid|session_id|sessionId|
 _FOREIGN = re.compile(rf'"(?:trajectory|{_FOREIGN_KEYS})"\s*:')
 # A published dataset's run (chat_rows): its messages under another column, roles possibly renamed.
 _DATASET_RUN = re.compile(r'"(?:trajectory|conversations|conversation)"\s*:\s*\[')
-_DATASET_ROLE = re.compile(
-    r'"(?:role|from)"\s*:\s*"(?:system|user|assistant|tool|ai|human|gpt|model|function_call|observation)"'
-)
+_DATASET_ROLES = "system|user|assistant|tool|ai|human|gpt|model|function_call|observation"
+_DATASET_ROLE = re.compile(rf'"(?:role|from)"\s*:\s*"(?:{_DATASET_ROLES})"')
 # the same with the messages stored as JSON text (SWE-smith's rows): their quotes are escaped
 _DATASET_TEXT_RUN = re.compile(r'"(?:messages|trajectory|conversations|conversation)"\s*:\s*"\[')
-_DATASET_TEXT_ROLE = re.compile(
-    r'\\"(?:role|from)\\"\s*:\s*\\"(?:system|user|assistant|tool|ai|human|gpt|model|function_call|observation)\\"'
-)
+_DATASET_TEXT_ROLE = re.compile(rf'\\"(?:role|from)\\"\s*:\s*\\"(?:{_DATASET_ROLES})\\"')
 # SWE-agent's trajectory steps (a .traj saved as .json) carry these keys; published chat runs do not
 _DATASET_FOREIGN = re.compile(rf'"(?:{_FOREIGN_KEYS}|thought|action|observation|execution_time)"\s*:')
 
