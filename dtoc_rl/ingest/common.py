@@ -136,16 +136,16 @@ def usage_from(raw: object) -> Usage | None:
         inp = number(raw, "prompt_tokens")
         return Usage(
             input_tokens=None if inp is None else int(inp),
-            cached_tokens=_int(number(details, "cached_tokens")),
-            cache_write_tokens=_int(number(details, "cache_write_tokens", "cache_creation_tokens")),
-            output_tokens=_int(number(raw, "completion_tokens")),
+            cached_tokens=count(details, "cached_tokens"),
+            cache_write_tokens=count(details, "cache_write_tokens", "cache_creation_tokens"),
+            output_tokens=count(raw, "completion_tokens"),
             cost_usd=cost,
         )
     if _GEMINI_COUNTS & raw.keys():
         return Usage(
-            input_tokens=_int(number(raw, "promptTokenCount", "prompt_token_count")),
-            cached_tokens=_int(number(raw, "cachedContentTokenCount", "cached_content_token_count")) or 0,
-            output_tokens=_int(number(raw, "candidatesTokenCount", "candidates_token_count")),
+            input_tokens=count(raw, "promptTokenCount", "prompt_token_count"),
+            cached_tokens=count(raw, "cachedContentTokenCount", "cached_content_token_count") or 0,
+            output_tokens=count(raw, "candidatesTokenCount", "candidates_token_count"),
             cost_usd=cost,
         )
     if "input_tokens" in raw or "output_tokens" in raw:
@@ -158,7 +158,7 @@ def usage_from(raw: object) -> Usage | None:
                 cached_tokens=_int(
                     _first(number(details, "cached_tokens"), number(raw, "cached_input_tokens"))
                 ),
-                output_tokens=_int(number(raw, "output_tokens")),
+                output_tokens=count(raw, "output_tokens"),
                 cost_usd=cost,
             )
         total = None if inp is None else int(inp + (read or 0) + (write or 0))
@@ -166,7 +166,7 @@ def usage_from(raw: object) -> Usage | None:
             input_tokens=total,
             cached_tokens=_int(read),
             cache_write_tokens=_int(write),
-            output_tokens=_int(number(raw, "output_tokens")),
+            output_tokens=count(raw, "output_tokens"),
             cost_usd=cost,
         )
     return None
