@@ -384,19 +384,21 @@ def sweep_thresholds(
     rows = []
     for ep in episodes:
         envs = [ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg) for _ in grid]
-        obs_list = [env.reset(seed=0)[0] for env in envs]
+        steps = [env.reset(seed=0) for env in envs]
         prices = _ep_prices(ep, cfg)
         done = False
         while not done:
-            batch = {k: np.stack([o[k] for o in obs_list]) for k in obs_list[0]}
+            batch = {k: np.stack([st[0][k] for st in steps]) for k in steps[0][0]}
             probs = policy.probs(batch, prices)
-            steps = []
-            for i, env in enumerate(envs):
+            acts = []
+            for i, st in enumerate(steps):
                 row = {k: v[i] for k, v in batch.items()}
-                steps.append(env.step(to_action(row, policy.want_visible(row, probs[i], grid[i], prices))))
-            obs_list = [st[0] for st in steps]
+                # as act() decides in evaluation: outputs a re-run put back are not restored
+                want = policy.want_visible(row, probs[i], grid[i], prices, st[-1].get("item_copied"))
+                acts.append(to_action(row, want))
+            steps = [env.step(a) for env, a in zip(envs, acts)]
             done = steps[0][2]
-        rows.append(_sweep_row(ep, cfg, [st[4] for st in steps]))
+        rows.append(_sweep_row(ep, cfg, [st[-1] for st in steps]))
     return rows
 
 

@@ -342,3 +342,31 @@ def test_an_unknown_model_takes_its_regime_entry_from_the_prices_in_the_observat
     np.testing.assert_array_equal(pol.act(obs)["disable"], obs["disable_mask"])
     b = pol.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
     np.testing.assert_array_equal(b["disable"][0], obs["disable_mask"])
+
+
+def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation():
+    # thresholds are chosen on sweep_thresholds' replays, so each of its columns must be what the policy
+    # does with that threshold fixed: the same dollars and misses, with the outputs a re-run copied
+    # after a miss left hidden in both (a network that hides everything, then asks for all of it back)
+    from dtoc_rl.policies.learned_trainer import _cost_config, _replay, sweep_thresholds
+
+    class Flapping(LearnedPolicy):
+        def probs(self, obs, prices=None):
+            step = np.asarray(obs["globals"])[..., 2]
+            p = np.where(step % 3 == 2, 0.9, 0.01).astype(np.float32)
+            return np.broadcast_to(p[..., None], np.shape(obs["item_mask"])).copy()
+
+    eps = [e for e in load_episodes() if e.n_calls > 8][:6]
+    grid = (0.005, 0.5)
+    pol = Flapping(LearnedPolicyConfig(**TINY))
+    cfg = _cost_config(pol)
+    rows = sweep_thresholds(pol, eps, cfg, grid)
+    copied = 0
+    for ep, row in zip(eps, rows):
+        for i, t in enumerate(grid):
+            pol.cfg.threshold = t
+            info = _replay(pol, ep, cfg, pol.cfg.max_items)
+            copied += int(np.asarray(info.get("item_copied", [])).sum())
+            assert row["dollars"][i] == pytest.approx(info["totals"]["dollars"], rel=1e-9)
+            assert row["misses"][i] == info["totals"]["misses"]
+    assert sum(r["misses"][1] for r in rows) > 0 and copied > 0  # the case the rule is for occurred
