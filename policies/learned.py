@@ -682,7 +682,9 @@ class LearnedPolicy(Policy):
     ) -> np.ndarray:
         """The visibility the policy asks for, from the network's P(visible) of one observation.
 
-        An output is wanted visible when P(visible) >= ``thr`` (0: abstain, everything visible).  With
+        An output is wanted visible when P(visible) >= ``thr`` (0: abstain, everything visible), and
+        always while no call has read it (age 0: hiding the answer to the call just made is a miss in
+        practice, though no need label records one; the oracle's plans hide such outputs).  With
         ``cfg.batching == "pays"`` the hides are then timed by price (:func:`best_batch`, CacheAwareClear's
         rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
         are hidden together, from the slot where the cache reads they save over the calls expected to
@@ -700,7 +702,9 @@ class LearnedPolicy(Policy):
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
             )
         vis = items[:, _VIS] > 0.5
-        want = (np.asarray(probs) >= thr) & mask
+        # an output no call has read yet (age 0: the answer to the call just made) stays: hidden now, the
+        # agent would get a placeholder for its own tool call, which the need labels cannot see as a need
+        want = ((np.asarray(probs) >= thr) | (items[:, _AGE] < 1)) & mask
         if copied is not None:
             # a hidden output whose miss was recovered by running its call again has a copy in the
             # context after it: restoring the original as well would pay for its tokens twice

@@ -195,8 +195,10 @@ def test_inference_path_matches_the_padded_module_path_on_random_observations(cf
         np.testing.assert_allclose(p * obs["item_mask"], ref, rtol=0, atol=1e-5)  # padding: unspecified
         a = pol.act(obs)
         sure = np.abs(ref - pol.cfg.threshold) > 1e-5  # within rounding of the threshold: either way
-        assert (a["disable"][sure] == obs["disable_mask"][sure] * (ref[sure] < pol.cfg.threshold)).all()
-        assert (a["enable"][sure] == obs["enable_mask"][sure] * (ref[sure] >= pol.cfg.threshold)).all()
+        unread = obs["items"][:, ITEM_FEATURES.index("age")] < 1  # no call has read it: always visible
+        hide, show = (ref < pol.cfg.threshold) & ~unread, (ref >= pol.cfg.threshold) | unread
+        assert (a["disable"][sure] == obs["disable_mask"][sure] * hide[sure]).all()
+        assert (a["enable"][sure] == obs["enable_mask"][sure] * show[sure]).all()
     batch = {k: np.stack([o[k] for o in singles]) for k in singles[0]}
     pb = pol.probs(batch) * batch["item_mask"]  # rows of different lengths: padded and masked
     np.testing.assert_allclose(pb, _padded_probs(pol.net, batch), rtol=0, atol=1e-5)

@@ -263,3 +263,17 @@ def test_replay_env_marks_the_outputs_a_re_run_copied():
                 assert info["item_copied"].tolist() == [k >= 0 and env.sim.copied[k] for k in slots]
             obs, _, done, _, info = env.step(to_action(obs, np.zeros(32, bool)))  # hide all: misses
     assert seen > 0
+
+
+@pytest.mark.parametrize("batching", ["pays", "off"])
+def test_an_output_no_call_has_read_yet_is_never_hidden(batching):
+    # the newest output (age 0) answers the call just made: hidden now, the agent would get a placeholder
+    # for its own tool call; the network's P(visible) does not decide it, the next decision does
+    obs = _obs([8.0, 8.0, 8.0], [1, 1, 1], step=40, active_k=100.0)
+    obs["items"][2, _F["age"]] = 0
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching=batching).create()
+    prices = price_vector(PRICES["gpt-5"])
+    want = pol.want_visible(obs, np.zeros(8, np.float32), 0.5, prices)
+    assert want[:3].tolist() == [False, False, True]
+    obs["items"][2, _F["age"]] = 1  # read by one call: the network decides
+    assert not pol.want_visible(obs, np.zeros(8, np.float32), 0.5, prices)[:3].any()

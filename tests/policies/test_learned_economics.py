@@ -44,6 +44,11 @@ def _env(family="claude-sonnet", sizes=(4000,) * 8):
     return ReplayEnv(trajectories=[ep], max_items=16, expose_episode=True)
 
 
+def _hideable(obs):
+    # what a threshold of 1 hides: every visible output a call has read (the newest, age 0, stays)
+    return obs["disable_mask"] * (obs["items"][:, _F["age"]] >= 1)
+
+
 def _obs_after(env, calls=5):
     obs, info = env.reset(seed=0)
     first = info
@@ -208,12 +213,12 @@ def test_policy_uses_the_table_by_default_abstains_with_zero_and_threshold_overr
     assert not back.act(obs)["disable"].any()
     obs4o, info4o = _obs_after(_env("gpt-4o"))
     back.reset(info4o)  # no family entry, no regime entry: the pooled 1.0 hides every visible output
-    np.testing.assert_array_equal(back.act(obs4o)["disable"], obs4o["disable_mask"])
+    np.testing.assert_array_equal(back.act(obs4o)["disable"], _hideable(obs4o))
     back.cfg.threshold = 1.0  # an explicit threshold overrides the table
     back.reset(info)
-    np.testing.assert_array_equal(back.act(obs)["disable"], obs["disable_mask"])
+    np.testing.assert_array_equal(back.act(obs)["disable"], _hideable(obs))
     b = back.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
-    np.testing.assert_array_equal(b["disable"][1], obs["disable_mask"])
+    np.testing.assert_array_equal(b["disable"][1], _hideable(obs))
 
 
 def test_an_abstaining_entry_falls_back_to_the_hide_big_rung_that_pays_within_the_budget():
@@ -255,7 +260,7 @@ def test_the_policy_runs_its_fallback_rule_where_its_table_abstains(tmp_path):
     assert not back.act(obs4o)["disable"].any()
     back.cfg.threshold = 1.0  # a fixed threshold: the network, no fallback
     back.reset(info)
-    np.testing.assert_array_equal(back.act(obs)["disable"], obs["disable_mask"])
+    np.testing.assert_array_equal(back.act(obs)["disable"], _hideable(obs))
     path = back.save(tmp_path / "bad")
     meta = json.loads((path / "config.json").read_text())
     meta["meta"]["thresholds"]["fallback"]["family"]["claude-sonnet"] = {"tokens": 1000, "age": 0}
@@ -339,9 +344,9 @@ def test_an_unknown_model_takes_its_regime_entry_from_the_prices_in_the_observat
     obs["prices"] = price_vector(PRICES["claude-opus"])  # write premium: abstain
     assert not pol.act(obs)["disable"].any()
     obs["prices"] = price_vector(PRICES["deepseek-chat"])  # discount: 1.0 hides every visible output
-    np.testing.assert_array_equal(pol.act(obs)["disable"], obs["disable_mask"])
+    np.testing.assert_array_equal(pol.act(obs)["disable"], _hideable(obs))
     b = pol.act_batch({k: np.stack([v, v]) for k, v in obs.items()})
-    np.testing.assert_array_equal(b["disable"][0], obs["disable_mask"])
+    np.testing.assert_array_equal(b["disable"][0], _hideable(obs))
 
 
 def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation():
