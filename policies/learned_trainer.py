@@ -390,18 +390,18 @@ def sweep_thresholds(
         envs = [ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg) for _ in grid]
         steps = [env.reset(seed=0) for env in envs]
         prices = _ep_prices(ep, cfg)
-        done = False
-        while not done:
+        done = [False] * len(envs)  # a bolder threshold's run can end first (miss="fail")
+        while not all(done):
             batch = {k: np.stack([st[0][k] for st in steps]) for k in steps[0][0]}
             probs = policy.probs(batch, prices)
-            acts = []
             for i, st in enumerate(steps):
+                if done[i]:
+                    continue
                 row = {k: v[i] for k, v in batch.items()}
                 # as act() decides in evaluation: outputs a re-run put back are not restored
                 want = policy.want_visible(row, probs[i], grid[i], prices, st[-1].get("item_copied"))
-                acts.append(to_action(row, want))
-            steps = [env.step(a) for env, a in zip(envs, acts)]
-            done = steps[0][2]
+                steps[i] = envs[i].step(to_action(row, want))
+                done[i] = steps[i][2]
         rows.append(_sweep_row(ep, cfg, [st[-1] for st in steps]))
     return rows
 

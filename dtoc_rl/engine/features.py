@@ -48,10 +48,10 @@ DEFAULT_MAX_ITEMS = 128
 
 ITEM_FEATURES: tuple[str, ...] = (
     "est_tokens_k",  # the output's estimated tokens / 1000
-    "age",  # steps since it was stored (newest = 0)
+    "age",  # model calls since the one that stored it (0: no call has read it yet)
     "visible",
     "times_needed",  # needs on it so far
-    "since_need",  # steps since its last need (its age if never needed)
+    "since_need",  # model calls since its last need (its age if never needed)
     "modified",  # what it read was modified later, so far
     "is_error",
     "superseded",  # a later step re-read the same resource, so far

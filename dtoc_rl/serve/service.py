@@ -39,9 +39,11 @@ Endpoints
 Item fields: ``key`` (required, unique string), ``tokens`` (required, the
 output's estimated tokens), ``visible`` (default true), ``tool`` (tool name) and
 ``args`` (its arguments, JSON text or object) or ``tool_category`` (one of
-``dtoc_rl.labels.vocabulary.TOOL_CATEGORIES``), ``age`` (model calls since it was stored;
-default: ``step - stored_step`` when ``stored_step`` is given, else the number
-of items after it), ``timestamp`` (seconds; when every item has one, items are
+``dtoc_rl.labels.vocabulary.TOOL_CATEGORIES``), ``age`` (model calls since the call that
+stored it: 0 for an output of the latest call, which no call has read and a learned policy never
+hides; default: ``step - stored_step`` when ``stored_step``, the ``step`` at which it was stored, is
+given, else the number of items after it, so send one of them when a call runs several tools in
+parallel), ``timestamp`` (seconds; when every item has one, items are
 ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``modified``, ``is_error``, ``superseded``, ``rereads``, ``toggles``,
 ``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`), ``head`` (the output's first

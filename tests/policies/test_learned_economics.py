@@ -1,6 +1,7 @@
 """The learned policy's economics: price features, the validation threshold table (abstaining where
 nothing pays), and dollar-weighted imitation."""
 
+import dataclasses
 import json
 import warnings
 
@@ -349,10 +350,12 @@ def test_an_unknown_model_takes_its_regime_entry_from_the_prices_in_the_observat
     np.testing.assert_array_equal(b["disable"][0], _hideable(obs))
 
 
-def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation():
+@pytest.mark.parametrize("miss", ["reread", "fail"])
+def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation(miss):
     # thresholds are chosen on sweep_thresholds' replays, so each of its columns must be what the policy
     # does with that threshold fixed: the same dollars and misses, with the outputs a re-run copied
-    # after a miss left hidden in both (a network that hides everything, then asks for all of it back)
+    # after a miss left hidden in both (a network that hides everything, then asks for all of it back);
+    # with miss="fail" the bolder threshold's run ends first, and the others go on
     from dtoc_rl.policies.learned_trainer import _cost_config, _replay, sweep_thresholds
 
     class Flapping(LearnedPolicy):
@@ -364,7 +367,7 @@ def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation():
     eps = [e for e in load_episodes() if e.n_calls > 8][:6]
     grid = (0.005, 0.5)
     pol = Flapping(LearnedPolicyConfig(**TINY))
-    cfg = _cost_config(pol)
+    cfg = dataclasses.replace(_cost_config(pol), miss=miss)
     rows = sweep_thresholds(pol, eps, cfg, grid)
     copied = 0
     for ep, row in zip(eps, rows):
@@ -374,4 +377,8 @@ def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation():
             copied += int(np.asarray(info.get("item_copied", [])).sum())
             assert row["dollars"][i] == pytest.approx(info["totals"]["dollars"], rel=1e-9)
             assert row["misses"][i] == info["totals"]["misses"]
-    assert sum(r["misses"][1] for r in rows) > 0 and copied > 0  # the case the rule is for occurred
+    assert sum(r["misses"][1] for r in rows) > 0  # the case the rule is for occurred
+    if miss == "reread":
+        assert copied > 0
+    else:  # a bold threshold failed a run that the cautious one finished
+        assert any(r["misses"][1] and not r["misses"][0] for r in rows)
