@@ -660,16 +660,11 @@ class LearnedPolicy(Policy):
         for i in range(len(p)):
             row = {k: v[i] for k, v in obs.items()}
             thr, rule = self._obs_choice(row)
-            acts.append(
-                rule.act(row)
-                if thr <= 0.0 and rule is not None
-                else to_action(
-                    row,
-                    self.want_visible(
-                        row, p[i], thr, copied=(infos[i] or {}).get("item_copied") if infos else None
-                    ),
-                )
-            )
+            if thr <= 0.0 and rule is not None:
+                acts.append(rule.act(row))
+                continue
+            copied = (infos[i] or {}).get("item_copied") if infos else None
+            acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied)))
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def want_visible(
