@@ -147,7 +147,8 @@ class ReplayEnv(gym.Env):
     has one decision per model call, not per tool call.
 
     The logged agent cannot react to what it was not shown, so a needed output
-    that is hidden is a **miss**.  By default (``miss="reread"``, the paper's
+    that is hidden is a **miss**, and so is an output hidden before any call read
+    it (the answer to the call just made; ``Episode.call_reads``).  By default (``miss="reread"``, the paper's
     re-read metric) the agent re-reads it: one extra model call over the whole
     active context.  How the output comes back is ``CostConfig.recovery`` (pass a
     ``cost_config``): ``"append"`` (default) appends the re-run's copy just before
@@ -534,7 +535,8 @@ class ReplayEnv(gym.Env):
                 o = tpl.ord_of_step[entry]
                 if o >= 0:
                     self._c_need[o] = sim.need_count[entry]
-                    self._c_since[o] = -sim.last_need[entry]
+                    if sim.last_need[entry] >= 0:  # a miss before any call read it is not a need
+                        self._c_since[o] = -sim.last_need[entry]
                     self._c_reread[o] = sim.rereads_of[entry]
                 continue
             # a visibility change, each step toggled once: the first k shown, the rest hidden

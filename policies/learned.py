@@ -678,8 +678,9 @@ class LearnedPolicy(Policy):
         """The visibility the policy asks for, from the network's P(visible) of one observation.
 
         An output is wanted visible when P(visible) >= ``thr`` (0: abstain, everything visible), and
-        always while no call has read it (age 0: hiding the answer to the call just made is a miss in
-        practice, which the need labels rarely record; the oracle's plans hide such outputs).  With
+        always while no call has read it (age 0: hiding the answer to the call just made is a miss,
+        ``Episode.call_reads``; the network learns that from the oracle's targets, and the rule makes
+        sure of it).  With
         ``cfg.batching == "pays"`` the hides are then timed by price (:func:`best_batch`, CacheAwareClear's
         rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
         are hidden together, from the slot where the cache reads they save over the calls expected to
@@ -698,7 +699,7 @@ class LearnedPolicy(Policy):
             )
         vis = items[:, _VIS] > 0.5
         # an output no call has read yet (age 0: the answer to the call just made) stays: hidden now, the
-        # agent would get a placeholder for its own tool call, which the need labels rarely see as a need
+        # agent would get a placeholder for its own tool call (a miss)
         want = ((np.asarray(probs) >= thr) | (items[:, _AGE] < 1)) & mask
         if copied is not None:
             # a hidden output whose miss was recovered by running its call again has a copy in the

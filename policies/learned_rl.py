@@ -103,10 +103,20 @@ def make_vector_env(policy: LearnedPolicy, episodes: Sequence[Episode], n_envs: 
     )
 
 
-def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor) -> list[Sample]:
+_AGE = ITEM_FEATURES.index("age")
+
+
+def _free(t: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The slots whose bit the actor draws: every stored output some call has read.  One no call has
+    read yet (age 0) stays visible, as :meth:`LearnedPolicy.want_visible` keeps it: hiding it is a miss
+    (``Episode.call_reads``), and its bit is no choice of the policy's, so no gradient flows through it."""
+    return t["mask"] * (t["items"][..., _AGE] >= 1)
+
+
+def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor, free: torch.Tensor) -> list[Sample]:
     """A batch of model inputs and the visibility bits drawn for it, one Sample per row (the bits as
-    its target), trimmed to the row's own valid slots: minibatches are then padded by
-    :func:`~dtoc_rl.policies.learned_trainer._batch`, as in supervised training."""
+    its target, weight 1 on the slots the actor drew), trimmed to the row's own valid slots: minibatches
+    are then padded by :func:`~dtoc_rl.policies.learned_trainer._batch`, as in supervised training."""
     from dtoc_rl.policies.learned_trainer import Sample
 
     out = []
@@ -121,7 +131,7 @@ def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor) -> list[Sample]:
                 glob=t["glob"][i].numpy(),
                 family=int(t["family"][i]),
                 target=action,
-                weight=np.ones_like(action),
+                weight=free[i, :m].numpy().astype(np.float32),
             )
         )
     return out
@@ -192,10 +202,11 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
             with torch.no_grad():
                 logits = net(**x)
                 probs = torch.sigmoid(logits)
-                bits = torch.bernoulli(probs, generator=gen) * x["mask"]
-                lp, _ = _dist_terms(logits, x["mask"], bits)
+                free = _free(x)
+                bits = torch.where(free > 0, torch.bernoulli(probs, generator=gen), x["mask"].float())
+                lp, _ = _dist_terms(logits, free, bits)
                 v = critic(x["items"], x["mask"], x["glob"])
-            step_rows = _rows(x, bits)
+            step_rows = _rows(x, bits, free)
             actions = {"enable": [], "disable": []}
             for i, r in enumerate(step_rows):
                 m = len(r.tool)
@@ -240,9 +251,9 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
             order = rng.permutation(n)
             for j in range(0, n, mb):
                 idx = order[j : j + mb]
-                x, action, _ = _batch([flat[k] for k in idx])
+                x, action, drawn = _batch([flat[k] for k in idx])
                 logits = net(**x)
-                new_lp, ent = _dist_terms(logits, x["mask"], action)
+                new_lp, ent = _dist_terms(logits, drawn, action)
                 v = critic(x["items"], x["mask"], x["glob"])
                 a = torch.as_tensor(b_adv[idx], dtype=torch.float32)
                 if len(idx) > 1:
@@ -257,7 +268,7 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
                 old_v = torch.as_tensor(b_val[idx], dtype=torch.float32)
                 v_clipped = old_v + (v - old_v).clamp(-cfg.rl_clip, cfg.rl_clip)
                 v_loss = 0.5 * torch.max((v - ret) ** 2, (v_clipped - ret) ** 2).mean()
-                n_valid = x["mask"].sum(1).clamp_min(1)
+                n_valid = drawn.sum(1).clamp_min(1)
                 ent_mean = (ent / n_valid).mean()  # per slot bit, so runs of any width weigh alike
                 loss = pg + cfg.rl_vf_coef * v_loss - cfg.rl_entropy * ent_mean
                 opt.zero_grad()

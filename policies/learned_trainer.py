@@ -146,6 +146,12 @@ def _call_needs(ep: Episode, c: int, kinds: np.ndarray | None = None) -> np.ndar
     return f(c, kinds) if f is not None else ep.needs_at(c, kinds)
 
 
+def _call_reads(ep: Episode, c: int, kinds: np.ndarray | None = None) -> np.ndarray:
+    # what a call must see (its needs and the outputs no call has read yet): hiding one is a miss
+    f = getattr(ep, "call_reads", None)
+    return f(c, kinds) if f is not None else _call_needs(ep, c, kinds)
+
+
 def _last_need(ep: Episode, kinds: np.ndarray | None = None) -> np.ndarray:
     """The last model call that needs each output (-1: never needed), of the need ``kinds``."""
     last = np.full(ep.n, -1, np.int64)
@@ -231,7 +237,7 @@ def collect(
             target = V[t, s] if t < min(calls, len(V)) else np.ones(m, bool)
             items = obs["items"][:m]
             econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], prices)
-            needed = np.isin(s, _call_needs(ep, t, kinds)) if t < calls else np.zeros(m, bool)
+            needed = np.isin(s, _call_reads(ep, t, kinds)) if t < calls else np.zeros(m, bool)
             if dollars:
                 weight = dollar_weights(
                     items, econ, prices, target, needed, _needed_later(last_need, s, t), max(calls - t, 1),

@@ -52,12 +52,13 @@ def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
 
 
 def _need_matrix(ep: Episode, cfg: CostConfig | None) -> np.ndarray:
-    """R[t, k]: model call t needs output k (under the configured need kinds)."""
+    """R[t, k]: model call t must see output k (``Episode.call_reads``: it needs it under the configured
+    need kinds, or reads it first), as the simulator charges misses."""
     cfg = cfg or CostConfig()
     kinds = cfg.kind_mask()
     R = np.zeros((ep.n_calls, ep.n), bool)
     for t in range(ep.n_calls):
-        idx = ep.call_needs(t, kinds)
+        idx = ep.call_reads(t, kinds)
         if len(idx):
             R[t, idx[ep.has_out[idx]]] = True
     return R

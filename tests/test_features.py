@@ -152,7 +152,25 @@ def test_a_hidden_output_re_accessed_is_a_miss_but_not_a_counted_need():
 
     cols = ItemColumns()
     cols.append(1000, 0, call=0, users_at=0)
-    step = Step(index=1, turn=1, masked_before=[0], needs=[Need(0, "reaccess", "file:f.py")])
+    # call 1 read it; the step of call 2 re-accesses it hidden
+    step = Step(index=1, turn=2, masked_before=[0], needs=[Need(0, "reaccess", "file:f.py")])
     assert cols.add_needs([step], {0: 0}) == 1  # live, the re-read is what the hiding cost
     # the features keep ReplayEnv's meaning: only MISS_KINDS are counted needs
     assert (cols.get(0, "times_needed"), cols.get(0, "rereads"), cols.get(0, "superseded")) == (0, 0, 1)
+    assert cols.kind_misses == 0
+
+
+@pytest.mark.parametrize("needed", [False, True])
+def test_an_output_hidden_before_any_call_read_it_is_one_miss_not_a_need(needed):
+    from dtoc_rl.data.schema import Need, Step
+
+    cols = ItemColumns()
+    cols.append(1000, 0, call=0, users_at=0)
+    cols.append(1000, 0, call=1, users_at=0)
+    needs = [Need(1, "provenance", "x")] if needed else []
+    # call 2 is the first to read output 1 (stored by call 1); output 0 was read by call 1
+    step = Step(index=2, turn=2, masked_before=[0, 1], needs=needs)
+    assert cols.add_needs([step], {0: 0, 1: 1}) == 1
+    assert (cols.get(1, "times_needed"), cols.get(1, "rereads")) == (float(needed), 1)
+    assert (cols.get(0, "times_needed"), cols.get(0, "rereads")) == (0, 0)
+    assert cols.kind_misses == 1  # charged once, as the simulator charges a call's read of an output

@@ -40,7 +40,8 @@ SCRIPT = [
 # decision -> (keys to hide, keys to show)
 SCHEDULE = {
     1: ({"t0000"}, set()),
-    2: ({"t0001", "t0002"}, set()),
+    2: ({"t0001"}, set()),
+    3: ({"t0002"}, set()),  # not at 2: no call had read it then (a miss, which a scripted agent ignores)
     4: (set(), {"t0001"}),
     5: ({"t0003"}, set()),
 }

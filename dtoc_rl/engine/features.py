@@ -358,7 +358,9 @@ class ItemColumns:
         ``reaccess`` need marks it ``superseded``; the first need of a kind in ``kinds`` on it in
         this batch adds one to ``times_needed`` and moves its last need to the step's turn, and
         when the output was listed in the step's ``masked_before`` (hidden when the call was made)
-        one to ``rereads``.  ``kinds`` defaults to the kinds ReplayEnv counts
+        one to ``rereads``.  An output of the call before the step's, listed there, is a miss too
+        (no call had read it: ``Episode.call_reads``) and adds one to ``rereads``, not to
+        ``times_needed``.  ``kinds`` defaults to the kinds ReplayEnv counts
         (``CostConfig.need_kinds``), so a policy sees the same features online as in training.
 
         Returns the misses of these steps: outputs they needed, of any kind, while hidden.  Live, a
@@ -369,8 +371,17 @@ class ItemColumns:
         misses = 0
         needed: set[int] = set()
         missed: set[int] = set()
+        unread: set[int] = set()  # missed before any call read them: charged once, as in the simulator
         for s in steps:
             masked = set(s.masked_before or ())
+            for step in masked:  # an output of the call before, hidden before any call read it
+                row = row_of_step.get(step)
+                if row is not None and self._call[row] == s.turn - 1 and step not in missed:
+                    missed.add(step)
+                    unread.add(step)
+                    misses += 1
+                    self.bump(row, "rereads")
+                    self.kind_misses += 1
             for need in s.needs:
                 row = row_of_step.get(need.step)
                 if row is None:
@@ -386,7 +397,7 @@ class ItemColumns:
                 needed.add(need.step)
                 self.bump(row, "times_needed")
                 self.need(row, s.turn)
-                if hidden:
+                if hidden and need.step not in unread:
                     self.bump(row, "rereads")
                     self.kind_misses += 1
         return misses

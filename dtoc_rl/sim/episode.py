@@ -137,6 +137,21 @@ class Episode:
         idx = np.concatenate([self.needs_at(t, kinds) for t in range(a, b)])
         return np.unique(idx[idx < a])
 
+    def call_reads(self, c: int, kinds: np.ndarray | None = None) -> np.ndarray:
+        """Sorted distinct outputs model call ``c`` must see: the ones it needs (:meth:`call_needs`) and
+        the outputs of call ``c - 1``, which no call has read yet.  Those are the agent's results of its
+        own tool calls: hidden before the call that reads them first, the agent gets a placeholder for
+        an answer it never saw, a miss like any other (the masked logs never hide them: SWE-agent's
+        ``LastNObservations`` keeps the newest five).  They are not need labels, so ``times_needed``
+        and the hide-big rule's "needed again" still count only the agent's later uses."""
+        needs = self.call_needs(c, kinds)
+        if c < 1:
+            return needs
+        st = self.starts
+        a, b = int(st[c - 1]), int(st[c])
+        fresh = a + np.flatnonzero(self.has_out[a:b])
+        return np.union1d(needs, fresh) if len(needs) else fresh
+
     _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)

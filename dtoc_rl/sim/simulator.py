@@ -16,7 +16,9 @@ output of the turn joins the context.
   minimum cacheable prompt, granularity, lifetime between the logged call
   timestamps, fitted hit rate); ``cache="ideal"`` reads that whole prefix
   every time, never expiring.
-* **Misses.** A call whose need labels point to a hidden output is a miss.
+* **Misses.** A call whose need labels point to a hidden output is a miss, and so is a call made
+  while an output of the call before it is hidden (:meth:`Episode.call_reads`: no call has read
+  that output yet, so the agent would get a placeholder for its own tool's answer).
   ``miss="reread"`` (the paper's re-read metric): the agent spends one extra
   model call over the whole active context to get the output again.
   ``miss="fail"``: the episode ends as a failure.  ``miss="calibrated"``: with
@@ -204,6 +206,7 @@ class Simulator:
         self._vis_cost = ep.vis_cost.tolist()
         self._user = ep.per_call(ep.user_tok).tolist()  # per model call: its steps' user text
         self._asst = ep.per_call(ep.asst_tok).tolist()  # per model call: its steps' assistant tokens
+        self._starts_l = ep.starts[:-1].tolist()  # per model call: its first step
         self._end = ep.starts[1:].tolist()  # per model call: the step after its last
         # the need schedule restricted to the counted kinds (CSR: step t needs idx[ptr[t]:ptr[t+1]]), as
         # the sorted distinct steps each call needs (what ep.call_needs(c, kinds) lists), None for none
@@ -220,6 +223,13 @@ class Simulator:
             self._needs = [
                 sorted({j for j in idx[ptr[a] : ptr[b]] if j < a}) or None for a, b in zip(st, st[1:])
             ]
+        # per call: the outputs it must see (what ep.call_reads lists; None for none), its needs and the
+        # outputs of the call before it, which it reads first (hiding one of those is a miss, not a need)
+        outs = [[k for k in range(a, b) if self._has_out[k]] for a, b in zip(self._starts_l, self._end)]
+        self._reads = [
+            sorted(set(nd or ()) | set(outs[c - 1])) if c and outs[c - 1] else nd
+            for c, nd in enumerate(self._needs)
+        ]
         self._base = int(ep.base_tokens)
         self._rules = self.cfg.rules_for(ep)
         self._idle = idle_seconds(ep).tolist()
@@ -402,8 +412,11 @@ class Simulator:
                 log.append(j)
             self.need_count[j] += 1
             self.last_need[j] = c
+        for j in self._reads[c] or ():
             if self.visible[j] or self.copied[j]:
                 continue
+            if log is not None:  # its re-reads change (a need logged it already; twice is harmless)
+                log.append(j)
             misses += 1
             tot.misses += 1
             cfg = self.cfg

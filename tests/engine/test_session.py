@@ -150,7 +150,9 @@ def test_observed_misses_count_the_kinds_replayenv_counts():
         def act(self, obs, info):
             return {
                 "enable": np.zeros(4, np.int8),
-                "disable": np.array([1, 0, 0, 0], np.int8) * obs["disable_mask"],
+                # once a call has read it (a second output is stored): hiding an unread output is a
+                # miss of every kind
+                "disable": np.array([1, 0, 0, 0], np.int8) * obs["disable_mask"] * obs["item_mask"][1],
             }
 
     g = GLOBAL_FEATURES.index("misses")

@@ -283,10 +283,11 @@ def test_disable_takes_effect_in_the_next_agent_call():
     tool_msg = json.loads(next(m for m in seen if m["role"] == "tool")["content"])
     assert tool_msg["tool_key"] == "t0000" and tool_msg["hidden"] is True and "tool_result" not in tool_msg
     assert obs["items"][0][2] == 0 and obs["enable_mask"][0] == 1
-    assert info["step_misses"] == 0
-    # copying from the hidden output is a miss, and the output it needed counts a re-read
+    # no call had read t0000: the agent got a placeholder for its own read, a miss (Episode.call_reads)
+    assert info["step_misses"] == 1
+    # copying from the hidden output is a miss again, and the output it needed counts a re-read
     obs, _, _, _, info = env.step(_noop())
-    assert info["step_misses"] == 1 and info["misses"] == 1
+    assert info["step_misses"] == 1 and info["misses"] == 2
     steps = env.trajectory().steps
     assert steps[1].events[0].kind == "disable" and steps[1].events[0].targets == [0]
     assert steps[1].masked_before == [0] and steps[0].masked_before == []

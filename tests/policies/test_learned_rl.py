@@ -221,3 +221,22 @@ def test_the_training_report_names_the_fallback_rules(capsys):
     assert "qwen-coder abstain" in out and "qwen-coder hide_big:tokens=1000,age=4" in out
     _print_thresholds({"budget_misses_per_100": 1.0, "family": {}, "regime": {}, "default": 0.1})
     assert "where it abstains" not in capsys.readouterr().out
+
+
+def test_the_actor_draws_no_bit_for_an_output_no_call_has_read():
+    from dtoc_rl.policies.learned import obs_to_tensors
+
+    pol = LearnedPolicyConfig(**TINY, max_items=32).create()
+    envs = make_vector_env(pol, [_huge_first()], 1, 0.0)
+    obs, _ = envs.reset(seed=0)
+    zero = {"enable": np.zeros((1, 32), np.int8), "disable": np.zeros((1, 32), np.int8)}
+    for _ in range(3):
+        obs, *_ = envs.step(zero)
+    x = obs_to_tensors(obs)
+    free, stored = learned_rl._free(x)[0], x["mask"][0]
+    assert int(stored.sum()) == 4
+    # the newest output (stored by the call just made) stays visible, the three read ones are drawn
+    assert free[:3].all() and not free[3] and not free[4:].any()
+    rows = learned_rl._rows(x, torch.ones(1, 32), learned_rl._free(x))
+    assert rows[0].weight.tolist() == [1.0, 1.0, 1.0, 0.0]  # and the update takes no gradient through it
+    envs.close()

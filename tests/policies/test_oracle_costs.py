@@ -17,10 +17,11 @@ from .test_oracle import episodes, play
 
 
 def _tiny_output_episode(family: str):
-    # output 0 is 5 tokens with a 10-token placeholder; output 1 is large; call 3 needs output 1
+    # output 0 is 5 tokens with a 10-token placeholder; output 1 is large, read first by call 2, and
+    # call 4 needs it
     return make_episode(
-        base=2000, user=[0, 0, 0, 0, 0], asst=[20] * 5, vis=[5, 3000, 0, 0, 0], hid=[10, 10, 0, 0, 0],
-        needs={3: [1]}, family=family,
+        base=2000, user=[0] * 6, asst=[20] * 6, vis=[5, 3000, 0, 0, 0, 0], hid=[10, 10, 0, 0, 0, 0],
+        needs={4: [1]}, family=family,
     )  # fmt: skip
 
 
@@ -30,7 +31,8 @@ def test_never_hides_an_output_whose_placeholder_is_larger():
         for V in (plan(ep), exact_plan(ep)):
             assert V[1:, 0].all(), family
     ep = _tiny_output_episode("gpt-4")
-    assert not plan(ep)[2, 1] and plan(ep)[3, 1]  # the large one is hidden between needs
+    V = plan(ep)
+    assert V[2, 1] and not V[3, 1] and V[4, 1]  # the large one is hidden between its first read and need
 
 
 def test_the_oracle_plans_with_the_env_cost_config():

@@ -1,0 +1,62 @@
+"""An output no call has read yet (the answer to the call just made) must be seen by the next call:
+hiding it is a miss in the simulator, infeasible for the oracle, and a miss live (Episode.call_reads)."""
+
+import numpy as np
+import pytest
+
+from dtoc_rl.policies.oracle import exact_plan, plan, schedule_cost
+from dtoc_rl.sim.simulator import CostConfig, Simulator
+from tests.cost_episodes import UNIT, make_episode
+
+
+def _ep(calls=None, needs=None):
+    # steps 0..3 each store a 1000-token output (placeholder 10); step 4 stores nothing
+    return make_episode(
+        base=100, user=[0] * 5, asst=[10] * 5, vis=[1000, 1000, 1000, 1000, 0], hid=[10] * 4 + [0],
+        needs=needs, calls=calls,
+    )  # fmt: skip
+
+
+def test_call_reads_lists_the_needs_and_the_outputs_of_the_call_before():
+    ep = _ep(needs={3: [0]})
+    assert ep.call_reads(0).tolist() == []
+    assert ep.call_reads(1).tolist() == [0]
+    assert ep.call_reads(3).tolist() == [0, 2]
+    assert ep.call_reads(4).tolist() == [3]
+    par = _ep(calls=[0, 1, 3, 4])  # steps 1 and 2 are parallel tool calls of call 1
+    assert par.call_reads(2).tolist() == [1, 2] and par.call_reads(3).tolist() == [3]
+
+
+@pytest.mark.parametrize("miss", ["reread", "fail"])
+def test_hiding_an_output_before_any_call_read_it_is_a_miss_and_not_a_need(miss):
+    cfg = CostConfig(prices=UNIT, cache="ideal", miss=miss)
+    sim = Simulator(_ep(), cfg)
+    sim.call()  # call 0 stores output 0
+    sim.apply_changes([], [0])  # hidden before call 1, its first reader
+    dollars, misses = sim.call()
+    assert misses == 1 and sim.totals.misses == 1
+    assert sim.need_count[0] == 0 and sim.last_need[0] == -1  # not a need: the agent's later uses count
+    if miss == "fail":
+        assert sim.totals.failed
+        return
+    assert sim.rereads_of[0] == 1 and sim.totals.rereads == 1 and sim.copied[0]
+    read = Simulator(_ep(), cfg)  # the same hide one call later: call 1 read it, nothing needs it again
+    read.call(), read.call()
+    read.apply_changes([], [0])
+    assert read.call()[1] == 0 and read.totals.misses == 0
+
+
+def test_the_oracle_never_hides_an_output_before_its_first_read():
+    for calls in (None, [0, 1, 3, 4]):
+        ep = _ep(calls=calls)
+        for V in (plan(ep), exact_plan(ep)):
+            for k in np.flatnonzero(ep.has_out):
+                first = int(ep.call_of_step[k]) + 1
+                if first < ep.n_calls:
+                    assert V[first, k], (calls, k)
+            later = np.ones_like(V)
+            later[2:, 0] = False  # output 0 hidden from call 2 on: call 1 read it
+            assert np.isfinite(schedule_cost(ep, later))
+            early = np.ones_like(V)
+            early[1:, 0] = False  # from call 1 on: before any call read it
+            assert schedule_cost(ep, early) == float("inf")
