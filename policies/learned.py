@@ -642,16 +642,11 @@ class LearnedPolicy(Policy):
             thr, rule = self._thr, self._rule
         else:
             thr, rule = self._obs_choice(obs)
-        if thr <= 0.0:  # abstain: its fallback rule, else every output stays (or comes back) visible
-            return (
-                rule.act(obs)
-                if rule is not None
-                else to_action(obs, np.ones(obs["item_mask"].shape[-1], bool))
-            )
+        if thr <= 0.0 and rule is not None:  # abstain with a fallback rule: the rule decides
+            return rule.act(obs)
         copied = info.get("item_copied") if info else None
-        return to_action(
-            obs, self.want_visible(obs, self.probs(obs, self._prices), thr, self._prices, copied)
-        )
+        probs = self.probs(obs, self._prices) if thr > 0.0 else None  # abstaining needs no network
+        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
@@ -670,7 +665,7 @@ class LearnedPolicy(Policy):
     def want_visible(
         self,
         obs: dict[str, np.ndarray],
-        probs: np.ndarray,
+        probs: np.ndarray | None,
         thr: float,
         prices: np.ndarray | None = None,
         copied: np.ndarray | None = None,
@@ -680,9 +675,8 @@ class LearnedPolicy(Policy):
         An output is wanted visible when P(visible) >= ``thr`` (0: abstain, everything visible), and
         always while no call has read it (age 0: hiding the answer to the call just made is a miss,
         ``Episode.call_reads``; the network learns that from the oracle's targets, and the rule makes
-        sure of it).  With
-        ``cfg.batching == "pays"`` the hides are then timed by price (:func:`best_batch`, CacheAwareClear's
-        rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
+        sure of it).  With ``cfg.batching == "pays"`` the hides are then timed by price
+        (:func:`best_batch`, CacheAwareClear's rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
         are hidden together, from the slot where the cache reads they save over the calls expected to
         remain beat the re-write, and kept visible for now when no batch pays.  Restores are kept
         (a restore the network asks for costs a re-write too, which the hides after it share), except of
@@ -690,21 +684,20 @@ class LearnedPolicy(Policy):
         copy of it in the context).  Live, the agent's re-run is an output of its own, which the policy
         sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
-        if thr <= 0.0:
-            return mask.copy()
         items = np.asarray(obs["items"], np.float32)
+        vis = items[:, _VIS] > 0.5
+        # a hidden output whose miss was recovered by running its call again has a copy in the context
+        # after it: restoring the original as well would pay for its tokens twice
+        kept_hidden = ~vis & np.asarray(copied, bool) if copied is not None else np.zeros_like(mask)
+        if thr <= 0.0:  # abstain: everything else stays, or comes back, visible
+            return mask & ~kept_hidden
         if self.cfg.size_weight:
             thr = (
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
             )
-        vis = items[:, _VIS] > 0.5
         # an output no call has read yet (age 0: the answer to the call just made) stays: hidden now, the
         # agent would get a placeholder for its own tool call (a miss)
-        want = ((np.asarray(probs) >= thr) | (items[:, _AGE] < 1)) & mask
-        if copied is not None:
-            # a hidden output whose miss was recovered by running its call again has a copy in the
-            # context after it: restoring the original as well would pay for its tokens twice
-            want &= vis | ~np.asarray(copied, bool)
+        want = ((np.asarray(probs) >= thr) | (items[:, _AGE] < 1)) & mask & ~kept_hidden
         if self.cfg.batching == "off":
             return want
         cand = mask & vis & ~want

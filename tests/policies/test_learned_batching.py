@@ -238,6 +238,8 @@ def test_an_output_copied_by_the_re_run_of_its_miss_is_not_restored(batching):
     prices = price_vector(PRICES["doubao-pro"])
     copied = np.arange(8) == 1
     assert pol.want_visible(obs, probs, 0.5, prices, copied)[:4].tolist() == [True, False, True, True]
+    # abstaining (threshold 0: everything visible) brings the others back, not the copied one
+    assert pol.want_visible(obs, None, 0.0, prices, copied)[:4].tolist() == [True, False, True, True]
     # without the mark (live: a restore the agent asks for) a missed output can come back
     assert pol.want_visible(obs, probs, 0.5, prices)[:4].all()
     obs["items"][1, _F["visible"]] = 1  # visible already (restored in place): it stays
