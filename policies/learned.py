@@ -676,12 +676,13 @@ class LearnedPolicy(Policy):
         always while no call has read it (age 0: hiding the answer to the call just made is a miss,
         ``Episode.call_reads``; the network learns that from the oracle's targets, and the rule makes
         sure of it).  With ``cfg.batching == "pays"`` the hides are then timed by price
-        (:func:`best_batch`, CacheAwareClear's rule): each hide breaks the cached prefix at the output, so the outputs the network would hide
-        are hidden together, from the slot where the cache reads they save over the calls expected to
-        remain beat the re-write, and kept visible for now when no batch pays.  Restores are kept
-        (a restore the network asks for costs a re-write too, which the hides after it share), except of
-        an output ``copied`` marks (ReplayEnv's ``info["item_copied"]``: a re-run after its miss put a
-        copy of it in the context).  Live, the agent's re-run is an output of its own, which the policy
+        (:func:`best_batch`, CacheAwareClear's rule): each hide breaks the cached prefix at the output,
+        so the outputs the network would hide are hidden together, from the slot where the cache reads
+        they save over the calls expected to remain beat the re-write, and kept visible for now when no
+        batch pays.  Restores are kept (a restore the network asks for costs a re-write too, which the
+        hides after it share), except of an output ``copied`` marks (ReplayEnv's
+        ``info["item_copied"]``: a re-run after its miss put a copy of it in the context), abstaining
+        too.  Live, the agent's re-run is an output of its own, which the policy
         sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
         items = np.asarray(obs["items"], np.float32)
