@@ -418,6 +418,7 @@ def _sweep_row(ep: Episode, cfg: CostConfig, infos: list[dict[str, Any]]) -> dic
     return {
         "family": ep.model_family,
         "source": ep.source,
+        "task": f"{ep.source}/{ep.task_id}",
         "regime": cache_regime(episode_prices({"episode": ep, "cost_config": cfg})),
         "steps": _n_calls(ep),
         "base": float(unmanaged["dollars"]),
@@ -427,7 +428,7 @@ def _sweep_row(ep: Episode, cfg: CostConfig, infos: list[dict[str, Any]]) -> dic
     }
 
 
-#: A threshold's misses are judged by this quantile of their bootstrap distribution over the tune runs
+#: A threshold's misses are judged by this quantile of their bootstrap distribution over the tune tasks
 #: rather than by their mean: the runs a threshold is chosen on are few (a family may have ten), and a
 #: threshold chosen at its mean overshot the budget on held-out tasks (docs/results.md).
 MISS_QUANTILE = 0.8
@@ -438,12 +439,19 @@ def _choose(
     rows: list[dict[str, Any]], grid: Sequence[float], budget: float, quantile: float = MISS_QUANTILE
 ) -> dict[str, Any]:
     """The threshold saving the most dollars with its misses within the budget (at ``quantile`` of
-    their bootstrap over runs); 0 (abstain) when none saves."""
+    their bootstrap over tasks); 0 (abstain) when none saves.  The bootstrap draws tasks, not runs:
+    runs of one task miss alike, and held-out runs are of other tasks."""
     base = sum(r["base"] for r in rows)
     steps = np.array([r["steps"] for r in rows], np.float64)
     miss = np.array([r["misses"] for r in rows], np.float64).reshape(len(rows), len(grid))
-    idx = np.random.default_rng(0).integers(0, len(rows), (_BOOTSTRAP, len(rows)))
-    boot = 100.0 * miss[idx].sum(1) / np.maximum(steps[idx].sum(1), 1.0)[:, None]
+    # per task (a row without one is a task of its own): its runs' misses and calls, summed
+    _, task = np.unique([str(r.get("task", i)) for i, r in enumerate(rows)], return_inverse=True)
+    n_tasks = int(task.max()) + 1 if len(rows) else 0
+    t_miss = np.zeros((n_tasks, len(grid)))
+    np.add.at(t_miss, task, miss)
+    t_steps = np.bincount(task, weights=steps, minlength=n_tasks)
+    idx = np.random.default_rng(0).integers(0, n_tasks, (_BOOTSTRAP, n_tasks))
+    boot = 100.0 * t_miss[idx].sum(1) / np.maximum(t_steps[idx].sum(1), 1.0)[:, None]
     high = np.quantile(boot, quantile, axis=0)
     options = []
     for i, t in enumerate(grid):

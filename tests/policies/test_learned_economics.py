@@ -382,3 +382,17 @@ def test_the_threshold_sweep_decides_as_the_policy_acts_in_evaluation(miss):
         assert copied > 0
     else:  # a bold threshold failed a run that the cautious one finished
         assert any(r["misses"][1] and not r["misses"][0] for r in rows)
+
+
+def test_the_miss_bootstrap_draws_tasks_not_runs():
+    from dtoc_rl.policies.learned_trainer import _choose
+
+    # ten runs of task A miss 1.6 times per 100 calls at threshold 0.3, ten runs of task B never: drawn
+    # as twenty runs the mean misses look well known (0.8), drawn as the two tasks they are, not at all
+    def run(task, misses):
+        return {"task": task, "base": 1.0, "steps": 1000, "dollars": [0.9, 0.5], "misses": [0, misses]}
+
+    rows = [run("A", 16) for _ in range(10)] + [run("B", 0) for _ in range(10)]
+    assert _choose(rows, [0.1, 0.3], 1.0)["threshold"] == 0.1
+    runs = [{k: v for k, v in r.items() if k != "task"} for r in rows]  # each run a task of its own
+    assert _choose(runs, [0.1, 0.3], 1.0)["threshold"] == 0.3
