@@ -167,7 +167,8 @@ class LiveEnv(gym.Env):
     with :class:`dtoc_rl.labels.NeedLabeller` (the labels that
     :func:`dtoc_rl.labels.label_trajectory` gives the whole episode); a need on an
     output that was hidden when the call was made is a **miss** (the agent had to
-    re-read it).
+    re-read it), and so is an output of the previous call hidden before this one
+    read it (``Episode.call_reads``).
 
     ## Action Space
     ``Dict(enable=MultiBinary(N), disable=MultiBinary(N))`` over ``N = max_items``

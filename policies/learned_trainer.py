@@ -120,8 +120,10 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
     V = cache.get(ep.traj_id)
     if V is None:
         if mode == "need":
-            # visible while some call from this one on needs it (a need that would be a miss)
-            V = np.arange(_n_calls(ep))[:, None] <= _last_need(ep, cfg.kind_mask())[None, :]
+            # visible while some call from this one on needs it, or has not read it yet (a miss either way)
+            first_read = np.asarray(getattr(ep, "call_of_step", np.arange(ep.n)), np.int64) + 1
+            last = np.maximum(_last_need(ep, cfg.kind_mask()), first_read)
+            V = np.arange(_n_calls(ep))[:, None] <= last[None, :]
         else:
             V = plan(ep, cfg)
         cache[ep.traj_id] = V

@@ -4,15 +4,16 @@ A policy that hides an output the agent needs later causes a miss, so what it ca
 miss budget is bounded by how well "will a later step need this output?" can be predicted from what
 it sees.  This script measures that bound, apart from any network or cost model:
 
-* every stored output is a row at each age of a grid (1, 2, 3, 4, 6, ... steps after it was
-  stored), with what a policy sees then: size, age, tool category, needs so far, steps since the
+* every stored output is a row at each age of a grid (2, 3, 4, 6, ... steps after it was
+  stored: the step after it is its first reader, and hiding it from that one is a miss,
+  ``Episode.call_reads``), with what a policy sees then: size, age, tool category, needs so far, steps since the
   last need, modified, error, superseded, and optionally its content (``--text``);
 * a gradient-boosted classifier (scikit-learn) learns P(a later step needs it) on 70% of the tasks;
 * on the other 30%, per threshold, each output is hidden at the first age whose P falls below it and
   stays hidden until a step needs it (a miss; it is then visible for good);
 * reported per threshold: misses per 100 steps, and the share of the *hideable token-steps* hidden
-  (an output's tokens times the steps from its last need, or its storing, to the end of the run: what
-  a hindsight hider would hide).  Token-steps stand in for input tokens; prompt caching changes what
+  (an output's tokens times the steps from its last need, or its first read, to the end of the run:
+  what a hindsight hider would hide).  Token-steps stand in for input tokens; prompt caching changes what
   they cost, not which outputs can be hidden without a miss.
 
 ``--text`` adds content: ``words`` the hashed call words a learned policy sees
@@ -42,7 +43,7 @@ from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.simulator import CostConfig
 
-AGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+AGES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 
 
@@ -159,7 +160,7 @@ def curve(outs, x, y, meta, test_rows, train_rows, test_outs) -> tuple[float, li
     auc = float(metrics.roc_auc_score(y[test_rows], p))
     steps = sum({outs[k].traj: outs[k].steps for k in test_outs}.values())
     best = sum(
-        o.tokens * (o.steps - 1 - (max(o.needs) if o.needs else o.step)) for o in (outs[k] for k in test_outs)
+        o.tokens * max(0, o.steps - 1 - max([o.step + 1, *o.needs])) for o in (outs[k] for k in test_outs)
     )
     table = []
     for thr in THRESHOLDS:

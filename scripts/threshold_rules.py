@@ -16,7 +16,7 @@ checkpoint stores and the tables other rules would have chosen from the same tun
   would store), with the checkpoint's ``miss_budget``, ``min_family_val`` and ``min_source_val``;
 * ``no per-harness check``: the same with ``min_source_val`` 0 (each entry chosen on its pooled runs,
   not held to each source harness);
-* ``quantile Q``: misses judged at the Q-th quantile of their bootstrap over runs (the default 0.8);
+* ``quantile Q``: misses judged at the Q-th quantile of their bootstrap over tasks (the default 0.8);
 * ``families >= N``: a family needs N tune runs for an entry of its own (else its regime's);
 * ``regimes only`` / ``pooled only``: no family entries / one threshold for every run;
 * ``hindsight``: the single threshold best on the held-out runs themselves within the miss budget.

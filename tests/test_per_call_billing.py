@@ -168,8 +168,9 @@ def figures() -> dict:
     holds this function's output under the code of commit a4fdb7e (every step billed as a model call)
     on the bundled sample of ef199c8; if the sample is rebuilt, regenerate it by running this function
     in a ``git archive a4fdb7e`` tree holding the new sample.  The oracle and random rows of the
-    one-call-per-step runs were re-recorded when hiding an output before any call read it became a
-    miss (``Episode.call_reads``); the others did not move (no-management and last_n=3 never do that)."""
+    one-call-per-step runs were re-recorded with this function at e0ea355, when hiding an output
+    before any call read it became a miss (``Episode.call_reads``); the others did not move
+    (no-management and last_n=3 never do that).  A rebuilt sample: the a4fdb7e rows, then those."""
     out: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

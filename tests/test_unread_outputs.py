@@ -27,9 +27,13 @@ def test_call_reads_lists_the_needs_and_the_outputs_of_the_call_before():
     assert par.call_reads(2).tolist() == [1, 2] and par.call_reads(3).tolist() == [3]
 
 
-@pytest.mark.parametrize("miss", ["reread", "fail"])
-def test_hiding_an_output_before_any_call_read_it_is_a_miss_and_not_a_need(miss):
-    cfg = CostConfig(prices=UNIT, cache="ideal", miss=miss)
+@pytest.mark.parametrize(
+    "miss,recovery", [("reread", "append"), ("reread", "restore"), ("reread", "cheaper"), ("fail", "append"),
+                      ("calibrated", "append")],
+)  # fmt: skip
+def test_hiding_an_output_before_any_call_read_it_is_a_miss_and_not_a_need(miss, recovery):
+    # calibrated with reread_prob 0 absorbs every need; the answer to the agent's own call is still fetched
+    cfg = CostConfig(prices=UNIT, cache="ideal", miss=miss, recovery=recovery, reread_prob=0.0)
     sim = Simulator(_ep(), cfg)
     sim.call()  # call 0 stores output 0
     sim.apply_changes([], [0])  # hidden before call 1, its first reader
@@ -39,7 +43,8 @@ def test_hiding_an_output_before_any_call_read_it_is_a_miss_and_not_a_need(miss)
     if miss == "fail":
         assert sim.totals.failed
         return
-    assert sim.rereads_of[0] == 1 and sim.totals.rereads == 1 and sim.copied[0]
+    assert sim.rereads_of[0] == 1 and sim.totals.rereads == 1 and sim.totals.extra_calls == 1
+    assert sim.copied[0] or (recovery != "append" and sim.visible[0])
     read = Simulator(_ep(), cfg)  # the same hide one call later: call 1 read it, nothing needs it again
     read.call(), read.call()
     read.apply_changes([], [0])
@@ -60,3 +65,22 @@ def test_the_oracle_never_hides_an_output_before_its_first_read():
             early = np.ones_like(V)
             early[1:, 0] = False  # from call 1 on: before any call read it
             assert schedule_cost(ep, early) == float("inf")
+
+
+def test_calibrated_misses_still_absorb_needs():
+    cfg = CostConfig(prices=UNIT, cache="ideal", miss="calibrated", reread_prob=0.0)
+    sim = Simulator(_ep(needs={3: [0]}), cfg)
+    sim.call(), sim.call()  # call 1 read output 0
+    sim.apply_changes([], [0])
+    sim.call()
+    assert sim.call()[1] == 1 and sim.totals.absorbed == 1 and sim.totals.rereads == 0
+
+
+def test_need_mode_targets_keep_an_output_visible_until_a_call_has_read_it():
+    from dtoc_rl.policies.learned_trainer import _targets
+
+    ep = _ep(needs={3: [0]})
+    V = _targets(ep, "need", CostConfig(), {})
+    # output 0: needed by call 3, hidden after; outputs 1-3: never needed, visible for their first read
+    assert V[:4, 0].all() and not V[4:, 0].any()
+    assert V[2, 1] and not V[3:, 1].any() and V[3, 2] and not V[4:, 2].any() and V[4, 3]

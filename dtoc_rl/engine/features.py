@@ -363,7 +363,11 @@ class ItemColumns:
         ``times_needed``.  ``kinds`` defaults to the kinds ReplayEnv counts
         (``CostConfig.need_kinds``), so a policy sees the same features online as in training.
 
-        Returns the misses of these steps: outputs they needed, of any kind, while hidden.  Live, a
+        ``turn`` is the model-call index, numbered 0, 1, 2, ... as the session tracker numbers it
+        (``call`` of :meth:`append` counts the same way): "the previous call" is ``turn - 1``.
+
+        Returns the misses of these steps: outputs they needed, of any kind, or had not read yet,
+        while hidden.  Live, a
         re-read of a hidden output is the agent paying for the hiding, so it counts there; a logged
         re-read is not charged offline because the agent made it with everything visible too.  The
         observation's ``misses`` (:attr:`kind_misses`) counts only needs of ``kinds``, as ReplayEnv's

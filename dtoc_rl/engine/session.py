@@ -9,7 +9,8 @@ and invalid actions.  The owner runs the agent loop (its context, tools, request
 tracker is told what happened and answers the policy's observation.
 
 Misses (live): a need of any kind on an output that was hidden when its call was made, because live
-the agent pays for the re-read.  The feature columns count only :data:`dtoc_rl.data.schema.MISS_KINDS`, the
+the agent pays for the re-read, and an output of the previous turn hidden before this one read it
+(``Episode.call_reads``); counted when the turn is labelled.  The feature columns count only :data:`dtoc_rl.data.schema.MISS_KINDS`, the
 kinds ReplayEnv counts, so a policy sees online what it was trained on.
 
 The tracker is not thread-safe: its owner serialises calls (the Orchestrator under its lock).
@@ -52,7 +53,7 @@ class SessionCounts:
 
     mgmt_calls: int = 0  # actions that changed something (a policy's or a model's manage_context)
     changes: int = 0  # outputs whose visibility changed
-    misses: int = 0  # needs (any kind) on outputs hidden when the call was made
+    misses: int = 0  # needs (any kind) on outputs hidden when the call was made, and unread outputs hidden
     invalid_actions: int = 0  # action entries naming no stored output, or a stored one in both sets
 
 

@@ -24,7 +24,8 @@ output of the turn joins the context.
   ``miss="fail"``: the episode ends as a failure.  ``miss="calibrated"``: with
   probability ``reread_prob`` as ``reread``, otherwise the need is absorbed at
   no cost (the agent carries on without it), the figures fitted by
-  ``dtoc-rl calibrate`` from logs that really were masked.
+  ``dtoc-rl calibrate`` from logs that really were masked (a miss of an output no call had read
+  is always re-read: those logs never made one).
 * **Recovery** (how a re-read brings the output back).  ``recovery="append"``
   (default): what an agent under a masking rule it cannot override does (SWE-agent
   ``LastNObservations``, a token budget, Anthropic's clearing): it re-runs the
@@ -238,8 +239,8 @@ class Simulator:
         self.log: list | None = None
         """When a list, every change of per-output state is appended to it, in order: ``(steps, k)`` for
         each visibility change (``steps`` an int array, or one int; each step toggled once; the first
-        ``k`` made visible, the rest hidden), and the step (an int) of each output a call needed (its
-        need count, last need and re-reads may have changed).  ReplayEnv drains it to update its
+        ``k`` made visible, the rest hidden), and the step (an int) of each output a call needed or
+        missed (its need count, last need and re-reads may have changed).  ReplayEnv drains it to update its
         observation incrementally."""
         self.reset()
 
@@ -412,7 +413,8 @@ class Simulator:
                 log.append(j)
             self.need_count[j] += 1
             self.last_need[j] = c
-        for j in self._reads[c] or ():
+        # nothing hidden (n_visible == n_stored), nothing to miss: most calls of most policies
+        for j in (self._reads[c] or ()) if self.n_visible != self.n_stored else ():
             if self.visible[j] or self.copied[j]:
                 continue
             if log is not None:  # its re-reads change (a need logged it already; twice is harmless)
@@ -423,7 +425,9 @@ class Simulator:
             if cfg.miss == "fail":
                 tot.failed = True
                 return dollars, misses
-            if cfg.miss == "calibrated" and cfg.reread_prob < 1.0:
+            # calibrated: reread_prob was fitted on needs; the answer to the agent's own last call is
+            # always fetched again (the masked logs never hid one, so nothing measures otherwise)
+            if cfg.miss == "calibrated" and cfg.reread_prob < 1.0 and j < self._starts_l[c - 1 if c else 0]:
                 if self.rng is None:  # one seeded stream: a fresh generator per miss repeats its draw
                     self.rng = np.random.default_rng(0)
                 if self.rng.random() >= cfg.reread_prob:
