@@ -6,8 +6,8 @@ it sees.  This script measures that bound, apart from any network or cost model:
 
 * every stored output is a row at each age of a grid (2, 3, 4, 6, ... steps after it was
   stored: the step after it is its first reader, and hiding it from that one is a miss,
-  ``Episode.call_reads``), with what a policy sees then: size, age, tool category, needs so far, steps since the
-  last need, modified, error, superseded, and optionally its content (``--text``);
+  ``Episode.call_reads``), with what a policy sees then: size, age, tool category, needs so far,
+  steps since the last need, modified, error, superseded, and optionally its content (``--text``);
 * a gradient-boosted classifier (scikit-learn) learns P(a later step needs it) on 70% of the tasks;
 * on the other 30%, per threshold, each output is hidden at the first age whose P falls below it and
   stays hidden until a step needs it (a miss; it is then visible for good);
