@@ -22,6 +22,7 @@ one decision is a latency target (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ _TOK = ITEM_FEATURES.index("est_tokens_k")
 _AGE = ITEM_FEATURES.index("age")
 _G_ACTIVE = GLOBAL_FEATURES.index("active_tokens_k")
 _G_STEP = GLOBAL_FEATURES.index("step")
+_G_MISSES = GLOBAL_FEATURES.index("misses")
 
 #: What a change to each output costs and what keeping it saves, computed inside the policy from the
 #: observation and the model's prices (appended to ITEM_FEATURES), so that one network can price a
@@ -85,6 +87,14 @@ HORIZON_CAP = 50.0
 SIZE_REF_TOKENS = 2000.0
 # Entries of the word lookup table (a power of two; 64 times the default vocabulary, so few collide).
 _WORD_SLOTS = 2**16
+
+
+def misses_over_budget(glob: np.ndarray, budget: float) -> int:
+    """The run's misses so far beyond ``budget`` per 100 of the calls it has made, rounded up (0 when
+    within): how many times ``miss_governor`` scales the threshold down."""
+    glob = np.asarray(glob, np.float64).reshape(-1)
+    over = float(glob[_G_MISSES]) - budget * float(glob[_G_STEP]) / 100.0
+    return math.ceil(over - 1e-9) if over > 0 else 0
 
 
 def family_price_vector(fid: int) -> np.ndarray:
@@ -692,6 +702,8 @@ class LearnedPolicy(Policy):
         kept_hidden = ~vis & np.asarray(copied, bool) if copied is not None else np.zeros_like(mask)
         if thr <= 0.0:  # abstain: everything else stays, or comes back, visible
             return mask & ~kept_hidden
+        if self.cfg.miss_governor < 1.0:
+            thr = thr * self.cfg.miss_governor ** misses_over_budget(obs["globals"], self.cfg.miss_budget)
         if self.cfg.size_weight:
             thr = (
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight

@@ -237,5 +237,12 @@ def _init_from_takes(name: str) -> bool:
 
 def _retune_takes(name: str) -> bool:
     """Whether ``--retune`` applies the command's value of this config field to the checkpoint."""
-    retunable = ("miss_budget", "min_family_val", "min_source_val", "fallback_rule", "size_weight")
+    retunable = (
+        "miss_budget",
+        "min_family_val",
+        "min_source_val",
+        "fallback_rule",
+        "size_weight",
+        "miss_governor",
+    )
     return name in (*retunable, "threads", "prices")

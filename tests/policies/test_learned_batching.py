@@ -279,3 +279,24 @@ def test_an_output_no_call_has_read_yet_is_never_hidden(batching):
     assert want[:3].tolist() == [False, False, True]
     obs["items"][2, _F["age"]] = 1  # read by one call: the network decides
     assert not pol.want_visible(obs, np.zeros(8, np.float32), 0.5, prices)[:3].any()
+
+
+def test_the_miss_governor_lowers_the_threshold_per_miss_over_the_budget():
+    from dtoc_rl.engine.features import GLOBAL_FEATURES
+    from dtoc_rl.policies.learned import misses_over_budget
+
+    g = GLOBAL_FEATURES.index("misses")
+    obs = _obs([2.0] * 4, [1, 1, 1, 1], step=50, active_k=20.0)
+    probs = np.array([0.05, 0.15, 0.3, 0.5] + [0.0] * 4, np.float32)
+    gov = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off", miss_governor=0.5).create()
+    off = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off").create()
+    for misses, over, hidden in ((0, 0, 3), (1, 1, 2), (2, 2, 1)):  # 50 calls at 1 per 100: 0.5 allowed
+        obs["globals"][g] = misses
+        assert misses_over_budget(obs["globals"], 1.0) == over
+        # threshold 0.4 halved per miss over: 0.4, 0.2, 0.1 (outputs with P below it are hidden)
+        assert int((~gov.want_visible(obs, probs, 0.4)[:4]).sum()) == hidden
+        assert int((~off.want_visible(obs, probs, 0.4)[:4]).sum()) == 3  # off: the threshold as given
+    obs["globals"][2] = 300  # the calls catch up: 2 misses in 300 calls is within 1 per 100
+    assert misses_over_budget(obs["globals"], 1.0) == 0
+    with pytest.raises(ValueError, match="miss_governor"):
+        LearnedPolicyConfig(miss_governor=1.5)
