@@ -84,3 +84,20 @@ def test_need_mode_targets_keep_an_output_visible_until_a_call_has_read_it():
     # output 0: needed by call 3, hidden after; outputs 1-3: never needed, visible for their first read
     assert V[:4, 0].all() and not V[4:, 0].any()
     assert V[2, 1] and not V[3:, 1].any() and V[3, 2] and not V[4:, 2].any() and V[4, 3]
+
+
+def test_the_simulators_reads_are_the_episodes():
+    import warnings
+
+    from dtoc_rl.data.paths import bundled_dataset
+    from dtoc_rl.envs.data import load_episodes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eps = load_episodes(bundled_dataset()) + [_ep(calls=[0, 1, 3, 4], needs={3: [0, 1]})]
+    assert any(ep.n_calls < ep.n for ep in eps)  # parallel tool calls among them
+    for cfg in (CostConfig(), CostConfig(need_kinds=("provenance",))):
+        for ep in eps:
+            sim = Simulator(ep, cfg)
+            for c in range(ep.n_calls):
+                assert sim._reads_of(c) == ep.call_reads(c, cfg.kind_mask()).tolist(), (ep.traj_id, c)

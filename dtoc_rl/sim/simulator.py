@@ -224,13 +224,6 @@ class Simulator:
             self._needs = [
                 sorted({j for j in idx[ptr[a] : ptr[b]] if j < a}) or None for a, b in zip(st, st[1:])
             ]
-        # per call: the outputs it must see (what ep.call_reads lists; None for none), its needs and the
-        # outputs of the call before it, which it reads first (hiding one of those is a miss, not a need)
-        outs = [[k for k in range(a, b) if self._has_out[k]] for a, b in zip(self._starts_l, self._end)]
-        self._reads = [
-            sorted(set(nd or ()) | set(outs[c - 1])) if c and outs[c - 1] else nd
-            for c, nd in enumerate(self._needs)
-        ]
         self._base = int(ep.base_tokens)
         self._rules = self.cfg.rules_for(ep)
         self._idle = idle_seconds(ep).tolist()
@@ -397,6 +390,22 @@ class Simulator:
         later = (self._nc - c - 1) * read * (self._gap_l[j] - added)
         return cost_restore + later < cost_append
 
+    def _reads_of(self, c: int) -> list[int]:
+        """What model call ``c`` must see (``ep.call_reads(c, kinds)``, a test pins the two equal): its
+        needs and the outputs of the call before it, which it reads first (hiding one is a miss, not a
+        need).  Built per call, only when something is hidden."""
+        needs = self._needs[c]
+        if not c:
+            return needs or []
+        a, b = self._starts_l[c - 1], self._end[c - 1]
+        if b == a + 1:  # one tool call (the usual case)
+            fresh = [a] if self._has_out[a] else []
+        else:
+            fresh = [k for k in range(a, b) if self._has_out[k]]
+        if not needs:
+            return fresh
+        return sorted(set(needs).union(fresh)) if fresh else needs
+
     # -- one model call of the log ---------------------------------------------
     def call(self) -> tuple[float, int]:
         """Run model call c, the steps from t on (after recovering any misses); returns (dollars, misses)."""
@@ -414,7 +423,7 @@ class Simulator:
             self.need_count[j] += 1
             self.last_need[j] = c
         # nothing hidden (n_visible == n_stored), nothing to miss: most calls of most policies
-        for j in (self._reads[c] or ()) if self.n_visible != self.n_stored else ():
+        for j in self._reads_of(c) if self.n_visible != self.n_stored else ():
             if self.visible[j] or self.copied[j]:
                 continue
             if log is not None:  # its re-reads change (a need logged it already; twice is harmless)
