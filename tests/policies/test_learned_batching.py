@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.policies.baselines import best_batch
@@ -301,3 +302,17 @@ def test_the_miss_governor_lowers_the_threshold_per_miss_over_the_budget():
     assert misses_over_budget(obs["globals"], 1.0) == 0
     with pytest.raises(ValueError, match="miss_governor"):
         LearnedPolicyConfig(miss_governor=1.5)
+
+
+def test_a_decision_flushes_subnormals_and_leaves_them_unflushed_after():
+    from dtoc_rl.policies.learned import flushed_denormals
+
+    tiny = torch.tensor([1e-39], dtype=torch.float32)  # subnormal in float32
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals")
+    with flushed_denormals():
+        assert float((tiny * 1.0)[0]) == 0.0
+    assert float((tiny * 1.0)[0]) > 0.0
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
+    pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
+    assert float((tiny * 1.0)[0]) > 0.0  # torch's default again after a decision
