@@ -349,6 +349,21 @@ class ItemColumns:
         """Row ``i`` was needed at model call ``call`` (its ``since_need`` counts from the latest)."""
         self._last_need[i] = max(int(self._last_need[i]), int(call))
 
+    def add_unread(self, turn: int, masked: Iterable[int], row_of_step: Mapping[int, int]) -> int:
+        """Count the misses of model call ``turn`` on outputs no call had read: those of call
+        ``turn - 1`` among ``masked`` (the steps whose outputs the call did not see;
+        ``Episode.call_reads``).  Each adds one to its ``rereads`` and to :attr:`kind_misses`; none is a
+        need.  They need no labels, so the tracker counts them as the turn is recorded.  ``turn``
+        numbers model calls 0, 1, 2, ... as the session tracker does (``call`` of :meth:`append`)."""
+        misses = 0
+        for step in set(masked):
+            row = row_of_step.get(step)
+            if row is not None and self._call[row] == turn - 1:
+                misses += 1
+                self.bump(row, "rereads")
+                self.kind_misses += 1
+        return misses
+
     def add_needs(
         self, steps: Iterable[Step], row_of_step: Mapping[int, int], kinds: Sequence[str] = MISS_KINDS
     ) -> int:
@@ -358,16 +373,15 @@ class ItemColumns:
         ``reaccess`` need marks it ``superseded``; the first need of a kind in ``kinds`` on it in
         this batch adds one to ``times_needed`` and moves its last need to the step's turn, and
         when the output was listed in the step's ``masked_before`` (hidden when the call was made)
-        one to ``rereads``.  An output of the call before the step's, listed there, is a miss too
-        (no call had read it: ``Episode.call_reads``) and adds one to ``rereads``, not to
-        ``times_needed``.  ``kinds`` defaults to the kinds ReplayEnv counts
+        one to ``rereads``, except an output of the call before the step's: that miss (no call had
+        read it) is :meth:`add_unread`'s, counted when the turn was recorded.  ``kinds`` defaults to the kinds ReplayEnv counts
         (``CostConfig.need_kinds``), so a policy sees the same features online as in training.
 
         ``turn`` is the model-call index, numbered 0, 1, 2, ... as the session tracker numbers it
         (``call`` of :meth:`append` counts the same way): "the previous call" is ``turn - 1``.
 
-        Returns the misses of these steps: outputs they needed, of any kind, or had not read yet,
-        while hidden.  Live, a
+        Returns the misses of these steps: outputs they needed, of any kind, while hidden (other than
+        the unread ones).  Live, a
         re-read of a hidden output is the agent paying for the hiding, so it counts there; a logged
         re-read is not charged offline because the agent made it with everything visible too.  The
         observation's ``misses`` (:attr:`kind_misses`) counts only needs of ``kinds``, as ReplayEnv's
@@ -375,24 +389,16 @@ class ItemColumns:
         misses = 0
         needed: set[int] = set()
         missed: set[int] = set()
-        unread: set[int] = set()  # missed before any call read them: charged once, as in the simulator
         for s in steps:
             masked = set(s.masked_before or ())
-            for step in masked:  # an output of the call before, hidden before any call read it
-                row = row_of_step.get(step)
-                if row is not None and self._call[row] == s.turn - 1 and step not in missed:
-                    missed.add(step)
-                    unread.add(step)
-                    misses += 1
-                    self.bump(row, "rereads")
-                    self.kind_misses += 1
             for need in s.needs:
                 row = row_of_step.get(need.step)
                 if row is None:
                     continue
                 if need.kind == "reaccess":
                     self.flag(row, "superseded")
-                hidden = need.step in masked
+                # a miss of an output no call had read is add_unread's (once per call, as the simulator)
+                hidden = need.step in masked and self._call[row] != s.turn - 1
                 if hidden and need.step not in missed:
                     missed.add(need.step)
                     misses += 1
@@ -401,7 +407,7 @@ class ItemColumns:
                 needed.add(need.step)
                 self.bump(row, "times_needed")
                 self.need(row, s.turn)
-                if hidden and need.step not in unread:
+                if hidden:
                     self.bump(row, "rereads")
                     self.kind_misses += 1
         return misses

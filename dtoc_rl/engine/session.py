@@ -10,7 +10,7 @@ tracker is told what happened and answers the policy's observation.
 
 Misses (live): a need of any kind on an output that was hidden when its call was made, because live
 the agent pays for the re-read, and an output of the previous turn hidden before this one read it
-(``Episode.call_reads``); counted when the turn is labelled.  The feature columns count only
+(``Episode.call_reads``), counted as the turn is recorded (it needs no labels).  The feature columns count only
 :data:`dtoc_rl.data.schema.MISS_KINDS`, the kinds ReplayEnv counts, so a policy sees online what it
 was trained on.
 
@@ -96,6 +96,9 @@ class SessionTracker:
     labeller: NeedLabeller | None = None  # made at the first labelling (the task text is known)
     label_errors: list[str] = field(default_factory=list)
     label_ms: float = 0.0
+    unread_misses: int = (
+        0  # misses on unread outputs recorded since the last labelling (label() returns them)
+    )
 
     # -- recording ------------------------------------------------------------------------------
     def call_ids(self, ids: Sequence[Any], turn: int) -> list[str]:
@@ -143,6 +146,10 @@ class SessionTracker:
                 step.tool_call_id = c["id"]
                 self.step_of_call[c["id"]] = step
             self.steps.append(step)
+        if masked:  # outputs of the previous call it did not see: misses that need no labels
+            unread = self.cols.add_unread(turn, masked, self.step_row)
+            self.counts.misses += unread
+            self.unread_misses += unread
         return self.steps[first:]
 
     def set_output(self, step: Step, text: str, is_error: bool = False) -> None:
@@ -234,9 +241,11 @@ class SessionTracker:
     # -- labelling ------------------------------------------------------------------------------
     def label(self, pending: Collection[str] = ()) -> int:
         """Label the steps recorded since the last labelling, a turn at a time, and update the features
-        of the outputs they needed; returns their misses.  ``pending``: calls still unanswered; the
+        of the outputs they needed; returns their misses, with those on unread outputs recorded since
+        the last labelling (:meth:`add_turn` counts them).  ``pending``: calls still unanswered; the
         latest turn waits while one of its own is (its labels depend on its results).  A labeller
         error is kept in :attr:`label_errors` (warned about once) and that turn keeps no labels."""
+        unread, self.unread_misses = self.unread_misses, 0
         first = self.labelled
         steps = self.steps
         end = len(steps)
@@ -247,7 +256,7 @@ class SessionTracker:
                 while end > first and steps[end - 1].turn == last:
                     end -= 1
         if first >= end:
-            return 0
+            return unread
         t0 = time.perf_counter()
         if self.labeller is None:
             # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
@@ -271,7 +280,7 @@ class SessionTracker:
         self.counts.misses += misses
         self._flag_modified(new)
         self.label_ms += (time.perf_counter() - t0) * 1000
-        return misses
+        return misses + unread
 
     def _flag_modified(self, new: list[Step]) -> None:
         """Flag ``modified`` the outputs whose reads a write of ``new`` may have changed: those of

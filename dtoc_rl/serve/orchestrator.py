@@ -68,7 +68,7 @@ whatever the length of the session.
 together at the next one); ``label_every=0`` switches labelling off (need features
 stay 0; rule policies do not read them).  Misses (a new step needs an output that
 was hidden when its call was made, or the previous turn's output was hidden before
-this turn read it; counted as turns are labelled) are counted in :attr:`totals`, as
+this turn read it, which needs no labels) are counted in :attr:`totals`, as
 are invalid actions (a policy's padding slots and slots in both masks, a model's
 unknown keys and keys in both lists: :mod:`dtoc_rl.core.actions`, the rule every env
 applies).  A labeller

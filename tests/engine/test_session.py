@@ -174,3 +174,24 @@ def test_observed_misses_count_the_kinds_replayenv_counts():
     assert [(n.step, n.kind) for n in o.trajectory().steps[2].needs] == [(0, "reaccess")]
     assert o.totals.misses == 1  # the bill: the agent re-ran `cat a.py` because it was hidden
     assert obs["globals"][g] == 0 and o.observation()[0]["globals"][g] == 0
+
+
+def test_an_unread_output_hidden_is_a_miss_even_without_labelling():
+    from dtoc_rl.serve.orchestrator import Orchestrator
+
+    class HideNewest:
+        def act(self, obs, info):
+            m = obs["item_mask"].astype(np.int8)
+            newest = np.zeros_like(m)
+            newest[int(m.sum()) - 1] = 1
+            return {"enable": np.zeros_like(m), "disable": newest * obs["disable_mask"]}
+
+    for label_every in (0, 1):
+        o = Orchestrator(HideNewest(), query="q", model="gpt-4o", max_items=4, label_every=label_every)
+        for i in range(3):
+            if i:
+                o.decide(force=True)
+            (cid,) = o.record_assistant("a", [{"name": "bash", "arguments": {"command": f"ls {i}"}}])
+            o.add_tool_result(cid["id"], "x" * 400)
+        # calls 1 and 2 were made with the previous call's output hidden
+        assert o.totals.misses == 2, label_every
