@@ -374,8 +374,9 @@ class ItemColumns:
         this batch adds one to ``times_needed`` and moves its last need to the step's turn, and
         when the output was listed in the step's ``masked_before`` (hidden when the call was made)
         one to ``rereads``, except an output of the call before the step's: that miss (no call had
-        read it) is :meth:`add_unread`'s, counted when the turn was recorded.  ``kinds`` defaults to the kinds ReplayEnv counts
-        (``CostConfig.need_kinds``), so a policy sees the same features online as in training.
+        read it) is :meth:`add_unread`'s, counted when the turn was recorded.  ``kinds`` defaults to
+        the kinds ReplayEnv counts (``CostConfig.need_kinds``), so a policy sees the same features
+        online as in training.
 
         ``turn`` is the model-call index, numbered 0, 1, 2, ... as the session tracker numbers it
         (``call`` of :meth:`append` counts the same way): "the previous call" is ``turn - 1``.

@@ -10,9 +10,9 @@ tracker is told what happened and answers the policy's observation.
 
 Misses (live): a need of any kind on an output that was hidden when its call was made, because live
 the agent pays for the re-read, and an output of the previous turn hidden before this one read it
-(``Episode.call_reads``), counted as the turn is recorded (it needs no labels).  The feature columns count only
-:data:`dtoc_rl.data.schema.MISS_KINDS`, the kinds ReplayEnv counts, so a policy sees online what it
-was trained on.
+(``Episode.call_reads``), counted as the turn is recorded (it needs no labels).  The feature columns
+count only :data:`dtoc_rl.data.schema.MISS_KINDS`, the kinds ReplayEnv counts, so a policy sees
+online what it was trained on.
 
 The tracker is not thread-safe: its owner serialises calls (the Orchestrator under its lock).
 """
