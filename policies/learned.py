@@ -98,19 +98,25 @@ def misses_over_budget(glob: np.ndarray, budget: float) -> int:
     return math.ceil(over - 1e-9) if over > 0 else 0
 
 
+# a subnormal float32 (2**-129) made from its bits, so that a flush already on cannot zero it at creation
+_SUBNORMAL = torch.tensor([1 << 20], dtype=torch.int32).view(torch.float32)
+
+
 @contextlib.contextmanager
 def flushed_denormals():
     """Run the block with subnormal floats (below 1.2e-38) flushed to zero on the calling thread, then
-    back to torch's default (not flushed).  Attention over a window whose outputs are mostly hidden
-    makes subnormal intermediates, and CPU arithmetic on them is many times slower: a forward of one
-    trained network took 1.29 ms instead of 0.68 ms on such a window (docs/benchmarks.md).  A
-    probability does not change by what is flushed.  Only the calling thread's flag is set: with more
-    than one intra-op thread (``dtoc-rl serve --threads``; one by default) the others are not flushed."""
+    restore the flag as it was (probed by a subnormal product: torch has no getter).  Attention over a
+    window whose outputs are mostly hidden makes subnormal intermediates, and CPU arithmetic on them
+    is many times slower: a forward of one trained network took 1.29 ms instead of 0.68 ms on such a
+    window (docs/benchmarks.md).  A probability does not change by what is flushed.  Only the calling
+    thread's flag is set: with more than one intra-op thread (``dtoc-rl serve --threads``; one by
+    default) the others are not flushed."""
+    was_flushed = float((_SUBNORMAL * 1.0)[0]) == 0.0
     torch.set_flush_denormal(True)
     try:
         yield
     finally:
-        torch.set_flush_denormal(False)
+        torch.set_flush_denormal(was_flushed)
 
 
 def family_price_vector(fid: int) -> np.ndarray:

@@ -67,9 +67,12 @@ class LearnedPolicyConfig:
     miss_governor: float = _f(
         1.0,
         "each miss of the run so far beyond miss_budget per 100 of its calls multiplies the threshold by "
-        "this factor (0..1): a run whose needs the network misjudges, as on a model or harness it never "
-        "saw, grows more cautious as it goes and bolder again as its calls catch up; 1: off. The stored "
-        "thresholds are chosen with it: change it on a trained checkpoint with --retune",
+        "this factor (0 < F <= 1): a run whose needs the network misjudges, as on a model or harness it "
+        "never saw, grows more cautious as it goes and bolder again as its calls catch up; 1: off. A "
+        "lower threshold also brings back hidden outputs the network is now less sure of. It reads the "
+        "observation's misses and step (a /decide client must send them), and a fallback rule that "
+        "decides for an abstaining table entry ignores it. The stored thresholds are chosen with it: "
+        "change it on a trained checkpoint with --retune",
     )
     batching: str = _f(
         "pays",
@@ -216,8 +219,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"size_weight must be in [0, 2], got {self.size_weight}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
-        if not (0.0 <= self.miss_governor <= 1.0):
-            raise ValueError(f"miss_governor must be in [0, 1], got {self.miss_governor}")
+        if not (0.0 < self.miss_governor <= 1.0):
+            raise ValueError(f"miss_governor must be in (0, 1], got {self.miss_governor}")
         if not self.miss_budget >= 0.0:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
         if self.min_family_val < 1:

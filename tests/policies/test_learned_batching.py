@@ -300,11 +300,12 @@ def test_the_miss_governor_lowers_the_threshold_per_miss_over_the_budget():
         assert int((~off.want_visible(obs, probs, 0.4)[:4]).sum()) == 3  # off: the threshold as given
     obs["globals"][2] = 300  # the calls catch up: 2 misses in 300 calls is within 1 per 100
     assert misses_over_budget(obs["globals"], 1.0) == 0
-    with pytest.raises(ValueError, match="miss_governor"):
-        LearnedPolicyConfig(miss_governor=1.5)
+    for bad in (1.5, 0.0):
+        with pytest.raises(ValueError, match="miss_governor"):
+            LearnedPolicyConfig(miss_governor=bad)
 
 
-def test_a_decision_flushes_subnormals_and_leaves_them_unflushed_after():
+def test_a_decision_flushes_subnormals_and_restores_the_flag_after():
     from dtoc_rl.policies.learned import flushed_denormals
 
     tiny = torch.tensor([1e-39], dtype=torch.float32)  # subnormal in float32
@@ -316,3 +317,9 @@ def test_a_decision_flushes_subnormals_and_leaves_them_unflushed_after():
     pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
     pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
     assert float((tiny * 1.0)[0]) > 0.0  # torch's default again after a decision
+    torch.set_flush_denormal(True)  # a caller's own setting is kept
+    try:
+        pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
+        assert float((tiny * 1.0)[0]) == 0.0
+    finally:
+        torch.set_flush_denormal(False)
