@@ -90,6 +90,12 @@ SIZE_REF_TOKENS = 2000.0
 _WORD_SLOTS = 2**16
 
 
+def unread(items):
+    """Which outputs no model call has read yet (age 0: the answer to the call just made), for numpy
+    or torch item rows: the policy never hides one (hiding it is a miss, ``Episode.call_reads``)."""
+    return items[..., _AGE] < 1
+
+
 def misses_over_budget(glob: np.ndarray, budget: float) -> int:
     """The run's misses so far beyond ``budget`` per 100 of the calls it has made, rounded up (0 when
     within): how many times ``miss_governor`` scales the threshold down."""
@@ -733,7 +739,7 @@ class LearnedPolicy(Policy):
             )
         # an output no call has read yet (age 0: the answer to the call just made) stays: hidden now, the
         # agent would get a placeholder for its own tool call (a miss)
-        want = ((np.asarray(probs) >= thr) | (items[:, _AGE] < 1)) & mask & ~kept_hidden
+        want = ((np.asarray(probs) >= thr) | unread(items)) & mask & ~kept_hidden
         if self.cfg.batching == "off":
             return want
         cand = mask & vis & ~want

@@ -49,6 +49,7 @@ from dtoc_rl.policies.learned import (
     LearnedPolicy,
     _squash,
     obs_to_tensors,
+    unread,
 )
 from dtoc_rl.sim.episode import Episode
 
@@ -103,14 +104,12 @@ def make_vector_env(policy: LearnedPolicy, episodes: Sequence[Episode], n_envs: 
     )
 
 
-_AGE = ITEM_FEATURES.index("age")
-
-
 def _free(t: dict[str, torch.Tensor]) -> torch.Tensor:
     """The slots whose bit the actor draws: every stored output some call has read.  One no call has
-    read yet (age 0) stays visible, as :meth:`LearnedPolicy.want_visible` keeps it: hiding it is a miss
-    (``Episode.call_reads``), and its bit is no choice of the policy's, so no gradient flows through it."""
-    return t["mask"] * (t["items"][..., _AGE] >= 1)
+    read yet (:func:`~dtoc_rl.policies.learned.unread`) stays visible, as
+    :meth:`LearnedPolicy.want_visible` keeps it, and its bit is no choice of the policy's, so no
+    gradient flows through it."""
+    return t["mask"] & ~unread(t["items"])
 
 
 def _rows(t: dict[str, torch.Tensor], bits: torch.Tensor, free: torch.Tensor) -> list[Sample]:

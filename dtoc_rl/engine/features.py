@@ -349,6 +349,10 @@ class ItemColumns:
         """Row ``i`` was needed at model call ``call`` (its ``since_need`` counts from the latest)."""
         self._last_need[i] = max(int(self._last_need[i]), int(call))
 
+    def _unread_at(self, row: int, turn: int) -> bool:
+        # stored by the call before model call ``turn``: no call had read it when ``turn`` was made
+        return int(self._call[row]) == turn - 1
+
     def add_unread(self, turn: int, masked: Iterable[int], row_of_step: Mapping[int, int]) -> int:
         """Count the misses of model call ``turn`` on outputs no call had read: those of call
         ``turn - 1`` among ``masked`` (the steps whose outputs the call did not see;
@@ -358,7 +362,7 @@ class ItemColumns:
         misses = 0
         for step in set(masked):
             row = row_of_step.get(step)
-            if row is not None and self._call[row] == turn - 1:
+            if row is not None and self._unread_at(row, turn):
                 misses += 1
                 self.bump(row, "rereads")
                 self.kind_misses += 1
@@ -399,7 +403,7 @@ class ItemColumns:
                 if need.kind == "reaccess":
                     self.flag(row, "superseded")
                 # a miss of an output no call had read is add_unread's (once per call, as the simulator)
-                hidden = need.step in masked and self._call[row] != s.turn - 1
+                hidden = need.step in masked and not self._unread_at(row, s.turn)
                 if hidden and need.step not in missed:
                     missed.add(need.step)
                     misses += 1

@@ -96,9 +96,8 @@ class SessionTracker:
     labeller: NeedLabeller | None = None  # made at the first labelling (the task text is known)
     label_errors: list[str] = field(default_factory=list)
     label_ms: float = 0.0
-    unread_misses: int = (
-        0  # misses on unread outputs recorded since the last labelling (label() returns them)
-    )
+    # misses on unread outputs recorded since the last labelling (label() returns them)
+    unread_misses: int = 0
 
     # -- recording ------------------------------------------------------------------------------
     def call_ids(self, ids: Sequence[Any], turn: int) -> list[str]:

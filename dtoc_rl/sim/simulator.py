@@ -434,9 +434,10 @@ class Simulator:
             if cfg.miss == "fail":
                 tot.failed = True
                 return dollars, misses
-            # calibrated: reread_prob was fitted on needs; the answer to the agent's own last call is
-            # always fetched again (the masked logs never hid one, so nothing measures otherwise)
-            if cfg.miss == "calibrated" and cfg.reread_prob < 1.0 and j < self._starts_l[c - 1 if c else 0]:
+            # calibrated: reread_prob was fitted on needs; the answer to the agent's own last call (a
+            # step of call c - 1; c >= 1 whenever something is stored) is always fetched again: the
+            # masked logs never hid one, so nothing measures otherwise
+            if cfg.miss == "calibrated" and cfg.reread_prob < 1.0 and j < self._starts_l[c - 1]:
                 if self.rng is None:  # one seeded stream: a fresh generator per miss repeats its draw
                     self.rng = np.random.default_rng(0)
                 if self.rng.random() >= cfg.reread_prob:
