@@ -29,6 +29,7 @@ from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices, cache_regime
@@ -140,22 +141,6 @@ def _init_worker(dataset, filters, specs, cost_cfg, max_items, threads=None, tas
     _W["policies"] = [(s, make_policy(s)) for s in specs]
     if threads and "torch" in sys.modules:  # the worker is this module's own process
         sys.modules["torch"].set_num_threads(threads)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Run the block with ``n`` torch CPU threads and restore the caller's count after (nothing when
-    ``n`` is None or torch was never imported: rule policies do not need it)."""
-    torch = sys.modules.get("torch")
-    if not n or torch is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _work(indices: list[int]) -> list[Run]:
@@ -431,10 +416,17 @@ def done_when(
     Per group: the policy that is neither a rule (:data:`~dtoc_rl.policies.registry.BASELINES`) nor the
     oracle and saves the most within ``max_misses`` per 100 steps (e.g. the best threshold of a learned
     policy's sweep), with its savings and 95% CI, the oracle's savings and the fraction of them it
-    reaches; and the rule that saves the most at equal or fewer misses.  Three checks: ``reaches``
-    (fraction >= ``target``), ``no_loss`` (upper end of the CI >= 0; None for groups under ``min_n``
-    trajectories, too few to judge) and ``beats_rules`` (saves more than that rule).  A group where no
-    such policy stays within the budget gets ``policy`` None and False checks."""
+    reaches; and the rule that saves the most at equal or fewer misses than that pick (``best_rule``).
+    Three checks: ``reaches`` (fraction >= ``target``), ``no_loss`` (upper end of the CI >= 0; None for
+    groups under ``min_n`` trajectories, too few to judge) and ``beats_rules``.
+
+    ``beats_rules`` is judged at each rule's own miss rate: every rule that saves money within the
+    budget must be out-saved by some non-rule row (a point of the sweep) with equal or fewer misses.
+    Judged only against ``best_rule``, a rule that saves nearly as much with far fewer misses would pass
+    unchallenged, and a user who cares about misses would rather run it.  The rules that no row beats so
+    are listed in ``unbeaten`` (so ``beats_rules`` depends on which thresholds were swept: sweep low
+    ones to meet a rule that never misses).  A group where no such policy stays within the budget gets
+    ``policy`` None and False checks."""
     out = []
     for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
         sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
@@ -447,6 +439,17 @@ def done_when(
         miss = best["misses_per_100"] if best else max_misses
         rules = [r for r in sel if _is_rule(r["policy"]) and r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
+        unbeaten = [
+            {"policy": r["policy"], "savings": r["savings"], "misses_per_100": r["misses_per_100"]}
+            for r in sel
+            if _is_rule(r["policy"])
+            and r["savings"] > 0
+            and r["misses_per_100"] <= max_misses
+            and not any(
+                c["misses_per_100"] <= r["misses_per_100"] + 1e-9 and c["savings"] > r["savings"]
+                for c in cands
+            )
+        ]
         n = oracle["n"]
         row = {
             "group_by": key[0], "group": key[1], "n": n,
@@ -460,11 +463,14 @@ def done_when(
             "best_rule": rule["policy"] if rule else None,
             "best_rule_savings": rule["savings"] if rule else None,
             "best_rule_misses_per_100": rule["misses_per_100"] if rule else None,
+            "unbeaten": sorted(unbeaten, key=lambda r: (r["misses_per_100"], -r["savings"])),
         }  # fmt: skip
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
         row["no_loss"] = (bool(best) and best["savings_hi"] >= 0) if n >= min_n else None
-        row["beats_rules"] = bool(best) and (rule is None or best["savings"] > rule["savings"])
+        row["beats_rules"] = (
+            bool(best) and (rule is None or best["savings"] > rule["savings"]) and not unbeaten
+        )
         out.append(row)
     return out
 

@@ -21,7 +21,6 @@ one decision is a latency target (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -39,6 +38,7 @@ from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, to_action
+from dtoc_rl.policies.cpu import flushed_denormals, torch_threads
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
 
@@ -102,27 +102,6 @@ def misses_over_budget(glob: np.ndarray, budget: float) -> int:
     glob = np.asarray(glob, np.float64).reshape(-1)
     over = float(glob[_G_MISSES]) - budget * float(glob[_G_STEP]) / 100.0
     return math.ceil(over - 1e-9) if over > 0 else 0
-
-
-# a subnormal float32 (2**-129) made from its bits, so that a flush already on cannot zero it at creation
-_SUBNORMAL = torch.tensor([1 << 20], dtype=torch.int32).view(torch.float32)
-
-
-@contextlib.contextmanager
-def flushed_denormals():
-    """Run the block with subnormal floats (below 1.2e-38) flushed to zero on the calling thread, then
-    restore the flag as it was (probed by a subnormal product: torch has no getter).  Attention over a
-    window whose outputs are mostly hidden makes subnormal intermediates, and CPU arithmetic on them
-    is many times slower: a forward of one trained network took 1.29 ms instead of 0.68 ms on such a
-    window (docs/benchmarks.md).  A probability does not change by what is flushed.  Only the calling
-    thread's flag is set: with more than one intra-op thread (``dtoc-rl serve --threads``; one by
-    default) the others are not flushed."""
-    was_flushed = float((_SUBNORMAL * 1.0)[0]) == 0.0
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(was_flushed)
 
 
 def family_price_vector(fid: int) -> np.ndarray:
@@ -650,7 +629,7 @@ class LearnedPolicy(Policy):
     def probs(self, obs: dict[str, np.ndarray], prices: np.ndarray | None = None) -> np.ndarray:
         """P(visible at the next call) per slot, shape like ``obs["item_mask"]``."""
         t = obs_to_tensors(obs, prices=prices)
-        with flushed_denormals():
+        with flushed_denormals(), torch_threads(self.cfg.threads):
             p = torch.sigmoid(self.net(**t)).numpy()
         n = obs["item_mask"].shape[-1]
         out = np.zeros((p.shape[0], n), np.float32)

@@ -353,8 +353,9 @@ def print_done_when(done, budget: float, console=None) -> None:
         title=f"done when: best non-rule policy at <= {budget:g} misses/100 steps", title_justify="left"
     )
     for c in ("group", "n", "policy", "$ saved (95% CI)", "misses/100", "oracle", "of oracle", ">= 60%",
-              "CI hi >= 0", "best rule at <= misses", "beats it"):  # fmt: skip
-        t.add_column(c, justify="left" if c in ("group", "policy", "best rule at <= misses") else "right")
+              "CI hi >= 0", "best rule at <= misses", "beats every rule at its misses"):  # fmt: skip
+        left = ("group", "policy", "best rule at <= misses", "beats every rule at its misses")
+        t.add_column(c, justify="left" if c in left else "right")
     for d in done:
         group = "overall" if d["group_by"] == "overall" else f"{d['group_by']} = {d['group']}"
         if d["policy"] is None:
@@ -378,6 +379,22 @@ def print_done_when(done, budget: float, console=None) -> None:
             mark[d["reaches"]],
             mark[d["no_loss"]],
             rule,
-            mark[d["beats_rules"]],
+            beats_text(d, short_label, red=True),
         )
     console.print(t)
+
+
+def beats_text(d: dict, label=str, red: bool = False) -> str:
+    """A done-when row's rule check in words: "yes", or "no:" and the first rule that no point of the
+    sweep beats at equal or fewer misses (policies.evaluate.done_when)."""
+    from rich.markup import escape
+
+    if d["beats_rules"]:
+        return "yes"
+    no = "[red]no[/red]" if red else "no"
+    if not d.get("unbeaten"):
+        return no
+    r = d["unbeaten"][0]
+    more = f" (+{len(d['unbeaten']) - 1} more)" if len(d["unbeaten"]) > 1 else ""
+    text = f"{label(r['policy'])} {100 * r['savings']:+.1f}% ({r['misses_per_100']:.2f}){more}"
+    return f"{no}: {escape(text) if red else text}"

@@ -203,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         policy = _load(args.policy, "policy")
         if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
             sys.modules["torch"].set_num_threads(args.threads)
+            if isinstance(getattr(getattr(policy, "cfg", None), "threads", None), int):
+                policy.cfg.threads = args.threads  # a decision runs on the policy's own thread count
         families = None
         trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
         if trained_on:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dtoc_rl.cli import main
+from dtoc_rl.cli.evaluate import beats_text
 from dtoc_rl.policies.evaluate import LONG_RUN_TOKENS, Run, aggregate, done_when, evaluate, run_length
 from dtoc_rl.sim.pricing import cache_regime, prices_for
 
@@ -80,19 +81,48 @@ def test_done_when_picks_the_best_policy_within_the_budget_and_the_rule_it_must_
         _row("learned:path=p,threshold=0.1", 0.15, 0.5),
         _row("learned:path=p,threshold=0.2", 0.20, 0.9),
         _row("learned:path=p,threshold=0.5", 0.28, 4.0),  # saves most, but over the budget
-        _row("cache_clear", 0.19, 0.8),
-        _row("hide_big:tokens=2000", 0.25, 1.5),  # more misses than the pick: not its rival
+        _row("cache_clear", 0.14, 0.8),  # beaten at its misses by threshold 0.1
+        _row("hide_big:tokens=2000", 0.25, 1.5),  # over the budget: not a rival
         _row("none", 0.0, 0.0),
     ]
     (d,) = done_when(rows, max_misses=1.0)
     assert d["policy"] == "learned:path=p,threshold=0.2" and d["best_rule"] == "cache_clear"
     assert d["beats_rules"] and d["no_loss"] and d["reaches"]  # 0.20 of 0.30: 67% >= 60%
+    assert d["unbeaten"] == []
     assert d["oracle_fraction"] == pytest.approx(0.2 / 0.3)
     (d,) = done_when(rows, max_misses=1.0, target=0.7)
     assert d["reaches"] is False
     # a tighter budget: threshold 0.1, beaten by nothing but none
     (d,) = done_when(rows, max_misses=0.6)
     assert d["policy"].endswith("0.1") and d["best_rule"] == "none" and d["beats_rules"]
+
+
+def test_done_when_judges_each_rule_at_its_own_misses():
+    rows = [
+        _row("oracle", 0.30, 0.0),
+        _row("learned:path=p,threshold=0.1", 0.15, 0.5),
+        _row("learned:path=p,threshold=0.2", 0.20, 0.9),
+        _row("hide_big:tokens=1000,age=8", 0.18, 0.4),  # below the pick's savings, with fewer misses
+    ]
+    (d,) = done_when(rows, max_misses=1.0)
+    # the pick out-saves the best rule at its own misses, but no point of the sweep at <= 0.4 misses
+    # out-saves the rule: it is the better choice there, so the check fails and names it
+    assert d["best_rule"] == "hide_big:tokens=1000,age=8" and d["savings"] > d["best_rule_savings"]
+    assert d["beats_rules"] is False
+    assert d["unbeaten"] == [{"policy": "hide_big:tokens=1000,age=8", "savings": 0.18, "misses_per_100": 0.4}]
+    assert beats_text(d) == "no: hide_big:tokens=1000,age=8 +18.0% (0.40)"
+    # a lower threshold that out-saves it with fewer misses settles it
+    (d,) = done_when([*rows, _row("learned:path=p,threshold=0.05", 0.185, 0.3)], max_misses=1.0)
+    assert d["beats_rules"] and d["unbeaten"] == []
+    # a rule that never misses needs a point that never misses
+    zero = [*rows[:3], _row("hide_big:tokens=8000", 0.02, 0.0)]
+    (d,) = done_when(zero, max_misses=1.0)
+    assert not d["beats_rules"] and [r["policy"] for r in d["unbeaten"]] == ["hide_big:tokens=8000"]
+    (d,) = done_when([*zero, _row("learned:path=p,threshold=0.01", 0.03, 0.0)], max_misses=1.0)
+    assert d["beats_rules"]
+    # rules that save nothing, or only beyond the budget, are not rivals
+    (d,) = done_when([*rows[:3], _row("none", 0.0, 0.0), _row("cache_clear", 0.5, 3.0)], max_misses=1.0)
+    assert d["beats_rules"] and d["unbeaten"] == []
 
 
 def test_done_when_flags_losses_and_small_groups():

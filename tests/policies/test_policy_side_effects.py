@@ -60,3 +60,28 @@ def test_evaluate_runs_on_its_threads_and_restores_the_callers():
         assert spy.seen == {want}
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_decision_runs_on_the_policys_threads_and_restores_the_callers():
+    pol = LearnedPolicy(_tiny())
+    seen = []
+    forward = pol.net.forward
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return forward(*a, **k)
+
+    pol.net.forward = spy
+    before = torch.get_num_threads()
+    want = 2 if before != 2 else 3  # the caller's own count, not the policy's (1)
+    torch.set_num_threads(want)
+    try:
+        from tests.policies.test_learned_batching import _obs
+
+        pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
+        assert seen == [1] and torch.get_num_threads() == want
+        pol.cfg.threads = want  # `dtoc-rl serve --threads`: the caller's count is the policy's
+        pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
+        assert seen == [1, want] and torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
