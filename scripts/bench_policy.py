@@ -21,6 +21,10 @@
 
 torch runs with ``--threads`` intra-op threads (default 1, as ``dtoc-rl serve``
 does: for one small network per decision more threads only add synchronisation).
+``--busy N`` adds two rows timed while N other processes keep the CPU busy, as an
+agent's own builds and test runs do: the decision on the policy's own thread count
+(``cfg.threads``, 1) and on as many threads as the machine has cores (torch's default,
+what a policy that left the caller's count alone would run on).
 
 ``--load``: the service under load instead: ``--clients`` client processes (default 8) each
 send ``--load-requests`` requests (default 1,000) with the same 300 items over keep-alive
@@ -439,6 +443,8 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
     rows["  reference, timed in between: fixed torch matmuls"] = jitter["torch"]
     results["machine_jitter"] = jitter
     results["decide_over_torch_reference"] = decide["p50_ms"] / max(1e-9, jitter["torch"]["p50_ms"])
+    if args.busy:
+        rows.update(busy_rows(args, orch, policy))
     if args.quick:
         tmp.cleanup()
         return results
@@ -515,6 +521,36 @@ def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
     return results
 
 
+def busy_rows(args: argparse.Namespace, orch: Orchestrator, policy: Any) -> dict[str, dict[str, float]]:
+    """The in-process decision while ``args.busy`` spinning processes keep the cores busy: on the
+    policy's threads, and on one thread per core (torch's default)."""
+    import torch
+
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(args.busy)
+    ]
+    rows, own, before = {}, policy.cfg.threads, torch.get_num_threads()
+    cores = os.cpu_count() or 1
+    try:
+        time.sleep(0.5)  # the spinners are running
+        rows[f"in-process decide, {args.busy} busy processes, policy threads {own}"] = stats(
+            *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+        )
+        policy.cfg.threads = cores
+        torch.set_num_threads(cores)
+        rows[f"in-process decide, {args.busy} busy processes, {cores} threads (torch's default)"] = stats(
+            *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+        )
+    finally:
+        policy.cfg.threads = own
+        torch.set_num_threads(before)
+        for sp in spinners:
+            sp.kill()
+            sp.wait(timeout=30)
+    return rows
+
+
 def _positive(text: str) -> int:
     try:
         n = int(text)
@@ -541,6 +577,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--threads", type=_positive, default=1, help="torch threads, here and in the service (default 1)"
     )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="also time the decision while this many other processes spin on the CPU (0: not), on the "
+        "policy's threads and on torch's default of one per core",
+    )
     p.add_argument("--checkpoint", help="a learned-policy checkpoint (default: a fresh default network)")
     net = p.add_argument_group("network of the fresh policy (without --checkpoint; default: the config's)")
     net.add_argument("--d-model", type=_positive, help="width")
@@ -566,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
+    if args.busy < 0:
+        p.error(f"--busy must be >= 0, got {args.busy}")
     from dtoc_rl.policies.learned import CheckpointError
 
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -33,9 +34,26 @@ def test_quick_mode_times_only_the_decision_and_the_references(capsys):
     assert r["decide_over_torch_reference"] > 0 and "met" not in r
 
 
+def test_busy_rows_time_the_decision_beside_spinning_processes(capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    assert bench_policy.main(["--outputs", "20", "--repeat", "5", "--quick", "--busy", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    cores = os.cpu_count()
+    busy = [n for n in r["rows"] if "busy" in n]
+    assert busy == [
+        "in-process decide, 1 busy processes, policy threads 1",
+        f"in-process decide, 1 busy processes, {cores} threads (torch's default)",
+    ]
+    assert all(r["rows"][n]["n"] == 5 for n in busy)
+    assert torch.get_num_threads() == before  # the caller's count comes back
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
+        (["--busy", "-1"], "--busy must be >= 0, got -1"),
         (["--repeat", "0"], "--repeat: must be a positive integer, got 0"),
         (["--n-heads", "3"], "must be divisible by n_heads"),
         (["--checkpoint", "/nonexistent"], "is not a checkpoint"),
