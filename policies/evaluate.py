@@ -408,6 +408,13 @@ def _is_rule(policy: str) -> bool:
     return policy.partition(":")[0] in BASELINES
 
 
+def _sweep_of(policy: str) -> str:
+    """A policy spec without its ``threshold``: the points of one threshold sweep share it."""
+    name, sep, params = policy.partition(":")
+    kept = [kv for kv in params.split(",") if kv and not kv.startswith("threshold=")]
+    return f"{name}{sep}{','.join(kept)}"
+
+
 def done_when(
     rows: Sequence[dict[str, Any]], *, max_misses: float = 1.0, target: float = 0.6, min_n: int = 10
 ) -> list[dict[str, Any]]:
@@ -421,7 +428,8 @@ def done_when(
     groups under ``min_n`` trajectories, too few to judge) and ``beats_rules``.
 
     ``beats_rules`` is judged at each rule's own miss rate: every rule that saves money within the
-    budget must be out-saved by some non-rule row (a point of the sweep) with equal or fewer misses.
+    budget must be out-saved by a point of the pick's own sweep (its spec with any ``threshold``) with
+    equal or fewer misses.
     Judged only against ``best_rule``, a rule that saves nearly as much with far fewer misses would pass
     unchallenged, and a user who cares about misses would rather run it.  The rules that no row beats so
     are listed in ``unbeaten`` (so ``beats_rules`` depends on which thresholds were swept: sweep low
@@ -437,17 +445,20 @@ def done_when(
         ok = [r for r in cands if r["misses_per_100"] <= max_misses]
         best = max(ok, key=lambda r: r["savings"]) if ok else None
         miss = best["misses_per_100"] if best else max_misses
-        rules = [r for r in sel if _is_rule(r["policy"]) and r["misses_per_100"] <= miss + 1e-9]
+        # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything
+        all_rules = [r for r in sel if _is_rule(r["policy"]) and r["savings"] == r["savings"]]
+        rules = [r for r in all_rules if r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
+        # the pick's own sweep (its spec but the threshold): another checkpoint's points are not its
+        sweep = [c for c in cands if _sweep_of(c["policy"]) == _sweep_of(best["policy"])] if best else cands
         unbeaten = [
             {"policy": r["policy"], "savings": r["savings"], "misses_per_100": r["misses_per_100"]}
-            for r in sel
-            if _is_rule(r["policy"])
-            and r["savings"] > 0
+            for r in all_rules
+            if r["savings"] > 0
             and r["misses_per_100"] <= max_misses
             and not any(
                 c["misses_per_100"] <= r["misses_per_100"] + 1e-9 and c["savings"] > r["savings"]
-                for c in cands
+                for c in sweep
             )
         ]
         n = oracle["n"]

@@ -569,6 +569,11 @@ class LearnedPolicy(Policy):
             torch.manual_seed(self.cfg.seed)
             self.net = ItemScorer(self.cfg, n_families)
         self.net.eval()
+        #: torch intra-op threads for one decision (``probs`` of one observation), restored after: a
+        #: setting of the process that decides, not of the model, so it is not saved.  One is fastest
+        #: for this small network, and on a machine the agent's own builds and tests keep busy more
+        #: threads wait on each other for milliseconds (docs/benchmarks.md); None: the caller's count.
+        self.threads: int | None = 1
         self.meta: dict[str, Any] = {}
         self._prices: np.ndarray | None = None  # the current episode's (reset), else the family's
         self._thr: float | None = None
@@ -629,7 +634,10 @@ class LearnedPolicy(Policy):
     def probs(self, obs: dict[str, np.ndarray], prices: np.ndarray | None = None) -> np.ndarray:
         """P(visible at the next call) per slot, shape like ``obs["item_mask"]``."""
         t = obs_to_tensors(obs, prices=prices)
-        with flushed_denormals(), torch_threads(self.cfg.threads):
+        # one observation (the live path) on the policy's own threads; a batch (training, evaluation)
+        # on whatever its caller chose
+        threads = self.threads if obs["items"].ndim == 2 else None
+        with flushed_denormals(), torch_threads(threads):
             p = torch.sigmoid(self.net(**t)).numpy()
         n = obs["item_mask"].shape[-1]
         out = np.zeros((p.shape[0], n), np.float32)

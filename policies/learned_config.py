@@ -197,12 +197,7 @@ class LearnedPolicyConfig:
         "as given",
     )
     seed: int = _f(0, "random seed (split, init, sampling)")
-    threads: int = _f(
-        1,
-        "torch CPU threads for training, and for every decision of the trained policy (a forward runs "
-        "on this many and restores the caller's count after): 1 is fastest for this small model, and "
-        "on a busy machine more threads wait on each other for milliseconds",
-    )
+    threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")
     wandb: bool = _f(
         False, "log to Weights & Biases (online or offline as wandb decides: WANDB_MODE, `wandb login`)"
     )

@@ -23,7 +23,7 @@ torch runs with ``--threads`` intra-op threads (default 1, as ``dtoc-rl serve``
 does: for one small network per decision more threads only add synchronisation).
 ``--busy N`` adds two rows timed while N other processes keep the CPU busy, as an
 agent's own builds and test runs do: the decision on the policy's own thread count
-(``cfg.threads``, 1) and on as many threads as the machine has cores (torch's default,
+(``LearnedPolicy.threads``, ``--threads``) and on as many threads as the machine has cores (torch's default,
 what a policy that left the caller's count alone would run on).
 
 ``--load``: the service under load instead: ``--clients`` client processes (default 8) each
@@ -161,11 +161,13 @@ def compare_networks(obs: dict, info: Any, repeat: int, rounds: int = 20) -> dic
 
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
-    threads = torch.get_num_threads()  # a new policy sets torch's thread count from its config
+    threads = torch.get_num_threads()  # a decision runs on its policy's threads: the bench's own
     pols = {
-        f"d={d} L={n} h={h}": LearnedPolicyConfig(d_model=d, n_layers=n, n_heads=h, threads=threads).create()
+        f"d={d} L={n} h={h}": LearnedPolicyConfig(d_model=d, n_layers=n, n_heads=h).create()
         for d, n, h in NETWORKS
     }
+    for pol in pols.values():
+        pol.threads = threads
     out: dict[str, list[float]] = {k: [] for k in pols}
     per = max(1, repeat // rounds)
     for _ in range(rounds):
@@ -406,9 +408,16 @@ def learned_policy(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
+    from dtoc_rl.policies.cpu import torch_threads
+
+    policy.threads = args.threads  # as `dtoc-rl serve --threads` sets it
+    with torch_threads(args.threads):
+        return _run(args, policy)
+
+
+def _run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(args.threads)
     from dtoc_rl.policies.registry import make_policy
 
     tmp = tempfile.TemporaryDirectory(prefix="dtoc-bench-")
@@ -526,27 +535,29 @@ def busy_rows(args: argparse.Namespace, orch: Orchestrator, policy: Any) -> dict
     policy's threads, and on one thread per core (torch's default)."""
     import torch
 
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-        for _ in range(args.busy)
-    ]
-    rows, own, before = {}, policy.cfg.threads, torch.get_num_threads()
+    spinners: list[subprocess.Popen] = []
+    rows, own, before = {}, policy.threads, torch.get_num_threads()
     cores = os.cpu_count() or 1
     try:
+        for _ in range(args.busy):
+            spinners.append(
+                subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+            )
         time.sleep(0.5)  # the spinners are running
         rows[f"in-process decide, {args.busy} busy processes, policy threads {own}"] = stats(
             *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
         )
-        policy.cfg.threads = cores
+        policy.threads = cores
         torch.set_num_threads(cores)
         rows[f"in-process decide, {args.busy} busy processes, {cores} threads (torch's default)"] = stats(
             *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
         )
     finally:
-        policy.cfg.threads = own
+        policy.threads = own
         torch.set_num_threads(before)
-        for sp in spinners:
+        for sp in spinners:  # all killed before any wait can raise
             sp.kill()
+        for sp in spinners:
             sp.wait(timeout=30)
     return rows
 

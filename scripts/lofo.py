@@ -9,8 +9,8 @@ trajectories it trains a policy with `dtoc-rl train`'s defaults (LearnedPolicyCo
 one, then evaluates it on all of the left-out one's trajectories: the learned policy at the threshold
 its checkpoint stores (and at --thresholds), the rules hide_big, cache_clear and none, and the hindsight
 oracle. Reported per left-out group: dollar savings with a 95% bootstrap CI, misses per 100 steps, the
-share of the oracle's savings, and the "done when" reading (best learned threshold at <= 1 miss per 100
-steps against the best rule).
+share of the oracle's savings, and the "done when" reading (the best learned threshold at <= 1 miss per
+100 steps, and whether every rule within the budget is out-saved at its own miss rate).
 
 A full run retrains once per left-out family or source, so it is capped for a shared machine: --epochs
 and --dagger-rounds bound each training, --max-train and --max-eval sample the trajectories trained and

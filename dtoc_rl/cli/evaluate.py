@@ -98,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="misses per 100 steps allowed in the 'done when' summary (issue 17: <= 1): per group, the "
         "best non-rule policy within it against the oracle (>= 60%% of its savings?), the upper end of "
-        "its 95%% CI (>= 0?) and the best rule at equal or fewer misses (beaten?)",
+        "its 95%% CI (>= 0?) and every rule within the budget, each at its own miss rate (does a "
+        "threshold of the same policy with equal or fewer misses save more?)",
     )
     p.add_argument(
         "--holdout-from",

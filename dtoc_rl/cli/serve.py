@@ -201,10 +201,6 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as e:
                 raise CLIError(f"--prices: {e}") from None
         policy = _load(args.policy, "policy")
-        if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
-            sys.modules["torch"].set_num_threads(args.threads)
-            if isinstance(getattr(getattr(policy, "cfg", None), "threads", None), int):
-                policy.cfg.threads = args.threads  # a decision runs on the policy's own thread count
         families = None
         trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
         if trained_on:
@@ -215,6 +211,11 @@ def run(args: argparse.Namespace) -> int:
             families = set(FAMILIES)
         elif fb != "none":
             fallback = _load(fb, "fallback policy")
+        if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
+            sys.modules["torch"].set_num_threads(args.threads)
+        for p in (policy, fallback):
+            if isinstance(getattr(p, "threads", None), int):  # a learned policy decides on its own count
+                p.threads = args.threads
         service = DecisionService(
             policy,
             fallback=fallback,

@@ -120,9 +120,15 @@ def test_done_when_judges_each_rule_at_its_own_misses():
     assert not d["beats_rules"] and [r["policy"] for r in d["unbeaten"]] == ["hide_big:tokens=8000"]
     (d,) = done_when([*zero, _row("learned:path=p,threshold=0.01", 0.03, 0.0)], max_misses=1.0)
     assert d["beats_rules"]
-    # rules that save nothing, or only beyond the budget, are not rivals
-    (d,) = done_when([*rows[:3], _row("none", 0.0, 0.0), _row("cache_clear", 0.5, 3.0)], max_misses=1.0)
-    assert d["beats_rules"] and d["unbeaten"] == []
+    # rules that save nothing, or only beyond the budget, or NaN (no baseline dollars), are not rivals
+    rivals = [_row("none", 0.0, 0.0), _row("cache_clear", 0.5, 3.0), _row("obs_mask", float("nan"), 0.0)]
+    (d,) = done_when([*rows[:3], *rivals], max_misses=1.0)
+    assert d["beats_rules"] and d["unbeaten"] == [] and d["best_rule"] == "none"
+    # only the pick's own sweep answers a rule: another checkpoint's point does not
+    other = _row("learned:path=q,threshold=0.05", 0.185, 0.3)
+    (d,) = done_when([*rows, other], max_misses=1.0)
+    assert d["policy"] == "learned:path=p,threshold=0.2" and not d["beats_rules"]
+    assert beats_text(d, red=True) == "[red]no[/red]: hide_big:tokens=1000,age=8 +18.0% (0.40)"
 
 
 def test_done_when_flags_losses_and_small_groups():

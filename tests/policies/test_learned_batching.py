@@ -306,7 +306,7 @@ def test_the_miss_governor_lowers_the_threshold_per_miss_over_the_budget():
 
 
 def test_a_decision_flushes_subnormals_and_restores_the_flag_after():
-    from dtoc_rl.policies.learned import flushed_denormals
+    from dtoc_rl.policies.cpu import flushed_denormals
 
     tiny = torch.tensor([1e-39], dtype=torch.float32)  # subnormal in float32
     if not torch.set_flush_denormal(False):

@@ -63,6 +63,8 @@ def test_evaluate_runs_on_its_threads_and_restores_the_callers():
 
 
 def test_a_decision_runs_on_the_policys_threads_and_restores_the_callers():
+    from tests.policies.test_learned_batching import _obs
+
     pol = LearnedPolicy(_tiny())
     seen = []
     forward = pol.net.forward
@@ -72,16 +74,44 @@ def test_a_decision_runs_on_the_policys_threads_and_restores_the_callers():
         return forward(*a, **k)
 
     pol.net.forward = spy
+    obs = _obs([2.0, 3.0], [1, 0], step=4, active_k=5.0)
     before = torch.get_num_threads()
     want = 2 if before != 2 else 3  # the caller's own count, not the policy's (1)
     torch.set_num_threads(want)
     try:
-        from tests.policies.test_learned_batching import _obs
-
-        pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
+        pol.probs(obs)
         assert seen == [1] and torch.get_num_threads() == want
-        pol.cfg.threads = want  # `dtoc-rl serve --threads`: the caller's count is the policy's
-        pol.probs(_obs([2.0, 3.0], [1, 0], step=4, active_k=5.0))
-        assert seen == [1, want] and torch.get_num_threads() == want
+        pol.threads = 2  # `dtoc-rl serve --threads 2`
+        pol.probs(obs)
+        assert seen == [1, 2] and torch.get_num_threads() == want
+        # a batch (training, evaluation) runs on what its caller chose
+        pol.probs({k: v[None] for k, v in obs.items()})
+        assert seen == [1, 2, want]
+        pol.threads = None  # None: the caller's count for single decisions too
+        pol.probs(obs)
+        assert seen == [1, 2, want, want]
+        # a setting of the deciding process, not of the model: a loaded checkpoint decides on one
+        assert LearnedPolicy(_tiny(seed=1)).threads == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_serve_threads_apply_to_the_policy_and_its_fallback(tmp_path, monkeypatch):
+    import dtoc_rl.serve.service as service_module
+    from dtoc_rl.cli import main
+
+    ckpt = str(LearnedPolicy(_tiny()).save(tmp_path / "ckpt"))
+    built = []
+
+    def no_server(service, *a, **k):  # stop before listening: the service is what is checked
+        built.append(service)
+        raise OSError(98, "not listening in this test")
+
+    monkeypatch.setattr(service_module, "make_server", no_server)
+    before = torch.get_num_threads()
+    try:
+        code = main(["serve", "--policy", "last_n:n=5", "--fallback", ckpt, "--threads", "3"])
+    finally:
+        torch.set_num_threads(before)
+    assert code != 0 and len(built) == 1
+    assert built[0].fallback.threads == 3 and built[0].policy.name != "learned"

@@ -38,7 +38,15 @@ def test_busy_rows_time_the_decision_beside_spinning_processes(capsys):
     import torch
 
     before = torch.get_num_threads()
-    assert bench_policy.main(["--outputs", "20", "--repeat", "5", "--quick", "--busy", "1", "--json"]) == 0
+    want = 2 if before != 2 else 3  # not the bench's --threads (1)
+    torch.set_num_threads(want)
+    try:
+        assert (
+            bench_policy.main(["--outputs", "20", "--repeat", "5", "--quick", "--busy", "1", "--json"]) == 0
+        )
+        assert torch.get_num_threads() == want  # the caller's count comes back
+    finally:
+        torch.set_num_threads(before)
     r = json.loads(capsys.readouterr().out)
     cores = os.cpu_count()
     busy = [n for n in r["rows"] if "busy" in n]
@@ -47,7 +55,6 @@ def test_busy_rows_time_the_decision_beside_spinning_processes(capsys):
         f"in-process decide, 1 busy processes, {cores} threads (torch's default)",
     ]
     assert all(r["rows"][n]["n"] == 5 for n in busy)
-    assert torch.get_num_threads() == before  # the caller's count comes back
 
 
 @pytest.mark.parametrize(
