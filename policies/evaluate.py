@@ -29,6 +29,7 @@ from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.baselines import NoManagement
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
 from dtoc_rl.sim.episode import Episode
@@ -445,8 +446,14 @@ def done_when(
         ok = [r for r in cands if r["misses_per_100"] <= max_misses]
         best = max(ok, key=lambda r: r["savings"]) if ok else None
         miss = best["misses_per_100"] if best else max_misses
-        # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything
-        all_rules = [r for r in sel if _is_rule(r["policy"]) and r["savings"] == r["savings"]]
+        # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything;
+        # keeping everything (`none`) is what savings are measured from, not a rival: a policy that
+        # abstains ties it, and beats every rule that loses money
+        all_rules = [
+            r
+            for r in sel
+            if _is_rule(r["policy"]) and r["policy"] != NoManagement.name and r["savings"] == r["savings"]
+        ]
         rules = [r for r in all_rules if r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
         # the pick's own sweep (its spec but the threshold): another checkpoint's points are not its

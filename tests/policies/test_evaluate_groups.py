@@ -92,9 +92,9 @@ def test_done_when_picks_the_best_policy_within_the_budget_and_the_rule_it_must_
     assert d["oracle_fraction"] == pytest.approx(0.2 / 0.3)
     (d,) = done_when(rows, max_misses=1.0, target=0.7)
     assert d["reaches"] is False
-    # a tighter budget: threshold 0.1, beaten by nothing but none
+    # a tighter budget: threshold 0.1, and no rule within it but keeping everything (not a rival)
     (d,) = done_when(rows, max_misses=0.6)
-    assert d["policy"].endswith("0.1") and d["best_rule"] == "none" and d["beats_rules"]
+    assert d["policy"].endswith("0.1") and d["best_rule"] is None and d["beats_rules"]
 
 
 def test_done_when_judges_each_rule_at_its_own_misses():
@@ -123,7 +123,14 @@ def test_done_when_judges_each_rule_at_its_own_misses():
     # rules that save nothing, or only beyond the budget, or NaN (no baseline dollars), are not rivals
     rivals = [_row("none", 0.0, 0.0), _row("cache_clear", 0.5, 3.0), _row("obs_mask", float("nan"), 0.0)]
     (d,) = done_when([*rows[:3], *rivals], max_misses=1.0)
-    assert d["beats_rules"] and d["unbeaten"] == [] and d["best_rule"] == "none"
+    assert d["beats_rules"] and d["unbeaten"] == [] and d["best_rule"] is None
+    # abstaining (+0.0%) ties keeping everything and beats rules that lose money within the budget
+    abstains = [_row("oracle", 0.04, 0.0), _row("learned:path=p", 0.0, 0.0), _row("none", 0.0, 0.0),
+                _row("hide_big:tokens=8000", -0.01, 0.0)]  # fmt: skip
+    (d,) = done_when(abstains, max_misses=1.0)
+    assert d["beats_rules"] and d["best_rule"] == "hide_big:tokens=8000"
+    (d,) = done_when([*abstains, _row("cache_clear", 0.0, 0.0)], max_misses=1.0)
+    assert not d["beats_rules"]  # a real rule that ties is not beaten
     # only the pick's own sweep answers a rule: another checkpoint's point does not
     other = _row("learned:path=q,threshold=0.05", 0.185, 0.3)
     (d,) = done_when([*rows, other], max_misses=1.0)
