@@ -20,9 +20,9 @@ class LearnedPolicyConfig:
     # -- network ---------------------------------------------------------------
     d_model: int = _f(64, "width of the per-item embeddings and the encoder")
     n_layers: int = _f(
-        1,
-        "transformer encoder layers over the stored outputs (0: per-item MLP only); one saved as much "
-        "as two on held-out tasks over three seeds and decides faster (docs/results.md, docs/benchmarks.md)",
+        2,
+        "transformer encoder layers over the stored outputs (0: per-item MLP only; 1 decides about a "
+        "quarter faster and does as well at thresholds <= 0.2, but misses more at 0.5: docs/results.md)",
     )
     n_heads: int = _f(
         2,
