@@ -393,9 +393,14 @@ def beats_text(d: dict, label=str, red: bool = False) -> str:
     if d["beats_rules"]:
         return "yes"
     no = "[red]no[/red]" if red else "no"
-    if not d.get("unbeaten"):
+    if d.get("unbeaten"):
+        r = d["unbeaten"][0]
+        more = f" (+{len(d['unbeaten']) - 1} more)" if len(d["unbeaten"]) > 1 else ""
+    elif d.get("best_rule") and d.get("policy"):  # the pick itself saves no more than this rule
+        r = {k: d[f"best_rule{s}"] for k, s in (("policy", ""), ("savings", "_savings"),
+                                                ("misses_per_100", "_misses_per_100"))}  # fmt: skip
+        more = ""
+    else:
         return no
-    r = d["unbeaten"][0]
-    more = f" (+{len(d['unbeaten']) - 1} more)" if len(d["unbeaten"]) > 1 else ""
     text = f"{label(r['policy'])} {100 * r['savings']:+.1f}% ({r['misses_per_100']:.2f}){more}"
     return f"{no}: {escape(text) if red else text}"
