@@ -430,7 +430,8 @@ def done_when(
 
     ``beats_rules`` is judged at each rule's own miss rate: every rule that saves money within the
     budget must be out-saved by a point of the pick's own sweep (its spec with any ``threshold``) with
-    equal or fewer misses.
+    equal or fewer misses, and the pick must save more than ``best_rule`` (or, where that rule saves
+    nothing, as much).
     Judged only against ``best_rule``, a rule that saves nearly as much with far fewer misses would pass
     unchallenged, and a user who cares about misses would rather run it.  The rules that no row beats so
     are listed in ``unbeaten`` (so ``beats_rules`` depends on which thresholds were swept: sweep low
@@ -486,8 +487,11 @@ def done_when(
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
         row["no_loss"] = (bool(best) and best["savings_hi"] >= 0) if n >= min_n else None
+        # and the pick must not trail (nor, where the rule saves money, tie) the best rule at its misses
         row["beats_rules"] = (
-            bool(best) and (rule is None or best["savings"] > rule["savings"]) and not unbeaten
+            bool(best)
+            and (rule is None or best["savings"] > rule["savings"] or 0 >= rule["savings"] == best["savings"])
+            and not unbeaten
         )
         out.append(row)
     return out

@@ -21,8 +21,8 @@ class LearnedPolicyConfig:
     d_model: int = _f(64, "width of the per-item embeddings and the encoder")
     n_layers: int = _f(
         2,
-        "transformer encoder layers over the stored outputs (0: per-item MLP only); 1 decides about a "
-        "tenth faster and saved as much on held-out tasks, but less on most families and harnesses "
+        "transformer encoder layers over the stored outputs (0: per-item MLP only); 1 decides about an "
+        "eighth faster and saved as much on held-out tasks, but less on most families and harnesses "
         "left out of training (docs/results.md)",
     )
     n_heads: int = _f(

@@ -130,8 +130,15 @@ def test_done_when_judges_each_rule_at_its_own_misses():
     (d,) = done_when(abstains, max_misses=1.0)
     assert d["beats_rules"] and d["best_rule"] == "hide_big:tokens=8000"
     (d,) = done_when([*abstains, _row("cache_clear", 0.0, 0.0)], max_misses=1.0)
-    assert not d["beats_rules"]  # a real rule that ties is not beaten
-    assert beats_text(d) == "no: cache_clear +0.0% (0.00)"
+    assert d["beats_rules"]  # a rule that saves nothing, tied: it saves no money to beat
+    (d,) = done_when(
+        [*abstains, _row("cache_clear", 0.0, 0.0), _row("learned:path=p,threshold=0.1", -0.02, 0.0)]
+    )
+    assert d["policy"] == "learned:path=p" and d["beats_rules"]
+    lose = [_row("oracle", 0.04, 0.0), _row("learned:path=p", -0.02, 0.0), _row("cache_clear", -0.01, 0.0)]
+    (d,) = done_when(lose, max_misses=1.0)
+    assert not d["beats_rules"]  # trailing a rule that loses less is not beating it
+    assert beats_text(d) == "no: cache_clear -1.0% (0.00)"
     # only the pick's own sweep answers a rule: another checkpoint's point does not
     other = _row("learned:path=q,threshold=0.05", 0.185, 0.3)
     (d,) = done_when([*rows, other], max_misses=1.0)
