@@ -487,11 +487,11 @@ def done_when(
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
         row["no_loss"] = (bool(best) and best["savings_hi"] >= 0) if n >= min_n else None
-        # and the pick must not trail (nor, where the rule saves money, tie) the best rule at its misses
+        # and the pick must not trail the best rule at its misses.  A tie passes only where that rule
+        # saves nothing: one that saves money and is beaten at its own misses (not in unbeaten) was
+        # beaten by a point within the budget, so it is below the pick as well
         row["beats_rules"] = (
-            bool(best)
-            and (rule is None or best["savings"] > rule["savings"] or 0 >= rule["savings"] == best["savings"])
-            and not unbeaten
+            bool(best) and (rule is None or best["savings"] >= rule["savings"]) and not unbeaten
         )
         out.append(row)
     return out

@@ -533,10 +533,10 @@ def _run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
 def busy_rows(args: argparse.Namespace, orch: Orchestrator, policy: Any) -> dict[str, dict[str, float]]:
     """The in-process decision while ``args.busy`` spinning processes keep the cores busy: on the
     policy's threads, and on one thread per core (torch's default)."""
-    import torch
+    from dtoc_rl.policies.cpu import torch_threads
 
     spinners: list[subprocess.Popen] = []
-    rows, own, before = {}, policy.threads, torch.get_num_threads()
+    rows, own = {}, policy.threads
     cores = os.cpu_count() or 1
     try:
         for _ in range(args.busy):
@@ -548,13 +548,12 @@ def busy_rows(args: argparse.Namespace, orch: Orchestrator, policy: Any) -> dict
             *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
         )
         policy.threads = cores
-        torch.set_num_threads(cores)
-        rows[f"in-process decide, {args.busy} busy processes, {cores} threads (torch's default)"] = stats(
-            *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
-        )
+        with torch_threads(cores):
+            rows[f"in-process decide, {args.busy} busy processes, {cores} threads (torch's default)"] = stats(
+                *time_calls_cpu(lambda: orch.decide(force=True), args.repeat)
+            )
     finally:
         policy.threads = own
-        torch.set_num_threads(before)
         for sp in spinners:  # all killed before any wait can raise
             sp.kill()
         for sp in spinners:
