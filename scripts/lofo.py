@@ -3,6 +3,7 @@
     python -m scripts.lofo --dataset /tmp/all2
     python -m scripts.lofo --dataset /tmp/all2 --families gemini-3-pro gpt-4 --epochs 5 --json
     python -m scripts.lofo --dataset /tmp/all2 --by source --sources mini-swe-agent tau-bench
+    python -m scripts.lofo --dataset /tmp/all2 --by source --train="--no-family-conditioning"
 
 For every model family (with --by source: every source harness) with at least --min-trajectories
 trajectories it trains a policy with `dtoc-rl train`'s defaults (LearnedPolicyConfig()) on every other
@@ -50,6 +51,10 @@ class Args:
     """max supervised epochs per training (0: the training default)"""
     dagger_rounds: int = -1
     """DAgger rounds per training (-1: the training default)"""
+    train: str = ""
+    """`dtoc-rl train` flags for every fold's training, as one string after an equals sign
+    (--train="--no-family-conditioning --n-layers 1"): leave-one-out of another setting than the
+    defaults. The seed and what is left out are this script's own (--seed, --by)"""
     max_train: int = 0
     """train on at most this many trajectories per family or source (0: all): bounds a training's time"""
     max_eval: int = 0
@@ -146,6 +151,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         flag = "--families" if by == "family" else "--sources"
         where = args.dataset or "the bundled sample"
         raise ValueError(f"{flag}: {unknown} not in {where} (present: {sorted(counts)})")
+    overrides = train_settings(args.train)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {
@@ -159,7 +165,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         train_eps = _sample([e for e in eps if _group(e, by) != fam], args.max_train, args.seed, by)
         test_eps = _sample([e for e in eps if _group(e, by) == fam], args.max_eval, args.seed, by)
         # kept in the checkpoint's config: it says what it never saw
-        cfg = LearnedPolicyConfig(seed=args.seed, **{f"exclude_{by}": fam})
+        cfg = LearnedPolicyConfig(**{**overrides, "seed": args.seed, f"exclude_{by}": fam})
         if args.epochs:
             cfg.epochs = args.epochs
         if args.dagger_rounds >= 0:
@@ -193,6 +199,40 @@ def leave_one_out(args: Args, log=print) -> dict:
     result["seconds"] = round(time.perf_counter() - t_all, 1)
     _write(out_dir / "lofo.json", result)
     return result
+
+
+#: Settings a fold's training takes from this script, not from --train.
+_OWN = ("seed", "exclude_family", "exclude_source", "model_family", "source")
+
+
+def train_settings(flags: str) -> dict:
+    """The LearnedPolicyConfig fields that ``dtoc-rl train`` flags (one string) set, parsed as that
+    command parses them; a ValueError names a flag it does not know or one this script sets itself."""
+    import shlex
+
+    from dtoc_rl.cli.dataclass_args import add_dataclass_arguments, given_fields
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    if not flags.strip():
+        return {}
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message):  # a one-line ValueError instead of argparse's exit
+            raise ValueError(f"--train: {message}")
+
+    ap = _Parser(prog="--train", add_help=False)
+    add_dataclass_arguments(ap, LearnedPolicyConfig)
+    ns = ap.parse_args(shlex.split(flags))
+    given = given_fields(ns)
+    own = sorted(given & set(_OWN))
+    if own:
+        raise ValueError(f"--train: {', '.join(own)} is set by this script (--seed, --by, what is left out)")
+    settings = {k: getattr(ns, k) for k in sorted(given)}
+    try:
+        LearnedPolicyConfig(**settings)  # a bad value fails here, before any fold trains
+    except ValueError as e:
+        raise ValueError(f"--train: {e}") from None
+    return settings
 
 
 def _strict(o):

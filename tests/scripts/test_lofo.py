@@ -36,6 +36,7 @@ def test_help_lists_the_caps(capsys):
 def test_leaves_the_family_out_of_training_and_evaluates_on_it(tmp_path, capsys):
     args = ["--families", "gemini-3-pro", "--epochs", "1", "--dagger-rounds", "0", "--max-train", "6",
             "--max-eval", "4", "--thresholds", "0.1", "--bootstrap", "20",
+            "--train=--no-family-conditioning --d-model 16",
             "--out", str(tmp_path), "--json"]  # fmt: skip
     assert lofo.main(args) == 0
     res = json.loads(capsys.readouterr().out)
@@ -50,6 +51,20 @@ def test_leaves_the_family_out_of_training_and_evaluates_on_it(tmp_path, capsys)
     assert json.loads((tmp_path / "lofo.json").read_text())["folds"][0]["family"] == "gemini-3-pro"
     cfg = json.loads((tmp_path / "without-gemini-3-pro" / "config.json").read_text())
     assert cfg["config"]["exclude_family"] == "gemini-3-pro"  # the checkpoint says what it never saw
+    assert cfg["config"]["family_conditioning"] is False and cfg["config"]["d_model"] == 16  # --train
+
+
+def test_train_flags_are_dtoc_rl_trains_and_bad_ones_are_one_line_errors(tmp_path, capsys):
+    assert lofo.train_settings("") == {}
+    assert lofo.train_settings("--no-family-conditioning --n-layers 1 --lr 0.001") == {
+        "family_conditioning": False, "n_layers": 1, "lr": 0.001}  # fmt: skip
+    assert lofo.train_settings("--n-layers 2") == {"n_layers": 2}  # given, even at the default
+    for flags, says in (("--n-layrs 1", "--n-layrs"), ("--n-layers x", "--n-layers"),
+                        ("--n-layers -1", "n_layers"), ("--seed 3", "seed"),
+                        ("--exclude-source tau-bench", "exclude_source")):  # fmt: skip
+        assert lofo.main(["--train", flags, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.startswith("error: --train") and err.count("\n") == 1, err
 
 
 def test_sources_need_by_source_and_unknown_sources_are_named(tmp_path, capsys):
