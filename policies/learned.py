@@ -237,6 +237,12 @@ class ItemScorer(nn.Module):
         self.tool = nn.Embedding(len(TOOL_CATEGORIES), d)
         self.glob_in = nn.Sequential(nn.Linear(n_glob, d), nn.GELU(), nn.Linear(d, d))
         self.family = nn.Embedding(n_families, d) if cfg.family_conditioning else None
+        if self.family is not None:
+            # Zero, so that a family without training data (no gradient ever reaches its row) adds
+            # nothing: a random initial row would move every decision for a model the network never
+            # saw, by more than the call's whole context does (docs/results.md).  Drawn first and
+            # then zeroed, so the layers after it get the same initial weights as before.
+            nn.init.zeros_(self.family.weight)
         self.encoder = (
             nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(

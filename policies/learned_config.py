@@ -90,7 +90,8 @@ class LearnedPolicyConfig:
         True,
         "where the threshold table abstains (no threshold of the network saves money within the budget "
         "on the tune runs), run the hide_big rule whose settings do, chosen on the same runs the same "
-        "way (learned_trainer.FALLBACK_LADDER); without one, abstaining keeps everything visible",
+        "way (learned_trainer.FALLBACK_LADDER) on at least --min-family-val of them; without one, "
+        "abstaining keeps everything visible",
     )
     min_source_val: int = _f(
         5,

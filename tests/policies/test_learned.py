@@ -98,6 +98,16 @@ def test_fit_on_bundled_sample_learns_and_reports(tmp_path):
     assert set(rep["val_metrics"]) == {"cost_ratio", "misses_per_100_steps"}
     back = LearnedPolicy.load(pol.save(tmp_path / "c"))
     assert back.meta["val_tasks"] == rep["val_tasks"]
+    # a family the data lacks keeps its zero row: a model the network never saw is not moved at random
+    rows = pol.net.family.weight.detach()
+    seen = {FAMILIES.index(f) for f in pol.meta["families"]}
+    unseen = [i for i in range(len(FAMILIES)) if i not in seen]
+    assert seen and len(unseen) >= 2
+    assert all(rows[i].abs().sum() > 0 for i in seen) and all(rows[i].abs().sum() == 0 for i in unseen)
+    obs = _obs()
+    as_unseen = [pol.probs({**obs, "family": np.int64(i)}) for i in unseen[:2]]
+    np.testing.assert_array_equal(as_unseen[0], as_unseen[1])
+    assert not np.array_equal(as_unseen[0], pol.probs({**obs, "family": np.int64(min(seen))}))
 
 
 def test_bc_mode_needs_logged_masking():

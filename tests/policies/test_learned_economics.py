@@ -234,6 +234,9 @@ def test_an_abstaining_entry_falls_back_to_the_hide_big_rung_that_pays_within_th
     assert fb["regime"] == {DISC: fb["family"]["qwen-coder"]}  # gpt-4o's entry does not abstain
     assert PREM not in fb["regime"]  # a regime where no rung saves gets none
     assert fb["default"] == fb["family"]["qwen-coder"]  # the pooled runs: rung 3 still pays most
+    few = fallback_table(table, rows, budget=1.0, min_runs=11)  # each entry has 10 tune runs, the pool 20
+    assert few["family"] == few["regime"] == {} and few["default"] == fb["default"]
+    assert fallback_table(table, rows, budget=1.0, min_runs=10) == fb
 
 
 def test_the_policy_runs_its_fallback_rule_where_its_table_abstains(tmp_path):
