@@ -31,7 +31,13 @@ class LearnedPolicyConfig:
         "decides faster, docs/benchmarks.md; an odd count loses the fused inference kernel)",
     )
     dropout: float = _f(0.0, "dropout in the encoder")
-    family_conditioning: bool = _f(True, "condition on the model family (one network serves several models)")
+    family_conditioning: bool = _f(
+        True,
+        "condition on the model family (one network serves several models; what a model's agents did in "
+        "the harnesses it was trained on carried to another harness with the same model); a family the "
+        "training data lacks adds nothing. Without it, as good on held-out tasks but worse on most "
+        "harnesses left out of training (docs/results.md)",
+    )
     word_vocab: int = _f(
         1024,
         "content words the network embeds (the hashed words of each output's call and first lines, "
