@@ -240,8 +240,8 @@ class ItemScorer(nn.Module):
         if self.family is not None:
             # Zero, so that a family without training data (no gradient ever reaches its row) adds
             # nothing: a random initial row would move every decision for a model the network never
-            # saw, by more than the call's whole context does (docs/results.md).  Drawn first and
-            # then zeroed, so the layers after it get the same initial weights as before.
+            # saw, by more than the call's whole context does (docs/results.md).  Drawn, then zeroed,
+            # so that the layers built after it draw the same initial weights whatever it starts at.
             nn.init.zeros_(self.family.weight)
         self.encoder = (
             nn.TransformerEncoder(

@@ -35,8 +35,9 @@ class LearnedPolicyConfig:
         True,
         "condition on the model family (one network serves several models; what a model's agents did in "
         "the harnesses it was trained on carried to another harness with the same model); a family the "
-        "training data lacks adds nothing. Without it, as good on held-out tasks but worse on most "
-        "harnesses left out of training (docs/results.md)",
+        "training data lacks adds nothing (a model the name table does not know reads as the `other` row, "
+        "which runs of unknown models train). Without it, as good on held-out tasks but worse on two of "
+        "the four harnesses left out of training that were tried (docs/results.md)",
     )
     word_vocab: int = _f(
         1024,

@@ -142,6 +142,10 @@ def leave_one_out(args: Args, log=print) -> dict:
         raise ValueError("--sources needs --by source")
     if args.families and by == "source":
         raise ValueError("--families needs --by family")
+    overrides = train_settings(args.train)  # a typo is told before the data loads
+    for name in ("epochs", "dagger_rounds"):
+        if name in overrides and getattr(args, name) != Args.__dataclass_fields__[name].default:
+            raise ValueError(f"--{name.replace('_', '-')} is given twice: here and in --train")
     eps = load_episodes(args.dataset or None)
     counts = Counter(_group(e, by) for e in eps)
     eligible = sorted(f for f, n in counts.items() if n >= args.min_trajectories)
@@ -151,7 +155,6 @@ def leave_one_out(args: Args, log=print) -> dict:
         flag = "--families" if by == "family" else "--sources"
         where = args.dataset or "the bundled sample"
         raise ValueError(f"{flag}: {unknown} not in {where} (present: {sorted(counts)})")
-    overrides = train_settings(args.train)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {
@@ -222,14 +225,18 @@ def train_settings(flags: str) -> dict:
 
     ap = _Parser(prog="--train", add_help=False)
     add_dataclass_arguments(ap, LearnedPolicyConfig)
-    ns = ap.parse_args(shlex.split(flags))
+    try:
+        words = shlex.split(flags)
+    except ValueError as e:  # an unclosed quote
+        raise ValueError(f"--train: {e}") from None
+    ns = ap.parse_args(words)
     given = given_fields(ns)
     own = sorted(given & set(_OWN))
     if own:
         raise ValueError(f"--train: {', '.join(own)} is set by this script (--seed, --by, what is left out)")
     settings = {k: getattr(ns, k) for k in sorted(given)}
     try:
-        LearnedPolicyConfig(**settings)  # a bad value fails here, before any fold trains
+        LearnedPolicyConfig(**settings)  # a bad value of a field fails here, before any fold trains
     except ValueError as e:
         raise ValueError(f"--train: {e}") from None
     return settings

@@ -399,3 +399,20 @@ def test_the_miss_bootstrap_draws_tasks_not_runs():
     assert _choose(rows, [0.1, 0.3], 1.0)["threshold"] == 0.1
     runs = [{k: v for k, v in r.items() if k != "task"} for r in rows]  # each run a task of its own
     assert _choose(runs, [0.1, 0.3], 1.0)["threshold"] == 0.3
+
+
+def test_tuning_holds_fallback_rules_to_min_family_val_tune_runs(monkeypatch):
+    from dtoc_rl.policies import learned_trainer as lt
+
+    given = {}
+    real = lt.fallback_table
+
+    def spy(*args, **kwargs):
+        given.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lt, "fallback_table", spy)
+    pol = LearnedPolicyConfig(**TINY, min_family_val=7).create()
+    lt._tune(pol, load_episodes(None)[:3], lt._cost_config(pol))
+    assert given["min_runs"] == 7  # an abstaining entry of fewer tune runs gets no rule
+    assert pol.meta["thresholds"]["fallback"]["default"] is None  # 3 tune runs < 7

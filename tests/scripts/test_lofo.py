@@ -61,7 +61,8 @@ def test_train_flags_are_dtoc_rl_trains_and_bad_ones_are_one_line_errors(tmp_pat
     assert lofo.train_settings("--n-layers 2") == {"n_layers": 2}  # given, even at the default
     for flags, says in (("--n-layrs 1", "--n-layrs"), ("--n-layers x", "--n-layers"),
                         ("--n-layers -1", "n_layers"), ("--seed 3", "seed"),
-                        ("--exclude-source tau-bench", "exclude_source")):  # fmt: skip
+                        ("--exclude-source tau-bench", "exclude_source"),
+                        ('--lr "0.1', "quotation")):  # fmt: skip
         assert lofo.main(["--train", flags, "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert says in err and err.startswith("error: --train") and err.count("\n") == 1, err
@@ -101,3 +102,9 @@ def test_an_old_result_without_left_out_still_makes_a_table():
     old = {"args": {}, "folds": [{"family": "gpt-4", "checkpoint": "c", "train_seconds": 1, "eval_seconds": 1,
                                    "rows": [], "done_when": [{"policy": None}]}]}  # fmt: skip
     assert "| gpt-4 | none within budget |" in lofo.table(old)
+
+
+def test_a_setting_given_here_and_in_train_is_an_error(tmp_path, capsys):
+    assert lofo.main(["--epochs", "2", "--train=--epochs 3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--epochs" in err and "twice" in err and err.count("\n") == 1
