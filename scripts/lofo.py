@@ -143,9 +143,13 @@ def leave_one_out(args: Args, log=print) -> dict:
     if args.families and by == "source":
         raise ValueError("--families needs --by family")
     overrides = train_settings(args.train)  # a typo is told before the data loads
-    for name in ("epochs", "dagger_rounds"):
-        if name in overrides and getattr(args, name) != Args.__dataclass_fields__[name].default:
-            raise ValueError(f"--{name.replace('_', '-')} is given twice: here and in --train")
+    caps = {"epochs": args.epochs} if args.epochs else {}
+    if args.dagger_rounds >= 0:
+        caps["dagger_rounds"] = args.dagger_rounds
+    twice = sorted(caps.keys() & overrides.keys())
+    if twice:
+        raise ValueError(f"--{twice[0].replace('_', '-')} is given twice: here and in --train")
+    overrides.update(caps)
     eps = load_episodes(args.dataset or None)
     counts = Counter(_group(e, by) for e in eps)
     eligible = sorted(f for f, n in counts.items() if n >= args.min_trajectories)
@@ -169,10 +173,6 @@ def leave_one_out(args: Args, log=print) -> dict:
         test_eps = _sample([e for e in eps if _group(e, by) == fam], args.max_eval, args.seed, by)
         # kept in the checkpoint's config: it says what it never saw
         cfg = LearnedPolicyConfig(**{**overrides, "seed": args.seed, f"exclude_{by}": fam})
-        if args.epochs:
-            cfg.epochs = args.epochs
-        if args.dagger_rounds >= 0:
-            cfg.dagger_rounds = args.dagger_rounds
         others = len({_group(e, by) for e in train_eps})
         log(f"== {fam}: train on {len(train_eps)} trajectories of {others} other "
             f"{'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
