@@ -321,7 +321,10 @@ class ItemScorer(nn.Module):
         glob: torch.Tensor,  # (B, G + E'): GLOBAL_FEATURES then ECON_GLOBAL_FEATURES
         family: torch.Tensor,  # (B,)
         words: torch.Tensor | None = None,  # (B, N, K) hashed words (dtoc_rl.labels.words); None: none
+        no_family: torch.Tensor | None = None,  # (B,) bool: decided without the family vector (training)
     ) -> torch.Tensor:  # (B, N) logits of "visible at the next call"
+        if no_family is not None:
+            return self._module_forward(items, tool, mask, glob, family, words, no_family)
         if (
             not self.training
             and not torch.is_grad_enabled()
@@ -335,10 +338,13 @@ class ItemScorer(nn.Module):
                 return plan(items, tool, mask, glob, family, words)
         return self._module_forward(items, tool, mask, glob, family, words)
 
-    def _module_forward(self, items, tool, mask, glob, family, words=None) -> torch.Tensor:
+    def _module_forward(self, items, tool, mask, glob, family, words=None, no_family=None) -> torch.Tensor:
         g = self.glob_in(_squash(glob))
         if self.family is not None:
-            g = g + self.family(torch.where(family < self.n_families, family, 0))
+            f = self.family(torch.where(family < self.n_families, family, 0))
+            # family dropout: these rows as a model without a family vector (a family no training run
+            # reached keeps a zero row), so that the network learns to decide one
+            g = g + (f if no_family is None else f * ~no_family[:, None])
         h = self.item_in(_squash(items)) + self.tool(tool) + g[:, None, :]
         if self.words is not None and words is not None:
             ids = self.word_ids(words)

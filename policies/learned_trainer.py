@@ -293,10 +293,17 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
     return x, torch.from_numpy(target), torch.from_numpy(weight)
 
 
-def _loss(net: nn.Module, samples: list[Sample], drop_words: np.ndarray | None = None) -> torch.Tensor:
+def _loss(
+    net: nn.Module,
+    samples: list[Sample],
+    drop_words: np.ndarray | None = None,
+    drop_family: np.ndarray | None = None,
+) -> torch.Tensor:
     x, y, w = _batch(samples)
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
+    if drop_family is not None and drop_family.any():  # and these without their family's vector
+        x["no_family"] = torch.from_numpy(drop_family)
     logits = net(**x)
     ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
     return (ll * w).sum() / w.sum().clamp_min(1.0)
@@ -324,7 +331,9 @@ def _train_supervised(
         for b in rng.permutation(len(batches)):
             batch = [train[j] for j in batches[b]]
             drop = rng.random(len(batch)) < cfg.word_dropout if cfg.word_dropout else None
-            loss = _loss(net, batch, drop)
+            # drawn only when on, so that the default draws the same batches as without the setting
+            drop_fam = rng.random(len(batch)) < cfg.family_dropout if cfg.family_dropout else None
+            loss = _loss(net, batch, drop, drop_fam)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)

@@ -111,6 +111,53 @@ def test_fit_on_bundled_sample_learns_and_reports(tmp_path):
     assert not np.array_equal(as_unseen[0], pol.probs({**obs, "family": np.int64(min(seen))}))
 
 
+def test_family_dropout_decides_the_chosen_observations_as_a_family_without_a_vector():
+    from dtoc_rl.policies.learned_trainer import Sample, _loss
+
+    pol = LearnedPolicyConfig(**TINY).create()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        pol.net.family.weight.normal_()  # every family moves the logits
+    n, f, g = 3, pol.net.item_in[0].in_features, pol.net.glob_in[0].in_features
+
+    def sample(family):
+        items, glob = np.ones((n, f), np.float32), np.ones(g, np.float32)
+        target = np.array([1, 0, 1], np.float32)
+        words = np.zeros((n, 2), np.int64)
+        return Sample(items, np.zeros(n, np.int64), words, glob, family, target, np.ones(n))
+
+    pol.net.eval()
+    batch, drop = [sample(2), sample(3)], np.array([True, False])
+    with torch.no_grad():
+        dropped, kept = float(_loss(pol.net, batch, drop_family=drop)), float(_loss(pol.net, batch))
+        pol.net.family.weight[2] = 0.0  # a family no training run reached: what dropout stands for
+        assert float(_loss(pol.net, batch)) == pytest.approx(dropped, rel=1e-5)
+    assert abs(dropped - kept) > 1e-3
+    with pytest.raises(ValueError, match="family_dropout"):
+        LearnedPolicyConfig(family_dropout=1.0)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5])
+def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, rate):
+    import dtoc_rl.policies.learned_trainer as lt
+
+    seen, loss = [], lt._loss
+
+    def spy(net, samples, drop_words=None, drop_family=None):
+        if net.training:  # validation losses take no dropout
+            seen.append(drop_family)
+        return loss(net, samples, drop_words, drop_family)
+
+    monkeypatch.setattr(lt, "_loss", spy)
+    LearnedPolicyConfig(**{**TINY, "epochs": 2, "family_dropout": rate}).create().fit(None, progress=False)
+    assert seen
+    if rate == 0.0:  # off: nothing drawn, so the batches are those of a training without the setting
+        assert all(d is None for d in seen)
+    else:
+        share = np.concatenate(seen).mean()
+        assert 0.3 < share < 0.7, share
+
+
 def test_bc_mode_needs_logged_masking():
     with pytest.raises(ValueError, match="logged masking schedule"):
         LearnedPolicyConfig(**TINY, mode="bc").create().fit(None, progress=False)
