@@ -41,12 +41,13 @@ class LearnedPolicyConfig:
     )
     family_dropout: float = _f(
         0.0,
-        "share of training observations shown without their family (its vector left out), so that the "
-        "network learns to decide a model it has no family vector for (a family the training data lacks, "
-        "a model the name table does not know) from its prices and its run. 0.2 saved more within the "
-        "miss budget on five of the eight folds left out of training that were tried and as much on "
-        "held-out tasks, but much less on gpt-4 and its two harnesses left out (docs/results.md), so it "
-        "is off",
+        "share of supervised training observations shown without their family (its vector left out), so "
+        "that the network learns to decide a model it has no trained family vector for (a family the "
+        "training data lacks; a model the name table does not know, when no training run is of one) "
+        "from its prices and its run. 0.2 saved as much on held-out tasks and more within the miss "
+        "budget on five of eight folds left out of training, most of them by less than one training's "
+        "spread, but much less on gpt-4 and its two harnesses (docs/results.md), so it is off. Needs "
+        "the family input",
     )
     word_vocab: int = _f(
         1024,
@@ -233,6 +234,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not (0.0 <= self.family_dropout < 1.0):
             raise ValueError(f"family_dropout must be in [0, 1), got {self.family_dropout}")
+        if self.family_dropout and not self.family_conditioning:
+            raise ValueError("family_dropout needs family_conditioning: without it there is nothing to drop")
         if not (0.0 <= self.word_dropout < 1.0):
             raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
         if not (0.0 <= self.size_weight <= 2.0):

@@ -135,25 +135,45 @@ def test_family_dropout_decides_the_chosen_observations_as_a_family_without_a_ve
     assert abs(dropped - kept) > 1e-3
     with pytest.raises(ValueError, match="family_dropout"):
         LearnedPolicyConfig(family_dropout=1.0)
+    with pytest.raises(ValueError, match="family_dropout needs family_conditioning"):
+        LearnedPolicyConfig(family_dropout=0.2, family_conditioning=False)
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.5])
 def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, rate):
     import dtoc_rl.policies.learned_trainer as lt
 
-    seen, loss = [], lt._loss
+    seen, loss, draws, default_rng = [], lt._loss, [], np.random.default_rng
 
     def spy(net, samples, drop_words=None, drop_family=None):
-        if net.training:  # validation losses take no dropout
+        if net.training:
             seen.append(drop_family)
+        else:  # validation losses take no dropout
+            assert drop_family is None
         return loss(net, samples, drop_words, drop_family)
 
+    class Counted:  # the training's generator, counting its draws
+        def __init__(self, seed):
+            self.rng = default_rng(seed)
+
+        def random(self, *a, **k):
+            draws.append(a)
+            return self.rng.random(*a, **k)
+
+        def __getattr__(self, name):
+            return getattr(self.rng, name)
+
     monkeypatch.setattr(lt, "_loss", spy)
-    LearnedPolicyConfig(**{**TINY, "epochs": 2, "family_dropout": rate}).create().fit(None, progress=False)
+    monkeypatch.setattr(lt.np.random, "default_rng", Counted)
+    cfg = LearnedPolicyConfig(**{**TINY, "epochs": 2, "family_dropout": rate})
+    rep = cfg.create().fit(None, progress=False)
     assert seen
+    epochs = sum(len(v["history"]) for k, v in rep.items() if k == "supervised" or k.startswith("dagger"))
     if rate == 0.0:  # off: nothing drawn, so the batches are those of a training without the setting
         assert all(d is None for d in seen)
+        assert len(draws) == epochs  # one draw per epoch: the batch order's jitter
     else:
+        assert len(draws) == epochs + len(seen)
         share = np.concatenate(seen).mean()
         assert 0.3 < share < 0.7, share
 
