@@ -44,10 +44,9 @@ class LearnedPolicyConfig:
         "share of supervised training observations shown without their family (its vector left out), so "
         "that the network learns to decide a model it has no trained family vector for (a family the "
         "training data lacks; a model the name table does not know, when no training run is of one) "
-        "from its prices and its run. 0.2 saved as much on held-out tasks and more within the miss "
-        "budget on five of eight folds left out of training, most of them by less than one training's "
-        "spread, but much less on gpt-4 and its two harnesses (docs/results.md), so it is off. Needs "
-        "the family input",
+        "from its prices and its run. 0.2 saved as much on held-out tasks, and left out of training "
+        "more on five of eight folds and less on three, all within what one training's draw moves a fold "
+        "(docs/results.md), so it is off. Needs the family input",
     )
     word_vocab: int = _f(
         1024,
