@@ -44,9 +44,10 @@ class LearnedPolicyConfig:
         "share of supervised training observations shown without their family (its vector left out), so "
         "that the network learns to decide a model it has no trained family vector for (a family the "
         "training data lacks; a model the name table does not know, when no training run is of one) "
-        "from its prices and its run. 0.2 saved as much on held-out tasks, and left out of training "
-        "more on five of eight folds and less on three, all within what one training's draw moves a fold "
-        "(docs/results.md), so it is off. Needs the family input",
+        "from its prices and its run. 0.2 saved as much on held-out tasks, less at two seeds on the "
+        "harnesses left out whose model another harness teaches (the family vector carries across), "
+        "and its gains elsewhere were within one training's draw (docs/results.md), so it is off. "
+        "Needs the family input",
     )
     word_vocab: int = _f(
         1024,
