@@ -84,6 +84,9 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
     "horizon",
 )
 HORIZON_CAP = 50.0
+#: What the auxiliary head (``LearnedPolicyConfig.aux_need``) predicts for each output: the call being
+#: decided reads it (hiding it is a miss), and a later call needs it.
+AUX_TARGETS: tuple[str, ...] = ("read_now", "needed_later")
 # The output size at which cfg.size_weight leaves the threshold as it is.
 SIZE_REF_TOKENS = 2000.0
 # Entries of the word lookup table (a power of two; 64 times the default vocabulary, so few collide).
@@ -268,6 +271,8 @@ class ItemScorer(nn.Module):
             self.register_buffer("word_hashes", torch.zeros(cfg.word_vocab, dtype=torch.int64))
             self.register_buffer("_word_slots", torch.zeros(_WORD_SLOTS, dtype=torch.int64), persistent=False)
             self._word_slots_np = self._word_slots.numpy()
+        # the auxiliary need head (training only; built after the rest for the same initial weights)
+        self.aux = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, len(AUX_TARGETS))) if cfg.aux_need else None
         self._plan: _InferencePlan | bool | None = None  # None: not built yet; False: not applicable
 
     def set_vocabulary(self, hashes: Any) -> int:
@@ -339,6 +344,17 @@ class ItemScorer(nn.Module):
         return self._module_forward(items, tool, mask, glob, family, words)
 
     def _module_forward(self, items, tool, mask, glob, family, words=None, no_family=None) -> torch.Tensor:
+        return self.head(self._encode(items, tool, mask, glob, family, words, no_family)).squeeze(-1)
+
+    def forward_aux(self, items, tool, mask, glob, family, words=None, no_family=None):
+        """Training's forward with the auxiliary head: ``(logits (B, N), aux logits (B, N, A))``, A
+        one per entry of :data:`AUX_TARGETS`."""
+        if self.aux is None:
+            raise ValueError("this network has no auxiliary head (LearnedPolicyConfig.aux_need = 0)")
+        h = self._encode(items, tool, mask, glob, family, words, no_family)
+        return self.head(h).squeeze(-1), self.aux(h)
+
+    def _encode(self, items, tool, mask, glob, family, words=None, no_family=None) -> torch.Tensor:
         g = self.glob_in(_squash(glob))
         if self.family is not None:
             f = self.family(torch.where(family < self.n_families, family, 0))
@@ -355,7 +371,7 @@ class ItemScorer(nn.Module):
                 h = self.encoder(h)
             else:
                 h = self.encoder(h, src_key_padding_mask=~_safe_mask(mask))
-        return self.head(h).squeeze(-1)
+        return h
 
     # The plan holds references to the parameters: anything that may swap them drops it,
     # and copies (deepcopy, pickling to worker processes) rebuild their own.

@@ -49,6 +49,12 @@ class LearnedPolicyConfig:
         "and its gains elsewhere were within one training's draw (docs/results.md), so it is off. "
         "Needs the family input",
     )
+    aux_need: float = _f(
+        0.0,
+        "weight of an auxiliary loss in supervised training: a second head on the encoder predicts, for "
+        "each output, whether the call being decided reads it and whether any later call needs it, "
+        "which the oracle's visibility target only implies; the decision does not use the head. 0: off",
+    )
     word_vocab: int = _f(
         1024,
         "content words the network embeds (the hashed words of each output's call and first lines, "
@@ -236,6 +242,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"family_dropout must be in [0, 1), got {self.family_dropout}")
         if self.family_dropout and not self.family_conditioning:
             raise ValueError("family_dropout needs family_conditioning: without it there is nothing to drop")
+        if not (0.0 <= self.aux_need <= 100.0):
+            raise ValueError(f"aux_need must be in [0, 100], got {self.aux_need}")
         if not (0.0 <= self.word_dropout < 1.0):
             raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
         if not (0.0 <= self.size_weight <= 2.0):

@@ -75,6 +75,7 @@ class Sample:
     family: int
     target: np.ndarray  # (m,) 1 = visible at the next call
     weight: np.ndarray  # (m,) loss weights
+    aux: np.ndarray | None = None  # (m, len(AUX_TARGETS)) the auxiliary head's targets; None: not collected
 
 
 def split_by_task(episodes: Sequence[Episode], val_fraction: float, seed: int) -> tuple[list, list]:
@@ -224,7 +225,8 @@ def collect(
         if V is None:
             continue
         prices = _ep_prices(ep, cfg)
-        last_need = _last_need(ep, kinds) if dollars else None
+        aux = policy.cfg.aux_need > 0
+        last_need = _last_need(ep, kinds) if dollars or aux else None
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
         if actor == "policy":
@@ -256,6 +258,7 @@ def collect(
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
                     weight=weight.astype(np.float32),
+                    aux=np.stack([needed, _needed_later(last_need, s, t)], 1).astype(np.float32) if aux else None,
                 )
             )
             want = np.zeros(n, bool)
@@ -266,6 +269,13 @@ def collect(
                 action = policy.act(obs, info)  # as it acts when evaluated (info: the re-runs' copies)
             obs, _, done, _, info = env.step(action)
     return out
+
+
+def _aux_batch(samples: list[Sample], width: int) -> torch.Tensor:
+    aux = np.zeros((len(samples), width, samples[0].aux.shape[1]), np.float32)
+    for i, s in enumerate(samples):
+        aux[i, : len(s.aux)] = s.aux
+    return torch.from_numpy(aux)
 
 
 def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -298,15 +308,29 @@ def _loss(
     samples: list[Sample],
     drop_words: np.ndarray | None = None,
     drop_family: np.ndarray | None = None,
+    aux_weight: float = 0.0,
 ) -> torch.Tensor:
+    """The dollar-weighted loss of the visibility target, plus ``aux_weight`` times the auxiliary
+    head's mean loss over the used slots (0: the main loss alone, as validation measures it)."""
     x, y, w = _batch(samples)
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
     if drop_family is not None and drop_family.any():  # and these without their family's vector
         x["no_family"] = torch.from_numpy(drop_family)
-    logits = net(**x)
+    if aux_weight and samples[0].aux is not None:
+        logits, aux_logits = net.forward_aux(**x)
+    else:
+        logits, aux_logits = net(**x), None
     ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
-    return (ll * w).sum() / w.sum().clamp_min(1.0)
+    loss = (ll * w).sum() / w.sum().clamp_min(1.0)
+    if aux_logits is not None:
+        used = x["mask"][..., None].expand_as(aux_logits)
+        aux_ll = nn.functional.binary_cross_entropy_with_logits(
+            aux_logits, _aux_batch(samples, y.shape[1]), reduction="none"
+        )
+        # a batch of observations with nothing stored yet has no used slot: nothing to add, not NaN
+        loss = loss + aux_weight * aux_ll[used].sum() / max(int(used.sum()), 1)
+    return loss
 
 
 def _train_supervised(
@@ -333,7 +357,7 @@ def _train_supervised(
             drop = rng.random(len(batch)) < cfg.word_dropout if cfg.word_dropout else None
             # drawn only when on, so that the default draws the same batches as without the setting
             drop_fam = rng.random(len(batch)) < cfg.family_dropout if cfg.family_dropout else None
-            loss = _loss(net, batch, drop, drop_fam)
+            loss = _loss(net, batch, drop, drop_fam, cfg.aux_need)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)

@@ -69,6 +69,11 @@ class Args:
     """bootstrap resamples for the 95% CIs"""
     seed: int = 0
     """random seed (sampling, training)"""
+    seeds: list[int] = field(default_factory=list)
+    """train each fold once per seed (the trajectories sampled stay --seed's) and report every
+    training's row and, per left-out group, the mean and range of the best learned share of the
+    oracle's savings within the budget: one training's draw moves a fold by up to tens of points, so a
+    comparison of two settings wants two or three (default: --seed alone)"""
     json: bool = False
     """print the result as JSON instead of a table"""
 
@@ -88,6 +93,8 @@ def parse(argv: list[str] | None = None) -> Args:
             ap.add_argument(flag, choices=("family", "source"), default=f.default, help=docs[f.name])
         elif f.name in ("families", "sources", "rules"):
             ap.add_argument(flag, nargs="+", default=f.default_factory(), help=docs[f.name])
+        elif f.name == "seeds":
+            ap.add_argument(flag, nargs="+", type=int, default=f.default_factory(), help=docs[f.name])
         elif f.name == "thresholds":
             ap.add_argument(flag, nargs="*", type=float, default=f.default_factory(), help=docs[f.name])
         else:
@@ -167,19 +174,20 @@ def leave_one_out(args: Args, log=print) -> dict:
         "trajectories": dict(counts),
         "folds": [],
     }
-    for fam in chosen:
-        fold: dict = {by: fam, "left_out": fam, "trajectories": counts[fam]}
+    seeds = list(dict.fromkeys(args.seeds)) or [args.seed]
+    for fam, seed in ((f, s) for f in chosen for s in seeds):
+        fold: dict = {by: fam, "left_out": fam, "trajectories": counts[fam], "seed": seed}
         train_eps = _sample([e for e in eps if _group(e, by) != fam], args.max_train, args.seed, by)
         test_eps = _sample([e for e in eps if _group(e, by) == fam], args.max_eval, args.seed, by)
         # kept in the checkpoint's config: it says what it never saw
-        cfg = LearnedPolicyConfig(**{**overrides, "seed": args.seed, f"exclude_{by}": fam})
+        cfg = LearnedPolicyConfig(**{**overrides, "seed": seed, f"exclude_{by}": fam})
         others = len({_group(e, by) for e in train_eps})
-        log(f"== {fam}: train on {len(train_eps)} trajectories of {others} other "
-            f"{'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
+        log(f"== {fam}{f' (seed {seed})' if len(seeds) > 1 else ''}: train on {len(train_eps)} trajectories "
+            f"of {others} other {'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
         t0 = time.perf_counter()
         policy = cfg.create()
         report = policy.fit(episodes=train_eps, progress=False)
-        ckpt = out_dir / f"without-{fam}"
+        ckpt = out_dir / (f"without-{fam}" if len(seeds) == 1 else f"without-{fam}-seed{seed}")
         policy.save(ckpt)
         fold["train_seconds"] = round(time.perf_counter() - t0, 1)
         fold["train_episodes"] = report.get("train_episodes")
@@ -198,10 +206,30 @@ def leave_one_out(args: Args, log=print) -> dict:
         ]
         log(f"   trained in {fold['train_seconds']} s, evaluated in {fold['eval_seconds']} s")
         result["folds"].append(fold)
+        result["over_seeds"] = over_seeds(result["folds"])
         _write(out_dir / "lofo.json", result)
     result["seconds"] = round(time.perf_counter() - t_all, 1)
     _write(out_dir / "lofo.json", result)
     return result
+
+
+def over_seeds(folds: list[dict]) -> list[dict]:
+    """Per left-out group, the best learned share of the oracle's savings within the budget of each
+    training (0 where no threshold saves within it) and their mean, min and max."""
+    shares: dict[str, list] = defaultdict(list)
+    for fold in folds:
+        best = [d for d in fold["done_when"] if d["policy"] is not None]
+        frac = _finite(best[0]["oracle_fraction"]) if best else 0.0
+        shares[fold.get("left_out", fold.get("family"))].append((fold.get("seed"), frac))
+    out = []
+    for name, got in shares.items():
+        vals = [f for _, f in got if f is not None]
+        out.append({
+            "left_out": name, "seeds": [s for s, _ in got], "best_share": [f for _, f in got],
+            "mean": sum(vals) / len(vals) if vals else None, "min": min(vals, default=None),
+            "max": max(vals, default=None),
+        })  # fmt: skip
+    return out
 
 
 #: Settings a fold's training takes from this script, not from --train.
@@ -277,8 +305,14 @@ def table(result: dict) -> str:
         f"| left-out {by} (n) | policy | $ saved (95% CI) | misses /100 steps | of oracle's savings |",
         "|---|---|---|---:|---:|",
     ]
-    for fold in result["folds"]:
+    multi = len({fold.get("seed") for fold in result["folds"]}) > 1
+
+    def fold_name(fold: dict) -> str:
         name = fold.get("left_out", fold.get("family"))
+        return f"{name}, seed {fold['seed']}" if multi else name
+
+    for fold in result["folds"]:
+        name = fold_name(fold)
         for r in fold["rows"]:
             frac = _finite(r["oracle_fraction"])
             lines.append(
@@ -290,7 +324,7 @@ def table(result: dict) -> str:
               "CI hi >= 0 | best rule at <= misses | beats every rule at its misses | train s | eval s |",
               "|---|---|---|---:|---:|---|---|---|---:|---:|"]  # fmt: skip
     for fold in result["folds"]:
-        name = fold.get("left_out", fold.get("family"))
+        name = fold_name(fold)
         for d in fold["done_when"]:
             if d["policy"] is None:
                 lines.append(f"| {name} | none within budget | | | | no | | no | "
@@ -306,6 +340,17 @@ def table(result: dict) -> str:
                 f"{d['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} | "
                 f"{ {True: 'yes', False: 'no', None: '—'}[d['no_loss']] } | {rule} | "
                 f"{beats_text(d)} | {fold['train_seconds']} | {fold['eval_seconds']} |"
+            )
+    spread = [o for o in result.get("over_seeds", []) if len(o["seeds"]) > 1]
+    if spread:
+        lines += ["", f"| left-out {by} | seeds | best share of the oracle within the budget, per seed | "
+                  "mean | range |", "|---|---|---|---:|---|"]  # fmt: skip
+        pct = lambda x: "—" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+        for o in spread:
+            lines.append(
+                f"| {o['left_out']} | {', '.join(map(str, o['seeds']))} | "
+                f"{', '.join(pct(f) for f in o['best_share'])} | {pct(o['mean'])} | "
+                f"{pct(o['min'])} – {pct(o['max'])} |"
             )
     return "\n".join(lines)
 

@@ -145,12 +145,12 @@ def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, ra
 
     seen, loss, draws, default_rng = [], lt._loss, [], np.random.default_rng
 
-    def spy(net, samples, drop_words=None, drop_family=None):
+    def spy(net, samples, drop_words=None, drop_family=None, aux_weight=0.0):
         if net.training:
             seen.append(drop_family)
         else:  # validation losses take no dropout
             assert drop_family is None
-        return loss(net, samples, drop_words, drop_family)
+        return loss(net, samples, drop_words, drop_family, aux_weight)
 
     class Counted:  # the training's generator, counting its draws
         def __init__(self, seed):
@@ -176,6 +176,83 @@ def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, ra
         assert len(draws) == epochs + len(seen)
         share = np.concatenate(seen).mean()
         assert 0.3 < share < 0.7, share
+
+
+def test_auxiliary_need_head_adds_its_loss_and_leaves_decisions_alone(tmp_path):
+    from dtoc_rl.policies.learned import AUX_TARGETS
+    from dtoc_rl.policies.learned_trainer import Sample, _batch, _loss
+
+    torch.manual_seed(0)
+    plain = LearnedPolicyConfig(**TINY).create()
+    torch.manual_seed(0)
+    aux = LearnedPolicyConfig(**TINY, aux_need=0.5).create()
+    assert plain.net.aux is None and aux.net.aux is not None
+    with pytest.raises(ValueError, match="no auxiliary head"):
+        plain.net.forward_aux(*[None] * 5)
+    n, f, g = 3, aux.net.item_in[0].in_features, aux.net.glob_in[0].in_features
+    rng = np.random.default_rng(0)
+    target = np.array([1, 0, 1], np.float32)
+    aux_y = np.array([[1, 0], [0, 1], [0, 0]], np.float32)
+
+    def sample(m):
+        return Sample(
+            rng.random((m, f), np.float32), np.zeros(m, np.int64), np.zeros((m, 2), np.int64),
+            rng.random(g, np.float32), 1, target[:m], np.ones(m, np.float32), aux_y[:m],
+        )  # fmt: skip
+
+    batch = [sample(3), sample(2)]  # the second padded: its third slot must not count
+    aux.net.eval()
+    with torch.no_grad():
+        main = float(_loss(aux.net, batch))
+        both = float(_loss(aux.net, batch, aux_weight=0.5))
+        _, al = aux.net.forward_aux(**_batch(batch)[0])
+    assert al.shape == (2, 3, len(AUX_TARGETS))
+    y = torch.from_numpy(np.concatenate([aux_y, aux_y[:2]]))
+    by_hand = torch.nn.functional.binary_cross_entropy_with_logits(torch.cat([al[0], al[1, :2]]), y)
+    assert both == pytest.approx(main + 0.5 * float(by_hand), rel=1e-5)
+    empty = [Sample(*(np.zeros((0,) + a.shape[1:], a.dtype) for a in (b.items, b.tool, b.words)), b.glob, 1,
+                    np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros((0, 2), np.float32)) for b in batch]
+    with torch.no_grad():  # nothing stored yet in any of them: a finite loss, not NaN
+        assert np.isfinite(float(_loss(aux.net, empty, aux_weight=0.5)))
+    # the head is built last and the decision never reads it: same draws, same probabilities
+    plain.net.load_state_dict({k: v for k, v in aux.net.state_dict().items() if not k.startswith("aux.")})
+    obs = _obs()
+    assert np.array_equal(plain.probs(obs), aux.probs(obs))
+    loaded = LearnedPolicy.load(aux.save(tmp_path / "aux"))  # the head travels with the checkpoint
+    assert loaded.net.aux is not None and np.array_equal(loaded.probs(obs), aux.probs(obs))
+    with pytest.raises(ValueError, match="aux_need"):
+        LearnedPolicyConfig(aux_need=-1.0)
+
+
+def test_training_uses_the_auxiliary_head_and_validation_does_not(monkeypatch):
+    from dtoc_rl.policies.learned import ItemScorer
+
+    calls, forward_aux = [], ItemScorer.forward_aux
+
+    def spy(self, *a, **k):
+        calls.append(self.training)
+        return forward_aux(self, *a, **k)
+
+    monkeypatch.setattr(ItemScorer, "forward_aux", spy)
+    pol = LearnedPolicyConfig(**{**TINY, "epochs": 1, "aux_need": 0.5}).create()
+    pol.fit(None, progress=False)
+    assert calls and all(calls)  # training batches only: validation (early stopping) is the main loss
+    calls.clear()
+    LearnedPolicyConfig(**{**TINY, "epochs": 1}).create().fit(None, progress=False)
+    assert not calls
+
+
+def test_auxiliary_targets_are_the_calls_reads_and_later_needs():
+    from dtoc_rl.policies.learned_trainer import collect
+
+    pol = LearnedPolicyConfig(**TINY, aux_need=1.0).create()
+    eps = [ep for ep in load_episodes(None) if ep.n > 3][:3]
+    samples = collect(pol, eps, mode="oracle")
+    assert samples and all(s.aux is not None and s.aux.shape == (len(s.target), 2) for s in samples)
+    assert any(s.aux[:, 0].any() for s in samples) and any(s.aux[:, 1].any() for s in samples)
+    # a read now is visible in the oracle's plan (hiding it would be a miss)
+    assert all((s.target[s.aux[:, 0] > 0] > 0.5).all() for s in samples)
+    assert collect(LearnedPolicyConfig(**TINY).create(), eps[:1], mode="oracle")[0].aux is None
 
 
 def test_bc_mode_needs_logged_masking():

@@ -108,3 +108,34 @@ def test_a_setting_given_here_and_in_train_is_an_error(tmp_path, capsys):
     assert lofo.main(["--epochs", "2", "--train=--epochs 3", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--epochs" in err and "twice" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_seeds_train_each_fold_once_per_seed_and_report_the_spread(tmp_path, capsys):
+    args = ["--families", "gemini-3-pro", "--seeds", "0", "1", "--epochs", "1", "--dagger-rounds", "0",
+            "--max-train", "6", "--max-eval", "4", "--thresholds", "0.1", "--bootstrap", "20",
+            "--train=--d-model 16", "--out", str(tmp_path)]  # fmt: skip
+    assert lofo.main(args) == 0
+    out = capsys.readouterr().out
+    res = json.loads((tmp_path / "lofo.json").read_text())
+    assert [f["seed"] for f in res["folds"]] == [0, 1]
+    ckpts = [f["checkpoint"] for f in res["folds"]]
+    assert ckpts == [str(tmp_path / "without-gemini-3-pro-seed0"), str(tmp_path / "without-gemini-3-pro-seed1")]
+    seeds_in_ckpt = [json.loads((tmp_path / c.rsplit("/", 1)[1] / "config.json").read_text())["config"]["seed"]
+                     for c in ckpts]  # fmt: skip
+    assert seeds_in_ckpt == [0, 1]
+    # the same trajectories evaluated for both trainings
+    assert [r["n"] for r in res["folds"][0]["rows"]] == [r["n"] for r in res["folds"][1]["rows"]]
+    (spread,) = res["over_seeds"]
+    assert spread["left_out"] == "gemini-3-pro" and spread["seeds"] == [0, 1]
+    shares = spread["best_share"]
+    assert len(shares) == 2 and spread["min"] <= spread["mean"] <= spread["max"]
+    assert "gemini-3-pro, seed 1" in out and "| gemini-3-pro | 0, 1 |" in out
+
+
+def test_over_seeds_takes_each_trainings_best_within_the_budget():
+    fold = lambda seed, frac: {"left_out": "x", "seed": seed, "done_when": [  # noqa: E731
+        {"policy": "learned" if frac is not None else None, "oracle_fraction": frac}]}
+    (o,) = lofo.over_seeds([fold(0, 0.5), fold(1, 0.2), fold(2, None)])
+    assert o["best_share"] == [0.5, 0.2, 0.0]  # nothing within the budget counts as saving nothing
+    assert o["mean"] == pytest.approx(0.7 / 3) and o["min"] == 0.0 and o["max"] == 0.5
