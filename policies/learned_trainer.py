@@ -258,7 +258,7 @@ def collect(
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
                     weight=weight.astype(np.float32),
-                    aux=np.stack([needed, _needed_later(last_need, s, t)], 1).astype(np.float32) if aux else None,
+                    aux=_aux_targets(needed, last_need, s, t) if aux else None,
                 )
             )
             want = np.zeros(n, bool)
@@ -269,6 +269,11 @@ def collect(
                 action = policy.act(obs, info)  # as it acts when evaluated (info: the re-runs' copies)
             obs, _, done, _, info = env.step(action)
     return out
+
+
+def _aux_targets(needed: np.ndarray, last_need: np.ndarray, slots: np.ndarray, t: int) -> np.ndarray:
+    # one column per AUX_TARGETS entry: read by the call being decided, needed by a later call
+    return np.stack([needed, _needed_later(last_need, slots, t)], 1).astype(np.float32)
 
 
 def _aux_batch(samples: list[Sample], width: int) -> torch.Tensor:

@@ -182,8 +182,9 @@ def leave_one_out(args: Args, log=print) -> dict:
         # kept in the checkpoint's config: it says what it never saw
         cfg = LearnedPolicyConfig(**{**overrides, "seed": seed, f"exclude_{by}": fam})
         others = len({_group(e, by) for e in train_eps})
-        log(f"== {fam}{f' (seed {seed})' if len(seeds) > 1 else ''}: train on {len(train_eps)} trajectories "
-            f"of {others} other {'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
+        which = f"{fam} (seed {seed})" if len(seeds) > 1 else fam
+        log(f"== {which}: train on {len(train_eps)} trajectories of {others} other "
+            f"{'families' if by == 'family' else 'sources'}, evaluate on {len(test_eps)}")  # fmt: skip
         t0 = time.perf_counter()
         policy = cfg.create()
         report = policy.fit(episodes=train_eps, progress=False)

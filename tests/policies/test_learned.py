@@ -189,7 +189,7 @@ def test_auxiliary_need_head_adds_its_loss_and_leaves_decisions_alone(tmp_path):
     assert plain.net.aux is None and aux.net.aux is not None
     with pytest.raises(ValueError, match="no auxiliary head"):
         plain.net.forward_aux(*[None] * 5)
-    n, f, g = 3, aux.net.item_in[0].in_features, aux.net.glob_in[0].in_features
+    f, g = aux.net.item_in[0].in_features, aux.net.glob_in[0].in_features
     rng = np.random.default_rng(0)
     target = np.array([1, 0, 1], np.float32)
     aux_y = np.array([[1, 0], [0, 1], [0, 0]], np.float32)
@@ -210,8 +210,9 @@ def test_auxiliary_need_head_adds_its_loss_and_leaves_decisions_alone(tmp_path):
     y = torch.from_numpy(np.concatenate([aux_y, aux_y[:2]]))
     by_hand = torch.nn.functional.binary_cross_entropy_with_logits(torch.cat([al[0], al[1, :2]]), y)
     assert both == pytest.approx(main + 0.5 * float(by_hand), rel=1e-5)
-    empty = [Sample(*(np.zeros((0,) + a.shape[1:], a.dtype) for a in (b.items, b.tool, b.words)), b.glob, 1,
-                    np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros((0, 2), np.float32)) for b in batch]
+    none = lambda a: np.zeros((0,) + a.shape[1:], a.dtype)  # noqa: E731
+    empty = [Sample(none(b.items), none(b.tool), none(b.words), b.glob, 1, none(b.target), none(b.weight),
+                    none(b.aux)) for b in batch]  # fmt: skip
     with torch.no_grad():  # nothing stored yet in any of them: a finite loss, not NaN
         assert np.isfinite(float(_loss(aux.net, empty, aux_weight=0.5)))
     # the head is built last and the decision never reads it: same draws, same probabilities

@@ -1,6 +1,7 @@
 """scripts/lofo.py: leave-one-family-out training and evaluation."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -120,10 +121,9 @@ def test_seeds_train_each_fold_once_per_seed_and_report_the_spread(tmp_path, cap
     res = json.loads((tmp_path / "lofo.json").read_text())
     assert [f["seed"] for f in res["folds"]] == [0, 1]
     ckpts = [f["checkpoint"] for f in res["folds"]]
-    assert ckpts == [str(tmp_path / "without-gemini-3-pro-seed0"), str(tmp_path / "without-gemini-3-pro-seed1")]
-    seeds_in_ckpt = [json.loads((tmp_path / c.rsplit("/", 1)[1] / "config.json").read_text())["config"]["seed"]
-                     for c in ckpts]  # fmt: skip
-    assert seeds_in_ckpt == [0, 1]
+    assert ckpts == [str(tmp_path / f"without-gemini-3-pro-seed{s}") for s in (0, 1)]
+    configs = [json.loads((Path(c) / "config.json").read_text()) for c in ckpts]
+    assert [c["config"]["seed"] for c in configs] == [0, 1]
     # the same trajectories evaluated for both trainings
     assert [r["n"] for r in res["folds"][0]["rows"]] == [r["n"] for r in res["folds"][1]["rows"]]
     (spread,) = res["over_seeds"]
@@ -134,8 +134,10 @@ def test_seeds_train_each_fold_once_per_seed_and_report_the_spread(tmp_path, cap
 
 
 def test_over_seeds_takes_each_trainings_best_within_the_budget():
-    fold = lambda seed, frac: {"left_out": "x", "seed": seed, "done_when": [  # noqa: E731
-        {"policy": "learned" if frac is not None else None, "oracle_fraction": frac}]}
+    def fold(seed, frac):
+        best = {"policy": "learned" if frac is not None else None, "oracle_fraction": frac}
+        return {"left_out": "x", "seed": seed, "done_when": [best]}
+
     (o,) = lofo.over_seeds([fold(0, 0.5), fold(1, 0.2), fold(2, None)])
     assert o["best_share"] == [0.5, 0.2, 0.0]  # nothing within the budget counts as saving nothing
     assert o["mean"] == pytest.approx(0.7 / 3) and o["min"] == 0.0 and o["max"] == 0.5
