@@ -249,8 +249,10 @@ class LearnedPolicyConfig:
             raise ValueError(f"family_dropout must be in [0, 1), got {self.family_dropout}")
         if self.family_dropout and not self.family_conditioning:
             raise ValueError("family_dropout needs family_conditioning: without it there is nothing to drop")
-        if not (0.0 <= self.aux_need <= 100.0):
-            raise ValueError(f"aux_need must be in [0, 100], got {self.aux_need}")
+        if not (0.0 <= self.aux_need < float("inf")):
+            raise ValueError(f"aux_need must be a finite weight >= 0, got {self.aux_need}")
+        if self.aux_need and self.mode == "rl":
+            raise ValueError("aux_need acts in supervised training, which mode rl does not run")
         if not (0.0 <= self.word_dropout < 1.0):
             raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
         if not (0.0 <= self.size_weight <= 2.0):

@@ -219,13 +219,13 @@ def collect(
     out: list[Sample] = []
     n = policy.cfg.max_items
     dollars = policy.cfg.loss_weights == "dollars"
+    aux = policy.cfg.aux_need > 0
     kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
     for ep in tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False):
         V = _targets(ep, mode, cfg, cache)
         if V is None:
             continue
         prices = _ep_prices(ep, cfg)
-        aux = policy.cfg.aux_need > 0
         last_need = _last_need(ep, kinds) if dollars or aux else None
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
@@ -242,11 +242,11 @@ def collect(
             items = obs["items"][:m]
             econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], prices)
             needed = np.isin(s, _call_reads(ep, t, kinds)) if t < calls else np.zeros(m, bool)
+            later = _needed_later(last_need, s, t) if last_need is not None else None
             if dollars:
                 weight = dollar_weights(
-                    items, econ, prices, target, needed, _needed_later(last_need, s, t), max(calls - t, 1),
-                    policy.cfg.need_weight,
-                )  # fmt: skip
+                    items, econ, prices, target, needed, later, max(calls - t, 1), policy.cfg.need_weight
+                )
             else:
                 weight = np.where(needed, np.float32(policy.cfg.need_weight), np.float32(1.0))
             out.append(
@@ -258,7 +258,7 @@ def collect(
                     family=int(obs["family"]),
                     target=target.astype(np.float32),
                     weight=weight.astype(np.float32),
-                    aux=_aux_targets(needed, last_need, s, t) if aux else None,
+                    aux=np.stack([needed, later], 1).astype(np.float32) if aux else None,
                 )
             )
             want = np.zeros(n, bool)
@@ -269,11 +269,6 @@ def collect(
                 action = policy.act(obs, info)  # as it acts when evaluated (info: the re-runs' copies)
             obs, _, done, _, info = env.step(action)
     return out
-
-
-def _aux_targets(needed: np.ndarray, last_need: np.ndarray, slots: np.ndarray, t: int) -> np.ndarray:
-    # one column per AUX_TARGETS entry: read by the call being decided, needed by a later call
-    return np.stack([needed, _needed_later(last_need, slots, t)], 1).astype(np.float32)
 
 
 def _aux_batch(samples: list[Sample], width: int) -> torch.Tensor:
@@ -314,9 +309,11 @@ def _loss(
     drop_words: np.ndarray | None = None,
     drop_family: np.ndarray | None = None,
     aux_weight: float = 0.0,
+    parts: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """The dollar-weighted loss of the visibility target, plus ``aux_weight`` times the auxiliary
-    head's mean loss over the used slots (0: the main loss alone, as validation measures it)."""
+    head's mean loss over the used slots (0: the main loss alone, as validation measures it).
+    ``parts``, if given, receives the two apart (``main``, ``aux``), for the training log."""
     x, y, w = _batch(samples)
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
@@ -328,13 +325,18 @@ def _loss(
         logits, aux_logits = net(**x), None
     ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
     loss = (ll * w).sum() / w.sum().clamp_min(1.0)
+    if parts is not None:
+        parts["main"] = float(loss.detach())
     if aux_logits is not None:
         used = x["mask"][..., None].expand_as(aux_logits)
         aux_ll = nn.functional.binary_cross_entropy_with_logits(
             aux_logits, _aux_batch(samples, y.shape[1]), reduction="none"
         )
         # a batch of observations with nothing stored yet has no used slot: nothing to add, not NaN
-        loss = loss + aux_weight * aux_ll[used].sum() / max(int(used.sum()), 1)
+        aux_loss = aux_ll[used].sum() / max(int(used.sum()), 1)
+        if parts is not None:
+            parts["aux"] = float(aux_loss.detach())
+        loss = loss + aux_weight * aux_loss
     return loss
 
 
@@ -356,18 +358,21 @@ def _train_supervised(
         # Batches of similar width (sorted with random jitter), in random order: little padding.
         order = np.argsort(widths + rng.random(len(train)) * 4, kind="stable")
         batches = [order[i : i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
-        total = 0.0
+        total, total_aux = 0.0, 0.0
         for b in rng.permutation(len(batches)):
             batch = [train[j] for j in batches[b]]
             drop = rng.random(len(batch)) < cfg.word_dropout if cfg.word_dropout else None
             # drawn only when on, so that the default draws the same batches as without the setting
             drop_fam = rng.random(len(batch)) < cfg.family_dropout if cfg.family_dropout else None
-            loss = _loss(net, batch, drop, drop_fam, cfg.aux_need)
+            parts: dict[str, float] = {}
+            loss = _loss(net, batch, drop, drop_fam, cfg.aux_need, parts=parts)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
-            total += float(loss.detach()) * len(batch)
+            # the main loss, comparable with the validation loss; the auxiliary head's apart
+            total += parts["main"] * len(batch)
+            total_aux += parts.get("aux", 0.0) * len(batch)
         net.eval()
         with torch.no_grad():
             vl = (
@@ -381,7 +386,9 @@ def _train_supervised(
             )
         tl = total / max(1, len(train))
         history.append({"epoch": epoch, "train_loss": tl, "val_loss": vl})
-        log({f"{label}/train_loss": tl, f"{label}/val_loss": vl, "epoch": epoch})
+        if cfg.aux_need:
+            history[-1]["aux_loss"] = total_aux / max(1, len(train))
+        log({f"{label}/{k}": v for k, v in history[-1].items() if k != "epoch"} | {"epoch": epoch})
         bar.set_postfix(train=f"{tl:.4f}", val=f"{vl:.4f}", refresh=False)
         if vl < best - 1e-5:
             best, bad = vl, 0

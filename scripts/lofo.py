@@ -68,7 +68,8 @@ class Args:
     bootstrap: int = 1000
     """bootstrap resamples for the 95% CIs"""
     seed: int = 0
-    """random seed (sampling, training)"""
+    """random seed: the trajectories sampled (--max-train, --max-eval), the bootstrap, and the training
+    unless --seeds gives its seeds"""
     seeds: list[int] = field(default_factory=list)
     """train each fold once per seed (the trajectories sampled stay --seed's) and report every
     training's row and, per left-out group, the mean and range of the best learned share of the
@@ -195,6 +196,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold["train_families"] = sorted({e.model_family for e in train_eps})
         fold["train_sources"] = sorted({e.source for e in train_eps})
         fold["checkpoint"] = str(ckpt)
+        fold["eval_trajectories"] = [e.traj_id for e in test_eps]
         learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
         t0 = time.perf_counter()
         runs = evaluate(test_eps, [*learned, *args.rules], progress=False)
@@ -216,11 +218,12 @@ def leave_one_out(args: Args, log=print) -> dict:
 
 def over_seeds(folds: list[dict]) -> list[dict]:
     """Per left-out group, the best learned share of the oracle's savings within the budget of each
-    training (0 where no threshold saves within it) and their mean, min and max."""
+    training (0 where no threshold keeps the budget; None where the fold was not judged: no oracle row,
+    or every learned run failed) and their mean, min and max over the judged ones."""
     shares: dict[str, list] = defaultdict(list)
     for fold in folds:
         best = [d for d in fold["done_when"] if d["policy"] is not None]
-        frac = _finite(best[0]["oracle_fraction"]) if best else 0.0
+        frac = (_finite(best[0]["oracle_fraction"]) if best else 0.0) if fold["done_when"] else None
         shares[fold.get("left_out", fold.get("family"))].append((fold.get("seed"), frac))
     out = []
     for name, got in shares.items():
@@ -262,7 +265,9 @@ def train_settings(flags: str) -> dict:
     given = given_fields(ns)
     own = sorted(given & set(_OWN))
     if own:
-        raise ValueError(f"--train: {', '.join(own)} is set by this script (--seed, --by, what is left out)")
+        raise ValueError(
+            f"--train: {', '.join(own)} is set by this script (--seed or --seeds, --by, what is left out)"
+        )
     settings = {k: getattr(ns, k) for k in sorted(given)}
     try:
         LearnedPolicyConfig(**settings)  # a bad value of a field fails here, before any fold trains

@@ -145,12 +145,12 @@ def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, ra
 
     seen, loss, draws, default_rng = [], lt._loss, [], np.random.default_rng
 
-    def spy(net, samples, drop_words=None, drop_family=None, aux_weight=0.0):
+    def spy(net, samples, drop_words=None, drop_family=None, aux_weight=0.0, **kw):
         if net.training:
             seen.append(drop_family)
         else:  # validation losses take no dropout
             assert drop_family is None
-        return loss(net, samples, drop_words, drop_family, aux_weight)
+        return loss(net, samples, drop_words, drop_family, aux_weight, **kw)
 
     class Counted:  # the training's generator, counting its draws
         def __init__(self, seed):
@@ -182,11 +182,14 @@ def test_auxiliary_need_head_adds_its_loss_and_leaves_decisions_alone(tmp_path):
     from dtoc_rl.policies.learned import AUX_TARGETS
     from dtoc_rl.policies.learned_trainer import Sample, _batch, _loss
 
-    torch.manual_seed(0)
     plain = LearnedPolicyConfig(**TINY).create()
-    torch.manual_seed(0)
     aux = LearnedPolicyConfig(**TINY, aux_need=0.5).create()
     assert plain.net.aux is None and aux.net.aux is not None
+    # the head is built last: every other layer starts as without it
+    shared = plain.net.state_dict()
+    extra = {k: v for k, v in aux.net.state_dict().items() if k not in shared}
+    assert extra and all(k.startswith("aux.") for k in extra)
+    assert all(torch.equal(v, aux.net.state_dict()[k]) for k, v in shared.items())
     with pytest.raises(ValueError, match="no auxiliary head"):
         plain.net.forward_aux(*[None] * 5)
     f, g = aux.net.item_in[0].in_features, aux.net.glob_in[0].in_features
@@ -215,45 +218,71 @@ def test_auxiliary_need_head_adds_its_loss_and_leaves_decisions_alone(tmp_path):
                     none(b.aux)) for b in batch]  # fmt: skip
     with torch.no_grad():  # nothing stored yet in any of them: a finite loss, not NaN
         assert np.isfinite(float(_loss(aux.net, empty, aux_weight=0.5)))
-    # the head is built last and the decision never reads it: same draws, same probabilities
-    plain.net.load_state_dict({k: v for k, v in aux.net.state_dict().items() if not k.startswith("aux.")})
+    # and the decision never reads it: the same probabilities
     obs = _obs()
     assert np.array_equal(plain.probs(obs), aux.probs(obs))
     loaded = LearnedPolicy.load(aux.save(tmp_path / "aux"))  # the head travels with the checkpoint
     assert loaded.net.aux is not None and np.array_equal(loaded.probs(obs), aux.probs(obs))
-    with pytest.raises(ValueError, match="aux_need"):
-        LearnedPolicyConfig(aux_need=-1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="aux_need must be"):
+            LearnedPolicyConfig(aux_need=bad)
+    with pytest.raises(ValueError, match="mode rl"):
+        LearnedPolicyConfig(aux_need=0.5, mode="rl")
 
 
 def test_training_uses_the_auxiliary_head_and_validation_does_not(monkeypatch):
+    import dtoc_rl.policies.learned_trainer as lt
     from dtoc_rl.policies.learned import ItemScorer
 
-    calls, forward_aux = [], ItemScorer.forward_aux
+    calls, forward_aux, loss, batches = [], ItemScorer.forward_aux, lt._loss, []
 
     def spy(self, *a, **k):
         calls.append(self.training)
         return forward_aux(self, *a, **k)
 
+    def loss_spy(net, samples, *a, parts=None, **k):
+        out = loss(net, samples, *a, parts=parts, **k)
+        if net.training:
+            batches.append((len(samples), parts["main"], parts.get("aux"), float(out)))
+        return out
+
     monkeypatch.setattr(ItemScorer, "forward_aux", spy)
-    pol = LearnedPolicyConfig(**{**TINY, "epochs": 1, "aux_need": 0.5}).create()
-    pol.fit(None, progress=False)
+    monkeypatch.setattr(lt, "_loss", loss_spy)
+    pol = LearnedPolicyConfig(**{**TINY, "epochs": 1, "dagger_rounds": 0, "aux_need": 0.5}).create()
+    rep = pol.fit(None, progress=False)
     assert calls and all(calls)  # training batches only: validation (early stopping) is the main loss
+    # the logged training loss is the main loss, comparable with validation's; the head's is logged apart
+    (row,) = rep["supervised"]["history"]
+    n = sum(b[0] for b in batches)
+    assert row["train_loss"] == pytest.approx(sum(b[0] * b[1] for b in batches) / n, rel=1e-6)
+    assert row["aux_loss"] == pytest.approx(sum(b[0] * b[2] for b in batches) / n, rel=1e-6)
+    assert all(b[3] == pytest.approx(b[1] + 0.5 * b[2], rel=1e-5) for b in batches)  # what was minimised
     calls.clear()
-    LearnedPolicyConfig(**{**TINY, "epochs": 1}).create().fit(None, progress=False)
-    assert not calls
+    rep = LearnedPolicyConfig(**{**TINY, "epochs": 1}).create().fit(None, progress=False)
+    assert not calls and "aux_loss" not in rep["supervised"]["history"][0]
 
 
-def test_auxiliary_targets_are_the_calls_reads_and_later_needs():
+@pytest.mark.parametrize("weights", ["dollars", "need"])
+def test_auxiliary_targets_are_the_calls_reads_and_later_needs(weights):
     from dtoc_rl.policies.learned_trainer import collect
+    from tests.cost_episodes import make_episode
 
-    pol = LearnedPolicyConfig(**TINY, aux_need=1.0).create()
-    eps = [ep for ep in load_episodes(None) if ep.n > 3][:3]
-    samples = collect(pol, eps, mode="oracle")
-    assert samples and all(s.aux is not None and s.aux.shape == (len(s.target), 2) for s in samples)
-    assert any(s.aux[:, 0].any() for s in samples) and any(s.aux[:, 1].any() for s in samples)
-    # a read now is visible in the oracle's plan (hiding it would be a miss)
-    assert all((s.target[s.aux[:, 0] > 0] > 0.5).all() for s in samples)
-    assert collect(LearnedPolicyConfig(**TINY).create(), eps[:1], mode="oracle")[0].aux is None
+    # six calls, an output after each; call 3 needs output 0, call 5 needs outputs 1 and 0
+    n = 6
+    ep = make_episode(100, [10] * n, [10] * n, [800] * n, [40] * n, needs={3: [0], 5: [1, 0]})
+    pol = LearnedPolicyConfig(**TINY, aux_need=1.0, loss_weights=weights).create()
+    samples = collect(pol, [ep], mode="oracle")
+    calls = [int(s.glob[GLOBAL_FEATURES.index("step")]) for s in samples]
+    assert calls == list(range(1, n))  # a decision before each call with something stored
+    last_need = {0: 5, 1: 5}
+    for t, s in zip(calls, samples):
+        slots = np.arange(len(s.target))  # output k in slot k: the window holds them all
+        reads = np.isin(slots, ep.call_reads(t))  # its needs, and the output no call has read yet
+        later = np.array([last_need.get(k, -1) > t for k in slots], bool)
+        assert np.array_equal(s.aux[:, 0], reads), t
+        assert np.array_equal(s.aux[:, 1], later), t
+        assert (s.target[reads] > 0.5).all()  # a read is visible in the oracle's plan (else a miss)
+    assert collect(LearnedPolicyConfig(**TINY).create(), [ep], mode="oracle")[0].aux is None
 
 
 def test_bc_mode_needs_logged_masking():
