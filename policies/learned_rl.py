@@ -250,7 +250,7 @@ def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
             order = rng.permutation(n)
             for j in range(0, n, mb):
                 idx = order[j : j + mb]
-                x, action, drawn = _batch([flat[k] for k in idx])
+                x, action, drawn, _ = _batch([flat[k] for k in idx])
                 logits = net(**x)
                 new_lp, ent = _dist_terms(logits, drawn, action)
                 v = critic(x["items"], x["mask"], x["glob"])

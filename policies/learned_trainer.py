@@ -271,14 +271,9 @@ def collect(
     return out
 
 
-def _aux_batch(samples: list[Sample], width: int) -> torch.Tensor:
-    aux = np.zeros((len(samples), width, samples[0].aux.shape[1]), np.float32)
-    for i, s in enumerate(samples):
-        aux[i, : len(s.aux)] = s.aux
-    return torch.from_numpy(aux)
-
-
-def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+def _batch(samples: list[Sample], with_aux: bool = False) -> tuple[dict, torch.Tensor, torch.Tensor, Any]:
+    """Samples padded to one width: the network's inputs, the targets, the loss weights, and (with
+    ``with_aux``) the auxiliary targets ``(B, N, len(AUX_TARGETS))``, else None."""
     b = len(samples)
     width = max(1, max(len(s.target) for s in samples))
     F = samples[0].items.shape[1] if samples[0].items.ndim == 2 else 0
@@ -288,10 +283,13 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
     mask = np.zeros((b, width), bool)
     target = np.zeros((b, width), np.float32)
     weight = np.zeros((b, width), np.float32)
+    aux = np.zeros((b, width, samples[0].aux.shape[1]), np.float32) if with_aux else None
     for i, s in enumerate(samples):
         m = len(s.target)
         items[i, :m], tool[i, :m], words[i, :m], mask[i, :m] = s.items, s.tool, s.words, True
         target[i, :m], weight[i, :m] = s.target, s.weight
+        if aux is not None:
+            aux[i, :m] = s.aux
     x = {
         "items": torch.from_numpy(items),
         "tool": torch.from_numpy(tool),
@@ -300,7 +298,8 @@ def _batch(samples: list[Sample]) -> tuple[dict[str, torch.Tensor], torch.Tensor
         "family": torch.tensor([s.family for s in samples]),
         "words": torch.from_numpy(words),
     }
-    return x, torch.from_numpy(target), torch.from_numpy(weight)
+    aux_y = None if aux is None else torch.from_numpy(aux)
+    return x, torch.from_numpy(target), torch.from_numpy(weight), aux_y
 
 
 def _loss(
@@ -314,12 +313,13 @@ def _loss(
     """The dollar-weighted loss of the visibility target, plus ``aux_weight`` times the auxiliary
     head's mean loss over the used slots (0: the main loss alone, as validation measures it).
     ``parts``, if given, receives the two apart (``main``, ``aux``), for the training log."""
-    x, y, w = _batch(samples)
+    with_aux = bool(aux_weight) and samples[0].aux is not None
+    x, y, w, aux_y = _batch(samples, with_aux)
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
     if drop_family is not None and drop_family.any():  # and these without their family's vector
         x["no_family"] = torch.from_numpy(drop_family)
-    if aux_weight and samples[0].aux is not None:
+    if with_aux:
         logits, aux_logits = net.forward_aux(**x)
     else:
         logits, aux_logits = net(**x), None
@@ -329,9 +329,7 @@ def _loss(
         parts["main"] = float(loss.detach())
     if aux_logits is not None:
         used = x["mask"][..., None].expand_as(aux_logits)
-        aux_ll = nn.functional.binary_cross_entropy_with_logits(
-            aux_logits, _aux_batch(samples, y.shape[1]), reduction="none"
-        )
+        aux_ll = nn.functional.binary_cross_entropy_with_logits(aux_logits, aux_y, reduction="none")
         # a batch of observations with nothing stored yet has no used slot: nothing to add, not NaN
         aux_loss = aux_ll[used].sum() / max(int(used.sum()), 1)
         if parts is not None:
