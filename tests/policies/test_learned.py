@@ -17,6 +17,7 @@ from dtoc_rl.policies.learned import (
     economics,
     family_price_vector,
     obs_to_tensors,
+    recent_overlap,
 )
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import own_splits, split_by_task
@@ -316,6 +317,57 @@ def test_rl_fine_tuning_runs():
 # ------------------------------------------------------------------------------ inference path
 
 
+def test_recent_overlap_counts_unknown_words_shared_with_newer_outputs():
+    # slots oldest first, the fourth padding; r = 2 compares with the two newest (slots 2 and 1)
+    words = torch.tensor([[[5, 6, 0, 0], [7, 8, 5, 0], [5, 9, 7, 0], [6, 7, 5, 0]]])
+    mask = torch.tensor([[True, True, True, False]])
+    got = recent_overlap(words, None, mask, 2)[0]
+    # slot 0 shares 5 with slot 2 (the newest) and 5 with slot 1; slot 1 shares 7 and 5 with slot 2;
+    # slot 2 has nothing newer; padding shares nothing though its words match
+    assert got.tolist() == [[0.25, 0.25], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0]]
+    known = torch.zeros_like(words)
+    known[0, :, 0] = torch.tensor([1, 0, 2, 0])  # word 5 is a vocabulary word in slots 0 and 2
+    got = recent_overlap(words, known, mask, 2)[0]
+    assert got.tolist() == [[0.0, 0.0], [0.25, 0.25], [0.0, 0.0], [0.0, 0.0]]  # slot 1 shares only 7 now
+    got = recent_overlap(words, None, mask, 3)[0]  # slot 0 also meets slot 1: its best is still one word
+    assert got.tolist() == [[0.25, 0.25], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0]]
+    words[0, 1, 1] = 6
+    got = recent_overlap(words, None, mask, 2)[0]  # now slot 0 shares 6 and 5 with slot 1, only 5 with 2
+    assert got[0].tolist() == [0.25, 0.5]
+    one = recent_overlap(words[:, :1], None, mask[:, :1], 4)  # fewer outputs than r
+    assert one.tolist() == [[[0.0, 0.0]]]
+    assert recent_overlap(words[:, :0], None, mask[:, :0], 4).shape == (1, 0, 2)  # no outputs at all
+
+
+def test_recent_words_move_the_decision_and_round_trip(tmp_path):
+    pol = LearnedPolicyConfig(**{**TINY, "n_layers": 0}, recent_words=2, seed=1).create()  # outputs apart
+    pol.net.set_vocabulary(VOCABULARY)
+    assert LearnedPolicyConfig(**TINY).create().net.recent is None
+    obs = _random_obs(np.random.default_rng(0), 8, 5)
+    obs["items"][:, ITEM_FEATURES.index("age")] = np.arange(8, 0, -1)
+    obs["item_words"][:] = 0
+    obs["item_words"][:5, 0] = [150, 151, 152, 153, 154]  # all unknown, none shared
+    before = pol.probs(obs)
+    obs["item_words"][4, 1] = 150  # the newest output now names what the oldest named
+    after = pol.probs(obs)
+    assert after[0] != before[0] and np.array_equal(after[1:4], before[1:4])
+    obs["item_words"][4, 1] = 0
+    obs["item_words"][0, 1] = 50
+    alone = pol.probs(obs)[0]
+    obs["item_words"][4, 1] = 50  # a vocabulary word shared with the newest: no relation
+    assert pol.probs(obs)[0] == alone
+    back = LearnedPolicy.load(pol.save(tmp_path / "ckpt"))
+    assert back.cfg.recent_words == 2
+    np.testing.assert_array_equal(back.probs(obs), pol.probs(obs))
+    meta = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    del meta["config"]["recent_words"]  # a checkpoint from before the option: without it
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="do not fit the config"):
+        LearnedPolicy.load(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="recent_words must be in"):
+        LearnedPolicyConfig(recent_words=17)
+
+
 def _random_obs(rng, n, count):
     """An observation with ``count`` of ``n`` slots filled with arbitrary (also extreme) features."""
     items = np.zeros((n, len(ITEM_FEATURES)), np.float32)
@@ -364,7 +416,8 @@ def _padded_probs(net, obs):
 @pytest.mark.parametrize(
     "cfg",
     [{}, dict(n_layers=0), dict(family_conditioning=False, n_layers=1), dict(d_model=16, n_heads=1),
-     dict(d_model=32, n_heads=2, n_layers=3, dropout=0.1)],
+     dict(d_model=32, n_heads=2, n_layers=3, dropout=0.1), dict(recent_words=4),
+     dict(recent_words=1, word_vocab=0, n_layers=0)],
 )  # fmt: skip
 def test_inference_path_matches_the_padded_module_path_on_random_observations(cfg):
     rng = np.random.default_rng(7)

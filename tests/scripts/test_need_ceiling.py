@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from scripts import need_ceiling
@@ -31,3 +32,41 @@ def test_the_table_on_the_sample(capsys):
 def test_too_few_words_is_a_clear_error():
     with pytest.raises(SystemExit, match="words in >= 500 training tasks"):
         need_ceiling.main(["--dataset", "data/sample", "--min-tasks", "500", "--text", "words"])
+
+
+def test_relation_rows_are_on_the_sample(capsys):
+    argv = ["--dataset", "data/sample", "--min-tasks", "2", "--text", "none", "--relation", "latest", "next"]
+    assert need_ceiling.main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["by_text"]) == {"none", "none+latest", "none+next"}
+    assert all(0.5 < v["auc"] <= 1.0 for v in r["by_text"].values())
+
+
+def _out(task, traj, step, text):
+    return need_ceiling.Output(task, "src", traj, 6, step, 100, 0, False, [], 99, 99, (), text)
+
+
+def test_relation_counts_task_specific_words_shared_with_the_steps_around_the_decision():
+    outs = [
+        _out("t1", "a", 0, "view src/parser_core.py\ndef parse_header(x):"),
+        _out("t2", "b", 0, "view src/other.py"),  # another task: 'view' and 'src' are in both, so common
+    ]
+    w = need_ceiling.idents
+    steps = {
+        "a": [
+            (w(""), w("")),
+            (w("the parse_header bug"), w('{"path": "src/parser_core.py"}')),  # step 1: before t = 2
+            (w(""), w("edit parse_header view")),  # step 2: the step decided at age 2
+        ],
+        "b": [(w(""), w(""))] * 3,
+    }
+    meta = np.array([[0, 2], [1, 2]])
+    train = np.array([True, True])
+    latest = need_ceiling.relation("latest", outs, steps, meta, train, min_tasks=2)
+    # output 0 at age 2: the thought of step 1 names parse_header, its arguments parser_core ('src' is
+    # common, 'py' too short to be a name)
+    assert latest.tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    nxt = need_ceiling.relation("next", outs, steps, meta, train, min_tasks=2)
+    assert nxt.tolist() == [[1.0], [0.0]]  # parse_header; 'view' is common to both tasks
+    every = need_ceiling.relation("latest", outs, steps, meta, train, min_tasks=3)  # nothing common
+    assert every[0].tolist() == [1.0, 2.0]  # parser_core and src
