@@ -430,14 +430,14 @@ def recent_overlap(words: torch.Tensor, ids: torch.Tensor | None, mask: torch.Te
     if n == 0 or r == 0:
         return torch.zeros(b, n, len(RECENT_FEATURES), device=words.device)
     own = words > 0 if ids is None else (words > 0) & (ids == 0)
-    newest = mask.sum(1, keepdim=True) - 1 - torch.arange(r, device=words.device)  # (B, r) slots
-    real = newest >= 0
-    at = newest.clamp(min=0)[:, :, None].expand(b, r, k)
-    theirs = torch.where(own.gather(1, at) & real[:, :, None], words.gather(1, at), -1)
-    mine = torch.where(own, words, -2)
+    # the newest r slots (negative: fewer outputs than r) and their words as they are: a word matches
+    # only one of its own kind (the vocabulary is a set of hashes), and padding (0) no word of ``mine``
+    newest = mask.sum(1, keepdim=True) - 1 - torch.arange(r, device=words.device)  # (B, r)
+    theirs = words.gather(1, newest.clamp(min=0)[:, :, None].expand(b, r, k))
+    mine = torch.where(own, words, -1)
     shared = (mine[:, :, None, :, None] == theirs[:, None, :, None, :]).any(-1).sum(-1)  # (B, N, r)
-    later = newest[:, None, :] > torch.arange(n, device=words.device)[None, :, None]
-    shared = shared * later  # (a missing one's slot is negative: never later)
+    # only newer outputs count (a missing one's slot is negative: never newer)
+    shared = shared * (newest[:, None, :] > torch.arange(n, device=words.device)[None, :, None])
     return torch.stack([shared[..., 0], shared.max(-1).values], -1).to(torch.float32) / k
 
 
@@ -601,8 +601,10 @@ def _words_tensor(obs: dict[str, np.ndarray], width: int, device: str = "cpu") -
     w = obs.get("item_words")
     if w is None:
         return {}
-    w = np.asarray(w)
-    return {"words": torch.as_tensor(w[..., :width, :], dtype=torch.long, device=device)}
+    w = np.asarray(w)[..., :width, :]
+    if not w.flags.writeable:  # a view of ReplayEnv's read-only words (a full window): torch warns on one
+        w = w.copy()
+    return {"words": torch.as_tensor(w, dtype=torch.long, device=device)}
 
 
 def _one_obs_to_tensors(obs: dict[str, np.ndarray], prices: np.ndarray) -> dict[str, torch.Tensor]:
@@ -938,7 +940,7 @@ class LearnedPolicy(Policy):
         # field existed outputs kept sixteen.
         known = meta.get("words_per_output")
         policy.words_per_output = int(known) if isinstance(known, int) else 16
-        if cfg.word_vocab > 0 and policy.words_per_output != WORDS_PER_OUTPUT:
+        if (cfg.word_vocab > 0 or cfg.recent_words > 0) and policy.words_per_output != WORDS_PER_OUTPUT:
             import warnings
 
             how = "trained with" if known is not None else "trained before words per output were recorded:"

@@ -75,11 +75,12 @@ class LearnedPolicyConfig:
     )
     recent_words: int = _f(
         0,
-        "the newest outputs each output is compared with: the network also reads how many of its words "
-        "outside the vocabulary (this task's file, function and test names) it shares with the newest "
-        "output and with any of the newest N, i.e. whether it is about what the agent is working on now. "
-        "At 4 the best share of the oracle's savings within the miss budget on held-out tasks was the "
-        "default's (three seeds) and training took 1.2-1.8 times as long (docs/results.md), so it is off (0)",
+        "R: the network also reads how many of each output's words outside the vocabulary (this task's "
+        "file, function and test names) it shares with the newest output and, the most, with any of the "
+        "newest R, i.e. whether it is about what the agent is working on now (an observation trained "
+        "without its words, --word-dropout, is without these too). At 4 the best share of the oracle's "
+        "savings within the miss budget on held-out tasks was the default's (three seeds), and a training "
+        "step and a decision take longer (docs/results.md), so it is off (0)",
     )
     word_dropout: float = _f(
         0.0,

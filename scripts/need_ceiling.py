@@ -26,9 +26,9 @@ cores), ``none`` neither; several can be given and are compared in one table.
 ``--relation`` adds, to each ``--text`` row, the output's relation to what the agent is doing: how many
 of its call's and output's words that are specific to a task (found in fewer than ``--min-tasks``
 training tasks: file, function and test names) appear in ``latest``, the thought and the call
-arguments of the step before the decision (what a policy could know), or ``next``, the arguments of
-the step being decided (hindsight: no policy knows them; an upper bound on what foreseeing the next
-action would add).
+arguments of the last step of the model call before the decision (what a policy could know), or
+``next``, the arguments of the step being decided (hindsight: no policy knows them; an upper bound
+on what foreseeing the next action would add).
 
     python -m scripts.need_ceiling --dataset /tmp/all2 --text none words
     python -m scripts.need_ceiling --dataset /tmp/all2 --text words --relation latest next
@@ -95,8 +95,12 @@ def load(dataset: str) -> list[Output]:
     return outs
 
 
+# All identifier-like words of a text (the policy's words keep the first eight of a call, hashed): a
+# relation is a file, function or test name anywhere in the call, its output's first lines or a thought.
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{2,40}")
 RELATIONS = ("latest", "next")
+
+StepWords = tuple[int, frozenset[str], frozenset[str]]  # a step's model call, its thought's, its call's
 
 
 def idents(text: str) -> frozenset[str]:
@@ -104,12 +108,13 @@ def idents(text: str) -> frozenset[str]:
     return frozenset(_IDENT.findall((text or "").lower()))
 
 
-def step_words(dataset: str) -> dict[str, list[tuple[frozenset[str], frozenset[str]]]]:
-    """Per trajectory, per step: the identifiers of its thought (assistant text and reasoning) and of
-    its call's arguments."""
+def step_words(dataset: str) -> dict[str, list[StepWords]]:
+    """Per trajectory, per step: its model call (``Step.turn``), the identifiers of its thought
+    (assistant text and reasoning) and of its call's arguments."""
     return {
         tr.traj_id: [
-            (idents(f"{s.assistant_text} {s.reasoning}"), idents(s.tool_args[:2000])) for s in tr.steps
+            (s.turn, idents(f"{s.assistant_text} {s.reasoning}"), idents(s.tool_args[:2000]))
+            for s in tr.steps
         ]
         for tr in iter_trajectories(dataset)
     }
@@ -118,32 +123,36 @@ def step_words(dataset: str) -> dict[str, list[tuple[frozenset[str], frozenset[s
 def relation(
     kind: str,
     outs: list[Output],
-    steps: dict[str, list[tuple[frozenset[str], frozenset[str]]]],
+    steps: dict[str, list[StepWords]],
     meta: np.ndarray,
     train: np.ndarray,
     min_tasks: int,
 ) -> np.ndarray:
-    """Per (output, age) row of :func:`rows`: the task-specific words of the output (its call and
-    first lines, found in fewer than ``min_tasks`` training tasks) shared with ``latest`` (two columns:
-    the thought, the call arguments of the step before the one decided) or ``next`` (one column: the
-    arguments of the step decided)."""
+    """Per (output, age) row of :func:`rows`: the task-specific words of the output (in its call and
+    its first 1,500 characters; found in fewer than ``min_tasks`` training tasks, counted as the
+    policy's vocabulary counts them) shared with ``latest`` (two columns: the thought and the call
+    arguments of the last step of an earlier model call than the step decided: what a policy knows
+    when it decides) or ``next`` (one column: the arguments of the step decided)."""
     mine = [idents(o.text) for o in outs]
-    tasks: dict[str, set[str]] = {}
+    tasks: dict[str, set[tuple[str, str]]] = {}
     for o, words, tr in zip(outs, mine, train):
         if tr:
             for w in words:
-                tasks.setdefault(w, set()).add(o.task)
+                tasks.setdefault(w, set()).add((o.source, o.task))
     common = {w for w, t in tasks.items() if len(t) >= min_tasks}
     specific = [w - common for w in mine]
     out = np.zeros((len(meta), 2 if kind == "latest" else 1), np.float32)
     for r, (k, a) in enumerate(meta.tolist()):
         o, t = outs[k], outs[k].step + a
         st = steps[o.traj]
-        if kind == "latest":
-            thought, args = st[t - 1]
-            out[r] = len(specific[k] & thought), len(specific[k] & args)
-        elif t < len(st):
-            out[r, 0] = len(specific[k] & st[t][1])
+        if kind == "next":
+            out[r, 0] = len(specific[k] & st[t][2]) if t < len(st) else 0
+            continue
+        j = t - 1  # a step of the same model call as step t is not made yet when t's call is decided
+        while j >= 0 and t < len(st) and st[j][0] == st[t][0]:
+            j -= 1
+        if j >= 0:
+            out[r] = len(specific[k] & st[j][1]), len(specific[k] & st[j][2])
     return out
 
 
@@ -255,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         choices=RELATIONS,
         default=[],
-        help="also each --text row with the output's task-specific words shared with the step before "
-        "the decision (latest: its thought and call) or with the step decided (next: hindsight)",
+        help="also score each --text row with the output's task-specific words shared with the last step "
+        "of the model call before the decision (latest: its thought and call) or with the step decided "
+        "(next: hindsight, which no policy has)",
     )
     ap.add_argument("--leave-out-source", help="score on this source's tasks, train on the others")
     ap.add_argument("--seed", type=int, default=0, help="task split")

@@ -61,6 +61,20 @@ def test_untrained_policy_acts_on_any_number_of_items_and_batches_consistently()
     assert not pol.act(empty)["disable"].any()  # no stored output: nothing to do, no NaN
 
 
+def test_read_only_words_are_copied_not_shared_with_torch():
+    # ReplayEnv hands a full window's words as a read-only view; torch warns (once) on one
+    obs = _random_obs(np.random.default_rng(2), 8, 8)
+    obs["item_words"].flags.writeable = False
+    for o in (obs, {k: np.stack([v, v]) for k, v in obs.items()}):
+        if o is not obs:
+            o["item_words"].flags.writeable = False
+        t = obs_to_tensors(o)["words"]
+        assert not np.shares_memory(t.numpy(), o["item_words"])
+        np.testing.assert_array_equal(t.numpy().reshape(o["item_words"].shape), o["item_words"])
+    obs["item_words"].flags.writeable = True
+    assert np.shares_memory(obs_to_tensors(obs)["words"].numpy(), obs["item_words"])  # else no copy
+
+
 def test_checkpoint_round_trip_is_exact_and_pickle_free(tmp_path):
     pol = LearnedPolicyConfig(**TINY, seed=3).create()
     path = pol.save(tmp_path / "ckpt")
@@ -325,8 +339,7 @@ def test_recent_overlap_counts_unknown_words_shared_with_newer_outputs():
     # slot 0 shares 5 with slot 2 (the newest) and 5 with slot 1; slot 1 shares 7 and 5 with slot 2;
     # slot 2 has nothing newer; padding shares nothing though its words match
     assert got.tolist() == [[0.25, 0.25], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0]]
-    known = torch.zeros_like(words)
-    known[0, :, 0] = torch.tensor([1, 0, 2, 0])  # word 5 is a vocabulary word in slots 0 and 2
+    known = (words == 5).long()  # word 5 is a vocabulary word (id 1) wherever it is
     got = recent_overlap(words, known, mask, 2)[0]
     assert got.tolist() == [[0.0, 0.0], [0.25, 0.25], [0.0, 0.0], [0.0, 0.0]]  # slot 1 shares only 7 now
     got = recent_overlap(words, None, mask, 3)[0]  # slot 0 also meets slot 1: its best is still one word
@@ -340,18 +353,27 @@ def test_recent_overlap_counts_unknown_words_shared_with_newer_outputs():
 
 
 def test_recent_words_move_the_decision_and_round_trip(tmp_path):
-    pol = LearnedPolicyConfig(**{**TINY, "n_layers": 0}, recent_words=2, seed=1).create()  # outputs apart
-    pol.net.set_vocabulary(VOCABULARY)
-    assert LearnedPolicyConfig(**TINY).create().net.recent is None
+    def policy(r):  # no encoder layer: each output's probability depends on its own inputs only
+        pol = LearnedPolicyConfig(**{**TINY, "n_layers": 0}, recent_words=r, seed=1).create()
+        pol.net.set_vocabulary(VOCABULARY)
+        return pol
+
+    pol, one = policy(2), policy(1)
+    plain = LearnedPolicyConfig(**{**TINY, "n_layers": 0}, seed=1).create().net.state_dict()
+    assert all(torch.equal(v, pol.net.state_dict()[k]) for k, v in plain.items() if k != "word_hashes")
+    assert {k for k in pol.net.state_dict() if k not in plain} == {"recent.weight", "recent.bias"}
     obs = _random_obs(np.random.default_rng(0), 8, 5)
     obs["items"][:, ITEM_FEATURES.index("age")] = np.arange(8, 0, -1)
     obs["item_words"][:] = 0
     obs["item_words"][:5, 0] = [150, 151, 152, 153, 154]  # all unknown, none shared
-    before = pol.probs(obs)
+    before, before_one = pol.probs(obs), one.probs(obs)
     obs["item_words"][4, 1] = 150  # the newest output now names what the oldest named
     after = pol.probs(obs)
     assert after[0] != before[0] and np.array_equal(after[1:4], before[1:4])
-    obs["item_words"][4, 1] = 0
+    obs["item_words"][3, 1] = 151  # the second newest names what the second oldest named
+    assert pol.probs(obs)[1] != before[1]  # within the newest two
+    assert one.probs(obs)[1] == before_one[1]  # not the newest one
+    obs["item_words"][3:5, 1] = 0
     obs["item_words"][0, 1] = 50
     alone = pol.probs(obs)[0]
     obs["item_words"][4, 1] = 50  # a vocabulary word shared with the newest: no relation
@@ -360,12 +382,26 @@ def test_recent_words_move_the_decision_and_round_trip(tmp_path):
     assert back.cfg.recent_words == 2
     np.testing.assert_array_equal(back.probs(obs), pol.probs(obs))
     meta = json.loads((tmp_path / "ckpt" / "config.json").read_text())
-    del meta["config"]["recent_words"]  # a checkpoint from before the option: without it
+    del meta["config"]["recent_words"]  # without the field a checkpoint has no such layer
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="do not fit the config"):
         LearnedPolicy.load(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="recent_words must be in"):
         LearnedPolicyConfig(recent_words=17)
+
+
+def test_a_checkpoint_from_before_recent_words_loads_without_them(tmp_path):
+    pol = LearnedPolicyConfig(**TINY, seed=2).create()
+    pol.net.set_vocabulary(VOCABULARY)
+    path = pol.save(tmp_path / "old")
+    meta = json.loads((path / "config.json").read_text())
+    del meta["config"]["recent_words"]
+    meta["config"]["word_vocab"] = pol.cfg.word_vocab
+    (path / "config.json").write_text(json.dumps(meta))
+    back = LearnedPolicy.load(path)
+    assert back.cfg.recent_words == 0 and back.net.recent is None
+    obs = _random_obs(np.random.default_rng(1), 16, 9)
+    np.testing.assert_array_equal(back.probs(obs), pol.probs(obs))
 
 
 def _random_obs(rng, n, count):
@@ -429,6 +465,8 @@ def test_inference_path_matches_the_padded_module_path_on_random_observations(cf
     for obs in singles:
         p = pol.probs(obs)
         assert p.shape == (n,) and p.dtype == np.float32
+        if cfg.get("recent_words"):
+            assert pol.net._plan  # the fast path computes what the module path does, so it is used
         ref = _padded_probs(pol.net, obs)
         np.testing.assert_allclose(p * obs["item_mask"], ref, rtol=0, atol=1e-5)  # padding: unspecified
         a = pol.act(obs)

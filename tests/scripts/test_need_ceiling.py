@@ -54,19 +54,25 @@ def test_relation_counts_task_specific_words_shared_with_the_steps_around_the_de
     w = need_ceiling.idents
     steps = {
         "a": [
-            (w(""), w("")),
-            (w("the parse_header bug"), w('{"path": "src/parser_core.py"}')),  # step 1: before t = 2
-            (w(""), w("edit parse_header view")),  # step 2: the step decided at age 2
+            (0, w(""), w("")),
+            (1, w("the parse_header bug"), w('{"path": "src/parser_core.py"}')),  # the call before step 2's
+            (2, w(""), w("edit parse_header def view")),  # step 2: the step decided at age 2
+            (2, w("parser_core"), w("parse_header def")),  # step 3: the same model call as step 2
         ],
-        "b": [(w(""), w(""))] * 3,
+        "b": [(0, w(""), w(""))] * 4,
     }
-    meta = np.array([[0, 2], [1, 2]])
+    meta = np.array([[0, 2], [1, 2], [0, 3]])
     train = np.array([True, True])
     latest = need_ceiling.relation("latest", outs, steps, meta, train, min_tasks=2)
     # output 0 at age 2: the thought of step 1 names parse_header, its arguments parser_core ('src' is
-    # common, 'py' too short to be a name)
-    assert latest.tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    # common, 'py' too short to be a name); at age 3 (step 3 decided) step 2 is of the same model call
+    # as step 3, not made yet when it is decided: step 1 is still the latest
+    assert latest.tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
     nxt = need_ceiling.relation("next", outs, steps, meta, train, min_tasks=2)
-    assert nxt.tolist() == [[1.0], [0.0]]  # parse_header; 'view' is common to both tasks
+    assert nxt.tolist() == [[2.0], [0.0], [2.0]]  # parse_header and def; 'view' is common to both tasks
     every = need_ceiling.relation("latest", outs, steps, meta, train, min_tasks=3)  # nothing common
     assert every[0].tolist() == [1.0, 2.0]  # parser_core and src
+    same_task = [_out("t1", "a", 0, outs[0].text), need_ceiling.Output(*[*vars(outs[1]).values()])]
+    same_task[1].source, same_task[1].task = "other-harness", "t1"  # one task name, two harnesses
+    two = need_ceiling.relation("latest", same_task, steps, meta, train, min_tasks=2)
+    np.testing.assert_array_equal(two, latest)  # tasks count per harness, as the policy's vocabulary
