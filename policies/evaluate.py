@@ -441,7 +441,8 @@ def done_when(
     for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
         sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
         oracle = next((r for r in sel if r["policy"] == ORACLE), None)
-        cands = [r for r in sel if r["policy"] != ORACLE and not _is_rule(r["policy"])]
+        # a hindsight variant (oracle:restores=0) is a reference like the oracle, not a policy to pick
+        cands = [r for r in sel if r["policy"].partition(":")[0] != ORACLE and not _is_rule(r["policy"])]
         if oracle is None or not cands:
             continue
         ok = [r for r in cands if r["misses_per_100"] <= max_misses]

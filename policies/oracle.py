@@ -44,7 +44,7 @@ from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices
 from dtoc_rl.sim.simulator import CostConfig, idle_seconds
 
-__all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost"]
+__all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost", "without_restores"]
 
 
 def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
@@ -154,6 +154,13 @@ def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> 
             cost += (suffix_b + ep.vis_cost[k]) * (p.cache_write - p.cache_read)
         if saving > cost:
             _apply(V, (k, a, b), True)
+    return _descend(ep, V, gaps, cfg, max_passes)
+
+
+def _descend(
+    ep: Episode, V: np.ndarray, gaps: list[tuple[int, int, int]], cfg: CostConfig | None, max_passes: int
+) -> np.ndarray:
+    # Coordinate descent: flip each gap (hidden <-> visible) while a flip lowers the exact cost.
     best = schedule_cost(ep, V, cfg)
     for _ in range(max_passes):
         improved = False
@@ -169,6 +176,22 @@ def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> 
         if not improved:
             break
     return V
+
+
+def without_restores(
+    ep: Episode, V: np.ndarray, cfg: CostConfig | None = None, *, max_passes: int = 4
+) -> np.ndarray:
+    """``V`` (a copy) with every hide that a later need ends shown instead, then improved by coordinate
+    descent over the hides that no need ends (from an output's last need to the end of the run): a
+    zero-miss schedule in which nothing hidden is ever shown again.  Its savings are what hindsight
+    gives a policy that only needs to know when an output is needed for the last time, without
+    foreseeing when a hidden one will be needed again (``oracle:restores=0``)."""
+    V = V.copy()
+    gaps = _gaps(ep, _need_matrix(ep, cfg))
+    for g in gaps:
+        if g[2] < ep.n_calls:
+            _apply(V, g, False)
+    return _descend(ep, V, [g for g in gaps if g[2] == ep.n_calls], cfg, max_passes)
 
 
 def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8) -> np.ndarray:
@@ -253,9 +276,15 @@ class HindsightOracle(Policy):
 
     name = "oracle"
 
-    def __init__(self, cost_config: CostConfig | None = None, exact_max_outputs: int = 8):
+    def __init__(
+        self, cost_config: CostConfig | None = None, exact_max_outputs: int = 8, restores: bool = True
+    ):
+        if restores not in (True, False):  # 0 and 1 from a spec compare equal
+            raise ValueError(f"restores must be true or false (1 or 0), got {restores!r}")
         self.cfg = cost_config
         self.exact_max_outputs = exact_max_outputs
+        #: False: the schedule of :func:`without_restores` (an output hidden only after its last need)
+        self.restores = bool(restores)
         self.V: np.ndarray | None = None
 
     def reset(self, info: dict[str, Any] | None = None) -> None:
@@ -268,6 +297,8 @@ class HindsightOracle(Policy):
             self.V = exact_plan(ep, cfg, self.exact_max_outputs)
         else:
             self.V = plan(ep, cfg)
+        if not self.restores:
+            self.V = without_restores(ep, self.V, cfg)
 
     def act(self, obs, info=None):
         if self.V is None or info is None or "slot_steps" not in info:

@@ -3,7 +3,8 @@
 ``NAME`` or ``NAME:key=value,key=value``; ``key=a|b|c`` sweeps a parameter
 (one policy per value).  A path to a checkpoint folder loads a learned
 policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune,
-budget, hide_big, cache_clear, oracle, learned (``learned:path=CKPT,threshold=0.3``), llm (see
+budget, hide_big, cache_clear, oracle (``oracle:restores=0``: hidden outputs never shown again),
+learned (``learned:path=CKPT,threshold=0.3``), llm (see
 ``dtoc_rl.policies.llm``).
 
 A user's own policy is ``module:Class`` or ``module:Class:key=value,...``
@@ -230,7 +231,10 @@ def make_policy(spec: str | Policy) -> Policy:
         if name == "oracle":
             from dtoc_rl.policies.oracle import HindsightOracle
 
-            return HindsightOracle(**kw)
+            try:
+                return HindsightOracle(**kw)
+            except ValueError as e:
+                raise PolicySpecError(f"policy {spec!r}: {e}") from None
         if name == "learned":
             from dtoc_rl.policies.learned import LearnedPolicy
 

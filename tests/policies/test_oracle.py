@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from dtoc_rl.data.schema import Need
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
-from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost
+from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost, without_restores
+from dtoc_rl.policies.registry import PolicySpecError, make_policy
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.simulator import CostConfig
 
@@ -38,6 +39,38 @@ def test_schedule_cost_of_all_visible_is_the_baseline():
     assert schedule_cost(ep, np.ones((ep.n, ep.n), bool)) == pytest.approx(
         play(NoManagement(), env)["dollars"]
     )
+
+
+def test_without_restores_hides_only_after_the_last_need_and_costs_between_the_oracle_and_nothing():
+    # output 0 is needed at calls 3 and 9: the oracle hides it between them; without restores it stays
+    # visible until 9 and may go after
+    ep = compile_episode(crafted([40_000, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400],
+                                 needs={3: [0], 9: [0]}, family="gpt-4"))  # fmt: skip
+    V = plan(ep)
+    assert not V[5, 0]  # the oracle: hidden between the needs (no cache: always worth it)
+    W = without_restores(ep, V)
+    assert W[4:10, 0].all() and not W[10:, 0].any()  # visible until its last need, hidden after
+    for k in range(ep.n):  # nothing is shown again once hidden
+        col = W[ep.call_of_step[k] + 1 :, k]
+        assert not (~col[:-1] & col[1:]).any()
+    assert not np.shares_memory(V, W) and not V[5, 0]  # the oracle's schedule is left as it was
+    full, none = schedule_cost(ep, V), schedule_cost(ep, np.ones_like(V))
+    assert full < schedule_cost(ep, W) < none
+    oracle = HindsightOracle(restores=False)
+    env = ReplayEnv(trajectories=[ep], max_items=32, expose_episode=True)
+    tot = play(oracle, env)
+    assert tot["misses"] == 0 and tot["dollars"] == pytest.approx(schedule_cost(ep, W), rel=1e-9)
+    assert make_policy("oracle:restores=0").restores is False and make_policy("oracle").restores
+    with pytest.raises(PolicySpecError, match="restores must be true or false"):
+        make_policy("oracle:restores=2")
+
+
+def test_without_restores_never_misses_and_never_beats_the_oracle_on_bundled_data():
+    env = ReplayEnv(max_items=256, expose_episode=True)
+    for ep in env.episodes[:6]:
+        V = plan(ep)
+        W = without_restores(ep, V)
+        assert schedule_cost(ep, V) <= schedule_cost(ep, W) + 1e-12 < float("inf"), ep.traj_id
 
 
 def test_missing_schedule_costs_infinity():
