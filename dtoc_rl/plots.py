@@ -191,9 +191,11 @@ def pareto_figure(
     by_family: dict[str, list] = {}
     for r in overall:
         key = "learned" if _is_learned(r["policy"]) else _family(r["policy"])
+        if key == "oracle" and r["policy"] != "oracle":  # a hindsight variant: a point of its own
+            key = r["policy"]
         by_family.setdefault(key, []).append(r)
     colors = _palette(plt)
-    others = [f for f in by_family if f not in ("learned", "oracle", "none")]
+    others = [f for f in by_family if f not in ("learned", "none") and _family(f) != "oracle"]
     points = []  # (x, y, label, style, priority)
     for fam, rs in by_family.items():
         rs = sorted(rs, key=lambda r: r["misses_per_100"])
@@ -209,13 +211,15 @@ def pareto_figure(
             style = {"color": "crimson", "marker": "D", "ms": 7, "zorder": 5, "mec": "black", "mew": 0.8}
         elif fam == "oracle":
             style = {"color": "black", "marker": "*", "ms": 11, "zorder": 4}
+        elif _family(fam) == "oracle":  # a hindsight variant: the oracle's star, hollow
+            style = {"color": "black", "marker": "*", "ms": 11, "mfc": "none", "zorder": 4}
         elif fam == "none":
             style = {"color": "grey", "marker": "s", "ms": 6, "zorder": 3}
         else:
             style = {"color": colors[others.index(fam) % len(colors)], "marker": "o", "ms": 5, "zorder": 3}
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, capsize=2.5, elinewidth=0.8, label=fam,
                     linestyle="-" if len(rs) > 1 else "", lw=1.0, **style)  # fmt: skip
-        rank = {"learned": 0, "oracle": 1, "none": 2}.get(fam, 3)
+        rank = {"learned": 0, "oracle": 1, "none": 2}.get(_family(fam), 3)
         for r, x, y in zip(rs, xs, ys):
             points.append((x, y, _point_label(r["policy"]), {"color": style["color"]}, rank))
     ax.axhline(0, color="grey", lw=0.6, zorder=1)
@@ -267,6 +271,8 @@ def curves_figure(curves: dict[str, dict[str, list[int]]]):
         k = seen[fam] = seen.get(fam, -1) + 1
         if lb == "oracle":
             styles[lb] = {"color": "black", "lw": 2.0, "zorder": 4}
+        elif fam == "oracle":  # a hindsight variant (oracle:restores=0): the reference's colour, dashed
+            styles[lb] = {"color": "black", "lw": 1.4, "ls": dashes[1 + k % 3], "zorder": 4}
         elif lb == "none":
             # a wide pale band under everything: policies that change nothing run inside it, visibly
             styles[lb] = {"color": "0.6", "lw": 5.0, "alpha": 0.45, "zorder": 1, "solid_capstyle": "butt"}

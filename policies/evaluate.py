@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -163,7 +164,7 @@ def _split_objects(
         pol = make_policy(s)  # checks it is a policy
         base = str(getattr(pol, "label", None) or type(pol).__name__)
         label, k = base, 1
-        while label in objs or label in strs:
+        while label in objs or label in strs or label == ORACLE:  # "oracle" is the reference's row
             k += 1
             label = f"{base}#{k}"
         objs[label] = pol
@@ -405,6 +406,12 @@ def aggregate(
     return rows
 
 
+def _is_oracle(policy: str) -> bool:
+    """The oracle or a hindsight variant of it, by spec (``oracle:restores=0``) or by label
+    (``oracle(restores=False)``, ``oracle#2``)."""
+    return re.split(r"[:(\[#]", policy, maxsplit=1)[0] == ORACLE
+
+
 def _is_rule(policy: str) -> bool:
     return policy.partition(":")[0] in BASELINES
 
@@ -442,7 +449,7 @@ def done_when(
         sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
         oracle = next((r for r in sel if r["policy"] == ORACLE), None)
         # a hindsight variant (oracle:restores=0) is a reference like the oracle, not a policy to pick
-        cands = [r for r in sel if r["policy"].partition(":")[0] != ORACLE and not _is_rule(r["policy"])]
+        cands = [r for r in sel if not _is_oracle(r["policy"]) and not _is_rule(r["policy"])]
         if oracle is None or not cands:
             continue
         ok = [r for r in cands if r["misses_per_100"] <= max_misses]

@@ -80,6 +80,20 @@ def test_token_curves_keep_the_legend_off_the_data_with_whole_call_ticks():
     assert len(legend.get_texts()) == 7
 
 
+def test_a_hindsight_variant_of_the_oracle_is_drawn_apart_from_the_oracle():
+    rows = [*CROWDED, _row("oracle:restores=0", 0, 0.045)]
+    fig, ax, labels = pareto_figure(rows)
+    stars = [ln for ln in ax.get_lines() if ln.get_marker() == "*"]
+    assert len(stars) == 2 and {len(ln.get_xydata()) for ln in stars} == {1}  # two points, no line
+    assert sorted(str(ln.get_markerfacecolor()) for ln in stars) == ["black", "none"]
+    assert {"oracle", "oracle restores=0"} <= {lb.get_text() for lb in labels}
+    curves = {"src/t": {p: [1000, 900, 800] for p in ["none", "oracle", "oracle:restores=0", "last_n:n=5"]}}
+    fig, axes, legend = curves_figure(curves)
+    lines = {ln.get_label(): ln for ln in axes[0, 0].get_lines()}
+    variant = lines["oracle restores=0"]
+    assert variant.get_color() == "black" and variant.get_linestyle() != lines["oracle"].get_linestyle()
+
+
 def test_every_format_is_written_and_png_has_the_dpi(tmp_path):
     from PIL import Image
 

@@ -35,6 +35,23 @@ def test_evaluate_labels_every_run_with_its_regime_and_length():
     assert all(len(v) == 1 for v in by_traj.values())  # every policy's run of a trajectory agrees
 
 
+def test_an_oracle_object_never_merges_into_the_reference_oracle():
+    from dtoc_rl.policies.oracle import HindsightOracle
+
+    runs = evaluate(None, [HindsightOracle(restores=False), HindsightOracle()], progress=False)
+    by_policy: dict[str, list] = {}
+    for r in runs:
+        by_policy.setdefault(r.policy, []).append(r)
+    assert set(by_policy) == {"oracle", "oracle(restores=False)", "oracle#2"}
+    n = {len(v) for v in by_policy.values()}
+    assert len(n) == 1  # one run per trajectory each: nothing merged into the reference
+    ref = {r.traj_id: r.dollars for r in by_policy["oracle"]}
+    assert all(r.dollars == pytest.approx(ref[r.traj_id]) for r in by_policy["oracle#2"])
+    assert sum(r.dollars for r in by_policy["oracle(restores=False)"]) >= sum(ref.values()) - 1e-9
+    rows = aggregate(runs, by=["overall"], n_boot=10)
+    assert done_when(rows) == []  # only hindsight: nothing to judge
+
+
 def test_a_failed_run_still_has_its_length():
     from dtoc_rl.policies.baselines import NoManagement
 
