@@ -24,6 +24,7 @@ classifier lives for one run (a checkpoint of it would need a pickle).
 
     python -m scripts.need_policy --dataset D --seed 0 --thresholds 0.02 0.04 --alpha 0 0.5
     python -m scripts.need_policy --dataset D --seed 0 --checkpoint C --both 0.2:0.08 0.3:0.15
+    python -m scripts.need_policy --dataset D --leave-out mini-swe-agent --thresholds 0.01 0.02
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import numpy as np
 
 from dtoc_rl.data.dataset import DatasetError
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
+from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.optional import require
 from dtoc_rl.policies import learned_trainer as lt
 from dtoc_rl.policies.base import Policy
@@ -228,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also replay hides both agree on: the network's P(visible) < T1 and the classifier's rule at T2 "
         "(the first --alpha); needs --checkpoint",
     )
+    ap.add_argument(
+        "--leave-out",
+        metavar="SOURCE",
+        help="fit on the training split of every other source harness (as `dtoc-rl train --exclude-source "
+        "SOURCE`) and replay on every run of SOURCE: a harness the classifier never saw",
+    )
     ap.add_argument("--threads", type=int, default=1, help="OpenMP threads of the classifier")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
@@ -241,8 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             net = LearnedPolicy.load(args.checkpoint)
             if net.cfg.seed != args.seed:
                 ap.error(f"--checkpoint was trained with seed {net.cfg.seed}, not --seed {args.seed}")
-        cfg = LearnedPolicyConfig(seed=args.seed)
+            if net.cfg.exclude_source != args.leave_out:
+                ap.error(f"--checkpoint was trained without source {net.cfg.exclude_source!r}, "
+                         f"not --leave-out {args.leave_out!r}")  # fmt: skip
+        cfg = LearnedPolicyConfig(seed=args.seed, exclude_source=args.leave_out)
         _, train_eps, held_eps, _ = lt._splits(cfg, args.dataset, None)
+        if args.leave_out:
+            held_eps = [e for e in load_episodes(args.dataset) if e.source == args.leave_out]
         if not held_eps:
             raise ValueError("the split holds no task out")
         limits = require("threadpoolctl", "scripts.need_policy", "analysis").threadpool_limits
@@ -259,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                     need, t2, args.alpha[0], net=LearnedPolicy.load(args.checkpoint), net_threshold=t1
                 )
             tasks = {f"{e.source}/{e.task_id}" for e in held_eps}
-            runs = evaluate(args.dataset, [], policies=pols, tasks=tasks, progress=not args.json)
+            runs = evaluate(
+                args.dataset, [], policies=pols, tasks=tasks, source=args.leave_out, progress=not args.json
+            )
     except (ValueError, FileNotFoundError, DatasetError, CheckpointError) as e:
         print(f"need_policy: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
@@ -271,9 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"held_out": len(held_eps), "rows": rows}, indent=2, default=str))
         return 0
+    runs_of = f"runs of {args.leave_out}" if args.leave_out else "held-out runs"
     print(
-        f"{len(held_eps)} held-out runs (seed {args.seed}); "
-        "$ saved / misses per 100 calls (share of the oracle)"
+        f"{len(held_eps)} {runs_of} (seed {args.seed}); $ saved / misses per 100 calls (share of the oracle)"
     )
     groups = [g for g in ("all", "long", "short") if g in oracle]
     print(f"{'policy':40} " + "".join(f"{g:>24}" for g in groups))

@@ -149,3 +149,15 @@ def test_a_missing_dataset_is_one_line(capsys):
     assert need_policy.main(["--dataset", "/nonexistent/dtoc-data", "--json"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("need_policy: ")
+
+
+def test_leave_out_replays_every_run_of_a_harness_the_classifier_never_saw(capsys):
+    argv = ["--dataset", "data/sample", "--leave-out", "tau-bench", "--thresholds", "0.05", "--json"]
+    assert need_policy.main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    runs = [e for e in need_policy.load_episodes("data/sample") if e.source == "tau-bench"]
+    assert r["held_out"] == len(runs) > 0
+    assert {x["n"] for x in r["rows"] if x["group"] == "all"} == {len(runs)}  # every run of it, no other
+    assert need_policy.main(["--dataset", "data/sample", "--leave-out", "nope"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exclude_source 'nope' is not in the data" in err[0]
