@@ -62,8 +62,9 @@ from dtoc_rl.sim.simulator import CostConfig
 
 AGES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
-#: Where the best share within the budget is looked for (a value-weighted rule needs other thresholds).
-DENSE = tuple(float(t) for t in np.geomspace(0.001, 1.0, 43))
+#: Where the best share within the budget is looked for (a value-weighted rule needs other thresholds):
+#: a dense grid and the printed thresholds, so that no printed cell within the budget beats the best.
+DENSE = tuple(sorted({*(float(t) for t in np.geomspace(0.001, 1.0, 43)), *THRESHOLDS}))
 V_REF = 20_000.0  # tokens x steps at which a value-weighted threshold is the threshold itself
 
 
@@ -231,21 +232,39 @@ def _minilm(outs: list[Output]) -> np.ndarray:
     return np.concatenate(out)
 
 
+def need_classifier(categorical: object, seed: int = 0, who: str = "scripts.need_ceiling"):
+    """The gradient-boosted need classifier every need analysis fits (unfitted)."""
+    ensemble = require("sklearn.ensemble", who, "analysis")
+    return ensemble.HistGradientBoostingClassifier(
+        max_iter=300, learning_rate=0.05, categorical_features=categorical, random_state=seed
+    )
+
+
+def hide_worth(tokens: np.ndarray, steps_so_far: np.ndarray) -> np.ndarray:
+    """What hiding an output saves over the steps expected to remain, relative to V_REF: its tokens times
+    the steps so far, capped at the learned policy's horizon (a run that lasted n steps is likely to last
+    about as many more)."""
+    return np.asarray(tokens, np.float64) * np.minimum(steps_so_far, HORIZON_CAP) / V_REF
+
+
+def check_weights(ap: argparse.ArgumentParser, alpha: list[float]) -> None:
+    """--alpha values a hide rule takes, else a one-line usage error."""
+    if any(not (0.0 <= a <= 4.0) for a in alpha):
+        ap.error(f"--alpha: each value must be in [0, 4], got {alpha}")
+
+
 def fit_predict(x, y, test_rows, train_rows) -> tuple[np.ndarray, float]:
     """P(a later step needs it) of the held-out rows from a classifier fitted on the others, and its AUC."""
-    ensemble = require("sklearn.ensemble", "scripts.need_ceiling", "analysis")
     metrics = require("sklearn.metrics", "scripts.need_ceiling", "analysis")
-    clf = ensemble.HistGradientBoostingClassifier(
-        max_iter=300, learning_rate=0.05, categorical_features=[2], random_state=0
-    ).fit(x[train_rows], y[train_rows])
+    clf = need_classifier([2]).fit(x[train_rows], y[train_rows])
     p = clf.predict_proba(x[test_rows])[:, 1]
     return p, float(metrics.roc_auc_score(y[test_rows], p))
 
 
 def worth(outs: list[Output], meta: np.ndarray) -> np.ndarray:
-    """Per row, what hiding the output then saves over the steps expected to remain: its tokens times
-    the steps so far (capped at HORIZON_CAP), over V_REF."""
-    return np.array([outs[k].tokens * min(outs[k].step + a, HORIZON_CAP) for k, a in meta.tolist()]) / V_REF
+    """Per (output, age) row, :func:`hide_worth` at that age's step (steps here are tool steps)."""
+    rows = meta.tolist()
+    return hide_worth([outs[k].tokens for k, _ in rows], np.array([outs[k].step + a for k, a in rows]))
 
 
 def schedule(outs: list[Output], meta: np.ndarray, hide_rows: np.ndarray, test_outs) -> dict[str, float]:
@@ -327,9 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args(argv)
-    if any(not (0.0 <= a <= 4.0) for a in args.alpha):
-        ap.error(f"--alpha: each value must be in [0, 4], got {args.alpha}")
-    if args.miss_budget < 0:
+    check_weights(ap, args.alpha)
+    if not args.miss_budget >= 0:  # NaN too
         ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")
     try:
         outs = load(args.dataset)

@@ -45,9 +45,9 @@ from dtoc_rl.policies import learned_trainer as lt
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.evaluate import ORACLE, aggregate, evaluate
-from dtoc_rl.policies.learned import HORIZON_CAP, CheckpointError, LearnedPolicy, _prices_of
+from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, _prices_of, economics
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from scripts.need_ceiling import V_REF
+from scripts.need_ceiling import check_weights, hide_worth, need_classifier
 
 _I = {n: i for i, n in enumerate(ITEM_FEATURES)}
 _G = {n: i for i, n in enumerate(GLOBAL_FEATURES)}
@@ -55,7 +55,8 @@ _G = {n: i for i, n in enumerate(GLOBAL_FEATURES)}
 # and the active prompt depend on it, so a classifier fitted under one behaviour would read them wrong)
 ITEM_COLUMNS = ("est_tokens_k", "age", "times_needed", "since_need", "modified", "is_error", "superseded",
                 "turns_after")  # fmt: skip
-GLOBAL_COLUMNS = ("step", "stored", "full_tokens_k")
+# (not full_tokens_k: a re-run's copy after a miss adds to it)
+GLOBAL_COLUMNS = ("step", "stored")
 _IC = [_I[n] for n in ITEM_COLUMNS]
 _GC = [_G[n] for n in GLOBAL_COLUMNS]
 SVD_DIMS = 32
@@ -104,7 +105,6 @@ class NeedClassifier:
         """Fitted on need-target samples (``learned_trainer.collect(mode="need")``): every output a call
         has read (age >= 1) at every call, labelled by whether that call or a later one needs it."""
         decomposition = require("sklearn.decomposition", "scripts.need_policy", "analysis")
-        ensemble = require("sklearn.ensemble", "scripts.need_policy", "analysis")
         n_items, n_glob = len(ITEM_FEATURES), len(GLOBAL_FEATURES)
         self = cls(None, None, {int(w): i for i, w in enumerate(np.asarray(vocab).tolist())})
         xs, ws, ys = [], [], []
@@ -131,9 +131,7 @@ class NeedClassifier:
             raise ValueError("the training decisions have one label only: nothing to tell apart")
         categorical = np.zeros(x.shape[1], bool)
         categorical[[len(_IC), len(_IC) + 1 + len(_GC)]] = True  # tool category, model family
-        self.clf = ensemble.HistGradientBoostingClassifier(
-            max_iter=300, learning_rate=0.05, categorical_features=categorical, random_state=seed
-        ).fit(x, y)
+        self.clf = need_classifier(categorical, seed, "scripts.need_policy").fit(x, y)
         return self
 
 
@@ -154,9 +152,10 @@ class NeedPolicy(Policy):
     ):
         self.need, self.thr, self.alpha = need, float(threshold), float(alpha)
         self.net, self.t1 = net, net_threshold
-        # the batching rule and the unread rule are the learned policy's (LearnedPolicy.want_visible)
-        self.rule = net or LearnedPolicyConfig(batching=batching).create()
-        self.batching = batching if net is None else net.cfg.batching
+        # the batching rule and the unread rule are the learned policy's (LearnedPolicy.want_visible), on a
+        # policy of their own: the network's may scale its threshold (size_weight, miss_governor)
+        self.rule = LearnedPolicyConfig(batching=batching).create()
+        self.batching = batching
         self._prices: np.ndarray | None = None
 
     def config(self) -> dict[str, Any]:
@@ -177,14 +176,13 @@ class NeedPolicy(Policy):
         prices = _prices_of(obs, self._prices, None)
         score = np.ones(len(mask), np.float32)
         if m:
-            rel = np.asarray(prices[[2, 3]], np.float32) / max(float(prices[0]), 1e-9)
+            rel = economics(items[:m], mask[:m], glob, prices)[1][:2]  # cache read, write / input, as trained
             fam = int(np.asarray(obs["family"]).reshape(-1)[0])
             tool, words = np.asarray(obs["item_tool"])[:m], np.asarray(obs["item_words"])[:m]
             x = self.need.features(items[:m], tool, words, glob, fam, rel)
-            worth = (
-                items[:m, _I["est_tokens_k"]] * 1000.0 * min(max(float(glob[_G["step"]]), 1.0), HORIZON_CAP)
-            )
-            score[:m] = self.need.predict(x) / np.maximum(worth / V_REF, 1e-9) ** self.alpha
+            # the calls so far stand for need_ceiling's steps (one call a step in most harnesses)
+            worth = hide_worth(items[:m, _I["est_tokens_k"]] * 1000.0, max(float(glob[_G["step"]]), 1.0))
+            score[:m] = self.need.predict(x) / np.maximum(worth, 1e-9) ** self.alpha
         hide = score < self.thr
         if self.net is not None:
             hide &= self.net.probs(obs, self._prices) < self.t1
@@ -194,33 +192,63 @@ class NeedPolicy(Policy):
         return to_action(obs, want)
 
 
-def _both(text: str) -> tuple[float, float]:
-    try:
-        t1, t2 = (float(v) for v in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not T1:T2 (e.g. 0.2:0.08)") from None
-    if not (0 < t1 <= 1 and 0 < t2):
-        raise argparse.ArgumentTypeError(f"{text!r}: T1 must be in (0, 1], T2 above 0")
-    return t1, t2
-
-
 def _positive(text: str) -> float:
-    v = float(text)
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
     if not (v > 0 and np.isfinite(v)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0")
     return v
 
 
+def _both(text: str) -> tuple[float, float]:
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not T1:T2 (e.g. 0.2:0.08)")
+    t1, t2 = (_positive(v) for v in parts)
+    if t1 > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: T1 is a probability, at most 1")
+    return t1, t2
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 0")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scripts.need_policy", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m scripts.need_policy",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--dataset", required=True, help="an ingested dataset folder (dtoc-rl ingest)")
-    ap.add_argument("--seed", type=int, default=0, help="the task split of `dtoc-rl train --seed`")
     ap.add_argument(
-        "--thresholds", nargs="+", type=_positive, default=[0.02, 0.04], help="t, one policy each"
+        "--seed",
+        type=_count,
+        help="the task split of `dtoc-rl train --seed` (default 0, or the checkpoint's)",
+    )
+    ap.add_argument(
+        "--thresholds",
+        nargs="+",
+        type=_positive,
+        default=[0.02, 0.04],
+        help="t: an output stays visible while P(needed) >= t * V ** alpha; one policy each",
     )
     ap.add_argument("--alpha", nargs="+", type=float, default=[0.5], help="value weights, one policy each")
     ap.add_argument("--batching", choices=("pays", "off"), default="pays", help="how hides are timed")
-    ap.add_argument("--checkpoint", help="a learned checkpoint trained with the same seed, for --both")
+    ap.add_argument(
+        "--checkpoint",
+        help="a learned checkpoint, for --both; its split (seed, harness left out, data filters) and "
+        "vocabulary settings are used",
+    )
     ap.add_argument(
         "--both",
         nargs="+",
@@ -236,44 +264,53 @@ def main(argv: list[str] | None = None) -> int:
         help="fit on the training split of every other source harness (as `dtoc-rl train --exclude-source "
         "SOURCE`) and replay on every run of SOURCE: a harness the classifier never saw",
     )
-    ap.add_argument("--threads", type=int, default=1, help="OpenMP threads of the classifier")
+    ap.add_argument("--threads", type=_count, default=1, help="OpenMP threads of the classifier (>= 1)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
-    if any(not (0.0 <= a <= 4.0) for a in args.alpha):
-        ap.error(f"--alpha: each value must be in [0, 4], got {args.alpha}")
+    check_weights(ap, args.alpha)
     if args.both and not args.checkpoint:
         ap.error("--both needs --checkpoint")
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
     net = None
     try:
         if args.checkpoint:
             net = LearnedPolicy.load(args.checkpoint)
-            if net.cfg.seed != args.seed:
-                ap.error(f"--checkpoint was trained with seed {net.cfg.seed}, not --seed {args.seed}")
-            if net.cfg.exclude_source != args.leave_out:
-                ap.error(f"--checkpoint was trained without source {net.cfg.exclude_source!r}, "
-                         f"not --leave-out {args.leave_out!r}")  # fmt: skip
-        cfg = LearnedPolicyConfig(seed=args.seed, exclude_source=args.leave_out)
+            for flag, ours, theirs in (
+                ("--seed", args.seed, net.cfg.seed),
+                ("--leave-out", args.leave_out, net.cfg.exclude_source),
+            ):
+                if ours is not None and ours != theirs:
+                    ap.error(f"{flag} {ours!r}: --checkpoint was trained with {theirs!r}")
+            cfg = net.cfg
+        else:
+            cfg = LearnedPolicyConfig(seed=args.seed or 0, exclude_source=args.leave_out)
         _, train_eps, held_eps, _ = lt._splits(cfg, args.dataset, None)
-        if args.leave_out:
-            held_eps = [e for e in load_episodes(args.dataset) if e.source == args.leave_out]
+        if cfg.exclude_source:
+            held_eps = [e for e in load_episodes(args.dataset) if e.source == cfg.exclude_source]
         if not held_eps:
             raise ValueError("the split holds no task out")
         limits = require("threadpoolctl", "scripts.need_policy", "analysis").threadpool_limits
-        with limits(max(1, args.threads)):
+        with limits(args.threads):
             samples = lt.collect(cfg.create(), train_eps, mode="need", progress=not args.json)
             vocab = lt.word_vocabulary(train_eps, cfg.word_vocab, cfg.word_min_tasks)
-            need = NeedClassifier.fit(samples, vocab, args.seed)
+            need = NeedClassifier.fit(samples, vocab, cfg.seed)
             pols: dict[str, Policy] = {}
             for a in args.alpha:
                 for t in args.thresholds:
                     pols[f"need:t={t:g},alpha={a:g}"] = NeedPolicy(need, t, a, args.batching)
             for t1, t2 in args.both:
                 pols[f"both:t1={t1:g},t2={t2:g},alpha={args.alpha[0]:g}"] = NeedPolicy(
-                    need, t2, args.alpha[0], net=LearnedPolicy.load(args.checkpoint), net_threshold=t1
+                    need, t2, args.alpha[0], args.batching, net=net, net_threshold=t1
                 )
             tasks = {f"{e.source}/{e.task_id}" for e in held_eps}
             runs = evaluate(
-                args.dataset, [], policies=pols, tasks=tasks, source=args.leave_out, progress=not args.json
+                args.dataset,
+                [],
+                policies=pols,
+                tasks=tasks,
+                source=cfg.exclude_source,
+                progress=not args.json,
             )
     except (ValueError, FileNotFoundError, DatasetError, CheckpointError) as e:
         print(f"need_policy: {' '.join(str(e).split())}", file=sys.stderr)
@@ -286,9 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"held_out": len(held_eps), "rows": rows}, indent=2, default=str))
         return 0
-    runs_of = f"runs of {args.leave_out}" if args.leave_out else "held-out runs"
+    runs_of = f"runs of {cfg.exclude_source}" if cfg.exclude_source else "held-out runs"
     print(
-        f"{len(held_eps)} {runs_of} (seed {args.seed}); $ saved / misses per 100 calls (share of the oracle)"
+        f"{len(held_eps)} {runs_of} (seed {cfg.seed}); $ saved / misses per 100 calls (share of the oracle)"
     )
     groups = [g for g in ("all", "long", "short") if g in oracle]
     print(f"{'policy':40} " + "".join(f"{g:>24}" for g in groups))

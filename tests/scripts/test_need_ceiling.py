@@ -115,19 +115,26 @@ def test_a_value_weighted_rule_hides_the_output_worth_more_at_the_same_probabili
 
 def test_alpha_rows_on_the_sample(capsys):
     argv = ["--dataset", "data/sample", "--min-tasks", "2", "--text", "none", "--alpha", "0", "0.5"]
-    assert need_ceiling.main([*argv, "--json"]) == 0
+    assert need_ceiling.main([*argv, "--miss-budget", "10", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert set(r["by_text"]) == {"none", "none a=0.5"}
     plain, weighted = r["by_text"]["none"], r["by_text"]["none a=0.5"]
     assert plain["auc"] == weighted["auc"]  # one classifier, two hide rules
     for row in (plain, weighted):
-        if row["best"] is not None:
-            assert row["best"]["misses_per_100"] <= 1.0 and row["best"]["threshold"] in need_ceiling.DENSE
+        best = row["best"]
+        assert best["misses_per_100"] <= 10 and best["threshold"] in need_ceiling.DENSE
+        # no printed cell within the budget hides more than the best
+        assert all(
+            c["hidden_share"] <= best["hidden_share"] for c in row["thresholds"] if c["misses_per_100"] <= 10
+        )
+    assert set(need_ceiling.THRESHOLDS) <= set(need_ceiling.DENSE)
     assert need_ceiling.main(argv) == 0  # the table prints
     assert "best" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("bad", [["--alpha", "-1"], ["--alpha", "9"], ["--miss-budget", "-1"]])
+@pytest.mark.parametrize(
+    "bad", [["--alpha", "-1"], ["--alpha", "9"], ["--miss-budget", "-1"], ["--miss-budget", "nan"]]
+)
 def test_bad_weights_are_one_line_errors(bad, capsys):
     with pytest.raises(SystemExit):
         need_ceiling.main(["--dataset", "data/sample", *bad])

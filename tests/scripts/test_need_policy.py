@@ -9,8 +9,9 @@ import pytest
 
 from dtoc_rl.envs.replay import ReplayEnv
 from dtoc_rl.policies import learned_trainer as lt
+from dtoc_rl.policies.baselines import to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from scripts import need_policy
+from scripts import need_ceiling, need_policy
 
 pytest.importorskip("sklearn")  # the analysis extra; in the test extra too, so CI runs this
 
@@ -95,7 +96,7 @@ def test_a_value_weight_hides_the_outputs_worth_more_at_the_same_probability(fit
     assert read.sum() >= 2 and len(set(tokens[read])) >= 2
     step = min(float(obs["globals"][2]), 50.0)
     cut = np.median(tokens[read])
-    t = 0.05 / (cut * step / need_policy.V_REF)  # P / worth ** 1 < t exactly for outputs above the median
+    t = 0.05 / (cut * step / need_ceiling.V_REF)  # P / worth ** 1 < t exactly for outputs above the median
     pol = need_policy.NeedPolicy(_Flat(), threshold=t, alpha=1.0, batching="off")
     pol.reset(info)
     hidden = np.asarray(pol.act(obs, info)["disable"]).astype(bool)
@@ -135,7 +136,12 @@ def test_the_script_reports_the_held_out_runs(capsys):
         (["--both", "0.2:0.1"], "--both needs --checkpoint"),
         (["--alpha", "7"], "--alpha"),
         (["--thresholds", "0"], "must be a number above 0"),
+        (["--thresholds", "abc"], "'abc' must be a number above 0"),
         (["--checkpoint", "x", "--both", "0.2"], "is not T1:T2"),
+        (["--checkpoint", "x", "--both", "0.2:inf"], "'inf' must be a number above 0"),
+        (["--checkpoint", "x", "--both", "2:0.1"], "at most 1"),
+        (["--seed", "-1"], "'-1' must be a whole number >= 0"),
+        (["--threads", "0"], "--threads must be >= 1"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(bad, says, capsys):
@@ -161,3 +167,69 @@ def test_leave_out_replays_every_run_of_a_harness_the_classifier_never_saw(capsy
     assert need_policy.main(["--dataset", "data/sample", "--leave-out", "nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exclude_source 'nope' is not in the data" in err[0]
+
+
+def test_features_at_decision_are_the_features_trained_on(fitted):
+    """Train/serve parity: replaying the need targets as collect() does, the columns the policy builds
+    from each raw observation equal those fitted from that decision's training sample."""
+    need, _, _ = fitted
+    cfg = LearnedPolicyConfig(seed=0, word_min_tasks=2)
+    _, train, _, _ = lt._splits(cfg, "data/sample", None)
+    ep = max(train, key=lambda e: len(e.out_steps))
+    samples = lt.collect(cfg.create(), [ep], mode="need")
+    seen = []
+
+    class Spy(need_policy.NeedClassifier):
+        def features(self, *args):
+            seen.append(args)
+            return need_policy.NeedClassifier.features(self, *args)
+
+    pol = need_policy.NeedPolicy(Spy(need.clf, need.svd, need.vocab), 0.02)
+    env = ReplayEnv(trajectories=[ep], expose_episode=True, cost_config=lt._cost_config(cfg.create()))
+    obs, info = env.reset(seed=0)
+    pol.reset(info)
+    n_items, n_glob = len(need_policy.ITEM_FEATURES), len(need_policy.GLOBAL_FEATURES)
+    checked = 0
+    for s in samples:
+        pol.act(obs, info)
+        if s.items.shape[0]:
+            live = need_policy.NeedClassifier._columns(*[a for i, a in enumerate(seen[-1]) if i != 2])
+            trained = need_policy.NeedClassifier._columns(
+                s.items[:, :n_items], s.tool, s.glob[:n_glob], s.family, s.glob[n_glob : n_glob + 2]
+            )
+            np.testing.assert_allclose(live, trained, rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(seen[-1][2], s.words)
+            checked += 1
+        want = np.zeros(len(obs["item_mask"]), bool)
+        want[: len(s.target)] = s.target > 0.5
+        obs, _, done, _, info = env.step(to_action(obs, want))
+        if done:
+            break
+    assert checked >= 5
+
+
+def test_both_hides_only_what_the_network_would_hide_too(fitted, tmp_path):
+    """--both end to end: with the network's bar at 0 nothing is hidden, whatever the classifier says;
+    with the bar above every probability it hides what the classifier alone hides."""
+    need, _, held = fitted
+    net = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, word_vocab=0).create()
+    ep = max(held, key=lambda e: len(e.out_steps))
+    never, _ = _replay(need_policy.NeedPolicy(need, 10.0, 0.0, "off", net=net, net_threshold=1e-12), ep)
+    assert not never
+    alone, _ = _replay(need_policy.NeedPolicy(need, 10.0, 0.0, "off"), ep)
+    both, _ = _replay(need_policy.NeedPolicy(need, 10.0, 0.0, "off", net=net, net_threshold=1.0 + 1e-6), ep)
+    assert alone and both == alone
+    net.save(tmp_path / "ckpt")
+    argv = ["--dataset", "data/sample", "--checkpoint", str(tmp_path / "ckpt"), "--thresholds", "0.05"]
+    assert need_policy.main([*argv, "--both", "0.5:0.05", "--json"]) == 0
+    with pytest.raises(SystemExit):  # another split than the checkpoint's
+        need_policy.main([*argv, "--seed", "3"])
+
+
+def test_batched_hides_wait_until_they_pay(fitted):
+    """batching=pays times the same hides by the learned policy's rule: never more hidden than at once."""
+    need, _, held = fitted
+    for ep in [e for e in held if len(e.out_steps) >= 3]:
+        at_once, _ = _replay(need_policy.NeedPolicy(need, 10.0, 0.0, "off"), ep)
+        paid, _ = _replay(need_policy.NeedPolicy(need, 10.0, 0.0, "pays"), ep)
+        assert paid <= at_once
