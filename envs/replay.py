@@ -197,6 +197,10 @@ class ReplayEnv(gym.Env):
     reasoning.  Once a miss has been recovered by a re-run (``recovery="append"``),
     ``info["item_copied"]`` (bool per slot) marks the outputs whose copy the re-run
     put in the context: live, that copy would be an output of its own, in the window.
+    ``info["cache_cold"]`` says whether the next call's cache has expired whatever its prompt
+    (the log waited longer before it than the provider keeps a prefix: the tool ran that long),
+    so a change made now re-writes nothing that would not be written anyway; live, the wait since
+    the last model call tells the same.
 
     ## Rewards
     Per step ``t`` (the dollars of the calls this step caused, including misses'
@@ -654,6 +658,9 @@ class ReplayEnv(gym.Env):
             "dollars": sim.totals.dollars,
             "misses": sim.totals.misses,
             "invalid_actions": sim.totals.invalid_actions,
+            # the next call's cache has expired anyway: a change now costs no re-write (policies may act
+            # at once instead of waiting for a batch that pays)
+            "cache_cold": sim.cache_cold(),
         }
         if sim.totals.rereads != self._rereads_seen:  # a miss was recovered since: by a re-run's copy?
             self._rereads_seen = sim.totals.rereads

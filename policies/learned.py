@@ -743,7 +743,7 @@ class LearnedPolicy(Policy):
             return rule.act(obs)
         copied = info.get("item_copied") if info else None
         probs = self.probs(obs, self._prices) if thr > 0.0 else None  # abstaining needs no network
-        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied))
+        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied, _cold(info)))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
@@ -755,8 +755,9 @@ class LearnedPolicy(Policy):
             if thr <= 0.0 and rule is not None:
                 acts.append(rule.act(row))
                 continue
-            copied = (infos[i] or {}).get("item_copied") if infos else None
-            acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied)))
+            info = infos[i] if infos else None
+            copied = (info or {}).get("item_copied")
+            acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied, cold=_cold(info))))
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def want_visible(
@@ -766,6 +767,7 @@ class LearnedPolicy(Policy):
         thr: float,
         prices: np.ndarray | None = None,
         copied: np.ndarray | None = None,
+        cold: bool = False,
     ) -> np.ndarray:
         """The visibility the policy asks for, from the network's P(visible) of one observation.
 
@@ -780,7 +782,9 @@ class LearnedPolicy(Policy):
         hides after it share), except of an output ``copied`` marks (ReplayEnv's
         ``info["item_copied"]``: a re-run after its miss put a copy of it in the context), abstaining
         too.  Live, the agent's re-run is an output of its own, which the policy
-        sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``."""
+        sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``.
+        ``cold`` (``info["cache_cold"]``: the next call's cache has expired anyway) makes the hides at
+        once, with ``cfg.cold_hides``: a change then re-writes nothing that would not be written."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
         items = np.asarray(obs["items"], np.float32)
         vis = items[:, _VIS] > 0.5
@@ -798,7 +802,7 @@ class LearnedPolicy(Policy):
         # an output no call has read yet (age 0: the answer to the call just made) stays: hidden now, the
         # agent would get a placeholder for its own tool call (a miss)
         want = ((np.asarray(probs) >= thr) | unread(items)) & mask & ~kept_hidden
-        if self.cfg.batching == "off":
+        if self.cfg.batching == "off" or (cold and self.cfg.cold_hides):
             return want
         cand = mask & vis & ~want
         if not cand.any():
@@ -950,6 +954,11 @@ class LearnedPolicy(Policy):
                 stacklevel=2,
             )
         return policy
+
+
+def _cold(info: dict[str, Any] | None) -> bool:
+    """Whether the caller says the next call's prompt cache has expired anyway (``info["cache_cold"]``)."""
+    return bool(info.get("cache_cold")) if info else False
 
 
 def _priced(family: str | None, prices: Prices | None) -> Prices | None:

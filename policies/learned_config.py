@@ -120,6 +120,14 @@ class LearnedPolicyConfig:
         "calls expected to remain beat the cache re-write (as the cache_clear rule); off: act on every "
         "threshold crossing at once",
     )
+    cold_hides: bool = _f(
+        True,
+        "before a call whose prompt cache has expired anyway (ReplayEnv's and the Orchestrator's "
+        "info['cache_cold']: the wait since the last call outlasted the provider's cache), make the hides "
+        "the network asks for at once rather than wait for a batch that pays: the whole prompt is written "
+        "again then, so a hide costs no re-write. The batching rule otherwise prices every change as if "
+        "the cache were warm (docs/results.md)",
+    )
     min_family_val: int = _f(
         10,
         "validation trajectories a family needs for a threshold of its own (else its price regime's); a "

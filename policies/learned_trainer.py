@@ -450,7 +450,10 @@ def sweep_thresholds(
                     continue
                 row = {k: v[i] for k, v in batch.items()}
                 # as act() decides in evaluation: outputs a re-run put back are not restored
-                want = policy.want_visible(row, probs[i], grid[i], prices, st[-1].get("item_copied"))
+                info = st[-1]
+                want = policy.want_visible(
+                    row, probs[i], grid[i], prices, info.get("item_copied"), bool(info.get("cache_cold"))
+                )
                 steps[i] = envs[i].step(to_action(row, want))
                 done[i] = steps[i][2]
         rows.append(_sweep_row(ep, cfg, [st[-1] for st in steps]))

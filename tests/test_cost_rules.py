@@ -165,3 +165,24 @@ def test_cheaper_recovery_picks_per_miss():
         base=100, user=[0] * 23, asst=[10] * 23, vis=[1000] + [0] * 22, hid=[10] + [0] * 22, needs={2: [0]}
     )
     assert run(long, "cheaper", 2).dollars == run(long, "restore", 2).dollars < run(long, "append", 2).dollars
+
+
+def test_the_simulator_says_when_the_next_call_finds_the_cache_expired():
+    rules = CACHE_RULES["anthropic"]  # 5-minute lifetime
+    sim = Simulator(_cache_episode([0.0, 10.0, 400.0]), CostConfig(prices=UNIT, cache_rules=rules))
+    cold = []
+    while not sim.done:
+        cold.append(sim.cache_cold())  # before each call, as a policy decides
+        sim.call()
+    assert cold == [False, False, True]  # the first call has no wait (NaN); the third waited 390 s
+    unknown = Simulator(_cache_episode([0.0, 10.0, float("nan")]), CostConfig(prices=UNIT, cache_rules=rules))
+    unknown.call(), unknown.call()
+    assert not unknown.cache_cold()  # no timestamp: no wait assumed, as billing assumes
+    forever = CacheRules("test", min_prefix=0, step=1)  # no lifetime
+    sim = Simulator(_cache_episode([0.0, 10.0, 4000.0]), CostConfig(prices=UNIT, cache_rules=forever))
+    sim.call(), sim.call()
+    assert not sim.cache_cold()
+    ideal = Simulator(_cache_episode([0.0, 10.0, 4000.0]), CostConfig(prices=UNIT, cache="ideal"))
+    ideal.call(), ideal.call()
+    assert not ideal.cache_cold()  # the ideal cache never expires
+    assert rules.expired(301.0) and not rules.expired(300.0) and not rules.expired(float("nan"))

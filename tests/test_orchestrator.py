@@ -845,3 +845,33 @@ def test_labelling_time_is_counted_in_the_totals():
     o = Orchestrator(make_policy("none"), query="t")
     read_loop(o, 3)
     assert o.totals.label_ms > 0  # what bench_policy reports as the full turn's need labelling
+
+
+def test_the_policy_is_told_when_the_last_requests_cache_has_expired(monkeypatch):
+    seen = []
+
+    class Spy(type(make_policy("none"))):
+        def act(self, obs, info=None):
+            seen.append(info["cache_cold"])
+            return super().act(obs, info)
+
+    clock = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    orch = Orchestrator(Spy(), query="task", model="gpt-5.2")  # OpenAI: a prompt cache kept 5 minutes
+    orch.decide(force=True)
+    assert seen == [False]  # no request yet: nothing to expire
+    (c,) = orch.record_assistant("", [{"name": "bash", "arguments": {"command": "make"}}])
+    clock[0] += 120.0  # a two-minute build
+    orch.add_tool_result(c["id"], "ok")
+    orch.decide(force=True)
+    (c,) = orch.record_assistant("", [{"name": "bash", "arguments": {"command": "make test"}}])
+    clock[0] += 301.0  # longer than the provider keeps the prefix
+    orch.add_tool_result(c["id"], "ok")
+    orch.decide(force=True)
+    assert seen == [False, False, True]
+    forever = Orchestrator(Spy(), query="task", model="gemini-3-pro-preview")  # no documented lifetime
+    (c,) = forever.record_assistant("", [{"name": "bash", "arguments": {"command": "make"}}])
+    clock[0] += 3600.0
+    forever.add_tool_result(c["id"], "ok")
+    forever.decide(force=True)
+    assert seen[-1] is False

@@ -47,7 +47,9 @@ age in model calls, visibility, tool category, and the online need features
 (``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
 ``toggles`` and ``turns_after``.  ``info`` holds ``keys``/``slot_keys`` (DTOC key
 per slot), ``slot_steps``, ``step``, ``model_family``, ``active_tokens``,
-``budget_tokens``, ``action_mask``, and, computed only when a policy reads them,
+``budget_tokens``, ``action_mask``, ``cache_cold`` (the model's last response came longer ago than
+its provider keeps a prompt cache: the next request writes its whole prompt, so a change now costs no
+re-write), and, computed only when a policy reads them,
 ``text`` (the store listing and recent reasoning), ``store_listing``,
 ``recent_reasoning`` and ``previews`` for LLM policies.
 
@@ -115,7 +117,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
-from dtoc_rl.sim.pricing import Prices, model_prices
+from dtoc_rl.sim.pricing import Prices, cache_rules_for, model_prices
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -289,6 +291,7 @@ class Orchestrator:
         self.model_family = model_family or normalize_family(self._model)
         self._prices = prices
         self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
+        self._answered_at: float | None = None  # time.time() of the last model response
         if store is None and (session_path is not None or session_id is not None):
             from dtoc_rl.core.sqlite_store import SQLiteStore
 
@@ -533,7 +536,8 @@ class Orchestrator:
             if usage:
                 tot.input_tokens += int(usage.get("input_tokens") or 0)
                 tot.output_tokens += int(usage.get("output_tokens") or 0)
-            self._add_turn(asst, turn, masked, time.time())
+            self._answered_at = time.time()
+            self._add_turn(asst, turn, masked, self._answered_at)
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -799,6 +803,7 @@ class Orchestrator:
             budget_tokens=self.budget,
             mode=self.mode,
             session_id=self.session_id,
+            cache_cold=self._cache_cold(),
         )
         lazy: dict[str, Callable[[], Any]] = {
             "store_listing": lambda: self._s.listing(window),
@@ -807,6 +812,15 @@ class Orchestrator:
             "previews": lambda: [o.rec.preview(100) for o in window] + [""] * pad,
         }
         return obs, _LazyInfo(eager, lazy), window
+
+    def _cache_cold(self) -> bool:
+        """Whether the provider's cache of the last request has expired by now (the agent's tools ran
+        longer than the provider keeps a prefix): the next request writes its whole prompt anyway.
+        Timed from the last response, a little after the request was cached, so it errs warm."""
+        if self._answered_at is None:
+            return False
+        rules = cache_rules_for(self.model_family, self._model or None)
+        return rules.expired(time.time() - self._answered_at)
 
     def _text_view(self, window: list[Output], active: int) -> str:
         return (

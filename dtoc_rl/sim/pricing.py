@@ -351,9 +351,13 @@ class CacheRules:
             c = np.round(c * self.hit_rate)
         return int(c) if c.ndim == 0 else c.astype(np.int64)
 
+    def expired(self, idle: float) -> bool:
+        """Whether a cache that sat ``idle`` seconds is gone (NaN, an unknown wait: no)."""
+        return idle > self.ttl
+
     def cached_one(self, ideal: int, prompt: int, idle: float) -> int:
         """:meth:`cached` for one call, in plain Python (the simulator calls it per model call)."""
-        if ideal < self.min_prefix or prompt < self.min_prefix or idle > self.ttl:
+        if ideal < self.min_prefix or prompt < self.min_prefix or self.expired(idle):
             return 0
         c = ideal - ideal % self.step if self.step > 1 else ideal
         return c if self.hit_rate == 1.0 else round(c * self.hit_rate)

@@ -278,6 +278,13 @@ class Simulator:
         """Steps stored so far (outputs of steps < t exist)."""
         return self.t
 
+    def cache_cold(self) -> bool:
+        """Whether the next model call finds its provider's cache expired whatever its prompt (the log
+        waited longer before it than the cache keeps a prefix): a change made before it re-writes
+        nothing that would not be written anyway."""
+        c = self.c
+        return self._rules is not None and c < len(self._idle) and self._rules.expired(self._idle[c])
+
     def hidden_mask(self) -> np.ndarray:
         m = ~self.visible
         m[self.t :] = False

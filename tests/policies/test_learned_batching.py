@@ -1,6 +1,7 @@
 """Batched hides: the rule that times hides by price (best_batch), shared by cache_clear and the
 learned policy's ``batching="pays"``."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -8,9 +9,10 @@ import pytest
 import torch
 
 from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
-from dtoc_rl.policies.baselines import best_batch
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.policies.baselines import best_batch, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.sim.pricing import PRICES
+from dtoc_rl.sim.pricing import CACHE_RULES, PRICES
 
 _F = {f: i for i, f in enumerate(ITEM_FEATURES)}
 
@@ -323,3 +325,55 @@ def test_a_decision_flushes_subnormals_and_restores_the_flag_after():
         assert float((tiny * 1.0)[0]) == 0.0
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_before_a_cold_call_the_hides_the_network_asks_for_are_made_at_once():
+    # early in a run on a write-premium model the batch does not pay (test above) ...
+    obs = _obs([2.0, 2.0, 2.0], [1, 1, 1], step=1, active_k=80.0)
+    probs = np.array([0.0, 0.0, 0.9] + [0.0] * 5, np.float32)
+    prices = price_vector(PRICES["claude-sonnet"])
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
+    assert pol.cfg.cold_hides and pol.want_visible(obs, probs, 0.5, prices)[:3].all()
+    # ... but before a call whose cache has expired anyway the whole prompt is written: hide now
+    cold = pol.want_visible(obs, probs, 0.5, prices, cold=True)
+    assert cold[:3].tolist() == [False, False, True]
+    assert pol.want_visible(obs, probs, 0.0, prices, cold=True)[:3].all()  # abstaining keeps all
+    off = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, cold_hides=False).create()
+    assert off.want_visible(obs, probs, 0.5, prices, cold=True)[:3].all()  # switched off: waits
+    # act() and act_batch() read it from the caller's info
+    obs["prices"] = prices
+    hides_all = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, threshold=1.0).create()
+    assert not hides_all.act(obs, {})["disable"].any()
+    assert hides_all.act(obs, {"cache_cold": True})["disable"][:3].all()
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    both = hides_all.act_batch(batch, [{"cache_cold": False}, {"cache_cold": True}])
+    assert not both["disable"][0].any() and both["disable"][1][:3].all()
+
+
+def test_replay_env_says_when_the_next_calls_cache_is_cold_and_the_sweep_acts_on_it():
+    from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.policies import learned_trainer as lt
+    from dtoc_rl.sim.episode import Episode
+    from dtoc_rl.sim.simulator import CostConfig, idle_seconds
+
+    base = next(e for e in load_episodes() if e.n_calls > 6 and len(e.out_steps) >= 4)
+    ep = Episode(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Episode) if f.init})
+    waits = np.full(ep.n, 10.0)  # a tool that ran ten minutes before one call: the cache expired
+    cold_call = ep.n_calls - 2
+    waits[ep.starts[cold_call] if ep.n_calls != ep.n else cold_call] = 600.0
+    ep.timestamps = np.cumsum(waits)
+    assert idle_seconds(ep)[cold_call] == pytest.approx(600.0)
+    cfg = CostConfig(cache_rules=CACHE_RULES["openai"])
+    env = ReplayEnv(trajectories=[ep], cost_config=cfg)
+    obs, info = env.reset(seed=0)
+    seen, done = [], False
+    while not done:
+        seen.append((env.sim.c, bool(info["cache_cold"])))  # the call the decision comes before
+        obs, _, done, _, info = env.step(to_action(obs, np.ones(len(obs["item_mask"]), bool)))
+    assert [c for c, cold in seen if cold] == [cold_call]
+    # the threshold sweep that tunes a checkpoint decides as act() does there
+    pol = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create()
+    swept = lt.sweep_thresholds(pol, [ep], cfg, grid=(0.5,))[0]
+    pol.cfg.threshold = 0.5
+    acted = lt._replay(pol, ep, cfg, pol.cfg.max_items)["totals"]
+    assert swept["dollars"][0] == pytest.approx(acted["dollars"])
