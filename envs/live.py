@@ -639,6 +639,12 @@ class LiveEnv(gym.Env):
         info["dollars"] = ep.totals.dollars
         info["invalid_actions"] = ep.totals.invalid_actions
         info["tool_timeouts"] = ep.totals.tool_timeouts
+        # the provider's cache of the last call has expired by now: a change costs no re-write (as the
+        # Orchestrator tells its policy)
+        rules = self.cache_rules
+        info["cache_cold"] = bool(
+            rules is not None and ep.last_call is not None and rules.expired(time.time() - ep.last_call)
+        )
         if self.text_view:
             info["text"] = self.text()
         return info

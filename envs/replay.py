@@ -198,9 +198,11 @@ class ReplayEnv(gym.Env):
     ``info["item_copied"]`` (bool per slot) marks the outputs whose copy the re-run
     put in the context: live, that copy would be an output of its own, in the window.
     ``info["cache_cold"]`` says whether the next call's cache has expired whatever its prompt
-    (the log waited longer before it than the provider keeps a prefix: the tool ran that long),
-    so a change made now re-writes nothing that would not be written anyway; live, the wait since
-    the last model call tells the same.
+    (the logged gap between the two calls, which holds the tools' run time and the model's own
+    latency, is longer than the provider keeps a prefix), so a change made now re-writes nothing
+    that would not be written anyway; never with the ideal cache or ``overhead="agent"``. Live, the
+    time since the model's last response tells the same (the Orchestrator, LiveEnv, ``/decide``'s
+    ``idle_seconds``).
 
     ## Rewards
     Per step ``t`` (the dollars of the calls this step caused, including misses'

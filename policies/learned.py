@@ -914,6 +914,7 @@ class LearnedPolicy(Policy):
             saved.setdefault("batching", "off")
             saved.setdefault("word_vocab", 0)  # nor content words
             saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
+            saved.setdefault("cold_hides", False)  # nor hides made at once before a cold call
             cfg = LearnedPolicyConfig(**saved)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with

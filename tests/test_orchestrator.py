@@ -856,7 +856,7 @@ def test_the_policy_is_told_when_the_last_requests_cache_has_expired(monkeypatch
             return super().act(obs, info)
 
     clock = [1000.0]
-    monkeypatch.setattr(time, "time", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     orch = Orchestrator(Spy(), query="task", model="gpt-5.2")  # OpenAI: a prompt cache kept 5 minutes
     orch.decide(force=True)
     assert seen == [False]  # no request yet: nothing to expire
@@ -875,3 +875,12 @@ def test_the_policy_is_told_when_the_last_requests_cache_has_expired(monkeypatch
     forever.add_tool_result(c["id"], "ok")
     forever.decide(force=True)
     assert seen[-1] is False
+
+    longer = Orchestrator(Spy(), query="task", model="gpt-5.2", cache_ttl=3600.0)  # extended retention
+    (c,) = longer.record_assistant("", [{"name": "bash", "arguments": {"command": "make"}}])
+    clock[0] += 600.0
+    longer.add_tool_result(c["id"], "ok")
+    longer.decide(force=True)
+    assert seen[-1] is False
+    with pytest.raises(ValueError, match="cache_ttl must be > 0"):
+        Orchestrator(Spy(), query="task", cache_ttl=0)

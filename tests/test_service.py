@@ -350,3 +350,22 @@ def test_remote_policy_when_the_service_is_down():
         RemotePolicy(url, timeout=2, on_error="raise").act(obs)
     with pytest.raises(ValueError):
         RemotePolicy("ftp://x")
+
+
+def test_decide_tells_the_policy_when_the_clients_wait_outlasted_the_cache():
+    seen = []
+
+    class Spy(type(make_policy("none"))):
+        def act(self, obs, info=None):
+            seen.append(info["cache_cold"])
+            return super().act(obs, info)
+
+    svc = DecisionService(Spy())
+    body = {"model": "gpt-5.2", "items": items(3)}
+    for wait in (None, 120.0, 301.0):
+        svc.decide({**body, **({} if wait is None else {"idle_seconds": wait})})
+    svc.decide({"model": "gemini-3-pro-preview", "items": items(3), "idle_seconds": 3600.0})  # no lifetime
+    assert seen == [False, False, True, False]
+    with pytest.raises(DecideError) as e:
+        svc.decide({**body, "idle_seconds": -1})
+    assert e.value.status == 422 and "idle_seconds" in str(e.value.to_dict())

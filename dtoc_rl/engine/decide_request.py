@@ -153,6 +153,9 @@ class Request(msgspec.Struct):
     misses: Count = 0
     mgmt_calls: Count = 0
     prices: PriceSpec | None = None  # for a model the service cannot price by its name
+    # seconds since the model's last response: past the provider's cache lifetime the next call
+    # writes its whole prompt anyway, so a change then costs no re-write (info["cache_cold"])
+    idle_seconds: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
     # need labels kept by the service: the session's new turns, sent once each, in order
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     task: str | None = None
@@ -365,6 +368,7 @@ def parse(
         "family": resolve_family(req),
         "model": req.model,
         "prices": req.prices.to_prices() if req.prices is not None else None,
+        "idle_seconds": req.idle_seconds,
         "active_tokens": active,
         "saved_tokens": saved,
         "budget": req.budget if req.budget is not None else (req.budget_tokens or 0),

@@ -233,6 +233,9 @@ class Orchestrator:
         model_family: the policy's model family (default: ``normalize_family(model)``).
         prices: the model's prices for the policy's ``prices`` observation (default: the list
             prices of ``model``, else of its family: give them for a model the price table lacks).
+        cache_ttl: seconds the provider keeps a prompt cache, for ``info["cache_cold"]`` (default:
+            its documented lifetime, ``dtoc_rl.sim.pricing.CACHE_RULES``; give the longer one of an
+            extended retention: a cache taken for cold when it is not makes a hide re-write it).
         session_path: a SQLite file: the session is stored there and reopens after a restart.
         session_id: the session to create or reopen (with ``session_path``, or alone:
             then the file is ``$DTOC_SESSION_DB`` or ``./dtoc_sessions.sqlite``).
@@ -256,6 +259,7 @@ class Orchestrator:
         model: str = "",
         model_family: str | None = None,
         prices: Prices | None = None,
+        cache_ttl: float | None = None,
         session_path: str | Path | None = None,
         session_id: str | None = None,
         store: Store | None = None,
@@ -291,7 +295,10 @@ class Orchestrator:
         self.model_family = model_family or normalize_family(self._model)
         self._prices = prices
         self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
-        self._answered_at: float | None = None  # time.time() of the last model response
+        if cache_ttl is not None and not cache_ttl > 0:
+            raise ValueError(f"cache_ttl must be > 0 seconds, got {cache_ttl!r}")
+        self.cache_ttl = cache_ttl
+        self._answered_at: float | None = None  # time.monotonic() of the last model response
         if store is None and (session_path is not None or session_id is not None):
             from dtoc_rl.core.sqlite_store import SQLiteStore
 
@@ -536,8 +543,8 @@ class Orchestrator:
             if usage:
                 tot.input_tokens += int(usage.get("input_tokens") or 0)
                 tot.output_tokens += int(usage.get("output_tokens") or 0)
-            self._answered_at = time.time()
-            self._add_turn(asst, turn, masked, self._answered_at)
+            self._answered_at = time.monotonic()
+            self._add_turn(asst, turn, masked, time.time())
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -816,11 +823,14 @@ class Orchestrator:
     def _cache_cold(self) -> bool:
         """Whether the provider's cache of the last request has expired by now (the agent's tools ran
         longer than the provider keeps a prefix): the next request writes its whole prompt anyway.
-        Timed from the last response, a little after the request was cached, so it errs warm."""
+        Timed from the last response, a little after the request was cached, so it errs warm; a
+        session reopened from its store is warm until its next response."""
         if self._answered_at is None:
             return False
-        rules = cache_rules_for(self.model_family, self._model or None)
-        return rules.expired(time.time() - self._answered_at)
+        idle = time.monotonic() - self._answered_at
+        if self.cache_ttl is not None:
+            return idle > self.cache_ttl
+        return cache_rules_for(self.model_family, self._model or None).expired(idle)
 
     def _text_view(self, window: list[Output], active: int) -> str:
         return (

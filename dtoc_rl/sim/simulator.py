@@ -281,9 +281,13 @@ class Simulator:
     def cache_cold(self) -> bool:
         """Whether the next model call finds its provider's cache expired whatever its prompt (the log
         waited longer before it than the cache keeps a prefix): a change made before it re-writes
-        nothing that would not be written anyway."""
+        nothing that would not be written anyway.  Never with ``overhead="agent"``: there the
+        manage_context call comes after the wait, takes the cold write, and the logged call after it
+        re-writes what follows the change."""
         c = self.c
-        return self._rules is not None and c < len(self._idle) and self._rules.expired(self._idle[c])
+        if self._rules is None or self.cfg.overhead == "agent" or c >= len(self._idle):
+            return False
+        return self._rules.expired(self._idle[c])
 
     def hidden_mask(self) -> np.ndarray:
         m = ~self.visible

@@ -566,3 +566,17 @@ def test_provider_cache_rules_apply_to_live_calls():
     assert got["provider"]["dollars"] > got["ideal"]["dollars"]
     with pytest.raises(ValueError, match="cache must be"):
         LiveEnv(ScriptedAgent(script), tasks=["pagination"], cache="perfect")
+
+
+def test_the_policy_is_told_when_the_cache_of_the_last_call_has_expired(monkeypatch):
+    import time
+
+    env = LiveEnv(ScriptedAgent([call("bash", command="ls")] * 3), tasks=["pagination"], max_items=N)
+    _, info = env.reset(seed=0)
+    assert info["cache_cold"] is False  # the first call just ran
+    clock = time.time()
+    monkeypatch.setattr(time, "time", lambda: clock + 400.0)  # a tool that ran longer than the cache lasts
+    assert env._info(env._obs())["cache_cold"] is True
+    env.cache_rules = None  # the ideal cache never expires
+    assert env._info(env._obs())["cache_cold"] is False
+    env.close()

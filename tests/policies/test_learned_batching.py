@@ -377,3 +377,33 @@ def test_replay_env_says_when_the_next_calls_cache_is_cold_and_the_sweep_acts_on
     pol.cfg.threshold = 0.5
     acted = lt._replay(pol, ep, cfg, pol.cfg.max_items)["totals"]
     assert swept["dollars"][0] == pytest.approx(acted["dollars"])
+
+
+def test_a_checkpoint_saved_before_cold_hides_keeps_waiting_before_a_cold_call(tmp_path):
+    import json
+
+    from dtoc_rl.policies.learned import LearnedPolicy
+
+    path = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create().save(tmp_path / "ck")
+    assert LearnedPolicy.load(path).cfg.cold_hides
+    meta = json.loads((path / "config.json").read_text())
+    del meta["config"]["cold_hides"]  # its thresholds were chosen with every hide waiting for a batch
+    (path / "config.json").write_text(json.dumps(meta))
+    assert LearnedPolicy.load(path).cfg.cold_hides is False
+
+
+def test_with_agent_overhead_no_call_is_cold():
+    from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.sim.episode import Episode
+    from dtoc_rl.sim.simulator import CostConfig
+
+    base = next(e for e in load_episodes() if e.n_calls > 6 and e.n_calls == e.n)
+    ep = Episode(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Episode) if f.init})
+    ep.timestamps = np.arange(ep.n) * 600.0  # every call waits ten minutes
+    for overhead, expect in (("orchestrator", True), ("agent", False)):
+        env = ReplayEnv(
+            trajectories=[ep], cost_config=CostConfig(cache_rules=CACHE_RULES["openai"], overhead=overhead)
+        )
+        _, info = env.reset(seed=0)
+        # the agent's own manage_context call takes the cold write, and the logged call re-writes after it
+        assert info["cache_cold"] is expect
