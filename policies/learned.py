@@ -743,7 +743,7 @@ class LearnedPolicy(Policy):
             return rule.act(obs)
         copied = info.get("item_copied") if info else None
         probs = self.probs(obs, self._prices) if thr > 0.0 else None  # abstaining needs no network
-        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied, _cold(info)))
+        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied, cold_of(info)))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
@@ -757,7 +757,7 @@ class LearnedPolicy(Policy):
                 continue
             info = infos[i] if infos else None
             copied = (info or {}).get("item_copied")
-            acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied, cold=_cold(info))))
+            acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied, cold=cold_of(info))))
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def want_visible(
@@ -957,7 +957,7 @@ class LearnedPolicy(Policy):
         return policy
 
 
-def _cold(info: dict[str, Any] | None) -> bool:
+def cold_of(info: dict[str, Any] | None) -> bool:
     """Whether the caller says the next call's prompt cache has expired anyway (``info["cache_cold"]``)."""
     return bool(info.get("cache_cold")) if info else False
 

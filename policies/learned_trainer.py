@@ -41,7 +41,7 @@ from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, common_words
 from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.evaluate import run_length
-from dtoc_rl.policies.learned import LearnedPolicy, economics
+from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table
@@ -452,7 +452,7 @@ def sweep_thresholds(
                 # as act() decides in evaluation: outputs a re-run put back are not restored
                 info = st[-1]
                 want = policy.want_visible(
-                    row, probs[i], grid[i], prices, info.get("item_copied"), bool(info.get("cache_cold"))
+                    row, probs[i], grid[i], prices, info.get("item_copied"), cold_of(info)
                 )
                 steps[i] = envs[i].step(to_action(row, want))
                 done[i] = steps[i][2]

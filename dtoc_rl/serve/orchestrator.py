@@ -117,7 +117,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
-from dtoc_rl.sim.pricing import Prices, cache_rules_for, model_prices
+from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -825,12 +825,8 @@ class Orchestrator:
         longer than the provider keeps a prefix): the next request writes its whole prompt anyway.
         Timed from the last response, a little after the request was cached, so it errs warm; a
         session reopened from its store is warm until its next response."""
-        if self._answered_at is None:
-            return False
-        idle = time.monotonic() - self._answered_at
-        if self.cache_ttl is not None:
-            return idle > self.cache_ttl
-        return cache_rules_for(self.model_family, self._model or None).expired(idle)
+        idle = None if self._answered_at is None else time.monotonic() - self._answered_at
+        return cache_expired(idle, self.model_family, self._model or None, self.cache_ttl)
 
     def _text_view(self, window: list[Output], active: int) -> str:
         return (

@@ -146,7 +146,7 @@ from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_TOTAL_CHARS,
     Sessions,
 )
-from dtoc_rl.sim.pricing import Prices, cache_rules_for, model_prices, user_prices
+from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices, user_prices
 
 __all__ = [
     "DEFAULT_HOST",
@@ -346,8 +346,7 @@ class DecisionService:
                 "budget_tokens": p["budget"],
                 "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
                 # the provider's cache has expired since the model's last response (the client's wait)
-                "cache_cold": p["idle_seconds"] is not None
-                and cache_rules_for(p["family"], p["model"] or None).expired(p["idle_seconds"]),
+                "cache_cold": cache_expired(p["idle_seconds"], p["family"], p["model"] or None),
             }
             with self._lock:
                 action = policy.act(obs, info)

@@ -387,6 +387,18 @@ CACHE_RULES: dict[str, CacheRules] = {
     "none": CacheRules("none", 0, 1, float("inf"), 1.0, "no prompt caching"),
 }
 
+
+def cache_expired(
+    idle: float | None, family: str | None, model_raw: str | None = None, ttl: float | None = None
+) -> bool:
+    """Whether a model's prompt cache is gone after ``idle`` seconds (None or NaN: a wait not known):
+    ``ttl`` when given (a provider's extended retention), else its provider's documented lifetime.
+    What a live caller tells a policy as ``info["cache_cold"]``."""
+    if idle is None:
+        return False
+    return idle > ttl if ttl is not None else cache_rules_for(family, model_raw).expired(idle)
+
+
 _PROVIDER_OF_FAMILY = (
     ("gpt", "openai"),
     ("openai", "openai"),
