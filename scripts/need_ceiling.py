@@ -293,10 +293,9 @@ def curve(
     (None: none is within it), for the hide rule ``P < t * worth ** alpha``."""
     m = meta[test_rows]
     scaled = p / np.maximum(worth(outs, m), 1e-9) ** alpha if alpha else p  # 0 tokens: worth nothing
-    table = [{"threshold": t, **schedule(outs, m, scaled < t, test_outs)} for t in THRESHOLDS]
-    ok = [r for r in ({"threshold": t, **schedule(outs, m, scaled < t, test_outs)} for t in DENSE)
-          if r["misses_per_100"] <= budget]  # fmt: skip
-    return table, max(ok, key=lambda r: r["hidden_share"]) if ok else None
+    at = {t: {"threshold": t, **schedule(outs, m, scaled < t, test_outs)} for t in DENSE}  # THRESHOLDS too
+    ok = [r for r in at.values() if r["misses_per_100"] <= budget]
+    return [at[t] for t in THRESHOLDS], max(ok, key=lambda r: r["hidden_share"]) if ok else None
 
 
 def main(argv: list[str] | None = None) -> int:
