@@ -186,3 +186,25 @@ def test_the_simulator_says_when_the_next_call_finds_the_cache_expired():
     ideal.call(), ideal.call()
     assert not ideal.cache_cold()  # the ideal cache never expires
     assert rules.expired(301.0) and not rules.expired(300.0) and not rules.expired(float("nan"))
+
+
+def test_the_agents_manage_context_call_takes_the_wait_before_the_logged_call():
+    # base 2000; step 0: A=10, O=500; step 1: A=10, O=200; step 2: A=10.  Prompts 2000, 2510, 2720.
+    # overhead="agent", output 0 hidden before call 2: the agent's manage_context call comes after the
+    # wait before call 2, so after 390 s it writes its whole prompt (the cache expired), and the logged
+    # call right after it reads the mgmt call's prompt up to the hidden output: base + A = 2010 tokens.
+    def run(wait):
+        ep = make_episode(base=2000, user=[0, 0, 0], asst=[10, 10, 10], vis=[500, 200, 0], hid=[5, 5, 0])
+        ep.timestamps = np.asarray([0.0, 10.0, 10.0 + wait])
+        cfg = CostConfig(prices=UNIT, cache_rules=CACHE_RULES["anthropic"], overhead="agent")
+        sim = Simulator(ep, cfg)
+        sim.call(), sim.call()
+        reads = [sim.totals.cache_read_tokens]
+        sim.apply_changes([], [0])
+        reads.append(sim.totals.cache_read_tokens)
+        sim.call()
+        reads.append(sim.totals.cache_read_tokens)
+        return np.diff(reads).tolist(), sim.totals.misses
+
+    assert run(390.0) == ([0, 2010], 0)
+    assert run(10.0) == ([2510, 2010], 0)  # no wait: the mgmt call reads call 1's prompt

@@ -366,6 +366,43 @@ def test_decide_tells_the_policy_when_the_clients_wait_outlasted_the_cache():
         svc.decide({**body, **({} if wait is None else {"idle_seconds": wait})})
     svc.decide({"model": "gemini-3-pro-preview", "items": items(3), "idle_seconds": 3600.0})  # no lifetime
     assert seen == [False, False, True, False]
+    # a client that knows better (an extended retention, a replayed log) says so itself
+    svc.decide({**body, "idle_seconds": 10.0, "cache_cold": True})
+    svc.decide({**body, "idle_seconds": 3600.0, "cache_cold": False})
+    assert seen[4:] == [True, False]
     with pytest.raises(DecideError) as e:
         svc.decide({**body, "idle_seconds": -1})
     assert e.value.status == 422 and "idle_seconds" in str(e.value.to_dict())
+    with pytest.raises(DecideError) as e:
+        svc.decide({**body, "cache_cold": "yes"})
+    assert e.value.status == 422 and "cache_cold" in str(e.value.to_dict())
+
+
+def test_remote_policy_passes_on_what_its_caller_knows_of_the_cache():
+    from dtoc_rl.serve.service import RemotePolicy
+
+    seen = []
+
+    class Spy(type(make_policy("none"))):
+        def act(self, obs, info=None):
+            seen.append(info["cache_cold"])
+            return super().act(obs, info)
+
+    obs = {
+        "item_mask": np.array([1, 1, 0], np.int8),
+        "items": np.zeros((3, 11), np.float32),
+        "item_tool": np.zeros(3, np.int64),
+        "enable_mask": np.zeros(3, np.int8),
+        "disable_mask": np.array([1, 1, 0], np.int8),
+        "globals": np.zeros(9, np.float32),
+        "family": np.int64(0),
+    }
+    srv, _ = serve_in_thread(DecisionService(Spy()), "127.0.0.1", 0)
+    try:
+        remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}", token=srv.token)
+        for cold in (True, False, None):
+            remote.act(obs, {"model_family": "gpt-5", **({} if cold is None else {"cache_cold": cold})})
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert seen == [True, False, False] and remote.errors == 0

@@ -156,6 +156,9 @@ class Request(msgspec.Struct):
     # seconds since the model's last response: past the provider's cache lifetime the next call
     # writes its whole prompt anyway, so a change then costs no re-write (info["cache_cold"])
     idle_seconds: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+    # the client's own finding that the next call's cache has expired (a caller that knows its
+    # provider's retention, or replays a log); when given, idle_seconds is not read
+    cache_cold: bool | None = None
     # need labels kept by the service: the session's new turns, sent once each, in order
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     task: str | None = None
@@ -369,6 +372,7 @@ def parse(
         "model": req.model,
         "prices": req.prices.to_prices() if req.prices is not None else None,
         "idle_seconds": req.idle_seconds,
+        "cache_cold": req.cache_cold,
         "active_tokens": active,
         "saved_tokens": saved,
         "budget": req.budget if req.budget is not None else (req.budget_tokens or 0),

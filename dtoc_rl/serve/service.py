@@ -345,8 +345,11 @@ class DecisionService:
                 "active_tokens": p["active_tokens"],
                 "budget_tokens": p["budget"],
                 "action_mask": {"enable": obs["enable_mask"], "disable": obs["disable_mask"]},
-                # the provider's cache has expired since the model's last response (the client's wait)
-                "cache_cold": cache_expired(p["idle_seconds"], p["family"], p["model"] or None),
+                # the provider's cache has expired since the model's last response: the client says so,
+                # or its wait is longer than the provider keeps a cached prompt
+                "cache_cold": p["cache_cold"]
+                if p["cache_cold"] is not None
+                else cache_expired(p["idle_seconds"], p["family"], p["model"] or None),
             }
             with self._lock:
                 action = policy.act(obs, info)
@@ -749,7 +752,8 @@ class RemotePolicy:
     """A policy served by ``dtoc-rl serve``, used like a local one: ``act(obs, info)``.
 
     The observation's slots are sent as ``/decide`` items with every feature
-    (keys from ``info["keys"]``, else ``s000``, ``s001``, ...), the answer's keys
+    (keys from ``info["keys"]``, else ``s000``, ``s001``, ...; ``info["cache_cold"]``, which
+    ReplayEnv, LiveEnv and the Orchestrator set, as ``cache_cold``), the answer's keys
     are mapped back to enable/disable masks.  When the service cannot be reached
     or answers with an error, ``on_error`` decides: ``"show_all"`` (default: enable
     every hidden slot, like the OpenCode plugin), ``"keep"`` (change nothing) or
@@ -855,6 +859,8 @@ class RemotePolicy:
             "stored": max(len(items), round(g[gi["stored"]])),
             "visible_count": max(0, round(g[gi["visible"]])),
         }
+        if "cache_cold" in info:  # ReplayEnv, LiveEnv and the Orchestrator know it; a policy acts on it
+            body["cache_cold"] = bool(info["cache_cold"])
         return body, keys
 
     def reset(self, info: Any = None) -> None:

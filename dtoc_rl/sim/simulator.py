@@ -265,7 +265,9 @@ class Simulator:
         self.n_stored = 0  # stored outputs
         self.n_visible = 0  # stored outputs now visible
         self.prev_prompt = 0
-        self.idle = float("nan")  # seconds the cache waited before the next billed call
+        # seconds the cache waits before the next billed call: the log's wait before model call c, taken
+        # by the first call billed after it (a re-run, the agent's manage_context call, or call c itself)
+        self.idle = self._idle[0] if self._idle else float("nan")
         self.first_changed = ep.n
         self.totals = Totals()
 
@@ -423,7 +425,6 @@ class Simulator:
         t, c, tot = self.t, self.c, self.totals
         if t >= self._n or tot.failed:  # self.done
             raise RuntimeError("episode is over; reset() first")
-        self.idle = self._idle[c]
         dollars = 0.0
         misses = 0
         pre = 0  # appended by re-runs before this call's message
@@ -495,6 +496,7 @@ class Simulator:
                 self.ctx += seg
         self.t = end
         self.c = c + 1
+        self.idle = self._idle[c + 1] if c + 1 < len(self._idle) else float("nan")
         return dollars, misses
 
     # -- a policy's decision ---------------------------------------------------

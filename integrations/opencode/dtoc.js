@@ -82,6 +82,10 @@
  * @property {Map<string, Item>} compacted outputs OpenCode pruned itself, by callID (still sent as turns)
  * @property {number} generation bumped when the service's copy of the session is lost or stale
  * @property {Record<string, number>} needed the service's need counts by key (last answer)
+ * @property {number} responseAt ms since the epoch when the model's last response ended (its first tool
+ *   started), 0 when not seen: the wait since then tells the service whether the provider's prompt cache
+ *   has expired, when a change costs no re-write
+ * @property {boolean} toolsStarted a tool of the latest response has started (responseAt is set)
  */
 
 /**
@@ -234,6 +238,8 @@ function createDtoc(opts = {}) {
         compacted: new Map(),
         generation: 0,
         needed: {},
+        responseAt: 0,
+        toolsStarted: false,
       };
       sessions.set(id, s);
     }
@@ -278,6 +284,8 @@ function createDtoc(opts = {}) {
       step,
       budget,
       active_tokens: active,
+      // unknown (no tool timed yet) is left out: the service then assumes a warm cache
+      ...(s.responseAt ? { idle_seconds: Math.max(0, (Date.now() - s.responseAt) / 1000) } : {}),
       items: items.map((it) => ({
         key: it.key,
         tokens: it.tokens,
@@ -389,6 +397,20 @@ function createDtoc(opts = {}) {
 
   const hooks = {
     /**
+     * The first tool of a response starts when the model's response has ended: from then on the
+     * provider's prompt cache waits, and past its lifetime a change costs no re-write.
+     * @param {{ tool: string, sessionID: string, callID: string }} input
+     */
+    "tool.execute.before": async (input) => {
+      if (disabled || !input || typeof input.sessionID !== "string") return;
+      const s = session(input.sessionID);
+      if (!s.toolsStarted) {
+        s.responseAt = Date.now();
+        s.toolsStarted = true;
+      }
+    },
+
+    /**
      * @param {{ tool: string, sessionID: string, callID: string, args?: unknown }} input
      * @param {{ title: string, output: string, metadata: unknown }} output
      */
@@ -498,6 +520,8 @@ function createDtoc(opts = {}) {
           s.byKey.delete(it.key);
         }
       }
+      // a model call follows this transform: the first tool of its response times the next wait
+      s.toolsStarted = false;
       if (!managed.length) return;
       /** @type {Record<string, any>} */
       const body = payload(s, assistants, s.otherTokens);

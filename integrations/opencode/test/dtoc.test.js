@@ -290,6 +290,38 @@ test("a failed tool call is sent as an error output", async () => {
   assert.deepEqual([call.output, call.is_error, call.key], ["No replacement was performed", true, "err:call_1"]);
 });
 
+test("the wait since the model's last response is sent, timed from its first tool's start", async () => {
+  const { bodies, statuses, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy, labels: false });
+  const realNow = Date.now;
+  let clock = 1_800_000_000_000;
+  Date.now = () => clock;
+  try {
+    const history = [user("task")];
+    await runTool(hooks, history, 0); // no tool.execute.before seen: the wait is unknown, not sent
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.ok(bodies.every((b) => !("idle_seconds" in b)), JSON.stringify(bodies.map((b) => Object.keys(b))));
+    // a response with two tools: the first one's start is when the model stopped answering
+    await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_1" }, { args: {} });
+    clock += 200_000;
+    await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_2" }, { args: {} });
+    clock += 201_000; // the tools ran 401 s in all
+    await runTool(hooks, history, 1);
+    await runTool(hooks, history, 2);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.equal(bodies[bodies.length - 1].idle_seconds, 401);
+    // the next response's tool times the next wait
+    await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_3" }, { args: {} });
+    clock += 5_000;
+    await runTool(hooks, history, 3);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.equal(bodies[bodies.length - 1].idle_seconds, 5);
+    assert.ok(statuses.every((c) => c === 200), String(statuses));
+  } finally {
+    Date.now = realNow;
+  }
+});
+
 test("a service that is down means every output is shown, and nothing throws", async () => {
   const hooks = await DtocContextPlugin({}, { url: "http://127.0.0.1:9", timeoutMs: 500, backoffMs: 0 });
   const state = hooks[STATE];
