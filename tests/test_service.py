@@ -352,15 +352,20 @@ def test_remote_policy_when_the_service_is_down():
         RemotePolicy("ftp://x")
 
 
-def test_decide_tells_the_policy_when_the_clients_wait_outlasted_the_cache():
-    seen = []
+def _cold_spy(seen: list):
+    """A policy that keeps nothing hidden and records each decision's ``info["cache_cold"]``."""
 
     class Spy(type(make_policy("none"))):
         def act(self, obs, info=None):
             seen.append(info["cache_cold"])
             return super().act(obs, info)
 
-    svc = DecisionService(Spy())
+    return Spy()
+
+
+def test_decide_tells_the_policy_when_the_clients_wait_outlasted_the_cache():
+    seen = []
+    svc = DecisionService(_cold_spy(seen))
     body = {"model": "gpt-5.2", "items": items(3)}
     for wait in (None, 120.0, 301.0):
         svc.decide({**body, **({} if wait is None else {"idle_seconds": wait})})
@@ -382,12 +387,6 @@ def test_remote_policy_passes_on_what_its_caller_knows_of_the_cache():
     from dtoc_rl.serve.service import RemotePolicy
 
     seen = []
-
-    class Spy(type(make_policy("none"))):
-        def act(self, obs, info=None):
-            seen.append(info["cache_cold"])
-            return super().act(obs, info)
-
     obs = {
         "item_mask": np.array([1, 1, 0], np.int8),
         "items": np.zeros((3, 11), np.float32),
@@ -397,7 +396,7 @@ def test_remote_policy_passes_on_what_its_caller_knows_of_the_cache():
         "globals": np.zeros(9, np.float32),
         "family": np.int64(0),
     }
-    srv, _ = serve_in_thread(DecisionService(Spy()), "127.0.0.1", 0)
+    srv, _ = serve_in_thread(DecisionService(_cold_spy(seen)), "127.0.0.1", 0)
     try:
         remote = RemotePolicy(f"http://127.0.0.1:{srv.server_address[1]}", token=srv.token)
         for cold in (True, False, None):
