@@ -191,7 +191,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         report = policy.fit(episodes=train_eps, progress=False)
         ckpt = out_dir / (f"without-{fam}" if len(seeds) == 1 else f"without-{fam}-seed{seed}")
         policy.save(ckpt)
-        fold["train_seconds"] = round(time.perf_counter() - t0, 1)
+        fold["train_seconds"] = round(time.perf_counter() - t0, 3)
         fold["train_episodes"] = report.get("train_episodes")
         fold["train_families"] = sorted({e.model_family for e in train_eps})
         fold["train_sources"] = sorted({e.source for e in train_eps})
@@ -200,14 +200,14 @@ def leave_one_out(args: Args, log=print) -> dict:
         learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
         t0 = time.perf_counter()
         runs = evaluate(test_eps, [*learned, *args.rules], progress=False)
-        fold["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        fold["eval_seconds"] = round(time.perf_counter() - t0, 3)
         rows = aggregate(runs, by=["overall"], n_boot=args.bootstrap, seed=args.seed)
         fold["rows"] = rows
         fold["done_when"] = done_when(rows, max_misses=args.miss_budget, min_n=args.min_trajectories)
         fold["failed_runs"] = [
             {"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error
         ]
-        log(f"   trained in {fold['train_seconds']} s, evaluated in {fold['eval_seconds']} s")
+        log(f"   trained in {fold['train_seconds']:.1f} s, evaluated in {fold['eval_seconds']:.1f} s")
         result["folds"].append(fold)
         result["over_seeds"] = over_seeds(result["folds"])
         _write(out_dir / "lofo.json", result)
@@ -334,7 +334,7 @@ def table(result: dict) -> str:
         for d in fold["done_when"]:
             if d["policy"] is None:
                 lines.append(f"| {name} | none within budget | | | | no | | no | "
-                             f"{fold['train_seconds']} | {fold['eval_seconds']} |")  # fmt: skip
+                             f"{fold['train_seconds']:.1f} | {fold['eval_seconds']:.1f} |")  # fmt: skip
                 continue
             frac = _finite(d["oracle_fraction"])
             rule = d["best_rule"] or "—"
@@ -345,7 +345,7 @@ def table(result: dict) -> str:
                 f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}] | "
                 f"{d['misses_per_100']:.2f} | {'—' if frac is None else f'{100 * frac:.0f}%'} | "
                 f"{ {True: 'yes', False: 'no', None: '—'}[d['no_loss']] } | {rule} | "
-                f"{beats_text(d)} | {fold['train_seconds']} | {fold['eval_seconds']} |"
+                f"{beats_text(d)} | {fold['train_seconds']:.1f} | {fold['eval_seconds']:.1f} |"
             )
     spread = [o for o in result.get("over_seeds", []) if len(o["seeds"]) > 1]
     if spread:
