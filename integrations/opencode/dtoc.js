@@ -72,7 +72,8 @@
  * @property {number} assistants assistant messages seen at the last transform
  * @property {number} otherTokens tokens of the non-tool text at the last transform
  * @property {string} model
- * @property {{ sig: string, promise: Promise<Decision | null | symbol> } | null} prefetch (no turns: never RETRY)
+ * @property {{ sig: string, at: number, promise: Promise<Decision | null | symbol> } | null} prefetch (no turns:
+ *   never RETRY); `at` is when it was asked: its idle_seconds is only true for a call that follows soon
  * @property {boolean} degraded the last decision fell back to showing everything
  * @property {number} decisions
  * @property {number} sentTurns assistant messages the service has as turns
@@ -93,6 +94,8 @@
  */
 
 const DEFAULT_URL = "http://127.0.0.1:8765";
+/** a prefetched decision older than this is asked again (its idle_seconds would be stale) */
+const PREFETCH_FRESH_MS = 5000;
 const RETRY = Symbol("retry"); // the session's labels must be sent anew (or not at all): ask again
 const STATE = Symbol.for("dtoc.state");
 // Kept short: a placeholder is about 40 tokens under ceil(chars/4), the estimator the plugin and
@@ -429,7 +432,7 @@ function createDtoc(opts = {}) {
       if (sendTurns) return;
       const body = payload(s, s.assistants + 1, s.otherTokens);
       const sig = JSON.stringify(body.items) + "|" + body.step;
-      s.prefetch = { sig, promise: decide(body) };
+      s.prefetch = { sig, at: Date.now(), promise: decide(body) };
     },
 
     /**
@@ -520,11 +523,18 @@ function createDtoc(opts = {}) {
           s.byKey.delete(it.key);
         }
       }
-      // a model call follows this transform: the first tool of its response times the next wait
+      // A model call follows this transform. Its response's first tool times the next wait; a response
+      // with no tool leaves the time of this call, which overstates the wait by the response's own
+      // length (the cache's lifetime counts from the request, so this errs by seconds, not minutes).
       s.toolsStarted = false;
-      if (!managed.length) return;
+      const callAt = Date.now();
+      if (!managed.length) {
+        s.responseAt = callAt;
+        return;
+      }
       /** @type {Record<string, any>} */
       const body = payload(s, assistants, s.otherTokens);
+      s.responseAt = callAt;
       const sig = JSON.stringify(body.items) + "|" + body.step;
       const pre = s.prefetch;
       s.prefetch = null;
@@ -541,7 +551,10 @@ function createDtoc(opts = {}) {
         if (s.sentTurns === 0) out.task = clip(task);
         return out;
       };
-      let decision = pre && pre.sig === sig && !labelled ? await pre.promise : await decide(labelled ? withTurns(body) : body, s);
+      // a prefetched answer is reused only for a call that followed soon: after a pause (a permission
+      // prompt, a user away) the cache may have expired, which the prefetch's idle_seconds did not know
+      const fresh = pre && pre.sig === sig && !labelled && Date.now() - pre.at <= PREFETCH_FRESH_MS;
+      let decision = fresh && pre ? await pre.promise : await decide(labelled ? withTurns(body) : body, s);
       if (decision === RETRY) {
         // once more: with every turn in a new service session, or without texts (withTurns
         // copies, so `body` is still the metadata alone)

@@ -322,6 +322,43 @@ test("the wait since the model's last response is sent, timed from its first too
   }
 });
 
+test("a response with no tool times the next wait from its call, and a stale prefetch is asked again", async () => {
+  const { bodies, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy, labels: false });
+  const realNow = Date.now;
+  let clock = 1_800_000_000_000;
+  Date.now = () => clock;
+  try {
+    const history = [user("task")];
+    await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_0" }, { args: {} });
+    clock += 290_000;
+    await runTool(hooks, history, 0);
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.equal(bodies[bodies.length - 1].idle_seconds, 290);
+    // the model answers in text only; the user replies 35 s after that call
+    history.push({
+      info: { id: "msg_text", role: "assistant", sessionID: SID, modelID: "gpt-4o", providerID: "openai" },
+      parts: [{ id: "prt_text", sessionID: SID, messageID: "msg_text", type: "text", text: "done?" }],
+    });
+    clock += 35_000;
+    history.push(user("go on please"));
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.equal(bodies[bodies.length - 1].idle_seconds, 35, "timed from the text-only call, not the tool 325 s ago");
+    // a prefetch asked at a tool's end is not reused an hour later: its idle_seconds would say 1
+    await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_1" }, { args: {} });
+    clock += 1_000;
+    await runTool(hooks, history, 1);
+    const asked = bodies.length;
+    assert.equal(bodies[asked - 1].idle_seconds, 1);
+    clock += 3_600_000;
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+    assert.equal(bodies.length, asked + 1, "a fresh /decide after the pause");
+    assert.equal(bodies[bodies.length - 1].idle_seconds, 3601);
+  } finally {
+    Date.now = realNow;
+  }
+});
+
 test("a service that is down means every output is shown, and nothing throws", async () => {
   const hooks = await DtocContextPlugin({}, { url: "http://127.0.0.1:9", timeoutMs: 500, backoffMs: 0 });
   const state = hooks[STATE];
