@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["curves_figure", "pareto_figure", "plot_cross_model", "plot_pareto", "plot_token_curves"]
+__all__ = [
+    "curves_figure",
+    "pareto_figure",
+    "plot_cross_model",
+    "plot_pareto",
+    "plot_token_curves",
+    "policy_family",
+]
 
 
 def _plt():
@@ -31,15 +39,15 @@ def _save(fig, out: Path, dpi: int = 200, tight: bool = True) -> Path:
 
 def _short(label: str) -> str:
     """``learned:path=runs/x/policy,threshold=0.1`` → ``learned t=0.1`` for legends."""
-    import re
-
     return re.sub(
         r"learned:path=[^,]*(,threshold=)?", lambda m: "learned t=" if m.group(1) else "learned", label
     )
 
 
-def _family(label: str) -> str:
-    return label.split(":")[0].split("(")[0].split("[")[0]
+def policy_family(label: str) -> str:
+    """The policy a spec or row label names, without its settings: ``oracle`` for ``oracle:restores=0``,
+    ``oracle(restores=False)``, ``oracle[2]`` and ``oracle#2`` (a label made unique in a table)."""
+    return re.split(r"[:(\[#]", label, maxsplit=1)[0]
 
 
 def _human(v: str) -> str:
@@ -52,7 +60,7 @@ def _human(v: str) -> str:
 
 def _point_label(policy: str) -> str:
     """A short, unambiguous label: ``last_n:n=5`` → ``last_n n=5``, ``budget:budget=8000`` → ``budget 8k``."""
-    fam = _family(policy)
+    fam = policy_family(policy)
     if fam == "learned" or policy.startswith("learned:"):
         return _short(policy)
     _, _, params = policy.partition(":")
@@ -78,7 +86,7 @@ def _palette(plt) -> list:
 
 
 def _is_learned(policy: str) -> bool:
-    return _family(policy) == "learned" or "/" in policy.split(":")[0] or policy.startswith("learned")
+    return policy_family(policy) == "learned" or "/" in policy.split(":")[0] or policy.startswith("learned")
 
 
 # candidate label offsets (points): close first, then further out, in sixteen directions
@@ -190,12 +198,12 @@ def pareto_figure(
     title = title or f"Savings against misses ({group[1] if group[0] != 'overall' else 'all trajectories'})"
     by_family: dict[str, list] = {}
     for r in overall:
-        key = "learned" if _is_learned(r["policy"]) else _family(r["policy"])
+        key = "learned" if _is_learned(r["policy"]) else policy_family(r["policy"])
         if key == "oracle" and r["policy"] != "oracle":  # a hindsight variant: a point of its own
             key = r["policy"]
         by_family.setdefault(key, []).append(r)
     colors = _palette(plt)
-    others = [f for f in by_family if f not in ("learned", "none") and _family(f) != "oracle"]
+    others = [f for f in by_family if f not in ("learned", "none") and policy_family(f) != "oracle"]
     points = []  # (x, y, label, style, priority)
     for fam, rs in by_family.items():
         rs = sorted(rs, key=lambda r: r["misses_per_100"])
@@ -211,7 +219,7 @@ def pareto_figure(
             style = {"color": "crimson", "marker": "D", "ms": 7, "zorder": 5, "mec": "black", "mew": 0.8}
         elif fam == "oracle":
             style = {"color": "black", "marker": "*", "ms": 11, "zorder": 4}
-        elif _family(fam) == "oracle":  # a hindsight variant: the oracle's star, hollow
+        elif policy_family(fam) == "oracle":  # a hindsight variant: the oracle's star, hollow
             style = {"color": "black", "marker": "*", "ms": 11, "mfc": "none", "zorder": 4}
         elif fam == "none":
             style = {"color": "grey", "marker": "s", "ms": 6, "zorder": 3}
@@ -219,7 +227,7 @@ def pareto_figure(
             style = {"color": colors[others.index(fam) % len(colors)], "marker": "o", "ms": 5, "zorder": 3}
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, capsize=2.5, elinewidth=0.8, label=fam,
                     linestyle="-" if len(rs) > 1 else "", lw=1.0, **style)  # fmt: skip
-        rank = {"learned": 0, "oracle": 1, "none": 2}.get(_family(fam), 3)
+        rank = {"learned": 0, "oracle": 1, "none": 2}.get(policy_family(fam), 3)
         for r, x, y in zip(rs, xs, ys):
             points.append((x, y, _point_label(r["policy"]), {"color": style["color"]}, rank))
     ax.axhline(0, color="grey", lw=0.6, zorder=1)
@@ -260,14 +268,15 @@ def curves_figure(curves: dict[str, dict[str, list[int]]]):
     n = max(1, len(curves))
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.8 * n + 1.2), squeeze=False)
     labels = list(dict.fromkeys(label for per in curves.values() for label in per))
-    fams = list(dict.fromkeys(_family(lb) for lb in labels if _family(lb) not in ("oracle", "none")))
-    fams = [f for f in fams if not any(_is_learned(lb) and _family(lb) == f for lb in labels)] or fams
+    fams = [policy_family(lb) for lb in labels]
+    fams = list(dict.fromkeys(f for f in fams if f not in ("oracle", "none")))
+    fams = [f for f in fams if not any(_is_learned(lb) and policy_family(lb) == f for lb in labels)] or fams
     colors = _palette(plt)
     dashes = ["-", "--", ":", "-."]
     seen: dict[str, int] = {}
     styles = {}
     for lb in labels:  # one colour per policy family, one line style per member of a sweep
-        fam = _family(lb)
+        fam = policy_family(lb)
         k = seen[fam] = seen.get(fam, -1) + 1
         if lb == "oracle":
             styles[lb] = {"color": "black", "lw": 2.0, "zorder": 4}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +28,7 @@ import numpy as np
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import NoManagement
 from dtoc_rl.policies.cpu import torch_threads
@@ -409,7 +409,7 @@ def aggregate(
 def _is_oracle(policy: str) -> bool:
     """The oracle or a hindsight variant of it, by spec (``oracle:restores=0``) or by label
     (``oracle(restores=False)``, ``oracle#2``)."""
-    return re.split(r"[:(\[#]", policy, maxsplit=1)[0] == ORACLE
+    return policy_family(policy) == ORACLE
 
 
 def _is_rule(policy: str) -> bool:

@@ -7,7 +7,7 @@ import pytest
 from matplotlib.text import Text
 
 from dtoc_rl.cli import main
-from dtoc_rl.plots import curves_figure, pareto_figure, plot_pareto, plot_token_curves
+from dtoc_rl.plots import curves_figure, pareto_figure, plot_pareto, plot_token_curves, policy_family
 
 
 def _row(policy, misses, savings, group=("overall", "all")):
@@ -92,6 +92,26 @@ def test_a_hindsight_variant_of_the_oracle_is_drawn_apart_from_the_oracle():
     lines = {ln.get_label(): ln for ln in axes[0, 0].get_lines()}
     variant = lines["oracle restores=0"]
     assert variant.get_color() == "black" and variant.get_linestyle() != lines["oracle"].get_linestyle()
+
+
+@pytest.mark.parametrize(
+    "label, family",
+    [
+        ("oracle", "oracle"),
+        ("oracle:restores=0", "oracle"),
+        ("oracle(restores=False)", "oracle"),
+        ("oracle#2", "oracle"),
+        ("oracle[1]", "oracle"),
+        ("last_n:n=5", "last_n"),
+        ("learned:path=runs/x,threshold=0.1", "learned"),
+        ("oracle_like_rule", "oracle_like_rule"),
+    ],
+)
+def test_one_reading_of_a_label_names_its_policy_for_plots_and_the_done_when_check(label, family):
+    from dtoc_rl.policies.evaluate import _is_oracle
+
+    assert policy_family(label) == family
+    assert _is_oracle(label) == (family == "oracle")
 
 
 def test_every_format_is_written_and_png_has_the_dpi(tmp_path):
