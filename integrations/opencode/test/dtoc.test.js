@@ -91,6 +91,23 @@ function hiddenKey(text) {
   }
 }
 
+/**
+ * Runs `body` with Date.now on a clock that only `advance(ms)` moves (the plugin times waits with it).
+ * @param {(advance: (ms: number) => void) => Promise<void>} body
+ */
+async function onFakeClock(body) {
+  const realNow = Date.now;
+  let clock = 1_800_000_000_000;
+  Date.now = () => clock;
+  try {
+    await body((ms) => {
+      clock += ms;
+    });
+  } finally {
+    Date.now = realNow;
+  }
+}
+
 /** A fetch that records every request body (and the answer's status) on its way to the service. */
 function recordingFetch() {
   /** @type {any[]} */
@@ -293,45 +310,37 @@ test("a failed tool call is sent as an error output", async () => {
 test("the wait since the model's last response is sent, timed from its first tool's start", async () => {
   const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy, labels: false });
-  const realNow = Date.now;
-  let clock = 1_800_000_000_000;
-  Date.now = () => clock;
-  try {
+  await onFakeClock(async (advance) => {
     const history = [user("task")];
     await runTool(hooks, history, 0); // no tool.execute.before seen: the wait is unknown, not sent
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.ok(bodies.every((b) => !("idle_seconds" in b)), JSON.stringify(bodies.map((b) => Object.keys(b))));
     // a response with two tools: the first one's start is when the model stopped answering
     await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_1" }, { args: {} });
-    clock += 200_000;
+    advance(200_000);
     await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_2" }, { args: {} });
-    clock += 201_000; // the tools ran 401 s in all
+    advance(201_000); // the tools ran 401 s in all
     await runTool(hooks, history, 1);
     await runTool(hooks, history, 2);
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.equal(bodies[bodies.length - 1].idle_seconds, 401);
     // the next response's tool times the next wait
     await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_3" }, { args: {} });
-    clock += 5_000;
+    advance(5_000);
     await runTool(hooks, history, 3);
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.equal(bodies[bodies.length - 1].idle_seconds, 5);
     assert.ok(statuses.every((c) => c === 200), String(statuses));
-  } finally {
-    Date.now = realNow;
-  }
+  });
 });
 
 test("a response with no tool times the next wait from its call, and a stale prefetch is asked again", async () => {
   const { bodies, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy, labels: false });
-  const realNow = Date.now;
-  let clock = 1_800_000_000_000;
-  Date.now = () => clock;
-  try {
+  await onFakeClock(async (advance) => {
     const history = [user("task")];
     await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_0" }, { args: {} });
-    clock += 290_000;
+    advance(290_000);
     await runTool(hooks, history, 0);
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.equal(bodies[bodies.length - 1].idle_seconds, 290);
@@ -340,23 +349,21 @@ test("a response with no tool times the next wait from its call, and a stale pre
       info: { id: "msg_text", role: "assistant", sessionID: SID, modelID: "gpt-4o", providerID: "openai" },
       parts: [{ id: "prt_text", sessionID: SID, messageID: "msg_text", type: "text", text: "done?" }],
     });
-    clock += 35_000;
+    advance(35_000);
     history.push(user("go on please"));
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.equal(bodies[bodies.length - 1].idle_seconds, 35, "timed from the text-only call, not the tool 325 s ago");
     // a prefetch asked at a tool's end is not reused an hour later: its idle_seconds would say 1
     await hooks["tool.execute.before"]({ tool: "bash", sessionID: SID, callID: "call_1" }, { args: {} });
-    clock += 1_000;
+    advance(1_000);
     await runTool(hooks, history, 1);
     const asked = bodies.length;
     assert.equal(bodies[asked - 1].idle_seconds, 1);
-    clock += 3_600_000;
+    advance(3_600_000);
     await hooks["experimental.chat.messages.transform"]({}, { messages: history });
     assert.equal(bodies.length, asked + 1, "a fresh /decide after the pause");
     assert.equal(bodies[bodies.length - 1].idle_seconds, 3601);
-  } finally {
-    Date.now = realNow;
-  }
+  });
 });
 
 test("a service that is down means every output is shown, and nothing throws", async () => {
