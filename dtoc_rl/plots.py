@@ -59,7 +59,11 @@ def _human(v: str) -> str:
 
 
 def _point_label(policy: str) -> str:
-    """A short, unambiguous label: ``last_n:n=5`` → ``last_n n=5``, ``budget:budget=8000`` → ``budget 8k``."""
+    """A short, unambiguous label: ``last_n:n=5`` → ``last_n n=5``, ``budget:budget=8000`` → ``budget 8k``;
+    the ``#2`` that makes a repeated policy's label unique is kept (``oracle#2``)."""
+    m = re.search(r"#\d+$", policy)
+    if m:
+        return _point_label(policy[: m.start()]) + m.group(0)
     fam = policy_family(policy)
     if fam == "learned" or policy.startswith("learned:"):
         return _short(policy)
@@ -282,7 +286,7 @@ def curves_figure(curves: dict[str, dict[str, list[int]]]):
             styles[lb] = {"color": "black", "lw": 2.0, "zorder": 4}
         elif fam == "oracle":  # a hindsight variant (oracle:restores=0): the reference's colour, dashed
             styles[lb] = {"color": "black", "lw": 1.4, "ls": dashes[1 + k % 3], "zorder": 4}
-        elif lb == "none":
+        elif fam == "none":  # "none", or a repeat of it ("none#2")
             # a wide pale band under everything: policies that change nothing run inside it, visibly
             styles[lb] = {"color": "0.6", "lw": 5.0, "alpha": 0.45, "zorder": 1, "solid_capstyle": "butt"}
         elif _is_learned(lb):

@@ -94,6 +94,17 @@ def test_a_hindsight_variant_of_the_oracle_is_drawn_apart_from_the_oracle():
     assert variant.get_color() == "black" and variant.get_linestyle() != lines["oracle"].get_linestyle()
 
 
+def test_a_repeated_policy_keeps_its_own_label_and_none_repeated_is_drawn():
+    policies = ["none", "none#2", "oracle", "oracle#2", "last_n:n=5#2"]
+    curves = {"src/t": {p: [1000, 900, 800] for p in policies}}
+    fig, axes, legend = curves_figure(curves)
+    labels = [ln.get_label() for ln in axes[0, 0].get_lines()]
+    assert labels == ["none", "none#2", "oracle", "oracle#2", "last_n n=5#2"]
+    rows = [*CROWDED, _row("oracle#2", 0, 0.05)]
+    fig, ax, texts = pareto_figure(rows)
+    assert {"oracle", "oracle#2"} <= {t.get_text() for t in texts}
+
+
 @pytest.mark.parametrize(
     "label, family",
     [

@@ -524,8 +524,8 @@ function createDtoc(opts = {}) {
         }
       }
       // A model call follows this transform. Its response's first tool times the next wait; a response
-      // with no tool leaves the time of this call, which overstates the wait by the response's own
-      // length (the cache's lifetime counts from the request, so this errs by seconds, not minutes).
+      // with no tool leaves the time of this call, the request that refreshed the cache (whose lifetime
+      // counts from it).
       s.toolsStarted = false;
       const callAt = Date.now();
       if (!managed.length) {
