@@ -241,7 +241,7 @@ def make_policy(spec: str | Policy) -> Policy:
             if "path" not in kw:
                 raise PolicySpecError("learned policy needs path=CHECKPOINT_DIR")
             pol = LearnedPolicy.load(str(kw.pop("path")))
-            given = {k: kw.pop(k) for k in ("threshold", "size_weight") if k in kw}
+            given = {k: kw.pop(k) for k in ("threshold", "size_weight", "miss_governor") if k in kw}
             for k, v in given.items():
                 try:
                     given[k] = float(v)
@@ -254,7 +254,8 @@ def make_policy(spec: str | Policy) -> Policy:
                     raise PolicySpecError(f"policy {spec!r}: {e}") from None
             if kw:
                 raise PolicySpecError(
-                    f"learned policy: unknown parameters {sorted(kw)} (path, threshold, size_weight)"
+                    f"learned policy: unknown parameters {sorted(kw)} "
+                    "(path, threshold, size_weight, miss_governor)"
                 )
             return pol
         if name == "llm":

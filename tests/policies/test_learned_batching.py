@@ -220,13 +220,14 @@ def test_size_weight_raises_the_threshold_for_large_outputs_and_lowers_it_for_sm
         LearnedPolicyConfig(size_weight=-1.0)
 
 
-def test_a_policy_spec_checks_size_weight_and_threshold(tmp_path):
+def test_a_policy_spec_checks_size_weight_threshold_and_miss_governor(tmp_path):
     from dtoc_rl.policies.registry import PolicySpecError, make_policy
 
     path = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1).create().save(tmp_path / "ck")
-    pol = make_policy(f"learned:path={path},size_weight=0.5,threshold=0.2")
-    assert (pol.cfg.size_weight, pol.cfg.threshold) == (0.5, 0.2)
-    for bad in ("size_weight=-5", "size_weight=nan", "threshold=1.5", "size_weight=abc", "threshold=x"):
+    pol = make_policy(f"learned:path={path},size_weight=0.5,threshold=0.2,miss_governor=0.5")
+    assert (pol.cfg.size_weight, pol.cfg.threshold, pol.cfg.miss_governor) == (0.5, 0.2, 0.5)
+    bad_specs = ("size_weight=-5", "size_weight=nan", "threshold=1.5", "size_weight=abc", "threshold=x")
+    for bad in (*bad_specs, "miss_governor=0", "miss_governor=2"):
         with pytest.raises(PolicySpecError, match=bad.split("=")[0]):
             make_policy(f"learned:path={path},{bad}")
 
