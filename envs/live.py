@@ -186,7 +186,8 @@ class LiveEnv(gym.Env):
     The shared spec of :mod:`dtoc_rl.engine.features` (the same ``Dict`` as ReplayEnv):
     per slot ``items`` (``est_tokens_k``, ``age`` in model calls, ``visible``,
     ``times_needed``, ``since_need``, ``modified``, ``is_error``, ``superseded``,
-    ``rereads``, ``toggles``, ``turns_after``), ``item_tool`` (tool category),
+    ``rereads``, ``toggles``, ``turns_after``, ``unique_text``, ``unique_names``), ``item_tool``
+    (tool category),
     ``item_mask``/``enable_mask``/``disable_mask``, ``globals`` (active tokens,
     budget, model calls, stored, visible, saved tokens, misses, management calls,
     all-visible tokens; tokens / 1000) and ``family``.  Labels are online: a feature

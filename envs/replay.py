@@ -62,7 +62,9 @@ def _nonzero_bytes(a: np.ndarray) -> bytes:
 _C_AGE, _C_VIS, _C_NEED, _C_SINCE, _C_MOD, _C_ERR, _C_SUP, _C_REREAD, _C_TOGGLE, _C_TURNS = (
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 )  # fmt: skip
+_C_UNIQUE = np.array([11, 12], np.int64)  # unique_text, unique_names
 assert ITEM_FEATURES[_C_SINCE] == "since_need" and ITEM_FEATURES[_C_TURNS] == "turns_after"
+assert ITEM_FEATURES[11:13] == ("unique_text", "unique_names")
 
 
 @dataclass
@@ -84,6 +86,9 @@ class _Template:
     family: np.int64
     st64_init: np.ndarray  # (2, outputs + N): slot steps (-1) and tool ids (0), before anything is stored
     words_o: np.ndarray  # (outputs + N, WORDS_PER_OUTPUT): hashed call words per output ordinal, zero-padded
+    un_times: list[int]  # sorted steps after which an output's unique shares shrink (Episode.unique)
+    un_rows: np.ndarray  # output ordinal of each
+    un_vals: np.ndarray  # (events, 2) the shares from then on
 
     @classmethod
     def build(cls, ep: Episode, n_slots: int) -> _Template:
@@ -99,6 +104,9 @@ class _Template:
         f[:, _C_SINCE] = -call_of
         f[:, _C_ERR] = ep.is_error[outs]
         f[:, _C_TURNS] = -ep.user_turn[outs]
+        f[:, _C_UNIQUE] = 1.0
+        un = ep.unique if ep.unique is not None else np.zeros((0, 4))
+        un = un[ord_of_step_of(ep, un[:, 1]) >= 0] if len(un) else un
         ord_of_step = np.full(ep.n, -1, np.int64)
         ord_of_step[outs] = np.arange(n_out)
         times = np.concatenate([ep.modified_at[outs], ep.superseded_at[outs]]).astype(np.int64)
@@ -128,7 +136,19 @@ class _Template:
             family=np.int64(ep.family_id),
             st64_init=st64,
             words_o=words,
+            un_times=un[:, 0].astype(np.int64).tolist(),
+            un_rows=ord_of_step[un[:, 1].astype(np.int64)],
+            un_vals=un[:, 2:4].astype(np.float32),
         )
+
+
+def ord_of_step_of(ep: Episode, steps: np.ndarray) -> np.ndarray:
+    """Output ordinal of each of ``steps`` (-1 for a step without an output)."""
+    steps = steps.astype(np.int64)
+    ok = (steps >= 0) & (steps < ep.n)
+    out = np.full(len(steps), -1, np.int64)
+    out[ok] = np.where(ep.has_out[steps[ok]], np.searchsorted(ep.out_steps, steps[ok]), -1)
+    return out
 
 
 class ReplayEnv(gym.Env):
@@ -178,7 +198,10 @@ class ReplayEnv(gym.Env):
       calls since its last need, or its age), ``modified`` (what it read was modified later, so far),
       ``is_error``, ``superseded`` (a later step re-read the same resource, so
       far), ``rereads`` (misses it caused), ``toggles`` (visibility changes),
-      ``turns_after`` (user turns begun after it).
+      ``turns_after`` (user turns begun after it), ``unique_text`` and ``unique_names``
+      (the shares of its token windows and of its distinctive names that no newer output and
+      none of the agent's own words hold so far: a later copy is attributed to the newest
+      holder, so at zero in both nothing of it is needed from it any more).
     * ``item_tool`` ``Box(N,)`` int64: tool category id (``dtoc_rl.labels.vocabulary``).
     * ``item_words`` ``Box(N, W)`` int64: the hashed words of each output's call and first
       output lines, zero-padded (``dtoc_rl.labels.words``; a learned policy's content input).
@@ -513,7 +536,7 @@ class ReplayEnv(gym.Env):
         self._st64 = tpl.st64_init.copy()
         self._st8 = np.zeros((3, len(tpl.out_list) + self.N), np.int8)
         self._bind_views()
-        self._ev = 0
+        self._ev = self._un = 0
         self._count = self._lo = self._m = 0
         self.sim.log = []
 
@@ -596,6 +619,13 @@ class ReplayEnv(gym.Env):
             end = bisect_right(tpl.ev_times, t - 1, ev)
             self._items[tpl.ev_rows[ev:end], tpl.ev_cols[ev:end]] = 1.0
             self._ev = end
+        un = self._un
+        if un < len(tpl.un_times) and tpl.un_times[un] < t:  # what outputs alone hold shrinks
+            end = bisect_right(tpl.un_times, t - 1, un)
+            rows = tpl.un_rows[un:end]
+            # an output's shares only shrink, so the smallest is the latest, whatever the order
+            np.minimum.at(self._items, (rows[:, None], _C_UNIQUE[None, :]), tpl.un_vals[un:end])
+            self._un = end
         # user turns begun up to the next call (a user message before call t counts)
         turns = tpl.turn_list
         self._turns_now = turns_now = turns[t] if t < len(turns) else turns[-1]

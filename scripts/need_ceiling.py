@@ -7,7 +7,8 @@ it sees.  This script measures that bound, apart from any network or cost model:
 * every stored output is a row at each age of a grid (2, 3, 4, 6, ... steps after it was
   stored: the step after it is its first reader, and hiding it from that one is a miss,
   ``Episode.call_reads``), with what a policy sees then: size, age, tool category, needs so far,
-  steps since the last need, modified, error, superseded, and optionally its content (``--text``);
+  steps since the last need, modified, error, superseded, the shares of it no newer output and none of
+  the agent's words hold (``unique_text``, ``unique_names``), and optionally its content (``--text``);
 * a gradient-boosted classifier (scikit-learn) learns P(a later step needs it) on 70% of the tasks;
 * on the other 30%, per threshold, each output is hidden at the first age whose P falls below it and
   stays hidden until a step needs it (a miss; it is then visible for good);
@@ -48,7 +49,7 @@ import json
 import random
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class Output:
     modified: int  # first later step that may change what it read (NEVER: none)
     words: tuple[int, ...]
     text: str
+    unique: list[tuple[int, float, float]] = field(default_factory=list)  # (step fed, text, names) shares
 
 
 def load(dataset: str) -> list[Output]:
@@ -96,13 +98,16 @@ def load(dataset: str) -> list[Output]:
         for t in range(ep.n):
             for j in ep.needs_at(t, kinds).tolist():
                 needs.setdefault(j, []).append(t)
+        shares: dict[int, list[tuple[int, float, float]]] = {}
+        for at, k, w, a in ep.unique if ep.unique is not None else ():
+            shares.setdefault(int(k), []).append((int(at), float(w), float(a)))
         for k in ep.out_steps.tolist():
             s = tr.steps[k]
             outs.append(Output(
                 tr.task_id, tr.source, tr.traj_id, ep.n, k, int(ep.est_tok[k]), int(ep.tool_id[k]),
                 bool(ep.is_error[k]), sorted(set(needs.get(k, ()))), int(ep.superseded_at[k]),
                 int(ep.modified_at[k]), tuple(int(w) for w in ep.words[k] if w),
-                f"{s.tool_name} {s.tool_args[:300]}\n{s.output[:1500]}",
+                f"{s.tool_name} {s.tool_args[:300]}\n{s.output[:1500]}", shares.get(k, []),
             ))  # fmt: skip
     return outs
 
@@ -177,9 +182,11 @@ def rows(outs: list[Output]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if t >= o.steps:
                 break
             before = [u for u in o.needs if u < t]
+            shares = [(w, n) for at, w, n in o.unique if at < t]  # as ReplayEnv shows them before step t
             x.append([
                 np.log1p(o.tokens), a, o.tool, len(before), (t - before[-1]) if before else a,
                 float(o.modified < t), float(o.error), float(o.superseded < t),
+                *(shares[-1] if shares else (1.0, 1.0)),
             ])  # fmt: skip
             y.append(any(u >= t for u in o.needs))
             meta.append((k, a))

@@ -70,6 +70,9 @@ MAX_CLIENT_WORDS = 64
 Words = Annotated[list[Word], msgspec.Meta(max_length=MAX_CLIENT_WORDS)]
 
 
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
 class Item(msgspec.Struct):
     """One stored output, as a client describes it."""
 
@@ -96,6 +99,10 @@ class Item(msgspec.Struct):
     rereads: Count = 0
     toggles: Count = 0
     turns_after: Count = 0
+    # the shares of its token windows and distinctive names no newer output and none of the agent's
+    # own words hold (ITEM_FEATURES); left out, the service's session labels fill them, else 1
+    unique_text: Share | None = None
+    unique_names: Share | None = None
 
 
 Price = Annotated[float, msgspec.Meta(ge=0, le=1e6)]
@@ -335,6 +342,10 @@ def parse(
         times_needed = it.needs if it.needs is not None else it.times_needed
         since_need, modified, rereads = it.since_need, it.modified, it.rereads
         label = known.get(it.key)
+        unique_text, unique_names = it.unique_text, it.unique_names
+        if label is not None:  # the client's own values win
+            unique_text = label.unique_text if unique_text is None else unique_text
+            unique_names = label.unique_names if unique_names is None else unique_names
         if label is not None and times_needed is None:  # the client's own counts win
             times_needed, since_need = label.times_needed, label.since_need
             modified, rereads = modified or label.modified, max(rereads, label.rereads)
@@ -350,6 +361,8 @@ def parse(
             times_needed=times_needed or 0, since_need=since_need, modified=modified,
             is_error=it.is_error, superseded=it.superseded, rereads=rereads, toggles=it.toggles,
             turns_after=it.turns_after,
+            unique_text=1.0 if unique_text is None else unique_text,
+            unique_names=1.0 if unique_names is None else unique_names,
         ))  # fmt: skip
     hidden = [t for t, v in sizes if not v]
     active = req.active_tokens

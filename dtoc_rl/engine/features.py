@@ -58,6 +58,13 @@ ITEM_FEATURES: tuple[str, ...] = (
     "rereads",  # misses it caused
     "toggles",  # visibility changes so far
     "turns_after",  # user turns that began after it
+    # What of it a later action could copy from it alone: the shares of its token windows and of its
+    # distinctive names (paths, identifiers) that no newer output and none of the agent's own words
+    # hold, so far (1 while nothing repeats it; dtoc_rl.labels.NeedLabeller.unique).  A copy is
+    # attributed to the newest output holding it, so a share of zero in both means nothing of it is
+    # needed from it any more.
+    "unique_text",
+    "unique_names",
 )
 GLOBAL_FEATURES: tuple[str, ...] = (
     "active_tokens_k",
@@ -140,6 +147,8 @@ class ItemState:
     toggles: int = 0
     turns_after: int = 0
     words: tuple[int, ...] = ()  # hashed call words (dtoc_rl.labels.words.output_words)
+    unique_text: float = 1.0  # see ITEM_FEATURES; 1 (as a fresh output) where unknown
+    unique_names: float = 1.0
 
     def row(self) -> list[float]:
         return [
@@ -154,6 +163,8 @@ class ItemState:
             self.rereads,
             self.toggles,
             self.turns_after,
+            self.unique_text,
+            self.unique_names,
         ]
 
 
@@ -272,6 +283,7 @@ class ItemColumns:
 
     _COUNTERS = frozenset({"times_needed", "rereads", "toggles"})
     _FLAGS = frozenset({"modified", "is_error", "superseded"})
+    _SHARES = frozenset({"unique_text", "unique_names"})
 
     def __init__(self, capacity: int = 256):
         cap = max(1, int(capacity))
@@ -308,6 +320,7 @@ class ItemColumns:
             self._call, self._users_at = grow(self._call), grow(self._users_at)
             self._last_need = np.concatenate([self._last_need, np.full_like(self._last_need, -1)])
         self._feats[i] = 0.0
+        self._feats[i, _COL["unique_text"]] = self._feats[i, _COL["unique_names"]] = 1.0
         self._feats[i, _COL["est_tokens_k"]] = est_tokens / 1000.0
         self._feats[i, _COL["is_error"]] = float(bool(is_error))
         self._feats[i, _VISIBLE] = float(bool(visible))
@@ -330,6 +343,12 @@ class ItemColumns:
         if name not in self._FLAGS:
             raise KeyError(f"{name!r} is not a flag; one of {sorted(self._FLAGS)}")
         self._feats[i, _COL[name]] = float(bool(value))
+
+    def set_share(self, i: int, name: str, value: float) -> None:
+        """Set share ``name`` (unique_text, unique_names) of row ``i``."""
+        if name not in self._SHARES:
+            raise KeyError(f"{name!r} is not a share; one of {sorted(self._SHARES)}")
+        self._feats[i, _COL[name]] = float(value)
 
     def set_visible(self, i: int, visible: bool) -> None:
         """Row ``i``'s visibility, for :meth:`observation` without a ``visible`` array (a
@@ -471,6 +490,8 @@ class ItemColumns:
             toggles=int(f[_COL["toggles"]]),
             turns_after=users - int(self._users_at[i]),
             words=tuple(int(w) for w in self._words[i] if w),
+            unique_text=float(f[_COL["unique_text"]]),
+            unique_names=float(f[_COL["unique_names"]]),
         )
 
 

@@ -259,7 +259,7 @@ class SessionTracker:
         t0 = time.perf_counter()
         if self.labeller is None:
             # the keys dict grows with the session; the labeller only resolves keys of steps it has seen
-            self.labeller = NeedLabeller(self.task, self.system, keys=self.label_keys)
+            self.labeller = NeedLabeller(self.task, self.system, keys=self.label_keys, track_unique=True)
         lab = self.labeller
         new = steps[first:end]
         misses = 0
@@ -278,8 +278,19 @@ class SessionTracker:
         self.labelled = end
         self.counts.misses += misses
         self._flag_modified(new)
+        self._update_unique(lab)
         self.label_ms += (time.perf_counter() - t0) * 1000
         return misses + unread
+
+    def _update_unique(self, lab: NeedLabeller) -> None:
+        """Write the shares of what each output alone holds that moved with these turns (and with
+        outputs that arrived after their turn was labelled) into the feature columns."""
+        for step in lab.take_unique_changes():
+            row = self.step_row.get(step)
+            if row is not None:
+                text, names = lab.unique(step)
+                self.cols.set_share(row, "unique_text", text)
+                self.cols.set_share(row, "unique_names", names)
 
     def _flag_modified(self, new: list[Step]) -> None:
         """Flag ``modified`` the outputs whose reads a write of ``new`` may have changed: those of

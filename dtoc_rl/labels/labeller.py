@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dtoc_rl.core.record import format_key
 from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.labels.calls import _step_resources
-from dtoc_rl.labels.resources import Resource, _args_text, same_path
+from dtoc_rl.labels.resources import Resource, _args_text, _json_args, same_path
 from dtoc_rl.labels.shell import _State
 from dtoc_rl.labels.spans import _SpanIndex
 
@@ -97,6 +97,20 @@ def _key_map(traj: Trajectory, keys: dict[str, int] | None) -> dict[str, int]:
     return ordinal
 
 
+def _own_texts(s: Step, include_reasoning: bool) -> list[str]:
+    """The texts of a step that become the agent's own words once its turn is over: its message, its
+    call's arguments as logged and as plain text, and (``include_reasoning``) its reasoning.  A DTOC
+    context keeps arguments that are not JSON (a raw command line) as ``{"input": text}``: that wrapping
+    is the context's, not the agent's, so the text alone counts, as in the raw log."""
+    args = _json_args(s.tool_args)
+    if args is not None and len(args) == 1 and isinstance(args.get("input"), str):
+        texts = [s.assistant_text, args["input"]]
+    else:
+        args_text = _args_text(s)
+        texts = [s.assistant_text, s.tool_args, *([args_text] if args_text != s.tool_args else [])]
+    return [*texts, s.reasoning] if include_reasoning else texts
+
+
 class NeedLabeller:
     """:func:`label_trajectory` one turn at a time, for agents that are still running.
 
@@ -111,7 +125,9 @@ class NeedLabeller:
     (:meth:`add_output`): later turns may need it, its own step's labels stay as they were.
 
     ``keys`` maps DTOC tool keys to step indices (it may be a live mapping that grows with the
-    session; a key is only ever resolved to a step already fed).  The other arguments are
+    session; a key is only ever resolved to a step already fed).  ``track_unique`` keeps, per
+    output, what of it no newer output and none of the agent's own words hold (:meth:`unique`, a
+    learned policy's input; :func:`unique_events` gives the same offline).  The other arguments are
     :func:`label_trajectory`'s.
     """
 
@@ -126,13 +142,14 @@ class NeedLabeller:
         min_atom: int = DEFAULT_MIN_ATOM,
         include_reasoning: bool = False,
         exclude_agent_text: bool = True,
+        track_unique: bool = False,
     ):
         self.min_span = min_span
         self.include_reasoning = include_reasoning
         self.exclude_agent_text = exclude_agent_text
         self.keys: Mapping[str, int] = keys if keys is not None else {}
         self.steps_fed = 0
-        self._idx = _SpanIndex(window, min_atom)
+        self._idx = _SpanIndex(window, min_atom, track_unique=track_unique)
         self._idx.add_own(task_text)
         self._idx.add_own(system_prompt)
         self._state = _State()
@@ -214,13 +231,8 @@ class NeedLabeller:
         self.steps_fed += len(steps)
         # the turn is over: its words become "own words", its outputs become visible
         for s in steps if self.exclude_agent_text else ():
-            idx.add_own(s.assistant_text)
-            idx.add_own(s.tool_args)
-            args_text = _args_text(s)
-            if args_text != s.tool_args:
-                idx.add_own(args_text)
-            if self.include_reasoning:
-                idx.add_own(s.reasoning)
+            for text in _own_texts(s, self.include_reasoning):
+                idx.add_own(text)
         for s, reads in labelled:
             for w in s.write_resources:
                 if w == "*":
@@ -252,6 +264,16 @@ class NeedLabeller:
         reads = self._reads_waiting.pop(step.index, None)
         if reads is not None and step.output is not None:
             self._show(step, reads)
+
+    def unique(self, step: int) -> tuple[float, float]:
+        """Output ``step``'s shares of token windows and of distinctive atoms that it alone holds, as
+        fed so far (``track_unique``; (1, 1) before its output is fed)."""
+        return self._idx.unique(step)
+
+    def take_unique_changes(self) -> set[int]:
+        """The steps whose :meth:`unique` moved since the last call (``track_unique``)."""
+        changed, self._idx.changed = self._idx.changed, set()
+        return changed
 
     def _show(self, s: Step, reads: list[Resource]) -> None:
         self._idx.add_output(s.output, s.index)
@@ -303,3 +325,31 @@ def label_trajectory(
     for group in _turn_groups(traj.steps):
         labeller.label_turn(group)
     return traj
+
+
+def unique_events(
+    traj: Trajectory, *, window: int = DEFAULT_WINDOW, min_atom: int = DEFAULT_MIN_ATOM
+) -> list[tuple[int, int, float, float]]:
+    """``(step fed, output step, window share, atom share)`` each time an output's :meth:`NeedLabeller.
+    unique` shares move, in order, as a ``NeedLabeller(track_unique=True)`` fed the trajectory's turns
+    would move them (the first event of an output is its own step's), without labelling anything: the
+    index is fed the same texts in the same order (a test pins the two equal).  Offline, so that a
+    replayed run shows a policy what a live one does."""
+    idx = _SpanIndex(window, min_atom, track_unique=True)
+    idx.add_own(traj.task_text)
+    idx.add_own(traj.system_prompt)
+    events: list[tuple[int, int, float, float]] = []
+    for group in _turn_groups(traj.steps):
+        for s in group:
+            idx.add_own(s.user_text)
+        for s in group:
+            for text in _own_texts(s, False):
+                idx.add_own(text)
+        for s in group:
+            if s.output is not None:
+                idx.add_output(s.output, s.index)
+        at = group[-1].index
+        for k in sorted(idx.changed):
+            events.append((at, k, *idx.unique(k)))
+        idx.changed.clear()
+    return events

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -99,31 +100,70 @@ def _nonspace(s: str) -> int:
 class _SpanIndex:
     """Incremental index of token windows and atoms: outputs → latest step, other text → excluded."""
 
-    def __init__(self, window: int, min_atom: int):
+    def __init__(self, window: int, min_atom: int, track_unique: bool = False):
         self.k = window
         self.min_atom = min_atom
         self.out_win: dict[int, int] = {}
         self.out_atom: dict[str, int] = {}
         self.own_win: set[int] = set()
         self.own_atom: set[str] = set()
+        # what each output still alone holds (track_unique): see unique()
+        self.unique_tracked = track_unique
+        self._held: tuple[Counter, Counter] = (Counter(), Counter())
+        self._total: dict[int, tuple[int, int]] = {}
+        self.changed: set[int] = set()  # outputs whose unique() moved since the owner last cleared it
 
     def add_own(self, text: str) -> None:
         if not text:
             return
-        self.own_win.update(_windows(_TOKEN.findall(text), self.k))
-        for a in _atoms(text):
-            self.own_atom.update(_atom_candidates(a, self.min_atom))
+        wins = set(_windows(_TOKEN.findall(text), self.k))
+        atoms = {c for a in _atoms(text) for c in _atom_candidates(a, self.min_atom)}
+        if self.unique_tracked:  # what the agent has now said itself no output alone holds any more
+            self._release(wins - self.own_win, self.out_win, 0)
+            self._release(atoms - self.own_atom, self.out_atom, 1)
+        self.own_win.update(wins)
+        self.own_atom.update(atoms)
 
     def add_output(self, text: str, step: int) -> None:
         if not text:
             return
         stripped = _strip_gutters(text) if "\n" in text or text[:1].isdigit() else text
-        self.out_win.update(dict.fromkeys(_windows(_TOKEN.findall(stripped), self.k), step))
+        wins = dict.fromkeys(_windows(_TOKEN.findall(stripped), self.k), step)
         cands: dict[str, int] = {}
         for a in _atoms(text):
             for c in _atom_candidates(a, self.min_atom):
                 cands[c] = step
+        if self.unique_tracked:
+            # the newest output holding a window or atom is the one a copy of it is attributed to: the
+            # older holders lose it; what the agent's own words hold belongs to no output
+            mine_w, mine_a = wins.keys() - self.own_win, cands.keys() - self.own_atom
+            self._release(mine_w, self.out_win, 0)
+            self._release(mine_a, self.out_atom, 1)
+            self._held[0][step] += len(mine_w)
+            self._held[1][step] += len(mine_a)
+            self._total[step] = (len(wins), len(cands))
+            self.changed.add(step)
+        self.out_win.update(wins)
         self.out_atom.update(cands)
+
+    def _release(self, keys: Iterable, owner: dict, which: int) -> None:
+        held = self._held[which]
+        for step, n in Counter(map(owner.get, keys)).items():
+            if step is not None and held[step] > 0:
+                held[step] -= n
+                self.changed.add(step)
+
+    def unique(self, step: int) -> tuple[float, float]:
+        """The shares of output ``step``'s token windows and of its distinctive atoms that no newer
+        output and none of the agent's own words hold (1, 1 for an output not indexed): what of it a
+        later action can copy from it alone.  An output with a share of zero in both holds nothing a
+        copy would be attributed to, however much of it a later action quotes."""
+        total = self._total.get(step)
+        if total is None:
+            return (1.0, 1.0)
+        return tuple(  # type: ignore[return-value]
+            max(self._held[i][step], 0) / total[i] if total[i] else 0.0 for i in (0, 1)
+        )
 
     def match(self, text: str, min_span: int) -> dict[int, str]:
         """Earlier step → the longest span of ``text`` copied from its output."""

@@ -44,7 +44,8 @@ tracked by a :class:`~dtoc_rl.engine.session.SessionTracker`, the one LiveEnv us
 output it keeps the features of an :class:`~dtoc_rl.engine.features.ItemState`
 (as columns, :class:`~dtoc_rl.engine.features.ItemColumns`; :meth:`item_states` lists them): tokens,
 age in model calls, visibility, tool category, and the online need features
-(``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``),
+(``times_needed``, ``since_need``, ``modified``, ``superseded``, ``rereads``, and ``unique_text``
+and ``unique_names``, what of the output no newer output and none of the agent's words hold),
 ``toggles`` and ``turns_after``.  ``info`` holds ``keys``/``slot_keys`` (DTOC key
 per slot), ``slot_steps``, ``step``, ``model_family``, ``active_tokens``,
 ``budget_tokens``, ``action_mask``, ``cache_cold`` (the model's last response came longer ago than

@@ -46,7 +46,8 @@ given, else the number of items after it, so send one of them when a call runs s
 parallel), ``timestamp`` (seconds; when every item has one, items are
 ordered by it), ``needs`` (alias ``times_needed``), ``since_need``,
 ``modified``, ``is_error``, ``superseded``, ``rereads``, ``toggles``,
-``turns_after`` (see :data:`dtoc_rl.engine.features.ITEM_FEATURES`), ``head`` (the output's first
+``turns_after``, ``unique_text`` and ``unique_names`` (shares from 0 to 1, default 1; see
+:data:`dtoc_rl.engine.features.ITEM_FEATURES`), ``head`` (the output's first
 lines: with ``tool`` and ``args``, the words a learned policy reads, ``dtoc_rl.labels.words``) or
 ``words`` (those words already hashed, in first-seen order: up to 64 are taken, the first eight
 read).  Top level:
@@ -70,7 +71,8 @@ Sessions (need labels for clients that cannot label): a request may name a ``ses
 
 The service labels them as it does for a Python agent's Orchestrator
 (:mod:`dtoc_rl.serve.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
-``rereads`` of the items that send no ``needs`` of their own.  A turn sent again (a retry)
+``rereads`` of the items that send no ``needs`` of their own, and ``unique_text`` and
+``unique_names`` of those that send none.  A turn sent again (a retry)
 is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
 over 5 million characters of text is a 413, and text beyond the service's total (25 million
@@ -175,6 +177,7 @@ _INT_FIELDS = ("rereads", "toggles", "turns_after")
 _G_STORED = GLOBAL_FEATURES.index("stored")
 _G_VISIBLE = GLOBAL_FEATURES.index("visible")
 _BOOL_FIELDS = ("modified", "is_error", "superseded")
+_SHARE_FIELDS = ("unique_text", "unique_names")
 
 
 class DecisionService:
@@ -841,6 +844,7 @@ class RemotePolicy:
                     "since_need": max(0, round(row[f["since_need"]])) if needed else None,
                     **{b: bool(row[f[b]] > 0.5) for b in _BOOL_FIELDS},
                     **{k: max(0, round(row[f[k]])) for k in _INT_FIELDS},
+                    **{k: min(1.0, max(0.0, float(row[f[k]]))) for k in _SHARE_FIELDS},
                 }
             )
         fam = info.get("model_family")

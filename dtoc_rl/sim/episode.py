@@ -32,6 +32,7 @@ from dtoc_rl.core.record import ToolOutput, format_key
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 from dtoc_rl.data.models import family_id
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
+from dtoc_rl.labels import unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
 
@@ -84,6 +85,9 @@ class Episode:
     timestamps: np.ndarray | None = None  # (n,) seconds since the epoch of each call, NaN unknown
     # (n_calls + 1,) steps at which each model call starts, then n; None: every step is its own call
     call_ptr: np.ndarray | None = None
+    # (E, 4) float64, by step fed: (step fed, output step, unique_text, unique_names) each time what an
+    # output alone holds shrinks (dtoc_rl.labels.unique_events); None: never computed (every output 1, 1)
+    unique: np.ndarray | None = None
 
     @property
     def gap(self) -> np.ndarray:
@@ -298,6 +302,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         model_raw=traj.model_raw or "",
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
         call_ptr=call_ptr,
+        unique=np.asarray(unique_events(traj), np.float64).reshape(-1, 4),
     )
 
 

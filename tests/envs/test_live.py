@@ -10,6 +10,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import SyncVectorEnv
 
 import dtoc_rl.envs  # noqa: F401  registers the ids
+from dtoc_rl.engine.features import ITEM_FEATURES
 from dtoc_rl.envs import LiveEnv
 from dtoc_rl.envs.agents import (
     AgentError,
@@ -344,7 +345,7 @@ def test_vector_env():
 
     venv = SyncVectorEnv([make, make])
     obs, infos = venv.reset(seed=0)
-    assert obs["items"].shape == (2, N, 11) and obs["item_mask"].sum() == 2
+    assert obs["items"].shape == (2, N, len(ITEM_FEATURES)) and obs["item_mask"].sum() == 2
     acts = {"enable": np.zeros((2, N), np.int8), "disable": np.zeros((2, N), np.int8)}
     acts["disable"][:, 0] = 1
     obs, rew, term, trunc, infos = venv.step(acts)

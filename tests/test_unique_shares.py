@@ -1,0 +1,140 @@
+"""What of an output no newer output and none of the agent's own words hold (``unique_text`` and
+``unique_names``): the labeller's live shares, the offline events a replay shows, and the claim that
+makes them worth a policy's input (a share of zero in both: no copy is attributed to it any more)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.schema import Step, Trajectory
+from dtoc_rl.engine.decide_request import DecideError, decode, parse, to_request
+from dtoc_rl.engine.features import ITEM_FEATURES, ItemColumns
+from dtoc_rl.labels import NeedLabeller, label_trajectory, unique_events
+from dtoc_rl.labels.labeller import _key_map, _turn_groups
+
+CODE = """def compute_total_price(items, discount_rate):
+    subtotal = sum(item.unit_price * item.quantity for item in items)
+    return subtotal * (1 - discount_rate)
+"""
+
+
+def make(steps: list[dict]) -> Trajectory:
+    return Trajectory(
+        traj_id="test/u", source="test", model_raw="m", model_family="other", task_id="u",
+        task_text="Fix the bug.", system_prompt="You are an agent.",
+        steps=[Step(index=i, turn=i, **kw) for i, kw in enumerate(steps)],
+    )  # fmt: skip
+
+
+def bash(cmd: str, output: str, text: str = "") -> dict:
+    return {"tool_name": "bash", "tool_args": cmd, "output": output, "assistant_text": text}
+
+
+def final(traj: Trajectory) -> dict[int, tuple[float, float]]:
+    """Each output's shares after the whole trajectory (its latest event)."""
+    out: dict[int, tuple[float, float]] = {}
+    for _, k, w, a in unique_events(traj):
+        out[k] = (w, a)
+    return out
+
+
+def test_a_newer_output_holding_the_same_text_takes_it_over():
+    t = make([bash("cat src/calc.py", CODE), bash("ls", "a.txt b.txt"), bash("cat src/calc.py", CODE)])
+    shares = final(t)
+    assert shares[0] == (0.0, 0.0)  # all of it is in step 2's output now
+    assert shares[2] == (1.0, 1.0) and shares[1][0] == 1.0
+
+
+def test_what_the_agent_quotes_itself_no_output_holds_any_more():
+    t = make([
+        bash("cat src/calc.py", CODE),
+        bash("grep -n subtotal src/calc.py", "2:    subtotal = ...",
+             text="The line is `subtotal = sum(item.unit_price * item.quantity for item in items)`."),
+    ])  # fmt: skip
+    w, a = final(t)[0]
+    assert 0.0 < w < 1.0 and a < 1.0  # the quoted line (and its names) left it; the rest stays its own
+
+
+def test_shares_only_shrink_and_start_with_the_outputs_own_step():
+    t = make([bash("cat src/calc.py", CODE), bash("echo", "subtotal = sum(item.unit_price")])
+    ev = unique_events(t)
+    assert [(at, k) for at, k, *_ in ev][:1] == [(0, 0)]
+    by_output: dict[int, list[tuple[float, float]]] = {}
+    for _, k, w, a in ev:
+        by_output.setdefault(k, []).append((w, a))
+    for seq in by_output.values():
+        assert all(x[0] >= y[0] and x[1] >= y[1] for x, y in zip(seq, seq[1:]))
+    assert by_output[0][-1][0] < 1.0
+
+
+def test_offline_events_equal_the_live_labeller_on_the_sample(data_dir):
+    trajs = load_trajectories(data_dir / "sample")
+    assert len(trajs) > 20
+    for tr in trajs:
+        tr = copy.deepcopy(tr)
+        lab = NeedLabeller(tr.task_text, tr.system_prompt, keys=_key_map(tr, None), track_unique=True)
+        live = []
+        for g in _turn_groups(tr.steps):
+            lab.label_turn(g)
+            live.extend((g[-1].index, k, *lab.unique(k)) for k in sorted(lab.take_unique_changes()))
+        assert live == unique_events(tr), tr.traj_id
+
+
+def test_an_output_with_nothing_of_its_own_is_never_a_copys_source(data_dir):
+    """The reason for the input: copies are attributed to the newest output holding them and never to
+    the agent's own words, so once both shares are zero no later step copies from it."""
+    zero_at: dict[tuple[str, int], int] = {}
+    for tr in load_trajectories(data_dir / "sample"):
+        label_trajectory(tr)
+        for at, k, w, a in unique_events(tr):
+            if w == 0.0 and a == 0.0:
+                zero_at.setdefault((tr.traj_id, int(k)), int(at))
+        for s in tr.steps:
+            for n in s.needs:
+                at = zero_at.get((tr.traj_id, n.step))
+                if n.kind == "provenance" and at is not None:
+                    assert s.index <= at, (tr.traj_id, n)
+    assert len(zero_at) > 20
+
+
+def test_a_turn_without_tracking_keeps_nothing():
+    lab = NeedLabeller("task")
+    lab.label_turn([Step(index=0, turn=0, **bash("cat a.py", CODE))])
+    assert lab.unique(0) == (1.0, 1.0) and lab.take_unique_changes() == set()
+
+
+def test_columns_and_decide_requests_carry_the_shares():
+    cols = ItemColumns()
+    row = cols.append(100, 0, call=0, users_at=0)
+    assert cols.get(row, "unique_text") == 1.0 and cols.get(row, "unique_names") == 1.0
+    cols.set_share(row, "unique_text", 0.25)
+    assert cols.state(row, True, now=1, users=0).unique_text == 0.25
+    with pytest.raises(KeyError, match="not a share"):
+        cols.set_share(row, "rereads", 0.5)
+    req = to_request({"items": [{"key": "a", "tokens": 900, "unique_text": 0.2}, {"key": "b", "tokens": 5}]})
+    states = parse(req, max_items=4, max_request_items=10)["states"]
+    assert [(s.unique_text, s.unique_names) for s in states] == [(0.2, 1.0), (1.0, 1.0)]
+    i = ITEM_FEATURES.index("unique_text")
+    assert np.isclose(states[0].row()[i], 0.2)
+    with pytest.raises(DecideError) as e:
+        decode(b'{"items": [{"key": "a", "tokens": 1, "unique_names": 1.5}]}')
+    assert e.value.field == "items[0].unique_names"
+
+
+def test_a_remote_policy_sends_the_shares_it_sees():
+    from dtoc_rl.engine.features import ItemState, build_observation
+    from dtoc_rl.serve.service import RemotePolicy
+
+    obs = build_observation(
+        [ItemState(est_tokens=500, age=3, visible=True, unique_text=0.0, unique_names=0.5),
+         ItemState(est_tokens=90, age=1, visible=True)],
+        4, active_tokens=600, step=4,
+    )  # fmt: skip
+    body, _ = RemotePolicy("http://127.0.0.1:1").request(obs, {"keys": ["a", "b"]})
+    assert [(it["unique_text"], it["unique_names"]) for it in body["items"]] == [(0.0, 0.5), (1.0, 1.0)]
+    states = parse(to_request(body), max_items=4, max_request_items=10)["states"]
+    assert np.allclose([s.row() for s in states], obs["items"][:2])
