@@ -14,7 +14,7 @@ import pytest
 
 from dtoc_rl import __version__
 from dtoc_rl.cli import main as cli_main
-from dtoc_rl.engine.features import ITEM_FEATURES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve.service import DecideError, DecisionService, serve_in_thread
@@ -338,7 +338,7 @@ def test_remote_policy_when_the_service_is_down():
         "item_mask": np.array([1, 1, 1, 0], np.int8),
         "enable_mask": np.array([1, 0, 1, 0], np.int8),
         "disable_mask": np.array([0, 1, 0, 0], np.int8),
-        "globals": np.zeros(9, np.float32),
+        "globals": np.zeros(len(GLOBAL_FEATURES), np.float32),
         "family": np.int64(0),
     }
     url = f"http://127.0.0.1:{_free_port()}"
@@ -389,11 +389,11 @@ def test_remote_policy_passes_on_what_its_caller_knows_of_the_cache():
     seen = []
     obs = {
         "item_mask": np.array([1, 1, 0], np.int8),
-        "items": np.zeros((3, 11), np.float32),
+        "items": np.zeros((3, len(ITEM_FEATURES)), np.float32),
         "item_tool": np.zeros(3, np.int64),
         "enable_mask": np.zeros(3, np.int8),
         "disable_mask": np.array([1, 1, 0], np.int8),
-        "globals": np.zeros(9, np.float32),
+        "globals": np.zeros(len(GLOBAL_FEATURES), np.float32),
         "family": np.int64(0),
     }
     srv, _ = serve_in_thread(DecisionService(_cold_spy(seen)), "127.0.0.1", 0)

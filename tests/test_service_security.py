@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dtoc_rl.cli import main as cli_main
-from dtoc_rl.engine.features import ITEM_FEATURES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve.service import DecisionService, RemotePolicy, make_server, serve_in_thread
 from dtoc_rl.serve.session_labels import Sessions
@@ -104,7 +104,7 @@ def test_remote_policy_sends_the_token_from_its_argument_or_the_environment(serv
         "item_mask": np.ones(n, np.int8),
         "enable_mask": np.zeros(n, np.int8),
         "disable_mask": np.ones(n, np.int8),
-        "globals": np.zeros(9, np.float32),
+        "globals": np.zeros(len(GLOBAL_FEATURES), np.float32),
         "family": np.int64(0),
     }
     monkeypatch.delenv("DTOC_TOKEN", raising=False)
