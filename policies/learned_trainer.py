@@ -43,6 +43,7 @@ from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.evaluate import run_length
 from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
 from dtoc_rl.policies.oracle import plan
+from dtoc_rl.provenance import environment
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table
 from dtoc_rl.sim.simulator import CostConfig
@@ -792,6 +793,8 @@ def _fit(
         "tune_episodes": len(tune_eps),
         "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
         "families": sorted({e.model_family for e in eps}),
+        # figures of one training compare only with those of the same software (dtoc_rl.provenance)
+        "environment": environment(),
     }
     policy.words_per_output = WORDS_PER_OUTPUT  # a new network, trained on this version's words
     report["word_vocab"] = policy.net.set_vocabulary(

@@ -113,6 +113,9 @@ def test_fit_on_bundled_sample_learns_and_reports(tmp_path):
     assert set(rep["val_metrics"]) == {"cost_ratio", "misses_per_100_steps"}
     back = LearnedPolicy.load(pol.save(tmp_path / "c"))
     assert back.meta["val_tasks"] == rep["val_tasks"]
+    # the software that trained it travels with it: figures compare only within one environment
+    assert back.meta["environment"] == rep["environment"]
+    assert rep["environment"]["torch"] == torch.__version__ and rep["environment"]["numpy"] == np.__version__
     # a family the data lacks keeps its zero row: a model the network never saw is not moved at random
     rows = pol.net.family.weight.detach()
     train_eps = own_splits(pol, None, None)[0]  # only training runs send gradients to their rows
