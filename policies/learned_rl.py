@@ -51,6 +51,7 @@ from dtoc_rl.policies.learned import (
     obs_to_tensors,
     unread,
 )
+from dtoc_rl.provenance import environment
 from dtoc_rl.sim.episode import Episode
 
 if TYPE_CHECKING:
@@ -348,6 +349,7 @@ def finetune(
     report["seconds"] = round(time.perf_counter() - t0, 2)
     rl_meta = {k: v for k, v in report["rl"].items() if k != "history"}
     rl_meta["mean_return_per_update"] = [h["mean_return"] for h in report["rl"]["history"]]
+    rl_meta["environment"] = environment()  # the fine-tuning's software, not the first training's
     policy.meta = {**policy.meta, "rl": rl_meta, "val_metrics": report["val_metrics"]}
     if "thresholds" in report:
         policy.meta["thresholds"] = report["thresholds"]

@@ -676,7 +676,9 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
-    return _tune(policy, tune_eps, _cost_config(policy))
+    table = _tune(policy, tune_eps, _cost_config(policy))
+    policy.meta["retune_environment"] = environment()  # thresholds chosen again, maybe elsewhere
+    return table
 
 
 def word_vocabulary(episodes: Sequence[Episode], size: int, min_tasks: int) -> np.ndarray:

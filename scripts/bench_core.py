@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import tempfile
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 from dtoc_rl import DTOCContext, MemoryStore, SQLiteStore
+from dtoc_rl.provenance import environment
 
 
 def _fill(ctx: DTOCContext, n: int, rng: random.Random) -> None:
@@ -73,11 +73,7 @@ def main() -> None:
         rows.append(bench("memory", n, args.steps, "FULL"))
         for sync in args.sqlite_sync:
             rows.append(bench("sqlite", n, args.steps, sync))
-    meta = {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": __import__("os").cpu_count(),
-    }
+    meta = environment()
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=2))
         return

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from typing import Any
@@ -40,6 +39,7 @@ import numpy as np
 import dtoc_rl.envs  # noqa: F401  (registers dtoc_rl/Replay-v0)
 from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.provenance import environment
 
 TARGET_STEPS_PER_S = 20_000
 TARGET_VS_CARTPOLE = 0.25
@@ -247,11 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = {
         "meta": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "gymnasium": gym.__version__,
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
+            **environment(),
             "load_avg_start": os.getloadavg(),
         },
         "throughput": throughput(args.steps, args.repeats, args.max_items),

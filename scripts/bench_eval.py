@@ -24,7 +24,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -36,6 +35,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.evaluate import _init_worker, _work, evaluate, run_policy_on_episode
 from dtoc_rl.policies.registry import BASELINES, make_policy
+from dtoc_rl.provenance import environment
 from dtoc_rl.sim.simulator import CostConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench_eval_") as tmp:
         meta: dict[str, Any] = {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
+            **environment(),
             "load_avg_start": os.getloadavg(),
         }
         if args.dataset:

@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from dtoc_rl.ingest.driver import ingest_paths
 from dtoc_rl.labels import label_trajectory
+from dtoc_rl.provenance import environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench_ingest(paths, label, w, args.repeats) for label in (False, True) for w in args.workers]
     out = {
         "meta": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
+            **environment(),
             "paths": paths,
             "load_avg_start": os.getloadavg(),
         },

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.provenance import environment
 from dtoc_rl.serve.orchestrator import Orchestrator
 
 TOOLS = [
@@ -355,6 +356,7 @@ def load_bench(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
         "clients": args.clients,
         "requests_per_client": args.load_requests,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "environment": environment(),
         "rows": {},
     }
     proc, host, port, headers = start_service(str(ckpt), args.max_items, args.threads)
@@ -431,6 +433,7 @@ def _run(args: argparse.Namespace, policy: Any) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"torch {torch.__version__}",
+        "environment": environment(),
         "rows": {},
     }
     rows = results["rows"]

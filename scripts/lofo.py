@@ -143,6 +143,7 @@ def leave_one_out(args: Args, log=print) -> dict:
     from dtoc_rl.envs.data import load_episodes
     from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+    from dtoc_rl.provenance import environment
 
     t_all = time.perf_counter()
     by = args.by
@@ -173,6 +174,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         "dataset": str(args.dataset),
         "args": vars(args),
         "trajectories": dict(counts),
+        "environment": environment(),  # figures compare only with those of the same software
         "folds": [],
     }
     seeds = list(dict.fromkeys(args.seeds)) or [args.seed]

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.provenance import environment
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -224,7 +225,13 @@ def run(args: argparse.Namespace) -> int:
     if args.miss_budget < 0:
         return fail(f"--miss-budget must be >= 0, got {args.miss_budget}")
     done = done_when(rows, max_misses=args.miss_budget)
-    out = {"rows": rows, "done_when": done, "failed_runs": failed, "policies": specs}
+    out = {
+        "rows": rows,
+        "done_when": done,
+        "failed_runs": failed,
+        "policies": specs,
+        "environment": environment(),  # figures compare only with those of the same software
+    }
     if args.runs_out:
         args.runs_out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.runs_out, "w") as fh:

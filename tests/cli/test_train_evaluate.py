@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from dtoc_rl.cli import main
@@ -43,6 +44,7 @@ def test_evaluate_json_rows_with_sweep_and_oracle(capsys, ckpt, tmp_path):
     out = json.loads(capsys.readouterr().out)
     overall = {r["policy"]: r for r in out["rows"] if r["group_by"] == "overall"}
     assert set(overall) == {"none", "last_n:n=3", "last_n:n=5", str(ckpt), "oracle"}
+    assert out["environment"]["numpy"] == np.__version__  # figures compare only within one environment
     assert overall["none"]["savings"] == pytest.approx(0, abs=1e-9)
     assert overall["oracle"]["misses_per_100"] == 0 and overall["oracle"]["savings"] > 0
     for r in overall.values():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.baselines import best_batch, to_action
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
@@ -71,7 +71,7 @@ def _obs(tokens_k, visible, step, active_k):
     items[:m, _F["est_tokens_k"]] = tokens_k
     items[:m, _F["visible"]] = visible
     items[:m, _F["age"]] = np.arange(m)[::-1] + 1
-    glob = np.zeros(9, np.float32)
+    glob = np.zeros(len(GLOBAL_FEATURES), np.float32)
     glob[0], glob[2], glob[3] = active_k, step, m  # active_tokens_k, step, stored
     return {
         "items": items,
@@ -287,7 +287,6 @@ def test_an_output_no_call_has_read_yet_is_never_hidden(batching):
 
 
 def test_the_miss_governor_lowers_the_threshold_per_miss_over_the_budget():
-    from dtoc_rl.engine.features import GLOBAL_FEATURES
     from dtoc_rl.policies.learned import misses_over_budget
 
     g = GLOBAL_FEATURES.index("misses")

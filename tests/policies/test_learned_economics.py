@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from dtoc_rl.engine.features import ITEM_FEATURES
+from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.learned import (
@@ -68,7 +68,7 @@ def test_economics_prices_the_suffix_and_the_reads_of_each_output():
     items[:3, _F["visible"]] = 1
     items[:3, _F["age"]] = [3, 2, 1]
     mask = np.array([1, 1, 1, 0], bool)
-    glob = np.zeros(9, np.float32)
+    glob = np.zeros(len(GLOBAL_FEATURES), np.float32)
     glob[0], glob[2] = 10.0, 4  # active_tokens_k, step
     anthropic = price_vector(PRICES["claude-sonnet"])  # read 10%, write 125% of input
     per_item, per_call = economics(items, mask, glob, anthropic)

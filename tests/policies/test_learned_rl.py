@@ -136,6 +136,8 @@ def test_train_init_from_round_trip(tmp_path, capsys):
     a, b = LearnedPolicy.load(ck), LearnedPolicy.load(out)
     assert b.meta["val_tasks"] == a.meta["val_tasks"]  # same split: the held-out tasks stay unused
     assert b.meta["rl"]["updates_run"] == 2 and "thresholds" in b.meta
+    # the fine-tuning records its own software beside the first training's
+    assert b.meta["rl"]["environment"]["torch"] == torch.__version__ and "environment" in b.meta
     assert b.cfg.d_model == 16 and b.cfg.rl_updates == 2  # the checkpoint's network, the command's RL
     sa, sb = a.net.state_dict(), b.net.state_dict()
     assert sa.keys() == sb.keys() and any(not torch.equal(sa[k], sb[k]) for k in sa)
@@ -188,6 +190,7 @@ def test_train_retune_chooses_the_thresholds_again_and_nothing_else(tmp_path, ca
     for entry in [*b.meta["thresholds"]["validation"]["regime"].values()]:
         assert entry["misses_per_100"] == 0.0  # within the new budget on its tune runs
     assert b.meta["retuned_from"] == str(ck) and "val_metrics" not in b.meta  # those were the old table's
+    assert b.meta["retune_environment"]["numpy"] == np.__version__ and "retune_environment" not in a.meta
     # a setting not given keeps the checkpoint's own: retuned again without flags, still budget 0
     assert main(["train", "--retune", str(out), "-o", str(tmp_path / "again"), "--quiet"]) == 0
     assert LearnedPolicy.load(tmp_path / "again").meta["thresholds"]["budget_misses_per_100"] == 0.0

@@ -1,6 +1,7 @@
 """scripts/lofo.py: leave-one-family-out training and evaluation."""
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ def test_leaves_the_family_out_of_training_and_evaluates_on_it(tmp_path, capsys)
     res = json.loads(capsys.readouterr().out)
     (fold,) = res["folds"]
     assert fold["family"] == "gemini-3-pro" and "gemini-3-pro" not in fold["train_families"]
+    assert res["environment"]["python"] == platform.python_version()  # what produced the figures
     ckpt = fold["checkpoint"]
     policies = {r["policy"] for r in fold["rows"]}
     assert policies == {f"learned:path={ckpt}", f"learned:path={ckpt},threshold=0.1", "none", "hide_big",
