@@ -153,9 +153,7 @@ class LearnedPolicyConfig:
         "dollars",
         "per-output loss weights. dollars: what a wrong decision would cost (a miss re-reads the prompt, a "
         "wrongly visible output is read on the calls left, a change re-writes the suffix), relative to one "
-        "read of the prompt, with a visible token priced as the provider's cache bills it (its hit rate and "
-        "minimum prompt, as the simulator); need: need_weight on outputs needed at the next call, 1 "
-        "elsewhere",
+        "read of the prompt; need: need_weight on outputs needed at the next call, 1 elsewhere",
     )
     # -- data ------------------------------------------------------------------
     model_family: str | None = _f(None, "train only on this model family (a per-family policy)")

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, PRICE_FEATURES, price_vector
+from dtoc_rl.engine.features import ITEM_FEATURES, PRICE_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, common_words
@@ -45,7 +45,7 @@ from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.provenance import environment
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CACHE_REGIMES, CacheRules, cache_regime, load_price_table
+from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
@@ -172,9 +172,6 @@ def _needed_later(last_need: np.ndarray, slots: np.ndarray, t: int) -> np.ndarra
     return inside & (last_need[np.where(inside, slots, 0)] > t)
 
 
-_G_ACTIVE = GLOBAL_FEATURES.index("active_tokens_k")
-
-
 def dollar_weights(
     items: np.ndarray,
     econ: np.ndarray,
@@ -184,8 +181,6 @@ def dollar_weights(
     needed_later: np.ndarray,
     calls_left: int,
     need_weight: float,
-    rules: CacheRules | None = None,
-    prompt_tokens: float = float("inf"),
 ) -> np.ndarray:
     """What deciding the opposite of ``target`` would cost for each output, relative to one
     full-price read of the prompt (so that runs and models of every size weigh alike).
@@ -197,22 +192,10 @@ def dollar_weights(
       later call needs it;
     * hidden by the target: its cache reads over the calls actually left, plus the re-write when
       showing it again would be a change.
-
-    With the run's cache ``rules`` (``CostConfig.rules_for``) a visible token is priced as the
-    simulator bills it: at the full price when the prompt (``prompt_tokens``) is under the provider's
-    minimum, and as a ``hit_rate`` share at the cache-read price otherwise (a best-effort cache such
-    as gpt-5.2's or gemini's reads only part of what it could), so that a change re-writes only that
-    share.  Without them, every allowed token is read at the list cache-read price.
     """
     read_rel = prices[2] / max(prices[0], 1e-9)
     visible = items[:, ITEM_VISIBLE] > 0.5
     share, change = econ[:, 2], econ[:, 4]
-    if rules is not None:  # what the provider bills: a prompt under its minimum is never cached, and
-        # a best-effort cache reads only hit_rate of it, the rest at full price; a change re-writes
-        # only what would have been read from the cache
-        hit = rules.hit_rate if prompt_tokens >= rules.min_prefix else 0.0
-        read_rel = hit * read_rel + (1.0 - hit)
-        change = change * hit
     miss = need_weight * (read_rel + share)
     keep_wrong = np.where(needed_now, miss, change + np.where(needed_later, 0.5 * miss, 0.0))
     hide_wrong = share * calls_left * read_rel + np.where(visible, 0.0, change)
@@ -244,7 +227,6 @@ def collect(
         if V is None:
             continue
         prices = _ep_prices(ep, cfg)
-        rules = cfg.rules_for(ep)
         last_need = _last_need(ep, kinds) if dollars or aux else None
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
@@ -264,9 +246,8 @@ def collect(
             later = _needed_later(last_need, s, t) if last_need is not None else None
             if dollars:
                 weight = dollar_weights(
-                    items, econ, prices, target, needed, later, max(calls - t, 1), policy.cfg.need_weight,
-                    rules, float(obs["globals"][_G_ACTIVE]) * 1000.0,
-                )  # fmt: skip
+                    items, econ, prices, target, needed, later, max(calls - t, 1), policy.cfg.need_weight
+                )
             else:
                 weight = np.where(needed, np.float32(policy.cfg.need_weight), np.float32(1.0))
             out.append(

@@ -339,32 +339,6 @@ def test_dollar_weights_price_each_wrong_decision():
     assert later[0] == pytest.approx(0.5 + 0.5 * 4.0 * 0.2) and later[1] == pytest.approx(0.5)
 
 
-def test_dollar_weights_price_a_visible_token_as_the_provider_bills_it():
-    from dtoc_rl.sim.pricing import CacheRules
-
-    items = np.zeros((2, len(ITEM_FEATURES)), np.float32)
-    items[:, _F["visible"]] = [1, 0]
-    econ = np.zeros((2, len(ECON_ITEM_FEATURES)), np.float32)
-    econ[:, _E["prompt_share"]] = 0.1
-    econ[:, _E["change_cost_rel"]] = 0.5
-    prices = price_vector(PRICES["claude-sonnet"])  # cache read 0.1 of the input price
-    hide = np.zeros(2, np.float32)
-    no = np.zeros(2, bool)
-    best_effort = CacheRules("x", min_prefix=4096, hit_rate=0.5)
-    w = dollar_weights(items, econ, prices, hide, no, no, 20, 4.0, best_effort, prompt_tokens=10_000)
-    # half the prompt is read from the cache at 0.1, half at the full price: 0.55 per visible token,
-    # and a change re-writes only the half that was cached
-    assert w[0] == pytest.approx(0.1 * 20 * 0.55)
-    assert w[1] == pytest.approx(0.1 * 20 * 0.55 + 0.5 * 0.5)
-    # a prompt under the provider's minimum is never cached: full price, and a change costs nothing
-    small = dollar_weights(items, econ, prices, hide, no, no, 20, 4.0, best_effort, prompt_tokens=2_000)
-    assert small[0] == pytest.approx(0.1 * 20 * 1.0) and small[1] == pytest.approx(0.1 * 20 * 1.0)
-    # an ideal cache (every allowed token hit) weighs as the list prices say
-    ideal = dollar_weights(items, econ, prices, hide, no, no, 20, 4.0, CacheRules("x"), prompt_tokens=10_000)
-    plain = dollar_weights(items, econ, prices, hide, no, no, 20, 4.0)
-    np.testing.assert_allclose(ideal, plain)
-
-
 def test_an_unknown_model_takes_its_regime_entry_from_the_prices_in_the_observation():
     # the live path: no reset info, family id 0 ("other"), the caller's prices in obs["prices"]
     pol = LearnedPolicyConfig(**TINY, seed=1).create()
