@@ -155,6 +155,15 @@ class LearnedPolicyConfig:
         "wrongly visible output is read on the calls left, a change re-writes the suffix), relative to one "
         "read of the prompt; need: need_weight on outputs needed at the next call, 1 elsewhere",
     )
+    source_balance: float = _f(
+        0.0,
+        "power p: each source harness's supervised loss weights are scaled by (mean mass / its mass) ** p, "
+        "its mass being the sum of its training decisions' loss weights, so that the harnesses with the "
+        "most (and longest) runs do not decide alone what an output's words and age mean; 0: as collected. "
+        "At 0.5 (five seeds on ../shared) it hid some of mini-swe-agent's outputs, where the default hides "
+        "almost none, but saved less overall (50.6 per cent of the oracle's savings against 52.0), so it "
+        "is off (docs/results.md)",
+    )
     # -- data ------------------------------------------------------------------
     model_family: str | None = _f(None, "train only on this model family (a per-family policy)")
     exclude_family: str | None = _f(
@@ -296,6 +305,8 @@ class LearnedPolicyConfig:
             )
         if self.batching not in ("pays", "off"):
             raise ValueError(f"batching must be pays or off, got {self.batching!r}")
+        if not 0.0 <= self.source_balance <= 1.0:
+            raise ValueError(f"source_balance must be in [0, 1], got {self.source_balance}")
         if self.loss_weights not in ("dollars", "need"):
             raise ValueError(f"loss_weights must be dollars or need, got {self.loss_weights!r}")
         for name in ("rl_updates", "rl_envs", "rl_steps", "rl_epochs", "rl_minibatches"):

@@ -77,6 +77,7 @@ class Sample:
     target: np.ndarray  # (m,) 1 = visible at the next call
     weight: np.ndarray  # (m,) loss weights
     aux: np.ndarray | None = None  # (m, len(AUX_TARGETS)) the auxiliary head's targets; None: not collected
+    source: str = ""  # the episode's source harness (for --source-balance)
 
 
 def split_by_task(episodes: Sequence[Episode], val_fraction: float, seed: int) -> tuple[list, list]:
@@ -260,6 +261,7 @@ def collect(
                     target=target.astype(np.float32),
                     weight=weight.astype(np.float32),
                     aux=np.stack([needed, later], 1).astype(np.float32) if aux else None,
+                    source=ep.source,
                 )
             )
             want = np.zeros(n, bool)
@@ -303,6 +305,18 @@ def _batch(samples: list[Sample], with_aux: bool = False) -> tuple[dict, torch.T
     return x, torch.from_numpy(target), torch.from_numpy(weight), aux_y
 
 
+def source_scales(samples: Sequence[Sample], power: float) -> dict[str, float]:
+    """Per source harness, the factor on its loss weights that --source-balance asks for:
+    ``(mean mass / its mass) ** power``, a source's mass being the sum of its samples' weights."""
+    mass: dict[str, float] = {}
+    for s in samples:
+        mass[s.source] = mass.get(s.source, 0.0) + float(s.weight.sum())
+    if not power or not mass:
+        return {k: 1.0 for k in mass}
+    mean = sum(mass.values()) / len(mass)
+    return {k: (mean / max(v, 1e-9)) ** power for k, v in mass.items()}
+
+
 def _loss(
     net: nn.Module,
     samples: list[Sample],
@@ -310,12 +324,15 @@ def _loss(
     drop_family: np.ndarray | None = None,
     aux_weight: float = 0.0,
     parts: dict[str, float] | None = None,
+    scales: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """The dollar-weighted loss of the visibility target, plus ``aux_weight`` times the auxiliary
     head's mean loss over the used slots (0: the main loss alone, as validation measures it).
     ``parts``, if given, receives the two apart (``main``, ``aux``), for the training log."""
     with_aux = bool(aux_weight) and samples[0].aux is not None
     x, y, w, aux_y = _batch(samples, with_aux)
+    if scales:  # --source-balance: a source's weights scaled as a whole; one it lacks stays as it is
+        w = w * torch.tensor([scales.get(s.source, 1.0) for s in samples], dtype=w.dtype)[:, None]
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
     if drop_family is not None and drop_family.any():  # and these without their family's vector
@@ -351,6 +368,7 @@ def _train_supervised(
     best, best_state, bad, history = math.inf, None, 0, []
     bar = tqdm(range(epochs or cfg.epochs), desc=label, disable=not progress)
     val_sorted = sorted(val, key=lambda x: len(x.target))
+    scales = source_scales(train, cfg.source_balance) if cfg.source_balance else None
     widths = np.array([len(x.target) for x in train])
     for epoch in bar:
         net.train()
@@ -364,7 +382,7 @@ def _train_supervised(
             # drawn only when on, so that the default draws the same batches as without the setting
             drop_fam = rng.random(len(batch)) < cfg.family_dropout if cfg.family_dropout else None
             parts: dict[str, float] = {}
-            loss = _loss(net, batch, drop, drop_fam, cfg.aux_need, parts=parts)
+            loss = _loss(net, batch, drop, drop_fam, cfg.aux_need, parts=parts, scales=scales)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -376,7 +394,7 @@ def _train_supervised(
         with torch.no_grad():
             vl = (
                 sum(
-                    float(_loss(net, val_sorted[i : i + 256])) * len(val_sorted[i : i + 256])
+                    float(_loss(net, val_sorted[i : i + 256], scales=scales)) * len(val_sorted[i : i + 256])
                     for i in range(0, len(val_sorted), 256)
                 )
                 / len(val)

@@ -157,6 +157,58 @@ def test_family_dropout_decides_the_chosen_observations_as_a_family_without_a_ve
         LearnedPolicyConfig(family_dropout=0.2, family_conditioning=False)
 
 
+def test_source_balance_scales_each_harness_by_its_share_of_the_loss_weights():
+    from dtoc_rl.policies.learned_trainer import Sample, _loss, source_scales
+
+    pol = LearnedPolicyConfig(**TINY).create()
+    n, f, g = 2, pol.net.item_in[0].in_features, pol.net.glob_in[0].in_features
+
+    def sample(source, weight, target):
+        items = np.random.default_rng(len(source)).normal(size=(n, f)).astype(np.float32)
+        return Sample(
+            items, np.zeros(n, np.int64), np.zeros((n, 2), np.int64), np.ones(g, np.float32), 0,
+            np.full(n, target, np.float32), np.full(n, weight, np.float32), source=source,
+        )  # fmt: skip
+
+    # "big" has nine times the weight mass of "small"
+    batch = [sample("big", 3.0, 1.0), sample("big", 6.0, 1.0), sample("small", 1.0, 0.0)]
+    assert source_scales(batch, 0.0) == {"big": 1.0, "small": 1.0}
+    full = source_scales(batch, 1.0)  # equal masses after scaling
+    assert full["big"] * 18.0 == pytest.approx(full["small"] * 2.0)
+    half = source_scales(batch, 0.5)
+    assert half["small"] / half["big"] == pytest.approx(3.0)
+    pol.net.eval()
+    with torch.no_grad():
+        plain, balanced = float(_loss(pol.net, batch)), float(_loss(pol.net, batch, scales=full))
+        # a source the scales lack keeps its weights
+        assert float(_loss(pol.net, batch, scales={"big": 1.0})) == pytest.approx(plain, rel=1e-6)
+        per = [float(_loss(pol.net, [s])) for s in batch]
+    # balanced: the small source's loss counts as much as the big source's two samples together
+    assert balanced == pytest.approx(0.5 * (3 * per[0] + 6 * per[1]) / 9 + 0.5 * per[2], rel=1e-5)
+    assert abs(balanced - plain) > 1e-4
+    with pytest.raises(ValueError, match="source_balance"):
+        LearnedPolicyConfig(source_balance=1.5)
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5])
+def test_training_and_validation_losses_take_the_source_scales(monkeypatch, power):
+    import dtoc_rl.policies.learned_trainer as lt
+
+    seen, loss = [], lt._loss
+
+    def spy(net, samples, *a, scales=None, **kw):
+        seen.append(scales)
+        return loss(net, samples, *a, scales=scales, **kw)
+
+    monkeypatch.setattr(lt, "_loss", spy)
+    LearnedPolicyConfig(**{**TINY, "epochs": 1, "source_balance": power}).create().fit(None, progress=False)
+    assert seen
+    if power:
+        assert all(s is not None and len(s) >= 2 for s in seen)  # the sample has several harnesses
+    else:
+        assert all(s is None for s in seen)
+
+
 @pytest.mark.parametrize("rate", [0.0, 0.5])
 def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, rate):
     import dtoc_rl.policies.learned_trainer as lt
