@@ -307,14 +307,17 @@ def _batch(samples: list[Sample], with_aux: bool = False) -> tuple[dict, torch.T
 
 def source_scales(samples: Sequence[Sample], power: float) -> dict[str, float]:
     """Per source harness, the factor on its loss weights that --source-balance asks for:
-    ``(mean mass / its mass) ** power``, a source's mass being the sum of its samples' weights."""
+    ``(mean mass / its mass) ** power``, a source's mass being the sum of its samples' weights,
+    scaled together so that the total mass stays as it was (the loss keeps its size)."""
     mass: dict[str, float] = {}
     for s in samples:
         mass[s.source] = mass.get(s.source, 0.0) + float(s.weight.sum())
     if not power or not mass:
         return {k: 1.0 for k in mass}
     mean = sum(mass.values()) / len(mass)
-    return {k: (mean / max(v, 1e-9)) ** power for k, v in mass.items()}
+    raw = {k: (mean / max(v, 1e-9)) ** power for k, v in mass.items()}
+    keep = sum(mass.values()) / max(sum(mass[k] * raw[k] for k in mass), 1e-9)
+    return {k: r * keep for k, r in raw.items()}
 
 
 def _loss(
@@ -331,7 +334,10 @@ def _loss(
     ``parts``, if given, receives the two apart (``main``, ``aux``), for the training log."""
     with_aux = bool(aux_weight) and samples[0].aux is not None
     x, y, w, aux_y = _batch(samples, with_aux)
-    if scales:  # --source-balance: a source's weights scaled as a whole; one it lacks stays as it is
+    # --source-balance: a source's weights scaled as a whole (one it lacks stays as it is), over the
+    # unscaled total, so that a batch of one source is scaled too rather than normalised back
+    norm = w.sum().clamp_min(1.0)
+    if scales:
         w = w * torch.tensor([scales.get(s.source, 1.0) for s in samples], dtype=w.dtype)[:, None]
     if drop_words is not None and drop_words.any():  # these observations seen without their words
         x["words"][torch.from_numpy(drop_words)] = 0
@@ -342,7 +348,7 @@ def _loss(
     else:
         logits, aux_logits = net(**x), None
     ll = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
-    loss = (ll * w).sum() / w.sum().clamp_min(1.0)
+    loss = (ll * w).sum() / norm
     if parts is not None:
         parts["main"] = float(loss.detach())
     if aux_logits is not None:

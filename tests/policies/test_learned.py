@@ -177,12 +177,17 @@ def test_source_balance_scales_each_harness_by_its_share_of_the_loss_weights():
     assert full["big"] * 18.0 == pytest.approx(full["small"] * 2.0)
     half = source_scales(batch, 0.5)
     assert half["small"] / half["big"] == pytest.approx(3.0)
+    for scales in (full, half):  # the total mass stays as it was
+        assert 18.0 * scales["big"] + 2.0 * scales["small"] == pytest.approx(20.0)
     pol.net.eval()
     with torch.no_grad():
         plain, balanced = float(_loss(pol.net, batch)), float(_loss(pol.net, batch, scales=full))
         # a source the scales lack keeps its weights
         assert float(_loss(pol.net, batch, scales={"big": 1.0})) == pytest.approx(plain, rel=1e-6)
         per = [float(_loss(pol.net, [s])) for s in batch]
+        # a batch of one source is scaled too, not normalised back to its plain loss
+        one = float(_loss(pol.net, batch[:2], scales=full))
+        assert one == pytest.approx(full["big"] * float(_loss(pol.net, batch[:2])), rel=1e-5)
     # balanced: the small source's loss counts as much as the big source's two samples together
     assert balanced == pytest.approx(0.5 * (3 * per[0] + 6 * per[1]) / 9 + 0.5 * per[2], rel=1e-5)
     assert abs(balanced - plain) > 1e-4
