@@ -160,9 +160,9 @@ class LearnedPolicyConfig:
         "power p: each source harness's supervised loss weights are scaled by (mean mass / its mass) ** p, "
         "its mass being the sum of its training decisions' loss weights, so that the harnesses with the "
         "most (and longest) runs do not decide alone what an output's words and age mean; 0: as collected. "
-        "At 0.5 (five seeds on ../shared) it hid some of mini-swe-agent's outputs, where the default hides "
-        "almost none, but saved less overall (50.6 per cent of the oracle's savings against 52.0), so it "
-        "is off (docs/results.md)",
+        "At 0.5 (five seeds on ../shared) its stored thresholds kept the miss budget at all five, the "
+        "default's at three, but its best threshold saved less (49.7 per cent of the oracle's savings "
+        "against 52.0), so it is off (docs/results.md)",
     )
     # -- data ------------------------------------------------------------------
     model_family: str | None = _f(None, "train only on this model family (a per-family policy)")
