@@ -279,8 +279,9 @@ class LearnedPolicyConfig:
             raise ValueError("family_dropout needs family_conditioning: without it there is nothing to drop")
         if not (0.0 <= self.aux_need < float("inf")):
             raise ValueError(f"aux_need must be a finite weight >= 0, got {self.aux_need}")
-        if self.aux_need and self.mode == "rl":
-            raise ValueError("aux_need acts in supervised training, which mode rl does not run")
+        for name in ("aux_need", "source_balance"):
+            if getattr(self, name) and self.mode == "rl":
+                raise ValueError(f"{name} acts in supervised training, which mode rl does not run")
         if not 0 <= self.recent_words <= 16:
             raise ValueError(f"recent_words must be in [0, 16], got {self.recent_words}")
         if not (0.0 <= self.word_dropout < 1.0):

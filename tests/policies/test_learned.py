@@ -193,6 +193,9 @@ def test_source_balance_scales_each_harness_by_its_share_of_the_loss_weights():
     assert abs(balanced - plain) > 1e-4
     with pytest.raises(ValueError, match="source_balance"):
         LearnedPolicyConfig(source_balance=1.5)
+    for name, value in (("source_balance", 0.5), ("aux_need", 0.5)):  # PPO alone has no supervised loss
+        with pytest.raises(ValueError, match=f"{name} acts in supervised training"):
+            LearnedPolicyConfig(mode="rl", **{name: value})
 
 
 @pytest.mark.parametrize("power", [0.0, 0.5])
