@@ -217,6 +217,29 @@ def test_training_and_validation_losses_take_the_source_scales(monkeypatch, powe
         assert all(s is None for s in seen)
 
 
+def test_the_source_scales_come_from_the_training_decisions_alone(monkeypatch):
+    # validation decisions would weigh the harnesses by the tune tasks' mass, which training never sees
+    import dtoc_rl.policies.learned_trainer as lt
+
+    collected, given, collect, scales = [], [], lt.collect, lt.source_scales
+
+    def spy_collect(*a, **kw):
+        out = collect(*a, **kw)
+        collected.append(out)
+        return out
+
+    def spy_scales(samples, power):
+        given.append(list(samples))
+        return scales(samples, power)
+
+    monkeypatch.setattr(lt, "collect", spy_collect)
+    monkeypatch.setattr(lt, "source_scales", spy_scales)
+    LearnedPolicyConfig(**{**TINY, "epochs": 1, "source_balance": 0.5}).create().fit(None, progress=False)
+    train, val = collected[0], collected[1]  # collected in that order, before any training
+    assert train and val and given
+    assert all(len(g) == len(train) and all(x is y for x, y in zip(g, train)) for g in given)
+
+
 @pytest.mark.parametrize("rate", [0.0, 0.5])
 def test_training_drops_the_family_of_about_the_configured_share(monkeypatch, rate):
     import dtoc_rl.policies.learned_trainer as lt
