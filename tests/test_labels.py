@@ -331,6 +331,20 @@ RESOURCE_CASES = [
     ("Edit", '{"file_path": "/p/a.py", "old_string": "x", "new_string": "y"}', [], ["/p/a.py"]),
     ("Write", '{"file_path": "/p/b.py", "content": "x"}', [], ["/p/b.py"]),
     ("read", '{"filePath": "/p/a.py", "offset": 0, "limit": 50}', ["file:/p/a.py#L1-50"], []),
+    # Gemini CLI: read_file took an absolute_path and a 0-based offset, now a file_path and 1-based lines;
+    # searches and listings name their folder dir_path
+    ("read_file", '{"absolute_path": "/p/a.py", "offset": 10, "limit": 20}', ["file:/p/a.py#L11-30"], []),
+    ("read_file", '{"file_path": "/p/a.py", "start_line": 5, "end_line": 9}', ["file:/p/a.py#L5-9"], []),
+    ("replace", '{"file_path": "/p/a.py", "old_string": "x", "new_string": "y"}', [], ["/p/a.py"]),
+    ("run_shell_command", '{"command": "cat a.py", "description": "show it"}', ["file:a.py"], []),
+    (
+        "grep_search",
+        '{"pattern": "foo", "dir_path": "src", "include": "*.py"}',
+        ["search:grep:foo@src[*.py]"],
+        [],
+    ),
+    ("glob", '{"pattern": "**/*.md", "dir_path": "docs"}', ["search:glob:**/*.md@docs"], []),
+    ("list_directory", '{"dir_path": "src/pkg"}', ["list:src/pkg"], []),
     (
         "get_reservation_details",
         '{"reservation_id": "NO6JO3"}',

@@ -20,6 +20,7 @@ from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.chat_parquet import ChatParquetIngester
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
+from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
@@ -78,6 +79,8 @@ INGESTERS: list[Ingester] = [
     Tau2BenchIngester(),
     ClaudeCodeStreamIngester(),
     ClaudeCodeTranscriptIngester(),
+    GeminiCliIngester(),
+    GeminiApiIngester(),
     OpenCodeIngester(),
     RepoLaunchIngester(),
     CodexRolloutIngester(),

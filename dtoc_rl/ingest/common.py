@@ -113,7 +113,10 @@ def number(d: dict, *keys: str) -> float | None:
     return None
 
 
-_GEMINI_COUNTS = {"promptTokenCount", "candidatesTokenCount", "prompt_token_count", "candidates_token_count"}
+_GEMINI_COUNTS = {
+    "promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount",
+    "prompt_token_count", "candidates_token_count", "thoughts_token_count",
+}  # fmt: skip
 
 
 def usage_from(raw: object) -> Usage | None:
@@ -124,8 +127,9 @@ def usage_from(raw: object) -> Usage | None:
     ``cached_input_tokens`` beside them, inside ``input_tokens`` all the same), Anthropic
     (``input_tokens`` counts only the uncached part: the cache read and creation counts are added to
     it) and Gemini
-    (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount``; the Python SDK
-    writes them in snake case).  None when ``raw`` holds no token count.
+    (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount`` plus
+    ``thoughtsTokenCount``, which Gemini bills as output too; the Python SDK writes them in snake
+    case).  None when ``raw`` holds no token count.
     """
     if not isinstance(raw, dict):
         return None
@@ -142,10 +146,13 @@ def usage_from(raw: object) -> Usage | None:
             cost_usd=cost,
         )
     if _GEMINI_COUNTS & raw.keys():
+        # Gemini counts thinking apart from the answer and bills both as output
+        out = count(raw, "candidatesTokenCount", "candidates_token_count")
+        thoughts = count(raw, "thoughtsTokenCount", "thoughts_token_count")
         return Usage(
             input_tokens=count(raw, "promptTokenCount", "prompt_token_count"),
             cached_tokens=count(raw, "cachedContentTokenCount", "cached_content_token_count") or 0,
-            output_tokens=count(raw, "candidatesTokenCount", "candidates_token_count"),
+            output_tokens=thoughts if out is None else out + (thoughts or 0),
             cost_usd=cost,
         )
     if "input_tokens" in raw or "output_tokens" in raw:

@@ -70,6 +70,7 @@ __all__ = [
     "iter_jsonl",
     "norm_args",
     "parse_rows",
+    "row_label",
 ]
 
 #: A run's text fields longer than this (a dataset's patch or evaluation log) are not copied into
@@ -361,7 +362,8 @@ def _reply(
 # ---------------------------------------------------------------- ingester
 
 
-def _label(row: dict) -> tuple[bool | None, str]:
+def row_label(row: dict) -> tuple[bool | None, str]:
+    """A run's outcome and the field it came from (see the module docstring's Labels)."""
     for key in ("success", "pass", "passed", "resolved", "target"):
         if isinstance(row.get(key), bool):
             return row[key], f"row:{key}"
@@ -441,7 +443,7 @@ class OpenAIChatIngester(Ingester):
         if key in seen:
             key = f"{key}#{number}"
         seen.add(key)
-        success, source = _label(row)
+        success, source = row_label(row)
         scalars: dict[str, Any] = {}
         long_fields: dict[str, int] = {}
         for k, v in row.items():

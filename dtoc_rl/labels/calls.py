@@ -145,11 +145,17 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
         line = shell_command(args)
         if line is not None:
             return _shell(line, state)
-    path = args.get("file_path") or args.get("filePath") or args.get("path") or args.get("notebook_path")
+    # (absolute_path: Gemini CLI's read_file before file_path; dir_path: its grep_search, glob and ls)
+    path = (
+        args.get("file_path") or args.get("filePath") or args.get("path") or args.get("notebook_path")
+        or args.get("absolute_path") or args.get("dir_path")
+    )  # fmt: skip
     if lname in _READ_TOOLS and isinstance(path, str):
         off = args.get("offset")
         lim = args.get("limit")
-        zero_based = "filePath" in args  # OpenCode counts lines from 0
+        # OpenCode counts lines from 0, and so did Gemini CLI's read_file while it took an absolute_path
+        # (packages/core/src/utils/fileUtils.ts, processSingleFileContent)
+        zero_based = "filePath" in args or "absolute_path" in args
         start = None
         if isinstance(off, int):
             start = off + 1 if zero_based else max(1, off)
@@ -185,6 +191,7 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
 # Argument names that hold what a tool reads or writes, whatever the tool (MCP servers, agent SDKs).
 _PATH_KEYS = {
     "path", "file_path", "filepath", "target_file", "notebook_path", "relative_path", "absolute_path",
+    "dir_path",
 }  # fmt: skip
 # Names that hold a path only sometimes (``destination`` is also an airport code): their value counts
 # when it looks like one.

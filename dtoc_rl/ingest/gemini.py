@@ -1,0 +1,371 @@
+"""Gemini logs: Gemini CLI sessions and Gemini API conversations (``contents``).
+
+**Gemini CLI** records every session under ``~/.gemini/tmp/<project hash>/chats/``: one JSON object
+per session (``session-*.json``: ``sessionId``, ``projectHash``, ``startTime``, ``lastUpdated``,
+``messages``) in CLI versions before 2026, and since then a JSONL file whose first line holds that
+metadata and whose other lines are message records, ``{"$set": {...}}`` metadata updates (one with a
+``messages`` list replaces every message before it) and ``{"$rewindTo": id}`` records (the user
+rewound: that message and every later one are dropped; an unknown id drops them all).  A message
+record written again under the same id replaces the first one in its place, as the CLI reads it back
+(``packages/core/src/services/chatRecordingService.ts``, ``loadConversationRecord``).
+
+A message is ``{"id", "timestamp", "type", "content", ...}``: ``user`` messages are the user's (the
+first is the task); ``gemini`` messages are model calls, with ``toolCalls`` (``{"id", "name",
+"args", "result", "status"}``; ``result`` is the list of parts sent back, whose ``functionResponse``
+holds ``response.output`` or ``response.error``), ``thoughts`` (``subject``, ``description``), the
+call's ``tokens`` (``input`` = ``promptTokenCount``, cached part included, ``cached``, ``output``,
+``thoughts``) and ``model``; ``info``, ``error`` and ``warning`` messages are the CLI's own notices,
+never sent to the model, and are left out (counted in ``extra.skipped_messages``).  A call whose
+status is ``error`` or whose response holds ``error`` is an error output; a call without a result
+(cancelled) has no output.
+
+**Gemini API conversations**: what a program sends ``generateContent`` or keeps as a chat's history,
+``{"contents": [...], "systemInstruction"?, "model"?}`` (one per ``.json`` file, a list of them, or
+one per line of a ``.jsonl`` file) or a bare list of contents.  A content is ``{"role": "user" |
+"model", "parts": [...]}``; ``functionCall`` parts (``name``, ``args``, ``id`` where the API set one)
+are tool calls, ``functionResponse`` parts in the next user content their outputs (matched by ``id``,
+else in order), ``thought: true`` parts reasoning.  A ``usageMetadata`` saved on a model content is
+that call's usage.
+
+Both map through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`, so a call is a step exactly as
+in a chat-completions log.  Gemini bills thinking tokens as output (``thoughtsTokenCount`` apart from
+``candidatesTokenCount``): both are counted (:func:`~dtoc_rl.ingest.common.usage_from`).  Neither
+format records an outcome: ``success`` is None unless a conversation names one as a chat log's run
+does (``success``, ``resolved``, ``reward``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.openai_chat import chat_to_steps, iso_to_epoch, iter_jsonl, parse_rows, row_label
+
+__all__ = ["GeminiApiIngester", "GeminiCliIngester"]
+
+_SESSION = re.compile(r'"sessionId"\s*:')
+_PROJECT = re.compile(r'"projectHash"\s*:')
+_PARTS = re.compile(r'"parts"\s*:\s*\[')
+_MODEL_ROLE = re.compile(r'"role"\s*:\s*"model"')
+_CALL_PART = re.compile(r'"function(?:Call|Response)"\s*:')
+
+
+def _parts_text(content: Any, where: str) -> str:
+    """The text of a Gemini ``content``: a string, or a list of parts (strings or ``{"text"}``); a
+    part of another kind (a file, a function call, thoughts) adds nothing but a marker for data."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if not isinstance(content, list):
+        raise IngestError(f"{where} is {type(content).__name__}, expected text or a list of parts")
+    out = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            out.append(part)
+        elif not isinstance(part, dict):
+            raise IngestError(f"{where}[{j}] is {type(part).__name__}, expected text or object")
+        elif isinstance(part.get("text"), str) and not part.get("thought"):
+            out.append(part["text"])
+        elif isinstance(part.get("inlineData"), dict) or isinstance(part.get("fileData"), dict):
+            data = part.get("inlineData") or part.get("fileData")
+            out.append(f"[{data.get('mimeType') or 'file'}]")
+    return "".join(out)
+
+
+def _field(part: Any, key: str) -> Any:
+    return part.get(key) if isinstance(part, dict) else None
+
+
+def _response_text(response: Any) -> tuple[str, bool]:
+    """A ``functionResponse.response`` as the text the model read, and whether it is an error."""
+    if isinstance(response, str):
+        return response, False
+    if isinstance(response, dict):
+        if "error" in response and response.get("error") not in (None, ""):
+            err = response["error"]
+            return (err if isinstance(err, str) else json.dumps(err)), True
+        for key in ("output", "result", "content"):
+            if isinstance(response.get(key), str):
+                return response[key], False
+    return ("" if response is None else json.dumps(response)), False
+
+
+def _result(result: Any, where: str) -> tuple[str, bool]:
+    """A Gemini CLI tool call's ``result`` (a list of parts) as output text and its error flag."""
+    parts = result if isinstance(result, list) else [result]
+    texts, error = [], False
+    for j, part in enumerate(parts):
+        if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
+            text, err = _response_text(part["functionResponse"].get("response"))
+            texts.append(text)
+            error = error or err
+        else:
+            texts.append(_parts_text([part], f"{where}[{j}]"))
+    return "\n".join(t for t in texts if t), error
+
+
+def _usage(tokens: Any) -> dict | None:
+    # the CLI's per-call token summary in the API's own names (usage_from reads those)
+    if not isinstance(tokens, dict):
+        return None
+    names = {"input": "promptTokenCount", "cached": "cachedContentTokenCount",
+             "output": "candidatesTokenCount", "thoughts": "thoughtsTokenCount"}  # fmt: skip
+    return {api: tokens[k] for k, api in names.items() if k in tokens}
+
+
+def _thoughts(thoughts: Any) -> str:
+    if not isinstance(thoughts, list):
+        return ""
+    out = []
+    for t in thoughts:
+        if isinstance(t, dict):
+            out.append(": ".join(str(t[k]) for k in ("subject", "description") if t.get(k)))
+    return "\n\n".join(x for x in out if x)
+
+
+def cli_records(path: Path) -> tuple[dict, list[dict], bool]:
+    """A Gemini CLI session's metadata and its messages as the CLI reads them back (rewinds and
+    rewrites applied), and whether a torn last line (a session still being written) was left out."""
+    if path.suffix != ".jsonl":
+        data = read_json(path)
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise IngestError("a Gemini CLI session must be an object with a 'messages' list", path)
+        return data, [m for m in data["messages"] if isinstance(m, dict)], False
+    meta: dict = {}
+    messages: dict[str, dict] = {}  # by id, in the order first written
+    rows = list(iter_jsonl(path))
+    torn = bool(rows) and rows[-1][2] is not None
+    bad = [f"line {n}: {err}" for n, _, err in (rows[:-1] if torn else rows) if err is not None]
+    if bad:
+        raise IngestError(f"{len(bad)} bad lines: " + "; ".join(bad[:5]), path)
+    for _, rec, _ in rows[:-1] if torn else rows:
+        if not isinstance(rec, dict):
+            continue
+        if isinstance(rec.get("$rewindTo"), str):
+            ids = list(messages)
+            cut = ids.index(rec["$rewindTo"]) if rec["$rewindTo"] in ids else 0
+            for mid in ids[cut:]:
+                del messages[mid]
+        elif isinstance(rec.get("$set"), dict):
+            update = rec["$set"]
+            if isinstance(update.get("messages"), list):
+                kept = [m for m in update["messages"] if isinstance(m, dict)]
+                messages = {str(m.get("id", k)): m for k, m in enumerate(kept)}
+            meta.update({k: v for k, v in update.items() if k != "messages"})
+        elif "type" in rec and "id" in rec:
+            messages[str(rec["id"])] = rec
+        else:
+            meta.update({k: v for k, v in rec.items() if k != "messages"})
+            for k, m in enumerate(rec.get("messages") or []):
+                if isinstance(m, dict):
+                    messages[str(m.get("id", k))] = m
+    return meta, list(messages.values()), torn
+
+
+def cli_to_chat(records: list[dict]) -> tuple[list[dict], list[float | None], str, Counter]:
+    """Gemini CLI messages as chat messages; the time of each model call; the first model named; the
+    message types left out (the CLI's notices)."""
+    msgs: list[dict] = []
+    times: list[float | None] = []
+    model = ""
+    skipped: Counter = Counter()
+    for i, rec in enumerate(records):
+        w = f"messages[{i}]"
+        kind = rec.get("type")
+        if kind == "user":
+            msgs.append({"role": "user", "content": _parts_text(rec.get("content"), f"{w}.content")})
+        elif kind == "gemini":
+            calls = rec.get("toolCalls") or []
+            if not isinstance(calls, list):
+                raise IngestError(f"{w}.toolCalls is {type(calls).__name__}, expected a list")
+            tool_calls, replies = [], []
+            for k, c in enumerate(calls):
+                if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                    raise IngestError(f"{w}.toolCalls[{k}] must be an object with a 'name'")
+                cid = str(c.get("id") or f"{rec.get('id', i)}#{k}")
+                fn = {"name": c["name"], "arguments": c.get("args") or {}}
+                tool_calls.append({"id": cid, "function": fn})
+                if c.get("result") is not None:
+                    text, err = _result(c["result"], f"{w}.toolCalls[{k}].result")
+                    replies.append({"role": "tool", "tool_call_id": cid, "content": text,
+                                    "is_error": bool(err or c.get("status") == "error")})  # fmt: skip
+            m = {"role": "assistant", "content": _parts_text(rec.get("content"), f"{w}.content"),
+                 "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls}  # fmt: skip
+            if (u := _usage(rec.get("tokens"))) is not None:
+                m["usageMetadata"] = u
+            msgs.append(m)
+            msgs.extend(replies)
+            times.append(iso_to_epoch(rec.get("timestamp")))
+            if not model and isinstance(rec.get("model"), str):
+                model = rec["model"]
+        else:
+            skipped[str(kind)] += 1
+    return msgs, times, model, skipped
+
+
+def contents_to_chat(contents: Any, system: Any = None) -> tuple[list[dict], int]:
+    """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages, and how many model
+    contents there are."""
+    if not isinstance(contents, list):
+        raise IngestError(f"contents is {type(contents).__name__}, expected a list")
+    msgs: list[dict] = []
+    if system is not None:
+        sys_parts = system.get("parts") if isinstance(system, dict) else system
+        msgs.append({"role": "system", "content": _parts_text(sys_parts, "systemInstruction")})
+    n_model = 0
+    for i, c in enumerate(contents):
+        w = f"contents[{i}]"
+        if not isinstance(c, dict) or not isinstance(c.get("parts", []), list):
+            raise IngestError(f"{w} must be an object with a 'parts' list")
+        parts = c.get("parts") or []
+        role = c.get("role") or "user"
+        if role == "model":
+            n_model += 1
+            calls = [fc for p in parts if isinstance(fc := _field(p, "functionCall"), dict)]
+            thought = [p["text"] for p in parts if _field(p, "thought") and isinstance(p.get("text"), str)]
+            said = [p for p in parts if _field(p, "functionCall") is None]
+            m = {
+                "role": "assistant",
+                "content": _parts_text(said, w),
+                "reasoning": "\n\n".join(thought),
+                "tool_calls": [
+                    {
+                        "id": fc.get("id"),
+                        "function": {"name": fc.get("name"), "arguments": fc.get("args") or {}},
+                    }
+                    for fc in calls
+                ],
+            }
+            for key in ("usageMetadata", "usage_metadata"):
+                if isinstance(c.get(key), dict):
+                    m["usageMetadata"] = c[key]
+            msgs.append(m)
+        elif role in ("user", "function", "tool"):
+            responses = [fr for p in parts if isinstance(fr := _field(p, "functionResponse"), dict)]
+            for fr in responses:
+                text, err = _response_text(fr.get("response"))
+                msgs.append({"role": "tool", "tool_call_id": fr.get("id"), "content": text, "is_error": err})
+            text = _parts_text([p for p in parts if _field(p, "functionResponse") is None], w)
+            if text or not responses:
+                msgs.append({"role": "user", "content": text})
+        else:
+            raise IngestError(f"{w} has role {role!r}, expected 'user' or 'model'")
+    return msgs, n_model
+
+
+def _timed(steps: list, times: list[float | None]) -> None:
+    # the time of the model call that made each step (its turn)
+    for s in steps:
+        if 0 <= s.turn < len(times) and times[s.turn] is not None:
+            s.timestamp = times[s.turn]
+
+
+class GeminiCliIngester(Ingester):
+    name = "gemini-cli"
+
+    def detect(self, path: Path, head: str) -> bool:
+        if path.suffix not in (".json", ".jsonl"):
+            return False
+        first = head.split("\n", 1)[0] if path.suffix == ".jsonl" else head
+        return bool(_SESSION.search(first) and _PROJECT.search(first))
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        meta, records, torn = cli_records(path)
+        msgs, times, model, skipped = cli_to_chat(records)
+        cp = chat_to_steps(msgs, "messages")
+        if not cp.steps:
+            raise IngestError("empty session: no model calls", path)
+        _timed(cp.steps, times)
+        session = str(meta.get("sessionId") or path.stem)
+        extra: dict[str, Any] = {
+            k: meta[k] for k in ("projectHash", "startTime", "lastUpdated", "kind", "summary")
+            if isinstance(meta.get(k), (str, int, float, bool))
+        }  # fmt: skip
+        if skipped:
+            extra["skipped_messages"] = json.dumps(dict(sorted(skipped.items())))
+        if torn:
+            extra["torn_last_line"] = True
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{session}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=session,
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=None,
+                outcome_source="",
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=cp.steps,
+            )
+        )
+
+
+class GeminiApiIngester(Ingester):
+    name = "gemini-api"
+
+    def detect(self, path: Path, head: str) -> bool:
+        if path.suffix not in (".json", ".jsonl"):
+            return False
+        return bool(_PARTS.search(head) and _MODEL_ROLE.search(head) and _CALL_PART.search(head))
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        if path.suffix == ".jsonl":
+            yield from parse_rows(path, iter_jsonl(path), lambda r, n: self._run(path, r, n, "line"))
+            return
+        data = read_json(path)
+        if isinstance(data, list) and data and all(isinstance(r, dict) and "contents" in r for r in data):
+            rows, unit = [(i, r, None) for i, r in enumerate(data, 1)], "run"
+        else:
+            rows, unit = [(1, data, None)], "file"
+        yield from parse_rows(path, rows, lambda r, n: self._run(path, r, n, unit), unit=unit)
+
+    def _run(self, path: Path, row: Any, number: int, unit: str) -> Trajectory:
+        if isinstance(row, list):
+            row = {"contents": row}
+        if not isinstance(row, dict) or "contents" not in row:
+            raise IngestError("expected an object with 'contents' or a list of contents")
+        system = row.get("systemInstruction", row.get("system_instruction"))
+        msgs, _ = contents_to_chat(row["contents"], system)
+        cp = chat_to_steps(msgs, "contents")
+        if not cp.steps:
+            raise IngestError("empty conversation: no model turns")
+        model = row.get("model") or row.get("modelVersion") or ""
+        if not isinstance(model, str):
+            raise IngestError(f"'model' is {type(model).__name__}, expected string")
+        model = model.removeprefix("models/")
+        rid = row.get("id")
+        key = str(rid) if rid is not None else f"{unit}{number}"
+        success, outcome = row_label(row)
+        extra = {"trailing_user_text": cp.trailing_user} if cp.trailing_user else {}
+        return finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{path.stem}/{key}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=str(row.get("task_id", rid if rid is not None else f"{path.stem}:{number}")),
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=success,
+                outcome_source=outcome,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=cp.steps,
+            )
+        )
