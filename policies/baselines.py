@@ -27,6 +27,7 @@ from dtoc_rl.sim.simulator import CostConfig
 __all__ = [
     "AnthropicClearToolUses",
     "CacheAwareClear",
+    "GeminiCliMasking",
     "HideBig",
     "LastNObservations",
     "NoManagement",
@@ -234,31 +235,77 @@ class OpenCodePrune(Policy):
 
     def act(self, obs, info=None):
         items = obs["items"]
-        mask = obs["item_mask"].astype(bool)
-        vis = items[:, _F["visible"]] > 0.5
-        tokens = items[:, _F["est_tokens_k"]] * 1000
-        turns_after = items[:, _F["turns_after"]]
-        total = pruned = 0.0
-        to_prune = []
-        for j in range(int(mask.sum()) - 1, -1, -1):
-            if turns_after[j] < self.protect_turns:
-                continue
-            if self._protected[obs["item_tool"][j]]:
-                continue
-            if not vis[j]:
-                break  # reached what an earlier prune already compacted
-            total += tokens[j]
-            if total > self.protect:
-                pruned += tokens[j]
-                to_prune.append(j)
-        want = mask & vis
-        if pruned > self.minimum:
-            want[to_prune] = False
-        # Pruning is one-way: never re-enable what is hidden.
-        return {"enable": np.zeros(len(mask), np.int8), "disable": (mask & vis & ~want).astype(np.int8)}
+        eligible = (items[:, _F["turns_after"]] >= self.protect_turns) & ~self._protected[obs["item_tool"]]
+        return _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=True, at_least=False)
 
     def config(self):
         return {"protect": self.protect, "minimum": self.minimum}
+
+
+class GeminiCliMasking(Policy):
+    """Gemini CLI's tool output masking ("hybrid backward scanned FIFO").
+
+    Source: google-gemini/gemini-cli, ``packages/core/src/context/toolOutputMaskingService.ts``
+    (``DEFAULT_TOOL_PROTECTION_THRESHOLD = 50000``, ``DEFAULT_MIN_PRUNABLE_TOKENS_THRESHOLD = 30000``,
+    ``DEFAULT_PROTECT_LATEST_TURN = true``), run before every model request
+    (``packages/core/src/core/client.ts``).  Walks back over the tool outputs in the history,
+    skipping those already masked; adds up the tokens of the others and, once the total passes
+    ``protect``, marks that output and every older one; masks them only if they add up to at least
+    ``minimum``.  Masked outputs stay masked (the CLI saves each to a file and leaves a preview).
+    The outputs of the call just made are in the request, not yet in the history, so they are never
+    masked: here, outputs no call has read (age 0).  Unlike OpenCode's prune it does not stop at the
+    first masked output and protects no user turns.  Its exempt tools (``activate_skill``,
+    ``ask_user``, plan-mode switches) have no category of their own here: none is exempt.
+    """
+
+    name = "gemini_mask"
+
+    def __init__(self, protect: int = 50_000, minimum: int = 30_000):
+        self.protect, self.minimum = protect, minimum
+
+    def act(self, obs, info=None):
+        eligible = obs["items"][:, _F["age"]] >= 1
+        return _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=False, at_least=True)
+
+    def config(self):
+        return {"protect": self.protect, "minimum": self.minimum}
+
+
+def _prune_past(
+    obs: dict[str, np.ndarray],
+    eligible: np.ndarray,
+    protect: float,
+    minimum: float,
+    *,
+    stop_at_hidden: bool,
+    at_least: bool,
+) -> dict[str, np.ndarray]:
+    """The backward scan OpenCode's prune and Gemini CLI's masking share: newest first over the
+    ``eligible`` outputs, the visible ones' tokens add up, and the output that takes the total past
+    ``protect`` and every older visible one are hidden together when they hold more than ``minimum``
+    tokens (``at_least``: or exactly as many).  A hidden output ends the scan (``stop_at_hidden``:
+    OpenCode's "already compacted") or is passed over.  One-way: nothing is shown again."""
+    items = obs["items"]
+    mask = obs["item_mask"].astype(bool)
+    vis = items[:, _F["visible"]] > 0.5
+    tokens = items[:, _F["est_tokens_k"]] * 1000
+    total = pruned = 0.0
+    to_prune = []
+    for j in range(int(mask.sum()) - 1, -1, -1):
+        if not eligible[j]:
+            continue
+        if not vis[j]:
+            if stop_at_hidden:
+                break
+            continue
+        total += tokens[j]
+        if total > protect:
+            pruned += tokens[j]
+            to_prune.append(j)
+    disable = np.zeros(len(mask), np.int8)
+    if pruned > minimum or (at_least and to_prune and pruned >= minimum):
+        disable[to_prune] = 1
+    return {"enable": np.zeros(len(mask), np.int8), "disable": disable}
 
 
 class TokenBudget(Policy):

@@ -2,7 +2,7 @@
 
 ``NAME`` or ``NAME:key=value,key=value``; ``key=a|b|c`` sweeps a parameter
 (one policy per value).  A path to a checkpoint folder loads a learned
-policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune,
+policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune, gemini_mask,
 budget, hide_big, cache_clear, oracle (``oracle:restores=0``: hidden outputs never shown again),
 learned (``learned:path=CKPT,threshold=0.3``), llm (see
 ``dtoc_rl.policies.llm``).
@@ -32,6 +32,7 @@ from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import (
     AnthropicClearToolUses,
     CacheAwareClear,
+    GeminiCliMasking,
     HideBig,
     LastNObservations,
     NoManagement,
@@ -48,6 +49,7 @@ BASELINES: dict[str, type[Policy]] = {
     "obs_mask": ObservationMasking,
     "anthropic_clear": AnthropicClearToolUses,
     "opencode_prune": OpenCodePrune,
+    "gemini_mask": GeminiCliMasking,
     "budget": TokenBudget,
     "hide_big": HideBig,
     "cache_clear": CacheAwareClear,

@@ -34,6 +34,7 @@ from tests.cost_episodes import make_episode
         ("claude-haiku-4-5-20251001", "claude-haiku-4-5-20251001"),
         ("gemini/gemini-2.5-pro", "gemini-2.5-pro"),
         ("gemini-2.5-flash-lite", "gemini-2.5-flash-lite"),  # not the flash model
+        ("models/gemini-3-flash-preview", "gemini-3-flash-preview"),  # not 2.5 Flash, nor 3 Pro
         ("gemini-2.5-flash-preview-tts", None),  # a speech model is no text model
         ("bedrock/us.anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4-1-20250805"),
         ("vertex_ai/claude-opus-4-1@20250805", "claude-opus-4-1-20250805"),
@@ -57,6 +58,7 @@ def test_families_outside_the_shared_logs_have_their_own_prices_and_regimes():
     assert cache_regime(priced("claude-haiku-4-5")) == "write premium"  # was gpt-4o's: none
     assert priced("gpt-4.1").cache_read / priced("gpt-4.1").input == 0.25  # gpt-4o's is 0.5
     assert priced("o3").input == 2.00 and priced("gemini-2.5-flash").input == 0.30
+    assert priced("gemini-3-flash-preview").input == 0.50 and priced("gemini-3-flash-preview").output == 3.00
     assert {"gpt-4.1", "openai-o", "claude-haiku", "gemini-2.5-pro", "gemini"} <= PRICES.keys()
 
 

@@ -27,6 +27,7 @@ BASELINES = [
     "obs_mask:attention_window=5|100",
     "anthropic_clear:trigger=20000|100000",
     "opencode_prune",
+    "gemini_mask",
     "budget:budget=8000|32000",
 ]
 

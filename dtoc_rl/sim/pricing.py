@@ -153,6 +153,11 @@ VERSION_PRICES: dict[str, Prices] = {
     "gemini-2.5-flash-lite": Prices(
         0.10, 0.40, 0.025, 0.10, "ai.google.dev/pricing (gemini-2.5-flash-lite, mid-2025)", "2025-07-22"
     ),
+    # Google AI pricing, gemini-3-flash-preview (released 2025-12-17): output includes thinking tokens;
+    # cached input at a tenth of the input price, no write fee.
+    "gemini-3-flash-preview": Prices(
+        0.50, 3.00, 0.05, 0.50, "ai.google.dev/gemini-api/docs/pricing (gemini-3-flash-preview)", "2025-12-17"
+    ),
     # DeepSeek V2 API (2024-08): $0.14 / $0.28, disk cache hits $0.014, no write fee.
     "deepseek-chat-v2": Prices(
         0.14, 0.28, 0.014, 0.14, "api-docs.deepseek.com (deepseek-chat V2)", "2024-08-02"

@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
+from dtoc_rl.engine.features import ItemState, build_observation
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.baselines import (
     AnthropicClearToolUses,
+    GeminiCliMasking,
     LastNObservations,
     NoManagement,
     ObservationMasking,
@@ -102,6 +104,39 @@ def test_opencode_prune_protects_recent_tokens_and_needs_a_minimum():
     assert 0 in seen[-1]
 
 
+def _hidden_by(policy, outputs):
+    """Ages of the outputs ``policy`` hides, from ``(tokens, age, visible)`` oldest first."""
+    items = [ItemState(est_tokens=t, age=a, visible=v) for t, a, v in outputs]
+    obs = build_observation(items, 16, active_tokens=sum(t for t, _, v in outputs if v), step=10)
+    act = policy.act(obs)
+    assert not act["enable"].any()  # one-way
+    return [outputs[j][1] for j in np.flatnonzero(act["disable"])]
+
+
+def test_gemini_mask_keeps_its_defaults_and_masks_a_single_prompt_session():
+    from dtoc_rl.policies.registry import make_policy
+
+    p = make_policy("gemini_mask")
+    assert isinstance(p, GeminiCliMasking) and (p.protect, p.minimum) == (50_000, 30_000)
+    # no user turns are protected (OpenCode's prune never touches this session)
+    seen, _ = visible_sets(GeminiCliMasking(protect=5_000, minimum=3_000), crafted([8000] * 12))
+    assert any(len(v) < i + 1 for i, v in enumerate(seen))
+    assert all(i in v for i, v in enumerate(seen))  # the output no call has read stays
+
+
+def test_gemini_mask_scans_past_masked_outputs_and_triggers_at_the_minimum():
+    rule = GeminiCliMasking(protect=5_000, minimum=3_000)
+    # ages 3 and 2 pass the protected 5,000 tokens (age 0 is unread); a masked output is passed over,
+    # so the two older ones are masked too, where OpenCode's prune stops at it
+    outputs = [(3000, 9, True), (3000, 8, True), (3000, 7, False), (3000, 3, True), (3000, 2, True),
+               (3000, 1, True), (3000, 0, True)]  # fmt: skip
+    assert _hidden_by(rule, outputs) == [9, 8, 3, 2]
+    # the outputs past the protection hold exactly the minimum: masked (Gemini's "< minimum" test)
+    exact = [(3000, 3, True), (3000, 2, True), (2000, 1, True), (5000, 0, True)]
+    assert _hidden_by(rule, exact) == [3]
+    assert _hidden_by(GeminiCliMasking(protect=5_000, minimum=3_001), exact) == []
+
+
 def test_token_budget_keeps_newest_within_budget():
     seen, info = visible_sets(TokenBudget(budget=5_000), crafted([8000] * 8))
     assert all(len(v) <= 2 for v in seen)  # 2,000-token outputs, ~5,000 tokens in all
@@ -111,7 +146,7 @@ def test_token_budget_keeps_newest_within_budget():
 @pytest.mark.parametrize(
     "policy",
     [NoManagement(), LastNObservations(5), ObservationMasking(5), AnthropicClearToolUses(trigger=1000),
-     OpenCodePrune(), TokenBudget(3000)],
+     OpenCodePrune(), GeminiCliMasking(protect=2000, minimum=1000), TokenBudget(3000)],
 )  # fmt: skip
 def test_baselines_run_on_bundled_data_and_act_in_batch(policy):
     env = ReplayEnv(max_items=N, sequential=True)
