@@ -254,21 +254,27 @@ class GeminiCliMasking(Policy):
     ``minimum``.  Masked outputs stay masked (the CLI saves each to a file and leaves a preview).
     The outputs of the call just made are in the request, not yet in the history, so they are never
     masked: here, outputs no call has read (age 0).  Unlike OpenCode's prune it does not stop at the
-    first masked output and protects no user turns.  Its exempt tools (``activate_skill``,
-    ``ask_user``, plan-mode switches) have no category of their own here: none is exempt.
+    first masked output and protects no user turns.  An output is masked only when its preview is
+    shorter (500 characters of head and tail, the marker and the file's path: ``min_tokens``, about
+    175 tokens); a smaller one still counts towards both totals.  A shell output of at most 20 lines
+    keeps all of them in its preview, so the CLI never masks it: the observation has no line counts,
+    so here only its size decides.  Its exempt tools (``activate_skill``, ``ask_user``, plan-mode
+    switches) have no category of their own here: none is exempt.
     """
 
     name = "gemini_mask"
 
-    def __init__(self, protect: int = 50_000, minimum: int = 30_000):
-        self.protect, self.minimum = protect, minimum
+    def __init__(self, protect: int = 50_000, minimum: int = 30_000, min_tokens: int = 175):
+        self.protect, self.minimum, self.min_tokens = protect, minimum, min_tokens
 
     def act(self, obs, info=None):
         eligible = obs["items"][:, _F["age"]] >= 1
-        return _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=False, at_least=True)
+        act = _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=False, at_least=True)
+        act["disable"][obs["items"][:, _F["est_tokens_k"]] * 1000 <= self.min_tokens] = 0
+        return act
 
     def config(self):
-        return {"protect": self.protect, "minimum": self.minimum}
+        return {"protect": self.protect, "minimum": self.minimum, "min_tokens": self.min_tokens}
 
 
 def _prune_past(

@@ -335,11 +335,12 @@ RESOURCE_CASES = [
     # searches and listings name their folder dir_path
     ("read_file", '{"absolute_path": "/p/a.py", "offset": 10, "limit": 20}', ["file:/p/a.py#L11-30"], []),
     ("read_file", '{"file_path": "/p/a.py", "start_line": 5, "end_line": 9}', ["file:/p/a.py#L5-9"], []),
+    ("read_file", '{"file_path": "/p/a.py", "offset": 10, "limit": 20}', ["file:/p/a.py#L11-30"], []),
     ("replace", '{"file_path": "/p/a.py", "old_string": "x", "new_string": "y"}', [], ["/p/a.py"]),
     ("run_shell_command", '{"command": "cat a.py", "description": "show it"}', ["file:a.py"], []),
     (
         "grep_search",
-        '{"pattern": "foo", "dir_path": "src", "include": "*.py"}',
+        '{"pattern": "foo", "dir_path": "src", "include_pattern": "*.py"}',
         ["search:grep:foo@src[*.py]"],
         [],
     ),

@@ -35,6 +35,7 @@ from tests.cost_episodes import make_episode
         ("gemini/gemini-2.5-pro", "gemini-2.5-pro"),
         ("gemini-2.5-flash-lite", "gemini-2.5-flash-lite"),  # not the flash model
         ("models/gemini-3-flash-preview", "gemini-3-flash-preview"),  # not 2.5 Flash, nor 3 Pro
+        ("gemini-3-flash-preview-tts", None),  # a speech model is no text model
         ("gemini-2.5-flash-preview-tts", None),  # a speech model is no text model
         ("bedrock/us.anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4-1-20250805"),
         ("vertex_ai/claude-opus-4-1@20250805", "claude-opus-4-1-20250805"),

@@ -87,7 +87,7 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"o1(-\d{4}-\d{2}-\d{2})?$", "o1"),
     (r"o4-mini(-\d{4}-\d{2}-\d{2})?$", "o4-mini"),
     (r"gemini-3-pro-preview(-[\w-]+)?$", "gemini-3-pro-preview"),
-    (r"gemini-3-flash-preview(-[\w-]+)?$", "gemini-3-flash-preview"),
+    (r"gemini-3-flash-preview(-\d{2}-\d{2})?$", "gemini-3-flash-preview"),
     (r"claude-(sonnet-4|4-sonnet)-20250514$", "claude-sonnet-4-20250514"),
     (r"claude-sonnet-4-5(-20250929)?$", "claude-sonnet-4-5-20250929"),
     (r"claude-opus-4-5(-20251101)?$", "claude-opus-4-5-20251101"),

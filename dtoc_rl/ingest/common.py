@@ -128,8 +128,8 @@ def usage_from(raw: object) -> Usage | None:
     (``input_tokens`` counts only the uncached part: the cache read and creation counts are added to
     it) and Gemini
     (``promptTokenCount``, ``cachedContentTokenCount``, ``candidatesTokenCount`` plus
-    ``thoughtsTokenCount``, which Gemini bills as output too; the Python SDK writes them in snake
-    case).  None when ``raw`` holds no token count.
+    ``thoughtsTokenCount``, which Gemini bills as output too, and ``toolUsePromptTokenCount``, billed
+    as input; the Python SDK writes them in snake case).  None when ``raw`` holds no token count.
     """
     if not isinstance(raw, dict):
         return None
@@ -149,8 +149,11 @@ def usage_from(raw: object) -> Usage | None:
         # Gemini counts thinking apart from the answer and bills both as output
         out = count(raw, "candidatesTokenCount", "candidates_token_count")
         thoughts = count(raw, "thoughtsTokenCount", "thoughts_token_count")
+        # the prompt of a built-in tool's use is billed as input too
+        prompt = count(raw, "promptTokenCount", "prompt_token_count")
+        tool = count(raw, "toolUsePromptTokenCount", "tool_use_prompt_token_count") or 0
         return Usage(
-            input_tokens=count(raw, "promptTokenCount", "prompt_token_count"),
+            input_tokens=None if prompt is None else prompt + tool,
             cached_tokens=count(raw, "cachedContentTokenCount", "cached_content_token_count") or 0,
             output_tokens=thoughts if out is None else out + (thoughts or 0),
             cost_usd=cost,

@@ -2,22 +2,42 @@
 
 **Gemini CLI** records every session under ``~/.gemini/tmp/<project hash>/chats/``: one JSON object
 per session (``session-*.json``: ``sessionId``, ``projectHash``, ``startTime``, ``lastUpdated``,
-``messages``) in CLI versions before 2026, and since then a JSONL file whose first line holds that
-metadata and whose other lines are message records, ``{"$set": {...}}`` metadata updates (one with a
-``messages`` list replaces every message before it) and ``{"$rewindTo": id}`` records (the user
-rewound: that message and every later one are dropped; an unknown id drops them all).  A message
-record written again under the same id replaces the first one in its place, as the CLI reads it back
-(``packages/core/src/services/chatRecordingService.ts``, ``loadConversationRecord``).
+``messages``) in CLI versions before April 2026, and since then a JSONL file whose first line holds
+that metadata and whose other lines are message records, ``{"$set": {...}}`` metadata updates and
+``{"$rewindTo": id}`` records (the user rewound: that message and every later one are dropped; an
+unknown id drops them all).  A message record written again under the same id replaces the first one
+in its place, and a ``$set`` with a ``messages`` list replaces every message, as the CLI reads the
+file back (google-gemini/gemini-cli, ``packages/core/src/services/chatRecordingService.ts``,
+``loadConversationRecord``); an unreadable line is passed over, as there, and named in
+``extra.bad_lines``.  A session the CLI resumed from a ``.json`` file goes on in a ``.jsonl`` copy
+beside it: the ``.json`` is then skipped, as superseded.  The CLI's ``/chat save`` and restore
+checkpoints (``checkpoint-*.json``, ``{"history": ...}``) copy a session's history and are not read.
 
 A message is ``{"id", "timestamp", "type", "content", ...}``: ``user`` messages are the user's (the
 first is the task); ``gemini`` messages are model calls, with ``toolCalls`` (``{"id", "name",
 "args", "result", "status"}``; ``result`` is the list of parts sent back, whose ``functionResponse``
-holds ``response.output`` or ``response.error``), ``thoughts`` (``subject``, ``description``), the
-call's ``tokens`` (``input`` = ``promptTokenCount``, cached part included, ``cached``, ``output``,
-``thoughts``) and ``model``; ``info``, ``error`` and ``warning`` messages are the CLI's own notices,
-never sent to the model, and are left out (counted in ``extra.skipped_messages``).  A call whose
-status is ``error`` or whose response holds ``error`` is an error output; a call without a result
-(cancelled) has no output.
+holds ``response.output`` or ``response.error``: a cancelled call has ``[Operation Cancelled] ...``
+as its error), ``thoughts`` (``subject``, ``description``), the call's ``tokens`` (``input`` =
+``promptTokenCount``, cached part included, ``cached``, ``output``, ``thoughts``, ``tool``) and
+``model``; ``info``, ``error`` and ``warning`` messages are the CLI's own notices, never sent to the
+model, and are left out (counted in ``extra.skipped_messages``).  A call whose status is ``error``
+or whose response holds ``error`` is an error output.
+
+Three rewrites of the history reach the file, and each is undone where the file allows it:
+
+* when the CLI re-records a turn from its history it gives each call of the turn all of the turn's
+  responses: a call keeps only the response with its own id;
+* its tool output masking (``packages/core/src/context/toolOutputMaskingService.ts``) replaces old
+  outputs with a preview marked ``<tool_output_masked>`` and records the new history: each call's
+  output is its first result recorded without that mark, and an output whose only record is the
+  preview (a ``.json`` file rewritten since) is kept as it is and counted in
+  ``extra.masked_outputs``;
+* a compression replaces the history with a summary and the latest turns under new ids: a checkpoint
+  that shares no message with the session so far is read as one, so the calls before it stay (they
+  were made), a compaction marker follows with the summary, and the re-recorded turns are not read a
+  second time.  Turns recorded that way (their calls as ``functionCall`` parts of the content, their
+  responses as ``functionResponse`` parts of the next user message) are read from those parts; the
+  copies of responses the CLI also records as user messages next to ``toolCalls`` are not read twice.
 
 **Gemini API conversations**: what a program sends ``generateContent`` or keeps as a chat's history,
 ``{"contents": [...], "systemInstruction"?, "model"?}`` (one per ``.json`` file, a list of them, or
@@ -29,9 +49,10 @@ that call's usage.
 
 Both map through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`, so a call is a step exactly as
 in a chat-completions log.  Gemini bills thinking tokens as output (``thoughtsTokenCount`` apart from
-``candidatesTokenCount``): both are counted (:func:`~dtoc_rl.ingest.common.usage_from`).  Neither
-format records an outcome: ``success`` is None unless a conversation names one as a chat log's run
-does (``success``, ``resolved``, ``reward``, ...).
+``candidatesTokenCount``) and a built-in tool's prompt (``toolUsePromptTokenCount``) as input: both
+are counted (:func:`~dtoc_rl.ingest.common.usage_from`).  Neither format records an outcome:
+``success`` is None unless a conversation names one as a chat log's run does (``success``,
+``resolved``, ``reward``, ...).
 """
 
 from __future__ import annotations
@@ -40,6 +61,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +73,14 @@ from dtoc_rl.ingest.openai_chat import chat_to_steps, iso_to_epoch, iter_jsonl, 
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
 
+#: The mark Gemini CLI's tool output masking puts around the preview it leaves of an output
+#: (``packages/core/src/context/toolOutputMaskingService.ts``, ``MASKING_INDICATOR_TAG``).
+MASK_TAG = "<tool_output_masked"
 _SESSION = re.compile(r'"sessionId"\s*:')
 _PROJECT = re.compile(r'"projectHash"\s*:')
 _PARTS = re.compile(r'"parts"\s*:\s*\[')
 _MODEL_ROLE = re.compile(r'"role"\s*:\s*"model"')
+_CONTENTS = re.compile(r'"contents"\s*:\s*\[')
 _CALL_PART = re.compile(r'"function(?:Call|Response)"\s*:')
 
 
@@ -101,13 +127,18 @@ def _response_text(response: Any) -> tuple[str, bool]:
     return ("" if response is None else json.dumps(response)), False
 
 
-def _result(result: Any, where: str) -> tuple[str, bool]:
-    """A Gemini CLI tool call's ``result`` (a list of parts) as output text and its error flag."""
+def _result(result: Any, where: str, call_id: str | None = None) -> tuple[str, bool]:
+    """A Gemini CLI tool call's ``result`` (a list of parts) as output text and its error flag.  When the
+    CLI re-syncs its record from the history it gives every call of a turn all of the turn's
+    responses: only those with the call's own id are its output (all, when none carries it)."""
     parts = result if isinstance(result, list) else [result]
+    own = [p for p in parts if _response_id(p) == call_id]
+    if call_id is not None and own:
+        parts = own
     texts, error = [], False
     for j, part in enumerate(parts):
-        if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
-            text, err = _response_text(part["functionResponse"].get("response"))
+        if isinstance(fr := _field(part, "functionResponse"), dict):
+            text, err = _response_text(fr.get("response"))
             texts.append(text)
             error = error or err
         else:
@@ -115,12 +146,22 @@ def _result(result: Any, where: str) -> tuple[str, bool]:
     return "\n".join(t for t in texts if t), error
 
 
+def _response_id(part: Any) -> Any:
+    fr = _field(part, "functionResponse")
+    return fr.get("id") if isinstance(fr, dict) else None
+
+
+def _unmasked(result: Any) -> bool:
+    return result is not None and MASK_TAG not in json.dumps(result)
+
+
 def _usage(tokens: Any) -> dict | None:
     # the CLI's per-call token summary in the API's own names (usage_from reads those)
     if not isinstance(tokens, dict):
         return None
     names = {"input": "promptTokenCount", "cached": "cachedContentTokenCount",
-             "output": "candidatesTokenCount", "thoughts": "thoughtsTokenCount"}  # fmt: skip
+             "output": "candidatesTokenCount", "thoughts": "thoughtsTokenCount",
+             "tool": "toolUsePromptTokenCount"}  # fmt: skip
     return {api: tokens[k] for k, api in names.items() if k in tokens}
 
 
@@ -134,61 +175,125 @@ def _thoughts(thoughts: Any) -> str:
     return "\n\n".join(x for x in out if x)
 
 
-def cli_records(path: Path) -> tuple[dict, list[dict], bool]:
-    """A Gemini CLI session's metadata and its messages as the CLI reads them back (rewinds and
-    rewrites applied), and whether a torn last line (a session still being written) was left out."""
+@dataclass
+class CliSession:
+    """A Gemini CLI session file replayed as the CLI reads it back (see the module docstring)."""
+
+    meta: dict = field(default_factory=dict)
+    messages: list[dict] = field(default_factory=list)
+    #: each call's result as first recorded without the masking's preview (the masking rewrites the
+    #: history, and the CLI records the rewrite), by call id
+    results: dict[str, Any] = field(default_factory=dict)
+    torn: bool = False  # a last line cut short (a session still being written) was left out
+    bad_lines: list[str] = field(default_factory=list)  # unreadable lines the CLI would pass over too
+
+
+def _note_results(session: CliSession, rec: dict) -> None:
+    for c in rec.get("toolCalls") or () if isinstance(rec.get("toolCalls"), list) else ():
+        if isinstance(c, dict) and c.get("id") is not None and _unmasked(c.get("result")):
+            session.results.setdefault(str(c["id"]), c["result"])
+
+
+def cli_records(path: Path) -> CliSession:
+    """A Gemini CLI session file (``.json``, or ``.jsonl`` replayed record by record) as a
+    :class:`CliSession`.  A checkpoint (``$set`` with ``messages``) that shares no message with the
+    session so far is the CLI's compression: the history it replaces was sent all the same, so it is
+    kept, followed by a compaction marker with the checkpoint's first user text (the summary)."""
     if path.suffix != ".jsonl":
+        if path.with_suffix(".jsonl").exists():
+            raise IngestError(
+                f"superseded by {path.with_suffix('.jsonl').name}, which the CLI wrote when it resumed "
+                "this session and kept writing (it reads that one)",
+                path,
+            )
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise IngestError("a Gemini CLI session must be an object with a 'messages' list", path)
-        return data, [m for m in data["messages"] if isinstance(m, dict)], False
-    meta: dict = {}
+        session = CliSession(meta=data, messages=[m for m in data["messages"] if isinstance(m, dict)])
+        for m in session.messages:
+            _note_results(session, m)
+        return session
+    session = CliSession()
     messages: dict[str, dict] = {}  # by id, in the order first written
+    compacted: dict[str, str] = {}  # ids of a compression's checkpoint -> its marker's id
     rows = list(iter_jsonl(path))
-    torn = bool(rows) and rows[-1][2] is not None
-    bad = [f"line {n}: {err}" for n, _, err in (rows[:-1] if torn else rows) if err is not None]
-    if bad:
-        raise IngestError(f"{len(bad)} bad lines: " + "; ".join(bad[:5]), path)
-    for _, rec, _ in rows[:-1] if torn else rows:
+    session.torn = bool(rows) and rows[-1][2] is not None
+    for n, rec, err in rows[:-1] if session.torn else rows:
+        if err is not None:
+            session.bad_lines.append(f"line {n}: {err}")
+            continue
         if not isinstance(rec, dict):
+            session.bad_lines.append(f"line {n}: {type(rec).__name__}, expected an object")
             continue
         if isinstance(rec.get("$rewindTo"), str):
+            target = compacted.get(rec["$rewindTo"], rec["$rewindTo"])
             ids = list(messages)
-            cut = ids.index(rec["$rewindTo"]) if rec["$rewindTo"] in ids else 0
+            cut = ids.index(target) + (target != rec["$rewindTo"]) if target in ids else 0
             for mid in ids[cut:]:
                 del messages[mid]
         elif isinstance(rec.get("$set"), dict):
             update = rec["$set"]
             if isinstance(update.get("messages"), list):
                 kept = [m for m in update["messages"] if isinstance(m, dict)]
-                messages = {str(m.get("id", k)): m for k, m in enumerate(kept)}
-            meta.update({k: v for k, v in update.items() if k != "messages"})
+                for m in kept:
+                    _note_results(session, m)
+                ids = [str(m.get("id", k)) for k, m in enumerate(kept)]
+                if messages and not set(ids) & set(messages):
+                    marker = f"$compaction{len(compacted)}"
+                    summary = next((m.get("content") for m in kept if m.get("type") == "user"), "")
+                    messages[marker] = {"id": marker, "type": "dtoc_compaction", "content": summary}
+                    compacted.update(dict.fromkeys(ids, marker))
+                else:
+                    messages = dict(zip(ids, kept))
+            session.meta.update({k: v for k, v in update.items() if k != "messages"})
         elif "type" in rec and "id" in rec:
+            _note_results(session, rec)
             messages[str(rec["id"])] = rec
         else:
-            meta.update({k: v for k, v in rec.items() if k != "messages"})
-            for k, m in enumerate(rec.get("messages") or []):
+            session.meta.update({k: v for k, v in rec.items() if k != "messages"})
+            listed = rec.get("messages")
+            for k, m in enumerate(listed if isinstance(listed, list) else ()):
                 if isinstance(m, dict):
+                    _note_results(session, m)
                     messages[str(m.get("id", k))] = m
-    return meta, list(messages.values()), torn
+    session.messages = list(messages.values())
+    return session
 
 
-def cli_to_chat(records: list[dict]) -> tuple[list[dict], list[float | None], str, Counter]:
-    """Gemini CLI messages as chat messages; the time of each model call; the first model named; the
-    message types left out (the CLI's notices)."""
+def cli_to_chat(session: CliSession) -> tuple[list[dict], list[float | None], str, Counter]:
+    """A Gemini CLI session's messages as chat messages; the time of each model call; the first model
+    named; what was left out (the CLI's notices by type, and ``masked`` outputs whose full text the
+    session no longer holds)."""
     msgs: list[dict] = []
     times: list[float | None] = []
     model = ""
     skipped: Counter = Counter()
-    for i, rec in enumerate(records):
+    open_calls: list[str] = []  # calls written as functionCall parts, whose responses a user message brings
+    for i, rec in enumerate(session.messages):
         w = f"messages[{i}]"
         kind = rec.get("type")
         if kind == "user":
-            msgs.append({"role": "user", "content": _parts_text(rec.get("content"), f"{w}.content")})
+            content = rec.get("content")
+            parts = content if isinstance(content, list) else [content]
+            responses = [fr for p in parts if isinstance(fr := _field(p, "functionResponse"), dict)]
+            for fr in responses if open_calls else ():
+                cid = fr.get("id") if fr.get("id") in open_calls else open_calls[0]
+                open_calls.remove(cid)
+                text, err = _response_text(fr.get("response"))
+                msgs.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": err})
+            # responses of calls recorded with their results are the CLI's copy of them: not read twice
+            said = [p for p in parts if _field(p, "functionResponse") is None]
+            if said or not responses:
+                msgs.append({"role": "user", "content": _parts_text(said, f"{w}.content")})
+        elif kind == "dtoc_compaction":
+            summary = _parts_text(rec.get("content"), w)
+            msgs.append({"role": "user", "content": summary, "dtoc_compaction": True})
         elif kind == "gemini":
             calls = rec.get("toolCalls") or []
             if not isinstance(calls, list):
                 raise IngestError(f"{w}.toolCalls is {type(calls).__name__}, expected a list")
+            content = rec.get("content")
+            parts = content if isinstance(content, list) else [content]
             tool_calls, replies = [], []
             for k, c in enumerate(calls):
                 if not isinstance(c, dict) or not isinstance(c.get("name"), str):
@@ -196,11 +301,21 @@ def cli_to_chat(records: list[dict]) -> tuple[list[dict], list[float | None], st
                 cid = str(c.get("id") or f"{rec.get('id', i)}#{k}")
                 fn = {"name": c["name"], "arguments": c.get("args") or {}}
                 tool_calls.append({"id": cid, "function": fn})
-                if c.get("result") is not None:
-                    text, err = _result(c["result"], f"{w}.toolCalls[{k}].result")
+                result = session.results.get(cid, c.get("result"))
+                if result is not None:
+                    text, err = _result(result, f"{w}.toolCalls[{k}].result", cid)
+                    skipped["masked"] += MASK_TAG in text
                     replies.append({"role": "tool", "tool_call_id": cid, "content": text,
                                     "is_error": bool(err or c.get("status") == "error")})  # fmt: skip
-            m = {"role": "assistant", "content": _parts_text(rec.get("content"), f"{w}.content"),
+            if not calls:  # a turn the CLI re-recorded from its history: the calls are parts of the content
+                for k, p in enumerate(parts):
+                    if isinstance(fc := _field(p, "functionCall"), dict):
+                        cid = str(fc.get("id") or f"{rec.get('id', i)}#{k}")
+                        fn = {"name": fc.get("name"), "arguments": fc.get("args") or {}}
+                        tool_calls.append({"id": cid, "function": fn})
+                        open_calls.append(cid)
+            said = [p for p in parts if _field(p, "functionCall") is None]
+            m = {"role": "assistant", "content": _parts_text(said, f"{w}.content"),
                  "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls}  # fmt: skip
             if (u := _usage(rec.get("tokens"))) is not None:
                 m["usageMetadata"] = u
@@ -260,7 +375,9 @@ def contents_to_chat(contents: Any, system: Any = None) -> tuple[list[dict], int
             if text or not responses:
                 msgs.append({"role": "user", "content": text})
         else:
-            raise IngestError(f"{w} has role {role!r}, expected 'user' or 'model'")
+            raise IngestError(
+                f"{w} has role {role!r}, expected 'user' or 'model' (or 'function' for replies)"
+            )
     return msgs, n_model
 
 
@@ -281,8 +398,9 @@ class GeminiCliIngester(Ingester):
         return bool(_SESSION.search(first) and _PROJECT.search(first))
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        meta, records, torn = cli_records(path)
-        msgs, times, model, skipped = cli_to_chat(records)
+        log = cli_records(path)
+        meta = log.meta
+        msgs, times, model, skipped = cli_to_chat(log)
         cp = chat_to_steps(msgs, "messages")
         if not cp.steps:
             raise IngestError("empty session: no model calls", path)
@@ -292,10 +410,15 @@ class GeminiCliIngester(Ingester):
             k: meta[k] for k in ("projectHash", "startTime", "lastUpdated", "kind", "summary")
             if isinstance(meta.get(k), (str, int, float, bool))
         }  # fmt: skip
-        if skipped:
-            extra["skipped_messages"] = json.dumps(dict(sorted(skipped.items())))
-        if torn:
+        masked = skipped.pop("masked", 0)
+        if masked:  # the masking's preview is all the session holds of these outputs
+            extra["masked_outputs"] = masked
+        if +skipped:
+            extra["skipped_messages"] = json.dumps(dict(sorted((+skipped).items())))
+        if log.torn:
             extra["torn_last_line"] = True
+        if log.bad_lines:
+            extra["bad_lines"] = "; ".join(log.bad_lines[:10])
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         yield finalize(
@@ -320,9 +443,14 @@ class GeminiApiIngester(Ingester):
     name = "gemini-api"
 
     def detect(self, path: Path, head: str) -> bool:
-        if path.suffix not in (".json", ".jsonl"):
+        if path.suffix not in (".json", ".jsonl") or not (_PARTS.search(head) and _MODEL_ROLE.search(head)):
             return False
-        return bool(_PARTS.search(head) and _MODEL_ROLE.search(head) and _CALL_PART.search(head))
+        if not _CALL_PART.search(head):
+            return False
+        # a conversation under "contents", or a chat's bare history; not the CLI's own /chat and restore
+        # checkpoints ({"history": ...}, checkpoint-*.json), which copy a session's history
+        bare = head.lstrip().startswith("[") and not path.name.startswith("checkpoint")
+        return bool(_CONTENTS.search(head)) or bare
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         if path.suffix == ".jsonl":

@@ -153,9 +153,11 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
     if lname in _READ_TOOLS and isinstance(path, str):
         off = args.get("offset")
         lim = args.get("limit")
-        # OpenCode counts lines from 0, and so did Gemini CLI's read_file while it took an absolute_path
-        # (packages/core/src/utils/fileUtils.ts, processSingleFileContent)
-        zero_based = "filePath" in args or "absolute_path" in args
+        # OpenCode counts lines from 0, and so did Gemini CLI's read_file before its 1-based start_line
+        # and end_line (2026-02), first beside an absolute_path, then a file_path
+        # (google-gemini/gemini-cli, packages/core/src/tools/read-file.ts)
+        gemini = lname == "read_file" and ("absolute_path" in args or "file_path" in args)
+        zero_based = "filePath" in args or gemini
         start = None
         if isinstance(off, int):
             start = off + 1 if zero_based else max(1, off)
@@ -170,7 +172,7 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
     if lname in _GREP_TOOLS and isinstance(args.get("pattern") or args.get("query"), str):
         pattern = args.get("pattern") or args.get("query")
         scope = _norm_path(path) if isinstance(path, str) else "."
-        extra = args.get("glob") or args.get("include") or args.get("type")
+        extra = args.get("glob") or args.get("include") or args.get("include_pattern") or args.get("type")
         if extra:
             scope += f"[{extra}]"
         return [Resource("search", f"grep:{pattern}@{scope}")], []

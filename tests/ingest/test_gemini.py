@@ -32,7 +32,8 @@ MESSAGES = [
      "model": "gemini-2.5-pro", "tokens": {"input": 5600, "output": 15, "cached": 4800, "total": 5615},
      "toolCalls": [
          _call("s2", "run_shell_command", {"command": "pytest -q"}, error="1 failed", status="error"),
-         {"id": "s3", "name": "run_shell_command", "args": {"command": "ls"}, "status": "cancelled"},
+         _call("s3", "run_shell_command", {"command": "ls"}, error="[Operation Cancelled] by the user",
+               status="cancelled"),
      ]},
     {"id": "g3", "timestamp": "2026-05-01T10:00:15.000Z", "type": "gemini", "content": "Done.",
      "model": "gemini-2.5-pro", "tokens": {"input": 5800, "output": 5, "cached": 5500, "total": 5805}},
@@ -61,7 +62,7 @@ def test_a_gemini_cli_session_reads_calls_outputs_errors_usage_and_times(tmp_pat
         and read.reasoning == "Reading: I will read the file."
     )
     assert failed.output == "1 failed" and failed.output_is_error  # status error and response.error
-    assert cancelled.output is None or cancelled.output == ""  # a call that never ran has no output
+    assert cancelled.output.startswith("[Operation Cancelled]") and cancelled.output_is_error
     assert failed.turn == cancelled.turn == 1 and failed.assistant_text == "Running the tests."
     # thinking is billed as output: 20 answer + 40 thought tokens
     assert read.usage.input_tokens == 5000 and read.usage.output_tokens == 60
@@ -107,11 +108,108 @@ def test_a_jsonl_session_applies_rewinds_rewrites_and_checkpoints_as_the_cli_rea
     assert [s.tool_name for s in _one(g).steps] == ["read_file"]
 
 
-def test_a_bad_line_inside_a_session_fails_the_file_naming_the_line(tmp_path):
+def test_a_bad_line_inside_a_session_is_passed_over_as_the_cli_does_and_named(tmp_path):
     f = tmp_path / "session-3.jsonl"
     f.write_text("\n".join([json.dumps(META), "{not json", json.dumps(MESSAGES[0]), json.dumps(MESSAGES[1])]))
-    res = ingest_paths([f], progress=False)
-    assert not res.trajectories and "line 2" in res.skipped[0].reason
+    t = _one(f)
+    assert [s.tool_name for s in t.steps] == ["read_file"]
+    assert json.loads(t.extra)["bad_lines"].startswith("line 2: invalid JSON")
+    odd = tmp_path / "session-4.jsonl"  # a metadata line whose messages are no list: no crash
+    odd.write_text(
+        "\n".join([json.dumps({**META, "messages": 5}), json.dumps(MESSAGES[0]), json.dumps(MESSAGES[1])])
+    )
+    assert [s.tool_name for s in _one(odd).steps] == ["read_file"]
+
+
+def _two_calls(results):
+    # a turn of two parallel calls whose records hold ``results`` (one list of parts per call)
+    calls = [{"id": cid, "name": name, "args": {}, "status": "success", "result": r}
+             for (cid, name), r in zip([("a", "read_file"), ("b", "list_directory")], results)]  # fmt: skip
+    return {
+        "id": "g1",
+        "timestamp": "2026-05-01T10:00:05Z",
+        "type": "gemini",
+        "content": "",
+        "toolCalls": calls,
+    }
+
+
+def _response(cid, name, output):
+    return {"functionResponse": {"id": cid, "name": name, "response": {"output": output}}}
+
+
+def test_each_parallel_call_keeps_its_own_output_when_the_cli_records_the_whole_turn(tmp_path):
+    turn = [_response("a", "read_file", FILE), _response("b", "list_directory", "src/ docs/")]
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({**META, "messages": [MESSAGES[0], _two_calls([turn, turn])]}))
+    t = _one(f)
+    assert [(s.tool_name, s.output) for s in t.steps] == [
+        ("read_file", FILE),
+        ("list_directory", "src/ docs/"),
+    ]
+
+
+def test_outputs_the_cli_masked_later_are_read_as_first_recorded_and_counted_where_lost(tmp_path):
+    masked = "<tool_output_masked>\ndef add(a, b):...\nOutput too large.\n</tool_output_masked>"
+    first = _two_calls([[_response("a", "read_file", FILE)], [_response("b", "list_directory", "src/")]])
+    later = _two_calls([[_response("a", "read_file", masked)], [_response("b", "list_directory", "src/")]])
+    f = tmp_path / "session-m.jsonl"  # the masking rewrote the history: a checkpoint of the same ids
+    f.write_text(
+        "\n".join(
+            json.dumps(x) for x in [META, MESSAGES[0], first, {"$set": {"messages": [MESSAGES[0], later]}}]
+        )
+    )
+    t = _one(f)
+    assert t.steps[0].output == FILE and "masked_outputs" not in json.loads(t.extra)
+    g = tmp_path / "s.json"  # a session file that holds only the preview: read as it is, and said so
+    g.write_text(json.dumps({**META, "messages": [MESSAGES[0], later]}))
+    t = _one(g)
+    assert t.steps[0].output.startswith("<tool_output_masked>") and json.loads(t.extra)["masked_outputs"] == 1
+
+
+def test_a_compression_keeps_the_calls_it_replaced_and_marks_the_compaction(tmp_path):
+    # after a compression the CLI re-records the new history under new ids: the summary, and the kept
+    # turns as contents with functionCall parts (no toolCalls), their responses as user messages
+    kept_call = {"id": "n3", "type": "gemini", "content": [{"functionCall": {"id": "k1", "name": "read_file",
+                 "args": {"file_path": "/repo/b.py"}}}]}  # fmt: skip
+    kept_reply = {"id": "n4", "type": "user", "content": [_response("k1", "read_file", "B = 1")]}
+    summary = {"id": "n1", "type": "user", "content": [{"text": "<state_snapshot>summary</state_snapshot>"}]}
+    ack = {"id": "n2", "type": "gemini", "content": "Got it."}
+    checkpoint = {"$set": {"messages": [summary, ack, kept_call, kept_reply]}}
+    test = _call("z", "run_shell_command", {"command": "pytest"}, output="1 passed")
+    after = {
+        "id": "g9",
+        "timestamp": "2026-05-01T10:01:00Z",
+        "type": "gemini",
+        "content": "",
+        "toolCalls": [test],
+    }
+    f = tmp_path / "session-c.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [META, *MESSAGES, checkpoint, after]))
+    t = _one(f)
+    assert t.task_text == "Fix the failing test in src/utils.py"  # not the summary
+    names = [s.tool_name for s in t.steps]
+    assert names == ["read_file", "run_shell_command", "run_shell_command", None, "run_shell_command"]
+    assert [e.kind for e in t.steps[-1].events] == ["compaction"] and t.steps[-1].output == "1 passed"
+    # a session re-recorded that way from the start: its calls come from the content parts
+    g = tmp_path / "session-r.jsonl"
+    g.write_text("\n".join(json.dumps(x) for x in [META, MESSAGES[0], kept_call, kept_reply]))
+    assert [(s.tool_name, s.output) for s in _one(g).steps] == [("read_file", "B = 1")]
+
+
+def test_responses_the_cli_also_records_as_user_messages_are_not_read_twice(tmp_path):
+    echo = {"id": "u2", "type": "user", "content": [_response("r1", "read_file", FILE)]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({**META, "messages": [MESSAGES[0], MESSAGES[1], echo, MESSAGES[4]]}))
+    assert [s.tool_name for s in _one(f).steps] == ["read_file", None]
+
+
+def test_a_json_session_the_cli_moved_to_jsonl_on_resume_is_left_to_that_file(tmp_path):
+    (tmp_path / "session-x.json").write_text(json.dumps({**META, "messages": MESSAGES[:2]}))
+    (tmp_path / "session-x.jsonl").write_text("\n".join(json.dumps(x) for x in [META, *MESSAGES]))
+    res = ingest_paths([tmp_path], progress=False)
+    assert len(res.trajectories) == 1 and len(res.trajectories[0].steps) == 4
+    assert "superseded by session-x.jsonl" in res.skipped[0].reason
 
 
 CONTENTS = [
@@ -189,6 +287,13 @@ def test_detection_picks_the_gemini_readers_and_leaves_other_chat_logs_alone(tmp
     )
     assert detect_format(cli).name == "gemini-cli" and detect_format(api).name == "gemini-api"
     assert detect_format(chat).name == "openai-chat"
+    # the CLI's own /chat and restore checkpoints copy a session's history: not conversations of their own
+    saved = tmp_path / "checkpoint-mytag.json"
+    saved.write_text(json.dumps({"history": CONTENTS, "authType": "oauth-personal"}))
+    bare = tmp_path / "checkpoint-old.json"
+    bare.write_text(json.dumps(CONTENTS))
+    assert detect_format(saved) is None or detect_format(saved).name != "gemini-api"
+    assert detect_format(bare) is None or detect_format(bare).name != "gemini-api"
 
 
 def test_malformed_gemini_logs_are_one_line_errors(tmp_path):
@@ -210,3 +315,5 @@ def test_gemini_thinking_tokens_are_billed_as_output_in_either_spelling():
     assert rest.output_tokens == sdk.output_tokens == 10
     assert usage_from({"promptTokenCount": 50, "thoughtsTokenCount": 7}).output_tokens == 7
     assert usage_from({"promptTokenCount": 50, "candidatesTokenCount": 3}).output_tokens == 3
+    tool = usage_from({"promptTokenCount": 50, "toolUsePromptTokenCount": 20, "candidatesTokenCount": 3})
+    assert tool.input_tokens == 70  # a built-in tool's prompt is billed as input

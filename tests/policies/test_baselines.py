@@ -135,6 +135,10 @@ def test_gemini_mask_scans_past_masked_outputs_and_triggers_at_the_minimum():
     exact = [(3000, 3, True), (3000, 2, True), (2000, 1, True), (5000, 0, True)]
     assert _hidden_by(rule, exact) == [3]
     assert _hidden_by(GeminiCliMasking(protect=5_000, minimum=3_001), exact) == []
+    # an output no longer than the preview that would replace it counts, but stays
+    small = [(3000, 4, True), (150, 3, True), (3000, 2, True), (3000, 1, True), (5000, 0, True)]
+    assert _hidden_by(rule, small) == [4, 2]
+    assert _hidden_by(GeminiCliMasking(protect=5_000, minimum=3_000, min_tokens=100), small) == [4, 3, 2]
 
 
 def test_token_budget_keeps_newest_within_budget():
