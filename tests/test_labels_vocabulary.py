@@ -164,3 +164,14 @@ def test_aci_command_kept_as_input_reads_the_open_window():
     raw = _resources("open", "open f.py", output=out)
     wrapped = _resources("open", {"input": "open f.py"}, output=out)
     assert [str(r) for r in wrapped[0]] == [str(r) for r in raw[0]] == ["file:f.py#L1-2"]
+
+
+def test_gemini_cli_tools_get_the_categories_of_what_they_do():
+    # google-gemini/gemini-cli, packages/core/src/tools/definitions/base-declarations.ts
+    want = {
+        "read_file": "read", "read_many_files": "read", "web_fetch": "read", "list_directory": "list",
+        "glob": "list", "grep_search": "search", "google_web_search": "search", "replace": "edit",
+        "write_file": "edit", "write_todos": "think", "complete_task": "submit", "enter_plan_mode": "other",
+    }  # fmt: skip
+    assert {name: v.tool_category(name, "{}") for name in want} == want
+    assert v.tool_category("run_shell_command", json.dumps({"command": "pytest -q"})) == "test"

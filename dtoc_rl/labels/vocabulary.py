@@ -85,6 +85,8 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
         "todoread", "todo_write", "todo_read", "task", "plan", "exit", "stop", "issue", "manage_context",
         "attempt_completion", "ask_followup_question", "send_message_to_user", "update_plan",
         "mark_task_complete",
+        # Gemini CLI's (packages/core/src/tools/definitions/base-declarations.ts)
+        "write_todos", "complete_task", "enter_plan_mode", "exit_plan_mode", "update_topic",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -110,6 +112,9 @@ NAMED_CATEGORIES: dict[str, str] = {
     "search_code_in_file": "search", "search_for_bug_location": "search",
     # none-kind tools that end the episode or are the agent's own notes
     "submit": "submit", "finish": "submit", "think": "think", "todowrite": "think",
+    # Gemini CLI's: its task list, the end of a subagent's task, its own reads and web tools
+    "write_todos": "think", "complete_task": "submit", "read_many_files": "read", "web_fetch": "read",
+    "google_web_search": "search",
     # tau-bench's calculator; a code interpreter (its code is not a shell command)
     "calculate": "api_read", "python": "run",
 }  # fmt: skip
