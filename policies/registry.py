@@ -41,7 +41,15 @@ from dtoc_rl.policies.baselines import (
     TokenBudget,
 )
 
-__all__ = ["BASELINES", "PolicySpecError", "expand_specs", "make_policy", "policy_names", "short_label"]
+__all__ = [
+    "BASELINES",
+    "PolicySpecError",
+    "baseline_synopsis",
+    "expand_specs",
+    "make_policy",
+    "policy_names",
+    "short_label",
+]
 
 BASELINES: dict[str, type[Policy]] = {
     "none": NoManagement,
@@ -62,6 +70,19 @@ class PolicySpecError(ValueError):
 
 def policy_names() -> list[str]:
     return [*BASELINES, "oracle", "learned", "llm"]
+
+
+def baseline_synopsis() -> str:
+    """The rule baselines as ``name[:key=default,...]``, from their constructors (for help texts)."""
+    out = []
+    for name, cls in BASELINES.items():
+        shown = [
+            f"{k}={p.default}"
+            for k, p in inspect.signature(cls).parameters.items()
+            if isinstance(p.default, int | float | str) and not isinstance(p.default, bool)
+        ]
+        out.append(name + (f"[:{','.join(shown)}]" if shown else ""))
+    return ", ".join(out)
 
 
 def _value(v: str) -> Any:

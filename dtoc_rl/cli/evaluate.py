@@ -8,9 +8,7 @@ savings, mean active tokens per call, total input tokens, dollars, misses per
 100 steps, re-reads, management calls, placeholder overhead, and the fraction
 of the oracle's savings.
 
-Policies: none, last_n[:n=5,polling=1], obs_mask[:attention_window=100],
-anthropic_clear[:trigger=100000,keep=3], opencode_prune, budget[:budget=32000],
-hide_big[:tokens=2000,age=1], cache_clear[:keep=3,horizon=50], oracle,
+Policies: {baselines}, oracle,
 a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
 or your own policy as module:Class[:key=value,...] (imported from the Python
 path or the current folder; it needs an act(obs, info) method).
@@ -24,6 +22,7 @@ import argparse
 import csv
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from dtoc_rl.cli.common import emit_json, fail
@@ -31,7 +30,15 @@ from dtoc_rl.provenance import environment
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = __doc__.split("\n\n", 1)[1]
+    from dtoc_rl.policies.registry import baseline_synopsis
+
+    paras = __doc__.split("\n\n")[1:]
+    # the rules and their defaults from the registry, so a new rule shows up here too
+    paras = [
+        textwrap.fill(x.replace("{baselines}", baseline_synopsis()), 79) if "{baselines}" in x else x
+        for x in paras
+    ]
+    p.description = "\n\n".join(paras)
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--dataset", type=Path, help="dataset folder (default: the bundled sample)")
     p.add_argument("--policy", "-p", nargs="+", required=True, help="policy specs (see above)")

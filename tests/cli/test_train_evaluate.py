@@ -31,6 +31,16 @@ def test_train_help_has_config_help_text(capsys):
     assert "--model-family" in out and "train only on this model family" in out and "--wandb" in out
 
 
+def test_evaluate_help_lists_every_registered_rule_with_its_defaults(capsys):
+    from dtoc_rl.policies.registry import BASELINES
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # as wrapped
+    assert all(name in out for name in BASELINES)
+    assert "gemini_mask[:protect=50000,minimum=30000,min_tokens=175]" in out and "{baselines}" not in out
+
+
 def test_train_bad_config_is_clear(tmp_path, capsys):
     assert main(["train", "-o", str(tmp_path / "x"), "--mode", "ppo", "--quiet"]) == 2
     assert "mode must be" in capsys.readouterr().err
