@@ -231,13 +231,16 @@ def cli_records(path: Path) -> CliSession:
             cut = ids.index(target) + (target != rec["$rewindTo"]) if target in ids else 0
             for mid in ids[cut:]:
                 del messages[mid]
+        elif isinstance(rec.get("id"), str):  # the CLI's tests, in its order: a message record
+            _note_results(session, rec)
+            messages[rec["id"]] = rec
         elif isinstance(rec.get("$set"), dict):
             update = rec["$set"]
             if isinstance(update.get("messages"), list):
-                kept = [m for m in update["messages"] if isinstance(m, dict)]
+                kept = [m for m in update["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
                 for m in kept:
                     _note_results(session, m)
-                ids = [str(m.get("id", k)) for k, m in enumerate(kept)]
+                ids = [m["id"] for m in kept]
                 if messages and not set(ids) & set(messages):
                     marker = f"$compaction{len(compacted)}"
                     summary = next((m.get("content") for m in kept if m.get("type") == "user"), "")
@@ -246,16 +249,13 @@ def cli_records(path: Path) -> CliSession:
                 else:
                     messages = dict(zip(ids, kept))
             session.meta.update({k: v for k, v in update.items() if k != "messages"})
-        elif "type" in rec and "id" in rec:
-            _note_results(session, rec)
-            messages[str(rec["id"])] = rec
-        else:
+        elif isinstance(rec.get("sessionId"), str) and isinstance(rec.get("projectHash"), str):
             session.meta.update({k: v for k, v in rec.items() if k != "messages"})
             listed = rec.get("messages")
-            for k, m in enumerate(listed if isinstance(listed, list) else ()):
-                if isinstance(m, dict):
+            for m in listed if isinstance(listed, list) else ():
+                if isinstance(m, dict) and isinstance(m.get("id"), str):
                     _note_results(session, m)
-                    messages[str(m.get("id", k))] = m
+                    messages[m["id"]] = m
     session.messages = list(messages.values())
     return session
 

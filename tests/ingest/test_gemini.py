@@ -119,6 +119,11 @@ def test_a_bad_line_inside_a_session_is_passed_over_as_the_cli_does_and_named(tm
         "\n".join([json.dumps({**META, "messages": 5}), json.dumps(MESSAGES[0]), json.dumps(MESSAGES[1])])
     )
     assert [s.tool_name for s in _one(odd).steps] == ["read_file"]
+    # a record with a string id is a message whatever else it holds (the CLI's test), never metadata
+    stray = tmp_path / "session-5.jsonl"
+    stray.write_text("\n".join(json.dumps(x) for x in [META, {"id": "x", "summary": "no"}, *MESSAGES[:2]]))
+    extra = json.loads(_one(stray).extra)
+    assert "summary" not in extra and json.loads(extra["skipped_messages"]) == {"None": 1}
 
 
 def _two_calls(results):
