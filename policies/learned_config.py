@@ -162,7 +162,8 @@ class LearnedPolicyConfig:
         "most (and longest) runs do not decide alone what an output's words and age mean; 0: as collected. "
         "At 0.5 (five seeds on ../shared) its stored thresholds kept the miss budget at all five, the "
         "default's at three, but its best threshold saved less (49.7 per cent of the oracle's savings "
-        "against 52.0), so it is off (docs/results.md)",
+        "against 52.0); at 0.25 it saved more (54.2) but with mini-swe-agent left out of training its "
+        "stored thresholds lost money (-2.5 per cent), so it is off (docs/results.md)",
     )
     # -- data ------------------------------------------------------------------
     model_family: str | None = _f(None, "train only on this model family (a per-family policy)")
