@@ -329,16 +329,14 @@ def cli_to_chat(session: CliSession) -> tuple[list[dict], list[float | None], st
     return msgs, times, model, skipped
 
 
-def contents_to_chat(contents: Any, system: Any = None) -> tuple[list[dict], int]:
-    """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages, and how many model
-    contents there are."""
+def contents_to_chat(contents: Any, system: Any = None) -> list[dict]:
+    """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages."""
     if not isinstance(contents, list):
         raise IngestError(f"contents is {type(contents).__name__}, expected a list")
     msgs: list[dict] = []
     if system is not None:
         sys_parts = system.get("parts") if isinstance(system, dict) else system
         msgs.append({"role": "system", "content": _parts_text(sys_parts, "systemInstruction")})
-    n_model = 0
     for i, c in enumerate(contents):
         w = f"contents[{i}]"
         if not isinstance(c, dict) or not isinstance(c.get("parts", []), list):
@@ -346,7 +344,6 @@ def contents_to_chat(contents: Any, system: Any = None) -> tuple[list[dict], int
         parts = c.get("parts") or []
         role = c.get("role") or "user"
         if role == "model":
-            n_model += 1
             calls = [fc for p in parts if isinstance(fc := _field(p, "functionCall"), dict)]
             thought = [p["text"] for p in parts if _field(p, "thought") and isinstance(p.get("text"), str)]
             said = [p for p in parts if _field(p, "functionCall") is None]
@@ -378,7 +375,7 @@ def contents_to_chat(contents: Any, system: Any = None) -> tuple[list[dict], int
             raise IngestError(
                 f"{w} has role {role!r}, expected 'user' or 'model' (or 'function' for replies)"
             )
-    return msgs, n_model
+    return msgs
 
 
 def _timed(steps: list, times: list[float | None]) -> None:
@@ -469,7 +466,7 @@ class GeminiApiIngester(Ingester):
         if not isinstance(row, dict) or "contents" not in row:
             raise IngestError("expected an object with 'contents' or a list of contents")
         system = row.get("systemInstruction", row.get("system_instruction"))
-        msgs, _ = contents_to_chat(row["contents"], system)
+        msgs = contents_to_chat(row["contents"], system)
         cp = chat_to_steps(msgs, "contents")
         if not cp.steps:
             raise IngestError("empty conversation: no model turns")
