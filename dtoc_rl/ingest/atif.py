@@ -149,6 +149,7 @@ def atif_messages(steps: list) -> tuple[list[dict], str]:
             if command is not None:  # a mini-swe-agent turn: its one bash block is the call
                 calls = [{"id": f"{w}.0", "function": {"name": "bash", "arguments": {"command": command}}}]
         msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": calls}
+        msg["timestamp"] = st.get("timestamp")  # the cache expires between calls further apart than its life
         if isinstance(st.get("reasoning_content"), str):
             msg["reasoning_content"] = st["reasoning_content"]
         usage = _usage(st.get("metrics"))

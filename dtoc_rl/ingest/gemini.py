@@ -69,7 +69,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize
-from dtoc_rl.ingest.openai_chat import chat_to_steps, iso_to_epoch, iter_jsonl, parse_rows, row_label
+from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl, parse_rows, row_label
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
 
@@ -260,14 +260,22 @@ def cli_records(path: Path) -> CliSession:
     return session
 
 
-def cli_to_chat(session: CliSession) -> tuple[list[dict], list[float | None], str, Counter]:
-    """A Gemini CLI session's messages as chat messages; the time of each model call; the first model
-    named; what was left out (the CLI's notices by type, and ``masked`` outputs whose full text the
-    session no longer holds)."""
+@dataclass
+class CliChat:
+    """A Gemini CLI session read as chat messages."""
+
+    messages: list[dict]
+    model: str  # the first model named
+    skipped: Counter  # records left out, by type (the CLI's own notices)
+    masked: int  # outputs whose full text the session no longer holds (only the masking's preview)
+
+
+def cli_to_chat(session: CliSession) -> CliChat:
+    """A Gemini CLI session's messages as chat messages, with what could not be read."""
     msgs: list[dict] = []
-    times: list[float | None] = []
     model = ""
     skipped: Counter = Counter()
+    masked = 0
     open_calls: list[str] = []  # calls written as functionCall parts, whose responses a user message brings
     for i, rec in enumerate(session.messages):
         w = f"messages[{i}]"
@@ -304,7 +312,7 @@ def cli_to_chat(session: CliSession) -> tuple[list[dict], list[float | None], st
                 result = session.results.get(cid, c.get("result"))
                 if result is not None:
                     text, err = _result(result, f"{w}.toolCalls[{k}].result", cid)
-                    skipped["masked"] += MASK_TAG in text
+                    masked += MASK_TAG in text
                     replies.append({"role": "tool", "tool_call_id": cid, "content": text,
                                     "is_error": bool(err or c.get("status") == "error")})  # fmt: skip
             if not calls:  # a turn the CLI re-recorded from its history: the calls are parts of the content
@@ -316,17 +324,17 @@ def cli_to_chat(session: CliSession) -> tuple[list[dict], list[float | None], st
                         open_calls.append(cid)
             said = [p for p in parts if _field(p, "functionCall") is None]
             m = {"role": "assistant", "content": _parts_text(said, f"{w}.content"),
-                 "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls}  # fmt: skip
+                 "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls,
+                 "timestamp": rec.get("timestamp")}  # fmt: skip
             if (u := _usage(rec.get("tokens"))) is not None:
                 m["usageMetadata"] = u
             msgs.append(m)
             msgs.extend(replies)
-            times.append(iso_to_epoch(rec.get("timestamp")))
             if not model and isinstance(rec.get("model"), str):
                 model = rec["model"]
         else:
             skipped[str(kind)] += 1
-    return msgs, times, model, skipped
+    return CliChat(msgs, model, skipped, masked)
 
 
 def contents_to_chat(contents: Any, system: Any = None) -> list[dict]:
@@ -378,13 +386,6 @@ def contents_to_chat(contents: Any, system: Any = None) -> list[dict]:
     return msgs
 
 
-def _timed(steps: list, times: list[float | None]) -> None:
-    # the time of the model call that made each step (its turn)
-    for s in steps:
-        if 0 <= s.turn < len(times) and times[s.turn] is not None:
-            s.timestamp = times[s.turn]
-
-
 class GeminiCliIngester(Ingester):
     name = "gemini-cli"
 
@@ -397,21 +398,19 @@ class GeminiCliIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         log = cli_records(path)
         meta = log.meta
-        msgs, times, model, skipped = cli_to_chat(log)
-        cp = chat_to_steps(msgs, "messages")
+        chat = cli_to_chat(log)
+        cp = chat_to_steps(chat.messages, "messages")
         if not cp.steps:
             raise IngestError("empty session: no model calls", path)
-        _timed(cp.steps, times)
         session = str(meta.get("sessionId") or path.stem)
         extra: dict[str, Any] = {
             k: meta[k] for k in ("projectHash", "startTime", "lastUpdated", "kind", "summary")
             if isinstance(meta.get(k), (str, int, float, bool))
         }  # fmt: skip
-        masked = skipped.pop("masked", 0)
-        if masked:  # the masking's preview is all the session holds of these outputs
-            extra["masked_outputs"] = masked
-        if +skipped:
-            extra["skipped_messages"] = json.dumps(dict(sorted((+skipped).items())))
+        if chat.masked:  # the masking's preview is all the session holds of these outputs
+            extra["masked_outputs"] = chat.masked
+        if chat.skipped:
+            extra["skipped_messages"] = json.dumps(dict(sorted(chat.skipped.items())))
         if log.torn:
             extra["torn_last_line"] = True
         if log.bad_lines:
@@ -422,8 +421,8 @@ class GeminiCliIngester(Ingester):
             Trajectory(
                 traj_id=f"{self.name}/{session}",
                 source=self.name,
-                model_raw=model,
-                model_family=normalize_family(model),
+                model_raw=chat.model,
+                model_family=normalize_family(chat.model),
                 task_id=session,
                 task_text=cp.task,
                 system_prompt=cp.system,
@@ -450,17 +449,18 @@ class GeminiApiIngester(Ingester):
         return bool(_CONTENTS.search(head)) or bare
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
+        seen: set[str] = set()  # run keys used so far: two runs of a file may carry one id
         if path.suffix == ".jsonl":
-            yield from parse_rows(path, iter_jsonl(path), lambda r, n: self._run(path, r, n, "line"))
+            yield from parse_rows(path, iter_jsonl(path), lambda r, n: self._run(path, r, n, seen, "line"))
             return
         data = read_json(path)
         if isinstance(data, list) and data and all(isinstance(r, dict) and "contents" in r for r in data):
             rows, unit = [(i, r, None) for i, r in enumerate(data, 1)], "run"
         else:
             rows, unit = [(1, data, None)], "file"
-        yield from parse_rows(path, rows, lambda r, n: self._run(path, r, n, unit), unit=unit)
+        yield from parse_rows(path, rows, lambda r, n: self._run(path, r, n, seen, unit), unit=unit)
 
-    def _run(self, path: Path, row: Any, number: int, unit: str) -> Trajectory:
+    def _run(self, path: Path, row: Any, number: int, seen: set[str], unit: str) -> Trajectory:
         if isinstance(row, list):
             row = {"contents": row}
         if not isinstance(row, dict) or "contents" not in row:
@@ -476,6 +476,9 @@ class GeminiApiIngester(Ingester):
         model = model.removeprefix("models/")
         rid = row.get("id")
         key = str(rid) if rid is not None else f"{unit}{number}"
+        if key in seen:
+            key = f"{key}#{number}"
+        seen.add(key)
         success, outcome = row_label(row)
         extra = {"trailing_user_text": cp.trailing_user} if cp.trailing_user else {}
         return finalize(

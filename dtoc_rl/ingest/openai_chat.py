@@ -322,6 +322,9 @@ def chat_to_steps(
                     )
                 )
                 res.n_tool_calls += 1
+            when = iso_to_epoch(m.get("timestamp"))
+            for st in res.steps[first_of_turn:] if when is not None else ():
+                st.timestamp = when
             if len(res.steps) > first_of_turn:
                 res.steps[first_of_turn].usage = message_usage(m)
                 res.steps[first_of_turn].events.extend(events)

@@ -34,13 +34,14 @@ def _terminus(tmp_path: Path, reward: float | None = 1.0) -> Path:
         {"step_id": 1, "source": "system", "message": "You drive a terminal."},
         {"step_id": 2, "source": "user", "message": "Task Description:\nFix src/p.py"},
         _agent(3, "Read it.", [("c1", "bash_command", {"keystrokes": "cat src/p.py\n", "duration": 0.1})],
-               [{"content": BODY}], reasoning_content="look first",
+               [{"content": BODY}], reasoning_content="look first", timestamp="2026-05-01T10:00:00Z",
                metrics={"prompt_tokens": 5000, "cached_tokens": 3000, "completion_tokens": 80,
                         "cost_usd": 0.01, "extra": {"cache_creation_input_tokens": 1500}}),
         _agent(4, [{"type": "text", "text": "Fix and test."}],
                [("c2", "bash_command", {"keystrokes": "sed -i 's/x + 3/x - 3/' src/p.py\n"}),
                 ("c3", "bash_command", {"keystrokes": "pytest -q\n"})],
-               [{"content": "1 passed\n$ "}], metrics={"prompt_tokens": 6500, "completion_tokens": 60}),
+               [{"content": "1 passed\n$ "}], metrics={"prompt_tokens": 6500, "completion_tokens": 60},
+               timestamp="2026-05-01T10:07:30Z"),
         _agent(5, "Done."),
     ]  # fmt: skip
     root = {
@@ -72,6 +73,8 @@ def test_a_terminus_trial_reads_as_steps_with_usage_outcome_and_labels(tmp_path)
     assert t.system_prompt == "You drive a terminal." and t.task_text == "Task Description:\nFix src/p.py"
     assert [x.tool_name for x in s] == ["bash_command", "bash_command", "bash_command", None]
     assert [x.turn for x in s] == [0, 1, 1, 2]
+    # each call's time, for the cache's lifetime (7.5 minutes apart: past a 5-minute cache)
+    assert [x.timestamp for x in s] == [1777629600.0, 1777630050.0, 1777630050.0, None]
     # one terminal screen answers the turn's two keystrokes: it goes to the last of them
     assert (s[0].output, s[1].output, s[2].output) == (BODY, "", "1 passed\n$ ")
     assert s[0].reasoning == "look first" and s[1].assistant_text == "Fix and test."

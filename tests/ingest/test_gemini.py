@@ -238,7 +238,8 @@ def test_a_gemini_api_conversation_reads_calls_in_order_thoughts_and_usage(tmp_p
            "contents": CONTENTS, "success": True}  # fmt: skip
     if shape == "jsonl":
         f = tmp_path / "runs.jsonl"
-        f.write_text(json.dumps(run) + "\n" + json.dumps({**run, "id": "b"}) + "\n")
+        # two runs of one file that carry the same id are both kept, under ids of their own
+        f.write_text("".join(json.dumps({**run, "id": "b"}) + "\n" for _ in range(2)))
     else:
         f = tmp_path / "run.json"
         f.write_text(json.dumps(run if shape == "object" else CONTENTS))
@@ -254,7 +255,7 @@ def test_a_gemini_api_conversation_reads_calls_in_order_thoughts_and_usage(tmp_p
         assert t.model_raw == "gemini-2.5-flash" and t.system_prompt == "Be brief."
         assert t.success is True and t.outcome_source == "row:success"
     if shape == "jsonl":
-        assert len(res.trajectories) == 2
+        assert [t.traj_id for t in res.trajectories] == ["gemini-api/runs/b", "gemini-api/runs/b#2"]
 
 
 def test_calls_with_ids_take_their_own_responses_and_a_stray_one_is_an_error(tmp_path):

@@ -79,17 +79,29 @@ def test_parallel_calls_replies_out_of_order(tmp_path):
             "role": "assistant",
             "content": "two at once",
             "tool_calls": [_call("a", "read", {"p": "x"}), _call("b", "read", {"p": "y"})],
+            "timestamp": "2026-05-01T10:00:00Z",
         },
         {"role": "tool", "tool_call_id": "b", "content": "Y"},
         {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "X"}]},
         {"role": "user", "content": "more"},
-        {"role": "assistant", "content": None, "tool_calls": [_call("c", "run", {})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_call("c", "run", {})],
+            "timestamp": 1777629660,
+        },
         {"role": "tool", "content": "no id"},
         {"role": "assistant", "content": "bye"},
     ]
     (t,) = ING.parse(_jsonl(tmp_path, [{"messages": msgs, "success": False, "task_id": "T1"}]))
     s = t.steps
     assert [x.turn for x in s] == [0, 0, 1, 2]
+    assert [x.timestamp for x in s] == [
+        1777629600.0,
+        1777629600.0,
+        1777629660.0,
+        None,
+    ]  # a call's time, if given
     assert (s[0].assistant_text, s[1].assistant_text) == ("two at once", "")
     assert (s[0].output, s[1].output, s[2].output) == ("X", "Y", "no id")
     assert s[0].tool_args == '{"p": "x"}'
