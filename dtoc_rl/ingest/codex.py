@@ -16,7 +16,9 @@ chat-completions log.  The user messages Codex injects before the task (``<envir
 task is the first message the user typed.  Each ``token_count`` event with a new running total gives
 its ``last_token_usage`` (``input_tokens`` including ``cached_input_tokens``, ``output_tokens``
 including reasoning, as the Responses API counts them) to the model call it follows; repeated events
-with an unchanged total are the same call reported twice and are skipped.  The model is the first
+with an unchanged total are the same call reported twice and are skipped.  A call's time is the
+``timestamp`` of the line holding its first item (what the simulator's cache lifetime is measured
+against).  The model is the first
 ``turn_context``'s (a session that switched models names the others in ``extra.models``).
 
 Tool outputs as Codex wrote them: older CLIs wrap a command's output as JSON text
@@ -109,7 +111,8 @@ class CodexRolloutIngester(Ingester):
                 if isinstance(model, str) and model and model not in models:
                     models.append(model)
             elif kind == "response_item":
-                items.append(_codex_output(_harness_text(payload)))
+                # the line's time: on the first item of a model call, the call's
+                items.append({**_codex_output(_harness_text(payload)), "dtoc_time": rec.get("timestamp")})
             elif kind == "compacted":
                 items.append({"type": "dtoc_compaction", "text": payload.get("message")})
             elif kind == "event_msg" and payload.get("type") == "token_count":

@@ -16,7 +16,9 @@ Two item types a reader of a log that keeps usage or compaction beside the items
 provider usage, and ``{"type": "dtoc_compaction", "text": ...}`` becomes a user message marked
 ``dtoc_compaction`` (the summary that replaced the context: :func:`chat_to_steps` records a
 ``compaction`` event on the next step).  An output item with ``"dtoc_is_error": true`` (a reader
-that knows the run's exit codes) becomes a ``tool`` message with ``"is_error": true``.
+that knows the run's exit codes) becomes a ``tool`` message with ``"is_error": true``, and a
+``"dtoc_time"`` on the first item of a model call (a reader whose log times its items) becomes that
+assistant message's ``timestamp``.
 
 Item types that carry no output a context could hide (``web_search_call``, ``image_generation_call``,
 ``file_search_call`` and any type this module does not know) are skipped and
@@ -94,20 +96,22 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
     res = ResponsesParse()
     turn: dict | None = None  # the assistant message the current model call is building
 
-    def assistant() -> dict:
+    def assistant(item: dict) -> dict:
         nonlocal turn
         if turn is None:
             turn = {"role": "assistant", "content": "", "tool_calls": [], "reasoning_content": ""}
+            if item.get("dtoc_time") is not None:
+                turn["timestamp"] = item["dtoc_time"]
             res.messages.append(turn)
         return turn
 
-    def call(cid: Any, name: Any, args: Any, w: str) -> None:
+    def call(item: dict, cid: Any, name: Any, args: Any, w: str) -> None:
         if not isinstance(cid, str) or not cid:
             raise IngestError(f"{w} has no call_id")
         if not isinstance(name, str) or not name:
             raise IngestError(f"{w} has no name")
         fn = {"name": name, "arguments": args}
-        assistant()["tool_calls"].append({"id": cid, "type": "function", "function": fn})
+        assistant(item)["tool_calls"].append({"id": cid, "type": "function", "function": fn})
 
     for i, it in enumerate(items):
         w = f"{where}[{i}]"
@@ -119,19 +123,19 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
         if kind == "message":
             role = it.get("role")
             if role == "assistant":
-                a = assistant()
+                a = assistant(it)
                 a["content"] = "\n".join(t for t in (a["content"], _text(it.get("content"))) if t)
             else:
                 turn = None
                 res.messages.append({"role": role, "content": it.get("content")})
         elif kind == "reasoning":
             text = _text(it.get("summary")) or _text(it.get("content"))
-            a = assistant()
+            a = assistant(it)
             a["reasoning_content"] = "\n".join(t for t in (a["reasoning_content"], text) if t)
         elif kind in _CALLS:
             default_name, args_key = _CALLS[kind]
             cid = it.get("call_id") or it.get("id")  # a call may carry only its item id
-            call(cid, it.get("name") or default_name, it.get(args_key), w)
+            call(it, cid, it.get("name") or default_name, it.get(args_key), w)
             if kind == "mcp_call":  # its output comes with it
                 turn = None
                 out = it.get("output") if it.get("error") is None else it.get("error")

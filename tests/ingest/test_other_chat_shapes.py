@@ -11,7 +11,7 @@ import pytest
 from dtoc_rl.ingest import detect_format
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.codex import CodexRolloutIngester
-from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
+from dtoc_rl.ingest.openai_chat import OpenAIChatIngester, iso_to_epoch
 from dtoc_rl.ingest.responses import responses_to_messages
 from dtoc_rl.labels import label_trajectory
 
@@ -80,7 +80,7 @@ def _rollout(path: Path, items: list[dict], *, usage_after: bool = True, legacy:
         lines.append({"type": "turn_context", "payload": {"model": "gpt-5.1-codex"}})
         total = 0
         for k, it in enumerate(items):
-            lines.append({"type": "response_item", "payload": it})
+            lines.append({"timestamp": f"2026-05-01T10:{k:02d}:00Z", "type": "response_item", "payload": it})
             nxt = items[k + 1] if k + 1 < len(items) else None
             ends_call = (
                 it["type"] != "function_call_output"
@@ -191,6 +191,12 @@ def test_codex_rollout(tmp_path, tau_runs, legacy):
     assert len({s.usage.input_tokens for s in firsts}) == len(firsts)  # each call its own usage
     assert all(s.usage is None for s in t.steps if s not in firsts)
     assert json.loads(t.extra)["cli_version"] == "0.60.0"
+    # a call's time is its first item's line (item k written at minute k; item 0 is the task)
+    assert t.steps[0].timestamp == iso_to_epoch("2026-05-01T10:01:00Z")
+    times = [s.timestamp for s in firsts]
+    assert all(a < b for a, b in zip(times, times[1:]))
+    at = {s.turn: s.timestamp for s in firsts}
+    assert all(s.timestamp == at[s.turn] for s in t.steps)  # parallel calls share their call's time
 
 
 def test_codex_shell_argv_patch_and_compaction_are_labelled(tmp_path):
