@@ -84,3 +84,18 @@ def test_the_scan_finds_wrong_commands_and_flags(tmp_path):
 @pytest.mark.parametrize("path", _texts(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_shown_commands_and_flags_exist(path):
     assert not _problems(path)
+
+
+def test_the_schema_names_every_ingesters_source():
+    # the `source` row of docs/schema.md lists what a trajectory's source can be; an ingester added
+    # without it there leaves a reader unable to filter its runs (`--source`)
+    from dtoc_rl.ingest import INGESTERS
+
+    row = next(
+        x for x in (ROOT / "docs" / "schema.md").read_text().splitlines() if x.startswith("| `source` |")
+    )
+    named = set(re.findall(r"`([\w.-]+)`", row))
+    # SWE-agent's trajectories take their version as source (swe-agent-0.x, swe-agent-1.x)
+    missing = [i.name for i in INGESTERS if i.name not in named and i.name != "swe-agent"]
+    assert not missing, f"docs/schema.md's source row lacks {missing}"
+    assert {"swe-agent-0.x", "swe-agent-1.x"} <= named
