@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 __all__ = ["main"]
 
@@ -43,26 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    # a warning is for the user, who wants what happened, not the line of our code that said it
+    text = " ".join(str(message).split())
+    print(f"dtoc-rl: warning: {text}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Only import the chosen subcommand when one is named (fast --help per command).
     if argv and argv[0] in COMMANDS:
-        module = importlib.import_module(COMMANDS[argv[0]][0])
-        p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
-        module.add_arguments(p)
-        args = p.parse_args(argv[1:])
-        try:
-            return int(module.run(args) or 0)
-        except BrokenPipeError:
-            # the reader went away (`dtoc-rl ... --json | head`): not an error of ours
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-        except OSError as e:
-            # a path that cannot be read or written (an output under a file, a missing mount, no
-            # permission, a full disk) that no check of the command named: one line, no traceback
-            where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
-            print(f"dtoc-rl: error: {where}{e.strerror or e}", file=sys.stderr)
-            return 2
+        with warnings.catch_warnings():  # the caller's way of showing warnings comes back after
+            warnings.showwarning = _one_line_warning
+            return _run(argv)
     # Top-level help lists commands without importing them.
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -70,3 +64,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     return main([args.command, *argv[1:]])
+
+
+def _run(argv: list[str]) -> int:
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
+    module.add_arguments(p)
+    args = p.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`dtoc-rl ... --json | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:
+        # a path that cannot be read or written (an output under a file, a missing mount, no
+        # permission, a full disk) that no check of the command named: one line, no traceback
+        where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
+        print(f"dtoc-rl: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2

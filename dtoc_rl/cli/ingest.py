@@ -11,15 +11,17 @@ Supported formats (auto-detected; --format NAME forces one): mini-swe-agent
 history; tau-bench JSON and tau2-bench results; Claude Code stream-json and ~/.claude/projects
 transcripts; AutoCodeRover task dirs; OpenCode export JSON; RepoLaunch
 setup.log; Codex CLI rollout JSONL and `codex exec --json` streams; Harbor ATIF
-trajectory.json (Terminal-Bench trials); chat logs in any .json/.jsonl file
+trajectory.json (Terminal-Bench trials); Gemini CLI sessions (.json and the
+newer .jsonl, under ~/.gemini/tmp/*/chats) and Gemini API conversations
+({"contents": [...]}); chat logs in any .json/.jsonl file
 ({"messages": [...]}, a bare message list, or one run per line), with tool
 calls as OpenAI tool_calls or Anthropic tool_use/tool_result blocks, or as
 OpenAI Responses API items ({"input": [...]}, {"items": [...]} or a bare item
 list); trajectory datasets as the Hugging Face Hub publishes them (Parquet
 shards, or their JSON/JSONL exports: messages under "trajectory" or
 "conversations", ShareGPT from/value turns, SWE-agent replies written as
-text).  Logged per-call usage (tokens, cached tokens, dollars) is kept where
-the log has it.
+text).  Logged per-call usage (tokens, cached tokens, dollars) and times are
+kept where the log has them.
 
 Exit status: 0 when anything was ingested, 1 when nothing was (or, with
 --strict, when anything was skipped), 2 on usage errors.

@@ -2,7 +2,9 @@
 
 Format: a ``.jsonl`` file with one run per line, or a ``.json`` file holding one run (or a list of
 runs).  A run is ``{"messages": [...], "id"?, "model"?, "task_id"?, "success"? / "pass"? /
-"reward"?}`` or a bare list of messages.  Messages are OpenAI chat-completions dicts:
+"reward"?}`` or a bare list of messages; a ``system`` (an Anthropic Messages request's, text or
+text blocks) or ``instructions`` (a Responses request's) beside them is the system prompt when the
+messages open without one.  Messages are OpenAI chat-completions dicts:
 ``system``/``user`` text, ``assistant`` with optional ``tool_calls`` (``{"id", "type": "function",
 "function": {"name", "arguments"}}``) and ``tool`` replies carrying ``tool_call_id``, or Anthropic
 Messages content blocks (``tool_use`` in an assistant message, ``tool_result`` with its
@@ -433,6 +435,7 @@ class OpenAIChatIngester(Ingester):
         # a table's missing values (NaN in a float column) are None, not "nan" ids or invalid JSON in extra
         row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
         messages, skipped = _row_messages(row)
+        messages, system_key = _with_run_system(row, messages)
         messages, text_actions = as_tool_calls(messages, content_text)
         cp = chat_to_steps(messages)
         if not cp.steps:
@@ -450,7 +453,7 @@ class OpenAIChatIngester(Ingester):
         scalars: dict[str, Any] = {}
         long_fields: dict[str, int] = {}
         for k, v in row.items():
-            if k == "messages" or not (v is None or isinstance(v, (str, int, float, bool))):
+            if k in ("messages", system_key) or not (v is None or isinstance(v, (str, int, float, bool))):
                 continue
             if isinstance(v, str) and len(v) > MAX_FIELD_CHARS and not k.startswith("dtoc_"):
                 long_fields[k] = len(v)
@@ -486,6 +489,20 @@ class OpenAIChatIngester(Ingester):
 
 
 _ITEM_KEYS = ("input", "items", "output")
+#: Where a run keeps its system prompt beside the messages: an Anthropic Messages request's ``system``
+#: (text or text blocks), a Responses request's ``instructions``.  Every call is sent it.
+_SYSTEM_KEYS = ("system", "instructions")
+
+
+def _with_run_system(row: dict, messages: Any) -> tuple[Any, str | None]:
+    # the run's own system prompt first, unless its messages already open with one; and its key, if used
+    key = next((k for k in _SYSTEM_KEYS if row.get(k) not in (None, "", [])), None)
+    if key is None or not isinstance(messages, list):
+        return messages, None
+    first = messages[0] if messages else None
+    if isinstance(first, dict) and first.get("role") in ("system", "developer"):
+        return messages, None
+    return [{"role": "system", "content": content_text(row[key], key)}, *messages], key
 
 
 def _is_run(row: dict) -> bool:

@@ -141,6 +141,26 @@ def test_anthropic_error_flag_thinking_and_text_beside_results(tmp_path):
     assert s1.user_text == "try b.py" and s1.assistant_text == "ok"
 
 
+def test_a_runs_own_system_prompt_beside_its_messages_is_kept(tmp_path):
+    # an Anthropic Messages request keeps it in "system" (text or blocks), a Responses one in
+    # "instructions": every call is sent it, so it is the system prompt, not a field of extra
+    msgs = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}]
+    blocks = [{"type": "text", "text": "You are "}, {"type": "text", "text": "careful.", "cache_control": {}}]
+    items = [{"role": "user", "content": "fix it"}, {"type": "message", "role": "assistant", "content": "ok"}]
+    rows = [
+        {"id": "a", "system": "Be brief.", "messages": msgs},
+        {"id": "b", "system": blocks, "messages": msgs},
+        {"id": "c", "instructions": "Use the tools.", "input": items},
+        {"id": "d", "system": "beside", "messages": [{"role": "system", "content": "inside"}, *msgs]},
+    ]
+    got = {t.traj_id.rsplit("/", 1)[-1]: t for t in CHAT.parse(_write(tmp_path / "runs.jsonl", rows))}
+    assert {k: t.system_prompt for k, t in got.items()} == {
+        "a": "Be brief.", "b": "You are careful.", "c": "Use the tools.", "d": "inside"}  # fmt: skip
+    assert all(t.task_text == "fix it" for t in got.values())
+    assert "system" not in json.loads(got["a"].extra) and "instructions" not in json.loads(got["c"].extra)
+    assert json.loads(got["d"].extra)["system"] == "beside"  # not used, so kept
+
+
 def test_responses_items_read_as_chat(tmp_path, tau_runs):
     ref = list(CHAT.parse(_write(tmp_path / "chat.jsonl", [{"messages": m} for m in tau_runs])))
     rows = [{"id": str(i), "input": _items(m)} for i, m in enumerate(tau_runs)]

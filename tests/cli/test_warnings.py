@@ -1,0 +1,28 @@
+"""A command's warnings reach the user as one line each, and a caller's own handler comes back."""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+
+from dtoc_rl import cli
+
+
+def test_a_commands_warnings_are_one_line_and_the_callers_handler_comes_back(monkeypatch, capsys):
+    mod = types.ModuleType("fake_command")
+    mod.add_arguments = lambda p: None
+
+    def run(args):
+        warnings.warn("a price\n  was guessed", UserWarning, stacklevel=1)
+        return 0
+
+    mod.run = run
+    monkeypatch.setitem(sys.modules, "fake_command", mod)
+    monkeypatch.setitem(cli.COMMANDS, "fake", ("fake_command", "a command that warns"))
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["fake"]) == 0
+    assert capsys.readouterr().err == "dtoc-rl: warning: a price was guessed\n"  # no source line
+    assert warnings.showwarning is before
