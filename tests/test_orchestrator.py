@@ -471,6 +471,42 @@ def test_log_is_reingested_by_dtoc_rl_ingest(tmp_path):
     # the ingester's hindsight labels agree with the online ones on the re-read
     assert any(n.step == 0 and n.kind == "reaccess" for n in t.steps[4].needs)
     assert _labels(t) == _labels(mine)
+    # each call's usage and time come back as recorded
+    assert [(s.usage, s.timestamp) for s in t.steps] == [(s.usage, s.timestamp) for s in mine.steps]
+    assert t.steps[0].usage.input_tokens == 100 and t.steps[0].timestamp > 0
+
+
+def test_a_calls_cache_counts_are_kept_in_either_providers_shape(tmp_path):
+    # what the provider billed, as its API reports it: the log keeps it, and the totals count every
+    # prompt token (Anthropic's input_tokens leaves out the cache reads and writes)
+    o = Orchestrator(query="task")
+    oa = oa_response("", [("c1", "bash", {"command": "ls"})])
+    oa["usage"] = {
+        "prompt_tokens": 5000,
+        "completion_tokens": 40,
+        "prompt_tokens_details": {"cached_tokens": 4096},
+    }
+    o.record_openai_response(oa)
+    o.add_tool_result("c1", "f0.py")
+    an = an_response("done")
+    an["usage"] = {"input_tokens": 300, "cache_read_input_tokens": 5000, "cache_creation_input_tokens": 200,
+                   "output_tokens": 12}  # fmt: skip
+    o.record_anthropic_response(an)
+    assert (o.totals.input_tokens, o.totals.output_tokens) == (5000 + 5500, 52)
+    o.save_log(tmp_path / "run.jsonl")
+    assert (
+        cli_main(["ingest", str(tmp_path / "run.jsonl"), "-o", str(tmp_path / "ds"), "--quiet", "--json"])
+        == 0
+    )
+    (t,) = load_trajectories(tmp_path / "ds")
+    u0, u1 = t.steps[0].usage, t.steps[1].usage
+    assert (u0.input_tokens, u0.cached_tokens, u0.output_tokens) == (5000, 4096, 40)
+    assert (u1.input_tokens, u1.cached_tokens, u1.cache_write_tokens, u1.output_tokens) == (
+        5500,
+        5000,
+        200,
+        12,
+    )
 
 
 def test_labelling_every_k_turns_and_off():

@@ -12,16 +12,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.data.schema import Trajectory, Usage
 
-__all__ = ["trajectory_to_chat", "visibility"]
+__all__ = ["trajectory_to_chat", "usage_dict", "visibility"]
+
+
+def usage_dict(u: Usage) -> dict[str, Any]:
+    """A call's usage in OpenAI's chat-completions shape, which
+    :func:`dtoc_rl.ingest.common.usage_from` reads back to the same :class:`Usage`
+    (``prompt_tokens`` counts every prompt token; the cached and cache-written ones are parts of it)."""
+    out: dict[str, Any] = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens}
+    details = {"cached_tokens": u.cached_tokens, "cache_write_tokens": u.cache_write_tokens}
+    if any(v is not None for v in details.values()):
+        out["prompt_tokens_details"] = {k: v for k, v in details.items() if v is not None}
+    if u.cost_usd is not None:
+        out["cost"] = u.cost_usd
+    return out
 
 
 def trajectory_to_chat(traj: Trajectory, *, reasoning: bool = False) -> list[dict[str, Any]]:
     """The trajectory as OpenAI chat-completions messages (raw tool outputs).
 
     Inverse of :func:`dtoc_rl.ingest.openai_chat.chat_to_steps` up to labels:
-    steps sharing a ``turn`` become one assistant message with parallel calls.
+    steps sharing a ``turn`` become one assistant message with parallel calls, with the call's
+    ``timestamp`` and ``usage`` (:func:`usage_dict`) when known.
     ``reasoning`` adds each turn's reasoning as the assistant's ``reasoning_content``.
     """
     msgs: list[dict[str, Any]] = []
@@ -40,6 +54,10 @@ def trajectory_to_chat(traj: Trajectory, *, reasoning: bool = False) -> list[dic
         asst: dict[str, Any] = {"role": "assistant", "content": first.assistant_text or ""}
         if reasoning and first.reasoning:
             asst["reasoning_content"] = first.reasoning
+        if first.timestamp is not None:
+            asst["timestamp"] = first.timestamp
+        if first.usage is not None:
+            asst["usage"] = usage_dict(first.usage)
         calls = []
         for k, s in enumerate(group):
             if s.tool_name is None:

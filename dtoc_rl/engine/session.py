@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.core.actions import Applied, apply_slots, resolve
-from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.engine.features import ItemColumns, ItemState
 from dtoc_rl.labels import NeedLabeller, modified_by
 from dtoc_rl.labels.vocabulary import tool_category_id
@@ -128,16 +128,19 @@ class SessionTracker:
         reasoning: str = "",
         masked: Sequence[int] | None,
         now: float,
+        usage: Usage | None = None,
     ) -> list[Step]:
         """One assistant turn: a step per tool call (``{"id", "name", "arguments"}``), or one step
         without a call.  ``masked``: the steps whose outputs its call did not see (None: unknown).
-        The user text and visibility events since the previous turn go to its first step."""
+        The user text, visibility events since the previous turn and the call's ``usage`` (what the
+        provider reported) go to its first step."""
         user_text = "\n\n".join(self.pending_user)
         self.pending_user = []
         events, self.pending_events = self.pending_events, []
         first = len(self.steps)
         base = {"turn": turn, "timestamp": now, "masked_before": None if masked is None else list(masked)}
-        head = {"user_text": user_text, "assistant_text": content, "reasoning": reasoning, "events": events}
+        head = {"user_text": user_text, "assistant_text": content, "reasoning": reasoning, "events": events,
+                "usage": usage}  # fmt: skip
         for k, c in enumerate(calls or [None]):
             step = Step(index=len(self.steps), **(head if k == 0 else {}), **base)
             if c is not None:

@@ -115,9 +115,10 @@ from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
+from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices
 
 __all__ = [
@@ -474,12 +475,11 @@ class Orchestrator:
             fn = _as_dict(tc.get("function") or {}, f"tool_calls[{i}].function")
             calls.append({"id": tc.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
         reasoning = d.get("reasoning_content") or d.get("reasoning")
-        u = _as_dict(usage, "usage") if usage is not None else {}
         return self.record_assistant(
             message_text(d.get("content")),
             calls,
             reasoning=reasoning if isinstance(reasoning, str) else None,
-            usage={"input_tokens": u.get("prompt_tokens"), "output_tokens": u.get("completion_tokens")},
+            usage=_as_dict(usage, "usage") if usage is not None else None,
         )
 
     def record_anthropic_response(self, response: Any) -> list[dict[str, Any]]:
@@ -497,12 +497,11 @@ class Orchestrator:
                 thinking.append(b.get("thinking") or "")
             elif kind == "tool_use":
                 calls.append({"id": b.get("id"), "name": b.get("name"), "arguments": b.get("input") or {}})
-        u = _as_dict(d["usage"], "usage") if d.get("usage") is not None else {}
         return self.record_assistant(
             "\n".join(texts),
             calls,
             reasoning="\n".join(thinking) or None,
-            usage={"input_tokens": u.get("input_tokens"), "output_tokens": u.get("output_tokens")},
+            usage=_as_dict(d["usage"], "usage") if d.get("usage") is not None else None,
         )
 
     def record_assistant(
@@ -514,7 +513,10 @@ class Orchestrator:
         usage: Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Provider-neutral form: ``tool_calls`` are ``{"id"?, "name", "arguments"}``
-        (arguments a dict or JSON text).  Returns the calls you must run."""
+        (arguments a dict or JSON text); ``usage`` is the provider's usage object as its API returned
+        it (OpenAI's ``prompt_tokens``..., Anthropic's ``input_tokens`` with its cache counts, Gemini's
+        ``usageMetadata``; or just ``{"input_tokens", "output_tokens"}``), kept with the call and in
+        :meth:`save_log`.  Returns the calls you must run."""
         with self._lock:
             tot = self._totals
             turn = tot.calls
@@ -541,11 +543,12 @@ class Orchestrator:
                 c["id"] = cid
             tot.calls += 1
             tot.tool_calls += len(calls)
-            if usage:
-                tot.input_tokens += int(usage.get("input_tokens") or 0)
-                tot.output_tokens += int(usage.get("output_tokens") or 0)
+            used = usage_from(dict(usage)) if usage else None
+            if used is not None:
+                tot.input_tokens += used.input_tokens or 0
+                tot.output_tokens += used.output_tokens or 0
             self._answered_at = time.monotonic()
-            self._add_turn(asst, turn, masked, time.time())
+            self._add_turn(asst, turn, masked, time.time(), used)
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -754,7 +757,14 @@ class Orchestrator:
         """The current model call (the latest recorded; 0 before the first)."""
         return max(0, self._totals.calls - 1)
 
-    def _add_turn(self, asst: dict[str, Any], turn: int, masked: list[int] | None, now: float) -> None:
+    def _add_turn(
+        self,
+        asst: dict[str, Any],
+        turn: int,
+        masked: list[int] | None,
+        now: float,
+        usage: Usage | None = None,
+    ) -> None:
         self._s.add_turn(
             turn,
             asst.get("content") or "",
@@ -762,6 +772,7 @@ class Orchestrator:
             reasoning=asst.get("reasoning") or "",
             masked=masked,
             now=now,
+            usage=usage,
         )
 
     def _answer_manage_context(self, call: dict[str, Any]) -> None:
