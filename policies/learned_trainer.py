@@ -816,6 +816,8 @@ def _fit(
         "train_episodes": len(train_eps),
         "val_episodes": len(held_eps),
         "val_tasks": sorted({f"{e.source}/{e.task_id}" for e in held_eps}),
+        # what it trained on: a task in none of the three lists was never seen (evaluate --holdout-from)
+        "train_tasks": sorted({f"{e.source}/{e.task_id}" for e in train_eps}),
         "tune_episodes": len(tune_eps),
         "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
         "families": sorted({e.model_family for e in eps}),

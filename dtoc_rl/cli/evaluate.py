@@ -113,14 +113,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--holdout-from",
         type=Path,
         metavar="CKPT",
-        help="mark trajectories of this checkpoint's validation tasks as held-out, and those of a "
-        "source or family it was trained without (--exclude-source/--exclude-family) as left out "
-        "(adds --by split)",
+        help="mark trajectories of tasks this checkpoint did not train on as held-out (its validation "
+        "tasks, and any task it never saw: your own logs), and those of a source or family it was "
+        "trained without (--exclude-source/--exclude-family) as left out (adds --by split)",
     )
     p.add_argument(
         "--held-out-only",
         action="store_true",
-        help="evaluate only the trajectories of --holdout-from's validation tasks (the fair test of a "
+        help="evaluate only the trajectories --holdout-from marks held-out (the fair test of a "
         "learned policy, and much faster than running every policy on the training tasks too)",
     )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
@@ -184,8 +184,7 @@ def run(args: argparse.Namespace) -> int:
             return fail("--held-out-only runs on the local backend; drop --backend ray")
         left_out = None
         if args.holdout_from:
-            tasks, left_out = _val_tasks(args.holdout_from)
-            holdout = set(tasks)
+            holdout, left_out = _held_out_tasks(args.holdout_from, args.dataset)
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
@@ -279,17 +278,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _val_tasks(ckpt: Path) -> tuple[list[str], dict[str, str | None]]:
-    """The checkpoint's validation tasks, and the source and family it was trained without."""
+def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[str, str | None]]:
+    """The tasks of ``dataset`` the checkpoint did not train on, and the source and family it was trained
+    without: its validation tasks, and every task it never saw (a checkpoint that lists its training
+    tasks; an older one names only its validation tasks)."""
     import json as _json
+
+    from dtoc_rl.data.dataset import dataset_tasks
+    from dtoc_rl.data.paths import bundled_dataset
 
     cfg = ckpt / "config.json"
     if not cfg.is_file():
         raise FileNotFoundError(f"--holdout-from {ckpt}: no config.json (not a checkpoint folder)")
     meta = _json.loads(cfg.read_text())
-    config = meta.get("config") or {}
+    config, info = meta.get("config") or {}, meta.get("meta") or {}
     left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}
-    return meta.get("meta", {}).get("val_tasks", []), left_out
+    held = set(info.get("val_tasks") or ())
+    here = dataset_tasks(dataset or bundled_dataset())
+    if info.get("train_tasks") is not None:
+        seen = set(info["train_tasks"]) | set(info.get("tune_tasks") or ()) | held
+        held |= here - seen
+    if not held & here:
+        if info.get("train_tasks") is not None:
+            what = "the checkpoint trained on every one of its tasks"
+        else:
+            what = (
+                f"none of its {len(here)} tasks is a validation task of the checkpoint, which was trained on "
+                f"{info.get('trained_on', 'another dataset')} and lists no training tasks to tell unseen "
+                "ones by"
+            )
+        raise ValueError(f"--holdout-from {ckpt}: nothing in this dataset is held out: {what}")
+    return held, left_out
 
 
 def write_plots(args, specs, rows, runs) -> list[str]:

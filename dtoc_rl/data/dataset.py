@@ -28,6 +28,7 @@ from dtoc_rl.data.schema import SCHEMA_VERSION, Trajectory
 
 __all__ = [
     "DatasetError",
+    "dataset_tasks",
     "iter_trajectories",
     "load_hf_dataset",
     "load_trajectories",
@@ -300,6 +301,27 @@ def iter_trajectories(path: str | Path, *, columns: list[str] | None = None) -> 
                     yield t
         except (pa.ArrowException, OSError) as e:
             raise DatasetError(f"{f}: damaged Parquet data ({' '.join(str(e).split())[:200]})") from None
+
+
+def dataset_tasks(path: str | Path) -> set[str]:
+    """Every task of a dataset as ``source/task_id`` (the names a checkpoint's splits use), read from
+    those two columns alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: set[str] = set()
+    for f in _shards(Path(path)):
+        try:
+            table = pq.read_table(f, columns=["source", "task_id"])
+        except (pa.ArrowException, OSError, KeyError) as e:
+            raise DatasetError(
+                f"{f}: no readable source and task_id columns ({' '.join(str(e).split())[:200]})"
+            ) from None
+        out.update(
+            f"{s}/{t}"
+            for s, t in zip(table.column("source").to_pylist(), table.column("task_id").to_pylist())
+        )
+    return out
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:

@@ -236,3 +236,26 @@ def test_runs_of_a_source_the_checkpoint_was_trained_without_are_left_out(tmp_pa
     tau = sum(e.source == "tau-bench" for e in eps)
     held = sum(f"{e.source}/{e.task_id}" in keep for e in eps)
     assert n == {"left out": tau, "held-out": held, "train": len(eps) - tau - held}
+
+
+def test_tasks_a_checkpoint_never_saw_are_held_out_and_an_old_checkpoint_says_why_none_are(tmp_path, capsys):
+    # your own logs against a checkpoint trained elsewhere: every task it did not train on is held out
+    from dtoc_rl.envs.data import load_episodes
+
+    eps = load_episodes(None)
+    tasks = sorted({f"{e.source}/{e.task_id}" for e in eps})
+    meta = {"val_tasks": tasks[:1], "tune_tasks": tasks[1:2], "train_tasks": tasks[2:4]}
+    args = _against_checkpoint(tmp_path, {"meta": meta}, "split")
+    assert main([*args, "--quiet"]) == 0
+    n = {r["group"]: r["n"] for r in json.loads(capsys.readouterr().out)["rows"] if r["group_by"] == "split"}
+    trained = sum(f"{e.source}/{e.task_id}" in tasks[1:4] for e in eps)
+    assert n == {"held-out": len(eps) - trained, "train": trained}
+    # a checkpoint that names only validation tasks from another dataset: one line saying so
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(
+        json.dumps({"meta": {"val_tasks": ["x/y"], "trained_on": "/data/theirs"}})
+    )
+    assert main(["evaluate", "-p", "none", "--holdout-from", str(old), "--held-out-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nothing in this dataset is held out" in err and "/data/theirs" in err and "\n" not in err

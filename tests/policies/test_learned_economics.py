@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
+from dtoc_rl.data.dataset import dataset_tasks
+from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -298,6 +300,9 @@ def test_fit_stores_a_validated_threshold_table(tmp_path):
     assert pooled["misses_per_100"] <= 1.0 and pooled["trajectories"] == rep["tune_episodes"]
     # the held-out half of the validation tasks is never used to choose a threshold
     assert rep["val_tasks"] and rep["tune_tasks"] and not set(rep["val_tasks"]) & set(rep["tune_tasks"])
+    # the tasks it trained on are listed too, apart from both (so a task in none of them is unseen)
+    train, other = set(rep["train_tasks"]), set(rep["val_tasks"]) | set(rep["tune_tasks"])
+    assert train and not train & other and len(train) + len(other) == len(dataset_tasks(bundled_dataset()))
     assert [o["threshold"] for o in pooled["options"]] == list(THRESHOLD_GRID)
     back = LearnedPolicy.load(pol.save(tmp_path / "c"))
     assert back.meta["thresholds"]["regime"] == table["regime"]
