@@ -29,6 +29,8 @@ BASELINES = [
     "opencode_prune",
     "gemini_mask",
     "budget:budget=8000|32000",
+    "hide_big",
+    "cache_clear",
 ]
 
 
@@ -39,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("dtoc-demo"), help="output folder (default: ./dtoc-demo)")
     p.add_argument("--epochs", type=int, default=20, help="max supervised epochs")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.02, 0.1, 0.5],
-                   help="learned-policy thresholds to evaluate (a sweep on the Pareto chart)")  # fmt: skip
+                   help="learned-policy thresholds to evaluate beside its stored ones (a sweep on "
+                        "the Pareto chart)")  # fmt: skip
     p.add_argument("--workers", type=int, default=2, help="processes for ingest and evaluation")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -118,9 +121,14 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     if not quiet:
         print(f"trained on {report['train_episodes']} episodes in {report['seconds']} s; "
               f"held-out tasks: {len(report['val_tasks'])}")  # fmt: skip
+    if report.get("thresholds"):
+        from dtoc_rl.cli.train import warn_if_abstaining
+
+        warn_if_abstaining(report["thresholds"])
 
     _step("3/3 evaluate against every baseline and the oracle", quiet)
-    learned = [f"learned:path={ckpt},threshold={t:g}" for t in args.thresholds]
+    # the checkpoint as deployed (its stored thresholds), then the sweep
+    learned = [f"learned:path={ckpt}", *(f"learned:path={ckpt},threshold={t:g}" for t in args.thresholds)]
     argv = ["evaluate", "--dataset", str(dataset), "--policy", *BASELINES, *learned,
             "--workers", str(args.workers), "--plots", str(out), "--csv", str(out / "metrics.csv"),
             "--by", "overall", "model_family", "--holdout-from", str(ckpt), "--json",

@@ -22,6 +22,7 @@ config.json).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from dtoc_rl.cli.common import emit_json, fail
@@ -171,6 +172,22 @@ def _print_thresholds(table: dict) -> None:
     if rules:
         said = ", ".join(f"{k} hide_big:tokens={r['tokens']},age={r['age']}" for k, r in rules)
         print(f"where it abstains, a rule that pays on the same runs: {said}")
+    warn_if_abstaining(table)
+
+
+def warn_if_abstaining(table: dict) -> None:
+    """Say so when a threshold table hides nothing anywhere (and no rule takes over)."""
+    fb = table.get("fallback") or {}
+    chosen = [table["default"], *table["family"].values(), *table["regime"].values()]
+    if any(chosen) or fb.get("default") or fb.get("family") or fb.get("regime"):
+        return
+    runs = ((table.get("validation") or {}).get("pooled") or {}).get("trajectories", "its")
+    print(
+        f"dtoc-rl: warning: the checkpoint abstains everywhere: on {runs} tune runs no threshold saved "
+        "money within the miss budget, so it hides nothing unless given one (learned:path=CKPT,"
+        "threshold=T); more logs give the choice more to go on",
+        file=sys.stderr,
+    )
 
 
 def _retune(args: argparse.Namespace, cfg) -> int:

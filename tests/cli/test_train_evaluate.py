@@ -199,10 +199,16 @@ def test_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
     argv = ["demo", "--out", str(out), "--epochs", "2", "--thresholds", "0.5", "--workers", "1", "--json"]
     assert main(argv) == 0
-    metrics = json.loads(capsys.readouterr().out)  # --json: one document on stdout
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)  # --json: one document on stdout
     assert metrics["ingest"]["total"]["trajectories"] == 34
     policies = {r["policy"] for r in metrics["rows"]}
-    assert "oracle" in policies and "opencode_prune" in policies
-    assert any(p.startswith("learned:") for p in policies)
+    assert {"oracle", "opencode_prune", "hide_big", "cache_clear"} <= policies
+    ckpt = out / "policy"
+    # the checkpoint as deployed (its stored thresholds) beside the sweep
+    assert {f"learned:path={ckpt}", f"learned:path={ckpt},threshold=0.5"} <= policies
+    table = json.loads((ckpt / "config.json").read_text())["meta"]["thresholds"]
+    abstains = not any([table["default"], *table["family"].values(), *table["regime"].values()])
+    assert ("abstains everywhere" in captured.err) == (abstains and not any(table["fallback"].values()))
     for f in ("metrics.json", "metrics.csv", "pareto.png", "curves.png"):
         assert (out / f).is_file(), f

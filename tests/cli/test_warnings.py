@@ -26,3 +26,21 @@ def test_a_commands_warnings_are_one_line_and_the_callers_handler_comes_back(mon
         assert cli.main(["fake"]) == 0
     assert capsys.readouterr().err == "dtoc-rl: warning: a price was guessed\n"  # no source line
     assert warnings.showwarning is before
+
+
+def test_a_checkpoint_that_hides_nothing_anywhere_is_named_as_such(capsys):
+    from dtoc_rl.cli.train import warn_if_abstaining
+
+    table = {"default": 0.0, "family": {"gpt-4o": 0.0}, "regime": {},
+             "validation": {"pooled": {"trajectories": 4}},
+             "fallback": {"family": {}, "regime": {}, "default": None}}  # fmt: skip
+    warn_if_abstaining(table)
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("dtoc-rl: warning: the checkpoint abstains everywhere: on 4 tune runs")
+        and err.count("\n") == 1
+    )
+    rule = {"family": {}, "regime": {}, "default": {"tokens": 8000, "age": 1}}
+    for other in ({**table, "regime": {"discount": 0.05}}, {**table, "fallback": rule}):
+        warn_if_abstaining(other)
+        assert capsys.readouterr().err == ""  # something hides somewhere
