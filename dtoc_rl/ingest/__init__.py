@@ -10,6 +10,7 @@ policies (tests/test_layers.py checks this).
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -42,6 +43,7 @@ __all__ = [
     "malformed_reason",
     "read_first",
     "read_one",
+    "unknown_format_reason",
 ]
 
 # What an ingester raises when a malformed file reaches code that expected a well-formed one
@@ -111,6 +113,30 @@ def detect_format(path: Path) -> Ingester | None:
     return None
 
 
+def unknown_format_reason(path: Path) -> str:
+    """Why no ingester recognises ``path``, as one line: the commonest causes named, else the general
+    reason and where the formats are listed."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder no folder-reading format recognises (a log file is read one at a time here)"
+    if path.suffix.lower() == ".parquet":
+        from dtoc_rl.ingest.chat_parquet import not_a_log_reason
+
+        return not_a_log_reason(path)
+    head = _head(path)
+    if not head.strip():
+        return "empty file: nothing to read"
+    first = head.lstrip().split("\n", 1)[0]
+    if path.suffix.lower() == ".jsonl" and re.match(r'\{\s*"(role|from)"\s*:', first):
+        return (
+            'one chat message per line: a chat log holds a run per line ({"messages": [...]}), or the '
+            "message list in a .json file"
+        )
+    return (
+        "unknown format: no ingester recognises this file (README, 'Log formats'; --format NAME forces one)"
+    )
+
+
 def read_first(path: Path | str) -> tuple[Ingester, Trajectory]:
     """The ingester of one log (file or folder) and its first trajectory; :class:`IngestError` names
     what was wrong."""
@@ -130,7 +156,7 @@ def read_one(path: Path | str, pick: str | int | None = None) -> tuple[Ingester,
             raise IngestError("not a regular file or folder (a FIFO, device or socket): not read", path)
         ing = detect_format(path)
         if ing is None:
-            raise IngestError("not a recognised log format", path)
+            raise IngestError(f"not a recognised log format: {unknown_format_reason(path)}", path)
         if pick is None:  # only the first: a long log need not be parsed to the end
             for traj in ing.parse(path):
                 return ing, traj, [traj.traj_id]

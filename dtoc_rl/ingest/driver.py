@@ -25,7 +25,6 @@ from dtoc_rl.core.tokens import CharEstimator
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
-from dtoc_rl.ingest.chat_parquet import not_a_log_reason
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -212,7 +211,7 @@ def _unit_size(p: Path) -> int:
 def _process(
     unit: Path, label: bool, fmt: str | None = None
 ) -> tuple[list[Trajectory], list[Skip], str | None, int]:
-    from dtoc_rl.ingest import get_ingester
+    from dtoc_rl.ingest import get_ingester, unknown_format_reason
 
     size = _unit_size(unit)
     where = display_path(unit)
@@ -221,10 +220,7 @@ def _process(
     except OSError as e:
         return [], [Skip(where, failure_reason(e))], None, size
     if ing is None:
-        reason = "unknown format: no ingester recognises this file"
-        if unit.suffix.lower() == ".parquet":
-            reason = not_a_log_reason(unit)
-        return [], [Skip(where, reason)], None, size
+        return [], [Skip(where, unknown_format_reason(unit))], None, size
     trajs: list[Trajectory] = []
     skips: list[Skip] = []
     forced = f"--format {fmt} cannot read it: " if fmt else ""

@@ -29,6 +29,10 @@ def batch(tmp_path, data_dir):
     wrong["messages"][3]["content"] = 12345
     (d / "wrongtypes.traj.json").write_text(json.dumps(wrong))
     (d / "mystery.json").write_text('{"what": "is this"}')
+    (d / "blank.jsonl").write_text("\n  \n")
+    (d / "permessage.jsonl").write_text(
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
+    )
     huge = json.loads(text)
     huge["instance_id"] = "huge__output-1"
     huge["messages"][3]["content"] = "<returncode>0</returncode><output>" + "y" * 30_000_000 + "</output>"
@@ -43,7 +47,9 @@ def test_bad_inputs_are_skipped_with_reasons_and_the_rest_continues(batch):
     assert "invalid UTF-8 at byte 100" in reasons["badutf8.traj.json"]
     assert "empty trajectory" in reasons["empty.traj.json"]
     assert "12345" in reasons["wrongtypes.traj.json"] or "int" in reasons["wrongtypes.traj.json"]
-    assert "unknown format" in reasons["mystery.json"]
+    assert "unknown format" in reasons["mystery.json"] and "--format NAME" in reasons["mystery.json"]
+    assert reasons["blank.jsonl"] == "empty file: nothing to read"
+    assert reasons["permessage.jsonl"].startswith("one chat message per line")
     ids = {t.traj_id for t in res.trajectories}
     assert len(ids) == 3  # the two good files and the huge one
     huge = next(t for t in res.trajectories if any(len(s.output or "") > 500_000 for s in t.steps))
@@ -55,7 +61,7 @@ def test_cli_exit_codes_strict_and_json(batch, tmp_path, capsys):
     out = tmp_path / "ds"
     assert main(["ingest", str(batch), "-o", str(out), "--json", "--workers", "1"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["total"]["trajectories"] == 3 and len(summary["skipped"]) == 5
+    assert summary["total"]["trajectories"] == 3 and len(summary["skipped"]) == 7
     assert (out / "COMPLETE").is_file()
     assert main(["ingest", str(batch), "-o", str(out), "--quiet"]) == 2  # exists, no --overwrite
     assert main(["ingest", str(batch), "-o", str(tmp_path / "s"), "--strict", "--quiet"]) == 1
