@@ -842,7 +842,7 @@ class LearnedPolicy(Policy):
         """``path/model.safetensors`` + ``path/config.json`` (written atomically)."""
         from safetensors.torch import save_file
 
-        path = Path(path)
+        path = check_checkpoint_target(path)
         tmp = path.with_name(path.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         save_file(
@@ -862,7 +862,7 @@ class LearnedPolicy(Policy):
             "meta": self.meta,
         }
         (tmp / "config.json").write_text(json.dumps(meta, indent=2, default=str))
-        if path.exists():
+        if path.exists():  # a checkpoint of its own (check_checkpoint_target): replaced whole
             import shutil
 
             shutil.rmtree(path)
@@ -955,6 +955,33 @@ class LearnedPolicy(Policy):
                 stacklevel=2,
             )
         return policy
+
+
+#: What a checkpoint folder holds; saving replaces a folder holding nothing else, never another one.
+CHECKPOINT_FILES = frozenset({"model.safetensors", "config.json"})
+
+
+def check_checkpoint_target(path: str | Path) -> Path:
+    """``path`` as a checkpoint may be written there: new, or a checkpoint folder (which saving replaces
+    whole).  Anything else (a file, a folder with other contents, such as ``.`` or a dataset) is a
+    ValueError, so that no save deletes what it did not write."""
+    path = Path(path).absolute()
+    if not path.name or path.name in (".", ".."):
+        path = path.resolve()
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file, not a checkpoint folder: give a new folder to write to")
+    if Path.cwd().resolve().is_relative_to(path.resolve()):
+        raise ValueError(f"{path} holds the current folder: give a checkpoint folder of its own")
+    others = sorted(p.name for p in path.iterdir() if p.name not in CHECKPOINT_FILES)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise ValueError(
+            f"{path} is not a checkpoint folder (it holds {shown}): give a new folder, or a checkpoint "
+            "folder to replace"
+        )
+    return path
 
 
 def cold_of(info: dict[str, Any] | None) -> bool:

@@ -43,7 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("paths", nargs="+", type=Path, help="log files or folders to ingest")
     p.add_argument("-o", "--out", type=Path, required=True, help="output dataset folder")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT if it is a dataset already (a folder holding anything else, or the logs, is "
+        "refused)",
+    )
     p.add_argument(
         "--strict", action="store_true", help="treat any skipped file as an error (nothing is written)"
     )
@@ -75,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out.exists() and not args.overwrite:
         return fail(f"{args.out} already exists; pass --overwrite to replace it")
+    from dtoc_rl.data.dataset import check_dataset_target
+
+    try:  # before any work: only an earlier dataset is ever replaced, never the logs or other files
+        check_dataset_target(args.out, args.paths)
+    except DatasetError as e:
+        return fail(str(e))
     if args.workers < 1:
         return fail(f"--workers must be >= 1, got {args.workers}")
     try:

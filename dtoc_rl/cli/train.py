@@ -37,7 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset", type=Path, help="dataset folder from `dtoc-rl ingest` (default: bundled sample)"
     )
-    p.add_argument("-o", "--out", type=Path, required=True, help="checkpoint folder to write")
+    p.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        required=True,
+        help="checkpoint folder to write (new, or a checkpoint folder, which is replaced; never another folder)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the training report as JSON")
     p.add_argument(
@@ -81,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
 
     if msg := unused_run_options(args, cfg.wandb):
         return fail(msg)
+    from dtoc_rl.policies.learned import check_checkpoint_target
+
+    try:  # before any work: a folder that is not a checkpoint is never replaced
+        check_checkpoint_target(args.out)
+    except ValueError as e:
+        return fail(f"-o {args.out}: {e}")
     dataset = str(args.dataset) if args.dataset else None
     if args.retune is not None:
         return _retune(args, cfg)

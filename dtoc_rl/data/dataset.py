@@ -28,6 +28,7 @@ from dtoc_rl.data.schema import SCHEMA_VERSION, Trajectory
 
 __all__ = [
     "DatasetError",
+    "check_dataset_target",
     "dataset_tasks",
     "iter_trajectories",
     "load_hf_dataset",
@@ -210,6 +211,7 @@ def write_dataset(
     out = Path(out)
     if out.exists() and not overwrite:
         raise DatasetError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+    check_dataset_target(out, inputs)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -245,6 +247,29 @@ def write_dataset(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = None) -> None:
+    """A DatasetError unless writing a dataset to ``out`` deletes only an earlier dataset: ``out`` new
+    or a dataset folder (shards, summary, card, marker and nothing else), holding none of ``inputs``
+    (the logs being read) and not the current folder."""
+    out = Path(out).absolute()
+    for p in inputs or ():
+        if Path(p).absolute().resolve().is_relative_to(out.resolve()):
+            raise DatasetError(f"{out} holds {p}, which is being ingested: write the dataset elsewhere")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DatasetError(f"{out} is a file, not a dataset folder: write the dataset elsewhere")
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise DatasetError(f"{out} holds the current folder: write the dataset elsewhere")
+    own = {MARKER, "summary.json", "README.md"}
+    others = sorted(f.name for f in out.iterdir() if f.name not in own and not f.name.endswith(".parquet"))
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise DatasetError(
+            f"{out} is not a dataset folder (it holds {shown}): only a dataset is replaced; write elsewhere"
+        )
 
 
 def _shards(path: Path) -> list[Path]:

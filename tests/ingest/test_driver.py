@@ -73,6 +73,36 @@ def test_cli_exit_codes_strict_and_json(batch, tmp_path, capsys):
     assert main(["ingest", str(tmp_path / "missing"), "-o", str(tmp_path / "m"), "--quiet"]) == 2
 
 
+def test_overwrite_replaces_only_a_dataset_never_the_logs_or_other_files(data_dir, tmp_path, capsys):
+    logs = tmp_path / "work" / "logs"
+    logs.mkdir(parents=True)
+    src = next((data_dir / "raw").rglob("*.traj.json"))
+    (logs / src.name).write_bytes(src.read_bytes())
+    (tmp_path / "work" / "notes.txt").write_text("precious")
+    (tmp_path / "afile").write_text("x")
+    ds = tmp_path / "ds"
+    assert main(["ingest", str(logs), "-o", str(ds), "--quiet", "--workers", "1"]) == 0
+    assert main(["ingest", str(logs), "-o", str(ds), "--quiet", "--workers", "1", "--overwrite"]) == 0
+    capsys.readouterr()
+    refused = {
+        str(logs): "is being ingested",  # the logs themselves
+        str(tmp_path / "work"): "is being ingested",  # a folder holding them
+        str(tmp_path / "afile"): "is a file",
+    }
+    for out, why in refused.items():
+        assert main(["ingest", str(logs), "-o", out, "--quiet", "--workers", "1", "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert why in err and "\n" not in err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "thesis.txt").write_text("mine")
+    assert main(["ingest", str(logs), "-o", str(other), "--quiet", "--workers", "1", "--overwrite"]) == 2
+    assert "not a dataset folder (it holds thesis.txt)" in capsys.readouterr().err
+    assert (logs / src.name).is_file() and (tmp_path / "work" / "notes.txt").read_text() == "precious"
+    assert (other / "thesis.txt").read_text() == "mine" and (tmp_path / "afile").read_text() == "x"
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".")]  # nothing half-written left
+
+
 def test_interrupted_write_leaves_nothing_that_looks_complete(tmp_path, data_dir):
     trajs = load_trajectories(data_dir / "sample")[:3]
 
