@@ -923,6 +923,9 @@ class LearnedPolicy(Policy):
             state = load_file(str(weights))
         except Exception as e:  # safetensors' own error type for a damaged or foreign file
             raise CheckpointError(f"{weights}: not readable safetensors weights ({_one_line(e)})") from None
+        broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if broken:  # a damaged file (or a training that diverged): every decision would be noise
+            raise CheckpointError(f"{weights}: non-finite weights (NaN or inf) in {', '.join(broken[:3])}")
         try:
             policy.net.load_state_dict(state)
         except RuntimeError as e:
@@ -931,6 +934,12 @@ class LearnedPolicy(Policy):
         policy.meta = meta.get("meta", {})
         if not isinstance(policy.meta, dict):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
+        for key in ("val_tasks", "tune_tasks", "train_tasks"):
+            tasks = policy.meta.get(key)
+            if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+                raise CheckpointError(f"{cfg_file}: 'meta.{key}' is not a list of task names")
+        if not isinstance(policy.meta.get("trained_on", ""), str | None):
+            raise CheckpointError(f"{cfg_file}: 'meta.trained_on' is not a dataset path")
         try:
             policy.price_table  # noqa: B018  (validated here, not at the first decision)
         except ValueError as e:

@@ -5,6 +5,7 @@ Every field carries help text; ``dtoc-rl train`` turns them into CLI flags.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -13,6 +14,14 @@ __all__ = ["LearnedPolicyConfig"]
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
+
+
+def _is(value: Any, kind: str) -> bool:
+    # a field's value against its annotation (int, float, bool, str); numpy's numbers count as numbers
+    if kind in ("int", "float"):
+        want = numbers.Integral if kind == "int" else numbers.Real
+        return isinstance(value, want) and not isinstance(value, bool)
+    return isinstance(value, {"bool": bool, "str": str}.get(kind, object))
 
 
 @dataclass
@@ -265,6 +274,11 @@ class LearnedPolicyConfig:
     wandb_project: str = _f("dtoc-rl", "wandb project")
 
     def __post_init__(self) -> None:
+        for name, f in self.__dataclass_fields__.items():  # a config read from a file may hold anything
+            kinds = str(f.type).replace(" ", "").split("|")
+            v = getattr(self, name)
+            if not ((v is None and "None" in kinds) or any(_is(v, k) for k in kinds if k != "None")):
+                raise ValueError(f"{name} must be {f.type}, got {type(v).__name__} {v!r}"[:200])
         if self.mode not in ("oracle", "need", "bc", "rl"):
             raise ValueError(f"mode must be oracle, need, bc or rl, got {self.mode!r}")
         if not 0.0 < self.val_fraction < 1.0:
@@ -295,6 +309,9 @@ class LearnedPolicyConfig:
             raise ValueError(f"miss_governor must be in (0, 1], got {self.miss_governor}")
         if not self.miss_budget >= 0.0:
             raise ValueError(f"miss_budget must be >= 0, got {self.miss_budget}")
+        for name in ("max_items", "threads", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.min_family_val < 1:
             raise ValueError(f"min_family_val must be >= 1, got {self.min_family_val}")
         if self.min_source_val < 0:

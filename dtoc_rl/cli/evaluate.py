@@ -290,8 +290,19 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
     cfg = ckpt / "config.json"
     if not cfg.is_file():
         raise FileNotFoundError(f"--holdout-from {ckpt}: no config.json (not a checkpoint folder)")
-    meta = _json.loads(cfg.read_text())
-    config, info = meta.get("config") or {}, meta.get("meta") or {}
+    try:
+        meta = _json.loads(cfg.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"--holdout-from {cfg}: not JSON ({' '.join(str(e).split())[:150]})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"--holdout-from {cfg}: not a checkpoint's config (a JSON object)")
+    config, info = meta.get("config", {}), meta.get("meta", {})
+    if not isinstance(config, dict) or not isinstance(info, dict):
+        raise ValueError(f"--holdout-from {cfg}: 'config' and 'meta' must be objects (a damaged checkpoint)")
+    for key in ("val_tasks", "tune_tasks", "train_tasks"):
+        tasks = info.get(key)
+        if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+            raise ValueError(f"--holdout-from {cfg}: 'meta.{key}' is not a list of task names")
     left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}
     held = set(info.get("val_tasks") or ())
     here = dataset_tasks(dataset or bundled_dataset())

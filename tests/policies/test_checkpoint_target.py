@@ -38,3 +38,46 @@ def test_train_refuses_a_folder_it_would_delete_before_any_work(tmp_path, capsys
     assert (tmp_path / "keep.txt").read_text() == "precious" and work.is_dir()
     assert check_checkpoint_target(tmp_path / "new") == tmp_path / "new"
     assert os.listdir(work) == []
+
+
+def test_a_damaged_checkpoint_is_refused_at_load_in_one_line(tmp_path):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from dtoc_rl.policies.learned import CheckpointError
+
+    ck = LearnedPolicy().save(tmp_path / "ck")
+    state = load_file(str(ck / "model.safetensors"))
+    name = next(k for k, v in state.items() if v.is_floating_point())
+    state[name] = state[name].clone().fill_(float("nan"))
+    save_file(state, str(ck / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=f"non-finite weights .NaN or inf. in {name}"):
+        LearnedPolicy.load(ck)
+    good = LearnedPolicy().save(tmp_path / "good")
+    meta = json.loads((good / "config.json").read_text())
+    for change, says in (
+        ({"config": {**meta["config"], "max_items": "128"}}, "max_items must be int, got str '128'"),
+        ({"config": {**meta["config"], "threads": -1}}, "threads must be >= 1"),
+        ({"meta": {"val_tasks": 5}}, "'meta.val_tasks' is not a list of task names"),
+        ({"meta": {"trained_on": 5}}, "'meta.trained_on' is not a dataset path"),
+    ):
+        (good / "config.json").write_text(json.dumps({**meta, **change}))
+        with pytest.raises(CheckpointError, match=says.replace("(", ".").replace(")", ".")) as e:
+            LearnedPolicy.load(good)
+        assert "\n" not in str(e.value)
+
+
+def test_holdout_from_a_damaged_config_is_one_line(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for text, says in (
+        ('{"meta": {"val_tasks": ', "not JSON"),
+        ("[1, 2]", "not a checkpoint's config"),
+        ('{"meta": []}', "'config' and 'meta' must be objects"),
+        ('{"meta": {"val_tasks": [["a"]]}}', "'meta.val_tasks' is not a list of task names"),
+    ):
+        (ck / "config.json").write_text(text)
+        assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and str(ck / "config.json") in err and "\n" not in err
