@@ -95,7 +95,7 @@ HEAD_BYTES = 65536
 
 def _head(path: Path) -> str:
     with open(path, "rb") as fh:
-        return fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
+        return fh.read(HEAD_BYTES).decode("utf-8-sig", errors="replace")  # without a byte-order mark
 
 
 def detect_format(path: Path) -> Ingester | None:

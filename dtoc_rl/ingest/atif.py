@@ -216,7 +216,7 @@ def _trial_result(trial: Path) -> dict:
     if not f.is_file():
         return {}
     try:
-        data = json.loads(f.read_text(encoding="utf-8"))
+        data = json.loads(f.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -42,10 +42,10 @@ def read_text(path: Path, *, lenient: bool = False) -> str:
     if size > MAX_FILE_BYTES:
         raise IngestError(f"file is {size / 1e6:.0f} MB, over the {MAX_FILE_BYTES / 1e6:.0f} MB limit", path)
     raw = path.read_bytes()
-    if lenient:
-        return raw.decode("utf-8", errors="replace").replace("\x00", "")
+    if lenient:  # utf-8-sig: a byte-order mark some editors write first is no part of the log
+        return raw.decode("utf-8-sig", errors="replace").replace("\x00", "")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise IngestError(f"invalid UTF-8 at byte {e.start}", path) from None
 

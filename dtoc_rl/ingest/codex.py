@@ -83,7 +83,7 @@ class CodexRolloutIngester(Ingester):
         return False
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             first = f.readline()
         if _STREAM.match(first):
             yield _parse_stream(self.name, path)

@@ -48,7 +48,7 @@ def find_upwards(start: Path, name: str, levels: int = 4) -> Path | None:
 @lru_cache(maxsize=64)
 def _read_jsonl(path: str, mtime: float) -> tuple[dict, ...]:
     rows = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for line in fh:
             line = line.strip()
             if line:

@@ -183,7 +183,7 @@ def _harbor_agent_dir(d: Path) -> bool:
     if not any((d.parent / name).is_file() for name in ("result.json", "config.json")):
         return False
     try:
-        text = f.read_text(encoding="utf-8")
+        text = f.read_text(encoding="utf-8-sig")
         if not AtifIngester().detect(f, text[:65536]):
             return False
         root = json.loads(text)

@@ -218,7 +218,7 @@ def _sdk_label(row: dict, path: Path) -> dict:
         cand = path.parent / "eval" / f"eval_{iid}.json"
         if iid and cand.is_file():
             try:
-                tr = json.loads(cand.read_text(encoding="utf-8"))
+                tr = json.loads(cand.read_text(encoding="utf-8-sig"))
                 src = f"eval/{cand.name}"
             except (OSError, json.JSONDecodeError):
                 tr = None

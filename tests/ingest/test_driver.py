@@ -139,3 +139,23 @@ def test_read_first_names_what_was_wrong(tmp_path, data_dir):
     junk.write_text("{}")
     with pytest.raises(IngestError, match="not a recognised log format"):
         read_first(junk)
+
+
+def test_a_log_that_opens_with_a_byte_order_mark_reads_as_without_it(data_dir, tmp_path):
+    # some Windows editors and exporters write UTF-8 with a BOM; it is no part of the log
+    raw = data_dir / "raw"
+    logs = [
+        next(raw.glob("mini-swe-agent*/trajs/*.traj.json")),
+        next(raw.glob("tau-bench*/*.json")),
+        next(raw.glob("openhands-sdk*/output*.jsonl")),
+    ]
+    for log in logs:
+        plain, marked = tmp_path / "plain" / "logs" / log.name, tmp_path / "bom" / "logs" / log.name
+        for p, prefix in ((plain, b""), (marked, b"\xef\xbb\xbf")):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(prefix + log.read_bytes())
+        a, b = ingest_paths([plain], progress=False), ingest_paths([marked], progress=False)
+        assert not b.skipped, b.skipped
+        assert [(t.traj_id, len(t.steps), t.steps[0].output) for t in b.trajectories] == [
+            (t.traj_id, len(t.steps), t.steps[0].output) for t in a.trajectories
+        ]
