@@ -38,3 +38,32 @@ def test_write_dataset_without_inputs_still_counts_and_says_licences_are_unknown
     assert "Made with: `python make.py`" in card
     assert f"| **total** | | **3** | **{sum(len(t.steps) for t in trajs)}** |" in card
     assert "unknown (inputs not given)" in card
+
+
+def test_a_dataset_with_a_shard_lost_added_or_copied_in_is_refused(tmp_path):
+    import shutil
+
+    import pytest
+
+    from dtoc_rl.data.dataset import DatasetError, load_trajectories, write_dataset
+
+    trajs = load_trajectories(bundled_dataset())
+    whole = write_dataset(trajs, tmp_path / "whole", shard_bytes=200_000)
+    shards = sorted(whole.glob("*.parquet"))
+    assert len(shards) >= 3 and len(load_trajectories(whole)) == len(trajs)
+
+    def variant(name, change):
+        d = tmp_path / name
+        shutil.copytree(whole, d)
+        change(d)
+        with pytest.raises(DatasetError) as e:
+            load_trajectories(d)
+        return str(e.value)
+
+    assert "not one whole dataset" in variant("lost", lambda d: (d / shards[1].name).unlink())
+    assert "is not one of its shards" in variant(
+        "copy", lambda d: shutil.copy(d / shards[0].name, d / "data-copy.parquet")
+    )
+    other = write_dataset(trajs[:3], tmp_path / "other")
+    said = variant("mixed", lambda d: shutil.copy(next(other.glob("*.parquet")), d / shards[0].name))
+    assert f"summary.json says {len(trajs)}" in said

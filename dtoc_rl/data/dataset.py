@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
@@ -283,7 +284,39 @@ def _shards(path: Path) -> list[Path]:
     files = sorted(path.glob("*.parquet"))
     if not files:
         raise DatasetError(f"no .parquet files in {path}; make one with `dtoc-rl ingest LOGS -o {path}`")
+    if (path / MARKER).is_file():
+        _check_shards(path, files)
     return files
+
+
+def _check_shards(path: Path, files: list[Path]) -> None:
+    # A dataset this package wrote holds shards data-i-of-n for every i < n and the rows its summary
+    # counts; a shard lost, added or copied in later would change the data without a word.
+    import pyarrow.parquet as pq
+
+    named = [_SHARD.fullmatch(f.name) for f in files]
+    stray = [f.name for f, m in zip(files, named) if m is None]
+    if stray:
+        raise DatasetError(f"{path}: {stray[0]} is not one of its shards (added since it was written)")
+    counts = {int(m.group(2)) for m in named if m}
+    have = sorted(int(m.group(1)) for m in named if m)
+    if len(counts) != 1 or have != list(range(next(iter(counts)))):
+        raise DatasetError(
+            f"{path}: shards {', '.join(f.name for f in files)} are not one whole dataset (missing or mixed)"
+        )
+    try:
+        want = json.loads((path / "summary.json").read_text()).get("trajectories")
+    except (OSError, ValueError, AttributeError):
+        return  # no summary to hold the rows to
+    try:
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except Exception:  # a damaged shard: the reader names it when it gets there
+        return
+    if isinstance(want, int) and rows != want:
+        raise DatasetError(f"{path}: its shards hold {rows} trajectories, its summary.json says {want}")
+
+
+_SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.parquet")
 
 
 # Columns every trajectory row has; a Parquet file without them was written by something else.
