@@ -17,6 +17,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,8 +251,43 @@ def _process(
     return trajs, skips, ing.name, size
 
 
-def _process_star(args: tuple[Path, bool, str | None]):
-    return _process(*args)
+def _worker_pool(workers: int) -> ProcessPoolExecutor:
+    # forkserver, not fork: forking a process that has loaded torch can deadlock.
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+
+
+#: Why a unit is skipped when the process reading it dies (the kernel's out-of-memory killer on a huge
+#: log, a signal): the rest of the batch goes on.
+DIED = "the process reading it died (killed: out of memory?): not read"
+
+
+def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, take) -> None:
+    """``take(_process(unit), unit)`` for every unit in order, read by ``workers`` processes.  When one
+    dies, the pool is lost with the units it held: the first unfinished ones (those it may have been
+    reading) are read again one process each, a unit whose process dies again is skipped as such, and
+    the rest go on in a new pool."""
+    todo = list(units)
+    while todo:
+        rest: list[Path] = []
+        with _worker_pool(workers) as pool:
+            futures = [pool.submit(_process, u, label, fmt) for u in todo]
+            for i, (unit, f) in enumerate(zip(todo, futures)):
+                try:
+                    out = f.result()
+                except BrokenProcessPool:
+                    rest = todo[i:]
+                    for g in futures[i:]:
+                        g.cancel()
+                    break
+                take(out, unit)
+        suspects, todo = rest[: workers + 1], rest[workers + 1 :]
+        for unit in suspects:
+            with _worker_pool(1) as one:
+                try:
+                    out = one.submit(_process, unit, label, fmt).result()
+                except BrokenProcessPool:
+                    out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
+            take(out, unit)
 
 
 def ingest_paths(
@@ -322,13 +358,7 @@ def ingest_paths(
         bar.set_postfix(trajs=len(res.trajectories), skipped=len(res.skipped), refresh=False)
 
     if workers > 1 and len(units) > 1:
-        # forkserver, not fork: forking a process that has loaded torch can deadlock.
-        with ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
-        ) as pool:
-            jobs = [(u, label, fmt) for u in units]
-            for unit, out in zip(units, pool.map(_process_star, jobs, chunksize=4)):
-                take(out, unit)
+        _in_workers(units, label, fmt, workers, take)
     else:
         for unit in units:
             take(_process(unit, label, fmt), unit)

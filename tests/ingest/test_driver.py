@@ -159,3 +159,44 @@ def test_a_log_that_opens_with_a_byte_order_mark_reads_as_without_it(data_dir, t
         assert [(t.traj_id, len(t.steps), t.steps[0].output) for t in b.trajectories] == [
             (t.traj_id, len(t.steps), t.steps[0].output) for t in a.trajectories
         ]
+
+
+def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monkeypatch):
+    # what a pool does when the kernel kills one of its processes (a huge log, out of memory): every
+    # unfinished job fails; the dead one's file is skipped and named, the rest are read
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from dtoc_rl.ingest import driver
+
+    src = sorted((data_dir / "raw").glob("mini-swe-agent*/trajs/*.traj.json"))[:6]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i, f in enumerate(src):
+        (logs / (f"poison-{f.name}" if i == 2 else f.name)).write_bytes(f.read_bytes())
+
+    class DyingPool:  # runs jobs in this process; a poisoned one breaks the pool as a killed worker would
+        def __init__(self, workers):
+            self.broken = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, unit, *args):
+            fut = Future()
+            self.broken |= unit.name.startswith("poison")
+            if self.broken:
+                fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            else:
+                fut.set_result(fn(unit, *args))
+            return fut
+
+    monkeypatch.setattr(driver, "_worker_pool", DyingPool)
+    res = ingest_paths([logs], workers=2, progress=False)
+    assert [s.reason for s in res.skipped] == [driver.DIED] and "poison" in res.skipped[0].path
+    whole = ingest_paths([logs], workers=1, progress=False)
+    kept = [t.traj_id for t in whole.trajectories if "poison" not in t.source_path]
+    assert [t.traj_id for t in res.trajectories] == kept and len(kept) == len(src) - 1
