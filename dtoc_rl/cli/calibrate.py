@@ -488,8 +488,9 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
     if args.json:
         emit_json(out)  # strict JSON: NaN and infinities become null
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from dtoc_rl.cli.tables import wide_console
 
     tab = Table(title=f"bill check: {args.dataset}")
     cols = ("source", "trajs", "calls", "hit rate", "logged $", "pred $", "$ err %",
@@ -509,7 +510,7 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
             "-" if not ho["calls"] else f"{ho['per_call_input_median_abs']:.1f}",
             {True: "met", False: "NOT met", None: "no logged $"}[out["targets_met"][src]],
         )  # fmt: skip
-    Console().print(tab)
+    wide_console().print(tab)
     for src, r in out["sources"].items():  # where each prompt-size model comes from
         for fam, m in r["size_models"].items():
             terms = f"base {m['base']:.3f}, text {m['text']:.3f}, outputs {m['outputs']:.3f}, " \

@@ -32,14 +32,24 @@ _COLS = [
 ]
 
 
+LEGEND = (
+    "✓ ✗ ?: runs that succeeded, failed, or say not; prov. re-acc. ref. edit: hindsight needs of each kind "
+    "(a later call copies from the output, reads its resource again, names its key, or edits the text "
+    "it shows); masked: steps the logged harness hid "
+    "outputs before; ctx: tokens of the prompt per call with every output visible (median, 90th "
+    "percentile, largest; at the last call), logged: as the provider counted it at the last call"
+)
+
+
 def wide_console() -> Console:
-    """A console that does not squeeze tables to 80 columns when piped."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    """A console that does not squeeze tables when piped: a file or a pager gets every cell whole (a
+    table is as wide as its cells; only a terminal's width cuts it)."""
+    return Console() if sys.stdout.isatty() else Console(width=1000)
 
 
 def print_summary(summary: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or wide_console()
-    table = Table(title=title, show_footer=True)
+    table = Table(title=title, show_footer=True, caption=LEGEND, caption_justify="left")
     table.add_column("source", footer="total")
     table.add_column("model family")
     total = summary["total"]

@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         required=True,
-        help="checkpoint folder to write (new, or a checkpoint folder, which is replaced; never another folder)",
+        help="checkpoint folder to write (new, or a checkpoint folder, which is replaced; never another "
+        "folder)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the training report as JSON")
