@@ -888,6 +888,20 @@ class LearnedPolicy(Policy):
             raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint")
         if not isinstance(meta.get("config"), dict):
             raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")
+        version = meta.get("checkpoint_version", 1)
+        if not isinstance(version, int) or version > CHECKPOINT_VERSION:
+            raise CheckpointError(
+                f"{cfg_file}: checkpoint_version {version!r}, and this dtoc-rl reads up to "
+                f"{CHECKPOINT_VERSION}: written by a newer dtoc-rl (upgrade it) or damaged"
+            )
+        unknown = sorted(set(meta["config"]) - set(LearnedPolicyConfig.__dataclass_fields__))
+        if unknown:  # a misspelt or newer setting is not applied: say so rather than decide otherwise unsaid
+            import warnings
+
+            warnings.warn(
+                f"{cfg_file}: settings this dtoc-rl does not know are ignored: {', '.join(unknown[:5])}",
+                stacklevel=2,
+            )
         for key, ours in (
             ("item_features", ITEM_FEATURES),
             ("global_features", GLOBAL_FEATURES),

@@ -77,6 +77,9 @@ def _run(argv: list[str]) -> int:
         # the reader went away (`dtoc-rl ... --json | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the user knows why; a traceback would only hide the prompt
+        print(f"dtoc-rl: {argv[0]} interrupted", file=sys.stderr)
+        return 130
     except OSError as e:
         # a path that cannot be read or written (an output under a file, a missing mount, no
         # permission, a full disk) that no check of the command named: one line, no traceback

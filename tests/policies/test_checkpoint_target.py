@@ -81,3 +81,40 @@ def test_holdout_from_a_damaged_config_is_one_line(tmp_path, capsys):
         assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
         err = capsys.readouterr().err.strip()
         assert says in err and str(ck / "config.json") in err and "\n" not in err
+
+
+def test_a_newer_checkpoint_is_refused_and_an_unknown_setting_named(tmp_path):
+    import json
+    import warnings
+
+    from dtoc_rl.policies.learned import CheckpointError
+
+    ck = LearnedPolicy().save(tmp_path / "ck")
+    meta = json.loads((ck / "config.json").read_text())
+    (ck / "config.json").write_text(json.dumps({**meta, "checkpoint_version": 999}))
+    with pytest.raises(CheckpointError, match="checkpoint_version 999, and this dtoc-rl reads up to"):
+        LearnedPolicy.load(ck)
+    (ck / "config.json").write_text(json.dumps({**meta, "config": {**meta["config"], "treshold": 0.9}}))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        LearnedPolicy.load(ck)
+    assert any("ignored: treshold" in str(x.message) for x in w)
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import sys
+    import types
+
+    from dtoc_rl import cli
+
+    mod = types.ModuleType("interrupted_command")
+    mod.add_arguments = lambda p: None
+
+    def run(args):
+        raise KeyboardInterrupt
+
+    mod.run = run
+    monkeypatch.setitem(sys.modules, "interrupted_command", mod)
+    monkeypatch.setitem(cli.COMMANDS, "slow", ("interrupted_command", "a command the user stops"))
+    assert cli.main(["slow"]) == 130
+    assert capsys.readouterr().err == "dtoc-rl: slow interrupted\n"
