@@ -53,6 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--strict", action="store_true", help="treat any skipped file as an error (nothing is written)"
     )
     p.add_argument("--no-labels", action="store_true", help="skip hindsight need labelling")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model of runs whose logs name none (e.g. gpt-5.2, claude-sonnet-4-5): it prices them and "
+        "tells the policy whose they are; a log that names its model keeps it",
+    )
     from dtoc_rl.ingest import INGESTERS
 
     p.add_argument(
@@ -98,15 +104,29 @@ def run(args: argparse.Namespace) -> int:
         )
     except FileNotFoundError as e:
         return fail(str(e))
+    unnamed = [t for t in res.trajectories if not t.model_raw]
+    if args.model:  # runs whose logs do not say (a stream without it, a chat log without "model")
+        from dtoc_rl.data.models import normalize_family
+
+        for t in unnamed:
+            t.model_raw, t.model_family = args.model, normalize_family(args.model)
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
+    summary["warnings"] = []
     bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
     if bare:  # runs that only talked, or a log whose tool calls no ingester reads
-        summary["warnings"] = [
+        summary["warnings"].append(
             f"{bare} of {len(res.trajectories)} trajectories have no tool calls, so nothing a policy could "
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
             "(README, 'Log formats'; --format NAME forces an ingester)"
-        ]
+        )
+    if unnamed and not args.model:
+        summary["warnings"].append(
+            f"{len(unnamed)} of {len(res.trajectories)} trajectories name no model, so they are priced as a "
+            "default model and a policy cannot tell theirs: --model NAME names it for runs whose logs do not"
+        )
+    if not summary["warnings"]:
+        del summary["warnings"]
     code = 0
     if not res.trajectories:
         first = res.skipped[0] if res.skipped else None
@@ -122,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             # the card names the inputs and the options that change the rows, i.e. how to remake it
             redo = ["dtoc-rl", "ingest", *map(str, args.paths), "-o", str(args.out)]
             redo += ["--format", args.fmt] if args.fmt else []
+            redo += ["--model", args.model] if args.model else []
             write_dataset(
                 res.trajectories,
                 args.out,

@@ -200,3 +200,32 @@ def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monk
     whole = ingest_paths([logs], workers=1, progress=False)
     kept = [t.traj_id for t in whole.trajectories if "poison" not in t.source_path]
     assert [t.traj_id for t in res.trajectories] == kept and len(kept) == len(src) - 1
+
+
+def test_runs_that_name_no_model_are_named_by_model_and_said_otherwise(tmp_path, capsys):
+    call = {"id": "a", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    msgs = [{"role": "user", "content": "fix"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "a", "content": "x.py\n" * 50},
+            {"role": "assistant", "content": "ok"}]  # fmt: skip
+    log = tmp_path / "runs.jsonl"
+    log.write_text(
+        json.dumps({"messages": msgs}) + "\n" + json.dumps({"messages": msgs, "model": "gpt-4o-mini"}) + "\n"
+    )
+    assert main(["ingest", str(log), "-o", str(tmp_path / "a"), "--quiet", "--workers", "1"]) == 0
+    assert "1 of 2 trajectories name no model" in capsys.readouterr().err
+    out = tmp_path / "b"
+    assert (
+        main(
+            ["ingest", str(log), "-o", str(out), "--quiet", "--workers", "1", "--model", "claude-sonnet-4-5"]
+        )
+        == 0
+    )
+    assert "name no model" not in capsys.readouterr().err
+    from dtoc_rl.data.dataset import load_trajectories
+
+    got = sorted((t.model_raw, t.model_family) for t in load_trajectories(out))
+    assert got == [
+        ("claude-sonnet-4-5", "claude-sonnet"),
+        ("gpt-4o-mini", "gpt-4o-mini"),
+    ]  # a named one keeps its own
+    assert "--model claude-sonnet-4-5" in (out / "README.md").read_text()  # how to remake it
