@@ -36,6 +36,8 @@ def test_a_body_decodes_to_the_same_request_as_the_object():
         (b'{"items": [{"key": "a", "tokens": 5.0}]}', 422, "items[0].tokens", "Expected `int`"),
         (b'{"items": [{"tokens": 5}]}', 422, "items[0].key", "is required"),
         (b"{}", 422, "items", "is required"),
+        # unknown fields are ignored, so a misspelt one is named where the field it meant is missing
+        (b'{"itemz": []}', 422, "items", "is required (the body has 'itemz', which is not a field)"),
         (b"[1]", 422, "<body>", "Expected `object`"),
         (b'{"items": [{"key": "a", "tokens": 1, "timestamp": "now"}]}', 422, "items[0].timestamp", "float"),
     ],

@@ -9,6 +9,7 @@ as 4xx responses.  The fields are documented in :mod:`dtoc_rl.serve.service`.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
@@ -186,15 +187,21 @@ _AT = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
 _MISSING = re.compile(r"^Object missing required field `([^`]+)`")
 
 
-def _invalid(e: msgspec.ValidationError) -> DecideError:
+def _invalid(e: msgspec.ValidationError, body: Any = None) -> DecideError:
     # msgspec says "Expected `int` >= 0 - at `$.items[3].tokens`": name the field our way.
     text = str(e)
     m = _AT.match(text)
     msg, path = (m.group(1), m.group(2).lstrip(".")) if m else (text, "")
     missing = _MISSING.match(msg)
     if missing:
-        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        name = missing.group(1)
+        path = f"{path}.{name}" if path else name
         msg = "is required"
+        # unknown fields are ignored, so a misspelt one reads as missing: name the likely slip
+        if not m and isinstance(body, dict):
+            near = difflib.get_close_matches(name, [k for k in body if isinstance(k, str)], n=1, cutoff=0.6)
+            if near and near[0] != name:
+                msg += f" (the body has {near[0]!r}, which is not a field)"
     field = path or "<body>"
     return DecideError(422, f"{field}: {msg}", field)
 
@@ -239,7 +246,11 @@ def decode(body: bytes) -> Request:
     try:
         return _check_depth(_DECODER.decode(body))
     except msgspec.ValidationError as e:
-        raise _invalid(e) from None
+        try:
+            raw = msgspec.json.decode(body) if _MISSING.match(str(e)) else None
+        except msgspec.DecodeError:
+            raw = None
+        raise _invalid(e, raw) from None
     except RecursionError:  # the decoder's own nesting limit (about 1,000 levels)
         raise _too_deep() from None
     except msgspec.DecodeError:
@@ -264,7 +275,7 @@ def to_request(obj: Any) -> Request:
     try:
         return _check_depth(msgspec.convert(obj, Request))
     except msgspec.ValidationError as e:
-        raise _invalid(e) from None
+        raise _invalid(e, obj) from None
     except RecursionError:
         raise _too_deep() from None
 
