@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"trained on {report['train_episodes']} episodes "
         f"({report.get('train_decisions', report.get('rl', {}).get('transitions', '?'))} decisions), "
-        f"validated on {report['val_episodes']} held-out-task episodes, in {report['seconds']} s"
+        f"thresholds chosen on {report.get('tune_episodes', 0)} tune episodes, judged on "
+        f"{report['val_episodes']} held-out-task episodes, in {report['seconds']} s"
     )
     if vm:
         print(
