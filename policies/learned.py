@@ -929,6 +929,8 @@ class LearnedPolicy(Policy):
             saved.setdefault("word_vocab", 0)  # nor content words
             saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
             saved.setdefault("cold_hides", False)  # nor hides made at once before a cold call
+            if isinstance(saved.get("threads"), int) and saved["threads"] < 1:
+                saved["threads"] = 1  # older trainings stored 0 and ran on one; no weight depends on it
             cfg = LearnedPolicyConfig(**saved)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with

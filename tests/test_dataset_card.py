@@ -67,3 +67,12 @@ def test_a_dataset_with_a_shard_lost_added_or_copied_in_is_refused(tmp_path):
     other = write_dataset(trajs[:3], tmp_path / "other")
     said = variant("mixed", lambda d: shutil.copy(next(other.glob("*.parquet")), d / shards[0].name))
     assert f"summary.json says {len(trajs)}" in said
+
+
+def test_inputs_given_as_a_generator_still_name_their_licences(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    raw = bundled_raw()
+    trajs = ingest_paths([raw], progress=False).trajectories
+    out = write_dataset(trajs, tmp_path / "d", inputs=(p for p in [raw]))  # read once by the check
+    assert "MIT (" in (out / "README.md").read_text()

@@ -210,6 +210,7 @@ def write_dataset(
     from dtoc_rl.data.schema import hf_features
 
     out = Path(out)
+    inputs = list(inputs) if inputs is not None else None  # read twice: the check and the card
     if out.exists() and not overwrite:
         raise DatasetError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
     check_dataset_target(out, inputs)

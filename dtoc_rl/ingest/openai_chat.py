@@ -100,10 +100,21 @@ _DATASET_FOREIGN = re.compile(rf'"(?:{_FOREIGN_KEYS}|thought|action|observation|
 # ---------------------------------------------------------------- shared helpers
 
 
+#: A number of epoch seconds above this is a later year than 5000: it counts milliseconds (JavaScript's
+#: Date.now()), or micro- or nanoseconds.
+_SECONDS_AT_MOST = 1e11
+
+
 def iso_to_epoch(value: Any) -> float | None:
-    """ISO-8601 text → epoch seconds; naive times are taken as UTC; junk → None."""
+    """ISO-8601 text or an epoch number → epoch seconds; naive times are taken as UTC; an epoch in
+    milliseconds (or finer) is scaled to seconds; junk (negative, not finite, not a time) → None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        v = float(value)
+        if not math.isfinite(v) or v < 0:
+            return None
+        while v > _SECONDS_AT_MOST:
+            v /= 1000.0
+        return v
     if not isinstance(value, str) or not value:
         return None
     text = value.strip()

@@ -160,6 +160,15 @@ def test_iso_to_epoch():
     assert iso_to_epoch("1970-01-01T00:00:10.1234567") == pytest.approx(10.123456)
     assert iso_to_epoch("1970-01-01T01:00:00+01:00") == 0.0
     assert iso_to_epoch("yesterday") is None and iso_to_epoch(None) is None
+    # epoch numbers: seconds as they are; milliseconds (JavaScript's Date.now()) and finer scaled down
+    assert (
+        iso_to_epoch(1717000000)
+        == iso_to_epoch(1717000000000)
+        == iso_to_epoch(1717000000000000)
+        == 1717000000.0
+    )
+    assert iso_to_epoch(1717000000123) == pytest.approx(1717000000.123)
+    assert iso_to_epoch(-5) is None and iso_to_epoch(float("nan")) is None and iso_to_epoch(True) is None
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -58,7 +58,7 @@ def test_a_damaged_checkpoint_is_refused_at_load_in_one_line(tmp_path):
     meta = json.loads((good / "config.json").read_text())
     for change, says in (
         ({"config": {**meta["config"], "max_items": "128"}}, "max_items must be int, got str '128'"),
-        ({"config": {**meta["config"], "threads": -1}}, "threads must be >= 1"),
+        ({"config": {**meta["config"], "max_items": 0}}, "max_items must be >= 1"),
         ({"meta": {"val_tasks": 5}}, "'meta.val_tasks' is not a list of task names"),
         ({"meta": {"trained_on": 5}}, "'meta.trained_on' is not a dataset path"),
     ):
@@ -118,3 +118,17 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "slow", ("interrupted_command", "a command the user stops"))
     assert cli.main(["slow"]) == 130
     assert capsys.readouterr().err == "dtoc-rl: slow interrupted\n"
+
+
+def test_a_checkpoint_saved_with_threads_0_still_loads():
+    # trainings before the settings' checks stored --threads 0 (they ran on one thread)
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = LearnedPolicy().save(Path(tmp) / "ck")
+        meta = json.loads((ck / "config.json").read_text())
+        meta["config"]["threads"] = 0
+        (ck / "config.json").write_text(json.dumps(meta))
+        assert LearnedPolicy.load(ck).cfg.threads == 1
