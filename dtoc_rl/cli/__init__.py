@@ -78,8 +78,10 @@ def _run(argv: list[str]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:  # Ctrl-C: the user knows why; a traceback would only hide the prompt
+        from dtoc_rl.cli.common import INTERRUPTED
+
         print(f"dtoc-rl: {argv[0]} interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except OSError as e:
         # a path that cannot be read or written (an output under a file, a missing mount, no
         # permission, a full disk) that no check of the command named: one line, no traceback

@@ -7,7 +7,10 @@ import math
 import sys
 from typing import Any
 
-__all__ = ["CLIError", "emit_json", "fail"]
+__all__ = ["INTERRUPTED", "CLIError", "emit_json", "fail"]
+
+#: A command's exit status when the user stops it with Ctrl-C (the shell's 128 + SIGINT).
+INTERRUPTED = 130
 
 
 class CLIError(Exception):

@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.cli.common import INTERRUPTED, emit_json, fail
 
 BASELINES = [
     "none",
@@ -92,6 +92,12 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     out.mkdir(parents=True, exist_ok=True)
     logs = [str(p) for p in (args.logs or [bundled_raw()])]
     dataset, ckpt = out / "dataset", out / "policy"
+    from dtoc_rl.policies.learned import check_checkpoint_target
+
+    try:  # before any work: the demo replaces only its own checkpoint
+        check_checkpoint_target(ckpt)
+    except ValueError as e:
+        return fail(str(e))
 
     import contextlib
     import io
@@ -101,6 +107,8 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf) if args.json else contextlib.nullcontext():
         code = cli(ingest_argv + (["--json"] if args.json else (["--quiet"] if quiet else [])))
+    if code == INTERRUPTED:  # Ctrl-C: said already
+        return code
     if code:
         return fail("ingest produced no dataset; see the summary above")
     ingest_summary = json.loads(buf.getvalue()) if args.json else None
@@ -136,6 +144,8 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = cli(argv + (["--quiet"] if quiet else []))
+    if code == INTERRUPTED:
+        return code
     if code:
         return fail("evaluation failed")
     metrics = json.loads(buf.getvalue())

@@ -44,3 +44,24 @@ def test_a_checkpoint_that_hides_nothing_anywhere_is_named_as_such(capsys):
     for other in ({**table, "regime": {"discount": 0.05}}, {**table, "fallback": rule}):
         warn_if_abstaining(other)
         assert capsys.readouterr().err == ""  # something hides somewhere
+
+
+def test_demo_refuses_a_folder_whose_policy_folder_is_not_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "notes.txt").write_text("mine")
+    assert cli.main(["demo", "--out", str(tmp_path), "--quiet"]) == 2
+    assert "not a checkpoint folder (it holds notes.txt)" in capsys.readouterr().err
+    assert (tmp_path / "policy" / "notes.txt").read_text() == "mine" and not (tmp_path / "dataset").exists()
+
+
+def test_ctrl_c_inside_the_demo_is_the_demos_exit_130(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from dtoc_rl.cli import demo
+
+    p = argparse.ArgumentParser()
+    demo.add_arguments(p)
+    args = p.parse_args(["--out", str(tmp_path / "d"), "--quiet"])
+    monkeypatch.setattr(cli, "main", lambda argv: 130)  # the ingest step stopped by Ctrl-C
+    assert demo._run(args, None) == 130
+    assert "error" not in capsys.readouterr().err  # the command that was stopped said so already
