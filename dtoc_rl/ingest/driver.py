@@ -263,31 +263,44 @@ DIED = "the process reading it died (killed: out of memory?): not read"
 
 def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, take) -> None:
     """``take(_process(unit), unit)`` for every unit in order, read by ``workers`` processes.  When one
-    dies, the pool is lost with the units it held: the first unfinished ones (those it may have been
-    reading) are read again one process each, a unit whose process dies again is skipped as such, and
-    the rest go on in a new pool."""
+    dies, the pool is lost with the jobs it had not finished: those that had finished are kept, the
+    first unfinished ones (those the dead process may have been reading) are read again one process
+    each, a unit whose process dies again is skipped as such, and the rest go on in a new pool."""
+    ready: dict[Path, Any] = {}  # results of a broken pool's finished jobs, taken in their turn
     todo = list(units)
     while todo:
         rest: list[Path] = []
         with _worker_pool(workers) as pool:
-            futures = [pool.submit(_process, u, label, fmt) for u in todo]
-            for i, (unit, f) in enumerate(zip(todo, futures)):
+            futures = {u: pool.submit(_process, u, label, fmt) for u in todo if u not in ready}
+            for i, unit in enumerate(todo):
+                if unit in ready:
+                    take(ready.pop(unit), unit)
+                    continue
                 try:
-                    out = f.result()
+                    out = futures[unit].result()
                 except BrokenProcessPool:
                     rest = todo[i:]
-                    for g in futures[i:]:
-                        g.cancel()
                     break
                 take(out, unit)
-        suspects, todo = rest[: workers + 1], rest[workers + 1 :]
-        for unit in suspects:
-            with _worker_pool(1) as one:
-                try:
-                    out = one.submit(_process, unit, label, fmt).result()
-                except BrokenProcessPool:
-                    out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
-            take(out, unit)
+        for unit in rest:
+            f = futures.get(unit)
+            if f is not None and f.done() and not f.cancelled() and f.exception() is None:
+                ready[unit] = f.result()
+        unfinished = [u for u in rest if u not in ready]
+        suspects = set(unfinished[: workers + 1])
+        todo = []
+        for unit in rest:  # in order: the suspects each alone, then the rest in a new pool
+            if unit in suspects and not todo:
+                with _worker_pool(1) as one:
+                    try:
+                        out = one.submit(_process, unit, label, fmt).result()
+                    except BrokenProcessPool:
+                        out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
+                take(out, unit)
+            elif unit in ready and not todo:
+                take(ready.pop(unit), unit)
+            else:
+                todo.append(unit)
 
 
 def ingest_paths(

@@ -173,11 +173,13 @@ def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monk
     logs = tmp_path / "logs"
     logs.mkdir()
     for i, f in enumerate(src):
-        (logs / (f"poison-{f.name}" if i == 2 else f.name)).write_bytes(f.read_bytes())
+        (logs / (f"a-poison-{f.name}" if i == 2 else f.name)).write_bytes(f.read_bytes())  # read first
+
+    read: list[str] = []
 
     class DyingPool:  # runs jobs in this process; a poisoned one breaks the pool as a killed worker would
         def __init__(self, workers):
-            self.broken = False
+            self.broken, self.after = False, 0
 
         def __enter__(self):
             return self
@@ -187,16 +189,20 @@ def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monk
 
         def submit(self, fn, unit, *args):
             fut = Future()
-            self.broken |= unit.name.startswith("poison")
-            if self.broken:
+            self.broken |= "poison" in unit.name
+            self.after += self.broken
+            # past the poison, every other job had finished before the pool broke (workers run ahead)
+            if self.broken and self.after % 2 == 1:
                 fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
             else:
+                read.append(unit.name)
                 fut.set_result(fn(unit, *args))
             return fut
 
     monkeypatch.setattr(driver, "_worker_pool", DyingPool)
     res = ingest_paths([logs], workers=2, progress=False)
     assert [s.reason for s in res.skipped] == [driver.DIED] and "poison" in res.skipped[0].path
+    assert len(read) == len(set(read)) == len(src) - 1  # a job that had finished is not read again
     whole = ingest_paths([logs], workers=1, progress=False)
     kept = [t.traj_id for t in whole.trajectories if "poison" not in t.source_path]
     assert [t.traj_id for t in res.trajectories] == kept and len(kept) == len(src) - 1
