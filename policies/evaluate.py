@@ -249,9 +249,10 @@ def evaluate(
 def mark_split(
     runs: Sequence[Run], holdout_tasks: set[str] | None, left_out: Mapping[str, Any] | None
 ) -> None:
-    """Each run's ``split`` against a learned policy's training: ``held-out`` (its validation tasks),
-    ``left out`` (the source or model family it was trained without: ``left_out`` as
-    ``{"source": ..., "family": ...}``) or ``train``; unchanged without ``holdout_tasks``."""
+    """Each run's ``split`` against a learned policy's training: ``held-out`` (``holdout_tasks``: the
+    tasks it did not train on), ``left out`` (the source or model family it was trained without:
+    ``left_out`` as ``{"source": ..., "family": ...}``) or ``train``; unchanged without
+    ``holdout_tasks``."""
     if holdout_tasks is None:
         return
     src, fam = (left_out or {}).get("source"), (left_out or {}).get("family")

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.data.paths import not_replaceable
 from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_prices, price_vector
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
@@ -950,10 +951,8 @@ class LearnedPolicy(Policy):
         policy.meta = meta.get("meta", {})
         if not isinstance(policy.meta, dict):
             raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
-        for key in ("val_tasks", "tune_tasks", "train_tasks"):
-            tasks = policy.meta.get(key)
-            if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
-                raise CheckpointError(f"{cfg_file}: 'meta.{key}' is not a list of task names")
+        if (key := bad_task_list(policy.meta)) is not None:
+            raise CheckpointError(f"{cfg_file}: 'meta.{key}' is not a list of task names")
         if not isinstance(policy.meta.get("trained_on", ""), str | None):
             raise CheckpointError(f"{cfg_file}: 'meta.trained_on' is not a dataset path")
         try:
@@ -982,6 +981,16 @@ class LearnedPolicy(Policy):
         return policy
 
 
+def bad_task_list(meta: dict[str, Any]) -> str | None:
+    """The first of a checkpoint's task lists (``meta.val_tasks``, ``tune_tasks``, ``train_tasks``) that
+    is there but not a list of task names, or None."""
+    for key in ("val_tasks", "tune_tasks", "train_tasks"):
+        tasks = meta.get(key)
+        if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+            return key
+    return None
+
+
 #: What a checkpoint folder holds; saving replaces a folder holding nothing else, never another one.
 CHECKPOINT_FILES = frozenset({"model.safetensors", "config.json"})
 
@@ -995,17 +1004,9 @@ def check_checkpoint_target(path: str | Path) -> Path:
         path = path.resolve()
     if not path.exists():
         return path
-    if not path.is_dir():
-        raise ValueError(f"{path} is a file, not a checkpoint folder: give a new folder to write to")
-    if Path.cwd().resolve().is_relative_to(path.resolve()):
-        raise ValueError(f"{path} holds the current folder: give a checkpoint folder of its own")
-    others = sorted(p.name for p in path.iterdir() if p.name not in CHECKPOINT_FILES)
-    if others:
-        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        raise ValueError(
-            f"{path} is not a checkpoint folder (it holds {shown}): give a new folder, or a checkpoint "
-            "folder to replace"
-        )
+    why = not_replaceable(path, lambda name: name in CHECKPOINT_FILES)
+    if why is not None:
+        raise ValueError(f"{path} {why}: not a checkpoint folder to replace; give a new folder")
     return path
 
 

@@ -9,6 +9,8 @@ import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ["LearnedPolicyConfig"]
 
 
@@ -21,7 +23,7 @@ def _is(value: Any, kind: str) -> bool:
     if kind in ("int", "float"):
         want = numbers.Integral if kind == "int" else numbers.Real
         return isinstance(value, want) and not isinstance(value, bool)
-    return isinstance(value, {"bool": bool, "str": str}.get(kind, object))
+    return isinstance(value, {"bool": (bool, np.bool_), "str": str}.get(kind, object))
 
 
 @dataclass

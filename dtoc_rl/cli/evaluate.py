@@ -120,8 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--held-out-only",
         action="store_true",
-        help="evaluate only the trajectories --holdout-from marks held-out (the fair test of a "
-        "learned policy, and much faster than running every policy on the training tasks too)",
+        help="evaluate only the tasks the --holdout-from checkpoint did not train on: held-out ones, and "
+        "those of a source or family it was trained without (left out); the fair test of a learned "
+        "policy, and much faster than running every policy on the training tasks too",
     )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--plots", type=Path, help="write the pareto and curves plots into this folder")
@@ -179,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             make_policy(s)
         holdout = None
         if args.held_out_only and not args.holdout_from:
-            return fail("--held-out-only needs --holdout-from CKPT (whose validation tasks to keep)")
+            return fail("--held-out-only needs --holdout-from CKPT (whose unseen tasks to keep)")
         if args.held_out_only and args.backend == "ray":
             return fail("--held-out-only runs on the local backend; drop --backend ray")
         left_out = None
@@ -286,6 +287,7 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
 
     from dtoc_rl.data.dataset import dataset_tasks
     from dtoc_rl.data.paths import bundled_dataset
+    from dtoc_rl.policies.learned import bad_task_list
 
     cfg = ckpt / "config.json"
     if not cfg.is_file():
@@ -299,10 +301,8 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
     config, info = meta.get("config", {}), meta.get("meta", {})
     if not isinstance(config, dict) or not isinstance(info, dict):
         raise ValueError(f"--holdout-from {cfg}: 'config' and 'meta' must be objects (a damaged checkpoint)")
-    for key in ("val_tasks", "tune_tasks", "train_tasks"):
-        tasks = info.get(key)
-        if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
-            raise ValueError(f"--holdout-from {cfg}: 'meta.{key}' is not a list of task names")
+    if (key := bad_task_list(info)) is not None:
+        raise ValueError(f"--holdout-from {cfg}: 'meta.{key}' is not a list of task names")
     left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}
     held = set(info.get("val_tasks") or ())
     here = dataset_tasks(dataset or bundled_dataset())

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.paths import not_replaceable
 from dtoc_rl.data.schema import SCHEMA_VERSION, Trajectory
 
 __all__ = [
@@ -261,17 +262,10 @@ def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = 
             raise DatasetError(f"{out} holds {p}, which is being ingested: write the dataset elsewhere")
     if not out.exists():
         return
-    if not out.is_dir():
-        raise DatasetError(f"{out} is a file, not a dataset folder: write the dataset elsewhere")
-    if Path.cwd().resolve().is_relative_to(out.resolve()):
-        raise DatasetError(f"{out} holds the current folder: write the dataset elsewhere")
     own = {MARKER, "summary.json", "README.md"}
-    others = sorted(f.name for f in out.iterdir() if f.name not in own and not f.name.endswith(".parquet"))
-    if others:
-        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        raise DatasetError(
-            f"{out} is not a dataset folder (it holds {shown}): only a dataset is replaced; write elsewhere"
-        )
+    why = not_replaceable(out, lambda name: name in own or name.endswith(".parquet"))
+    if why is not None:
+        raise DatasetError(f"{out} {why}: not a dataset folder to replace; write the dataset elsewhere")
 
 
 def _shards(path: Path) -> list[Path]:

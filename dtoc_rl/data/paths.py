@@ -1,11 +1,26 @@
-"""Where the bundled sample data lives (``data/`` beside the package in a clone)."""
+"""Where the bundled sample data lives (``data/`` beside the package in a clone), and which existing
+folders an output may replace."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace"]
+__all__ = ["bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace", "not_replaceable"]
+
+
+def not_replaceable(path: Path, own: Callable[[str], bool]) -> str | None:
+    """Why the existing ``path`` may not be replaced by an output whose files ``own`` recognises by name
+    (None: it may): a file, the current folder or one holding it, or a folder holding other files."""
+    if not path.is_dir():
+        return "is a file"
+    if Path.cwd().resolve().is_relative_to(path.resolve()):
+        return "holds the current folder"
+    others = sorted(p.name for p in path.iterdir() if not own(p.name))
+    if others:
+        return "holds " + ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return None
 
 
 def data_dir() -> Path:

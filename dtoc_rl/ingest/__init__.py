@@ -156,7 +156,8 @@ def read_one(path: Path | str, pick: str | int | None = None) -> tuple[Ingester,
             raise IngestError("not a regular file or folder (a FIFO, device or socket): not read", path)
         ing = detect_format(path)
         if ing is None:
-            raise IngestError(f"not a recognised log format: {unknown_format_reason(path)}", path)
+            why = unknown_format_reason(path).removeprefix("unknown format: ")
+            raise IngestError(f"not a recognised log format: {why}", path)
         if pick is None:  # only the first: a long log need not be parsed to the end
             for traj in ing.parse(path):
                 return ing, traj, [traj.traj_id]

@@ -46,8 +46,9 @@ def read_text(path: Path, *, lenient: bool = False) -> str:
         return raw.decode("utf-8-sig", errors="replace").replace("\x00", "")
     try:
         return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise IngestError(f"invalid UTF-8 at byte {e.start}", path) from None
+    except UnicodeDecodeError as e:  # counted from after a byte-order mark: the file's own offset
+        at = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        raise IngestError(f"invalid UTF-8 at byte {at}", path) from None
 
 
 def read_json(path: Path) -> Any:

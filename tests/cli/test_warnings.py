@@ -50,7 +50,7 @@ def test_demo_refuses_a_folder_whose_policy_folder_is_not_a_checkpoint(tmp_path,
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "notes.txt").write_text("mine")
     assert cli.main(["demo", "--out", str(tmp_path), "--quiet"]) == 2
-    assert "not a checkpoint folder (it holds notes.txt)" in capsys.readouterr().err
+    assert "holds notes.txt: not a checkpoint folder to replace" in capsys.readouterr().err
     assert (tmp_path / "policy" / "notes.txt").read_text() == "mine" and not (tmp_path / "dataset").exists()
 
 

@@ -97,7 +97,7 @@ def test_overwrite_replaces_only_a_dataset_never_the_logs_or_other_files(data_di
     other.mkdir()
     (other / "thesis.txt").write_text("mine")
     assert main(["ingest", str(logs), "-o", str(other), "--quiet", "--workers", "1", "--overwrite"]) == 2
-    assert "not a dataset folder (it holds thesis.txt)" in capsys.readouterr().err
+    assert "holds thesis.txt: not a dataset folder to replace" in capsys.readouterr().err
     assert (logs / src.name).is_file() and (tmp_path / "work" / "notes.txt").read_text() == "precious"
     assert (other / "thesis.txt").read_text() == "mine" and (tmp_path / "afile").read_text() == "x"
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".")]  # nothing half-written left

@@ -18,7 +18,7 @@ def test_a_checkpoint_folder_is_replaced_and_any_other_folder_or_file_is_refused
     notes = tmp_path / "mine"
     notes.mkdir()
     (notes / "notes.txt").write_text("precious")
-    with pytest.raises(ValueError, match=r"not a checkpoint folder \(it holds notes.txt"):
+    with pytest.raises(ValueError, match=r"holds notes\.txt: not a checkpoint folder to replace"):
         pol.save(notes)
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
