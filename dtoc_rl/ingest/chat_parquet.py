@@ -107,5 +107,5 @@ class ChatParquetIngester(OpenAIChatIngester):
         return "/".join(p for p in (path.parent.parent.name, path.parent.name, path.stem) if p)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         yield from parse_rows(path, _rows(path), lambda r, n: self.run(path, r, n, seen, "row"), unit="row")

@@ -69,7 +69,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize
-from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl, parse_rows, row_label
+from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl, parse_rows, row_label, run_key
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
 
@@ -449,7 +449,7 @@ class GeminiApiIngester(Ingester):
         return bool(_CONTENTS.search(head)) or bare
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        seen: set[str] = set()  # run keys used so far: two runs of a file may carry one id
+        seen: dict[str, int] = {}  # run keys used so far (run_key): two runs of a file may carry one id
         if path.suffix == ".jsonl":
             yield from parse_rows(path, iter_jsonl(path), lambda r, n: self._run(path, r, n, seen, "line"))
             return
@@ -460,7 +460,7 @@ class GeminiApiIngester(Ingester):
             rows, unit = [(1, data, None)], "file"
         yield from parse_rows(path, rows, lambda r, n: self._run(path, r, n, seen, unit), unit=unit)
 
-    def _run(self, path: Path, row: Any, number: int, seen: set[str], unit: str) -> Trajectory:
+    def _run(self, path: Path, row: Any, number: int, seen: dict[str, int], unit: str) -> Trajectory:
         if isinstance(row, list):
             row = {"contents": row}
         if not isinstance(row, dict) or "contents" not in row:
@@ -475,10 +475,7 @@ class GeminiApiIngester(Ingester):
             raise IngestError(f"'model' is {type(model).__name__}, expected string")
         model = model.removeprefix("models/")
         rid = row.get("id")
-        key = str(rid) if rid is not None else f"{unit}{number}"
-        if key in seen:
-            key = f"{key}#{number}"
-        seen.add(key)
+        key = run_key(seen, str(rid) if rid is not None else f"{unit}{number}", number, cp.steps)
         success, outcome = row_label(row)
         extra = {"trailing_user_text": cp.trailing_user} if cp.trailing_user else {}
         return finalize(

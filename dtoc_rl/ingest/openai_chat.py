@@ -131,6 +131,21 @@ def iso_to_epoch(value: Any) -> float | None:
     return dt.timestamp()
 
 
+def run_key(seen: dict[str, int], key: str, number: int, steps: list[Step]) -> str:
+    """The key run ``number`` of a file is known by: ``key`` (its id), or ``key#number`` when an earlier
+    run of the file took it.  A run with the steps of that earlier one is a copy: an IngestError, as a
+    copy in another file is skipped.  ``seen``: the keys used so far, with a print of their runs' steps
+    as read (taken before labelling changes them)."""
+    fields = ((s.turn, s.tool_name, s.tool_args, s.output, s.assistant_text, s.user_text) for s in steps)
+    mark = hash(tuple(fields))
+    if key in seen:
+        if seen[key] == mark:
+            raise IngestError(f"a copy of the file's run {key!r} (the same steps): read once")
+        key = f"{key}#{number}"
+    seen[key] = mark
+    return key
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     """``(line number, value, error)`` for every non-blank line of a JSONL file.
 
@@ -419,7 +434,7 @@ class OpenAIChatIngester(Ingester):
         )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         if path.suffix == ".jsonl":
             yield from parse_rows(path, iter_jsonl(path), lambda r, n: self.run(path, r, n, seen, "line"))
             return
@@ -436,8 +451,9 @@ class OpenAIChatIngester(Ingester):
         """The part of a trajectory id that names the file it came from."""
         return path.stem
 
-    def run(self, path: Path, row: Any, number: int, seen: set[str], unit: str) -> Trajectory:
-        """One run (row ``number`` of ``path``) as a trajectory; ``seen`` holds the keys used so far."""
+    def run(self, path: Path, row: Any, number: int, seen: dict[str, int], unit: str) -> Trajectory:
+        """One run (row ``number`` of ``path``) as a trajectory; ``seen`` holds the keys used so far
+        (:func:`run_key`)."""
         if isinstance(row, list):
             row = {"input": row} if is_item_list(row) else {"messages": row}
         if not isinstance(row, dict):
@@ -456,10 +472,7 @@ class OpenAIChatIngester(Ingester):
         model = row.get("model") or ""
         if not isinstance(model, str):
             raise IngestError(f"'model' is {type(model).__name__}, expected string")
-        key = str(rid) if rid is not None else f"{unit}{number}"
-        if key in seen:
-            key = f"{key}#{number}"
-        seen.add(key)
+        key = run_key(seen, str(rid) if rid is not None else f"{unit}{number}", number, cp.steps)
         success, source = row_label(row)
         scalars: dict[str, Any] = {}
         long_fields: dict[str, int] = {}

@@ -299,7 +299,7 @@ def test_table_gaps_and_orchestrator_fields(tmp_path):
     # a DTOC orchestrator's own fields are kept whole however long: labels read its key map
     keys = {f"t{i:04d}": i for i in range(400)}
     run = {"messages": _openhands_msgs(), "dtoc_keys": json.dumps(keys)}
-    t = OpenAIChatIngester().run(tmp_path / "x.jsonl", run, 1, set(), "line")
+    t = OpenAIChatIngester().run(tmp_path / "x.jsonl", run, 1, {}, "line")
     assert json.loads(t.extra_dict()["dtoc_keys"]) == keys and "long_fields" not in t.extra_dict()
 
 

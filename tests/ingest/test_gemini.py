@@ -238,13 +238,24 @@ def test_a_gemini_api_conversation_reads_calls_in_order_thoughts_and_usage(tmp_p
            "contents": CONTENTS, "success": True}  # fmt: skip
     if shape == "jsonl":
         f = tmp_path / "runs.jsonl"
-        # two runs of one file that carry the same id are both kept, under ids of their own
-        f.write_text("".join(json.dumps({**run, "id": "b"}) + "\n" for _ in range(2)))
+        # two runs of one file that carry the same id are both kept, under ids of their own; a copy of
+        # one of them is read once
+        other = {
+            **run,
+            "id": "b",
+            "contents": [*CONTENTS[:-1], {"role": "model", "parts": [{"text": "9090."}]}],
+        }
+        f.write_text("".join(json.dumps(r) + "\n" for r in ({**run, "id": "b"}, other, {**run, "id": "b"})))
     else:
         f = tmp_path / "run.json"
         f.write_text(json.dumps(run if shape == "object" else CONTENTS))
     res = ingest_paths([f], progress=False)
-    assert not res.skipped and res.trajectories
+    if shape == "jsonl":
+        assert [s.reason for s in res.skipped] == [
+            "1 of 3 lines failed: line 3: a copy of the file's run 'b' (the same steps): read once"
+        ]
+    else:
+        assert not res.skipped
     t = res.trajectories[0]
     assert t.source == "gemini-api" and t.task_text == "What is the port in config.yaml?"
     assert [s.tool_name for s in t.steps] == ["read_file", "list_dir", None]
