@@ -69,7 +69,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize
-from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl, parse_rows, row_label, run_key
+from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label, run_key
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
 
@@ -474,6 +474,7 @@ class GeminiApiIngester(Ingester):
         if not isinstance(model, str):
             raise IngestError(f"'model' is {type(model).__name__}, expected string")
         model = model.removeprefix("models/")
+        check_ids(row)
         rid = row.get("id")
         key = run_key(seen, str(rid) if rid is not None else f"{unit}{number}", number, cp.steps)
         success, outcome = row_label(row)

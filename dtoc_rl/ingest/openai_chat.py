@@ -131,6 +131,15 @@ def iso_to_epoch(value: Any) -> float | None:
     return dt.timestamp()
 
 
+def check_ids(row: dict) -> None:
+    """A run's ``id`` and ``task_id`` name it: text or a number, else an IngestError (an object would
+    become Python's text of it, an id no other tool reads the same way)."""
+    for name in ("id", "task_id"):
+        v = row.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, str | int | float)):
+            raise IngestError(f"'{name}' is {type(v).__name__}, expected text or a number")
+
+
 def run_key(seen: dict[str, int], key: str, number: int, steps: list[Step]) -> str:
     """The key run ``number`` of a file is known by: ``key`` (its id), or ``key#number`` when an earlier
     run of the file took it.  A run with the steps of that earlier one is a copy: an IngestError, as a
@@ -467,6 +476,7 @@ class OpenAIChatIngester(Ingester):
         cp = chat_to_steps(messages)
         if not cp.steps:
             raise IngestError("empty trajectory: no assistant turns")
+        check_ids(row)
         rid = row.get("id")
         task_id = row.get("task_id", rid)
         model = row.get("model") or ""

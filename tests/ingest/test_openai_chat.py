@@ -199,11 +199,15 @@ def test_wrong_types(tmp_path):
             ]
         },
         42,
+        {**GOOD, "id": {"x": 1}},
+        {**GOOD, "task_id": [1, 2]},
     ]
     with pytest.raises(IngestError) as e:
         list(ING.parse(_jsonl(tmp_path, rows)))
     r = e.value.reason
-    assert "6 of 6 lines failed" in r
+    assert "8 of 8 lines failed" in r
+    assert "line 7: 'id' is dict, expected text or a number" in r
+    assert "line 8: 'task_id' is list, expected text or a number" in r
     assert "line 1: 'messages' is str, expected a list of messages" in r
     assert "line 2: messages[0] has role 'robot'" in r
     assert "line 3: messages[0].content has type int" in r
