@@ -101,15 +101,11 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not (args.quiet or args.json),
             fmt=args.fmt,
+            model=args.model,
         )
     except FileNotFoundError as e:
         return fail(str(e))
-    unnamed = [t for t in res.trajectories if not t.model_raw]
-    if args.model:  # runs whose logs do not say (a stream without it, a chat log without "model")
-        from dtoc_rl.data.models import normalize_family
-
-        for t in unnamed:
-            t.model_raw, t.model_family = args.model, normalize_family(args.model)
+    unnamed = sum(1 for t in res.trajectories if not t.model_raw)
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
     summary["warnings"] = []
@@ -120,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
             "(README, 'Log formats'; --format NAME forces an ingester)"
         )
-    if unnamed and not args.model:
+    if unnamed:
         summary["warnings"].append(
-            f"{len(unnamed)} of {len(res.trajectories)} trajectories name no model, so they are priced as a "
+            f"{unnamed} of {len(res.trajectories)} trajectories name no model, so they are priced as a "
             "default model and a policy cannot tell theirs: --model NAME names it for runs whose logs do not"
         )
     if not summary["warnings"]:

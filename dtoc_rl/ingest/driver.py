@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import CharEstimator
+from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
@@ -310,11 +311,13 @@ def ingest_paths(
     workers: int = 1,
     progress: bool = True,
     fmt: str | None = None,
+    model: str | None = None,
 ) -> IngestResult:
     """Ingest every unit under ``paths``; never raises for a bad unit.
 
     ``fmt`` forces one ingester (by name) instead of detecting each file's format; a file it cannot
-    read is skipped with that reason.
+    read is skipped with that reason.  ``model`` names the model of runs whose logs name none (a
+    stream without it, a chat log without ``"model"``); a log that names its model keeps it.
     """
     if fmt is not None:
         from dtoc_rl.ingest import get_ingester
@@ -349,6 +352,8 @@ def ingest_paths(
         for t in trajs:
             t.traj_id = display_path(t.traj_id)
             t.source_path = rel[unit]
+            if model and not t.model_raw:
+                t.model_raw, t.model_family = model, normalize_family(model)
             if t.traj_id in seen:
                 pos, first, first_damaged = seen[t.traj_id]
                 if first_damaged and not damaged:
