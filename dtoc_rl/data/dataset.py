@@ -187,6 +187,13 @@ class _Card:
         return "\n".join(lines) + "\n"
 
 
+def _shard_name(i: int, n: int) -> str:
+    return f"data-{i:05d}-of-{n:05d}.parquet"
+
+
+_SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.parquet")  # _shard_name's names, read back
+
+
 def write_dataset(
     trajs: Iterable[Trajectory],
     out: str | Path,
@@ -235,7 +242,7 @@ def write_dataset(
         n = len(shards)
         for i, rows in enumerate(shards):
             table = pa.Table.from_pylist(rows, schema=schema)
-            pq.write_table(table, tmp / f"data-{i:05d}-of-{n:05d}.parquet", compression="zstd")
+            pq.write_table(table, tmp / _shard_name(i, n), compression="zstd")
         meta = {"schema_version": SCHEMA_VERSION, "trajectories": sum(len(s) for s in shards), "shards": n}
         meta.update(summary or {})
         (tmp / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
@@ -309,9 +316,6 @@ def _check_shards(path: Path, files: list[Path]) -> None:
         return
     if isinstance(want, int) and rows != want:
         raise DatasetError(f"{path}: its shards hold {rows} trajectories, its summary.json says {want}")
-
-
-_SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.parquet")
 
 
 # Columns every trajectory row has; a Parquet file without them was written by something else.
