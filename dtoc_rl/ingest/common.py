@@ -7,6 +7,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError
 
@@ -18,6 +19,7 @@ __all__ = [
     "find_upwards",
     "load_selected_labels",
     "message_usage",
+    "name_model",
     "number",
     "usage_from",
 ]
@@ -224,3 +226,11 @@ def fill_unlogged_prompt(traj: Trajectory) -> None:
         est.count(t) for t in (traj.system_prompt, traj.task_text, first.user_text, first.harness_text) if t
     )
     traj.unlogged_prompt_tokens = max(0, usage.input_tokens - held)
+
+
+def name_model(traj: Trajectory, model: str) -> None:
+    """Name the model of a run whose log names none, and count its unlogged prompt again with that
+    model's tokenizer (``finalize`` counted it before the model was known, as ``ceil(len/4)``)."""
+    traj.model_raw, traj.model_family = model, normalize_family(model)
+    traj.unlogged_prompt_tokens = 0
+    fill_unlogged_prompt(traj)

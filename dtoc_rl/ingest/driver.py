@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import CharEstimator
-from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
+from dtoc_rl.ingest.common import name_model
 
 __all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -353,7 +353,7 @@ def ingest_paths(
             t.traj_id = display_path(t.traj_id)
             t.source_path = rel[unit]
             if model and not t.model_raw:
-                t.model_raw, t.model_family = model, normalize_family(model)
+                name_model(t, model)
             if t.traj_id in seen:
                 pos, first, first_damaged = seen[t.traj_id]
                 if first_damaged and not damaged:

@@ -235,3 +235,22 @@ def test_runs_that_name_no_model_are_named_by_model_and_said_otherwise(tmp_path,
         ("gpt-4o-mini", "gpt-4o-mini"),
     ]  # a named one keeps its own
     assert "--model claude-sonnet-4-5" in (out / "README.md").read_text()  # how to remake it
+
+
+def test_a_model_named_at_ingest_counts_the_unlogged_prompt_with_its_tokenizer(tmp_path):
+    from dtoc_rl.core.tokens import CharEstimator, estimator_for_model
+
+    system = "hello world " * 200  # o200k: 401 tokens, ceil(len/4): 600
+    call = {"id": "a", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "fix"},
+            {"role": "assistant", "content": None, "tool_calls": [call],
+             "usage": {"prompt_tokens": 3000, "completion_tokens": 5}},
+            {"role": "tool", "tool_call_id": "a", "content": "x.py\n" * 50},
+            {"role": "assistant", "content": "ok"}]  # fmt: skip
+    log = tmp_path / "runs.jsonl"
+    log.write_text(json.dumps({"messages": msgs}) + "\n")
+    plain = ingest_paths([log], workers=1, progress=False, label=False).trajectories[0]
+    named = ingest_paths([log], workers=1, progress=False, label=False, model="gpt-4o").trajectories[0]
+    assert named.model_raw == "gpt-4o"
+    gap = CharEstimator().count(system) - estimator_for_model("gpt-4o").count(system)
+    assert gap > 100 and named.unlogged_prompt_tokens - plain.unlogged_prompt_tokens == gap
