@@ -45,9 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    # a warning is for the user, who wants what happened, not the line of our code that said it
-    text = " ".join(str(message).split())
-    print(f"dtoc-rl: warning: {text}", file=file or sys.stderr)
+    from dtoc_rl.cli.common import warn
+
+    warn(message, file)
 
 
 def main(argv: list[str] | None = None) -> int:

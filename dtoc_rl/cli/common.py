@@ -36,6 +36,12 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def warn(message: str, file: Any = None) -> None:
+    """A warning for the user on one line of stderr: what happened, not the line of code that said it."""
+    text = " ".join(str(message).split())
+    print(f"dtoc-rl: warning: {text}", file=file or sys.stderr)
+
+
 def fail(message: str, code: int = 2) -> int:
     print(f"dtoc-rl: error: {message}", file=sys.stderr)
     return code

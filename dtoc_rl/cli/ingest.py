@@ -35,7 +35,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.cli.common import emit_json, fail, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
         print_summary(summary, f"ingested → {args.out}" if code == 0 else "ingest (not written)")
         for w in summary.get("warnings", ()):
-            print(f"dtoc-rl: warning: {w}", file=sys.stderr)
+            warn(w)
         if code:
             print(f"dtoc-rl: error: {summary['error']}", file=sys.stderr)
     return code

@@ -22,10 +22,9 @@ config.json).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.cli.common import emit_json, fail, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -196,11 +195,10 @@ def warn_if_abstaining(table: dict) -> None:
     if any(chosen) or fb.get("default") or fb.get("family") or fb.get("regime"):
         return
     runs = ((table.get("validation") or {}).get("pooled") or {}).get("trajectories", "its")
-    print(
-        f"dtoc-rl: warning: the checkpoint abstains everywhere: on {runs} tune runs no threshold saved "
+    warn(
+        f"the checkpoint abstains everywhere: on {runs} tune runs no threshold saved "
         "money within the miss budget, so it hides nothing unless given one (learned:path=CKPT,"
-        "threshold=T); more logs give the choice more to go on",
-        file=sys.stderr,
+        "threshold=T); more logs give the choice more to go on"
     )
 
 

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import stat
 import time
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -262,6 +263,23 @@ def _worker_pool(workers: int) -> ProcessPoolExecutor:
 DIED = "the process reading it died (killed: out of memory?): not read"
 
 
+def _pools_start() -> bool:
+    """Whether a reader process can start and answer at all (a job that reads nothing)."""
+    try:
+        with _worker_pool(1) as one:
+            return one.submit(os.getpid).result() > 0
+    except (BrokenProcessPool, OSError):
+        return False
+
+
+def _read_here(units: list[Path], ready: dict[Path, Any], label: bool, fmt: str | None, take) -> None:
+    """The rest of a batch read in this process, when reader processes cannot start (a sandbox that
+    forbids them, a broken interpreter for the children): slower, but nothing is skipped for it."""
+    warnings.warn("reader processes cannot start here: reading the rest in this process", stacklevel=2)
+    for unit in units:
+        take(ready.pop(unit) if unit in ready else _process(unit, label, fmt), unit)
+
+
 def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, take) -> None:
     """``take(_process(unit), unit)`` for every unit in order, read by ``workers`` processes.  When one
     dies, the pool is lost with the jobs it had not finished: those that had finished are kept, the
@@ -290,12 +308,15 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
         unfinished = [u for u in rest if u not in ready]
         suspects = set(unfinished[: workers + 1])
         todo = []
-        for unit in rest:  # in order: the suspects each alone, then the rest in a new pool
+        for n, unit in enumerate(rest):  # in order: the suspects each alone, then the rest in a new pool
             if unit in suspects and not todo:
                 with _worker_pool(1) as one:
                     try:
                         out = one.submit(_process, unit, label, fmt).result()
                     except BrokenProcessPool:
+                        if not _pools_start():  # no file killed it: no process can start here
+                            _read_here(rest[n:], ready, label, fmt, take)
+                            return
                         out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
                 take(out, unit)
             elif unit in ready and not todo:

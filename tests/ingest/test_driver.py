@@ -187,8 +187,12 @@ def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monk
         def __exit__(self, *exc):
             return False
 
-        def submit(self, fn, unit, *args):
+        def submit(self, fn, *args):
             fut = Future()
+            if not args:  # the check that a reader process can start at all: it can
+                fut.set_result(fn())
+                return fut
+            unit = args[0]
             self.broken |= "poison" in unit.name
             self.after += self.broken
             # past the poison, every other job had finished before the pool broke (workers run ahead)
@@ -196,7 +200,7 @@ def test_a_reader_process_that_dies_costs_its_file_only(data_dir, tmp_path, monk
                 fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
             else:
                 read.append(unit.name)
-                fut.set_result(fn(unit, *args))
+                fut.set_result(fn(*args))
             return fut
 
     monkeypatch.setattr(driver, "_worker_pool", DyingPool)
@@ -254,3 +258,39 @@ def test_a_model_named_at_ingest_counts_the_unlogged_prompt_with_its_tokenizer(t
     assert named.model_raw == "gpt-4o"
     gap = CharEstimator().count(system) - estimator_for_model("gpt-4o").count(system)
     assert gap > 100 and named.unlogged_prompt_tokens - plain.unlogged_prompt_tokens == gap
+
+
+def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, monkeypatch):
+    # a sandbox where no child process starts: every job of every pool fails as if its reader had
+    # died, yet no file killed anything, so the batch is read in this process instead of skipped
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from dtoc_rl.ingest import driver
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for f in sorted((data_dir / "raw").glob("mini-swe-agent*/trajs/*.traj.json"))[:4]:
+        (logs / f.name).write_bytes(f.read_bytes())
+
+    class DeadPool:
+        def __init__(self, workers):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            fut = Future()
+            fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            return fut
+
+    monkeypatch.setattr(driver, "_worker_pool", DeadPool)
+    with pytest.warns(UserWarning, match="cannot start"):
+        res = ingest_paths([logs], workers=2, progress=False)
+    whole = ingest_paths([logs], workers=1, progress=False)
+    assert not res.skipped and len(res.trajectories) == 4
+    assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in whole.trajectories]
