@@ -207,6 +207,14 @@ class LearnedPolicyConfig:
     dagger_rounds: int = _f(
         1, "re-collect states with the learned policy, labelled by the targets of --mode (plan or needs)"
     )
+    dagger_threshold: float = _f(
+        0.5,
+        "lowest threshold the DAgger roll-outs decide with, each run's drawn log-uniformly from this to "
+        "--dagger-threshold-max (no table is chosen yet): 0.5 for both gives the states of an untuned "
+        "policy, which hides far more than at the thresholds the miss budget holds it to (0.02-0.2); "
+        "0.02 to 0.2 gives those states instead (docs/results.md)",
+    )
+    dagger_threshold_max: float = _f(0.5, "highest threshold the DAgger roll-outs decide with")
     rl_updates: int = _f(
         0,
         "PPO updates in ReplayEnv after supervised training (policies/learned_rl.py); 0: none, except "
@@ -338,6 +346,11 @@ class LearnedPolicyConfig:
         for name in ("rl_gamma", "rl_gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 < self.dagger_threshold <= self.dagger_threshold_max <= 1.0:
+            raise ValueError(
+                "dagger_threshold and dagger_threshold_max must satisfy 0 < low <= high <= 1, got "
+                f"{self.dagger_threshold} and {self.dagger_threshold_max}"
+            )
         if not self.rl_clip > 0.0:
             raise ValueError(f"rl_clip must be > 0, got {self.rl_clip}")
 

@@ -211,9 +211,13 @@ def collect(
     actor: str = "target",
     cache: dict | None = None,
     progress: bool = False,
+    seed: int = 0,
 ) -> list[Sample]:
     """Roll out ``actor`` ("target": play the targets; "policy": the learned policy)
-    and record each decision with its targets."""
+    and record each decision with its targets.  The policy decides each run at a threshold drawn
+    log-uniformly between ``cfg.dagger_threshold`` and ``cfg.dagger_threshold_max`` (by ``seed``),
+    unless its config fixes one: no table is chosen yet, and the states worth learning are those of
+    the thresholds it will be used at."""
     from tqdm.auto import tqdm
 
     cache = {} if cache is None else cache
@@ -223,7 +227,12 @@ def collect(
     dollars = policy.cfg.loss_weights == "dollars"
     aux = policy.cfg.aux_need > 0
     kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
-    for ep in tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False):
+    pc = policy.cfg
+    lo, hi = pc.dagger_threshold, pc.dagger_threshold_max
+    draw = np.full(len(episodes), lo) if lo == hi else np.exp(
+        np.random.default_rng(seed).uniform(np.log(lo), np.log(hi), len(episodes))
+    )  # fmt: skip
+    for k, ep in enumerate(tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False)):
         V = _targets(ep, mode, cfg, cache)
         if V is None:
             continue
@@ -233,6 +242,8 @@ def collect(
         obs, info = env.reset(seed=0)
         if actor == "policy":
             policy.reset(info)
+            if pc.threshold is None:
+                policy._thr, policy._rule = float(draw[k]), None
         done = False
         while not done:
             t = int(obs["globals"][2])
@@ -846,8 +857,11 @@ def _fit(
             policy, train, val, log=log, progress=progress, label="train"
         )
         for r in range(cfg.dagger_rounds if cfg.mode in ("oracle", "need") else 0):
-            train += collect(policy, train_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
-            val += collect(policy, tune_eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress)
+            for eps, into, part in ((train_eps, train, 0), (tune_eps, val, 1)):
+                into += collect(
+                    policy, eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress,
+                    seed=cfg.seed * 1000 + 10 * r + part,
+                )  # fmt: skip
             # fine-tune from the current weights: a third of the epochs is enough
             report[f"dagger_{r + 1}"] = _train_supervised(
                 policy, train, val, log=log, progress=progress, label=f"dagger{r + 1}",

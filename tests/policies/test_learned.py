@@ -644,3 +644,33 @@ def test_a_fused_kernel_that_disagrees_is_never_used(monkeypatch):
     pol = LearnedPolicyConfig(seed=1).create()
     np.testing.assert_array_equal(pol.probs(obs), want)
     assert pol.net._plan is False
+
+
+def test_dagger_rollouts_decide_at_thresholds_drawn_from_their_range(monkeypatch):
+    # the states DAgger adds are those of the thresholds the policy will be used at, not those of an
+    # untuned policy's 0.5
+    from dtoc_rl.policies.learned_trainer import collect
+    from tests.cost_episodes import make_episode
+
+    eps = [make_episode(100, [10] * 5, [10] * 5, [800] * 5, [40] * 5, needs={3: [0]}) for _ in range(6)]
+
+    def thresholds(**cfg):
+        pol = LearnedPolicyConfig(**TINY, **cfg).create()
+        seen: list[float] = []
+        plain = pol.want_visible
+
+        def spy(obs, probs, thr, *a, **kw):
+            seen.append(float(thr))
+            return plain(obs, probs, thr, *a, **kw)
+
+        monkeypatch.setattr(pol, "want_visible", spy)
+        collect(pol, eps, mode="oracle", actor="policy", seed=3)
+        return seen
+
+    drawn = thresholds(dagger_threshold=0.02, dagger_threshold_max=0.2)
+    assert drawn and all(0.02 <= t <= 0.2 for t in drawn)
+    assert len(set(drawn)) == len(eps)  # one per run
+    assert set(thresholds(dagger_threshold=0.5, dagger_threshold_max=0.5)) == {0.5}
+    assert set(thresholds(threshold=0.07)) == {0.07}  # a threshold the config fixes is kept
+    with pytest.raises(ValueError, match="dagger_threshold"):
+        LearnedPolicyConfig(dagger_threshold=0.3, dagger_threshold_max=0.2)
