@@ -930,6 +930,8 @@ class LearnedPolicy(Policy):
             saved.setdefault("word_vocab", 0)  # nor content words
             saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
             saved.setdefault("cold_hides", False)  # nor hides made at once before a cold call
+            saved.setdefault("dagger_threshold", 0.5)  # its DAgger rolled out at the untuned 0.5
+            saved.setdefault("dagger_threshold_max", 0.5)
             if isinstance(saved.get("threads"), int) and saved["threads"] < 1:
                 saved["threads"] = 1  # older trainings stored 0 and ran on one; no weight depends on it
             cfg = LearnedPolicyConfig(**saved)

@@ -352,7 +352,7 @@ class LearnedPolicyConfig:
         if not 0.0 < self.dagger_threshold <= self.dagger_threshold_max <= 1.0:
             raise ValueError(
                 "dagger_threshold and dagger_threshold_max must satisfy 0 < low <= high <= 1, got "
-                f"{self.dagger_threshold} and {self.dagger_threshold_max}"
+                f"{self.dagger_threshold} and {self.dagger_threshold_max} (one fixed threshold: set both)"
             )
         if not self.rl_clip > 0.0:
             raise ValueError(f"rl_clip must be > 0, got {self.rl_clip}")

@@ -230,7 +230,17 @@ def fill_unlogged_prompt(traj: Trajectory) -> None:
 
 def name_model(traj: Trajectory, model: str) -> None:
     """Name the model of a run whose log names none, and count its unlogged prompt again with that
-    model's tokenizer (``finalize`` counted it before the model was known, as ``ceil(len/4)``)."""
+    model's tokenizer: ``finalize`` counted it before the model was known, as ``ceil(len/4)``, and
+    ``fill_unlogged_prompt`` is the only thing that sets it, so the count it made is replaced."""
     traj.model_raw, traj.model_family = model, normalize_family(model)
     traj.unlogged_prompt_tokens = 0
     fill_unlogged_prompt(traj)
+    try:
+        extra = json.loads(traj.extra) if traj.extra else None
+    except ValueError:
+        extra = None
+    if isinstance(extra, dict) and "unlogged_prompt_estimator" in extra:
+        from dtoc_rl.core.tokens import estimator_for_model
+
+        extra["unlogged_prompt_estimator"] = repr(estimator_for_model(model))
+        traj.extra = json.dumps(extra)

@@ -18,6 +18,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,8 +268,8 @@ def _pools_start() -> bool:
     """Whether a reader process can start and answer at all (a job that reads nothing)."""
     try:
         with _worker_pool(1) as one:
-            return one.submit(os.getpid).result() > 0
-    except (BrokenProcessPool, OSError):
+            return one.submit(os.getpid).result(timeout=120) > 0
+    except (BrokenProcessPool, OSError, FuturesTimeout):  # OSError: the process could not be made
         return False
 
 
@@ -284,14 +285,22 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
     """``take(_process(unit), unit)`` for every unit in order, read by ``workers`` processes.  When one
     dies, the pool is lost with the jobs it had not finished: those that had finished are kept, the
     first unfinished ones (those the dead process may have been reading) are read again one process
-    each, a unit whose process dies again is skipped as such, and the rest go on in a new pool."""
+    each, a unit whose process dies again is skipped as such, and the rest go on in a new pool.  A
+    pool that finishes nothing at all, where not even an empty job runs, means that no process can
+    start here: the batch is then read in this process instead."""
     ready: dict[Path, Any] = {}  # results of a broken pool's finished jobs, taken in their turn
     todo = list(units)
     while todo:
         rest: list[Path] = []
+        futures: dict[Path, Any] = {}
         with _worker_pool(workers) as pool:
-            futures = {u: pool.submit(_process, u, label, fmt) for u in todo if u not in ready}
-            for i, unit in enumerate(todo):
+            try:
+                for u in todo:
+                    if u not in ready:
+                        futures[u] = pool.submit(_process, u, label, fmt)
+            except (BrokenProcessPool, OSError):  # a process could not be made, or died at once
+                rest = todo
+            for i, unit in enumerate(() if rest else todo):
                 if unit in ready:
                     take(ready.pop(unit), unit)
                     continue
@@ -305,19 +314,19 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
             f = futures.get(unit)
             if f is not None and f.done() and not f.cancelled() and f.exception() is None:
                 ready[unit] = f.result()
+        if rest and not ready and rest == todo and not _pools_start():
+            _read_here(rest, ready, label, fmt, take)
+            return
         unfinished = [u for u in rest if u not in ready]
         suspects = set(unfinished[: workers + 1])
         todo = []
-        for n, unit in enumerate(rest):  # in order: the suspects each alone, then the rest in a new pool
+        for unit in rest:  # in order: the suspects each alone, then the rest in a new pool
             if unit in suspects and not todo:
-                with _worker_pool(1) as one:
-                    try:
+                try:
+                    with _worker_pool(1) as one:
                         out = one.submit(_process, unit, label, fmt).result()
-                    except BrokenProcessPool:
-                        if not _pools_start():  # no file killed it: no process can start here
-                            _read_here(rest[n:], ready, label, fmt, take)
-                            return
-                        out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
+                except (BrokenProcessPool, OSError):
+                    out = ([], [Skip(display_path(unit), DIED)], None, _unit_size(unit))
                 take(out, unit)
             elif unit in ready and not todo:
                 take(ready.pop(unit), unit)

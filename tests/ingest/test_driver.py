@@ -275,7 +275,7 @@ def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, mon
 
     class DeadPool:
         def __init__(self, workers):
-            pass
+            self.calls = 0
 
         def __enter__(self):
             return self
@@ -284,13 +284,29 @@ def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, mon
             return False
 
         def submit(self, fn, *args):
+            self.calls += 1
+            if how == "refused" and self.calls > 1:  # the process is never made (3.11 forkserver)
+                raise BlockingIOError("Resource temporarily unavailable")
             fut = Future()
             fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
             return fut
 
     monkeypatch.setattr(driver, "_worker_pool", DeadPool)
-    with pytest.warns(UserWarning, match="cannot start"):
-        res = ingest_paths([logs], workers=2, progress=False)
     whole = ingest_paths([logs], workers=1, progress=False)
-    assert not res.skipped and len(res.trajectories) == 4
-    assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in whole.trajectories]
+    for how in ("die at once", "refused"):
+        with pytest.warns(UserWarning, match="cannot start"):
+            res = ingest_paths([logs], workers=2, progress=False)
+        assert not res.skipped and len(res.trajectories) == 4, how
+        assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in whole.trajectories]
+
+
+def test_naming_a_model_records_the_tokenizer_that_counted_the_unlogged_prompt():
+    from dtoc_rl.data.schema import Trajectory
+    from dtoc_rl.ingest.common import name_model
+
+    t = Trajectory(traj_id="r", source="repolaunch", model_raw="", model_family="other", task_id="t")
+    t.extra = json.dumps({"unlogged_prompt_estimator": "CharEstimator()", "kept": 1})
+    name_model(t, "gpt-4o")
+    extra = json.loads(t.extra)
+    assert extra["kept"] == 1 and "CharEstimator" not in extra["unlogged_prompt_estimator"]
+    assert (t.model_raw, t.model_family) == ("gpt-4o", "gpt-4o")

@@ -674,3 +674,14 @@ def test_dagger_rollouts_decide_at_thresholds_drawn_from_their_range(monkeypatch
     assert set(thresholds(threshold=0.07)) == {0.07}  # a threshold the config fixes is kept
     with pytest.raises(ValueError, match="dagger_threshold"):
         LearnedPolicyConfig(dagger_threshold=0.3, dagger_threshold_max=0.2)
+
+
+def test_a_checkpoint_saved_before_dagger_thresholds_says_it_rolled_out_at_one_half(tmp_path):
+    # its config is written back by --retune and --init-from: it must say how that network was trained
+    path = LearnedPolicyConfig(**TINY).create().save(tmp_path / "ck")
+    assert LearnedPolicy.load(path).cfg.dagger_threshold == 0.02
+    meta = json.loads((path / "config.json").read_text())
+    del meta["config"]["dagger_threshold"], meta["config"]["dagger_threshold_max"]
+    (path / "config.json").write_text(json.dumps(meta))
+    cfg = LearnedPolicy.load(path).cfg
+    assert (cfg.dagger_threshold, cfg.dagger_threshold_max) == (0.5, 0.5)
