@@ -685,3 +685,21 @@ def test_a_checkpoint_saved_before_dagger_thresholds_says_it_rolled_out_at_one_h
     (path / "config.json").write_text(json.dumps(meta))
     cfg = LearnedPolicy.load(path).cfg
     assert (cfg.dagger_threshold, cfg.dagger_threshold_max) == (0.5, 0.5)
+
+
+def test_each_dagger_collection_draws_its_thresholds_from_its_own_seed(monkeypatch):
+    # the training and tune roll-outs of each round draw apart, and a training's seed moves them all
+    import dtoc_rl.policies.learned_trainer as lt
+
+    calls, collect = [], lt.collect
+
+    def spy_collect(*a, **kw):
+        if kw.get("actor") == "policy":
+            calls.append(kw["seed"])
+        return collect(*a, **kw)
+
+    monkeypatch.setattr(lt, "collect", spy_collect)
+    for seed in (0, 1):
+        cfg = {**TINY, "epochs": 1, "dagger_rounds": 2, "seed": seed}
+        LearnedPolicyConfig(**cfg).create().fit(None, progress=False)
+    assert len(calls) == 8 and len(set(calls)) == 8  # 2 trainings x 2 rounds x (train, tune)
