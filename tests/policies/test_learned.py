@@ -678,7 +678,8 @@ def test_dagger_rollouts_decide_at_thresholds_drawn_from_their_range(monkeypatch
 
 def test_a_checkpoint_saved_before_dagger_thresholds_says_it_rolled_out_at_one_half(tmp_path):
     # its config is written back by --retune and --init-from: it must say how that network was trained
-    path = LearnedPolicyConfig(**TINY).create().save(tmp_path / "ck")
+    ranged = LearnedPolicyConfig(**TINY, dagger_threshold=0.02, dagger_threshold_max=0.2)
+    path = ranged.create().save(tmp_path / "ck")
     assert LearnedPolicy.load(path).cfg.dagger_threshold == 0.02
     meta = json.loads((path / "config.json").read_text())
     del meta["config"]["dagger_threshold"], meta["config"]["dagger_threshold_max"]
@@ -700,6 +701,7 @@ def test_each_dagger_collection_draws_its_thresholds_from_its_own_seed(monkeypat
 
     monkeypatch.setattr(lt, "collect", spy_collect)
     for seed in (0, 1):
-        cfg = {**TINY, "epochs": 1, "dagger_rounds": 2, "seed": seed}
+        cfg = {**TINY, "epochs": 1, "dagger_rounds": 2, "seed": seed, "dagger_threshold": 0.02,
+               "dagger_threshold_max": 0.2}  # fmt: skip
         LearnedPolicyConfig(**cfg).create().fit(None, progress=False)
     assert len(calls) == 8 and len(set(calls)) == 8  # 2 trainings x 2 rounds x (train, tune)
