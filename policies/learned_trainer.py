@@ -229,9 +229,11 @@ def collect(
     kinds = cfg.kind_mask()  # the needs that would be misses, as the simulator charges them
     pc = policy.cfg
     lo, hi = pc.dagger_threshold, pc.dagger_threshold_max
-    draw = np.full(len(episodes), lo) if lo == hi else np.exp(
-        np.random.default_rng(seed).uniform(np.log(lo), np.log(hi), len(episodes))
-    )  # fmt: skip
+    draw = None  # the policy's thresholds, one per run: only a roll-out of the policy needs them
+    if actor == "policy" and pc.threshold is None:
+        draw = np.full(len(episodes), lo) if lo == hi else np.exp(
+            np.random.default_rng(seed).uniform(np.log(lo), np.log(hi), len(episodes))
+        )  # fmt: skip
     for k, ep in enumerate(tqdm(episodes, desc=f"collect ({actor})", disable=not progress, leave=False)):
         V = _targets(ep, mode, cfg, cache)
         if V is None:
@@ -242,7 +244,7 @@ def collect(
         obs, info = env.reset(seed=0)
         if actor == "policy":
             policy.reset(info)
-            if pc.threshold is None:
+            if draw is not None:
                 policy._thr, policy._rule = float(draw[k]), None
         done = False
         while not done:

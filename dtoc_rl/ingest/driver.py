@@ -300,16 +300,17 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                         futures[u] = pool.submit(_process, u, label, fmt)
             except (BrokenProcessPool, OSError):  # a process could not be made, or died at once
                 rest = todo
-            for i, unit in enumerate(() if rest else todo):
-                if unit in ready:
-                    take(ready.pop(unit), unit)
-                    continue
-                try:
-                    out = futures[unit].result()
-                except BrokenProcessPool:
-                    rest = todo[i:]
-                    break
-                take(out, unit)
+            else:
+                for i, unit in enumerate(todo):
+                    if unit in ready:
+                        take(ready.pop(unit), unit)
+                        continue
+                    try:
+                        out = futures[unit].result()
+                    except BrokenProcessPool:
+                        rest = todo[i:]
+                        break
+                    take(out, unit)
         for unit in rest:
             f = futures.get(unit)
             if f is not None and f.done() and not f.cancelled() and f.exception() is None:
