@@ -656,15 +656,20 @@ class LearnedPolicy(Policy):
         self.words_per_output = WORDS_PER_OUTPUT
 
     # -- acting ------------------------------------------------------------------
-    def reset(self, info: dict[str, Any] | None = None) -> None:
+    def reset(self, info: dict[str, Any] | None = None, threshold: float | None = None) -> None:
         """Take the episode's prices and model (what ReplayEnv hands policies at reset) for the
-        economics features and the threshold; without them both come from the observation."""
+        economics features and the threshold; without them both come from the observation.
+        ``threshold`` decides this episode at that threshold, with no fallback rule, whatever the
+        table says (training's DAgger roll-outs, before any table is chosen)."""
         p = episode_prices(info)
         self._prices = price_vector(p) if p is not None else None
         info = info or {}
         ep = info.get("episode")
         family = getattr(ep, "model_family", None) or info.get("model_family")
-        self._thr, self._rule = self._choice(family, p) if family or p is not None else (None, None)
+        if threshold is not None:
+            self._thr, self._rule = float(threshold), None
+        else:
+            self._thr, self._rule = self._choice(family, p) if family or p is not None else (None, None)
 
     def threshold_for(self, family: str | None, prices: Prices | None = None) -> float:
         """The threshold used for a model: ``cfg.threshold`` when set, else the checkpoint's
@@ -879,15 +884,10 @@ class LearnedPolicy(Policy):
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise CheckpointError(f"{path} is not a checkpoint: expected config.json and model.safetensors")
-        try:
-            meta = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{cfg_file}: invalid JSON ({e.msg})") from None
-        except (OSError, UnicodeDecodeError, RecursionError) as e:
-            raise CheckpointError(f"{cfg_file}: cannot be read ({type(e).__name__}: {e})") from None
-        if not isinstance(meta, dict) or meta.get("kind") != "dtoc_rl.learned":
+        meta = read_checkpoint_config(cfg_file)
+        if meta.get("kind") != "dtoc_rl.learned":
             raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint")
-        if not isinstance(meta.get("config"), dict):
+        if "config" not in meta:
             raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")
         version = meta.get("checkpoint_version", 1)
         if not isinstance(version, int) or version > CHECKPOINT_VERSION:
@@ -951,10 +951,6 @@ class LearnedPolicy(Policy):
             raise CheckpointError(f"{weights}: weights do not fit the config: {_one_line(e)}") from None
         policy.net.eval()
         policy.meta = meta.get("meta", {})
-        if not isinstance(policy.meta, dict):
-            raise CheckpointError(f"{cfg_file}: 'meta' is not an object (a damaged checkpoint)")
-        if (key := bad_task_list(policy.meta)) is not None:
-            raise CheckpointError(f"{cfg_file}: 'meta.{key}' is not a list of task names")
         if not isinstance(policy.meta.get("trained_on", ""), str | None):
             raise CheckpointError(f"{cfg_file}: 'meta.trained_on' is not a dataset path")
         try:
@@ -983,14 +979,29 @@ class LearnedPolicy(Policy):
         return policy
 
 
-def bad_task_list(meta: dict[str, Any]) -> str | None:
-    """The first of a checkpoint's task lists (``meta.val_tasks``, ``tune_tasks``, ``train_tasks``) that
-    is there but not a list of task names, or None."""
+def read_checkpoint_config(cfg_file: Path) -> dict[str, Any]:
+    """A checkpoint's ``config.json``: a JSON object whose ``config`` and ``meta``, where present, are
+    objects and whose task lists (``meta.val_tasks``, ``tune_tasks``, ``train_tasks``) are lists of
+    names.  Anything else is a one-line CheckpointError naming the file.  What it does not check is the
+    caller's: loading needs the weights' settings, ``evaluate --holdout-from`` only the task lists."""
+    try:
+        meta = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{cfg_file}: no such file (not a checkpoint folder)") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cfg_file}: invalid JSON ({e.msg})") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{cfg_file}: cannot be read ({type(e).__name__}: {_one_line(e)})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint (not a JSON object)")
+    if not isinstance(meta.get("config", {}), dict) or not isinstance(meta.get("meta", {}), dict):
+        raise CheckpointError(f"{cfg_file}: 'config' and 'meta' must be objects (a damaged checkpoint)")
+    info = meta.get("meta", {})
     for key in ("val_tasks", "tune_tasks", "train_tasks"):
-        tasks = meta.get(key)
+        tasks = info.get(key)
         if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
-            return key
-    return None
+            raise CheckpointError(f"{cfg_file}: 'meta.{key}' is not a list of task names")
+    return meta
 
 
 #: What a checkpoint folder holds; saving replaces a folder holding nothing else, never another one.

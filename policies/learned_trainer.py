@@ -243,9 +243,7 @@ def collect(
         env = ReplayEnv(trajectories=[ep], max_items=n, cost_config=cfg, expose_episode=True)
         obs, info = env.reset(seed=0)
         if actor == "policy":
-            policy.reset(info)
-            if draw is not None:
-                policy._thr, policy._rule = float(draw[k]), None
+            policy.reset(info, threshold=None if draw is None else float(draw[k]))
         done = False
         while not done:
             t = int(obs["globals"][2])

@@ -283,26 +283,14 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
     """The tasks of ``dataset`` the checkpoint did not train on, and the source and family it was trained
     without: its validation tasks, and every task it never saw (a checkpoint that lists its training
     tasks; an older one names only its validation tasks)."""
-    import json as _json
-
     from dtoc_rl.data.dataset import dataset_tasks
     from dtoc_rl.data.paths import bundled_dataset
-    from dtoc_rl.policies.learned import bad_task_list
+    from dtoc_rl.policies.learned import read_checkpoint_config
 
-    cfg = ckpt / "config.json"
-    if not cfg.is_file():
-        raise FileNotFoundError(f"--holdout-from {ckpt}: no config.json (not a checkpoint folder)")
-    try:
-        meta = _json.loads(cfg.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"--holdout-from {cfg}: not JSON ({' '.join(str(e).split())[:150]})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"--holdout-from {cfg}: not a checkpoint's config (a JSON object)")
+    if not ckpt.is_dir():
+        raise FileNotFoundError(f"--holdout-from {ckpt}: no such checkpoint folder")
+    meta = read_checkpoint_config(ckpt / "config.json")  # CheckpointError: one line, named file
     config, info = meta.get("config", {}), meta.get("meta", {})
-    if not isinstance(config, dict) or not isinstance(info, dict):
-        raise ValueError(f"--holdout-from {cfg}: 'config' and 'meta' must be objects (a damaged checkpoint)")
-    if (key := bad_task_list(info)) is not None:
-        raise ValueError(f"--holdout-from {cfg}: 'meta.{key}' is not a list of task names")
     left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}
     held = set(info.get("val_tasks") or ())
     here = dataset_tasks(dataset or bundled_dataset())

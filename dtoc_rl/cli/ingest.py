@@ -94,21 +94,30 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     if args.workers < 1:
         return fail(f"--workers must be >= 1, got {args.workers}")
-    try:
-        res = ingest_paths(
-            args.paths,
-            label=not args.no_labels,
-            workers=args.workers,
-            progress=not (args.quiet or args.json),
-            fmt=args.fmt,
-            model=args.model,
-        )
+    import warnings
+
+    try:  # what ingest warns of belongs in its summary (--json, the dataset card), not only on stderr
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            res = ingest_paths(
+                args.paths,
+                label=not args.no_labels,
+                workers=args.workers,
+                progress=not (args.quiet or args.json),
+                fmt=args.fmt,
+                model=args.model,
+            )
     except FileNotFoundError as e:
         return fail(str(e))
+    for w in caught:  # a library's own warnings go on to the usual handler
+        if not issubclass(w.category, UserWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     unnamed = sum(1 for t in res.trajectories if not t.model_raw)
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
-    summary["warnings"] = []
+    summary["warnings"] = list(
+        dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning))
+    )
     bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
     if bare:  # runs that only talked, or a log whose tool calls no ingester reads
         summary["warnings"].append(

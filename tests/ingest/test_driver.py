@@ -260,7 +260,7 @@ def test_a_model_named_at_ingest_counts_the_unlogged_prompt_with_its_tokenizer(t
     assert gap > 100 and named.unlogged_prompt_tokens - plain.unlogged_prompt_tokens == gap
 
 
-def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, monkeypatch):
+def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, monkeypatch, capsys):
     # a sandbox where no child process starts: every job of every pool fails as if its reader had
     # died, yet no file killed anything, so the batch is read in this process instead of skipped
     from concurrent.futures import Future
@@ -298,6 +298,11 @@ def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, mon
             res = ingest_paths([logs], workers=2, progress=False)
         assert not res.skipped and len(res.trajectories) == 4, how
         assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in whole.trajectories]
+    # the command's summary says so too (--json and the dataset card), not only stderr
+    capsys.readouterr()
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--workers", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert any("cannot start" in w for w in summary["warnings"]) and summary["total"]["trajectories"] == 4
 
 
 def test_naming_a_model_records_the_tokenizer_that_counted_the_unlogged_prompt():

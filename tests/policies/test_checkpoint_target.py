@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dtoc_rl.cli import main
-from dtoc_rl.policies.learned import LearnedPolicy, check_checkpoint_target
+from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy, check_checkpoint_target
 
 
 def test_a_checkpoint_folder_is_replaced_and_any_other_folder_or_file_is_refused(tmp_path):
@@ -71,9 +71,10 @@ def test_a_damaged_checkpoint_is_refused_at_load_in_one_line(tmp_path):
 def test_holdout_from_a_damaged_config_is_one_line(tmp_path, capsys):
     ck = tmp_path / "ck"
     ck.mkdir()
+    (ck / "model.safetensors").write_bytes(b"")  # the config is read before the weights
     for text, says in (
-        ('{"meta": {"val_tasks": ', "not JSON"),
-        ("[1, 2]", "not a checkpoint's config"),
+        ('{"meta": {"val_tasks": ', "invalid JSON"),
+        ("[1, 2]", "not a dtoc_rl learned-policy checkpoint"),
         ('{"meta": []}', "'config' and 'meta' must be objects"),
         ('{"meta": {"val_tasks": [["a"]]}}', "'meta.val_tasks' is not a list of task names"),
     ):
@@ -81,6 +82,12 @@ def test_holdout_from_a_damaged_config_is_one_line(tmp_path, capsys):
         assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
         err = capsys.readouterr().err.strip()
         assert says in err and str(ck / "config.json") in err and "\n" not in err
+        with pytest.raises(CheckpointError, match=says):  # one reader: loading says the same
+            LearnedPolicy.load(ck)
+    (ck / "config.json").unlink()
+    assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config.json: no such file (not a checkpoint folder)" in err and "\n" not in err
 
 
 def test_a_newer_checkpoint_is_refused_and_an_unknown_setting_named(tmp_path):
