@@ -660,7 +660,8 @@ class LearnedPolicy(Policy):
         """Take the episode's prices and model (what ReplayEnv hands policies at reset) for the
         economics features and the threshold; without them both come from the observation.
         ``threshold`` decides this episode at that threshold, with no fallback rule, whatever the
-        table says (training's DAgger roll-outs, before any table is chosen)."""
+        table says (training's DAgger roll-outs, before any table is chosen); a threshold fixed in the
+        config still comes first."""
         p = episode_prices(info)
         self._prices = price_vector(p) if p is not None else None
         info = info or {}
@@ -884,9 +885,7 @@ class LearnedPolicy(Policy):
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise CheckpointError(f"{path} is not a checkpoint: expected config.json and model.safetensors")
-        meta = read_checkpoint_config(cfg_file)
-        if meta.get("kind") != "dtoc_rl.learned":
-            raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint")
+        meta = read_checkpoint_config(cfg_file, kind="dtoc_rl.learned")
         if "config" not in meta:
             raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")
         version = meta.get("checkpoint_version", 1)
@@ -979,21 +978,27 @@ class LearnedPolicy(Policy):
         return policy
 
 
-def read_checkpoint_config(cfg_file: Path) -> dict[str, Any]:
-    """A checkpoint's ``config.json``: a JSON object whose ``config`` and ``meta``, where present, are
-    objects and whose task lists (``meta.val_tasks``, ``tune_tasks``, ``train_tasks``) are lists of
-    names.  Anything else is a one-line CheckpointError naming the file.  What it does not check is the
-    caller's: loading needs the weights' settings, ``evaluate --holdout-from`` only the task lists."""
+def read_checkpoint_config(cfg_file: Path, kind: str | None = None) -> dict[str, Any]:
+    """A checkpoint's ``config.json``: a JSON object (whose ``kind`` is ``kind``, when given) whose
+    ``config`` and ``meta``, where present, are objects and whose task lists (``meta.val_tasks``,
+    ``tune_tasks``, ``train_tasks``) are lists of names.  Anything else is a one-line CheckpointError
+    naming the file.  What it does not check is the caller's: loading needs the weights' settings,
+    ``evaluate --holdout-from`` only the task lists (and reads configs written without ``kind``)."""
     try:
         meta = json.loads(cfg_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{cfg_file}: no such file (not a checkpoint folder)") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_file}: invalid JSON ({e.msg})") from None
-    except (OSError, UnicodeDecodeError, RecursionError) as e:
-        raise CheckpointError(f"{cfg_file}: cannot be read ({type(e).__name__}: {_one_line(e)})") from None
+        raise CheckpointError(
+            f"{cfg_file}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        ) from None
+    # ValueError: an integer too long to convert; RecursionError: nesting too deep to decode
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{cfg_file}: cannot be read ({_one_line(e)})") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint (not a JSON object)")
+    if kind is not None and meta.get("kind") != kind:  # someone else's config: not "damaged"
+        raise CheckpointError(f"{cfg_file}: not a dtoc_rl learned-policy checkpoint")
     if not isinstance(meta.get("config", {}), dict) or not isinstance(meta.get("meta", {}), dict):
         raise CheckpointError(f"{cfg_file}: 'config' and 'meta' must be objects (a damaged checkpoint)")
     info = meta.get("meta", {})

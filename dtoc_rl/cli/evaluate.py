@@ -288,7 +288,8 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
     from dtoc_rl.policies.learned import read_checkpoint_config
 
     if not ckpt.is_dir():
-        raise FileNotFoundError(f"--holdout-from {ckpt}: no such checkpoint folder")
+        what = "not a checkpoint folder" if ckpt.exists() else "no such checkpoint folder"
+        raise FileNotFoundError(f"--holdout-from {ckpt}: {what}")
     meta = read_checkpoint_config(ckpt / "config.json")  # CheckpointError: one line, named file
     config, info = meta.get("config", {}), meta.get("meta", {})
     left_out = {"source": config.get("exclude_source"), "family": config.get("exclude_family")}

@@ -96,9 +96,22 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--workers must be >= 1, got {args.workers}")
     import warnings
 
-    try:  # what ingest warns of belongs in its summary (--json, the dataset card), not only on stderr
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("default")
+    from dtoc_rl.ingest.driver import IngestWarning
+
+    noted: list[str] = []  # ingest's own warnings, for the summary (--json, the dataset card)
+    show = warnings.showwarning
+
+    def note(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, IngestWarning):  # a library's: as it would be shown anyway
+            return show(message, category, filename, lineno, file, line)
+        if str(message) not in noted:
+            noted.append(str(message))
+            if not args.json:  # now, while the progress bar runs, not after the table
+                warn(str(message))
+
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = note
             res = ingest_paths(
                 args.paths,
                 label=not args.no_labels,
@@ -109,15 +122,10 @@ def run(args: argparse.Namespace) -> int:
             )
     except FileNotFoundError as e:
         return fail(str(e))
-    for w in caught:  # a library's own warnings go on to the usual handler
-        if not issubclass(w.category, UserWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     unnamed = sum(1 for t in res.trajectories if not t.model_raw)
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
-    summary["warnings"] = list(
-        dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning))
-    )
+    summary["warnings"] = list(noted)
     bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
     if bare:  # runs that only talked, or a log whose tool calls no ingester reads
         summary["warnings"].append(
@@ -165,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
         print_summary(summary, f"ingested → {args.out}" if code == 0 else "ingest (not written)")
         for w in summary.get("warnings", ()):
-            warn(w)
+            if w not in noted:  # those were shown as they happened
+                warn(w)
         if code:
             print(f"dtoc-rl: error: {summary['error']}", file=sys.stderr)
     return code

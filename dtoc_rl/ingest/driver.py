@@ -30,7 +30,7 @@ from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, de
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import name_model
 
-__all__ = ["IngestResult", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
+__all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
 LOG_SUFFIXES = {".json", ".jsonl", ".traj", ".parquet", ".PARQUET"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
@@ -42,6 +42,11 @@ AUXILIARY = [
     "*.csv", "*.txt", "*.diff", "*.patch", "*.log", "*.md", "tool_call_*.json", "agent_proxy_*.json",
     "debug_agent_*.json", "*.py", "*.png",
 ]  # fmt: skip
+
+
+class IngestWarning(UserWarning):
+    """What ingest itself warns of (not a library it calls): ``dtoc-rl ingest`` shows it as it
+    happens and keeps it in the dataset's summary."""
 
 
 @dataclass
@@ -276,7 +281,9 @@ def _pools_start() -> bool:
 def _read_here(units: list[Path], ready: dict[Path, Any], label: bool, fmt: str | None, take) -> None:
     """The rest of a batch read in this process, when reader processes cannot start (a sandbox that
     forbids them, a broken interpreter for the children): slower, but nothing is skipped for it."""
-    warnings.warn("reader processes cannot start here: reading the rest in this process", stacklevel=2)
+    warnings.warn(
+        "reader processes cannot start here: reading the rest in this process", IngestWarning, stacklevel=2
+    )
     for unit in units:
         take(ready.pop(unit) if unit in ready else _process(unit, label, fmt), unit)
 

@@ -294,7 +294,7 @@ def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, mon
     monkeypatch.setattr(driver, "_worker_pool", DeadPool)
     whole = ingest_paths([logs], workers=1, progress=False)
     for how in ("die at once", "refused"):
-        with pytest.warns(UserWarning, match="cannot start"):
+        with pytest.warns(driver.IngestWarning, match="cannot start"):
             res = ingest_paths([logs], workers=2, progress=False)
         assert not res.skipped and len(res.trajectories) == 4, how
         assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in whole.trajectories]
@@ -303,6 +303,12 @@ def test_reader_processes_that_cannot_start_cost_nothing(data_dir, tmp_path, mon
     assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--workers", "2", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert any("cannot start" in w for w in summary["warnings"]) and summary["total"]["trajectories"] == 4
+    # in the table mode it is shown once, as it happens, and not again after the table
+    assert (
+        main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--workers", "2", "--quiet", "--overwrite"])
+        == 0
+    )
+    assert capsys.readouterr().err.count("cannot start") == 1
 
 
 def test_naming_a_model_records_the_tokenizer_that_counted_the_unlogged_prompt():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -72,22 +73,31 @@ def test_holdout_from_a_damaged_config_is_one_line(tmp_path, capsys):
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "model.safetensors").write_bytes(b"")  # the config is read before the weights
+    kind = '"kind": "dtoc_rl.learned", '
     for text, says in (
         ('{"meta": {"val_tasks": ', "invalid JSON"),
         ("[1, 2]", "not a dtoc_rl learned-policy checkpoint"),
-        ('{"meta": []}', "'config' and 'meta' must be objects"),
-        ('{"meta": {"val_tasks": [["a"]]}}', "'meta.val_tasks' is not a list of task names"),
+        ("{" + kind + '"meta": []}', "'config' and 'meta' must be objects"),
+        ("{" + kind + '"meta": {"val_tasks": [["a"]]}}', "'meta.val_tasks' is not a list of task names"),
+        ("[" * 100_000, "cannot be read (RecursionError"),  # nesting too deep to decode
+        ('{"n": ' + "9" * 5000 + "}", "cannot be read (ValueError"),  # too long for an int
     ):
         (ck / "config.json").write_text(text)
         assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
         err = capsys.readouterr().err.strip()
         assert says in err and str(ck / "config.json") in err and "\n" not in err
-        with pytest.raises(CheckpointError, match=says):  # one reader: loading says the same
+        with pytest.raises(CheckpointError, match=re.escape(says)):  # one reader: loading says the same
             LearnedPolicy.load(ck)
+    # a config of something else is not "damaged": loading says whose it is not
+    (ck / "config.json").write_text('{"architectures": ["X"], "config": "abc"}')
+    with pytest.raises(CheckpointError, match=r"not a dtoc_rl learned-policy checkpoint$"):
+        LearnedPolicy.load(ck)
     (ck / "config.json").unlink()
     assert main(["evaluate", "-p", "none", "--holdout-from", str(ck), "--held-out-only"]) == 2
     err = capsys.readouterr().err.strip()
     assert "config.json: no such file (not a checkpoint folder)" in err and "\n" not in err
+    assert main(["evaluate", "-p", "none", "--holdout-from", str(ck / "model.safetensors")]) == 2
+    assert "not a checkpoint folder" in capsys.readouterr().err
 
 
 def test_a_newer_checkpoint_is_refused_and_an_unknown_setting_named(tmp_path):
