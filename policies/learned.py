@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 CHECKPOINT_VERSION = 2
+#: What a checkpoint's config.json names itself, so that loading tells ours from another's.
+CHECKPOINT_KIND = "dtoc_rl.learned"
 _VIS = ITEM_FEATURES.index("visible")
 _TOK = ITEM_FEATURES.index("est_tokens_k")
 _AGE = ITEM_FEATURES.index("age")
@@ -857,7 +859,7 @@ class LearnedPolicy(Policy):
         )
         meta = {
             "checkpoint_version": CHECKPOINT_VERSION,
-            "kind": "dtoc_rl.learned",
+            "kind": CHECKPOINT_KIND,
             "config": self.cfg.to_dict(),
             "item_features": list(ITEM_FEATURES),
             "global_features": list(GLOBAL_FEATURES),
@@ -885,7 +887,7 @@ class LearnedPolicy(Policy):
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise CheckpointError(f"{path} is not a checkpoint: expected config.json and model.safetensors")
-        meta = read_checkpoint_config(cfg_file, kind="dtoc_rl.learned")
+        meta = read_checkpoint_config(cfg_file, kind=CHECKPOINT_KIND)
         if "config" not in meta:
             raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")
         version = meta.get("checkpoint_version", 1)
