@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -64,6 +65,22 @@ def test_rules_beyond_the_schema():
         {"items": [{"key": "b", "tokens": 2, "timestamp": 9}, {"key": "a", "tokens": 1, "timestamp": 1}]}
     )
     assert parse(late_first, max_items=4, max_request_items=10)["keys"] == ["a", "b"]  # ordered by timestamp
+    one = [{"key": "a", "tokens": 1}]
+    for extra, text in (({"visible_count": 5}, "must be <= stored (1, the number of items"),
+                        ({"visible_count": 5, "stored": 3}, "must be <= stored (3)")):  # fmt: skip
+        with pytest.raises(DecideError, match=re.escape("visible_count: " + text)):
+            parse(to_request({"items": one, **extra}), max_items=4, max_request_items=10)
+
+
+def test_every_check_runs_before_the_labels_are_asked_for():
+    asked = []
+    bad = to_request({"items": [{"key": "a", "tokens": 1}, {"key": "b", "tokens": 1, "tool_category": "x"}]})
+    with pytest.raises(DecideError, match=r"items\[1\].tool_category"):
+        parse(bad, max_items=4, max_request_items=10, labels=lambda keys: asked.append(keys) or {})
+    assert asked == []
+    ok = to_request({"items": [{"key": "a", "tokens": 1}, {"key": "b", "tokens": 1}]})
+    parse(ok, max_items=1, max_request_items=10, labels=lambda keys: asked.append(keys) or {})
+    assert asked == [["b"]]  # the window's keys
 
 
 @pytest.mark.parametrize(

@@ -90,6 +90,17 @@ def test_unknown_versions_fall_back_to_the_family_with_one_warning(monkeypatch):
         assert prices_for("mystery", "mystery-1") == PRICES[pricing.DEFAULT_FAMILY]
 
 
+def test_warnings_about_unpriced_models_are_bounded(monkeypatch):
+    """Model names come from clients of the service too: new names must not grow memory or the log."""
+    monkeypatch.setattr(pricing, "_warned", set())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for i in range(pricing.MAX_WARNED + 50):
+            prices_for("gpt-4o", f"gpt-4o-x{i}")
+    assert len(seen) == pricing.MAX_WARNED + 1 and len(pricing._warned) == pricing.MAX_WARNED + 1
+    assert "the rest are priced without a warning" in str(seen[-1].message)
+
+
 def test_the_simulator_prices_the_episode_by_its_version():
     ep = make_episode(base=2048, user=[0, 0], asst=[0, 0], vis=[0, 0], hid=[0, 0])
     ep.model_raw = "gpt-4o-2024-05-13"

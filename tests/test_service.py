@@ -246,6 +246,26 @@ def test_serve_refuses_a_bad_checkpoint_at_start(tmp_path, capsys):
     assert "different item features" in capsys.readouterr().err
 
 
+def test_serve_names_its_fallback_self_when_the_policy_takes_every_family(monkeypatch, capsys):
+    import dtoc_rl.serve.service as service
+
+    made = []
+
+    def make_server(*a, **kw):  # the real server, which returns at once instead of serving
+        srv = real(*a, **kw)
+        srv.serve_forever = lambda **_: None
+        made.append(srv)
+        return srv
+
+    real = service.make_server
+    monkeypatch.setattr(service, "make_server", make_server)
+    monkeypatch.setenv("DTOC_TOKEN", "a-token-for-this-test-0123456789")
+    assert cli_main(["serve", "--policy", "hide_big", "--fallback", "self", "--port", "0", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["fallback"] == "self" and "other" in info["families"]
+    assert made[0].service.version()["fallback"] == "self"
+
+
 def test_serve_process_prints_json_and_its_token_serves_and_stops_on_sigterm():
     env = {k: v for k, v in os.environ.items() if k != "DTOC_TOKEN"}
     proc = subprocess.Popen(

@@ -316,6 +316,13 @@ def test_a_body_sent_with_a_get_is_not_read_as_the_next_request(serve):
     assert out.count(b"HTTP/1.1 200") == 2 and b"HTTP/1.1 4" not in out
 
 
+def test_an_http_0_9_request_gets_a_status_line(serve):
+    srv = serve()
+    out = raw_exchange(srv, b"GET /health\r\n\r\n")  # no version: no headers, no Host either
+    assert out.startswith(b"HTTP/1.1 400") and b"Content-Type: application/json" in out
+    assert b"HTTP/0.9 request line" in out
+
+
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE", "CONNECT", "PROPFIND", "PUT"])
 def test_other_methods_get_a_json_405(serve, method):
     srv = serve()

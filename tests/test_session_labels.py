@@ -206,3 +206,51 @@ def test_a_later_turn_naming_a_calls_id_needs_its_output():
         resp = svc.decide({"session": f"s{with_id}", "task": "t", "turns": sent, "items": items})
         needed[with_id] = resp["session"]["needed"].get("k0", 0)
     assert needed == {True: 1, False: 0}
+
+
+def test_a_refused_request_makes_no_session_and_pushes_none_out():
+    svc = DecisionService(make_policy("none"))
+    svc.sessions = Sessions(max_sessions=1, max_chars=1000)
+    t0 = {"index": 0, "assistant_text": "look", "calls": [{"key": "t0000", "tool": "bash", "output": "A"}]}
+    svc.decide({"session": "victim", "turns": [t0], "items": [{"key": "t0000", "tokens": 10}]})
+    bad_item = {"key": "t0000", "tokens": 10, "tool_category": "bogus"}
+    too_big = {"index": 0, "calls": [{"key": "t0000", "tool": "bash", "output": "x" * 2000}]}
+    for req, status in (
+        ({"session": "junk", "turns": [t0], "items": [bad_item]}, 422),  # an item refused
+        ({"session": "junk", "turns": [too_big], "items": []}, 413),  # its first turn refused
+        ({"session": "junk", "turns": [t0, {"index": 1, "user_text": "x" * 2000}], "items": []}, 413),
+    ):
+        with pytest.raises(DecideError) as e:
+            svc.decide(req)
+        assert e.value.status == status
+        assert len(svc.sessions) == 1 and svc.sessions.get("junk") is None
+    r = svc.decide({"session": "victim", "turns": [{"index": 1, "assistant_text": "t0000 again"}],
+                    "items": [{"key": "t0000", "tokens": 10}]})  # fmt: skip
+    assert r["session"] == {"turns": 2, "needed": {"t0000": 1}}
+
+
+def test_a_turn_sent_with_a_refused_item_is_not_kept():
+    svc = DecisionService(make_policy("none"))
+    wrong = {"index": 0, "assistant_text": "WRONG", "calls": []}
+    with pytest.raises(DecideError) as e:
+        svc.decide(
+            {"session": "r", "turns": [wrong], "items": [{"key": "a", "tokens": 1, "tool_category": "x"}]}
+        )
+    assert e.value.field == "items[0].tool_category" and svc.sessions.get("r") is None
+    t0 = {"index": 0, "calls": [{"key": "t0000", "tool": "bash", "output": "A"}]}
+    t1 = {"index": 1, "assistant_text": "see t0000"}
+    r = svc.decide({"session": "r", "turns": [t0, t1], "items": [{"key": "t0000", "tokens": 1}]})
+    assert r["session"] == {"turns": 2, "needed": {"t0000": 1}}  # the corrected turn 0 was labelled
+
+
+def test_a_key_given_to_two_calls_is_refused():
+    svc = DecisionService(make_policy("none"))
+    call = {"key": "t0000", "tool": "bash", "output": "A"}
+    with pytest.raises(DecideError) as e:  # twice in one turn
+        svc.decide({"session": "d", "turns": [{"index": 0, "calls": [call, call]}], "items": []})
+    assert (e.value.status, e.value.field) == (422, "turns[0].calls[1].key")
+    assert "duplicate key 't0000'" in e.value.message and svc.sessions.get("d") is None
+    svc.decide({"session": "d", "turns": [{"index": 0, "calls": [call]}], "items": []})
+    with pytest.raises(DecideError) as e:  # again in a later turn
+        svc.decide({"session": "d", "turns": [{"index": 1, "calls": [{**call, "output": "B"}]}], "items": []})
+    assert e.value.field == "turns[0].calls[0].key" and svc.sessions.get("d").turns == 1

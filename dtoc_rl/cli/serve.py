@@ -206,9 +206,10 @@ def run(args: argparse.Namespace) -> int:
         if trained_on:
             families = {trained_on if trained_on in FAMILIES else normalize_family(trained_on)}
         fallback = None
+        fallback_label = None
         fb = args.fallback.strip()
-        if fb == "self":
-            families = set(FAMILIES)
+        if fb == "self":  # every family, "other" too, goes to the policy itself
+            families, fallback_label = set(FAMILIES), "self"
         elif fb != "none":
             fallback = _load(fb, "fallback policy")
         if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
@@ -219,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         service = DecisionService(
             policy,
             fallback=fallback,
+            fallback_label=fallback_label,
             families=families,
             max_items=args.max_items
             or getattr(getattr(policy, "cfg", None), "max_items", None)

@@ -314,7 +314,8 @@ def parse(
     """The observation inputs of a request: ``keys`` (all items, in order), ``states`` (the
     ``max_items`` most recent as ItemStates), the family and the global counts.  ``labels``:
     the window's item keys -> their need features (the service's session labels), for the
-    items whose own request fields leave them out; what it returned is ``"labels"``."""
+    items whose own request fields leave them out; what it returned is ``"labels"``.  Every check
+    of the request runs before ``labels`` is called, so a refused request never reaches a session."""
     items = req.items
     if len(items) > max_request_items:
         raise DecideError(413, f"items: {len(items)} items; at most {max_request_items} per request", "items")
@@ -326,19 +327,35 @@ def parse(
         order = sorted(range(len(items)), key=lambda i: items[i].timestamp)
     else:
         order = list(range(len(items)))
+    n = len(items)
+    seen: set[str] = set()
+    for i in order:
+        if items[i].key in seen:
+            raise _bad(f"items[{i}].key", f"duplicate key {items[i].key!r}")
+        seen.add(items[i].key)
+    first_in_window = max(0, n - max_items)
+    window = order[first_in_window:]
+    args_of = {i: _args_text(items[i], i) for i in window}
+    tool_of = {i: _tool_id(items[i], i, args_of[i]) for i in window}
+    stored, visible_count = req.stored, req.visible_count
+    if stored is not None and stored < n:
+        raise _bad("stored", f"must be >= the number of items ({n}), got {stored}")
+    if visible_count is not None and visible_count > (n if stored is None else stored):
+        raise _bad(
+            "visible_count",
+            f"must be <= stored ({n if stored is None else stored}"
+            f"{'' if stored is not None else ', the number of items when stored is not sent'}), "
+            f"got {visible_count}",
+        )
+    family = resolve_family(req)
+    prices = req.prices.to_prices() if req.prices is not None else None
     keys: list[str] = []
     states: list[ItemState] = []  # the window, oldest first
     sizes: list[tuple[int, bool]] = []  # every item, for the globals: (tokens, visible)
     max_age = -1
-    seen: set[str] = set()
-    n = len(items)
-    first_in_window = max(0, n - max_items)
-    known = labels([items[i].key for i in order[first_in_window:]]) if labels is not None else {}
+    known = labels([items[i].key for i in window]) if labels is not None else {}
     for rank, i in enumerate(order):
         it = items[i]
-        if it.key in seen:
-            raise _bad(f"items[{i}].key", f"duplicate key {it.key!r}")
-        seen.add(it.key)
         age = it.age
         if age is None and it.stored_step is not None and step is not None:
             age = max(0, step - it.stored_step)
@@ -349,7 +366,7 @@ def parse(
         max_age = max(max_age, age)
         if rank < first_in_window:  # older than the policy's slots: counted in the globals only
             continue
-        args = _args_text(it, i)
+        args = args_of[i]
         times_needed = it.needs if it.needs is not None else it.times_needed
         since_need, modified, rereads = it.since_need, it.modified, it.rereads
         label = known.get(it.key)
@@ -367,7 +384,7 @@ def parse(
         else:
             words = _words(call_text(it.tool, args, it.head)) if (it.tool or it.head) else ()
         states.append(ItemState(
-            est_tokens=it.tokens, age=age, visible=it.visible, tool_id=_tool_id(it, i, args),
+            est_tokens=it.tokens, age=age, visible=it.visible, tool_id=tool_of[i],
             words=words,
             times_needed=times_needed or 0, since_need=since_need, modified=modified,
             is_error=it.is_error, superseded=it.superseded, rereads=rereads, toggles=it.toggles,
@@ -382,19 +399,14 @@ def parse(
     saved = req.saved_tokens
     if saved is None:
         saved = sum(max(0, t - PLACEHOLDER_TOKENS) for t in hidden)
-    stored, visible_count = req.stored, req.visible_count
-    if stored is not None and stored < n:
-        raise _bad("stored", f"must be >= the number of items ({n}), got {stored}")
-    if visible_count is not None and stored is not None and visible_count > stored:
-        raise _bad("visible_count", f"must be <= stored ({stored}), got {visible_count}")
     return {
         "stored": n if stored is None else stored,
         "visible_count": (n - len(hidden)) if visible_count is None else visible_count,
         "keys": keys,
         "states": states,
-        "family": resolve_family(req),
+        "family": family,
         "model": req.model,
-        "prices": req.prices.to_prices() if req.prices is not None else None,
+        "prices": prices,
         "idle_seconds": req.idle_seconds,
         "cache_cold": req.cache_cold,
         "active_tokens": active,

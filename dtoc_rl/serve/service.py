@@ -286,17 +286,24 @@ class DecisionService:
         ``client``'s: the HTTP layer passes the id of the request's token), its new turns are
         labelled first and the session's need features fill the items that carry none."""
         req = to_request(req)
-        session = None
-        if req.session is not None:
-            session = self.sessions.feed(req, client)  # None: unknown and no turns yet
-        elif req.turns:
+        if req.session is None and req.turns:
             raise DecideError(422, "turns: need a session (the service keeps a session's labels)", "turns")
+        fed: list[Any] = []
+
+        def labels(keys: list[str]) -> dict[str, Any]:
+            # called by parse once the request passed every check: a refused request feeds no
+            # session, makes none and pushes none out
+            s = self.sessions.feed(req, client)  # None: unknown and no turns yet
+            fed.append(s)
+            return s.states(keys) if s is not None else {}
+
         p = parse(
             req,
             max_items=self.max_items,
             max_request_items=self.max_request_items,
-            labels=session.states if session is not None else None,
+            labels=labels if req.session is not None else None,
         )
+        session = fed[0] if fed else None
         if req.session is not None:
             p["session"] = {
                 "turns": session.turns if session is not None else 0,
@@ -542,6 +549,9 @@ class _Handler(BaseHTTPRequestHandler):
         svc = self.server.service
         routes = {"/health": "GET", "/version": "GET", "/decide": "POST"}
         try:
+            if self.request_version == "HTTP/0.9":  # no headers: answered with a status line anyway
+                self.request_version = "HTTP/1.1"
+                return self._reject(400, "HTTP/0.9 request line: send 'METHOD PATH HTTP/1.1'", "<request>")
             # a line without a colon ends http.server's header parsing early, and a folded line
             # continues a value: either way the headers are not what the client meant
             cut = any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in self.headers.defects)

@@ -90,6 +90,18 @@ class SessionLabels:
                 )
             # a manage_context call of the client's own is not a stored output
             calls = [c for c in t.calls if c.tool != MANAGE_CONTEXT_NAME]
+            keys: set[str] = set()
+            for j, c in enumerate(t.calls):
+                if c.tool == MANAGE_CONTEXT_NAME:
+                    continue
+                if c.key in self._keys or c.key in keys:  # one key, one output: else a need goes astray
+                    raise DecideError(
+                        422,
+                        f"turns[{k}].calls[{j}].key: duplicate key {c.key!r} (an earlier call of the "
+                        "session has it; each output needs its own key)",
+                        f"turns[{k}].calls[{j}].key",
+                    )
+                keys.add(c.key)
             size = len(t.user_text) + len(t.assistant_text)
             size += sum(len(c.output) + len(_args_text(c.args)) for c in calls)
             if self.chars + size > self.max_chars:
@@ -211,7 +223,8 @@ class Sessions:
         key = (client, req.session)
         with self._lock:
             s = self._sessions.get(key)
-            if s is None:
+            new = s is None
+            if new:
                 if not req.turns:
                     return None
                 first = req.turns[0].index
@@ -234,8 +247,6 @@ class Sessions:
                 except DecideError:
                     del self._sessions[key]
                     raise
-                while len(self._sessions) > self.max_sessions:
-                    self._drop(self._victim())
             else:
                 self._sessions.move_to_end(key)
             s.last_used = self._clock()
@@ -244,6 +255,19 @@ class Sessions:
             with self._lock:
                 self._reserve(s, size, f"turns[{k}]")
 
-        with s.lock:
-            s.add(req.turns, reserve)
+        try:
+            with s.lock:
+                s.add(req.turns, reserve)
+        except DecideError:
+            # a session made by a refused request is not kept: it would take a place (or push out
+            # another session) for a request that failed; the client sends its turns again
+            if new:
+                with self._lock:
+                    if self._sessions.get(key) is s:
+                        self._drop(key)
+            raise
+        if new:  # only a session that exists pushes another out
+            with self._lock:
+                while len(self._sessions) > self.max_sessions:
+                    self._drop(self._victim())
         return s

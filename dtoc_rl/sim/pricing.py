@@ -200,12 +200,18 @@ PRICES: dict[str, Prices] = {
 DEFAULT_FAMILY = "gpt-4o"
 
 _warned: set[str] = set()
+# Model names come from logs and from clients of the service: the names warned about are kept (and
+# warned about) up to this many, so that a client sending new names cannot grow memory or the log.
+MAX_WARNED = 100
 
 
 def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, stacklevel=3)
+    if key in _warned or len(_warned) > MAX_WARNED:
+        return
+    _warned.add(key)
+    if len(_warned) > MAX_WARNED:
+        message = f"more than {MAX_WARNED} models without a price; the rest are priced without a warning"
+    warnings.warn(message, stacklevel=3)
 
 
 def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
