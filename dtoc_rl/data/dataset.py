@@ -16,12 +16,14 @@ an interrupted run never leaves a folder that looks complete.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ __all__ = [
     "iter_trajectories",
     "load_hf_dataset",
     "load_trajectories",
+    "storable",
     "write_dataset",
 ]
 
@@ -44,6 +47,86 @@ MARKER = "COMPLETE"
 
 class DatasetError(Exception):
     pass
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _mend_text(obj: Any) -> None:
+    """Replace lone UTF-16 surrogates (a JSON string a JavaScript harness cut inside an emoji) by
+    U+FFFD in every text of a trajectory, in place: Parquet holds UTF-8, which has no such character."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                setattr(obj, f.name, _SURROGATE.sub("\ufffd", v))
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                if isinstance(x, str) and _SURROGATE.search(x):
+                    v[i] = _SURROGATE.sub("\ufffd", x)
+                elif is_dataclass(x):
+                    _mend_text(x)
+        elif is_dataclass(v):
+            _mend_text(v)
+
+
+@functools.cache
+def _slim_schema() -> tuple[Any, frozenset[str], frozenset[str]]:
+    """The dataset's schema without its text columns (and the names of those, at the top and in a
+    step): text is checked as Python strings, so that the check never copies a run's outputs."""
+    import pyarrow as pa
+
+    from dtoc_rl.data.schema import hf_features
+
+    schema = hf_features().arrow_schema
+    step_type = schema.field("steps").type.value_type
+    texts = frozenset(f.name for f in schema if pa.types.is_string(f.type))
+    step_texts = frozenset(f.name for f in step_type if pa.types.is_string(f.type))
+    slim_step = pa.struct([f for f in step_type if f.name not in step_texts])
+    fields_ = [f for f in schema if f.name not in texts and f.name != "steps"]
+    return pa.schema([*fields_, pa.field("steps", pa.list_(slim_step))]), texts, step_texts
+
+
+def storable(t: Trajectory) -> str | None:
+    """None when the trajectory fits the dataset's columns, else why not (the column, and the step,
+    whose value does not fit: a count beyond 64 bits, text where a number goes); its lone surrogates
+    are mended first (:func:`_mend_text`).  Checked per trajectory, so that one bad run is skipped by
+    name instead of failing the write of every other."""
+    import pyarrow as pa
+
+    _mend_text(t)
+    row = t.to_row()
+    schema, texts, step_texts = _slim_schema()
+    for name in texts:
+        if not isinstance(row.get(name), str | None):
+            return f"{name}: {row.get(name)!r:.60} is not text"
+    for i, step in enumerate(row["steps"]):
+        for name in step_texts:
+            if not isinstance(step.get(name), str | None):
+                return f"step {i} {name}: {step.get(name)!r:.60} is not text"
+    slim = {f.name: row.get(f.name) for f in schema if f.name != "steps"}
+    slim["steps"] = [{k: v for k, v in step.items() if k not in step_texts} for step in row["steps"]]
+    errors = (pa.ArrowException, OverflowError, TypeError, ValueError)
+    try:
+        pa.Table.from_pylist([slim], schema=schema)
+        return None
+    except errors as e:
+        why = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+    for field in schema:  # which value: one column, one step at a time
+        if field.name == "steps":
+            for i, step in enumerate(slim["steps"]):
+                for sub in field.type.value_type:
+                    try:
+                        pa.array([step.get(sub.name)], type=sub.type)
+                    except errors:
+                        value = f"{step.get(sub.name)!r:.60}"
+                        return f"step {i} {sub.name}: {value} does not fit the dataset ({why})"
+            continue
+        try:
+            pa.array([slim.get(field.name)], type=field.type)
+        except errors:
+            return f"{field.name}: {slim.get(field.name)!r:.60} does not fit the dataset ({why})"
+    return f"does not fit the dataset ({why})"
 
 
 def _row_bytes(row: dict[str, Any]) -> int:
@@ -264,8 +347,17 @@ def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = 
     or a dataset folder (shards, summary, card, marker and nothing else), holding none of ``inputs``
     (the logs being read) and not the current folder."""
     out = Path(out).absolute()
+
+    try:
+        target = out.resolve()
+    except (RuntimeError, OSError) as e:  # a symbolic link loop (RuntimeError before Python 3.13)
+        raise DatasetError(f"{out}: cannot follow its symbolic links ({e})") from None
     for p in inputs or ():
-        if Path(p).absolute().resolve().is_relative_to(out.resolve()):
+        try:
+            source = Path(p).absolute().resolve()
+        except (RuntimeError, OSError):  # a link loop holds no logs: ingest skipped it by name
+            continue
+        if source.is_relative_to(target):
             raise DatasetError(f"{out} holds {p}, which is being ingested: write the dataset elsewhere")
     if not out.exists():
         return

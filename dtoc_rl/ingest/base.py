@@ -51,12 +51,19 @@ def read_text(path: Path, *, lenient: bool = False) -> str:
         raise IngestError(f"invalid UTF-8 at byte {at}", path) from None
 
 
+def json_error(e: json.JSONDecodeError, line: bool = True) -> str:
+    """Where and why JSON failed, as one phrase ("Unterminated string starting at line 3 column 5"):
+    some of the decoder's messages end in "at" already."""
+    msg = e.msg[:-3] if e.msg.endswith(" at") else e.msg
+    return f"{msg} at line {e.lineno} column {e.colno}" if line else f"{msg} at column {e.colno}"
+
+
 def read_json(path: Path) -> Any:
     text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise IngestError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path) from None
+        raise IngestError(f"invalid JSON: {json_error(e)}", path) from None
 
 
 @dataclass

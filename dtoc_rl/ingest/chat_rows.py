@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.base import IngestError, json_error
 
 __all__ = ["MESSAGE_COLUMNS", "chat_run", "message_column"]
 
@@ -57,7 +57,7 @@ def chat_run(row: dict) -> dict:
         try:
             msgs = json.loads(msgs)
         except json.JSONDecodeError as e:
-            raise IngestError(f"'{key}' is text but not JSON ({e.msg} at column {e.colno})") from None
+            raise IngestError(f"'{key}' is text but not JSON ({json_error(e, line=False)})") from None
         except RecursionError:
             raise IngestError(f"'{key}' is JSON text nested too deeply to read") from None
         if not isinstance(msgs, list):

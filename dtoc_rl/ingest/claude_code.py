@@ -70,7 +70,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, read_text
+from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
 
@@ -238,7 +238,7 @@ def _load_report(path: Path) -> tuple[list, dict]:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
-        raise IngestError(f"invalid JSON in the ```json block: {e.msg} at line {e.lineno}", path) from None
+        raise IngestError(f"invalid JSON in the ```json block: {json_error(e)}", path) from None
     if isinstance(data, list):
         return data, {}
     if not isinstance(data, dict):

@@ -108,7 +108,7 @@ def number(d: dict, *keys: str) -> float | None:
     readers turn 1e999 into inf, which is no figure)."""
     for k in keys:
         v = d.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 10**15:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 10**15:
             continue  # no count or price is that large (and float() of 10**400 overflows)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
             return v

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import CharEstimator
+from dtoc_rl.data.dataset import storable
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
@@ -115,7 +116,12 @@ def discover(
     for root in paths:
         root = Path(root)
         if not root.exists():
-            raise FileNotFoundError(f"no such file or folder: {display_path(root)}")
+            what = (
+                "a symbolic link to nothing (dangling, or a loop)"
+                if root.is_symlink()
+                else "no such file or folder"
+            )
+            raise FileNotFoundError(f"{what}: {display_path(root)}")
         kind = _special(root.stat().st_mode)
         if kind is not None:
             skipped.append(Skip(display_path(root), f"{kind}: not read"))
@@ -243,6 +249,14 @@ def _process(
         skips.append(Skip(where, forced + e.reason, ing.name))
     except PARSE_FAILURES as e:  # e.g. a malformed file reached code that expected a well-formed one
         skips.append(Skip(where, (forced + failure_reason(e))[:500], ing.name))
+    fit = []
+    for t in trajs:  # a value no column can hold skips its run here, not the write of every run
+        why = storable(t)
+        if why is None:
+            fit.append(t)
+        else:
+            skips.append(Skip(f"{where}#{display_path(t.traj_id)}", why, ing.name))
+    trajs = fit
     if label and trajs:
         from dtoc_rl.labels import label_trajectory
 

@@ -57,7 +57,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, read_json, read_text
+from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_json, read_text
 from dtoc_rl.ingest.chat_rows import chat_run, message_column
 from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
@@ -167,7 +167,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         try:
             yield lineno, json.loads(line), None
         except json.JSONDecodeError as e:
-            yield lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"
+            yield lineno, None, f"invalid JSON ({json_error(e, line=False)})"
+        except RecursionError:  # one line too deep to read: the lines after it are still read
+            yield lineno, None, "JSON nested too deeply to read"
 
 
 def parse_rows(
@@ -195,6 +197,9 @@ def parse_rows(
             continue
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             bad.append(f"{unit} {number}: unexpected structure ({type(e).__name__}: {e})")
+            continue
+        except RecursionError:
+            bad.append(f"{unit} {number}: nested too deeply to read")
             continue
         yield traj
     if n == 0:
@@ -239,9 +244,9 @@ def norm_args(args: Any) -> str:
     if isinstance(args, str):
         try:
             obj = json.loads(args)
-        except json.JSONDecodeError:
+            return json.dumps(obj) if isinstance(obj, (dict, list)) else args
+        except (json.JSONDecodeError, RecursionError):  # a string nested too deeply is kept as sent
             return args
-        return json.dumps(obj) if isinstance(obj, (dict, list)) else args
     return json.dumps(args)
 
 

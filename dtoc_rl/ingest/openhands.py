@@ -66,7 +66,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, read_text
+from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl, norm_args, parse_rows
 
@@ -118,7 +118,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise IngestError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path) from None
+            raise IngestError(f"invalid JSON: {json_error(e)}", path) from None
         if isinstance(data, list) and data and isinstance(data[0], dict) and "history" not in data[0]:
             yield 1, {"history": data}, None  # a bare event list (one trajectory)
         elif isinstance(data, list):

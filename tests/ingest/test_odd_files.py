@@ -86,3 +86,28 @@ def test_an_intact_copy_displaces_a_damaged_one_with_the_same_id(tmp_path):
     assert len(res.trajectories) == 1
     assert res.trajectories[0].source_path == "logs/b/run.jsonl"
     assert any("intact copy in" in s.reason for s in res.skipped)
+
+
+def test_a_link_loop_named_as_input_or_output_is_a_one_line_error(tmp_path):
+    from dtoc_rl.data.dataset import DatasetError, check_dataset_target
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match=r"a symbolic link to nothing \(dangling, or a loop\): "):
+        ingest_paths([tmp_path / "a"], progress=False)
+    with pytest.raises(DatasetError, match="cannot follow its symbolic links"):
+        check_dataset_target(tmp_path / "a")
+    check_dataset_target(tmp_path / "new", inputs=[tmp_path / "a"])  # a loop holds no logs: no error
+
+
+def test_where_json_breaks_is_said_once():
+    from dtoc_rl.ingest.base import json_error
+
+    cases = (
+        ('{"a": "b', "Unterminated string starting at line 1 column 7"),
+        ('{"a": 1,}', "Expecting property name enclosed in double quotes at line 1 column 9"),
+    )
+    for text, said in cases:
+        with pytest.raises(json.JSONDecodeError) as e:
+            json.loads(text)
+        assert json_error(e.value) == said and " at at " not in json_error(e.value, line=False)

@@ -181,3 +181,59 @@ def test_a_trajectory_the_labeller_fails_on_is_skipped_and_the_others_are_kept(t
     assert sorted(t.task_text for t in res.trajectories) == ["fix it", "fix it"]
     (skip,) = res.skipped
     assert "#" in skip.path and "need labelling failed: ValueError" in skip.reason
+
+
+def test_a_value_no_column_holds_skips_its_run_by_name_and_the_batch_goes_on(tmp_path):
+    from dtoc_rl.data.dataset import storable, write_dataset
+
+    good = tmp_path / "good.json"
+    good.write_text(_chat('{"prompt_tokens": 10, "completion_tokens": 2}'))
+    (t,) = ingest_paths([good], progress=False).trajectories
+    assert storable(t) is None
+    t.unlogged_prompt_tokens = 10**19  # beyond int64: the write of every run failed on it
+    assert storable(t).startswith("unlogged_prompt_tokens: 10000000000000000000 does not fit the dataset")
+    t.unlogged_prompt_tokens = 0
+    t.steps[0].output_tokens = "many"
+    assert storable(t).startswith("step 0 output_tokens: 'many' does not fit the dataset")
+    # a float count beyond any real one is not a logged figure (int() of it overflowed the column)
+    big = tmp_path / "big.json"
+    big.write_text(_chat('{"prompt_tokens": 1e19, "completion_tokens": 2}'))
+    (b,) = ingest_paths([big], progress=False).trajectories
+    assert b.steps[0].usage.input_tokens is None and storable(b) is None
+    write_dataset([b], tmp_path / "ds")
+
+
+def test_a_lone_surrogate_is_mended_not_fatal(tmp_path):
+    # a JavaScript harness cuts a string inside an emoji: JSON keeps the half as "\ud83d"
+    f = tmp_path / "cut.json"
+    f.write_text(_chat('{"prompt_tokens": 10, "completion_tokens": 2}').replace('"a.py"', '"a.py \\ud83d"'))
+    res = ingest_paths([f], progress=False)
+    (t,) = res.trajectories
+    assert not res.skipped and t.steps[0].output == "a.py \ufffd"
+    from dtoc_rl.data.dataset import load_trajectories, write_dataset
+
+    (back,) = load_trajectories(write_dataset(res.trajectories, tmp_path / "ds"))
+    assert back.steps[0].output == "a.py \ufffd"
+
+
+def test_one_line_nested_too_deeply_loses_only_itself(tmp_path):
+    lines = [json.loads(_chat('{"prompt_tokens": 10, "completion_tokens": 2}')) for _ in range(3)]
+    for i, row in enumerate(lines):
+        row["id"] = f"run{i}"
+    f = tmp_path / "runs.jsonl"
+    deep = json.dumps(lines[1]).replace(
+        '"messages"', '"x": ' + "[" * 100_000 + "]" * 100_000 + ', "messages"'
+    )
+    f.write_text("\n".join([json.dumps(lines[0]), deep, json.dumps(lines[2])]) + "\n")
+    res = ingest_paths([f], progress=False)
+    assert sorted(t.traj_id.rsplit("/", 1)[-1] for t in res.trajectories) == ["run0", "run2"]
+    (skip,) = res.skipped
+    assert "line 2: JSON nested too deeply to read" in skip.reason
+    # arguments nested too deeply are kept as the text they are
+    args = "[" * 5000 + "]" * 5000
+    row = json.loads(_chat('{"prompt_tokens": 10, "completion_tokens": 2}'))
+    row["messages"][1]["tool_calls"][0]["function"]["arguments"] = args
+    g = tmp_path / "args.json"
+    g.write_text(json.dumps(row))
+    (t,) = ingest_paths([g], progress=False).trajectories
+    assert t.steps[0].tool_args == args
