@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
 
 __all__ = ["main"]
@@ -71,6 +73,7 @@ def _run(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
     module.add_arguments(p)
     args = p.parse_args(argv[1:])
+    before = _on_sigterm_interrupt()
     try:
         return int(module.run(args) or 0)
     except BrokenPipeError:
@@ -88,3 +91,23 @@ def _run(argv: list[str]) -> int:
         where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
         print(f"dtoc-rl: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _on_sigterm_interrupt():
+    """Make SIGTERM (``timeout``, ``kill``, a scheduler ending a job) stop a command as Ctrl-C does, so
+    that it cleans up as it does then (no half-written output left): the handler it replaced, or None
+    when it left it alone (not the main thread, or a handler someone else set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        return None
+    signal.signal(signal.SIGTERM, _interrupt)
+    return before

@@ -352,6 +352,13 @@ def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = 
         target = out.resolve()
     except (RuntimeError, OSError) as e:  # a symbolic link loop (RuntimeError before Python 3.13)
         raise DatasetError(f"{out}: cannot follow its symbolic links ({e})") from None
+    if out.is_symlink() and not out.exists():
+        raise DatasetError(f"{out} is a symbolic link to nothing: name a folder to write the dataset to")
+    for parent in target.parents:  # the folder it goes in must be one, or be makeable as one
+        if parent.exists():
+            if not parent.is_dir():
+                raise DatasetError(f"{out}: {parent} is a file, not a folder")
+            break
     for p in inputs or ():
         try:
             source = Path(p).absolute().resolve()

@@ -321,3 +321,35 @@ def test_naming_a_model_records_the_tokenizer_that_counted_the_unlogged_prompt()
     extra = json.loads(t.extra)
     assert extra["kept"] == 1 and "CharEstimator" not in extra["unlogged_prompt_estimator"]
     assert (t.model_raw, t.model_family) == ("gpt-4o", "gpt-4o")
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_partial_output(tmp_path, data_dir, monkeypatch):
+    """``timeout`` and schedulers end a job with SIGTERM: the dataset being written is removed, as on
+    Ctrl-C, not left as a hidden half-written folder."""
+    import os
+    import signal
+
+    import pyarrow.parquet as pq
+
+    from dtoc_rl.cli import main as cli_main
+    from dtoc_rl.cli.common import INTERRUPTED
+
+    def killed(*a, **kw):  # the job is ended while it writes the dataset
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(pq, "write_table", killed)
+    out = tmp_path / "out" / "ds"
+    before = signal.getsignal(signal.SIGTERM)
+    code = cli_main(
+        [
+            "ingest",
+            str(data_dir / "raw" / "tau-bench_gpt-4o_airline"),
+            "-o",
+            str(out),
+            "--quiet",
+            "--workers",
+            "1",
+        ]
+    )
+    assert code == INTERRUPTED and not out.exists() and list(out.parent.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is before  # put back once the command ends

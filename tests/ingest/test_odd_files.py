@@ -98,6 +98,12 @@ def test_a_link_loop_named_as_input_or_output_is_a_one_line_error(tmp_path):
     with pytest.raises(DatasetError, match="cannot follow its symbolic links"):
         check_dataset_target(tmp_path / "a")
     check_dataset_target(tmp_path / "new", inputs=[tmp_path / "a"])  # a loop holds no logs: no error
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DatasetError, match="file is a file, not a folder"):
+        check_dataset_target(tmp_path / "file" / "ds")  # found before any log is read
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(DatasetError, match="is a symbolic link to nothing"):
+        check_dataset_target(tmp_path / "dangling")
 
 
 def test_where_json_breaks_is_said_once():
