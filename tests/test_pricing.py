@@ -99,6 +99,10 @@ def test_warnings_about_unpriced_models_are_bounded(monkeypatch):
             prices_for("gpt-4o", f"gpt-4o-x{i}")
     assert len(seen) == pricing.MAX_WARNED + 1 and len(pricing._warned) == pricing.MAX_WARNED + 1
     assert "the rest are priced without a warning" in str(seen[-1].message)
+    monkeypatch.setattr(pricing, "_warned", set())
+    with pytest.warns(UserWarning) as seen:
+        prices_for("gpt-4o", "gpt-4o-" + "x" * 200_000)
+    assert len(str(seen[0].message)) < 300
 
 
 def test_the_simulator_prices_the_episode_by_its_version():

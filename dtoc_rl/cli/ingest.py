@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     if args.workers < 1:
         return fail(f"--workers must be >= 1, got {args.workers}")
+    if args.model is not None and (not args.model.strip() or not args.model.isprintable()):
+        return fail(f"--model must be a model's name (printable, not blank), got {args.model[:100]!r}")
     import warnings
 
     from dtoc_rl.ingest.driver import IngestWarning

@@ -227,15 +227,15 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
     version = model_version(model_raw)
     if version in VERSION_PRICES:
         return VERSION_PRICES[version], None
+    # a name is shown as far as a reader needs it (a log or a client may send one of any length)
+    shown = repr(model_raw if model_raw is None or len(model_raw) <= 100 else model_raw[:100] + "…")
     if family in PRICES:
         if not model_raw:
             return PRICES[family], None
-        msg = (
-            f"no price for model version {model_raw!r}: priced as its family {family!r} "
-            f"({PRICES[family].source})"
-        )
+        msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
         return PRICES[family], (f"v:{model_raw}", msg)
-    msg = f"no price for model {model_raw or family!r} (family {family!r}): priced as {DEFAULT_FAMILY}"
+    named = shown if model_raw else repr(family)
+    msg = f"no price for model {named} (family {family!r}): priced as {DEFAULT_FAMILY}"
     return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
 
 

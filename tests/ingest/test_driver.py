@@ -239,6 +239,9 @@ def test_runs_that_name_no_model_are_named_by_model_and_said_otherwise(tmp_path,
         ("gpt-4o-mini", "gpt-4o-mini"),
     ]  # a named one keeps its own
     assert "--model claude-sonnet-4-5" in (out / "README.md").read_text()  # how to remake it
+    for blank in ("   ", "x\ny"):
+        assert main(["ingest", str(log), "-o", str(tmp_path / "c"), "--quiet", "--model", blank]) == 2
+        assert "--model must be a model's name" in capsys.readouterr().err
 
 
 def test_a_model_named_at_ingest_counts_the_unlogged_prompt_with_its_tokenizer(tmp_path):
