@@ -254,3 +254,30 @@ def test_a_key_given_to_two_calls_is_refused():
     with pytest.raises(DecideError) as e:  # again in a later turn
         svc.decide({"session": "d", "turns": [{"index": 1, "calls": [{**call, "output": "B"}]}], "items": []})
     assert e.value.field == "turns[0].calls[0].key" and svc.sessions.get("d").turns == 1
+
+
+def test_a_session_another_request_joined_is_kept_when_its_makers_request_fails(monkeypatch):
+    from dtoc_rl.engine.decide_request import to_request
+    from dtoc_rl.serve.session_labels import SessionLabels
+
+    sessions = Sessions()
+    t0 = {"index": 0, "calls": [{"key": "t0000", "tool": "bash", "output": "A"}]}
+    maker = to_request({"session": "s", "turns": [t0, {"index": 1}], "items": []})
+    joiner = to_request({"session": "s", "turns": [t0], "items": []})
+    real_add = SessionLabels.add
+
+    def add(self, turns, reserve=None):  # while the maker's turns are fed, another request uses it
+        if len(turns) == 1:  # the joiner's
+            return real_add(self, turns, reserve)
+        real_add(self, turns[:1], reserve)
+        self.lock.release()
+        try:
+            assert sessions.feed(joiner).turns == 1  # answered: it counts on the session
+        finally:
+            self.lock.acquire()
+        raise DecideError(413, "turns[1]: too long", "turns[1]")
+
+    monkeypatch.setattr(SessionLabels, "add", add)
+    with pytest.raises(DecideError):
+        sessions.feed(maker)
+    assert sessions.get("s") is not None and sessions.get("s").turns == 1

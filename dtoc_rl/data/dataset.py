@@ -16,6 +16,7 @@ an interrupted run never leaves a folder that looks complete.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -352,6 +353,11 @@ def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = 
         target = out.resolve()
     except (RuntimeError, OSError) as e:  # a symbolic link loop (RuntimeError before Python 3.13)
         raise DatasetError(f"{out}: cannot follow its symbolic links ({e})") from None
+    try:
+        os.stat(out)
+    except OSError as e:  # Python 3.13's resolve() no longer raises on a loop: the system says so here
+        if e.errno == errno.ELOOP:
+            raise DatasetError(f"{out}: cannot follow its symbolic links (a loop)") from None
     if out.is_symlink() and not out.exists():
         raise DatasetError(f"{out} is a symbolic link to nothing: name a folder to write the dataset to")
     for parent in target.parents:  # the folder it goes in must be one, or be makeable as one

@@ -322,16 +322,20 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
             except (BrokenProcessPool, OSError):  # a process could not be made, or died at once
                 rest = todo
             else:
-                for i, unit in enumerate(todo):
-                    if unit in ready:
-                        take(ready.pop(unit), unit)
-                        continue
-                    try:
-                        out = futures[unit].result()
-                    except BrokenProcessPool:
-                        rest = todo[i:]
-                        break
-                    take(out, unit)
+                try:
+                    for i, unit in enumerate(todo):
+                        if unit in ready:
+                            take(ready.pop(unit), unit)
+                            continue
+                        try:
+                            out = futures[unit].result()
+                        except BrokenProcessPool:
+                            rest = todo[i:]
+                            break
+                        take(out, unit)
+                except BaseException:  # Ctrl-C, SIGTERM: stop after the files being read now, not the batch
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         for unit in rest:
             f = futures.get(unit)
             if f is not None and f.done() and not f.cancelled() and f.exception() is None:

@@ -70,6 +70,7 @@ class SessionLabels:
         self.lock = threading.Lock()
         self.last_used = 0.0  # set by Sessions (its clock)
         self.dropped = False  # set by Sessions when it lets go of this session
+        self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
 
     def add(self, turns: list[Turn], reserve: Callable[[int, int], None] | None = None) -> None:
@@ -249,6 +250,7 @@ class Sessions:
                     raise
             else:
                 self._sessions.move_to_end(key)
+                s.joined = True  # another request uses it: it stays even if its maker's request fails
             s.last_used = self._clock()
 
         def reserve(k: int, size: int) -> None:
@@ -258,12 +260,13 @@ class Sessions:
         try:
             with s.lock:
                 s.add(req.turns, reserve)
-        except DecideError:
+        except BaseException:
             # a session made by a refused request is not kept: it would take a place (or push out
-            # another session) for a request that failed; the client sends its turns again
+            # another session) for a request that failed; the client sends its turns again.  Unless
+            # another request has used it meanwhile, whose answer counted on it.
             if new:
                 with self._lock:
-                    if self._sessions.get(key) is s:
+                    if self._sessions.get(key) is s and not s.joined:
                         self._drop(key)
             raise
         if new:  # only a session that exists pushes another out

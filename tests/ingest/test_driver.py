@@ -356,3 +356,39 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_partial_output(tmp
     )
     assert code == INTERRUPTED and not out.exists() and list(out.parent.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is before  # put back once the command ends
+
+
+def test_an_interrupt_cancels_the_files_not_yet_read_by_the_workers(tmp_path, data_dir, monkeypatch):
+    """Ctrl-C or SIGTERM during ``--workers N`` stops after the files being read now: the rest of the
+    batch is cancelled, not read and thrown away."""
+    import shutil
+
+    from dtoc_rl.ingest import driver
+
+    calls = []
+    real = driver._worker_pool
+
+    def pool(workers):
+        p = real(workers)
+        shutdown = p.shutdown
+
+        def spy(wait=True, *, cancel_futures=False):
+            calls.append(cancel_futures)
+            return shutdown(wait=wait, cancel_futures=cancel_futures)
+
+        p.shutdown = spy
+        return p
+
+    monkeypatch.setattr(driver, "_worker_pool", pool)
+    src = sorted((data_dir / "raw" / "tau-bench_gpt-4o_airline").rglob("*.json"))[0]
+    units = []
+    for i in range(6):
+        units.append(tmp_path / f"{i}.json")
+        shutil.copy(src, units[-1])
+
+    def interrupted(out, unit):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        driver._in_workers(units, False, None, 2, interrupted)
+    assert calls and calls[0] is True  # the pending jobs were cancelled before the pool was left
