@@ -24,7 +24,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import fields, is_dataclass
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +56,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _mend_text(obj: Any) -> None:
     """Replace lone UTF-16 surrogates (a JSON string a JavaScript harness cut inside an emoji) by
     U+FFFD in every text of a trajectory, in place: Parquet holds UTF-8, which has no such character."""
-    for f in fields(obj):
-        v = getattr(obj, f.name)
+    fix = _SURROGATE.sub
+    for name, v in vars(obj).items():
         if isinstance(v, str):
-            if _SURROGATE.search(v):
-                setattr(obj, f.name, _SURROGATE.sub("\ufffd", v))
+            if not v.isascii() and _SURROGATE.search(v):
+                setattr(obj, name, fix("\ufffd", v))
         elif isinstance(v, list):
             for i, x in enumerate(v):
-                if isinstance(x, str) and _SURROGATE.search(x):
-                    v[i] = _SURROGATE.sub("\ufffd", x)
+                if isinstance(x, str):
+                    if not x.isascii() and _SURROGATE.search(x):
+                        v[i] = fix("\ufffd", x)
                 elif is_dataclass(x):
                     _mend_text(x)
         elif is_dataclass(v):

@@ -14,7 +14,7 @@ on the first of them.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 __all__ = [
@@ -137,7 +137,9 @@ class Trajectory:
         return len(self.steps)
 
     def to_row(self) -> dict[str, Any]:
-        row = asdict(self)
+        """The row written to the dataset: ``dataclasses.asdict`` (:func:`_plain`, pinned equal to it
+        by a test and about a third faster on a run's thousands of values) and ``n_steps``."""
+        row = _plain(self)
         row["n_steps"] = len(self.steps)
         return row
 
@@ -160,6 +162,24 @@ class Trajectory:
 
     def extra_dict(self) -> dict[str, Any]:
         return json.loads(self.extra or "{}")
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(v: Any) -> Any:
+    """``dataclasses.asdict`` of the schema's dataclasses: nested dataclasses as dicts, lists and
+    dicts rebuilt, every other value as it is (the schema holds no mutable value but those)."""
+    if is_dataclass(v) and not isinstance(v, type):
+        names = _FIELD_NAMES.get(type(v))
+        if names is None:
+            names = _FIELD_NAMES[type(v)] = tuple(f.name for f in fields(v))
+        return {n: _plain(getattr(v, n)) for n in names}
+    if isinstance(v, list | tuple):
+        return type(v)(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def hf_features():  # -> datasets.Features; imported lazily so core stays light

@@ -237,3 +237,17 @@ def test_one_line_nested_too_deeply_loses_only_itself(tmp_path):
     g.write_text(json.dumps(row))
     (t,) = ingest_paths([g], progress=False).trajectories
     assert t.steps[0].tool_args == args
+
+
+def test_a_row_is_what_asdict_makes_of_the_trajectory(data_dir):
+    """``Trajectory.to_row`` builds the row itself for speed: pinned equal to ``dataclasses.asdict`` on
+    every trajectory of the bundled sample (needs, events, usage, lists of resources)."""
+    from dataclasses import asdict
+
+    from dtoc_rl.data.dataset import load_trajectories
+
+    trajs = load_trajectories(data_dir / "sample")
+    assert any(s.needs for t in trajs for s in t.steps) and any(s.usage for t in trajs for s in t.steps)
+    for t in trajs:
+        row = t.to_row()
+        assert row.pop("n_steps") == len(t.steps) and row == asdict(t)
