@@ -205,11 +205,11 @@ class LearnedPolicyConfig:
     weight_decay: float = _f(1e-4, "AdamW weight decay")
     need_weight: float = _f(
         4.0,
-        "loss weight of outputs needed at the next call (hiding them is a miss). 8 took 53.9 per cent of "
-        "the oracle's savings within the budget on held-out tasks against 51.4 (five seeds; short runs 52.1 "
-        "against 46.8), but with a harness left out of training its stored thresholds went over the "
-        "budget on it at three folds of four (up to 3.5 misses per 100 calls), so 4 stays "
-        "(docs/results.md)",
+        "loss weight of outputs needed at the next call (hiding them is a miss). 5, 6 and 8 took 52.9, "
+        "52.5 and 53.9 per cent of the oracle's savings within the budget on held-out tasks against 51.4 "
+        "(five seeds each), but with a harness left out of training each took less of it there "
+        "(SWE-agent 1.x), its stored thresholds bolder the heavier the weight, and at 5 both "
+        "mini-swe-agent folds lost money; so 4 stays (docs/results.md)",
     )
     dagger_rounds: int = _f(
         1, "re-collect states with the learned policy, labelled by the targets of --mode (plan or needs)"
