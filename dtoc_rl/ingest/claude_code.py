@@ -71,7 +71,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step, usage_from
+from dtoc_rl.ingest.common import cap_output, finalize, new_step, number, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
 
 __all__ = ["ClaudeCodeStreamIngester", "ClaudeCodeTranscriptIngester"]
@@ -210,14 +210,14 @@ class _Assembler:
 def _usage_totals(usages: dict[str, dict]) -> tuple[int | None, int | None]:
     if not usages:
         return None, None
-    tin = tout = 0
-    for u in usages.values():
-        tin += sum(
-            int(u.get(k) or 0)
-            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        tout += int(u.get("output_tokens") or 0)
-    return tin, tout
+
+    def total(*keys: str) -> int | None:  # None when a count the log holds is no figure ("12x", 1e999)
+        counts = [number(u, k) if u.get(k) is not None else 0 for u in usages.values() for k in keys]
+        return None if any(c is None for c in counts) else int(sum(counts))
+
+    return total("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), total(
+        "output_tokens"
+    )
 
 
 def _main_model(models: Counter[str]) -> str:

@@ -6,6 +6,7 @@ import json
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory, Usage
@@ -25,9 +26,10 @@ __all__ = [
 ]
 
 
-def cap_output(text: str | None) -> str | None:
-    """Keep head and tail of an output over ``MAX_OUTPUT_CHARS`` with a marker."""
-    if text is None or len(text) <= MAX_OUTPUT_CHARS:
+def cap_output(text: Any) -> Any:
+    """Keep head and tail of an output over ``MAX_OUTPUT_CHARS`` with a marker.  A value that is not
+    text is returned as it is: the check of a run's steps names it with its step."""
+    if not isinstance(text, str) or len(text) <= MAX_OUTPUT_CHARS:
         return text
     half = MAX_OUTPUT_CHARS // 2
     cut = len(text) - 2 * half

@@ -21,12 +21,12 @@ from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, me
 from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```python block is no action
 
 
-def _content(msg: dict) -> str:
+def _content(msg: dict, i: int) -> str:
     c = msg.get("content", "")
     if isinstance(c, list):  # content blocks
         return "".join(b.get("text", "") for b in c if isinstance(b, dict))
     if not isinstance(c, str):
-        raise IngestError(f"message content has type {type(c).__name__}, expected string or list")
+        raise IngestError(f"messages[{i}].content is {type(c).__name__}, expected string or list")
     return c
 
 
@@ -47,7 +47,13 @@ class MiniSweAgentIngester(Ingester):
         msgs = data["messages"]
         info = data.get("info") or {}
         instance_id = data.get("instance_id") or path.name.removesuffix(".traj.json")
+        if not isinstance(info, dict):
+            raise IngestError(f"'info' is {type(info).__name__}, expected object", path)
         model_raw = (((info.get("config") or {}).get("model") or {}).get("model_name")) or ""
+        if not isinstance(model_raw, str):
+            raise IngestError(
+                f"info.config.model.model_name is {type(model_raw).__name__}, expected string", path
+            )
         system = ""
         task = ""
         steps = []
@@ -57,7 +63,7 @@ class MiniSweAgentIngester(Ingester):
             if not isinstance(msg, dict):
                 raise IngestError(f"messages[{i}] is {type(msg).__name__}, expected object", path)
             role = msg.get("role")
-            text = _content(msg)
+            text = _content(msg, i)
             if role == "system":
                 system = text
             elif role == "user":

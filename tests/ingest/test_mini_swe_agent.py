@@ -48,3 +48,23 @@ def test_a_reply_without_one_action_is_kept_whole(tmp_path: Path):
     assert bad.tool_name is None and bad.assistant_text == TWO_BLOCKS
     assert after.user_text == FORMAT_ERROR and after.tool_args == "cat a.py"
     assert [s.usage.input_tokens for s in traj.steps] == [100, 130, 200]
+
+
+def test_fields_of_the_wrong_type_are_named(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "fix"}]
+    for info, content, said in (
+        (
+            {"config": {"model": {"model_name": {"x": 1}}}},
+            "ok",
+            "info.config.model.model_name is dict, expected string",
+        ),
+        ({}, None, "messages[2].content is NoneType, expected string or list"),
+    ):
+        f = tmp_path / "x.traj.json"
+        log = {"trajectory_format": "mini-swe-agent-1", "info": info,
+               "messages": [*msgs, {"role": "assistant", "content": content}]}  # fmt: skip
+        f.write_text(json.dumps(log))
+        (skip,) = ingest_paths([f], progress=False).skipped
+        assert said in skip.reason and "\n" not in skip.reason
