@@ -333,11 +333,19 @@ def write_dataset(
         (tmp / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
         (tmp / "README.md").write_text(card.render(out.name, meta, command))
         (tmp / MARKER).write_text(SCHEMA_VERSION + "\n")
-        if out.exists():
+        if out.exists() and overwrite:
             trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(out, trash)
             shutil.rmtree(trash, ignore_errors=True)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)  # onto a folder that holds anything, refused by the system: no overwrite
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise DatasetError(
+                f"{out} was written by another process while this one ran; this dataset was not written "
+                "(--overwrite to replace it)"
+            ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

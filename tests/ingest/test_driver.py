@@ -392,3 +392,18 @@ def test_an_interrupt_cancels_the_files_not_yet_read_by_the_workers(tmp_path, da
     with pytest.raises(KeyboardInterrupt):
         driver._in_workers(units, False, None, 2, interrupted)
     assert calls and calls[0] is True  # the pending jobs were cancelled before the pool was left
+
+
+def test_a_dataset_another_process_wrote_meanwhile_is_not_replaced(tmp_path, data_dir):
+    from dtoc_rl.data.dataset import DatasetError, load_trajectories, write_dataset
+
+    trajs = load_trajectories(data_dir / "sample")
+    out = tmp_path / "ds"
+
+    def meanwhile():  # another ingest finishes its dataset at `out` while this one is writing
+        write_dataset(trajs[:1], out)
+        yield from trajs
+
+    with pytest.raises(DatasetError, match="was written by another process while this one ran"):
+        write_dataset(meanwhile(), out)
+    assert len(load_trajectories(out)) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
