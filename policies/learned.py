@@ -991,9 +991,9 @@ def read_checkpoint_config(cfg_file: Path, kind: str | None = None) -> dict[str,
     except FileNotFoundError:
         raise CheckpointError(f"{cfg_file}: no such file (not a checkpoint folder)") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(
-            f"{cfg_file}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
-        ) from None
+        from dtoc_rl.ingest.base import json_error  # where JSON breaks, said as ingest says it
+
+        raise CheckpointError(f"{cfg_file}: invalid JSON ({json_error(e)})") from None
     # ValueError: an integer too long to convert; RecursionError: nesting too deep to decode
     except (OSError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{cfg_file}: cannot be read ({_one_line(e)})") from None

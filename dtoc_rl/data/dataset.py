@@ -359,14 +359,11 @@ def check_dataset_target(out: str | Path, inputs: Iterable[str | Path] | None = 
     out = Path(out).absolute()
 
     try:
-        target = out.resolve()
-    except (RuntimeError, OSError) as e:  # a symbolic link loop (RuntimeError before Python 3.13)
-        raise DatasetError(f"{out}: cannot follow its symbolic links ({e})") from None
-    try:
         os.stat(out)
-    except OSError as e:  # Python 3.13's resolve() no longer raises on a loop: the system says so here
+    except OSError as e:  # the system names a loop on every Python (resolve() raises on one before 3.13)
         if e.errno == errno.ELOOP:
             raise DatasetError(f"{out}: cannot follow its symbolic links (a loop)") from None
+    target = out.resolve()
     if out.is_symlink() and not out.exists():
         raise DatasetError(f"{out} is a symbolic link to nothing: name a folder to write the dataset to")
     for parent in target.parents:  # the folder it goes in must be one, or be makeable as one
