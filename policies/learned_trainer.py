@@ -51,6 +51,7 @@ from dtoc_rl.sim.simulator import CostConfig
 __all__ = [
     "THRESHOLD_GRID",
     "Sample",
+    "adapt",
     "collect",
     "fit",
     "retune",
@@ -708,12 +709,67 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
     torch.set_num_threads(max(1, policy.cfg.threads))  # as fit(): a small network, more threads only spin
+    if policy.meta.get("adapted_on"):
+        raise ValueError(
+            f"its thresholds were adapted to {policy.meta['adapted_on']}, not its own tune tasks: "
+            "adapt it again (--adapt), or retune the checkpoint it was adapted from"
+        )
     _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
     table = _tune(policy, tune_eps, _cost_config(policy))
     policy.meta["retune_environment"] = environment()  # thresholds chosen again, maybe elsewhere
     return table
+
+
+def adapt(
+    policy: LearnedPolicy,
+    dataset: Any = None,
+    *,
+    holdout: float = 0.5,
+    episodes: Sequence[Episode] | None = None,
+) -> dict:
+    """Choose a trained policy's threshold table on other logs than it was trained on: a harness, a
+    model or tasks of the user's own, whose outputs the network may score higher or lower than those of
+    its training data, so that thresholds chosen on its own tune runs do not carry (docs/results.md: with
+    a harness left out of training they went over the miss budget on SWE-agent 1.x and took a fifth of
+    the oracle's savings on RepoLaunch; chosen on half of the harness's runs, they kept the budget on
+    both and took 29% on RepoLaunch).  No success labels are needed: the oracle's plans and the misses
+    come from the logs' own re-reads.
+
+    Tasks the policy trained on are left out (they would flatter it).  A ``holdout`` share of the
+    other tasks is kept out of the choice and recorded as held out (``meta.val_tasks``), so that
+    ``evaluate --holdout-from`` measures the adapted table on runs it was not chosen on; 0 chooses on
+    every task.  Returns the table, also set on the policy."""
+    if not 0.0 <= holdout < 1.0:
+        raise ValueError(f"the held-out share must be in [0, 1), got {holdout}")
+    torch.set_num_threads(max(1, policy.cfg.threads))
+    eps = list(episodes) if episodes is not None else load_episodes(dataset)
+    meta = policy.meta
+    trained = set(meta.get("train_tasks") or ())
+    eps = [e for e in eps if _task_name(e) not in trained]
+    if not eps:
+        raise ValueError("every task of this data is one the checkpoint trained on: nothing to adapt to")
+    # split_by_task keeps one task on each side when there are two or more, and a single one to choose on
+    tune_eps, held_eps = split_by_task(eps, holdout, policy.cfg.seed) if holdout > 0 else (eps, [])
+    table = _tune(policy, tune_eps, _cost_config(policy))
+    chosen_on = _task_names(tune_eps)
+    meta["tune_tasks"] = sorted(set(meta.get("tune_tasks") or ()) | chosen_on)
+    meta["val_tasks"] = sorted((set(meta.get("val_tasks") or ()) | _task_names(held_eps)) - chosen_on)
+    meta["adapted_on"] = str(dataset) if dataset is not None else "objects"
+    meta["adapt_runs"], meta["adapt_held_out_runs"] = len(tune_eps), len(held_eps)
+    meta["retune_environment"] = environment()
+    meta.pop("val_metrics", None)  # the old table's figures
+    return table
+
+
+def _task_name(ep: Episode) -> str:
+    """How a checkpoint's meta names a task (``train_tasks``, ``val_tasks``, ...)."""
+    return f"{ep.source}/{ep.task_id}"
+
+
+def _task_names(episodes: Sequence[Episode]) -> set[str]:
+    return {_task_name(e) for e in episodes}
 
 
 def word_vocabulary(episodes: Sequence[Episode], size: int, min_tasks: int) -> np.ndarray:
@@ -734,7 +790,7 @@ def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list
     """:func:`_splits` for a trained policy, which must give back its own held-out tasks
     (``meta.val_tasks``): else the data is not what it was trained on, and a ValueError says so."""
     split = _splits(policy.cfg, dataset, episodes)
-    held = sorted({f"{e.source}/{e.task_id}" for e in split[2]})
+    held = sorted(_task_names(split[2]))
     if policy.meta.get("val_tasks") is not None and held != sorted(policy.meta["val_tasks"]):
         raise ValueError(
             "this data does not split into the checkpoint's held-out tasks: not the data it was trained on "
@@ -826,11 +882,11 @@ def _fit(
         "episodes": len(eps),
         "train_episodes": len(train_eps),
         "val_episodes": len(held_eps),
-        "val_tasks": sorted({f"{e.source}/{e.task_id}" for e in held_eps}),
+        "val_tasks": sorted(_task_names(held_eps)),
         # what it trained on: a task in none of the three lists was never seen (evaluate --holdout-from)
-        "train_tasks": sorted({f"{e.source}/{e.task_id}" for e in train_eps}),
+        "train_tasks": sorted(_task_names(train_eps)),
         "tune_episodes": len(tune_eps),
-        "tune_tasks": sorted({f"{e.source}/{e.task_id}" for e in tune_eps}),
+        "tune_tasks": sorted(_task_names(tune_eps)),
         "families": sorted({e.model_family for e in eps}),
         # figures of one training compare only with those of the same software (dtoc_rl.provenance)
         "environment": environment(),

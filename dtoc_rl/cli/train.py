@@ -15,8 +15,10 @@ saves money; the table is stored in the checkpoint and used unless a threshold
 is given.  Each threshold is held to every source harness with enough validation runs
 (--min-source-val), and where the table abstains a hide_big rule that pays on the same
 runs may take over (--fallback-rule).  --retune CKPT chooses a trained checkpoint's
-thresholds again without training.  Writes a checkpoint folder (model.safetensors +
-config.json).
+thresholds again without training; --adapt CKPT chooses them on other logs (your
+own harness or models: a network scores the outputs of a harness it never saw higher
+or lower than its own tune runs', so their thresholds do not carry).  Writes a
+checkpoint folder (model.safetensors + config.json).
 """
 
 from __future__ import annotations
@@ -68,6 +70,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads and --prices; any other flag is refused. --dataset defaults to the data it was "
         "trained on",
     )
+    p.add_argument(
+        "--adapt",
+        type=Path,
+        metavar="CKPT",
+        help="train nothing: choose this checkpoint's thresholds (and fallback rules) on --dataset, logs it "
+        "was not trained on (your harness, your models; no success labels needed), and write it to --out. "
+        "Tasks it trained on are skipped; --holdout-share of the others is kept out of the choice so that "
+        "`dtoc-rl evaluate --holdout-from OUT --held-out-only` measures the result on runs it was not "
+        "chosen on. The same flags apply as with --retune",
+    )
+    p.add_argument(
+        "--holdout-share",
+        type=float,
+        metavar="F",
+        help="with --adapt: the share of the tasks kept out of the choice, to evaluate on (default 0.5; "
+        "0: choose on every task, for a checkpoint to deploy rather than measure)",
+    )
     add_dataclass_arguments(p, LearnedPolicyConfig, "policy and training configuration")
     from dtoc_rl.tracking import add_wandb_arguments
 
@@ -94,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         return fail(f"-o {args.out}: {e}")
     dataset = str(args.dataset) if args.dataset else None
-    if args.retune is not None:
+    if args.adapt is not None and args.retune is not None:
+        return fail("--retune and --adapt: give one of them")
+    if args.adapt is None and args.holdout_share is not None:
+        return fail("--holdout-share applies only with --adapt CKPT")
+    if args.retune is not None or args.adapt is not None:
         return _retune(args, cfg)
     if args.init_from is not None:
         if cfg.rl_updates < 1:
@@ -203,25 +226,48 @@ def warn_if_abstaining(table: dict) -> None:
 
 
 def _retune(args: argparse.Namespace, cfg) -> int:
-    """``--retune CKPT``: the checkpoint with its thresholds chosen again, written to ``--out``."""
+    """``--retune CKPT`` (on its own tune tasks) or ``--adapt CKPT`` (on ``--dataset``, other logs):
+    the checkpoint with its thresholds chosen again, written to ``--out``."""
     from dtoc_rl.data.dataset import DatasetError
-    from dtoc_rl.policies.learned_trainer import retune
+    from dtoc_rl.policies.learned_trainer import adapt, retune
 
+    flag, path = ("--adapt", args.adapt) if args.adapt is not None else ("--retune", args.retune)
     if args.init_from is not None:
-        return fail("--retune and --init-from: give one of them")
+        return fail(f"{flag} and --init-from: give one of them")
+    if args.adapt is not None and args.dataset is None:
+        return fail("--adapt needs --dataset: the logs to choose the thresholds on")
     try:
-        policy, dataset = _from_checkpoint(args.retune, args, cfg, _retune_takes, only_given=True)
-        table = retune(policy, dataset)
-        # its validation figures were the old table's; the new one's choice is in meta.thresholds
-        policy.meta.pop("val_metrics", None)
-        policy.meta["retuned_from"] = str(args.retune)
+        policy, dataset = _from_checkpoint(path, args, cfg, _retune_takes, only_given=True)
+        if args.adapt is not None:
+            share = 0.5 if args.holdout_share is None else args.holdout_share
+            table = adapt(policy, dataset, holdout=share)
+        else:
+            table = retune(policy, dataset)
+            # its validation figures were the old table's; the new one's choice is in meta.thresholds
+            policy.meta.pop("val_metrics", None)
+        policy.meta["retuned_from"] = str(path)
     except (ValueError, DatasetError, FileNotFoundError) as e:
-        return fail(f"--retune {args.retune}: {e}")
+        return fail(f"{flag} {path}: {e}")
     policy.save(args.out)
     if args.json:
-        emit_json({"checkpoint": str(args.out), "retuned_from": str(args.retune), "thresholds": table})
+        report = {"checkpoint": str(args.out), "retuned_from": str(path), "thresholds": table}
+        if args.adapt is not None:
+            report["adapt_runs"] = policy.meta["adapt_runs"]
+            report["held_out_runs"] = policy.meta["adapt_held_out_runs"]
+        emit_json(report)
         return 0
     _print_thresholds(table)
+    if args.adapt is not None:
+        held = policy.meta["adapt_held_out_runs"]
+        print(
+            f"chosen on {policy.meta['adapt_runs']} runs of {args.dataset}; "
+            + (
+                f"{held} runs held out: dtoc-rl evaluate --dataset {args.dataset} -p learned:path={args.out} "
+                f"oracle hide_big --holdout-from {args.out} --held-out-only"
+                if held
+                else "none held out"
+            )
+        )
     print(f"checkpoint written to {args.out}")
     return 0
 

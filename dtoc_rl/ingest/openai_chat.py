@@ -107,7 +107,8 @@ _SECONDS_AT_MOST = 1e11
 
 def iso_to_epoch(value: Any) -> float | None:
     """ISO-8601 text or an epoch number → epoch seconds; naive times are taken as UTC; an epoch in
-    milliseconds (or finer) is scaled to seconds; junk (negative, not finite, not a time) → None."""
+    milliseconds (or finer) is scaled to seconds; junk (negative or before 1970, not finite, not a time) →
+    None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         v = float(value)
         if not math.isfinite(v) or v < 0:
@@ -128,7 +129,11 @@ def iso_to_epoch(value: Any) -> float | None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+    try:
+        seconds = dt.timestamp()
+    except (OverflowError, ValueError):  # year 1 shifted by its offset out of datetime's range
+        return None
+    return seconds if seconds >= 0 else None  # before 1970: a placeholder date, as a negative number is
 
 
 def check_ids(row: dict) -> None:

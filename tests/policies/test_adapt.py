@@ -1,0 +1,109 @@
+"""Thresholds chosen on logs a checkpoint was not trained on: `dtoc-rl train --adapt`."""
+
+import json
+
+import pytest
+
+from dtoc_rl.cli import main
+from dtoc_rl.data.paths import bundled_dataset
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.policies.learned import LearnedPolicy
+from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+from dtoc_rl.policies.learned_trainer import adapt, retune
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, epochs=2, dagger_rounds=0)
+LEFT_OUT = "mini-swe-agent"
+
+
+def _name(e):
+    return f"{e.source}/{e.task_id}"
+
+
+@pytest.fixture(scope="module")
+def fold(tmp_path_factory):
+    """A checkpoint trained without one harness of the bundled sample, and that harness's runs."""
+    pol = LearnedPolicyConfig(**TINY, exclude_source=LEFT_OUT).create()
+    pol.fit(None, progress=False)
+    path = pol.save(tmp_path_factory.mktemp("fold") / "ckpt")
+    unseen = [e for e in load_episodes(None) if e.source == LEFT_OUT]
+    assert len({e.task_id for e in unseen}) >= 4
+    return path, unseen
+
+
+def test_adapting_chooses_on_part_of_the_new_runs_and_holds_out_the_rest(fold):
+    path, unseen = fold
+    pol = LearnedPolicy.load(path)
+    before = set(pol.meta["val_tasks"])
+    table = adapt(pol, episodes=unseen, holdout=0.5)
+    meta = pol.meta
+    chosen_on = set(meta["tune_tasks"]) & {_name(e) for e in unseen}
+    held = set(meta["val_tasks"]) & {_name(e) for e in unseen}
+    assert chosen_on and held and not chosen_on & held  # a task is on one side only
+    assert chosen_on | held == {_name(e) for e in unseen}
+    assert before <= set(meta["val_tasks"])  # the training's own held-out tasks stay unused
+    runs = sum(_name(e) in chosen_on for e in unseen)
+    assert meta["adapt_runs"] == runs == table["validation"]["pooled"]["trajectories"]
+    assert meta["adapt_held_out_runs"] == len(unseen) - runs
+    assert meta["thresholds"] is table and "val_metrics" not in meta
+    # every new run chosen on: nothing of them held out
+    again = LearnedPolicy.load(path)
+    adapt(again, episodes=unseen, holdout=0.0)
+    assert again.meta["adapt_runs"] == len(unseen)
+    assert set(again.meta["val_tasks"]) == before
+    with pytest.raises(ValueError, match="held-out share"):
+        adapt(again, episodes=unseen, holdout=1.0)
+
+
+def test_adapting_skips_the_tasks_the_checkpoint_trained_on(fold):
+    path, unseen = fold
+    pol = LearnedPolicy.load(path)
+    trained = set(pol.meta["train_tasks"])
+    seen = [e for e in load_episodes(None) if _name(e) in trained]
+    with pytest.raises(ValueError, match="every task of this data is one the checkpoint trained on"):
+        adapt(pol, episodes=seen)
+    adapt(pol, episodes=seen + unseen, holdout=0.0)
+    assert pol.meta["adapt_runs"] == len(unseen)
+
+
+def test_an_adapted_checkpoint_is_not_retuned_on_its_training_split(fold):
+    path, unseen = fold
+    pol = LearnedPolicy.load(path)
+    adapt(pol, episodes=unseen)
+    with pytest.raises(ValueError, match="adapted to objects"):
+        retune(pol, None)
+
+
+def test_the_command_adapts_and_evaluate_measures_the_held_out_part(fold, tmp_path, capsys):
+    path, unseen = fold
+    out = tmp_path / "cal"
+    assert main(["train", "--adapt", str(path), "-o", str(out)]) == 2
+    assert "--adapt needs --dataset" in capsys.readouterr().err
+    assert main(["train", "--retune", str(path), "--holdout-share", "0.3", "-o", str(out)]) == 2
+    assert "--holdout-share applies only with --adapt" in capsys.readouterr().err
+    assert main(["train", "--retune", str(path), "--adapt", str(path), "-o", str(out)]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert main(["train", "--adapt", str(path), "--dataset", str(bundled_dataset()), "--epochs", "4",
+                 "-o", str(out)]) == 2  # fmt: skip
+    assert "--epochs would be ignored" in capsys.readouterr().err
+    data = str(bundled_dataset())
+    args = ["train", "--adapt", str(path), "--dataset", data, "-o", str(out), "--json", "--threads", "1"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    meta = json.loads((out / "config.json").read_text())["meta"]
+    assert report["adapt_runs"] == meta["adapt_runs"] and meta["adapted_on"] == data
+    assert report["held_out_runs"] == meta["adapt_held_out_runs"] > 0
+    assert report["retuned_from"] == str(path) and report["thresholds"]["default"] is not None
+    # the adapted checkpoint's held-out runs are those no choice was made on
+    runs = tmp_path / "runs.jsonl"
+    rc = main(["evaluate", "--dataset", data, "-p", f"learned:path={out}", "--holdout-from", str(out),
+               "--held-out-only", "--runs-out", str(runs), "--quiet"])  # fmt: skip
+    assert rc == 0
+    capsys.readouterr()
+    evaluated = {f"{r['source']}/{r['task_id']}" for r in map(json.loads, runs.read_text().splitlines())}
+    # (the bundled sample's training had one validation task, which chose its thresholds too)
+    adapted_on = set(meta["tune_tasks"]) - set(LearnedPolicy.load(path).meta["tune_tasks"])
+    assert adapted_on and evaluated and not evaluated & (adapted_on | set(meta["train_tasks"]))
+    # said in words too, with the command that measures it
+    assert main(args[:-3] + ["--threads", "1", "--holdout-share", "0"]) == 0
+    said = capsys.readouterr().out
+    assert "none held out" in said and f"checkpoint written to {out}" in said
