@@ -75,6 +75,11 @@ class Args:
     training's row and, per left-out group, the mean and range of the best learned share of the
     oracle's savings within the budget: one training's draw moves a fold by up to tens of points, so a
     comparison of two settings wants two or three (default: --seed alone)"""
+    adapt: bool = False
+    """also choose each fold's thresholds on half of the left-out group's tasks (`dtoc-rl train --adapt`)
+    and decide the other half with them, and the other way round: what a user who has logs of the new
+    harness or model gets. Reported as the policy "learned (adapted on the other half)" on every
+    evaluated run"""
     json: bool = False
     """print the result as JSON instead of a table"""
 
@@ -202,6 +207,8 @@ def leave_one_out(args: Args, log=print) -> dict:
         learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
         t0 = time.perf_counter()
         runs = evaluate(test_eps, [*learned, *args.rules], progress=False)
+        if args.adapt:
+            runs += adapted_runs(ckpt, test_eps, args.seed)
         fold["eval_seconds"] = round(time.perf_counter() - t0, 3)
         rows = aggregate(runs, by=["overall"], n_boot=args.bootstrap, seed=args.seed)
         fold["rows"] = rows
@@ -216,6 +223,31 @@ def leave_one_out(args: Args, log=print) -> dict:
     result["seconds"] = round(time.perf_counter() - t_all, 1)
     _write(out_dir / "lofo.json", result)
     return result
+
+
+#: The row of a fold's table adapted to the left-out group (--adapt).
+ADAPTED = "learned (adapted on the other half)"
+
+
+def adapted_runs(ckpt: Path, eps: list, seed: int) -> list:
+    """The runs of ``eps`` decided by the checkpoint with its thresholds adapted to the other half of
+    their tasks (two adaptations, each judged on the half it was not chosen on)."""
+    from dtoc_rl.policies.evaluate import ORACLE, evaluate
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned_trainer import adapt, split_by_task
+
+    first, second = split_by_task(eps, 0.5, seed)
+    runs = []
+    for chosen_on, judged in ((first, second), (second, first)):
+        if not chosen_on or not judged:  # a single task: nothing to judge an adaptation on
+            continue
+        policy = LearnedPolicy.load(ckpt)
+        adapt(policy, episodes=chosen_on, holdout=0.0)
+        for r in evaluate(judged, [policy], progress=False):
+            if r.policy != ORACLE:  # the reference's runs are the fold's own
+                r.policy = ADAPTED
+                runs.append(r)
+    return runs
 
 
 def over_seeds(folds: list[dict]) -> list[dict]:

@@ -82,11 +82,13 @@ def test_sources_need_by_source_and_unknown_sources_are_named(tmp_path, capsys):
 def test_leaves_a_source_out_of_training_and_evaluates_on_it(tmp_path, capsys):
     args = ["--by", "source", "--sources", "tau-bench", "--epochs", "1", "--dagger-rounds", "0",
             "--max-train", "3", "--max-eval", "2", "--thresholds", "--rules", "none", "--bootstrap", "10",
-            "--out", str(tmp_path), "--json"]  # fmt: skip
+            "--adapt", "--out", str(tmp_path), "--json"]  # fmt: skip
     assert lofo.main(args) == 0
     (fold,) = json.loads(capsys.readouterr().out)["folds"]
     assert fold["source"] == fold["left_out"] == "tau-bench" and "tau-bench" not in fold["train_sources"]
     assert len(fold["train_sources"]) >= 1 and all(r["n"] == 2 for r in fold["rows"])
+    # --adapt: each of the two runs decided by the table chosen on the other one's task
+    assert lofo.ADAPTED in {r["policy"] for r in fold["rows"]}
     cfg = json.loads((tmp_path / "without-tau-bench" / "config.json").read_text())
     assert cfg["config"]["exclude_source"] == "tau-bench" and cfg["config"]["exclude_family"] is None
     assert "left-out source" in lofo.table(json.loads((tmp_path / "lofo.json").read_text()))
