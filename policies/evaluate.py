@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.data.dataset import task_name
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -131,7 +132,7 @@ _W: dict[str, Any] = {}
 def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Episode]:
     eps = load_episodes(dataset, **filters)
     if tasks is not None:
-        eps = [e for e in eps if f"{e.source}/{e.task_id}" in tasks]
+        eps = [e for e in eps if task_name(e.source, e.task_id) in tasks]
         if not eps:
             raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
     return eps
@@ -260,7 +261,7 @@ def mark_split(
         if (src and r.source == src) or (fam and r.model_family == fam):
             r.split = "left out"
         else:
-            r.split = "held-out" if f"{r.source}/{r.task_id}" in holdout_tasks else "train"
+            r.split = "held-out" if task_name(r.source, r.task_id) in holdout_tasks else "train"
 
 
 def token_curves(

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dtoc_rl.data.dataset import task_name
 from dtoc_rl.engine.features import ITEM_FEATURES, PRICE_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -503,7 +504,7 @@ def _sweep_row(ep: Episode, cfg: CostConfig, infos: list[dict[str, Any]]) -> dic
     return {
         "family": ep.model_family,
         "source": ep.source,
-        "task": f"{ep.source}/{ep.task_id}",
+        "task": _task_name(ep),
         "regime": cache_regime(episode_prices({"episode": ep, "cost_config": cfg})),
         "steps": _n_calls(ep),
         "base": float(unmanaged["dollars"]),
@@ -719,7 +720,14 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
         raise ValueError("no validation tasks to choose thresholds on")
     table = _tune(policy, tune_eps, _cost_config(policy))
     policy.meta["retune_environment"] = environment()  # thresholds chosen again, maybe elsewhere
+    policy.meta.pop("val_metrics", None)  # the old table's figures; the new one's are in meta.thresholds
     return table
+
+
+#: Added to a checkpoint's seed for the split of the data it is adapted to: training's own splits hash
+#: ``seed`` and ``seed + 1``, and the same hash would put every validation task of the training that
+#: reappears in the new data on the held-out side.
+ADAPT_SPLIT_SALT = 7919
 
 
 def adapt(
@@ -728,44 +736,60 @@ def adapt(
     *,
     holdout: float = 0.5,
     episodes: Sequence[Episode] | None = None,
+    skip_trained: bool = True,
 ) -> dict:
     """Choose a trained policy's threshold table on other logs than it was trained on: a harness, a
     model or tasks of the user's own, whose outputs the network may score higher or lower than those of
     its training data, so that thresholds chosen on its own tune runs do not carry (docs/results.md: with
     a harness left out of training they went over the miss budget on SWE-agent 1.x and took a fifth of
-    the oracle's savings on RepoLaunch; chosen on half of the harness's runs, they kept the budget on
-    both and took 29% on RepoLaunch).  No success labels are needed: the oracle's plans and the misses
+    the oracle's savings on RepoLaunch).  No success labels are needed: the oracle's plans and the misses
     come from the logs' own re-reads.
 
-    Tasks the policy trained on are left out (they would flatter it).  A ``holdout`` share of the
-    other tasks is kept out of the choice and recorded as held out (``meta.val_tasks``), so that
-    ``evaluate --holdout-from`` measures the adapted table on runs it was not chosen on; 0 chooses on
-    every task.  Returns the table, also set on the policy."""
+    With ``skip_trained``, runs of the tasks it trained on are left out (by source and task id, whatever
+    the model: the network has seen those tasks' outputs), which needs a checkpoint that lists them.  A
+    ``holdout`` share of the other tasks is kept out of the choice and recorded as held out
+    (``meta.val_tasks``), so that ``evaluate --holdout-from`` measures the adapted table on runs it was
+    not chosen on; 0 chooses on every task.  Tasks the checkpoint chose its own thresholds on are never
+    held out (the original table would be judged on the runs it was chosen on).  Returns the table, also
+    set on the policy; ``meta`` records the runs chosen on, held out and skipped."""
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"the held-out share must be in [0, 1), got {holdout}")
+    meta = policy.meta
+    if skip_trained and meta.get("train_tasks") is None:
+        raise ValueError(
+            "it lists no training tasks (a checkpoint from before they were recorded), so the runs it "
+            "trained on cannot be told apart: retrain it"
+        )
     torch.set_num_threads(max(1, policy.cfg.threads))
     eps = list(episodes) if episodes is not None else load_episodes(dataset)
-    meta = policy.meta
-    trained = set(meta.get("train_tasks") or ())
-    eps = [e for e in eps if _task_name(e) not in trained]
-    if not eps:
+    trained = set(meta.get("train_tasks") or ()) if skip_trained else set()
+    kept = [e for e in eps if _task_name(e) not in trained]
+    if not kept:
         raise ValueError("every task of this data is one the checkpoint trained on: nothing to adapt to")
-    # split_by_task keeps one task on each side when there are two or more, and a single one to choose on
-    tune_eps, held_eps = split_by_task(eps, holdout, policy.cfg.seed) if holdout > 0 else (eps, [])
+    old_tune = set(meta.get("tune_tasks") or ())
+    tune_eps = [e for e in kept if _task_name(e) in old_tune]
+    rest = [e for e in kept if _task_name(e) not in old_tune]
+    held_eps: list[Episode] = []
+    if holdout > 0 and rest:
+        # keeps one task on each side when there are two or more, and a single one to choose on
+        chosen, held_eps = split_by_task(rest, holdout, policy.cfg.seed + ADAPT_SPLIT_SALT)
+        tune_eps += chosen
+    else:
+        tune_eps += rest
     table = _tune(policy, tune_eps, _cost_config(policy))
     chosen_on = _task_names(tune_eps)
-    meta["tune_tasks"] = sorted(set(meta.get("tune_tasks") or ()) | chosen_on)
+    meta["tune_tasks"] = sorted(old_tune | chosen_on)
     meta["val_tasks"] = sorted((set(meta.get("val_tasks") or ()) | _task_names(held_eps)) - chosen_on)
     meta["adapted_on"] = str(dataset) if dataset is not None else "objects"
     meta["adapt_runs"], meta["adapt_held_out_runs"] = len(tune_eps), len(held_eps)
+    meta["adapt_skipped_runs"] = len(eps) - len(kept)
     meta["retune_environment"] = environment()
     meta.pop("val_metrics", None)  # the old table's figures
     return table
 
 
 def _task_name(ep: Episode) -> str:
-    """How a checkpoint's meta names a task (``train_tasks``, ``val_tasks``, ...)."""
-    return f"{ep.source}/{ep.task_id}"
+    return task_name(ep.source, ep.task_id)
 
 
 def _task_names(episodes: Sequence[Episode]) -> set[str]:

@@ -79,7 +79,7 @@ class Args:
     """also choose each fold's thresholds on half of the left-out group's tasks (`dtoc-rl train --adapt`)
     and decide the other half with them, and the other way round: what a user who has logs of the new
     harness or model gets. Reported as the policy "learned (adapted on the other half)" on every
-    evaluated run"""
+    evaluated run; the "done when" reading stays the checkpoint's own"""
     json: bool = False
     """print the result as JSON instead of a table"""
 
@@ -212,7 +212,9 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold["eval_seconds"] = round(time.perf_counter() - t0, 3)
         rows = aggregate(runs, by=["overall"], n_boot=args.bootstrap, seed=args.seed)
         fold["rows"] = rows
-        fold["done_when"] = done_when(rows, max_misses=args.miss_budget, min_n=args.min_trajectories)
+        # the reading is the checkpoint's own: a table adapted to the group left out is another policy
+        own = [r for r in rows if r["policy"] != ADAPTED]
+        fold["done_when"] = done_when(own, max_misses=args.miss_budget, min_n=args.min_trajectories)
         fold["failed_runs"] = [
             {"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error
         ]
@@ -242,7 +244,8 @@ def adapted_runs(ckpt: Path, eps: list, seed: int) -> list:
         if not chosen_on or not judged:  # a single task: nothing to judge an adaptation on
             continue
         policy = LearnedPolicy.load(ckpt)
-        adapt(policy, episodes=chosen_on, holdout=0.0)
+        # no run of the group left out was trained on, though another family's runs of its tasks may be
+        adapt(policy, episodes=chosen_on, holdout=0.0, skip_trained=False)
         for r in evaluate(judged, [policy], progress=False):
             if r.policy != ORACLE:  # the reference's runs are the fold's own
                 r.policy = ADAPTED

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.dataset import DatasetError
+from dtoc_rl.data.dataset import DatasetError, task_name
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.optional import require
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 pols[f"both:t1={t1:g},t2={t2:g},alpha={args.alpha[0]:g}"] = NeedPolicy(
                     need, t2, args.alpha[0], args.batching, net=net, net_threshold=t1
                 )
-            tasks = {f"{e.source}/{e.task_id}" for e in held_eps}
+            tasks = {task_name(e.source, e.task_id) for e in held_eps}
             runs = evaluate(
                 args.dataset,
                 [],

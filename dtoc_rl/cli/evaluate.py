@@ -300,7 +300,7 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
         held |= here - seen
     if not held & here:
         if info.get("train_tasks") is not None:
-            what = "the checkpoint trained on every one of its tasks"
+            what = "the checkpoint trained on, or chose its thresholds on, every one of its tasks"
         else:
             what = (
                 f"none of its {len(here)} tasks is a validation task of the checkpoint, which was trained on "
@@ -349,10 +349,11 @@ def print_rows(rows, console=None) -> None:
             for r in sel:
                 if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
                     failed = f"[red]all {r['errors']} runs failed[/red]"
-                    t.add_row(short_label(r["policy"]), failed, *["—"] * 7)
+                    t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 7)
                     continue
                 t.add_row(
-                    short_label(r["policy"]) + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
+                    escape(short_label(r["policy"]))
+                    + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
                     f"{100 * r['savings']:+.1f}% "
                     f"[{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}]",
                     f"{100 * r['token_savings']:+.1f}%",
@@ -376,6 +377,7 @@ def print_rows(rows, console=None) -> None:
 
 def print_done_when(done, budget: float, console=None) -> None:
     """Issue 17's targets per group, one line each (see policies.evaluate.done_when)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from dtoc_rl.cli.tables import wide_console
@@ -399,13 +401,13 @@ def print_done_when(done, budget: float, console=None) -> None:
             continue
         frac = d["oracle_fraction"]
         rule = "—" if d["best_rule"] is None else (
-            f"{short_label(d['best_rule'])} {100 * d['best_rule_savings']:+.1f}% "
+            f"{escape(short_label(d['best_rule']))} {100 * d['best_rule_savings']:+.1f}% "
             f"({d['best_rule_misses_per_100']:.2f})"
         )  # fmt: skip
         t.add_row(
             group,
             str(d["n"]),
-            short_label(d["policy"]),
+            escape(short_label(d["policy"])),
             f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}]",
             f"{d['misses_per_100']:.2f}",
             f"{100 * d['oracle_savings']:+.1f}%",

@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--retune and --adapt: give one of them")
     if args.adapt is None and args.holdout_share is not None:
         return fail("--holdout-share applies only with --adapt CKPT")
+    if args.holdout_share is not None and not 0.0 <= args.holdout_share < 1.0:  # NaN fails too
+        return fail(f"--holdout-share must be at least 0 and below 1, got {args.holdout_share}")
     if args.retune is not None or args.adapt is not None:
         return _retune(args, cfg)
     if args.init_from is not None:
@@ -194,10 +196,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_thresholds(table: dict) -> None:
+def _print_thresholds(table: dict, where: str = "validation") -> None:
     fmt = lambda d: ", ".join(f"{k} {'abstain' if v == 0 else f'{v:g}'}" for k, v in d.items()) or "none"  # noqa: E731
     print(
-        f"thresholds chosen on validation (most dollars at <= {table['budget_misses_per_100']:g} "
+        f"thresholds chosen on {where} (most dollars at <= {table['budget_misses_per_100']:g} "
         f"misses per 100 steps; abstain where none saves): per family: {fmt(table['family'])}; "
         f"per price regime: {fmt(table['regime'])}; pooled: {fmt({'all': table['default']})}"
     )
@@ -228,14 +230,19 @@ def warn_if_abstaining(table: dict) -> None:
 def _retune(args: argparse.Namespace, cfg) -> int:
     """``--retune CKPT`` (on its own tune tasks) or ``--adapt CKPT`` (on ``--dataset``, other logs):
     the checkpoint with its thresholds chosen again, written to ``--out``."""
+    import shlex
+
     from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.policies.learned_trainer import adapt, retune
 
     flag, path = ("--adapt", args.adapt) if args.adapt is not None else ("--retune", args.retune)
     if args.init_from is not None:
         return fail(f"{flag} and --init-from: give one of them")
-    if args.adapt is not None and args.dataset is None:
-        return fail("--adapt needs --dataset: the logs to choose the thresholds on")
+    if args.adapt is not None:
+        if args.dataset is None:
+            return fail("--adapt needs --dataset: the logs to choose the thresholds on")
+        if args.out.resolve() == args.adapt.resolve():  # the original is what it is judged against
+            return fail("--adapt writes a new checkpoint: give -o another folder than the one adapted")
     try:
         policy, dataset = _from_checkpoint(path, args, cfg, _retune_takes, only_given=True)
         if args.adapt is not None:
@@ -243,31 +250,38 @@ def _retune(args: argparse.Namespace, cfg) -> int:
             table = adapt(policy, dataset, holdout=share)
         else:
             table = retune(policy, dataset)
-            # its validation figures were the old table's; the new one's choice is in meta.thresholds
-            policy.meta.pop("val_metrics", None)
-        policy.meta["retuned_from"] = str(path)
     except (ValueError, DatasetError, FileNotFoundError) as e:
         return fail(f"{flag} {path}: {e}")
+    key = "adapted_from" if args.adapt is not None else "retuned_from"
+    policy.meta[key] = str(path)
     policy.save(args.out)
+    meta = policy.meta
     if args.json:
-        report = {"checkpoint": str(args.out), "retuned_from": str(path), "thresholds": table}
+        report = {"checkpoint": str(args.out), key: str(path), "thresholds": table}
         if args.adapt is not None:
-            report["adapt_runs"] = policy.meta["adapt_runs"]
-            report["held_out_runs"] = policy.meta["adapt_held_out_runs"]
+            report.update(
+                adapt_runs=meta["adapt_runs"],
+                held_out_runs=meta["adapt_held_out_runs"],
+                skipped_runs=meta["adapt_skipped_runs"],
+            )
         emit_json(report)
         return 0
-    _print_thresholds(table)
-    if args.adapt is not None:
-        held = policy.meta["adapt_held_out_runs"]
-        print(
-            f"chosen on {policy.meta['adapt_runs']} runs of {args.dataset}; "
-            + (
-                f"{held} runs held out: dtoc-rl evaluate --dataset {args.dataset} -p learned:path={args.out} "
-                f"oracle hide_big --holdout-from {args.out} --held-out-only"
-                if held
-                else "none held out"
+    if args.adapt is None:
+        _print_thresholds(table)
+    else:
+        _print_thresholds(table, where=f"{meta['adapt_runs']} runs of {args.dataset}")
+        if meta["adapt_skipped_runs"]:
+            print(f"{meta['adapt_skipped_runs']} runs skipped: the checkpoint trained on their tasks")
+        if meta["adapt_held_out_runs"]:
+            q = shlex.quote
+            print(
+                f"{meta['adapt_held_out_runs']} runs held out; to compare the adapted thresholds with the "
+                f"checkpoint's own on them: dtoc-rl evaluate --dataset {q(str(args.dataset))} "
+                f"-p learned:path={q(str(args.out))} learned:path={q(str(path))} oracle hide_big "
+                f"--holdout-from {q(str(args.out))} --held-out-only"
             )
-        )
+        elif share > 0:
+            warn("nothing held out: the data has a single task, which the thresholds were chosen on")
     print(f"checkpoint written to {args.out}")
     return 0
 

@@ -39,6 +39,7 @@ __all__ = [
     "load_hf_dataset",
     "load_trajectories",
     "storable",
+    "task_name",
     "write_dataset",
 ]
 
@@ -471,6 +472,12 @@ def iter_trajectories(path: str | Path, *, columns: list[str] | None = None) -> 
             raise DatasetError(f"{f}: damaged Parquet data ({' '.join(str(e).split())[:200]})") from None
 
 
+def task_name(source: str, task_id: str) -> str:
+    """How a checkpoint's splits name a task (``train_tasks``, ``val_tasks``...): ``source/task_id``,
+    whatever the model (runs of one task by two models share what the network learns of it)."""
+    return f"{source}/{task_id}"
+
+
 def dataset_tasks(path: str | Path) -> set[str]:
     """Every task of a dataset as ``source/task_id`` (the names a checkpoint's splits use), read from
     those two columns alone."""
@@ -486,7 +493,7 @@ def dataset_tasks(path: str | Path) -> set[str]:
                 f"{f}: no readable source and task_id columns ({' '.join(str(e).split())[:200]})"
             ) from None
         out.update(
-            f"{s}/{t}"
+            task_name(s, t)
             for s, t in zip(table.column("source").to_pylist(), table.column("task_id").to_pylist())
         )
     return out

@@ -5,18 +5,19 @@ import json
 import pytest
 
 from dtoc_rl.cli import main
+from dtoc_rl.data.dataset import task_name
 from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.learned import LearnedPolicy
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.policies.learned_trainer import adapt, retune
+from dtoc_rl.policies.learned_trainer import ADAPT_SPLIT_SALT, adapt, retune, split_by_task
 
 TINY = dict(d_model=16, n_heads=2, n_layers=1, epochs=2, dagger_rounds=0)
 LEFT_OUT = "mini-swe-agent"
 
 
 def _name(e):
-    return f"{e.source}/{e.task_id}"
+    return task_name(e.source, e.task_id)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,43 @@ def test_adapting_skips_the_tasks_the_checkpoint_trained_on(fold):
     with pytest.raises(ValueError, match="every task of this data is one the checkpoint trained on"):
         adapt(pol, episodes=seen)
     adapt(pol, episodes=seen + unseen, holdout=0.0)
-    assert pol.meta["adapt_runs"] == len(unseen)
+    assert pol.meta["adapt_runs"] == len(unseen) and pol.meta["adapt_skipped_runs"] == len(seen)
+    # unless told they were never trained on (scripts.lofo: another family's runs of the same tasks)
+    again = LearnedPolicy.load(path)
+    adapt(again, episodes=seen + unseen, holdout=0.0, skip_trained=False)
+    assert again.meta["adapt_runs"] == len(seen) + len(unseen)
+    # a checkpoint that does not list its training tasks cannot tell them: refused, not guessed
+    old = LearnedPolicy.load(path)
+    del old.meta["train_tasks"]
+    with pytest.raises(ValueError, match="lists no training tasks"):
+        adapt(old, episodes=unseen)
+
+
+def test_the_trainings_own_validation_tasks_are_not_all_held_out():
+    # the training split its validation tasks off with the seed's hash: the same hash at a larger share
+    # would hold out every one of them that the new data has again, and choose on none
+    pol = LearnedPolicyConfig(**TINY).create()
+    eps = load_episodes(None)
+    train, val = split_by_task(eps, 0.5, pol.cfg.seed)
+    pol.meta = {"train_tasks": [], "tune_tasks": [], "val_tasks": sorted({_name(e) for e in val})}
+    adapt(pol, episodes=val, holdout=0.5)
+    held = set(pol.meta["val_tasks"]) & {_name(e) for e in val}
+    assert 0 < len(held) < len({_name(e) for e in val})
+    # unsalted, all but the one task a split keeps on the other side would be held out
+    unsalted = {_name(e) for e in split_by_task(val, 0.5, pol.cfg.seed)[1]}
+    assert len(unsalted) == len({_name(e) for e in val}) - 1 > len(held)
+    salted = {_name(e) for e in split_by_task(val, 0.5, pol.cfg.seed + ADAPT_SPLIT_SALT)[1]}
+    assert salted == held
+
+
+def test_the_tasks_its_own_thresholds_were_chosen_on_are_never_held_out():
+    pol = LearnedPolicyConfig(**TINY).create()
+    eps = load_episodes(None)
+    tune = sorted({_name(e) for e in eps})[::2]
+    pol.meta = {"train_tasks": [], "tune_tasks": tune, "val_tasks": []}
+    adapt(pol, episodes=eps, holdout=0.5)
+    assert not set(tune) & set(pol.meta["val_tasks"]) and set(tune) <= set(pol.meta["tune_tasks"])
+    assert pol.meta["adapt_held_out_runs"] > 0
 
 
 def test_an_adapted_checkpoint_is_not_retuned_on_its_training_split(fold):
@@ -85,6 +122,13 @@ def test_the_command_adapts_and_evaluate_measures_the_held_out_part(fold, tmp_pa
     assert main(["train", "--adapt", str(path), "--dataset", str(bundled_dataset()), "--epochs", "4",
                  "-o", str(out)]) == 2  # fmt: skip
     assert "--epochs would be ignored" in capsys.readouterr().err
+    for bad in ("1", "-0.1", "nan"):
+        assert main(["train", "--adapt", str(path), "--holdout-share", bad, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "--holdout-share must be at least 0 and below 1" in err and err.count("\n") == 1
+    # the original is what the adapted thresholds are judged against: never written over
+    assert main(["train", "--adapt", str(path), "--dataset", str(bundled_dataset()), "-o", str(path)]) == 2
+    assert "another folder" in capsys.readouterr().err
     data = str(bundled_dataset())
     args = ["train", "--adapt", str(path), "--dataset", data, "-o", str(out), "--json", "--threads", "1"]
     assert main(args) == 0
@@ -92,18 +136,23 @@ def test_the_command_adapts_and_evaluate_measures_the_held_out_part(fold, tmp_pa
     meta = json.loads((out / "config.json").read_text())["meta"]
     assert report["adapt_runs"] == meta["adapt_runs"] and meta["adapted_on"] == data
     assert report["held_out_runs"] == meta["adapt_held_out_runs"] > 0
-    assert report["retuned_from"] == str(path) and report["thresholds"]["default"] is not None
+    assert report["adapted_from"] == str(path) and report["thresholds"]["default"] is not None
+    assert report["skipped_runs"] == meta["adapt_skipped_runs"] > 0  # the bundled runs it trained on
     # the adapted checkpoint's held-out runs are those no choice was made on
     runs = tmp_path / "runs.jsonl"
     rc = main(["evaluate", "--dataset", data, "-p", f"learned:path={out}", "--holdout-from", str(out),
                "--held-out-only", "--runs-out", str(runs), "--quiet"])  # fmt: skip
     assert rc == 0
     capsys.readouterr()
-    evaluated = {f"{r['source']}/{r['task_id']}" for r in map(json.loads, runs.read_text().splitlines())}
+    evaluated = {task_name(r["source"], r["task_id"]) for r in map(json.loads, runs.read_text().splitlines())}
     # (the bundled sample's training had one validation task, which chose its thresholds too)
     adapted_on = set(meta["tune_tasks"]) - set(LearnedPolicy.load(path).meta["tune_tasks"])
     assert adapted_on and evaluated and not evaluated & (adapted_on | set(meta["train_tasks"]))
-    # said in words too, with the command that measures it
+    # said in words too, with the command that compares it with the original
+    assert main(args[:-3] + ["--threads", "1"]) == 0
+    said = capsys.readouterr().out
+    assert f"runs of {data}" in said and "runs skipped: the checkpoint trained on their tasks" in said
+    assert f"-p learned:path={out} learned:path={path} oracle" in said
     assert main(args[:-3] + ["--threads", "1", "--holdout-share", "0"]) == 0
     said = capsys.readouterr().out
-    assert "none held out" in said and f"checkpoint written to {out}" in said
+    assert "held out" not in said and f"checkpoint written to {out}" in said

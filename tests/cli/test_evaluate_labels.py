@@ -1,0 +1,28 @@
+"""The evaluation tables print a checkpoint's label as it is: rich reads `[...]` as markup."""
+
+from rich.console import Console
+
+from dtoc_rl.cli.evaluate import print_done_when, print_rows
+
+
+def _row(policy: str) -> dict:
+    row = {"policy": policy, "group_by": "overall", "group": "all", "n": 3, "errors": 0}
+    for k in ("savings", "token_savings", "placeholder_overhead", "oracle_fraction"):
+        row[k] = 0.1
+    for k in ("savings_lo", "savings_hi", "mean_active_tokens", "misses_per_100", "rereads", "mgmt_calls"):
+        row[k] = 1.0
+    return row
+
+
+def test_two_checkpoints_keep_their_folders_in_the_tables():
+    console = Console(record=True, width=250)
+    print_rows([_row("learned:path=/tmp/a/ckpt-mine"), _row("learned:path=/tmp/a/ckpt")], console=console)
+    done = {
+        "group_by": "overall", "group": "all", "n": 3, "policy": "learned:path=/tmp/a/ckpt-mine",
+        "savings": 0.1, "savings_lo": 0.0, "savings_hi": 0.2, "misses_per_100": 0.5, "oracle_savings": 0.2,
+        "oracle_fraction": 0.5, "reaches": False, "no_loss": True, "best_rule": "learned:path=/tmp/a/ckpt",
+        "best_rule_savings": 0.05, "best_rule_misses_per_100": 0.1, "beats_rules": True,
+    }  # fmt: skip
+    print_done_when([done], 1.0, console=console)
+    text = console.export_text()
+    assert text.count("learned[a/ckpt-mine]") == 2 and text.count("learned[a/ckpt]") == 2
