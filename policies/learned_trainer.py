@@ -741,9 +741,9 @@ def adapt(
     """Choose a trained policy's threshold table on other logs than it was trained on: a harness, a
     model or tasks of the user's own, whose outputs the network may score higher or lower than those of
     its training data, so that thresholds chosen on its own tune runs do not carry (docs/results.md: with
-    a harness left out of training they went over the miss budget on SWE-agent 1.x and took a fifth of
-    the oracle's savings on RepoLaunch).  No success labels are needed: the oracle's plans and the misses
-    come from the logs' own re-reads.
+    a harness left out of training they went over the miss budget on SWE-agent 1.x and took a fifth to
+    a third of the oracle's savings on RepoLaunch).  No success labels are needed: the oracle's plans
+    and the misses come from the logs' own re-reads.
 
     With ``skip_trained``, runs of the tasks it trained on are left out (by source and task id, whatever
     the model: the network has seen those tasks' outputs), which needs a checkpoint that lists them.  A
