@@ -710,11 +710,6 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
     torch.set_num_threads(max(1, policy.cfg.threads))  # as fit(): a small network, more threads only spin
-    if policy.meta.get("adapted_on"):
-        raise ValueError(
-            f"its thresholds were adapted to {policy.meta['adapted_on']}, not its own tune tasks: "
-            "adapt it again (--adapt), or retune the checkpoint it was adapted from"
-        )
     _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
@@ -770,6 +765,7 @@ def adapt(
     tune_eps = [e for e in kept if _task_name(e) in old_tune]
     rest = [e for e in kept if _task_name(e) not in old_tune]
     held_eps: list[Episode] = []
+    meta["adapt_split_tasks"] = len(_task_names(rest))  # fewer than two: nothing can be held out
     if holdout > 0 and rest:
         # keeps one task on each side when there are two or more, and a single one to choose on
         chosen, held_eps = split_by_task(rest, holdout, policy.cfg.seed + ADAPT_SPLIT_SALT)
@@ -812,7 +808,14 @@ def word_vocabulary(episodes: Sequence[Episode], size: int, min_tasks: int) -> n
 
 def own_splits(policy: LearnedPolicy, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
     """:func:`_splits` for a trained policy, which must give back its own held-out tasks
-    (``meta.val_tasks``): else the data is not what it was trained on, and a ValueError says so."""
+    (``meta.val_tasks``): else the data is not what it was trained on, and a ValueError says so.  An
+    adapted checkpoint (:func:`adapt`) has no such split any more: its thresholds and held-out tasks are
+    the other data's, and choosing them again on its old tune tasks would drop the adaptation unsaid."""
+    if policy.meta.get("adapted_on"):
+        raise ValueError(
+            f"its thresholds were adapted to {policy.meta['adapted_on']}, not chosen on its own tune tasks: "
+            "adapt it again (--adapt), or start from the checkpoint it was adapted from"
+        )
     split = _splits(policy.cfg, dataset, episodes)
     held = sorted(_task_names(split[2]))
     if policy.meta.get("val_tasks") is not None and held != sorted(policy.meta["val_tasks"]):

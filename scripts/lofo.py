@@ -146,7 +146,7 @@ def _sample(eps: list, cap: int, seed: int, by: str = "family") -> list:
 
 def leave_one_out(args: Args, log=print) -> dict:
     from dtoc_rl.envs.data import load_episodes
-    from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
+    from dtoc_rl.policies.evaluate import aggregate, evaluate
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
     from dtoc_rl.provenance import environment
 
@@ -212,9 +212,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold["eval_seconds"] = round(time.perf_counter() - t0, 3)
         rows = aggregate(runs, by=["overall"], n_boot=args.bootstrap, seed=args.seed)
         fold["rows"] = rows
-        # the reading is the checkpoint's own: a table adapted to the group left out is another policy
-        own = [r for r in rows if r["policy"] != ADAPTED]
-        fold["done_when"] = done_when(own, max_misses=args.miss_budget, min_n=args.min_trajectories)
+        fold["done_when"] = reading(rows, args.miss_budget, args.min_trajectories)
         fold["failed_runs"] = [
             {"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error
         ]
@@ -231,14 +229,22 @@ def leave_one_out(args: Args, log=print) -> dict:
 ADAPTED = "learned (adapted on the other half)"
 
 
+def reading(rows: list[dict], budget: float, min_n: int) -> list[dict]:
+    """A fold's "done when" reading (policies.evaluate.done_when) of the checkpoint's own sweep: a table
+    adapted to the group left out is another policy, judged beside it but never picked."""
+    from dtoc_rl.policies.evaluate import done_when
+
+    return done_when([r for r in rows if r["policy"] != ADAPTED], max_misses=budget, min_n=min_n)
+
+
 def adapted_runs(ckpt: Path, eps: list, seed: int) -> list:
     """The runs of ``eps`` decided by the checkpoint with its thresholds adapted to the other half of
     their tasks (two adaptations, each judged on the half it was not chosen on)."""
     from dtoc_rl.policies.evaluate import ORACLE, evaluate
     from dtoc_rl.policies.learned import LearnedPolicy
-    from dtoc_rl.policies.learned_trainer import adapt, split_by_task
+    from dtoc_rl.policies.learned_trainer import ADAPT_SPLIT_SALT, adapt, split_by_task
 
-    first, second = split_by_task(eps, 0.5, seed)
+    first, second = split_by_task(eps, 0.5, seed + ADAPT_SPLIT_SALT)  # not the halves training split
     runs = []
     for chosen_on, judged in ((first, second), (second, first)):
         if not chosen_on or not judged:  # a single task: nothing to judge an adaptation on

@@ -277,11 +277,15 @@ def _retune(args: argparse.Namespace, cfg) -> int:
             print(
                 f"{meta['adapt_held_out_runs']} runs held out; to compare the adapted thresholds with the "
                 f"checkpoint's own on them: dtoc-rl evaluate --dataset {q(str(args.dataset))} "
-                f"-p learned:path={q(str(args.out))} learned:path={q(str(path))} oracle hide_big "
+                f"-p {q(f'learned:path={args.out}')} {q(f'learned:path={path}')} oracle hide_big "
                 f"--holdout-from {q(str(args.out))} --held-out-only"
             )
         elif share > 0:
-            warn("nothing held out: the data has a single task, which the thresholds were chosen on")
+            n = meta["adapt_split_tasks"]
+            warn(
+                f"nothing held out: {n} task{'' if n == 1 else 's'} beside those the checkpoint trained on "
+                "or chose its own thresholds on, and a split needs two"
+            )
     print(f"checkpoint written to {args.out}")
     return 0
 

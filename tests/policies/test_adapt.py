@@ -156,3 +156,38 @@ def test_the_command_adapts_and_evaluate_measures_the_held_out_part(fold, tmp_pa
     assert main(args[:-3] + ["--threads", "1", "--holdout-share", "0"]) == 0
     said = capsys.readouterr().out
     assert "held out" not in said and f"checkpoint written to {out}" in said
+    # chosen on every task it did not train on: nothing left to evaluate it on, said as such
+    assert main(["evaluate", "--dataset", data, "-p", f"learned:path={out}", "--holdout-from", str(out),
+                 "--held-out-only", "--quiet"]) == 2  # fmt: skip
+    assert "chose its thresholds on, every one of its tasks" in capsys.readouterr().err
+
+
+def test_the_suggested_command_quotes_its_paths(fold, tmp_path, capsys):
+    path, unseen = fold
+    out = tmp_path / "my adapted ckpt"
+    data = str(bundled_dataset())
+    assert main(["train", "--adapt", str(path), "--dataset", data, "-o", str(out), "--threads", "1"]) == 0
+    assert f"-p 'learned:path={out}'" in capsys.readouterr().out
+
+
+def test_an_adapted_checkpoint_is_not_fine_tuned_on_its_old_split(fold, tmp_path, capsys):
+    path, unseen = fold
+    pol = LearnedPolicy.load(path)
+    adapt(pol, episodes=unseen, holdout=0.0)  # every held-out task of the new data chosen on
+    ck = pol.save(tmp_path / "adapted")
+    rc = main(["train", "--init-from", str(ck), "--rl-updates", "1", "-o", str(tmp_path / "ft")])
+    assert rc == 2 and "adapted to objects" in capsys.readouterr().err
+
+
+def test_nothing_to_split_is_said_with_its_reason(fold, tmp_path, capsys):
+    path, unseen = fold
+    one = tmp_path / "one-task"
+    first = unseen[0]
+    from dtoc_rl.data.dataset import load_trajectories, write_dataset
+
+    trajs = [t for t in load_trajectories(bundled_dataset()) if (t.source, t.task_id) == (first.source,
+             first.task_id)]  # fmt: skip
+    write_dataset(trajs, one)
+    assert main(["train", "--adapt", str(path), "--dataset", str(one), "-o", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "nothing held out: 1 task beside those the checkpoint trained on" in err

@@ -94,6 +94,17 @@ def test_leaves_a_source_out_of_training_and_evaluates_on_it(tmp_path, capsys):
     assert "left-out source" in lofo.table(json.loads((tmp_path / "lofo.json").read_text()))
 
 
+def test_the_reading_never_picks_the_adapted_table():
+    def row(policy, savings, misses):
+        return {"policy": policy, "group_by": "overall", "group": "all", "n": 20, "savings": savings,
+                "savings_lo": savings - 0.01, "savings_hi": savings + 0.01, "misses_per_100": misses,
+                "oracle_fraction": savings / 0.3}  # fmt: skip
+
+    rows = [row("learned:path=c", 0.05, 0.5), row(lofo.ADAPTED, 0.2, 0.1), row("oracle", 0.3, 0.0)]
+    (d,) = lofo.reading(rows, 1.0, 10)
+    assert d["policy"] == "learned:path=c"  # the adapted table saves more with fewer misses: not picked
+
+
 def test_a_mistyped_exclusion_is_an_error_not_a_training_on_everything():
     from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
