@@ -76,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="CKPT",
         help="train nothing: choose this checkpoint's thresholds (and fallback rules) on --dataset, logs it "
         "was not trained on (your harness, your models; no success labels needed), and write it to --out. "
-        "Tasks it trained on are skipped; --holdout-share of the others is kept out of the choice so that "
+        "Runs of tasks it trained on (a task is its source and id, whatever the model) are skipped; "
+        "--holdout-share of the others is kept out of the choice so that "
         "`dtoc-rl evaluate --holdout-from OUT --held-out-only` measures the result on runs it was not "
         "chosen on. The same flags apply as with --retune",
     )
