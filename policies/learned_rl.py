@@ -344,7 +344,7 @@ def finetune(
     report["rl"] = ppo(policy, train_eps, log=log, progress=progress, max_seconds=max_seconds)
     cost = _cost_config(policy)
     if tune_eps:
-        report["thresholds"] = _tune(policy, tune_eps, cost)
+        report["thresholds"] = _tune(policy, tune_eps, cost, progress)
     report["val_metrics"] = evaluate_cost(policy, held_eps, cost) if held_eps else {}
     report["seconds"] = round(time.perf_counter() - t0, 2)
     rl_meta = {k: v for k, v in report["rl"].items() if k != "history"}

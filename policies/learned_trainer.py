@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -466,7 +466,7 @@ def evaluate_cost(policy, episodes: Sequence[Episode], cfg: CostConfig) -> dict[
 
 def sweep_thresholds(
     policy: LearnedPolicy,
-    episodes: Sequence[Episode],
+    episodes: Iterable[Episode],
     cfg: CostConfig,
     grid: Sequence[float] = THRESHOLD_GRID,
 ) -> list[dict[str, Any]]:
@@ -644,7 +644,7 @@ FALLBACK_LADDER: tuple[tuple[int, int], ...] = (
 
 
 def sweep_rules(
-    episodes: Sequence[Episode],
+    episodes: Iterable[Episode],
     cfg: CostConfig,
     max_items: int,
     ladder: Sequence[tuple[int, int]] = FALLBACK_LADDER,
@@ -690,14 +690,21 @@ def fallback_table(
     return out
 
 
-def _tune(policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConfig) -> dict[str, Any]:
+def _tune(
+    policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConfig, progress: bool = False
+) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
     cfg = policy.cfg
-    rows = sweep_thresholds(policy, tune_eps, cost_cfg)
+    # minutes on long runs (RepoLaunch: about 90 s for 700 of them), where a bar says it is moving
+    eps = tqdm(tune_eps, desc="thresholds", unit="run", disable=not progress, leave=False)
+    rows = sweep_thresholds(policy, eps, cost_cfg)
     table = threshold_table(
         rows, THRESHOLD_GRID, cfg.miss_budget, cfg.min_family_val, min_source=cfg.min_source_val
     )
     if cfg.fallback_rule:
-        rule_rows = sweep_rules(tune_eps, cost_cfg, cfg.max_items)
+        eps = tqdm(tune_eps, desc="fallback rules", unit="run", disable=not progress, leave=False)
+        rule_rows = sweep_rules(eps, cost_cfg, cfg.max_items)
         table["fallback"] = fallback_table(
             table, rule_rows, cfg.miss_budget, min_source=cfg.min_source_val, min_runs=cfg.min_family_val
         )
@@ -705,7 +712,13 @@ def _tune(policy: LearnedPolicy, tune_eps: Sequence[Episode], cost_cfg: CostConf
     return policy.meta["thresholds"]
 
 
-def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Episode] | None = None) -> dict:
+def retune(
+    policy: LearnedPolicy,
+    dataset: Any = None,
+    *,
+    episodes: Sequence[Episode] | None = None,
+    progress: bool = False,
+) -> dict:
     """Choose a trained policy's threshold table again (e.g. with another ``cfg.miss_budget``) on the
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
@@ -713,7 +726,7 @@ def retune(policy: LearnedPolicy, dataset: Any = None, *, episodes: Sequence[Epi
     _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
-    table = _tune(policy, tune_eps, _cost_config(policy))
+    table = _tune(policy, tune_eps, _cost_config(policy), progress)
     policy.meta["retune_environment"] = environment()  # thresholds chosen again, maybe elsewhere
     policy.meta.pop("val_metrics", None)  # the old table's figures; the new one's are in meta.thresholds
     return table
@@ -732,6 +745,7 @@ def adapt(
     holdout: float = 0.5,
     episodes: Sequence[Episode] | None = None,
     skip_trained: bool = True,
+    progress: bool = False,
 ) -> dict:
     """Choose a trained policy's threshold table on other logs than it was trained on: a harness, a
     model or tasks of the user's own, whose outputs the network may score higher or lower than those of
@@ -772,7 +786,7 @@ def adapt(
         tune_eps += chosen
     else:
         tune_eps += rest
-    table = _tune(policy, tune_eps, _cost_config(policy))
+    table = _tune(policy, tune_eps, _cost_config(policy), progress)
     chosen_on = _task_names(tune_eps)
     meta["tune_tasks"] = sorted(old_tune | chosen_on)
     meta["val_tasks"] = sorted((set(meta.get("val_tasks") or ()) | _task_names(held_eps)) - chosen_on)
@@ -959,7 +973,7 @@ def _fit(
     cost_cfg = _cost_config(policy)
     if tune_eps:
         t1 = time.perf_counter()
-        report["thresholds"] = _tune(policy, tune_eps, cost_cfg)
+        report["thresholds"] = _tune(policy, tune_eps, cost_cfg, progress)
         report["threshold_seconds"] = round(time.perf_counter() - t1, 2)
     report["val_metrics"] = evaluate_cost(policy, held_eps, cost_cfg) if held_eps else {}
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)

@@ -248,9 +248,9 @@ def _retune(args: argparse.Namespace, cfg) -> int:
         policy, dataset = _from_checkpoint(path, args, cfg, _retune_takes, only_given=True)
         if args.adapt is not None:
             share = 0.5 if args.holdout_share is None else args.holdout_share
-            table = adapt(policy, dataset, holdout=share)
+            table = adapt(policy, dataset, holdout=share, progress=not (args.quiet or args.json))
         else:
-            table = retune(policy, dataset)
+            table = retune(policy, dataset, progress=not (args.quiet or args.json))
     except (ValueError, DatasetError, FileNotFoundError) as e:
         return fail(f"{flag} {path}: {e}")
     key = "adapted_from" if args.adapt is not None else "retuned_from"
