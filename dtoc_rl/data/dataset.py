@@ -54,19 +54,23 @@ class DatasetError(Exception):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _mended(text: str) -> str:
+    # ASCII first: nearly every text is, and then no search is needed
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
+
+
 def _mend_text(obj: Any) -> None:
     """Replace lone UTF-16 surrogates (a JSON string a JavaScript harness cut inside an emoji) by
     U+FFFD in every text of a trajectory, in place: Parquet holds UTF-8, which has no such character."""
-    fix = _SURROGATE.sub
     for name, v in vars(obj).items():
         if isinstance(v, str):
-            if not v.isascii() and _SURROGATE.search(v):
-                setattr(obj, name, fix("\ufffd", v))
+            if (m := _mended(v)) is not v:  # set only when mended: most texts are left alone
+                setattr(obj, name, m)
         elif isinstance(v, list):
             for i, x in enumerate(v):
                 if isinstance(x, str):
-                    if not x.isascii() and _SURROGATE.search(x):
-                        v[i] = fix("\ufffd", x)
+                    if (m := _mended(x)) is not x:
+                        v[i] = m
                 elif is_dataclass(x):
                     _mend_text(x)
         elif is_dataclass(v):

@@ -89,11 +89,10 @@ class SessionLabels:
                     "of the session once, in order (or start a new session)",
                     f"turns[{k}].index",
                 )
-            # a manage_context call of the client's own is not a stored output
-            calls = [c for c in t.calls if c.tool != MANAGE_CONTEXT_NAME]
+            calls = []  # the stored outputs; j counts every call, as the request numbers them
             keys: set[str] = set()
             for j, c in enumerate(t.calls):
-                if c.tool == MANAGE_CONTEXT_NAME:
+                if c.tool == MANAGE_CONTEXT_NAME:  # a manage_context call of the client's own stores nothing
                     continue
                 if c.key in self._keys or c.key in keys:  # one key, one output: else a need goes astray
                     raise DecideError(
@@ -103,6 +102,7 @@ class SessionLabels:
                         f"turns[{k}].calls[{j}].key",
                     )
                 keys.add(c.key)
+                calls.append(c)
             size = len(t.user_text) + len(t.assistant_text)
             size += sum(len(c.output) + len(_args_text(c.args)) for c in calls)
             if self.chars + size > self.max_chars:
