@@ -87,7 +87,7 @@ class Run:
     changes: int = 0
     placeholder_tokens: int = 0
     invalid_actions: int = 0
-    split: str = "all"  # "train" / "held-out" / "left out" when evaluated against a policy's training
+    split: str = "all"  # "train" / "tune" / "held-out" / "left out" against a policy's training
     regime: str = ""  # pricing.cache_regime() of the run's model version
     length: str = ""  # "short" / "long": run_length() of the unmanaged prompt per call
     error: str | None = None
@@ -185,6 +185,7 @@ def evaluate(
     policies: dict[str, Any] | None = None,
     holdout_tasks: set[str] | None = None,
     left_out: Mapping[str, Any] | None = None,
+    tune_tasks: set[str] | None = None,
     threads: int | None = 1,
     prices: Mapping[str, Prices] | None = None,
     tasks: set[str] | None = None,
@@ -196,9 +197,10 @@ def evaluate(
     objects.  Objects run in this process only.  ``dataset`` is anything ReplayEnv takes (a folder,
     a ``datasets.Dataset``, a list of trajectories).  ``holdout_tasks`` (``"source/task_id"``
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
-    or ``train``, or ``left out`` for the source or family it was trained without (``left_out``,
-    :func:`mark_split`).  ``threads``: torch CPU threads while evaluating (restored after; one decision of a
-    small network is fastest on one, and several spin badly on a busy machine); None leaves them.
+    or ``train``, ``tune`` for ``tune_tasks`` (its thresholds were chosen on them), or ``left out`` for
+    the source or family it was trained without (``left_out``, :func:`mark_split`).  ``threads``:
+    torch CPU threads while evaluating (restored after; one decision of a small network is fastest
+    on one, and several spin badly on a busy machine); None leaves them.
     ``prices``: the user's prices by model name (:func:`dtoc_rl.sim.pricing.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
     (they join ``cost_config.price_table``, over its entries of the same name, and travel with it to
@@ -243,25 +245,34 @@ def evaluate(
                         runs.append(run_policy_on_episode(pol, env, i, label))
                         bar.update(1)
     bar.close()
-    mark_split(runs, holdout_tasks, left_out)
+    mark_split(runs, holdout_tasks, left_out, tune_tasks)
     return runs
 
 
 def mark_split(
-    runs: Sequence[Run], holdout_tasks: set[str] | None, left_out: Mapping[str, Any] | None
+    runs: Sequence[Run],
+    holdout_tasks: set[str] | None,
+    left_out: Mapping[str, Any] | None,
+    tune_tasks: set[str] | None = None,
 ) -> None:
     """Each run's ``split`` against a learned policy's training: ``held-out`` (``holdout_tasks``: the
     tasks it did not train on), ``left out`` (the source or model family it was trained without:
-    ``left_out`` as ``{"source": ..., "family": ...}``) or ``train``; unchanged without
+    ``left_out`` as ``{"source": ..., "family": ...}``), ``tune`` (``tune_tasks``: not trained on, but
+    its thresholds were chosen on them, as an adapted checkpoint's were on the user's runs, a left-out
+    harness's included: neither unseen nor trained on) or ``train``; unchanged without
     ``holdout_tasks``."""
     if holdout_tasks is None:
         return
     src, fam = (left_out or {}).get("source"), (left_out or {}).get("family")
+    tune = tune_tasks or set()
     for r in runs:
-        if (src and r.source == src) or (fam and r.model_family == fam):
+        name = task_name(r.source, r.task_id)
+        if name in tune and name not in holdout_tasks:  # a left-out harness's runs adapted on, too
+            r.split = "tune"
+        elif (src and r.source == src) or (fam and r.model_family == fam):
             r.split = "left out"
         else:
-            r.split = "held-out" if task_name(r.source, r.task_id) in holdout_tasks else "train"
+            r.split = "held-out" if name in holdout_tasks else "train"
 
 
 def token_curves(

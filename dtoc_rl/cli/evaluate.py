@@ -95,10 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_grouping,
         default=["overall", "model_family", "source"],
         metavar="GROUPING",
-        help="groupings to report: overall, model_family, source, split (train, held-out tasks or left "
-        "out, with --holdout-from), regime (the model's cache pricing) and length (short or long runs: "
-        "long when the unmanaged prompt averages >= 20,000 tokens per call); a+b crosses two, e.g. "
-        "split+length or split+model_family",
+        help="groupings to report: overall, model_family, source, split (with --holdout-from: train, "
+        "tune (not trained on, thresholds chosen on them), held-out tasks, or left out), regime (the "
+        "model's cache pricing) and length (short or long runs: long when the unmanaged prompt "
+        "averages >= 20,000 tokens per call); a+b crosses two, e.g. split+length or split+model_family",
     )
     p.add_argument(
         "--miss-budget",
@@ -183,9 +183,9 @@ def run(args: argparse.Namespace) -> int:
             return fail("--held-out-only needs --holdout-from CKPT (whose unseen tasks to keep)")
         if args.held_out_only and args.backend == "ray":
             return fail("--held-out-only runs on the local backend; drop --backend ray")
-        left_out = None
+        left_out, tune = None, None
         if args.holdout_from:
-            holdout, left_out = _held_out_tasks(args.holdout_from, args.dataset)
+            holdout, left_out, tune = _held_out_tasks(args.holdout_from, args.dataset)
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
@@ -209,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not (args.quiet or args.json),
             holdout_tasks=holdout,
             left_out=left_out,
+            tune_tasks=tune,
             **({"tasks": holdout} if args.held_out_only else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
@@ -279,10 +280,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[str, str | None]]:
-    """The tasks of ``dataset`` the checkpoint did not train on, and the source and family it was trained
-    without: its validation tasks, and every task it never saw (a checkpoint that lists its training
-    tasks; an older one names only its validation tasks)."""
+def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[str, str | None], set[str]]:
+    """The tasks of ``dataset`` the checkpoint did not train on (its validation tasks, and every task it
+    never saw: a checkpoint that lists its training tasks; an older one names only its validation
+    tasks), the source and family it was trained without, and the tasks its thresholds were chosen on
+    (for ``--by split``'s ``tune``)."""
     from dtoc_rl.data.dataset import dataset_tasks
     from dtoc_rl.data.paths import bundled_dataset
     from dtoc_rl.policies.learned import read_checkpoint_config
@@ -308,7 +310,7 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
                 "ones by"
             )
         raise ValueError(f"--holdout-from {ckpt}: nothing in this dataset is held out: {what}")
-    return held, left_out
+    return held, left_out, set(info.get("tune_tasks") or ()) - held
 
 
 def write_plots(args, specs, rows, runs) -> list[str]:

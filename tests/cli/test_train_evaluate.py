@@ -59,7 +59,7 @@ def test_evaluate_json_rows_with_sweep_and_oracle(capsys, ckpt, tmp_path):
     assert overall["oracle"]["misses_per_100"] == 0 and overall["oracle"]["savings"] > 0
     for r in overall.values():
         assert r["savings_lo"] <= r["savings"] + 1e-9 <= r["savings_hi"] + 2e-9
-    assert {r["group"] for r in out["rows"] if r["group_by"] == "split"} == {"train", "held-out"}
+    assert {r["group"] for r in out["rows"] if r["group_by"] == "split"} == {"train", "tune", "held-out"}
     assert (tmp_path / "m.csv").read_text().startswith("policy,")
     assert (tmp_path / "pareto.png").stat().st_size > 5000 and (tmp_path / "curves.png").is_file()
 

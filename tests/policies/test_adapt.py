@@ -148,6 +148,16 @@ def test_the_command_adapts_and_evaluate_measures_the_held_out_part(fold, tmp_pa
     # (the bundled sample's training had one validation task, which chose its thresholds too)
     adapted_on = set(meta["tune_tasks"]) - set(LearnedPolicy.load(path).meta["tune_tasks"])
     assert adapted_on and evaluated and not evaluated & (adapted_on | set(meta["train_tasks"]))
+    # every run, split by what the checkpoint did with its task: the adapted-on runs are "tune"
+    rc = main(["evaluate", "--dataset", data, "-p", f"learned:path={out}", "--holdout-from", str(out),
+               "--runs-out", str(runs), "--quiet", "--json"])  # fmt: skip
+    assert rc == 0
+    capsys.readouterr()
+    rows = map(json.loads, runs.read_text().splitlines())
+    split = {task_name(r["source"], r["task_id"]): r["split"] for r in rows}
+    assert {split[t] for t in adapted_on if t in split} == {"tune"}
+    assert {split[t] for t in evaluated} <= {"held-out", "left out"}  # the fold's harness: left out
+    assert {s for t, s in split.items() if t in set(meta["train_tasks"])} <= {"train"}
     # said in words too, with the command that compares it with the original
     assert main(args[:-3] + ["--threads", "1"]) == 0
     said = capsys.readouterr().out

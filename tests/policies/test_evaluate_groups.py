@@ -248,8 +248,9 @@ def test_tasks_a_checkpoint_never_saw_are_held_out_and_an_old_checkpoint_says_wh
     args = _against_checkpoint(tmp_path, {"meta": meta}, "split")
     assert main([*args, "--quiet"]) == 0
     n = {r["group"]: r["n"] for r in json.loads(capsys.readouterr().out)["rows"] if r["group_by"] == "split"}
-    trained = sum(f"{e.source}/{e.task_id}" in tasks[1:4] for e in eps)
-    assert n == {"held-out": len(eps) - trained, "train": trained}
+    trained = sum(f"{e.source}/{e.task_id}" in tasks[2:4] for e in eps)
+    tuned = sum(f"{e.source}/{e.task_id}" == tasks[1] for e in eps)
+    assert n == {"held-out": len(eps) - trained - tuned, "tune": tuned, "train": trained}
     # a checkpoint that names only validation tasks from another dataset: one line saying so
     old = tmp_path / "old"
     old.mkdir()
