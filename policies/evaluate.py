@@ -186,6 +186,7 @@ def evaluate(
     holdout_tasks: set[str] | None = None,
     left_out: Mapping[str, Any] | None = None,
     tune_tasks: set[str] | None = None,
+    adapted: bool = False,
     threads: int | None = 1,
     prices: Mapping[str, Prices] | None = None,
     tasks: set[str] | None = None,
@@ -197,8 +198,9 @@ def evaluate(
     objects.  Objects run in this process only.  ``dataset`` is anything ReplayEnv takes (a folder,
     a ``datasets.Dataset``, a list of trajectories).  ``holdout_tasks`` (``"source/task_id"``
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
-    or ``train``, ``tune`` for ``tune_tasks`` (its thresholds were chosen on them), or ``left out`` for
-    the source or family it was trained without (``left_out``, :func:`mark_split`).  ``threads``:
+    or ``train``, ``tune`` for ``tune_tasks`` (its thresholds were chosen on them; ``adapted``: by
+    ``dtoc-rl train --adapt``), or ``left out`` for the source or family it was trained without
+    (``left_out``, :func:`mark_split`).  ``threads``:
     torch CPU threads while evaluating (restored after; one decision of a small network is fastest
     on one, and several spin badly on a busy machine); None leaves them.
     ``prices``: the user's prices by model name (:func:`dtoc_rl.sim.pricing.load_price_table`); a
@@ -245,7 +247,7 @@ def evaluate(
                         runs.append(run_policy_on_episode(pol, env, i, label))
                         bar.update(1)
     bar.close()
-    mark_split(runs, holdout_tasks, left_out, tune_tasks)
+    mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)
     return runs
 
 
@@ -254,25 +256,35 @@ def mark_split(
     holdout_tasks: set[str] | None,
     left_out: Mapping[str, Any] | None,
     tune_tasks: set[str] | None = None,
+    adapted: bool = False,
 ) -> None:
-    """Each run's ``split`` against a learned policy's training: ``held-out`` (``holdout_tasks``: the
-    tasks it did not train on), ``left out`` (the source or model family it was trained without:
-    ``left_out`` as ``{"source": ..., "family": ...}``), ``tune`` (``tune_tasks``: not trained on, but
-    its thresholds were chosen on them, as an adapted checkpoint's were on the user's runs, a left-out
-    harness's included: neither unseen nor trained on) or ``train``; unchanged without
-    ``holdout_tasks``."""
+    """Each run's ``split`` against a learned policy's training; unchanged without ``holdout_tasks``:
+
+    * ``left out``: the source or model family it was trained without (``left_out`` as
+      ``{"source": ..., "family": ...}``);
+    * ``held-out``: ``holdout_tasks``, the tasks it neither trained on nor chose anything on (a single
+      validation task that had to do both stays held-out);
+    * ``tune``: ``tune_tasks``, not trained on but its training stopped and its thresholds were
+      chosen on them: neither unseen nor trained on;
+    * ``train``: the rest.
+
+    In that order, except that an ``adapted`` checkpoint's tune tasks come first: it chose its
+    thresholds on every run of those tasks, a left-out harness's or family's included (training drops
+    the left-out runs before its tune split, so an unadapted checkpoint's never were)."""
     if holdout_tasks is None:
         return
     src, fam = (left_out or {}).get("source"), (left_out or {}).get("family")
-    tune = tune_tasks or set()
+    tune = (tune_tasks or set()) - holdout_tasks
     for r in runs:
         name = task_name(r.source, r.task_id)
-        if name in tune and name not in holdout_tasks:  # a left-out harness's runs adapted on, too
+        if adapted and name in tune:
             r.split = "tune"
         elif (src and r.source == src) or (fam and r.model_family == fam):
             r.split = "left out"
+        elif name in holdout_tasks:
+            r.split = "held-out"
         else:
-            r.split = "held-out" if name in holdout_tasks else "train"
+            r.split = "tune" if name in tune else "train"
 
 
 def token_curves(

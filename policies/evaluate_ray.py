@@ -135,13 +135,14 @@ def evaluate_ray(
     holdout_tasks: set[str] | None = None,
     left_out: Mapping[str, Any] | None = None,
     tune_tasks: set[str] | None = None,
+    adapted: bool = False,
 ) -> list[Run]:
     """Run every policy spec (plus the oracle) over every trajectory of ``dataset`` on Ray.
 
     ``dataset``: a dataset folder (None: the bundled sample).  ``workers``: actors (default: the
-    cluster's CPUs); ``batch_size``: trajectories per batch; ``holdout_tasks``, ``left_out`` and
-    ``tune_tasks`` as in :func:`~dtoc_rl.policies.evaluate.evaluate`.  Returns the same runs, in the
-    same order, as :func:`~dtoc_rl.policies.evaluate.evaluate`.
+    cluster's CPUs); ``batch_size``: trajectories per batch; ``holdout_tasks``, ``left_out``,
+    ``tune_tasks`` and ``adapted`` as in :func:`~dtoc_rl.policies.evaluate.evaluate`.  Returns the
+    same runs, in the same order, as :func:`~dtoc_rl.policies.evaluate.evaluate`.
     """
     ray = _import_ray()
     import pyarrow.parquet as pq
@@ -161,7 +162,7 @@ def evaluate_ray(
             f"no usable trajectory in {dataset or 'the bundled sample'} for "
             f"model_family={model_family or 'any'}, source={source or 'any'}, at least 2 steps"
         )
-    mark_split(runs, holdout_tasks, left_out, tune_tasks)
+    mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)
     return runs
 
 

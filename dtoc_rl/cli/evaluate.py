@@ -96,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=["overall", "model_family", "source"],
         metavar="GROUPING",
         help="groupings to report: overall, model_family, source, split (with --holdout-from: train, "
-        "tune (not trained on, thresholds chosen on them), held-out tasks, or left out), regime (the "
+        "tune: training stopped and thresholds were chosen on them, held-out tasks, left out), regime (the "
         "model's cache pricing) and length (short or long runs: long when the unmanaged prompt "
         "averages >= 20,000 tokens per call); a+b crosses two, e.g. split+length or split+model_family",
     )
@@ -113,9 +113,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--holdout-from",
         type=Path,
         metavar="CKPT",
-        help="mark trajectories of tasks this checkpoint did not train on as held-out (its validation "
-        "tasks, and any task it never saw: your own logs), and those of a source or family it was "
-        "trained without (--exclude-source/--exclude-family) as left out (adds --by split)",
+        help="mark trajectories of tasks this checkpoint neither trained on nor chose anything on as "
+        "held-out (its validation tasks, and any task it never saw: your own logs), those it chose its "
+        "thresholds on as tune, and those of a source or family it was trained without "
+        "(--exclude-source/--exclude-family) as left out, or tune where --adapt chose on them (adds "
+        "--by split)",
     )
     p.add_argument(
         "--held-out-only",
@@ -183,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
             return fail("--held-out-only needs --holdout-from CKPT (whose unseen tasks to keep)")
         if args.held_out_only and args.backend == "ray":
             return fail("--held-out-only runs on the local backend; drop --backend ray")
-        left_out, tune = None, None
+        left_out, tune, adapted = None, None, False
         if args.holdout_from:
-            holdout, left_out, tune = _held_out_tasks(args.holdout_from, args.dataset)
+            holdout, left_out, tune, adapted = _held_out_tasks(args.holdout_from, args.dataset)
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
@@ -210,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             holdout_tasks=holdout,
             left_out=left_out,
             tune_tasks=tune,
+            adapted=adapted,
             **({"tasks": holdout} if args.held_out_only else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
@@ -280,11 +283,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[str, str | None], set[str]]:
+def _held_out_tasks(
+    ckpt: Path, dataset: Path | None
+) -> tuple[set[str], dict[str, str | None], set[str], bool]:
     """The tasks of ``dataset`` the checkpoint did not train on (its validation tasks, and every task it
     never saw: a checkpoint that lists its training tasks; an older one names only its validation
-    tasks), the source and family it was trained without, and the tasks its thresholds were chosen on
-    (for ``--by split``'s ``tune``)."""
+    tasks), the source and family it was trained without, the tasks its thresholds were chosen on (for
+    ``--by split``'s ``tune``), and whether they were chosen by ``train --adapt``."""
     from dtoc_rl.data.dataset import dataset_tasks
     from dtoc_rl.data.paths import bundled_dataset
     from dtoc_rl.policies.learned import read_checkpoint_config
@@ -310,7 +315,7 @@ def _held_out_tasks(ckpt: Path, dataset: Path | None) -> tuple[set[str], dict[st
                 "ones by"
             )
         raise ValueError(f"--holdout-from {ckpt}: nothing in this dataset is held out: {what}")
-    return held, left_out, set(info.get("tune_tasks") or ()) - held
+    return held, left_out, set(info.get("tune_tasks") or ()) - held, bool(info.get("adapted_on"))
 
 
 def write_plots(args, specs, rows, runs) -> list[str]:

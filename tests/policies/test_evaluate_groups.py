@@ -6,13 +6,42 @@ import pytest
 
 from dtoc_rl.cli import main
 from dtoc_rl.cli.evaluate import beats_text
-from dtoc_rl.policies.evaluate import LONG_RUN_TOKENS, Run, aggregate, done_when, evaluate, run_length
+from dtoc_rl.policies.evaluate import (
+    LONG_RUN_TOKENS,
+    Run,
+    aggregate,
+    done_when,
+    evaluate,
+    mark_split,
+    run_length,
+)
 from dtoc_rl.sim.pricing import cache_regime, prices_for
 
 
 def _run(policy, tid, *, dollars, base=100.0, misses=0, calls=100, split="held-out", length="short"):
     return Run(policy, tid, "gpt-4o", "src", tid, calls=calls, dollars=dollars, base_dollars=base,
                input_tokens=1, base_input_tokens=1, misses=misses, split=split, length=length)  # fmt: skip
+
+
+def test_mark_split_orders_left_out_held_out_tune_and_train_and_lets_an_adapted_choice_go_first():
+    pairs = [("t1", "claude"), ("t1", "gpt-4o"), ("t2", "gpt-4o"), ("t3", "claude"), ("t4", "claude")]
+
+    def runs():  # (task, family): tasks span families within a source
+        return [Run("p", f"{t}-{f}", f, "src", t) for t, f in pairs]
+
+    def split(**kw):
+        rs = runs()
+        mark_split(rs, {"src/t3"}, {"family": "gpt-4o"}, **kw)
+        return [r.split for r in rs]
+
+    # trained without gpt-4o: its runs were dropped before the tune split, so never chosen on
+    assert split(tune_tasks={"src/t1"}) == ["tune", "left out", "left out", "held-out", "train"]
+    # adapted on t1: chosen on every run of it, the left-out family's too
+    assert split(tune_tasks={"src/t1"}, adapted=True) == ["tune", "tune", "left out", "held-out", "train"]
+    # one validation task that had to stop training and choose the thresholds as well stays held-out
+    only = ["train", "left out", "left out", "held-out", "train"]
+    assert split(tune_tasks={"src/t3"}, adapted=True) == only
+    assert split() == only  # no tune tasks listed
 
 
 def test_run_length_rule():
