@@ -122,9 +122,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--held-out-only",
         action="store_true",
-        help="evaluate only the tasks the --holdout-from checkpoint did not train on: held-out ones, and "
-        "those of a source or family it was trained without (left out); the fair test of a learned "
-        "policy, and much faster than running every policy on the training tasks too",
+        help="evaluate only the tasks the --holdout-from checkpoint did not train on: its held-out tasks "
+        "and every task it never saw (all of a source it was trained without; of a family it was trained "
+        "without, its runs of those tasks: the others' runs of a task taught it the task), split as "
+        "held-out or left out; the fair test of a learned policy, and much faster than running every "
+        "policy on the training tasks too",
     )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--plots", type=Path, help="write the pareto and curves plots into this folder")
