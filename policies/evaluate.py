@@ -200,9 +200,9 @@ def evaluate(
     strings, e.g. a learned policy's validation tasks) marks each run's ``split`` as ``held-out``
     or ``train``, ``tune`` for ``tune_tasks`` (its thresholds were chosen on them; ``adapted``: by
     ``dtoc-rl train --adapt``), or ``left out`` for the source or family it was trained without
-    (``left_out``, :func:`mark_split`).  ``threads``:
-    torch CPU threads while evaluating (restored after; one decision of a small network is fastest
-    on one, and several spin badly on a busy machine); None leaves them.
+    (``left_out``, :func:`mark_split`).  ``threads``: torch CPU threads while evaluating (restored
+    after; one decision of a small network is fastest on one, and several spin badly on a busy
+    machine); None leaves them.
     ``prices``: the user's prices by model name (:func:`dtoc_rl.sim.pricing.load_price_table`); a
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
     (they join ``cost_config.price_table``, over its entries of the same name, and travel with it to
