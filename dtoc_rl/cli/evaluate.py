@@ -291,7 +291,8 @@ def _held_out_tasks(
     """The tasks of ``dataset`` the checkpoint did not train on (its validation tasks, and every task it
     never saw: a checkpoint that lists its training tasks; an older one names only its validation
     tasks), the source and family it was trained without, the tasks its thresholds were chosen on (for
-    ``--by split``'s ``tune``), and whether they were chosen by ``train --adapt``."""
+    ``--by split``'s ``tune``; :func:`~dtoc_rl.policies.evaluate.mark_split` lets held-out win), and
+    whether they were chosen by ``train --adapt``."""
     from dtoc_rl.data.dataset import dataset_tasks
     from dtoc_rl.data.paths import bundled_dataset
     from dtoc_rl.policies.learned import read_checkpoint_config
@@ -317,7 +318,7 @@ def _held_out_tasks(
                 "ones by"
             )
         raise ValueError(f"--holdout-from {ckpt}: nothing in this dataset is held out: {what}")
-    return held, left_out, set(info.get("tune_tasks") or ()) - held, bool(info.get("adapted_on"))
+    return held, left_out, set(info.get("tune_tasks") or ()), bool(info.get("adapted_on"))
 
 
 def write_plots(args, specs, rows, runs) -> list[str]:
