@@ -252,8 +252,10 @@ class ReplayEnv(gym.Env):
     Terminated after the log's last model call (``n - 1`` steps for ``n`` calls), or at
     the first miss with ``miss="fail"``.  Never truncated.  The final ``info``
     holds ``totals`` (tokens, cache reads/writes, dollars, misses, re-reads,
-    management calls, placeholder tokens, mean active tokens) and
-    ``all_visible`` (the same figures with everything visible), and ``traj_id``.
+    management calls, placeholder tokens, mean active tokens),
+    ``all_visible`` (the same figures with everything visible), ``missed`` (the ``(model
+    call, output step)`` of every miss, in order: which hidden output which call needed), and
+    ``traj_id``.
 
     ## Arguments
     * ``dataset``: a dataset folder (from ``dtoc-rl ingest``), a ``datasets.Dataset`` of its rows, a list
@@ -411,6 +413,7 @@ class ReplayEnv(gym.Env):
         if terminated:
             info["totals"] = sim.totals.to_dict()
             info["all_visible"] = self._base.to_dict()
+            info["missed"] = list(sim.missed)
             info["success"] = bool(sim.ep.success) and not sim.totals.failed
         return obs, float(reward), terminated, False, info
 

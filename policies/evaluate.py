@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.data.dataset import task_name
+from dtoc_rl.data.schema import NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -46,6 +47,8 @@ __all__ = [
     "aggregate",
     "done_when",
     "evaluate",
+    "miss_rows",
+    "missed_outputs",
     "run_policy_on_episode",
     "token_curves",
     "torch_threads",
@@ -112,6 +115,8 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         run.active_token_sum = t["active_token_sum"]
         for k in ("misses", "rereads", "mgmt_calls", "changes", "placeholder_tokens", "invalid_actions"):
             setattr(run, k, t[k])
+        if info.get("missed"):
+            run.extra["missed"] = missed_outputs(ep, info["missed"])
         errors = getattr(policy, "errors", None)
         if errors:
             run.extra["policy_errors"] = dict(errors)
@@ -123,6 +128,41 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
             base = baseline_totals(ep, env.cfg)
             run.length = run_length(base.input_tokens, base.calls)
     return run
+
+
+def missed_outputs(ep: Episode, missed: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """What each miss of a run was (ReplayEnv's final ``info["missed"]``): the model ``call`` that
+    needed the hidden output, the output's ``step``, its ``age`` in calls, its tool and estimated
+    tokens, why the call needed it (``need``: a need label's kind, or ``unread`` for the answer to the
+    call before, which no call had read) and the start of its text (``preview``)."""
+    call_of, starts = ep.call_of_step, ep.starts
+    out = []
+    for c, j in missed:
+        a, b = int(ep.need_ptr[int(starts[c])]), int(ep.need_ptr[int(starts[c + 1])])
+        kinds = {NEED_KINDS[int(k)] for i, k in zip(ep.need_idx[a:b], ep.need_kind[a:b]) if int(i) == j}
+        out.append(
+            {
+                "call": int(c),
+                "step": int(j),
+                "age": int(c - call_of[j]),
+                "tool": ep.tool_names[j] if j < len(ep.tool_names) else "",
+                "tokens": int(ep.est_tok[j]),
+                "need": "+".join(sorted(kinds)) or "unread",
+                "preview": ep.previews[j][:120] if j < len(ep.previews) else "",
+            }
+        )
+    return out
+
+
+def miss_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per miss of ``runs`` (``evaluate --misses-out``): the run's policy, trajectory, source,
+    model family and split, then :func:`missed_outputs`' fields."""
+    return [
+        {"policy": r.policy, "traj_id": r.traj_id, "source": r.source, "model_family": r.model_family,
+         "split": r.split, **m}
+        for r in runs
+        for m in r.extra.get("missed", ())
+    ]  # fmt: skip
 
 
 # -- worker pool -----------------------------------------------------------------

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["INTERRUPTED", "CLIError", "emit_json", "fail"]
+__all__ = ["INTERRUPTED", "CLIError", "emit_json", "fail", "write_text_atomic"]
 
 #: A command's exit status when the user stops it with Ctrl-C (the shell's 128 + SIGINT).
 INTERRUPTED = 130
@@ -45,3 +48,18 @@ def warn(message: str, file: Any = None) -> None:
 def fail(message: str, code: int = 2) -> int:
     print(f"dtoc-rl: error: {message}", file=sys.stderr)
     return code
+
+
+def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
+    """Write ``chunks`` to ``path`` through ``path.partial`` and a rename: a file cut short (a full disk,
+    Ctrl-C) never stands under the name of a complete one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "w", newline="") as fh:
+            for c in chunks:
+                fh.write(c)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 import textwrap
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.cli.common import emit_json, fail, write_text_atomic
 from dtoc_rl.provenance import environment
 
 
@@ -139,6 +140,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dpi", type=int, default=200, help="plot resolution for png (default: 200)")
     p.add_argument("--csv", type=Path, help="also write the metric rows as CSV")
     p.add_argument("--runs-out", type=Path, help="also write every per-trajectory run as JSONL")
+    p.add_argument(
+        "--misses-out",
+        type=Path,
+        help="also write every miss as JSONL, one line each: the policy, the run, the model call that "
+        "needed the hidden output, the output (step, age in calls, tool, tokens, the start of its "
+        "text) and why the call needed it (a need label's kind, or unread: the answer to the call "
+        "before): where a policy's misses come from",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the metric rows as JSON")
     from dtoc_rl.tracking import add_wandb_arguments
@@ -160,7 +169,7 @@ def _grouping(value: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
-    from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate
+    from dtoc_rl.policies.evaluate import aggregate, done_when, evaluate, miss_rows
     from dtoc_rl.policies.registry import PolicySpecError, expand_specs, make_policy
     from dtoc_rl.sim.simulator import CostConfig
 
@@ -173,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
     if msg := unused_run_options(args, args.wandb):
         return fail(msg)
     # the output folders before any work: one that cannot be made fails now, not after the run
-    for folder in sorted({p.parent for p in (args.csv, args.runs_out) if p} | {p for p in [args.plots] if p}):
+    files = (args.csv, args.runs_out, args.misses_out)
+    for folder in sorted({p.parent for p in files if p} | {p for p in [args.plots] if p}):
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -246,16 +256,15 @@ def run(args: argparse.Namespace) -> int:
         "environment": environment(),  # figures compare only with those of the same software
     }
     if args.runs_out:
-        args.runs_out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.runs_out, "w") as fh:
-            for r in runs:
-                fh.write(json.dumps(r.__dict__, default=str) + "\n")
+        write_text_atomic(args.runs_out, (json.dumps(r.__dict__, default=str) + "\n" for r in runs))
+    if args.misses_out:
+        write_text_atomic(args.misses_out, (json.dumps(m) + "\n" for m in miss_rows(runs)))
     if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        write_text_atomic(args.csv, [buf.getvalue()])
     if args.plots:
         out["plots"] = write_plots(args, specs, rows, runs)
     if args.wandb:
@@ -265,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
             wb = start_cli_run(args, job_type="evaluate")
         except WandbError as e:
             return fail(str(e))
-        files = [p for p in (args.csv, args.runs_out) if p]
+        files = [p for p in (args.csv, args.runs_out, args.misses_out) if p]
         try:
             log_evaluation(wb, rows, failed=failed, plots=out.get("plots", []), files=files)
         except BaseException:

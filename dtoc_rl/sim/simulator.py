@@ -256,6 +256,8 @@ class Simulator:
         self.need_count = [0] * n
         self.last_need = [-1] * n
         self.rereads_of = [0] * n
+        #: (model call, output step) of every miss, in order: where a policy hid what a call needed
+        self.missed: list[tuple[int, int]] = []
         self.toggles = [0] * n
         self.pre = [0] * n  # tokens appended before call k's message (re-runs of missed outputs)
         self.copied = [False] * n  # a re-run appended a copy of this output: its needs are met
@@ -442,6 +444,7 @@ class Simulator:
                 log.append(j)
             misses += 1
             tot.misses += 1
+            self.missed.append((c, j))
             cfg = self.cfg
             if cfg.miss == "fail":
                 tot.failed = True

@@ -42,7 +42,7 @@ def test_evaluate_csv_into_an_unwritable_folder(blocked, capsys):
     _one_line_error(capsys, blocked)
 
 
-@pytest.mark.parametrize("flag", ["--csv", "--runs-out", "--plots"])
+@pytest.mark.parametrize("flag", ["--csv", "--runs-out", "--misses-out", "--plots"])
 def test_evaluate_checks_its_output_folders_before_evaluating(blocked, capsys, monkeypatch, flag):
     # the whole evaluation ran first, then the write failed: minutes of work for a mistyped path
     import dtoc_rl.policies.evaluate
