@@ -1,10 +1,15 @@
-"""mini-swe-agent ``.traj.json`` (``trajectory_format: "mini-swe-agent-1"``).
+"""mini-swe-agent ``.traj.json`` (``trajectory_format: "mini-swe-agent-1"`` or ``"-1.1"``).
 
-Format (mini-swe-agent 1.x, ``minisweagent/run/utils/save.py``): ``messages``
-alternates assistant turns holding exactly one ```` ```bash ```` block with
-user messages holding ``<returncode>…</returncode><output>…</output>``.  The
-first user message is the task; ``info.model_stats`` has cost and call count.
-Labels come from the nearest ``selected_labels.jsonl`` (``resolved``).
+Format (``minisweagent/run/utils/save.py``): in 1.x, ``messages`` alternates assistant
+turns holding exactly one ```` ```bash ```` block with user messages holding
+``<returncode>…</returncode><output>…</output>``.  2.x keeps that as its text-based
+mode (the block fenced ```` ```mswea_bash_command ````) and by default calls a ``bash``
+tool: assistant messages carry OpenAI ``tool_calls`` (``content`` may be null), each
+answered by a ``role: "tool"`` message with its ``tool_call_id``, and the run ends with a
+``role: "exit"`` message holding the submission.  The first user message is the task;
+``info.model_stats`` has cost and call count, each assistant message's
+``extra.response.usage`` the provider's tokens.  Labels come from the nearest
+``selected_labels.jsonl`` (``resolved``).
 """
 
 from __future__ import annotations
@@ -22,12 +27,34 @@ from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```pyt
 
 
 def _content(msg: dict, i: int) -> str:
-    c = msg.get("content", "")
+    c = msg.get("content")
+    if c is None:  # an assistant message of tool calls only
+        return ""
     if isinstance(c, list):  # content blocks
         return "".join(b.get("text", "") for b in c if isinstance(b, dict))
     if not isinstance(c, str):
         raise IngestError(f"messages[{i}].content is {type(c).__name__}, expected string or list")
     return c
+
+
+def _tool_call(call: object, i: int, k: int, path: Path) -> tuple[str, str, str | None]:
+    """``(tool name, arguments, call id)`` of one 2.x tool call; a ``bash`` call's arguments are its
+    command line, as 1.x's action is (what the shell labeller reads)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise IngestError(f"messages[{i}].tool_calls[{k}] has no function name", path)
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            parsed = None
+    else:
+        parsed, args = args, json.dumps(args)
+    if isinstance(parsed, dict) and isinstance(parsed.get("command"), str):
+        args = parsed["command"]
+    call_id = call.get("id")
+    return fn["name"], args or "", call_id if isinstance(call_id, str) else None
 
 
 class MiniSweAgentIngester(Ingester):
@@ -73,6 +100,38 @@ class MiniSweAgentIngester(Ingester):
                     steps[-1].output = cap_output(text)
                 else:
                     pending_user += text
+            elif role == "tool":  # 2.x: the answer to one tool call, by its id
+                call_id = msg.get("tool_call_id")
+                open_ = [s for s in steps if s.tool_name and s.output is None]
+                match = next((s for s in open_ if call_id and s.tool_call_id == call_id), None)
+                if match is None and not call_id and open_:
+                    match = open_[0]
+                if match is None:
+                    raise IngestError(
+                        f"messages[{i}]: tool reply (tool_call_id={call_id!r}) answers no tool call", path
+                    )
+                match.output = cap_output(text)
+            elif role == "assistant" and msg.get("tool_calls"):
+                calls = msg["tool_calls"]
+                if not isinstance(calls, list):
+                    raise IngestError(
+                        f"messages[{i}].tool_calls is {type(calls).__name__}, expected list", path
+                    )
+                for k, call in enumerate(calls):
+                    name, args, call_id = _tool_call(call, i, k, path)
+                    steps.append(
+                        new_step(
+                            turn=turn,
+                            user_text=pending_user if k == 0 else "",
+                            assistant_text=text if k == 0 else "",
+                            tool_name=name,
+                            tool_args=args,
+                            tool_call_id=call_id,
+                            usage=message_usage(msg) if k == 0 else None,
+                        )
+                    )
+                pending_user = ""
+                turn += 1
             elif role == "assistant":
                 # no action (zero or several bash blocks): the harness answers with its format error
                 # and keeps the whole reply in every later prompt, code blocks included

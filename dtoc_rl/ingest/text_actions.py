@@ -44,7 +44,8 @@ _FN_ALIASES = {"execute_bash": "bash", "finish": "submit"}
 _CODEACT = re.compile(r"<execute_(bash|ipython|browse)>\n?(.*?)\n?</execute_\1>", re.DOTALL)
 _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell", "code"),
                  "browse": ("browser", "code")}  # fmt: skip
-_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+# mini-swe-agent 1.x fences its action as ```bash, 2.x as ```mswea_bash_command (its text-based model)
+_BASH = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
 _SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 

@@ -60,7 +60,8 @@ def test_fields_of_the_wrong_type_are_named(tmp_path):
             "ok",
             "info.config.model.model_name is dict, expected string",
         ),
-        ({}, None, "messages[2].content is NoneType, expected string or list"),
+        # (null is 2.x's content of a message of tool calls only)
+        ({}, 42, "messages[2].content is int, expected string or list"),
     ):
         f = tmp_path / "x.traj.json"
         log = {"trajectory_format": "mini-swe-agent-1", "info": info,
@@ -68,3 +69,71 @@ def test_fields_of_the_wrong_type_are_named(tmp_path):
         f.write_text(json.dumps(log))
         (skip,) = ingest_paths([f], progress=False).skipped
         assert said in skip.reason and "\n" not in skip.reason
+
+
+def _call(call_id: str, command: str) -> dict:
+    args = json.dumps({"command": command})
+    return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": args}}
+
+
+def test_version_2_tool_calls_are_steps_with_their_outputs(tmp_path: Path):
+    # mini-swe-agent 2.x's default model calls a bash tool: content may be null, replies are role
+    # "tool" by call id (here answered out of order), and an "exit" message ends the run
+    msgs = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "<pr_description>fix a.py</pr_description>"},
+        {**_assistant("Look first.", 100), "tool_calls": [_call("c1", "ls"), _call("c2", "cat a.py")]},
+        {
+            "role": "tool",
+            "tool_call_id": "c2",
+            "content": "<returncode>0</returncode>\n<output>\nx = 1\n</output>",
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "<returncode>0</returncode>\n<output>\na.py\n</output>",
+        },
+        {**_assistant(None, 150), "tool_calls": [_call("c3", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]},
+        {"role": "tool", "tool_call_id": "c3", "content": "<returncode>0</returncode>\n<output>\n</output>"},
+        {"role": "exit", "content": "diff", "extra": {"exit_status": "Submitted"}},
+    ]
+    p = tmp_path / "x__y-2.traj.json"
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": msgs}))
+    (traj,) = MiniSweAgentIngester().parse(p)
+    assert [(s.tool_name, s.tool_args) for s in traj.steps] == [
+        ("bash", "ls"), ("bash", "cat a.py"), ("bash", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+    ]  # fmt: skip
+    assert "a.py" in traj.steps[0].output and "x = 1" in traj.steps[1].output
+    assert [s.turn for s in traj.steps] == [0, 0, 1]
+    assert traj.steps[0].assistant_text == "Look first." and traj.steps[1].assistant_text == ""
+    assert traj.steps[0].usage.input_tokens == 100 and traj.steps[2].usage.input_tokens == 150
+
+
+def test_version_2_text_mode_fences_its_action_as_mswea_bash_command(tmp_path: Path):
+    msgs = [
+        {"role": "user", "content": "<pr_description>fix a.py</pr_description>"},
+        _assistant("THOUGHT: look\n\n```mswea_bash_command\ncat a.py\n```", 100),
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>\nx = 1\n</output>"},
+    ]
+    p = tmp_path / "x__y-3.traj.json"
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": msgs}))
+    (traj,) = MiniSweAgentIngester().parse(p)
+    (step,) = traj.steps
+    assert (step.tool_name, step.tool_args, step.assistant_text) == ("bash", "cat a.py", "look")
+    assert "x = 1" in step.output
+
+
+def test_a_tool_reply_that_answers_no_call_is_one_clear_error(tmp_path: Path):
+    import pytest
+
+    from dtoc_rl.ingest.base import IngestError
+
+    msgs = [
+        {"role": "user", "content": "task"},
+        {**_assistant("", 100), "tool_calls": [_call("c1", "ls")]},
+        {"role": "tool", "tool_call_id": "zz", "content": "out"},
+    ]
+    p = tmp_path / "x__y-4.traj.json"
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": msgs}))
+    with pytest.raises(IngestError, match=r"messages\[2\].*'zz'.*answers no tool call"):
+        list(MiniSweAgentIngester().parse(p))
