@@ -420,11 +420,22 @@ def ingest_paths(
                     res.trajectories[pos] = t
                     seen[t.traj_id] = (pos, where, damaged)
                     continue
-                same = "identical" if res.trajectories[pos].steps == t.steps else "differs from the one"
-                res.skipped.append(
-                    Skip(f"{where}#{t.traj_id}", f"duplicate trajectory id ({same} in {first})", fmt_name)
-                )
-                continue
+                if res.trajectories[pos].steps == t.steps:  # the same run copied twice: counted once
+                    res.skipped.append(
+                        Skip(
+                            f"{where}#{t.traj_id}",
+                            f"duplicate trajectory id (identical in {first})",
+                            fmt_name,
+                        )
+                    )
+                    continue
+                # another run under the same id (a rerun in another folder, a second task's messages.json):
+                # kept, its id made unique by its file, so that no run is lost to a naming convention
+                base, k = f"{t.traj_id}@{rel[unit]}", 1
+                t.traj_id = base
+                while t.traj_id in seen:
+                    k += 1
+                    t.traj_id = f"{base}#{k}"
             seen[t.traj_id] = (len(res.trajectories), where, damaged)
             res.trajectories.append(t)
             res.formats[fmt_name] += 1

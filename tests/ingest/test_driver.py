@@ -407,3 +407,29 @@ def test_a_dataset_another_process_wrote_meanwhile_is_not_replaced(tmp_path, dat
     with pytest.raises(DatasetError, match="was written by another process while this one ran"):
         write_dataset(meanwhile(), out)
     assert len(load_trajectories(out)) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+def _mini_run(folder, command: str):
+    msgs = [
+        {"role": "user", "content": "<pr_description>fix a.py</pr_description>"},
+        {"role": "assistant", "content": f"THOUGHT: look\n\n```bash\n{command}\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>\nx = 1\n</output>"},
+    ]
+    folder.mkdir(parents=True)
+    (folder / "i1.traj.json").write_text(
+        json.dumps({"trajectory_format": "mini-swe-agent-1", "messages": msgs})
+    )
+
+
+def test_two_runs_under_one_id_are_both_kept_and_a_copy_is_counted_once(tmp_path):
+    # mini-swe-agent names a run by its instance alone: a rerun in another folder has the same id
+    _mini_run(tmp_path / "run" / "i1", "cat a.py")
+    _mini_run(tmp_path / "rerun" / "i1", "ls")
+    _mini_run(tmp_path / "copy" / "i1", "cat a.py")
+    res = ingest_paths([tmp_path], label=False, progress=False)
+    ids = sorted(t.traj_id for t in res.trajectories)
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert sorted(t.steps[0].tool_args for t in res.trajectories) == ["cat a.py", "ls"]
+    assert {t.task_id for t in res.trajectories} == {"i1"}  # still one task: a split keeps them together
+    (skip,) = res.skipped
+    assert "identical" in skip.reason
