@@ -40,7 +40,10 @@ records with ``uuid``, ``parentUuid``, ``sessionId``, ``timestamp``,
 ``queue-operation`` and similar bookkeeping lines.  The conversation is the
 ``parentUuid`` chain that ends at the last main-chain record (so abandoned
 branches from rewinds are dropped and counted); a ``compact_boundary`` system
-record (``parentUuid: null``) is crossed through its ``logicalParentUuid``.
+record (``parentUuid: null``) is crossed through its ``logicalParentUuid``.  A
+parallel tool call is written as one assistant record per ``tool_use`` block, each
+result hanging off the record it answers, so the chain passes through one of them:
+the others and their results are put back in file order (``_parallel_siblings``).
 
 Compaction: the ``system``/``compact_boundary`` record (``compactMetadata``
 ``trigger``/``preTokens``) and the following ``isCompactSummary`` user message
@@ -490,8 +493,76 @@ def _chain(records: list[dict]) -> tuple[list[dict], int]:
             parent = cur.get("logicalParentUuid")
         cur = by_uuid.get(parent) if isinstance(parent, str) else None
     chain.reverse()
+    recovered = _parallel_siblings(convo, chain, seen)
+    if recovered:  # back in file order: a record is always written after its parent
+        order = {id(r): i for i, r in enumerate(records)}
+        chain = sorted(chain + recovered, key=lambda r: order[id(r)])
+        seen.update(r["uuid"] for r in recovered)
     dropped = sum(1 for r in (main or convo) if r["uuid"] not in seen)
     return chain, dropped
+
+
+def _blocks(r: dict) -> list:
+    msg = r.get("message")
+    content = msg.get("content") if isinstance(msg, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _parallel_siblings(convo: list[dict], chain: list[dict], on_chain: set[str]) -> list[dict]:
+    """Records of one parallel tool call that the parentUuid chain skips.  Claude Code writes each
+    ``tool_use`` block of a reply as an assistant record of its own (one ``message.id``) and hangs each
+    result off the record it answers, so walking back from the leaf passes through the last call's
+    branch only: the other calls' results (and a sibling record after the one the chain took) are off
+    it, though the model saw them.  Kept: an off-chain assistant record with the ``message.id`` of a
+    chain record, and an off-chain user record whose ``tool_result`` answers a ``tool_use`` of the
+    chain that nothing on the chain answers, each hanging off a record of the chain or kept here."""
+    msg_ids = {
+        r["message"].get("id")
+        for r in chain
+        if r.get("type") == "assistant" and isinstance(r.get("message"), dict)
+    }
+    msg_ids.discard(None)
+    kept: list[dict] = []
+    near = set(on_chain)
+    for r in convo:  # file order: a sibling's own result comes after it
+        if r["uuid"] in near or r.get("parentUuid") not in near or r.get("isSidechain"):
+            continue
+        if (
+            r.get("type") == "assistant"
+            and isinstance(r.get("message"), dict)
+            and r["message"].get("id") in msg_ids
+        ):
+            kept.append(r)
+            near.add(r["uuid"])
+    asked = {
+        b.get("id")
+        for r in chain + kept
+        if r.get("type") == "assistant"
+        for b in _blocks(r)
+        if b.get("type") == "tool_use"
+    }
+    answered = {
+        b.get("tool_use_id")
+        for r in chain
+        if r.get("type") == "user"
+        for b in _blocks(r)
+        if b.get("type") == "tool_result"
+    }
+    open_ = asked - answered - {None}
+    for r in convo:
+        if (
+            r["uuid"] in near
+            or r.get("parentUuid") not in near
+            or r.get("type") != "user"
+            or r.get("isSidechain")
+        ):
+            continue
+        ids = {b.get("tool_use_id") for b in _blocks(r) if b.get("type") == "tool_result"}
+        if ids and ids <= open_:
+            kept.append(r)
+            near.add(r["uuid"])
+            open_ -= ids
+    return kept
 
 
 class ClaudeCodeTranscriptIngester(Ingester):

@@ -308,3 +308,46 @@ def test_stream_bad_inputs(tmp_path):
     )
     with pytest.raises(IngestError, match=r"event 1: assistant event without a message\.content list"):
         list(STREAM.parse(j))
+
+
+def _rec(uuid, parent, kind, message, **kw):
+    return {"parentUuid": parent, "isSidechain": False, "sessionId": "s1", "type": kind, "uuid": uuid,
+            "timestamp": "2025-12-01T10:00:00.000Z", "message": message, **kw}  # fmt: skip
+
+
+def _use(mid, tid, path):
+    block = {"type": "tool_use", "id": tid, "name": "Read", "input": {"file_path": path}}
+    return {"id": mid, "role": "assistant", "model": "claude-sonnet-4-5-20250929", "content": [block]}
+
+
+def _res(tid, text):
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": text}]}
+
+
+@pytest.mark.parametrize("result_b_last", [False, True])
+def test_a_parallel_call_off_the_parent_chain_keeps_every_output(tmp_path, result_b_last):
+    # one reply, two tool_use blocks: Claude Code writes a record per block and hangs each result off
+    # the record it answers, so the chain back from the leaf passes through one branch only
+    recs = [
+        _rec("u0", None, "user", {"role": "user", "content": "compare a.py and b.py"}),
+        _rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("a2", "a1", "assistant", _use("msg_1", "tB", "/r/b.py")),
+        _rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+        _rec("r2", "a2", "user", _res("tB", "def b(): return 2")),
+    ]
+    if result_b_last:  # the next reply hangs off whichever result came last
+        recs[3], recs[4] = recs[4], recs[3]
+    last = recs[-1]["uuid"]
+    text = {"id": "msg_2", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "a returns 1, b returns 2"}]}  # fmt: skip
+    recs.append(_rec("a3", last, "assistant", text))
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (traj,) = ClaudeCodeTranscriptIngester().parse(p)
+    tools = [(s.tool_args, s.output) for s in traj.steps if s.tool_name]
+    assert [a for a, _ in tools] == [
+        json.dumps({"file_path": "/r/a.py"}),
+        json.dumps({"file_path": "/r/b.py"}),
+    ]
+    assert "return 1" in tools[0][1] and "return 2" in tools[1][1]
+    assert json.loads(traj.extra)["off_chain_records"] == 0
