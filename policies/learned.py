@@ -735,6 +735,14 @@ class LearnedPolicy(Policy):
             self._price_table = (table, price_table(table, "in the checkpoint"))
         return self._price_table[1]
 
+    @property
+    def abstains_everywhere(self) -> bool:
+        """True when it hides nothing on any model: no threshold given, and its stored table abstains
+        for every family and price regime with no rule taking over (a table chosen on too few runs)."""
+        if self.cfg.threshold is not None:
+            return self.cfg.threshold <= 0.0
+        return table_abstains(self.meta.get("thresholds"))
+
     def set_threshold_table(self, table: dict[str, Any] | None) -> None:
         """Install a validation threshold table (saved with the checkpoint's meta)."""
         self.meta["thresholds"] = table
@@ -1073,3 +1081,14 @@ def _valid_table(table: Any) -> bool:
 
     fallback = table.get("fallback") if isinstance(table, dict) else None
     return _sections_ok(table, threshold) and (fallback is None or _sections_ok(fallback, rule))
+
+
+def table_abstains(table: dict[str, Any] | None) -> bool:
+    """Whether a stored threshold table hides nothing anywhere: every entry abstains (0) and no
+    fallback rule takes over.  A checkpoint without a table decides at its default threshold."""
+    if not table:
+        return False
+    fb = table.get("fallback") or {}
+    entries = [*(table.get("family") or {}).values(), *(table.get("regime") or {}).values()]
+    chosen = [table.get("default"), *entries]
+    return not any(chosen) and not (fb.get("default") or fb.get("family") or fb.get("regime"))

@@ -172,7 +172,9 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     print_rows(metrics["rows"])
     ext = args.plot_format
     print(f"\nwrote {out}/metrics.json, metrics.csv, pareto.{ext}, curves.{ext} in {metrics['seconds']} s")
-    threshold = json.loads((ckpt / "config.json").read_text())["config"]["threshold"]
+    print(deploy_hint(ckpt))
+    return 0
+    threshold = policy.cfg.threshold
     where = (
         f"threshold {threshold:g}"
         if threshold is not None
@@ -184,3 +186,29 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
         f"Orchestrator(make_policy('{ckpt}')) or dtoc-rl serve --policy {ckpt}"
     )
     return 0
+
+
+def deploy_hint(ckpt: Path) -> str:
+    """The demo's last line: how to plug the checkpoint into an agent, or, when its table hides nothing
+    anywhere (the rows above then show +0.0% for it and nothing says why), that it needs more logs."""
+    from dtoc_rl.policies.learned import LearnedPolicy
+
+    policy = LearnedPolicy.load(ckpt)
+    if policy.abstains_everywhere:
+        return (
+            f"the learned policy {ckpt} hides nothing here: on this data's few validation runs no "
+            "threshold saved money within the miss budget, so it abstains everywhere. Give it more "
+            "logs (dtoc-rl demo --logs YOUR_LOGS, or all of ../shared/traces) before plugging it into "
+            f"an agent; 'learned:path={ckpt},threshold=T' decides at T meanwhile"
+        )
+    threshold = policy.cfg.threshold
+    where = (
+        f"threshold {threshold:g}"
+        if threshold is not None
+        else "the thresholds chosen on validation per model family / price regime"
+    )
+    return (
+        f"the learned policy is {ckpt} (it decides at {where} unless told; "
+        f"'learned:path={ckpt},threshold=T' picks another): plug it into an agent with "
+        f"Orchestrator(make_policy('{ckpt}')) or dtoc-rl serve --policy {ckpt}"
+    )

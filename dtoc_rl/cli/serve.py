@@ -44,7 +44,7 @@ import signal
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import CLIError, fail
+from dtoc_rl.cli.common import CLIError, fail, warn
 
 _SAMPLE = {
     "model_family": "gpt-4o",
@@ -156,9 +156,16 @@ def _load(spec: str, what: str):
     if looks_like_path and not path.exists():
         raise CLIError(f"{what} {spec!r}: no such checkpoint folder")
     try:
-        return make_policy(spec)
+        policy = make_policy(spec)
     except Exception as e:  # PolicySpecError, CheckpointError (kept lazy: no torch for rule policies), ...
         raise CLIError(f"cannot load {what} {spec!r}: {e}") from None
+    if getattr(policy, "abstains_everywhere", False):
+        warn(
+            f"{what} {spec!r} abstains everywhere: its thresholds, chosen on too few runs, hide nothing "
+            "on any model, so every /decide keeps everything visible (give one: "
+            "learned:path=CKPT,threshold=T, or train on more logs)"
+        )
+    return policy
 
 
 def run(args: argparse.Namespace) -> int:

@@ -216,9 +216,9 @@ def _print_thresholds(table: dict, where: str = "validation") -> None:
 
 def warn_if_abstaining(table: dict) -> None:
     """Say so when a threshold table hides nothing anywhere (and no rule takes over)."""
-    fb = table.get("fallback") or {}
-    chosen = [table["default"], *table["family"].values(), *table["regime"].values()]
-    if any(chosen) or fb.get("default") or fb.get("family") or fb.get("regime"):
+    from dtoc_rl.policies.learned import table_abstains
+
+    if not table_abstains(table):
         return
     runs = ((table.get("validation") or {}).get("pooled") or {}).get("trajectories", "its")
     warn(

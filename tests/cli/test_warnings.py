@@ -65,3 +65,39 @@ def test_ctrl_c_inside_the_demo_is_the_demos_exit_130(tmp_path, monkeypatch, cap
     monkeypatch.setattr(cli, "main", lambda argv: 130)  # the ingest step stopped by Ctrl-C
     assert demo._run(args, None) == 130
     assert "error" not in capsys.readouterr().err  # the command that was stopped said so already
+
+
+def _abstaining_checkpoint(tmp_path):
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    pol = LearnedPolicy(LearnedPolicyConfig(d_model=16, n_layers=0, word_vocab=0))
+    pol.set_threshold_table({"default": 0.0, "family": {"gpt-4o": 0.0}, "regime": {"discount": 0.0},
+                             "fallback": {"family": {}, "regime": {}, "default": None}})  # fmt: skip
+    return pol.save(tmp_path / "ckpt")
+
+
+def test_a_checkpoint_that_hides_nothing_is_said_so_where_it_would_be_deployed(tmp_path, capsys):
+    from dtoc_rl.cli.demo import deploy_hint
+    from dtoc_rl.cli.serve import _load
+
+    ckpt = _abstaining_checkpoint(tmp_path)
+    assert "hides nothing here" in deploy_hint(ckpt) and "plug it into" not in deploy_hint(ckpt)
+    _load(str(ckpt), "--policy")
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("dtoc-rl: warning: --policy") and "abstains everywhere" in err and err.count("\n") == 1
+    )
+    _load(f"learned:path={ckpt},threshold=0.1", "--policy")  # a threshold given: it hides
+    assert capsys.readouterr().err == ""
+
+
+def test_a_checkpoint_that_hides_somewhere_gets_the_deploy_line(tmp_path):
+    from dtoc_rl.cli.demo import deploy_hint
+    from dtoc_rl.policies.learned import LearnedPolicy
+
+    ckpt = _abstaining_checkpoint(tmp_path)
+    pol = LearnedPolicy.load(ckpt)
+    pol.set_threshold_table({**pol.meta["thresholds"], "regime": {"discount": 0.05}})
+    pol.save(ckpt)
+    assert "plug it into an agent" in deploy_hint(ckpt)
