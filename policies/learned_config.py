@@ -281,7 +281,8 @@ class LearnedPolicyConfig:
     prices: str | None = _f(
         None,
         "your prices for models the price table lacks (or to override it): a JSON or YAML file, or inline "
-        "JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens; a trajectory "
+        "JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens (cache_read "
+        "and cache_write default to input: no caching, with a warning); a trajectory "
         "whose model name (or family) has an entry is planned, weighted, observed and given its threshold "
         "at them (otherwise an unknown model is trained at its family's or a default's prices). Recorded "
         "as given",

@@ -214,3 +214,14 @@ def test_a_checkpoint_trained_with_prices_keeps_them_and_a_live_agent_runs_at_th
     (path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=r"meta\.prices.*input must be a non-negative number"):
         LearnedPolicy.load(path)
+
+
+def test_prices_without_a_cache_read_are_said_to_bill_no_cache():
+    with pytest.warns(UserWarning, match=r"no cache_read for 'm1': its prompts are billed as if nothing"):
+        t = load_price_table(
+            '{"m1": {"input": 2, "output": 8}, "m2": {"input": 2, "output": 8, "cache_read": 0.2}}'
+        )
+    assert t["m1"].cache_read == t["m1"].cache_write == 2.0 and t["m2"].cache_read == 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every entry with its cache price: nothing to say
+        load_price_table('{"m2": {"input": 2, "output": 8, "cache_read": 0.2}}')

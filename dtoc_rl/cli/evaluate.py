@@ -78,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--prices",
         metavar="FILE|JSON",
         help="your prices for models the price table lacks (or to override it): a JSON or YAML file, or "
-        "inline JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens; a "
+        "inline JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens "
+        "(cache_read and cache_write default to input, i.e. no caching, with a warning); a "
         "trajectory whose model name (or family) has an entry is billed, planned and observed at them "
         "(the table travels with the cost settings, to --workers and --backend ray too)",
     )

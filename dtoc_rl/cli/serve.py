@@ -136,7 +136,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--prices",
         metavar="FILE|JSON",
         help="your prices for models the price table lacks: a JSON or YAML file (or inline JSON) "
-        "{model: {input, output, cache_read, cache_write}} in USD per million tokens; the policy sees "
+        "{model: {input, output, cache_read, cache_write}} in USD per million tokens (cache_read and "
+        "cache_write default to input, i.e. no caching, with a warning); the policy sees "
         "them for requests naming that model (and serves it even if its family is unknown), instead of "
         "its family's list prices",
     )

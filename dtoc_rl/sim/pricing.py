@@ -292,6 +292,7 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
         )
     out: dict[str, Prices] = {}
+    uncached: list[str] = []
     for model, entry in data.items():
         where = f"prices {source}: {model!r}"
         if not isinstance(entry, dict):
@@ -309,7 +310,19 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
                     f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
                 )
             vals[k] = float(v)
+        if "cache_read" not in entry:
+            uncached.append(str(model))
         out[str(model)] = Prices(**vals, source=f"user prices ({source})")
+    if uncached:  # said, not assumed: a provider that caches bills its reads far below the input price
+        shown = ", ".join(repr(m) for m in uncached[:5]) + (
+            f" and {len(uncached) - 5} more" if len(uncached) > 5 else ""
+        )
+        warnings.warn(
+            f"prices {source}: no cache_read for {shown}: its prompts are billed as if nothing were "
+            "cached (cache_read = cache_write = input); give cache_read (and cache_write) if the provider "
+            "caches prompts",
+            stacklevel=2,
+        )
     return out
 
 
