@@ -59,7 +59,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.list:
-            names = sorted(p.name for p in bundled_raw().rglob("*") if p.is_file() and _is_log(p))
+            from dtoc_rl.ingest import detect_format
+
+            # only what replay can read: the sample also holds metadata beside its logs
+            names = sorted(
+                p.name for p in bundled_raw().rglob("*") if p.is_file() and _is_log(p) and detect_format(p)
+            )
             if args.json:
                 emit_json(names)
             else:
@@ -73,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             pick = args.traj if args.traj is not None else (0 if args.list_trajs else None)
             ing, traj, ids = read_one(path, pick)
-        except IngestError as e:
-            raise CLIError(f"{path}: {e.reason}") from None
+        except IngestError as e:  # replay has no --format: name the command that has
+            reason = e.reason.replace("--format NAME forces one", "dtoc-rl ingest --format NAME forces one")
+            raise CLIError(f"{path}: {reason}") from None
         if args.list_trajs:
             if args.json:
                 emit_json({"trace": str(path), "format": ing.name, "trajectories": ids})

@@ -54,3 +54,21 @@ def test_parallel_tool_calls_of_one_turn_are_one_model_call():
     assert res.hidden_per_call == [0, 0, 3]
     flat = replay_trajectory(replace(traj, steps=[replace(s, turn=0) for s in steps]), hide_older_than(1))
     assert len(flat.tokens_per_call) == 5
+
+
+def test_list_offers_only_logs_replay_reads(capsys):
+    from dtoc_rl.data.paths import find_bundled_trace
+    from dtoc_rl.ingest import detect_format
+
+    assert main(["replay", "--list", "--json"]) == 0
+    names = json.loads(capsys.readouterr().out)
+    assert names and not [n for n in names if n.startswith("eval_safety")]  # OpenHands eval metadata
+    assert all(detect_format(find_bundled_trace(n)) is not None for n in names)
+
+
+def test_a_file_in_no_known_format_names_the_command_that_can_force_one(tmp_path, capsys):
+    f = tmp_path / "meta.json"
+    f.write_text('{"name": "not a log"}')
+    assert main(["replay", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "dtoc-rl ingest --format NAME" in err and len(err.splitlines()) == 1
