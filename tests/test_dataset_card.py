@@ -76,3 +76,17 @@ def test_inputs_given_as_a_generator_still_name_their_licences(tmp_path):
     trajs = ingest_paths([raw], progress=False).trajectories
     out = write_dataset(trajs, tmp_path / "d", inputs=(p for p in [raw]))  # read once by the check
     assert "MIT (" in (out / "README.md").read_text()
+
+
+def test_a_folder_of_logs_given_as_a_dataset_is_told_to_be_ingested_not_written_over(tmp_path):
+    import pytest
+
+    from dtoc_rl.data.dataset import DatasetError, load_trajectories
+
+    (tmp_path / "run.traj.json").write_text("{}")
+    with pytest.raises(DatasetError, match=rf"not a dataset; .*`dtoc-rl ingest {tmp_path} -o DATASET`"):
+        load_trajectories(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError, match=rf"ingest LOGS -o {empty}`"):
+        load_trajectories(empty)

@@ -84,14 +84,14 @@ def run(args: argparse.Namespace) -> int:
     from dtoc_rl.data.dataset import DatasetError, write_dataset
     from dtoc_rl.ingest.driver import ingest_paths, summarize
 
-    if args.out.exists() and not args.overwrite:
-        return fail(f"{args.out} already exists; pass --overwrite to replace it")
     from dtoc_rl.data.dataset import check_dataset_target
 
     try:  # before any work: only an earlier dataset is ever replaced, never the logs or other files
         check_dataset_target(args.out, args.paths)
-    except DatasetError as e:
+    except DatasetError as e:  # said first: --overwrite would not help
         return fail(str(e))
+    if args.out.exists() and not args.overwrite:
+        return fail(f"{args.out} already exists; pass --overwrite to replace it")
     if args.workers < 1:
         return fail(f"--workers must be >= 1, got {args.workers}")
     if args.model is not None and (not args.model.strip() or not args.model.isprintable()):

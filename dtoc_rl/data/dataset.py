@@ -401,6 +401,11 @@ def _shards(path: Path) -> list[Path]:
         raise DatasetError(f"{path} has no {MARKER} marker: it was not completely written")
     files = sorted(path.glob("*.parquet"))
     if not files:
+        if any(p for p in path.iterdir() if not p.name.startswith(".")):  # e.g. the logs themselves
+            raise DatasetError(
+                f"no .parquet files in {path}, which is not a dataset; if it holds agent logs, "
+                f"`dtoc-rl ingest {path} -o DATASET` makes one from them"
+            )
         raise DatasetError(f"no .parquet files in {path}; make one with `dtoc-rl ingest LOGS -o {path}`")
     if (path / MARKER).is_file():
         _check_shards(path, files)

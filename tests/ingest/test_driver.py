@@ -433,3 +433,14 @@ def test_two_runs_under_one_id_are_both_kept_and_a_copy_is_counted_once(tmp_path
     assert {t.task_id for t in res.trajectories} == {"i1"}  # still one task: a split keeps them together
     (skip,) = res.skipped
     assert "identical" in skip.reason
+
+
+def test_a_folder_that_is_no_dataset_is_refused_as_such_not_sent_to_overwrite(tmp_path, capsys):
+    _mini_run(tmp_path / "logs" / "i1", "ls")
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["ingest", str(tmp_path / "logs"), "-o", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "not a dataset folder to replace" in err and "--overwrite" not in err
+    assert (out / "notes.txt").read_text() == "keep me"
