@@ -81,10 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.data.dataset import DatasetError, write_dataset
+    from dtoc_rl.data.dataset import DatasetError, check_dataset_target, write_dataset
     from dtoc_rl.ingest.driver import ingest_paths, summarize
-
-    from dtoc_rl.data.dataset import check_dataset_target
 
     try:  # before any work: only an earlier dataset is ever replaced, never the logs or other files
         check_dataset_target(args.out, args.paths)
