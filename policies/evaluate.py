@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -35,6 +37,7 @@ from dtoc_rl.policies.base import Policy
 from dtoc_rl.policies.baselines import NoManagement
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
+from dtoc_rl.sim import pricing
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices, cache_regime
 from dtoc_rl.sim.simulator import CostConfig, baseline_totals
@@ -178,12 +181,28 @@ def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Epis
     return eps
 
 
-def _init_worker(dataset, filters, specs, cost_cfg, max_items, threads=None, tasks=None):
+def _init_worker(
+    dataset, filters, specs, cost_cfg, max_items, threads=None, tasks=None, warned=(), show=None
+):
+    # the parent's way of showing a warning (the CLI's one line), and the prices it has warned about
+    # already: a worker repeats neither the source line nor the parent's warnings
+    if show is not None:
+        warnings.showwarning = show
+    pricing.mark_warned(warned)
     eps = _load(dataset, filters, tasks)
     _W["env"] = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True)
     _W["policies"] = [(s, make_policy(s)) for s in specs]
     if threads and "torch" in sys.modules:  # the worker is this module's own process
         sys.modules["torch"].set_num_threads(threads)
+
+
+def _shown() -> Callable[..., None] | None:
+    """``warnings.showwarning`` if a worker can be sent it (a module's function, as the CLI's is)."""
+    try:
+        pickle.dumps(warnings.showwarning)
+    except Exception:  # a lambda or a bound method of the caller's: the worker keeps Python's own
+        return None
+    return warnings.showwarning
 
 
 def _work(indices: list[int]) -> list[Run]:
@@ -272,7 +291,17 @@ def evaluate(
             max_workers=workers,
             mp_context=multiprocessing.get_context("forkserver"),
             initializer=_init_worker,
-            initargs=(dataset, filters, specs, cost_config, max_items, threads, tasks),
+            initargs=(
+                dataset,
+                filters,
+                specs,
+                cost_config,
+                max_items,
+                threads,
+                tasks,
+                pricing.warned(),
+                _shown(),
+            ),
         ) as pool:
             for out in pool.map(_work, chunks):
                 runs.extend(out)

@@ -225,3 +225,17 @@ def test_prices_without_a_cache_read_are_said_to_bill_no_cache():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every entry with its cache price: nothing to say
         load_price_table('{"m2": {"input": 2, "output": 8, "cache_read": 0.2}}')
+
+
+def test_a_price_warning_marked_as_given_is_not_given_again():
+    from dtoc_rl.sim import pricing
+
+    with pytest.warns(UserWarning, match="no price for model version 'gpt-4o-2099-01-01'"):
+        prices_for("gpt-4o", "gpt-4o-2099-01-01")
+    keys = pricing.warned()
+    assert any("gpt-4o-2099-01-01" in k for k in keys)
+    pricing._warned.clear()  # a fresh worker process, told what its parent said
+    pricing.mark_warned(keys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prices_for("gpt-4o", "gpt-4o-2099-01-01")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -203,6 +203,18 @@ _warned: set[str] = set()
 # Model names come from logs and from clients of the service: the names warned about are kept (and
 # warned about) up to this many, so that a client sending new names cannot grow memory or the log.
 MAX_WARNED = 100
+
+
+def warned() -> tuple[str, ...]:
+    """The keys of the price warnings given so far in this process (for :func:`mark_warned`)."""
+    return tuple(_warned)
+
+
+def mark_warned(keys: Iterable[str]) -> None:
+    """Count these price warnings as given: a worker process told what its parent already said."""
+    for k in keys:
+        if len(_warned) <= MAX_WARNED:
+            _warned.add(k)
 
 
 def _warn_once(key: str, message: str) -> None:

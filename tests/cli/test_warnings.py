@@ -101,3 +101,12 @@ def test_a_checkpoint_that_hides_somewhere_gets_the_deploy_line(tmp_path):
     pol.set_threshold_table({**pol.meta["thresholds"], "regime": {"discount": 0.05}})
     pol.save(ckpt)
     assert "plug it into an agent" in deploy_hint(ckpt)
+
+
+def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(capfd):
+    from dtoc_rl.cli import main as cli_main
+
+    assert cli_main(["evaluate", "-p", "none", "last_n:n=3", "--workers", "2", "--quiet"]) == 0
+    err = capfd.readouterr().err
+    assert "UserWarning" not in err and "pricing.py" not in err  # the workers' too: no source lines
+    assert err.count("no price for model version 'gpt-4o'") <= 2  # at most once per worker
