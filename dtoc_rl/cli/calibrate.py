@@ -89,6 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--calls-out", type=Path, help="--cost: also write every checked call as a JSON line here")
     p.add_argument("--json", action="store_true", help="print everything as JSON")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (calibrate draws none; taken so that every command accepts the same flag)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

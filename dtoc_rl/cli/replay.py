@@ -37,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", type=Path, help="also write the two curves to this PNG")
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (replay draws none; taken so that every command accepts the same flag)",
+    )
 
 
 def _resolve(trace: str) -> Path:

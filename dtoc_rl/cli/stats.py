@@ -17,6 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (stats draws none; taken so that every command accepts the same flag)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from dtoc_rl.cli.common import emit_json
 
@@ -20,3 +21,15 @@ def test_nan_and_infinities_become_null(capsys):
     emit_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": np.float32("nan"), "d": (np.int64(3),)})
     out = _strict(capsys.readouterr().out)
     assert out == {"a": None, "b": [None, 1.5], "c": None, "d": [3]}
+
+
+@pytest.mark.parametrize("command", ["ingest", "stats", "replay", "train", "evaluate", "calibrate", "demo"])
+def test_every_command_that_works_for_a_while_takes_quiet(command):
+    import argparse
+    import importlib
+
+    from dtoc_rl.cli import COMMANDS
+
+    p = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(p)
+    assert "--quiet" in p._option_string_actions, command
