@@ -89,6 +89,10 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     t0 = time.perf_counter()
     quiet = args.quiet or args.json
     out: Path = args.out
+    missing = [str(p) for p in args.logs or () if not p.exists()]
+    if missing:  # before the output folder is made: a mistyped path leaves nothing behind
+        return fail(f"--logs: no such file or folder: {', '.join(missing)}")
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     logs = [str(p) for p in (args.logs or [bundled_raw()])]
     dataset, ckpt = out / "dataset", out / "policy"
@@ -110,7 +114,9 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     if code == INTERRUPTED:  # Ctrl-C: said already
         return code
     if code:
-        return fail("ingest produced no dataset; see the summary above")
+        if made and not any(out.iterdir()):  # the demo's own folder, still empty: not left behind
+            out.rmdir()
+        return fail("ingest produced no dataset (its error is above)")
     ingest_summary = json.loads(buf.getvalue()) if args.json else None
 
     _step(f"2/3 train a learned policy → {ckpt}", quiet)

@@ -110,3 +110,17 @@ def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(
     err = capfd.readouterr().err
     assert "UserWarning" not in err and "pricing.py" not in err  # the workers' too: no source lines
     assert err.count("no price for model version 'gpt-4o'") <= 2  # at most once per worker
+
+
+def test_demo_with_a_mistyped_logs_path_says_so_once_and_leaves_no_folder(tmp_path, capsys):
+    from dtoc_rl.cli import main as cli_main
+
+    out = tmp_path / "d"
+    assert cli_main(["demo", "--logs", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dtoc-rl: error: --logs: no such file or folder: {tmp_path / 'nope'}"]
+    assert not out.exists()
+    notes = tmp_path / "notes.md"
+    notes.write_text("# not a log")
+    assert cli_main(["demo", "--logs", str(notes), "--out", str(out), "--quiet"]) == 2
+    assert not out.exists()  # ingest read nothing: the demo's own empty folder goes too
