@@ -106,10 +106,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--miss-budget",
         type=float,
         default=1.0,
-        help="misses per 100 steps allowed in the 'done when' summary (issue 17: <= 1): per group, the "
-        "best non-rule policy within it against the oracle (>= 60%% of its savings?), the upper end of "
-        "its 95%% CI (>= 0?) and every rule within the budget, each at its own miss rate (does a "
-        "threshold of the same policy with equal or fewer misses save more?)",
+        help="misses per 100 steps allowed in the 'done when' summary (the learned policy's target is "
+        "1): per group, the best non-rule policy within it against the oracle (>= 60%% of its "
+        "savings?), the upper end of its 95%% CI (>= 0?) and every rule within the budget, each at "
+        "its own miss rate (does a threshold of the same policy with equal or fewer misses save more?)",
     )
     p.add_argument(
         "--holdout-from",
@@ -396,7 +396,7 @@ def print_rows(rows, console=None) -> None:
 
 
 def print_done_when(done, budget: float, console=None) -> None:
-    """Issue 17's targets per group, one line each (see policies.evaluate.done_when)."""
+    """The learned policy's targets per group, one line each (see policies.evaluate.done_when)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -406,7 +406,11 @@ def print_done_when(done, budget: float, console=None) -> None:
     console = console or wide_console()
     mark = {True: "yes", False: "[red]no[/red]", None: "—"}
     t = Table(
-        title=f"done when: best non-rule policy at <= {budget:g} misses/100 steps", title_justify="left"
+        title=f"done when: best non-rule policy at <= {budget:g} misses/100 steps",
+        title_justify="left",
+        caption="— in 'CI hi >= 0': a group of fewer than 10 runs, too few to judge a loss; 'beats every "
+        "rule': each rule within the budget against this policy's own thresholds at equal or fewer misses",
+        caption_justify="left",
     )
     for c in ("group", "n", "policy", "$ saved (95% CI)", "misses/100", "oracle", "of oracle", ">= 60%",
               "CI hi >= 0", "best rule at <= misses", "beats every rule at its misses"):  # fmt: skip
