@@ -16,6 +16,7 @@ __all__ = ["FAMILIES", "family_id", "model_version", "normalize_family"]
 
 # Order matters: the first matching pattern wins (gpt-4o-mini before gpt-4o).
 _RULES: list[tuple[str, str]] = [
+    (r"gpt-oss", "gpt-oss"),  # OpenAI's open-weight models, served by many hosts: not a gpt-4/5 family
     (r"gpt-?4o-?mini", "gpt-4o-mini"),
     (r"gpt-?4o", "gpt-4o"),
     (r"gpt-?4\.1", "gpt-4.1"),
@@ -34,6 +35,12 @@ _RULES: list[tuple[str, str]] = [
     (r"deepseek", "deepseek-chat"),
     (r"doubao", "doubao-pro"),
     (r"llama", "llama"),
+    # open-weight and other vendors' models agent benchmarks run on (Terminal-Bench, SWE-bench)
+    (r"kimi|moonshot", "kimi"),
+    (r"\bglm|chatglm|zai-org|z-ai/", "glm"),
+    (r"grok", "grok"),
+    (r"minimax", "minimax"),
+    (r"mistral|mixtral|devstral|codestral|magistral", "mistral"),
 ]
 
 #: Every family's id is its position here: ids are inputs of trained policies (their family
@@ -42,7 +49,8 @@ _RULES: list[tuple[str, str]] = [
 FAMILIES: tuple[str, ...] = (
     "other", "gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4", "gpt-5", "openai-o", "gemini-3-pro",
     "gemini-2.5-pro", "gemini", "claude-opus", "claude-sonnet", "claude-haiku", "qwen-coder", "qwen",
-    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama",
+    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama", "gpt-oss", "kimi", "glm", "grok", "minimax",
+    "mistral",
 )  # fmt: skip
 
 
@@ -102,6 +110,9 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"deepseek-chat-v2$", "deepseek-chat-v2"),
     (r"deepseek-coder-v2$", "deepseek-coder-v2"),
     (r"doubao-pro-128k$", "doubao-pro-128k"),
+    (r"kimi-k2-0905(-preview)?$", "kimi-k2-0905-preview"),
+    (r"kimi-k2-0711(-preview)?$", "kimi-k2-0711-preview"),
+    (r"kimi-k2\.5$", "kimi-k2.5"),
 ]
 
 

@@ -169,6 +169,15 @@ VERSION_PRICES: dict[str, Prices] = {
     "doubao-pro-128k": Prices(
         0.70, 1.25, 0.70, 0.70, "volcengine.com pricing (Doubao-pro-128k, CNY->USD 7.2)", "2024-08-25"
     ),
+    # Moonshot's list prices (platform.moonshot.ai/docs/pricing/chat, as archived 2026-03-26): automatic
+    # context caching, hits at the cache-hit price, no write fee.
+    "kimi-k2-0905-preview": Prices(
+        0.60, 2.50, 0.15, 0.60, "platform.moonshot.ai pricing (kimi-k2-0905-preview)", "2026-03-26"
+    ),
+    "kimi-k2-0711-preview": Prices(
+        0.60, 2.50, 0.15, 0.60, "platform.moonshot.ai pricing (kimi-k2-0711-preview)", "2026-03-26"
+    ),
+    "kimi-k2.5": Prices(0.60, 3.00, 0.10, 0.60, "platform.moonshot.ai pricing (kimi-k2.5)", "2026-03-26"),
 }
 
 #: Prices per family: the fallback for a name with no version entry (the family's usual version).
@@ -194,6 +203,7 @@ PRICES: dict[str, Prices] = {
     "deepseek-chat": VERSION_PRICES["deepseek-chat-v2"],
     "deepseek-coder": VERSION_PRICES["deepseek-coder-v2"],
     "doubao-pro": VERSION_PRICES["doubao-pro-128k"],
+    "kimi": VERSION_PRICES["kimi-k2-0905-preview"],
 }
 
 #: Unknown families are priced like this one (a mid-priced frontier model with caching).

@@ -61,3 +61,24 @@ def test_families_in_another_order_are_still_refused(tmp_path):
     cfg.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="different families"):
         LearnedPolicy.load(tmp_path / "ck")
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [("gpt-oss-120b", "gpt-oss"), ("openai/gpt-oss-20b", "gpt-oss"), ("kimi-k2-0905-preview", "kimi"),
+     ("moonshotai/Kimi-K2-Instruct", "kimi"), ("glm-4.6", "glm"), ("zai-org/GLM-4.5-Air", "glm"),
+     ("grok-code-fast-1", "grok"), ("MiniMax-M2", "minimax"), ("mistralai/Devstral-Small-2505", "mistral"),
+     ("gpt-4o", "gpt-4o"), ("algorithm-x", "other")],
+)  # fmt: skip
+def test_models_agent_benchmarks_run_on_have_a_family_of_their_own(name, family):
+    from dtoc_rl.data.models import normalize_family
+
+    assert normalize_family(name) == family
+
+
+def test_a_kimi_model_is_billed_at_moonshots_prices_with_its_cache_discount():
+    from dtoc_rl.sim.pricing import cache_regime, prices_for
+
+    p = prices_for("kimi", "kimi-k2-0905-preview")
+    assert (p.input, p.cache_read, p.output) == (0.60, 0.15, 2.50)
+    assert cache_regime(p) == "discount, no write premium"
