@@ -13,7 +13,11 @@ saved as plain chat messages (which would otherwise have no tool outputs to mana
   (OpenHands CodeAct) → ``bash`` ``{"command"}``, ``execute_ipython_cell`` ``{"code"}``, ``browser``
   ``{"code"}``;
 * ``bash``: exactly one ```` ```bash ```` block (mini-swe-agent 1.x's action regex; with none or several
-  its harness runs nothing and answers with a format error) → ``bash`` with the command text.
+  its harness runs nothing and answers with a format error) → ``bash`` with the command text;
+* ``hermes``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (the Hermes and Qwen
+  chat templates' tool calls, as a rollout saved as raw text holds them), one call per block, each
+  answered by the next tool message in order, or all by one message of as many
+  ``<tool_response>`` blocks.
 
 An untagged ```` ``` ```` block is no action by these: in a plain chat it is far more often an example.
 Only when none of them finds an agent loop is one more convention tried, on its own:
@@ -36,7 +40,14 @@ from typing import Any
 
 from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
 
-__all__ = ["as_tool_calls", "bash_block", "text_action", "thought_action", "xml_function_call"]
+__all__ = [
+    "as_tool_calls",
+    "bash_block",
+    "hermes_calls",
+    "text_action",
+    "thought_action",
+    "xml_function_call",
+]
 
 _FN = re.compile(r"<function=([^>]+)>\n(.*?)</function>", re.DOTALL)
 _FN_PARAM = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
@@ -47,6 +58,8 @@ _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell"
 # mini-swe-agent 1.x fences its action as ```bash, 2.x as ```mswea_bash_command (its text-based model)
 _BASH = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
+_HERMES = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+_HERMES_REPLY = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 
 #: A plain chat is read as a text-action agent only when at least this many replies carry an action
@@ -81,11 +94,30 @@ def bash_block(text: str) -> tuple[str | None, str]:
     return m[0], _THOUGHT.sub("", _BASH.sub("", text).strip())
 
 
+def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
+    """The ``<tool_call>`` blocks of a reply as ``[(tool name, JSON arguments)]`` (a block whose JSON
+    names no tool is not a call), and the reply without them."""
+    calls: list[tuple[str, str]] = []
+    for m in _HERMES.finditer(text or ""):
+        try:
+            call = json.loads(m.group(1))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            args = call.get("arguments", call.get("parameters", {}))
+            calls.append((call["name"], args if isinstance(args, str) else json.dumps(args)))
+    return calls, (_HERMES.sub("", text or "").strip() if calls else text)
+
+
 def text_action(text: str) -> tuple[str, str, str, str] | None:
     """``(convention, tool name, tool arguments, the reply without the action)`` of one assistant
-    reply, or None when it holds no action (see the module docstring)."""
+    reply, or None when it holds no action (see the module docstring); of several ``hermes`` calls,
+    the first (:func:`as_tool_calls` takes them all)."""
     if not text:
         return None
+    calls, rest = hermes_calls(text)
+    if calls:
+        return "hermes", calls[0][0], calls[0][1], rest
     fn = xml_function_call(text)
     if fn is not None:
         name, args, m = fn
@@ -173,17 +205,31 @@ def as_tool_calls(msgs: Any, content_text: Callable[[Any, str], str]) -> tuple[A
     else:
         return given, None
     out: list = []
-    for i, m in enumerate(msgs):
-        if i in acts:
-            _, name, args, rest = acts[i]
-            call = {
-                "id": f"text-action-{i}",
-                "type": "function",
-                "function": {"name": name, "arguments": args},
-            }
-            out.append({**m, "content": rest, "tool_calls": [call]})
-        elif i - 1 in acts:
-            out.append({"role": "tool", "tool_call_id": f"text-action-{i - 1}", "content": m.get("content")})
-        else:
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        if i not in acts:
             out.append(m)
+            i += 1
+            continue
+        conv, name, args, rest = acts[i]
+        calls = hermes_calls(texts[i])[0] if conv == "hermes" else [(name, args)]
+        ids = [f"text-action-{i}" + (f"-{k}" if k else "") for k in range(len(calls))]
+        out.append({**m, "content": rest, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
+            for cid, (n, a) in zip(ids, calls)
+        ]})  # fmt: skip
+        # the answers: the harness's tool messages that follow, one per call, else the one user message
+        j = i + 1
+        replies = []
+        while j < len(msgs) and len(replies) < len(calls) and given[j].get("role") in ("tool", "function"):
+            replies.append(msgs[j].get("content"))
+            j += 1
+        if not replies:
+            replies, j = [msgs[j].get("content")], j + 1  # texts only holds replies a user message answers
+        if len(calls) > 1 and len(replies) == 1 and isinstance(replies[0], str):
+            parts = _HERMES_REPLY.findall(replies[0])
+            replies = parts if len(parts) == len(calls) else replies
+        out.extend({"role": "tool", "tool_call_id": cid, "content": r} for cid, r in zip(ids, replies))
+        i = j
     return out, ",".join(sorted({a[0] for a in acts.values()}))

@@ -583,3 +583,45 @@ def test_codex_exit_codes_are_read_from_the_header_only_and_only_codex_wrappers_
     (t,) = CODEX.parse(_rollout(tmp_path / "rollout-5.jsonl", items))
     assert [s.output_is_error for s in t.steps] == [False, False]  # "Exit code: 2" is the program's text
     assert t.steps[1].output == mcp_like  # not Codex's {"output", "metadata"} wrapper: kept whole
+
+
+def _hermes(calls, text="Let me look."):
+    blocks = "".join(
+        f"\n<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in calls
+    )
+    return {"role": "assistant", "content": text + blocks}
+
+
+def _resp(text):
+    return f"<tool_response>\n{text}\n</tool_response>"
+
+
+@pytest.mark.parametrize("one_message", [False, True])
+def test_hermes_tool_calls_written_as_text_are_steps_with_their_outputs(tmp_path, one_message):
+    # the Hermes / Qwen chat templates write a call as <tool_call>{json}</tool_call> in the reply; a
+    # rollout saved as raw text keeps them there, each answered by a tool message (no ids), or two
+    # answered together by one message of <tool_response> blocks
+    two = [("bash", {"command": "cat a.py"}), ("bash", {"command": "cat b.py"})]
+    answers = (
+        [{"role": "tool", "content": _resp("A") + "\n" + _resp("B")}]
+        if one_message
+        else [{"role": "tool", "content": _resp("A")}, {"role": "tool", "content": _resp("B")}]
+    )
+    msgs = [
+        {"role": "user", "content": "compare a.py and b.py"},
+        _hermes(two),
+        *answers,
+        _hermes([("bash", {"command": "diff a.py b.py"})], "Now the diff."),
+        {"role": "tool", "content": _resp("1c1")},
+        {"role": "assistant", "content": "They differ in one line."},
+    ]
+    f = tmp_path / "rollout.jsonl"
+    f.write_text(json.dumps({"id": "r0", "model": "Qwen/Qwen3-32B", "messages": msgs}) + "\n")
+    (t,) = CHAT.parse(f)
+    steps = [s for s in t.steps if s.tool_name]
+    assert [(s.tool_name, json.loads(s.tool_args)["command"]) for s in steps] == [
+        ("bash", "cat a.py"), ("bash", "cat b.py"), ("bash", "diff a.py b.py")
+    ]  # fmt: skip
+    assert ["A" in s.output for s in steps] == [True, False, False] and "B" in steps[1].output
+    assert "1c1" in steps[2].output and steps[0].turn == steps[1].turn != steps[2].turn
+    assert steps[0].assistant_text == "Let me look." and "<tool_call>" not in steps[2].assistant_text
