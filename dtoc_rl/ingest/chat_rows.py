@@ -16,7 +16,11 @@ renames; what it reads is then an ordinary chat run.  Conventions seen in such d
   ``function_call`` turn holds the call as JSON ``{"name", "arguments"}`` (LLaMA-Factory's tool
   format);
 * the run's model under ``model`` or ``model_name``, its task under ``task_id`` or ``instance_id``,
-  its id under ``id``, ``traj_id`` or ``trajectory_id``.
+  its id under ``id``, ``traj_id`` or ``trajectory_id``;
+* LangChain / LangGraph message dumps (``messages_to_dict`` or a graph state's ``messages``): the
+  role under ``type`` (``human``, ``ai``, ``tool``, ``system``), an ``ai`` message's calls as
+  ``tool_calls: [{name, args, id}]``, its tokens as ``usage_metadata`` (``input_tokens`` with
+  ``input_token_details.cache_read``) and its model in ``response_metadata.model_name``.
 
 Outcome columns are read by the chat reader's label rule (``resolved`` as 0/1 included).
 """
@@ -73,12 +77,49 @@ def chat_run(row: dict) -> dict:
             found = next((out[a] for a in aliases if out.get(a) is not None), None)
             if found is not None:
                 out[name] = found
+    if out.get("model") is None:  # LangChain keeps the model on each reply, not on the run
+        meta = (m.get("response_metadata") for m in msgs if isinstance(m, dict))
+        out["model"] = next(
+            (d["model_name"] for d in meta if isinstance(d, dict) and d.get("model_name")), None
+        )
+        if out["model"] is None:
+            del out["model"]
+    return out
+
+
+_LANGCHAIN_TYPES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
+
+
+def _langchain(m: dict) -> dict:
+    """A LangChain message (``type`` for its role) in OpenAI's names: its ``tool_calls`` as function
+    calls and its ``usage_metadata`` as ``usage``."""
+    out = {k: v for k, v in m.items() if k not in ("type", "tool_calls")}
+    out["role"] = _LANGCHAIN_TYPES[m["type"]]
+    calls = m.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [
+            {"id": c.get("id"), "type": "function",
+             "function": {"name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}}
+            if isinstance(c, dict) and "function" not in c else c
+            for c in calls
+        ]  # fmt: skip
+    meta = m.get("usage_metadata")
+    if isinstance(meta, dict) and "usage" not in m and "input_tokens" in meta:
+        details = meta.get("input_token_details") if isinstance(meta.get("input_token_details"), dict) else {}
+        out["usage"] = {  # LangChain's input_tokens holds the cached part, as OpenAI's prompt_tokens does
+            "prompt_tokens": meta.get("input_tokens"),
+            "completion_tokens": meta.get("output_tokens"),
+            "prompt_tokens_details": {"cached_tokens": details.get("cache_read"),
+                                      "cache_write_tokens": details.get("cache_creation")},
+        }  # fmt: skip
     return out
 
 
 def _message(m: Any, where: str) -> Any:
     if not isinstance(m, dict):
         return m  # the chat reader names what is wrong with it
+    if m.get("role") is None and m.get("from") is None and m.get("type") in _LANGCHAIN_TYPES:
+        return _langchain(m)
     role = m.get("role") if m.get("role") is not None else m.get("from")
     if role == "function_call":  # ShareGPT tool format: the assistant's call as JSON
         value = m.get("value") if m.get("value") is not None else m.get("content")

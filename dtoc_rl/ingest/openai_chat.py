@@ -88,6 +88,9 @@ _FOREIGN_KEYS = "traj|history|trajectory_format|parentUuid|session_id|sessionId|
 _FOREIGN = re.compile(rf'"(?:trajectory|{_FOREIGN_KEYS})"\s*:')
 # A published dataset's run (chat_rows): its messages under another column, roles possibly renamed.
 _DATASET_RUN = re.compile(r'"(?:trajectory|conversations|conversation)"\s*:\s*\[')
+# LangChain's dumped messages: the role is their "type"
+_LANGCHAIN_RUN = re.compile(r'"messages"\s*:\s*\[')
+_LANGCHAIN_ROLE = re.compile(r'"type"\s*:\s*"(?:human|ai)"')
 _DATASET_ROLES = "system|user|assistant|tool|ai|human|gpt|model|function_call|observation"
 _DATASET_ROLE = re.compile(rf'"(?:role|from)"\s*:\s*"(?:{_DATASET_ROLES})"')
 # the same with the messages stored as JSON text (SWE-smith's rows): their quotes are escaped
@@ -439,7 +442,9 @@ class OpenAIChatIngester(Ingester):
         start = head.lstrip()[:1]
         if start not in ("{", "["):
             return False
-        listed = _DATASET_RUN.search(head) and _DATASET_ROLE.search(head)
+        listed = (_DATASET_RUN.search(head) and _DATASET_ROLE.search(head)) or (
+            _LANGCHAIN_RUN.search(head) and _LANGCHAIN_ROLE.search(head) and not _ROLE_RE.search(head)
+        )
         as_text = _DATASET_TEXT_RUN.search(head) and _DATASET_TEXT_ROLE.search(head)
         if (listed or as_text) and not _DATASET_FOREIGN.search(head):
             return True

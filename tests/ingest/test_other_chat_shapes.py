@@ -625,3 +625,36 @@ def test_hermes_tool_calls_written_as_text_are_steps_with_their_outputs(tmp_path
     assert ["A" in s.output for s in steps] == [True, False, False] and "B" in steps[1].output
     assert "1c1" in steps[2].output and steps[0].turn == steps[1].turn != steps[2].turn
     assert steps[0].assistant_text == "Let me look." and "<tool_call>" not in steps[2].assistant_text
+
+
+def test_a_langchain_message_dump_reads_as_the_chat_it_is(tmp_path):
+    def ai(content, calls, tokens, cached):
+        return {"type": "ai", "content": content, "id": f"run-{tokens}",
+                "tool_calls": [{"name": n, "args": a, "id": i, "type": "tool_call"} for n, a, i in calls],
+                "usage_metadata": {"input_tokens": tokens, "output_tokens": 9,
+                                   "input_token_details": {"cache_read": cached}},
+                "response_metadata": {"model_name": "gpt-4o-2024-08-06"}}  # fmt: skip
+
+    msgs = [
+        {"type": "system", "content": "You are a coding agent."},
+        {"type": "human", "content": "What is in foo.py?"},
+        ai("", [("read_file", {"path": "foo.py"}, "c1")], 900, 0),
+        {
+            "type": "tool",
+            "content": "def foo():\n    return 1/0\n",
+            "tool_call_id": "c1",
+            "name": "read_file",
+        },
+        ai("foo() divides by zero.", [], 950, 896),
+    ]
+    f = tmp_path / "state.json"
+    f.write_text(json.dumps({"messages": msgs}))
+    assert detect_format(f) is CHAT or type(detect_format(f)) is type(CHAT)
+    (t,) = CHAT.parse(f)
+    assert t.model_raw == "gpt-4o-2024-08-06" and t.system_prompt == "You are a coding agent."
+    call, answer = t.steps
+    assert (call.tool_name, json.loads(call.tool_args), call.output) == (
+        "read_file", {"path": "foo.py"}, "def foo():\n    return 1/0\n"
+    )  # fmt: skip
+    assert answer.tool_name is None and answer.assistant_text == "foo() divides by zero."
+    assert (call.usage.input_tokens, answer.usage.input_tokens, answer.usage.cached_tokens) == (900, 950, 896)
