@@ -65,9 +65,9 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.ingest.common import cap_output, count, finalize, new_step, number, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl, norm_args, parse_rows
 
 __all__ = ["OpenHandsHistoryIngester", "OpenHandsSDKIngester"]
@@ -137,6 +137,30 @@ def _text_list(value: Any, where: str) -> str:
     if isinstance(value, str):
         return value
     return content_text(value, where)
+
+
+def _usage_by_response(metrics: Any) -> dict[str, Usage]:
+    """Each model call's usage from ``metrics.token_usages`` (one entry per call, by ``response_id``).
+    Its ``prompt_tokens`` is read as the whole prompt, cache reads and writes included, unless it is
+    smaller than those two together (then it is the uncached rest, as Anthropic counts it)."""
+    out: dict[str, Usage] = {}
+    entries = metrics.get("token_usages") if isinstance(metrics, dict) else None
+    for u in entries if isinstance(entries, list) else ():
+        if not isinstance(u, dict) or not isinstance(u.get("response_id"), str):
+            continue
+        prompt, read, write = (
+            number(u, k) for k in ("prompt_tokens", "cache_read_tokens", "cache_write_tokens")
+        )
+        cached = (read or 0) + (write or 0)
+        if prompt is not None and prompt < cached:
+            prompt += cached
+        out[u["response_id"]] = Usage(
+            input_tokens=None if prompt is None else int(prompt),
+            cached_tokens=None if read is None else int(read),
+            cache_write_tokens=None if write is None else int(write),
+            output_tokens=count(u, "completion_tokens"),
+        )
+    return out
 
 
 def _cost_tokens(metrics: Any) -> tuple[float | None, int | None, int | None, int | None]:
@@ -515,6 +539,8 @@ class OpenHandsHistoryIngester(Ingester):
         turn = -1
         last_resp: object = object()
         skipped: Counter[str] = Counter()
+        usage_of = _usage_by_response(row.get("metrics"))
+        seen_model = ""
 
         for i, ev in enumerate(events):
             w = f"history event {i}"
@@ -563,10 +589,16 @@ class OpenHandsHistoryIngester(Ingester):
                     tcm = (
                         ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else {}
                     )
-                    resp = (tcm.get("model_response") or {}).get("id") if tcm else None
-                    if resp is None or resp != last_resp:
+                    response = (
+                        tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+                    )
+                    resp = response.get("id")
+                    first = resp is None or resp != last_resp  # the first action of a model call
+                    if first:
                         turn += 1
                     last_resp = resp
+                    if isinstance(response.get("model"), str):
+                        seen_model = seen_model or response["model"]
                     step = pending.add(
                         new_step(
                             turn=turn,
@@ -575,6 +607,10 @@ class OpenHandsHistoryIngester(Ingester):
                             tool_name=str(tcm.get("function_name") or a),
                             tool_args=_legacy_call_args(tcm, args),
                             tool_call_id=tcm.get("tool_call_id"),
+                            # the call's usage: the run's per-call metrics, else the raw response's
+                            usage=(usage_of.get(resp) or usage_from(response.get("usage")))
+                            if first
+                            else None,
                         )
                     )
                     if eid is not None:
@@ -610,7 +646,7 @@ class OpenHandsHistoryIngester(Ingester):
         instruction = row.get("instruction") if isinstance(row.get("instruction"), str) else ""
         meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
         llm = meta.get("llm_config") if isinstance(meta.get("llm_config"), dict) else {}
-        model = llm.get("model") or meta.get("model_name") or ""
+        model = llm.get("model") or meta.get("model_name") or seen_model or ""
         cost, tin, tout, calls = _cost_tokens(row.get("metrics"))
         tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
         report = tr.get("report") if isinstance(tr.get("report"), dict) else {}

@@ -330,3 +330,50 @@ def test_empty_trajectories(tmp_path):
     empty.write_text("")
     with pytest.raises(IngestError, match="empty file"):
         list(SDK.parse(empty))
+
+
+def test_legacy_per_call_usage_comes_from_the_run_metrics_by_response_id(tmp_path):
+    def act(eid, cid, resp, cmd, usage=None):
+        call = {
+            "id": cid,
+            "type": "function",
+            "function": {"name": "execute_bash", "arguments": json.dumps({"command": cmd})},
+        }
+        response = {
+            "id": resp,
+            "model": "claude-3-7-sonnet-20250219",
+            "choices": [{"message": {"role": "assistant", "content": "", "tool_calls": [call]}}],
+        }
+        if usage:
+            response["usage"] = usage
+        return {"id": eid, "source": "agent", "action": "run", "args": {"command": cmd, "thought": ""},
+                "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": cid,
+                                       "model_response": response, "total_calls_in_response": 1}}  # fmt: skip
+
+    def obs(eid, cause, cid, text):
+        return {"id": eid, "source": "agent", "observation": "run", "cause": cause, "content": text,
+                "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": cid}}  # fmt: skip
+
+    history = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": "Fix foo.py"}},
+        act(1, "t1", "r1", "cat foo.py"), obs(2, 1, "t1", "x = 1/0"),
+        act(3, "t2", "r2", "ls"), obs(4, 3, "t2", "foo.py"),
+        act(5, "t3", "r3", "pwd", usage={"prompt_tokens": 7000, "completion_tokens": 5}),
+        obs(6, 5, "t3", "/w"),
+    ]  # fmt: skip
+    usages = [
+        {"response_id": "r1", "prompt_tokens": 5000, "completion_tokens": 40, "cache_read_tokens": 0,
+         "cache_write_tokens": 4900},
+        # Anthropic's way: the uncached rest only, smaller than the cache's share
+        {"response_id": "r2", "prompt_tokens": 100, "completion_tokens": 20, "cache_read_tokens": 4900,
+         "cache_write_tokens": 200},
+    ]  # fmt: skip
+    row = {"instance_id": "i1", "history": history, "metrics": {"token_usages": usages}, "metadata": {}}
+    p = tmp_path / "output.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    (t,) = LEGACY.parse(p)
+    assert t.model_raw == "claude-3-7-sonnet-20250219"  # from the model's responses, the metadata naming none
+    u = [s.usage for s in t.steps]
+    assert (u[0].input_tokens, u[0].cache_write_tokens, u[0].output_tokens) == (5000, 4900, 40)
+    assert (u[1].input_tokens, u[1].cached_tokens, u[1].cache_write_tokens) == (5200, 4900, 200)
+    assert (u[2].input_tokens, u[2].output_tokens) == (7000, 5)  # none in the metrics: the response's own
