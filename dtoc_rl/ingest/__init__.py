@@ -20,6 +20,7 @@ from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.chat_parquet import ChatParquetIngester
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
+from dtoc_rl.ingest.cline import ClineIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
 from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
@@ -86,6 +87,7 @@ INGESTERS: list[Ingester] = [
     OpenCodeIngester(),
     RepoLaunchIngester(),
     CodexRolloutIngester(),
+    ClineIngester(),
     ChatParquetIngester(),
     OpenAIChatIngester(),
 ]

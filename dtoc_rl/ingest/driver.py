@@ -42,6 +42,7 @@ AUXILIARY = [
     "eval_*.json", "metadata.yaml", "args.yaml", "*.yaml", "*.yml", "LICENSE*", "README*", "MANIFEST*",
     "*.csv", "*.txt", "*.diff", "*.patch", "*.log", "*.md", "tool_call_*.json", "agent_proxy_*.json",
     "debug_agent_*.json", "*.py", "*.png",
+    "ui_messages.json", "task_metadata.json",  # a Cline task folder's: read beside its conversation
 ]  # fmt: skip
 
 

@@ -169,10 +169,16 @@ def _tool_resources(step: Step, state: _State) -> tuple[list[Resource], list[str
             start = max(1, first) if type(first) is int else None
             end = last if type(last) is int and last >= (start or 1) else None
         return [Resource("file", _norm_path(path), start=start, end=end)], []
-    if lname in _GREP_TOOLS and isinstance(args.get("pattern") or args.get("query"), str):
-        pattern = args.get("pattern") or args.get("query")
+    # (regex and file_pattern: Cline's search_files)
+    if lname in _GREP_TOOLS and isinstance(
+        args.get("pattern") or args.get("query") or args.get("regex"), str
+    ):
+        pattern = args.get("pattern") or args.get("query") or args.get("regex")
         scope = _norm_path(path) if isinstance(path, str) else "."
-        extra = args.get("glob") or args.get("include") or args.get("include_pattern") or args.get("type")
+        extra = (
+            args.get("glob") or args.get("include") or args.get("include_pattern") or args.get("type")
+            or args.get("file_pattern")
+        )  # fmt: skip
         if extra:
             scope += f"[{extra}]"
         return [Resource("search", f"grep:{pattern}@{scope}")], []

@@ -78,8 +78,12 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
     "list": ("ls", "list", "list_dir", "list_directory", "list_files"),
     "write": (
         "write", "create", "notebookedit", "write_file", "create_file", "apply_patch", "patch", "delete_file",
+        "write_to_file", "new_rule",  # Cline's
     ),
-    "edit": ("edit", "multiedit", "edit_file", "replace", "str_replace", "insert"),
+    "edit": (
+        "edit", "multiedit", "edit_file", "replace", "str_replace", "insert",
+        "replace_in_file", "apply_diff", "insert_content", "search_and_replace",  # Cline's and Roo Code's
+    ),
     "none": (
         "think", "submit", "finish", "done", "final_answer", "answer", "respond", "reply", "todowrite",
         "todoread", "todo_write", "todo_read", "task", "plan", "exit", "stop", "issue", "manage_context",
@@ -87,6 +91,9 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
         "mark_task_complete",
         # Gemini CLI's (packages/core/src/tools/definitions/base-declarations.ts)
         "write_todos", "complete_task", "enter_plan_mode", "exit_plan_mode", "update_topic",
+        # Cline's and Roo Code's (cline/cline src/core/prompts; RooCodeInc/Roo-Code src/shared/tools.ts)
+        "plan_mode_respond", "new_task", "switch_mode", "fetch_instructions", "load_mcp_documentation",
+        "condense", "summarize_task", "report_bug", "update_todo_list",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -106,6 +113,8 @@ NAMED_CATEGORIES: dict[str, str] = {
     # Claude Code, MCP filesystem server, web tools
     "notebookread": "read", "webfetch": "read", "read_text_file": "read", "read_multiple_files": "read",
     "directory_tree": "list", "websearch": "search",
+    # Cline: the definitions of a folder's files
+    "list_code_definition_names": "list",
     # AutoCodeRover
     "search_code": "search", "search_class": "search", "search_method": "search",
     "search_method_in_file": "search", "search_method_in_class": "search", "search_class_in_file": "search",

@@ -1,0 +1,214 @@
+"""Cline and Roo Code task folders (VS Code extensions; ``<globalStorage>/<extension>/tasks/<task id>/``).
+
+A task folder holds ``api_conversation_history.json``, the messages sent to the model (Anthropic
+``MessageParam`` list), ``ui_messages.json``, what the chat panel showed, and
+``task_metadata.json``.  What is read (the format as ``cline/cline`` ``src/core/task`` writes it):
+
+* the model writes its tool call as XML in its reply, one per message:
+  ``<read_file>\\n<path>foo.py</path>\\n</read_file>`` (a tool name, then one element per parameter);
+  models on native tool calling write ``tool_use`` blocks instead, answered by ``tool_result``
+  blocks;
+* the next user message answers it: a text block ``[read_file for 'foo.py'] Result:``, the result's
+  blocks, then an ``<environment_details>`` block the extension adds to every user message (kept as
+  the next call's user text, not as the tool's output);
+* ``ui_messages.json``: each model call's ``api_req_started`` message, whose text is JSON
+  ``{tokensIn, tokensOut, cacheWrites, cacheReads, cost}``, in the order of the calls, with its
+  time (``ts``, milliseconds);
+* ``task_metadata.json``: ``model_usage`` (``model_id``, ``model_provider_id``) names the model.
+
+Anthropic counts ``tokensIn`` without the cache's reads and writes, so for an Anthropic model (or
+one whose ``tokensIn`` is smaller than them) the prompt is their sum; otherwise ``tokensIn`` is read
+as the whole prompt, as OpenAI-style providers count it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Step, Trajectory, Usage
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.common import cap_output, finalize, new_step, number
+
+__all__ = ["TOOLS", "ClineIngester"]
+
+#: The tools Cline and Roo Code describe to the model (their XML elements).
+TOOLS = (
+    "execute_command", "read_file", "write_to_file", "replace_in_file", "search_files", "list_files",
+    "list_code_definition_names", "browser_action", "use_mcp_tool", "access_mcp_resource",
+    "ask_followup_question", "attempt_completion", "new_task", "plan_mode_respond",
+    "load_mcp_documentation", "web_fetch", "new_rule", "condense", "summarize_task", "report_bug",
+    # Roo Code's own
+    "apply_diff", "insert_content", "search_and_replace", "switch_mode", "codebase_search",
+    "fetch_instructions", "update_todo_list",
+)  # fmt: skip
+_CALL = re.compile(r"<(" + "|".join(TOOLS) + r")>(.*?)</\1>", re.DOTALL)
+_PARAM = re.compile(r"<([a-z_]+)>(.*?)</\1>", re.DOTALL)
+_RESULT = re.compile(r"^\[[a-z_]+(?: for .*)?\] Result:", re.DOTALL)
+_ENV = "<environment_details>"
+
+
+def _blocks(msg: dict, where: str) -> list[dict]:
+    c = msg.get("content")
+    if isinstance(c, str):
+        return [{"type": "text", "text": c}]
+    if not isinstance(c, list):
+        raise IngestError(f"{where}.content is {type(c).__name__}, expected text or a list of blocks")
+    return [b for b in c if isinstance(b, dict)]
+
+
+def _text(blocks: list[dict]) -> str:
+    out = []
+    for b in blocks:
+        if b.get("type") == "text" and isinstance(b.get("text"), str):
+            out.append(b["text"])
+        elif b.get("type") == "tool_result":
+            inner = b.get("content")
+            out.append(inner if isinstance(inner, str) else _text(inner if isinstance(inner, list) else []))
+    return "\n".join(out)
+
+
+def _xml_call(text: str) -> tuple[str, str, str] | None:
+    """``(tool name, JSON arguments, the reply without the call)`` of a reply's XML tool call."""
+    m = _CALL.search(text)
+    if m is None:
+        return None
+    params = {k: v.strip("\n") for k, v in _PARAM.findall(m.group(2))}
+    return m.group(1), json.dumps(params), (text[: m.start()] + text[m.end() :]).strip()
+
+
+def _calls_usage(ui: Any, anthropic: bool) -> list[tuple[Usage | None, float | None]]:
+    """Each model call's usage and time (seconds), from ``ui_messages.json``'s ``api_req_started``."""
+    out: list[tuple[Usage | None, float | None]] = []
+    for m in ui if isinstance(ui, list) else ():
+        if not isinstance(m, dict) or m.get("say") != "api_req_started":
+            continue
+        try:
+            info = json.loads(m.get("text") or "{}")
+        except (json.JSONDecodeError, TypeError):
+            info = {}
+        info = info if isinstance(info, dict) else {}
+        tin, read, write = (number(info, k) for k in ("tokensIn", "cacheReads", "cacheWrites"))
+        cached = (read or 0) + (write or 0)
+        if tin is not None and (anthropic or tin < cached):
+            tin += cached
+        usage = None
+        if tin is not None or number(info, "tokensOut") is not None:
+            out_tok = number(info, "tokensOut")
+            usage = Usage(
+                input_tokens=None if tin is None else int(tin),
+                cached_tokens=None if read is None else int(read),
+                cache_write_tokens=None if write is None else int(write),
+                output_tokens=None if out_tok is None else int(out_tok),
+                cost_usd=number(info, "cost"),
+            )
+        ts = m.get("ts")
+        out.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+    return out
+
+
+class ClineIngester(Ingester):
+    name = "cline"
+
+    def detect(self, path: Path, head: str) -> bool:
+        return path.name == "api_conversation_history.json" and head.lstrip().startswith("[")
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        msgs = read_json(path)
+        if not isinstance(msgs, list):
+            raise IngestError(f"expected a list of messages, got {type(msgs).__name__}", path)
+        folder = path.parent
+        meta = _sibling(folder / "task_metadata.json")
+        usage = (meta.get("model_usage") if isinstance(meta, dict) else None) or []
+        last = next((u for u in reversed(usage) if isinstance(u, dict) and u.get("model_id")), {})
+        model = str(last.get("model_id") or "")
+        anthropic = last.get("model_provider_id") == "anthropic" or normalize_family(model).startswith(
+            "claude"
+        )
+        calls = _calls_usage(_sibling(folder / "ui_messages.json"), anthropic)
+
+        steps: list[Step] = []
+        open_calls: dict[str, Step] = {}  # native tool_use id -> its step
+        task, pending = "", ""
+        waiting: Step | None = None  # the XML call the next user message answers
+        turn = -1
+        for i, msg in enumerate(msgs):
+            where = f"messages[{i}]"
+            if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
+                raise IngestError(f"{where} is not a user or assistant message", path)
+            blocks = _blocks(msg, where)
+            if msg["role"] == "assistant":
+                turn += 1
+                use, when = calls[turn] if turn < len(calls) else (None, None)
+                text = _text(blocks)
+                native = [b for b in blocks if b.get("type") == "tool_use"]
+                first = len(steps)
+                if native:
+                    for b in native:
+                        step = new_step(turn=turn, tool_name=str(b.get("name") or ""),
+                                        tool_args=json.dumps(b.get("input") or {}),
+                                        tool_call_id=b.get("id"))  # fmt: skip
+                        steps.append(step)
+                        if isinstance(b.get("id"), str):
+                            open_calls[b["id"]] = step
+                    steps[first].assistant_text = text
+                else:
+                    xml = _xml_call(text)
+                    name, args, thought = xml if xml else (None, "", text)
+                    steps.append(new_step(turn=turn, tool_name=name, tool_args=args, assistant_text=thought))
+                    waiting = steps[-1] if name else None
+                steps[first].user_text, pending = pending, ""
+                steps[first].usage = use
+                for s in steps[first:]:
+                    s.timestamp = when
+                continue
+            # a user message: the task, a tool's answer and the extension's environment details
+            if not steps:
+                task = _text(blocks)
+                continue
+            for b in blocks:
+                if b.get("type") == "tool_result" and b.get("tool_use_id") in open_calls:
+                    step = open_calls.pop(b["tool_use_id"])
+                    step.output = cap_output(_text([b]))
+                    step.output_is_error = bool(b.get("is_error"))
+            texts = [b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)]
+            if waiting is not None and texts and _RESULT.match(texts[0]):
+                env = next((k for k, t in enumerate(texts) if t.lstrip().startswith(_ENV)), len(texts))
+                waiting.output = cap_output("\n".join(texts[:env]))
+                texts = texts[env:]
+            waiting = None
+            pending += "\n".join(texts)
+        if not steps:
+            raise IngestError("empty trajectory: no assistant messages", path)
+        if len(calls) not in (0, turn + 1):
+            calls_said = f"{len(calls)} model calls in ui_messages.json against {turn + 1} replies"
+        else:
+            calls_said = None
+        return_traj = Trajectory(
+            traj_id=f"{self.name}/{folder.name}",
+            source=self.name,
+            model_raw=model,
+            model_family=normalize_family(model),
+            task_id=folder.name,
+            task_text=task,
+            success=None,
+            source_path=str(path),
+            extra=json.dumps({"usage_mismatch": calls_said} if calls_said else {}),
+            steps=steps,
+        )
+        yield finalize(return_traj)
+
+
+def _sibling(path: Path) -> Any:
+    """A task folder's other file, or None when it is missing or unreadable (the conversation alone
+    is still a run; only its model and usage are then unknown)."""
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except IngestError:
+        return None

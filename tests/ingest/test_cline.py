@@ -1,0 +1,111 @@
+"""Cline / Roo Code task folders: XML tool calls in the reply, results in the next user message,
+usage per call from ui_messages.json, the model from task_metadata.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.cline import ClineIngester
+from dtoc_rl.ingest.driver import ingest_paths
+from dtoc_rl.labels import label_trajectory
+
+ENV = "<environment_details>\n# VSCode Visible Files\nfoo.py\n</environment_details>"
+
+
+SEARCH = (
+    "<search_files>\n<path>.</path>\n<regex>foo\\(</regex>\n<file_pattern>*.py</file_pattern>\n"
+    "</search_files>"
+)
+
+
+def _user(*texts):
+    return {"role": "user", "content": [{"type": "text", "text": t} for t in texts]}
+
+
+def _assistant(text):
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def _req(ts, tin, out, reads, writes):
+    info = {"request": "...", "tokensIn": tin, "tokensOut": out, "cacheReads": reads, "cacheWrites": writes,
+            "cost": 0.01}  # fmt: skip
+    return {"ts": ts, "type": "say", "say": "api_req_started", "text": json.dumps(info)}
+
+
+def _task(folder: Path, provider="anthropic", model="claude-sonnet-4-20250514") -> Path:
+    folder.mkdir(parents=True)
+    msgs = [
+        _user("<task>\nFix the division by zero in foo.py\n</task>", ENV),
+        _assistant(
+            "<thinking>\nRead it first.\n</thinking>\n\n<read_file>\n<path>foo.py</path>\n</read_file>"
+        ),
+        _user("[read_file for 'foo.py'] Result:", "def foo():\n    return 1/0\n", ENV),
+        _assistant(SEARCH),
+        _user("[search_files for 'foo\\(' in '*.py'] Result:", "foo.py:1: def foo():", ENV),
+        _assistant("<attempt_completion>\n<result>Found it.</result>\n</attempt_completion>"),
+    ]
+    (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
+    ui = [{"ts": 1, "type": "say", "say": "task", "text": "Fix"},
+          _req(1730000001000, 3, 60, 0, 9000), _req(1730000002000, 40, 30, 9000, 300),
+          _req(1730000003000, 9400, 10, 9300, 0)]  # fmt: skip
+    (folder / "ui_messages.json").write_text(json.dumps(ui))
+    meta = {"model_usage": [{"ts": 1, "model_id": model, "model_provider_id": provider, "mode": "act"}]}
+    (folder / "task_metadata.json").write_text(json.dumps(meta))
+    return folder / "api_conversation_history.json"
+
+
+def test_a_cline_task_folder_is_steps_with_outputs_usage_and_model(tmp_path):
+    path = _task(tmp_path / "tasks" / "1730000000000")
+    assert detect_format(path).name == "cline"
+    (t,) = ClineIngester().parse(path)
+    assert (t.traj_id, t.task_id, t.model_raw, t.model_family) == (
+        "cline/1730000000000", "1730000000000", "claude-sonnet-4-20250514", "claude-sonnet"
+    )  # fmt: skip
+    assert "Fix the division by zero" in t.task_text
+    read, search, done = t.steps
+    assert (read.tool_name, json.loads(read.tool_args)) == ("read_file", {"path": "foo.py"})
+    assert read.output.startswith("[read_file for 'foo.py'] Result:") and "return 1/0" in read.output
+    assert "environment_details" not in read.output and search.user_text.startswith("<environment_details>")
+    assert "Read it first." in read.assistant_text and "<read_file>" not in read.assistant_text
+    assert json.loads(search.tool_args) == {"path": ".", "regex": "foo\\(", "file_pattern": "*.py"}
+    assert done.tool_name == "attempt_completion" and done.output is None
+    # Anthropic counts tokensIn without the cache: the prompt is the sum; the calls' times in seconds
+    assert [(s.usage.input_tokens, s.usage.cached_tokens, s.usage.cache_write_tokens) for s in t.steps] == [
+        (9003, 0, 9000), (9340, 9000, 300), (18700, 9300, 0)
+    ]  # fmt: skip
+    assert [s.timestamp for s in t.steps] == [1730000001.0, 1730000002.0, 1730000003.0]
+    # labelled, the search is read as a grep of its regex over *.py (Cline's parameter names)
+    label_trajectory(t)
+    assert t.steps[1].read_resource == "search:grep:foo\\(@.[*.py]"
+
+
+def test_an_openai_style_provider_counts_tokens_in_with_the_cache(tmp_path):
+    path = _task(tmp_path / "t2", provider="openai", model="gpt-4.1")
+    (t,) = ClineIngester().parse(path)
+    assert t.model_family == "gpt-4.1"
+    # tokensIn 3 < its cache writes 9000: the uncached rest (summed); 9400 >= 9300: the whole prompt
+    assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 9400]
+
+
+def test_the_folders_other_files_are_read_with_it_not_skipped(tmp_path):
+    _task(tmp_path / "tasks" / "a")
+    _task(tmp_path / "tasks" / "b")
+    res = ingest_paths([tmp_path / "tasks"], progress=False)
+    assert sorted(t.traj_id for t in res.trajectories) == ["cline/a", "cline/b"]
+    assert res.skipped == [] and res.auxiliary == 4
+
+
+def test_native_tool_calls_are_answered_by_their_results(tmp_path):
+    folder = tmp_path / "n"
+    folder.mkdir()
+    use = {"type": "tool_use", "id": "tu1", "name": "read_file", "input": {"path": "foo.py"}}
+    result = {"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "x = 1"}]}
+    reply = {"role": "assistant", "content": [{"type": "text", "text": "Reading."}, use]}
+    answer = {"role": "user", "content": [result, {"type": "text", "text": ENV}]}
+    msgs = [_user("<task>look</task>"), reply, answer, _assistant("Done.")]
+    (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
+    (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
+    assert [(s.tool_name, s.output) for s in t.steps] == [("read_file", "x = 1"), (None, None)]
+    assert t.steps[0].assistant_text == "Reading." and t.steps[1].user_text.startswith("<environment")
