@@ -26,7 +26,7 @@ from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
-from dtoc_rl.ingest.openhands import OpenHandsHistoryIngester, OpenHandsSDKIngester
+from dtoc_rl.ingest.openhands import OpenHandsEventsIngester, OpenHandsHistoryIngester, OpenHandsSDKIngester
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau2_bench import Tau2BenchIngester
@@ -73,6 +73,7 @@ def failure_reason(e: BaseException) -> str:
 # Specific formats first; the generic OpenAI chat JSONL last.
 INGESTERS: list[Ingester] = [
     AutoCodeRoverIngester(),
+    OpenHandsEventsIngester(),
     AtifIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),

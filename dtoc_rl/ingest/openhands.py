@@ -684,3 +684,30 @@ class OpenHandsHistoryIngester(Ingester):
                 steps=steps,
             )
         )
+
+
+class OpenHandsEventsIngester(OpenHandsHistoryIngester):
+    """An OpenHands (V0) session as its file store keeps it: ``sessions/<id>/events/<n>.json``, one
+    event per file, numbered in order.  The folder is one run, read as the history list it holds."""
+
+    name = "openhands-events"
+    wants_dirs = True
+
+    def detect(self, path: Path, head: str) -> bool:
+        path = Path(path)
+        return path.is_dir() and path.name == "events" and (path / "0.json").is_file()
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        path = Path(path)
+        files = sorted((p for p in path.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
+        events = []
+        for f in files:
+            try:
+                events.append(json.loads(read_text(f)))
+            except json.JSONDecodeError as e:
+                raise IngestError(f"{f.name}: invalid JSON ({json_error(e)})", path) from None
+        row = {"history": events, "instance_id": path.parent.name}
+        traj = self._one(path, row, 1, set())
+        traj.source = OpenHandsHistoryIngester.name  # the same harness as its output.jsonl rows
+        traj.traj_id = f"{traj.source}/{path.parent.name}"
+        yield traj

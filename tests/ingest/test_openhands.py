@@ -377,3 +377,27 @@ def test_legacy_per_call_usage_comes_from_the_run_metrics_by_response_id(tmp_pat
     assert (u[0].input_tokens, u[0].cache_write_tokens, u[0].output_tokens) == (5000, 4900, 40)
     assert (u[1].input_tokens, u[1].cached_tokens, u[1].cache_write_tokens) == (5200, 4900, 200)
     assert (u[2].input_tokens, u[2].output_tokens) == (7000, 5)  # none in the metrics: the response's own
+
+
+def test_a_session_folder_of_event_files_reads_as_its_history(tmp_path, repo_root):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    row = _rows(repo_root / "tests/fixtures/openhands_legacy/output.jsonl")[0]
+    events = tmp_path / "sessions" / "abc123" / "events"
+    events.mkdir(parents=True)
+    for k, ev in enumerate(row["history"]):  # numbered past 9: read in number order, not name order
+        (events / f"{k}.json").write_text(json.dumps(ev))
+    res = ingest_paths([tmp_path / "sessions"], label=False, progress=False)
+    assert res.skipped == [] and [t.traj_id for t in res.trajectories] == ["openhands-legacy/abc123"]
+    (t,) = res.trajectories
+    (whole,) = LEGACY.parse(_one_row_file(tmp_path, {"history": row["history"], "instance_id": "abc123"}))
+    assert [(s.tool_name, s.tool_args, s.output) for s in t.steps] == [
+        (s.tool_name, s.tool_args, s.output) for s in whole.steps
+    ]
+    assert len(row["history"]) > 10 and t.n_steps == 9
+
+
+def _one_row_file(tmp_path, row):
+    p = tmp_path / "one.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    return p
