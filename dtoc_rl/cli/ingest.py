@@ -143,9 +143,18 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     if not res.trajectories:
         first = res.skipped[0] if res.skipped else None
-        summary["error"] = "nothing was ingested" + (
-            f": {first.path}: {first.reason}" if first is not None and len(res.skipped) == 1 else ""
-        )
+        why = ""
+        if first is not None and len(res.skipped) == 1:
+            why = f": {first.path}: {first.reason}"
+        elif not res.skipped and res.auxiliary:  # every file passed over as notes, configs or labels
+            why = (
+                f": the {res.auxiliary} file(s) found are of kinds read as no log (README, *.md, *.txt, "
+                "*.yaml, labels, results; dtoc_rl.ingest.driver.AUXILIARY); name a log file itself, or "
+                "its format with --format NAME"
+            )
+        elif not res.skipped and not res.units:
+            why = ": no files found there (hidden files and folders, named with a leading dot, are not read)"
+        summary["error"] = "nothing was ingested" + why
         code = 1
     elif args.strict and res.skipped:
         summary["error"] = f"--strict: {len(res.skipped)} file(s) skipped, dataset not written"

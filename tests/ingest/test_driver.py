@@ -444,3 +444,17 @@ def test_a_folder_that_is_no_dataset_is_refused_as_such_not_sent_to_overwrite(tm
     err = capsys.readouterr().err
     assert "not a dataset folder to replace" in err and "--overwrite" not in err
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_nothing_ingested_says_why_when_nothing_was_skipped(tmp_path, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "chat.md").write_text("# a chat history in markdown")
+    assert main(["ingest", str(notes), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "nothing was ingested: the 1 file(s) found are of kinds read as no log" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".hidden.json").write_text("{}")
+    assert main(["ingest", str(empty), "-o", str(tmp_path / "out2"), "--quiet"]) == 1
+    assert "no files found there (hidden files" in capsys.readouterr().err
