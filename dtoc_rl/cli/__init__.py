@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import warnings
+from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -68,9 +69,28 @@ def main(argv: list[str] | None = None) -> int:
     return main([args.command, *argv[1:]])
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser whose usage errors are short: the error, the nearest option to a mistyped
+    one, and where the options are listed (argparse prints the whole usage block, dozens of lines
+    for train, above the one line that matters)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+
+        hint = ""
+        if message.startswith("unrecognized arguments:"):
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            for word in message.split(":", 1)[1].split():
+                near = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.7)
+                if word.startswith("-") and near:
+                    hint = f" (did you mean {near[0]}?)"
+                    break
+        self.exit(2, f"{self.prog}: error: {message}{hint}; '{self.prog} --help' lists the options\n")
+
+
 def _run(argv: list[str]) -> int:
     module = importlib.import_module(COMMANDS[argv[0]][0])
-    p = argparse.ArgumentParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
+    p = _CommandParser(prog=f"dtoc-rl {argv[0]}", description=COMMANDS[argv[0]][1])
     module.add_arguments(p)
     args = p.parse_args(argv[1:])
     before = _on_sigterm_interrupt()

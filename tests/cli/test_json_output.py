@@ -33,3 +33,17 @@ def test_every_command_that_works_for_a_while_takes_quiet(command):
     p = argparse.ArgumentParser()
     importlib.import_module(COMMANDS[command][0]).add_arguments(p)
     assert "--quiet" in p._option_string_actions, command
+
+
+def test_a_mistyped_option_is_one_line_naming_the_nearest(capsys):
+    from dtoc_rl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", "-p", "none", "--mis-budget", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments: --mis-budget 1 (did you mean --miss-budget?)" in err[0]
+    with pytest.raises(SystemExit):
+        main(["stats"])  # a missing argument: still one line
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "required: dataset" in err[0] and "'dtoc-rl stats --help'" in err[0]
