@@ -5,8 +5,9 @@ trajectory in ReplayEnv and reports, per policy, overall and per model family
 and source, with 95% bootstrap confidence intervals over trajectories:
 dollar savings against no management (with prompt caching), input-token
 savings, mean active tokens per call, total input tokens, dollars, misses per
-100 steps, re-reads, management calls, placeholder overhead, and the fraction
-of the oracle's savings.
+100 steps (a step is one model call: its parallel tool calls are one step),
+re-reads, management calls, placeholder overhead, and the fraction of the
+oracle's savings.
 
 Policies: {baselines}, oracle,
 a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
@@ -106,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--miss-budget",
         type=float,
         default=1.0,
-        help="misses per 100 steps allowed in the 'done when' summary (the learned policy's target is "
+        help="misses per 100 steps (model calls) allowed in the 'done when' summary (the learned policy's target is "
         "1): per group, the best non-rule policy within it against the oracle (>= 60%% of its "
         "savings?), the upper end of its 95%% CI (>= 0?) and every rule within the budget, each at "
         "its own miss rate (does a threshold of the same policy with equal or fewer misses save more?)",
