@@ -1086,7 +1086,7 @@ def _valid_table(table: Any) -> bool:
 def table_abstains(table: dict[str, Any] | None) -> bool:
     """Whether a stored threshold table hides nothing anywhere: every entry abstains (0) and no
     fallback rule takes over.  A checkpoint without a table decides at its default threshold."""
-    if not table:
+    if not table or table.get("default") is None:  # no pooled entry: unlisted models at the default
         return False
     fb = table.get("fallback") or {}
     entries = [*(table.get("family") or {}).values(), *(table.get("regime") or {}).values()]

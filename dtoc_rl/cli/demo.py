@@ -180,18 +180,6 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     print(f"\nwrote {out}/metrics.json, metrics.csv, pareto.{ext}, curves.{ext} in {metrics['seconds']} s")
     print(deploy_hint(ckpt))
     return 0
-    threshold = policy.cfg.threshold
-    where = (
-        f"threshold {threshold:g}"
-        if threshold is not None
-        else "the thresholds chosen on validation per model family / price regime"
-    )
-    print(
-        f"the learned policy is {ckpt} (it decides at {where} unless told; "
-        f"'learned:path={ckpt},threshold=T' picks another): plug it into an agent with "
-        f"Orchestrator(make_policy('{ckpt}')) or dtoc-rl serve --policy {ckpt}"
-    )
-    return 0
 
 
 def deploy_hint(ckpt: Path) -> str:

@@ -149,6 +149,9 @@ def discover(
                 dirnames[:] = []
                 yield d, True, root
                 continue
+            if "events" in dirnames and "event_cache" in dirnames:  # an OpenHands session's file store
+                skipped.append(Skip(display_path(d / "event_cache"), _EVENT_CACHE_REASON))
+                dirnames.remove("event_cache")
             harbor = _harbor_agent_dir(d)
             if harbor:  # the agent's own logs repeat the run its ATIF file holds: read that one only
                 for x in dirnames:
@@ -185,6 +188,7 @@ def discover(
                     yield p, False, root
 
 
+_EVENT_CACHE_REASON = "OpenHands' pages of the events/ folder beside it: the run is read from there, once"
 _HARBOR_REASON = "a Harbor trial's agent log: the run is read from its ATIF trajectory.json beside it"
 
 

@@ -124,3 +124,11 @@ def test_demo_with_a_mistyped_logs_path_says_so_once_and_leaves_no_folder(tmp_pa
     notes.write_text("# not a log")
     assert cli_main(["demo", "--logs", str(notes), "--out", str(out), "--quiet"]) == 2
     assert not out.exists()  # ingest read nothing: the demo's own empty folder goes too
+
+
+def test_a_table_without_a_pooled_entry_does_not_abstain_everywhere():
+    from dtoc_rl.policies.learned import table_abstains
+
+    # unlisted models then decide at the default threshold (LearnedPolicy.threshold_for): they hide
+    assert not table_abstains({"default": None, "family": {"gpt-4o": 0.0}, "regime": {}})
+    assert table_abstains({"default": 0.0, "family": {"gpt-4o": 0.0}, "regime": {}})
