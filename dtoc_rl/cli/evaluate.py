@@ -107,10 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--miss-budget",
         type=float,
         default=1.0,
-        help="misses per 100 steps (model calls) allowed in the 'done when' summary (the learned policy's target is "
-        "1): per group, the best non-rule policy within it against the oracle (>= 60%% of its "
-        "savings?), the upper end of its 95%% CI (>= 0?) and every rule within the budget, each at "
-        "its own miss rate (does a threshold of the same policy with equal or fewer misses save more?)",
+        help="misses per 100 steps (model calls) allowed in the 'done when' summary (the learned "
+        "policy's target is 1): per group, the best non-rule policy within it against the oracle "
+        "(>= 60%% of its savings?), the upper end of its 95%% CI (>= 0?) and every rule within the "
+        "budget, each at its own miss rate (does a threshold of the same policy with equal or fewer "
+        "misses save more?)",
     )
     p.add_argument(
         "--holdout-from",
