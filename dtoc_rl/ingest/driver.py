@@ -98,6 +98,11 @@ def _text_log(p: Path) -> bool:
         return True  # let _process report why it cannot be read
 
 
+def _prefix(short: list, long: list) -> bool:
+    """Whether the steps ``short`` begin ``long`` (a run cut short is a prefix of its intact copy)."""
+    return len(short) <= len(long) and long[: len(short)] == short
+
+
 def display_path(p: Path | str) -> str:
     """A path as text that any writer accepts: undecodable bytes of a file name become ``\\xNN``."""
     return os.fsencode(str(p)).decode("utf-8", errors="backslashreplace")
@@ -401,8 +406,11 @@ def ingest_paths(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(units), unit="file", desc="ingest", disable=not progress, dynamic_ncols=True)
-    # traj_id -> (position in res.trajectories, unit, whether that unit had bad parts)
-    seen: dict[str, tuple[int, str, bool]] = {}
+    # the id a log gave -> the positions in res.trajectories of the runs it named, and per position
+    # the file it came from and whether that file had bad parts; every id in use
+    named: dict[str, list[int]] = {}
+    origin: list[tuple[str, bool]] = []
+    used: set[str] = set()
 
     def take(out, unit: Path) -> None:
         trajs, skips, fmt_name, size = out
@@ -415,33 +423,39 @@ def ingest_paths(
             t.source_path = rel[unit]
             if model and not t.model_raw:
                 name_model(t, model)
-            if t.traj_id in seen:
-                pos, first, first_damaged = seen[t.traj_id]
-                if first_damaged and not damaged:
-                    # an intact copy displaces one from a file that was partly unreadable
-                    res.skipped.append(
-                        Skip(f"{first}#{t.traj_id}", f"duplicate trajectory id (intact copy in {where})")
-                    )
-                    res.trajectories[pos] = t
-                    seen[t.traj_id] = (pos, where, damaged)
-                    continue
-                if res.trajectories[pos].steps == t.steps:  # the same run copied twice: counted once
-                    res.skipped.append(
-                        Skip(
-                            f"{where}#{t.traj_id}",
-                            f"duplicate trajectory id (identical in {first})",
-                            fmt_name,
-                        )
-                    )
-                    continue
+            given = t.traj_id
+            holders = named.get(given, [])
+            same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
+            if same is not None:  # the same run copied twice: counted once
+                why = f"duplicate trajectory id (identical in {origin[same][0]})"
+                res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
+                continue
+            cut = next(
+                (
+                    p
+                    for p in holders
+                    if origin[p][1] and not damaged and _prefix(res.trajectories[p].steps, t.steps)
+                ),
+                None,
+            )
+            if cut is not None:  # an intact copy displaces one cut short in a partly unreadable file
+                why = f"duplicate trajectory id (intact copy in {where})"
+                res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why))
+                t.traj_id = res.trajectories[cut].traj_id
+                res.trajectories[cut] = t
+                origin[cut] = (where, damaged)
+                continue
+            if holders or given in used:
                 # another run under the same id (a rerun in another folder, a second task's messages.json):
                 # kept, its id made unique by its file, so that no run is lost to a naming convention
-                base, k = f"{t.traj_id}@{rel[unit]}", 1
+                base, k = f"{given}@{rel[unit]}", 1
                 t.traj_id = base
-                while t.traj_id in seen:
+                while t.traj_id in used:
                     k += 1
                     t.traj_id = f"{base}#{k}"
-            seen[t.traj_id] = (len(res.trajectories), where, damaged)
+            named.setdefault(given, []).append(len(res.trajectories))
+            origin.append((where, damaged))
+            used.add(t.traj_id)
             res.trajectories.append(t)
             res.formats[fmt_name] += 1
         bar.update(1)

@@ -458,3 +458,28 @@ def test_nothing_ingested_says_why_when_nothing_was_skipped(tmp_path, capsys):
     (empty / ".hidden.json").write_text("{}")
     assert main(["ingest", str(empty), "-o", str(tmp_path / "out2"), "--quiet"]) == 1
     assert "no files found there (hidden files" in capsys.readouterr().err
+
+
+def test_a_different_run_does_not_displace_one_from_a_partly_unreadable_file(tmp_path):
+    def run(command):
+        fn = {"name": "bash", "arguments": json.dumps({"command": command})}
+        call = {"id": "c1", "type": "function", "function": fn}
+        msgs = [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        ]
+        return json.dumps({"id": "x", "messages": msgs})
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "a" / "runs.jsonl").write_text(run("cat a.py") + "\n{broken\n")
+    (tmp_path / "b" / "runs.jsonl").write_text(run("ls") + "\n")
+    (tmp_path / "c" / "runs.jsonl").write_text(run("ls") + "\n")  # a copy of b's
+    res = ingest_paths([tmp_path], label=False, progress=False)
+    args = sorted(json.loads(t.steps[0].tool_args)["command"] for t in res.trajectories)
+    assert args == ["cat a.py", "ls"]  # both runs kept, b's copy in c counted once
+    assert len({t.traj_id for t in res.trajectories}) == 2
+    reasons = [s.reason for s in res.skipped]
+    assert any("identical in" in r for r in reasons) and not any("intact copy" in r for r in reasons)
