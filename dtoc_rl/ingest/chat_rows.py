@@ -96,6 +96,11 @@ def _langchain(m: dict) -> dict:
     out = {k: v for k, v in m.items() if k not in ("type", "tool_calls")}
     out["role"] = _LANGCHAIN_TYPES[m["type"]]
     calls = m.get("tool_calls")
+    if isinstance(calls, list) and calls and isinstance(m.get("content"), list):
+        # ChatAnthropic keeps the same calls as tool_use blocks in the content: read them once
+        out["content"] = [
+            b for b in m["content"] if not (isinstance(b, dict) and b.get("type") == "tool_use")
+        ]
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
@@ -103,6 +108,8 @@ def _langchain(m: dict) -> dict:
             if isinstance(c, dict) and "function" not in c else c
             for c in calls
         ]  # fmt: skip
+    if m["type"] == "tool" and m.get("status") == "error":  # a ToolMessage of a failed call
+        out["is_error"] = True
     meta = m.get("usage_metadata")
     if isinstance(meta, dict) and "usage" not in m and "input_tokens" in meta:
         details = meta.get("input_token_details") if isinstance(meta.get("input_token_details"), dict) else {}
@@ -119,6 +126,8 @@ def _message(m: Any, where: str) -> Any:
     if not isinstance(m, dict):
         return m  # the chat reader names what is wrong with it
     if m.get("role") is None and m.get("from") is None and m.get("type") in _LANGCHAIN_TYPES:
+        if isinstance(m.get("data"), dict) and "content" not in m:  # messages_to_dict: {type, data}
+            return _langchain({**m["data"], "type": m["type"]})
         return _langchain(m)
     role = m.get("role") if m.get("role") is not None else m.get("from")
     if role == "function_call":  # ShareGPT tool format: the assistant's call as JSON

@@ -658,3 +658,23 @@ def test_a_langchain_message_dump_reads_as_the_chat_it_is(tmp_path):
     )  # fmt: skip
     assert answer.tool_name is None and answer.assistant_text == "foo() divides by zero."
     assert (call.usage.input_tokens, answer.usage.input_tokens, answer.usage.cached_tokens) == (900, 950, 896)
+
+
+def test_langchain_dumps_of_claude_and_of_messages_to_dict_give_each_call_once(tmp_path):
+    use = {"type": "tool_use", "id": "c1", "name": "read_file", "input": {"path": "a.py"}}
+    call = {"name": "read_file", "args": {"path": "a.py"}, "id": "c1", "type": "tool_call"}
+    claude = [
+        {"type": "human", "content": "read a.py"},
+        # ChatAnthropic: the call both as a tool_use block of the content and in tool_calls
+        {"type": "ai", "content": [{"type": "text", "text": "Reading."}, use], "tool_calls": [call]},
+        {"type": "tool", "content": "boom", "tool_call_id": "c1", "status": "error"},
+        {"type": "ai", "content": "It failed."},
+    ]
+    as_dicts = [{"type": m["type"], "data": m} for m in claude]  # messages_to_dict's shape
+    for i, msgs in enumerate((claude, as_dicts)):
+        f = tmp_path / f"state{i}.json"
+        f.write_text(json.dumps({"messages": msgs}))
+        (t,) = CHAT.parse(f)
+        tools = [s for s in t.steps if s.tool_name]
+        assert [(s.tool_name, s.output, s.output_is_error) for s in tools] == [("read_file", "boom", True)]
+        assert tools[0].assistant_text == "Reading."
