@@ -16,9 +16,15 @@ A task folder holds ``api_conversation_history.json``, the messages sent to the 
   time (``ts``, milliseconds);
 * ``task_metadata.json``: ``model_usage`` (``model_id``, ``model_provider_id``) names the model.
 
-Anthropic counts ``tokensIn`` without the cache's reads and writes, so for an Anthropic model (or
-one whose ``tokensIn`` is smaller than them) the prompt is their sum; otherwise ``tokensIn`` is read
-as the whole prompt, as OpenAI-style providers count it.
+Cline's providers report ``tokensIn`` without the cache's reads and writes (its Anthropic,
+OpenAI, OpenRouter, Gemini and DeepSeek handlers alike), so a call's prompt is the three together;
+Roo Code writes the whole prompt (its messages carry ``ts``), unless its ``tokensIn`` is smaller than
+the cache's share.  A call is matched to a reply by order only when ``ui_messages.json`` holds as many
+calls as the conversation has replies (else the usage is left out and ``extra.usage`` says why).
+Roo Code's condensing writes its summary as an assistant message with ``isSummary``: no model reply,
+it becomes a compaction of everything before it, its text the next call's user text.  A tool this
+reader does not list still counts when the next user message answers it by name
+(``[name ...] Result:``).
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Step, Trajectory, Usage
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cap_output, finalize, new_step, number
+from dtoc_rl.ingest.common import cache_usage, cap_output, finalize, new_step, number
 
 __all__ = ["TOOLS", "ClineIngester"]
 
@@ -47,8 +53,9 @@ TOOLS = (
     "fetch_instructions", "update_todo_list",
 )  # fmt: skip
 _CALL = re.compile(r"<(" + "|".join(TOOLS) + r")>(.*?)</\1>", re.DOTALL)
+_ANY_CALL = re.compile(r"<([a-z][a-z0-9_]*)>(.*?)</\1>", re.DOTALL)
 _PARAM = re.compile(r"<([a-z_]+)>(.*?)</\1>", re.DOTALL)
-_RESULT = re.compile(r"^\[[a-z_]+(?: for .*)?\] Result:", re.DOTALL)
+_RESULT = re.compile(r"^\[([a-z][a-z0-9_]*)(?: for .*)?\] Result:", re.DOTALL)
 _ENV = "<environment_details>"
 
 
@@ -72,16 +79,31 @@ def _text(blocks: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _xml_call(text: str) -> tuple[str, str, str] | None:
-    """``(tool name, JSON arguments, the reply without the call)`` of a reply's XML tool call."""
+def _xml_call(text: str, answered: str | None) -> tuple[str, str, str] | None:
+    """``(tool name, JSON arguments, the reply without the call)`` of a reply's XML tool call: one of
+    :data:`TOOLS`, else the element named ``answered`` (the tool the next user message answers)."""
     m = _CALL.search(text)
+    if m is None and answered:
+        m = next((x for x in _ANY_CALL.finditer(text) if x.group(1) == answered), None)
     if m is None:
         return None
-    params = {k: v.strip("\n") for k, v in _PARAM.findall(m.group(2))}
+    params: dict[str, Any] = {k: v.strip("\n") for k, v in _PARAM.findall(m.group(2))}
+    if "<path>" in str(params.get("args", "")):  # Roo Code's read_file of several files: <args><file><path>
+        paths = [x.strip() for x in re.findall(r"<path>(.*?)</path>", params.pop("args"), re.DOTALL)]
+        params.update(path=paths[0], paths=paths)
     return m.group(1), json.dumps(params), (text[: m.start()] + text[m.end() :]).strip()
 
 
-def _calls_usage(ui: Any, anthropic: bool) -> list[tuple[Usage | None, float | None]]:
+def _answered(msg: Any) -> str | None:
+    """The tool a user message answers (its first text ``[name ...] Result:``), or None."""
+    c = msg.get("content") if isinstance(msg, dict) else None
+    if isinstance(c, list):
+        c = next((b.get("text") for b in c if isinstance(b, dict) and b.get("type") == "text"), None)
+    m = _RESULT.match(c) if isinstance(c, str) else None
+    return m.group(1) if m else None
+
+
+def _calls_usage(ui: Any, roo: bool) -> list[tuple[Usage | None, float | None]]:
     """Each model call's usage and time (seconds), from ``ui_messages.json``'s ``api_req_started``."""
     out: list[tuple[Usage | None, float | None]] = []
     for m in ui if isinstance(ui, list) else ():
@@ -92,20 +114,13 @@ def _calls_usage(ui: Any, anthropic: bool) -> list[tuple[Usage | None, float | N
         except (json.JSONDecodeError, TypeError):
             info = {}
         info = info if isinstance(info, dict) else {}
-        tin, read, write = (number(info, k) for k in ("tokensIn", "cacheReads", "cacheWrites"))
-        cached = (read or 0) + (write or 0)
-        if tin is not None and (anthropic or tin < cached):
-            tin += cached
+        tin, out_tok = number(info, "tokensIn"), number(info, "tokensOut")
         usage = None
-        if tin is not None or number(info, "tokensOut") is not None:
-            out_tok = number(info, "tokensOut")
-            usage = Usage(
-                input_tokens=None if tin is None else int(tin),
-                cached_tokens=None if read is None else int(read),
-                cache_write_tokens=None if write is None else int(write),
-                output_tokens=None if out_tok is None else int(out_tok),
-                cost_usd=number(info, "cost"),
-            )
+        if tin is not None or out_tok is not None:
+            usage = cache_usage(
+                tin, number(info, "cacheReads"), number(info, "cacheWrites"), uncached=not roo,
+                output_tokens=None if out_tok is None else int(out_tok), cost_usd=number(info, "cost"),
+            )  # fmt: skip
         ts = m.get("ts")
         out.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
     return out
@@ -126,10 +141,17 @@ class ClineIngester(Ingester):
         usage = (meta.get("model_usage") if isinstance(meta, dict) else None) or []
         last = next((u for u in reversed(usage) if isinstance(u, dict) and u.get("model_id")), {})
         model = str(last.get("model_id") or "")
-        anthropic = last.get("model_provider_id") == "anthropic" or normalize_family(model).startswith(
-            "claude"
+        # Roo Code stamps its messages (ts) and marks its summaries; Cline writes neither
+        roo = any(isinstance(m, dict) and ("ts" in m or "isSummary" in m) for m in msgs)
+        calls = _calls_usage(_sibling(folder / "ui_messages.json"), roo)
+        replies = sum(
+            1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("isSummary")
         )
-        calls = _calls_usage(_sibling(folder / "ui_messages.json"), anthropic)
+        usage_note = None
+        if calls and len(calls) != replies:  # matched by order only when the counts agree
+            usage_note = f"{len(calls)} model calls in ui_messages.json against {replies} replies: left out"
+            calls = []
+        compaction = None
 
         steps: list[Step] = []
         open_calls: dict[str, Step] = {}  # native tool_use id -> its step
@@ -141,6 +163,12 @@ class ClineIngester(Ingester):
             if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
                 raise IngestError(f"{where} is not a user or assistant message", path)
             blocks = _blocks(msg, where)
+            if msg["role"] == "assistant" and msg.get("isSummary"):  # Roo Code's condensing
+                compaction = ContextEvent(kind="compaction", targets=list(range(len(steps))),
+                                          detail=json.dumps({"source": "roo-code condense"}))  # fmt: skip
+                pending += _text(blocks)
+                waiting = None
+                continue
             if msg["role"] == "assistant":
                 turn += 1
                 use, when = calls[turn] if turn < len(calls) else (None, None)
@@ -157,12 +185,15 @@ class ClineIngester(Ingester):
                             open_calls[b["id"]] = step
                     steps[first].assistant_text = text
                 else:
-                    xml = _xml_call(text)
+                    xml = _xml_call(text, _answered(msgs[i + 1]) if i + 1 < len(msgs) else None)
                     name, args, thought = xml if xml else (None, "", text)
                     steps.append(new_step(turn=turn, tool_name=name, tool_args=args, assistant_text=thought))
                     waiting = steps[-1] if name else None
                 steps[first].user_text, pending = pending, ""
                 steps[first].usage = use
+                if compaction is not None:
+                    steps[first].events.append(compaction)
+                    compaction = None
                 for s in steps[first:]:
                     s.timestamp = when
                 continue
@@ -184,10 +215,6 @@ class ClineIngester(Ingester):
             pending += "\n".join(texts)
         if not steps:
             raise IngestError("empty trajectory: no assistant messages", path)
-        if len(calls) not in (0, turn + 1):
-            calls_said = f"{len(calls)} model calls in ui_messages.json against {turn + 1} replies"
-        else:
-            calls_said = None
         return_traj = Trajectory(
             traj_id=f"{self.name}/{folder.name}",
             source=self.name,
@@ -197,7 +224,7 @@ class ClineIngester(Ingester):
             task_text=task,
             success=None,
             source_path=str(path),
-            extra=json.dumps({"usage_mismatch": calls_said} if calls_said else {}),
+            extra=json.dumps({"harness": "roo-code" if roo else "cline", "usage": usage_note}),
             steps=steps,
         )
         yield finalize(return_traj)

@@ -186,6 +186,24 @@ def usage_from(raw: object) -> Usage | None:
     return None
 
 
+def cache_usage(
+    prompt: float | None, read: float | None, write: float | None, *, uncached: bool = False, **kw: Any
+) -> Usage:
+    """A call's usage from a harness's prompt count and its cache reads and writes.  Harnesses differ
+    in whether the prompt count holds the cached part (OpenAI's way) or only the rest (Anthropic's):
+    ``uncached`` says it is the rest, and a count smaller than the cache's share can only be the rest
+    either way, so then the three are added."""
+    cached = (read or 0) + (write or 0)
+    if prompt is not None and (uncached or prompt < cached):
+        prompt += cached
+    return Usage(
+        input_tokens=None if prompt is None else int(prompt),
+        cached_tokens=None if read is None else int(read),
+        cache_write_tokens=None if write is None else int(write),
+        **kw,
+    )
+
+
 def message_usage(message: dict) -> Usage | None:
     """The usage saved with one assistant message: its own ``usage`` (litellm, OpenRouter exports) or
     ``usage_metadata`` / ``usageMetadata`` (Gemini's SDK and REST responses), or that of the raw

@@ -67,7 +67,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
-from dtoc_rl.ingest.common import cap_output, count, finalize, new_step, number, usage_from
+from dtoc_rl.ingest.common import cache_usage, cap_output, count, finalize, new_step, number, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl, norm_args, parse_rows
 
 __all__ = ["OpenHandsHistoryIngester", "OpenHandsSDKIngester"]
@@ -151,15 +151,7 @@ def _usage_by_response(metrics: Any) -> dict[str, Usage]:
         prompt, read, write = (
             number(u, k) for k in ("prompt_tokens", "cache_read_tokens", "cache_write_tokens")
         )
-        cached = (read or 0) + (write or 0)
-        if prompt is not None and prompt < cached:
-            prompt += cached
-        out[u["response_id"]] = Usage(
-            input_tokens=None if prompt is None else int(prompt),
-            cached_tokens=None if read is None else int(read),
-            cache_write_tokens=None if write is None else int(write),
-            output_tokens=count(u, "completion_tokens"),
-        )
+        out[u["response_id"]] = cache_usage(prompt, read, write, output_tokens=count(u, "completion_tokens"))
     return out
 
 

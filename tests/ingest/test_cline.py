@@ -81,12 +81,51 @@ def test_a_cline_task_folder_is_steps_with_outputs_usage_and_model(tmp_path):
     assert t.steps[1].read_resource == "search:grep:foo\\(@.[*.py]"
 
 
-def test_an_openai_style_provider_counts_tokens_in_with_the_cache(tmp_path):
+def test_cline_counts_tokens_in_without_the_cache_whatever_the_provider_and_roo_with_it(tmp_path):
     path = _task(tmp_path / "t2", provider="openai", model="gpt-4.1")
     (t,) = ClineIngester().parse(path)
-    assert t.model_family == "gpt-4.1"
-    # tokensIn 3 < its cache writes 9000: the uncached rest (summed); 9400 >= 9300: the whole prompt
+    assert t.model_family == "gpt-4.1" and [s.usage.input_tokens for s in t.steps] == [9003, 9340, 18700]
+    # Roo Code stamps its messages (ts) and writes the whole prompt: 9400 >= 9300 stays 9400, while
+    # 3 < 9000 can only be the uncached rest
+    msgs = json.loads(path.read_text())
+    path.write_text(json.dumps([{**m, "ts": 1730000000000 + k} for k, m in enumerate(msgs)]))
+    (t,) = ClineIngester().parse(path)
     assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 9400]
+    assert t.extra_dict()["harness"] == "roo-code"
+
+
+def test_usage_is_left_out_when_the_calls_do_not_match_the_replies(tmp_path):
+    path = _task(tmp_path / "t3")
+    ui = json.loads((path.parent / "ui_messages.json").read_text())
+    (path.parent / "ui_messages.json").write_text(json.dumps([*ui, _req(1730000004000, 5, 1, 0, 0)]))
+    (t,) = ClineIngester().parse(path)
+    assert all(s.usage is None for s in t.steps)
+    assert "4 model calls in ui_messages.json against 3 replies" in t.extra_dict()["usage"]
+
+
+def test_roo_condensing_is_a_compaction_and_no_reply(tmp_path):
+    folder = tmp_path / "roo"
+    folder.mkdir()
+    msgs = [
+        _user("<task>fix foo.py</task>"),
+        _assistant("<read_file>\n<args>\n<file>\n<path>foo.py</path>\n</file>\n<file>\n<path>bar.py</path>\n"
+                   "</file>\n</args>\n</read_file>"),
+        _user("[read_file for 'foo.py', 'bar.py'] Result:", "x = 1", ENV),
+        {**_assistant("Summary: foo.py and bar.py were read."), "isSummary": True},
+        _assistant("<web_search>\n<query>python division</query>\n</web_search>"),
+        _user("[web_search for 'python division'] Result:", "results...", ENV),
+    ]  # fmt: skip
+    (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
+    ui = [_req(1730000001000, 100, 5, 0, 0), _req(1730000002000, 120, 6, 0, 0)]  # two calls, two replies
+    (folder / "ui_messages.json").write_text(json.dumps(ui))
+    (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
+    read, search = t.steps
+    assert json.loads(read.tool_args) == {"path": "foo.py", "paths": ["foo.py", "bar.py"]}
+    # a tool this reader does not list, answered by name, is still a call with its output
+    assert search.tool_name == "web_search" and search.output.endswith("results...")
+    (ev,) = search.events
+    assert ev.kind == "compaction" and ev.targets == [0] and "Summary:" in search.user_text
+    assert [s.usage.output_tokens for s in t.steps] == [5, 6]  # the summary took no call's usage
 
 
 def test_the_folders_other_files_are_read_with_it_not_skipped(tmp_path):
