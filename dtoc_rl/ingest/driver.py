@@ -425,11 +425,6 @@ def ingest_paths(
                 name_model(t, model)
             given = t.traj_id
             holders = named.get(given, [])
-            same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
-            if same is not None:  # the same run copied twice: counted once
-                why = f"duplicate trajectory id (identical in {origin[same][0]})"
-                res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
-                continue
             cut = next(
                 (
                     p
@@ -438,12 +433,17 @@ def ingest_paths(
                 ),
                 None,
             )
-            if cut is not None:  # an intact copy displaces one cut short in a partly unreadable file
+            if cut is not None:  # an intact file's copy displaces a damaged file's (equal or cut short)
                 why = f"duplicate trajectory id (intact copy in {where})"
                 res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why))
                 t.traj_id = res.trajectories[cut].traj_id
                 res.trajectories[cut] = t
                 origin[cut] = (where, damaged)
+                continue
+            same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
+            if same is not None:  # the same run copied twice: counted once
+                why = f"duplicate trajectory id (identical in {origin[same][0]})"
+                res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
                 continue
             if holders or given in used:
                 # another run under the same id (a rerun in another folder, a second task's messages.json):
