@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.data.dataset import task_name
-from dtoc_rl.data.schema import NEED_KINDS
+from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -119,7 +119,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         for k in ("misses", "rereads", "mgmt_calls", "changes", "placeholder_tokens", "invalid_actions"):
             setattr(run, k, t[k])
         if info.get("missed"):
-            run.extra["missed"] = missed_outputs(ep, info["missed"])
+            run.extra["missed"] = missed_outputs(ep, info["missed"], env.cfg.need_kinds)
         errors = getattr(policy, "errors", None)
         if errors:
             run.extra["policy_errors"] = dict(errors)
@@ -133,16 +133,25 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
     return run
 
 
-def missed_outputs(ep: Episode, missed: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+def missed_outputs(
+    ep: Episode, missed: Sequence[tuple[int, int]], counted: Sequence[str] = MISS_KINDS
+) -> list[dict[str, Any]]:
     """What each miss of a run was (ReplayEnv's final ``info["missed"]``): the model ``call`` that
     needed the hidden output, the output's ``step``, its ``age`` in calls, its tool and estimated
-    tokens, why the call needed it (``need``: a need label's kind, or ``unread`` for the answer to the
-    call before, which no call had read) and the start of its text (``preview``)."""
+    tokens, why the call needed it (``need``: the kinds of its need labels the simulator counts,
+    ``counted``, and ``unread`` for the answer to the call before, which no call had read) and the
+    start of its text (``preview``)."""
     call_of, starts = ep.call_of_step, ep.starts
     out = []
     for c, j in missed:
         a, b = int(ep.need_ptr[int(starts[c])]), int(ep.need_ptr[int(starts[c + 1])])
-        kinds = {NEED_KINDS[int(k)] for i, k in zip(ep.need_idx[a:b], ep.need_kind[a:b]) if int(i) == j}
+        kinds = {
+            NEED_KINDS[int(k)]
+            for i, k in zip(ep.need_idx[a:b], ep.need_kind[a:b])
+            if int(i) == j and NEED_KINDS[int(k)] in counted
+        }
+        if c >= 1 and call_of[j] == c - 1:
+            kinds.add("unread")
         out.append(
             {
                 "call": int(c),
@@ -150,7 +159,7 @@ def missed_outputs(ep: Episode, missed: Sequence[tuple[int, int]]) -> list[dict[
                 "age": int(c - call_of[j]),
                 "tool": ep.tool_names[j] if j < len(ep.tool_names) else "",
                 "tokens": int(ep.est_tok[j]),
-                "need": "+".join(sorted(kinds)) or "unread",
+                "need": "+".join(sorted(kinds)),
                 "preview": ep.previews[j][:120] if j < len(ep.previews) else "",
             }
         )

@@ -45,3 +45,25 @@ def test_misses_out_has_one_line_per_counted_miss(tmp_path):
     assert counted > 0 and len(rows) == counted
     assert all(r["age"] >= 1 and r["need"] for r in rows)
     assert not list(out.parent.glob("*.partial"))
+
+
+class _HideAll:
+    """Hides every visible output at every decision (the answer to the call just made included)."""
+
+    def reset(self, info=None):
+        pass
+
+    def act(self, obs, info=None):
+        import numpy as np
+
+        return {"enable": np.zeros_like(obs["item_mask"]), "disable": obs["disable_mask"].copy()}
+
+
+def test_a_miss_on_the_answer_no_call_has_read_says_unread_and_uncounted_kinds_are_not_named():
+    from dtoc_rl.data.schema import Need
+
+    traj = crafted([400] * 4)
+    traj.steps[3].needs = [Need(step=2, kind="reaccess", evidence="f2")]  # not a counted kind
+    run = _run(traj, _HideAll())
+    assert run.misses == len(run.extra["missed"]) > 0
+    assert all(m["need"] == "unread" and m["age"] == 1 for m in run.extra["missed"])
