@@ -295,6 +295,9 @@ def evaluate(
     # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
     use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
     if use_pool:
+        # price each model here first: its warning, if any, is given once, and the workers are told
+        for ep in {(e.model_family, e.model_raw): e for e in eps}.values():
+            cost_config.prices_of(ep)
         # forkserver, not fork: a forked child of a process with torch's thread pools can deadlock.
         with ProcessPoolExecutor(
             max_workers=workers,

@@ -103,13 +103,16 @@ def test_a_checkpoint_that_hides_somewhere_gets_the_deploy_line(tmp_path):
     assert "plug it into an agent" in deploy_hint(ckpt)
 
 
-def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(capfd):
+def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(capfd, monkeypatch):
     from dtoc_rl.cli import main as cli_main
+    from dtoc_rl.sim import pricing
 
-    assert cli_main(["evaluate", "-p", "none", "last_n:n=3", "--workers", "2", "--quiet"]) == 0
+    monkeypatch.setattr(pricing, "_warned", set())  # as in a fresh process: nothing said yet
+
+    assert cli_main(["evaluate", "-p", "none", "last_n:n=3", "--workers", "3", "--quiet"]) == 0
     err = capfd.readouterr().err
     assert "UserWarning" not in err and "pricing.py" not in err  # the workers' too: no source lines
-    assert err.count("no price for model version 'gpt-4o'") <= 2  # at most once per worker
+    assert err.count("no price for model version 'gpt-4o'") == 1  # said by the parent, not the workers
 
 
 def test_demo_with_a_mistyped_logs_path_says_so_once_and_leaves_no_folder(tmp_path, capsys):
