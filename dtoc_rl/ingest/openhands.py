@@ -686,11 +686,11 @@ class OpenHandsEventsIngester(OpenHandsHistoryIngester):
     wants_dirs = True
 
     def detect(self, path: Path, head: str) -> bool:
-        path = Path(path)
+        path = Path(path).resolve()  # `ingest .` inside the folder names it too
         return path.is_dir() and path.name == "events" and (path / "0.json").is_file()
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        path = Path(path)
+        path = Path(path).resolve()  # the session's id is the folder above, however the path was given
         files = sorted((p for p in path.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
         events = []
         for f in files:

@@ -401,3 +401,19 @@ def _one_row_file(tmp_path, row):
     p = tmp_path / "one.jsonl"
     p.write_text(json.dumps(row) + "\n")
     return p
+
+
+def test_an_events_folder_named_relatively_keeps_its_session_id(tmp_path, repo_root, monkeypatch):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    row = _rows(repo_root / "tests/fixtures/openhands_legacy/output.jsonl")[0]
+    events = tmp_path / "abc123" / "events"
+    events.mkdir(parents=True)
+    for k, ev in enumerate(row["history"]):
+        (events / f"{k}.json").write_text(json.dumps(ev))
+    monkeypatch.chdir(tmp_path / "abc123")
+    (t,) = ingest_paths([Path("events")], label=False, progress=False).trajectories
+    assert (t.traj_id, t.task_id) == ("openhands-legacy/abc123", "abc123")
+    monkeypatch.chdir(events)
+    res = ingest_paths([Path(".")], label=False, progress=False)
+    assert [t.task_id for t in res.trajectories] == ["abc123"] and res.skipped == []
