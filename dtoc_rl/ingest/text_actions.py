@@ -58,7 +58,7 @@ _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell"
 # mini-swe-agent 1.x fences its action as ```bash, 2.x as ```mswea_bash_command (its text-based model)
 _BASH = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
-_HERMES = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _HERMES_REPLY = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 
@@ -98,15 +98,28 @@ def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
     """The ``<tool_call>`` blocks of a reply as ``[(tool name, JSON arguments)]`` (a block whose JSON
     names no tool is not a call), and the reply without them."""
     calls: list[tuple[str, str]] = []
+    kept: list[str] = []  # the reply without the blocks that are calls (a malformed one stays, as sent)
+    last = 0
     for m in _HERMES.finditer(text or ""):
-        try:
-            call = json.loads(m.group(1))
-        except json.JSONDecodeError:
+        body = m.group(1)
+        call: Any = None
+        if body.lstrip().startswith("{"):
+            try:
+                call = json.loads(body)
+            except json.JSONDecodeError:
+                call = None
+        elif (fn := xml_function_call(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
+            call = {"name": fn[0], "arguments": fn[1]}
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
             continue
-        if isinstance(call, dict) and isinstance(call.get("name"), str):
-            args = call.get("arguments", call.get("parameters", {}))
-            calls.append((call["name"], args if isinstance(args, str) else json.dumps(args)))
-    return calls, (_HERMES.sub("", text or "").strip() if calls else text)
+        args = call.get("arguments", call.get("parameters", {}))
+        calls.append((call["name"], args if isinstance(args, str) else json.dumps(args)))
+        kept.append(text[last : m.start()])
+        last = m.end()
+    if not calls:
+        return calls, text
+    kept.append(text[last:])
+    return calls, "".join(kept).strip()
 
 
 def text_action(text: str) -> tuple[str, str, str, str] | None:

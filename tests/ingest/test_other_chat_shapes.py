@@ -678,3 +678,25 @@ def test_langchain_dumps_of_claude_and_of_messages_to_dict_give_each_call_once(t
         tools = [s for s in t.steps if s.tool_name]
         assert [(s.tool_name, s.output, s.output_is_error) for s in tools] == [("read_file", "boom", True)]
         assert tools[0].assistant_text == "Reading."
+
+
+def test_qwen3_coder_xml_calls_inside_tool_call_blocks_and_a_malformed_block_kept_as_text(tmp_path):
+    def xml(cmd):
+        body = f"<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>"
+        return f"<tool_call>\n{body}\n</tool_call>"
+
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "Look.\n" + xml("ls") + "\n<tool_call>{not json</tool_call>"},
+        {"role": "user", "content": _resp("a b")},
+        {"role": "assistant", "content": xml("cat a") + "\n" + xml("cat b")},
+        {"role": "user", "content": _resp("AAA") + "\n" + _resp("BBB")},
+        {"role": "assistant", "content": "fin"},
+    ]
+    f = tmp_path / "q.json"
+    f.write_text(json.dumps({"messages": msgs, "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct"}))
+    (t,) = CHAT.parse(f)
+    tools = [s for s in t.steps if s.tool_name]
+    assert [json.loads(s.tool_args)["command"] for s in tools] == ["ls", "cat a", "cat b"]
+    assert "AAA" in tools[1].output and "BBB" in tools[2].output and "AAA" not in tools[2].output
+    assert "<tool_call>{not json</tool_call>" in tools[0].assistant_text  # as the model wrote it
