@@ -217,7 +217,7 @@ def test_a_checkpoint_trained_with_prices_keeps_them_and_a_live_agent_runs_at_th
 
 
 def test_prices_without_a_cache_read_are_said_to_bill_no_cache():
-    with pytest.warns(UserWarning, match=r"no cache_read for 'm1': its prompts are billed as if nothing"):
+    with pytest.warns(UserWarning, match=r"no cache_read for 'm1': cached prompt tokens are billed at"):
         t = load_price_table(
             '{"m1": {"input": 2, "output": 8}, "m2": {"input": 2, "output": 8, "cache_read": 0.2}}'
         )

@@ -340,9 +340,8 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
             f" and {len(uncached) - 5} more" if len(uncached) > 5 else ""
         )
         warnings.warn(
-            f"prices {source}: no cache_read for {shown}: its prompts are billed as if nothing were "
-            "cached (cache_read = cache_write = input); give cache_read (and cache_write) if the provider "
-            "caches prompts",
+            f"prices {source}: no cache_read for {shown}: cached prompt tokens are billed at the input "
+            "price (no caching discount); give cache_read if the provider caches prompts",
             stacklevel=2,
         )
     return out

@@ -16,7 +16,8 @@ from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 PINNED = (
     "other", "gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4", "gpt-5", "openai-o", "gemini-3-pro",
     "gemini-2.5-pro", "gemini", "claude-opus", "claude-sonnet", "claude-haiku", "qwen-coder", "qwen",
-    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama",
+    "deepseek-coder", "deepseek-chat", "doubao-pro", "llama", "gpt-oss", "kimi", "glm", "grok", "minimax",
+    "mistral",
 )  # fmt: skip
 
 
