@@ -21,6 +21,10 @@ OpenAI, OpenRouter, Gemini and DeepSeek handlers alike), so a call's prompt is t
 Roo Code writes the whole prompt (its messages carry ``ts``), unless its ``tokensIn`` is smaller than
 the cache's share.  A call is matched to a reply by order only when ``ui_messages.json`` holds as many
 calls as the conversation has replies (else the usage is left out and ``extra.usage`` says why).
+The Cline SDK's sessions (``~/.cline/data/sessions/<id>/<id>.messages.json``, beside ``<id>.json``)
+hold the same blocks, each reply with its ``metrics`` (``inputTokens`` with the cached part,
+``cacheReadTokens``, ``cacheWriteTokens``, ``outputTokens``, ``cost``), ``modelInfo`` and ``ts``;
+a tool result's content may be a list of ``{query, result}`` entries.
 Roo Code's condensing writes its summary as an assistant message with ``isSummary``: no model reply,
 it becomes a compaction of everything before it, its text the next call's user text.  A tool this
 reader does not list still counts when the next user message answers it by name
@@ -73,9 +77,17 @@ def _text(blocks: list[dict]) -> str:
     for b in blocks:
         if b.get("type") == "text" and isinstance(b.get("text"), str):
             out.append(b["text"])
+        elif b.get("type") == "file" and isinstance(b.get("content"), str):  # a file the user attached
+            out.append(f"{b.get('path', '')}\n{b['content']}")
         elif b.get("type") == "tool_result":
             inner = b.get("content")
-            out.append(inner if isinstance(inner, str) else _text(inner if isinstance(inner, list) else []))
+            if isinstance(inner, list):  # text blocks, or the SDK's {query, result} entries
+                inner = "\n".join(
+                    _text([x]) if "type" in x else f"{x.get('query', '')}\n{x.get('result', '')}"
+                    for x in inner
+                    if isinstance(x, dict)
+                )
+            out.append(inner if isinstance(inner, str) else "")
     return "\n".join(out)
 
 
@@ -130,9 +142,18 @@ class ClineIngester(Ingester):
     name = "cline"
 
     def detect(self, path: Path, head: str) -> bool:
-        return path.name == "api_conversation_history.json" and head.lstrip().startswith("[")
+        if path.name == "api_conversation_history.json":
+            return head.lstrip().startswith("[")
+        # the Cline SDK's sessions (~/.cline/data/sessions/<id>/<id>.messages.json)
+        return path.name.endswith(".messages.json") and '"sessionId"' in head and '"messages"' in head
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
+        if path.name == "api_conversation_history.json":
+            yield self._task_folder(path)
+        else:
+            yield self._sdk_session(path)
+
+    def _task_folder(self, path: Path) -> Trajectory:
         msgs = read_json(path)
         if not isinstance(msgs, list):
             raise IngestError(f"expected a list of messages, got {type(msgs).__name__}", path)
@@ -140,7 +161,6 @@ class ClineIngester(Ingester):
         meta = _sibling(folder / "task_metadata.json")
         usage = (meta.get("model_usage") if isinstance(meta, dict) else None) or []
         last = next((u for u in reversed(usage) if isinstance(u, dict) and u.get("model_id")), {})
-        model = str(last.get("model_id") or "")
         # Roo Code stamps its messages (ts) and marks its summaries; Cline writes neither
         roo = any(isinstance(m, dict) and ("ts" in m or "isSummary" in m) for m in msgs)
         calls = _calls_usage(_sibling(folder / "ui_messages.json"), roo)
@@ -151,8 +171,45 @@ class ClineIngester(Ingester):
         if calls and len(calls) != replies:  # matched by order only when the counts agree
             usage_note = f"{len(calls)} model calls in ui_messages.json against {replies} replies: left out"
             calls = []
-        compaction = None
+        extra = {"harness": "roo-code" if roo else "cline", "usage": usage_note}
+        return self._run(path, msgs, calls, str(last.get("model_id") or ""), folder.name, extra)
 
+    def _sdk_session(self, path: Path) -> Trajectory:
+        data = read_json(path)
+        msgs = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(msgs, list):
+            raise IngestError("expected an object with a 'messages' list (a Cline SDK session)", path)
+        # each reply carries its own metrics and time; inputTokens holds the cached part (it grows with
+        # the context while cacheReadTokens trails it by a call)
+        calls = []
+        for m in msgs:
+            if isinstance(m, dict) and m.get("role") == "assistant":
+                x = m.get("metrics") if isinstance(m.get("metrics"), dict) else {}
+                out_tok = number(x, "outputTokens")
+                usage = None
+                if number(x, "inputTokens") is not None:
+                    usage = cache_usage(
+                        number(x, "inputTokens"), number(x, "cacheReadTokens"), number(x, "cacheWriteTokens"),
+                        output_tokens=None if out_tok is None else int(out_tok),
+                        cost_usd=number(x, "cost"),
+                    )  # fmt: skip
+                ts = m.get("ts")
+                calls.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+        info = next(
+            (m["modelInfo"] for m in msgs if isinstance(m, dict) and isinstance(m.get("modelInfo"), dict)), {}
+        )
+        meta = _sibling(path.with_name(path.name.removesuffix(".messages.json") + ".json"))
+        model = str(info.get("id") or (meta.get("model") if isinstance(meta, dict) else "") or "")
+        sid = str(data.get("sessionId") or path.name.removesuffix(".messages.json"))
+        return self._run(
+            path, msgs, calls, model, sid, {"harness": "cline-sdk"}, system=data.get("system_prompt")
+        )
+
+    def _run(
+        self, path: Path, msgs: list, calls: list, model: str, task_id: str, extra: dict, system: Any = None
+    ) -> Trajectory:
+        """The steps of a conversation (see the module docstring), the calls' usage matched by order."""
+        compaction = None
         steps: list[Step] = []
         open_calls: dict[str, Step] = {}  # native tool_use id -> its step
         task, pending = "", ""
@@ -215,19 +272,21 @@ class ClineIngester(Ingester):
             pending += "\n".join(texts)
         if not steps:
             raise IngestError("empty trajectory: no assistant messages", path)
-        return_traj = Trajectory(
-            traj_id=f"{self.name}/{folder.name}",
-            source=self.name,
-            model_raw=model,
-            model_family=normalize_family(model),
-            task_id=folder.name,
-            task_text=task,
-            success=None,
-            source_path=str(path),
-            extra=json.dumps({"harness": "roo-code" if roo else "cline", "usage": usage_note}),
-            steps=steps,
+        return finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{task_id}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=task_id,
+                task_text=task,
+                system_prompt=system if isinstance(system, str) else "",
+                success=None,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=steps,
+            )
         )
-        yield finalize(return_traj)
 
 
 def _sibling(path: Path) -> Any:

@@ -148,3 +148,51 @@ def test_native_tool_calls_are_answered_by_their_results(tmp_path):
     (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
     assert [(s.tool_name, s.output) for s in t.steps] == [("read_file", "x = 1"), (None, None)]
     assert t.steps[0].assistant_text == "Reading." and t.steps[1].user_text.startswith("<environment")
+
+
+def test_a_cline_sdk_session_reads_its_blocks_metrics_and_model(tmp_path):
+    sid = "1784094124598_abcde"
+    folder = tmp_path / "sessions" / sid
+    folder.mkdir(parents=True)
+
+    def metrics(tin, reads, out):
+        return {"inputTokens": tin, "outputTokens": out, "cacheReadTokens": reads, "cacheWriteTokens": 0,
+                "cost": 0.01}  # fmt: skip
+
+    info = {"id": "anthropic/claude-sonnet-4.5", "provider": "cline", "family": "claude-sonnet"}
+    use = {"type": "tool_use", "id": "tu1", "name": "read_files", "input": {"files": [{"path": "/r/a.py"}]}}
+    result = {"type": "tool_result", "tool_use_id": "tu1", "name": "read_files",
+              "content": [{"query": "/r/a.py:1-2", "result": "1 | x = 1"}]}  # fmt: skip
+    first = [{"type": "text", "text": "fix a.py"}, {"type": "file", "path": "/r/a.py", "content": "x = 1"}]
+
+    def reply(mid, ts, m, content):
+        return {"id": mid, "role": "assistant", "ts": ts, "modelInfo": info, "metrics": m, "content": content}
+
+    msgs = [
+        {"id": "m1", "role": "user", "ts": 1783376870000, "content": first},
+        reply("m2", 1783376873493, metrics(3000, 0, 50), [{"type": "text", "text": "Reading."}, use]),
+        {"id": "m3", "role": "user", "ts": 1783376874000, "content": [result]},
+        reply("m4", 1783376875985, metrics(3100, 2990, 9), [{"type": "text", "text": "Done."}]),
+    ]
+    session = {
+        "version": 1,
+        "sessionId": sid,
+        "agent": "lead",
+        "messages": msgs,
+        "system_prompt": "You are Cline.",
+    }
+    (folder / f"{sid}.messages.json").write_text(json.dumps(session))
+    (folder / f"{sid}.json").write_text(json.dumps({"session_id": sid, "model": "other/model"}))
+    res = ingest_paths([tmp_path / "sessions"], label=False, progress=False)
+    assert res.skipped == [] and res.auxiliary == 1  # the metadata file is read as part of it
+    (t,) = res.trajectories
+    assert (t.traj_id, t.model_raw, t.system_prompt) == (
+        f"cline/{sid}",
+        "anthropic/claude-sonnet-4.5",
+        "You are Cline.",
+    )
+    assert "fix a.py" in t.task_text and "x = 1" in t.task_text  # the attached file was sent too
+    read, done = t.steps
+    assert read.tool_name == "read_files" and read.output == "/r/a.py:1-2\n1 | x = 1"
+    assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps] == [(3000, 0), (3100, 2990)]
+    assert [s.timestamp for s in t.steps] == [1783376873.493, 1783376875.985]
