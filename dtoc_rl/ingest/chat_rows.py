@@ -17,6 +17,8 @@ renames; what it reads is then an ordinary chat run.  Conventions seen in such d
   format);
 * the run's model under ``model`` or ``model_name``, its task under ``task_id`` or ``instance_id``,
   its id under ``id``, ``traj_id`` or ``trajectory_id``;
+* Goose session exports: ``toolRequest`` / ``toolResponse`` content blocks (read as Anthropic's
+  ``tool_use`` / ``tool_result``);
 * LangChain / LangGraph message dumps (``messages_to_dict`` or a graph state's ``messages``): the
   role under ``type`` (``human``, ``ai``, ``tool``, ``system``), an ``ai`` message's calls as
   ``tool_calls: [{name, args, id}]``, its tokens as ``usage_metadata`` (``input_tokens`` with
@@ -122,9 +124,37 @@ def _langchain(m: dict) -> dict:
     return out
 
 
+def _goose_block(b: Any) -> Any:
+    """Goose's tool blocks as Anthropic's: ``toolRequest`` (``toolCall.value`` {name, arguments}) as
+    ``tool_use``, ``toolResponse`` (``toolResult.value``, content blocks) as ``tool_result``."""
+    if not isinstance(b, dict):
+        return b
+    if b.get("type") == "toolRequest":
+        call = (b.get("toolCall") or {}).get("value") if isinstance(b.get("toolCall"), dict) else None
+        call = call if isinstance(call, dict) else {}
+        return {
+            "type": "tool_use",
+            "id": b.get("id"),
+            "name": call.get("name"),
+            "input": call.get("arguments") or {},
+        }
+    if b.get("type") == "toolResponse":
+        res = b.get("toolResult") if isinstance(b.get("toolResult"), dict) else {}
+        value = res.get("value")
+        content = value if value is not None else ""
+        return {"type": "tool_result", "tool_use_id": b.get("id"), "content": content,
+                "is_error": res.get("status") == "error"}  # fmt: skip
+    return b
+
+
 def _message(m: Any, where: str) -> Any:
     if not isinstance(m, dict):
         return m  # the chat reader names what is wrong with it
+    c = m.get("content")
+    if isinstance(c, list) and any(
+        isinstance(b, dict) and b.get("type") in ("toolRequest", "toolResponse") for b in c
+    ):
+        m = {**m, "content": [_goose_block(b) for b in c]}  # a Goose session's export
     if m.get("role") is None and m.get("from") is None and m.get("type") in _LANGCHAIN_TYPES:
         if isinstance(m.get("data"), dict) and "content" not in m:  # messages_to_dict: {type, data}
             return _langchain({**m["data"], "type": m["type"]})

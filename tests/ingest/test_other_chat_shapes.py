@@ -700,3 +700,32 @@ def test_qwen3_coder_xml_calls_inside_tool_call_blocks_and_a_malformed_block_kep
     assert [json.loads(s.tool_args)["command"] for s in tools] == ["ls", "cat a", "cat b"]
     assert "AAA" in tools[1].output and "BBB" in tools[2].output and "AAA" not in tools[2].output
     assert "<tool_call>{not json</tool_call>" in tools[0].assistant_text  # as the model wrote it
+
+
+def test_a_goose_session_export_reads_its_tool_requests_and_responses(tmp_path):
+    request = {
+        "type": "toolRequest",
+        "id": "t1",
+        "toolCall": {
+            "status": "success",
+            "value": {"name": "developer__shell", "arguments": {"command": "ls"}},
+        },
+    }
+    response = {"type": "toolResponse", "id": "t1",
+                "toolResult": {"status": "success", "value": [{"type": "text", "text": "a.py"}]}}  # fmt: skip
+
+    def msg(k, role, *blocks):
+        return {"id": f"m{k}", "role": role, "created": 1750000000 + k, "content": list(blocks)}
+
+    msgs = [
+        msg(1, "user", {"type": "text", "text": "list files"}),
+        msg(2, "assistant", {"type": "text", "text": "Listing."}, request),
+        msg(3, "user", response),
+        msg(4, "assistant", {"type": "text", "text": "One file."}),
+    ]
+    f = tmp_path / "session.json"
+    f.write_text(json.dumps({"id": "s1", "working_dir": "/w", "description": "list", "messages": msgs}))
+    (t,) = CHAT.parse(f)
+    assert [(s.tool_name, json.loads(s.tool_args) if s.tool_name else None, s.output) for s in t.steps] == [
+        ("developer__shell", {"command": "ls"}, "a.py"), (None, None, None)
+    ]  # fmt: skip
