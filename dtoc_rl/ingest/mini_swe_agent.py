@@ -6,7 +6,9 @@ turns holding exactly one ```` ```bash ```` block with user messages holding
 mode (the block fenced ```` ```mswea_bash_command ````) and by default calls a ``bash``
 tool: assistant messages carry OpenAI ``tool_calls`` (``content`` may be null), each
 answered by a ``role: "tool"`` message with its ``tool_call_id``, and the run ends with a
-``role: "exit"`` message holding the submission.  The first user message is the task;
+``role: "exit"`` message holding the submission; its Responses-API model saves each whole response
+(``object: "response"``, ``function_call`` output items) and the replies as ``function_call_output``
+items.  The first user message is the task;
 ``info.model_stats`` has cost and call count, each assistant message's
 ``extra.response.usage`` the provider's tokens.  Labels come from the nearest
 ``selected_labels.jsonl`` (``resolved``).
@@ -57,6 +59,26 @@ def _tool_call(call: object, i: int, k: int, path: Path) -> tuple[str, str, str 
     return fn["name"], args or "", call_id if isinstance(call_id, str) else None
 
 
+def _from_response(resp: dict) -> dict:
+    """A saved Responses-API response as the chat message its calls make: its ``message`` items' text,
+    its ``function_call`` items as tool calls, its ``usage``."""
+    text, calls = [], []
+    for item in resp.get("output") if isinstance(resp.get("output"), list) else ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            for c in item.get("content") if isinstance(item.get("content"), list) else ():
+                if isinstance(c, dict) and isinstance(c.get("text"), str):
+                    text.append(c["text"])
+        elif item.get("type") == "function_call":
+            fn = {"name": item.get("name"), "arguments": item.get("arguments")}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
+    msg: dict = {"role": "assistant", "content": "\n".join(text), "usage": resp.get("usage")}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
 class MiniSweAgentIngester(Ingester):
     name = "mini-swe-agent"
 
@@ -89,6 +111,10 @@ class MiniSweAgentIngester(Ingester):
         for i, msg in enumerate(msgs):
             if not isinstance(msg, dict):
                 raise IngestError(f"messages[{i}] is {type(msg).__name__}, expected object", path)
+            if msg.get("object") == "response":  # 2.x's Responses-API model: the whole response is saved
+                msg = _from_response(msg)
+            elif msg.get("type") == "function_call_output":  # ...and its tool replies as input items
+                msg = {"role": "tool", "tool_call_id": msg.get("call_id"), "content": msg.get("output")}
             role = msg.get("role")
             text = _content(msg, i)
             if role == "system":

@@ -137,3 +137,36 @@ def test_a_tool_reply_that_answers_no_call_is_one_clear_error(tmp_path: Path):
     p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": msgs}))
     with pytest.raises(IngestError, match=r"messages\[2\].*'zz'.*answers no tool call"):
         list(MiniSweAgentIngester().parse(p))
+
+
+def test_version_2_responses_api_model_saves_whole_responses_and_reads_as_tool_calls(tmp_path: Path):
+    def response(rid, call_id, command, tokens, cached):
+        call = {"type": "function_call", "call_id": call_id, "name": "bash",
+                "arguments": json.dumps({"command": command})}  # fmt: skip
+        usage = {
+            "input_tokens": tokens,
+            "output_tokens": 9,
+            "input_tokens_details": {"cached_tokens": cached},
+        }
+        return {"id": rid, "object": "response", "output": [{"type": "reasoning", "summary": []}, call],
+                "usage": usage}  # fmt: skip
+
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "<pr_description>fix a.py</pr_description>"},
+        response("r1", "c1", "cat a.py", 1000, 0),
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": "<returncode>0</returncode>\n<output>\nx\n",
+        },
+        response("r2", "c2", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 1200, 1000),
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}},
+    ]
+    p = tmp_path / "x__y-5.traj.json"
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": msgs}))
+    (traj,) = MiniSweAgentIngester().parse(p)
+    assert [(s.tool_args, s.usage.input_tokens, s.usage.cached_tokens) for s in traj.steps] == [
+        ("cat a.py", 1000, 0), ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 1200, 1000)
+    ]  # fmt: skip
+    assert "x" in traj.steps[0].output and traj.steps[1].output is None
