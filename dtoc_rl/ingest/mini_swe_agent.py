@@ -25,6 +25,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
+from dtoc_rl.ingest.responses import responses_to_messages
 from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```python block is no action
 
 
@@ -59,24 +60,12 @@ def _tool_call(call: object, i: int, k: int, path: Path) -> tuple[str, str, str 
     return fn["name"], args or "", call_id if isinstance(call_id, str) else None
 
 
-def _from_response(resp: dict) -> dict:
-    """A saved Responses-API response as the chat message its calls make: its ``message`` items' text,
-    its ``function_call`` items as tool calls, its ``usage``."""
-    text, calls = [], []
-    for item in resp.get("output") if isinstance(resp.get("output"), list) else ():
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "message":
-            for c in item.get("content") if isinstance(item.get("content"), list) else ():
-                if isinstance(c, dict) and isinstance(c.get("text"), str):
-                    text.append(c["text"])
-        elif item.get("type") == "function_call":
-            fn = {"name": item.get("name"), "arguments": item.get("arguments")}
-            calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
-    msg: dict = {"role": "assistant", "content": "\n".join(text), "usage": resp.get("usage")}
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
+def _from_response(resp: dict, where: str) -> dict:
+    """A saved Responses-API response as the chat message its output items make (the one reader of
+    Responses items, :func:`~dtoc_rl.ingest.responses.responses_to_messages`), with its ``usage``."""
+    msgs = responses_to_messages(resp.get("output") or [], f"{where}.output").messages
+    msg = next((m for m in msgs if m.get("role") == "assistant"), {"role": "assistant", "content": ""})
+    return {**msg, "content": msg.get("content") or "", "usage": resp.get("usage")}
 
 
 class MiniSweAgentIngester(Ingester):
@@ -112,7 +101,7 @@ class MiniSweAgentIngester(Ingester):
             if not isinstance(msg, dict):
                 raise IngestError(f"messages[{i}] is {type(msg).__name__}, expected object", path)
             if msg.get("object") == "response":  # 2.x's Responses-API model: the whole response is saved
-                msg = _from_response(msg)
+                msg = _from_response(msg, f"messages[{i}]")
             elif msg.get("type") == "function_call_output":  # ...and its tool replies as input items
                 msg = {"role": "tool", "tool_call_id": msg.get("call_id"), "content": msg.get("output")}
             role = msg.get("role")
