@@ -16,19 +16,19 @@ A task folder holds ``api_conversation_history.json``, the messages sent to the 
   time (``ts``, milliseconds);
 * ``task_metadata.json``: ``model_usage`` (``model_id``, ``model_provider_id``) names the model.
 
-Cline's providers report ``tokensIn`` without the cache's reads and writes (its Anthropic,
-OpenAI, OpenRouter, Gemini and DeepSeek handlers alike), so a call's prompt is the three together;
-Roo Code writes the whole prompt (its messages carry ``ts``), unless its ``tokensIn`` is smaller than
-the cache's share.  A call is matched to a reply by order only when ``ui_messages.json`` holds as many
-calls as the conversation has replies (else the usage is left out and ``extra.usage`` says why).
-The Cline SDK's sessions (``~/.cline/data/sessions/<id>/<id>.messages.json``, beside ``<id>.json``)
-hold the same blocks, each reply with its ``metrics`` (``inputTokens`` with the cached part,
-``cacheReadTokens``, ``cacheWriteTokens``, ``outputTokens``, ``cost``), ``modelInfo`` and ``ts``;
-a tool result's content may be a list of ``{query, result}`` entries.
-Roo Code's condensing writes its summary as an assistant message with ``isSummary``: no model reply,
-it becomes a compaction of everything before it, its text the next call's user text.  A tool this
-reader does not list still counts when the next user message answers it by name
-(``[name ...] Result:``).
+How ``tokensIn`` counts depends on who wrote it.  Cline's Anthropic, OpenRouter, OpenAI (native),
+Gemini and DeepSeek handlers, and its own gateway, report it without the cache's reads and writes, so
+with ``task_metadata.json`` naming one of those providers the prompt is the three together; its
+OpenAI-compatible, LiteLLM and LM Studio handlers report the whole prompt, as Roo Code does; with no
+provider named, a ``tokensIn`` smaller than the cache's share is taken as the rest, else as the whole.
+A reply that carries its own ``metrics`` (newer Cline) is billed from them instead, as the SDK's.
+A call is matched to a reply by order only when ``ui_messages.json`` holds as many calls as the
+conversation has replies (else the usage is left out and ``extra.usage`` says why).
+Roo Code's condensing writes a summary message (``isSummary``, as an assistant message or, lately, a
+user one): no model reply, its text is read as the next call's user text; which earlier messages it
+replaced is not modelled (no compaction event), so nothing is lost but the prompts after it are
+counted as if the condensed messages were still sent.  A tool this reader does not list still counts
+when the next user message answers it by name (``[name ...] Result:``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
+from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cache_usage, cap_output, finalize, new_step, number
 
@@ -101,8 +101,10 @@ def _xml_call(text: str, answered: str | None) -> tuple[str, str, str] | None:
         return None
     params: dict[str, Any] = {k: v.strip("\n") for k, v in _PARAM.findall(m.group(2))}
     if "<path>" in str(params.get("args", "")):  # Roo Code's read_file of several files: <args><file><path>
-        paths = [x.strip() for x in re.findall(r"<path>(.*?)</path>", params.pop("args"), re.DOTALL)]
-        params.update(path=paths[0], paths=paths)
+        paths = [x.strip() for x in re.findall(r"<path>(.*?)</path>", params["args"], re.DOTALL)]
+        if paths:  # (a file element left unclosed keeps its args as they were written)
+            del params["args"]
+            params.update(path=paths[0], paths=paths)
     return m.group(1), json.dumps(params), (text[: m.start()] + text[m.end() :]).strip()
 
 
@@ -115,7 +117,13 @@ def _answered(msg: Any) -> str | None:
     return m.group(1) if m else None
 
 
-def _calls_usage(ui: Any, roo: bool) -> list[tuple[Usage | None, float | None]]:
+#: Cline's API handlers whose tokensIn leaves the cache's reads and writes out.
+_UNCACHED_PROVIDERS = frozenset(
+    {"anthropic", "openrouter", "openai-native", "gemini", "deepseek", "cline", "bedrock", "vertex"}
+)
+
+
+def _calls_usage(ui: Any, uncached: bool | None) -> list[tuple[Usage | None, float | None]]:
     """Each model call's usage and time (seconds), from ``ui_messages.json``'s ``api_req_started``."""
     out: list[tuple[Usage | None, float | None]] = []
     for m in ui if isinstance(ui, list) else ():
@@ -130,7 +138,7 @@ def _calls_usage(ui: Any, roo: bool) -> list[tuple[Usage | None, float | None]]:
         usage = None
         if tin is not None or out_tok is not None:
             usage = cache_usage(
-                tin, number(info, "cacheReads"), number(info, "cacheWrites"), uncached=not roo,
+                tin, number(info, "cacheReads"), number(info, "cacheWrites"), uncached=bool(uncached),
                 output_tokens=None if out_tok is None else int(out_tok), cost_usd=number(info, "cost"),
             )  # fmt: skip
         ts = m.get("ts")
@@ -161,9 +169,16 @@ class ClineIngester(Ingester):
         meta = _sibling(folder / "task_metadata.json")
         usage = (meta.get("model_usage") if isinstance(meta, dict) else None) or []
         last = next((u for u in reversed(usage) if isinstance(u, dict) and u.get("model_id")), {})
-        # Roo Code stamps its messages (ts) and marks its summaries; Cline writes neither
-        roo = any(isinstance(m, dict) and ("ts" in m or "isSummary" in m) for m in msgs)
-        calls = _calls_usage(_sibling(folder / "ui_messages.json"), roo)
+        # what only Roo Code writes: its summaries and their links, its extension's folder
+        roo = "roo-cline" in str(folder).lower() or any(
+            isinstance(m, dict) and ({"isSummary", "condenseId", "condenseParent"} & m.keys()) for m in msgs
+        )
+        provider = str(last.get("model_provider_id") or "")
+        uncached = None if roo or not provider else provider in _UNCACHED_PROVIDERS
+        if any(isinstance(m, dict) and isinstance(m.get("metrics"), dict) for m in msgs):
+            calls = _reply_metrics(msgs)  # each reply's own, as the SDK writes them
+        else:
+            calls = _calls_usage(_sibling(folder / "ui_messages.json"), uncached)
         replies = sum(
             1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("isSummary")
         )
@@ -179,22 +194,7 @@ class ClineIngester(Ingester):
         msgs = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(msgs, list):
             raise IngestError("expected an object with a 'messages' list (a Cline SDK session)", path)
-        # each reply carries its own metrics and time; inputTokens holds the cached part (it grows with
-        # the context while cacheReadTokens trails it by a call)
-        calls = []
-        for m in msgs:
-            if isinstance(m, dict) and m.get("role") == "assistant":
-                x = m.get("metrics") if isinstance(m.get("metrics"), dict) else {}
-                out_tok = number(x, "outputTokens")
-                usage = None
-                if number(x, "inputTokens") is not None:
-                    usage = cache_usage(
-                        number(x, "inputTokens"), number(x, "cacheReadTokens"), number(x, "cacheWriteTokens"),
-                        output_tokens=None if out_tok is None else int(out_tok),
-                        cost_usd=number(x, "cost"),
-                    )  # fmt: skip
-                ts = m.get("ts")
-                calls.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+        calls = _reply_metrics(msgs)
         info = next(
             (m["modelInfo"] for m in msgs if isinstance(m, dict) and isinstance(m.get("modelInfo"), dict)), {}
         )
@@ -209,7 +209,6 @@ class ClineIngester(Ingester):
         self, path: Path, msgs: list, calls: list, model: str, task_id: str, extra: dict, system: Any = None
     ) -> Trajectory:
         """The steps of a conversation (see the module docstring), the calls' usage matched by order."""
-        compaction = None
         steps: list[Step] = []
         open_calls: dict[str, Step] = {}  # native tool_use id -> its step
         task, pending = "", ""
@@ -220,11 +219,8 @@ class ClineIngester(Ingester):
             if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
                 raise IngestError(f"{where} is not a user or assistant message", path)
             blocks = _blocks(msg, where)
-            if msg["role"] == "assistant" and msg.get("isSummary"):  # Roo Code's condensing
-                compaction = ContextEvent(kind="compaction", targets=list(range(len(steps))),
-                                          detail=json.dumps({"source": "roo-code condense"}))  # fmt: skip
-                pending += _text(blocks)
-                waiting = None
+            if msg.get("isSummary"):  # Roo Code's condensing: read as user text (see the docstring)
+                pending += ("\n" if pending else "") + _text(blocks)
                 continue
             if msg["role"] == "assistant":
                 turn += 1
@@ -248,9 +244,6 @@ class ClineIngester(Ingester):
                     waiting = steps[-1] if name else None
                 steps[first].user_text, pending = pending, ""
                 steps[first].usage = use
-                if compaction is not None:
-                    steps[first].events.append(compaction)
-                    compaction = None
                 for s in steps[first:]:
                     s.timestamp = when
                 continue
@@ -287,6 +280,27 @@ class ClineIngester(Ingester):
                 steps=steps,
             )
         )
+
+
+def _reply_metrics(msgs: list) -> list[tuple[Usage | None, float | None]]:
+    """Each reply's usage and time from its own ``metrics`` and ``ts`` (the Cline SDK, newer Cline):
+    ``inputTokens`` holds the cached part (it grows with the context while ``cacheReadTokens`` trails
+    it by a call)."""
+    out: list[tuple[Usage | None, float | None]] = []
+    for m in msgs:
+        if not isinstance(m, dict) or m.get("role") != "assistant" or m.get("isSummary"):
+            continue
+        x = m.get("metrics") if isinstance(m.get("metrics"), dict) else {}
+        out_tok = number(x, "outputTokens")
+        usage = None
+        if number(x, "inputTokens") is not None:
+            usage = cache_usage(
+                number(x, "inputTokens"), number(x, "cacheReadTokens"), number(x, "cacheWriteTokens"),
+                output_tokens=None if out_tok is None else int(out_tok), cost_usd=number(x, "cost"),
+            )  # fmt: skip
+        ts = m.get("ts")
+        out.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+    return out
 
 
 def _sibling(path: Path) -> Any:

@@ -81,17 +81,36 @@ def test_a_cline_task_folder_is_steps_with_outputs_usage_and_model(tmp_path):
     assert t.steps[1].read_resource == "search:grep:foo\\(@.[*.py]"
 
 
-def test_cline_counts_tokens_in_without_the_cache_whatever_the_provider_and_roo_with_it(tmp_path):
+def test_how_tokens_in_counts_follows_the_provider_that_wrote_it(tmp_path):
+    # an OpenAI-compatible handler reports the whole prompt: summed only where tokensIn is smaller than
+    # the cache's share (3 < 9000, 40 < 9300), kept where it holds it (9400 >= 9300)
     path = _task(tmp_path / "t2", provider="openai", model="gpt-4.1")
     (t,) = ClineIngester().parse(path)
-    assert t.model_family == "gpt-4.1" and [s.usage.input_tokens for s in t.steps] == [9003, 9340, 18700]
-    # Roo Code stamps its messages (ts) and writes the whole prompt: 9400 >= 9300 stays 9400, while
-    # 3 < 9000 can only be the uncached rest
+    assert t.model_family == "gpt-4.1" and [s.usage.input_tokens for s in t.steps] == [9003, 9340, 9400]
+    # Cline stamps its messages with ts too: an Anthropic provider's counts are still summed
+    path = _task(tmp_path / "t3")
     msgs = json.loads(path.read_text())
     path.write_text(json.dumps([{**m, "ts": 1730000000000 + k} for k, m in enumerate(msgs)]))
     (t,) = ClineIngester().parse(path)
-    assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 9400]
-    assert t.extra_dict()["harness"] == "roo-code"
+    assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 18700]
+    assert t.extra_dict()["harness"] == "cline"
+
+
+def test_a_reply_with_its_own_metrics_is_billed_from_them(tmp_path):
+    path = _task(tmp_path / "t4")
+    msgs = json.loads(path.read_text())
+    metrics = iter([(9003, 0), (9340, 9000), (9400, 9300)])
+    for m in msgs:
+        if m["role"] == "assistant":
+            tin, reads = next(metrics)
+            m["metrics"] = {"inputTokens": tin, "outputTokens": 5, "cacheReadTokens": reads, "cost": 0.01}
+    path.write_text(json.dumps(msgs))
+    (t,) = ClineIngester().parse(path)
+    assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps] == [
+        (9003, 0),
+        (9340, 9000),
+        (9400, 9300),
+    ]
 
 
 def test_usage_is_left_out_when_the_calls_do_not_match_the_replies(tmp_path):
@@ -103,7 +122,7 @@ def test_usage_is_left_out_when_the_calls_do_not_match_the_replies(tmp_path):
     assert "4 model calls in ui_messages.json against 3 replies" in t.extra_dict()["usage"]
 
 
-def test_roo_condensing_is_a_compaction_and_no_reply(tmp_path):
+def test_roo_condensing_is_no_reply_and_its_summary_is_kept(tmp_path):
     folder = tmp_path / "roo"
     folder.mkdir()
     msgs = [
@@ -123,8 +142,8 @@ def test_roo_condensing_is_a_compaction_and_no_reply(tmp_path):
     assert json.loads(read.tool_args) == {"path": "foo.py", "paths": ["foo.py", "bar.py"]}
     # a tool this reader does not list, answered by name, is still a call with its output
     assert search.tool_name == "web_search" and search.output.endswith("results...")
-    (ev,) = search.events
-    assert ev.kind == "compaction" and ev.targets == [0] and "Summary:" in search.user_text
+    # the summary is read as the next call's user text; what it replaced is not modelled
+    assert search.events == [] and "Summary: foo.py and bar.py were read." in search.user_text
     assert [s.usage.output_tokens for s in t.steps] == [5, 6]  # the summary took no call's usage
 
 
