@@ -58,7 +58,9 @@ _CODEACT_TOOL = {"bash": ("bash", "command"), "ipython": ("execute_ipython_cell"
 # mini-swe-agent 1.x fences its action as ```bash, 2.x as ```mswea_bash_command (its text-based model)
 _BASH = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# a block's body never holds another opening tag: "<tool_call>" named in prose before a real call
+# must not swallow it
+_HERMES = re.compile(r"<tool_call>\s*((?:(?!<tool_call>).)*?)\s*</tool_call>", re.DOTALL)
 _HERMES_REPLY = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 
@@ -108,8 +110,10 @@ def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
                 call = json.loads(body)
             except json.JSONDecodeError:
                 call = None
-        elif (fn := xml_function_call(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
-            call = {"name": fn[0], "arguments": fn[1]}
+        elif (m_fn := _FN.search(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
+            # its names as written (no SWE-agent aliases), values without the template's newlines only
+            params = {k: v.strip("\n") for k, v in _FN_PARAM.findall(m_fn.group(2))}
+            call = {"name": m_fn.group(1).strip(), "arguments": params}
         if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
             continue
         args = call.get("arguments", call.get("parameters", {}))

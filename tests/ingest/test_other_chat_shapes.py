@@ -729,3 +729,14 @@ def test_a_goose_session_export_reads_its_tool_requests_and_responses(tmp_path):
     assert [(s.tool_name, json.loads(s.tool_args) if s.tool_name else None, s.output) for s in t.steps] == [
         ("developer__shell", {"command": "ls"}, "a.py"), (None, None, None)
     ]  # fmt: skip
+
+
+def test_a_tool_call_tag_named_in_prose_does_not_swallow_the_call_after_it():
+    from dtoc_rl.ingest.text_actions import hermes_calls
+
+    call = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    text = "I will wrap it in a <tool_call> block.\n" + call
+    assert hermes_calls(text) == ([("bash", '{"command": "ls"}')], "I will wrap it in a <tool_call> block.")
+    xml = "<tool_call>\n<function=finish>\n<parameter=message>\n  indented\n</parameter>\n</function>\n"
+    xml += "</tool_call>"
+    assert hermes_calls(xml)[0] == [("finish", '{"message": "  indented"}')]  # as written, no alias
