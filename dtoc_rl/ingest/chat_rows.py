@@ -125,25 +125,28 @@ def _langchain(m: dict) -> dict:
 
 
 def _goose_block(b: Any) -> Any:
-    """Goose's tool blocks as Anthropic's: ``toolRequest`` (``toolCall.value`` {name, arguments}) as
-    ``tool_use``, ``toolResponse`` (``toolResult.value``, content blocks) as ``tool_result``."""
+    """Goose's tool blocks as Anthropic's: ``toolRequest`` (``toolCall`` {status, value: {name,
+    arguments}} or {status: "error", error}) as ``tool_use``, ``toolResponse`` (``toolResult``
+    {status, value}: content blocks, or {content, isError}; or {status: "error", error}) as
+    ``tool_result``."""
     if not isinstance(b, dict):
         return b
     if b.get("type") == "toolRequest":
-        call = (b.get("toolCall") or {}).get("value") if isinstance(b.get("toolCall"), dict) else None
-        call = call if isinstance(call, dict) else {}
-        return {
-            "type": "tool_use",
-            "id": b.get("id"),
-            "name": call.get("name"),
-            "input": call.get("arguments") or {},
-        }
+        req = b.get("toolCall") if isinstance(b.get("toolCall"), dict) else {}
+        call = req.get("value") if isinstance(req.get("value"), dict) else {}
+        # a request the model wrote badly is still a call it made (its reply says what failed)
+        name = call.get("name") or "invalid_tool_call"
+        return {"type": "tool_use", "id": b.get("id"), "name": name, "input": call.get("arguments") or {}}
     if b.get("type") == "toolResponse":
         res = b.get("toolResult") if isinstance(b.get("toolResult"), dict) else {}
         value = res.get("value")
-        content = value if value is not None else ""
-        return {"type": "tool_result", "tool_use_id": b.get("id"), "content": content,
-                "is_error": res.get("status") == "error"}  # fmt: skip
+        error = res.get("status") == "error"
+        if isinstance(value, dict):  # newer Goose: {content: [...], isError}
+            error = error or value.get("isError") is True
+            value = value.get("content")
+        if value is None:
+            value = str(res.get("error") or "")
+        return {"type": "tool_result", "tool_use_id": b.get("id"), "content": value, "is_error": error}
     return b
 
 

@@ -740,3 +740,36 @@ def test_a_tool_call_tag_named_in_prose_does_not_swallow_the_call_after_it():
     xml = "<tool_call>\n<function=finish>\n<parameter=message>\n  indented\n</parameter>\n</function>\n"
     xml += "</tool_call>"
     assert hermes_calls(xml)[0] == [("finish", '{"message": "  indented"}')]  # as written, no alias
+
+
+def test_goose_results_in_its_newer_shape_and_failures_keep_their_text(tmp_path):
+    def req(i, value):
+        return {"type": "toolRequest", "id": i, "toolCall": value}
+
+    def resp(i, result):
+        return {"type": "toolResponse", "id": i, "toolResult": result}
+
+    ok = {"status": "success", "value": {"name": "developer__shell", "arguments": {"command": "ls"}}}
+    bad = {"status": "error", "error": "bad json"}
+    newer = {"status": "success", "value": {"content": [{"type": "text", "text": "a.py"}], "isError": False}}
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [req("a", ok), req("b", ok), req("c", bad)]},
+        {"role": "user", "content": [
+            resp("a", newer),
+            resp("b", {"status": "error", "error": "command failed: exit 2"}),
+            resp("c", {"status": "error", "error": "could not parse the arguments"}),
+        ]},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+    ]  # fmt: skip
+    f = tmp_path / "goose.json"
+    f.write_text(json.dumps({"id": "s", "messages": msgs}))
+    (t,) = CHAT.parse(f)
+    a, b, c, _ = t.steps
+    assert (a.output, a.output_is_error) == ("a.py", False)
+    assert (b.output, b.output_is_error) == ("command failed: exit 2", True)
+    assert (
+        c.tool_name == "invalid_tool_call"
+        and c.output == "could not parse the arguments"
+        and c.output_is_error
+    )
