@@ -437,7 +437,7 @@ def ingest_paths(
             )
             if cut is not None:  # an intact file's copy displaces a damaged file's (equal or cut short)
                 why = f"duplicate trajectory id (intact copy in {where})"
-                res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why))
+                res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why, fmt_name))
                 t.traj_id = res.trajectories[cut].traj_id
                 res.trajectories[cut] = t
                 origin[cut] = (where, damaged)
@@ -445,6 +445,18 @@ def ingest_paths(
             same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
             if same is not None:  # the same run copied twice: counted once
                 why = f"duplicate trajectory id (identical in {origin[same][0]})"
+                res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
+                continue
+            whole = next(
+                (
+                    p
+                    for p in holders
+                    if damaged and not origin[p][1] and _prefix(t.steps, res.trajectories[p].steps)
+                ),
+                None,
+            )
+            if whole is not None:  # a damaged file's copy of a run read whole already
+                why = f"duplicate trajectory id (intact copy in {origin[whole][0]})"
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
                 continue
             if holders or given in used:

@@ -117,3 +117,30 @@ def test_where_json_breaks_is_said_once():
         with pytest.raises(json.JSONDecodeError) as e:
             json.loads(text)
         assert json_error(e.value) == said and " at at " not in json_error(e.value, line=False)
+
+
+def test_a_damaged_copy_read_after_the_intact_one_is_not_a_second_run(tmp_path, monkeypatch):
+    import copy
+
+    from dtoc_rl.ingest import driver
+    from dtoc_rl.ingest.driver import Skip
+    from tests.policies.crafted import crafted
+
+    run = crafted([100, 200, 300, 400])
+    cut = copy.deepcopy(run)
+    cut.steps = cut.steps[:2]  # what a reader kept of a file cut short
+    root = tmp_path / "logs"
+    for d in ("a", "b"):
+        (root / d).mkdir(parents=True)
+        (root / d / "run.jsonl").write_text("{}")
+
+    def process(unit, label, fmt):  # a (walked first) intact, b damaged
+        if unit.parent.name == "a":
+            return [copy.deepcopy(run)], [], "openai-chat", 2
+        return [copy.deepcopy(cut)], [Skip(str(unit), "line 3: invalid JSON")], "openai-chat", 2
+
+    monkeypatch.setattr(driver, "_process", process)
+    res = ingest_paths([root], progress=False, workers=1)
+    assert len(res.trajectories) == 1 and res.trajectories[0].source_path == "logs/a/run.jsonl"
+    assert len(res.trajectories[0].steps) == 4
+    assert any("intact copy in" in s.reason for s in res.skipped)
