@@ -58,6 +58,7 @@ are read as UTC.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -686,11 +687,11 @@ class OpenHandsEventsIngester(OpenHandsHistoryIngester):
     wants_dirs = True
 
     def detect(self, path: Path, head: str) -> bool:
-        path = Path(path).resolve()  # `ingest .` inside the folder names it too
+        path = Path(os.path.abspath(path))  # `ingest .` inside the folder names it too (links kept)
         return path.is_dir() and path.name == "events" and (path / "0.json").is_file()
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        path = Path(path).resolve()  # the session's id is the folder above, however the path was given
+        path = Path(os.path.abspath(path))  # the session's id is the folder above, however it was named
         files = sorted((p for p in path.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
         events = []
         for f in files:
