@@ -244,6 +244,12 @@ class ClineIngester(Ingester):
                     waiting = steps[-1] if name else None
                 steps[first].user_text, pending = pending, ""
                 steps[first].usage = use
+                # extended thinking blocks (native tool calling): the reply's reasoning
+                steps[first].reasoning = "\n".join(
+                    str(b.get("thinking") or b.get("text") or "")
+                    for b in blocks
+                    if b.get("type") in ("thinking", "reasoning")
+                )
                 for s in steps[first:]:
                     s.timestamp = when
                 continue

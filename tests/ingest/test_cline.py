@@ -160,13 +160,15 @@ def test_native_tool_calls_are_answered_by_their_results(tmp_path):
     folder.mkdir()
     use = {"type": "tool_use", "id": "tu1", "name": "read_file", "input": {"path": "foo.py"}}
     result = {"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "x = 1"}]}
-    reply = {"role": "assistant", "content": [{"type": "text", "text": "Reading."}, use]}
+    think = {"type": "thinking", "thinking": "Which file?", "signature": "s"}
+    reply = {"role": "assistant", "content": [think, {"type": "text", "text": "Reading."}, use]}
     answer = {"role": "user", "content": [result, {"type": "text", "text": ENV}]}
     msgs = [_user("<task>look</task>"), reply, answer, _assistant("Done.")]
     (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
     (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
     assert [(s.tool_name, s.output) for s in t.steps] == [("read_file", "x = 1"), (None, None)]
     assert t.steps[0].assistant_text == "Reading." and t.steps[1].user_text.startswith("<environment")
+    assert t.steps[0].reasoning == "Which file?"
 
 
 def test_a_cline_sdk_session_reads_its_blocks_metrics_and_model(tmp_path):
