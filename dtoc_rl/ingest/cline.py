@@ -21,7 +21,8 @@ Gemini and DeepSeek handlers, and its own gateway, report it without the cache's
 with ``task_metadata.json`` naming one of those providers the prompt is the three together; its
 OpenAI-compatible, LiteLLM and LM Studio handlers report the whole prompt, as Roo Code does; with no
 provider named, a ``tokensIn`` smaller than the cache's share is taken as the rest, else as the whole.
-A reply that carries its own ``metrics`` (newer Cline) is billed from them instead, as the SDK's.
+Replies that all carry the SDK's ``metrics`` are billed from them (the extension's own
+``metrics.tokens`` leave the cache's reads and writes apart unseen, so ``ui_messages.json`` is read).
 A call is matched to a reply by order only when ``ui_messages.json`` holds as many calls as the
 conversation has replies (else the usage is left out and ``extra.usage`` says why).
 Roo Code's condensing writes a summary message (``isSummary``, as an assistant message or, lately, a
@@ -118,9 +119,10 @@ def _answered(msg: Any) -> str | None:
 
 
 #: Cline's API handlers whose tokensIn leaves the cache's reads and writes out.
-_UNCACHED_PROVIDERS = frozenset(
-    {"anthropic", "openrouter", "openai-native", "gemini", "deepseek", "cline", "bedrock", "vertex"}
-)
+_UNCACHED_PROVIDERS = frozenset({
+    "anthropic", "openrouter", "openai-native", "gemini", "deepseek", "cline", "bedrock", "vertex",
+    "claude-code", "minimax", "moonshot", "groq", "vercel-ai-gateway",
+})  # fmt: skip
 
 
 def _calls_usage(ui: Any, uncached: bool | None) -> list[tuple[Usage | None, float | None]]:
@@ -175,8 +177,13 @@ class ClineIngester(Ingester):
         )
         provider = str(last.get("model_provider_id") or "")
         uncached = None if roo or not provider else provider in _UNCACHED_PROVIDERS
-        if any(isinstance(m, dict) and isinstance(m.get("metrics"), dict) for m in msgs):
-            calls = _reply_metrics(msgs)  # each reply's own, as the SDK writes them
+        replies_ = [
+            m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("isSummary")
+        ]
+        if replies_ and all(
+            isinstance((m.get("metrics") or {}).get("inputTokens"), (int, float)) for m in replies_
+        ):
+            calls = _reply_metrics(msgs)  # every reply carries the SDK's metrics
         else:
             calls = _calls_usage(_sibling(folder / "ui_messages.json"), uncached)
         replies = sum(
@@ -238,7 +245,10 @@ class ClineIngester(Ingester):
                             open_calls[b["id"]] = step
                     steps[first].assistant_text = text
                 else:
-                    xml = _xml_call(text, _answered(msgs[i + 1]) if i + 1 < len(msgs) else None)
+                    after = next(
+                        (m for m in msgs[i + 1 :] if not (isinstance(m, dict) and m.get("isSummary"))), None
+                    )
+                    xml = _xml_call(text, _answered(after))
                     name, args, thought = xml if xml else (None, "", text)
                     steps.append(new_step(turn=turn, tool_name=name, tool_args=args, assistant_text=thought))
                     waiting = steps[-1] if name else None

@@ -217,3 +217,16 @@ def test_a_cline_sdk_session_reads_its_blocks_metrics_and_model(tmp_path):
     assert read.tool_name == "read_files" and read.output == "/r/a.py:1-2\n1 | x = 1"
     assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps] == [(3000, 0), (3100, 2990)]
     assert [s.timestamp for s in t.steps] == [1783376873.493, 1783376875.985]
+
+
+def test_the_extensions_own_reply_metrics_leave_the_usage_to_ui_messages(tmp_path):
+    # Cline's VS Code extension writes metrics {tokens: {prompt, completion, cached}, cost} on its
+    # replies: not the SDK's fields, so each call's usage still comes from ui_messages.json
+    path = _task(tmp_path / "t5")
+    msgs = json.loads(path.read_text())
+    for m in msgs:
+        if m["role"] == "assistant":
+            m["metrics"] = {"tokens": {"prompt": 10, "completion": 5, "cached": 0}, "cost": 0.01}
+    path.write_text(json.dumps(msgs))
+    (t,) = ClineIngester().parse(path)
+    assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 18700]
