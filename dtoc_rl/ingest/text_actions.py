@@ -61,6 +61,8 @@ _THOUGHT = re.compile(r"^\s*THOUGHT:\s*", re.IGNORECASE)
 # a block's body never holds another opening tag: "<tool_call>" named in prose before a real call
 # must not swallow it
 _HERMES = re.compile(r"<tool_call>\s*((?:(?!<tool_call>).)*?)\s*</tool_call>", re.DOTALL)
+_CLOSE = re.compile(r"\s*</tool_call>")
+_JSON = json.JSONDecoder()
 _HERMES_REPLY = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _SHELL_TAGS = ("", "bash", "sh", "shell", "console")
 
@@ -96,14 +98,41 @@ def bash_block(text: str) -> tuple[str | None, str]:
     return m[0], _THOUGHT.sub("", _BASH.sub("", text).strip())
 
 
+def _hermes_blocks(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, body)`` of each ``<tool_call>`` block.  A JSON body is read as JSON (its strings
+    may hold the tags themselves: an edit of a chat template); any other body runs to the first
+    closing tag with no opening tag before it."""
+    out, pos = [], 0
+    while (i := text.find("<tool_call>", pos)) >= 0:
+        j = i + len("<tool_call>")
+        k = len(text) - len(text[j:].lstrip())
+        if text[k : k + 1] == "{":
+            try:
+                _, end = _JSON.raw_decode(text, k)
+            except json.JSONDecodeError:
+                end = -1
+            close = _CLOSE.match(text, end) if end > 0 else None
+            if close is not None:
+                out.append((i, close.end(), text[k:end]))
+                pos = close.end()
+                continue
+        m = _HERMES.match(text, i)
+        if m is not None:
+            out.append((i, m.end(), m.group(1)))
+            pos = m.end()
+        else:
+            pos = j
+    return out
+
+
 def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
     """The ``<tool_call>`` blocks of a reply as ``[(tool name, JSON arguments)]`` (a block whose JSON
     names no tool is not a call), and the reply without them."""
     calls: list[tuple[str, str]] = []
     kept: list[str] = []  # the reply without the blocks that are calls (a malformed one stays, as sent)
     last = 0
-    for m in _HERMES.finditer(text or ""):
-        body = m.group(1)
+    text = text or ""
+    for start, end, body in _hermes_blocks(text):
         call: Any = None
         if body.lstrip().startswith("{"):
             try:
@@ -111,19 +140,25 @@ def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
             except json.JSONDecodeError:
                 call = None
         elif (m_fn := _FN.search(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
-            # its names as written (no SWE-agent aliases), values without the template's newlines only
-            params = {k: v.strip("\n") for k, v in _FN_PARAM.findall(m_fn.group(2))}
+            # its names as written (no SWE-agent aliases); a value loses only the newline the template
+            # puts on each side of it
+            params = {k: _one_newline_off(v) for k, v in _FN_PARAM.findall(m_fn.group(2))}
             call = {"name": m_fn.group(1).strip(), "arguments": params}
         if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
             continue
         args = call.get("arguments", call.get("parameters", {}))
         calls.append((call["name"], args if isinstance(args, str) else json.dumps(args)))
-        kept.append(text[last : m.start()])
-        last = m.end()
+        kept.append(text[last:start])
+        last = end
     if not calls:
         return calls, text
     kept.append(text[last:])
     return calls, "".join(kept).strip()
+
+
+def _one_newline_off(v: str) -> str:
+    v = v[1:] if v.startswith("\n") else v
+    return v[:-1] if v.endswith("\n") else v
 
 
 def text_action(text: str) -> tuple[str, str, str, str] | None:

@@ -773,3 +773,14 @@ def test_goose_results_in_its_newer_shape_and_failures_keep_their_text(tmp_path)
         and c.output == "could not parse the arguments"
         and c.output_is_error
     )
+
+
+def test_a_json_call_may_hold_the_tags_and_xml_values_keep_their_own_newlines():
+    from dtoc_rl.ingest.text_actions import hermes_calls
+
+    args = {"new": "if s.startswith('<tool_call>'): pass"}  # an edit of a chat template's parser
+    text = "Edit:\n<tool_call>\n" + json.dumps({"name": "edit", "arguments": args}) + "\n</tool_call>"
+    assert hermes_calls(text) == ([("edit", json.dumps(args))], "Edit:")
+    body = "<function=write>\n<parameter=content>\n\nimport os\n\n\n</parameter>\n</function>"
+    ((name, written),) = hermes_calls(f"<tool_call>\n{body}\n</tool_call>")[0]
+    assert (name, json.loads(written)) == ("write", {"content": "\nimport os\n\n"})
