@@ -144,6 +144,12 @@ def _goose_block(b: Any) -> Any:
         if isinstance(value, dict):  # newer Goose: {content: [...], isError}
             error = error or value.get("isError") is True
             value = value.get("content")
+        if isinstance(value, list):  # a block meant for the user only is never shown to the model
+            value = [
+                c for c in value
+                if not (isinstance(c, dict) and isinstance((c.get("annotations") or {}).get("audience"), list)
+                        and "assistant" not in c["annotations"]["audience"])
+            ]  # fmt: skip
         if value is None:
             value = str(res.get("error") or "")
         return {"type": "tool_result", "tool_use_id": b.get("id"), "content": value, "is_error": error}

@@ -100,6 +100,15 @@ def _text_log(p: Path) -> bool:
         return True  # let _process report why it cannot be read
 
 
+def _unique(base: str, used: set[str]) -> str:
+    """``base``, or ``base#k`` with the least k >= 2 not in ``used``."""
+    k, name = 1, base
+    while name in used:
+        k += 1
+        name = f"{base}#{k}"
+    return name
+
+
 def _prefix(short: list, long: list) -> bool:
     """Whether the steps ``short`` begin ``long`` (a run cut short is a prefix of its intact copy)."""
     return len(short) <= len(long) and long[: len(short)] == short
@@ -427,18 +436,25 @@ def ingest_paths(
                 name_model(t, model)
             given = t.traj_id
             holders = named.get(given, [])
+            # a damaged file's copy is replaced by a longer copy of the same run (an intact one, or one
+            # cut later), and a damaged copy that another holds whole adds nothing: at most one copy
+            # of a run stays, whatever the order the files are read in
             cut = next(
                 (
                     p
                     for p in holders
-                    if origin[p][1] and not damaged and _prefix(res.trajectories[p].steps, t.steps)
+                    if origin[p][1]
+                    and (not damaged or len(t.steps) > len(res.trajectories[p].steps))
+                    and _prefix(res.trajectories[p].steps, t.steps)
                 ),
                 None,
             )
-            if cut is not None:  # an intact file's copy displaces a damaged file's (equal or cut short)
-                why = f"duplicate trajectory id (intact copy in {where})"
+            if cut is not None:
+                why = f"duplicate trajectory id ({'intact' if not damaged else 'longer'} copy in {where})"
                 res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why, fmt_name))
-                t.traj_id = res.trajectories[cut].traj_id
+                old_id = res.trajectories[cut].traj_id
+                t.traj_id = old_id if old_id == given else _unique(f"{given}@{rel[unit]}", used)
+                used.add(t.traj_id)
                 res.trajectories[cut] = t
                 origin[cut] = (where, damaged)
                 continue
@@ -448,25 +464,16 @@ def ingest_paths(
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
                 continue
             whole = next(
-                (
-                    p
-                    for p in holders
-                    if damaged and not origin[p][1] and _prefix(t.steps, res.trajectories[p].steps)
-                ),
-                None,
+                (p for p in holders if damaged and _prefix(t.steps, res.trajectories[p].steps)), None
             )
-            if whole is not None:  # a damaged file's copy of a run read whole already
-                why = f"duplicate trajectory id (intact copy in {origin[whole][0]})"
+            if whole is not None:  # a damaged file's copy of a run read (at least as far) already
+                why = f"duplicate trajectory id (a longer copy in {origin[whole][0]})"
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
                 continue
             if holders or given in used:
                 # another run under the same id (a rerun in another folder, a second task's messages.json):
                 # kept, its id made unique by its file, so that no run is lost to a naming convention
-                base, k = f"{given}@{rel[unit]}", 1
-                t.traj_id = base
-                while t.traj_id in used:
-                    k += 1
-                    t.traj_id = f"{base}#{k}"
+                t.traj_id = _unique(f"{given}@{rel[unit]}", used)
             named.setdefault(given, []).append(len(res.trajectories))
             origin.append((where, damaged))
             used.add(t.traj_id)

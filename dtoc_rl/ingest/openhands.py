@@ -687,8 +687,9 @@ class OpenHandsEventsIngester(OpenHandsHistoryIngester):
     wants_dirs = True
 
     def detect(self, path: Path, head: str) -> bool:
-        path = Path(os.path.abspath(path))  # `ingest .` inside the folder names it too (links kept)
-        return path.is_dir() and path.name == "events" and (path / "0.json").is_file()
+        # `ingest .` inside the folder names it too, and a link to it under another name
+        named = {Path(os.path.abspath(path)).name, Path(path).resolve().name}
+        return Path(path).is_dir() and "events" in named and (Path(path) / "0.json").is_file()
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         path = Path(os.path.abspath(path))  # the session's id is the folder above, however it was named

@@ -143,4 +143,32 @@ def test_a_damaged_copy_read_after_the_intact_one_is_not_a_second_run(tmp_path, 
     res = ingest_paths([root], progress=False, workers=1)
     assert len(res.trajectories) == 1 and res.trajectories[0].source_path == "logs/a/run.jsonl"
     assert len(res.trajectories[0].steps) == 4
-    assert any("intact copy in" in s.reason for s in res.skipped)
+    assert any("a longer copy in" in s.reason for s in res.skipped)
+
+
+@pytest.mark.parametrize("order", [("a", "b", "c"), ("b", "c", "a"), ("c", "a", "b"), ("b", "a", "c")])
+def test_copies_cut_at_different_points_leave_one_run_whatever_the_order(tmp_path, monkeypatch, order):
+    import copy
+
+    from dtoc_rl.ingest import driver
+    from dtoc_rl.ingest.driver import Skip
+    from tests.policies.crafted import crafted
+
+    run = crafted([100, 200, 300, 400, 500])
+    kept = {"a": 5, "b": 2, "c": 3}  # a intact; b and c damaged files cut after 2 and 3 steps
+    root = tmp_path / "logs"
+    for name, folder in zip(order, ("f1", "f2", "f3")):  # walked in folder order
+        (root / folder).mkdir(parents=True)
+        (root / folder / f"{name}.jsonl").write_text("{}")
+
+    def process(unit, label, fmt):
+        name = unit.stem
+        t = copy.deepcopy(run)
+        t.steps = t.steps[: kept[name]]
+        skips = [] if name == "a" else [Skip(str(unit), "line 9: invalid JSON")]
+        return [t], skips, "openai-chat", 2
+
+    monkeypatch.setattr(driver, "_process", process)
+    res = ingest_paths([root], progress=False, workers=1)
+    assert [len(t.steps) for t in res.trajectories] == [5]
+    assert res.trajectories[0].source_path.endswith("/a.jsonl") and res.trajectories[0].traj_id == run.traj_id

@@ -784,3 +784,28 @@ def test_a_json_call_may_hold_the_tags_and_xml_values_keep_their_own_newlines():
     body = "<function=write>\n<parameter=content>\n\nimport os\n\n\n</parameter>\n</function>"
     ((name, written),) = hermes_calls(f"<tool_call>\n{body}\n</tool_call>")[0]
     assert (name, json.loads(written)) == ("write", {"content": "\nimport os\n\n"})
+
+
+def test_a_goose_result_block_for_the_user_only_is_not_the_models_output(tmp_path):
+    both = {"type": "text", "text": "x = 1", "annotations": {"audience": ["assistant"]}}
+    user_only = {"type": "text", "text": "x = 1", "annotations": {"audience": ["user"], "priority": 0.0}}
+    request = {
+        "type": "toolRequest",
+        "id": "t1",
+        "toolCall": {
+            "status": "success",
+            "value": {"name": "developer__shell", "arguments": {"command": "cat a.py"}},
+        },
+    }
+    response = {
+        "type": "toolResponse",
+        "id": "t1",
+        "toolResult": {"status": "success", "value": [both, user_only]},
+    }
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "go"}]},
+            {"role": "assistant", "content": [request]}, {"role": "user", "content": [response]},
+            {"role": "assistant", "content": [{"type": "text", "text": "done"}]}]  # fmt: skip
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps({"id": "s", "messages": msgs}))
+    (t,) = CHAT.parse(f)
+    assert t.steps[0].output == "x = 1"
