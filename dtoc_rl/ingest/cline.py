@@ -177,21 +177,21 @@ class ClineIngester(Ingester):
         )
         provider = str(last.get("model_provider_id") or "")
         uncached = None if roo or not provider else provider in _UNCACHED_PROVIDERS
-        replies_ = [
+        replies = [
             m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("isSummary")
         ]
-        if replies_ and all(
-            isinstance((m.get("metrics") or {}).get("inputTokens"), (int, float)) for m in replies_
+        if replies and all(
+            isinstance(m.get("metrics"), dict) and isinstance(m["metrics"].get("inputTokens"), (int, float))
+            for m in replies
         ):
             calls = _reply_metrics(msgs)  # every reply carries the SDK's metrics
         else:
             calls = _calls_usage(_sibling(folder / "ui_messages.json"), uncached)
-        replies = sum(
-            1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("isSummary")
-        )
         usage_note = None
-        if calls and len(calls) != replies:  # matched by order only when the counts agree
-            usage_note = f"{len(calls)} model calls in ui_messages.json against {replies} replies: left out"
+        if calls and len(calls) != len(replies):  # matched by order only when the counts agree
+            usage_note = (
+                f"{len(calls)} model calls in ui_messages.json against {len(replies)} replies: left out"
+            )
             calls = []
         extra = {"harness": "roo-code" if roo else "cline", "usage": usage_note}
         return self._run(path, msgs, calls, str(last.get("model_id") or ""), folder.name, extra)
