@@ -201,16 +201,29 @@ class ClineIngester(Ingester):
         msgs = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(msgs, list):
             raise IngestError("expected an object with a 'messages' list (a Cline SDK session)", path)
-        calls = _reply_metrics(msgs)
+        replies = [m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant"]
+        extra: dict[str, Any] = {"harness": "cline-sdk"}
+        if all(isinstance(m.get("metrics"), dict) for m in replies):
+            calls = _reply_metrics(msgs)
+        else:  # with some replies bare, the SDK may have put the run's total on one: not a call's usage
+            calls, extra["usage"] = [], "metrics on some replies only: left out"
+        # the SDK compacts by rewriting the file: what it removed is gone, so the run is only its tail
+        removed = [
+            (m.get("metadata") or {}).get("messagesRemoved")
+            for m in msgs
+            if isinstance(m, dict)
+            and isinstance(m.get("metadata"), dict)
+            and m["metadata"].get("kind") == "compaction"
+        ]
+        if removed:
+            extra["compacted"] = removed
         info = next(
             (m["modelInfo"] for m in msgs if isinstance(m, dict) and isinstance(m.get("modelInfo"), dict)), {}
         )
         meta = _sibling(path.with_name(path.name.removesuffix(".messages.json") + ".json"))
         model = str(info.get("id") or (meta.get("model") if isinstance(meta, dict) else "") or "")
         sid = str(data.get("sessionId") or path.name.removesuffix(".messages.json"))
-        return self._run(
-            path, msgs, calls, model, sid, {"harness": "cline-sdk"}, system=data.get("system_prompt")
-        )
+        return self._run(path, msgs, calls, model, sid, extra, system=data.get("system_prompt"))
 
     def _run(
         self, path: Path, msgs: list, calls: list, model: str, task_id: str, extra: dict, system: Any = None

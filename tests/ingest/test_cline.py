@@ -230,3 +230,22 @@ def test_the_extensions_own_reply_metrics_leave_the_usage_to_ui_messages(tmp_pat
     path.write_text(json.dumps(msgs))
     (t,) = ClineIngester().parse(path)
     assert [s.usage.input_tokens for s in t.steps] == [9003, 9340, 18700]
+
+
+def test_a_cline_sdk_session_with_metrics_on_some_replies_only_keeps_no_usage(tmp_path):
+    sid = "s1"
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "one"}]},
+        {"role": "user", "content": [{"type": "text", "text": "more"}],
+         "metadata": {"kind": "compaction", "messagesRemoved": 12}},
+        {"role": "assistant", "content": [{"type": "text", "text": "two"}],
+         "metrics": {"inputTokens": 90000, "outputTokens": 900}},  # the run's total, on its last reply
+    ]  # fmt: skip
+    f = tmp_path / f"{sid}.messages.json"
+    f.write_text(json.dumps({"sessionId": sid, "messages": msgs}))
+    (t,) = ClineIngester().parse(f)
+    assert all(s.usage is None for s in t.steps)
+    assert t.extra_dict()["usage"].startswith("metrics on some replies only") and t.extra_dict()[
+        "compacted"
+    ] == [12]
