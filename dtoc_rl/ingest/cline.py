@@ -21,6 +21,12 @@ Gemini and DeepSeek handlers, and its own gateway, report it without the cache's
 with ``task_metadata.json`` naming one of those providers the prompt is the three together; its
 OpenAI-compatible, LiteLLM and LM Studio handlers report the whole prompt, as Roo Code does; with no
 provider named, a ``tokensIn`` smaller than the cache's share is taken as the rest, else as the whole.
+The Cline SDK's sessions (``~/.cline/data/sessions/<id>/<id>.messages.json``, beside ``<id>.json``)
+hold the same blocks, each reply with its ``metrics`` (``inputTokens`` with the cached part,
+``cacheReadTokens``, ``cacheWriteTokens``, ``outputTokens``, ``cost``), ``modelInfo`` and ``ts``; a
+tool result's content may be a list of ``{query, result}`` entries.  Their usage is kept only when
+every reply has metrics (one reply's alone may be the run's total), and a compaction rewrites the
+file, so a compacted session is only its tail (``extra.compacted`` says how many messages went).
 Replies that all carry the SDK's ``metrics`` are billed from them (the extension's own
 ``metrics.tokens`` leave the cache's reads and writes apart unseen, so ``ui_messages.json`` is read).
 A call is matched to a reply by order only when ``ui_messages.json`` holds as many calls as the
