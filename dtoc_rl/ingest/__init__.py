@@ -26,7 +26,12 @@ from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
-from dtoc_rl.ingest.openhands import OpenHandsEventsIngester, OpenHandsHistoryIngester, OpenHandsSDKIngester
+from dtoc_rl.ingest.openhands import (
+    OpenHandsConversationIngester,
+    OpenHandsEventsIngester,
+    OpenHandsHistoryIngester,
+    OpenHandsSDKIngester,
+)
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau2_bench import Tau2BenchIngester
@@ -74,6 +79,7 @@ def failure_reason(e: BaseException) -> str:
 INGESTERS: list[Ingester] = [
     AutoCodeRoverIngester(),
     OpenHandsEventsIngester(),
+    OpenHandsConversationIngester(),
     AtifIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),

@@ -72,6 +72,8 @@ class IngestResult:
 def _is_aux(p: Path) -> bool:
     if p.suffix == ".json" and p.with_name(p.stem + ".messages.json").is_file():
         return True  # a Cline SDK session's metadata, read beside its messages
+    if p.name == "base_state.json" and (p.parent / "events").is_dir():
+        return True  # an OpenHands conversation's settings, read beside its events
     return any(fnmatch.fnmatch(p.name, pat) for pat in AUXILIARY)
 
 

@@ -705,3 +705,42 @@ class OpenHandsEventsIngester(OpenHandsHistoryIngester):
         traj.source = OpenHandsHistoryIngester.name  # the same harness as its output.jsonl rows
         traj.traj_id = f"{traj.source}/{path.parent.name}"
         yield traj
+
+
+class OpenHandsConversationIngester(OpenHandsSDKIngester):
+    """An OpenHands V1 (SDK) conversation as its file store keeps it: ``<conversation>/events/
+    event-NNNNN-<id>.json``, one event per file, numbered in order, beside ``base_state.json`` (the
+    agent's settings: its ``llm.model``).  The folder is one run, read as the SDK's history list."""
+
+    name = "openhands-conversation"
+    wants_dirs = True
+
+    def detect(self, path: Path, head: str) -> bool:
+        path = Path(path)
+        named = {Path(os.path.abspath(path)).name, path.resolve().name}
+        return path.is_dir() and "events" in named and any(path.glob("event-00000-*.json"))
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        path = Path(os.path.abspath(path))
+        events = []
+        for f in sorted(path.glob("event-*.json")):  # the index is zero-padded: name order is event order
+            try:
+                events.append(json.loads(read_text(f)))
+            except json.JSONDecodeError as e:
+                raise IngestError(f"{f.name}: invalid JSON ({json_error(e)})", path) from None
+        state = _base_state(path.parent / "base_state.json")
+        llm = (state.get("agent") or {}).get("llm") if isinstance(state.get("agent"), dict) else None
+        model = llm.get("model") if isinstance(llm, dict) else None
+        row = {"history": events, "instance_id": path.parent.name, "metadata": {"model": model or ""}}
+        traj = self._one(path, row, 1, set())
+        traj.source = OpenHandsSDKIngester.name  # the same harness as its exported JSONL
+        traj.traj_id = f"{traj.source}/{path.parent.name}"
+        yield traj
+
+
+def _base_state(path: Path) -> dict:
+    try:
+        state = json.loads(read_text(path)) if path.is_file() else {}
+    except (json.JSONDecodeError, IngestError):
+        state = {}
+    return state if isinstance(state, dict) else {}

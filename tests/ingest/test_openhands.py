@@ -417,3 +417,22 @@ def test_an_events_folder_named_relatively_keeps_its_session_id(tmp_path, repo_r
     monkeypatch.chdir(events)
     res = ingest_paths([Path(".")], label=False, progress=False)
     assert [t.task_id for t in res.trajectories] == ["abc123"] and res.skipped == []
+
+
+def test_an_sdk_conversation_folder_of_event_files_reads_as_its_history(tmp_path, data_dir):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    row = _rows(next((data_dir / "raw" / FOLDER).rglob("*.jsonl")))[0]
+    conv = tmp_path / "conversations" / "c0ffee"
+    (conv / "events").mkdir(parents=True)
+    for k, ev in enumerate(row["history"]):
+        (conv / "events" / f"event-{k:05d}-{ev.get('id', k)}.json").write_text(json.dumps(ev))
+    (conv / "base_state.json").write_text(json.dumps({"id": "c0ffee", "agent": {"llm": {"model": "gpt-4o"}}}))
+    res = ingest_paths([tmp_path / "conversations"], label=False, progress=False)
+    assert res.skipped == [] and [t.traj_id for t in res.trajectories] == ["openhands-sdk/c0ffee"]
+    (t,) = res.trajectories
+    assert t.model_raw == "gpt-4o" and t.task_id == "c0ffee"
+    whole = SDK._one(tmp_path / "x.jsonl", {"history": row["history"]}, 1, set())
+    assert [(s.tool_name, s.tool_args, s.output) for s in t.steps] == [
+        (s.tool_name, s.tool_args, s.output) for s in whole.steps
+    ]
