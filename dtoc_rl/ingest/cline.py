@@ -49,7 +49,8 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cache_usage, cap_output, finalize, new_step, number
+from dtoc_rl.ingest.common import cache_usage, cap_output, finalize, new_step, number, read_json_beside
+from dtoc_rl.ingest.openai_chat import iso_to_epoch
 
 __all__ = ["TOOLS", "ClineIngester"]
 
@@ -131,6 +132,23 @@ _UNCACHED_PROVIDERS = frozenset({
 })  # fmt: skip
 
 
+def _call(
+    tin: float | None,
+    reads: float | None,
+    writes: float | None,
+    out: float | None,
+    cost: float | None,
+    ts: Any,
+    *,
+    uncached: bool = False,
+) -> tuple[Usage, float | None]:
+    """One model call's usage and its time in seconds (``ts`` in milliseconds, as Cline writes it)."""
+    usage = cache_usage(
+        tin, reads, writes, uncached=uncached, output_tokens=None if out is None else int(out), cost_usd=cost
+    )
+    return usage, iso_to_epoch(ts)
+
+
 def _calls_usage(ui: Any, uncached: bool | None) -> list[tuple[Usage | None, float | None]]:
     """Each model call's usage and time (seconds), from ``ui_messages.json``'s ``api_req_started``."""
     out: list[tuple[Usage | None, float | None]] = []
@@ -142,15 +160,11 @@ def _calls_usage(ui: Any, uncached: bool | None) -> list[tuple[Usage | None, flo
         except (json.JSONDecodeError, TypeError):
             info = {}
         info = info if isinstance(info, dict) else {}
-        tin, out_tok = number(info, "tokensIn"), number(info, "tokensOut")
-        usage = None
-        if tin is not None or out_tok is not None:
-            usage = cache_usage(
-                tin, number(info, "cacheReads"), number(info, "cacheWrites"), uncached=bool(uncached),
-                output_tokens=None if out_tok is None else int(out_tok), cost_usd=number(info, "cost"),
-            )  # fmt: skip
-        ts = m.get("ts")
-        out.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+        tin, reads, writes, out_tok, cost = (
+            number(info, k) for k in ("tokensIn", "cacheReads", "cacheWrites", "tokensOut", "cost")
+        )
+        usage, when = _call(tin, reads, writes, out_tok, cost, m.get("ts"), uncached=bool(uncached))
+        out.append((usage if tin is not None or out_tok is not None else None, when))
     return out
 
 
@@ -174,7 +188,7 @@ class ClineIngester(Ingester):
         if not isinstance(msgs, list):
             raise IngestError(f"expected a list of messages, got {type(msgs).__name__}", path)
         folder = path.parent
-        meta = _sibling(folder / "task_metadata.json")
+        meta = read_json_beside(folder / "task_metadata.json")
         usage = (meta.get("model_usage") if isinstance(meta, dict) else None) or []
         last = next((u for u in reversed(usage) if isinstance(u, dict) and u.get("model_id")), {})
         # what only Roo Code writes: its summaries and their links, its extension's folder
@@ -192,7 +206,7 @@ class ClineIngester(Ingester):
         ):
             calls = _reply_metrics(msgs)  # every reply carries the SDK's metrics
         else:
-            calls = _calls_usage(_sibling(folder / "ui_messages.json"), uncached)
+            calls = _calls_usage(read_json_beside(folder / "ui_messages.json"), uncached)
         usage_note = None
         if calls and len(calls) != len(replies):  # matched by order only when the counts agree
             usage_note = (
@@ -226,7 +240,7 @@ class ClineIngester(Ingester):
         info = next(
             (m["modelInfo"] for m in msgs if isinstance(m, dict) and isinstance(m.get("modelInfo"), dict)), {}
         )
-        meta = _sibling(path.with_name(path.name.removesuffix(".messages.json") + ".json"))
+        meta = read_json_beside(path.with_name(path.name.removesuffix(".messages.json") + ".json"))
         model = str(info.get("id") or (meta.get("model") if isinstance(meta, dict) else "") or "")
         sid = str(data.get("sessionId") or path.name.removesuffix(".messages.json"))
         return self._run(path, msgs, calls, model, sid, extra, system=data.get("system_prompt"))
@@ -326,24 +340,10 @@ def _reply_metrics(msgs: list) -> list[tuple[Usage | None, float | None]]:
         if not isinstance(m, dict) or m.get("role") != "assistant" or m.get("isSummary"):
             continue
         x = m.get("metrics") if isinstance(m.get("metrics"), dict) else {}
-        out_tok = number(x, "outputTokens")
-        usage = None
-        if number(x, "inputTokens") is not None:
-            usage = cache_usage(
-                number(x, "inputTokens"), number(x, "cacheReadTokens"), number(x, "cacheWriteTokens"),
-                output_tokens=None if out_tok is None else int(out_tok), cost_usd=number(x, "cost"),
-            )  # fmt: skip
-        ts = m.get("ts")
-        out.append((usage, ts / 1000.0 if isinstance(ts, (int, float)) and ts > 0 else None))
+        tin, reads, writes, out_tok, cost = (
+            number(x, k)
+            for k in ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens", "cost")
+        )
+        usage, when = _call(tin, reads, writes, out_tok, cost, m.get("ts"))
+        out.append((usage if tin is not None else None, when))
     return out
-
-
-def _sibling(path: Path) -> Any:
-    """A task folder's other file, or None when it is missing or unreadable (the conversation alone
-    is still a run; only its model and usage are then unknown)."""
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path)
-    except IngestError:
-        return None

@@ -10,7 +10,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory, Usage
-from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError
+from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError, read_json
 
 __all__ = [
     "cap_output",
@@ -34,6 +34,17 @@ def cap_output(text: Any) -> Any:
     half = MAX_OUTPUT_CHARS // 2
     cut = len(text) - 2 * half
     return f"{text[:half]}\n[dtoc-rl: {cut} characters cut at ingest]\n{text[-half:]}"
+
+
+def read_json_beside(path: Path) -> Any:
+    """A log's side file (a task's metadata, a session's settings) as JSON, or None when it is missing
+    or unreadable: the log alone is still a run, only what the side file adds is then unknown."""
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except IngestError:
+        return None
 
 
 def find_upwards(start: Path, name: str, levels: int = 4) -> Path | None:
