@@ -68,7 +68,16 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
-from dtoc_rl.ingest.common import cache_usage, cap_output, count, finalize, new_step, number, usage_from
+from dtoc_rl.ingest.common import (
+    cache_usage,
+    cap_output,
+    count,
+    finalize,
+    new_step,
+    number,
+    read_json_beside,
+    usage_from,
+)
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl, norm_args, parse_rows
 
 __all__ = ["OpenHandsHistoryIngester", "OpenHandsSDKIngester"]
@@ -679,6 +688,28 @@ class OpenHandsHistoryIngester(Ingester):
         )
 
 
+def _events_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder named ``events``: as given, made absolute (``ingest .`` inside it)
+    or resolved (a link to it under another name)."""
+    path = Path(path)
+    return path.is_dir() and "events" in {Path(os.path.abspath(path)).name, path.resolve().name}
+
+
+def _folder_run(ingester: Any, path: Path, files: list[Path], source: str, **row: Any) -> Trajectory:
+    """A session kept as one event per file (``files``, in order) read as the history list they make,
+    its id the folder above ``events``, its source the harness's own (the one its exports name)."""
+    events = []
+    for f in files:
+        try:
+            events.append(json.loads(read_text(f)))
+        except json.JSONDecodeError as e:
+            raise IngestError(f"{f.name}: invalid JSON ({json_error(e)})", path) from None
+    traj = ingester._one(path, {"history": events, "instance_id": path.parent.name, **row}, 1, set())
+    traj.source = source
+    traj.traj_id = f"{source}/{path.parent.name}"
+    return traj
+
+
 class OpenHandsEventsIngester(OpenHandsHistoryIngester):
     """An OpenHands (V0) session as its file store keeps it: ``sessions/<id>/events/<n>.json``, one
     event per file, numbered in order.  The folder is one run, read as the history list it holds."""
@@ -687,24 +718,12 @@ class OpenHandsEventsIngester(OpenHandsHistoryIngester):
     wants_dirs = True
 
     def detect(self, path: Path, head: str) -> bool:
-        # `ingest .` inside the folder names it too, and a link to it under another name
-        named = {Path(os.path.abspath(path)).name, Path(path).resolve().name}
-        return Path(path).is_dir() and "events" in named and (Path(path) / "0.json").is_file()
+        return _events_folder(path) and (Path(path) / "0.json").is_file()
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         path = Path(os.path.abspath(path))  # the session's id is the folder above, however it was named
         files = sorted((p for p in path.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
-        events = []
-        for f in files:
-            try:
-                events.append(json.loads(read_text(f)))
-            except json.JSONDecodeError as e:
-                raise IngestError(f"{f.name}: invalid JSON ({json_error(e)})", path) from None
-        row = {"history": events, "instance_id": path.parent.name}
-        traj = self._one(path, row, 1, set())
-        traj.source = OpenHandsHistoryIngester.name  # the same harness as its output.jsonl rows
-        traj.traj_id = f"{traj.source}/{path.parent.name}"
-        yield traj
+        yield _folder_run(self, path, files, OpenHandsHistoryIngester.name)
 
 
 class OpenHandsConversationIngester(OpenHandsSDKIngester):
@@ -716,31 +735,13 @@ class OpenHandsConversationIngester(OpenHandsSDKIngester):
     wants_dirs = True
 
     def detect(self, path: Path, head: str) -> bool:
-        path = Path(path)
-        named = {Path(os.path.abspath(path)).name, path.resolve().name}
-        return path.is_dir() and "events" in named and any(path.glob("event-00000-*.json"))
+        return _events_folder(path) and any(Path(path).glob("event-00000-*.json"))
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         path = Path(os.path.abspath(path))
-        events = []
-        for f in sorted(path.glob("event-*.json")):  # the index is zero-padded: name order is event order
-            try:
-                events.append(json.loads(read_text(f)))
-            except json.JSONDecodeError as e:
-                raise IngestError(f"{f.name}: invalid JSON ({json_error(e)})", path) from None
-        state = _base_state(path.parent / "base_state.json")
-        llm = (state.get("agent") or {}).get("llm") if isinstance(state.get("agent"), dict) else None
+        files = sorted(path.glob("event-*.json"))  # the index is zero-padded: name order is event order
+        state = read_json_beside(path.parent / "base_state.json")
+        agent = state.get("agent") if isinstance(state, dict) else None
+        llm = agent.get("llm") if isinstance(agent, dict) else None
         model = llm.get("model") if isinstance(llm, dict) else None
-        row = {"history": events, "instance_id": path.parent.name, "metadata": {"model": model or ""}}
-        traj = self._one(path, row, 1, set())
-        traj.source = OpenHandsSDKIngester.name  # the same harness as its exported JSONL
-        traj.traj_id = f"{traj.source}/{path.parent.name}"
-        yield traj
-
-
-def _base_state(path: Path) -> dict:
-    try:
-        state = json.loads(read_text(path)) if path.is_file() else {}
-    except (json.JSONDecodeError, IngestError):
-        state = {}
-    return state if isinstance(state, dict) else {}
+        yield _folder_run(self, path, files, OpenHandsSDKIngester.name, metadata={"model": model or ""})
