@@ -702,17 +702,21 @@ def test_qwen3_coder_xml_calls_inside_tool_call_blocks_and_a_malformed_block_kep
     assert "<tool_call>{not json</tool_call>" in tools[0].assistant_text  # as the model wrote it
 
 
+def _goose_request(i, value):
+    return {"type": "toolRequest", "id": i, "toolCall": value}
+
+
+def _goose_response(i, result):
+    return {"type": "toolResponse", "id": i, "toolResult": result}
+
+
+def _goose_shell(command):
+    return {"status": "success", "value": {"name": "developer__shell", "arguments": {"command": command}}}
+
+
 def test_a_goose_session_export_reads_its_tool_requests_and_responses(tmp_path):
-    request = {
-        "type": "toolRequest",
-        "id": "t1",
-        "toolCall": {
-            "status": "success",
-            "value": {"name": "developer__shell", "arguments": {"command": "ls"}},
-        },
-    }
-    response = {"type": "toolResponse", "id": "t1",
-                "toolResult": {"status": "success", "value": [{"type": "text", "text": "a.py"}]}}  # fmt: skip
+    request = _goose_request("t1", _goose_shell("ls"))
+    response = _goose_response("t1", {"status": "success", "value": [{"type": "text", "text": "a.py"}]})
 
     def msg(k, role, *blocks):
         return {"id": f"m{k}", "role": role, "created": 1750000000 + k, "content": list(blocks)}
@@ -743,13 +747,7 @@ def test_a_tool_call_tag_named_in_prose_does_not_swallow_the_call_after_it():
 
 
 def test_goose_results_in_its_newer_shape_and_failures_keep_their_text(tmp_path):
-    def req(i, value):
-        return {"type": "toolRequest", "id": i, "toolCall": value}
-
-    def resp(i, result):
-        return {"type": "toolResponse", "id": i, "toolResult": result}
-
-    ok = {"status": "success", "value": {"name": "developer__shell", "arguments": {"command": "ls"}}}
+    req, resp, ok = _goose_request, _goose_response, _goose_shell("ls")
     bad = {"status": "error", "error": "bad json"}
     newer = {"status": "success", "value": {"content": [{"type": "text", "text": "a.py"}], "isError": False}}
     msgs = [
@@ -789,19 +787,8 @@ def test_a_json_call_may_hold_the_tags_and_xml_values_keep_their_own_newlines():
 def test_a_goose_result_block_for_the_user_only_is_not_the_models_output(tmp_path):
     both = {"type": "text", "text": "x = 1", "annotations": {"audience": ["assistant"]}}
     user_only = {"type": "text", "text": "x = 1", "annotations": {"audience": ["user"], "priority": 0.0}}
-    request = {
-        "type": "toolRequest",
-        "id": "t1",
-        "toolCall": {
-            "status": "success",
-            "value": {"name": "developer__shell", "arguments": {"command": "cat a.py"}},
-        },
-    }
-    response = {
-        "type": "toolResponse",
-        "id": "t1",
-        "toolResult": {"status": "success", "value": [both, user_only]},
-    }
+    request = _goose_request("t1", _goose_shell("cat a.py"))
+    response = _goose_response("t1", {"status": "success", "value": [both, user_only]})
     msgs = [{"role": "user", "content": [{"type": "text", "text": "go"}]},
             {"role": "assistant", "content": [request]}, {"role": "user", "content": [response]},
             {"role": "assistant", "content": [{"type": "text", "text": "done"}]}]  # fmt: skip
