@@ -98,12 +98,12 @@ def _langchain(m: dict) -> dict:
     out = {k: v for k, v in m.items() if k not in ("type", "tool_calls")}
     out["role"] = _LANGCHAIN_TYPES[m["type"]]
     calls = m.get("tool_calls")
-    if isinstance(calls, list) and calls and isinstance(m.get("content"), list):
-        # ChatAnthropic keeps the same calls as tool_use blocks in the content: read them once
-        out["content"] = [
-            b for b in m["content"] if not (isinstance(b, dict) and b.get("type") == "tool_use")
-        ]
     if isinstance(calls, list) and calls:
+        if isinstance(m.get("content"), list):
+            # ChatAnthropic keeps the same calls as tool_use blocks in the content: read them once
+            out["content"] = [
+                b for b in m["content"] if not (isinstance(b, dict) and b.get("type") == "tool_use")
+            ]
         out["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}}
