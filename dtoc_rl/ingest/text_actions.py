@@ -98,27 +98,28 @@ def bash_block(text: str) -> tuple[str | None, str]:
     return m[0], _THOUGHT.sub("", _BASH.sub("", text).strip())
 
 
-def _hermes_blocks(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, body)`` of each ``<tool_call>`` block.  A JSON body is read as JSON (its strings
-    may hold the tags themselves: an edit of a chat template); any other body runs to the first
-    closing tag with no opening tag before it."""
+def _hermes_blocks(text: str) -> list[tuple[int, int, str, Any]]:
+    """``(start, end, body, value)`` of each ``<tool_call>`` block.  A JSON body is read as JSON, its
+    ``value`` the decoded object (its strings may hold the tags themselves: an edit of a chat
+    template); any other body runs to the first closing tag with no opening tag before it, its
+    ``value`` None (a body that starts as JSON but is not followed by the closing tag is no call)."""
     out, pos = [], 0
     while (i := text.find("<tool_call>", pos)) >= 0:
         j = i + len("<tool_call>")
         k = len(text) - len(text[j:].lstrip())
         if text[k : k + 1] == "{":
             try:
-                _, end = _JSON.raw_decode(text, k)
+                value, end = _JSON.raw_decode(text, k)
             except json.JSONDecodeError:
-                end = -1
+                value, end = None, -1
             close = _CLOSE.match(text, end) if end > 0 else None
             if close is not None:
-                out.append((i, close.end(), text[k:end]))
+                out.append((i, close.end(), text[k:end], value))
                 pos = close.end()
                 continue
         m = _HERMES.match(text, i)
         if m is not None:
-            out.append((i, m.end(), m.group(1)))
+            out.append((i, m.end(), m.group(1), None))
             pos = m.end()
         else:
             pos = j
@@ -132,14 +133,10 @@ def hermes_calls(text: str) -> tuple[list[tuple[str, str]], str]:
     kept: list[str] = []  # the reply without the blocks that are calls (a malformed one stays, as sent)
     last = 0
     text = text or ""
-    for start, end, body in _hermes_blocks(text):
-        call: Any = None
-        if body.lstrip().startswith("{"):
-            try:
-                call = json.loads(body)
-            except json.JSONDecodeError:
-                call = None
-        elif (m_fn := _FN.search(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
+    for start, end, body, call in _hermes_blocks(text):
+        # (a body that starts as JSON and was not decoded is no call)
+        xml = call is None and not body.lstrip().startswith("{")
+        if xml and (m_fn := _FN.search(body + "\n")) is not None:  # Qwen3-Coder: <function=...> inside
             # its names as written (no SWE-agent aliases); a value loses only the newline the template
             # puts on each side of it
             params = {k: _one_newline_off(v) for k, v in _FN_PARAM.findall(m_fn.group(2))}
