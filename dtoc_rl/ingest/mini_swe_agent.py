@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
 from dtoc_rl.ingest.responses import responses_to_messages
@@ -97,6 +97,7 @@ class MiniSweAgentIngester(Ingester):
         steps = []
         pending_user = ""
         turn = 0
+        awaiting: list[Step] = []  # the tool calls made so far, pruned of those answered at each reply
         for i, msg in enumerate(msgs):
             if not isinstance(msg, dict):
                 raise IngestError(f"messages[{i}] is {type(msg).__name__}, expected object", path)
@@ -117,7 +118,7 @@ class MiniSweAgentIngester(Ingester):
                     pending_user += text
             elif role == "tool":  # 2.x: the answer to one tool call, by its id
                 call_id = msg.get("tool_call_id")
-                open_ = [s for s in steps if s.tool_name and s.output is None]
+                open_ = awaiting = [s for s in awaiting if s.output is None]
                 match = next((s for s in open_ if call_id and s.tool_call_id == call_id), None)
                 if match is None and not call_id and open_:
                     match = open_[0]
@@ -135,7 +136,7 @@ class MiniSweAgentIngester(Ingester):
                 for k, call in enumerate(calls):
                     name, args, call_id = _tool_call(call, i, k, path)
                     steps.append(
-                        new_step(
+                        step := new_step(
                             turn=turn,
                             user_text=pending_user if k == 0 else "",
                             assistant_text=text if k == 0 else "",
@@ -145,6 +146,7 @@ class MiniSweAgentIngester(Ingester):
                             usage=message_usage(msg) if k == 0 else None,
                         )
                     )
+                    awaiting.append(step)
                 pending_user = ""
                 turn += 1
             elif role == "assistant":
@@ -161,6 +163,8 @@ class MiniSweAgentIngester(Ingester):
                         usage=message_usage(msg),
                     )
                 )
+                if cmd is not None:
+                    awaiting.append(steps[-1])
                 pending_user = ""
                 turn += 1
         if not steps:
