@@ -113,6 +113,17 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"kimi-k2-0905(-preview)?$", "kimi-k2-0905-preview"),
     (r"kimi-k2-0711(-preview)?$", "kimi-k2-0711-preview"),
     (r"kimi-k2\.5$", "kimi-k2.5"),
+    (r"glm-4\.[567](-fp8)?$", "glm-4.6"),
+    (r"grok-code-fast(-1)?(-\d{4})?$", "grok-code-fast-1"),
+    (r"grok-4[.-]1-fast(-reasoning|-non-reasoning)?(-latest)?$", "grok-4-1-fast"),
+    (r"grok-3-mini(-latest)?$", "grok-3-mini"),
+    (r"grok-3(-latest)?$", "grok-3"),
+    (r"minimax-m2\.5$", "minimax-m2.5"),
+    (r"minimax-m2\.7$", "minimax-m2.7"),
+    (r"devstral-medium(-\d{4}|-latest)?$", "devstral-medium"),
+    (r"devstral-small(-\d{4}|-latest)?$", "devstral-small"),
+    (r"codestral(-\d{4}|-latest)?$", "codestral"),
+    (r"gpt-oss-120b$", "gpt-oss-120b"),
 ]
 
 

@@ -178,6 +178,31 @@ VERSION_PRICES: dict[str, Prices] = {
         0.60, 2.50, 0.15, 0.60, "platform.moonshot.ai pricing (kimi-k2-0711-preview)", "2026-03-26"
     ),
     "kimi-k2.5": Prices(0.60, 3.00, 0.10, 0.60, "platform.moonshot.ai pricing (kimi-k2.5)", "2026-03-26"),
+    # Z.ai's international list prices for GLM-4.5, 4.6 and 4.7 (docs.z.ai pricing): cache hits at about a
+    # fifth of the input price, cache storage free, so no write fee (docs.z.ai/help/faq).
+    "glm-4.6": Prices(0.60, 2.20, 0.11, 0.60, "docs.z.ai pricing (glm-4.5, glm-4.6, glm-4.7)", "2025-09-30"),
+    # xAI's list prices (docs.x.ai/docs/models; cached input at the stated rate, no write fee).
+    "grok-code-fast-1": Prices(0.20, 1.50, 0.02, 0.20, "docs.x.ai models (grok-code-fast-1)", "2025-08-28"),
+    "grok-4-1-fast": Prices(
+        0.20, 0.50, 0.05, 0.20, "docs.x.ai models (grok-4-1-fast, reasoning and non-reasoning)", "2025-11-19"
+    ),
+    "grok-3": Prices(3.00, 15.00, 0.75, 3.00, "docs.x.ai models (grok-3, as archived 2025-06-02)", "2025-06-02"),
+    "grok-3-mini": Prices(
+        0.30, 0.50, 0.075, 0.30, "docs.x.ai models (grok-3-mini, as archived 2025-06-02)", "2025-06-02"
+    ),
+    # MiniMax's pay-as-you-go prices (platform.minimax.io/docs/guides/pricing-paygo): an explicit cache
+    # with a write fee above the input price, as Anthropic's.
+    "minimax-m2.5": Prices(0.30, 1.20, 0.03, 0.375, "platform.minimax.io pricing (MiniMax-M2.5)", "2026-02-12"),
+    "minimax-m2.7": Prices(0.30, 1.20, 0.06, 0.375, "platform.minimax.io pricing (MiniMax-M2.7)", "2026-04-01"),
+    # Mistral's La Plateforme list prices (mistral.ai/pricing); no cached-input discount published.
+    "devstral-medium": Prices(0.40, 2.00, 0.40, 0.40, "mistral.ai pricing (devstral-medium)", "2025-07-10"),
+    "devstral-small": Prices(0.10, 0.30, 0.10, 0.10, "mistral.ai pricing (devstral-small)", "2025-07-10"),
+    "codestral": Prices(0.30, 0.90, 0.30, 0.30, "mistral.ai pricing (codestral)", "2025-07-30"),
+    # gpt-oss is open-weight (OpenAI sells no API for it): priced as one host lists it, without a cache
+    # discount (inference-docs.cerebras.ai, gpt-oss-120b).  An estimate: hosts differ several-fold.
+    "gpt-oss-120b": Prices(
+        0.35, 0.75, 0.35, 0.35, "estimate: inference-docs.cerebras.ai (gpt-oss-120b)", "2025-08-05"
+    ),
 }
 
 #: Prices per family: the fallback for a name with no version entry (the family's usual version).
@@ -204,6 +229,11 @@ PRICES: dict[str, Prices] = {
     "deepseek-coder": VERSION_PRICES["deepseek-coder-v2"],
     "doubao-pro": VERSION_PRICES["doubao-pro-128k"],
     "kimi": VERSION_PRICES["kimi-k2-0905-preview"],
+    "glm": VERSION_PRICES["glm-4.6"],
+    "grok": VERSION_PRICES["grok-code-fast-1"],
+    "minimax": VERSION_PRICES["minimax-m2.5"],
+    "mistral": VERSION_PRICES["devstral-medium"],
+    "gpt-oss": VERSION_PRICES["gpt-oss-120b"],
 }
 
 #: Unknown families are priced like this one (a mid-priced frontier model with caching).

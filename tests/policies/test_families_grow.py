@@ -83,3 +83,22 @@ def test_a_kimi_model_is_billed_at_moonshots_prices_with_its_cache_discount():
     p = prices_for("kimi", "kimi-k2-0905-preview")
     assert (p.input, p.cache_read, p.output) == (0.60, 0.15, 2.50)
     assert cache_regime(p) == "discount, no write premium"
+
+
+@pytest.mark.parametrize(
+    ("family", "name", "expected", "regime"),
+    [("glm", "zai-org/GLM-4.6", (0.60, 0.11, 2.20), "discount, no write premium"),
+     ("grok", "x-ai/grok-code-fast-1", (0.20, 0.02, 1.50), "discount, no write premium"),
+     ("grok", "grok-4.1-fast-reasoning", (0.20, 0.05, 0.50), "discount, no write premium"),
+     ("minimax", "MiniMax-M2.5", (0.30, 0.03, 1.20), "write premium"),
+     ("mistral", "mistralai/devstral-small-2507", (0.10, 0.10, 0.30), "no caching"),
+     ("gpt-oss", "openai/gpt-oss-120b", (0.35, 0.35, 0.75), "no caching")],
+)  # fmt: skip
+def test_the_new_families_are_billed_at_their_own_list_prices_not_gpt_4os(family, name, expected, regime):
+    from dtoc_rl.data.models import normalize_family
+    from dtoc_rl.sim.pricing import PRICES, cache_regime, prices_for
+
+    assert normalize_family(name) == family and family in PRICES  # a version without an entry: its family's
+    p = prices_for(family, name)
+    assert (p.input, p.cache_read, p.output) == expected
+    assert cache_regime(p) == regime
