@@ -186,14 +186,20 @@ VERSION_PRICES: dict[str, Prices] = {
     "grok-4-1-fast": Prices(
         0.20, 0.50, 0.05, 0.20, "docs.x.ai models (grok-4-1-fast, reasoning and non-reasoning)", "2025-11-19"
     ),
-    "grok-3": Prices(3.00, 15.00, 0.75, 3.00, "docs.x.ai models (grok-3, as archived 2025-06-02)", "2025-06-02"),
+    "grok-3": Prices(
+        3.00, 15.00, 0.75, 3.00, "docs.x.ai models (grok-3, as archived 2025-06-02)", "2025-06-02"
+    ),
     "grok-3-mini": Prices(
         0.30, 0.50, 0.075, 0.30, "docs.x.ai models (grok-3-mini, as archived 2025-06-02)", "2025-06-02"
     ),
     # MiniMax's pay-as-you-go prices (platform.minimax.io/docs/guides/pricing-paygo): an explicit cache
     # with a write fee above the input price, as Anthropic's.
-    "minimax-m2.5": Prices(0.30, 1.20, 0.03, 0.375, "platform.minimax.io pricing (MiniMax-M2.5)", "2026-02-12"),
-    "minimax-m2.7": Prices(0.30, 1.20, 0.06, 0.375, "platform.minimax.io pricing (MiniMax-M2.7)", "2026-04-01"),
+    "minimax-m2.5": Prices(
+        0.30, 1.20, 0.03, 0.375, "platform.minimax.io pricing (MiniMax-M2.5)", "2026-02-12"
+    ),
+    "minimax-m2.7": Prices(
+        0.30, 1.20, 0.06, 0.375, "platform.minimax.io pricing (MiniMax-M2.7)", "2026-04-01"
+    ),
     # Mistral's La Plateforme list prices (mistral.ai/pricing); no cached-input discount published.
     "devstral-medium": Prices(0.40, 2.00, 0.40, 0.40, "mistral.ai pricing (devstral-medium)", "2025-07-10"),
     "devstral-small": Prices(0.10, 0.30, 0.10, 0.10, "mistral.ai pricing (devstral-small)", "2025-07-10"),
