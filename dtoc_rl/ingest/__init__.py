@@ -138,8 +138,8 @@ def unknown_format_reason(path: Path) -> str:
     first = head.lstrip().split("\n", 1)[0]
     if path.suffix.lower() == ".jsonl" and re.match(r'\{\s*"(role|from)"\s*:', first):
         return (
-            'one chat message per line: a chat log holds a run per line ({"messages": [...]}), or the '
-            "message list in a .json file"
+            "chat messages one per line, but not every line is one (a header of the run's own fields "
+            'may only come first; or write a run per line, {"messages": [...]})'
         )
     return (
         "unknown format: no ingester recognises this file (README, 'Log formats'; --format NAME forces one)"

@@ -164,6 +164,8 @@ def _message(m: Any, where: str) -> Any:
         isinstance(b, dict) and b.get("type") in ("toolRequest", "toolResponse") for b in c
     ):
         m = {**m, "content": [_goose_block(b) for b in c]}  # a Goose session's export
+        if "timestamp" not in m and isinstance(m.get("created"), int | float):
+            m["timestamp"] = m["created"]  # its epoch seconds: when the call was answered
     if m.get("role") is None and m.get("from") is None and m.get("type") in _LANGCHAIN_TYPES:
         if isinstance(m.get("data"), dict) and "content" not in m:  # messages_to_dict: {type, data}
             return _langchain({**m["data"], "type": m["type"]})

@@ -452,6 +452,8 @@ class OpenAIChatIngester(Ingester):
             return False
         if '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None:
             return True
+        if path.suffix == ".jsonl" and _one_message_per_line(_head_lines(head)):
+            return True
         # Responses items: a list of them, or a run holding them under "input", "items" or "output"
         return _ITEM_RE.search(head) is not None and (
             start == "[" or re.search(r'"(?:input|items|output)"\s*:\s*\[', head) is not None
@@ -460,7 +462,11 @@ class OpenAIChatIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: dict[str, int] = {}
         if path.suffix == ".jsonl":
-            yield from parse_rows(path, iter_jsonl(path), lambda r, n: self.run(path, r, n, seen, "line"))
+            lines = list(iter_jsonl(path))
+            if _one_message_per_line([row for _, row, err in lines if err is None]):
+                yield self.run(path, _lines_run(path, lines), 1, seen, "file")
+                return
+            yield from parse_rows(path, lines, lambda r, n: self.run(path, r, n, seen, "line"))
             return
         data = read_json(path)
         if isinstance(data, list) and data and all(isinstance(r, dict) and _is_run(r) for r in data):
@@ -552,6 +558,49 @@ def _with_run_system(row: dict, messages: Any) -> tuple[Any, str | None]:
     if isinstance(first, dict) and first.get("role") in ("system", "developer"):
         return messages, None
     return [{"role": "system", "content": content_text(row[key], key)}, *messages], key
+
+
+def _head_lines(head: str) -> list[Any]:
+    # the lines of a file's head that are whole JSON values (the last may be cut off; it is then left out)
+    rows = []
+    for line in head.split("\n"):
+        try:
+            rows.append(json.loads(line))
+        except (json.JSONDecodeError, RecursionError):
+            continue
+    return rows
+
+
+def _one_message_per_line(rows: list[Any]) -> bool:
+    """Whether JSONL ``rows`` are one run written a message per line (Goose's session files, a chat
+    logged as it went) rather than a run per line: every row a message (an object with a chat
+    ``role``) but for a header before the first (the session's fields: no run of its own)."""
+    first = next((i for i, r in enumerate(rows) if isinstance(r, dict) and r.get("role") in ROLES), None)
+    if first is None:
+        return False
+    head, body = rows[:first], rows[first:]
+    return all(isinstance(r, dict) and not _is_run(r) and "role" not in r for r in head) and all(
+        isinstance(r, dict) and r.get("role") in ROLES and not _is_run(r) for r in body
+    )
+
+
+def _lines_run(path: Path, lines: list[tuple[int, Any, str | None]]) -> dict:
+    # A message-per-line file as one run: its header's fields, its messages in order, the file's name as
+    # its id unless the header names one.  A line that cannot be read loses a message: the run is not
+    # read at all rather than read with a hole in it.
+    bad = [f"line {n}: {err}" for n, _, err in lines if err is not None]
+    if bad:
+        raise IngestError(f"a run written a message per line, not read: {'; '.join(bad[:5])}", path)
+    run: dict[str, Any] = {}
+    messages = []
+    for _, row, _ in lines:
+        if "role" in row:
+            messages.append(row)
+        else:
+            run.update(row)
+    run.setdefault("id", path.stem)
+    run["messages"] = messages
+    return run
 
 
 def _is_run(row: dict) -> bool:

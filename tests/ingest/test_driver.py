@@ -49,9 +49,9 @@ def test_bad_inputs_are_skipped_with_reasons_and_the_rest_continues(batch):
     assert "12345" in reasons["wrongtypes.traj.json"] or "int" in reasons["wrongtypes.traj.json"]
     assert "unknown format" in reasons["mystery.json"] and "--format NAME" in reasons["mystery.json"]
     assert reasons["blank.jsonl"] == "empty file: nothing to read"
-    assert reasons["permessage.jsonl"].startswith("one chat message per line")
+    assert "permessage.jsonl" not in reasons  # a chat written a message per line: one run
     ids = {t.traj_id for t in res.trajectories}
-    assert len(ids) == 3  # the two good files and the huge one
+    assert len(ids) == 4  # the two good files, the message-per-line chat and the huge one
     huge = next(t for t in res.trajectories if any(len(s.output or "") > 500_000 for s in t.steps))
     assert max(len(s.output or "") for s in huge.steps) < 1_100_000  # capped, marked, not dropped
     assert any("characters cut at ingest" in (s.output or "") for s in huge.steps)
@@ -61,7 +61,7 @@ def test_cli_exit_codes_strict_and_json(batch, tmp_path, capsys):
     out = tmp_path / "ds"
     assert main(["ingest", str(batch), "-o", str(out), "--json", "--workers", "1"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["total"]["trajectories"] == 3 and len(summary["skipped"]) == 7
+    assert summary["total"]["trajectories"] == 4 and len(summary["skipped"]) == 6
     assert (out / "COMPLETE").is_file()
     assert main(["ingest", str(batch), "-o", str(out), "--quiet"]) == 2  # exists, no --overwrite
     assert main(["ingest", str(batch), "-o", str(tmp_path / "s"), "--strict", "--quiet"]) == 1

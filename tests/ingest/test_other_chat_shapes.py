@@ -796,3 +796,61 @@ def test_a_goose_result_block_for_the_user_only_is_not_the_models_output(tmp_pat
     f.write_text(json.dumps({"id": "s", "messages": msgs}))
     (t,) = CHAT.parse(f)
     assert t.steps[0].output == "x = 1"
+
+
+def _goose_messages():
+    request = _goose_request("t1", _goose_shell("ls"))
+    response = _goose_response("t1", {"status": "success", "value": [{"type": "text", "text": "a.py"}]})
+    ask, answer = {"type": "text", "text": "list files"}, {"type": "text", "text": "One."}
+    blocks = [[ask], [request], [response], [answer]]
+    roles = ("user", "assistant", "user", "assistant")
+    return [
+        {"id": None, "role": r, "created": 1750000001 + k, "content": c}
+        for k, (r, c) in enumerate(zip(roles, blocks, strict=True))
+    ]
+
+
+def test_a_goose_session_file_a_message_per_line_after_its_header_is_one_run(tmp_path):
+    header = {"working_dir": "/w", "description": "list", "schedule_id": None, "message_count": 4,
+              "total_tokens": 900, "input_tokens": 800, "output_tokens": 100}  # fmt: skip
+    f = tmp_path / "20250601_120000.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [header, *_goose_messages()]) + "\n")
+    assert isinstance(detect_format(f), OpenAIChatIngester)
+    (t,) = CHAT.parse(f)
+    assert t.traj_id.endswith("/20250601_120000") and t.task_text == "list files"
+    assert [(s.tool_name, s.output) for s in t.steps] == [("developer__shell", "a.py"), (None, None)]
+    assert json.loads(t.extra)["working_dir"] == "/w"
+    assert t.steps[0].timestamp == 1750000002  # the message's "created": the call's time
+
+
+def test_a_chat_logged_a_message_per_line_is_one_run_and_a_run_per_line_file_is_not_one(tmp_path):
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+            {"role": "assistant", "content": "done"}]  # fmt: skip
+    one = tmp_path / "chat.jsonl"
+    one.write_text("\n".join(json.dumps(m) for m in msgs))
+    (t,) = CHAT.parse(one)
+    assert (t.system_prompt, t.steps[0].output) == ("sys", "a.py")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps({"id": f"r{i}", "messages": msgs}) for i in range(2)))
+    assert [t.traj_id.rsplit("/", 1)[-1] for t in CHAT.parse(runs)] == ["r0", "r1"]
+
+
+def test_a_message_per_line_file_with_a_bad_line_is_not_read_with_a_hole_in_it(tmp_path):
+    lines = [json.dumps(m) for m in _goose_messages()]
+    lines[2] = lines[2][:-5]  # the tool's reply cut off
+    f = tmp_path / "s.jsonl"
+    f.write_text("\n".join(lines))
+    with pytest.raises(IngestError, match="a message per line, not read: line 3: invalid JSON"):
+        list(CHAT.parse(f))
+
+
+def test_a_message_per_line_file_with_a_line_that_is_no_message_is_not_guessed(tmp_path):
+    from dtoc_rl.ingest import unknown_format_reason
+
+    f = tmp_path / "mixed.jsonl"
+    f.write_text(json.dumps({"role": "user", "content": "go"}) + "\n" + json.dumps({"note": 1}) + "\n")
+    assert detect_format(f) is None
+    assert unknown_format_reason(f).startswith("chat messages one per line, but not every line is one")
