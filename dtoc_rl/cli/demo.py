@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from dtoc_rl.cli.common import INTERRUPTED, emit_json, fail
+from dtoc_rl.cli.common import INTERRUPTED, emit_json, fail, write_text_atomic
 
 BASELINES = [
     "none",
@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
             k: ingest_summary[k] for k in ("total", "groups", "skipped") if k in ingest_summary
         }
     metrics["seconds"] = round(time.perf_counter() - t0, 1)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+    write_text_atomic(out / "metrics.json", [json.dumps(metrics, indent=2, default=str)])
     if wandb_run is not None:
         from dtoc_rl.tracking import log_evaluation
 
