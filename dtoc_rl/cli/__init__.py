@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("dtoc_rl.cli.demo", "the main job: ingest, train, evaluate against baselines and the oracle"),
     "calibrate": ("dtoc_rl.cli.calibrate", "check need labels and the miss model against really masked logs"),
     "serve": ("dtoc_rl.cli.serve", "serve a policy over HTTP (POST /decide) for agents in any language"),
+    "proxy": (
+        "dtoc_rl.cli.proxy",
+        "a policy in front of any agent: an OpenAI/Anthropic-compatible proxy",
+    ),
 }
 
 

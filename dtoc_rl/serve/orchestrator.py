@@ -511,12 +511,15 @@ class Orchestrator:
         *,
         reasoning: str | None = None,
         usage: Mapping[str, Any] | None = None,
+        answered_at: float | None = None,
     ) -> list[dict[str, Any]]:
         """Provider-neutral form: ``tool_calls`` are ``{"id"?, "name", "arguments"}``
         (arguments a dict or JSON text); ``usage`` is the provider's usage object as its API returned
         it (OpenAI's ``prompt_tokens``..., Anthropic's ``input_tokens`` with its cache counts, Gemini's
         ``usageMetadata``; or just ``{"input_tokens", "output_tokens"}``), kept with the call and in
-        :meth:`save_log`.  Returns the calls you must run."""
+        :meth:`save_log`.  ``answered_at``: the ``time.monotonic()`` of the answer when it is recorded
+        later (a proxy hears of it with the next request); the prompt cache's age is timed from it.
+        Returns the calls you must run."""
         with self._lock:
             tot = self._totals
             turn = tot.calls
@@ -547,7 +550,7 @@ class Orchestrator:
             if used is not None:
                 tot.input_tokens += used.input_tokens or 0
                 tot.output_tokens += used.output_tokens or 0
-            self._answered_at = time.monotonic()
+            self._answered_at = time.monotonic() if answered_at is None else answered_at
             self._add_turn(asst, turn, masked, time.time(), used)
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):

@@ -1,0 +1,182 @@
+"""``dtoc-rl proxy --policy SPEC_OR_CHECKPOINT --upstream URL``: a policy in front of any agent.
+
+An OpenAI- and Anthropic-compatible HTTP proxy: point the agent's base URL at it and, before each
+model call, the policy decides which of the conversation's tool outputs the model sees; the ones it
+hides go upstream as short DTOC placeholders, everything else as the agent sent it, with the agent's
+own credentials.  No change to the agent's code:
+
+  dtoc-rl proxy --policy CKPT --upstream https://api.openai.com
+  OPENAI_BASE_URL=http://127.0.0.1:8766/v1 your-agent ...
+
+  dtoc-rl proxy --policy CKPT --upstream https://api.anthropic.com
+  ANTHROPIC_BASE_URL=http://127.0.0.1:8766 your-agent ...
+
+POST .../chat/completions, .../responses (Codex; not with previous_response_id, where the API keeps
+the history) and .../messages are managed (streamed answers are passed on as they arrive); every
+other request is passed through.  Each conversation is mirrored in memory (the
+--max-conversations most recent); with --log-dir each is also written as a log `dtoc-rl ingest`
+reads, with the usage the API reported, so `dtoc-rl evaluate` can price what the policy did.  A
+model of a family the policy does not serve (an unknown name: give its prices with --prices) and a
+request the proxy cannot read go upstream unchanged: the proxy never stops an agent.
+
+Binds to 127.0.0.1; another address must be allowed with --allow-remote (the proxy relays whatever
+credentials its callers send).  Stop it with Ctrl-C or SIGTERM (exit code 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from dtoc_rl.cli.common import CLIError, fail
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dtoc_rl.serve.proxy import DEFAULT_MAX_CONVERSATIONS, DEFAULT_PROXY_PORT
+
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument(
+        "--policy", required=True, help="policy spec, learned-policy checkpoint folder, or module:Class"
+    )
+    p.add_argument(
+        "--upstream",
+        required=True,
+        help="the API the requests go on to, without the path the agent sends (https://api.openai.com, "
+        "https://api.anthropic.com, http://localhost:8000 for a local server)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PROXY_PORT,
+        help=f"port (default {DEFAULT_PROXY_PORT}; 0: any free)",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host other than loopback: anyone who reaches it can relay requests upstream",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE|JSON",
+        help="your prices {model: {input, output, cache_read, cache_write}} (USD per million tokens), "
+        "for models the price table lacks: the policy sees them, and manages such a model even when "
+        "its family is unknown",
+    )
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="write each conversation there (one JSONL log per conversation, rewritten after every "
+        "call) for dtoc-rl ingest and evaluate",
+    )
+    p.add_argument(
+        "--max-conversations",
+        type=int,
+        default=DEFAULT_MAX_CONVERSATIONS,
+        help=f"conversations mirrored at once; the least recently used is dropped beyond it "
+        f"({DEFAULT_MAX_CONVERSATIONS})",
+    )
+    p.add_argument(
+        "--max-items",
+        type=int,
+        default=None,
+        help="observation slots (default: the checkpoint's max_items, else 128)",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream API (600)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for learned policies (default 1: lowest latency for one small network)",
+    )
+    p.add_argument("--log", action="store_true", help="log every managed request to stderr")
+    p.add_argument("--json", action="store_true", help="print the startup info as one JSON line")
+    p.add_argument("--quiet", action="store_true", help="print nothing at start and stop")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dtoc_rl.cli.serve import _load
+    from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+    from dtoc_rl.serve.service import is_loopback
+
+    try:
+        if not 0 <= args.port <= 65535:
+            raise CLIError(f"--port must be in 0..65535, got {args.port}")
+        if args.max_conversations < 1:
+            raise CLIError(f"--max-conversations must be >= 1, got {args.max_conversations}")
+        if args.max_items is not None and args.max_items < 1:
+            raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
+        if args.threads < 1:
+            raise CLIError(f"--threads must be >= 1, got {args.threads}")
+        if not args.timeout > 0:
+            raise CLIError(f"--timeout must be > 0 seconds, got {args.timeout}")
+        if not args.upstream.startswith(("http://", "https://")):
+            raise CLIError(f"--upstream must be an http:// or https:// URL, got {args.upstream!r}")
+        if not is_loopback(args.host) and not args.allow_remote:
+            raise CLIError(
+                f"--host {args.host} is not a loopback address: anyone reaching it could relay requests "
+                "to the upstream API; add --allow-remote to allow it"
+            )
+        prices = None
+        if args.prices:
+            from dtoc_rl.sim.pricing import load_price_table
+
+            try:
+                prices = load_price_table(args.prices)
+            except ValueError as e:
+                raise CLIError(f"--prices: {e}") from None
+        policy = _load(args.policy, "policy")
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(args.threads)
+        if isinstance(getattr(policy, "threads", None), int):
+            policy.threads = args.threads
+        log = (
+            (lambda line: print(f"dtoc-rl proxy: {line}", file=sys.stderr, flush=True)) if args.log else None
+        )
+        proxy = ContextProxy(
+            policy,
+            prices=prices,
+            max_conversations=args.max_conversations,
+            log_dir=args.log_dir,
+            orchestrator={"max_items": args.max_items} if args.max_items else None,
+            log=log if args.log else None,
+        )
+        try:
+            server = make_proxy_server(proxy, args.upstream, args.host, args.port, timeout_s=args.timeout)
+        except OSError as e:
+            raise CLIError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    except CLIError as e:
+        return fail(str(e))
+    host, port = server.server_address[:2]
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    label = str(getattr(policy, "label", None) or type(policy).__name__)
+    info = {"url": url, "host": host, "port": port, "policy": label, "upstream": server.upstream}
+    if args.json:
+        print(json.dumps(info), flush=True)
+    elif not args.quiet:
+        print(
+            f"dtoc-rl proxy: {label} on {url}, passing on to {server.upstream}\n"
+            f"  OpenAI-style agents: OPENAI_BASE_URL={url}/v1    Anthropic-style: ANTHROPIC_BASE_URL={url}",
+            flush=True,
+        )
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    if not (args.json or args.quiet):
+        print(
+            f"dtoc-rl proxy: stopped after {proxy.requests} requests; {proxy.hidden_sent} outputs sent "
+            "hidden",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,617 @@
+"""A policy in front of any agent, as an OpenAI- and Anthropic-compatible HTTP proxy.
+
+An agent that lets its API's base URL be set (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, LiteLLM's
+``api_base``) needs no change of code to have a policy manage its context: point it at ``dtoc-rl
+proxy`` and the proxy, before each model call,
+
+1. mirrors the request's conversation into an :class:`~dtoc_rl.serve.orchestrator.Orchestrator` (one
+   per conversation, fed only the messages it has not seen: the same session engine, need labels and
+   features a Python agent's orchestrator and ``dtoc-rl serve`` use);
+2. lets the policy decide (:meth:`Orchestrator.decide`), and
+3. sends the request on to the upstream API with the tool outputs the policy hides replaced by their
+   DTOC placeholders; every other byte of the request is the agent's own (its messages, tools, settings
+   and credentials), and the answer comes back unchanged, streamed as it arrives.
+
+The agent's store is its own history: nothing is lost, an output hidden at one call is shown again in
+full at a later one when the policy enables it.  Chat completions (``POST .../chat/completions``),
+Responses (``POST .../responses``, unless it names a ``previous_response_id``: then the API holds the
+history) and Anthropic Messages (``POST .../messages``) requests are managed; anything else is passed
+through.
+
+Conversations are told apart by their messages: a request whose messages start with all the messages a
+mirror has seen continues that conversation (tool results by their call ids, so a harness that masks
+or trims its own old outputs still continues it); any other starts a new one (a harness that rewrites
+earlier messages, e.g. after compacting, gets a fresh mirror, and its outputs are shown again until the
+policy hides them anew).  Models of a family the policy does not serve (``other``, unless the user
+priced it) pass through untouched, as ``dtoc-rl serve`` answers them with its ``none`` fallback.  A
+request the proxy cannot read, or whose mirroring fails, goes upstream as it came, with a warning: the
+proxy never stops an agent.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.core.render import message_text
+from dtoc_rl.data.models import FAMILIES, normalize_family
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.sim.pricing import Prices, user_prices
+
+__all__ = ["DEFAULT_PROXY_PORT", "ContextProxy", "Rewrite", "make_proxy_server"]
+
+DEFAULT_PROXY_PORT = 8766
+#: Conversations mirrored at once; beyond it the least recently used is dropped (its outputs are then
+#: shown again, in full, if it comes back).
+DEFAULT_MAX_CONVERSATIONS = 256
+# Headers a proxy must not pass on (RFC 9110 section 7.6.1) and the ones it recomputes; Accept-Encoding too,
+# so that an answer's usage can be read from it.
+_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
+)  # fmt: skip
+_SERVED = frozenset(FAMILIES) - {"other"}
+
+
+@dataclass
+class _Event:
+    """One message of a request, read alike from both APIs: ``kind`` is system, user, assistant or
+    tool; a tool event's ``where`` is its (message, block) position in the request."""
+
+    kind: str
+    text: str = ""
+    reasoning: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    call_id: str | None = None
+    is_error: bool = False
+    where: tuple[int, int | None] | None = None
+
+    def fingerprint(self) -> str:
+        # a tool result by its call: a harness may mask or trim its own old outputs and still continue
+        if self.kind == "tool":
+            return f"tool:{self.call_id}"
+        raw = json.dumps([self.kind, self.text, self.reasoning, self.calls], sort_keys=True, default=str)
+        return hashlib.sha1(raw.encode("utf-8", "replace")).hexdigest()
+
+
+def _args(value: Any) -> Any:
+    return {} if value is None else value
+
+
+def openai_events(body: Mapping[str, Any]) -> list[_Event]:
+    """A chat-completions request's messages as events."""
+    events = []
+    for i, m in enumerate(body.get("messages") or []):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"messages[{i}] is not an object")
+        role = m.get("role")
+        if role in ("system", "developer"):
+            events.append(_Event("system", message_text(m.get("content"), "\n")))
+        elif role == "assistant":
+            calls = []
+            for c in m.get("tool_calls") or []:
+                fn = c.get("function") or {}
+                calls.append(
+                    {"id": c.get("id"), "name": fn.get("name") or "", "arguments": _args(fn.get("arguments"))}
+                )
+            reasoning = m.get("reasoning_content") or m.get("reasoning") or ""
+            events.append(_Event("assistant", message_text(m.get("content"), "\n"), str(reasoning), calls))
+        elif role == "tool":
+            events.append(
+                _Event(
+                    "tool",
+                    message_text(m.get("content"), "\n"),
+                    call_id=m.get("tool_call_id"),
+                    where=(i, None),
+                )
+            )
+        else:  # user, and a legacy function reply read as text
+            events.append(_Event("user", message_text(m.get("content"), "\n")))
+    return events
+
+
+def anthropic_events(body: Mapping[str, Any]) -> list[_Event]:
+    """An Anthropic Messages request's system prompt and messages as events."""
+    events = []
+    if body.get("system"):
+        events.append(_Event("system", message_text(body["system"], "\n")))
+    for i, m in enumerate(body.get("messages") or []):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"messages[{i}] is not an object")
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        if m.get("role") == "assistant":
+            text, thinking, calls = [], [], []
+            for b in blocks:
+                kind = b.get("type") if isinstance(b, Mapping) else None
+                if kind == "text":
+                    text.append(b.get("text") or "")
+                elif kind == "thinking":
+                    thinking.append(b.get("thinking") or "")
+                elif kind == "tool_use":
+                    calls.append(
+                        {"id": b.get("id"), "name": b.get("name") or "", "arguments": _args(b.get("input"))}
+                    )
+            events.append(_Event("assistant", "\n".join(text), "\n".join(thinking), calls))
+            continue
+        texts, results = [], 0
+        for j, b in enumerate(blocks):
+            if isinstance(b, Mapping) and b.get("type") == "tool_result":
+                results += 1
+                events.append(
+                    _Event("tool", message_text(b.get("content"), "\n"), call_id=b.get("tool_use_id"),
+                           is_error=bool(b.get("is_error")), where=(i, j))
+                )  # fmt: skip
+            elif isinstance(b, Mapping) and b.get("type") == "text":
+                texts.append(b.get("text") or "")
+        if texts or not results:
+            events.append(_Event("user", "\n".join(texts)))
+    return events
+
+
+_RESPONSE_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+_RESPONSE_OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+
+
+def responses_events(body: Mapping[str, Any]) -> list[_Event]:
+    """An OpenAI Responses request's instructions and input items as events: a model turn is the
+    assistant messages, reasoning and calls between two items of another kind."""
+    events = []
+    if body.get("instructions"):
+        events.append(_Event("system", message_text(body["instructions"], "\n")))
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*events, _Event("user", items)]
+    turn: _Event | None = None
+    for i, it in enumerate(items or []):
+        if not isinstance(it, Mapping):
+            raise ValueError(f"input[{i}] is not an object")
+        kind = it.get("type") or ("message" if "role" in it else None)
+        role = it.get("role")
+        if kind in _RESPONSE_CALLS or kind == "reasoning" or (kind == "message" and role == "assistant"):
+            if turn is None:
+                turn = _Event("assistant")
+                events.append(turn)
+            if kind == "reasoning":
+                summary = it.get("summary") or []
+                turn.reasoning += message_text(summary if isinstance(summary, list) else [summary], "\n")
+            elif kind == "message":
+                turn.text += message_text(it.get("content"), "\n")
+            else:
+                args = it.get("arguments") if "arguments" in it else it.get("input", it.get("action"))
+                turn.calls.append(
+                    {"id": it.get("call_id"), "name": it.get("name") or kind, "arguments": _args(args)}
+                )
+            continue
+        turn = None
+        if kind in _RESPONSE_OUTPUTS:
+            events.append(
+                _Event(
+                    "tool", message_text(it.get("output"), "\n"), call_id=it.get("call_id"), where=(i, None)
+                )
+            )
+        elif kind == "message" and role in ("system", "developer"):
+            events.append(_Event("system", message_text(it.get("content"), "\n")))
+        elif kind == "message":
+            events.append(_Event("user", message_text(it.get("content"), "\n")))
+    return events
+
+
+_EVENTS = {"openai": openai_events, "anthropic": anthropic_events, "responses": responses_events}
+
+
+class _Mirror:
+    """One conversation as an Orchestrator has it, and how its tool results map to DTOC keys."""
+
+    def __init__(self, orch: Orchestrator, name: str):
+        self.orch = orch
+        self.name = name
+        self.prints: list[str] = []
+        self.keys: list[str | None] = []  # per event: the DTOC key of a tool result
+        self.pending: dict[Any, deque[str]] = {}  # the request's call id -> the orchestrator's
+        self.answered_at: float | None = None  # time.monotonic() of the last answer through the proxy
+        self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
+        self.lock = threading.Lock()
+
+    def feed(self, events: list[_Event]) -> None:
+        """Record the events after those already mirrored."""
+        new = events[len(self.prints) :]
+        asked = sum(e.kind == "assistant" for e in new)
+        for e in new:
+            key = None
+            if e.kind == "assistant":
+                usage, self.usage = (self.usage, None) if asked == 1 else (None, None)
+                calls = self.orch.record_assistant(
+                    e.text, e.calls, reasoning=e.reasoning or None, usage=usage, answered_at=self.answered_at
+                )
+                for asked_call, made in zip(e.calls, calls, strict=False):
+                    self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
+            elif e.kind == "tool":
+                waiting = self.pending.get(e.call_id)
+                if waiting:
+                    key = self.orch.add_tool_result(waiting.popleft(), e.text, is_error=e.is_error)
+            elif e.text:
+                self.orch.add_user(e.text)
+            self.prints.append(e.fingerprint())
+            self.keys.append(key)
+
+
+@dataclass
+class Rewrite:
+    """What the proxy did to one request: the conversation, the outputs it sent hidden, and why it left
+    the request as it was (``passed``: an unserved family, unreadable messages, ...)."""
+
+    body: Any
+    conversation: str | None = None
+    hidden: list[str] = field(default_factory=list)
+    outputs: int = 0
+    passed: str | None = None
+    decision_ms: float = 0.0
+
+
+class ContextProxy:
+    """Mirrors conversations and rewrites requests (no HTTP here; see :func:`make_proxy_server`).
+
+    Args:
+        policy: anything with ``act(obs, info)``; each conversation gets a shallow copy (its own
+            per-run state, the same network).
+        prices: the user's prices by model name (``pricing.load_price_table``): a model of a family the
+            policy does not serve is managed when priced here.
+        max_conversations: conversations mirrored at once (least recently used dropped first).
+        log_dir: when given, each conversation is written there after every request as the JSONL log
+            ``dtoc-rl ingest`` reads (its visibility, the calls' usage as the API reported it).
+        orchestrator: extra keyword arguments of every Orchestrator (``max_items``, ``cache_ttl``...).
+        warn, log: where warnings and a line per managed request go (default: warnings to stderr,
+            no request lines).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        prices: Mapping[str, Prices] | None = None,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        log_dir: str | Path | None = None,
+        orchestrator: Mapping[str, Any] | None = None,
+        warn: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        if not callable(getattr(policy, "act", None)):
+            raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
+        if max_conversations < 1:
+            raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
+        self.policy = policy
+        self.prices = dict(prices or {})
+        self.max_conversations = int(max_conversations)
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.orch_kwargs = dict(orchestrator or {})
+        self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
+        self.log = log
+        self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
+        self._lock = threading.Lock()  # the mirrors' table
+        self._decide = threading.Lock()  # one decision at a time: policies keep inference buffers
+        self._made = 0
+        self.requests = 0
+        self.hidden_sent = 0
+
+    # -- requests ------------------------------------------------------------------------
+    def rewrite(self, api: str, body: Any) -> Rewrite:
+        """``body`` (a decoded request of ``api``: "openai", "responses" or "anthropic") with the
+        outputs the policy hides replaced by placeholders; the conversation it used is named in the
+        result, for :meth:`answered`."""
+        self.requests += 1
+        listed = "input" if api == "responses" else "messages"
+        if not isinstance(body, dict) or not isinstance(body.get(listed), list | str):
+            return Rewrite(body, passed=f"no {listed} list")
+        if api == "responses" and body.get("previous_response_id"):
+            return Rewrite(body, passed="the API holds the history (previous_response_id): nothing to manage")
+        model = body.get("model") if isinstance(body.get("model"), str) else ""
+        family = normalize_family(model)
+        given = user_prices(model, family, self.prices)
+        if family not in _SERVED and given is None:
+            return Rewrite(
+                body, passed=f"model {model!r} (family {family!r}) is not served: give --prices for it"
+            )
+        try:
+            events = _EVENTS[api](body)
+        except (ValueError, TypeError, AttributeError) as e:
+            return Rewrite(body, passed=f"messages not read: {e}")
+        mirror = self._mirror(events, model, given)
+        try:
+            with mirror.lock:
+                mirror.feed(events)
+                t0 = time.perf_counter()
+                with self._decide:
+                    mirror.orch.decide()
+                ms = (time.perf_counter() - t0) * 1000
+                hidden = set(mirror.orch.store.hidden_keys())
+                out = self._patch(api, body, events, mirror, hidden)
+                if self.log_dir is not None:
+                    self._log(mirror)
+        except Exception as e:  # a mirror that cannot follow is dropped; the agent goes on
+            with self._lock:
+                self.mirrors.pop(mirror.name, None)
+            self.warn(f"conversation {mirror.name}: not managed this call ({type(e).__name__}: {e})")
+            return Rewrite(body, conversation=mirror.name, passed=f"{type(e).__name__}: {e}")
+        sent = [k for k in mirror.keys if k is not None and k in hidden]
+        self.hidden_sent += len(sent)
+        outputs = sum(k is not None for k in mirror.keys)
+        if self.log is not None:
+            self.log(f"{mirror.name}: {outputs} outputs, {len(sent)} sent hidden, decided in {ms:.1f} ms")
+        return Rewrite(out, conversation=mirror.name, hidden=sent, outputs=outputs, decision_ms=ms)
+
+    def answered(self, conversation: str | None, answer: Any = None) -> None:
+        """The API answered a request of ``conversation``: the time (the cache's age at the next call)
+        and, from a decoded answer, its usage (kept with the call it made)."""
+        if conversation is None:
+            return
+        with self._lock:
+            mirror = self.mirrors.get(conversation)
+        if mirror is None:
+            return
+        with mirror.lock:
+            mirror.answered_at = time.monotonic()
+            usage = answer.get("usage") if isinstance(answer, dict) else None
+            mirror.usage = usage if isinstance(usage, dict) else None
+
+    # -- internals -----------------------------------------------------------------------
+    def _mirror(self, events: list[_Event], model: str, given: Prices | None) -> _Mirror:
+        prints = [e.fingerprint() for e in events]
+        with self._lock:
+            best = None
+            for m in self.mirrors.values():  # the longest conversation the request continues
+                n = len(m.prints)
+                if n <= len(prints) and m.prints == prints[:n] and (best is None or n > len(best.prints)):
+                    best = m
+            if best is not None:
+                self.mirrors.move_to_end(best.name)
+                return best
+            system = "\n\n".join(e.text for e in events if e.kind == "system" and e.text) or None
+            first = next((e for e in events if e.kind == "user"), None)
+            self._made += 1
+            name = f"c{self._made:05d}-{hashlib.sha1((prints[0] if prints else '').encode()).hexdigest()[:8]}"
+            orch = Orchestrator(
+                copy.copy(self.policy),
+                mode="policy",
+                query=first.text if first is not None else None,
+                system=system,
+                model=model,
+                prices=given,
+                task_id=name,
+                **self.orch_kwargs,
+            )
+            mirror = _Mirror(orch, name)
+            # the system prompt and the task are the orchestrator's own: mark them as seen
+            head = 0
+            while head < len(events) and events[head].kind == "system":
+                head += 1
+            if first is not None and head < len(events) and events[head] is first:
+                head += 1
+            mirror.prints = prints[:head]
+            mirror.keys = [None] * head
+            self.mirrors[name] = mirror
+            while len(self.mirrors) > self.max_conversations:
+                _, old = self.mirrors.popitem(last=False)
+                old.orch.close()
+            return mirror
+
+    def _patch(self, api: str, body: dict, events: list[_Event], mirror: _Mirror, hidden: set[str]) -> dict:
+        # the body itself when nothing is hidden: then the request goes on byte for byte as it came
+        if not hidden:
+            return body
+        listed = "input" if api == "responses" else "messages"
+        messages = list(body[listed])
+        copied: set[int] = set()
+        for e, key in zip(events, mirror.keys, strict=False):
+            if key is None or key not in hidden or e.where is None:
+                continue
+            text = mirror.orch.store.get(key).placeholder()
+            i, j = e.where
+            if api == "anthropic":
+                if i not in copied:
+                    messages[i] = {**messages[i], "content": list(messages[i]["content"])}
+                    copied.add(i)
+                messages[i]["content"][j] = {**messages[i]["content"][j], "content": text}
+            elif api == "responses":
+                messages[i] = {**messages[i], "output": text}
+            else:
+                messages[i] = {**messages[i], "content": text}
+            copied.add(i)
+        return {**body, listed: messages} if copied else body
+
+    def _log(self, mirror: _Mirror) -> None:
+        assert self.log_dir is not None
+        path = self.log_dir / f"{mirror.name}.jsonl"
+        tmp = path.with_name(path.name + ".partial")
+        mirror.orch.save_log(tmp)
+        tmp.replace(path)
+
+
+class _StreamUsage:
+    """The usage a streamed answer reports, read from its server-sent events as they pass: a chat
+    completion's last chunk (``stream_options.include_usage``), Anthropic's ``message_start`` and
+    ``message_delta``, a Responses ``response.completed``; later figures over earlier ones."""
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] = {}
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                ev = json.loads(line[5:])
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                continue
+            if not isinstance(ev, dict):
+                continue
+            inner = ev.get("message") or ev.get("response")
+            for found in (ev.get("usage"), inner.get("usage") if isinstance(inner, dict) else None):
+                if isinstance(found, dict):
+                    self.usage.update({k: v for k, v in found.items() if v is not None})
+
+
+# ---------------------------------------------------------------------------------------- HTTP
+def _api_of(method: str, path: str) -> str | None:
+    route = path.split("?", 1)[0].rstrip("/")
+    if method != "POST":
+        return None
+    if route.endswith("/chat/completions"):
+        return "openai"
+    if route.endswith("/responses"):
+        return "responses"
+    if route.endswith("/messages"):  # not .../messages/count_tokens: no model call
+        return "anthropic"
+    return None
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _ProxyServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] == "/health":
+            p = self.server.proxy
+            health = {"status": "ok", "upstream": self.server.upstream, "requests": p.requests}
+            health.update(conversations=len(p.mirrors), hidden_sent=p.hidden_sent)
+            return self._json(200, health)
+        self._forward("GET", None)
+
+    def do_POST(self) -> None:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            raw = b"".join(parts)
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length > 0 else b""
+        self._forward("POST", raw)
+
+    def do_DELETE(self) -> None:
+        self._forward("DELETE", None)
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _forward(self, method: str, raw: bytes | None) -> None:
+        import urllib.error
+        import urllib.request
+
+        proxy = self.server.proxy
+        api = _api_of(method, self.path)
+        conversation = None
+        if api is not None and raw:
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                body = None  # the API answers it with its own error
+            if body is not None:
+                try:
+                    rw = proxy.rewrite(api, body)
+                    if rw.body is not body:
+                        raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
+                    conversation = rw.conversation
+                except Exception as e:  # never the agent's failure: its request goes on as it came
+                    proxy.warn(f"request passed on unchanged ({type(e).__name__}: {e})")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        req = urllib.request.Request(
+            self.server.upstream + self.path, data=raw, headers=headers, method=method
+        )
+        try:
+            resp = urllib.request.urlopen(req, timeout=self.server.timeout_s)
+        except urllib.error.HTTPError as e:
+            resp = e  # the API's own error, passed on as it is
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            why = f"upstream {self.server.upstream} not reached: {reason}"
+            return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+        with resp:
+            self.send_response(getattr(resp, "status", None) or resp.code)
+            streamed = "text/event-stream" in (resp.headers.get("Content-Type") or "")
+            for k, v in resp.headers.items():
+                if k.lower() not in _HOP:
+                    self.send_header(k, v)
+            if streamed:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                sniff = _StreamUsage()
+                while chunk := resp.read1(65536):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    if conversation is not None:
+                        sniff.feed(chunk)
+                self.wfile.write(b"0\r\n\r\n")
+                proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+                return
+            data = resp.read()
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        if conversation is not None:
+            try:
+                answer = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                answer = None
+            proxy.answered(conversation, answer)
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr: tuple[str, int], proxy: ContextProxy, upstream: str, timeout_s: float):
+        super().__init__(addr, _ProxyHandler)
+        self.proxy = proxy
+        self.upstream = upstream.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        err = sys.exc_info()[1]
+        if not isinstance(err, ConnectionError | TimeoutError):
+            print(f"dtoc-rl proxy: warning: {type(err).__name__}: {err}", file=sys.stderr)
+
+
+def make_proxy_server(
+    proxy: ContextProxy,
+    upstream: str,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PROXY_PORT,
+    *,
+    timeout_s: float = 600.0,
+) -> _ProxyServer:
+    """An HTTP server (not started: ``serve_forever()``) that rewrites the requests it passes to
+    ``upstream`` (``https://api.openai.com``, ``https://api.anthropic.com``: the request's path is
+    appended as it came)."""
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"upstream must be an http:// or https:// URL, got {upstream!r}")
+    return _ProxyServer((host, port), proxy, upstream, timeout_s)
+
+
+def conversations(proxy: ContextProxy) -> Iterable[tuple[str, Orchestrator]]:
+    """The mirrored conversations, least recently used first (for inspection and tests)."""
+    with proxy._lock:
+        return [(name, m.orch) for name, m in proxy.mirrors.items()]

@@ -1,0 +1,401 @@
+"""dtoc-rl proxy: a policy in front of an agent that only changes its API's base URL.
+
+A fake upstream API records what reaches it; the tests check that hidden outputs arrive as the
+store's placeholders and every other byte as the agent sent it, that the proxy decides as an
+Orchestrator fed the same conversation, and that it never stops an agent (unserved models,
+unreadable bodies, a rewritten history, a dead upstream)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.serve.orchestrator import Orchestrator
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+
+_CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-2024-08-06"}
+_DELTAS = [
+    {**_CHUNK, "choices": [{"index": 0, "delta": {"content": c}, "finish_reason": None}]} for c in "ok"
+]
+SSE = [b"data: " + json.dumps(d).encode() + b"\n\n" for d in _DELTAS] + [b"data: [DONE]\n\n"]
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            body = None
+        if body is not None and body.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in SSE:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            self.close_connection = True
+            return
+        if body is None:
+            out, status = b'{"error": {"message": "bad json"}}', 400
+        elif self.path.endswith("/messages"):
+            text = [{"type": "text", "text": "ok"}]
+            answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model"),
+                      "content": text, "stop_reason": "end_turn", "usage": USAGE_A}  # fmt: skip
+            out, status = json.dumps(answer).encode(), 200
+        else:
+            choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            answer = {**_CHUNK, "object": "chat.completion", "choices": [choice], "usage": USAGE_O}
+            out, status = json.dumps(answer).encode(), 200
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+USAGE_O = {"prompt_tokens": 1200, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 1024}}
+USAGE_A = {"input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100,
+           "output_tokens": 20}  # fmt: skip
+
+
+@pytest.fixture
+def upstream():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _start(proxy: ContextProxy, upstream) -> tuple[str, object]:
+    srv = make_proxy_server(proxy, f"http://127.0.0.1:{upstream.server_address[1]}", port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{srv.server_address[1]}", srv
+
+
+def _post(url: str, body, *, raw: bytes | None = None) -> tuple[int, bytes]:
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json",
+                                                          "Authorization": "Bearer sk-test"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _openai_turn(k: int, lines: int = 300) -> list[dict]:
+    cid = f"call_{k}"
+    call = {
+        "id": cid,
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{k}.py"})},
+    }
+    out = f"# f{k}.py\n" + "".join(f"value_{k}_{i} = {i}\n" for i in range(lines))
+    return [{"role": "assistant", "content": f"Reading f{k}.py.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": cid, "content": out}]  # fmt: skip
+
+
+MODEL = "gpt-4o-2024-08-06"
+HEAD = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+
+
+def test_hidden_outputs_go_upstream_as_placeholders_and_the_rest_as_the_agent_sent_it(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    msgs = list(HEAD)
+    for k in range(4):
+        body = {
+            "model": "gpt-4o-2024-08-06",
+            "messages": msgs,
+            "tools": [{"type": "function"}],
+            "temperature": 0,
+        }
+        status, answer = _post(url + "/v1/chat/completions", body)
+        assert status == 200 and json.loads(answer)["usage"] == USAGE_O
+        path, headers, raw = upstream.seen[-1]
+        sent = json.loads(raw)
+        assert path == "/v1/chat/completions" and headers["authorization"] == "Bearer sk-test"
+        assert {k2: v for k2, v in sent.items() if k2 != "messages"} == {
+            k2: v for k2, v in body.items() if k2 != "messages"
+        }
+        tools = [i for i, m in enumerate(msgs) if m["role"] == "tool"]
+        for i, (mine, theirs) in enumerate(zip(msgs, sent["messages"], strict=True)):
+            if i in tools[:-1]:  # last_n:n=1: every output but the newest hidden
+                ph = json.loads(theirs["content"])
+                assert (
+                    ph["hidden"] is True and ph["tool_key"].startswith("t") and ph["estimated_tokens"] > 500
+                )
+                assert {**theirs, "content": mine["content"]} == mine
+            else:
+                assert theirs == mine
+        msgs = msgs + _openai_turn(k)
+    srv.shutdown()
+    assert proxy.hidden_sent == 0 + 0 + 1 + 2
+
+
+def test_the_proxy_decides_as_an_orchestrator_fed_the_same_conversation(upstream, tmp_path):
+    from dtoc_rl.policies.learned import LearnedPolicyConfig
+
+    # an untrained network of this seed hides and shows outputs again over these calls
+    ckpt = LearnedPolicyConfig(n_layers=1, d_model=32, threshold=0.5, seed=2).create().save(tmp_path / "ck")
+    proxy = ContextProxy(make_policy(str(ckpt)))
+    url, srv = _start(proxy, upstream)
+    model = "gpt-4o-2024-08-06"
+    direct = Orchestrator(
+        make_policy(str(ckpt)), query="Fix the bug.", system="You are an agent.", model=model
+    )
+    msgs, keys = list(HEAD), {}
+    counts = []
+    for k in range(12):
+        _post(url + "/v1/chat/completions", {"model": model, "messages": msgs})
+        sent = json.loads(upstream.seen[-1][2])["messages"]
+        via_proxy = {
+            m["tool_call_id"] for m in sent if m["role"] == "tool" and m["content"].startswith('{"tool_key"')
+        }
+        direct.decide()
+        hidden = set(direct.store.hidden_keys())
+        assert via_proxy == {cid for cid, key in keys.items() if key in hidden}
+        counts.append(len(hidden))
+        turn = _openai_turn(k, lines=40 + 37 * k)
+        msgs = msgs + turn
+        call = turn[0]["tool_calls"][0]
+        asked = {"id": call["id"], "name": "bash", "arguments": call["function"]["arguments"]}
+        (made,) = direct.record_assistant(turn[0]["content"], [asked])
+        keys[call["id"]] = direct.add_tool_result(made["id"], turn[1]["content"])
+    srv.shutdown()
+    # the comparison saw hides and restores, not only a policy that keeps everything
+    assert max(counts) > 0 and any(b < a for a, b in zip(counts, counts[1:], strict=False))
+
+
+def test_anthropic_tool_results_are_hidden_inside_their_blocks_and_cache_control_is_kept(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    msgs: list[dict] = [{"role": "user", "content": "Fix the bug."}]
+    for k in range(3):
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "system": "You are an agent.",
+            "messages": msgs,
+        }
+        status, _ = _post(url + "/v1/messages", body)
+        assert status == 200
+        sent = json.loads(upstream.seen[-1][2])
+        assert sent["system"] == body["system"] and len(sent["messages"]) == len(msgs)
+        results = [(i, m) for i, m in enumerate(sent["messages"]) if isinstance(m["content"], list)
+                   and m["content"][0].get("type") == "tool_result"]  # fmt: skip
+        for n, (i, m) in enumerate(results):
+            block = m["content"][0]
+            if n < len(results) - 1:
+                assert json.loads(block["content"])["hidden"] is True
+                assert (
+                    block["cache_control"] == {"type": "ephemeral"}
+                    and m["content"][1] == msgs[i]["content"][1]
+                )
+            else:
+                assert m == msgs[i]
+        use = {"type": "tool_use", "id": f"toolu_{k}", "name": "bash", "input": {"command": f"cat f{k}.py"}}
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": "x = 1\n" * 400,
+                  "cache_control": {"type": "ephemeral"}}  # fmt: skip
+        msgs = msgs + [{"role": "assistant", "content": [{"type": "text", "text": "Look."}, use]},
+                       {"role": "user", "content": [result, {"type": "text", "text": "go on"}]}]  # fmt: skip
+    srv.shutdown()
+    assert proxy.hidden_sent == 1
+
+
+def test_a_streamed_answer_arrives_as_the_upstream_sent_it(upstream):
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), upstream)
+    status, data = _post(url + "/v1/chat/completions", {"model": MODEL, "messages": HEAD, "stream": True})
+    srv.shutdown()
+    assert status == 200 and data == b"".join(SSE)
+
+
+def test_unserved_models_and_unreadable_bodies_go_upstream_byte_for_byte(upstream):
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), upstream)
+    msgs = HEAD + _openai_turn(0) + _openai_turn(1) + _openai_turn(2)
+    raw = json.dumps({"model": "acme-7", "messages": msgs}, indent=1).encode()
+    assert _post(url + "/v1/chat/completions", None, raw=raw)[0] == 200
+    assert upstream.seen[-1][2] == raw  # family 'other', no --prices: not managed
+    bad = b'{"model": MODEL, "messages": ['
+    status, answer = _post(url + "/v1/chat/completions", None, raw=bad)
+    assert (status, upstream.seen[-1][2]) == (400, bad) and b"bad json" in answer  # the API's own error
+    priced = ContextProxy(make_policy("last_n:n=1"), prices={"acme-7": _price()})
+    url2, srv2 = _start(priced, upstream)
+    _post(url2 + "/v1/chat/completions", {"model": "acme-7", "messages": msgs})
+    assert priced.hidden_sent == 2  # priced by the user: managed
+    srv.shutdown()
+    srv2.shutdown()
+
+
+def _price():
+    from dtoc_rl.sim.pricing import Prices
+
+    return Prices(1.0, 2.0, 0.1, 1.0)
+
+
+def test_a_rewritten_history_starts_a_fresh_conversation_and_twins_stay_apart(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    a = HEAD + _openai_turn(0) + _openai_turn(1) + _openai_turn(2)
+    _post(url + "/v1/chat/completions", {"model": MODEL, "messages": a})
+    b = HEAD + _openai_turn(5) + _openai_turn(6)  # the same task, another run
+    _post(url + "/v1/chat/completions", {"model": MODEL, "messages": b})
+    assert len(proxy.mirrors) == 2
+    _post(url + "/v1/chat/completions", {"model": MODEL, "messages": a + _openai_turn(3)})
+    assert len(proxy.mirrors) == 2  # a continued
+    compacted = HEAD + [{"role": "user", "content": "Summary of the work so far."}] + _openai_turn(4)
+    status, _ = _post(url + "/v1/chat/completions", {"model": MODEL, "messages": compacted})
+    srv.shutdown()
+    assert status == 200 and len(proxy.mirrors) == 3
+
+
+def test_an_unreachable_upstream_is_a_502_naming_it():
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    srv = make_proxy_server(proxy, "http://127.0.0.1:9", port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    status, data = _post(f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions",
+                         {"model": MODEL, "messages": HEAD})  # fmt: skip
+    srv.shutdown()
+    err = json.loads(data)["error"]
+    assert (
+        status == 502 and err["type"] == "dtoc_proxy_upstream" and "127.0.0.1:9 not reached" in err["message"]
+    )
+
+
+def test_the_log_dir_holds_an_ingestible_log_with_the_usage_the_api_reported(upstream, tmp_path):
+    from dtoc_rl.ingest import read_first
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    url, srv = _start(proxy, upstream)
+    msgs = list(HEAD)
+    for k in range(4):
+        _post(url + "/v1/chat/completions", {"model": "gpt-4o-2024-08-06", "messages": msgs})
+        msgs = msgs + _openai_turn(k)
+    srv.shutdown()
+    (log,) = (tmp_path / "logs").glob("*.jsonl")
+    assert not list((tmp_path / "logs").glob("*.partial"))
+    _, traj = read_first(log)
+    assert [s.tool_name for s in traj.steps] == ["bash"] * 3 and traj.task_text == "Fix the bug."
+    # the answers' usage: each call the proxy saw answered carries what the API reported for it
+    usage = [s.usage for s in traj.steps if s.usage is not None]
+    assert usage and all(u.input_tokens == 1200 and u.cached_tokens == 1024 for u in usage)
+    assert any(s.masked_before for s in traj.steps)  # what was hidden before each call, replayable
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--upstream", "api.openai.com"], "--upstream must be an http:// or https:// URL"),
+     (["--upstream", "https://api.openai.com", "--host", "0.0.0.0"], "not a loopback address"),
+     (["--upstream", "https://a.b", "--max-conversations", "0"], "--max-conversations must be >= 1")],
+)  # fmt: skip
+def test_the_command_refuses_bad_settings_in_one_line(argv, message, capsys):
+    from dtoc_rl.cli import main
+
+    assert main(["proxy", "--policy", "last_n:n=5", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_responses_requests_hide_call_outputs_and_leave_reasoning_items_as_they_are(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    items: list[dict] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]}
+    ]
+    for k in range(3):
+        body = {"model": "gpt-5.2", "instructions": "You are Codex.", "input": items, "store": False}
+        assert _post(url + "/v1/responses", body)[0] == 200
+        sent = json.loads(upstream.seen[-1][2])
+        outs = [(i, it) for i, it in enumerate(sent["input"]) if it["type"] == "function_call_output"]
+        for n, (i, it) in enumerate(outs):
+            hidden = n < len(outs) - 1
+            assert (json.loads(it["output"])["hidden"] if hidden else it["output"]) == (
+                True if hidden else items[i]["output"]
+            )
+        assert [it for it in sent["input"] if it["type"] != "function_call_output"] == [
+            it for it in items if it["type"] != "function_call_output"
+        ]  # reasoning (its encrypted content too), calls and messages as the agent sent them
+        reasoning = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "look"}],
+                     "encrypted_content": f"gAAA{k}"}  # fmt: skip
+        call = {"type": "function_call", "call_id": f"c{k}", "name": "shell", "arguments": '{"cmd": ["ls"]}'}
+        items = items + [
+            reasoning,
+            call,
+            {"type": "function_call_output", "call_id": f"c{k}", "output": "a\n" * 500},
+        ]
+    stateful = {"model": "gpt-5.2", "previous_response_id": "resp_1", "input": items[-1:]}
+    raw = json.dumps(stateful).encode()
+    _post(url + "/v1/responses", None, raw=raw)
+    srv.shutdown()
+    assert upstream.seen[-1][2] == raw and proxy.hidden_sent == 1
+
+
+def test_a_streamed_answers_usage_is_read_as_it_passes_whatever_the_chunking():
+    from dtoc_rl.serve.proxy import _StreamUsage
+
+    first = {"input_tokens": 40, "cache_read_input_tokens": 900, "output_tokens": 1}
+    start = {"type": "message_start", "message": {"usage": first}}
+    delta = {"type": "message_delta", "usage": {"output_tokens": 77}}
+    stream = b"".join(b"event: x\ndata: " + json.dumps(e).encode() + b"\n\n" for e in (start, delta))
+    for cut in (1, 7, 50, len(stream)):
+        sniff = _StreamUsage()
+        for i in range(0, len(stream), cut):
+            sniff.feed(stream[i : i + cut])
+        assert sniff.usage == {"input_tokens": 40, "cache_read_input_tokens": 900, "output_tokens": 77}
+    chat = _StreamUsage()
+    chat.feed(
+        b'data: {"choices": [], "usage": null}\n\ndata: {"choices": [], "usage": {"prompt_tokens": 9}}\n\n'
+    )
+    chat.feed(b"data: [DONE]\n\n")
+    assert chat.usage == {"prompt_tokens": 9}
+
+
+def test_the_openai_and_anthropic_sdks_work_through_it_unchanged(upstream):
+    import anthropic
+    import openai
+
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    oa = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+    msgs = HEAD + _openai_turn(0) + _openai_turn(1)
+    reply = oa.chat.completions.create(model=MODEL, messages=msgs)
+    assert reply.choices[0].message.content == "ok" and reply.usage.prompt_tokens == 1200
+    parts = [
+        c.choices[0].delta.content
+        for c in oa.chat.completions.create(model=MODEL, messages=msgs, stream=True)
+    ]
+    assert parts == ["o", "k"]
+    sent = json.loads(upstream.seen[-1][2])["messages"]
+    assert json.loads(sent[3]["content"])["hidden"] is True and sent[5] == msgs[5]
+    an = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+
+    def turn(k, text):
+        use = {"type": "tool_use", "id": f"toolu_{k}", "name": "bash", "input": {"command": f"cat f{k}"}}
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": text * 300}
+        return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    ask = [{"role": "user", "content": "Fix the bug."}, *turn(1, "a\n"), *turn(2, "b\n")]
+    msg = an.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=ask)
+    srv.shutdown()
+    headers = upstream.seen[-1][1]
+    assert msg.content[0].text == "ok" and "sk-ant-test" in headers.get(
+        "x-api-key", headers.get("authorization")
+    )
+    sent = json.loads(upstream.seen[-1][2])["messages"]
+    assert json.loads(sent[2]["content"][0]["content"])["hidden"] is True and sent[4] == ask[4]
