@@ -399,3 +399,14 @@ def test_the_openai_and_anthropic_sdks_work_through_it_unchanged(upstream):
     )
     sent = json.loads(upstream.seen[-1][2])["messages"]
     assert json.loads(sent[2]["content"][0]["content"])["hidden"] is True and sent[4] == ask[4]
+
+
+def test_a_placeholder_tells_the_model_what_it_can_do_without_manage_context(repo_root):
+    from dtoc_rl.core.record import POLICY_NOTE
+
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    body = {"model": MODEL, "messages": HEAD + _openai_turn(0) + _openai_turn(1)}
+    sent = proxy.rewrite("openai", body).body["messages"]
+    assert json.loads(sent[3]["content"])["note"] == POLICY_NOTE
+    # the OpenCode plugin's placeholders say the same
+    assert f'const NOTE = "{POLICY_NOTE}";' in (repo_root / "integrations/opencode/dtoc.js").read_text()

@@ -16,10 +16,13 @@ from typing import Any
 
 from dtoc_rl.core.tokens import TokenEstimator
 
-__all__ = ["HIDDEN_NOTE", "ToolOutput", "envelope", "format_key", "iso_time", "placeholder"]
+__all__ = ["HIDDEN_NOTE", "POLICY_NOTE", "ToolOutput", "envelope", "format_key", "iso_time", "placeholder"]
 
 # The hidden indicator: says the output still exists and how to bring it back.
 HIDDEN_NOTE = "kept in full; manage_context enable restores it"
+#: The note where the model has no manage_context tool and a policy decides alone (``dtoc-rl proxy``, the
+#: OpenCode plugin, which writes the same words): the policy shows it again, or the agent re-runs the tool.
+POLICY_NOTE = "kept in full; shown again when needed, or re-run the tool"
 
 
 def format_key(n: int) -> str:
@@ -37,14 +40,14 @@ def envelope(key: str, result: str, estimated_tokens: int) -> str:
     )
 
 
-def placeholder(key: str, timestamp: float, estimated_tokens: int) -> str:
+def placeholder(key: str, timestamp: float, estimated_tokens: int, note: str = HIDDEN_NOTE) -> str:
     return json.dumps(
         {
             "tool_key": key,
             "hidden": True,
             "timestamp": iso_time(timestamp),
             "estimated_tokens": estimated_tokens,
-            "note": HIDDEN_NOTE,
+            "note": note,
         },
         ensure_ascii=False,
     )

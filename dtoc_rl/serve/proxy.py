@@ -43,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.core.record import POLICY_NOTE, placeholder
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.serve.orchestrator import Orchestrator
@@ -415,7 +416,8 @@ class ContextProxy:
         for e, key in zip(events, mirror.keys, strict=False):
             if key is None or key not in hidden or e.where is None:
                 continue
-            text = mirror.orch.store.get(key).placeholder()
+            rec = mirror.orch.store.get(key)
+            text = placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE)
             i, j = e.where
             if api == "anthropic":
                 if i not in copied:
