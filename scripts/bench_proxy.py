@@ -1,0 +1,176 @@
+"""What `dtoc-rl proxy` adds to a model call, measured beside the same calls sent straight upstream.
+
+A local fake upstream answers at once (a real model call takes seconds: what is timed here is the
+proxy alone).  One agent's conversation of ``--calls`` model calls, each adding one tool output of
+200-8,000 characters, is replayed twice per policy, call by call and interleaved: each request sent
+straight to the upstream (the reference), then through the proxy.  Rows: the reference, and the
+proxy with ``last_n:n=5`` (mirroring, labelling and transport: the proxy's own cost) and with a
+learned policy (the default network, untrained unless ``--checkpoint``: latency does not depend on
+the weights).  Columns: per-request wall time at the client (p50, p99, over all calls and over the
+last tenth, where the conversation is longest), the proxy's overhead (its p50 minus the reference's)
+and the policy's decision inside it.  Target: p99 overhead <= 25 ms on a 200-call conversation (a
+model call takes 1-30 s).
+
+    python -m scripts.bench_proxy             # table
+    python -m scripts.bench_proxy --json      # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from dtoc_rl.provenance import environment
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+
+TARGET_P99_OVERHEAD_MS = 25.0
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}], "usage": {}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+def conversation(calls: int, seed: int = 0) -> list[list[dict[str, Any]]]:
+    """The message list of each of ``calls`` requests of one agent run."""
+    rng = random.Random(seed)
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in utils.py."},
+    ]
+    out = []
+    for i in range(calls):
+        out.append(list(msgs))
+        cid = f"call_{i}"
+        args = json.dumps({"command": f"cat src/module_{i % 40}.py"})
+        text = "\n".join(
+            f"{n:4d}  def func_{rng.randint(0, 999)}(x_{i}): return helper_{rng.randint(0, 99)}(x_{i})"
+            for n in range(rng.randint(4, 160))
+        )
+        msgs += [
+            {"role": "assistant", "content": f"Step {i}.", "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": "bash", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": cid, "content": text},
+        ]  # fmt: skip
+    return out
+
+
+def _post(url: str, body: bytes) -> float:
+    t0 = time.perf_counter()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        r.read()
+    return (time.perf_counter() - t0) * 1000
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    a, tail = np.asarray(ms), np.asarray(ms[-max(1, len(ms) // 10) :])
+    return {
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "last_tenth_p50_ms": float(np.percentile(tail, 50)),
+        "last_tenth_p99_ms": float(np.percentile(tail, 99)),
+    }
+
+
+def run(calls: int, checkpoint: str | None, threads: int) -> dict[str, Any]:
+    import torch
+
+    from dtoc_rl.policies.learned import LearnedPolicyConfig
+    from dtoc_rl.policies.registry import make_policy
+
+    torch.set_num_threads(threads)
+    up = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    direct = f"http://127.0.0.1:{up.server_address[1]}/v1/chat/completions"
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = checkpoint or str(LearnedPolicyConfig().create().save(f"{tmp}/ck"))
+        policies = {"last_n:n=5": make_policy("last_n:n=5"), "learned": make_policy(ckpt)}
+        bodies = [
+            json.dumps({"model": "gpt-4o-2024-08-06", "messages": m}).encode() for m in conversation(calls)
+        ]
+        rows: dict[str, Any] = {}
+        reference: list[float] = []
+        for name, policy in policies.items():
+            proxy = ContextProxy(policy)
+            srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            via = f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions"
+            ms, ref, decide = [], [], []
+            for body in bodies:  # the reference and the proxy in turn: the same phases of the machine
+                ref.append(_post(direct, body))
+                ms.append(_post(via, body))
+                (orch,) = [m.orch for m in proxy.mirrors.values()]
+                decide.append(orch.last_decision.latency_ms)
+            srv.shutdown()
+            srv.server_close()
+            reference += ref
+            s = _stats(ms)
+            r = _stats(ref)
+            s["overhead_p50_ms"] = s["p50_ms"] - r["p50_ms"]
+            s["overhead_p99_ms"] = s["p99_ms"] - r["p99_ms"]
+            s["decision_p50_ms"] = float(np.percentile(decide, 50))
+            s["decision_p99_ms"] = float(np.percentile(decide, 99))
+            s["hidden_sent"] = proxy.hidden_sent
+            rows[f"proxy, {name}"] = s
+        up.shutdown()
+        up.server_close()
+    out = {"reference (straight upstream)": _stats(reference), **rows}
+    worst = max(r["overhead_p99_ms"] for k, r in out.items() if k.startswith("proxy"))
+    return {
+        "calls": calls,
+        "rows": out,
+        "target_p99_overhead_ms": TARGET_P99_OVERHEAD_MS,
+        "worst_p99_overhead_ms": worst,
+        "ok": worst <= TARGET_P99_OVERHEAD_MS,
+        "checkpoint": checkpoint or "untrained default LearnedPolicyConfig",
+        "environment": environment(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--calls", type=int, default=200, help="model calls in the conversation (200)")
+    ap.add_argument(
+        "--checkpoint", help="a learned-policy checkpoint (default: an untrained default network)"
+    )
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1, as dtoc-rl proxy uses)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = ap.parse_args(argv)
+    res = run(args.calls, args.checkpoint, args.threads)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0 if res["ok"] else 1
+    cols = ("p50_ms", "p99_ms", "last_tenth_p99_ms", "overhead_p50_ms", "overhead_p99_ms", "decision_p99_ms")
+    print(f"{args.calls} calls of one conversation; ms per request at the client\n")
+    print(f"{'':32s}" + "".join(f"{c:>20s}" for c in cols))
+    for name, r in res["rows"].items():
+        print(f"{name:32s}" + "".join(f"{r[c]:20.2f}" if c in r else f"{'':>20s}" for c in cols))
+    verdict = "met" if res["ok"] else "NOT met"
+    worst = res["worst_p99_overhead_ms"]
+    print(f"\ntarget p99 overhead <= {TARGET_P99_OVERHEAD_MS} ms: {verdict} ({worst:.2f} ms)")
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

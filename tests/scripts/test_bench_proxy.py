@@ -1,0 +1,17 @@
+"""scripts/bench_proxy.py runs and reports the proxy beside its reference (a short conversation)."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_the_proxy_benchmark_reports_each_policy_beside_the_reference(capsys):
+    from scripts import bench_proxy
+
+    bench_proxy.main(["--calls", "12", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    rows = res["rows"]
+    assert set(rows) == {"reference (straight upstream)", "proxy, last_n:n=5", "proxy, learned"}
+    assert rows["proxy, last_n:n=5"]["hidden_sent"] > 0  # the requests really went through a policy
+    assert all(r["p50_ms"] > 0 for r in rows.values()) and res["calls"] == 12
+    assert res["ok"] == (res["worst_p99_overhead_ms"] <= res["target_p99_overhead_ms"])
