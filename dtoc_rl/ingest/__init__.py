@@ -23,6 +23,7 @@ from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTrans
 from dtoc_rl.ingest.cline import ClineIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
 from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
+from dtoc_rl.ingest.goose import GooseSessionsIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeIngester
@@ -95,6 +96,7 @@ INGESTERS: list[Ingester] = [
     RepoLaunchIngester(),
     CodexRolloutIngester(),
     ClineIngester(),
+    GooseSessionsIngester(),
     ChatParquetIngester(),
     OpenAIChatIngester(),
 ]

@@ -30,6 +30,7 @@ from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import name_model
+from dtoc_rl.ingest.goose import is_goose_db
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -200,6 +201,8 @@ def discover(
                     yield p, True, root  # Claude Code stream-json wrapped in markdown
                 elif p.suffix in LOG_SUFFIXES and not _is_aux(p):
                     yield p, True, root
+                elif is_goose_db(p):
+                    yield p, True, root  # Goose's session database
                 elif p.suffix == ".log" and _text_log(p):
                     yield p, True, root  # a text-log harness (RepoLaunch's setup.log)
                 else:
