@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -302,7 +303,9 @@ def test_the_log_dir_holds_an_ingestible_log_with_the_usage_the_api_reported(ups
     ("argv", "message"),
     [(["--upstream", "api.openai.com"], "--upstream must be an http:// or https:// URL"),
      (["--upstream", "https://api.openai.com", "--host", "0.0.0.0"], "not a loopback address"),
-     (["--upstream", "https://a.b", "--max-conversations", "0"], "--max-conversations must be >= 1")],
+     (["--upstream", "https://a.b", "--max-conversations", "0"], "--max-conversations must be >= 1"),
+     (["--upstream", "https://a.b", "--timeout", "inf"], "--timeout must be > 0 seconds and at most a week"),
+     (["--upstream", "http://"], "URL with a host")],
 )  # fmt: skip
 def test_the_command_refuses_bad_settings_in_one_line(argv, message, capsys):
     from dtoc_rl.cli import main
@@ -410,3 +413,211 @@ def test_a_placeholder_tells_the_model_what_it_can_do_without_manage_context(rep
     assert json.loads(sent[3]["content"])["note"] == POLICY_NOTE
     # the OpenCode plugin's placeholders say the same
     assert f'const NOTE = "{POLICY_NOTE}";' in (repo_root / "integrations/opencode/dtoc.js").read_text()
+
+
+# ----------------------------------------------------------------------------- what an attack found
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """Answers every method with what it received; a few paths misbehave on purpose."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        self.server.seen.append((self.command, self.path, self.headers.get_all("anthropic-beta"), body))
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:9/stolen")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/ndjson":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for line in (b'{"a": 1}\n', b'{"b": 2}\n'):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                time.sleep(0.3)
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if self.path == "/cut":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b'{"partial":')
+            self.close_connection = True
+            return
+        out = json.dumps({"method": self.command, "type": self.headers.get("Content-Type")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _any
+
+
+@pytest.fixture
+def echo():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _conn(url: str):
+    import http.client
+
+    return http.client.HTTPConnection(url.split("//", 1)[1], timeout=10)
+
+
+def test_every_method_a_body_on_any_of_them_and_redirects_pass_as_they_come(echo):
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), echo)
+    c = _conn(url)  # one keep-alive connection for all of them
+    for method in ("GET", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"):
+        body = b'{"a": 1}' if method in ("GET", "DELETE", "PATCH") else None
+        c.request(method, "/v1/files/x?q=1", body=body)
+        r = c.getresponse()
+        data = r.read()
+        assert r.status == 200 and echo.seen[-1][:2] == (method, "/v1/files/x?q=1")
+        assert echo.seen[-1][3] == (body or b"") and (
+            data == b"" if method == "HEAD" else b'"method"' in data
+        )
+    c.request("POST", "/redirect", body=b"{}")
+    r = c.getresponse()
+    r.read()
+    assert r.status == 302 and r.getheader("Location") == "http://127.0.0.1:9/stolen"
+    assert [s[1] for s in echo.seen].count("/stolen") == 0  # not followed: the caller's keys stay home
+    c.request("GET", "/health")
+    assert b'"method": "GET"' in c.getresponse().read()  # the upstream's own /health
+    c.request("GET", "/dtoc-proxy/health")
+    assert json.loads(c.getresponse().read())["status"] == "ok"
+    srv.shutdown()
+
+
+def test_headers_repeated_or_absent_go_as_they_came_and_unknown_length_answers_stream(echo):
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), echo)
+    c = _conn(url)
+    c.putrequest("POST", "/v1/x", skip_accept_encoding=True)
+    for beta in ("prompt-caching-2024-07-31", "interleaved-thinking-2025-05-14"):
+        c.putheader("anthropic-beta", beta)
+    c.putheader("Content-Length", "2")
+    c.endheaders(b"{}")
+    answer = json.loads(c.getresponse().read())
+    assert echo.seen[-1][2] == ["prompt-caching-2024-07-31", "interleaved-thinking-2025-05-14"]
+    assert answer["type"] is None  # no Content-Type made up on the way
+    c.request("GET", "/ndjson")
+    r = c.getresponse()
+    t0 = time.perf_counter()
+    first = r.read1(100)
+    assert first == b'{"a": 1}\n' and time.perf_counter() - t0 < 0.25  # as it arrives, not when it ends
+    assert r.read() == b'{"b": 2}\n'
+    c.request("GET", "/cut")
+    r = c.getresponse()
+    assert r.status == 502 and b"cut short" in r.read()
+    old = _conn(url)
+    old._http_vsn, old._http_vsn_str = 10, "HTTP/1.0"
+    old.request("GET", "/ndjson")
+    r = old.getresponse()
+    assert r.getheader("Transfer-Encoding") is None and r.read() == b'{"a": 1}\n{"b": 2}\n'
+    srv.shutdown()
+
+
+class _Slow:
+    """last_n:n=1, slowly: two requests of one conversation meet inside the decision."""
+
+    label = "slow"
+
+    def __init__(self):
+        self.inner = make_policy("last_n:n=1")
+
+    def act(self, obs, info):
+        time.sleep(0.3)
+        return self.inner.act(obs, info)
+
+
+def test_two_requests_branching_from_one_history_at_once_each_hide_their_own_outputs(upstream):
+    import math
+
+    proxy = ContextProxy(_Slow())
+    url, srv = _start(proxy, upstream)
+    shared = HEAD + _openai_turn(0) + _openai_turn(1)
+    chat = url + "/v1/chat/completions"
+    branches = [shared + _openai_turn(3) + _openai_turn(4), shared + _openai_turn(9, lines=100)]
+    first = threading.Thread(target=_post, args=(chat, {"model": MODEL, "messages": shared}))
+    first.start()
+    time.sleep(0.1)  # both branches arrive while the shared history's own call is being decided
+    threads = [threading.Thread(target=_post, args=(chat, {"model": MODEL, "messages": b})) for b in branches]
+    for t in threads:
+        t.start()
+    for t in [first, *threads]:
+        t.join()
+    srv.shutdown()
+    for _, _, raw in upstream.seen[1:]:
+        sent = json.loads(raw)["messages"]
+        mine = next(b for b in branches if len(b) == len(sent))
+        for theirs, original in zip(sent, mine, strict=True):
+            if theirs.get("role") == "tool" and theirs["content"] != original["content"]:
+                ph = json.loads(theirs["content"])  # the placeholder of this very output
+                assert ph["estimated_tokens"] == math.ceil(len(original["content"]) / 4)
+        assert sent[-1] == mine[-1]  # the newest output, unread, is never hidden
+
+
+def test_text_no_utf_8_holds_and_a_log_that_cannot_be_written_cost_the_log_not_the_hiding(upstream, tmp_path):
+    warned = []
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=blocked / "logs", warn=warned.append)
+    url, srv = _start(proxy, upstream)
+    turns = _openai_turn(0) + _openai_turn(1)
+    turns[1]["content"] += "\ud800"  # a lone surrogate, as a JSON escape from the agent
+    raw = json.dumps({"model": MODEL, "messages": HEAD + turns + _openai_turn(2)}).encode()
+    assert _post(url + "/v1/chat/completions", None, raw=raw)[0] == 200
+    sent = json.loads(upstream.seen[-1][2])["messages"]
+    assert json.loads(sent[3]["content"])["hidden"] is True and proxy.hidden_sent == 2
+    assert len(warned) == 1 and "not logged" in warned[0]
+    ok = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    ok.rewrite("openai", json.loads(raw))
+    (log,) = (tmp_path / "logs").iterdir()  # the mirror's copy has U+FFFD for it: a log any reader reads
+    assert log.suffix == ".jsonl" and "\ufffd" in json.loads(log.read_text())["messages"][3]["content"]
+    srv.shutdown()
+
+
+def test_conversations_are_followed_through_dropped_reasoning_empty_requests_and_reused_ids(
+    upstream, tmp_path
+):
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    assert proxy.rewrite("openai", {"model": MODEL, "messages": []}).passed == "no messages"
+    turns = _openai_turn(0) + _openai_turn(1)
+    turns[0]["reasoning_content"] = "thinking about f0"
+    proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + turns})
+    turns[0] = {k: v for k, v in turns[0].items() if k != "reasoning_content"}  # dropped, as DeepSeek asks
+    proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + turns + _openai_turn(2)})
+    assert len(proxy.mirrors) == 1
+    # the same id called twice, the first never answered: the result is the second call's
+    call = _openai_turn(5)[0]
+    again = [
+        call,
+        {"role": "user", "content": "go on"},
+        call,
+        {"role": "tool", "tool_call_id": "call_5", "content": "x"},
+    ]
+    proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + [{"role": "user", "content": "b"}] + again})
+    (orch,) = [m.orch for m in proxy.mirrors.values() if m.orch.task_id != next(iter(proxy.mirrors))]
+    steps = orch.trajectory().steps
+    assert [s.output for s in steps] == [None, "x"] and orch.trajectory().task_text == "Fix the bug."
+    # a restarted proxy never writes over the logs of this one
+    again_proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    again_proxy.started = "later"
+    again_proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + _openai_turn(0)})
+    assert len(list(tmp_path.glob("*.jsonl"))) == 3

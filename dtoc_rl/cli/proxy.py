@@ -111,10 +111,15 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
         if args.threads < 1:
             raise CLIError(f"--threads must be >= 1, got {args.threads}")
-        if not args.timeout > 0:
-            raise CLIError(f"--timeout must be > 0 seconds, got {args.timeout}")
-        if not args.upstream.startswith(("http://", "https://")):
-            raise CLIError(f"--upstream must be an http:// or https:// URL, got {args.upstream!r}")
+        if not 0 < args.timeout <= 7 * 86400:
+            raise CLIError(f"--timeout must be > 0 seconds and at most a week, got {args.timeout}")
+        from urllib.parse import urlsplit
+
+        up = urlsplit(args.upstream)
+        if up.scheme not in ("http", "https") or not up.hostname:
+            raise CLIError(
+                f"--upstream must be an http:// or https:// URL with a host, got {args.upstream!r}"
+            )
         if not is_loopback(args.host) and not args.allow_remote:
             raise CLIError(
                 f"--host {args.host} is not a loopback address: anyone reaching it could relay requests "
@@ -153,12 +158,12 @@ def run(args: argparse.Namespace) -> int:
     host, port = server.server_address[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     label = str(getattr(policy, "label", None) or type(policy).__name__)
-    info = {"url": url, "host": host, "port": port, "policy": label, "upstream": server.upstream}
+    info = {"url": url, "host": host, "port": port, "policy": label, "upstream": server.upstream.url}
     if args.json:
         print(json.dumps(info), flush=True)
     elif not args.quiet:
         print(
-            f"dtoc-rl proxy: {label} on {url}, passing on to {server.upstream}\n"
+            f"dtoc-rl proxy: {label} on {url}, passing on to {server.upstream.url}\n"
             f"  OpenAI-style agents: OPENAI_BASE_URL={url}/v1    Anthropic-style: ANTHROPIC_BASE_URL={url}",
             flush=True,
         )

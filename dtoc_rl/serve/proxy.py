@@ -30,14 +30,16 @@ proxy never stops an agent.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -77,12 +79,29 @@ class _Event:
     is_error: bool = False
     where: tuple[int, int | None] | None = None
 
+    def __post_init__(self) -> None:
+        # the mirror's copy of a text no UTF-8 holds (a lone surrogate from an agent's JSON escape) has
+        # U+FFFD in its place; the request goes upstream as the agent wrote it
+        self.text, self.reasoning = _utf8(self.text), _utf8(self.reasoning)
+        for c in self.calls:
+            if isinstance(c.get("arguments"), str):
+                c["arguments"] = _utf8(c["arguments"])
+
     def fingerprint(self) -> str:
-        # a tool result by its call: a harness may mask or trim its own old outputs and still continue
+        # a tool result by its call: a harness may mask or trim its own old outputs and still continue;
+        # an answer without its reasoning, which harnesses drop from earlier turns (DeepSeek asks them to)
         if self.kind == "tool":
             return f"tool:{self.call_id}"
-        raw = json.dumps([self.kind, self.text, self.reasoning, self.calls], sort_keys=True, default=str)
+        raw = json.dumps([self.kind, self.text, self.calls], sort_keys=True, default=str)
         return hashlib.sha1(raw.encode("utf-8", "replace")).hexdigest()
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _args(value: Any) -> Any:
@@ -223,6 +242,7 @@ class _Mirror:
         self.answered_at: float | None = None  # time.monotonic() of the last answer through the proxy
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
         self.lock = threading.Lock()
+        self.log_failed = False
 
     def feed(self, events: list[_Event]) -> None:
         """Record the events after those already mirrored."""
@@ -239,8 +259,8 @@ class _Mirror:
                     self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
             elif e.kind == "tool":
                 waiting = self.pending.get(e.call_id)
-                if waiting:
-                    key = self.orch.add_tool_result(waiting.popleft(), e.text, is_error=e.is_error)
+                if waiting:  # a reused id answers its newest call (an older one left unanswered stays so)
+                    key = self.orch.add_tool_result(waiting.pop(), e.text, is_error=e.is_error)
             elif e.text:
                 self.orch.add_user(e.text)
             self.prints.append(e.fingerprint())
@@ -302,6 +322,7 @@ class ContextProxy:
         self._lock = threading.Lock()  # the mirrors' table
         self._decide = threading.Lock()  # one decision at a time: policies keep inference buffers
         self._made = 0
+        self.started = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.requests = 0
         self.hidden_sent = 0
 
@@ -327,29 +348,43 @@ class ContextProxy:
             events = _EVENTS[api](body)
         except (ValueError, TypeError, AttributeError) as e:
             return Rewrite(body, passed=f"messages not read: {e}")
-        mirror = self._mirror(events, model, given)
+        if not events:
+            return Rewrite(body, passed=f"no {listed}")
+        prints = [e.fingerprint() for e in events]
+        mirror = self._mirror(events, prints, model, given)  # returned locked: matched and fed at once
         try:
-            with mirror.lock:
-                mirror.feed(events)
-                t0 = time.perf_counter()
-                with self._decide:
-                    mirror.orch.decide()
-                ms = (time.perf_counter() - t0) * 1000
-                hidden = set(mirror.orch.store.hidden_keys())
-                out = self._patch(api, body, events, mirror, hidden)
-                if self.log_dir is not None:
-                    self._log(mirror)
+            mirror.feed(events)
+            t0 = time.perf_counter()
+            with self._decide:
+                mirror.orch.decide()
+            ms = (time.perf_counter() - t0) * 1000
+            hidden = set(mirror.orch.store.hidden_keys())
+            out = self._patch(api, body, events, mirror, hidden)
+            if self.log_dir is not None:
+                self._log(mirror)
         except Exception as e:  # a mirror that cannot follow is dropped; the agent goes on
             with self._lock:
                 self.mirrors.pop(mirror.name, None)
             self.warn(f"conversation {mirror.name}: not managed this call ({type(e).__name__}: {e})")
             return Rewrite(body, conversation=mirror.name, passed=f"{type(e).__name__}: {e}")
+        finally:
+            mirror.lock.release()
         sent = [k for k in mirror.keys if k is not None and k in hidden]
-        self.hidden_sent += len(sent)
         outputs = sum(k is not None for k in mirror.keys)
-        if self.log is not None:
-            self.log(f"{mirror.name}: {outputs} outputs, {len(sent)} sent hidden, decided in {ms:.1f} ms")
         return Rewrite(out, conversation=mirror.name, hidden=sent, outputs=outputs, decision_ms=ms)
+
+    def report(self, rw: Rewrite, sent: bool) -> None:
+        """Count and log one request's rewrite once it was ``sent`` upstream as rewritten (False: it
+        went as it came)."""
+        if sent:
+            self.hidden_sent += len(rw.hidden)
+        if self.log is None:
+            return
+        if rw.passed is not None:
+            self.log(f"passed on unmanaged: {rw.passed}")
+        elif sent:
+            self.log(f"{rw.conversation}: {rw.outputs} outputs, {len(rw.hidden)} sent hidden, "
+                     f"decided in {rw.decision_ms:.1f} ms")  # fmt: skip
 
     def answered(self, conversation: str | None, answer: Any = None) -> None:
         """The API answered a request of ``conversation``: the time (the cache's age at the next call)
@@ -366,45 +401,67 @@ class ContextProxy:
             mirror.usage = usage if isinstance(usage, dict) else None
 
     # -- internals -----------------------------------------------------------------------
-    def _mirror(self, events: list[_Event], model: str, given: Prices | None) -> _Mirror:
-        prints = [e.fingerprint() for e in events]
-        with self._lock:
-            best = None
-            for m in self.mirrors.values():  # the longest conversation the request continues
-                n = len(m.prints)
-                if n <= len(prints) and m.prints == prints[:n] and (best is None or n > len(best.prints)):
-                    best = m
-            if best is not None:
+    def _mirror(self, events: list[_Event], prints: list[str], model: str, given: Prices | None) -> _Mirror:
+        """The conversation ``events`` continues (the longest mirror whose messages start them), or a
+        new one; returned with its lock held, so that no other request feeds it between the match and
+        this request's feed (two requests branching from one history would take each other's keys)."""
+        for _ in range(100):
+            with self._lock:
+                best = None
+                for m in self.mirrors.values():
+                    n = len(m.prints)
+                    if (
+                        0 < n <= len(prints)
+                        and m.prints == prints[:n]
+                        and (best is None or n > len(best.prints))
+                    ):
+                        best = m
+                if best is None:
+                    return self._new_mirror(events, prints, model, given)
                 self.mirrors.move_to_end(best.name)
+            best.lock.acquire()
+            if best.prints == prints[: len(best.prints)] and self.mirrors.get(best.name) is best:
                 return best
-            system = "\n\n".join(e.text for e in events if e.kind == "system" and e.text) or None
-            first = next((e for e in events if e.kind == "user"), None)
-            self._made += 1
-            name = f"c{self._made:05d}-{hashlib.sha1((prints[0] if prints else '').encode()).hexdigest()[:8]}"
-            orch = Orchestrator(
-                copy.copy(self.policy),
-                mode="policy",
-                query=first.text if first is not None else None,
-                system=system,
-                model=model,
-                prices=given,
-                task_id=name,
-                **self.orch_kwargs,
-            )
-            mirror = _Mirror(orch, name)
-            # the system prompt and the task are the orchestrator's own: mark them as seen
-            head = 0
-            while head < len(events) and events[head].kind == "system":
-                head += 1
-            if first is not None and head < len(events) and events[head] is first:
-                head += 1
-            mirror.prints = prints[:head]
-            mirror.keys = [None] * head
-            self.mirrors[name] = mirror
-            while len(self.mirrors) > self.max_conversations:
-                _, old = self.mirrors.popitem(last=False)
+            best.lock.release()  # another request fed it meanwhile: match again
+        with self._lock:
+            return self._new_mirror(events, prints, model, given)
+
+    def _new_mirror(
+        self, events: list[_Event], prints: list[str], model: str, given: Prices | None
+    ) -> _Mirror:
+        # with the table's lock held; the new mirror is returned locked
+        system = "\n\n".join(e.text for e in events if e.kind == "system" and e.text) or None
+        first = next((e for e in events if e.kind == "user"), None)
+        self._made += 1
+        # this proxy's start and a count: names never meet those of an earlier run in --log-dir
+        name = f"{self.started}-c{self._made:05d}-{hashlib.sha1(prints[0].encode()).hexdigest()[:8]}"
+        orch = Orchestrator(
+            copy.copy(self.policy),
+            mode="policy",
+            query=first.text if first is not None else None,
+            system=system,
+            model=model,
+            prices=given,
+            task_id=name,
+            **self.orch_kwargs,
+        )
+        mirror = _Mirror(orch, name)
+        # the system prompt and the task are the orchestrator's own: mark them as seen
+        head = 0
+        while head < len(events) and events[head].kind == "system":
+            head += 1
+        if first is not None and head < len(events) and events[head] is first:
+            head += 1
+        mirror.prints = prints[:head]
+        mirror.keys = [None] * head
+        mirror.lock.acquire()
+        self.mirrors[name] = mirror
+        while len(self.mirrors) > self.max_conversations:
+            _, old = self.mirrors.popitem(last=False)
+            if old.lock.acquire(blocking=False):  # one a request is using now is left to that request
                 old.orch.close()
-            return mirror
+                old.lock.release()
+        return mirror
 
     def _patch(self, api: str, body: dict, events: list[_Event], mirror: _Mirror, hidden: set[str]) -> dict:
         # the body itself when nothing is hidden: then the request goes on byte for byte as it came
@@ -432,11 +489,20 @@ class ContextProxy:
         return {**body, listed: messages} if copied else body
 
     def _log(self, mirror: _Mirror) -> None:
+        # a log that cannot be written costs the log, never the hiding
         assert self.log_dir is not None
+        if mirror.log_failed:
+            return
         path = self.log_dir / f"{mirror.name}.jsonl"
         tmp = path.with_name(path.name + ".partial")
-        mirror.orch.save_log(tmp)
-        tmp.replace(path)
+        try:
+            mirror.orch.save_log(tmp)
+            tmp.replace(path)
+        except (OSError, ValueError) as e:  # a full disk, no permission, text no file can hold
+            mirror.log_failed = True
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            self.warn(f"conversation {mirror.name}: not logged ({type(e).__name__}: {e})")
 
 
 class _StreamUsage:
@@ -467,6 +533,11 @@ class _StreamUsage:
 
 
 # ---------------------------------------------------------------------------------------- HTTP
+#: The proxy's own endpoint (a path no API uses: an upstream's /health, e.g. vLLM's, is passed on).
+HEALTH_PATH = "/dtoc-proxy/health"
+_NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+
+
 def _api_of(method: str, path: str) -> str | None:
     route = path.split("?", 1)[0].rstrip("/")
     if method != "POST":
@@ -480,37 +551,80 @@ def _api_of(method: str, path: str) -> str | None:
     return None
 
 
+class _Upstream:
+    """Where requests go: the URL's parts, and connections to it (through ``HTTPS_PROXY`` /
+    ``HTTP_PROXY`` when the environment names one for that host)."""
+
+    def __init__(self, url: str, timeout_s: float):
+        import urllib.request
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
+        self.url = url.rstrip("/")
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.netloc = parts.netloc
+        self.prefix = parts.path.rstrip("/")
+        self.timeout_s = timeout_s
+        via = urllib.request.getproxies().get(parts.scheme)
+        self.via = None if via is None or urllib.request.proxy_bypass(self.host) else urlsplit(via)
+
+    def connect(self) -> Any:
+        import http.client
+
+        if self.via is not None and self.via.hostname:
+            cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+            conn = cls(self.via.hostname, self.via.port or 8080, timeout=self.timeout_s)
+            if self.https:
+                conn.set_tunnel(self.host, self.port)
+            return conn
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+
+
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _ProxyServer
+    _conn: Any = None  # the upstream connection this client connection reuses
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] == "/health":
+        if self.path.split("?", 1)[0] == HEALTH_PATH:
             p = self.server.proxy
-            health = {"status": "ok", "upstream": self.server.upstream, "requests": p.requests}
+            health = {"status": "ok", "upstream": self.server.upstream.url, "requests": p.requests}
             health.update(conversations=len(p.mirrors), hidden_sent=p.hidden_sent)
-            return self._json(200, health)
-        self._forward("GET", None)
+            self._json(200, health)
+            return
+        self._relay("GET")
 
     def do_POST(self) -> None:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            parts = []
-            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            raw = b"".join(parts)
-        else:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length > 0 else b""
-        self._forward("POST", raw)
+        self._relay("POST")
+
+    def do_PUT(self) -> None:
+        self._relay("PUT")
+
+    def do_PATCH(self) -> None:
+        self._relay("PATCH")
 
     def do_DELETE(self) -> None:
-        self._forward("DELETE", None)
+        self._relay("DELETE")
+
+    def do_OPTIONS(self) -> None:
+        self._relay("OPTIONS")
+
+    def do_HEAD(self) -> None:
+        self._relay("HEAD")
+
+    def finish(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        super().finish()
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -520,76 +634,156 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _forward(self, method: str, raw: bytes | None) -> None:
-        import urllib.error
-        import urllib.request
+    def _body(self) -> bytes | None:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(parts)
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return None
+        return self.rfile.read(int(length)) if int(length) > 0 else b""
 
+    def _rewrite(self, method: str, raw: bytes | None) -> tuple[bytes | None, str | None]:
+        """The body to send upstream and the managed conversation it belongs to (None: not managed)."""
         proxy = self.server.proxy
         api = _api_of(method, self.path)
-        conversation = None
-        if api is not None and raw:
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                body = None  # the API answers it with its own error
-            if body is not None:
-                try:
-                    rw = proxy.rewrite(api, body)
-                    if rw.body is not body:
-                        raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
-                    conversation = rw.conversation
-                except Exception as e:  # never the agent's failure: its request goes on as it came
-                    proxy.warn(f"request passed on unchanged ({type(e).__name__}: {e})")
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-        req = urllib.request.Request(
-            self.server.upstream + self.path, data=raw, headers=headers, method=method
-        )
+        if api is None or not raw:
+            return raw, None
         try:
-            resp = urllib.request.urlopen(req, timeout=self.server.timeout_s)
-        except urllib.error.HTTPError as e:
-            resp = e  # the API's own error, passed on as it is
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", e)
-            why = f"upstream {self.server.upstream} not reached: {reason}"
-            return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
-        with resp:
-            self.send_response(getattr(resp, "status", None) or resp.code)
-            streamed = "text/event-stream" in (resp.headers.get("Content-Type") or "")
-            for k, v in resp.headers.items():
-                if k.lower() not in _HOP:
-                    self.send_header(k, v)
-            if streamed:
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                sniff = _StreamUsage()
-                while chunk := resp.read1(65536):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                    if conversation is not None:
-                        sniff.feed(chunk)
-                self.wfile.write(b"0\r\n\r\n")
-                proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
-                return
-            data = resp.read()
-            self.send_header("Content-Length", str(len(data)))
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return raw, None  # the API answers it with its own error
+        sent = False
+        rw = Rewrite(body, passed="not read")
+        try:
+            rw = proxy.rewrite(api, body)
+            if rw.body is not body:
+                try:
+                    raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate no UTF-8 holds: escaped, as JSON allows
+                    raw = json.dumps(rw.body).encode("ascii")
+                sent = True
+        except Exception as e:  # never the agent's failure: its request goes on as it came
+            proxy.warn(f"request passed on unchanged ({type(e).__name__}: {e})")
+            return raw, None
+        proxy.report(rw, sent)
+        return raw, rw.conversation if rw.passed is None else None
+
+    def _relay(self, method: str) -> None:
+        import http.client
+
+        raw = self._body()
+        raw, conversation = self._rewrite(method, raw)
+        up = self.server.upstream
+        # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP]
+        resp = None
+        for attempt in (0, 1):
+            reused = self._conn is not None
+            if self._conn is None:
+                self._conn = up.connect()
+            try:
+                self._conn.putrequest(
+                    method, up.prefix + self.path, skip_host=True, skip_accept_encoding=True
+                )
+                self._conn.putheader("Host", up.netloc)
+                self._conn.putheader("Accept-Encoding", "identity")  # an answer whose usage can be read
+                for k, v in headers:
+                    self._conn.putheader(k, v)
+                if raw is not None:
+                    self._conn.putheader("Content-Length", str(len(raw)))
+                self._conn.endheaders(raw)
+                resp = self._conn.getresponse()
+                break
+            except (OSError, http.client.HTTPException) as e:
+                self._conn.close()
+                self._conn = None
+                stale = (ConnectionError, http.client.RemoteDisconnected, http.client.ImproperConnectionState)
+                if reused and attempt == 0 and isinstance(e, stale):
+                    continue  # the upstream closed the idle connection we kept: once more, anew
+                if isinstance(e, TimeoutError):
+                    why = f"no answer from upstream {up.url} within {up.timeout_s:g} s"
+                    return self._json(504, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+                why = f"upstream {up.url} not reached: {e}"
+                return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+        assert resp is not None
+        try:
+            self._answer(method, resp, conversation)
+        finally:
+            if resp.will_close and self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _answer(self, method: str, resp: Any, conversation: str | None) -> None:
+        import http.client
+
+        proxy = self.server.proxy
+        bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+        streamed = resp.getheader("Content-Length") is None and not bodiless
+        headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
+        if not streamed:
+            try:
+                data = resp.read()  # b"" for HEAD: read all the same, so the connection is free again
+                if bodiless:
+                    data = b""
+            except (OSError, http.client.HTTPException) as e:
+                self._conn = None
+                why = f"upstream answer cut short: {type(e).__name__}"
+                return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+            self.send_response_only(resp.status, resp.reason)
+            for k, v in headers:
+                self.send_header(k, v)
+            length = resp.getheader("Content-Length") if method == "HEAD" else str(len(data))
+            if length is not None:
+                self.send_header("Content-Length", length)
             self.end_headers()
             self.wfile.write(data)
-        if conversation is not None:
-            try:
-                answer = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                answer = None
-            proxy.answered(conversation, answer)
+            if conversation is not None:
+                try:
+                    answer = json.loads(data)
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                    answer = None
+                proxy.answered(conversation, answer)
+            return
+        # an answer of unknown length (server-sent events, NDJSON): passed on as it arrives
+        old = self.request_version == "HTTP/1.0"
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in headers:
+            self.send_header(k, v)
+        if old:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sniff = _StreamUsage()
+        try:
+            while chunk := resp.read1(65536):
+                self.wfile.write(chunk if old else b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                if conversation is not None:
+                    sniff.feed(chunk)
+        except (OSError, http.client.HTTPException):
+            self.close_connection = True  # cut short upstream: the client sees it end without its last chunk
+            self._conn = None
+            return
+        if not old:
+            self.wfile.write(b"0\r\n\r\n")
+        proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
 
 
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, addr: tuple[str, int], proxy: ContextProxy, upstream: str, timeout_s: float):
+    def __init__(self, addr: tuple[str, int], proxy: ContextProxy, upstream: _Upstream):
         super().__init__(addr, _ProxyHandler)
         self.proxy = proxy
-        self.upstream = upstream.rstrip("/")
-        self.timeout_s = timeout_s
+        self.upstream = upstream
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]
@@ -607,13 +801,7 @@ def make_proxy_server(
 ) -> _ProxyServer:
     """An HTTP server (not started: ``serve_forever()``) that rewrites the requests it passes to
     ``upstream`` (``https://api.openai.com``, ``https://api.anthropic.com``: the request's path is
-    appended as it came)."""
-    if not upstream.startswith(("http://", "https://")):
-        raise ValueError(f"upstream must be an http:// or https:// URL, got {upstream!r}")
-    return _ProxyServer((host, port), proxy, upstream, timeout_s)
-
-
-def conversations(proxy: ContextProxy) -> Iterable[tuple[str, Orchestrator]]:
-    """The mirrored conversations, least recently used first (for inspection and tests)."""
-    with proxy._lock:
-        return [(name, m.orch) for name, m in proxy.mirrors.items()]
+    appended as it came, after the URL's own path if it has one)."""
+    if not (0 < timeout_s <= 7 * 86400):
+        raise ValueError(f"timeout_s must be > 0 and at most a week, got {timeout_s!r}")
+    return _ProxyServer((host, port), proxy, _Upstream(upstream, timeout_s))
