@@ -73,14 +73,18 @@ USAGE_A = {"input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_
            "output_tokens": 20}  # fmt: skip
 
 
-@pytest.fixture
-def upstream():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+def _serving(handler):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     srv.seen = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture
+def upstream():
+    yield from _serving(_Upstream)
 
 
 def _start(proxy: ContextProxy, upstream) -> tuple[str, object]:
@@ -467,12 +471,7 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    srv.seen = []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    yield from _serving(_Echo)
 
 
 def _conn(url: str):

@@ -50,6 +50,19 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def price_option(source: str | None) -> dict | None:
+    """The user's price table a ``--prices FILE|JSON`` option names (None without one); a bad one is a
+    one-line CLIError naming the entry."""
+    if not source:
+        return None
+    from dtoc_rl.sim.pricing import load_price_table
+
+    try:
+        return load_price_table(source)
+    except ValueError as e:
+        raise CLIError(f"--prices: {e}") from None
+
+
 def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
     """Write ``chunks`` to ``path`` through ``path.partial`` and a rename: a file cut short (a full disk,
     Ctrl-C) never stands under the name of a complete one."""

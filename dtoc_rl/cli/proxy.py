@@ -30,7 +30,7 @@ import json
 import signal
 import sys
 
-from dtoc_rl.cli.common import CLIError, fail
+from dtoc_rl.cli.common import CLIError, fail, price_option
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,14 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--host {args.host} is not a loopback address: anyone reaching it could relay requests "
                 "to the upstream API; add --allow-remote to allow it"
             )
-        prices = None
-        if args.prices:
-            from dtoc_rl.sim.pricing import load_price_table
-
-            try:
-                prices = load_price_table(args.prices)
-            except ValueError as e:
-                raise CLIError(f"--prices: {e}") from None
+        prices = price_option(args.prices)
         policy = _load(args.policy, "policy")
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(args.threads)

@@ -44,7 +44,7 @@ import signal
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import CLIError, fail, warn
+from dtoc_rl.cli.common import CLIError, fail, price_option, warn
 
 _SAMPLE = {
     "model_family": "gpt-4o",
@@ -200,14 +200,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--host {args.host} is not a loopback address: the service would be reachable from the "
                 f"network; give a token explicitly (--token or {TOKEN_ENV}) to allow it"
             )
-        prices = None
-        if args.prices:
-            from dtoc_rl.sim.pricing import load_price_table
-
-            try:
-                prices = load_price_table(args.prices)
-            except ValueError as e:
-                raise CLIError(f"--prices: {e}") from None
+        prices = price_option(args.prices)
         policy = _load(args.policy, "policy")
         families = None
         trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
