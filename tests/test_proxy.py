@@ -620,3 +620,25 @@ def test_conversations_are_followed_through_dropped_reasoning_empty_requests_and
     again_proxy.started = "later"
     again_proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + _openai_turn(0)})
     assert len(list(tmp_path.glob("*.jsonl"))) == 3
+
+
+def test_the_command_serves_and_stops_on_sigterm(upstream, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    up = f"http://127.0.0.1:{upstream.server_address[1]}"
+    cmd = [sys.executable, "-c", "import sys; from dtoc_rl.cli import main; sys.exit(main())", "proxy",
+           "--policy", "last_n:n=1", "--port", "0", "--json", "--upstream", up,
+           "--log-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        msgs = HEAD + _openai_turn(0) + _openai_turn(1)
+        assert _post(info["url"] + "/v1/chat/completions", {"model": MODEL, "messages": msgs})[0] == 200
+        assert json.loads(json.loads(upstream.seen[-1][2])["messages"][3]["content"])["hidden"] is True
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1
