@@ -419,7 +419,7 @@ def test_a_placeholder_tells_the_model_what_it_can_do_without_manage_context(rep
     assert f'const NOTE = "{POLICY_NOTE}";' in (repo_root / "integrations/opencode/dtoc.js").read_text()
 
 
-# ----------------------------------------------------------------------------- what an attack found
+# ----------------------------------------------------------------------------- HTTP beyond the happy path
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -642,3 +642,126 @@ def test_the_command_serves_and_stops_on_sigterm(upstream, tmp_path):
     finally:
         proc.kill()
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
+
+
+def test_a_checkpoint_of_one_family_manages_that_family_only_and_a_broken_policy_fails_at_start(tmp_path):
+    from dtoc_rl.cli import main
+    from dtoc_rl.cli.serve import trained_families
+    from dtoc_rl.policies.learned import LearnedPolicyConfig
+
+    ckpt = LearnedPolicyConfig(n_layers=1, d_model=32, threshold=0.99, model_family="claude-sonnet").create()
+    proxy = ContextProxy(ckpt, families=trained_families(ckpt))
+    msgs = HEAD + _openai_turn(0) + _openai_turn(1) + _openai_turn(2)
+    assert proxy.rewrite("openai", {"model": MODEL, "messages": msgs}).passed.startswith("model 'gpt-4o")
+    assert proxy.rewrite("openai", {"model": "claude-sonnet-4-5", "messages": msgs}).passed is None
+    proxy.check()  # a working policy passes, and leaves no conversation behind
+    assert len(proxy.mirrors) == 1
+
+    class Broken:
+        def act(self, obs, info):
+            raise RuntimeError("weights missing")
+
+    with pytest.raises(RuntimeError, match="weights missing"):
+        ContextProxy(Broken()).check()
+    (tmp_path / "mod.py").write_text(
+        "class Broken:\n    def act(self, obs, info):\n        raise KeyError('w')\n"
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert main(["proxy", "--policy", "mod:Broken", "--upstream", "http://127.0.0.1:9"]) == 2
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_a_tool_named_manage_context_is_the_orchestrators_and_shifts_no_other_output(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=5"))
+    mc = {
+        "id": "m1",
+        "type": "function",
+        "function": {"name": "manage_context", "arguments": '{"enable": []}'},
+    }
+    bash = {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    msgs = HEAD + [{"role": "assistant", "content": "", "tool_calls": [mc, bash]},
+                   {"role": "tool", "tool_call_id": "m1", "content": '{"ok": true}'},
+                   {"role": "tool", "tool_call_id": "b1", "content": "a.py"}]  # fmt: skip
+    proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+    (mirror,) = proxy.mirrors.values()
+    assert [s.output for s in mirror.orch.trajectory().steps if s.tool_name == "bash"] == ["a.py"]
+
+
+def test_usage_of_a_streamed_or_unsized_answer_reaches_the_log_before_the_next_call(tmp_path):
+    class Chunky(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            stream = body.get("stream")
+            self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            n = len(body["messages"])
+            if stream:
+                usage = {"prompt_tokens": 100 * n, "completion_tokens": 1}
+                parts = [b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n",
+                         b"data: [DONE]\n\n"]  # fmt: skip
+            else:
+                parts = [json.dumps({"choices": [], "usage": {"prompt_tokens": 100 * n}}).encode()]
+            for part in parts:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+
+    gen = _serving(Chunky)
+    up = next(gen)
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    url, srv = _start(proxy, up)
+    msgs = list(HEAD)
+    for k in range(4):
+        _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs, "stream": k % 2 == 1})
+        msgs = msgs + _openai_turn(k)
+    srv.shutdown()
+    (log,) = tmp_path.glob("*.jsonl")
+    from dtoc_rl.ingest import read_first
+
+    _, traj = read_first(log)
+    assert [s.usage.input_tokens for s in traj.steps] == [200, 400, 600]  # each call's own, streamed or not
+    next(gen, None)
+
+
+def test_a_forward_proxy_from_the_environment_gets_the_whole_url_and_its_credentials(monkeypatch):
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.server.seen.append((self.requestline, self.headers.get("Proxy-Authorization")))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    gen = _serving(Forward)
+    fwd = next(gen)
+    for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://me:s%40cret@127.0.0.1:{fwd.server_address[1]}")
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    srv = make_proxy_server(proxy, "http://api.example.invalid:8000/base", port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    c = _conn(f"http://127.0.0.1:{srv.server_address[1]}")
+    c.request("GET", "/v1/models")
+    assert c.getresponse().status == 200
+    srv.shutdown()
+    line, auth = fwd.seen[-1]
+    assert line == "GET http://api.example.invalid:8000/base/v1/models HTTP/1.1"
+    import base64
+
+    assert auth == "Basic " + base64.b64encode(b"me:s@cret").decode()
+    next(gen, None)

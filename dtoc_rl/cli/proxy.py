@@ -98,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.cli.serve import _load
+    from dtoc_rl.cli.serve import _load, trained_families
     from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
     from dtoc_rl.serve.service import is_loopback
 
@@ -140,8 +140,13 @@ def run(args: argparse.Namespace) -> int:
             max_conversations=args.max_conversations,
             log_dir=args.log_dir,
             orchestrator={"max_items": args.max_items} if args.max_items else None,
+            families=trained_families(policy),
             log=log if args.log else None,
         )
+        try:  # run the policy once now: a broken checkpoint fails here, not at the agent's first call
+            proxy.check()
+        except Exception as e:
+            raise CLIError(f"policy {args.policy} failed on a sample conversation: {e}") from None
         try:
             server = make_proxy_server(proxy, args.upstream, args.host, args.port, timeout_s=args.timeout)
         except OSError as e:

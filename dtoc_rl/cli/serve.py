@@ -169,10 +169,21 @@ def _load(spec: str, what: str):
     return policy
 
 
+def trained_families(policy) -> set[str] | None:
+    """The model families a policy serves: a checkpoint trained on one family, only that one (None:
+    every known family)."""
+    from dtoc_rl.data.models import FAMILIES, normalize_family
+
+    trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
+    if not trained_on:
+        return None
+    return {trained_on if trained_on in FAMILIES else normalize_family(trained_on)}
+
+
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from dtoc_rl.data.models import FAMILIES, normalize_family
+    from dtoc_rl.data.models import FAMILIES
     from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
     from dtoc_rl.serve.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
 
@@ -202,10 +213,7 @@ def run(args: argparse.Namespace) -> int:
             )
         prices = price_option(args.prices)
         policy = _load(args.policy, "policy")
-        families = None
-        trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
-        if trained_on:
-            families = {trained_on if trained_on in FAMILIES else normalize_family(trained_on)}
+        families = trained_families(policy)
         fallback = None
         fallback_label = None
         fb = args.fallback.strip()

@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, StatusReport, apply_manage_context, parse_arguments
-from dtoc_rl.core.record import ToolOutput
+from dtoc_rl.core.record import HIDDEN_NOTE, ToolOutput, placeholder
 from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 
@@ -39,6 +39,8 @@ class DTOCContext:
             A reopened SQLiteStore brings its messages back; then ``query`` and
             ``system`` must be left None.
         estimator: token estimator for a new MemoryStore.
+        hidden_note: what a placeholder tells the model (default: that manage_context restores it;
+            :data:`~dtoc_rl.core.record.POLICY_NOTE` where the model has no such tool).
     """
 
     def __init__(
@@ -47,8 +49,10 @@ class DTOCContext:
         system: str | None = None,
         store: Store | None = None,
         estimator: TokenEstimator | str | None = None,
+        hidden_note: str = HIDDEN_NOTE,
     ):
         self.store = store if store is not None else MemoryStore(estimator)
+        self.hidden_note = hidden_note
         self.estimator = self.store.estimator
         self._pending: deque[str] = deque()
         self._calls: dict[str, dict[str, Any]] = {}
@@ -113,7 +117,9 @@ class DTOCContext:
             "tool_key": rec.tool_key,
             "name": rec.tool_name,
             "hidden": not rec.visible,
-            "content": rec.render(),
+            "content": rec.render()
+            if rec.visible or self.hidden_note == HIDDEN_NOTE
+            else placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, self.hidden_note),
         }
 
     def _assemble_one(self, m: dict[str, Any]) -> None:

@@ -20,9 +20,11 @@ __all__ = ["HIDDEN_NOTE", "POLICY_NOTE", "ToolOutput", "envelope", "format_key",
 
 # The hidden indicator: says the output still exists and how to bring it back.
 HIDDEN_NOTE = "kept in full; manage_context enable restores it"
-#: The note where the model has no manage_context tool and a policy decides alone (``dtoc-rl proxy``, the
-#: OpenCode plugin, which writes the same words): the policy shows it again, or the agent re-runs the tool.
-POLICY_NOTE = "kept in full; shown again when needed, or re-run the tool"
+#: The note where the model has no manage_context tool and a policy decides alone (an Orchestrator in
+#: ``policy`` mode, ``dtoc-rl proxy``, the OpenCode plugin, which writes the same words): the policy shows
+#: it again, or the agent re-runs the tool.  As long as HIDDEN_NOTE, so that a placeholder costs the same
+#: tokens whichever it carries (a test holds them equal).
+POLICY_NOTE = "kept in full; shown again when needed or re-run"
 
 
 def format_key(n: int) -> str:

@@ -150,8 +150,10 @@ class GooseSessionsIngester(Ingester):
                 raise IngestError(f"message {n}: content_json is {type(content).__name__}, expected a list")
             when = m["created"]
             msg: dict[str, Any] = {"role": m["role"], "content": content}
-            if isinstance(when, int | float):
-                msg["created"] = when / 1000 if when > 1e10 else when  # milliseconds in some versions
+            if isinstance(
+                when, int | float
+            ):  # epoch seconds (milliseconds in some versions): the call's time
+                msg["timestamp"] = when / 1000 if when > 1e10 else when
             if not user_sees and m["role"] == "assistant":
                 continue  # Goose's own note after a summary ("the conversation continues"): no model call
             if not user_sees and m["role"] == "user":  # what a compaction put in place of the messages

@@ -45,6 +45,7 @@ This module also holds small helpers the other chat/event ingesters share
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -462,10 +463,18 @@ class OpenAIChatIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: dict[str, int] = {}
         if path.suffix == ".jsonl":
-            lines = list(iter_jsonl(path))
-            if _one_message_per_line([row for _, row, err in lines if err is None]):
-                yield self.run(path, _lines_run(path, lines), 1, seen, "file")
+            lines = iter_jsonl(path)
+            head = []  # the lines up to the first that is a message or a run: they decide which file it is
+            for line in lines:
+                head.append(line)
+                row = line[1]
+                if (isinstance(row, dict) and ("role" in row or _is_run(row))) or isinstance(row, list):
+                    break
+            rows = [row for _, row, err in head if err is None]
+            if _one_message_per_line(rows):
+                yield self.run(path, _lines_run(path, [*head, *lines]), 1, seen, "file")
                 return
+            lines = itertools.chain(head, lines)  # a run per line: read as they come
             yield from parse_rows(path, lines, lambda r, n: self.run(path, r, n, seen, "line"))
             return
         data = read_json(path)
@@ -589,15 +598,19 @@ def _lines_run(path: Path, lines: list[tuple[int, Any, str | None]]) -> dict:
     # its id unless the header names one.  A line that cannot be read loses a message: the run is not
     # read at all rather than read with a hole in it.
     bad = [f"line {n}: {err}" for n, _, err in lines if err is not None]
-    if bad:
-        raise IngestError(f"a run written a message per line, not read: {'; '.join(bad[:5])}", path)
     run: dict[str, Any] = {}
     messages = []
-    for _, row, _ in lines:
-        if "role" in row:
+    for n, row, err in lines:
+        if err is not None:
+            continue
+        if isinstance(row, dict) and row.get("role") in ROLES and not _is_run(row):
             messages.append(row)
+        elif not messages and isinstance(row, dict) and not _is_run(row):
+            run.update(row)  # the header: the session's own fields
         else:
-            run.update(row)
+            bad.append(f"line {n}: not a chat message")
+    if bad:
+        raise IngestError(f"a run written a message per line, not read: {'; '.join(bad[:5])}", path)
     run.setdefault("id", path.stem)
     run["messages"] = messages
     return run

@@ -110,6 +110,7 @@ import numpy as np
 
 from dtoc_rl.core.context import DTOCContext
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, anthropic_tool, openai_tool
+from dtoc_rl.core.record import HIDDEN_NOTE, POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
@@ -312,6 +313,8 @@ class Orchestrator:
             query=None if self.resumed else query,
             system=None if self.resumed else system,
             store=store,
+            # in policy mode the model has no manage_context tool: its placeholders do not offer one
+            hidden_note=POLICY_NOTE if mode == "policy" else HIDDEN_NOTE,
         )
         self.store = store
         self.task_id = task_id

@@ -30,6 +30,7 @@ proxy never stops an agent.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
@@ -38,6 +39,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE, placeholder
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
@@ -255,7 +258,8 @@ class _Mirror:
                 calls = self.orch.record_assistant(
                     e.text, e.calls, reasoning=e.reasoning or None, usage=usage, answered_at=self.answered_at
                 )
-                for asked_call, made in zip(e.calls, calls, strict=False):
+                ours = [c for c in e.calls if c.get("name") != MANAGE_CONTEXT_NAME]  # it answers those itself
+                for asked_call, made in zip(ours, calls, strict=False):
                     self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
             elif e.kind == "tool":
                 waiting = self.pending.get(e.call_id)
@@ -292,6 +296,8 @@ class ContextProxy:
         log_dir: when given, each conversation is written there after every request as the JSONL log
             ``dtoc-rl ingest`` reads (its visibility, the calls' usage as the API reported it).
         orchestrator: extra keyword arguments of every Orchestrator (``max_items``, ``cache_ttl``...).
+        families: the model families the policy manages (default: every known one; a checkpoint trained
+            on one family, that one, as ``dtoc-rl serve`` serves it); others pass through unless priced.
         warn, log: where warnings and a line per managed request go (default: warnings to stderr,
             no request lines).
     """
@@ -304,6 +310,7 @@ class ContextProxy:
         max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
         log_dir: str | Path | None = None,
         orchestrator: Mapping[str, Any] | None = None,
+        families: set[str] | frozenset[str] | None = None,
         warn: Callable[[str], None] | None = None,
         log: Callable[[str], None] | None = None,
     ):
@@ -312,6 +319,7 @@ class ContextProxy:
         if max_conversations < 1:
             raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.policy = policy
+        self.families = frozenset(families if families is not None else _SERVED)
         self.prices = dict(prices or {})
         self.max_conversations = int(max_conversations)
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -340,7 +348,7 @@ class ContextProxy:
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         family = normalize_family(model)
         given = user_prices(model, family, self.prices)
-        if family not in _SERVED and given is None:
+        if family not in self.families and given is None:
             return Rewrite(
                 body, passed=f"model {model!r} (family {family!r}) is not served: give --prices for it"
             )
@@ -372,6 +380,33 @@ class ContextProxy:
         sent = [k for k in mirror.keys if k is not None and k in hidden]
         outputs = sum(k is not None for k in mirror.keys)
         return Rewrite(out, conversation=mirror.name, hidden=sent, outputs=outputs, decision_ms=ms)
+
+    def check(self) -> None:
+        """Run the policy once on a sample conversation of a family it manages, keeping nothing of it:
+        a checkpoint that cannot decide fails here, not at an agent's first call (RuntimeError)."""
+
+        def fail(message: str) -> None:
+            raise RuntimeError(message)
+
+        model = sorted(self.families)[0] if self.families else "gpt-4o"
+        probe = ContextProxy(self.policy, prices=self.prices, families=self.families,
+                             orchestrator=self.orch_kwargs, warn=fail)  # fmt: skip
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+        for k in range(3):
+            call = {
+                "id": f"c{k}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+            }
+            messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": f"c{k}", "content": "a.py\n" * 200}]  # fmt: skip
+        with (
+            warnings.catch_warnings()
+        ):  # the family's name is no priced version: its price warning says nothing
+            warnings.simplefilter("ignore")
+            rw = probe.rewrite("openai", {"model": model, "messages": messages})
+        if rw.passed is not None and model in self.families:
+            raise RuntimeError(rw.passed)
 
     def report(self, rw: Rewrite, sent: bool) -> None:
         """Count and log one request's rewrite once it was ``sent`` upstream as rewritten (False: it
@@ -458,7 +493,9 @@ class ContextProxy:
         self.mirrors[name] = mirror
         while len(self.mirrors) > self.max_conversations:
             _, old = self.mirrors.popitem(last=False)
-            if old.lock.acquire(blocking=False):  # one a request is using now is left to that request
+            if old.lock.acquire(
+                blocking=False
+            ):  # one a request is using is not closed under it: only forgotten
                 old.orch.close()
                 old.lock.release()
         return mirror
@@ -474,7 +511,9 @@ class ContextProxy:
             if key is None or key not in hidden or e.where is None:
                 continue
             rec = mirror.orch.store.get(key)
-            text = placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE)
+            text = placeholder(
+                rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE
+            )  # policy mode's
             i, j = e.where
             if api == "anthropic":
                 if i not in copied:
@@ -512,6 +551,7 @@ class _StreamUsage:
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] = {}
+        self.done = False  # the answer's last event has passed ([DONE], message_stop, response.completed)
         self._rest = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -520,12 +560,16 @@ class _StreamUsage:
         for line in lines:
             if not line.startswith(b"data:"):
                 continue
+            if line[5:].strip() == b"[DONE]":
+                self.done = True
+                continue
             try:
                 ev = json.loads(line[5:])
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 continue
             if not isinstance(ev, dict):
                 continue
+            self.done = self.done or ev.get("type") in ("message_stop", "response.completed")
             inner = ev.get("message") or ev.get("response")
             for found in (ev.get("usage"), inner.get("usage") if isinstance(inner, dict) else None):
                 if isinstance(found, dict):
@@ -570,16 +614,30 @@ class _Upstream:
         self.prefix = parts.path.rstrip("/")
         self.timeout_s = timeout_s
         via = urllib.request.getproxies().get(parts.scheme)
-        self.via = None if via is None or urllib.request.proxy_bypass(self.host) else urlsplit(via)
+        via_parts = None if via is None or urllib.request.proxy_bypass(self.host) else urlsplit(via)
+        self.via = via_parts if via_parts is not None and via_parts.hostname else None
+        self.proxy_auth: str | None = None
+        if self.via is not None and self.via.username is not None:
+            from urllib.parse import unquote
+
+            pair = f"{unquote(self.via.username)}:{unquote(self.via.password or '')}"
+            self.proxy_auth = "Basic " + base64.b64encode(pair.encode()).decode()
+
+    def target(self, path: str) -> str:
+        """What the request line names: the path, or the whole URL when a forward proxy carries plain
+        HTTP (RFC 9112, section 3.2.2)."""
+        path = self.prefix + path
+        return f"http://{self.netloc}{path}" if self.via is not None and not self.https else path
 
     def connect(self) -> Any:
         import http.client
 
-        if self.via is not None and self.via.hostname:
+        if self.via is not None:  # TLS, for an https upstream, only inside the tunnel the proxy opens
             cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-            conn = cls(self.via.hostname, self.via.port or 8080, timeout=self.timeout_s)
+            conn = cls(self.via.hostname, self.via.port or 80, timeout=self.timeout_s)
             if self.https:
-                conn.set_tunnel(self.host, self.port)
+                auth = {"Proxy-Authorization": self.proxy_auth} if self.proxy_auth else None
+                conn.set_tunnel(self.host, self.port, headers=auth)
             return conn
         if self.https:
             return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s)
@@ -688,10 +746,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             if self._conn is None:
                 self._conn = up.connect()
             try:
-                self._conn.putrequest(
-                    method, up.prefix + self.path, skip_host=True, skip_accept_encoding=True
-                )
+                self._conn.putrequest(method, up.target(self.path), skip_host=True, skip_accept_encoding=True)
                 self._conn.putheader("Host", up.netloc)
+                if up.proxy_auth and not up.https:  # through a forward proxy, plain HTTP: on every request
+                    self._conn.putheader("Proxy-Authorization", up.proxy_auth)
                 self._conn.putheader("Accept-Encoding", "identity")  # an answer whose usage can be read
                 for k, v in headers:
                     self._conn.putheader(k, v)
@@ -735,6 +793,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self._conn = None
                 why = f"upstream answer cut short: {type(e).__name__}"
                 return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+            # recorded before the agent has the answer: its next request must find the usage in place
+            proxy.answered(conversation, _decoded(data))
             self.send_response_only(resp.status, resp.reason)
             for k, v in headers:
                 self.send_header(k, v)
@@ -743,12 +803,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", length)
             self.end_headers()
             self.wfile.write(data)
-            if conversation is not None:
-                try:
-                    answer = json.loads(data)
-                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                    answer = None
-                proxy.answered(conversation, answer)
             return
         # an answer of unknown length (server-sent events, NDJSON): passed on as it arrives
         old = self.request_version == "HTTP/1.0"
@@ -761,20 +815,42 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         else:
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        events = "text/event-stream" in (resp.getheader("Content-Type") or "")
         sniff = _StreamUsage()
+        kept: list[bytes] = []  # a JSON answer sent without a length, read whole for its usage at the end
+        size = 0
         try:
             while chunk := resp.read1(65536):
+                if conversation is not None:
+                    if events:
+                        sniff.feed(chunk)
+                        if sniff.done:  # recorded before the agent reads the answer's end
+                            proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+                            conversation = None
+                    elif size + len(chunk) <= _MAX_KEPT:
+                        kept.append(chunk)
+                        size += len(chunk)
                 self.wfile.write(chunk if old else b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
-                if conversation is not None:
-                    sniff.feed(chunk)
         except (OSError, http.client.HTTPException):
             self.close_connection = True  # cut short upstream: the client sees it end without its last chunk
             self._conn = None
             return
+        if conversation is not None:
+            proxy.answered(conversation, {"usage": sniff.usage} if events else _decoded(b"".join(kept)))
         if not old:
             self.wfile.write(b"0\r\n\r\n")
-        proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+
+
+# An answer of unknown length kept to read its usage, at the most (a chat answer is some kilobytes).
+_MAX_KEPT = 16 * 2**20
+
+
+def _decoded(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None
 
 
 class _ProxyServer(ThreadingHTTPServer):

@@ -186,6 +186,10 @@ VERSION_PRICES: dict[str, Prices] = {
     "grok-4-1-fast": Prices(
         0.20, 0.50, 0.05, 0.20, "docs.x.ai models (grok-4-1-fast, reasoning and non-reasoning)", "2025-11-19"
     ),
+    "grok-4": Prices(3.00, 15.00, 0.75, 3.00, "docs.x.ai models (grok-4-0709)", "2025-07-09"),
+    "grok-3-fast": Prices(
+        5.00, 25.00, 1.25, 5.00, "docs.x.ai models (grok-3-fast, as archived 2025-06-02)", "2025-06-02"
+    ),
     "grok-3": Prices(
         3.00, 15.00, 0.75, 3.00, "docs.x.ai models (grok-3, as archived 2025-06-02)", "2025-06-02"
     ),
@@ -236,7 +240,7 @@ PRICES: dict[str, Prices] = {
     "doubao-pro": VERSION_PRICES["doubao-pro-128k"],
     "kimi": VERSION_PRICES["kimi-k2-0905-preview"],
     "glm": VERSION_PRICES["glm-4.6"],
-    "grok": VERSION_PRICES["grok-code-fast-1"],
+    "grok": VERSION_PRICES["grok-4"],
     "minimax": VERSION_PRICES["minimax-m2.5"],
     "mistral": VERSION_PRICES["devstral-medium"],
     "gpt-oss": VERSION_PRICES["gpt-oss-120b"],

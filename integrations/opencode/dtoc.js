@@ -100,7 +100,7 @@ const RETRY = Symbol("retry"); // the session's labels must be sent anew (or not
 const STATE = Symbol.for("dtoc.state");
 // Kept short: a placeholder is about 40 tokens under ceil(chars/4), the estimator the plugin and
 // the service's default use (the core's own placeholders measure the same); a test holds it there.
-const NOTE = "kept in full; shown again when needed, or re-run the tool";
+const NOTE = "kept in full; shown again when needed or re-run";
 // Texts sent for labelling are cut (head and tail) beyond this: the body limit is 1 MiB.
 const MAX_SENT_CHARS = 50_000;
 const MAX_BODY_BYTES = 900_000; // under the service's default 1 MiB body limit

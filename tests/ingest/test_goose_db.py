@@ -95,7 +95,8 @@ def test_each_session_is_a_trajectory_with_the_ledgers_usage_per_call(tmp_path):
     # the compaction's summary call is no call of the conversation: three replies, three calls
     used = [(s.usage.input_tokens, s.usage.cached_tokens, s.usage.cache_write_tokens) for s in a.steps]
     assert used == [(1200, 1000, 150), (1300, 1150, 100), (1400, 1250, 0)]
-    assert a.steps[0].timestamp == 1767000010 and json.loads(a.extra)["working_dir"] == "/w"
+    assert [s.timestamp for s in a.steps] == [1767000010, 1767000030, 1767000050]  # the closing answer too
+    assert json.loads(a.extra)["working_dir"] == "/w"
     assert all(s.usage is None for s in b.steps)  # no ledger rows: no usage, and nothing said
     assert "usage_note" not in json.loads(b.extra)
 

@@ -90,6 +90,8 @@ def test_a_kimi_model_is_billed_at_moonshots_prices_with_its_cache_discount():
     [("glm", "zai-org/GLM-4.6", (0.60, 0.11, 2.20), "discount, no write premium"),
      ("grok", "x-ai/grok-code-fast-1", (0.20, 0.02, 1.50), "discount, no write premium"),
      ("grok", "grok-4.1-fast-reasoning", (0.20, 0.05, 0.50), "discount, no write premium"),
+     ("grok", "x-ai/grok-4-0709", (3.00, 0.75, 15.00), "discount, no write premium"),
+     ("grok", "grok-4-fast-non-reasoning", (0.20, 0.05, 0.50), "discount, no write premium"),
      ("minimax", "MiniMax-M2.5", (0.30, 0.03, 1.20), "write premium"),
      ("mistral", "mistralai/devstral-small-2507", (0.10, 0.10, 0.30), "no caching"),
      ("gpt-oss", "openai/gpt-oss-120b", (0.35, 0.35, 0.75), "no caching")],

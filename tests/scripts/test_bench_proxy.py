@@ -14,4 +14,4 @@ def test_the_proxy_benchmark_reports_each_policy_beside_the_reference(capsys):
     assert set(rows) == {"reference (straight upstream)", "proxy, last_n:n=5", "proxy, learned"}
     assert rows["proxy, last_n:n=5"]["hidden_sent"] > 0  # the requests really went through a policy
     assert all(r["p50_ms"] > 0 for r in rows.values()) and res["calls"] == 12
-    assert res["ok"] == (res["worst_p99_overhead_ms"] <= res["target_p99_overhead_ms"])
+    assert rows["proxy, learned"]["decision_p99_ms"] > 0  # the policy's decision timed inside the proxy
