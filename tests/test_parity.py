@@ -11,7 +11,9 @@ Each trajectory is replayed three ways with N = 16 slots (so the window slides):
 * **the service** (``DecisionService.decide`` in process), sent what a client outside Python knows:
   its items (key, tokens, visibility, tool and arguments, age, error, superseded, toggles, user
   turns after) and, per request, the session's new turns; the service labels them and fills the
-  need features.
+  need features;
+* **the proxy** (``ContextProxy.rewrite``), sent before each call the whole chat-completions request
+  an agent would send; it feeds its own Orchestrator what is new.
 
 The schedules: a fixed pseudo-random enable/disable schedule over DTOC keys (a hash of trajectory,
 decision and key, so all three take the same actions whatever their slot order), and a rule
@@ -35,6 +37,7 @@ import pytest
 
 import dtoc_rl.envs  # noqa: F401  (registers the environments)
 from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.models import FAMILIES
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.ingest.driver import ingest_paths
@@ -65,6 +68,9 @@ KNOWN = {
     # The service's session never hides anything (the client's store does), so it cannot tell that a
     # needed output was hidden when the call was made: ``rereads`` from a session are always 0.
     "session_rereads": "left out (service): rereads (with the rereads entry above)",
+    # A chat-completions tool message has no error flag: the proxy, sent one, cannot know what the log
+    # knew (tau-bench's failed calls); an agent on Anthropic's API sends ``is_error`` and it is read.
+    "proxy_is_error": "left out (proxy over chat completions): is_error",
 }
 # Counts the online side may exceed (misses of every need kind; re-reads of an output ReplayEnv's
 # recovery made visible again), but only where the offline count is not zero.
@@ -209,6 +215,33 @@ def service(traj: Trajectory, schedule: str):
     return pol.seen
 
 
+def proxy(traj: Trajectory, schedule: str):
+    """``dtoc-rl proxy``'s decisions: before every model call but the first, the chat request an agent
+    would send (the system prompt, the task, each earlier call's message, tool calls and results, the
+    user texts) goes through ContextProxy.rewrite, which feeds its own Orchestrator what is new."""
+    from dtoc_rl.serve.proxy import ContextProxy
+
+    pol = _make(schedule, traj.traj_id)
+    px = ContextProxy(pol, families=frozenset(FAMILIES), orchestrator={"max_items": N})
+    msgs: list[dict] = [{"role": "system", "content": traj.system_prompt}] if traj.system_prompt else []
+    msgs.append({"role": "user", "content": traj.task_text})
+    for i, steps in enumerate(_turns(traj)):
+        if steps[0].user_text:
+            msgs.append({"role": "user", "content": steps[0].user_text})
+        if i:
+            rw = px.rewrite("openai", {"model": traj.model_raw, "messages": list(msgs)})
+            assert rw.passed is None, rw.passed
+        calls = [s for s in steps if s.tool_name]
+        ids = [s.tool_call_id or f"call_{s.index}" for s in calls]  # as a chat log names them
+        msgs.append({"role": "assistant", "content": steps[0].assistant_text or "", "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": s.tool_name, "arguments": s.tool_args or ""}}
+            for cid, s in zip(ids, calls)]})  # fmt: skip
+        msgs += [{"role": "tool", "tool_call_id": cid, "content": s.output}
+                 for cid, s in zip(ids, calls) if s.output is not None]  # fmt: skip
+    assert len(px.mirrors) == 1  # one conversation from the first request to the last
+    return pol.seen
+
+
 def _turn(k: int, steps: list, keys: dict) -> dict:
     calls = [s for s in steps if s.tool_name and s.output is not None]
     return {
@@ -273,8 +306,8 @@ def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("
             offline, appended = replay_env(t, sched)
             decisions += len(offline)
             for path in paths:
-                online = orchestrator(t, sched) if path == "orchestrator" else service(t, sched)
-                left_out = ("rereads",) if path == "service" else ()
+                online = {"orchestrator": orchestrator, "service": service, "proxy": proxy}[path](t, sched)
+                left_out = {"service": ("rereads",), "proxy": ("is_error",)}.get(path, ())
                 diffs = differences(offline, online, t, appended, left_out)
                 if diffs:
                     failures.append((t.traj_id, sched, path, len(diffs), diffs[:3]))
@@ -288,14 +321,16 @@ def test_parity_on_the_bundled_sample(data_dir):
     for t in trajs:
         by_source.setdefault(t.source, []).append(t)
     picked = [t for ts in by_source.values() for t in sorted(ts, key=lambda t: len(t.steps))[:2]]
-    decisions, failures = _check(picked, schedules=("random",))
+    decisions, failures = _check(picked, schedules=("random",), paths=("orchestrator", "service", "proxy"))
     assert len(by_source) >= 3 and decisions > 20
     assert not failures, failures[:5]
 
 
 @pytest.mark.slow
 def test_parity_on_the_whole_sample(data_dir):
-    decisions, failures = _check(load_trajectories(data_dir / "sample"))
+    decisions, failures = _check(
+        load_trajectories(data_dir / "sample"), paths=("orchestrator", "service", "proxy")
+    )
     assert decisions > 300
     assert not failures, failures[:5]
 
@@ -313,7 +348,7 @@ SHARED_SETS = (
 @pytest.mark.shared
 @pytest.mark.timeout(1200)
 def test_parity_on_real_trajectories(shared_traces):
-    """ReplayEnv equals the Orchestrator and the service at every decision of 155 real trajectories
+    """ReplayEnv equals the Orchestrator, the service and the proxy at every decision of 155 real trajectories
     (Claude Code, SWE-agent 0.x and OpenHands: every need kind occurs among them), every other one under
     the random schedule and the rest under the rule baseline (both on all of them doubled the suite's
     longest test and found nothing the alternation does not)."""
@@ -322,8 +357,9 @@ def test_parity_on_real_trajectories(shared_traces):
     kinds = Counter(n.kind for t in trajs for s in t.steps for n in s.needs)
     assert len(trajs) >= 100
     assert set(kinds) == set(NEED_KINDS), kinds
-    decisions, failures = _check(trajs[::2], schedules=("random",))
-    more, failures_rule = _check(trajs[1::2], schedules=("last_n:n=3",))
+    paths = ("orchestrator", "service", "proxy")
+    decisions, failures = _check(trajs[::2], schedules=("random",), paths=paths)
+    more, failures_rule = _check(trajs[1::2], schedules=("last_n:n=3",), paths=paths)
     decisions, failures = decisions + more, failures + failures_rule
     assert decisions > 1000
     assert not failures, failures[:5]
