@@ -15,12 +15,16 @@ POST .../chat/completions, .../responses (Codex; not with previous_response_id, 
 the history) and .../messages are managed (streamed answers are passed on as they arrive); every
 other request is passed through.  Each conversation is mirrored in memory (the
 --max-conversations most recent); with --log-dir each is also written as a log `dtoc-rl ingest`
-reads, with the usage the API reported, so `dtoc-rl evaluate` can price what the policy did.  A
-model of a family the policy does not serve (an unknown name: give its prices with --prices) and a
-request the proxy cannot read go upstream unchanged: the proxy never stops an agent.
+reads, with the usage the API reported, so `dtoc-rl evaluate` can price what the policy did (a log
+is written at each request: the closing answer, which no request follows, is not in it).  A model
+of a family the policy does not serve (an unknown name: give its prices with --prices; a checkpoint
+trained on one family serves that one only) and a request the proxy cannot read go upstream
+unchanged: the proxy never stops an agent.  The policy is tried on a sample conversation at start.
 
 Binds to 127.0.0.1; another address must be allowed with --allow-remote (the proxy relays whatever
-credentials its callers send).  Stop it with Ctrl-C or SIGTERM (exit code 0).
+credentials its callers send).  Redirects go back to the agent, never followed; HTTPS_PROXY and
+HTTP_PROXY are used to reach the upstream.  GET /dtoc-proxy/health counts requests, conversations
+and outputs sent hidden.  Stop it with Ctrl-C or SIGTERM (exit code 0).
 """
 
 from __future__ import annotations
