@@ -30,6 +30,7 @@ __all__ = [
     "GeminiCliMasking",
     "HideBig",
     "LastNObservations",
+    "LoggedVisibility",
     "NoManagement",
     "ObservationMasking",
     "OpenCodePrune",
@@ -79,6 +80,36 @@ class NoManagement(Policy):
 
     def act(self, obs, info=None):
         return to_action(obs, obs["item_mask"].astype(bool))
+
+
+class LoggedVisibility(Policy):
+    """The visibility the log itself records, replayed: what its harness hid (the SWE-agent-LM runs
+    masked by ``LastNObservations``) or what a policy plugged into the live agent hid (the logs an
+    Orchestrator and ``dtoc-rl proxy --log-dir`` write carry it).  Before each model call every output
+    the log says was hidden at that call (masked, or dropped with its call) is hidden and the others
+    shown; a call the log says nothing of changes nothing.  So ``dtoc-rl evaluate -p logged none oracle``
+    prices what was done live against doing nothing and against hindsight.  Needs the episode
+    (ReplayEnv ``expose_episode=True``, as ``dtoc-rl evaluate`` makes it)."""
+
+    name = "logged"
+
+    def reset(self, info=None):
+        ep = (info or {}).get("episode")
+        if ep is None:
+            raise ValueError("logged: needs info['episode'] (make ReplayEnv with expose_episode=True)")
+        self._ep = ep
+
+    def act(self, obs, info=None):
+        ep, c = self._ep, int((info or {}).get("step", 0))
+        first = int(ep.starts[c]) if c < ep.n_calls else None
+        masked = None if first is None else ep.logged_masked[first]
+        dropped = None if first is None else ep.logged_dropped[first]
+        vis = obs["items"][:, _F["visible"]] > 0.5
+        if masked is None and dropped is None:
+            return to_action(obs, vis)
+        hidden = set(masked or ()) | set(dropped or ())
+        slots = np.asarray(info["slot_steps"])
+        return to_action(obs, np.array([int(k) not in hidden for k in slots]))
 
 
 class LastNObservations(Policy):

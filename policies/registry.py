@@ -35,6 +35,7 @@ from dtoc_rl.policies.baselines import (
     GeminiCliMasking,
     HideBig,
     LastNObservations,
+    LoggedVisibility,
     NoManagement,
     ObservationMasking,
     OpenCodePrune,
@@ -61,6 +62,7 @@ BASELINES: dict[str, type[Policy]] = {
     "budget": TokenBudget,
     "hide_big": HideBig,
     "cache_clear": CacheAwareClear,
+    "logged": LoggedVisibility,
 }
 
 

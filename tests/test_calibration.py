@@ -303,3 +303,25 @@ def test_recovery_kinds_of_a_reread():
     assert recovery_kind(
         bash, Step(index=1, tool_name="bash", tool_args="grep  -n foo /a.py", output="y")
     ) == ("rec_same")
+
+
+@pytest.mark.shared
+def test_the_masking_these_runs_logged_bills_as_our_last_n_of_five(shared_traces: Path):
+    """`logged` replays the visibility a log records; on the SWE-agent-LM runs really masked by
+    SWE-agent's LastNObservations(n=5) it bills as our reimplementation, run by run: the rule is
+    faithful where it is priced (all 162 runs agree; 40 here, for the suite's time)."""
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.policies.evaluate import evaluate
+
+    folder = shared_traces / "swe-agent-1.0_swebench-verified" / "20250511_sweagent_lm_32b"
+    trajs = [
+        t
+        for t in ingest_paths([folder], progress=False).trajectories
+        if any(s.masked_before for s in t.steps)
+    ]
+    runs = evaluate(trajs[:40], ["logged", "last_n:n=5"], progress=False)
+    by = {(r.policy, r.traj_id): r for r in runs}
+    for t in trajs[:40]:
+        a, b = by["logged", t.traj_id], by["last_n:n=5", t.traj_id]
+        assert (a.dollars, a.misses, a.input_tokens) == (b.dollars, b.misses, b.input_tokens), t.traj_id
+    assert sum(by["logged", t.traj_id].changes for t in trajs[:40]) > 100  # it did hide, run after run

@@ -765,3 +765,28 @@ def test_a_forward_proxy_from_the_environment_gets_the_whole_url_and_its_credent
 
     assert auth == "Basic " + base64.b64encode(b"me:s@cret").decode()
     next(gen, None)
+
+
+def test_what_the_proxy_hid_live_is_priced_from_its_log_as_the_same_policy_offline(tmp_path):
+    """A conversation through the proxy under last_n:n=2, logged; the log ingested and replayed with
+    `logged` (its own visibility) bills as last_n:n=2 run offline on it, and saves against `none`."""
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.policies.evaluate import evaluate
+
+    proxy = ContextProxy(make_policy("last_n:n=2"), log_dir=tmp_path / "logs")
+    msgs = list(HEAD)
+    for k in range(7):
+        proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+        msgs = msgs + _openai_turn(k, lines=60 + 40 * k)
+    proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+    res = ingest_paths([tmp_path / "logs"], progress=False)
+    (traj,) = res.trajectories
+    assert sum(bool(s.masked_before) for s in traj.steps) >= 4  # the log says what was hidden at each call
+    runs = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=2", "none"], progress=False)}
+    live, offline, nothing = runs["logged"], runs["last_n:n=2"], runs["none"]
+    assert (live.dollars, live.misses, live.input_tokens) == (
+        offline.dollars,
+        offline.misses,
+        offline.input_tokens,
+    )
+    assert live.dollars < nothing.dollars
