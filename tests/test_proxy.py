@@ -7,6 +7,7 @@ unreadable bodies, a rewritten history, a dead upstream)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -451,7 +452,10 @@ class _Echo(BaseHTTPRequestHandler):
                 time.sleep(0.3)
             self.wfile.write(b"0\r\n\r\n")
             return
-        if self.path == "/cut":
+        if self.path == "/hints":  # an interim answer first, then the real one
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+            self.wfile.flush()
+        if self.path.startswith("/cut"):
             self.send_response(200)
             self.send_header("Content-Length", "100")
             self.end_headers()
@@ -521,7 +525,13 @@ def test_headers_repeated_or_absent_go_as_they_came_and_unknown_length_answers_s
     first = r.read1(100)
     assert first == b'{"a": 1}\n' and time.perf_counter() - t0 < 0.25  # as it arrives, not when it ends
     assert r.read() == b'{"b": 2}\n'
-    c.request("GET", "/cut")
+    c.request("GET", "/cut")  # passed on as it arrives: the agent sees it cut, as it would directly
+    r = c.getresponse()
+    with pytest.raises(http.client.IncompleteRead):
+        r.read()
+    c = _conn(url)
+    chat = json.dumps({"model": MODEL, "messages": HEAD}).encode()
+    c.request("POST", "/cut/v1/chat/completions", body=chat)  # read whole for its usage: a 502 when cut
     r = c.getresponse()
     assert r.status == 502 and b"cut short" in r.read()
     old = _conn(url)
@@ -790,3 +800,42 @@ def test_what_the_proxy_hid_live_is_priced_from_its_log_as_the_same_policy_offli
         offline.input_tokens,
     )
     assert live.dollars < nothing.dollars
+
+
+def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, tmp_path):
+    from dtoc_rl.policies.learned import LearnedPolicyConfig
+    from dtoc_rl.serve.proxy import _StreamUsage, _Upstream
+
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), echo)
+    c = _conn(url)
+    for path in ("/hints", "/v1/after"):  # the 103 is passed over, and the next answer is the next one's
+        c.request("POST", path, body=b"{}")
+        r = c.getresponse()
+        assert (r.status, json.loads(r.read())["method"]) == (200, "POST")
+    assert [x[1] for x in echo.seen[-2:]] == ["/hints", "/v1/after"]
+    before = len(echo.seen)
+    for head in (b"Content-Length: 1000\r\n\r\n" + b"x" * 40, b"Content-Length: abc\r\n\r\n",
+                 b"Transfer-Encoding: chunked\r\n\r\n5\r\nBBBBB"):  # fmt: skip
+        import socket
+
+        sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10)
+        sock.sendall(b"PUT /v1/x HTTP/1.1\r\nHost: x\r\n" + head)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(4096):  # the proxy closes the connection after it
+            answer += chunk
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 400") and b"dtoc_proxy_request" in answer
+    assert len(echo.seen) == before  # nothing of a cut body went upstream
+    srv.shutdown()
+    monkeypatch.setenv("HTTPS_PROXY", "proxy.corp:3128")  # no scheme, as curl and requests take it
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    up = _Upstream("https://api.example.invalid", 5.0)
+    assert (up.via.hostname, up.via.port) == ("proxy.corp", 3128)
+    # a checkpoint of a family whose name is no model name still starts
+    ContextProxy(LearnedPolicyConfig(n_layers=1, d_model=32, model_family="openai-o").create(),
+                 families={"openai-o"}).check()  # fmt: skip
+    sniff = _StreamUsage()
+    sniff.feed(b'data: {"type": "response.incomplete", "response": {"usage": {"input_tokens": 7}}}\n\n')
+    assert sniff.done and sniff.usage == {"input_tokens": 7}

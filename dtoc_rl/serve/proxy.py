@@ -388,8 +388,10 @@ class ContextProxy:
         def fail(message: str) -> None:
             raise RuntimeError(message)
 
-        model = sorted(self.families)[0] if self.families else "gpt-4o"
-        probe = ContextProxy(self.policy, prices=self.prices, families=self.families,
+        # a model of no family: served by the probe whatever families this proxy serves (openai-o's
+        # name, for one, is no model name)
+        model = "dtoc-proxy-check"
+        probe = ContextProxy(self.policy, prices=self.prices, families=self.families | {"other"},
                              orchestrator=self.orch_kwargs, warn=fail)  # fmt: skip
         messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
         for k in range(3):
@@ -405,7 +407,7 @@ class ContextProxy:
         ):  # the family's name is no priced version: its price warning says nothing
             warnings.simplefilter("ignore")
             rw = probe.rewrite("openai", {"model": model, "messages": messages})
-        if rw.passed is not None and model in self.families:
+        if rw.passed is not None:
             raise RuntimeError(rw.passed)
 
     def report(self, rw: Rewrite, sent: bool) -> None:
@@ -544,6 +546,13 @@ class ContextProxy:
             self.warn(f"conversation {mirror.name}: not logged ({type(e).__name__}: {e})")
 
 
+# The events an answer's stream ends with: Anthropic's (a message's end, or an error), a Responses
+# stream's (completed, cut short, failed); a chat completion's stream ends with "data: [DONE]".
+_LAST_EVENTS = frozenset(
+    {"message_stop", "error", "response.completed", "response.incomplete", "response.failed"}
+)
+
+
 class _StreamUsage:
     """The usage a streamed answer reports, read from its server-sent events as they pass: a chat
     completion's last chunk (``stream_options.include_usage``), Anthropic's ``message_start`` and
@@ -569,7 +578,7 @@ class _StreamUsage:
                 continue
             if not isinstance(ev, dict):
                 continue
-            self.done = self.done or ev.get("type") in ("message_stop", "response.completed")
+            self.done = self.done or ev.get("type") in _LAST_EVENTS
             inner = ev.get("message") or ev.get("response")
             for found in (ev.get("usage"), inner.get("usage") if isinstance(inner, dict) else None):
                 if isinstance(found, dict):
@@ -579,6 +588,13 @@ class _StreamUsage:
 # ---------------------------------------------------------------------------------------- HTTP
 #: The proxy's own endpoint (a path no API uses: an upstream's /health, e.g. vLLM's, is passed on).
 HEALTH_PATH = "/dtoc-proxy/health"
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+class _BadBody(ValueError):
+    """A request body cut short or framed wrongly."""
+
+
 _NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 
 
@@ -614,6 +630,8 @@ class _Upstream:
         self.prefix = parts.path.rstrip("/")
         self.timeout_s = timeout_s
         via = urllib.request.getproxies().get(parts.scheme)
+        if via is not None and "://" not in via:
+            via = "http://" + via  # "proxy.corp:3128", as curl and requests read it
         via_parts = None if via is None or urllib.request.proxy_bypass(self.host) else urlsplit(via)
         self.via = via_parts if via_parts is not None and via_parts.hostname else None
         self.proxy_auth: str | None = None
@@ -693,18 +711,34 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _body(self) -> bytes | None:
+        """The request's body (None: it has none); a body cut short or framed wrongly raises
+        :class:`_BadBody`: nothing of it may go upstream as if whole."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             parts = []
-            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
+            while True:
+                line = self.rfile.readline()
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise _BadBody("a chunked body cut short or framed wrongly") from None
+                if size == 0:
+                    break
+                part = self.rfile.read(size)
+                if len(part) != size or self.rfile.readline() not in (b"\r\n", b"\n"):
+                    raise _BadBody("a chunked body cut short")
+                parts.append(part)
             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                 pass  # trailers
             return b"".join(parts)
         length = self.headers.get("Content-Length")
         if length is None:
             return None
-        return self.rfile.read(int(length)) if int(length) > 0 else b""
+        if not length.strip().isdigit():
+            raise _BadBody(f"Content-Length {length!r} is no length")
+        data = self.rfile.read(int(length)) if int(length) > 0 else b""
+        if len(data) != int(length):
+            raise _BadBody(f"the body ended after {len(data)} of its {int(length)} bytes")
+        return data
 
     def _rewrite(self, method: str, raw: bytes | None) -> tuple[bytes | None, str | None]:
         """The body to send upstream and the managed conversation it belongs to (None: not managed)."""
@@ -735,7 +769,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _relay(self, method: str) -> None:
         import http.client
 
-        raw = self._body()
+        try:
+            raw = self._body()
+        except _BadBody as e:
+            self.close_connection = True
+            return self._json(400, {"error": {"type": "dtoc_proxy_request", "message": str(e)}})
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
@@ -745,6 +783,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             reused = self._conn is not None
             if self._conn is None:
                 self._conn = up.connect()
+            sent = False
             try:
                 self._conn.putrequest(method, up.target(self.path), skip_host=True, skip_accept_encoding=True)
                 self._conn.putheader("Host", up.netloc)
@@ -755,15 +794,23 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     self._conn.putheader(k, v)
                 if raw is not None:
                     self._conn.putheader("Content-Length", str(len(raw)))
-                self._conn.endheaders(raw)
-                resp = self._conn.getresponse()
+                try:
+                    self._conn.endheaders(raw)
+                except OSError:
+                    resp = self._early_answer()  # an upstream that answered (413) before it read it all
+                    if resp is None:
+                        raise
+                sent = True
+                resp = resp or self._final(self._conn.getresponse(), method)
                 break
             except (OSError, http.client.HTTPException) as e:
                 self._conn.close()
                 self._conn = None
                 stale = (ConnectionError, http.client.RemoteDisconnected, http.client.ImproperConnectionState)
-                if reused and attempt == 0 and isinstance(e, stale):
-                    continue  # the upstream closed the idle connection we kept: once more, anew
+                # once more on a new connection when the kept one had been closed: not a model call
+                # already sent, which the upstream may be answering (the agent's SDK retries a 502 itself)
+                if reused and attempt == 0 and isinstance(e, stale) and (not sent or method in _IDEMPOTENT):
+                    continue
                 if isinstance(e, TimeoutError):
                     why = f"no answer from upstream {up.url} within {up.timeout_s:g} s"
                     return self._json(504, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
@@ -773,9 +820,31 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         try:
             self._answer(method, resp, conversation)
         finally:
-            if resp.will_close and self._conn is not None:
+            if (resp.will_close or getattr(resp, "dtoc_interim", False)) and self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def _early_answer(self) -> Any:
+        import http.client
+
+        if self._conn.sock is None:  # never connected: nothing can have answered
+            return None
+        try:
+            return self._conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            return None
+
+    def _final(self, resp: Any, method: str) -> Any:
+        """The final answer after any interim ones (103 Early Hints, ...; http.client passes over 100
+        only): read from the same socket, and the connection not kept after it."""
+        while 100 < resp.status < 200 and resp.status != 101:
+            fp, resp.fp = resp.fp, None  # what the interim answer's reader already holds of the next one
+            resp = self._conn.response_class(self._conn.sock, method=method)
+            resp.fp.close()
+            resp.fp = fp
+            resp.begin()
+            resp.dtoc_interim = True
+        return resp
 
     def _answer(self, method: str, resp: Any, conversation: str | None) -> None:
         import http.client
@@ -784,6 +853,23 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         streamed = resp.getheader("Content-Length") is None and not bodiless
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
+        if not streamed and not bodiless and conversation is None:
+            # an answer of known length the proxy need not read (a download): passed on as it arrives
+            self.send_response_only(resp.status, resp.reason)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", resp.getheader("Content-Length"))
+            self.end_headers()
+            try:
+                while chunk := resp.read(65536):  # read(n), not read1: it frees the connection at the end
+                    self.wfile.write(chunk)
+                cut = bool(resp.length)  # bytes announced and never sent (read(n) ends quietly on them)
+            except (OSError, http.client.HTTPException):
+                cut = True
+            if cut:  # the client sees fewer bytes than announced, and the connection end
+                self.close_connection = True
+                self._conn = None
+            return
         if not streamed:
             try:
                 data = resp.read()  # b"" for HEAD: read all the same, so the connection is free again
