@@ -163,7 +163,7 @@ def _load(spec: str, what: str):
     if getattr(policy, "abstains_everywhere", False):
         warn(
             f"{what} {spec!r} abstains everywhere: its thresholds, chosen on too few runs, hide nothing "
-            "on any model, so every /decide keeps everything visible (give one: "
+            "on any model, so everything stays visible (give one: "
             "learned:path=CKPT,threshold=T, or train on more logs)"
         )
     return policy
