@@ -23,7 +23,8 @@ mirror has seen continues that conversation (tool results by their call ids, so 
 or trims its own old outputs still continues it); any other starts a new one (a harness that rewrites
 earlier messages, e.g. after compacting, gets a fresh mirror, and its outputs are shown again until the
 policy hides them anew).  Models of a family the policy does not serve (``other``, unless the user
-priced it) pass through untouched, as ``dtoc-rl serve`` answers them with its ``none`` fallback.  A
+priced it; for a checkpoint trained on one family, every other) pass through untouched, as ``dtoc-rl
+serve`` answers them with its ``none`` fallback.  A
 request the proxy cannot read, or whose mirroring fails, goes upstream as it came, with a warning: the
 proxy never stops an agent.
 """
