@@ -50,6 +50,23 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def serve_until_stopped(server) -> None:
+    """Run an HTTP server until Ctrl-C or SIGTERM (which leaves ``serve_forever`` as Ctrl-C does),
+    then close it."""
+    import signal
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def price_option(source: str | None) -> dict | None:
     """The user's price table a ``--prices FILE|JSON`` option names (None without one); a bad one is a
     one-line CLIError naming the entry."""

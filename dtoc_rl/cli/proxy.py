@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 
-from dtoc_rl.cli.common import CLIError, fail, price_option
+from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -170,16 +169,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    def _stop(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_until_stopped(server)
     if not (args.json or args.quiet):
         print(
             f"dtoc-rl proxy: stopped after {proxy.requests} requests; {proxy.hidden_sent} outputs sent "

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import CLIError, fail, price_option, warn
+from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped, warn
 
 _SAMPLE = {
     "model_family": "gpt-4o",
@@ -293,16 +292,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    def _stop(signum, frame):  # SIGTERM: leave serve_forever like Ctrl-C does
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_until_stopped(server)
     if not args.json:
         print("dtoc-rl serve: stopped", file=sys.stderr)
     return 0
