@@ -815,6 +815,7 @@ def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, t
     assert [x[1] for x in echo.seen[-2:]] == ["/hints", "/v1/after"]
     before = len(echo.seen)
     for head in (b"Content-Length: 1000\r\n\r\n" + b"x" * 40, b"Content-Length: abc\r\n\r\n",
+                 b"Content-Length: \xb2\r\n\r\n", b"Transfer-Encoding: chunked\r\n\r\n-1\r\n",
                  b"Transfer-Encoding: chunked\r\n\r\n5\r\nBBBBB"):  # fmt: skip
         import socket
 
@@ -827,6 +828,12 @@ def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, t
         sock.close()
         assert answer.startswith(b"HTTP/1.1 400") and b"dtoc_proxy_request" in answer
     assert len(echo.seen) == before  # nothing of a cut body went upstream
+    sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10)
+    sock.sendall(b"GET /v1/files?name=caf\xc3\xa9 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    while sock.recv(4096):
+        pass
+    sock.close()
+    assert echo.seen[-1][1] == "/v1/files?name=caf%C3%A9"  # a raw byte in the target, sent encoded
     srv.shutdown()
     monkeypatch.setenv("HTTPS_PROXY", "proxy.corp:3128")  # no scheme, as curl and requests take it
     for var in ("no_proxy", "NO_PROXY"):

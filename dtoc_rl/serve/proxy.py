@@ -37,6 +37,8 @@ import copy
 import hashlib
 import json
 import os
+import re
+import select
 import sys
 import threading
 import time
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE, placeholder
@@ -717,11 +720,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             parts = []
             while True:
-                line = self.rfile.readline()
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise _BadBody("a chunked body cut short or framed wrongly") from None
+                token = self.rfile.readline().split(b";", 1)[0].strip()
+                if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", token):
+                    raise _BadBody("a chunked body cut short or framed wrongly")
+                size = int(token, 16)
                 if size == 0:
                     break
                 part = self.rfile.read(size)
@@ -734,7 +736,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length")
         if length is None:
             return None
-        if not length.strip().isdigit():
+        if not re.fullmatch(r"[0-9]{1,18}", length.strip()):
             raise _BadBody(f"Content-Length {length!r} is no length")
         data = self.rfile.read(int(length)) if int(length) > 0 else b""
         if len(data) != int(length):
@@ -779,14 +781,23 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
         headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP]
+        path = self.path  # as the client sent it, its bytes read as latin-1
+        if not path.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in path):
+            path = quote(path.encode("latin-1", "replace"), safe="/?&=:@!$'()*+,;~%#[]")
         resp = None
         for attempt in (0, 1):
+            if self._conn is not None and self._conn.sock is not None:
+                # an idle kept connection has nothing to read unless the upstream closed it meanwhile
+                # (servers close idle ones after seconds; a tool run takes longer): not used again
+                if select.select([self._conn.sock], [], [], 0)[0]:
+                    self._conn.close()
+                    self._conn = None
             reused = self._conn is not None
             if self._conn is None:
                 self._conn = up.connect()
             sent = False
             try:
-                self._conn.putrequest(method, up.target(self.path), skip_host=True, skip_accept_encoding=True)
+                self._conn.putrequest(method, up.target(path), skip_host=True, skip_accept_encoding=True)
                 self._conn.putheader("Host", up.netloc)
                 if up.proxy_auth and not up.https:  # through a forward proxy, plain HTTP: on every request
                     self._conn.putheader("Proxy-Authorization", up.proxy_auth)
@@ -801,6 +812,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     resp = self._early_answer()  # an upstream that answered (413) before it read it all
                     if resp is None:
                         raise
+                    resp.dtoc_interim = True  # the connection is broken whatever the answer says
                 sent = True
                 resp = resp or self._final(self._conn.getresponse(), method)
                 break
@@ -852,14 +864,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
         proxy = self.server.proxy
         bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
-        streamed = resp.getheader("Content-Length") is None and not bodiless
+        # by how the answer came, not by its header (an upstream may send a length beside chunks)
+        streamed = (resp.chunked or resp.length is None) and not bodiless
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
         if not streamed and not bodiless and conversation is None:
             # an answer of known length the proxy need not read (a download): passed on as it arrives
             self.send_response_only(resp.status, resp.reason)
             for k, v in headers:
                 self.send_header(k, v)
-            self.send_header("Content-Length", resp.getheader("Content-Length"))
+            self.send_header("Content-Length", str(resp.length))
             self.end_headers()
             try:
                 while chunk := resp.read(65536):  # read(n), not read1: it frees the connection at the end
@@ -885,7 +898,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_response_only(resp.status, resp.reason)
             for k, v in headers:
                 self.send_header(k, v)
-            length = resp.getheader("Content-Length") if method == "HEAD" else str(len(data))
+            if method == "HEAD" or resp.status == 304:  # the length of the answer not sent
+                length = resp.getheader("Content-Length")
+            else:  # none on a 204 (RFC 9110, section 8.6)
+                length = None if resp.status == 204 or resp.status < 200 else str(len(data))
             if length is not None:
                 self.send_header("Content-Length", length)
             self.end_headers()
