@@ -35,6 +35,7 @@ import base64
 import contextlib
 import copy
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -42,6 +43,7 @@ import select
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE, placeholder
@@ -406,9 +408,7 @@ class ContextProxy:
             }
             messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
                          {"role": "tool", "tool_call_id": f"c{k}", "content": "a.py\n" * 200}]  # fmt: skip
-        with (
-            warnings.catch_warnings()
-        ):  # the family's name is no priced version: its price warning says nothing
+        with warnings.catch_warnings():  # a made-up model name: its price warning says nothing
             warnings.simplefilter("ignore")
             rw = probe.rewrite("openai", {"model": model, "messages": messages})
         if rw.passed is not None:
@@ -499,9 +499,8 @@ class ContextProxy:
         self.mirrors[name] = mirror
         while len(self.mirrors) > self.max_conversations:
             _, old = self.mirrors.popitem(last=False)
-            if old.lock.acquire(
-                blocking=False
-            ):  # one a request is using is not closed under it: only forgotten
+            # one a request is using is not closed under it: only forgotten
+            if old.lock.acquire(blocking=False):
                 old.orch.close()
                 old.lock.release()
         return mirror
@@ -517,14 +516,12 @@ class ContextProxy:
             if key is None or key not in hidden or e.where is None:
                 continue
             rec = mirror.orch.store.get(key)
-            text = placeholder(
-                rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE
-            )  # policy mode's
+            # the Orchestrator's own placeholder, with policy mode's note (the model has no manage_context)
+            text = placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE)
             i, j = e.where
             if api == "anthropic":
-                if i not in copied:
+                if i not in copied:  # the message's blocks copied once, then each result set in them
                     messages[i] = {**messages[i], "content": list(messages[i]["content"])}
-                    copied.add(i)
                 messages[i]["content"][j] = {**messages[i]["content"][j], "content": text}
             elif api == "responses":
                 messages[i] = {**messages[i], "output": text}
@@ -599,9 +596,6 @@ class _BadBody(ValueError):
     """A request body cut short or framed wrongly."""
 
 
-_NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
-
-
 def _api_of(method: str, path: str) -> str | None:
     route = path.split("?", 1)[0].rstrip("/")
     if method != "POST":
@@ -620,9 +614,6 @@ class _Upstream:
     ``HTTP_PROXY`` when the environment names one for that host)."""
 
     def __init__(self, url: str, timeout_s: float):
-        import urllib.request
-        from urllib.parse import urlsplit
-
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
@@ -640,8 +631,6 @@ class _Upstream:
         self.via = via_parts if via_parts is not None and via_parts.hostname else None
         self.proxy_auth: str | None = None
         if self.via is not None and self.via.username is not None:
-            from urllib.parse import unquote
-
             pair = f"{unquote(self.via.username)}:{unquote(self.via.password or '')}"
             self.proxy_auth = "Basic " + base64.b64encode(pair.encode()).decode()
 
@@ -652,8 +641,6 @@ class _Upstream:
         return f"http://{self.netloc}{path}" if self.via is not None and not self.https else path
 
     def connect(self) -> Any:
-        import http.client
-
         if self.via is not None:  # TLS, for an https upstream, only inside the tunnel the proxy opens
             cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
             conn = cls(self.via.hostname, self.via.port or 80, timeout=self.timeout_s)
@@ -681,30 +668,21 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             health.update(conversations=len(p.mirrors), hidden_sent=p.hidden_sent)
             self._json(200, health)
             return
-        self._relay("GET")
-
-    def do_POST(self) -> None:
-        self._relay("POST")
-
-    def do_PUT(self) -> None:
-        self._relay("PUT")
-
-    def do_PATCH(self) -> None:
-        self._relay("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._relay("DELETE")
-
-    def do_OPTIONS(self) -> None:
-        self._relay("OPTIONS")
-
-    def do_HEAD(self) -> None:
-        self._relay("HEAD")
+        self._relay()
 
     def finish(self) -> None:
         if self._conn is not None:
             self._conn.close()
         super().finish()
+
+    def _error(self, status: int, kind: str, message: str) -> None:
+        self._json(status, {"error": {"type": kind, "message": message}})
+
+    def _drop_upstream(self) -> None:
+        """Close the kept upstream connection: it is not used again."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -769,14 +747,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy.report(rw, sent)
         return raw, rw.conversation if rw.passed is None else None
 
-    def _relay(self, method: str) -> None:
-        import http.client
-
+    def _relay(self) -> None:
+        """Pass the request on (every method: do_POST and the others are this) and its answer back."""
+        method = self.command
         try:
             raw = self._body()
         except _BadBody as e:
             self.close_connection = True
-            return self._json(400, {"error": {"type": "dtoc_proxy_request", "message": str(e)}})
+            return self._error(400, "dtoc_proxy_request", str(e))
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
@@ -790,8 +768,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 # an idle kept connection has nothing to read unless the upstream closed it meanwhile
                 # (servers close idle ones after seconds; a tool run takes longer): not used again
                 if select.select([self._conn.sock], [], [], 0)[0]:
-                    self._conn.close()
-                    self._conn = None
+                    self._drop_upstream()
             reused = self._conn is not None
             if self._conn is None:
                 self._conn = up.connect()
@@ -817,8 +794,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 resp = resp or self._final(self._conn.getresponse(), method)
                 break
             except (OSError, http.client.HTTPException) as e:
-                self._conn.close()
-                self._conn = None
+                self._drop_upstream()
                 stale = (ConnectionError, http.client.RemoteDisconnected, http.client.ImproperConnectionState)
                 # once more on a new connection when the kept one had been closed: not a model call
                 # already sent, which the upstream may be answering (the agent's SDK retries a 502 itself)
@@ -826,20 +802,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     continue
                 if isinstance(e, TimeoutError):
                     why = f"no answer from upstream {up.url} within {up.timeout_s:g} s"
-                    return self._json(504, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+                    return self._error(504, "dtoc_proxy_upstream", why)
                 why = f"upstream {up.url} not reached: {e}"
-                return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+                return self._error(502, "dtoc_proxy_upstream", why)
         assert resp is not None
         try:
             self._answer(method, resp, conversation)
         finally:
-            if (resp.will_close or getattr(resp, "dtoc_interim", False)) and self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            if resp.will_close or getattr(resp, "dtoc_interim", False):
+                self._drop_upstream()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _relay
 
     def _early_answer(self) -> Any:
-        import http.client
-
         if self._conn.sock is None:  # never connected: nothing can have answered
             return None
         try:
@@ -859,9 +834,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             resp.dtoc_interim = True
         return resp
 
-    def _answer(self, method: str, resp: Any, conversation: str | None) -> None:
-        import http.client
+    def _start_answer(self, resp: Any, headers: list[tuple[str, str]]) -> None:
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in headers:
+            self.send_header(k, v)
 
+    def _answer(self, method: str, resp: Any, conversation: str | None) -> None:
         proxy = self.server.proxy
         bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         # by how the answer came, not by its header (an upstream may send a length beside chunks)
@@ -869,9 +847,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
         if not streamed and not bodiless and conversation is None:
             # an answer of known length the proxy need not read (a download): passed on as it arrives
-            self.send_response_only(resp.status, resp.reason)
-            for k, v in headers:
-                self.send_header(k, v)
+            self._start_answer(resp, headers)
             self.send_header("Content-Length", str(resp.length))
             self.end_headers()
             try:
@@ -882,7 +858,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 cut = True
             if cut:  # the client sees fewer bytes than announced, and the connection end
                 self.close_connection = True
-                self._conn = None
+                self._drop_upstream()
             return
         if not streamed:
             try:
@@ -890,14 +866,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 if bodiless:
                     data = b""
             except (OSError, http.client.HTTPException) as e:
-                self._conn = None
+                self._drop_upstream()
                 why = f"upstream answer cut short: {type(e).__name__}"
-                return self._json(502, {"error": {"type": "dtoc_proxy_upstream", "message": why}})
+                return self._error(502, "dtoc_proxy_upstream", why)
             # recorded before the agent has the answer: its next request must find the usage in place
             proxy.answered(conversation, _decoded(data))
-            self.send_response_only(resp.status, resp.reason)
-            for k, v in headers:
-                self.send_header(k, v)
+            self._start_answer(resp, headers)
             if method == "HEAD" or resp.status == 304:  # the length of the answer not sent
                 length = resp.getheader("Content-Length")
             else:  # none on a 204 (RFC 9110, section 8.6)
@@ -909,9 +883,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         # an answer of unknown length (server-sent events, NDJSON): passed on as it arrives
         old = self.request_version == "HTTP/1.0"
-        self.send_response_only(resp.status, resp.reason)
-        for k, v in headers:
-            self.send_header(k, v)
+        self._start_answer(resp, headers)
         if old:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -937,7 +909,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self.wfile.flush()
         except (OSError, http.client.HTTPException):
             self.close_connection = True  # cut short upstream: the client sees it end without its last chunk
-            self._conn = None
+            self._drop_upstream()
             return
         if conversation is not None:
             proxy.answered(conversation, {"usage": sniff.usage} if events else _decoded(b"".join(kept)))
