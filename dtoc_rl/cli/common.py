@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
+
+from dtoc_rl.data.paths import write_text_atomic  # the commands' outputs are written through it
 
 __all__ = ["INTERRUPTED", "CLIError", "emit_json", "fail", "write_text_atomic"]
 
@@ -78,18 +77,3 @@ def price_option(source: str | None) -> dict | None:
         return load_price_table(source)
     except ValueError as e:
         raise CLIError(f"--prices: {e}") from None
-
-
-def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
-    """Write ``chunks`` to ``path`` through ``path.partial`` and a rename: a file cut short (a full disk,
-    Ctrl-C) never stands under the name of a complete one."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "w", newline="") as fh:
-            for c in chunks:
-                fh.write(c)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -3,11 +3,31 @@ folders an output may replace."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace", "not_replaceable"]
+__all__ = [
+    "bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace", "not_replaceable", "write_text_atomic"
+]  # fmt: skip
+
+
+def write_text_atomic(path: str | Path, chunks: Iterable[str], encoding: str | None = None) -> None:
+    """Write ``chunks`` to ``path`` through ``path.partial`` and a rename: a file cut short (a full disk,
+    Ctrl-C) never stands under the name of a complete one.  A failure is raised as it came, the
+    ``.partial`` file removed where it can be."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "w", newline="", encoding=encoding) as fh:
+            for c in chunks:
+                fh.write(c)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a folder that is a file: the write's own error says more
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def not_replaceable(path: Path, own: Callable[[str], bool]) -> str | None:

@@ -116,6 +116,7 @@ from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
@@ -733,8 +734,11 @@ class Orchestrator:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(self.log_row(success), ensure_ascii=False, default=str) + "\n"
-        with open(path, "a" if append else "w", encoding="utf-8") as fh:
-            fh.write(line)
+        if append:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+        else:  # a log rewritten as the session goes on is never seen half written
+            write_text_atomic(path, [line], encoding="utf-8")
         return path
 
     def close(self) -> None:

@@ -32,7 +32,6 @@ proxy never stops an agent.
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import hashlib
 import http.client
@@ -535,15 +534,10 @@ class ContextProxy:
         assert self.log_dir is not None
         if mirror.log_failed:
             return
-        path = self.log_dir / f"{mirror.name}.jsonl"
-        tmp = path.with_name(path.name + ".partial")
-        try:
-            mirror.orch.save_log(tmp)
-            tmp.replace(path)
+        try:  # written whole or not at all (save_log goes through a .partial file)
+            mirror.orch.save_log(self.log_dir / f"{mirror.name}.jsonl")
         except (OSError, ValueError) as e:  # a full disk, no permission, text no file can hold
             mirror.log_failed = True
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
             self.warn(f"conversation {mirror.name}: not logged ({type(e).__name__}: {e})")
 
 
