@@ -467,8 +467,7 @@ class OpenAIChatIngester(Ingester):
             head = []  # the lines up to the first that is a message or a run: they decide which file it is
             for line in lines:
                 head.append(line)
-                row = line[1]
-                if (isinstance(row, dict) and ("role" in row or _is_run(row))) or isinstance(row, list):
+                if line[2] is None and _line_kind(line[1]) != "header":
                     break
             rows = [row for _, row, err in head if err is None]
             if _one_message_per_line(rows):
@@ -580,17 +579,24 @@ def _head_lines(head: str) -> list[Any]:
     return rows
 
 
+def _line_kind(row: Any) -> str:
+    """What one JSONL row is to :func:`_one_message_per_line`: ``message`` (an object with a chat role and
+    no run of its own), ``header`` (an object of other fields, no role), else ``other`` (a run, a
+    message list, an object with another role)."""
+    if not isinstance(row, dict) or _is_run(row):
+        return "other"
+    if "role" not in row:
+        return "header"
+    return "message" if row["role"] in ROLES else "other"
+
+
 def _one_message_per_line(rows: list[Any]) -> bool:
     """Whether JSONL ``rows`` are one run written a message per line (Goose's session files, a chat
-    logged as it went) rather than a run per line: every row a message (an object with a chat
-    ``role``) but for a header before the first (the session's fields: no run of its own)."""
-    first = next((i for i, r in enumerate(rows) if isinstance(r, dict) and r.get("role") in ROLES), None)
-    if first is None:
-        return False
-    head, body = rows[:first], rows[first:]
-    return all(isinstance(r, dict) and not _is_run(r) and "role" not in r for r in head) and all(
-        isinstance(r, dict) and r.get("role") in ROLES and not _is_run(r) for r in body
-    )
+    logged as it went) rather than a run per line: every row a message but for a header before the
+    first (the session's fields: no run of its own)."""
+    kinds = [_line_kind(r) for r in rows]
+    first = next((i for i, k in enumerate(kinds) if k != "header"), len(kinds))
+    return first < len(kinds) and all(k == "message" for k in kinds[first:])
 
 
 def _lines_run(path: Path, lines: list[tuple[int, Any, str | None]]) -> dict:
@@ -603,9 +609,10 @@ def _lines_run(path: Path, lines: list[tuple[int, Any, str | None]]) -> dict:
     for n, row, err in lines:
         if err is not None:
             continue
-        if isinstance(row, dict) and row.get("role") in ROLES and not _is_run(row):
+        kind = _line_kind(row)
+        if kind == "message":
             messages.append(row)
-        elif not messages and isinstance(row, dict) and not _is_run(row):
+        elif kind == "header" and not messages:
             run.update(row)  # the header: the session's own fields
         else:
             bad.append(f"line {n}: not a chat message")
