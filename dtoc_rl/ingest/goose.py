@@ -107,12 +107,14 @@ class GooseSessionsIngester(Ingester):
             cols = _columns(con, "sessions")
             order = "created_at, id" if "created_at" in cols else "id"
             sessions = con.execute(f"select * from sessions order by {order}").fetchall()
-            msg_cols = _columns(con, "messages")
-            ledger = "usage_ledger" in {r[0] for r in con.execute("select name from sqlite_master")}
+            # the queries, from the columns this schema version has: built once, run per session
+            msg_query = _messages_query(_columns(con, "messages"))
+            has_ledger = "usage_ledger" in {r[0] for r in con.execute("select name from sqlite_master")}
+            ledger_query = _ledger_query(_columns(con, "usage_ledger")) if has_ledger else None
             rows = []
             for k, s in enumerate(sessions, 1):
                 try:
-                    rows.append((k, self._row(con, dict(s), msg_cols, ledger), None))
+                    rows.append((k, self._row(con, dict(s), msg_query, ledger_query), None))
                 except IngestError as e:
                     rows.append((k, None, f"session {s['id']}: {e.reason}"))
         except sqlite3.Error as e:
@@ -132,15 +134,11 @@ class GooseSessionsIngester(Ingester):
 
         yield from parse_rows(path, rows, one, unit="session")
 
-    def _row(self, con: sqlite3.Connection, s: dict, msg_cols: set[str], ledger: bool) -> dict:
+    def _row(self, con: sqlite3.Connection, s: dict, msg_query: str, ledger_query: str | None) -> dict:
         """One session as a Goose export row for the chat reader (plus ``_summaries``: the texts that
         replaced what a compaction took away)."""
-        order = "created_timestamp, id" if "created_timestamp" in msg_cols else "id"
-        meta_col = "metadata_json" if "metadata_json" in msg_cols else "null"
-        stamp_col = "created_timestamp" if "created_timestamp" in msg_cols else "null"
-        query = f"select role, content_json, {stamp_col} as created, {meta_col} as meta from messages "
         messages, summaries = [], []
-        for n, m in enumerate(con.execute(query + f"where session_id = ? order by {order}", (s["id"],))):
+        for n, m in enumerate(con.execute(msg_query, (s["id"],))):
             meta = _json(m["meta"], f"message {n} metadata_json") or {}
             user_sees, agent_sees = meta.get("userVisible", True), meta.get("agentVisible", True)
             if not user_sees and not agent_sees:
@@ -148,14 +146,13 @@ class GooseSessionsIngester(Ingester):
             content = _json(m["content_json"], f"message {n} content_json")
             if not isinstance(content, list):
                 raise IngestError(f"message {n}: content_json is {type(content).__name__}, expected a list")
-            when = m["created"]
-            msg: dict[str, Any] = {"role": m["role"], "content": content}
-            if isinstance(
-                when, int | float
-            ):  # epoch seconds (milliseconds in some versions): the call's time
-                msg["timestamp"] = when / 1000 if when > 1e10 else when
             if not user_sees and m["role"] == "assistant":
                 continue  # Goose's own note after a summary ("the conversation continues"): no model call
+            when = m["created"]
+            msg: dict[str, Any] = {"role": m["role"], "content": content}
+            # epoch seconds (milliseconds in some versions): the call's time
+            if isinstance(when, int | float):
+                msg["timestamp"] = when / 1000 if when > 1e10 else when
             if not user_sees and m["role"] == "user":  # what a compaction put in place of the messages
                 summaries.append("\n".join(b.get("text", "") for b in content if isinstance(b, dict)))
             messages.append(msg)
@@ -170,7 +167,7 @@ class GooseSessionsIngester(Ingester):
         for k in ("name", "description", "session_type", "working_dir", "provider_name", "created_at"):
             if s.get(k) not in (None, ""):
                 row[k] = s[k]
-        usage, note = _ledger(con, s["id"], messages) if ledger else ([], None)
+        usage, note = _ledger(con, ledger_query, s["id"], messages) if ledger_query else ([], None)
         if note:
             row["usage_note"] = note
         for msg, u in zip((m for m in messages if m["role"] == "assistant"), usage, strict=False):
@@ -178,9 +175,20 @@ class GooseSessionsIngester(Ingester):
         return row
 
 
-def _ledger(con: sqlite3.Connection, sid: str, messages: list[dict]) -> tuple[list[dict], str | None]:
-    """The session's calls' usage in the chat reader's shape, in order, and why none are kept."""
-    cols = _columns(con, "usage_ledger")
+def _messages_query(cols: set[str]) -> str:
+    """A session's messages, in order, with what this schema version has of their time and metadata."""
+    order = "created_timestamp, id" if "created_timestamp" in cols else "id"
+    meta = "metadata_json" if "metadata_json" in cols else "null"
+    stamp = "created_timestamp" if "created_timestamp" in cols else "null"
+    return (
+        f"select role, content_json, {stamp} as created, {meta} as meta from messages "
+        f"where session_id = ? order by {order}"
+    )
+
+
+def _ledger_query(cols: set[str]) -> str:
+    """A session's calls in ``usage_ledger``, in order: not a compaction's summary call, nor the totals
+    carried forward from before the ledger."""
     want = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost")
     picked = ", ".join(c if c in cols else f"null as {c}" for c in want)
     where = "session_id = ?"
@@ -188,9 +196,14 @@ def _ledger(con: sqlite3.Connection, sid: str, messages: list[dict]) -> tuple[li
         where += " and coalesce(is_compaction, 0) = 0"
     if "cost_source" in cols:
         where += " and coalesce(cost_source, '') != 'carried_forward'"
-    calls = con.execute(
-        f"select {picked} from usage_ledger where {where} order by created_timestamp, id", (sid,)
-    ).fetchall()
+    return f"select {picked} from usage_ledger where {where} order by created_timestamp, id"
+
+
+def _ledger(
+    con: sqlite3.Connection, query: str, sid: str, messages: list[dict]
+) -> tuple[list[dict], str | None]:
+    """The session's calls' usage in the chat reader's shape, in order, and why none are kept."""
+    calls = con.execute(query, (sid,)).fetchall()
     replies = sum(m["role"] == "assistant" for m in messages)
     if not calls:
         return [], None
