@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME, StatusReport, apply_manage_context, parse_arguments
-from dtoc_rl.core.record import HIDDEN_NOTE, ToolOutput, placeholder
+from dtoc_rl.core.record import HIDDEN_NOTE, ToolOutput
 from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 
@@ -117,9 +117,7 @@ class DTOCContext:
             "tool_key": rec.tool_key,
             "name": rec.tool_name,
             "hidden": not rec.visible,
-            "content": rec.render()
-            if rec.visible or self.hidden_note == HIDDEN_NOTE
-            else placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, self.hidden_note),
+            "content": rec.envelope() if rec.visible else rec.placeholder(self.hidden_note),
         }
 
     def _assemble_one(self, m: dict[str, Any]) -> None:

@@ -124,7 +124,11 @@ class ToolOutput:
             self._envelope = envelope(self.tool_key, self.tool_result, self.estimated_tokens)
         return self._envelope
 
-    def placeholder(self) -> str:
+    def placeholder(self, note: str = HIDDEN_NOTE) -> str:
+        """What stands for it hidden; ``note``: what the placeholder tells the model (the default's text
+        is kept, another's made each time)."""
+        if note != HIDDEN_NOTE:
+            return placeholder(self.tool_key, self.timestamp, self.estimated_tokens, note)
         if self._placeholder is None:
             self._placeholder = placeholder(self.tool_key, self.timestamp, self.estimated_tokens)
         return self._placeholder

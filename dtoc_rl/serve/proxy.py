@@ -53,7 +53,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
-from dtoc_rl.core.record import POLICY_NOTE, placeholder
+from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.serve.orchestrator import Orchestrator
@@ -514,9 +514,8 @@ class ContextProxy:
         for e, key in zip(events, mirror.keys, strict=False):
             if key is None or key not in hidden or e.where is None:
                 continue
-            rec = mirror.orch.store.get(key)
             # the Orchestrator's own placeholder, with policy mode's note (the model has no manage_context)
-            text = placeholder(rec.tool_key, rec.timestamp, rec.estimated_tokens, POLICY_NOTE)
+            text = mirror.orch.store.get(key).placeholder(POLICY_NOTE)
             i, j = e.where
             if api == "anthropic":
                 if i not in copied:  # the message's blocks copied once, then each result set in them
