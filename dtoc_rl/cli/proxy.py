@@ -101,8 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.cli.serve import _load, trained_families
-    from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+    from dtoc_rl.cli.serve import _load, decide_on_threads, trained_families
+    from dtoc_rl.serve.proxy import ContextProxy, check_upstream, make_proxy_server
     from dtoc_rl.serve.service import is_loopback
 
     try:
@@ -116,13 +116,10 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--threads must be >= 1, got {args.threads}")
         if not 0 < args.timeout <= 7 * 86400:
             raise CLIError(f"--timeout must be > 0 seconds and at most a week, got {args.timeout}")
-        from urllib.parse import urlsplit
-
-        up = urlsplit(args.upstream)
-        if up.scheme not in ("http", "https") or not up.hostname:
-            raise CLIError(
-                f"--upstream must be an http:// or https:// URL with a host, got {args.upstream!r}"
-            )
+        try:
+            check_upstream(args.upstream)
+        except ValueError as e:
+            raise CLIError(f"--{e}") from None
         if not is_loopback(args.host) and not args.allow_remote:
             raise CLIError(
                 f"--host {args.host} is not a loopback address: anyone reaching it could relay requests "
@@ -130,13 +127,11 @@ def run(args: argparse.Namespace) -> int:
             )
         prices = price_option(args.prices)
         policy = _load(args.policy, "policy")
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(args.threads)
-        if isinstance(getattr(policy, "threads", None), int):
-            policy.threads = args.threads
-        log = (
-            (lambda line: print(f"dtoc-rl proxy: {line}", file=sys.stderr, flush=True)) if args.log else None
-        )
+        decide_on_threads(args.threads, policy)
+
+        def log(line: str) -> None:
+            print(f"dtoc-rl proxy: {line}", file=sys.stderr, flush=True)
+
         proxy = ContextProxy(
             policy,
             prices=prices,

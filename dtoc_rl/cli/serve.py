@@ -168,6 +168,16 @@ def _load(spec: str, what: str):
     return policy
 
 
+def decide_on_threads(n: int, *policies) -> None:
+    """Torch's intra-op threads, and each learned policy's own count, set to ``n`` (a served policy
+    decides one request at a time with one small network: few threads are fastest)."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    for p in policies:
+        if isinstance(getattr(p, "threads", None), int):  # a learned policy decides on its own count
+            p.threads = n
+
+
 def trained_families(policy) -> set[str] | None:
     """The model families a policy serves: a checkpoint trained on one family, only that one (None:
     every known family)."""
@@ -220,11 +230,7 @@ def run(args: argparse.Namespace) -> int:
             families, fallback_label = set(FAMILIES), "self"
         elif fb != "none":
             fallback = _load(fb, "fallback policy")
-        if "torch" in sys.modules:  # a learned policy: one request at a time, one small network
-            sys.modules["torch"].set_num_threads(args.threads)
-        for p in (policy, fallback):
-            if isinstance(getattr(p, "threads", None), int):  # a learned policy decides on its own count
-                p.threads = args.threads
+        decide_on_threads(args.threads, policy, fallback)
         service = DecisionService(
             policy,
             fallback=fallback,

@@ -59,7 +59,7 @@ from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
-__all__ = ["DEFAULT_PROXY_PORT", "ContextProxy", "Rewrite", "make_proxy_server"]
+__all__ = ["DEFAULT_PROXY_PORT", "ContextProxy", "Rewrite", "check_upstream", "make_proxy_server"]
 
 DEFAULT_PROXY_PORT = 8766
 #: Conversations mirrored at once; beyond it the least recently used is dropped (its outputs are then
@@ -602,14 +602,20 @@ def _api_of(method: str, path: str) -> str | None:
     return None
 
 
+def check_upstream(url: str) -> None:
+    """ValueError unless ``url`` is an http:// or https:// URL with a host (what ``--upstream`` takes)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
+
+
 class _Upstream:
     """Where requests go: the URL's parts, and connections to it (through ``HTTPS_PROXY`` /
     ``HTTP_PROXY`` when the environment names one for that host)."""
 
     def __init__(self, url: str, timeout_s: float):
+        check_upstream(url)
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
         self.url = url.rstrip("/")
         self.https = parts.scheme == "https"
         self.host = parts.hostname
