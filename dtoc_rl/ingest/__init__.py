@@ -34,6 +34,7 @@ from dtoc_rl.ingest.openhands import (
     OpenHandsSDKIngester,
 )
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
+from dtoc_rl.ingest.smolagents import SmolagentsIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau2_bench import Tau2BenchIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
@@ -97,6 +98,7 @@ INGESTERS: list[Ingester] = [
     CodexRolloutIngester(),
     ClineIngester(),
     GooseSessionsIngester(),
+    SmolagentsIngester(),
     ChatParquetIngester(),
     OpenAIChatIngester(),
 ]

@@ -1,0 +1,362 @@
+"""smolagents runs: an agent's memory steps, as its own scripts and users save them.
+
+Format (huggingface/smolagents ``src/smolagents/memory.py``): ``agent.memory.steps`` holds a
+``TaskStep`` (``task``), then an ``ActionStep`` per model call (``step_number``, ``timing``,
+``model_input_messages``, ``tool_calls``, ``error``, ``model_output_message``, ``model_output``,
+``observations``, ``action_output``, ``token_usage`` with ``input_tokens`` / ``output_tokens``,
+``is_final_answer``) and, with planning on, a ``PlanningStep`` (``plan``, ``token_usage``) every few
+steps.  They are saved two ways, both read here:
+
+* as dicts (``agent.memory.get_full_steps()`` or ``get_succinct_steps()``, each step's ``dict()``):
+  a ``.json`` file holding the list, or a run object holding it under ``intermediate_steps`` or
+  ``steps``;
+* as the text of each step (``[str(step) for step in agent.memory.steps]``, what smolagents'
+  ``examples/open_deep_research/run_gaia.py`` writes under ``intermediate_steps``, a run per line of a
+  ``.jsonl`` file).  That text is Python's repr of the dataclasses; it is parsed, never evaluated:
+  calls become objects of their fields, and reprs that are not Python (an enum's
+  ``<MessageRole.USER: 'user'>``, ``<... object at 0x...>``) become their value or nothing.
+
+Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the task is the first
+``TaskStep`` (else the run's ``augmented_question``, ``question`` or ``task``); each ``ActionStep`` is
+one model call whose tool calls are steps (a ``CodeAgent`` calls ``python_interpreter`` with its
+code; its tools run inside that code), and its ``observations``, then its error's message, are the
+reply to its first call (smolagents keeps one observation for a step's calls; the others' replies
+are empty).  A step whose output could not be parsed into a call (no ``tool_calls``, an error) is a
+call without a tool, its error the next step's user text, as the agent sends it.  A ``PlanningStep``
+is a call without a tool (smolagents plans from the same memory, the observations kept).  A step's
+usage is its raw provider response's (``model_output_message.raw``,
+with the cached share when the provider wrote one), else its ``token_usage``; its time is
+``timing.start_time`` (older versions: ``start_time``).  The system prompt is the first call's
+``model_input_messages`` system message when kept (``get_full_steps``; a plan's own prompt is a
+planning request, not the agent's context); else it is unlogged, and the
+first call's input tokens count it.  The model is the run's ``agent_name`` or ``model_id``, else the
+raw response's ``model``.  Labels as for chat logs (:func:`~dtoc_rl.ingest.openai_chat.row_label`):
+GAIA's answer files keep ``prediction`` and ``true_answer`` but no verdict, so their ``success`` is
+None.  A run's ``task_id`` is its ``task_id``, else a hash of its question, so that one question
+answered in several files is one task.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.core.tokens import estimator_for_model
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label
+
+__all__ = ["SmolagentsIngester", "parse_step_repr"]
+
+_STEP_NAMES = "ActionStep|TaskStep|PlanningStep|SystemPromptStep|FinalAnswerStep"
+_HEAD_REPR = re.compile(rf'"(?:{_STEP_NAMES})\(')
+_HEAD_STEPS = re.compile(r'"(?:intermediate_steps|steps)"\s*:\s*\[')
+_HEAD_DICT = re.compile(r'"step_number"\s*:')
+_HEAD_ACTION = re.compile(r'"(?:observations|model_output|is_final_answer)"\s*:')
+# reprs that are not Python: an enum member's (its value kept) and an object's address (dropped)
+_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: ('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|-?\d+)>")
+_OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]*(?: [^<>\n]*)? at 0x[0-9a-fA-F]+>")
+_RUN_KEYS = ("intermediate_steps", "steps")
+_TASK_KEYS = ("augmented_question", "question", "task")
+# what smolagents sends after a plan (memory.py PlanningStep.to_messages)
+_AFTER_PLAN = "Now proceed and carry out this plan."
+
+
+class SmolagentsIngester(Ingester):
+    name = "smolagents"
+
+    def detect(self, path: Path, head: str) -> bool:
+        if path.suffix not in (".json", ".jsonl") or head.lstrip()[:1] not in ("{", "["):
+            return False
+        if _HEAD_REPR.search(head):  # steps saved as their text
+            return _HEAD_STEPS.search(head) is not None
+        # steps saved as dicts: an action step's own field names
+        return _HEAD_DICT.search(head) is not None and _HEAD_ACTION.search(head) is not None
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        if path.suffix == ".jsonl":
+            yield from parse_rows(path, iter_jsonl(path), lambda row, n: self.run(path, row, n))
+            return
+        data = read_json(path)
+        if isinstance(data, list) and data and all(isinstance(r, dict) and _holds_steps(r) for r in data):
+            rows = [(i, r, None) for i, r in enumerate(data, 1)]  # a list of runs
+            yield from parse_rows(path, rows, lambda row, n: self.run(path, row, n), unit="run")
+            return
+        yield from parse_rows(path, [(1, data, None)], lambda row, n: self.run(path, row, n), unit="file")
+
+    def run(self, path: Path, row: Any, number: int) -> Trajectory:
+        """One saved run (row ``number`` of ``path``): a run object, or a bare list of steps."""
+        if isinstance(row, list):
+            row = {"steps": row}
+        if not isinstance(row, dict):
+            raise IngestError(f"row is {type(row).__name__}, expected a run object or a list of steps")
+        key = next((k for k in _RUN_KEYS if isinstance(row.get(k), list)), None)
+        if key is None:
+            raise IngestError("no list of steps under 'intermediate_steps' or 'steps'")
+        steps = [_step(s, f"{key}[{i}]") for i, s in enumerate(row[key])]
+        task = next((row[k] for k in _TASK_KEYS if isinstance(row.get(k), str) and row[k]), "")
+        messages, model = _messages(steps, task)
+        cp = chat_to_steps(messages, key)
+        if not cp.steps:
+            raise IngestError("empty trajectory: no model call among the steps")
+        check_ids(row)
+        model = next((row[k] for k in ("agent_name", "model_id") if isinstance(row.get(k), str)), model)
+        question = cp.task or task
+        task_id = row.get("task_id")
+        if task_id is None:  # one question answered in several files is one task
+            task_id = "q-" + hashlib.sha1(question.encode()).hexdigest()[:12] if question else None
+        rid = row.get("id", task_id)
+        success, source = row_label(row)
+        extra = {
+            k: v for k, v in row.items() if k not in _RUN_KEYS and isinstance(v, (str, int, float, bool))
+        }
+        extra = {
+            k: v if not isinstance(v, str) or len(v) <= 4000 else f"<{len(v)} chars>"
+            for k, v in extra.items()
+        }
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        traj = Trajectory(
+            traj_id=f"{self.name}/{path.stem}/{rid if rid is not None else number}",
+            source=self.name,
+            model_raw=model,
+            model_family=normalize_family(model),
+            task_id=str(task_id) if task_id is not None else f"{path.stem}:{number}",
+            task_text=question,
+            system_prompt=cp.system,
+            success=success,
+            outcome_source=source,
+            source_path=str(path),
+            extra=json.dumps(extra),
+            steps=cp.steps,
+        )
+        _count_unlogged_after_plan(traj)
+        return finalize(traj)
+
+
+def _count_unlogged_after_plan(traj: Trajectory) -> None:
+    """The prompt a log lacks (tool definitions, an unlogged system prompt), counted from the first
+    call that acts: a run that plans first sends the plan its own planning request, so the usual count
+    from the first call (:func:`~dtoc_rl.ingest.common.fill_unlogged_prompt`) would measure that."""
+    if not traj.steps or traj.steps[0].tool_name is not None:
+        return
+    k = next((i for i, st in enumerate(traj.steps) if st.tool_name is not None and st.usage), None)
+    if k is None or not traj.steps[k].usage.input_tokens:
+        return
+    est = estimator_for_model(traj.model_raw)
+    texts = [traj.system_prompt, traj.task_text, traj.steps[k].user_text]
+    for st in traj.steps[:k]:
+        texts += [st.user_text, st.assistant_text, st.output or ""]
+    traj.unlogged_prompt_tokens = max(
+        0, traj.steps[k].usage.input_tokens - sum(est.count(t) for t in texts if t)
+    )
+
+
+def _holds_steps(row: dict) -> bool:
+    return any(isinstance(row.get(k), list) for k in _RUN_KEYS)
+
+
+# ---------------------------------------------------------------- a step's repr, parsed
+
+
+def parse_step_repr(text: str) -> dict:
+    """A smolagents step's ``str()`` as nested dicts: a call ``Name(a=1)`` becomes ``{"__type__":
+    "Name", "a": 1}`` (positional arguments under ``__args__``); nothing is evaluated.  An
+    :class:`IngestError` says why text is not one."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        cleaned = _OBJECT_REPR.sub("None", _ENUM_REPR.sub(lambda m: m.group(1), text.strip()))
+        try:
+            tree = ast.parse(cleaned, mode="eval")
+        except SyntaxError as e:
+            raise IngestError(f"not a step's text (Python syntax error at column {e.offset})") from None
+    value = _value(tree.body)
+    if not isinstance(value, dict) or "__type__" not in value:
+        raise IngestError("not a step's text: expected a call such as ActionStep(...)")
+    return value
+
+
+def _value(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value if not isinstance(node.value, bytes) else node.value.decode("latin-1")
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_value(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            key = _value(k) if k is not None else "**"
+            out[key if isinstance(key, (str, int, float, bool)) or key is None else str(key)] = _value(v)
+        return out
+    if isinstance(node, ast.Call):
+        out: dict[str, Any] = {"__type__": _dotted(node.func)}
+        if node.args:
+            out["__args__"] = [_value(a) for a in node.args]
+        out.update((kw.arg, _value(kw.value)) for kw in node.keywords if kw.arg)
+        return out
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _value(node.operand)
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return _dotted(node)  # a name no literal spells (inf, nan, an enum member's dotted name)
+    return None
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+# ---------------------------------------------------------------- steps as chat messages
+
+
+def _step(raw: Any, where: str) -> dict:
+    """One saved step as ``{"kind": ..., fields}``, whichever way it was saved."""
+    if isinstance(raw, str):
+        try:
+            step = parse_step_repr(raw)
+        except IngestError as e:
+            raise IngestError(f"{where}: {e.reason}") from None
+        kind = step.pop("__type__").rsplit(".", 1)[-1]
+    elif isinstance(raw, dict):
+        step = dict(raw)
+        if "plan" in step:
+            kind = "PlanningStep"
+        elif "system_prompt" in step:
+            kind = "SystemPromptStep"
+        elif "task" in step and "step_number" not in step:
+            kind = "TaskStep"
+        elif "step_number" in step or "observations" in step or "model_output" in step:
+            kind = "ActionStep"
+        elif "output" in step:
+            kind = "FinalAnswerStep"
+        else:
+            raise IngestError(f"{where} is not a smolagents step: fields {', '.join(sorted(step)[:6])}")
+    else:
+        raise IngestError(f"{where} is {type(raw).__name__}, expected a step (object or its text)")
+    step["kind"] = kind
+    step["where"] = where
+    return step
+
+
+def _text(v: Any) -> str:
+    """A message content, observation or error as text."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):  # content parts
+        return "".join(p.get("text", "") if isinstance(p, dict) else _text(p) for p in v)
+    if isinstance(v, dict):
+        if v.get("__type__") and v.get("__args__"):  # an exception's repr: its message
+            return _text(v["__args__"][0])
+        for k in ("message", "content", "text"):
+            if k in v:
+                return _text(v[k])
+    return str(v)
+
+
+def _calls(step: dict) -> list[dict]:
+    """A step's tool calls in the chat-completions shape (dict ``{"id", "function"}`` or repr
+    ``ToolCall(name, arguments, id)``)."""
+    out = []
+    for c in step.get("tool_calls") or []:
+        if not isinstance(c, dict):
+            raise IngestError(f"{step['where']}.tool_calls holds {type(c).__name__}, expected a call")
+        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise IngestError(f"{step['where']}: a tool call without a name")
+        args = fn.get("arguments")
+        out.append(
+            {"id": c.get("id"), "function": {"name": name, "arguments": args if args is not None else {}}}
+        )
+    return out
+
+
+def _usage(step: dict) -> tuple[dict | None, str]:
+    """The usage the step's call reported (the raw response's first: it has the cached share) and the
+    model that answered, when the raw response names it."""
+    out = step.get("model_output_message")
+    raw = out.get("raw") if isinstance(out, dict) else None
+    raw = raw if isinstance(raw, dict) else {}
+    model = raw.get("model") if isinstance(raw.get("model"), str) else ""
+    if isinstance(raw.get("usage"), dict):
+        return raw["usage"], model
+    usage = step.get("token_usage")
+    if isinstance(usage, dict):
+        return usage, model
+    if isinstance(out, dict) and isinstance(out.get("token_usage"), dict):
+        return out["token_usage"], model
+    return None, model
+
+
+def _start(step: dict) -> float | None:
+    timing = step.get("timing")
+    t = timing.get("start_time") if isinstance(timing, dict) else step.get("start_time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
+def _system(step: dict) -> str:
+    msgs = step.get("model_input_messages")
+    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) and msgs[0].get("role") == "system":
+        return _text(msgs[0].get("content"))
+    return ""
+
+
+def _messages(steps: list[dict], task: str) -> tuple[list[dict], str]:
+    """The chat an agent's steps sent, as chat-completions messages, and the model named in them."""
+    msgs: list[dict] = []
+    model = ""
+    tasks = [s for s in steps if s["kind"] == "TaskStep"]
+    system = next((_text(s.get("system_prompt")) for s in steps if s["kind"] == "SystemPromptStep"), "")
+    # an action step's prompt opens with it; a plan's prompt is a planning request of its own
+    system = system or next((_system(s) for s in steps if s["kind"] == "ActionStep" and _system(s)), "")
+    if system:
+        msgs.append({"role": "system", "content": system})
+    if not tasks and task:
+        msgs.append({"role": "user", "content": task})
+    for s in steps:
+        kind = s["kind"]
+        if kind == "TaskStep":
+            msgs.append({"role": "user", "content": _text(s.get("task"))})
+            continue
+        if kind not in ("ActionStep", "PlanningStep"):
+            continue  # the system prompt (above) and the final answer (no call of its own)
+        usage, named = _usage(s)
+        model = model or named
+        text = _text(s.get("plan")) if kind == "PlanningStep" else _text(s.get("model_output"))
+        calls = _calls(s) if kind == "ActionStep" else []
+        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": calls}
+        if usage is not None:
+            msg["usage"] = usage
+        if (start := _start(s)) is not None:
+            msg["timestamp"] = start
+        msgs.append(msg)
+        if kind == "PlanningStep":
+            msgs.append({"role": "user", "content": _AFTER_PLAN})
+            continue
+        error = _text(s.get("error"))
+        reply = _text(s.get("observations"))
+        if error:
+            reply = "\n".join(p for p in (reply, f"Error:\n{error}") if p)  # its plea to retry not counted
+        if not calls:
+            if reply:
+                msgs.append({"role": "user", "content": reply})
+            continue
+        for k, c in enumerate(calls):
+            msgs.append(
+                {"role": "tool", "tool_call_id": c["id"], "content": reply if k == 0 else "",
+                 "is_error": bool(error) and k == 0}
+            )  # fmt: skip
+    return msgs, model
