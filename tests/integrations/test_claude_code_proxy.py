@@ -1,0 +1,206 @@
+"""The real Claude Code CLI through ``dtoc-rl proxy``: a live agent whose only change is its base URL.
+
+A scripted Anthropic Messages API (streamed, as Claude Code asks for it) has the agent read three
+files with its own Read tool, then answer.  Run once straight at that API and once through the proxy
+under ``last_n:n=1``, Claude Code must finish the same way both times, and the API must receive the
+same request through the proxy as without it, except that every tool result but the newest arrives
+as the store's placeholder.  The proxy's log then prices what it did as the same policy offline.
+
+Needs the real CLI: ``CLAUDE_BIN`` (``npm install @anthropic-ai/claude-code`` and its
+``node_modules/.bin/claude``; 2.1.332 was tested) or ``claude`` on the PATH; skipped otherwise.  No
+request leaves the machine: the CLI's base URL is local, its home a temporary folder and its
+non-essential traffic off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.core.record import POLICY_NOTE
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+
+CLAUDE = os.environ.get("CLAUDE_BIN") or shutil.which("claude")
+FILES = ("alpha.txt", "beta.txt", "gamma.txt")
+ANSWER = "Read all three files."
+USAGE = {
+    "input_tokens": 12,
+    "cache_read_input_tokens": 9000,
+    "cache_creation_input_tokens": 700,
+    "output_tokens": 9,
+}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CLAUDE is None, reason="the Claude Code CLI is not installed (CLAUDE_BIN)"),
+]
+
+
+class _ScriptedAnthropic(BaseHTTPRequestHandler):
+    """Answers a request with tools by calling Read on the next file not yet read (an absolute path
+    in ``server.folder``), then with ``ANSWER``; any other request with ``ANSWER`` too."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, obj: dict) -> None:
+        out = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.server.seen.append((self.path, body))
+        if "count_tokens" in self.path:
+            return self._json({"input_tokens": 1000})
+        read = sum(
+            1
+            for m in body.get("messages", [])
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        )
+        can_read = any(t.get("name") == "Read" for t in body.get("tools") or [])
+        if can_read and read < len(FILES):
+            path = str(self.server.folder / FILES[read])
+            block, delta = {"type": "tool_use", "id": f"toolu_{read}", "name": "Read", "input": {}}, {
+                "type": "input_json_delta", "partial_json": json.dumps({"file_path": path})
+            }  # fmt: skip
+            stop = "tool_use"
+        else:
+            block, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": ANSWER}
+            stop = "end_turn"
+        message = {"id": f"msg_{read}", "type": "message", "role": "assistant", "model": body.get("model"),
+                   "content": [], "stop_reason": None, "stop_sequence": None, "usage": USAGE}  # fmt: skip
+        if not body.get("stream"):
+            whole = {**block, "input": json.loads(delta["partial_json"])} if stop == "tool_use" else {
+                **block, "text": ANSWER}  # fmt: skip
+            return self._json({**message, "content": [whole], "stop_reason": stop})
+        events = [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": {"output_tokens": 9}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for name, data in events:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+        self.close_connection = True
+
+
+def _serve(server):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _claude(base_url: str, folder: Path, home: Path) -> dict:
+    shutil.rmtree(home, ignore_errors=True)  # a fresh home at the same path: its path is in the prompt
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    env.update(HOME=str(home), ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-ant-test",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")  # fmt: skip
+    res = subprocess.run(
+        [CLAUDE, "-p", "Read alpha.txt, beta.txt and gamma.txt.", "--output-format", "json",
+         "--model", "claude-sonnet-4-5"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, f"claude failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return json.loads(res.stdout)
+
+
+def _main_calls(seen: list) -> list[dict]:
+    """The agent's own model calls (those that offer its Read tool), in order."""
+    return [b for path, b in seen if path.startswith("/v1/messages?") or path == "/v1/messages"
+            if any(t.get("name") == "Read" for t in b.get("tools") or [])]  # fmt: skip
+
+
+def _results(body: dict) -> list[dict]:
+    return [b for m in body["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_result"]  # fmt: skip
+
+
+def _without_results(body: dict) -> dict:
+    """A request with its tool results' contents, and what differs run to run (the session's ids),
+    left out."""
+    msgs = [
+        {**m, "content": [{**b, "content": None} if b.get("type") == "tool_result" else b
+                          for b in m["content"]]}
+        if isinstance(m["content"], list) else m
+        for m in body["messages"]
+    ]  # fmt: skip
+    return {**{k: v for k, v in body.items() if k != "metadata"}, "messages": msgs}
+
+
+def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.policies.evaluate import evaluate
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for name in FILES:
+        (folder / name).write_text(
+            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
+        )
+    api = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedAnthropic)
+    api.seen, api.folder = [], folder
+    api_url = _serve(api)
+
+    direct = _claude(api_url, folder, tmp_path / "home")
+    straight = _main_calls(api.seen)
+    api.seen.clear()
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    proxied = make_proxy_server(proxy, api_url, port=0)
+    via = _claude(_serve(proxied), folder, tmp_path / "home")
+    through = _main_calls(api.seen)
+    proxied.shutdown()
+    api.shutdown()
+
+    # the agent finishes the same way, after the same calls
+    assert direct["result"] == via["result"] == ANSWER and not via["is_error"]
+    assert direct["num_turns"] == via["num_turns"] == len(FILES) + 1
+    assert len(straight) == len(through) == len(FILES) + 1
+    for alone, proxied_call in zip(straight, through, strict=True):
+        # everything but the tool results' contents arrives as the agent sent it without the proxy
+        assert _without_results(proxied_call) == _without_results(alone)
+        mine, theirs = _results(alone), _results(proxied_call)
+        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
+                text = b["content"] if isinstance(b["content"], str) else b["content"][0]["text"]
+                ph = json.loads(text)
+                assert ph["hidden"] is True and POLICY_NOTE in text and ph["estimated_tokens"] > 500
+                assert {**b, "content": None} == {**a, "content": None}  # id, cache_control kept
+            else:
+                assert b == a
+    assert proxy.hidden_sent == sum(range(len(FILES)))
+
+    # the proxy's log prices what it did live as the same policy offline, and it saved
+    (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert [s.tool_name for s in traj.steps] == ["Read"] * len(FILES)
+    assert traj.model_family == "claude-sonnet" and all(s.usage is not None for s in traj.steps)
+    runs = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=1", "none"], progress=False)}
+    assert (runs["logged"].dollars, runs["logged"].input_tokens) == (
+        runs["last_n:n=1"].dollars,
+        runs["last_n:n=1"].input_tokens,
+    )
+    assert runs["logged"].input_tokens < runs["none"].input_tokens
