@@ -152,6 +152,7 @@ def _without_results(body: dict) -> dict:
 
 
 def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
+    from dtoc_rl.ingest import read_first
     from dtoc_rl.ingest.driver import ingest_paths
     from dtoc_rl.policies.evaluate import evaluate
 
@@ -204,3 +205,12 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
         runs["last_n:n=1"].input_tokens,
     )
     assert runs["logged"].input_tokens < runs["none"].input_tokens
+
+    # and the CLI's own transcript of the same run, in its home, reads as that run
+    (transcript,) = (tmp_path / "home" / ".claude" / "projects").glob("*/*.jsonl")
+    _, own = read_first(transcript)
+    assert own.source == "claude-code-transcript" and own.task_text.startswith("Read alpha.txt")
+    reads = [s for s in own.steps if s.tool_name == "Read"]
+    assert [json.loads(s.tool_args)["file_path"] for s in reads] == [str(folder / n) for n in FILES]
+    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
+    assert all(s.usage.cached_tokens == USAGE["cache_read_input_tokens"] for s in reads)

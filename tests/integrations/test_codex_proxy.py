@@ -147,9 +147,19 @@ def test_codex_through_the_proxy_sends_earlier_outputs_as_placeholders(tmp_path)
                 assert f"{FILES[k]} line 149" in a and f"{FILES[k]} line 149" in b
     assert proxy.hidden_sent == sum(range(len(FILES)))
 
+    from dtoc_rl.ingest import read_first
     from dtoc_rl.ingest.driver import ingest_paths
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["exec_command"] * len(FILES)
     assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
     assert any(s.masked_before for s in traj.steps)
+
+    # and the CLI's own rollout of the same run, in its home, reads as that run
+    (rollout,) = (tmp_path / "home" / ".codex" / "sessions").rglob("rollout-*.jsonl")
+    _, own = read_first(rollout)
+    assert own.source == "codex" and own.task_text == "Read the three files."
+    calls = [s for s in own.steps if s.tool_name == "exec_command"]
+    assert [json.loads(s.tool_args)["cmd"] for s in calls] == [f"cat {n}" for n in FILES]
+    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, calls, strict=True))
+    assert all(s.usage.cached_tokens == 8000 for s in calls)
