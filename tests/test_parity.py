@@ -13,7 +13,8 @@ Each trajectory is replayed three ways with N = 16 slots (so the window slides):
   turns after) and, per request, the session's new turns; the service labels them and fills the
   need features;
 * **the proxy** (``ContextProxy.rewrite``), sent before each call the whole chat-completions request
-  an agent would send; it feeds its own Orchestrator what is new.
+  an agent would send; it feeds its own Orchestrator what is new (and, for trajectories whose calls'
+  arguments are JSON objects, the same conversation as Gemini ``generateContent`` requests).
 
 The schedules: a fixed pseudo-random enable/disable schedule over DTOC keys (a hash of trajectory,
 decision and key, so all three take the same actions whatever their slot order), and a rule
@@ -28,6 +29,7 @@ is covered on real trajectories by comparing ``times_needed`` and ``since_need``
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import Counter
 
@@ -242,6 +244,51 @@ def proxy(traj: Trajectory, schedule: str):
     return pol.seen
 
 
+def gemini_args(traj: Trajectory) -> bool:
+    """Whether every call's arguments are a JSON object: the only arguments a Gemini request carries."""
+    for s in traj.steps:
+        if s.tool_name:
+            try:
+                if not isinstance(json.loads(s.tool_args or ""), dict):
+                    return False
+            except json.JSONDecodeError:
+                return False
+    return True
+
+
+def proxy_gemini(traj: Trajectory, schedule: str):
+    """The proxy sent the same conversation as Gemini ``generateContent`` requests (the model named in
+    the path): each call a ``functionCall`` part, each output a ``functionResponse`` (a failed one as
+    its ``response.error``, so the error flag carries)."""
+    from dtoc_rl.serve.proxy import ContextProxy
+
+    pol = _make(schedule, traj.traj_id)
+    px = ContextProxy(pol, families=frozenset(FAMILIES), orchestrator={"max_items": N})
+    system = {"systemInstruction": {"parts": [{"text": traj.system_prompt}]}} if traj.system_prompt else {}
+    contents: list[dict] = [{"role": "user", "parts": [{"text": traj.task_text}]}]
+    for i, steps in enumerate(_turns(traj)):
+        if steps[0].user_text:
+            contents.append({"role": "user", "parts": [{"text": steps[0].user_text}]})
+        if i:
+            rw = px.rewrite("gemini", {"contents": list(contents), **system}, traj.model_raw)
+            assert rw.passed is None, rw.passed
+        calls = [s for s in steps if s.tool_name]
+        ids = [s.tool_call_id or f"call_{s.index}" for s in calls]
+        said = [{"text": steps[0].assistant_text}] if steps[0].assistant_text else []
+        contents.append({"role": "model", "parts": said + [
+            {"functionCall": {"id": cid, "name": s.tool_name, "args": json.loads(s.tool_args)}}
+            for cid, s in zip(ids, calls)]})  # fmt: skip
+        answers = [
+            {"functionResponse": {"id": cid, "name": s.tool_name,
+                                  "response": {"error" if s.output_is_error else "output": s.output}}}
+            for cid, s in zip(ids, calls) if s.output is not None
+        ]  # fmt: skip
+        if answers:
+            contents.append({"role": "user", "parts": answers})
+    assert len(px.mirrors) == 1
+    return pol.seen
+
+
 def _turn(k: int, steps: list, keys: dict) -> dict:
     calls = [s for s in steps if s.tool_name and s.output is not None]
     return {
@@ -306,7 +353,8 @@ def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("
             offline, appended = replay_env(t, sched)
             decisions += len(offline)
             for path in paths:
-                online = {"orchestrator": orchestrator, "service": service, "proxy": proxy}[path](t, sched)
+                online = {"orchestrator": orchestrator, "service": service, "proxy": proxy,
+                          "proxy_gemini": proxy_gemini}[path](t, sched)  # fmt: skip
                 left_out = {"service": ("rereads",), "proxy": ("is_error",)}.get(path, ())
                 diffs = differences(offline, online, t, appended, left_out)
                 if diffs:
@@ -323,6 +371,16 @@ def test_parity_on_the_bundled_sample(data_dir):
     picked = [t for ts in by_source.values() for t in sorted(ts, key=lambda t: len(t.steps))[:2]]
     decisions, failures = _check(picked, schedules=("random",), paths=("orchestrator", "service", "proxy"))
     assert len(by_source) >= 3 and decisions > 20
+    assert not failures, failures[:5]
+
+
+def test_parity_of_the_proxy_over_the_gemini_api(data_dir):
+    """The proxy sent Gemini requests sees what ReplayEnv sees, the error flag included (a Gemini
+    response says it), on every sample trajectory whose calls' arguments are JSON objects."""
+    trajs = [t for t in load_trajectories(data_dir / "sample") if gemini_args(t)]
+    assert any(s.output_is_error for t in trajs for s in t.steps)  # the error flag is tried
+    decisions, failures = _check(trajs, schedules=("random", "last_n:n=3"), paths=("proxy_gemini",))
+    assert len({t.source for t in trajs}) >= 2 and decisions > 100
     assert not failures, failures[:5]
 
 

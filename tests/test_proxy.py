@@ -53,6 +53,17 @@ class _Upstream(BaseHTTPRequestHandler):
             return
         if body is None:
             out, status = b'{"error": {"message": "bad json"}}', 400
+        elif "enerateContent" in self.path:  # generateContent and streamGenerateContent
+            candidate = {"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}
+            out, status = json.dumps({"candidates": [candidate], "usageMetadata": USAGE_G}).encode(), 200
+            if "alt=sse" in self.path:  # one event, sent with its length
+                out = b"data: " + out + b"\r\n\r\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return
         elif self.path.endswith("/messages"):
             text = [{"type": "text", "text": "ok"}]
             answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model"),
@@ -70,6 +81,8 @@ class _Upstream(BaseHTTPRequestHandler):
 
 
 USAGE_O = {"prompt_tokens": 1200, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 1024}}
+USAGE_G = {"promptTokenCount": 1500, "cachedContentTokenCount": 1200, "candidatesTokenCount": 25,
+           "thoughtsTokenCount": 5}  # fmt: skip
 USAGE_A = {"input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100,
            "output_tokens": 20}  # fmt: skip
 
@@ -225,6 +238,76 @@ def test_anthropic_tool_results_are_hidden_inside_their_blocks_and_cache_control
     assert proxy.hidden_sent == 1
 
 
+def _gemini_turn(k: int, ids: bool = True) -> list[dict]:
+    """A model turn of two parallel calls, and the user turn answering both, in order."""
+    calls, responses = [], []
+    for half in "ab":
+        call = {"name": "read_file", "args": {"file_path": f"src/m{k}{half}.py"}}
+        response = {"name": "read_file", "response": {"output": f"# module {k}{half}\n" + "x = 1\n" * 300}}
+        if ids:
+            call["id"] = response["id"] = f"read_file_{k}{half}"
+        calls.append({"functionCall": call, "thoughtSignature": "s"})
+        responses.append({"functionResponse": response})
+    return [{"role": "model", "parts": [{"text": "Look."}, *calls]}, {"role": "user", "parts": responses}]
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_gemini_function_responses_are_hidden_in_their_parts_and_the_model_read_from_the_path(
+    upstream, tmp_path, ids
+):
+    from dtoc_rl.ingest import read_first
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    url, srv = _start(proxy, upstream)
+    contents: list[dict] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+    settings = {"systemInstruction": {"parts": [{"text": "You are an agent."}]}, "generationConfig": {},
+                "tools": [{"functionDeclarations": [{"name": "read_file"}]}]}  # fmt: skip
+    for k in range(4):
+        body = {"contents": contents, **settings}
+        route = ":generateContent" if k % 2 == 0 else ":streamGenerateContent?alt=sse"
+        status, answer = _post(url + "/v1beta/models/gemini-2.5-pro" + route, body)
+        assert status == 200 and b'"usageMetadata"' in answer
+        path, _, raw = upstream.seen[-1]
+        sent = json.loads(raw)
+        assert path == "/v1beta/models/gemini-2.5-pro" + route
+        assert {key: v for key, v in sent.items() if key != "contents"} == settings
+        places = [
+            (i, j)
+            for i, c in enumerate(contents)
+            for j, p in enumerate(c["parts"])
+            if "functionResponse" in p
+        ]
+        assert len(sent["contents"]) == len(contents)
+        for i, (mine, theirs) in enumerate(zip(contents, sent["contents"], strict=True)):
+            for j, (a, b) in enumerate(zip(mine["parts"], theirs["parts"], strict=True)):
+                if (i, j) in places[:-1]:  # last_n:n=1: every output but the newest hidden
+                    ph = json.loads(b["functionResponse"]["response"]["output"])
+                    assert ph["hidden"] is True and ph["estimated_tokens"] > 300
+                    assert {**b["functionResponse"], "response": None} == {
+                        **a["functionResponse"],
+                        "response": None,
+                    }
+                else:
+                    assert b == a
+        contents = contents + _gemini_turn(k, ids)
+    srv.shutdown()
+    assert proxy.hidden_sent == 0 + 1 + 3 + 5
+    (log,) = (tmp_path / "logs").glob("*.jsonl")
+    _, traj = read_first(log)
+    assert traj.model_raw == "gemini-2.5-pro"
+    # each output with its own call, parallel calls without ids answered in order
+    paths = [json.loads(s.tool_args)["file_path"] for s in traj.steps]
+    assert paths == [f"src/m{k}{half}.py" for k in range(3) for half in "ab"]
+    assert [s.output.splitlines()[0] for s in traj.steps] == [
+        f"# module {k}{h}" for k in range(3) for h in "ab"
+    ]
+    # Gemini's usage, answered whole or streamed, thinking counted as output as Gemini bills it
+    usage = [s.usage for s in traj.steps if s.usage is not None]
+    assert len(usage) == 3 and all(
+        (u.input_tokens, u.cached_tokens, u.output_tokens) == (1500, 1200, 30) for u in usage
+    )
+
+
 def test_a_streamed_answer_arrives_as_the_upstream_sent_it(upstream):
     url, srv = _start(ContextProxy(make_policy("last_n:n=1")), upstream)
     status, data = _post(url + "/v1/chat/completions", {"model": MODEL, "messages": HEAD, "stream": True})
@@ -372,6 +455,12 @@ def test_a_streamed_answers_usage_is_read_as_it_passes_whatever_the_chunking():
     )
     chat.feed(b"data: [DONE]\n\n")
     assert chat.usage == {"prompt_tokens": 9}
+    # Gemini's chunks each count the answer so far (CRLF between events), the last one all of it
+    gemini = _StreamUsage()
+    for n in (3, 9):
+        chunk = {"candidates": [], "usageMetadata": {"promptTokenCount": 500, "candidatesTokenCount": n}}
+        gemini.feed(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
+    assert gemini.usage == {"promptTokenCount": 500, "candidatesTokenCount": 9} and not gemini.done
 
 
 def test_the_openai_and_anthropic_sdks_work_through_it_unchanged(upstream):

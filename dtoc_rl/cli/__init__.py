@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("dtoc_rl.cli.serve", "serve a policy over HTTP (POST /decide) for agents in any language"),
     "proxy": (
         "dtoc_rl.cli.proxy",
-        "a policy in front of any agent: an OpenAI/Anthropic-compatible proxy",
+        "a policy in front of any agent: an OpenAI/Anthropic/Gemini-compatible proxy",
     ),
 }
 

@@ -1,6 +1,6 @@
 """``dtoc-rl proxy --policy SPEC_OR_CHECKPOINT --upstream URL``: a policy in front of any agent.
 
-An OpenAI- and Anthropic-compatible HTTP proxy: point the agent's base URL at it and, before each
+An OpenAI-, Anthropic- and Gemini-compatible HTTP proxy: point the agent's base URL at it and, before each
 model call, the policy decides which of the conversation's tool outputs the model sees; the ones it
 hides go upstream as short DTOC placeholders, everything else as the agent sent it, with the agent's
 own credentials.  No change to the agent's code:
@@ -11,8 +11,12 @@ own credentials.  No change to the agent's code:
   dtoc-rl proxy --policy CKPT --upstream https://api.anthropic.com
   ANTHROPIC_BASE_URL=http://127.0.0.1:8766 your-agent ...
 
+  dtoc-rl proxy --policy CKPT --upstream https://generativelanguage.googleapis.com
+  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8766 gemini ...
+
 POST .../chat/completions, .../responses (Codex; not with previous_response_id, where the API keeps
-the history) and .../messages are managed (streamed answers are passed on as they arrive); every
+the history), .../messages and Gemini's .../models/M:generateContent and :streamGenerateContent are
+managed (streamed answers are passed on as they arrive); every
 other request is passed through.  Each conversation is mirrored in memory (the
 --max-conversations most recent); with --log-dir each is also written as a log `dtoc-rl ingest`
 reads, with the usage the API reported, so `dtoc-rl evaluate` can price what the policy did (a log
@@ -160,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
     elif not args.quiet:
         print(
             f"dtoc-rl proxy: {label} on {url}, passing on to {server.upstream.url}\n"
-            f"  OpenAI-style agents: OPENAI_BASE_URL={url}/v1    Anthropic-style: ANTHROPIC_BASE_URL={url}",
+            f"  OpenAI-style agents: OPENAI_BASE_URL={url}/v1    Anthropic-style: ANTHROPIC_BASE_URL={url}\n"
+            f"  Gemini-style: GOOGLE_GEMINI_BASE_URL={url}",
             flush=True,
         )
 

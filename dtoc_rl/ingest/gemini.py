@@ -337,8 +337,9 @@ def cli_to_chat(session: CliSession) -> CliChat:
     return CliChat(msgs, model, skipped, masked)
 
 
-def contents_to_chat(contents: Any, system: Any = None) -> list[dict]:
-    """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages."""
+def contents_to_chat(contents: Any, system: Any = None, places: list | None = None) -> list[dict]:
+    """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages; ``places``, when given,
+    gets the ``(content, part)`` position of each tool message's ``functionResponse``, in order."""
     if not isinstance(contents, list):
         raise IngestError(f"contents is {type(contents).__name__}, expected a list")
     msgs: list[dict] = []
@@ -372,10 +373,14 @@ def contents_to_chat(contents: Any, system: Any = None) -> list[dict]:
                     m["usageMetadata"] = c[key]
             msgs.append(m)
         elif role in ("user", "function", "tool"):
-            responses = [fr for p in parts if isinstance(fr := _field(p, "functionResponse"), dict)]
-            for fr in responses:
+            responses = [
+                (j, fr) for j, p in enumerate(parts) if isinstance(fr := _field(p, "functionResponse"), dict)
+            ]
+            for j, fr in responses:
                 text, err = _response_text(fr.get("response"))
                 msgs.append({"role": "tool", "tool_call_id": fr.get("id"), "content": text, "is_error": err})
+                if places is not None:
+                    places.append((i, j))
             text = _parts_text([p for p in parts if _field(p, "functionResponse") is None], w)
             if text or not responses:
                 msgs.append({"role": "user", "content": text})

@@ -1,8 +1,8 @@
-"""A policy in front of any agent, as an OpenAI- and Anthropic-compatible HTTP proxy.
+"""A policy in front of any agent, as an OpenAI-, Anthropic- and Gemini-compatible HTTP proxy.
 
-An agent that lets its API's base URL be set (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, LiteLLM's
-``api_base``) needs no change of code to have a policy manage its context: point it at ``dtoc-rl
-proxy`` and the proxy, before each model call,
+An agent that lets its API's base URL be set (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``,
+``GOOGLE_GEMINI_BASE_URL``, LiteLLM's ``api_base``) needs no change of code to have a policy manage
+its context: point it at ``dtoc-rl proxy`` and the proxy, before each model call,
 
 1. mirrors the request's conversation into an :class:`~dtoc_rl.serve.orchestrator.Orchestrator` (one
    per conversation, fed only the messages it has not seen: the same session engine, need labels and
@@ -15,8 +15,9 @@ proxy`` and the proxy, before each model call,
 The agent's store is its own history: nothing is lost, an output hidden at one call is shown again in
 full at a later one when the policy enables it.  Chat completions (``POST .../chat/completions``),
 Responses (``POST .../responses``, unless it names a ``previous_response_id``: then the API holds the
-history) and Anthropic Messages (``POST .../messages``) requests are managed; anything else is passed
-through.
+history), Anthropic Messages (``POST .../messages``) and Gemini (``POST .../models/M:generateContent``
+and ``:streamGenerateContent``, the model named in the path) requests are managed; anything else is
+passed through.
 
 Conversations are told apart by their messages: a request whose messages start with all the messages a
 mirror has seen continues that conversation (tool results by their call ids, so a harness that masks
@@ -56,6 +57,8 @@ from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.gemini import contents_to_chat
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -140,6 +143,7 @@ def openai_events(body: Mapping[str, Any]) -> list[_Event]:
                     "tool",
                     message_text(m.get("content"), "\n"),
                     call_id=m.get("tool_call_id"),
+                    is_error=m.get("is_error") is True,  # none in chat completions; Gemini's say
                     where=(i, None),
                 )
             )
@@ -235,7 +239,41 @@ def responses_events(body: Mapping[str, Any]) -> list[_Event]:
     return events
 
 
-_EVENTS = {"openai": openai_events, "anthropic": anthropic_events, "responses": responses_events}
+def gemini_events(body: Mapping[str, Any]) -> list[_Event]:
+    """A Gemini ``generateContent`` request's system instruction and contents as events, read as the
+    Gemini ingester reads a saved conversation (:func:`~dtoc_rl.ingest.gemini.contents_to_chat`); a
+    tool event's ``where`` is its ``functionResponse`` part.  Calls the request sends without ids
+    (the API lets a client leave them out) are numbered in order, and a response without an id answers
+    the oldest such call not yet answered."""
+    places: list[tuple[int, int]] = []
+    try:
+        msgs = contents_to_chat(body.get("contents"), body.get("systemInstruction"), places)
+    except IngestError as e:
+        raise ValueError(e.reason) from None
+    unnamed: deque[str] = deque()
+    numbered = 0
+    for m in msgs:
+        for c in m.get("tool_calls") or ():
+            if c.get("id") is None:
+                c["id"] = f"gemini-call-{numbered}"
+                numbered += 1
+                unnamed.append(c["id"])
+        if m["role"] == "tool" and m.get("tool_call_id") is None and unnamed:
+            m["tool_call_id"] = unnamed.popleft()
+    events = openai_events({"messages": msgs})
+    for e, where in zip((e for e in events if e.kind == "tool"), places, strict=True):
+        e.where = where
+    return events
+
+
+_EVENTS = {
+    "openai": openai_events,
+    "anthropic": anthropic_events,
+    "responses": responses_events,
+    "gemini": gemini_events,
+}
+#: Where each API's request lists its conversation.
+_LISTED = {"openai": "messages", "anthropic": "messages", "responses": "input", "gemini": "contents"}
 
 
 class _Mirror:
@@ -340,17 +378,19 @@ class ContextProxy:
         self.hidden_sent = 0
 
     # -- requests ------------------------------------------------------------------------
-    def rewrite(self, api: str, body: Any) -> Rewrite:
-        """``body`` (a decoded request of ``api``: "openai", "responses" or "anthropic") with the
-        outputs the policy hides replaced by placeholders; the conversation it used is named in the
-        result, for :meth:`answered`."""
+    def rewrite(self, api: str, body: Any, model: str | None = None) -> Rewrite:
+        """``body`` (a decoded request of ``api``: "openai", "responses", "anthropic" or "gemini") with
+        the outputs the policy hides replaced by placeholders; the conversation it used is named in the
+        result, for :meth:`answered`.  ``model``: the model a request names outside its body (Gemini's
+        path), else the body's ``model``."""
         self.requests += 1
-        listed = "input" if api == "responses" else "messages"
+        listed = _LISTED[api]
         if not isinstance(body, dict) or not isinstance(body.get(listed), list | str):
             return Rewrite(body, passed=f"no {listed} list")
         if api == "responses" and body.get("previous_response_id"):
             return Rewrite(body, passed="the API holds the history (previous_response_id): nothing to manage")
-        model = body.get("model") if isinstance(body.get("model"), str) else ""
+        if model is None:
+            model = body.get("model") if isinstance(body.get("model"), str) else ""
         family = normalize_family(model)
         given = user_prices(model, family, self.prices)
         if family not in self.families and given is None:
@@ -437,7 +477,9 @@ class ContextProxy:
             return
         with mirror.lock:
             mirror.answered_at = time.monotonic()
-            usage = answer.get("usage") if isinstance(answer, dict) else None
+            if isinstance(answer, list) and answer:  # Gemini's stream without alt=sse: a JSON list
+                answer = answer[-1]  # whose last chunk counts the whole answer
+            usage = answer.get("usage") or answer.get("usageMetadata") if isinstance(answer, dict) else None
             mirror.usage = usage if isinstance(usage, dict) else None
 
     # -- internals -----------------------------------------------------------------------
@@ -508,7 +550,7 @@ class ContextProxy:
         # the body itself when nothing is hidden: then the request goes on byte for byte as it came
         if not hidden:
             return body
-        listed = "input" if api == "responses" else "messages"
+        listed = _LISTED[api]
         messages = list(body[listed])
         copied: set[int] = set()
         for e, key in zip(events, mirror.keys, strict=False):
@@ -523,6 +565,14 @@ class ContextProxy:
                 messages[i]["content"][j] = {**messages[i]["content"][j], "content": text}
             elif api == "responses":
                 messages[i] = {**messages[i], "output": text}
+            elif (
+                api == "gemini"
+            ):  # a functionResponse part: its name and id kept, its response the placeholder
+                if i not in copied:
+                    messages[i] = {**messages[i], "parts": list(messages[i]["parts"])}
+                part = messages[i]["parts"][j]
+                response = {**part["functionResponse"], "response": {"output": text}}
+                messages[i]["parts"][j] = {**part, "functionResponse": response}
             else:
                 messages[i] = {**messages[i], "content": text}
             copied.add(i)
@@ -574,7 +624,8 @@ class _StreamUsage:
                 continue
             self.done = self.done or ev.get("type") in _LAST_EVENTS
             inner = ev.get("message") or ev.get("response")
-            for found in (ev.get("usage"), inner.get("usage") if isinstance(inner, dict) else None):
+            inner_usage = inner.get("usage") if isinstance(inner, dict) else None
+            for found in (ev.get("usage"), ev.get("usageMetadata"), inner_usage):
                 if isinstance(found, dict):
                     self.usage.update({k: v for k, v in found.items() if v is not None})
 
@@ -589,10 +640,17 @@ class _BadBody(ValueError):
     """A request body cut short or framed wrongly."""
 
 
+#: A Gemini model call's path: the model, then the method (AI Studio's /v1beta/models/M:..., Vertex's
+#: /v1/projects/P/locations/L/publishers/google/models/M:...).
+_GEMINI_CALL = re.compile(r"/models/([^/:]+):(?:stream)?generateContent$", re.IGNORECASE)
+
+
 def _api_of(method: str, path: str) -> str | None:
     route = path.split("?", 1)[0].rstrip("/")
     if method != "POST":
         return None
+    if _GEMINI_CALL.search(route):
+        return "gemini"
     if route.endswith("/chat/completions"):
         return "openai"
     if route.endswith("/responses"):
@@ -733,7 +791,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         sent = False
         rw = Rewrite(body, passed="not read")
         try:
-            rw = proxy.rewrite(api, body)
+            named = _GEMINI_CALL.search(self.path.split("?", 1)[0]) if api == "gemini" else None
+            rw = proxy.rewrite(api, body, unquote(named.group(1)) if named else None)
             if rw.body is not body:
                 try:
                     raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
@@ -869,7 +928,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 why = f"upstream answer cut short: {type(e).__name__}"
                 return self._error(502, "dtoc_proxy_upstream", why)
             # recorded before the agent has the answer: its next request must find the usage in place
-            proxy.answered(conversation, _decoded(data))
+            if "text/event-stream" in (resp.getheader("Content-Type") or ""):  # events sent with a length
+                sniff = _StreamUsage()
+                sniff.feed(data + b"\n")
+                proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+            else:
+                proxy.answered(conversation, _decoded(data))
             self._start_answer(resp, headers)
             if method == "HEAD" or resp.status == 304:  # the length of the answer not sent
                 length = resp.getheader("Content-Length")

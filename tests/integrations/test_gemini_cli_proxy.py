@@ -1,0 +1,192 @@
+"""The real Gemini CLI through ``dtoc-rl proxy``: the Gemini API, streamed as server-sent events.
+
+A scripted Gemini API has ``gemini -p`` read three files with its ``read_file`` tool, then answer.
+Run once straight at that API and once through the proxy under ``last_n:n=1`` (the CLI reaches both
+through ``GOOGLE_GEMINI_BASE_URL``), the CLI must finish the same way both times, and the API must
+receive the same requests through the proxy as without it, except that every file but the newest
+arrives as the store's placeholder inside its ``functionResponse``.  The CLI's own session log of the
+run ingests as that run.
+
+Needs the real CLI: ``GEMINI_BIN`` (``npm install @google/gemini-cli`` and its
+``node_modules/.bin/gemini``; 0.61.0 was tested) or ``gemini`` on the PATH; skipped otherwise.  No
+request leaves the machine: the base URL is local and the CLI's home a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.core.record import POLICY_NOTE
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+
+GEMINI = os.environ.get("GEMINI_BIN") or shutil.which("gemini")
+FILES = ("alpha.txt", "beta.txt", "gamma.txt")
+ANSWER = "Read all three files."
+USAGE = {"promptTokenCount": 9000, "cachedContentTokenCount": 8000, "candidatesTokenCount": 12,
+         "totalTokenCount": 9012}  # fmt: skip
+MODEL = "gemini-2.5-pro"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(GEMINI is None, reason="the Gemini CLI is not installed (GEMINI_BIN)"),
+]
+
+
+class _ScriptedGemini(BaseHTTPRequestHandler):
+    """Answers a request offering ``read_file`` by calling it on the next file not yet read (an
+    absolute path in ``server.folder``), then with ``ANSWER``; a side request (no tools) with JSON
+    that says the user speaks next."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, kind: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.server.seen.append((self.path, body))
+        if ":countTokens" in self.path:
+            return self._send("application/json", b'{"totalTokens": 1000}')
+        read = sum(1 for c in body.get("contents", []) for p in c.get("parts", []) if "functionResponse" in p)
+        if _offers_read(body) and read < len(FILES):
+            parts = [
+                {
+                    "functionCall": {
+                        "name": "read_file",
+                        "args": {"file_path": str(self.server.folder / FILES[read])},
+                    }
+                }
+            ]
+        elif body.get("tools") or "stream" in self.path:
+            parts = [{"text": ANSWER}]
+        else:
+            parts = [{"text": json.dumps({"reasoning": "answered", "next_speaker": "user"})}]
+        candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+        chunk = {"candidates": [candidate], "usageMetadata": USAGE, "modelVersion": MODEL}
+        if "alt=sse" in self.path:
+            return self._send("text/event-stream", f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+        self._send("application/json", json.dumps(chunk).encode())
+
+
+def _serve(server) -> str:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _gemini(base_url: str, folder: Path, home: Path) -> str:
+    shutil.rmtree(home, ignore_errors=True)  # a fresh home at the same path: its path may be in the prompt
+    (home / ".gemini").mkdir(parents=True)
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEMINI_", "GOOGLE_"))}
+    env.update(HOME=str(home), GEMINI_API_KEY="test", GOOGLE_GEMINI_BASE_URL=base_url)
+    res = subprocess.run(
+        [GEMINI, "-p", "Read alpha.txt, beta.txt and gamma.txt.", "-m", MODEL, "--yolo"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, f"gemini failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res.stdout.strip()
+
+
+def _offers_read(body: dict) -> bool:
+    return any(
+        d.get("name") == "read_file"
+        for t in body.get("tools") or []
+        for d in t.get("functionDeclarations") or []
+    )
+
+
+def _main_calls(seen: list) -> list[dict]:
+    """The agent's own model calls (those that offer read_file), in order."""
+    return [b for path, b in seen if "generatecontent" in path.lower() and _offers_read(b)]
+
+
+def _responses(body: dict) -> list[dict]:
+    return [p["functionResponse"] for c in body["contents"] for p in c["parts"] if "functionResponse" in p]
+
+
+def _comparable(body: dict) -> dict:
+    """A request without its files' contents and its calls' ids (the CLI stamps them with the time)."""
+
+    def part(p: dict) -> dict:
+        for key in ("functionCall", "functionResponse"):
+            if key in p:
+                p = {**p, key: {k: v for k, v in p[key].items() if k != "id"}}
+        if "functionResponse" in p:
+            p = {**p, "functionResponse": {**p["functionResponse"], "response": None}}
+        return p
+
+    return {**body, "contents": [{**c, "parts": [part(p) for p in c["parts"]]} for c in body["contents"]]}
+
+
+def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
+    from dtoc_rl.ingest import read_first
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for name in FILES:
+        (folder / name).write_text(
+            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
+        )
+    api = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedGemini)
+    api.seen, api.folder = [], folder
+    api_url = _serve(api)
+
+    direct = _gemini(api_url, folder, tmp_path / "home")
+    straight = _main_calls(api.seen)
+    api.seen.clear()
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    proxied = make_proxy_server(proxy, api_url, port=0)
+    via = _gemini(_serve(proxied), folder, tmp_path / "home")
+    through = _main_calls(api.seen)
+    proxied.shutdown()
+    api.shutdown()
+
+    assert direct.endswith(ANSWER) and via.endswith(ANSWER)
+    assert len(straight) == len(through) == len(FILES) + 1
+    for alone, proxied_call in zip(straight, through, strict=True):
+        assert _comparable(proxied_call) == _comparable(alone)
+        mine, theirs = _responses(alone), _responses(proxied_call)
+        calls = [
+            p["functionCall"] for c in proxied_call["contents"] for p in c["parts"] if "functionCall" in p
+        ]
+        assert [r["id"] for r in theirs] == [c["id"] for c in calls][: len(theirs)]  # each its call's
+        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
+                text = b["response"]["output"]
+                ph = json.loads(text)
+                assert ph["hidden"] is True and POLICY_NOTE in text and ph["estimated_tokens"] > 500
+            else:  # the newest as the CLI sent it (its id aside, stamped with the time)
+                assert b["response"] == a["response"] and b["name"] == a["name"]
+    assert proxy.hidden_sent == sum(range(len(FILES)))
+
+    (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert [s.tool_name for s in traj.steps] == ["read_file"] * len(FILES)
+    assert traj.model_raw == MODEL and any(s.masked_before for s in traj.steps)
+    # the streamed answers' usageMetadata, read as they passed
+    assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
+
+    # and the CLI's own session log of the same run reads as that run
+    (session,) = (tmp_path / "home" / ".gemini" / "tmp").rglob("session-*.json*")
+    _, own = read_first(session)
+    assert own.source == "gemini-cli" and own.model_raw == MODEL
+    reads = [s for s in own.steps if s.tool_name == "read_file"]
+    assert [json.loads(s.tool_args)["file_path"] for s in reads] == [str(folder / n) for n in FILES]
+    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
