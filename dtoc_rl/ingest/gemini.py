@@ -14,7 +14,9 @@ beside it: the ``.json`` is then skipped, as superseded.  The CLI's ``/chat save
 checkpoints (``checkpoint-*.json``, ``{"history": ...}``) copy a session's history and are not read.
 
 A message is ``{"id", "timestamp", "type", "content", ...}``: ``user`` messages are the user's (the
-first is the task); ``gemini`` messages are model calls, with ``toolCalls`` (``{"id", "name",
+first is the task), but for the one the CLI opens a session with, a ``<session_context>`` block of
+its own (the date, the OS, the workspace's files), read as system text; ``gemini`` messages are
+model calls, with ``toolCalls`` (``{"id", "name",
 "args", "result", "status"}``; ``result`` is the list of parts sent back, whose ``functionResponse``
 holds ``response.output`` or ``response.error``: a cancelled call has ``[Operation Cancelled] ...``
 as its error), ``thoughts`` (``subject``, ``description``), the call's ``tokens`` (``input`` =
@@ -82,6 +84,7 @@ _PARTS = re.compile(r'"parts"\s*:\s*\[')
 _MODEL_ROLE = re.compile(r'"role"\s*:\s*"model"')
 _CONTENTS = re.compile(r'"contents"\s*:\s*\[')
 _CALL_PART = re.compile(r'"function(?:Call|Response)"\s*:')
+_SETUP = re.compile(r"\s*<session_context>.*</session_context>\s*", re.DOTALL)
 
 
 def _parts_text(content: Any, where: str) -> str:
@@ -292,7 +295,10 @@ def cli_to_chat(session: CliSession) -> CliChat:
             # responses of calls recorded with their results are the CLI's copy of them: not read twice
             said = [p for p in parts if _field(p, "functionResponse") is None]
             if said or not responses:
-                msgs.append({"role": "user", "content": _parts_text(said, f"{w}.content")})
+                text = _parts_text(said, f"{w}.content")
+                # the CLI's own setup message (date, OS, workspace listing) before the user's first words
+                setup = not any(m["role"] != "system" for m in msgs) and _SETUP.fullmatch(text) is not None
+                msgs.append({"role": "system" if setup else "user", "content": text})
         elif kind == "dtoc_compaction":
             summary = _parts_text(rec.get("content"), w)
             msgs.append({"role": "user", "content": summary, "dtoc_compaction": True})

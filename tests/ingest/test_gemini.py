@@ -75,6 +75,22 @@ def test_a_gemini_cli_session_reads_calls_outputs_errors_usage_and_times(tmp_pat
     )  # the CLI's notice never reached the model
 
 
+def test_the_clis_setup_message_is_system_text_and_the_users_first_words_the_task(tmp_path):
+    # Gemini CLI 0.61 opens a session with its own <session_context> user message (seen in a real one)
+    setup = {"id": "u0", "timestamp": "2026-05-01T09:59:59.000Z", "type": "user",
+             "content": [{"text": "<session_context>\nThis is the Gemini CLI.\nMy OS is: linux\n"
+                                  "</session_context>"}]}  # fmt: skip
+    f = tmp_path / "session-2026-05-01T10-00-abc.json"
+    f.write_text(json.dumps({**META, "lastUpdated": "2026-05-01T10:00:15Z", "messages": [setup, *MESSAGES]}))
+    t = _one(f)
+    assert t.task_text == "Fix the failing test in src/utils.py"
+    assert t.system_prompt.startswith("<session_context>") and t.steps[0].user_text == ""
+    # the same text later in a session is the user's
+    late = dict(setup, id="u9", timestamp="2026-05-01T10:00:16.000Z")
+    f.write_text(json.dumps({**META, "lastUpdated": "2026-05-01T10:00:16Z", "messages": [*MESSAGES, late]}))
+    assert "<session_context>" in json.loads(_one(f).extra)["trailing_user_text"]
+
+
 def test_a_jsonl_session_applies_rewinds_rewrites_and_checkpoints_as_the_cli_reads_them(tmp_path):
     first = dict(MESSAGES[1], content="first try")
     dropped = {

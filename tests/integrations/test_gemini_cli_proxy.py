@@ -186,7 +186,7 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
     # and the CLI's own session log of the same run reads as that run
     (session,) = (tmp_path / "home" / ".gemini" / "tmp").rglob("session-*.json*")
     _, own = read_first(session)
-    assert own.source == "gemini-cli" and own.model_raw == MODEL
+    assert own.source == "gemini-cli" and own.model_raw == MODEL and own.task_text.startswith("Read alpha")
     reads = [s for s in own.steps if s.tool_name == "read_file"]
     assert [json.loads(s.tool_args)["file_path"] for s in reads] == [str(folder / n) for n in FILES]
     assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
