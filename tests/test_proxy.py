@@ -935,3 +935,24 @@ def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, t
     sniff = _StreamUsage()
     sniff.feed(b'data: {"type": "response.incomplete", "response": {"usage": {"input_tokens": 7}}}\n\n')
     assert sniff.done and sniff.usage == {"input_tokens": 7}
+
+
+def test_which_requests_are_model_calls_of_which_api():
+    from dtoc_rl.serve.proxy import _api_of
+
+    vertex = (
+        "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:streamGenerateContent"
+    )
+    assert _api_of("POST", vertex + "?alt=sse") == "gemini"
+    assert _api_of("POST", "/v1beta/models/gemini-2.5-flash:generateContent") == "gemini"
+    for other in (":countTokens", ":embedContent", ":batchEmbedContents"):  # no model call to manage
+        assert _api_of("POST", "/v1beta/models/gemini-2.5-pro" + other) is None
+    assert _api_of("GET", "/v1beta/models/gemini-2.5-pro:generateContent") is None
+    assert (
+        _api_of("POST", "/v1/messages/count_tokens") is None
+        and _api_of("POST", "/v1/messages") == "anthropic"
+    )
+    assert (
+        _api_of("POST", "/v1/responses") == "responses"
+        and _api_of("POST", "/v1/chat/completions") == "openai"
+    )
