@@ -13,6 +13,7 @@ model call takes 1-30 s).
 
     python -m scripts.bench_proxy             # table
     python -m scripts.bench_proxy --json      # machine-readable
+    python -m scripts.bench_proxy --api gemini   # the same conversation as Gemini requests
 """
 
 from __future__ import annotations
@@ -75,6 +76,34 @@ def conversation(calls: int, seed: int = 0) -> list[list[dict[str, Any]]]:
     return out
 
 
+def as_gemini(msgs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same request as the Gemini API takes it: the system prompt apart, each call a
+    ``functionCall`` part, each output a ``functionResponse`` part."""
+    contents: list[dict[str, Any]] = []
+    body: dict[str, Any] = {"contents": contents}
+    for m in msgs:
+        if m["role"] == "system":
+            body["systemInstruction"] = {"parts": [{"text": m["content"]}]}
+        elif m["role"] == "user":
+            contents.append({"role": "user", "parts": [{"text": m["content"]}]})
+        elif m["role"] == "assistant":
+            calls = [{"functionCall": {"id": c["id"], "name": c["function"]["name"],
+                                       "args": json.loads(c["function"]["arguments"])}}
+                     for c in m.get("tool_calls") or []]  # fmt: skip
+            contents.append({"role": "model", "parts": [{"text": m["content"]}, *calls]})
+        else:
+            answer = {"id": m["tool_call_id"], "name": "bash", "response": {"output": m["content"]}}
+            contents.append({"role": "user", "parts": [{"functionResponse": answer}]})
+    return body
+
+
+#: Where each API's model calls go, and the request body of one conversation's messages.
+_APIS = {
+    "openai": ("/v1/chat/completions", lambda m: {"model": "gpt-4o-2024-08-06", "messages": m}),
+    "gemini": ("/v1beta/models/gemini-2.5-pro:generateContent", as_gemini),
+}
+
+
 def _post(url: str, body: bytes) -> float:
     t0 = time.perf_counter()
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
@@ -93,7 +122,7 @@ def _stats(ms: list[float]) -> dict[str, float]:
     }
 
 
-def run(calls: int, checkpoint: str | None, threads: int) -> dict[str, Any]:
+def run(calls: int, checkpoint: str | None, threads: int, api: str = "openai") -> dict[str, Any]:
     import torch
 
     from dtoc_rl.policies.learned import LearnedPolicyConfig
@@ -102,20 +131,19 @@ def run(calls: int, checkpoint: str | None, threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     up = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
-    direct = f"http://127.0.0.1:{up.server_address[1]}/v1/chat/completions"
+    route, request = _APIS[api]
+    direct = f"http://127.0.0.1:{up.server_address[1]}{route}"
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint or str(LearnedPolicyConfig().create().save(f"{tmp}/ck"))
         policies = {"last_n:n=5": make_policy("last_n:n=5"), "learned": make_policy(ckpt)}
-        bodies = [
-            json.dumps({"model": "gpt-4o-2024-08-06", "messages": m}).encode() for m in conversation(calls)
-        ]
+        bodies = [json.dumps(request(m)).encode() for m in conversation(calls)]
         rows: dict[str, Any] = {}
         reference: list[float] = []
         for name, policy in policies.items():
             proxy = ContextProxy(policy)
             srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
             threading.Thread(target=srv.serve_forever, daemon=True).start()
-            via = f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions"
+            via = f"http://127.0.0.1:{srv.server_address[1]}{route}"
             ms, ref, decide = [], [], []
             for body in bodies:  # the reference and the proxy in turn: the same phases of the machine
                 ref.append(_post(direct, body))
@@ -139,6 +167,7 @@ def run(calls: int, checkpoint: str | None, threads: int) -> dict[str, Any]:
     worst = max(r["overhead_p99_ms"] for k, r in out.items() if k.startswith("proxy"))
     return {
         "calls": calls,
+        "api": api,
         "rows": out,
         "target_p99_overhead_ms": TARGET_P99_OVERHEAD_MS,
         "worst_p99_overhead_ms": worst,
@@ -155,14 +184,20 @@ def main(argv: list[str] | None = None) -> int:
         "--checkpoint", help="a learned-policy checkpoint (default: an untrained default network)"
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1, as dtoc-rl proxy uses)")
+    ap.add_argument(
+        "--api",
+        choices=sorted(_APIS),
+        default="openai",
+        help="the API the conversation speaks: chat completions (openai) or the Gemini API",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
-    res = run(args.calls, args.checkpoint, args.threads)
+    res = run(args.calls, args.checkpoint, args.threads, args.api)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0 if res["ok"] else 1
     cols = ("p50_ms", "p99_ms", "last_tenth_p99_ms", "overhead_p50_ms", "overhead_p99_ms", "decision_p99_ms")
-    print(f"{args.calls} calls of one conversation; ms per request at the client\n")
+    print(f"{args.calls} calls of one conversation ({args.api} API); ms per request at the client\n")
     print(f"{'':32s}" + "".join(f"{c:>20s}" for c in cols))
     for name, r in res["rows"].items():
         print(f"{name:32s}" + "".join(f"{r[c]:20.2f}" if c in r else f"{'':>20s}" for c in cols))
