@@ -461,6 +461,9 @@ def test_a_streamed_answers_usage_is_read_as_it_passes_whatever_the_chunking():
         chunk = {"candidates": [], "usageMetadata": {"promptTokenCount": 500, "candidatesTokenCount": n}}
         gemini.feed(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
     assert gemini.usage == {"promptTokenCount": 500, "candidatesTokenCount": 9} and not gemini.done
+    last = {"candidates": [{"finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 500}}
+    gemini.feed(b"data: " + json.dumps(last).encode() + b"\r\n\r\n")
+    assert gemini.done  # its last chunk: the usage goes in before the agent has it
 
 
 def test_the_openai_and_anthropic_sdks_work_through_it_unchanged(upstream):
@@ -956,3 +959,57 @@ def test_which_requests_are_model_calls_of_which_api():
         _api_of("POST", "/v1/responses") == "responses"
         and _api_of("POST", "/v1/chat/completions") == "openai"
     )
+
+
+def test_gemini_conversations_without_call_ids_stay_apart_and_odd_spellings_are_managed(upstream):
+    """Call ids the proxy made up (gemini-call-N) name no call outside their conversation: two runs of
+    one task, calls alike and outputs not, are two conversations.  The proto's snake_case spelling is
+    managed and written back as it came; a hidden response's own parts (an image) go with it."""
+    warned: list[str] = []
+    proxy = ContextProxy(make_policy("last_n:n=1"), warn=warned.append)
+    url, srv = _start(proxy, upstream)
+
+    def run(tag: str, snake: bool = False):
+        """Posts the run's first request, then (when resumed) its second; yields what went upstream."""
+        contents: list[dict] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+        for k in range(3):
+            for c in _gemini_turn(k, ids=False):
+                contents.append(json.loads(json.dumps(c).replace("# module", f"# {tag} module")))
+        contents[2]["parts"][0]["functionResponse"]["parts"] = [{"inlineData": {"data": "A" * 5000}}]
+
+        def spelled(body: dict) -> dict:
+            text = json.dumps(body)
+            if snake:  # the proto's field names, which the API takes too
+                text = text.replace('"functionCall"', '"function_call"')
+                text = text.replace('"functionResponse"', '"function_response"')
+            return json.loads(text)
+
+        _post(url + "/v1beta/models/gemini-2.5-pro:generateContent", spelled({"contents": contents}))
+        yield json.loads(upstream.seen[-1][2])
+        contents.append({"role": "model", "parts": [{"text": "ok"}]})
+        contents.append({"role": "user", "parts": [{"text": "go on"}]})
+        _post(url + "/v1beta/models/gemini-2.5-pro:generateContent", spelled({"contents": contents}))
+        yield json.loads(upstream.seen[-1][2])
+
+    a, b = run("A"), run("B")
+    next(a), next(b)  # the two runs' first requests alike but for the outputs' text, then each goes on
+    next(a)
+    sent = next(b)
+    assert len(proxy.mirrors) == 2  # not one conversation fed both runs' outputs
+    stored = [m.orch.store.get(k).tool_result for m in proxy.mirrors.values() for k in m.orch.store.keys()]
+    assert sum("# A module" in t for t in stored) == sum("# B module" in t for t in stored) == 6
+    hidden = [p["functionResponse"] for c in sent["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert all("# B module" not in json.dumps(h) for h in hidden[:-1])  # B's own outputs, hidden
+    assert all(json.loads(h["response"]["output"])["hidden"] for h in hidden[:-1])  # the image's too
+    assert "parts" not in hidden[0] and "AAAA" not in json.dumps(sent)
+    *_, snake = run("C", snake=True)
+    parts = [p for c in snake["contents"] for p in c["parts"]]
+    assert not any("functionResponse" in p for p in parts)  # written back in the spelling it came in
+    answers = [p["function_response"]["response"]["output"] for p in parts if "function_response" in p]
+    assert [a.startswith('{"tool_key"') for a in answers] == [True] * 5 + [False]
+    assert not warned
+    status, _ = _post(
+        url + "/v1beta/models/gemini-2.5-pro:generateContent", {"contents": [{"role": "system"}]}
+    )
+    srv.shutdown()
+    assert status == 200 and len(warned) == 1 and "contents were not read" in warned[0]  # said, and sent on

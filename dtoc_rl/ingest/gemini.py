@@ -46,7 +46,9 @@ Three rewrites of the history reach the file, and each is undone where the file 
 one per line of a ``.jsonl`` file) or a bare list of contents.  A content is ``{"role": "user" |
 "model", "parts": [...]}``; ``functionCall`` parts (``name``, ``args``, ``id`` where the API set one)
 are tool calls, ``functionResponse`` parts in the next user content their outputs (matched by ``id``,
-else in order), ``thought: true`` parts reasoning.  A ``usageMetadata`` saved on a model content is
+else by the function's name, else in order), ``thought: true`` parts reasoning; the proto's own
+spelling (``function_call``, ``function_response``, ``system_instruction``), which the API takes too,
+is read as well.  A ``usageMetadata`` saved on a model content is
 that call's usage.
 
 Both map through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`, so a call is a step exactly as
@@ -106,14 +108,34 @@ def _parts_text(content: Any, where: str) -> str:
             raise IngestError(f"{where}[{j}] is {type(part).__name__}, expected text or object")
         elif isinstance(part.get("text"), str) and not part.get("thought"):
             out.append(part["text"])
-        elif isinstance(part.get("inlineData"), dict) or isinstance(part.get("fileData"), dict):
-            data = part.get("inlineData") or part.get("fileData")
+        elif isinstance(_field(part, "inlineData"), dict) or isinstance(_field(part, "fileData"), dict):
+            data = _field(part, "inlineData") or _field(part, "fileData")
             out.append(f"[{data.get('mimeType') or 'file'}]")
     return "".join(out)
 
 
+#: The protocol buffer's own spelling of a part's fields, which the API takes as well (JSON
+#: clients write camelCase; some write the proto's snake_case).
+_SNAKE = {
+    "functionCall": "function_call",
+    "functionResponse": "function_response",
+    "inlineData": "inline_data",
+    "fileData": "file_data",
+    "mimeType": "mime_type",
+    "systemInstruction": "system_instruction",
+}
+
+
 def _field(part: Any, key: str) -> Any:
-    return part.get(key) if isinstance(part, dict) else None
+    """A part's field, in either spelling the API takes (``functionCall`` or ``function_call``)."""
+    if not isinstance(part, dict):
+        return None
+    return part[key] if key in part else part.get(_SNAKE.get(key, key))
+
+
+def field_key(part: dict, key: str) -> str:
+    """The spelling of ``key`` that ``part`` uses (for writing a field back as it came)."""
+    return key if key in part or _SNAKE.get(key) not in part else _SNAKE[key]
 
 
 def _response_text(response: Any) -> tuple[str, bool]:
@@ -345,13 +367,21 @@ def cli_to_chat(session: CliSession) -> CliChat:
 
 def contents_to_chat(contents: Any, system: Any = None, places: list | None = None) -> list[dict]:
     """Gemini API ``contents`` (and a ``systemInstruction``) as chat messages; ``places``, when given,
-    gets the ``(content, part)`` position of each tool message's ``functionResponse``, in order."""
+    gets the ``(content, part)`` position of each tool message's ``functionResponse``, in order.
+
+    A response answers the open call with its id; one without an id, or with an id no open call has,
+    answers the oldest open call of its function's name; one with neither, if it has no id, the
+    oldest open call (a stray id stays, and the chat reader refuses it).  A call without an
+    id (the API lets a client leave them out) gets ``gemini-call-N``, and its response's message says
+    ``made_id``: such an id names no call outside this conversation."""
     if not isinstance(contents, list):
         raise IngestError(f"contents is {type(contents).__name__}, expected a list")
     msgs: list[dict] = []
     if system is not None:
         sys_parts = system.get("parts") if isinstance(system, dict) else system
         msgs.append({"role": "system", "content": _parts_text(sys_parts, "systemInstruction")})
+    open_calls: list[tuple[str, Any, bool]] = []  # (id, function name, id made here), oldest first
+    made = 0
     for i, c in enumerate(contents):
         w = f"contents[{i}]"
         if not isinstance(c, dict) or not isinstance(c.get("parts", []), list):
@@ -359,21 +389,19 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
         parts = c.get("parts") or []
         role = c.get("role") or "user"
         if role == "model":
-            calls = [fc for p in parts if isinstance(fc := _field(p, "functionCall"), dict)]
+            calls = []
+            for fc in (fc for p in parts if isinstance(fc := _field(p, "functionCall"), dict)):
+                cid, own = fc.get("id"), True
+                if not isinstance(cid, str) or not cid:
+                    cid, own, made = f"gemini-call-{made}", False, made + 1
+                open_calls.append((cid, fc.get("name"), not own))
+                calls.append(
+                    {"id": cid, "function": {"name": fc.get("name"), "arguments": fc.get("args") or {}}}
+                )
             thought = [p["text"] for p in parts if _field(p, "thought") and isinstance(p.get("text"), str)]
             said = [p for p in parts if _field(p, "functionCall") is None]
-            m = {
-                "role": "assistant",
-                "content": _parts_text(said, w),
-                "reasoning": "\n\n".join(thought),
-                "tool_calls": [
-                    {
-                        "id": fc.get("id"),
-                        "function": {"name": fc.get("name"), "arguments": fc.get("args") or {}},
-                    }
-                    for fc in calls
-                ],
-            }
+            m = {"role": "assistant", "content": _parts_text(said, w), "reasoning": "\n\n".join(thought),
+                 "tool_calls": calls}  # fmt: skip
             for key in ("usageMetadata", "usage_metadata"):
                 if isinstance(c.get(key), dict):
                     m["usageMetadata"] = c[key]
@@ -384,7 +412,17 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
             ]
             for j, fr in responses:
                 text, err = _response_text(fr.get("response"))
-                msgs.append({"role": "tool", "tool_call_id": fr.get("id"), "content": text, "is_error": err})
+                rid = fr.get("id")
+                answered = next((o for o in open_calls if o[0] == rid), None) or next(
+                    (o for o in open_calls if o[1] == fr.get("name")), None
+                )
+                if answered is None and rid is None and open_calls:  # nothing to match by: in order
+                    answered = open_calls[0]
+                if answered is not None:
+                    open_calls.remove(answered)
+                cid = answered[0] if answered else rid  # a stray id stays: the chat reader names it
+                msgs.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": err,
+                             "made_id": bool(answered and answered[2])})  # fmt: skip
                 if places is not None:
                     places.append((i, j))
             text = _parts_text([p for p in parts if _field(p, "functionResponse") is None], w)

@@ -14,15 +14,19 @@ steps.  They are saved two ways, both read here:
   ``examples/open_deep_research/run_gaia.py`` writes under ``intermediate_steps``, a run per line of a
   ``.jsonl`` file).  That text is Python's repr of the dataclasses; it is parsed, never evaluated:
   calls become objects of their fields, and reprs that are not Python (an enum's
-  ``<MessageRole.USER: 'user'>``, ``<... object at 0x...>``) become their value or nothing.
+  ``<MessageRole.USER: 'user'>``, ``<class 'str'>``, ``<... object at 0x...>``) become their value
+  or nothing; a text of more than 400,000 tokens outside its strings is refused, not parsed.
 
 Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the task is the first
 ``TaskStep`` (else the run's ``augmented_question``, ``question`` or ``task``); each ``ActionStep`` is
 one model call whose tool calls are steps (a ``CodeAgent`` calls ``python_interpreter`` with its
 code; its tools run inside that code), and its ``observations``, then its error's message, are the
 reply to its first call (smolagents keeps one observation for a step's calls; the others' replies
-are empty).  A step whose output could not be parsed into a call (no ``tool_calls``, an error) is a
-call without a tool, its error the next step's user text, as the agent sends it.  A ``PlanningStep``
+are empty); a call whose tool raised, which smolagents keeps only in ``model_output_message``, is
+read from there, its error its output.  A step whose output could not be parsed into a call (no call
+anywhere, an error) is a call without a tool, its error the next step's user text, as the agent sends
+it; the answer smolagents asks for once ``max_steps`` run out (``action_output`` of a step with no
+output of its own) is that call's text.  A ``PlanningStep``
 is a call without a tool (smolagents plans from the same memory, the observations kept).  A step's
 usage is its raw provider response's (``model_output_message.raw``,
 with the cached share when the provider wrote one), else its ``token_usage``; its time is
@@ -40,8 +44,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,11 +64,12 @@ __all__ = ["SmolagentsIngester", "parse_step_repr"]
 _STEP_NAMES = "ActionStep|TaskStep|PlanningStep|SystemPromptStep|FinalAnswerStep"
 _HEAD_REPR = re.compile(rf'"(?:{_STEP_NAMES})\(')
 _HEAD_STEPS = re.compile(r'"(?:intermediate_steps|steps)"\s*:\s*\[')
-_HEAD_DICT = re.compile(r'"step_number"\s*:')
-_HEAD_ACTION = re.compile(r'"(?:observations|model_output|is_final_answer)"\s*:')
-# reprs that are not Python: an enum member's (its value kept) and an object's address (dropped)
+# an ActionStep's dict() opens so; a list of steps opens with the TaskStep's
+_HEAD_DICT = re.compile(r'"step_number"\s*:\s*\d+\s*,\s*"timing"\s*:')
+_HEAD_TASK = re.compile(r'\s*(?:\[|\{[^\[]*?"(?:intermediate_steps|steps)"\s*:\s*\[)\s*\{\s*"task"\s*:\s*"')
+_BARE_TEXT = re.compile(rf'\s*\[\s*"(?:{_STEP_NAMES})\(')
+# an enum member's repr, which is not Python: its value is kept
 _ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: ('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|-?\d+)>")
-_OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]*(?: [^<>\n]*)? at 0x[0-9a-fA-F]+>")
 _RUN_KEYS = ("intermediate_steps", "steps")
 _TASK_KEYS = ("augmented_question", "question", "task")
 # what smolagents sends after a plan (memory.py PlanningStep.to_messages)
@@ -75,10 +82,16 @@ class SmolagentsIngester(Ingester):
     def detect(self, path: Path, head: str) -> bool:
         if path.suffix not in (".json", ".jsonl") or head.lstrip()[:1] not in ("{", "["):
             return False
-        if _HEAD_REPR.search(head):  # steps saved as their text
+        if _BARE_TEXT.match(head):  # a bare list of the steps' text
+            return path.suffix == ".json"
+        if _HEAD_REPR.search(head):  # runs holding their steps' text
             return _HEAD_STEPS.search(head) is not None
-        # steps saved as dicts: an action step's own field names
-        return _HEAD_DICT.search(head) is not None and _HEAD_ACTION.search(head) is not None
+        # steps saved as dicts: an action step's opening, or the task step's (a long task may hide the
+        # rest beyond the head read)
+        task = _HEAD_TASK.match(head) is not None and ('"task_images"' in head or len(head) > 60_000)
+        if _HEAD_DICT.search(head) is None and not task:
+            return False
+        return path.suffix == ".json" or _HEAD_STEPS.search(head) is not None  # JSONL: a run per line
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         if path.suffix == ".jsonl":
@@ -168,20 +181,80 @@ def _holds_steps(row: dict) -> bool:
 
 def parse_step_repr(text: str) -> dict:
     """A smolagents step's ``str()`` as nested dicts: a call ``Name(a=1)`` becomes ``{"__type__":
-    "Name", "a": 1}`` (positional arguments under ``__args__``); nothing is evaluated.  An
-    :class:`IngestError` says why text is not one."""
+    "Name", "a": 1}`` (positional arguments under ``__args__``); nothing is evaluated.  Reprs that
+    are not Python (``<class 'str'>``, ``<built-in function len>``, an enum member's ``<Role.USER:
+    'user'>``) become nothing, or the member's value.  An :class:`IngestError` says why text is not
+    one, or is too large to parse (Python's parser takes some 500 bytes a token)."""
+    text = text.strip()
+    if len(text) > _MAX_TOKENS // 2 and (n := _tokens(text)) > _MAX_TOKENS:
+        raise IngestError(f"a step's text of {n:,} tokens outside its strings: too many to parse")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = _parse(text)
     except SyntaxError:
-        cleaned = _OBJECT_REPR.sub("None", _ENUM_REPR.sub(lambda m: m.group(1), text.strip()))
         try:
-            tree = ast.parse(cleaned, mode="eval")
+            tree = _parse(_without_foreign_reprs(text))
         except SyntaxError as e:
             raise IngestError(f"not a step's text (Python syntax error at column {e.offset})") from None
-    value = _value(tree.body)
+    try:
+        value = _value(tree.body)
+    except RecursionError:
+        raise IngestError("a step's text nested too deeply to read") from None
     if not isinstance(value, dict) or "__type__" not in value:
         raise IngestError("not a step's text: expected a call such as ActionStep(...)")
     return value
+
+
+#: Tokens outside string literals a step's text may hold (a long list of numbers in
+#: ``action_output``, say): some 200 MB of syntax tree at the most.
+_MAX_TOKENS = 400_000
+
+
+def _parse(text: str) -> ast.Expression:
+    try:
+        return ast.parse(text, mode="eval")
+    except (MemoryError, RecursionError):
+        raise IngestError("a step's text too large or nested too deeply to parse") from None
+    except ValueError as e:  # a NUL character
+        raise IngestError(f"not a step's text ({e})") from None
+
+
+def _tokens(text: str) -> int:
+    """How many Python tokens ``text`` holds (a string literal is one), without building a tree."""
+    n = 0
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(text).readline):
+            n += 1
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the parser says what is wrong
+    return n
+
+
+def _without_foreign_reprs(text: str) -> str:
+    """``text`` with every ``<...>`` outside its string literals (a repr that is not Python) replaced
+    by ``None``, or an enum member's by its value."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    out, done, depth, opened = [], 0, 0, 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type != tokenize.OP or tok.string not in "<>":
+                continue
+            at = starts[tok.start[0] - 1] + tok.start[1]
+            if tok.string == "<":
+                if depth == 0:
+                    opened = at
+                depth += 1
+            elif depth:
+                depth -= 1
+                if depth == 0:
+                    span = text[opened : at + 1]
+                    member = _ENUM_REPR.fullmatch(span)
+                    out += [text[done:opened], member.group(1) if member else "None"]
+                    done = at + 1
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the parser says what is wrong
+    return "".join(out) + text[done:]
 
 
 def _value(node: ast.AST) -> Any:
@@ -268,9 +341,12 @@ def _text(v: Any) -> str:
 
 def _calls(step: dict) -> list[dict]:
     """A step's tool calls in the chat-completions shape (dict ``{"id", "function"}`` or repr
-    ``ToolCall(name, arguments, id)``)."""
+    ``ToolCall(name, arguments, id)``).  A call whose tool raised is kept only in the model's message
+    (``model_output_message.tool_calls``): it is read from there."""
     out = []
-    for c in step.get("tool_calls") or []:
+    made = step.get("model_output_message")
+    asked = made.get("tool_calls") if isinstance(made, dict) else None
+    for c in step.get("tool_calls") or asked or []:
         if not isinstance(c, dict):
             raise IngestError(f"{step['where']}.tool_calls holds {type(c).__name__}, expected a call")
         fn = c.get("function") if isinstance(c.get("function"), dict) else c
@@ -314,6 +390,15 @@ def _system(step: dict) -> str:
     return ""
 
 
+def _assistant(text: str, calls: list[dict], usage: dict | None, step: dict) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": calls}
+    if usage is not None:
+        msg["usage"] = usage
+    if (start := _start(step)) is not None:
+        msg["timestamp"] = start
+    return msg
+
+
 def _messages(steps: list[dict], task: str) -> tuple[list[dict], str]:
     """The chat an agent's steps sent, as chat-completions messages, and the model named in them."""
     msgs: list[dict] = []
@@ -337,12 +422,12 @@ def _messages(steps: list[dict], task: str) -> tuple[list[dict], str]:
         model = model or named
         text = _text(s.get("plan")) if kind == "PlanningStep" else _text(s.get("model_output"))
         calls = _calls(s) if kind == "ActionStep" else []
-        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": calls}
-        if usage is not None:
-            msg["usage"] = usage
-        if (start := _start(s)) is not None:
-            msg["timestamp"] = start
-        msgs.append(msg)
+        if kind == "ActionStep" and not text and not calls and isinstance(s.get("action_output"), str):
+            # the answer smolagents asks for once the steps run out: the call's own text, after which
+            # the error that made it (max steps reached) is sent to no model
+            msgs.append(_assistant(s["action_output"], [], usage, s))
+            continue
+        msgs.append(_assistant(text, calls, usage, s))
         if kind == "PlanningStep":
             msgs.append({"role": "user", "content": _AFTER_PLAN})
             continue

@@ -58,7 +58,7 @@ from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.ingest.base import IngestError
-from dtoc_rl.ingest.gemini import contents_to_chat
+from dtoc_rl.ingest.gemini import contents_to_chat, field_key
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -89,6 +89,7 @@ class _Event:
     call_id: str | None = None
     is_error: bool = False
     where: tuple[int, int | None] | None = None
+    by_text: bool = False  # a tool result whose call id the proxy made up: its text tells it apart
 
     def __post_init__(self) -> None:
         # the mirror's copy of a text no UTF-8 holds (a lone surrogate from an agent's JSON escape) has
@@ -101,7 +102,7 @@ class _Event:
     def fingerprint(self) -> str:
         # a tool result by its call: a harness may mask or trim its own old outputs and still continue;
         # an answer without its reasoning, which harnesses drop from earlier turns (DeepSeek asks them to)
-        if self.kind == "tool":
+        if self.kind == "tool" and not self.by_text:
             return f"tool:{self.call_id}"
         raw = json.dumps([self.kind, self.text, self.calls], sort_keys=True, default=str)
         return hashlib.sha1(raw.encode("utf-8", "replace")).hexdigest()
@@ -241,28 +242,19 @@ def responses_events(body: Mapping[str, Any]) -> list[_Event]:
 
 def gemini_events(body: Mapping[str, Any]) -> list[_Event]:
     """A Gemini ``generateContent`` request's system instruction and contents as events, read as the
-    Gemini ingester reads a saved conversation (:func:`~dtoc_rl.ingest.gemini.contents_to_chat`); a
-    tool event's ``where`` is its ``functionResponse`` part.  Calls the request sends without ids
-    (the API lets a client leave them out) are numbered in order, and a response without an id answers
-    the oldest such call not yet answered."""
+    Gemini ingester reads a saved conversation (:func:`~dtoc_rl.ingest.gemini.contents_to_chat`, which
+    also pairs responses with calls); a tool event's ``where`` is its ``functionResponse`` part.  A
+    call the request sent without an id is told from another conversation's by its output's text."""
     places: list[tuple[int, int]] = []
+    system = body.get("systemInstruction", body.get("system_instruction"))
     try:
-        msgs = contents_to_chat(body.get("contents"), body.get("systemInstruction"), places)
+        msgs = contents_to_chat(body.get("contents"), system, places)
     except IngestError as e:
         raise ValueError(e.reason) from None
-    unnamed: deque[str] = deque()
-    numbered = 0
-    for m in msgs:
-        for c in m.get("tool_calls") or ():
-            if c.get("id") is None:
-                c["id"] = f"gemini-call-{numbered}"
-                numbered += 1
-                unnamed.append(c["id"])
-        if m["role"] == "tool" and m.get("tool_call_id") is None and unnamed:
-            m["tool_call_id"] = unnamed.popleft()
     events = openai_events({"messages": msgs})
-    for e, where in zip((e for e in events if e.kind == "tool"), places, strict=True):
-        e.where = where
+    answers = (m for m in msgs if m["role"] == "tool")
+    for e, where, m in zip((e for e in events if e.kind == "tool"), places, answers, strict=True):
+        e.where, e.by_text = where, m["made_id"]
     return events
 
 
@@ -399,7 +391,8 @@ class ContextProxy:
             )
         try:
             events = _EVENTS[api](body)
-        except (ValueError, TypeError, AttributeError) as e:
+        except (ValueError, TypeError, AttributeError, RecursionError) as e:
+            self.warn(f"request passed on unchanged: its {listed} were not read ({type(e).__name__}: {e})")
             return Rewrite(body, passed=f"messages not read: {e}")
         if not events:
             return Rewrite(body, passed=f"no {listed}")
@@ -571,8 +564,10 @@ class ContextProxy:
                 if i not in copied:
                     messages[i] = {**messages[i], "parts": list(messages[i]["parts"])}
                 part = messages[i]["parts"][j]
-                response = {**part["functionResponse"], "response": {"output": text}}
-                messages[i]["parts"][j] = {**part, "functionResponse": response}
+                key = field_key(part, "functionResponse")  # written back in the spelling it came in
+                # its parts (images, files returned with the response) go with the rest of it
+                response = {k: v for k, v in part[key].items() if k != "parts"}
+                messages[i]["parts"][j] = {**part, key: {**response, "response": {"output": text}}}
             else:
                 messages[i] = {**messages[i], "content": text}
             copied.add(i)
@@ -597,10 +592,22 @@ _LAST_EVENTS = frozenset(
 )
 
 
+def _gemini_last(ev: dict) -> bool:
+    """A Gemini stream's last chunk: every candidate finished, and the answer's usage counted."""
+    candidates = ev.get("candidates")
+    return (
+        isinstance(ev.get("usageMetadata"), dict)
+        and isinstance(candidates, list)
+        and bool(candidates)
+        and all(isinstance(c, dict) and c.get("finishReason") for c in candidates)
+    )
+
+
 class _StreamUsage:
     """The usage a streamed answer reports, read from its server-sent events as they pass: a chat
     completion's last chunk (``stream_options.include_usage``), Anthropic's ``message_start`` and
-    ``message_delta``, a Responses ``response.completed``; later figures over earlier ones."""
+    ``message_delta``, a Responses ``response.completed``, each Gemini chunk's ``usageMetadata``;
+    later figures over earlier ones."""
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] = {}
@@ -622,7 +629,7 @@ class _StreamUsage:
                 continue
             if not isinstance(ev, dict):
                 continue
-            self.done = self.done or ev.get("type") in _LAST_EVENTS
+            self.done = self.done or ev.get("type") in _LAST_EVENTS or _gemini_last(ev)
             inner = ev.get("message") or ev.get("response")
             inner_usage = inner.get("usage") if isinstance(inner, dict) else None
             for found in (ev.get("usage"), ev.get("usageMetadata"), inner_usage):

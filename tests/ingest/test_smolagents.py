@@ -128,6 +128,76 @@ def test_a_bare_list_of_steps_and_wrong_shapes(tmp_path):
     )
     assert [t.task_id for t in SMOL.parse(runs)] == ["a", "b"]
     odd = tmp_path / "odd.json"
-    odd.write_text(json.dumps([{"step_number": 1, "observations": "x", "tool_calls": [{"id": "c"}]}]))
+    odd.write_text(
+        json.dumps([{"step_number": 1, "timing": {}, "observations": "x", "tool_calls": [{"id": "c"}]}])
+    )
     with pytest.raises(IngestError, match="tool call without a name"):
         read_one(odd)
+
+
+def test_a_tool_that_raised_and_the_answer_forced_at_max_steps(tmp_path):
+    # shapes of real smolagents 1.26 runs: a ToolCallingAgent keeps a call whose tool raised only in
+    # the model's message; after max_steps the forced answer is the last step's action_output
+    task = {"task": "Read boom.", "task_images": None}
+    error = {"type": "AgentToolExecutionError", "message": "Error executing tool 'read_file': disk on fire"}
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": {"path": "boom"}},
+    }
+    message = {"role": "assistant", "content": "", "tool_calls": [call]}
+    raised = {"step_number": 1, "timing": {"start_time": 1.0}, "tool_calls": [], "model_output": "",
+              "error": error, "model_output_message": message, "observations": None,
+              "token_usage": {"input_tokens": 900, "output_tokens": 50}}  # fmt: skip
+    steps_out = {"type": "AgentMaxStepsError", "message": "Reached max steps."}
+    forced = {"step_number": 2, "timing": {"start_time": 2.0}, "tool_calls": [], "model_output": None,
+              "model_output_message": None, "error": steps_out, "action_output": "The answer is 42.",
+              "token_usage": {"input_tokens": 600, "output_tokens": 50}}  # fmt: skip
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps([task, raised, forced]))
+    (t,) = SMOL.parse(path)
+    call, answer = t.steps
+    assert (call.tool_name, json.loads(call.tool_args), call.output_is_error) == (
+        "read_file",
+        {"path": "boom"},
+        True,
+    )
+    assert "disk on fire" in call.output
+    assert answer.tool_name is None and answer.assistant_text == "The answer is 42."
+    assert answer.usage.input_tokens == 600 and "trailing_user_text" not in json.loads(t.extra)
+
+
+def test_reprs_that_are_not_python_and_text_too_large_to_parse():
+    step = parse_step_repr(
+        "ActionStep(step_number=1, action_output=<class 'str'>, a=<built-in function len>, "
+        "b=<module 'math' (built-in)>, c=<Response [200]>, d='<kept as written>', "
+        "e=<function <lambda> at 0x7f>)"
+    )
+    assert [step[k] for k in "abcde"] == [None, None, None, "<kept as written>", None]
+    assert step["action_output"] is None
+    with pytest.raises(IngestError, match="too many to parse"):  # some 500 bytes a token, parsed
+        parse_step_repr("ActionStep(action_output=[" + "0," * 300_000 + "])")
+    with pytest.raises(IngestError, match=r"NUL|not a step"):
+        parse_step_repr("ActionStep(a='\0')")
+
+
+def test_detection_of_a_bare_list_of_texts_a_long_task_and_lookalikes(tmp_path):
+    texts = [
+        json.loads(line)["intermediate_steps"]
+        for line in (FIX / "gaia_answers.jsonl").read_text().splitlines()
+    ]
+    bare = tmp_path / "steps.json"
+    bare.write_text(json.dumps(texts[0]))  # json.dump([str(step) ...])
+    assert detect_format(bare).name == "smolagents" and len(read_one(bare, 0)[1].steps) == 6
+    steps = json.loads((FIX / "tool_calling_full_steps.json").read_text())
+    steps[0]["task"] = "x" * 80_000 + " Which functions multiply by 3?"  # the action steps beyond the head
+    long = tmp_path / "long.json"
+    long.write_text(json.dumps(steps))
+    assert detect_format(long).name == "smolagents"
+    per_line = tmp_path / "callback.jsonl"  # one step per line, as a step callback writes: not runs
+    per_line.write_text("".join(json.dumps(s) + "\n" for s in steps[1:]))
+    browser = tmp_path / "history.json"  # another harness's steps
+    browser.write_text(json.dumps({"history": [{"model_output": {}, "metadata": {"step_number": 1}}]}))
+    for other in (per_line, browser):
+        ing = detect_format(other)
+        assert ing is None or ing.name != "smolagents", other.name
