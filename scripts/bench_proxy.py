@@ -19,6 +19,7 @@ model call takes 1-30 s).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.provenance import environment
-from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+from dtoc_rl.serve.proxy import GC_THRESHOLDS, ContextProxy, make_proxy_server
 
 TARGET_P99_OVERHEAD_MS = 25.0
 
@@ -122,13 +123,18 @@ def _stats(ms: list[float]) -> dict[str, float]:
     }
 
 
-def run(calls: int, checkpoint: str | None, threads: int, api: str = "openai") -> dict[str, Any]:
+def run(
+    calls: int, checkpoint: str | None, threads: int, api: str = "openai", python_gc: bool = False
+) -> dict[str, Any]:
     import torch
 
     from dtoc_rl.policies.learned import LearnedPolicyConfig
     from dtoc_rl.policies.registry import make_policy
 
     torch.set_num_threads(threads)
+    old_gc = gc.get_threshold()
+    if not python_gc:  # as `dtoc-rl proxy` runs
+        gc.set_threshold(*GC_THRESHOLDS)
     up = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     route, request = _APIS[api]
@@ -163,11 +169,13 @@ def run(calls: int, checkpoint: str | None, threads: int, api: str = "openai") -
             rows[f"proxy, {name}"] = s
         up.shutdown()
         up.server_close()
+    gc.set_threshold(*old_gc)
     out = {"reference (straight upstream)": _stats(reference), **rows}
     worst = max(r["overhead_p99_ms"] for k, r in out.items() if k.startswith("proxy"))
     return {
         "calls": calls,
         "api": api,
+        "gc_thresholds": list(gc.get_threshold() if python_gc else GC_THRESHOLDS),
         "rows": out,
         "target_p99_overhead_ms": TARGET_P99_OVERHEAD_MS,
         "worst_p99_overhead_ms": worst,
@@ -190,9 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         default="openai",
         help="the API the conversation speaks: chat completions (openai) or the Gemini API",
     )
+    ap.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="keep Python's default garbage-collector thresholds instead of the proxy's own",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
-    res = run(args.calls, args.checkpoint, args.threads, args.api)
+    res = run(args.calls, args.checkpoint, args.threads, args.api, args.python_gc)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0 if res["ok"] else 1

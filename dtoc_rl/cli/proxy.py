@@ -34,6 +34,7 @@ and outputs sent hidden.  Stop it with Ctrl-C or SIGTERM (exit code 0).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 
@@ -106,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.cli.serve import _load, decide_on_threads, trained_families
-    from dtoc_rl.serve.proxy import ContextProxy, check_upstream, make_proxy_server
+    from dtoc_rl.serve.proxy import GC_THRESHOLDS, ContextProxy, check_upstream, make_proxy_server
     from dtoc_rl.serve.service import is_loopback
 
     try:
@@ -169,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    gc.set_threshold(*GC_THRESHOLDS)
     serve_until_stopped(server)
     if not (args.json or args.quiet):
         print(

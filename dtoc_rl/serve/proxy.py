@@ -75,11 +75,16 @@ _HOP = frozenset(
      "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
 )  # fmt: skip
 _SERVED = frozenset(FAMILIES) - {"other"}
+#: The garbage collector's thresholds ``dtoc-rl proxy`` runs with.  A request makes tens of thousands
+#: of short-lived objects (the whole conversation read again); with Python's defaults (700, 10, 10)
+#: one request in a few hundred also paid a full collection of 70-110 ms, with these none over 22 ms
+#: in the same benchmark (docs/benchmarks.md).  Its objects are rarely in cycles: little waits longer.
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 @dataclass
 class _Event:
-    """One message of a request, read alike from both APIs: ``kind`` is system, user, assistant or
+    """One message of a request, read alike from every API: ``kind`` is system, user, assistant or
     tool; a tool event's ``where`` is its (message, block) position in the request."""
 
     kind: str
