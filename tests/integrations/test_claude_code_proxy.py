@@ -18,19 +18,15 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
 
 CLAUDE = os.environ.get("CLAUDE_BIN") or shutil.which("claude")
-FILES = ("alpha.txt", "beta.txt", "gamma.txt")
-ANSWER = "Read all three files."
 USAGE = {
     "input_tokens": 12,
     "cache_read_input_tokens": 9000,
@@ -108,14 +104,8 @@ class _ScriptedAnthropic(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _serve(server):
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def _claude(base_url: str, folder: Path, home: Path) -> dict:
-    shutil.rmtree(home, ignore_errors=True)  # a fresh home at the same path: its path is in the prompt
-    home.mkdir()
+    fresh_home(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
     env.update(HOME=str(home), ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-ant-test",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")  # fmt: skip
@@ -156,26 +146,12 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
     from dtoc_rl.ingest.driver import ingest_paths
     from dtoc_rl.policies.evaluate import evaluate
 
-    folder = tmp_path / "repo"
-    folder.mkdir()
-    for name in FILES:
-        (folder / name).write_text(
-            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
-        )
-    api = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedAnthropic)
-    api.seen, api.folder = [], folder
-    api_url = _serve(api)
-
-    direct = _claude(api_url, folder, tmp_path / "home")
-    straight = _main_calls(api.seen)
-    api.seen.clear()
-
-    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
-    proxied = make_proxy_server(proxy, api_url, port=0)
-    via = _claude(_serve(proxied), folder, tmp_path / "home")
-    through = _main_calls(api.seen)
-    proxied.shutdown()
-    api.shutdown()
+    folder = repo(tmp_path)
+    runs = straight_and_through(
+        _ScriptedAnthropic, lambda url: _claude(url, folder, tmp_path / "home"), _main_calls,
+        tmp_path / "logs", folder=folder,
+    )  # fmt: skip
+    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
 
     # the agent finishes the same way, after the same calls
     assert direct["result"] == via["result"] == ANSWER and not via["is_error"]

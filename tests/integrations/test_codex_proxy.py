@@ -17,19 +17,15 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
 
 CODEX = os.environ.get("CODEX_BIN") or shutil.which("codex")
-FILES = ("alpha.txt", "beta.txt", "gamma.txt")
-ANSWER = "Read all three files."
 USAGE = {"input_tokens": 9000, "input_tokens_details": {"cached_tokens": 8000}, "output_tokens": 12,
          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 9012}  # fmt: skip
 # what differs between two runs of one request: its session's keys
@@ -79,14 +75,8 @@ class _ScriptedResponses(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _serve(server) -> str:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def _codex(base_url: str, folder: Path, home: Path) -> str:
-    shutil.rmtree(home, ignore_errors=True)  # a fresh home at the same path: its path may be in the prompt
-    (home / ".codex").mkdir(parents=True)
+    (fresh_home(home) / ".codex").mkdir()
     (home / ".codex" / "config.toml").write_text(
         'model = "gpt-5.2"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
         f'base_url = "{base_url}/v1"\nwire_api = "responses"\nenv_key = "OPENAI_API_KEY"\n'
@@ -114,25 +104,12 @@ def _comparable(body: dict) -> dict:
 
 
 def test_codex_through_the_proxy_sends_earlier_outputs_as_placeholders(tmp_path):
-    folder = tmp_path / "repo"
-    folder.mkdir()
-    for name in FILES:
-        (folder / name).write_text(
-            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
-        )
-    api = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedResponses)
-    api.seen = []
-    api_url = _serve(api)
-
-    direct = _codex(api_url, folder, tmp_path / "home")
-    straight = [b for _, b in api.seen]
-    api.seen.clear()
-    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
-    proxied = make_proxy_server(proxy, api_url, port=0)
-    via = _codex(_serve(proxied), folder, tmp_path / "home")
-    through = [b for _, b in api.seen]
-    proxied.shutdown()
-    api.shutdown()
+    folder = repo(tmp_path)
+    runs = straight_and_through(
+        _ScriptedResponses, lambda url: _codex(url, folder, tmp_path / "home"),
+        lambda seen: [body for _, body in seen], tmp_path / "logs",
+    )  # fmt: skip
+    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
 
     assert direct.endswith(ANSWER) and via.endswith(ANSWER)
     assert len(straight) == len(through) == len(FILES) + 1

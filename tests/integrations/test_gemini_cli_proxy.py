@@ -18,19 +18,15 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from dtoc_rl.policies.registry import make_policy
-from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
 
 GEMINI = os.environ.get("GEMINI_BIN") or shutil.which("gemini")
-FILES = ("alpha.txt", "beta.txt", "gamma.txt")
-ANSWER = "Read all three files."
 USAGE = {"promptTokenCount": 9000, "cachedContentTokenCount": 8000, "candidatesTokenCount": 12,
          "totalTokenCount": 9012}  # fmt: skip
 MODEL = "gemini-2.5-pro"
@@ -84,14 +80,8 @@ class _ScriptedGemini(BaseHTTPRequestHandler):
         self._send("application/json", json.dumps(chunk).encode())
 
 
-def _serve(server) -> str:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def _gemini(base_url: str, folder: Path, home: Path) -> str:
-    shutil.rmtree(home, ignore_errors=True)  # a fresh home at the same path: its path may be in the prompt
-    (home / ".gemini").mkdir(parents=True)
+    (fresh_home(home) / ".gemini").mkdir()
     settings = {"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}}}
     (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GEMINI_", "GOOGLE_"))}
@@ -139,25 +129,12 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
     from dtoc_rl.ingest import read_first
     from dtoc_rl.ingest.driver import ingest_paths
 
-    folder = tmp_path / "repo"
-    folder.mkdir()
-    for name in FILES:
-        (folder / name).write_text(
-            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
-        )
-    api = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedGemini)
-    api.seen, api.folder = [], folder
-    api_url = _serve(api)
-
-    direct = _gemini(api_url, folder, tmp_path / "home")
-    straight = _main_calls(api.seen)
-    api.seen.clear()
-    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
-    proxied = make_proxy_server(proxy, api_url, port=0)
-    via = _gemini(_serve(proxied), folder, tmp_path / "home")
-    through = _main_calls(api.seen)
-    proxied.shutdown()
-    api.shutdown()
+    folder = repo(tmp_path)
+    runs = straight_and_through(
+        _ScriptedGemini, lambda url: _gemini(url, folder, tmp_path / "home"), _main_calls,
+        tmp_path / "logs", folder=folder,
+    )  # fmt: skip
+    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
 
     assert direct.endswith(ANSWER) and via.endswith(ANSWER)
     assert len(straight) == len(through) == len(FILES) + 1

@@ -1,0 +1,83 @@
+"""What the tests of real agent CLIs through ``dtoc-rl proxy`` share: a scripted API served on a local
+port, a folder of files for the agent to read, and one task run twice, straight at the API and then
+through the proxy under ``last_n:n=1`` (every output but the newest hidden), with the requests the
+API received each time."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.policies.registry import make_policy
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+
+FILES = ("alpha.txt", "beta.txt", "gamma.txt")
+ANSWER = "Read all three files."
+
+
+def serve(server: ThreadingHTTPServer) -> str:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def repo(tmp_path: Path) -> Path:
+    """A folder holding ``FILES``, 150 numbered lines each."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for name in FILES:
+        (folder / name).write_text(
+            "".join(f"{name} line {j}: " + "lorem ipsum " * 8 + "\n" for j in range(150))
+        )
+    return folder
+
+
+def fresh_home(home: Path) -> Path:
+    """An empty home at the same path for each run: CLIs write its path into their prompts."""
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    return home
+
+
+@dataclass
+class Runs:
+    direct: Any  # what the CLI printed, straight at the API
+    via: Any  # ... and through the proxy
+    straight: list[dict]  # the agent's own model calls the API received, straight
+    through: list[dict]  # ... and through the proxy
+    proxy: ContextProxy
+
+
+def straight_and_through(
+    api_handler: type[BaseHTTPRequestHandler],
+    run: Callable[[str], Any],
+    calls: Callable[[list[tuple[str, dict]]], list[dict]],
+    logs: Path,
+    **api_attrs: Any,
+) -> Runs:
+    """``run(base_url)`` once against the scripted API, once through a proxy in front of it (its logs
+    in ``logs``); ``calls`` picks the agent's model calls out of the API's ``(path, body)`` list."""
+    api = ThreadingHTTPServer(("127.0.0.1", 0), api_handler)
+    api.seen = []
+    for k, v in api_attrs.items():
+        setattr(api, k, v)
+    url = serve(api)
+    try:
+        direct = run(url)
+        straight = calls(api.seen)
+        api.seen.clear()
+        proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=logs)
+        proxied = make_proxy_server(proxy, url, port=0)
+        try:
+            via = run(serve(proxied))
+        finally:
+            proxied.shutdown()
+            proxied.server_close()
+        return Runs(direct, via, straight, calls(api.seen), proxy)
+    finally:
+        api.shutdown()
+        api.server_close()
