@@ -1013,3 +1013,27 @@ def test_gemini_conversations_without_call_ids_stay_apart_and_odd_spellings_are_
     )
     srv.shutdown()
     assert status == 200 and len(warned) == 1 and "contents were not read" in warned[0]  # said, and sent on
+
+
+def test_a_side_question_about_the_conversation_does_not_split_it(upstream, tmp_path):
+    """A harness may ask a model about its conversation (Gemini CLI's next-speaker and loop checks:
+    the history and one more user text), then go on without that text: the conversation goes on in
+    the same mirror and the same log, its outputs still hidden, not shown again in a new one."""
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    url, srv = _start(proxy, upstream)
+    msgs = list(HEAD)
+    for k in range(3):
+        msgs = msgs + _openai_turn(k)
+        _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs})
+    msgs = msgs + [{"role": "assistant", "content": "The tests pass now."}]
+    side = msgs + [{"role": "user", "content": "Who speaks next? Answer as JSON."}]
+    _post(url + "/v1/chat/completions", {"model": MODEL, "messages": side})
+    for k in range(3, 5):
+        msgs = msgs + ([{"role": "user", "content": "Please continue."}] if k == 3 else []) + _openai_turn(k)
+        _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs})
+    srv.shutdown()
+    assert len(proxy.mirrors) == 1 and len(list((tmp_path / "logs").glob("*.jsonl"))) == 1
+    sent = json.loads(upstream.seen[-1][2])["messages"]
+    outputs = [m["content"] for m in sent if m["role"] == "tool"]
+    assert len(outputs) == 5 and all(json.loads(o)["hidden"] for o in outputs[:-1])
+    assert proxy.hidden_sent == 0 + 1 + 2 + 2 + 3 + 4

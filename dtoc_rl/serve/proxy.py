@@ -282,6 +282,10 @@ class _Mirror:
         self.prints: list[str] = []
         self.keys: list[str | None] = []  # per event: the DTOC key of a tool result
         self.pending: dict[Any, deque[str]] = {}  # the request's call id -> the orchestrator's
+        # events up to the last model turn or tool result: the user text after it may be a side
+        # question a harness asks about the conversation (Gemini CLI's next-speaker and loop checks),
+        # which its next request goes on without
+        self.settled = 0
         self.answered_at: float | None = None  # time.monotonic() of the last answer through the proxy
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
         self.lock = threading.Lock()
@@ -309,6 +313,20 @@ class _Mirror:
                 self.orch.add_user(e.text)
             self.prints.append(e.fingerprint())
             self.keys.append(key)
+            if e.kind in ("assistant", "tool"):
+                self.settled = len(self.prints)
+
+    def continues(self, prints: list[str]) -> int:
+        """How much of a request whose events print as ``prints`` this conversation has seen: all of
+        its own prints (a continuation), its settled ones when the request goes on from there with
+        other user text (it left a side question out), else 0 (another conversation)."""
+        n = len(self.prints)
+        if 0 < n <= len(prints) and self.prints == prints[:n]:
+            return n
+        k = self.settled
+        if 0 < k < n and k < len(prints) and self.prints[:k] == prints[:k]:
+            return k
+        return 0
 
 
 @dataclass
@@ -487,20 +505,15 @@ class ContextProxy:
         this request's feed (two requests branching from one history would take each other's keys)."""
         for _ in range(100):
             with self._lock:
-                best = None
-                for m in self.mirrors.values():
-                    n = len(m.prints)
-                    if (
-                        0 < n <= len(prints)
-                        and m.prints == prints[:n]
-                        and (best is None or n > len(best.prints))
-                    ):
-                        best = m
-                if best is None:
+                seen = {m.name: m.continues(prints) for m in self.mirrors.values()}
+                best = max(self.mirrors.values(), key=lambda m: seen[m.name], default=None)
+                if best is None or seen[best.name] == 0:
                     return self._new_mirror(events, prints, model, given)
                 self.mirrors.move_to_end(best.name)
             best.lock.acquire()
-            if best.prints == prints[: len(best.prints)] and self.mirrors.get(best.name) is best:
+            if best.continues(prints) == seen[best.name] and self.mirrors.get(best.name) is best:
+                # a side question left out: the texts it added stay in the mirror, its prints do not
+                del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
                 return best
             best.lock.release()  # another request fed it meanwhile: match again
         with self._lock:
