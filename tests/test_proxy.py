@@ -1037,3 +1037,28 @@ def test_a_side_question_about_the_conversation_does_not_split_it(upstream, tmp_
     outputs = [m["content"] for m in sent if m["role"] == "tool"]
     assert len(outputs) == 5 and all(json.loads(o)["hidden"] for o in outputs[:-1])
     assert proxy.hidden_sent == 0 + 1 + 2 + 2 + 3 + 4
+
+
+def test_a_hidden_gemini_failure_stays_one_and_a_json_list_stream_gives_its_usage(tmp_path):
+    from dtoc_rl.ingest import read_first
+    from dtoc_rl.serve.proxy import gemini_events
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    contents: list[dict] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+    turns = [_gemini_turn(k) for k in range(2)]
+    turns[0][1]["parts"][0]["functionResponse"]["response"] = {"error": "Traceback ...\n" * 200}
+    for turn in turns:
+        contents += turn
+    rw = proxy.rewrite("gemini", {"contents": contents}, "gemini-2.5-pro")
+    failed = rw.body["contents"][2]["parts"][0]["functionResponse"]["response"]
+    assert list(failed) == ["error"] and json.loads(failed["error"])["hidden"] is True
+    assert next(e.is_error for e in gemini_events(rw.body) if e.kind == "tool") is True
+    # Gemini's stream without alt=sse is one JSON list of chunks: the last counts the whole answer
+    chunks = [{"candidates": [], "usageMetadata": {"promptTokenCount": 700, "candidatesTokenCount": n}}
+              for n in (2, 11)]  # fmt: skip
+    proxy.answered(rw.conversation, chunks)
+    contents += [{"role": "model", "parts": [{"text": "Done."}]}, {"role": "user", "parts": [{"text": "ok"}]}]
+    proxy.rewrite("gemini", {"contents": contents}, "gemini-2.5-pro")
+    (log,) = (tmp_path / "logs").glob("*.jsonl")
+    _, traj = read_first(log)
+    assert traj.steps[-1].usage.input_tokens == 700 and traj.steps[-1].usage.output_tokens == 11

@@ -108,9 +108,11 @@ def _parts_text(content: Any, where: str) -> str:
             raise IngestError(f"{where}[{j}] is {type(part).__name__}, expected text or object")
         elif isinstance(part.get("text"), str) and not part.get("thought"):
             out.append(part["text"])
-        elif isinstance(_field(part, "inlineData"), dict) or isinstance(_field(part, "fileData"), dict):
-            data = _field(part, "inlineData") or _field(part, "fileData")
-            out.append(f"[{data.get('mimeType') or 'file'}]")
+        elif isinstance(part_field(part, "inlineData"), dict) or isinstance(
+            part_field(part, "fileData"), dict
+        ):
+            data = part_field(part, "inlineData") or part_field(part, "fileData")
+            out.append(f"[{part_field(data, 'mimeType') or 'file'}]")
     return "".join(out)
 
 
@@ -126,7 +128,15 @@ _SNAKE = {
 }
 
 
-def _field(part: Any, key: str) -> Any:
+def _user_role(msgs: list[dict], text: str) -> str:
+    """The role of a user message's text: Gemini CLI's own setup message (a ``<session_context>``
+    block: the date, the OS, the workspace's files), sent before the user's first words, is system
+    text; any other is the user's."""
+    setup = _SETUP.fullmatch(text) is not None and all(m["role"] == "system" for m in msgs)
+    return "system" if setup else "user"
+
+
+def part_field(part: Any, key: str) -> Any:
     """A part's field, in either spelling the API takes (``functionCall`` or ``function_call``)."""
     if not isinstance(part, dict):
         return None
@@ -162,7 +172,7 @@ def _result(result: Any, where: str, call_id: str | None = None) -> tuple[str, b
         parts = own
     texts, error = [], False
     for j, part in enumerate(parts):
-        if isinstance(fr := _field(part, "functionResponse"), dict):
+        if isinstance(fr := part_field(part, "functionResponse"), dict):
             text, err = _response_text(fr.get("response"))
             texts.append(text)
             error = error or err
@@ -172,7 +182,7 @@ def _result(result: Any, where: str, call_id: str | None = None) -> tuple[str, b
 
 
 def _response_id(part: Any) -> Any:
-    fr = _field(part, "functionResponse")
+    fr = part_field(part, "functionResponse")
     return fr.get("id") if isinstance(fr, dict) else None
 
 
@@ -308,19 +318,17 @@ def cli_to_chat(session: CliSession) -> CliChat:
         if kind == "user":
             content = rec.get("content")
             parts = content if isinstance(content, list) else [content]
-            responses = [fr for p in parts if isinstance(fr := _field(p, "functionResponse"), dict)]
+            responses = [fr for p in parts if isinstance(fr := part_field(p, "functionResponse"), dict)]
             for fr in responses if open_calls else ():
                 cid = fr.get("id") if fr.get("id") in open_calls else open_calls[0]
                 open_calls.remove(cid)
                 text, err = _response_text(fr.get("response"))
                 msgs.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": err})
             # responses of calls recorded with their results are the CLI's copy of them: not read twice
-            said = [p for p in parts if _field(p, "functionResponse") is None]
+            said = [p for p in parts if part_field(p, "functionResponse") is None]
             if said or not responses:
                 text = _parts_text(said, f"{w}.content")
-                # the CLI's own setup message (date, OS, workspace listing) before the user's first words
-                setup = not any(m["role"] != "system" for m in msgs) and _SETUP.fullmatch(text) is not None
-                msgs.append({"role": "system" if setup else "user", "content": text})
+                msgs.append({"role": _user_role(msgs, text), "content": text})
         elif kind == "dtoc_compaction":
             summary = _parts_text(rec.get("content"), w)
             msgs.append({"role": "user", "content": summary, "dtoc_compaction": True})
@@ -345,12 +353,12 @@ def cli_to_chat(session: CliSession) -> CliChat:
                                     "is_error": bool(err or c.get("status") == "error")})  # fmt: skip
             if not calls:  # a turn the CLI re-recorded from its history: the calls are parts of the content
                 for k, p in enumerate(parts):
-                    if isinstance(fc := _field(p, "functionCall"), dict):
+                    if isinstance(fc := part_field(p, "functionCall"), dict):
                         cid = str(fc.get("id") or f"{rec.get('id', i)}#{k}")
                         fn = {"name": fc.get("name"), "arguments": fc.get("args") or {}}
                         tool_calls.append({"id": cid, "function": fn})
                         open_calls.append(cid)
-            said = [p for p in parts if _field(p, "functionCall") is None]
+            said = [p for p in parts if part_field(p, "functionCall") is None]
             m = {"role": "assistant", "content": _parts_text(said, f"{w}.content"),
                  "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls,
                  "timestamp": rec.get("timestamp")}  # fmt: skip
@@ -390,16 +398,17 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
         role = c.get("role") or "user"
         if role == "model":
             calls = []
-            for fc in (fc for p in parts if isinstance(fc := _field(p, "functionCall"), dict)):
+            for fc in (fc for p in parts if isinstance(fc := part_field(p, "functionCall"), dict)):
                 cid, own = fc.get("id"), True
                 if not isinstance(cid, str) or not cid:
                     cid, own, made = f"gemini-call-{made}", False, made + 1
                 open_calls.append((cid, fc.get("name"), not own))
-                calls.append(
-                    {"id": cid, "function": {"name": fc.get("name"), "arguments": fc.get("args") or {}}}
-                )
-            thought = [p["text"] for p in parts if _field(p, "thought") and isinstance(p.get("text"), str)]
-            said = [p for p in parts if _field(p, "functionCall") is None]
+                fn = {"name": fc.get("name"), "arguments": fc.get("args") or {}}
+                calls.append({"id": cid, "function": fn, "made_id": not own})
+            thought = [
+                p["text"] for p in parts if part_field(p, "thought") and isinstance(p.get("text"), str)
+            ]
+            said = [p for p in parts if part_field(p, "functionCall") is None]
             m = {"role": "assistant", "content": _parts_text(said, w), "reasoning": "\n\n".join(thought),
                  "tool_calls": calls}  # fmt: skip
             for key in ("usageMetadata", "usage_metadata"):
@@ -408,7 +417,9 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
             msgs.append(m)
         elif role in ("user", "function", "tool"):
             responses = [
-                (j, fr) for j, p in enumerate(parts) if isinstance(fr := _field(p, "functionResponse"), dict)
+                (j, fr)
+                for j, p in enumerate(parts)
+                if isinstance(fr := part_field(p, "functionResponse"), dict)
             ]
             for j, fr in responses:
                 text, err = _response_text(fr.get("response"))
@@ -425,9 +436,9 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
                              "made_id": bool(answered and answered[2])})  # fmt: skip
                 if places is not None:
                     places.append((i, j))
-            text = _parts_text([p for p in parts if _field(p, "functionResponse") is None], w)
+            text = _parts_text([p for p in parts if part_field(p, "functionResponse") is None], w)
             if text or not responses:
-                msgs.append({"role": "user", "content": text})
+                msgs.append({"role": _user_role(msgs, text), "content": text})
         else:
             raise IngestError(
                 f"{w} has role {role!r}, expected 'user' or 'model' (or 'function' for replies)"
@@ -514,9 +525,12 @@ class GeminiApiIngester(Ingester):
             row = {"contents": row}
         if not isinstance(row, dict) or "contents" not in row:
             raise IngestError("expected an object with 'contents' or a list of contents")
-        system = row.get("systemInstruction", row.get("system_instruction"))
-        msgs = contents_to_chat(row["contents"], system)
+        msgs = contents_to_chat(row["contents"], part_field(row, "systemInstruction"))
         cp = chat_to_steps(msgs, "contents")
+        made = {c["id"] for m in msgs for c in m.get("tool_calls") or () if c["made_id"]}
+        for st in cp.steps:  # an id made up for pairing is no call id the log had
+            if st.tool_call_id in made:
+                st.tool_call_id = None
         if not cp.steps:
             raise IngestError("empty conversation: no model turns")
         model = row.get("model") or row.get("modelVersion") or ""

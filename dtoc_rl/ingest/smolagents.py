@@ -67,6 +67,7 @@ _HEAD_STEPS = re.compile(r'"(?:intermediate_steps|steps)"\s*:\s*\[')
 # an ActionStep's dict() opens so; a list of steps opens with the TaskStep's
 _HEAD_DICT = re.compile(r'"step_number"\s*:\s*\d+\s*,\s*"timing"\s*:')
 _HEAD_TASK = re.compile(r'\s*(?:\[|\{[^\[]*?"(?:intermediate_steps|steps)"\s*:\s*\[)\s*\{\s*"task"\s*:\s*"')
+_UNCLOSED = re.compile(r'(?:[^"\\]|\\.)*\\?', re.DOTALL)  # a JSON string's text, never closed
 _BARE_TEXT = re.compile(rf'\s*\[\s*"(?:{_STEP_NAMES})\(')
 # an enum member's repr, which is not Python: its value is kept
 _ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: ('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|-?\d+)>")
@@ -88,7 +89,11 @@ class SmolagentsIngester(Ingester):
             return _HEAD_STEPS.search(head) is not None
         # steps saved as dicts: an action step's opening, or the task step's (a long task may hide the
         # rest beyond the head read)
-        task = _HEAD_TASK.match(head) is not None and ('"task_images"' in head or len(head) > 60_000)
+        opened = _HEAD_TASK.match(head)
+        # a long task: the head read ends inside its text, before any other field
+        task = opened is not None and (
+            '"task_images"' in head or _UNCLOSED.fullmatch(head, opened.end()) is not None
+        )
         if _HEAD_DICT.search(head) is None and not task:
             return False
         return path.suffix == ".json" or _HEAD_STEPS.search(head) is not None  # JSONL: a run per line
@@ -422,10 +427,10 @@ def _messages(steps: list[dict], task: str) -> tuple[list[dict], str]:
         model = model or named
         text = _text(s.get("plan")) if kind == "PlanningStep" else _text(s.get("model_output"))
         calls = _calls(s) if kind == "ActionStep" else []
-        if kind == "ActionStep" and not text and not calls and isinstance(s.get("action_output"), str):
+        if kind == "ActionStep" and not text and not calls and s.get("action_output") is not None:
             # the answer smolagents asks for once the steps run out: the call's own text, after which
             # the error that made it (max steps reached) is sent to no model
-            msgs.append(_assistant(s["action_output"], [], usage, s))
+            msgs.append(_assistant(_text(s["action_output"]), [], usage, s))
             continue
         msgs.append(_assistant(text, calls, usage, s))
         if kind == "PlanningStep":

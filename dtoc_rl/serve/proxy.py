@@ -58,7 +58,7 @@ from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.ingest.base import IngestError
-from dtoc_rl.ingest.gemini import contents_to_chat, field_key
+from dtoc_rl.ingest.gemini import contents_to_chat, field_key, part_field
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -251,9 +251,8 @@ def gemini_events(body: Mapping[str, Any]) -> list[_Event]:
     also pairs responses with calls); a tool event's ``where`` is its ``functionResponse`` part.  A
     call the request sent without an id is told from another conversation's by its output's text."""
     places: list[tuple[int, int]] = []
-    system = body.get("systemInstruction", body.get("system_instruction"))
     try:
-        msgs = contents_to_chat(body.get("contents"), system, places)
+        msgs = contents_to_chat(body.get("contents"), part_field(body, "systemInstruction"), places)
     except IngestError as e:
         raise ValueError(e.reason) from None
     events = openai_events({"messages": msgs})
@@ -582,10 +581,11 @@ class ContextProxy:
                 if i not in copied:
                     messages[i] = {**messages[i], "parts": list(messages[i]["parts"])}
                 part = messages[i]["parts"][j]
-                key = field_key(part, "functionResponse")  # written back in the spelling it came in
+                fr_key = field_key(part, "functionResponse")  # written back in the spelling it came in
                 # its parts (images, files returned with the response) go with the rest of it
-                response = {k: v for k, v in part[key].items() if k != "parts"}
-                messages[i]["parts"][j] = {**part, key: {**response, "response": {"output": text}}}
+                response = {k: v for k, v in part[fr_key].items() if k != "parts"}
+                said = "error" if e.is_error else "output"  # a failed call's placeholder says so too
+                messages[i]["parts"][j] = {**part, fr_key: {**response, "response": {said: text}}}
             else:
                 messages[i] = {**messages[i], "content": text}
             copied.add(i)
@@ -816,7 +816,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         sent = False
         rw = Rewrite(body, passed="not read")
         try:
-            named = _GEMINI_CALL.search(self.path.split("?", 1)[0]) if api == "gemini" else None
+            named = _GEMINI_CALL.search(self.path.split("?", 1)[0].rstrip("/")) if api == "gemini" else None
             rw = proxy.rewrite(api, body, unquote(named.group(1)) if named else None)
             if rw.body is not body:
                 try:

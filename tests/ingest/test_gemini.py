@@ -350,3 +350,37 @@ def test_gemini_thinking_tokens_are_billed_as_output_in_either_spelling():
     assert usage_from({"promptTokenCount": 50, "candidatesTokenCount": 3}).output_tokens == 3
     tool = usage_from({"promptTokenCount": 50, "toolUsePromptTokenCount": 20, "candidatesTokenCount": 3})
     assert tool.input_tokens == 70  # a built-in tool's prompt is billed as input
+
+
+def test_responses_pair_by_id_then_name_then_order_and_made_ids_stay_out_of_the_steps(tmp_path):
+    from dtoc_rl.ingest.gemini import contents_to_chat
+
+    # id-less parallel calls answered in another order: each response finds its call by name
+    turned = [CONTENTS[0], CONTENTS[1], {"role": "user", "parts": CONTENTS[2]["parts"][::-1]}]
+    f = tmp_path / "order.json"
+    f.write_text(json.dumps({"contents": turned}))
+    t = _one(f)
+    assert [(s.tool_name, s.output, s.output_is_error) for s in t.steps] == [
+        ("read_file", "port: 8080", False), ("list_dir", "denied", True)
+    ]  # fmt: skip
+    assert [s.tool_call_id for s in t.steps] == [None, None]  # made up for pairing, not the log's
+    # a response whose id no call has, but whose name one has, answers that call
+    renamed = json.loads(json.dumps(CONTENTS[:3]))
+    renamed[1]["parts"][2]["functionCall"]["id"] = "a1"
+    renamed[2]["parts"][0]["functionResponse"]["id"] = "rewritten"
+    msgs = contents_to_chat(renamed)
+    assert next((m["tool_call_id"], m["content"]) for m in msgs if m["role"] == "tool") == (
+        "a1",
+        "port: 8080",
+    )
+
+
+def test_the_clis_setup_message_is_system_text_in_api_contents_too():
+    from dtoc_rl.ingest.gemini import contents_to_chat
+
+    setup = {"role": "user", "parts": [{"text": "<session_context>\nMy OS is: linux\n</session_context>"}]}
+    msgs = contents_to_chat([setup, *CONTENTS])
+    assert msgs[0]["role"] == "system" and msgs[1] == {
+        "role": "user",
+        "content": CONTENTS[0]["parts"][0]["text"],
+    }

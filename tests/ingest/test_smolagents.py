@@ -198,6 +198,9 @@ def test_detection_of_a_bare_list_of_texts_a_long_task_and_lookalikes(tmp_path):
     per_line.write_text("".join(json.dumps(s) + "\n" for s in steps[1:]))
     browser = tmp_path / "history.json"  # another harness's steps
     browser.write_text(json.dumps({"history": [{"model_output": {}, "metadata": {"step_number": 1}}]}))
-    for other in (per_line, browser):
+    runs = tmp_path / "runs.json"  # chat runs that open with a "task" field, longer than the head read
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 800}]
+    runs.write_text(json.dumps([{"task": f"t{i}", "messages": chat, "resolved": True} for i in range(200)]))
+    for other in (per_line, browser, runs):
         ing = detect_format(other)
         assert ing is None or ing.name != "smolagents", other.name
