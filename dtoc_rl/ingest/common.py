@@ -242,21 +242,32 @@ def fill_unlogged_prompt(traj: Trajectory) -> None:
     first message are sent but not written down.  The first call's prompt is the system prompt, the
     task and the first step's user and harness text, so the rest of its logged ``input_tokens`` is
     what the log lacks, counted with the model's tokenizer where one ships (else ``ceil(len/4)``).
-    A value an ingester set already is left alone.
+    A value an ingester set already is left alone.  A log whose first calls were sent a prompt of
+    their own (smolagents' plans: a planning request) names in ``extra.prompt_counted_from`` the step
+    whose prompt is the agent's context; the steps before it count as held text.
     """
     if traj.unlogged_prompt_tokens or not traj.steps:
         return
-    usage = traj.steps[0].usage
+    k = _counted_from(traj)
+    usage = traj.steps[k].usage
     if usage is None or not usage.input_tokens:
         return
     from dtoc_rl.core.tokens import estimator_for_model
 
     est = estimator_for_model(traj.model_raw)
-    first = traj.steps[0]
-    held = sum(
-        est.count(t) for t in (traj.system_prompt, traj.task_text, first.user_text, first.harness_text) if t
-    )
-    traj.unlogged_prompt_tokens = max(0, usage.input_tokens - held)
+    call = traj.steps[k]
+    texts = [traj.system_prompt, traj.task_text, call.user_text, call.harness_text]
+    for st in traj.steps[:k]:
+        texts += [st.user_text, st.assistant_text, st.output or ""]
+    traj.unlogged_prompt_tokens = max(0, usage.input_tokens - sum(est.count(t) for t in texts if t))
+
+
+def _counted_from(traj: Trajectory) -> int:
+    try:
+        k = json.loads(traj.extra).get("prompt_counted_from", 0) if traj.extra else 0
+    except (ValueError, AttributeError):
+        return 0
+    return k if isinstance(k, int) and 0 <= k < len(traj.steps) else 0
 
 
 def name_model(traj: Trajectory, model: str) -> None:

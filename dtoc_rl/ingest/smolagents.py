@@ -52,7 +52,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.core.tokens import estimator_for_model
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
@@ -141,6 +140,10 @@ class SmolagentsIngester(Ingester):
         }
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
+        if cp.steps[0].tool_name is None:  # a plan first: its prompt is a planning request of its own
+            acting = next((i for i, st in enumerate(cp.steps) if st.tool_name is not None and st.usage), None)
+            if acting is not None:
+                extra["prompt_counted_from"] = acting
         traj = Trajectory(
             traj_id=f"{self.name}/{path.stem}/{rid if rid is not None else number}",
             source=self.name,
@@ -155,26 +158,7 @@ class SmolagentsIngester(Ingester):
             extra=json.dumps(extra),
             steps=cp.steps,
         )
-        _count_unlogged_after_plan(traj)
         return finalize(traj)
-
-
-def _count_unlogged_after_plan(traj: Trajectory) -> None:
-    """The prompt a log lacks (tool definitions, an unlogged system prompt), counted from the first
-    call that acts: a run that plans first sends the plan its own planning request, so the usual count
-    from the first call (:func:`~dtoc_rl.ingest.common.fill_unlogged_prompt`) would measure that."""
-    if not traj.steps or traj.steps[0].tool_name is not None:
-        return
-    k = next((i for i, st in enumerate(traj.steps) if st.tool_name is not None and st.usage), None)
-    if k is None or not traj.steps[k].usage.input_tokens:
-        return
-    est = estimator_for_model(traj.model_raw)
-    texts = [traj.system_prompt, traj.task_text, traj.steps[k].user_text]
-    for st in traj.steps[:k]:
-        texts += [st.user_text, st.assistant_text, st.output or ""]
-    traj.unlogged_prompt_tokens = max(
-        0, traj.steps[k].usage.input_tokens - sum(est.count(t) for t in texts if t)
-    )
 
 
 def _holds_steps(row: dict) -> bool:

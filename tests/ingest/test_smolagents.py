@@ -10,6 +10,7 @@ import pytest
 
 from dtoc_rl.ingest import detect_format, read_one
 from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.common import name_model
 from dtoc_rl.ingest.smolagents import SmolagentsIngester, parse_step_repr
 
 FIX = Path(__file__).parent.parent / "fixtures" / "smolagents"
@@ -46,8 +47,12 @@ def test_a_code_agent_with_plans_and_a_failing_snippet():
     )
     stamps = [s.timestamp for s in t.steps]
     assert None not in stamps and stamps == sorted(stamps)
-    # the prompt the log lacks is counted from the first call that acts, not from the plan's request
+    # the prompt the log lacks is counted from the first call that acts, not from the plan's request,
+    # and counted so again when the model is named at ingest (--model)
     assert t.unlogged_prompt_tokens > plan.usage.input_tokens
+    counted = t.unlogged_prompt_tokens
+    name_model(t, "gpt-4o-2024-08-06")
+    assert t.unlogged_prompt_tokens == counted
 
 
 def test_parallel_calls_share_one_observation_given_to_the_first():
