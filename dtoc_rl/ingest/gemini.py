@@ -311,7 +311,9 @@ def cli_to_chat(session: CliSession) -> CliChat:
     model = ""
     skipped: Counter = Counter()
     masked = 0
-    open_calls: list[str] = []  # calls written as functionCall parts, whose responses a user message brings
+    open_calls: list[
+        tuple[str, Any, bool]
+    ] = []  # calls written as functionCall parts, whose responses a user message brings
     for i, rec in enumerate(session.messages):
         w = f"messages[{i}]"
         kind = rec.get("type")
@@ -320,8 +322,7 @@ def cli_to_chat(session: CliSession) -> CliChat:
             parts = content if isinstance(content, list) else [content]
             responses = [fr for p in parts if isinstance(fr := part_field(p, "functionResponse"), dict)]
             for fr in responses if open_calls else ():
-                cid = fr.get("id") if fr.get("id") in open_calls else open_calls[0]
-                open_calls.remove(cid)
+                cid = _answered(open_calls, fr, in_order=True)[0]
                 text, err = _response_text(fr.get("response"))
                 msgs.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": err})
             # responses of calls recorded with their results are the CLI's copy of them: not read twice
@@ -357,7 +358,7 @@ def cli_to_chat(session: CliSession) -> CliChat:
                         cid = str(fc.get("id") or f"{rec.get('id', i)}#{k}")
                         fn = {"name": fc.get("name"), "arguments": fc.get("args") or {}}
                         tool_calls.append({"id": cid, "function": fn})
-                        open_calls.append(cid)
+                        open_calls.append((cid, fc.get("name"), False))
             said = [p for p in parts if part_field(p, "functionCall") is None]
             m = {"role": "assistant", "content": _parts_text(said, f"{w}.content"),
                  "reasoning": _thoughts(rec.get("thoughts")), "tool_calls": tool_calls,
@@ -371,6 +372,23 @@ def cli_to_chat(session: CliSession) -> CliChat:
         else:
             skipped[str(kind)] += 1
     return CliChat(msgs, model, skipped, masked)
+
+
+def _answered(
+    open_calls: list[tuple[str, Any, bool]], response: dict, *, in_order: bool = False
+) -> tuple[str, Any, bool] | None:
+    """The open call ``(id, name, id made up)`` a ``functionResponse`` answers, taken off the list: the
+    one with its id, else the oldest of its function's name, else, when it names no id (or
+    ``in_order``), the oldest; None for a stray id."""
+    rid = response.get("id")
+    answered = next((o for o in open_calls if o[0] == rid), None) or next(
+        (o for o in open_calls if o[1] == response.get("name")), None
+    )
+    if answered is None and (rid is None or in_order) and open_calls:
+        answered = open_calls[0]
+    if answered is not None:
+        open_calls.remove(answered)
+    return answered
 
 
 def contents_to_chat(contents: Any, system: Any = None, places: list | None = None) -> list[dict]:
@@ -423,15 +441,8 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
             ]
             for j, fr in responses:
                 text, err = _response_text(fr.get("response"))
-                rid = fr.get("id")
-                answered = next((o for o in open_calls if o[0] == rid), None) or next(
-                    (o for o in open_calls if o[1] == fr.get("name")), None
-                )
-                if answered is None and rid is None and open_calls:  # nothing to match by: in order
-                    answered = open_calls[0]
-                if answered is not None:
-                    open_calls.remove(answered)
-                cid = answered[0] if answered else rid  # a stray id stays: the chat reader names it
+                answered = _answered(open_calls, fr)
+                cid = answered[0] if answered else fr.get("id")  # a stray id stays: the chat reader names it
                 msgs.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": err,
                              "made_id": bool(answered and answered[2])})  # fmt: skip
                 if places is not None:
