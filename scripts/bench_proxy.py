@@ -123,18 +123,11 @@ def _stats(ms: list[float]) -> dict[str, float]:
     }
 
 
-def run(
-    calls: int, checkpoint: str | None, threads: int, api: str = "openai", python_gc: bool = False
-) -> dict[str, Any]:
-    import torch
-
+def _measure(calls: int, checkpoint: str | None, api: str) -> tuple[dict[str, Any], list[float]]:
+    """Each policy's row and the reference's times: one conversation, straight and through a proxy."""
     from dtoc_rl.policies.learned import LearnedPolicyConfig
     from dtoc_rl.policies.registry import make_policy
 
-    torch.set_num_threads(threads)
-    old_gc = gc.get_threshold()
-    if not python_gc:  # as `dtoc-rl proxy` runs
-        gc.set_threshold(*GC_THRESHOLDS)
     up = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     route, request = _APIS[api]
@@ -169,13 +162,28 @@ def run(
             rows[f"proxy, {name}"] = s
         up.shutdown()
         up.server_close()
-    gc.set_threshold(*old_gc)
+    return rows, reference
+
+
+def run(
+    calls: int, checkpoint: str | None, threads: int, api: str = "openai", python_gc: bool = False
+) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    old_gc = gc.get_threshold()
+    if not python_gc:  # as `dtoc-rl proxy` runs
+        gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        rows, reference = _measure(calls, checkpoint, api)
+    finally:
+        gc.set_threshold(*old_gc)
     out = {"reference (straight upstream)": _stats(reference), **rows}
     worst = max(r["overhead_p99_ms"] for k, r in out.items() if k.startswith("proxy"))
     return {
         "calls": calls,
         "api": api,
-        "gc_thresholds": list(gc.get_threshold() if python_gc else GC_THRESHOLDS),
+        "gc_thresholds": list(old_gc if python_gc else GC_THRESHOLDS),
         "rows": out,
         "target_p99_overhead_ms": TARGET_P99_OVERHEAD_MS,
         "worst_p99_overhead_ms": worst,
