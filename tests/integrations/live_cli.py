@@ -81,3 +81,14 @@ def straight_and_through(
     finally:
         api.shutdown()
         api.server_close()
+
+
+def same_calls(runs: Runs, comparable: Callable[[dict], dict]) -> list[tuple[dict, dict]]:
+    """Each model call made straight beside the same call made through the proxy, once checked that
+    the task took one call per file and one to answer both times, and that each pair is alike but for
+    what ``comparable`` leaves out (the outputs, ids that differ run to run)."""
+    assert len(runs.straight) == len(runs.through) == len(FILES) + 1
+    pairs = list(zip(runs.straight, runs.through, strict=True))
+    for alone, proxied in pairs:
+        assert comparable(proxied) == comparable(alone)
+    return pairs

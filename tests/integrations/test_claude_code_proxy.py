@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
 
 CLAUDE = os.environ.get("CLAUDE_BIN") or shutil.which("claude")
 USAGE = {
@@ -151,15 +151,12 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
         _ScriptedAnthropic, lambda url: _claude(url, folder, tmp_path / "home"), _main_calls,
         tmp_path / "logs", folder=folder,
     )  # fmt: skip
-    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
+    direct, via, proxy = runs.direct, runs.via, runs.proxy
 
     # the agent finishes the same way, after the same calls
     assert direct["result"] == via["result"] == ANSWER and not via["is_error"]
     assert direct["num_turns"] == via["num_turns"] == len(FILES) + 1
-    assert len(straight) == len(through) == len(FILES) + 1
-    for alone, proxied_call in zip(straight, through, strict=True):
-        # everything but the tool results' contents arrives as the agent sent it without the proxy
-        assert _without_results(proxied_call) == _without_results(alone)
+    for alone, proxied_call in same_calls(runs, _without_results):
         mine, theirs = _results(alone), _results(proxied_call)
         for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
             if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
@@ -175,12 +172,12 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["Read"] * len(FILES)
     assert traj.model_family == "claude-sonnet" and all(s.usage is not None for s in traj.steps)
-    runs = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=1", "none"], progress=False)}
-    assert (runs["logged"].dollars, runs["logged"].input_tokens) == (
-        runs["last_n:n=1"].dollars,
-        runs["last_n:n=1"].input_tokens,
+    bills = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=1", "none"], progress=False)}
+    assert (bills["logged"].dollars, bills["logged"].input_tokens) == (
+        bills["last_n:n=1"].dollars,
+        bills["last_n:n=1"].input_tokens,
     )
-    assert runs["logged"].input_tokens < runs["none"].input_tokens
+    assert bills["logged"].input_tokens < bills["none"].input_tokens
 
     # and the CLI's own transcript of the same run, in its home, reads as that run
     (transcript,) = (tmp_path / "home" / ".claude" / "projects").glob("*/*.jsonl")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
 
 CODEX = os.environ.get("CODEX_BIN") or shutil.which("codex")
 USAGE = {"input_tokens": 9000, "input_tokens_details": {"cached_tokens": 8000}, "output_tokens": 12,
@@ -109,12 +109,10 @@ def test_codex_through_the_proxy_sends_earlier_outputs_as_placeholders(tmp_path)
         _ScriptedResponses, lambda url: _codex(url, folder, tmp_path / "home"),
         lambda seen: [body for _, body in seen], tmp_path / "logs",
     )  # fmt: skip
-    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
+    direct, via, proxy = runs.direct, runs.via, runs.proxy
 
     assert direct.endswith(ANSWER) and via.endswith(ANSWER)
-    assert len(straight) == len(through) == len(FILES) + 1
-    for alone, proxied_call in zip(straight, through, strict=True):
-        assert _comparable(proxied_call) == _comparable(alone)
+    for alone, proxied_call in same_calls(runs, _comparable):
         mine, theirs = _outputs(alone), _outputs(proxied_call)
         for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
             if k < len(mine) - 1:  # last_n:n=1: every output but the newest hidden

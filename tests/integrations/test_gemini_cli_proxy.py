@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, straight_and_through
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
 
 GEMINI = os.environ.get("GEMINI_BIN") or shutil.which("gemini")
 USAGE = {"promptTokenCount": 9000, "cachedContentTokenCount": 8000, "candidatesTokenCount": 12,
@@ -134,12 +134,10 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
         _ScriptedGemini, lambda url: _gemini(url, folder, tmp_path / "home"), _main_calls,
         tmp_path / "logs", folder=folder,
     )  # fmt: skip
-    direct, via, straight, through, proxy = runs.direct, runs.via, runs.straight, runs.through, runs.proxy
+    direct, via, proxy = runs.direct, runs.via, runs.proxy
 
     assert direct.endswith(ANSWER) and via.endswith(ANSWER)
-    assert len(straight) == len(through) == len(FILES) + 1
-    for alone, proxied_call in zip(straight, through, strict=True):
-        assert _comparable(proxied_call) == _comparable(alone)
+    for alone, proxied_call in same_calls(runs, _comparable):
         mine, theirs = _responses(alone), _responses(proxied_call)
         calls = [
             p["functionCall"] for c in proxied_call["contents"] for p in c["parts"] if "functionCall" in p
