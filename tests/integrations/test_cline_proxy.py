@@ -1,0 +1,139 @@
+"""The real Cline CLI through ``dtoc-rl proxy``: an OpenAI-compatible provider, chat completions
+streamed with tool calls.
+
+A scripted chat-completions API has ``cline`` read three files with its ``read_files`` tool, then
+answer.  Run once straight at that API and once through the proxy under ``last_n:n=1`` (the CLI's
+provider set with ``cline auth -p openai -b URL``), Cline must finish the same way both times, and
+the API must receive the same requests through the proxy as without it, except that every file but
+the newest arrives as the store's placeholder.  Cline's own session file of the run ingests as that
+run.
+
+Needs the real CLI: ``CLINE_BIN`` (``npm install cline`` and its ``node_modules/.bin/cline``; 3.0.65
+was tested) or ``cline`` on the PATH; skipped otherwise.  No request leaves the machine: the provider
+is a local URL and the CLI's home a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.core.record import POLICY_NOTE
+from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
+
+CLINE = os.environ.get("CLINE_BIN") or shutil.which("cline")
+USAGE = {"prompt_tokens": 9000, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 8000}}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CLINE is None, reason="the Cline CLI is not installed (CLINE_BIN)"),
+]
+
+
+class _ScriptedChat(BaseHTTPRequestHandler):
+    """Answers by calling ``read_files`` on the next file not yet read (an absolute path in
+    ``server.folder``), then with ``ANSWER``, as streamed chat-completion chunks."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # the provider's model list
+        out = b'{"object": "list", "data": [{"id": "gpt-4o", "object": "model"}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.server.seen.append((self.path, body))
+        done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+        head = {"id": f"c{done}", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
+        if done < len(FILES):
+            args = json.dumps({"files": [{"path": str(self.server.folder / FILES[done])}]})
+            call = {"index": 0, "id": f"call_{done}", "type": "function",
+                    "function": {"name": "read_files", "arguments": args}}  # fmt: skip
+            asked = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}
+            ended = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+            chunks = [{**head, "choices": [asked]}, {**head, "choices": [ended]}]
+        else:
+            delta = {"role": "assistant", "content": ANSWER}
+            chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]}]
+        chunks.append({**head, "choices": [], "usage": USAGE})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+
+def _cline(base_url: str, folder: Path, home: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CLINE_"))}
+    env["HOME"] = str(fresh_home(home))
+    auth = [CLINE, "auth", "-p", "openai", "-k", "sk-test", "-m", "gpt-4o", "-b", f"{base_url}/v1"]
+    subprocess.run(auth, cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=True)
+    res = subprocess.run(
+        [CLINE, "--json", "Read alpha.txt, beta.txt and gamma.txt."],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, f"cline failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+def _calls(seen: list) -> list[dict]:
+    return [body for path, body in seen if path.endswith("/chat/completions")]
+
+
+def _comparable(body: dict) -> dict:
+    """A request without its tool messages' contents."""
+    msgs = [{**m, "content": None} if m.get("role") == "tool" else m for m in body["messages"]]
+    return {**body, "messages": msgs}
+
+
+def test_cline_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
+    from dtoc_rl.ingest import read_first
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    folder = repo(tmp_path)
+    runs = straight_and_through(
+        _ScriptedChat, lambda url: _cline(url, folder, tmp_path / "home"), _calls, tmp_path / "logs",
+        folder=folder,
+    )  # fmt: skip
+    for out in (runs.direct, runs.via):
+        (last,) = [json.loads(line) for line in out.splitlines() if '"run_result"' in line]
+        assert last["finishReason"] == "completed" and last["text"] == ANSWER
+    for alone, proxied_call in same_calls(runs, _comparable):
+        mine = [m["content"] for m in alone["messages"] if m["role"] == "tool"]
+        theirs = [m["content"] for m in proxied_call["messages"] if m["role"] == "tool"]
+        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
+                ph = json.loads(b)
+                assert ph["hidden"] is True and POLICY_NOTE in b and ph["estimated_tokens"] > 500
+            else:
+                assert b == a
+    assert runs.proxy.hidden_sent == sum(range(len(FILES)))
+
+    (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert [s.tool_name for s in traj.steps] == ["read_files"] * len(FILES)
+    assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
+
+    # and Cline's own session file of the same run reads as that run
+    (session,) = (tmp_path / "home" / ".cline" / "data" / "sessions").glob("*/*.messages.json")
+    _, own = read_first(session)
+    assert own.source == "cline" and own.model_raw == "gpt-4o"
+    reads = [s for s in own.steps if s.tool_name == "read_files"]
+    assert [json.loads(s.tool_args)["files"][0]["path"] for s in reads] == [str(folder / n) for n in FILES]
+    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
+    assert all(s.usage.cached_tokens == 8000 for s in reads)
