@@ -33,6 +33,7 @@ from dtoc_rl.ingest.openhands import (
     OpenHandsHistoryIngester,
     OpenHandsSDKIngester,
 )
+from dtoc_rl.ingest.qwen_code import QwenCodeIngester
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.smolagents import SmolagentsIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
@@ -90,6 +91,7 @@ INGESTERS: list[Ingester] = [
     TauBenchIngester(),
     Tau2BenchIngester(),
     ClaudeCodeStreamIngester(),
+    QwenCodeIngester(),  # before Claude Code's transcripts, whose records look alike
     ClaudeCodeTranscriptIngester(),
     GeminiCliIngester(),
     GeminiApiIngester(),

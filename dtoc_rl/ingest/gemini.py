@@ -432,6 +432,8 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
             for key in ("usageMetadata", "usage_metadata"):
                 if isinstance(c.get(key), dict):
                     m["usageMetadata"] = c[key]
+            if c.get("timestamp") is not None:  # a harness's record of the call (Qwen Code's)
+                m["timestamp"] = c["timestamp"]
             msgs.append(m)
         elif role in ("user", "function", "tool"):
             responses = [
@@ -450,6 +452,8 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
             text = _parts_text([p for p in parts if part_field(p, "functionResponse") is None], w)
             if text or not responses:
                 msgs.append({"role": _user_role(msgs, text), "content": text})
+                if c.get("dtoc_compaction") is True:  # a summary that replaced the history before it
+                    msgs[-1]["dtoc_compaction"] = True
         else:
             raise IngestError(
                 f"{w} has role {role!r}, expected 'user' or 'model' (or 'function' for replies)"

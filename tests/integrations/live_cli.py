@@ -5,6 +5,7 @@ API received each time."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Callable
@@ -18,6 +19,12 @@ from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
 
 FILES = ("alpha.txt", "beta.txt", "gamma.txt")
 ANSWER = "Read all three files."
+#: What the scripted chat-completions API reports for every call.
+CHAT_USAGE = {
+    "prompt_tokens": 9000,
+    "completion_tokens": 12,
+    "prompt_tokens_details": {"cached_tokens": 8000},
+}
 
 
 def serve(server: ThreadingHTTPServer) -> str:
@@ -92,3 +99,52 @@ def same_calls(runs: Runs, comparable: Callable[[dict], dict]) -> list[tuple[dic
     for alone, proxied in pairs:
         assert comparable(proxied) == comparable(alone)
     return pairs
+
+
+class ScriptedChat(BaseHTTPRequestHandler):
+    """A chat-completions API that answers by calling ``tool`` with ``arguments(path)`` on the next
+    file not yet read (an absolute path in ``server.folder``), then with ``ANSWER``, as streamed
+    chunks with the usage last.  Subclasses name the agent's read tool."""
+
+    tool = "read_file"
+
+    def arguments(self, path: str) -> dict:
+        return {"file_path": path}
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # the provider's model list
+        out = b'{"object": "list", "data": [{"id": "gpt-4o", "object": "model"}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.server.seen.append((self.path, body))
+        done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+        head = {"id": f"c{done}", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
+        if done < len(FILES):
+            args = json.dumps(self.arguments(str(self.server.folder / FILES[done])))
+            call = {"index": 0, "id": f"call_{done}", "type": "function",
+                    "function": {"name": self.tool, "arguments": args}}  # fmt: skip
+            asked = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}
+            ended = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+            chunks = [{**head, "choices": [asked]}, {**head, "choices": [ended]}]
+        else:
+            delta = {"role": "assistant", "content": ANSWER}
+            chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]}]
+        chunks.append({**head, "choices": [], "usage": CHAT_USAGE})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True

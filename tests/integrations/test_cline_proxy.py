@@ -19,16 +19,22 @@ import json
 import os
 import shutil
 import subprocess
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
+from tests.integrations.live_cli import (
+    ANSWER,
+    FILES,
+    ScriptedChat,
+    fresh_home,
+    repo,
+    same_calls,
+    straight_and_through,
+)
 
 CLINE = os.environ.get("CLINE_BIN") or shutil.which("cline")
-USAGE = {"prompt_tokens": 9000, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 8000}}
 
 pytestmark = [
     pytest.mark.slow,
@@ -36,47 +42,11 @@ pytestmark = [
 ]
 
 
-class _ScriptedChat(BaseHTTPRequestHandler):
-    """Answers by calling ``read_files`` on the next file not yet read (an absolute path in
-    ``server.folder``), then with ``ANSWER``, as streamed chat-completion chunks."""
+class _ClineChat(ScriptedChat):
+    tool = "read_files"
 
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):  # the provider's model list
-        out = b'{"object": "list", "data": [{"id": "gpt-4o", "object": "model"}]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        self.server.seen.append((self.path, body))
-        done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-        head = {"id": f"c{done}", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
-        if done < len(FILES):
-            args = json.dumps({"files": [{"path": str(self.server.folder / FILES[done])}]})
-            call = {"index": 0, "id": f"call_{done}", "type": "function",
-                    "function": {"name": "read_files", "arguments": args}}  # fmt: skip
-            asked = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}
-            ended = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
-            chunks = [{**head, "choices": [asked]}, {**head, "choices": [ended]}]
-        else:
-            delta = {"role": "assistant", "content": ANSWER}
-            chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]}]
-        chunks.append({**head, "choices": [], "usage": USAGE})
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        for chunk in chunks:
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.close_connection = True
+    def arguments(self, path: str) -> dict:
+        return {"files": [{"path": path}]}
 
 
 def _cline(base_url: str, folder: Path, home: Path) -> str:
@@ -108,7 +78,7 @@ def test_cline_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
 
     folder = repo(tmp_path)
     runs = straight_and_through(
-        _ScriptedChat, lambda url: _cline(url, folder, tmp_path / "home"), _calls, tmp_path / "logs",
+        _ClineChat, lambda url: _cline(url, folder, tmp_path / "home"), _calls, tmp_path / "logs",
         folder=folder,
     )  # fmt: skip
     for out in (runs.direct, runs.via):

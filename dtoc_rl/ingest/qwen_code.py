@@ -1,0 +1,133 @@
+"""Qwen Code session files (``~/.qwen/projects/<project>/chats/<session id>.jsonl``).
+
+Format (QwenLM/qwen-code, its chat recording service; read off real sessions of Qwen Code 0.24):
+one JSON record per line, ``{"uuid", "parentUuid", "sessionId", "timestamp", "type", "cwd",
+"version", ...}``.  ``type`` is ``user`` (the user's words), ``assistant`` (a model call: ``model``,
+``usageMetadata`` in Gemini's shape), ``tool_result`` (the answers to a call's tools) or ``system``
+(the CLI's own records: telemetry, snapshots, titles, and ``chat_compression``, whose
+``systemPayload.compressedHistory`` replaced the model's history).  The first three hold the turn
+as a Gemini API content under ``message`` (``{"role": "user" | "model", "parts": [...]}``: text,
+``functionCall`` and ``functionResponse`` parts).
+
+Mapping: the records form a tree by ``parentUuid`` (a rewound or resumed session branches); the
+session is the branch ending at the last record of the file, root first.  Its contents are read by
+the Gemini reader (:func:`~dtoc_rl.ingest.gemini.contents_to_chat`, which pairs each response with
+its call), each model call's usage and time kept with it.  A compression is a compaction event:
+its summary (the text of the compressed history) is the next call's user text; the turns the
+compression kept are already on the branch and are not read twice.  The model is the assistant
+records'; the task the first user text; sessions record no outcome (``success`` None).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.gemini import contents_to_chat, part_field
+from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl
+
+__all__ = ["QwenCodeIngester"]
+
+_TURNS = ("user", "assistant", "tool_result")
+# a record holding a Gemini content: Claude Code's transcripts look alike but hold "content"
+_GEMINI_MESSAGE = re.compile(r'"message"\s*:\s*\{\s*"role"\s*:\s*"(?:user|model)"\s*,\s*"parts"\s*:')
+
+
+class QwenCodeIngester(Ingester):
+    name = "qwen-code"
+
+    def detect(self, path: Path, head: str) -> bool:
+        return (
+            path.suffix == ".jsonl"
+            and '"parentUuid"' in head
+            and '"sessionId"' in head
+            and _GEMINI_MESSAGE.search(head) is not None
+        )
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        records, bad = [], []
+        for lineno, rec, err in iter_jsonl(path):
+            if err is not None or not isinstance(rec, dict):
+                bad.append(f"line {lineno}: {err or 'not an object'}")
+                continue
+            records.append(rec)
+        branch = _branch(records)
+        turns = [r for r in branch if r.get("type") in _TURNS and isinstance(r.get("message"), dict)]
+        if not turns:
+            raise IngestError("no user, assistant or tool_result record: not a Qwen Code session", path)
+        contents: list[dict] = []
+        for r in branch:
+            if r.get("type") == "system" and r.get("subtype") == "chat_compression":
+                summary = _summary(r.get("systemPayload"))
+                contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True})
+            elif r.get("type") in _TURNS and isinstance(r.get("message"), dict):
+                content = dict(r["message"])
+                if r.get("type") == "assistant":
+                    if isinstance(r.get("usageMetadata"), dict):
+                        content["usageMetadata"] = r["usageMetadata"]
+                    content["timestamp"] = r.get("timestamp")
+                contents.append(content)
+        cp = chat_to_steps(contents_to_chat(contents), "records")
+        if not cp.steps:
+            raise IngestError("empty session: no model call", path)
+        session = next(
+            (r.get("sessionId") for r in records if isinstance(r.get("sessionId"), str)), path.stem
+        )
+        model = next((r["model"] for r in turns if isinstance(r.get("model"), str) and r["model"]), "")
+        extra: dict[str, Any] = {"cwd": turns[0].get("cwd"), "version": turns[0].get("version")}
+        if len(branch) < len(records):
+            extra["records_off_branch"] = len(records) - len(branch)
+        if bad:
+            extra["bad_lines"] = "; ".join(bad[:5])
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{session}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=str(session),
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=None,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=cp.steps,
+            )
+        )
+
+
+def _branch(records: list[dict]) -> list[dict]:
+    """The records from the root to the last one of the file, by ``parentUuid``."""
+    by_id = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
+    out: list[dict] = []
+    seen: set[str] = set()
+    node = records[-1] if records else None
+    while node is not None and node.get("uuid") not in seen:
+        out.append(node)
+        seen.add(node.get("uuid"))
+        node = by_id.get(node.get("parentUuid"))
+    return out[::-1]
+
+
+def _summary(payload: Any) -> str:
+    """The text a compression left in place of the history: its contents' text parts."""
+    history = payload.get("compressedHistory") if isinstance(payload, dict) else None
+    texts = []
+    for c in history if isinstance(history, list) else ():
+        for p in c.get("parts") or () if isinstance(c, dict) else ():
+            if (
+                isinstance(p, dict)
+                and isinstance(p.get("text"), str)
+                and part_field(p, "functionResponse") is None
+            ):
+                texts.append(p["text"])
+    return "\n\n".join(texts)

@@ -1,0 +1,92 @@
+"""Qwen Code session files: a real one (tests/fixtures/qwen_code/session.jsonl, written by Qwen Code
+0.24.4 reading three files against a scripted chat-completions API), and its rewinds and
+compressions built on it in the shapes its chat recording service writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format, read_first
+from dtoc_rl.ingest.base import IngestError
+
+REAL = Path(__file__).parent.parent / "fixtures" / "qwen_code" / "session.jsonl"
+
+
+def _records() -> list[dict]:
+    return [json.loads(line) for line in REAL.read_text().splitlines()]
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_real_session_reads_its_calls_outputs_usage_and_times():
+    assert detect_format(REAL).name == "qwen-code"
+    _, t = read_first(REAL)
+    assert (
+        t.source == "qwen-code"
+        and t.model_raw == "gpt-4o"
+        and t.task_text == "Read f0.txt, f1.txt and f2.txt"
+    )
+    assert t.task_id == t.traj_id.split("/", 1)[1] and len(t.task_id) == 36  # the session's id
+    assert [s.tool_name for s in t.steps] == ["read_file"] * 3 + [None]
+    assert [json.loads(s.tool_args)["file_path"] for s in t.steps[:3]] == [
+        f"/tmp/w/qw/run/f{i}.txt" for i in range(3)
+    ]
+    assert all(s.output.startswith(f"line 0 of file {i}") for i, s in enumerate(t.steps[:3]))
+    assert all(
+        (s.usage.input_tokens, s.usage.cached_tokens, s.usage.output_tokens) == (9000, 8000, 12)
+        for s in t.steps
+    )
+    stamps = [s.timestamp for s in t.steps]
+    assert None not in stamps and stamps == sorted(stamps)
+
+
+def test_a_rewound_session_is_the_branch_that_ends_the_file(tmp_path):
+    records = _records()
+    first_call = next(i for i, r in enumerate(records) if r["type"] == "assistant")
+    # the user rewound to the first prompt and asked again: a new branch off it, written last
+    redo = dict(
+        records[0], uuid="redo-1", parentUuid=records[0]["parentUuid"], timestamp="2026-12-05T10:30:00Z"
+    )
+    redo["message"] = {"role": "user", "parts": [{"text": "Only read f2.txt"}]}
+    answer = dict(records[first_call], uuid="redo-2", parentUuid="redo-1")
+    answer["message"] = {"role": "model", "parts": [{"text": "Done."}]}
+    _, t = read_first(_write(tmp_path / "s.jsonl", [*records, redo, answer]))
+    assert t.task_text == "Only read f2.txt" and [s.tool_name for s in t.steps] == [None]
+    assert json.loads(t.extra)["records_off_branch"] == len(records)
+
+
+def test_a_compression_is_a_compaction_whose_summary_the_next_call_reads(tmp_path):
+    records = _records()
+    last_result = max(i for i, r in enumerate(records) if r["type"] == "tool_result")
+    summary = {"role": "user", "parts": [{"text": "Summary: three files were read."}]}
+    payload = {
+        "info": {"originalTokenCount": 9000, "newTokenCount": 40, "compressionStatus": 1},
+        "compressedHistory": [summary, {"role": "model", "parts": [{"text": "Got it."}]}],
+        "completedToolCallIds": ["call_0"],
+    }
+    squeeze = {**{k: records[last_result][k] for k in ("sessionId", "cwd", "version")}, "uuid": "c-1",
+               "parentUuid": records[last_result]["uuid"], "timestamp": "2026-12-05T10:22:06Z",
+               "type": "system", "subtype": "chat_compression", "systemPayload": payload}  # fmt: skip
+    tail = [dict(r) for r in records[last_result + 1 :]]
+    tail[0]["parentUuid"] = "c-1"
+    _, t = read_first(_write(tmp_path / "s.jsonl", [*records[: last_result + 1], squeeze, *tail]))
+    last = t.steps[-1]
+    assert [e.kind for e in last.events] == ["compaction"] and last.events[0].targets == [0, 1, 2]
+    assert "three files were read" in last.user_text
+
+
+def test_claude_code_transcripts_and_broken_files_are_told_apart(tmp_path):
+    claude = {"parentUuid": None, "sessionId": "s", "type": "user", "uuid": "u",
+              "message": {"role": "user", "content": "hi"}}  # fmt: skip
+    ing = detect_format(_write(tmp_path / "claude.jsonl", [claude]))
+    assert ing is not None and ing.name == "claude-code-transcript"
+    only_system = [r for r in _records() if r["type"] == "system"][:1] + [_records()[0]]
+    only_system[-1] = {**only_system[-1], "message": {"role": "user", "parts": "not a list"}}
+    with pytest.raises(IngestError, match="parts"):
+        read_first(_write(tmp_path / "bad.jsonl", only_system))
