@@ -33,6 +33,7 @@ from dtoc_rl.ingest.openhands import (
     OpenHandsHistoryIngester,
     OpenHandsSDKIngester,
 )
+from dtoc_rl.ingest.pi_agent import PiAgentIngester
 from dtoc_rl.ingest.qwen_code import QwenCodeIngester
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
 from dtoc_rl.ingest.smolagents import SmolagentsIngester
@@ -92,6 +93,7 @@ INGESTERS: list[Ingester] = [
     Tau2BenchIngester(),
     ClaudeCodeStreamIngester(),
     QwenCodeIngester(),  # before Claude Code's transcripts, whose records look alike
+    PiAgentIngester(),
     ClaudeCodeTranscriptIngester(),
     GeminiCliIngester(),
     GeminiApiIngester(),

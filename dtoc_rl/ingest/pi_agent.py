@@ -1,0 +1,164 @@
+"""pi coding agent sessions (``~/.pi/agent/sessions/--<cwd>--/<time>_<id>.jsonl``).
+
+Format (badlogic/pi-mono, ``packages/coding-agent/docs/session-format.md``, versions 2 and 3; read
+off real sessions of pi 0.73): a header line ``{"type": "session", "version", "id", "timestamp",
+"cwd"}``, then entries forming a tree by ``id`` / ``parentId``.  ``message`` entries hold the
+agent's messages: ``user`` (text or content blocks), ``assistant`` (``text``, ``thinking`` and
+``toolCall`` blocks ``{"id", "name", "arguments"}``; ``model``, ``provider`` and ``usage``: ``input``
+without the cache, ``cacheRead``, ``cacheWrite``, ``output``, ``cost.total``), ``toolResult``
+(``toolCallId``, ``toolName``, content blocks, ``isError``), ``bashExecution`` (a command the user
+ran with ``!``; its output goes to the model unless ``excludeFromContext``) and ``custom`` (an
+extension's message).  A ``compaction`` entry's ``summary`` replaced the history before
+``firstKeptEntryId``; a ``branch_summary`` carries what an abandoned branch found.  Other entries
+(model and thinking-level changes, labels, session names) send the model nothing.
+
+Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the session is the branch that
+ends at the file's last entry, root first; each tool call a step, its ``toolResult`` the output; the
+user's own commands and extensions' messages are user text.  A compaction is a compaction event whose
+summary is the next call's user text (the event drops every earlier step, the kept ones included: an
+overcount of what it freed).  Usage: ``input + cacheRead + cacheWrite`` the call's input, the cache
+counts and ``cost.total`` as logged (a total of 0, what pi logs for a model it has no prices for, is
+no figure).  The model is the assistant messages'; the task the first user
+text; sessions record no outcome (``success`` None).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl
+
+__all__ = ["PiAgentIngester"]
+
+
+class PiAgentIngester(Ingester):
+    name = "pi"
+
+    def detect(self, path: Path, head: str) -> bool:
+        first = head.lstrip().split("\n", 1)[0]
+        return (
+            path.suffix == ".jsonl" and '"type":"session"' in first.replace(" ", "") and '"parentId"' in head
+        )
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        entries, bad = [], []
+        for lineno, rec, err in iter_jsonl(path):
+            if err is not None or not isinstance(rec, dict):
+                bad.append(f"line {lineno}: {err or 'not an object'}")
+            else:
+                entries.append(rec)
+        header = next((e for e in entries if e.get("type") == "session"), None)
+        if header is None:
+            raise IngestError("no session header line: not a pi session", path)
+        branch = _branch([e for e in entries if e is not header])
+        msgs: list[dict] = []
+        model, provider = "", ""
+        for e in branch:
+            kind = e.get("type")
+            if kind == "message" and isinstance(e.get("message"), dict):
+                m = e["message"]
+                msgs += _chat(m, e)
+                if m.get("role") == "assistant" and isinstance(m.get("model"), str):
+                    model, provider = model or m["model"], provider or str(m.get("provider") or "")
+            elif kind in ("compaction", "branch_summary") and isinstance(e.get("summary"), str):
+                msgs.append(
+                    {"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction"}
+                )
+        cp = chat_to_steps(msgs, "entries")
+        if not cp.steps:
+            raise IngestError("empty session: no model call", path)
+        extra: dict[str, Any] = {
+            "cwd": header.get("cwd"),
+            "version": header.get("version"),
+            "provider": provider,
+        }
+        if len(branch) < len(entries) - 1:
+            extra["entries_off_branch"] = len(entries) - 1 - len(branch)
+        if bad:
+            extra["bad_lines"] = "; ".join(bad[:5])
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        session = str(header.get("id") or path.stem)
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{session}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=session,
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=None,
+                source_path=str(path),
+                extra=json.dumps(extra),
+                steps=cp.steps,
+            )
+        )
+
+
+def _branch(entries: list[dict]) -> list[dict]:
+    """The entries from the root to the file's last one, by ``parentId``."""
+    by_id = {e["id"]: e for e in entries if isinstance(e.get("id"), str)}
+    out: list[dict] = []
+    seen: set[Any] = set()
+    node = entries[-1] if entries else None
+    while node is not None and node.get("id") not in seen:
+        out.append(node)
+        seen.add(node.get("id"))
+        node = by_id.get(node.get("parentId"))
+    return out[::-1]
+
+
+def _text(content: Any) -> str:
+    """Content blocks' text (an image a marker), or a string as it is."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for b in content if isinstance(content, list) else ():
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str):
+            out.append(b["text"])
+        elif isinstance(b, dict) and b.get("type") == "image":
+            out.append(f"[{b.get('mimeType') or 'image'}]")
+    return "".join(out)
+
+
+def _chat(m: dict, entry: dict) -> list[dict]:
+    """One pi message as chat-completions messages."""
+    role = m.get("role")
+    if role == "assistant":
+        blocks = [b for b in m.get("content") or [] if isinstance(b, dict)]
+        calls = [
+            {"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("arguments") or {}}}
+            for b in blocks
+            if b.get("type") == "toolCall"
+        ]
+        thinking = "\n\n".join(b.get("thinking") or "" for b in blocks if b.get("type") == "thinking")
+        out = {"role": "assistant", "content": _text(blocks), "tool_calls": calls, "reasoning": thinking,
+               "timestamp": m.get("timestamp") or entry.get("timestamp")}  # fmt: skip
+        u = m.get("usage")
+        if isinstance(u, dict):  # input is the uncached rest, as Anthropic counts it
+            cost = (u.get("cost") if isinstance(u.get("cost"), dict) else {}).get("total")
+            out["usage"] = {
+                "input_tokens": u.get("input"),
+                "cache_read_input_tokens": u.get("cacheRead"),
+                "cache_creation_input_tokens": u.get("cacheWrite"),
+                "output_tokens": u.get("output"),
+                # pi prices a model it has no prices for at 0: no figure, not a free call
+                "cost": cost if isinstance(cost, (int, float)) and cost > 0 else None,
+            }
+        return [out]
+    if role == "toolResult":
+        return [{"role": "tool", "tool_call_id": m.get("toolCallId"), "content": _text(m.get("content")),
+                 "is_error": m.get("isError") is True}]  # fmt: skip
+    if role == "bashExecution":  # the user's own command: its output is user text, unless kept out
+        if m.get("excludeFromContext"):
+            return []
+        return [{"role": "user", "content": f"$ {m.get('command') or ''}\n{m.get('output') or ''}"}]
+    return [{"role": "user", "content": _text(m.get("content"))}]  # user, custom

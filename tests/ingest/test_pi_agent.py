@@ -1,0 +1,98 @@
+"""pi coding agent sessions: a real one (tests/fixtures/pi/session.jsonl, written by pi 0.73.1
+reading three files against a scripted chat-completions API), and its branches, compactions, user
+commands and failed calls built on it in the shapes of pi's session format (docs/session-format.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format, read_first
+from dtoc_rl.ingest.base import IngestError
+
+REAL = Path(__file__).parent.parent / "fixtures" / "pi" / "session.jsonl"
+
+
+def _entries() -> list[dict]:
+    return [json.loads(line) for line in REAL.read_text().splitlines()]
+
+
+def _write(path: Path, entries: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def test_a_real_session_reads_its_calls_outputs_usage_and_times():
+    assert detect_format(REAL).name == "pi"
+    _, t = read_first(REAL)
+    assert (
+        t.source == "pi"
+        and t.model_raw == "gpt-4o"
+        and t.task_text == "Read alpha.txt, beta.txt and gamma.txt."
+    )
+    assert [s.tool_name for s in t.steps] == ["read"] * 3 + [None]
+    paths = [json.loads(s.tool_args)["path"] for s in t.steps[:3]]
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["alpha.txt", "beta.txt", "gamma.txt"]
+    assert all(s.output.startswith(f"line 0 of file {i}") for i, s in enumerate(t.steps[:3]))
+    # pi logs the uncached rest as input: the call's input is it plus the cache read
+    assert all(
+        (s.usage.input_tokens, s.usage.cached_tokens, s.usage.output_tokens) == (9000, 8000, 12)
+        for s in t.steps
+    )
+    assert all(s.usage.cost_usd is None for s in t.steps)  # pi's 0 for a model it cannot price
+    stamps = [s.timestamp for s in t.steps]
+    assert None not in stamps and stamps == sorted(stamps)
+
+
+def test_branches_compactions_user_commands_and_failures(tmp_path):
+    header, *entries = _entries()
+    last = entries[-1]
+
+    def entry(eid: str, parent: str, **fields) -> dict:
+        return {
+            "type": "message",
+            "id": eid,
+            "parentId": parent,
+            "timestamp": "2026-12-05T10:26:00.000Z",
+            **fields,
+        }
+
+    call = {"type": "toolCall", "id": "x1", "name": "bash", "arguments": {"command": "false"}}
+    usage = {"input": 10, "output": 1, "cacheRead": 0, "cacheWrite": 0}
+    more = [
+        entry("b1", last["id"], message={"role": "bashExecution", "command": "ls", "exitCode": 0,
+                                         "output": "alpha.txt\nbeta.txt", "cancelled": False}),
+        {"type": "compaction", "id": "c1", "parentId": "b1", "timestamp": "2026-12-05T10:26:01.000Z",
+         "summary": "Read three files.", "firstKeptEntryId": last["id"], "tokensBefore": 9000},
+        entry("a1", "c1", message={"role": "assistant", "content": [call], "usage": usage}),
+        entry("r1", "a1", message={"role": "toolResult", "toolCallId": "x1", "toolName": "bash",
+                                   "content": [{"type": "text", "text": "exit 1"}], "isError": True}),
+        entry("a2", "r1", message={"role": "assistant", "content": [{"type": "text", "text": "It failed."}]}),
+    ]  # fmt: skip
+    _, t = read_first(_write(tmp_path / "s.jsonl", [header, *entries, *more]))
+    failed = next(s for s in t.steps if s.tool_name == "bash")
+    assert failed.output == "exit 1" and failed.output_is_error
+    assert [e.kind for e in failed.events] == ["compaction"] and "Read three files." in failed.user_text
+    assert "$ ls\nalpha.txt" in failed.user_text  # the user's own command, sent to the model
+    # a branch from before the first user message, written last, is the session
+    said = {"role": "assistant", "content": [{"type": "text", "text": "Nothing to do."}]}
+    fork = entry("f1", entries[2]["parentId"], message=said)
+    _, t = read_first(_write(tmp_path / "fork.jsonl", [header, *entries, *more, fork]))
+    assert [s.tool_name for s in t.steps] == [None] and t.steps[0].assistant_text == "Nothing to do."
+    assert json.loads(t.extra)["entries_off_branch"] > 0
+
+
+def test_a_file_without_a_session_header_or_calls_is_one_line_of_error(tmp_path):
+    header, *entries = _entries()
+    user_only = [header, next(e for e in entries if e.get("type") == "message")]
+    with pytest.raises(IngestError, match="no model call"):
+        read_first(_write(tmp_path / "u.jsonl", user_only))
+    claude = {
+        "parentUuid": None,
+        "sessionId": "s",
+        "type": "user",
+        "message": {"role": "user", "content": "hi"},
+    }
+    assert detect_format(_write(tmp_path / "c.jsonl", [claude])).name == "claude-code-transcript"
