@@ -26,7 +26,7 @@ from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.goose import GooseSessionsIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
-from dtoc_rl.ingest.opencode import OpenCodeIngester
+from dtoc_rl.ingest.opencode import OpenCodeDatabaseIngester, OpenCodeIngester
 from dtoc_rl.ingest.openhands import (
     OpenHandsConversationIngester,
     OpenHandsEventsIngester,
@@ -102,6 +102,7 @@ INGESTERS: list[Ingester] = [
     CodexRolloutIngester(),
     ClineIngester(),
     GooseSessionsIngester(),
+    OpenCodeDatabaseIngester(),
     SmolagentsIngester(),
     ChatParquetIngester(),
     OpenAIChatIngester(),

@@ -40,44 +40,14 @@ from typing import Any
 
 from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, columns, connect_read_only, has_tables
 
 __all__ = ["GooseSessionsIngester", "is_goose_db"]
-
-SQLITE_MAGIC = "SQLite format 3\x00"
-_SUFFIXES = (".db", ".sqlite", ".sqlite3")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    # read-only, with the write-ahead log Goose keeps beside it; a folder we may not write the log's
-    # index into (a copied, read-only dataset) is read as it stands on disk
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        con.execute("select 1 from sqlite_master limit 1").fetchall()
-        return con
-    except sqlite3.Error:
-        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-
-
-def _columns(con: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in con.execute(f"pragma table_info({table})")}
 
 
 def is_goose_db(path: Path) -> bool:
     """Whether ``path`` is a SQLite file holding Goose's sessions and messages tables."""
-    if path.suffix.lower() not in _SUFFIXES:
-        return False
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(16) != SQLITE_MAGIC.encode():
-                return False
-        con = _connect(path)
-        try:
-            needed = {"session_id", "role", "content_json"}
-            return needed <= _columns(con, "messages") and "working_dir" in _columns(con, "sessions")
-        finally:
-            con.close()
-    except (OSError, sqlite3.Error):
-        return False
+    return has_tables(path, {"messages": {"session_id", "role", "content_json"}, "sessions": {"working_dir"}})
 
 
 def _json(text: Any, what: str) -> Any:
@@ -99,18 +69,18 @@ class GooseSessionsIngester(Ingester):
         from dtoc_rl.ingest.openai_chat import OpenAIChatIngester, parse_rows
 
         try:
-            con = _connect(path)
+            con = connect_read_only(path)
         except sqlite3.Error as e:
             raise IngestError(f"cannot open the database: {e}", path) from None
         con.row_factory = sqlite3.Row
         try:
-            cols = _columns(con, "sessions")
+            cols = columns(con, "sessions")
             order = "created_at, id" if "created_at" in cols else "id"
             sessions = con.execute(f"select * from sessions order by {order}").fetchall()
             # the queries, from the columns this schema version has: built once, run per session
-            msg_query = _messages_query(_columns(con, "messages"))
+            msg_query = _messages_query(columns(con, "messages"))
             has_ledger = "usage_ledger" in {r[0] for r in con.execute("select name from sqlite_master")}
-            ledger_query = _ledger_query(_columns(con, "usage_ledger")) if has_ledger else None
+            ledger_query = _ledger_query(columns(con, "usage_ledger")) if has_ledger else None
             rows = []
             for k, s in enumerate(sessions, 1):
                 try:

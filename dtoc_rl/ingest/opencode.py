@@ -45,6 +45,8 @@ Because both are timestamped, ``masked_before`` is filled for steps with a
 timestamp: the steps pruned (``compacted <= step start``) or compacted away
 before that step.
 
+Each model call's usage is its ``step-finish`` part's ``tokens`` and ``cost`` (``input`` plus the cache
+reads and writes as the call's input), kept on the call's first step.
 Accounting: ``cost_usd`` and tokens are summed over assistant ``info``
 (``tokens_in`` = input + cache read + cache write, ``tokens_out`` = output +
 reasoning); ``api_calls`` = number of ``step-start`` parts.
@@ -55,17 +57,38 @@ OpenCode has no outcome field: ``success`` is None.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, connect_read_only, has_tables
 
-__all__ = ["OpenCodeIngester"]
+__all__ = ["OpenCodeDatabaseIngester", "OpenCodeIngester"]
+
+
+def _call_usage(part: dict) -> Usage | None:
+    """One model call's usage from its ``step-finish`` part: ``tokens.input`` is the uncached rest
+    (OpenCode takes the cache reads out), reasoning is billed as output; a cost of 0, what OpenCode
+    logs for a model it has no prices for, is no figure."""
+    tok = part.get("tokens")
+    if not isinstance(tok, dict):
+        return None
+    cache = tok.get("cache") if isinstance(tok.get("cache"), dict) else {}
+    read, write = int(cache.get("read") or 0), int(cache.get("write") or 0)
+    cost = part.get("cost")
+    return Usage(
+        input_tokens=int(tok.get("input") or 0) + read + write,
+        cached_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=int(tok.get("output") or 0) + int(tok.get("reasoning") or 0),
+        cost_usd=float(cost) if isinstance(cost, (int, float)) and cost > 0 else None,
+    )
 
 
 def _ms(value: Any) -> float | None:
@@ -84,6 +107,7 @@ def _part_time(part: dict) -> float | None:
 
 class OpenCodeIngester(Ingester):
     name = "opencode"
+    source = "opencode"  # both readers' trajectories: one harness
 
     def detect(self, path: Path, head: str) -> bool:
         return (
@@ -132,6 +156,7 @@ class OpenCodeIngester(Ingester):
         buf_text: list[str] = []
         buf_reason: list[str] = []
         turn_ts: float | None = None
+        call_start = 0  # the first step of the model call a step-finish part closes
 
         def add(msg_index: int, **kw: Any) -> Step:
             nonlocal pending_user, pending_events
@@ -238,8 +263,11 @@ class OpenCodeIngester(Ingester):
                         turn += 1
                         llm_calls += 1
                         turn_ts = None
+                        call_start = len(steps)
                     elif kind == "step-finish":
                         close(mi)
+                        if len(steps) > call_start and steps[call_start].usage is None:
+                            steps[call_start].usage = _call_usage(part)
                     elif kind in ("text", "reasoning"):
                         text = str(part.get("text", ""))
                         if turn_ts is None:
@@ -345,8 +373,8 @@ class OpenCodeIngester(Ingester):
         }
         return finalize(
             Trajectory(
-                traj_id=f"{self.name}/{sid}",
-                source=self.name,
+                traj_id=f"{self.source}/{sid}",
+                source=self.source,
                 model_raw=model_raw,
                 model_family=normalize_family(model_raw),
                 task_id=sid,
@@ -363,3 +391,83 @@ class OpenCodeIngester(Ingester):
                 steps=steps,
             )
         )
+
+
+class OpenCodeDatabaseIngester(OpenCodeIngester):
+    """OpenCode's own store since 1.x: ``~/.local/share/opencode/opencode.db``, one SQLite database
+    for every session (tables ``session``, ``message`` and ``part``: each message's and part's JSON
+    in ``data``, its id and session in columns).  Read-only; each session is rebuilt as its export
+    (``{"info", "messages": [{"info", "parts"}]}``, messages and parts in the order they were made)
+    and read as one, so a session reads the same from the database as from ``opencode export``."""
+
+    name = "opencode-db"
+    source = "opencode"
+
+    def detect(self, path: Path, head: str) -> bool:
+        return head.startswith(SQLITE_MAGIC) and has_tables(path, _DB_TABLES)
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        try:
+            con = connect_read_only(path)
+        except sqlite3.Error as e:
+            raise IngestError(f"cannot open the database: {e}", path) from None
+        con.row_factory = sqlite3.Row
+        bad: list[str] = []
+        try:
+            sessions = con.execute("select * from session order by time_created, id").fetchall()
+            for s in sessions:
+                sid = s["id"]
+                try:
+                    yield self._build(path, _session_info(s), _session_messages(con, sid), {})
+                except (IngestError, ValueError) as e:
+                    bad.append(f"session {sid}: {getattr(e, 'reason', e)}")
+        except sqlite3.Error as e:
+            raise IngestError(f"cannot read the database: {e}", path) from None
+        finally:
+            con.close()
+        if bad:
+            raise IngestError(f"{len(bad)} of {len(sessions)} sessions failed: " + "; ".join(bad[:5]), path)
+
+
+_DB_TABLES = {
+    "session": {"id", "directory", "title"},
+    "message": {"session_id", "data"},
+    "part": {"message_id", "data"},
+}
+
+
+def _session_info(row: sqlite3.Row) -> dict:
+    keys = row.keys()
+    info = {k: row[k] for k in ("id", "slug", "directory", "title", "version") if k in keys}
+    info["projectID"] = row["project_id"] if "project_id" in keys else None
+    if "parent_id" in keys and row["parent_id"]:
+        info["parentID"] = row["parent_id"]
+    info["time"] = {k: row[f"time_{k}"] for k in ("created", "updated") if f"time_{k}" in keys}
+    return info
+
+
+def _session_messages(con: sqlite3.Connection, sid: str) -> list[dict]:
+    """A session's messages as its export lists them: each message's ``data`` with its id, and its
+    parts' ``data`` with theirs, each in the order made."""
+    parts: dict[str, list[dict]] = defaultdict(list)
+    for row in con.execute(
+        "select id, message_id, data from part where session_id = ? order by time_created, id", (sid,)
+    ):
+        parts[row["message_id"]].append({**_data(row["data"], f"part {row['id']}"), "id": row["id"]})
+    out = []
+    for row in con.execute(
+        "select id, data from message where session_id = ? order by time_created, id", (sid,)
+    ):
+        info = {**_data(row["data"], f"message {row['id']}"), "id": row["id"], "sessionID": sid}
+        out.append({"info": info, "parts": parts.get(row["id"], [])})
+    return out
+
+
+def _data(text: Any, what: str) -> dict:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise IngestError(f"{what}: its data is not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise IngestError(f"{what}: its data is {type(value).__name__}, expected an object")
+    return value

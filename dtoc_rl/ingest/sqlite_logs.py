@@ -1,0 +1,45 @@
+"""Logs a harness keeps in a SQLite database (Goose's ``sessions.db``, OpenCode's ``opencode.db``):
+opened read-only, never written, whatever the harness left beside them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+__all__ = ["SQLITE_MAGIC", "columns", "connect_read_only", "has_tables"]
+
+SQLITE_MAGIC = "SQLite format 3\x00"
+_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection that reads the write-ahead log the harness keeps beside the file; a
+    folder we may not write the log's index into (a copied, read-only dataset) is read as it stands
+    on disk."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.execute("select 1 from sqlite_master limit 1").fetchall()
+        return con
+    except sqlite3.Error:
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+
+
+def columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in con.execute(f"pragma table_info({table})")}
+
+
+def has_tables(path: Path, needed: dict[str, set[str]]) -> bool:
+    """Whether ``path`` is a SQLite file whose tables hold at least the ``needed`` columns."""
+    if path.suffix.lower() not in _SUFFIXES:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(16) != SQLITE_MAGIC.encode():
+                return False
+        con = connect_read_only(path)
+        try:
+            return all(cols <= columns(con, table) for table, cols in needed.items())
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return False

@@ -1,0 +1,65 @@
+"""OpenCode's own database (``opencode.db``, since OpenCode 1.x) and ``opencode export`` of the same
+real session (tests/fixtures/opencode_db: OpenCode 1.18.33 reading three files against a scripted
+API) read as one session, each call with the usage its step-finish part logged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format, read_first
+from dtoc_rl.ingest.base import IngestError
+
+FIX = Path(__file__).parent.parent / "fixtures" / "opencode_db"
+
+
+def _fields(t) -> list[tuple]:
+    return [(s.turn, s.tool_name, s.tool_args, s.output, s.output_is_error, s.usage, s.timestamp, s.user_text,
+             s.assistant_text) for s in t.steps]  # fmt: skip
+
+
+def test_the_database_and_the_export_read_as_the_same_session():
+    assert detect_format(FIX / "opencode.db").name == "opencode-db"
+    assert detect_format(FIX / "export.json").name == "opencode"
+    _, db = read_first(FIX / "opencode.db")
+    _, export = read_first(FIX / "export.json")
+    assert db.source == export.source == "opencode" and db.traj_id == export.traj_id
+    assert _fields(db) == _fields(export) and db.task_text == export.task_text
+    assert [s.tool_name for s in db.steps] == ["read"] * 3 + [None]
+    assert [json.loads(s.tool_args)["filePath"].rsplit("/", 1)[1] for s in db.steps[:3]] == [
+        "alpha.txt", "beta.txt", "gamma.txt"
+    ]  # fmt: skip
+    # each call's usage from its step-finish part: OpenCode logs the uncached rest as input
+    assert all((s.usage.input_tokens, s.usage.cached_tokens, s.usage.output_tokens) == (9000, 8000, 12)
+               for s in db.steps)  # fmt: skip
+    assert all(s.usage.cost_usd is None for s in db.steps)  # OpenCode's 0 for a model it cannot price
+    assert db.unlogged_prompt_tokens > 0  # counted from the first call's usage
+
+
+def test_a_damaged_session_costs_its_own_session_only(tmp_path):
+    db = tmp_path / "opencode.db"
+    shutil.copy(FIX / "opencode.db", db)
+    con = sqlite3.connect(db)
+    (sid,) = con.execute("select id from session").fetchone()
+    row = con.execute("select * from session").fetchone()
+    cols = [r[1] for r in con.execute("pragma table_info(session)")]
+    copy = dict(zip(cols, row), id="ses_second", title="Second")
+    con.execute(
+        f"insert into session ({','.join(cols)}) values ({','.join('?' * len(cols))})", list(copy.values())
+    )
+    bad = ("msg_bad", "ses_second", 1, 1, "{not json")
+    con.execute(
+        "insert into message (id, session_id, time_created, time_updated, data) values (?, ?, ?, ?, ?)", bad
+    )
+    con.commit()
+    con.close()
+    got = []
+    with pytest.raises(IngestError) as e:
+        for t in detect_format(db).parse(db):
+            got.append(t.traj_id)
+    assert got == [f"opencode/{sid}"]
+    assert "1 of 2 sessions failed" in e.value.reason and "msg_bad" in e.value.reason
