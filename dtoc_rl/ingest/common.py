@@ -286,3 +286,42 @@ def name_model(traj: Trajectory, model: str) -> None:
 
         extra["unlogged_prompt_estimator"] = repr(estimator_for_model(model))
         traj.extra = json.dumps(extra)
+
+
+def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
+    """A JSONL log's objects with their line numbers, and a one-line reason for each line that is
+    not one (a torn line, a line of another kind): the rest are read all the same."""
+    from dtoc_rl.ingest.openai_chat import iter_jsonl
+
+    records, bad = [], []
+    for lineno, rec, err in iter_jsonl(path):
+        if err is None and isinstance(rec, dict):
+            records.append((lineno, rec))
+        else:
+            bad.append(f"line {lineno}: {err or 'not an object'}")
+    return records, bad
+
+
+def tree_branch(records: list[tuple[int, dict]], id_key: str, parent_key: str) -> tuple[list[dict], int]:
+    """The branch of a log written as a tree of records (each naming its parent) that ends at the
+    file's last record, root first, as the harnesses that write them resume a session; and how many
+    gaps were bridged.  A record whose parent is not in the file (its line unreadable) goes on from
+    the nearest readable record written before it, so one bad line costs that line only."""
+    index = {rec[id_key]: i for i, (_, rec) in enumerate(records) if isinstance(rec.get(id_key), str)}
+    out: list[dict] = []
+    seen: set[int] = set()
+    bridged = 0
+    i = len(records) - 1 if records else None
+    while i is not None and i not in seen:
+        seen.add(i)
+        rec = records[i][1]
+        out.append(rec)
+        parent = rec.get(parent_key)
+        if parent is None:
+            break
+        j = index.get(parent)
+        if j is None:  # a parent on a line that could not be read
+            bridged += 1
+            j = i - 1 if i > 0 else None
+        i = j
+    return out[::-1], bridged

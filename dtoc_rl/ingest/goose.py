@@ -40,7 +40,7 @@ from typing import Any
 
 from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, columns, connect_read_only, has_tables
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, columns, connect_read_only, has_tables, json_column
 
 __all__ = ["GooseSessionsIngester", "is_goose_db"]
 
@@ -48,15 +48,6 @@ __all__ = ["GooseSessionsIngester", "is_goose_db"]
 def is_goose_db(path: Path) -> bool:
     """Whether ``path`` is a SQLite file holding Goose's sessions and messages tables."""
     return has_tables(path, {"messages": {"session_id", "role", "content_json"}, "sessions": {"working_dir"}})
-
-
-def _json(text: Any, what: str) -> Any:
-    if text is None or text == "":
-        return None
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, TypeError, RecursionError) as e:
-        raise IngestError(f"{what}: not JSON ({e})") from None
 
 
 class GooseSessionsIngester(Ingester):
@@ -109,11 +100,11 @@ class GooseSessionsIngester(Ingester):
         replaced what a compaction took away)."""
         messages, summaries = [], []
         for n, m in enumerate(con.execute(msg_query, (s["id"],))):
-            meta = _json(m["meta"], f"message {n} metadata_json") or {}
+            meta = json_column(m["meta"], f"message {n} metadata_json") or {}
             user_sees, agent_sees = meta.get("userVisible", True), meta.get("agentVisible", True)
             if not user_sees and not agent_sees:
                 continue  # a copy of a message kept for the record only
-            content = _json(m["content_json"], f"message {n} content_json")
+            content = json_column(m["content_json"], f"message {n} content_json")
             if not isinstance(content, list):
                 raise IngestError(f"message {n}: content_json is {type(content).__name__}, expected a list")
             if not user_sees and m["role"] == "assistant":
@@ -126,7 +117,7 @@ class GooseSessionsIngester(Ingester):
             if not user_sees and m["role"] == "user":  # what a compaction put in place of the messages
                 summaries.append("\n".join(b.get("text", "") for b in content if isinstance(b, dict)))
             messages.append(msg)
-        config = _json(s.get("model_config_json"), "model_config_json") or {}
+        config = json_column(s.get("model_config_json"), "model_config_json") or {}
         row: dict[str, Any] = {
             "id": s["id"],
             "model": str(config.get("model_name") or "") if isinstance(config, dict) else "",

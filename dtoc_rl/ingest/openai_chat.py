@@ -697,3 +697,20 @@ def apply_visibility(traj: Trajectory, raw: Any) -> None:
         masked, events = plan.get(step.index, ([], []))
         step.masked_before = masked
         step.events.extend(events)
+
+
+def drop_orphan_replies(msgs: list[dict]) -> int:
+    """Drop the tool replies whose call is in no earlier assistant message (a log whose line with the
+    call could not be read), in place; how many were dropped.  Only for logs known to have lost
+    lines: elsewhere a reply without its call is an error, never guessed."""
+    called: set[Any] = set()
+    kept = []
+    for m in msgs:
+        if m.get("role") == "assistant":
+            called.update(c.get("id") for c in m.get("tool_calls") or () if isinstance(c, dict))
+        if m.get("role") == "tool" and m.get("tool_call_id") not in called:
+            continue
+        kept.append(m)
+    dropped = len(msgs) - len(kept)
+    msgs[:] = kept
+    return dropped

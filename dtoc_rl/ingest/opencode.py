@@ -67,9 +67,28 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
-from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, connect_read_only, has_tables
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, connect_read_only, has_tables, json_column
 
 __all__ = ["OpenCodeDatabaseIngester", "OpenCodeIngester"]
+
+
+def _without_undone(msgs: list, revert: Any) -> tuple[list, int]:
+    """The messages still in the model's context after an ``/undo``: a session's ``revert`` names the
+    first message (and part) undone, which stay in the store until the next prompt clears them; and
+    how many messages were left out."""
+    if not isinstance(revert, dict) or not revert.get("messageID"):
+        return msgs, 0
+    ids = [m.get("info", {}).get("id") if isinstance(m, dict) else None for m in msgs]
+    if revert["messageID"] not in ids:
+        return msgs, 0
+    cut = ids.index(revert["messageID"])
+    part = revert.get("partID")
+    if part and isinstance(msgs[cut].get("parts"), list):  # the message kept up to the undone part
+        pids = [p.get("id") if isinstance(p, dict) else None for p in msgs[cut]["parts"]]
+        if part in pids:
+            kept = {**msgs[cut], "parts": msgs[cut]["parts"][: pids.index(part)]}
+            return [*msgs[:cut], kept], len(msgs) - cut - 1
+    return msgs[:cut], len(msgs) - cut
 
 
 def _call_usage(part: dict) -> Usage | None:
@@ -134,6 +153,7 @@ class OpenCodeIngester(Ingester):
             raise IngestError(e.reason, path) from None
 
     def _build(self, path: Path, info: dict, msgs: list, data: dict) -> Trajectory:
+        msgs, undone = _without_undone(msgs, info.get("revert"))
         steps: list[Step] = []
         step_msg: list[int] = []  # message index of each step
         pending_user: list[str] = []
@@ -370,6 +390,7 @@ class OpenCodeIngester(Ingester):
             "pruned_steps": len(compacted),
             "trailing_user_text": "\n\n".join(pending_user) or None,
             "todos": len(data.get("todos") or []),
+            "undone_messages": undone,  # an /undo's, still stored but out of the model's context
         }
         return finalize(
             Trajectory(
@@ -407,32 +428,28 @@ class OpenCodeDatabaseIngester(OpenCodeIngester):
         return head.startswith(SQLITE_MAGIC) and has_tables(path, _DB_TABLES)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
+        from dtoc_rl.ingest.openai_chat import parse_rows
+
         try:
             con = connect_read_only(path)
         except sqlite3.Error as e:
             raise IngestError(f"cannot open the database: {e}", path) from None
         con.row_factory = sqlite3.Row
-        bad: list[str] = []
         try:
             sessions = con.execute("select * from session order by time_created, id").fetchall()
-            for s in sessions:
-                sid = s["id"]
-                try:
-                    yield self._build(path, _session_info(s), _session_messages(con, sid), {})
-                except (IngestError, ValueError) as e:
-                    bad.append(f"session {sid}: {getattr(e, 'reason', e)}")
+            rows = [(s["id"], s, None) for s in sessions]
+            one = lambda s, _: self._build(path, _session_info(s), _session_messages(con, s["id"]), {})  # noqa: E731
+            yield from parse_rows(path, rows, one, unit="session")
         except sqlite3.Error as e:
             raise IngestError(f"cannot read the database: {e}", path) from None
         finally:
             con.close()
-        if bad:
-            raise IngestError(f"{len(bad)} of {len(sessions)} sessions failed: " + "; ".join(bad[:5]), path)
 
 
 _DB_TABLES = {
-    "session": {"id", "directory", "title"},
-    "message": {"session_id", "data"},
-    "part": {"message_id", "data"},
+    "session": {"id", "directory", "title", "time_created"},
+    "message": {"id", "session_id", "time_created", "data"},
+    "part": {"id", "message_id", "session_id", "data"},
 }
 
 
@@ -443,6 +460,8 @@ def _session_info(row: sqlite3.Row) -> dict:
     if "parent_id" in keys and row["parent_id"]:
         info["parentID"] = row["parent_id"]
     info["time"] = {k: row[f"time_{k}"] for k in ("created", "updated") if f"time_{k}" in keys}
+    if "revert" in keys and row["revert"]:
+        info["revert"] = json_column(row["revert"], f"session {row['id']} revert")
     return info
 
 
@@ -450,9 +469,8 @@ def _session_messages(con: sqlite3.Connection, sid: str) -> list[dict]:
     """A session's messages as its export lists them: each message's ``data`` with its id, and its
     parts' ``data`` with theirs, each in the order made."""
     parts: dict[str, list[dict]] = defaultdict(list)
-    for row in con.execute(
-        "select id, message_id, data from part where session_id = ? order by time_created, id", (sid,)
-    ):
+    # parts in OpenCode's own order, by id (time_created is only a part's first write)
+    for row in con.execute("select id, message_id, data from part where session_id = ? order by id", (sid,)):
         parts[row["message_id"]].append({**_data(row["data"], f"part {row['id']}"), "id": row["id"]})
     out = []
     for row in con.execute(
@@ -464,10 +482,7 @@ def _session_messages(con: sqlite3.Connection, sid: str) -> list[dict]:
 
 
 def _data(text: Any, what: str) -> dict:
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise IngestError(f"{what}: its data is not JSON ({e})") from None
+    value = json_column(text, what)
     if not isinstance(value, dict):
         raise IngestError(f"{what}: its data is {type(value).__name__}, expected an object")
     return value

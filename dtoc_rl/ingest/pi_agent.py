@@ -32,8 +32,8 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize
-from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl
+from dtoc_rl.ingest.common import finalize, read_records, tree_branch
+from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
 __all__ = ["PiAgentIngester"]
 
@@ -48,16 +48,12 @@ class PiAgentIngester(Ingester):
         )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        entries, bad = [], []
-        for lineno, rec, err in iter_jsonl(path):
-            if err is not None or not isinstance(rec, dict):
-                bad.append(f"line {lineno}: {err or 'not an object'}")
-            else:
-                entries.append(rec)
+        numbered, bad = read_records(path)
+        entries = [rec for _, rec in numbered]
         header = next((e for e in entries if e.get("type") == "session"), None)
         if header is None:
             raise IngestError("no session header line: not a pi session", path)
-        branch = _branch([e for e in entries if e is not header])
+        branch, bridged = tree_branch([(n, e) for n, e in numbered if e is not header], "id", "parentId")
         msgs: list[dict] = []
         model, provider = "", ""
         for e in branch:
@@ -71,6 +67,7 @@ class PiAgentIngester(Ingester):
                 msgs.append(
                     {"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction"}
                 )
+        orphans = drop_orphan_replies(msgs) if bad else 0  # their calls were on the lines lost
         cp = chat_to_steps(msgs, "entries")
         if not cp.steps:
             raise IngestError("empty session: no model call", path)
@@ -83,6 +80,8 @@ class PiAgentIngester(Ingester):
             extra["entries_off_branch"] = len(entries) - 1 - len(branch)
         if bad:
             extra["bad_lines"] = "; ".join(bad[:5])
+            extra["bridged_gaps"] = bridged
+            extra["replies_without_call"] = orphans
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         session = str(header.get("id") or path.stem)
@@ -101,19 +100,6 @@ class PiAgentIngester(Ingester):
                 steps=cp.steps,
             )
         )
-
-
-def _branch(entries: list[dict]) -> list[dict]:
-    """The entries from the root to the file's last one, by ``parentId``."""
-    by_id = {e["id"]: e for e in entries if isinstance(e.get("id"), str)}
-    out: list[dict] = []
-    seen: set[Any] = set()
-    node = entries[-1] if entries else None
-    while node is not None and node.get("id") not in seen:
-        out.append(node)
-        seen.add(node.get("id"))
-        node = by_id.get(node.get("parentId"))
-    return out[::-1]
 
 
 def _text(content: Any) -> str:

@@ -29,9 +29,9 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.common import finalize, read_records, tree_branch
 from dtoc_rl.ingest.gemini import contents_to_chat, part_field
-from dtoc_rl.ingest.openai_chat import chat_to_steps, iter_jsonl
+from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
 __all__ = ["QwenCodeIngester"]
 
@@ -52,13 +52,9 @@ class QwenCodeIngester(Ingester):
         )
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        records, bad = [], []
-        for lineno, rec, err in iter_jsonl(path):
-            if err is not None or not isinstance(rec, dict):
-                bad.append(f"line {lineno}: {err or 'not an object'}")
-                continue
-            records.append(rec)
-        branch = _branch(records)
+        numbered, bad = read_records(path)
+        records = [rec for _, rec in numbered]
+        branch, bridged = tree_branch(numbered, "uuid", "parentUuid")
         turns = [r for r in branch if r.get("type") in _TURNS and isinstance(r.get("message"), dict)]
         if not turns:
             raise IngestError("no user, assistant or tool_result record: not a Qwen Code session", path)
@@ -74,7 +70,9 @@ class QwenCodeIngester(Ingester):
                         content["usageMetadata"] = r["usageMetadata"]
                     content["timestamp"] = r.get("timestamp")
                 contents.append(content)
-        cp = chat_to_steps(contents_to_chat(contents), "records")
+        msgs = contents_to_chat(contents)
+        orphans = drop_orphan_replies(msgs) if bad else 0  # their calls were on the lines lost
+        cp = chat_to_steps(msgs, "records")
         if not cp.steps:
             raise IngestError("empty session: no model call", path)
         session = next(
@@ -86,6 +84,8 @@ class QwenCodeIngester(Ingester):
             extra["records_off_branch"] = len(records) - len(branch)
         if bad:
             extra["bad_lines"] = "; ".join(bad[:5])
+            extra["bridged_gaps"] = bridged
+            extra["replies_without_call"] = orphans
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         yield finalize(
@@ -103,19 +103,6 @@ class QwenCodeIngester(Ingester):
                 steps=cp.steps,
             )
         )
-
-
-def _branch(records: list[dict]) -> list[dict]:
-    """The records from the root to the last one of the file, by ``parentUuid``."""
-    by_id = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
-    out: list[dict] = []
-    seen: set[str] = set()
-    node = records[-1] if records else None
-    while node is not None and node.get("uuid") not in seen:
-        out.append(node)
-        seen.add(node.get("uuid"))
-        node = by_id.get(node.get("parentUuid"))
-    return out[::-1]
 
 
 def _summary(payload: Any) -> str:

@@ -3,10 +3,11 @@ opened read-only, never written, whatever the harness left beside them."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
-__all__ = ["SQLITE_MAGIC", "columns", "connect_read_only", "has_tables"]
+__all__ = ["SQLITE_MAGIC", "columns", "connect_read_only", "has_tables", "json_column"]
 
 SQLITE_MAGIC = "SQLite format 3\x00"
 _SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -43,3 +44,16 @@ def has_tables(path: Path, needed: dict[str, set[str]]) -> bool:
             con.close()
     except (OSError, sqlite3.Error):
         return False
+
+
+def json_column(text: object, what: str) -> object:
+    """A JSON text column's value (None when empty); an :class:`IngestError` names ``what`` is not
+    JSON."""
+    from dtoc_rl.ingest.base import IngestError
+
+    if text is None or text == "":
+        return None
+    try:
+        return json.loads(text)  # type: ignore[arg-type]
+    except (json.JSONDecodeError, TypeError, RecursionError) as e:
+        raise IngestError(f"{what}: not JSON ({e})") from None

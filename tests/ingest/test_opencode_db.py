@@ -63,3 +63,34 @@ def test_a_damaged_session_costs_its_own_session_only(tmp_path):
             got.append(t.traj_id)
     assert got == [f"opencode/{sid}"]
     assert "1 of 2 sessions failed" in e.value.reason and "msg_bad" in e.value.reason
+
+
+def test_an_undone_turn_is_out_of_the_session_and_parts_go_in_opencodes_order(tmp_path):
+    db = tmp_path / "opencode.db"
+    shutil.copy(FIX / "opencode.db", db)
+    con = sqlite3.connect(db)
+    (sid,) = con.execute("select id from session").fetchone()
+    t0 = 1796466497000
+    user = {"role": "user", "time": {"created": t0}, "agent": "build"}
+    said = {"role": "assistant", "time": {"created": t0 + 10}, "modelID": "gpt-4o", "providerID": "local"}
+    for mid, data, ts in (("msg_zz1", user, t0), ("msg_zz2", said, t0 + 10)):
+        con.execute("insert into message values (?, ?, ?, ?, ?)", (mid, sid, ts, ts, json.dumps(data)))
+    for pid, mid, text in (
+        ("prt_zz1", "msg_zz1", "now delete alpha.txt"),
+        ("prt_zz2", "msg_zz2", "Deleted."),
+    ):
+        part = json.dumps({"type": "text", "text": text})
+        con.execute("insert into part values (?, ?, ?, ?, ?, ?)", (pid, mid, sid, t0, t0, part))
+    # an /undo back to that prompt: the turn stays stored until the next prompt, out of the context
+    con.execute("update session set revert = ? where id = ?", (json.dumps({"messageID": "msg_zz1"}), sid))
+    # a part first written after the next one (OpenCode orders a message's parts by id)
+    (first_part,) = con.execute(
+        "select id from part where session_id = ? order by id limit 1", (sid,)
+    ).fetchone()
+    con.execute("update part set time_created = time_created + 100000 where id = ?", (first_part,))
+    con.commit()
+    con.close()
+    _, t = read_first(db)
+    _, export = read_first(FIX / "export.json")
+    assert _fields(t) == _fields(export)  # neither the undone turn nor the late write shows
+    assert json.loads(t.extra)["undone_messages"] == 2
