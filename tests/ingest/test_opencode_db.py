@@ -84,10 +84,9 @@ def test_an_undone_turn_is_out_of_the_session_and_parts_go_in_opencodes_order(tm
     # an /undo back to that prompt: the turn stays stored until the next prompt, out of the context
     con.execute("update session set revert = ? where id = ?", (json.dumps({"messageID": "msg_zz1"}), sid))
     # a part first written after the next one (OpenCode orders a message's parts by id)
-    (first_part,) = con.execute(
-        "select id from part where session_id = ? order by id limit 1", (sid,)
-    ).fetchone()
-    con.execute("update part set time_created = time_created + 100000 where id = ?", (first_part,))
+    parts = con.execute("select id, data from part where session_id = ? order by id", (sid,)).fetchall()
+    late = next(pid for pid, data in parts if json.loads(data)["type"] == "tool")
+    con.execute("update part set time_created = time_created + 100000 where id = ?", (late,))
     con.commit()
     con.close()
     _, t = read_first(db)
