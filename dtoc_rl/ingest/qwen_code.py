@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.common import finalize, read_records, tree_branch
 from dtoc_rl.ingest.gemini import contents_to_chat, part_field
@@ -35,7 +35,7 @@ from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
 __all__ = ["QwenCodeIngester"]
 
-_TURNS = ("user", "assistant", "tool_result")
+_TURNS = ("user", "assistant", "tool_result")  # a realtime_message record never reaches the model
 # a record holding a Gemini content: Claude Code's transcripts look alike but hold "content"
 _GEMINI_MESSAGE = re.compile(r'"message"\s*:\s*\{\s*"role"\s*:\s*"(?:user|model)"\s*,\s*"parts"\s*:')
 
@@ -59,20 +59,29 @@ class QwenCodeIngester(Ingester):
         if not turns:
             raise IngestError("no user, assistant or tool_result record: not a Qwen Code session", path)
         contents: list[dict] = []
+        cleared: list[tuple[int, set[str]]] = []  # (model turns before it, calls whose outputs it cleared)
         for r in branch:
             if r.get("type") == "system" and r.get("subtype") == "chat_compression":
-                summary = _summary(r.get("systemPayload"))
-                contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True})
+                summary, emptied = _compressed(r.get("systemPayload"), contents)
+                if summary:  # the history replaced by a summary
+                    contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True})
+                if emptied:  # the history kept, old outputs cleared (/compress-fast)
+                    cleared.append((sum(c.get("role") == "model" for c in contents), emptied))
             elif r.get("type") in _TURNS and isinstance(r.get("message"), dict):
                 content = dict(r["message"])
                 if r.get("type") == "assistant":
                     if isinstance(r.get("usageMetadata"), dict):
-                        content["usageMetadata"] = r["usageMetadata"]
+                        content["usageMetadata"] = _output_once(r["usageMetadata"])
                     content["timestamp"] = r.get("timestamp")
                 contents.append(content)
         msgs = contents_to_chat(contents)
         orphans = drop_orphan_replies(msgs) if bad else 0  # their calls were on the lines lost
         cp = chat_to_steps(msgs, "records")
+        for made_before, ids in cleared:
+            hidden = [i for i, st in enumerate(cp.steps) if st.tool_call_id in ids]
+            after = next((st for st in cp.steps if st.turn >= made_before), None)
+            if after is not None and hidden:
+                after.events.append(ContextEvent("mask", hidden, "outputs cleared by a compression"))
         if not cp.steps:
             raise IngestError("empty session: no model call", path)
         session = next(
@@ -105,16 +114,41 @@ class QwenCodeIngester(Ingester):
         )
 
 
-def _summary(payload: Any) -> str:
-    """The text a compression left in place of the history: its contents' text parts."""
+def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str]]:
+    """What a compression changed in the model's history: the user text it put in place of what it
+    dropped (a summary; the model's acknowledgement and the turns already on the branch are not new
+    text), and the calls whose outputs it kept but cleared (its fast mode keeps every turn)."""
     history = payload.get("compressedHistory") if isinstance(payload, dict) else None
-    texts = []
+    said = {p.get("text") for c in before for p in c.get("parts") or () if isinstance(p, dict)}
+    answered = {
+        fr.get("id"): fr.get("response")
+        for c in before
+        for p in c.get("parts") or ()
+        if isinstance(fr := part_field(p, "functionResponse"), dict)
+    }
+    texts, emptied = [], set()
     for c in history if isinstance(history, list) else ():
         for p in c.get("parts") or () if isinstance(c, dict) else ():
-            if (
-                isinstance(p, dict)
-                and isinstance(p.get("text"), str)
-                and part_field(p, "functionResponse") is None
-            ):
+            if not isinstance(p, dict):
+                continue
+            fr = part_field(p, "functionResponse")
+            if isinstance(fr, dict) and fr.get("id") in answered and fr.get("response") != answered[fr["id"]]:
+                emptied.add(fr["id"])
+            elif c.get("role") == "user" and isinstance(p.get("text"), str) and p["text"] not in said:
                 texts.append(p["text"])
-    return "\n\n".join(texts)
+    return "\n\n".join(texts), emptied
+
+
+def _output_once(usage: dict) -> dict:
+    """Qwen Code's usage with its thinking counted once: the Gemini reader adds ``thoughtsTokenCount``
+    to ``candidatesTokenCount``, as Gemini bills them, but Qwen Code's converters of OpenAI- and
+    Anthropic-style answers put the completion (thinking included) in ``candidatesTokenCount`` too.
+    The answer's own tokens are its total less its prompt, as Qwen Code counts them; without a total,
+    thinking no larger than the candidates is taken to be in them."""
+    total, prompt = usage.get("totalTokenCount"), usage.get("promptTokenCount")
+    out, thoughts = usage.get("candidatesTokenCount") or 0, usage.get("thoughtsTokenCount") or 0
+    if isinstance(total, int) and isinstance(prompt, int) and total > prompt:
+        return {**usage, "candidatesTokenCount": total - prompt, "thoughtsTokenCount": 0}
+    if thoughts and out >= thoughts:
+        return {**usage, "thoughtsTokenCount": 0}
+    return usage

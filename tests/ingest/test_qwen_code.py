@@ -78,7 +78,39 @@ def test_a_compression_is_a_compaction_whose_summary_the_next_call_reads(tmp_pat
     _, t = read_first(_write(tmp_path / "s.jsonl", [*records[: last_result + 1], squeeze, *tail]))
     last = t.steps[-1]
     assert [e.kind for e in last.events] == ["compaction"] and last.events[0].targets == [0, 1, 2]
-    assert "three files were read" in last.user_text
+    assert "three files were read" in last.user_text and "Got it" not in last.user_text  # not the model's ack
+
+
+def test_a_fast_compression_clears_old_outputs_and_thinking_is_counted_once(tmp_path):
+    import copy
+
+    records = _records()
+    for r in records:  # an OpenAI-style answer with 200 thinking tokens inside its 500 completion tokens
+        if r["type"] == "assistant":
+            r["usageMetadata"] = {
+                **r["usageMetadata"],
+                "candidatesTokenCount": 500,
+                "thoughtsTokenCount": 200,
+            }
+    last_result = max(i for i, r in enumerate(records) if r["type"] == "tool_result")
+    kept = []  # /compress-fast: every turn kept, the older outputs cleared, no summary
+    for r in records[: last_result + 1]:
+        if r["type"] in ("user", "assistant", "tool_result"):
+            m = copy.deepcopy(r["message"])
+            for p in m["parts"]:
+                if p.get("functionResponse", {}).get("id") in ("call_0", "call_1"):
+                    p["functionResponse"]["response"] = {"output": "[Old tool result content cleared]"}
+            kept.append(m)
+    where = {k: records[last_result][k] for k in ("sessionId", "cwd", "version")}
+    squeeze = {**where, "uuid": "c-1", "parentUuid": records[last_result]["uuid"], "type": "system",
+               "timestamp": "2026-12-05T10:22:06Z", "subtype": "chat_compression",
+               "systemPayload": {"compressedHistory": kept}}  # fmt: skip
+    tail = [dict(r) for r in records[last_result + 1 :]]
+    tail[0]["parentUuid"] = "c-1"
+    _, t = read_first(_write(tmp_path / "s.jsonl", [*records[: last_result + 1], squeeze, *tail]))
+    last = t.steps[-1]
+    assert [(e.kind, e.targets) for e in last.events] == [("mask", [0, 1])] and last.user_text == ""
+    assert all(s.usage.output_tokens == 500 for s in t.steps)  # not 700: the thinking is in the 500
 
 
 def test_claude_code_transcripts_and_broken_files_are_told_apart(tmp_path):
