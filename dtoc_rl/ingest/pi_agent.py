@@ -8,7 +8,10 @@ agent's messages: ``user`` (text or content blocks), ``assistant`` (``text``, ``
 without the cache, ``cacheRead``, ``cacheWrite``, ``output``, ``cost.total``), ``toolResult``
 (``toolCallId``, ``toolName``, content blocks, ``isError``), ``bashExecution`` (a command the user
 ran with ``!``; its output goes to the model unless ``excludeFromContext``) and ``custom`` (an
-extension's message).  A ``compaction`` entry's ``summary`` replaced the history before
+extension's message; extensions also write ``custom_message`` entries, sent to the model too).  An
+assistant message that failed or was aborted (``stopReason``) stays in the file but is never sent
+again: it and its calls' results are left out (``extra.failed_calls``).  A ``compaction`` entry's
+``summary`` replaced the history before
 ``firstKeptEntryId``; a ``branch_summary`` carries what an abandoned branch found.  Other entries
 (model and thinking-level changes, labels, session names) send the model nothing.
 
@@ -56,18 +59,26 @@ class PiAgentIngester(Ingester):
         branch, bridged = tree_branch([(n, e) for n, e in numbered if e is not header], "id", "parentId")
         msgs: list[dict] = []
         model, provider = "", ""
+        failed: list[str] = []
         for e in branch:
             kind = e.get("type")
             if kind == "message" and isinstance(e.get("message"), dict):
                 m = e["message"]
+                if m.get("role") == "assistant" and m.get("stopReason") in ("error", "aborted"):
+                    # kept in the file for its history, never sent again (nor its calls' results)
+                    failed.append(str(m.get("errorMessage") or m["stopReason"])[:200])
+                    continue
                 msgs += _chat(m, e)
                 if m.get("role") == "assistant" and isinstance(m.get("model"), str):
                     model, provider = model or m["model"], provider or str(m.get("provider") or "")
+            elif kind == "custom_message":  # an extension's message, sent to the model
+                msgs.append({"role": "user", "content": _text(e.get("content"))})
             elif kind in ("compaction", "branch_summary") and isinstance(e.get("summary"), str):
                 msgs.append(
                     {"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction"}
                 )
-        orphans = drop_orphan_replies(msgs) if bad else 0  # their calls were on the lines lost
+        # the results of calls no message kept (a failed call's, a line lost) never reach the model
+        orphans = drop_orphan_replies(msgs) if bad or failed else 0
         cp = chat_to_steps(msgs, "entries")
         if not cp.steps:
             raise IngestError("empty session: no model call", path)
@@ -82,6 +93,8 @@ class PiAgentIngester(Ingester):
             extra["bad_lines"] = "; ".join(bad[:5])
             extra["bridged_gaps"] = bridged
             extra["replies_without_call"] = orphans
+        if failed:
+            extra["failed_calls"] = failed
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         session = str(header.get("id") or path.stem)

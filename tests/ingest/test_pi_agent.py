@@ -96,3 +96,29 @@ def test_a_file_without_a_session_header_or_calls_is_one_line_of_error(tmp_path)
         "message": {"role": "user", "content": "hi"},
     }
     assert detect_format(_write(tmp_path / "c.jsonl", [claude])).name == "claude-code-transcript"
+
+
+def test_a_failed_call_is_left_out_and_an_extensions_message_is_sent(tmp_path):
+    header, *entries = _entries()
+    first_call = next(i for i, e in enumerate(entries) if e.get("message", {}).get("role") == "assistant")
+    # a call that failed before the first: kept in the file, never sent again, nor its result
+    failed = {
+        **entries[first_call],
+        "id": "err1",
+        "message": {
+            **entries[first_call]["message"],
+            "stopReason": "error",
+            "errorMessage": "overloaded",
+            "content": [{"type": "toolCall", "id": "bad", "name": "read", "arguments": {"path": "x"}}],
+        },
+    }
+    result = {**entries[first_call + 1], "id": "res1", "parentId": "err1",
+              "message": {**entries[first_call + 1]["message"], "toolCallId": "bad"}}  # fmt: skip
+    entries[first_call] = {**entries[first_call], "parentId": "res1"}
+    note = {"type": "custom_message", "id": "n1", "parentId": entries[-1]["id"], "customType": "reminder",
+            "content": "Also read delta.txt", "display": True}  # fmt: skip
+    order = [header, *entries[:first_call], failed, result, *entries[first_call:], note]
+    _, t = read_first(_write(tmp_path / "s.jsonl", order))
+    assert [s.tool_name for s in t.steps] == ["read"] * 3 + [None]
+    assert json.loads(t.extra)["failed_calls"] == ["overloaded"]
+    assert json.loads(t.extra)["trailing_user_text"] == "Also read delta.txt"
