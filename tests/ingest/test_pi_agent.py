@@ -84,11 +84,12 @@ def test_branches_compactions_user_commands_and_failures(tmp_path):
     assert json.loads(t.extra)["entries_off_branch"] > 0
 
 
-def test_a_file_without_a_session_header_or_calls_is_one_line_of_error(tmp_path):
+def test_a_session_without_a_model_call_is_one_line_of_error_and_claude_code_is_not_pi(tmp_path):
     header, *entries = _entries()
     user_only = [header, next(e for e in entries if e.get("type") == "message")]
-    with pytest.raises(IngestError, match="no model call"):
+    with pytest.raises(IngestError, match="no model call") as e:
         read_first(_write(tmp_path / "u.jsonl", user_only))
+    assert "\n" not in str(e.value)
     claude = {
         "parentUuid": None,
         "sessionId": "s",
