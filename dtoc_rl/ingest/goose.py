@@ -40,7 +40,7 @@ from typing import Any
 
 from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, columns, connect_read_only, has_tables, json_column
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, columns, has_tables, json_column, open_log_database
 
 __all__ = ["GooseSessionsIngester", "is_goose_db"]
 
@@ -59,11 +59,7 @@ class GooseSessionsIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         from dtoc_rl.ingest.openai_chat import OpenAIChatIngester, parse_rows
 
-        try:
-            con = connect_read_only(path)
-        except sqlite3.Error as e:
-            raise IngestError(f"cannot open the database: {e}", path) from None
-        con.row_factory = sqlite3.Row
+        con = open_log_database(path)
         try:
             cols = columns(con, "sessions")
             order = "created_at, id" if "created_at" in cols else "id"

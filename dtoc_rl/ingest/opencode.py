@@ -67,7 +67,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
-from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, connect_read_only, has_tables, json_column
+from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, has_tables, json_column, open_log_database
 
 __all__ = ["OpenCodeDatabaseIngester", "OpenCodeIngester"]
 
@@ -430,11 +430,7 @@ class OpenCodeDatabaseIngester(OpenCodeIngester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         from dtoc_rl.ingest.openai_chat import parse_rows
 
-        try:
-            con = connect_read_only(path)
-        except sqlite3.Error as e:
-            raise IngestError(f"cannot open the database: {e}", path) from None
-        con.row_factory = sqlite3.Row
+        con = open_log_database(path)
         try:
             sessions = con.execute("select * from session order by time_created, id").fetchall()
             rows = [(s["id"], s, None) for s in sessions]

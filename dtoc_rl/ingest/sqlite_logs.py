@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-__all__ = ["SQLITE_MAGIC", "columns", "connect_read_only", "has_tables", "json_column"]
+__all__ = ["SQLITE_MAGIC", "columns", "connect_read_only", "has_tables", "json_column", "open_log_database"]
 
 SQLITE_MAGIC = "SQLite format 3\x00"
 _SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -57,3 +57,16 @@ def json_column(text: object, what: str) -> object:
         return json.loads(text)  # type: ignore[arg-type]
     except (json.JSONDecodeError, TypeError, RecursionError) as e:
         raise IngestError(f"{what}: not JSON ({e})") from None
+
+
+def open_log_database(path: Path) -> sqlite3.Connection:
+    """:func:`connect_read_only` with rows by column name, or an :class:`IngestError` saying why the
+    database cannot be opened."""
+    from dtoc_rl.ingest.base import IngestError
+
+    try:
+        con = connect_read_only(path)
+    except sqlite3.Error as e:
+        raise IngestError(f"cannot open the database: {e}", path) from None
+    con.row_factory = sqlite3.Row
+    return con

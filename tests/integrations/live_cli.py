@@ -148,3 +148,41 @@ class ScriptedChat(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.close_connection = True
+
+
+def chat_calls(seen: list[tuple[str, dict]]) -> list[dict]:
+    """The chat-completions requests among what the scripted API received."""
+    return [body for path, body in seen if path.endswith("/chat/completions")]
+
+
+def without_tool_contents(body: dict) -> dict:
+    """A chat-completions request without its tool messages' contents."""
+    msgs = [{**m, "content": None} if m.get("role") == "tool" else m for m in body["messages"]]
+    return {**body, "messages": msgs}
+
+
+def check_chat_run(runs: Runs, calls_alike: Callable[[dict], dict] = without_tool_contents) -> None:
+    """For an agent on chat completions: each call through the proxy is the call made without it but
+    for its earlier tool messages, each the store's placeholder (``last_n:n=1``: all but the newest)."""
+    from dtoc_rl.core.record import POLICY_NOTE
+
+    for alone, proxied in same_calls(runs, calls_alike):
+        mine = [m["content"] for m in alone["messages"] if m["role"] == "tool"]
+        theirs = [m["content"] for m in proxied["messages"] if m["role"] == "tool"]
+        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if k < len(mine) - 1:
+                ph = json.loads(b)
+                assert ph["hidden"] is True and POLICY_NOTE in b and ph["estimated_tokens"] > 500
+            else:
+                assert b == a
+    assert runs.proxy.hidden_sent == sum(range(len(FILES)))
+
+
+def check_own_log(own: Any, source: str, tool: str, folder: Path, path_of: Callable[[dict], str]) -> None:
+    """The CLI's own log of the run read as that run: its reads of ``FILES`` in order, each output the
+    whole file, each call with the scripted API's usage."""
+    assert own.source == source and own.model_raw == "gpt-4o"
+    reads = [s for s in own.steps if s.tool_name == tool]
+    assert [path_of(json.loads(s.tool_args)) for s in reads] == [str(folder / n) for n in FILES]
+    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
+    assert all(s.usage.cached_tokens == CHAT_USAGE["prompt_tokens_details"]["cached_tokens"] for s in reads)

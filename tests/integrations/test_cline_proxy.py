@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.core.record import POLICY_NOTE
 from tests.integrations.live_cli import (
     ANSWER,
     FILES,
     ScriptedChat,
+    chat_calls,
+    check_chat_run,
+    check_own_log,
     fresh_home,
     repo,
-    same_calls,
     straight_and_through,
 )
 
@@ -62,38 +63,19 @@ def _cline(base_url: str, folder: Path, home: Path) -> str:
     return res.stdout
 
 
-def _calls(seen: list) -> list[dict]:
-    return [body for path, body in seen if path.endswith("/chat/completions")]
-
-
-def _comparable(body: dict) -> dict:
-    """A request without its tool messages' contents."""
-    msgs = [{**m, "content": None} if m.get("role") == "tool" else m for m in body["messages"]]
-    return {**body, "messages": msgs}
-
-
 def test_cline_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
     from dtoc_rl.ingest import read_first
     from dtoc_rl.ingest.driver import ingest_paths
 
     folder = repo(tmp_path)
     runs = straight_and_through(
-        _ClineChat, lambda url: _cline(url, folder, tmp_path / "home"), _calls, tmp_path / "logs",
+        _ClineChat, lambda url: _cline(url, folder, tmp_path / "home"), chat_calls, tmp_path / "logs",
         folder=folder,
     )  # fmt: skip
     for out in (runs.direct, runs.via):
         (last,) = [json.loads(line) for line in out.splitlines() if '"run_result"' in line]
         assert last["finishReason"] == "completed" and last["text"] == ANSWER
-    for alone, proxied_call in same_calls(runs, _comparable):
-        mine = [m["content"] for m in alone["messages"] if m["role"] == "tool"]
-        theirs = [m["content"] for m in proxied_call["messages"] if m["role"] == "tool"]
-        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
-            if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
-                ph = json.loads(b)
-                assert ph["hidden"] is True and POLICY_NOTE in b and ph["estimated_tokens"] > 500
-            else:
-                assert b == a
-    assert runs.proxy.hidden_sent == sum(range(len(FILES)))
+    check_chat_run(runs)
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["read_files"] * len(FILES)
@@ -102,8 +84,4 @@ def test_cline_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
     # and Cline's own session file of the same run reads as that run
     (session,) = (tmp_path / "home" / ".cline" / "data" / "sessions").glob("*/*.messages.json")
     _, own = read_first(session)
-    assert own.source == "cline" and own.model_raw == "gpt-4o"
-    reads = [s for s in own.steps if s.tool_name == "read_files"]
-    assert [json.loads(s.tool_args)["files"][0]["path"] for s in reads] == [str(folder / n) for n in FILES]
-    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
-    assert all(s.usage.cached_tokens == 8000 for s in reads)
+    check_own_log(own, "cline", "read_files", folder, lambda a: a["files"][0]["path"])

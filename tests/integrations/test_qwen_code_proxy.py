@@ -15,7 +15,6 @@ request leaves the machine: the API is a local URL and the CLI's home a temporar
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -23,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from dtoc_rl.core.record import POLICY_NOTE
 from tests.integrations.live_cli import (
     ANSWER,
     FILES,
     ScriptedChat,
+    check_chat_run,
+    check_own_log,
     fresh_home,
     repo,
-    same_calls,
     straight_and_through,
 )
 
@@ -60,12 +59,6 @@ def _calls(seen: list) -> list[dict]:
             and any(t["function"]["name"] == "read_file" for t in body.get("tools") or [])]  # fmt: skip
 
 
-def _comparable(body: dict) -> dict:
-    """A request without its tool messages' contents."""
-    msgs = [{**m, "content": None} if m.get("role") == "tool" else m for m in body["messages"]]
-    return {**body, "messages": msgs}
-
-
 def test_qwen_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
     from dtoc_rl.ingest import read_first
     from dtoc_rl.ingest.driver import ingest_paths
@@ -76,16 +69,7 @@ def test_qwen_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_pat
         folder=folder,
     )  # fmt: skip
     assert runs.direct.endswith(ANSWER) and runs.via.endswith(ANSWER)
-    for alone, proxied_call in same_calls(runs, _comparable):
-        mine = [m["content"] for m in alone["messages"] if m["role"] == "tool"]
-        theirs = [m["content"] for m in proxied_call["messages"] if m["role"] == "tool"]
-        for k, (a, b) in enumerate(zip(mine, theirs, strict=True)):
-            if k < len(mine) - 1:  # last_n:n=1: every read but the newest hidden
-                ph = json.loads(b)
-                assert ph["hidden"] is True and POLICY_NOTE in b and ph["estimated_tokens"] > 500
-            else:
-                assert b == a
-    assert runs.proxy.hidden_sent == sum(range(len(FILES)))
+    check_chat_run(runs)
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["read_file"] * len(FILES)
@@ -93,8 +77,5 @@ def test_qwen_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_pat
     # and Qwen Code's own session file of the same run reads as that run
     (session,) = (tmp_path / "home" / ".qwen" / "projects").glob("*/chats/*.jsonl")
     _, own = read_first(session)
-    assert own.source == "qwen-code" and own.model_raw == "gpt-4o" and own.task_text.startswith("Read alpha")
-    reads = [s for s in own.steps if s.tool_name == "read_file"]
-    assert [json.loads(s.tool_args)["file_path"] for s in reads] == [str(folder / n) for n in FILES]
-    assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
-    assert all(s.usage.cached_tokens == 8000 for s in reads)
+    check_own_log(own, "qwen-code", "read_file", folder, lambda a: a["file_path"])
+    assert own.task_text.startswith("Read alpha")
