@@ -311,9 +311,12 @@ def chat_to_steps(
                 pending.append(text)
             continue
         if m.get("dtoc_compaction") is True:  # a summary replaced everything before it
-            events.append(
-                ContextEvent("compaction", list(range(len(res.steps))), "summary replaced the context")
+            # but from the first of the calls a harness kept after its summary (``dtoc_keeps``: ids)
+            keeps = set(m.get("dtoc_keeps") or ())
+            kept_from = next(
+                (i for i, st in enumerate(res.steps) if st.tool_call_id in keeps), len(res.steps)
             )
+            events.append(ContextEvent("compaction", list(range(kept_from)), "summary replaced the context"))
             pending.append(text)
             continue
         if role in ("system", "developer"):

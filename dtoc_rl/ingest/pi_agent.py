@@ -18,8 +18,8 @@ again: it and its calls' results are left out (``extra.failed_calls``).  A ``com
 Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the session is the branch that
 ends at the file's last entry, root first; each tool call a step, its ``toolResult`` the output; the
 user's own commands and extensions' messages are user text.  A compaction is a compaction event whose
-summary is the next call's user text (the event drops every earlier step, the kept ones included: an
-overcount of what it freed).  Usage: ``input + cacheRead + cacheWrite`` the call's input, the cache
+summary is the next call's user text, and the steps before ``firstKeptEntryId`` its targets.
+Usage: ``input + cacheRead + cacheWrite`` the call's input, the cache
 counts and ``cost.total`` as logged (a total of 0, what pi logs for a model it has no prices for, is
 no figure).  The model is the assistant messages'; the task the first user
 text; sessions record no outcome (``success`` None).
@@ -74,9 +74,8 @@ class PiAgentIngester(Ingester):
             elif kind == "custom_message":  # an extension's message, sent to the model
                 msgs.append({"role": "user", "content": _text(e.get("content"))})
             elif kind in ("compaction", "branch_summary") and isinstance(e.get("summary"), str):
-                msgs.append(
-                    {"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction"}
-                )
+                msgs.append({"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction",
+                             "dtoc_keeps": _kept_calls(branch, e.get("firstKeptEntryId"), e)})  # fmt: skip
         # the results of calls no message kept (a failed call's, a line lost) never reach the model
         orphans = drop_orphan_replies(msgs) if bad or failed else 0
         cp = chat_to_steps(msgs, "entries")
@@ -113,6 +112,21 @@ class PiAgentIngester(Ingester):
                 steps=cp.steps,
             )
         )
+
+
+def _kept_calls(branch: list[dict], first_kept: Any, compaction: dict) -> list[str]:
+    """The calls a compaction kept after its summary: those made from ``firstKeptEntryId`` on."""
+    ids = [e.get("id") for e in branch]
+    if first_kept not in ids or compaction not in branch:
+        return []
+    kept = branch[ids.index(first_kept) : branch.index(compaction)]
+    return [
+        b["id"]
+        for e in kept
+        if isinstance(m := e.get("message"), dict) and m.get("role") == "assistant"
+        for b in m.get("content") or ()
+        if isinstance(b, dict) and b.get("type") == "toolCall" and isinstance(b.get("id"), str)
+    ]
 
 
 def _text(content: Any) -> str:

@@ -62,9 +62,10 @@ class QwenCodeIngester(Ingester):
         cleared: list[tuple[int, set[str]]] = []  # (model turns before it, calls whose outputs it cleared)
         for r in branch:
             if r.get("type") == "system" and r.get("subtype") == "chat_compression":
-                summary, emptied = _compressed(r.get("systemPayload"), contents)
-                if summary:  # the history replaced by a summary
-                    contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True})
+                summary, emptied, kept = _compressed(r.get("systemPayload"), contents)
+                if summary:  # the history replaced by a summary, and the latest calls kept
+                    contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True,
+                                     "dtoc_keeps": sorted(kept)})  # fmt: skip
                 if emptied:  # the history kept, old outputs cleared (/compress-fast)
                     cleared.append((sum(c.get("role") == "model" for c in contents), emptied))
             elif r.get("type") in _TURNS and isinstance(r.get("message"), dict):
@@ -114,10 +115,11 @@ class QwenCodeIngester(Ingester):
         )
 
 
-def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str]]:
+def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str], set[str]]:
     """What a compression changed in the model's history: the user text it put in place of what it
     dropped (a summary; the model's acknowledgement and the turns already on the branch are not new
-    text), and the calls whose outputs it kept but cleared (its fast mode keeps every turn)."""
+    text), the calls whose outputs it kept but cleared (its fast mode keeps every turn), and the calls
+    it kept."""
     history = payload.get("compressedHistory") if isinstance(payload, dict) else None
     said = {p.get("text") for c in before for p in c.get("parts") or () if isinstance(p, dict)}
     answered = {
@@ -126,17 +128,19 @@ def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str]]:
         for p in c.get("parts") or ()
         if isinstance(fr := part_field(p, "functionResponse"), dict)
     }
-    texts, emptied = [], set()
+    texts, emptied, kept = [], set(), set()
     for c in history if isinstance(history, list) else ():
         for p in c.get("parts") or () if isinstance(c, dict) else ():
             if not isinstance(p, dict):
                 continue
+            if isinstance(fc := part_field(p, "functionCall"), dict) and isinstance(fc.get("id"), str):
+                kept.add(fc["id"])
             fr = part_field(p, "functionResponse")
             if isinstance(fr, dict) and fr.get("id") in answered and fr.get("response") != answered[fr["id"]]:
                 emptied.add(fr["id"])
             elif c.get("role") == "user" and isinstance(p.get("text"), str) and p["text"] not in said:
                 texts.append(p["text"])
-    return "\n\n".join(texts), emptied
+    return "\n\n".join(texts), emptied, kept
 
 
 def _output_once(usage: dict) -> dict:

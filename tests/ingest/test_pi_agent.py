@@ -123,3 +123,22 @@ def test_a_failed_call_is_left_out_and_an_extensions_message_is_sent(tmp_path):
     assert [s.tool_name for s in t.steps] == ["read"] * 3 + [None]
     assert json.loads(t.extra)["failed_calls"] == ["overloaded"]
     assert json.loads(t.extra)["trailing_user_text"] == "Also read delta.txt"
+
+
+def test_a_compaction_drops_the_steps_before_the_first_entry_it_kept(tmp_path):
+    header, *entries = _entries()
+    calls = [e for e in entries if e.get("message", {}).get("role") == "assistant"]
+    squeeze = {"type": "compaction", "id": "c1", "parentId": entries[-1]["id"], "summary": "Read two files.",
+               "firstKeptEntryId": calls[2]["id"], "tokensBefore": 9000}  # fmt: skip
+    said = {"role": "assistant", "content": [{"type": "text", "text": "Go on."}], "model": "gpt-4o"}
+    after = {
+        "type": "message",
+        "id": "a9",
+        "parentId": "c1",
+        "timestamp": "2026-12-05T10:26:02Z",
+        "message": said,
+    }
+    _, t = read_first(_write(tmp_path / "s.jsonl", [header, *entries, squeeze, after]))
+    (event,) = t.steps[-1].events
+    # pi sends the summary, then every entry from the third call on: the first two calls' steps are gone
+    assert event.kind == "compaction" and event.targets == [0, 1]
