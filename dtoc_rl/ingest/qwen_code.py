@@ -5,8 +5,11 @@ one JSON record per line, ``{"uuid", "parentUuid", "sessionId", "timestamp", "ty
 "version", ...}``.  ``type`` is ``user`` (the user's words), ``assistant`` (a model call: ``model``,
 ``usageMetadata`` in Gemini's shape), ``tool_result`` (the answers to a call's tools) or ``system``
 (the CLI's own records: telemetry, snapshots, titles, and ``chat_compression``, whose
-``systemPayload.compressedHistory`` replaced the model's history).  The first three hold the turn
-as a Gemini API content under ``message`` (``{"role": "user" | "model", "parts": [...]}``: text,
+``systemPayload.compressedHistory`` replaced the model's history).  A subagent's transcript
+(``subagents/<session>/agent-<id>.jsonl``: records with ``agentId`` and ``isSidechain``, the parent's
+``sessionId``) writes a round's text and usage as one record and each of its calls as a record of its
+own: they are read as one model call, and the trajectory is named after the agent.  The first three
+hold the turn as a Gemini API content under ``message`` (``{"role": "user" | "model", "parts": [...]}``: text,
 ``functionCall`` and ``functionResponse`` parts).
 
 Mapping: the records form a tree by ``parentUuid`` (a rewound or resumed session branches); the
@@ -70,6 +73,11 @@ class QwenCodeIngester(Ingester):
                     cleared.append((sum(c.get("role") == "model" for c in contents), emptied))
             elif r.get("type") in _TURNS and isinstance(r.get("message"), dict):
                 content = dict(r["message"])
+                prev = contents[-1] if contents else None
+                if _call_only(r) and prev is not None and prev.get("role") == "model":
+                    # a subagent's transcript writes each call of a round as a record of its own
+                    prev["parts"] = [*prev.get("parts", []), *content.get("parts", [])]
+                    continue
                 if r.get("type") == "assistant":
                     if isinstance(r.get("usageMetadata"), dict):
                         content["usageMetadata"] = _output_once(r["usageMetadata"])
@@ -88,8 +96,13 @@ class QwenCodeIngester(Ingester):
         session = next(
             (r.get("sessionId") for r in records if isinstance(r.get("sessionId"), str)), path.stem
         )
+        agent = next(
+            (r["agentId"] for r in turns if isinstance(r.get("agentId"), str) and r.get("isSidechain")), None
+        )
         model = next((r["model"] for r in turns if isinstance(r.get("model"), str) and r["model"]), "")
         extra: dict[str, Any] = {"cwd": turns[0].get("cwd"), "version": turns[0].get("version")}
+        if agent is not None:  # a subagent's transcript: its session id is the parent session's
+            extra["parent_session"], extra["agent"] = session, turns[0].get("agentName")
         if len(branch) < len(records):
             extra["records_off_branch"] = len(records) - len(branch)
         if bad:
@@ -100,7 +113,7 @@ class QwenCodeIngester(Ingester):
             extra["trailing_user_text"] = cp.trailing_user
         yield finalize(
             Trajectory(
-                traj_id=f"{self.name}/{session}",
+                traj_id=f"{self.name}/{session}" + (f"/{agent}" if agent else ""),
                 source=self.name,
                 model_raw=model,
                 model_family=normalize_family(model),
@@ -113,6 +126,19 @@ class QwenCodeIngester(Ingester):
                 steps=cp.steps,
             )
         )
+
+
+def _call_only(record: dict) -> bool:
+    """A subagent's assistant record holding function calls and nothing else, without usage of its
+    own: one call of the round the record before it opened."""
+    parts = record["message"].get("parts") or []
+    return (
+        record.get("type") == "assistant"
+        and bool(record.get("isSidechain"))
+        and not record.get("usageMetadata")
+        and bool(parts)
+        and all(isinstance(p, dict) and part_field(p, "functionCall") is not None for p in parts)
+    )
 
 
 def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str], set[str]]:

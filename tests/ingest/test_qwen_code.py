@@ -122,3 +122,35 @@ def test_claude_code_transcripts_and_broken_files_are_told_apart(tmp_path):
     only_system[-1] = {**only_system[-1], "message": {"role": "user", "parts": "not a list"}}
     with pytest.raises(IngestError, match="parts"):
         read_first(_write(tmp_path / "bad.jsonl", only_system))
+
+
+def _sidechain(i: int, kind: str, parts: list, session: str, **more) -> dict:
+    role = "model" if kind == "assistant" else "user"
+    return {"uuid": f"u{i}", "parentUuid": f"u{i - 1}" if i else None, "sessionId": session, "type": kind,
+            "agentId": "a1", "agentName": "general", "isSidechain": True,
+            "message": {"role": role, "parts": parts}, **more}  # fmt: skip
+
+
+def _read(cid: str, path: str) -> dict:
+    return {"functionCall": {"id": cid, "name": "read_file", "args": {"file_path": path}}}
+
+
+def _got(cid: str, out: str) -> dict:
+    return {"functionResponse": {"id": cid, "name": "read_file", "response": {"output": out}}}
+
+
+def test_a_subagents_transcript_is_read_as_its_own_rounds(tmp_path):
+    # a subagent writes a round's text and usage as one record, then each of its calls as one more
+    session = _records()[0]["sessionId"]
+    usage = {"promptTokenCount": 500, "candidatesTokenCount": 20, "totalTokenCount": 520}
+    parts = [([{"text": "read a and b"}], "user", {}),
+             ([{"text": "Reading both."}], "assistant", {"usageMetadata": usage}),
+             ([_read("ca", "a")], "assistant", {}), ([_read("cb", "b")], "assistant", {}),
+             ([_got("ca", "A")], "tool_result", {}), ([_got("cb", "B")], "tool_result", {}),
+             ([{"text": "Done."}], "assistant", {"usageMetadata": usage})]  # fmt: skip
+    rows = [_sidechain(i, kind, p, session, **more) for i, (p, kind, more) in enumerate(parts)]
+    _, t = read_first(_write(tmp_path / "agent-a1.jsonl", rows))
+    assert t.traj_id == f"qwen-code/{session}/a1" and json.loads(t.extra)["parent_session"] == session
+    got = [(s.turn, s.tool_name, s.output) for s in t.steps]
+    assert got == [(0, "read_file", "A"), (0, "read_file", "B"), (1, None, None)]
+    assert t.steps[0].assistant_text == "Reading both." and t.steps[0].usage.output_tokens == 20
