@@ -1,8 +1,9 @@
 """pi coding agent sessions (``~/.pi/agent/sessions/--<cwd>--/<time>_<id>.jsonl``).
 
-Format (badlogic/pi-mono, ``packages/coding-agent/docs/session-format.md``, versions 2 and 3; read
-off real sessions of pi 0.73): a header line ``{"type": "session", "version", "id", "timestamp",
-"cwd"}``, then entries forming a tree by ``id`` / ``parentId``.  ``message`` entries hold the
+Format (badlogic/pi-mono, ``packages/coding-agent/docs/session-format.md``; read off real sessions of
+pi 0.73): a header line ``{"type": "session", "version", "id", "timestamp", "cwd"}``, then entries
+forming a tree by ``id`` / ``parentId`` (version 1, before the tree, wrote them one after another:
+read in file order).  ``message`` entries hold the
 agent's messages: ``user`` (text or content blocks), ``assistant`` (``text``, ``thinking`` and
 ``toolCall`` blocks ``{"id", "name", "arguments"}``; ``model``, ``provider`` and ``usage``: ``input``
 without the cache, ``cacheRead``, ``cacheWrite``, ``output``, ``cost.total``), ``toolResult``
@@ -46,9 +47,9 @@ class PiAgentIngester(Ingester):
 
     def detect(self, path: Path, head: str) -> bool:
         first = head.lstrip().split("\n", 1)[0]
-        return (
-            path.suffix == ".jsonl" and '"type":"session"' in first.replace(" ", "") and '"parentId"' in head
-        )
+        # version 2 and 3 link entries by parentId; version 1 wrote them one after another
+        linked = '"parentId"' in head or '"type":"message"' in head.replace(" ", "")
+        return path.suffix == ".jsonl" and '"type":"session"' in first.replace(" ", "") and linked
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         numbered, bad = read_records(path)
@@ -56,7 +57,11 @@ class PiAgentIngester(Ingester):
         header = next((e for e in entries if e.get("type") == "session"), None)
         if header is None:
             raise IngestError("no session header line: not a pi session", path)
-        branch, bridged = tree_branch([(n, e) for n, e in numbered if e is not header], "id", "parentId")
+        body = [(n, e) for n, e in numbered if e is not header]
+        if any("id" in e for _, e in body):
+            branch, bridged = tree_branch(body, "id", "parentId")
+        else:  # version 1: a linear session, as pi migrates it
+            branch, bridged = [e for _, e in body], 0
         msgs: list[dict] = []
         model, provider = "", ""
         failed: list[str] = []

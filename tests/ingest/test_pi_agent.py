@@ -142,3 +142,15 @@ def test_a_compaction_drops_the_steps_before_the_first_entry_it_kept(tmp_path):
     (event,) = t.steps[-1].events
     # pi sends the summary, then every entry from the third call on: the first two calls' steps are gone
     assert event.kind == "compaction" and event.targets == [0, 1]
+
+
+def test_a_version_1_session_is_read_in_file_order(tmp_path):
+    # before the tree (version 1), pi wrote a session's entries one after another, without ids
+    header, *entries = _entries()
+    linear = [{**header, "version": 1}] + [
+        {k: v for k, v in e.items() if k not in ("id", "parentId")} for e in entries
+    ]
+    path = _write(tmp_path / "v1.jsonl", linear)
+    assert detect_format(path).name == "pi"
+    _, t = read_first(path)
+    assert [s.tool_name for s in t.steps] == ["read"] * 3 + [None] and t.task_text.startswith("Read alpha")
