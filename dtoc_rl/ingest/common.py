@@ -302,11 +302,14 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     return records, bad
 
 
-def tree_branch(records: list[tuple[int, dict]], id_key: str, parent_key: str) -> tuple[list[dict], int]:
+def tree_branch(
+    records: list[tuple[int, dict]], id_key: str, parent_key: str, bridge: bool = True
+) -> tuple[list[dict], int]:
     """The branch of a log written as a tree of records (each naming its parent) that ends at the
     file's last record, root first, as the harnesses that write them resume a session; and how many
-    gaps were bridged.  A record whose parent is not in the file (its line unreadable) goes on from
-    the nearest readable record written before it, so one bad line costs that line only."""
+    gaps were bridged.  With ``bridge`` (the file has unreadable lines), a record whose parent is not
+    in the file goes on from the nearest readable record written before it, so one bad line costs that
+    line only; without, the branch starts there."""
     index = {rec[id_key]: i for i, (_, rec) in enumerate(records) if isinstance(rec.get(id_key), str)}
     out: list[dict] = []
     seen: set[int] = set()
@@ -321,6 +324,8 @@ def tree_branch(records: list[tuple[int, dict]], id_key: str, parent_key: str) -
             break
         j = index.get(parent)
         if j is None:  # a parent on a line that could not be read
+            if not bridge:
+                break
             bridged += 1
             j = i - 1 if i > 0 else None
         i = j

@@ -454,7 +454,7 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
                 msgs.append({"role": _user_role(msgs, text), "content": text})
                 if c.get("dtoc_compaction") is True:  # a summary that replaced the history before it
                     msgs[-1]["dtoc_compaction"] = True
-                    msgs[-1]["dtoc_keeps"] = c.get("dtoc_keeps") or []
+                    msgs[-1]["dtoc_keeps_turns"] = c.get("dtoc_keeps_turns") or 0
         else:
             raise IngestError(
                 f"{w} has role {role!r}, expected 'user' or 'model' (or 'function' for replies)"

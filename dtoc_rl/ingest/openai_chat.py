@@ -311,11 +311,10 @@ def chat_to_steps(
                 pending.append(text)
             continue
         if m.get("dtoc_compaction") is True:  # a summary replaced everything before it
-            # but from the first of the calls a harness kept after its summary (``dtoc_keeps``: ids)
-            keeps = set(m.get("dtoc_keeps") or ())
-            kept_from = next(
-                (i for i, st in enumerate(res.steps) if st.tool_call_id in keeps), len(res.steps)
-            )
+            # but the latest model turns a harness kept after its summary (``dtoc_keeps_turns``)
+            kept = m.get("dtoc_keeps_turns") or 0
+            first = turn + 1 - kept if isinstance(kept, int) and kept > 0 else turn + 1
+            kept_from = next((i for i, st in enumerate(res.steps) if st.turn >= first), len(res.steps))
             events.append(ContextEvent("compaction", list(range(kept_from)), "summary replaced the context"))
             pending.append(text)
             continue

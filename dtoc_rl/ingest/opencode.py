@@ -85,9 +85,9 @@ def _without_undone(msgs: list, revert: Any) -> tuple[list, int]:
     part = revert.get("partID")
     if part and isinstance(msgs[cut].get("parts"), list):  # the message kept up to the undone part
         pids = [p.get("id") if isinstance(p, dict) else None for p in msgs[cut]["parts"]]
-        if part in pids:
-            kept = {**msgs[cut], "parts": msgs[cut]["parts"][: pids.index(part)]}
-            return [*msgs[:cut], kept], len(msgs) - cut - 1
+        # a part the message does not hold: the message is kept whole, as OpenCode's cleanup keeps it
+        kept = {**msgs[cut], "parts": msgs[cut]["parts"][: pids.index(part)]} if part in pids else msgs[cut]
+        return [*msgs[:cut], kept], len(msgs) - cut - 1
     return msgs[:cut], len(msgs) - cut
 
 
@@ -433,6 +433,8 @@ class OpenCodeDatabaseIngester(OpenCodeIngester):
         con = open_log_database(path)
         try:
             sessions = con.execute("select * from session order by time_created, id").fetchall()
+            if not sessions:  # a database OpenCode made before its first session
+                return
             rows = [(s["id"], s, None) for s in sessions]
             one = lambda s, _: self._build(path, _session_info(s), _session_messages(con, s["id"]), {})  # noqa: E731
             yield from parse_rows(path, rows, one, unit="session")

@@ -59,7 +59,7 @@ class PiAgentIngester(Ingester):
             raise IngestError("no session header line: not a pi session", path)
         body = [(n, e) for n, e in numbered if e is not header]
         if any("id" in e for _, e in body):
-            branch, bridged = tree_branch(body, "id", "parentId")
+            branch, bridged = tree_branch(body, "id", "parentId", bridge=bool(bad))
         else:  # version 1: a linear session, as pi migrates it
             branch, bridged = [e for _, e in body], 0
         msgs: list[dict] = []
@@ -79,8 +79,9 @@ class PiAgentIngester(Ingester):
             elif kind == "custom_message":  # an extension's message, sent to the model
                 msgs.append({"role": "user", "content": _text(e.get("content"))})
             elif kind in ("compaction", "branch_summary") and isinstance(e.get("summary"), str):
+                kept = _kept_turns(branch, e.get("firstKeptEntryId"), e)
                 msgs.append({"role": "user", "content": e["summary"], "dtoc_compaction": kind == "compaction",
-                             "dtoc_keeps": _kept_calls(branch, e.get("firstKeptEntryId"), e)})  # fmt: skip
+                             "dtoc_keeps_turns": kept})  # fmt: skip
         # the results of calls no message kept (a failed call's, a line lost) never reach the model
         orphans = drop_orphan_replies(msgs) if bad or failed else 0
         cp = chat_to_steps(msgs, "entries")
@@ -119,19 +120,18 @@ class PiAgentIngester(Ingester):
         )
 
 
-def _kept_calls(branch: list[dict], first_kept: Any, compaction: dict) -> list[str]:
-    """The calls a compaction kept after its summary: those made from ``firstKeptEntryId`` on."""
+def _kept_turns(branch: list[dict], first_kept: Any, compaction: dict) -> int:
+    """How many model turns a compaction kept after its summary: those from ``firstKeptEntryId`` on
+    (a failed call, never sent again, is no turn)."""
     ids = [e.get("id") for e in branch]
     if first_kept not in ids or compaction not in branch:
-        return []
-    kept = branch[ids.index(first_kept) : branch.index(compaction)]
-    return [
-        b["id"]
-        for e in kept
-        if isinstance(m := e.get("message"), dict) and m.get("role") == "assistant"
-        for b in m.get("content") or ()
-        if isinstance(b, dict) and b.get("type") == "toolCall" and isinstance(b.get("id"), str)
-    ]
+        return 0
+    return sum(
+        isinstance(m := e.get("message"), dict)
+        and m.get("role") == "assistant"
+        and m.get("stopReason") not in ("error", "aborted")
+        for e in branch[ids.index(first_kept) : branch.index(compaction)]
+    )
 
 
 def _text(content: Any) -> str:

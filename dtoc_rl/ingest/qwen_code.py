@@ -57,7 +57,7 @@ class QwenCodeIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         numbered, bad = read_records(path)
         records = [rec for _, rec in numbered]
-        branch, bridged = tree_branch(numbered, "uuid", "parentUuid")
+        branch, bridged = tree_branch(numbered, "uuid", "parentUuid", bridge=bool(bad))
         turns = [r for r in branch if r.get("type") in _TURNS and isinstance(r.get("message"), dict)]
         if not turns:
             raise IngestError("no user, assistant or tool_result record: not a Qwen Code session", path)
@@ -68,7 +68,7 @@ class QwenCodeIngester(Ingester):
                 summary, emptied, kept = _compressed(r.get("systemPayload"), contents)
                 if summary:  # the history replaced by a summary, and the latest calls kept
                     contents.append({"role": "user", "parts": [{"text": summary}], "dtoc_compaction": True,
-                                     "dtoc_keeps": sorted(kept)})  # fmt: skip
+                                     "dtoc_keeps_turns": kept})  # fmt: skip
                 if emptied:  # the history kept, old outputs cleared (/compress-fast)
                     cleared.append((sum(c.get("role") == "model" for c in contents), emptied))
             elif r.get("type") in _TURNS and isinstance(r.get("message"), dict):
@@ -141,31 +141,37 @@ def _call_only(record: dict) -> bool:
     )
 
 
-def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str], set[str]]:
+def _compressed(payload: Any, before: list[dict]) -> tuple[str, set[str], int]:
     """What a compression changed in the model's history: the user text it put in place of what it
     dropped (a summary; the model's acknowledgement and the turns already on the branch are not new
-    text), the calls whose outputs it kept but cleared (its fast mode keeps every turn), and the calls
-    it kept."""
+    text), the calls whose outputs it kept but cleared (its fast mode keeps every turn), and how many
+    of the branch's model turns it kept."""
     history = payload.get("compressedHistory") if isinstance(payload, dict) else None
     said = {p.get("text") for c in before for p in c.get("parts") or () if isinstance(p, dict)}
     answered = {
-        fr.get("id"): fr.get("response")
+        fr["id"]: fr.get("response")
         for c in before
         for p in c.get("parts") or ()
-        if isinstance(fr := part_field(p, "functionResponse"), dict)
+        if isinstance(fr := part_field(p, "functionResponse"), dict) and isinstance(fr.get("id"), str)
     }
-    texts, emptied, kept = [], set(), set()
+    turns = {json.dumps(c.get("parts"), sort_keys=True) for c in before if c.get("role") == "model"}
+    texts, emptied, kept = [], set(), 0
     for c in history if isinstance(history, list) else ():
         for p in c.get("parts") or () if isinstance(c, dict) else ():
             if not isinstance(p, dict):
                 continue
-            if isinstance(fc := part_field(p, "functionCall"), dict) and isinstance(fc.get("id"), str):
-                kept.add(fc["id"])
             fr = part_field(p, "functionResponse")
-            if isinstance(fr, dict) and fr.get("id") in answered and fr.get("response") != answered[fr["id"]]:
-                emptied.add(fr["id"])
+            rid = fr.get("id") if isinstance(fr, dict) else None
+            if isinstance(rid, str) and rid in answered and fr.get("response") != answered[rid]:
+                emptied.add(rid)
             elif c.get("role") == "user" and isinstance(p.get("text"), str) and p["text"] not in said:
                 texts.append(p["text"])
+        if (
+            isinstance(c, dict)
+            and c.get("role") == "model"
+            and json.dumps(c.get("parts"), sort_keys=True) in turns
+        ):
+            kept += 1
     return "\n\n".join(texts), emptied, kept
 
 
@@ -177,8 +183,9 @@ def _output_once(usage: dict) -> dict:
     thinking no larger than the candidates is taken to be in them."""
     total, prompt = usage.get("totalTokenCount"), usage.get("promptTokenCount")
     out, thoughts = usage.get("candidatesTokenCount") or 0, usage.get("thoughtsTokenCount") or 0
-    if isinstance(total, int) and isinstance(prompt, int) and total > prompt:
-        return {**usage, "candidatesTokenCount": total - prompt, "thoughtsTokenCount": 0}
+    tool = usage.get("toolUsePromptTokenCount") or 0  # a built-in tool's prompt: input, not output
+    if isinstance(total, int) and isinstance(prompt, int) and total > prompt + tool:
+        return {**usage, "candidatesTokenCount": total - prompt - tool, "thoughtsTokenCount": 0}
     if thoughts and out >= thoughts:
         return {**usage, "thoughtsTokenCount": 0}
     return usage

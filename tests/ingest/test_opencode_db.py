@@ -93,3 +93,23 @@ def test_an_undone_turn_is_out_of_the_session_and_parts_go_in_opencodes_order(tm
     _, export = read_first(FIX / "export.json")
     assert _fields(t) == _fields(export)  # neither the undone turn nor the late write shows
     assert json.loads(t.extra)["undone_messages"] == 2
+
+
+def test_an_empty_database_reads_as_nothing_and_an_undo_to_a_missing_part_keeps_its_message(tmp_path):
+    from dtoc_rl.ingest.opencode import OpenCodeDatabaseIngester, _without_undone
+
+    db = tmp_path / "opencode.db"
+    shutil.copy(FIX / "opencode.db", db)
+    con = sqlite3.connect(db)
+    for table in ("part", "message", "session"):
+        con.execute(f"delete from {table}")
+    con.commit()
+    con.close()
+    assert list(OpenCodeDatabaseIngester().parse(db)) == []  # a store made before its first session
+    msgs = [{"info": {"id": "m1"}, "parts": [{"id": "p1"}]}, {"info": {"id": "m2"}, "parts": [{"id": "p2"}]}]
+    assert _without_undone(msgs, {"messageID": "m2", "partID": "gone"}) == (msgs, 0)
+    assert _without_undone(msgs, {"messageID": "m2", "partID": "p2"}) == (
+        [msgs[0], {**msgs[1], "parts": []}],
+        0,
+    )
+    assert _without_undone(msgs, {"messageID": "m2"}) == ([msgs[0]], 1)

@@ -154,3 +154,23 @@ def test_a_version_1_session_is_read_in_file_order(tmp_path):
     assert detect_format(path).name == "pi"
     _, t = read_first(path)
     assert [s.tool_name for s in t.steps] == ["read"] * 3 + [None] and t.task_text.startswith("Read alpha")
+
+
+def test_a_compaction_counts_kept_turns_whatever_their_call_ids(tmp_path):
+    # a provider that reuses call ids (Kimi's functions.read:0) and a kept turn with no call at all
+    header, *entries = _entries()
+    for e in entries:
+        m = e.get("message", {})
+        for b in m.get("content") or []:
+            if isinstance(b, dict) and b.get("type") == "toolCall":
+                b["id"] = "functions.read:0"
+        if m.get("role") == "toolResult":
+            m["toolCallId"] = "functions.read:0"
+    calls = [e for e in entries if e.get("message", {}).get("role") == "assistant"]
+    squeeze = {"type": "compaction", "id": "c1", "parentId": entries[-1]["id"], "summary": "Read them.",
+               "firstKeptEntryId": calls[-1]["id"]}  # fmt: skip
+    said = {"role": "assistant", "content": [{"type": "text", "text": "Go on."}], "model": "gpt-4o"}
+    after = {"type": "message", "id": "a9", "parentId": "c1", "message": said}
+    _, t = read_first(_write(tmp_path / "s.jsonl", [header, *entries, squeeze, after]))
+    (event,) = t.steps[-1].events
+    assert event.targets == [0, 1, 2]  # the text-only answer kept, the three reads gone

@@ -154,3 +154,20 @@ def test_a_subagents_transcript_is_read_as_its_own_rounds(tmp_path):
     got = [(s.turn, s.tool_name, s.output) for s in t.steps]
     assert got == [(0, "read_file", "A"), (0, "read_file", "B"), (1, None, None)]
     assert t.steps[0].assistant_text == "Reading both." and t.steps[0].usage.output_tokens == 20
+
+
+def test_a_compression_in_a_session_whose_calls_have_no_ids(tmp_path):
+    records = _records()
+    for r in records:  # a provider that gives no call ids
+        for p in (r.get("message") or {}).get("parts") or []:
+            for key in ("functionCall", "functionResponse"):
+                if key in p:
+                    p[key].pop("id", None)
+    last_result = max(i for i, r in enumerate(records) if r["type"] == "tool_result")
+    summary = {"role": "user", "parts": [{"text": "Summary: read."}]}
+    squeeze = {"uuid": "c-1", "parentUuid": records[last_result]["uuid"], "type": "system",
+               "subtype": "chat_compression", "systemPayload": {"compressedHistory": [summary]}}  # fmt: skip
+    tail = [dict(r) for r in records[last_result + 1 :]]
+    tail[0]["parentUuid"] = "c-1"
+    _, t = read_first(_write(tmp_path / "s.jsonl", [*records[: last_result + 1], squeeze, *tail]))
+    assert [(e.kind, e.targets) for e in t.steps[-1].events] == [("compaction", [0, 1, 2])]
