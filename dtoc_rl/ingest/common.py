@@ -302,6 +302,14 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     return records, bad
 
 
+def lost_lines(bad: list[str], bridged: int, orphans: int) -> dict[str, Any]:
+    """What a log's unreadable lines cost, for its ``extra``: the lines (the first five), the gaps its
+    branch bridged and the replies dropped with their calls; nothing for a log read whole."""
+    if not bad:
+        return {}
+    return {"bad_lines": "; ".join(bad[:5]), "bridged_gaps": bridged, "replies_without_call": orphans}
+
+
 def tree_branch(
     records: list[tuple[int, dict]], id_key: str, parent_key: str, bridge: bool = True
 ) -> tuple[list[dict], int]:

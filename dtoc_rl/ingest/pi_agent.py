@@ -36,7 +36,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize, read_records, tree_branch
+from dtoc_rl.ingest.common import finalize, lost_lines, read_records, tree_branch
 from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
 __all__ = ["PiAgentIngester"]
@@ -94,10 +94,7 @@ class PiAgentIngester(Ingester):
         }
         if len(branch) < len(entries) - 1:
             extra["entries_off_branch"] = len(entries) - 1 - len(branch)
-        if bad:
-            extra["bad_lines"] = "; ".join(bad[:5])
-            extra["bridged_gaps"] = bridged
-            extra["replies_without_call"] = orphans
+        extra.update(lost_lines(bad, bridged, orphans))
         if failed:
             extra["failed_calls"] = failed
         if cp.trailing_user:

@@ -32,7 +32,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize, read_records, tree_branch
+from dtoc_rl.ingest.common import finalize, lost_lines, read_records, tree_branch
 from dtoc_rl.ingest.gemini import contents_to_chat, part_field
 from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
@@ -105,10 +105,7 @@ class QwenCodeIngester(Ingester):
             extra["parent_session"], extra["agent"] = session, turns[0].get("agentName")
         if len(branch) < len(records):
             extra["records_off_branch"] = len(records) - len(branch)
-        if bad:
-            extra["bad_lines"] = "; ".join(bad[:5])
-            extra["bridged_gaps"] = bridged
-            extra["replies_without_call"] = orphans
+        extra.update(lost_lines(bad, bridged, orphans))
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         yield finalize(

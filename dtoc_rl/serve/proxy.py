@@ -671,11 +671,21 @@ class _BadBody(ValueError):
 _GEMINI_CALL = re.compile(r"/models/([^/:]+):(?:stream)?generateContent$", re.IGNORECASE)
 
 
+def _route(path: str) -> str:
+    return path.split("?", 1)[0].rstrip("/")
+
+
+def _gemini_model(path: str) -> str | None:
+    """The model a Gemini model call's path names, or None for any other path."""
+    named = _GEMINI_CALL.search(_route(path))
+    return unquote(named.group(1)) if named else None
+
+
 def _api_of(method: str, path: str) -> str | None:
-    route = path.split("?", 1)[0].rstrip("/")
+    route = _route(path)
     if method != "POST":
         return None
-    if _GEMINI_CALL.search(route):
+    if _gemini_model(path) is not None:
         return "gemini"
     if route.endswith("/chat/completions"):
         return "openai"
@@ -817,8 +827,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         sent = False
         rw = Rewrite(body, passed="not read")
         try:
-            named = _GEMINI_CALL.search(self.path.split("?", 1)[0].rstrip("/")) if api == "gemini" else None
-            rw = proxy.rewrite(api, body, unquote(named.group(1)) if named else None)
+            rw = proxy.rewrite(api, body, _gemini_model(self.path) if api == "gemini" else None)
             if rw.body is not body:
                 try:
                     raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
