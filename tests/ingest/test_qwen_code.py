@@ -171,3 +171,18 @@ def test_a_compression_in_a_session_whose_calls_have_no_ids(tmp_path):
     tail[0]["parentUuid"] = "c-1"
     _, t = read_first(_write(tmp_path / "s.jsonl", [*records[: last_result + 1], squeeze, *tail]))
     assert [(e.kind, e.targets) for e in t.steps[-1].events] == [("compaction", [0, 1, 2])]
+
+
+def test_a_torn_line_costs_that_line_only(tmp_path):
+    lines = REAL.read_text().splitlines()
+    first_call = next(i for i, line in enumerate(lines) if '"type":"assistant"' in line)
+    lines[first_call] = lines[first_call][:60]  # the first call's record cut short
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    _, t = read_first(path)
+    extra = json.loads(t.extra)
+    assert t.task_text == "Read f0.txt, f1.txt and f2.txt" and [s.tool_name for s in t.steps] == [
+        "read_file"
+    ] * 2 + [None]
+    assert extra["bad_lines"].startswith(f"line {first_call + 1}:") and extra["bridged_gaps"] == 1
+    assert extra["replies_without_call"] == 1  # the lost call's reply, with nothing to answer
