@@ -24,6 +24,7 @@ from dtoc_rl.ingest.cline import ClineIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
 from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.goose import GooseSessionsIngester
+from dtoc_rl.ingest.inspect_logs import InspectIngester
 from dtoc_rl.ingest.mini_swe_agent import MiniSweAgentIngester
 from dtoc_rl.ingest.openai_chat import OpenAIChatIngester
 from dtoc_rl.ingest.opencode import OpenCodeDatabaseIngester, OpenCodeIngester
@@ -85,6 +86,7 @@ INGESTERS: list[Ingester] = [
     OpenHandsEventsIngester(),
     OpenHandsConversationIngester(),
     AtifIngester(),
+    InspectIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),
     OpenHandsSDKIngester(),

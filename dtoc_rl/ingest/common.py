@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Step, Trajectory, Usage
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
 from dtoc_rl.ingest.base import MAX_OUTPUT_CHARS, IngestError, read_json
 
 __all__ = [
@@ -105,6 +105,34 @@ def finalize(traj: Trajectory) -> Trajectory:
         step.output_tokens = math.ceil(len(step.output) / 4) if step.output else 0
     fill_unlogged_prompt(traj)
     return traj
+
+
+def set_masking(
+    steps: list[Step],
+    masked: list[list[int] | None],
+    label: str,
+    dropped: list[list[int] | None] | None = None,
+    texts: list[dict[int, str]] | None = None,
+) -> None:
+    """Record a harness's own hiding, as its log shows it: each step's ``masked_before``
+    (``masked[i]``; None: the log does not say) and ``dropped_before``, a ``mask`` event where an
+    output is hidden (``label``, and the placeholder it got at that step, ``texts[i][j]``) and an
+    ``unmask`` event where it is shown again."""
+    seen: set[int] = set()
+    for i, (step, hid) in enumerate(zip(steps, masked)):
+        if hid is None:
+            continue
+        step.masked_before = list(hid)
+        if dropped is not None and dropped[i] is not None:
+            step.dropped_before = list(dropped[i])
+        for j in hid:
+            if j not in seen:
+                text = texts[i].get(j) if texts is not None else None
+                detail = label if text is None else f"{label}: {text}"
+                step.events.append(ContextEvent(kind="mask", targets=[j], detail=detail))
+        for j in sorted(seen - set(hid)):
+            step.events.append(ContextEvent(kind="unmask", targets=[j], detail=label))
+        seen = set(hid)
 
 
 def new_step(**kw) -> Step:

@@ -55,7 +55,14 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cap_output, finalize, find_upwards, load_selected_labels, new_step
+from dtoc_rl.ingest.common import (
+    cap_output,
+    finalize,
+    find_upwards,
+    load_selected_labels,
+    new_step,
+    set_masking,
+)
 from dtoc_rl.ingest.text_actions import xml_function_call  # SWE-agent 1.x's XMLFunctionCallingParser
 from dtoc_rl.labels.vocabulary import ACI_COMMANDS  # SWE-agent 0.x commands; anything else ran in bash
 
@@ -404,24 +411,22 @@ def _steps_1x(data: dict, extra: dict, n_last: int | None) -> list[Step]:
             extra.setdefault("requery_steps", []).append(i)
         steps.append(step)
 
-    seen_masked: set[int] = set()
     unverified = []
     label = f"LastNObservations(n={n_last})" if n_last else "LastNObservations"
+    masks: list[list[int] | None] = []
+    placeholders: list[dict[int, str]] = []
     for i, step in enumerate(steps):
         ctx = _context(traj, i)
         scan = _scan_context(ctx, i, traj, recorded, call_ids) if ctx is not None else None
         if scan is None:
             unverified.append(i)
+            masks.append(None)
+            placeholders.append({})
             continue
-        masked, texts, user_text = scan
-        step.masked_before = masked
-        step.user_text = user_text
-        for j in masked:
-            if j not in seen_masked:
-                step.events.append(ContextEvent(kind="mask", targets=[j], detail=f"{label}: {texts[j]}"))
-        for j in sorted(seen_masked - set(masked)):
-            step.events.append(ContextEvent(kind="unmask", targets=[j], detail=label))
-        seen_masked = set(masked)
+        masked, texts, step.user_text = scan
+        masks.append(masked)
+        placeholders.append(texts)
+    set_masking(steps, masks, label, texts=placeholders)
     if unverified:
         extra["masking_unknown_steps"] = unverified
     return steps

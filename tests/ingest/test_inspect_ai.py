@@ -1,0 +1,226 @@
+"""Inspect AI logs: real ones (tests/fixtures/inspect_ai, written by inspect_ai 0.3.285's own react agent
+and scorer against its scripted mockllm model; make_fixtures.py there), and the shapes older Inspect
+versions wrote (deflate members, no message ids, whole ``input`` lists) and damaged ones built from
+them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format, read_one
+from dtoc_rl.ingest.base import IngestError
+from dtoc_rl.ingest.driver import ingest_paths
+from dtoc_rl.ingest.inspect_logs import InspectIngester, inspect_usage
+
+HERE = Path(__file__).parent.parent / "fixtures" / "inspect_ai"
+READ_EVAL, READ_JSON, EDIT_EVAL = HERE / "read.eval", HERE / "read.json", HERE / "edit.eval"
+
+
+def _all(path: Path) -> list:
+    return list(InspectIngester().parse(path))
+
+
+def _view(t) -> list[tuple]:
+    return [
+        (
+            s.turn,
+            s.tool_name,
+            s.tool_args,
+            s.output,
+            s.output_is_error,
+            s.usage,
+            s.masked_before,
+            s.dropped_before,
+        )
+        for s in t.steps
+    ]
+
+
+def test_a_real_eval_archive_reads_each_sample_as_a_run():
+    assert detect_format(READ_EVAL).name == "inspect"
+    right, wrong = _all(READ_EVAL)
+    assert (right.task_id, right.success, wrong.task_id, wrong.success) == (
+        "read/mul3",
+        True,
+        "read/mul5",
+        False,
+    )
+    assert right.model_raw == "mockllm/model" and right.task_text == "Which functions multiply by 3?"
+    assert "helpful assistant" in right.system_prompt
+    # a failed call reads as Inspect sends it; two calls of one turn share it and its usage
+    assert [s.tool_name for s in right.steps] == ["read_file"] * 3 + [None]
+    assert right.steps[0].output == "Error: no such file: src/missing.py" and right.steps[0].output_is_error
+    assert right.steps[1].turn == right.steps[2].turn == 1 and right.steps[2].usage is None
+    assert right.steps[1].output.startswith("def f0_0(x):") and right.steps[2].output.startswith(
+        "def f1_0(x):"
+    )
+    # Inspect's input_tokens leaves the cached part out; the prompt is the whole of it
+    usage = [
+        (s.usage.input_tokens, s.usage.cached_tokens, s.usage.output_tokens) for s in right.steps if s.usage
+    ]
+    assert usage == [(900, 0, 40), (1000, 880, 40), (1700, 980, 40)]
+    assert (right.tokens_in, right.tokens_out, right.api_calls) == (3600, 120, 3)
+    stamps = [s.timestamp for s in right.steps]
+    assert None not in stamps and stamps == sorted(stamps)
+    # every call's input is in the log: nothing was hidden, and that is known
+    assert all(s.masked_before == [] for s in right.steps)
+    extra = json.loads(right.extra)
+    assert extra["scores"] == {"includes": "C"} and extra["status"] == "success"
+
+
+def test_a_json_log_reads_as_the_same_runs():
+    assert detect_format(READ_JSON).name == "inspect"
+    assert [_view(t) for t in _all(READ_JSON)] == [_view(t) for t in _all(READ_EVAL)]
+
+
+def test_outputs_inspect_cleared_are_hidden_from_the_calls_that_did_not_see_them():
+    (t,) = _all(EDIT_EVAL)
+    assert [s.masked_before for s in t.steps] == [[], [], [0], [0, 1], [0, 1, 2]]
+    assert [s.dropped_before for s in t.steps] == [[]] * 5  # the calls stayed, their results went
+    masks = [(e.kind, e.targets, e.detail) for s in t.steps for e in s.events]
+    assert masks == [("mask", [j], "CompactionEdit: (Tool result removed)") for j in (0, 1, 2)]
+
+
+def test_a_folder_of_logs_ingests_every_sample():
+    res = ingest_paths([HERE], label=False)
+    assert (
+        sorted(t.task_id for t in res.trajectories) == ["edit/all3"] + ["read/mul3"] * 3 + ["read/mul5"] * 3
+    )
+    assert {t.source for t in res.trajectories} == {"inspect"}
+
+
+def _rezip(src: Path, dst: Path, edit=None, compression=zipfile.ZIP_DEFLATED) -> Path:
+    """``src``'s members written again (through ``edit(name, obj)`` when given) with ``compression``."""
+    from dtoc_rl.ingest.inspect_logs import _member_json
+
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", compression) as out:
+        for name in z.namelist():
+            obj = _member_json(z, src, name)
+            if edit is not None:
+                obj = edit(name, obj)
+            out.writestr(name, obj if isinstance(obj, (str, bytes)) else json.dumps(obj))
+    return dst
+
+
+def test_deflate_archives_as_older_inspect_wrote_them(tmp_path):
+    old = _rezip(READ_EVAL, tmp_path / "old.eval")
+    assert [_view(t) for t in _all(old)] == [_view(t) for t in _all(READ_EVAL)]
+
+
+def _old_style(name: str, obj):
+    # before events_data: each model event holds its whole input, and messages may have no ids
+    if not name.startswith("samples/"):
+        return obj
+    pool = obj.pop("events_data")["messages"]
+    for e in obj["events"]:
+        if e["event"] == "model":
+            e["input"] = [pool[i] for a, b in e.pop("input_refs") for i in range(a, b)]
+            e["output"]["choices"][0]["message"].pop("id", None)
+    for m in obj["messages"]:
+        m.pop("id", None)
+    return obj
+
+
+def test_logs_without_message_ids_or_input_refs_match_calls_in_order(tmp_path):
+    for src in (READ_EVAL, EDIT_EVAL):
+        old = _rezip(src, tmp_path / src.name, _old_style)
+        assert [_view(t) for t in _all(old)] == [_view(t) for t in _all(src)]
+
+
+def test_a_call_left_out_with_its_output_is_dropped(tmp_path):
+    def trim(name, obj):  # the last call's input without the first turn's call and result
+        if name.startswith("samples/"):
+            pool = obj["events_data"]["messages"]
+            last = [e for e in obj["events"] if e["event"] == "model"][-1]
+            kept = [i for a, b in last["input_refs"] for i in range(a, b)]
+            first_call = next(i for i in kept if pool[i].get("tool_calls"))
+            gone = {first_call, first_call + 1}
+            last["input_refs"] = [[i, i + 1] for i in kept if i not in gone]
+        return obj
+
+    (t,) = _all(_rezip(EDIT_EVAL, tmp_path / "trim.eval", trim))
+    assert t.steps[-1].masked_before == [0, 1, 2] and t.steps[-1].dropped_before == [0]
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        # Anthropic through Inspect: uncached input, cache reads and writes apart, total of all
+        (
+            {
+                "input_tokens": 10,
+                "input_tokens_cache_read": 900,
+                "input_tokens_cache_write": 90,
+                "output_tokens": 5,
+                "total_tokens": 1005,
+            },
+            (1000, 900, 90, 5),
+        ),
+        # OpenAI in logs before Inspect left the cached part out of input_tokens
+        (
+            {"input_tokens": 1000, "input_tokens_cache_read": 800, "output_tokens": 5, "total_tokens": 1005},
+            (1000, 800, 0, 5),
+        ),
+        # no total: the parts
+        ({"input_tokens": 200, "input_tokens_cache_read": 800, "output_tokens": 5}, (1000, 800, 0, 5)),
+    ],
+)
+def test_inspect_usage_counts_the_whole_prompt(raw, want):
+    u = inspect_usage(raw)
+    got = (
+        u["prompt_tokens"],
+        u["prompt_tokens_details"]["cached_tokens"],
+        u["prompt_tokens_details"]["cache_write_tokens"],
+        u["completion_tokens"],
+    )
+    assert got == want
+
+
+def test_damaged_logs_name_what_is_wrong(tmp_path):
+    cut = tmp_path / "cut.eval"
+    cut.write_bytes(READ_EVAL.read_bytes()[:4000])
+    with pytest.raises(IngestError, match=r"not a readable \.eval archive"):
+        _all(cut)
+
+    def bad_sample(name, obj):
+        return "{not json" if name == "samples/mul5_epoch_1.json" else obj
+
+    with pytest.raises(IngestError, match=r"samples/mul5_epoch_1.json: invalid JSON"):
+        _all(_rezip(READ_EVAL, tmp_path / "bad.eval", bad_sample))
+
+    header_only = json.loads(READ_JSON.read_text())
+    del header_only["samples"]
+    (tmp_path / "h.json").write_text(json.dumps(header_only, indent=2))
+    with pytest.raises(IngestError, match="holds no samples"):
+        _all(tmp_path / "h.json")
+
+    role = json.loads(READ_JSON.read_text())
+    role["samples"][1]["messages"][2]["role"] = "robot"
+    (tmp_path / "r.json").write_text(json.dumps(role, indent=2))
+    with pytest.raises(IngestError, match=r"samples\[1\]: messages\[2\] has role 'robot'"):
+        _all(tmp_path / "r.json")
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="Python 3.14 reads zstd members itself")
+def test_without_zstandard_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    with pytest.raises(IngestError, match="pip install zstandard"):
+        read_one(READ_EVAL)
+
+
+def test_an_archive_of_an_older_inspect_reads_as_the_same_runs():
+    # inspect_ai 0.3.110: deflate members, each call's whole input in its event, no events_data
+    old = HERE / "read_0.3.110.eval"
+    with zipfile.ZipFile(old) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    then, now = _all(old), _all(READ_EVAL)
+    assert [t.success for t in then] == [True, False]
+    # that version named the missing file as None in its error: the one output that differs
+    assert then[0].steps[0].output == "Error: File 'None' was not found." and then[0].steps[0].output_is_error
+    then[0].steps[0].output = now[0].steps[0].output
+    assert [_view(t) for t in then] == [_view(t) for t in now]
