@@ -41,6 +41,7 @@ from dtoc_rl.ingest.smolagents import SmolagentsIngester
 from dtoc_rl.ingest.swe_agent import SweAgentIngester
 from dtoc_rl.ingest.tau2_bench import Tau2BenchIngester
 from dtoc_rl.ingest.tau_bench import TauBenchIngester
+from dtoc_rl.ingest.trae_agent import TraeAgentIngester
 
 __all__ = [
     "INGESTERS",
@@ -87,6 +88,7 @@ INGESTERS: list[Ingester] = [
     OpenHandsConversationIngester(),
     AtifIngester(),
     InspectIngester(),
+    TraeAgentIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),
     OpenHandsSDKIngester(),
