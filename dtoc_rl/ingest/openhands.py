@@ -309,6 +309,7 @@ class OpenHandsSDKIngester(Ingester):
         turn = -1
         last_resp: object = object()
         kinds: Counter[str] = Counter()
+        usage_of = _usage_by_response(row.get("metrics"))
 
         for i, ev in enumerate(hist):
             w = f"history[{i}]"
@@ -322,7 +323,8 @@ class OpenHandsSDKIngester(Ingester):
             ts = iso_to_epoch(ev.get("timestamp"))
             if kind == "ActionEvent":
                 resp = ev.get("llm_response_id")
-                if resp is None or resp != last_resp:
+                first_of_call = resp is None or resp != last_resp
+                if first_of_call:
                     turn += 1
                 last_resp = resp
                 call = ev.get("tool_call") if isinstance(ev.get("tool_call"), dict) else {}
@@ -352,6 +354,8 @@ class OpenHandsSDKIngester(Ingester):
                         tool_call_id=ev.get("tool_call_id") or call.get("id"),
                     )
                 )
+                if first_of_call and isinstance(resp, str):
+                    step.usage = usage_of.get(resp)
                 if isinstance(eid, str):
                     by_event[eid] = step
                     step_of_event[eid] = len(steps) - 1
@@ -391,7 +395,7 @@ class OpenHandsSDKIngester(Ingester):
                     turn += 1
                     last_resp = object()
                     reasoning = msg.get("reasoning_content") or ""
-                    pending.add(
+                    reply = pending.add(
                         new_step(
                             turn=turn,
                             timestamp=ts,
@@ -399,6 +403,8 @@ class OpenHandsSDKIngester(Ingester):
                             reasoning=reasoning if isinstance(reasoning, str) else "",
                         )
                     )
+                    if isinstance(ev.get("llm_response_id"), str):
+                        reply.usage = usage_of.get(ev["llm_response_id"])
                 elif not steps and not task:
                     task = text
                 else:
@@ -744,4 +750,37 @@ class OpenHandsConversationIngester(OpenHandsSDKIngester):
         agent = state.get("agent") if isinstance(state, dict) else None
         llm = agent.get("llm") if isinstance(agent, dict) else None
         model = llm.get("model") if isinstance(llm, dict) else None
-        yield _folder_run(self, path, files, OpenHandsSDKIngester.name, metadata={"model": model or ""})
+        stats = state.get("stats") if isinstance(state, dict) else None
+        yield _folder_run(
+            self,
+            path,
+            files,
+            OpenHandsSDKIngester.name,
+            metadata={"model": model or ""},
+            metrics=_combined(stats),
+        )
+
+
+def _combined(stats: Any) -> dict | None:
+    """A conversation's ``base_state.json`` ``stats`` (metrics per LLM usage id: the agent's, a
+    condenser's, ...) as one metrics object, as the SDK's benchmark rows hold them: every call's
+    token usage by response id, and the totals over all of them (a condenser's calls are billed too)."""
+    per_id = stats.get("usage_to_metrics") if isinstance(stats, dict) else None
+    if not isinstance(per_id, dict) or not per_id:
+        return None
+    out: dict[str, Any] = {"accumulated_cost": 0.0, "accumulated_token_usage": {}, "token_usages": []}
+    totals = out["accumulated_token_usage"]
+    for m in per_id.values():
+        if not isinstance(m, dict):
+            continue
+        cost = number(m, "accumulated_cost")
+        out["accumulated_cost"] += cost or 0.0
+        acc = m.get("accumulated_token_usage") if isinstance(m.get("accumulated_token_usage"), dict) else {}
+        for k in ("prompt_tokens", "completion_tokens"):
+            n = count(acc, k)
+            if n is not None:
+                totals[k] = totals.get(k, 0) + n
+        for k in ("token_usages", "response_latencies"):
+            if isinstance(m.get(k), list):
+                out.setdefault(k, []).extend(m[k])
+    return out
