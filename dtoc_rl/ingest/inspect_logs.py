@@ -341,25 +341,62 @@ def inspect_usage(raw: Any) -> dict | None:
     return usage
 
 
-def _event_input(event: dict, pool: list, store: dict) -> list | None:
-    """The messages a model event was sent (its ``input``, or its ``input_refs`` into the pool)."""
-    refs = event.get("input_refs")
-    if isinstance(refs, list) and refs:
-        out = []
-        for r in refs:
-            if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)):
-                return None
-            if not 0 <= r[0] <= r[1] <= len(pool):
-                return None
-            out.extend(pool[r[0] : r[1]])
-        return _resolve(out, store)
-    inp = event.get("input")
-    return _resolve(inp, store) if isinstance(inp, list) and inp else None
+_View = tuple[dict[str, str], set[str]]  # what one call was sent: tool outputs by call id, call ids
 
 
-def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> dict[int, list]:
+def _message_view(m: Any, store: dict) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """Of one message a call was sent: the tool call it answers and the text it showed, or the ids of
+    the calls it makes."""
+    if not isinstance(m, dict):
+        return None, None, ()
+    if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+        resolved = {"content": _resolve(m.get("content"), store), "error": m.get("error")}
+        return m["tool_call_id"], _tool_text(resolved, "input")[0], ()
+    calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+    ids = tuple(c["id"] for c in calls or () if isinstance(c, dict) and isinstance(c.get("id"), str))
+    return None, None, ids
+
+
+class _Sent:
+    """What each model event was sent, as :data:`_View`\\ s: its ``input``, or its ``input_refs``
+    (ranges of the sample's message pool, each pooled message read once however many calls share
+    it)."""
+
+    def __init__(self, pool: list, store: dict):
+        self.pool, self.store = pool, store
+        self._seen: dict[int, tuple[str | None, str | None, tuple[str, ...]]] = {}
+
+    def _pooled(self, i: int) -> tuple[str | None, str | None, tuple[str, ...]]:
+        if i not in self._seen:
+            self._seen[i] = _message_view(self.pool[i], self.store)
+        return self._seen[i]
+
+    def view(self, event: dict) -> _View | None:
+        refs = event.get("input_refs")
+        if isinstance(refs, list) and refs:
+            if not all(
+                isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) and 0 <= r[0] <= r[1]
+                for r in refs
+            ) or any(r[1] > len(self.pool) for r in refs):
+                return None
+            parts = (self._pooled(i) for a, b in refs for i in range(a, b))
+        else:
+            inp = event.get("input")
+            if not isinstance(inp, list) or not inp:
+                return None
+            parts = (_message_view(m, self.store) for m in inp)
+        shown: dict[str, str] = {}
+        called: set[str] = set()
+        for cid, text, ids in parts:
+            if cid is not None and text is not None:
+                shown[cid] = text
+            called.update(ids)
+        return shown, called
+
+
+def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> dict[int, _View]:
     """Give each assistant message its model call's usage and time; return what each call was sent
-    (the turn, as :func:`chat_to_steps` numbers assistant messages, -> input messages), where the log
+    (the turn, as :func:`chat_to_steps` numbers assistant messages, -> its view), where the log
     holds it."""
     model_events = [e for e in events if isinstance(e, dict) and e.get("event") == "model"]
     by_id: dict[str, dict] = {}
@@ -378,7 +415,8 @@ def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> dic
         pairs = list(zip(turns, model_events))
     else:
         pairs = []
-    sent: dict[int, list] = {}
+    sent: dict[int, _View] = {}
+    reader = _Sent(pool, store)
     ordinal = {k: t for t, k in enumerate(turns)}
     for k, e in pairs:
         if e is None:
@@ -388,13 +426,13 @@ def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> dic
         if usage:
             chat[k]["usage"] = usage
         chat[k]["timestamp"] = e.get("timestamp")
-        inp = _event_input(e, pool, store)
-        if inp is not None:
-            sent[ordinal[k]] = inp
+        view = reader.view(e)
+        if view is not None:
+            sent[ordinal[k]] = view
     return sent
 
 
-def _mark_hidden(steps: list, outputs: dict[str, str], inputs: dict[int, list], label: str) -> None:
+def _mark_hidden(steps: list, outputs: dict[str, str], inputs: dict[int, _View], label: str) -> None:
     """``masked_before`` (and ``dropped_before``) of each step whose call's input the log holds: the
     earlier outputs that input did not hold as logged."""
     if not inputs:
@@ -402,30 +440,20 @@ def _mark_hidden(steps: list, outputs: dict[str, str], inputs: dict[int, list], 
     masked: list[list[int] | None] = []
     dropped: list[list[int] | None] = []
     placeholders: list[dict[int, str]] = []
+    earlier: list[int] = []  # steps of the turns before this one with a logged output
+    seen = 0  # steps looked at for it so far
     for i, st in enumerate(steps):
-        inp = inputs.get(st.turn)
-        if inp is None:
+        if i and st.turn != steps[i - 1].turn:  # a new turn: the steps before it are earlier
+            earlier.extend(j for j in range(seen, i) if steps[j].tool_call_id in outputs)
+            seen = i
+        view = inputs.get(st.turn)
+        if view is None:
             masked.append(None)
             dropped.append(None)
             placeholders.append({})
             continue
-        shown: dict[str, str] = {}
-        called: set[str] = set()
-        for m in inp:
-            if not isinstance(m, dict):
-                continue
-            if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
-                shown[m["tool_call_id"]] = _tool_text(m, "input")[0]
-            for c in m.get("tool_calls") or () if m.get("role") == "assistant" else ():
-                if isinstance(c, dict) and isinstance(c.get("id"), str):
-                    called.add(c["id"])
-        hid = [
-            j
-            for j in range(i)
-            if steps[j].turn < st.turn
-            and steps[j].tool_call_id in outputs
-            and shown.get(steps[j].tool_call_id) != outputs[steps[j].tool_call_id]
-        ]
+        shown, called = view
+        hid = [j for j in earlier if shown.get(steps[j].tool_call_id) != outputs[steps[j].tool_call_id]]
         masked.append(hid)
         dropped.append([j for j in hid if steps[j].tool_call_id not in called])
         placeholders.append({j: shown[cid][:200] for j in hid if (cid := steps[j].tool_call_id) in shown})
