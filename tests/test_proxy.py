@@ -1062,3 +1062,52 @@ def test_a_hidden_gemini_failure_stays_one_and_a_json_list_stream_gives_its_usag
     (log,) = (tmp_path / "logs").glob("*.jsonl")
     _, traj = read_first(log)
     assert traj.steps[-1].usage.input_tokens == 700 and traj.steps[-1].usage.output_tokens == 11
+
+
+def test_an_upstream_that_refuses_a_body_before_reading_it_has_its_answer_passed_on(monkeypatch):
+    # a server that answers 413 on the headers alone and closes: the proxy's send of the body breaks,
+    # and the answer already on the socket is what the agent gets (not a 502)
+    import socket
+
+    from dtoc_rl.serve import proxy as proxy_module
+
+    refusal = b'{"error": {"type": "request_too_large", "message": "too big"}}'
+
+    def refuse(listener: socket.socket) -> None:
+        while True:
+            conn, _ = listener.accept()
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            head = b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\n"
+            conn.sendall(
+                head + b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(refusal), refusal)
+            )
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(0.2)
+            conn.close()  # the body unread
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    threading.Thread(target=refuse, args=(listener,), daemon=True).start()
+    early = []
+    plain = proxy_module._ProxyHandler._early_answer
+
+    def spy(self):
+        answer = plain(self)
+        early.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(proxy_module._ProxyHandler, "_early_answer", spy)
+    srv = make_proxy_server(
+        ContextProxy(make_policy("last_n:n=1")), f"http://127.0.0.1:{listener.getsockname()[1]}", port=0
+    )
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    huge = {"model": MODEL, "messages": [*HEAD, {"role": "user", "content": "x" * 24_000_000}]}
+    for _ in range(2):  # and the proxy still answers after it
+        status, data = _post(f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions", huge)
+        assert (status, data) == (413, refusal)
+    srv.shutdown()
+    listener.close()
+    assert early == [True, True]
