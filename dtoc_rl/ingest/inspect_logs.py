@@ -4,35 +4,54 @@ Inspect (the UK AI Security Institute's evaluation framework, ``inspect_ai``; in
 benchmarks run on it) writes one log per task run.  A ``.eval`` file is a zip archive: ``header.json``
 (the run: ``eval`` with ``task``, ``task_id``, ``model``; ``status``; ``results``) and one
 ``samples/<id>_epoch_<n>.json`` per sample run (``_journal/start.json`` stands in for the header
-while a run is still going).  Its members are zstd-compressed since Inspect 0.3.1xx (deflate
-before); reading zstd on Python < 3.14 uses the ``zstandard`` package.  A ``.json`` log is the same
-objects in one document: the header's fields with the samples under ``samples``.
+while a run is still going; a sample written again under its name replaces the first).  Its members
+are zstd-compressed since Inspect 0.3.1xx (deflate before); reading zstd on Python < 3.14 uses the
+``zstandard`` package.  A ``.json`` log is the same objects in one document: the header's fields with
+the samples under ``samples``.  A sample that cannot be read (one whose first model call failed has
+no answer at all) is named in the error the log ends with; the others are read.
 
 A sample (``{"id", "epoch", "messages", "events", "scores", "model_usage", "attachments",
-"events_data", "error"}``) is one trajectory.  ``messages`` is the whole conversation Inspect kept:
+"events_data", "error"}``) is one trajectory.  ``messages`` is the conversation Inspect kept:
 ``system`` / ``user`` text, ``assistant`` turns with ``tool_calls`` (``{"id", "function": name,
 "arguments": {...}}``) and ``tool`` messages with ``tool_call_id`` and, when the tool failed,
 ``error: {"type", "message"}`` (the output is then ``Error: <message>``, as Inspect sends it to
-OpenAI models).  Content is text or a list of parts (``text``; ``reasoning`` parts are the turn's
-reasoning).  Long strings are stored once under ``attachments`` and referenced as
-``attachment://<hash>``; they are resolved here.
+OpenAI models).  Content is text or a list of parts, read as Inspect's ``ChatMessage.text`` joins
+them; ``reasoning`` parts are the turn's reasoning (a redacted one's readable ``summary``: its
+``reasoning`` holds a signature or an encrypted blob).  Long strings are stored once under
+``attachments`` and referenced as ``attachment://<hash>``; they are resolved here.
 
-Each model call is a ``model`` event: its ``output`` names the assistant message it produced (by the
-message ``id``; by order when the log has no ids), so that message takes the call's ``usage`` and
-``timestamp``.  Inspect's usage counts ``input_tokens`` without the cached parts
-(``input_tokens_cache_read`` / ``_write``) and ``total_tokens`` with everything, so a call's prompt is
-``total_tokens - output_tokens`` (which also holds for logs of OpenAI models from before Inspect left
-the cached part out of ``input_tokens``).  The event's ``input`` (or, since 0.3.2xx, ``input_refs``:
-ranges of ``events_data.messages``) is exactly what the model was sent: a tool output it does not
-hold as logged (Inspect's ``CompactionEdit`` replaced it with ``(Tool result removed)``,
-``CompactionTrim`` or a summary left it out) was hidden from that call, so the steps get
-``masked_before`` and ``mask``/``unmask`` events, with ``dropped_before`` when the call itself was left
-out too.  A model event whose output is no message of the conversation (a model-graded scorer, a
-sub-agent's own calls) is not this trajectory's call.
+Each model call is a ``model`` event whose ``output`` is the assistant message it produced: matched
+by the message ``id``, else by the ids of the calls it makes (an agent run through ``agent_bridge``,
+as inspect_swe runs Claude Code and Codex, re-sends its history under new message ids), else in
+order when as many calls as messages are left.  The message takes the call's ``usage`` and
+``timestamp``; a call Inspect's own cache answered (``cache: "read"``) cost nothing and has none.
+Inspect's usage counts ``input_tokens`` without the cached parts (``input_tokens_cache_read`` /
+``_write``) and ``total_tokens`` with everything, so a call's prompt is ``total_tokens -
+output_tokens`` (which also holds for logs of OpenAI models from before Inspect left the cached part
+out of ``input_tokens``).
+
+An output is what the tool gave: its ``tool`` event's ``result`` (Inspect's own truncation
+applied), else what the first call sent it saw; the final messages may hold less (an agent that
+clears old results in its own history leaves its placeholders there).  The event's ``input`` (or,
+since 0.3.2xx, ``input_refs``: ranges of ``events_data.messages``) is exactly what the model was
+sent: an earlier output it does not hold as the tool gave it (Inspect's ``CompactionEdit`` replaced
+it with ``(Tool result removed)``, ``CompactionTrim`` or a summary left it out, the agent put a
+placeholder there) was hidden from that call, so the steps get ``masked_before`` and
+``mask``/``unmask`` events, with ``dropped_before`` when the call itself was left out too.  Media a
+provider cannot take in a tool result, which Inspect moves into a user message after it (a text
+placeholder in its place), counts as shown.  A model event whose output is no message of the
+conversation (a model-graded scorer) is not this trajectory's call.
 
 Outcome: the first scorer's value: ``C`` (correct) or a number 1 → True, ``I`` or 0 → False,
 anything else (``P``, ``N``, a partial number, a dict of values) → None; every scorer's scalar value
-is kept in ``extra.scores``.  A sample that failed (``error``) keeps its message in ``extra.error``.
+is kept in ``extra.scores``.  A sample marked invalid after the run (``invalidation``) has no
+outcome (``extra.invalidated``).  A sample that failed (``error``) keeps its message in
+``extra.error``; one stopped by a limit names it in ``extra.limit``.
+
+Not read: a ``handoff()`` sub-agent's own tool calls (Inspect logs them in the parent's messages as
+text), server-side tool use (``tool_use`` parts: web search, code execution), and the turns
+``truncation="auto"`` dropped from the messages when the context overflowed (their calls are in the
+events only).
 """
 
 from __future__ import annotations
@@ -50,7 +69,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import MAX_FILE_BYTES, Ingester, IngestError, json_error, read_json
 from dtoc_rl.ingest.common import count, finalize, number, set_masking
-from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
+from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, parse_rows
 
 __all__ = ["InspectIngester", "inspect_usage"]
 
@@ -77,39 +96,37 @@ class InspectIngester(Ingester):
             if not isinstance(root, dict) or not isinstance(root.get("eval"), dict):
                 raise IngestError("not an Inspect log: no 'eval' object", path)
             header = root
-            listed = root.get("samples")
-            if listed is None:
-                raise IngestError("the log holds no samples (the run was logged without them)", path)
+            listed = root.get("samples") or []
             if not isinstance(listed, list):
                 raise IngestError(f"samples is {type(listed).__name__}, expected a list", path)
-            samples = ((f"samples[{k}]", s) for k, s in enumerate(listed))
+            samples = [(str(k), s, None) for k, s in enumerate(listed)]
+        if not samples:
+            raise IngestError(_no_samples(header), path)
         spec = header["eval"] if isinstance(header.get("eval"), dict) else {}
-        found = False
-        for where, sample in samples:
+
+        def one(sample: Any, _where: str) -> Trajectory:
             if not isinstance(sample, dict):
-                raise IngestError(f"{where} is {type(sample).__name__}, expected object", path)
-            found = True
-            try:
-                yield self._trajectory(spec, header, sample, path)
-            except IngestError as e:
-                raise IngestError(f"{where}: {e.reason}", path) from None
-        if not found:
-            raise IngestError("the log holds no samples (a run that has not finished one yet?)", path)
+                raise IngestError(f"{type(sample).__name__}, expected object")
+            return self._trajectory(spec, header, sample, path)
+
+        # one sample that cannot be read (a run that failed before its first answer) spares the rest
+        yield from parse_rows(path, samples, one, unit="sample")
 
     def _trajectory(self, spec: dict, header: dict, sample: dict, path: Path) -> Trajectory:
         store = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else {}
         messages = _resolve(sample.get("messages"), store)
         if not isinstance(messages, list):
             raise IngestError("no 'messages' list")
-        chat, calls = _chat(messages)
+        chat, outputs = _chat(messages)
         events = sample.get("events") if isinstance(sample.get("events"), list) else []
         data = sample.get("events_data") if isinstance(sample.get("events_data"), dict) else {}
         pool = data.get("messages") if isinstance(data.get("messages"), list) else []
-        inputs = _match_calls(chat, events, pool, store)
+        sent, cached = _match_calls(chat, events, pool, store)
+        _original_outputs(chat, outputs, sent, _tool_results(events, store))
         cp = chat_to_steps(chat, "messages")
         if not cp.steps:
-            raise IngestError("no tool call in the sample's messages")
-        _mark_hidden(cp.steps, calls, inputs, _compaction_label(events))
+            raise IngestError("no model turn in its messages (the run stopped before the first answer?)")
+        _mark_hidden(cp.steps, outputs, sent, _compaction_label(events))
         sample_id = str(sample.get("id"))
         epoch = sample.get("epoch") if isinstance(sample.get("epoch"), int) else 1
         task = str(spec.get("task") or "task")
@@ -127,6 +144,13 @@ class InspectIngester(Ingester):
         }
         if scores:
             extra["scores"] = scores
+        if sample.get("invalidation"):  # a sample marked invalid after the run: its score is not taken
+            extra["invalidated"] = True
+            success = None
+        if cached:
+            extra["cache_answered_calls"] = cached
+        if isinstance(sample.get("limit"), dict):
+            extra["limit"] = sample["limit"].get("type")
         error = sample.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             extra["error"] = error["message"].splitlines()[0][:500] if error["message"] else ""
@@ -159,39 +183,56 @@ class InspectIngester(Ingester):
 # --------------------------------------------------------------------------- the archive
 
 
-def _read_eval(path: Path) -> tuple[dict, Iterator[tuple[str, Any]]]:
-    """The header of a ``.eval`` archive and its samples, one member at a time, in archive order."""
+def _read_eval(path: Path) -> tuple[dict, Iterator[tuple[str, Any, str | None]] | list]:
+    """The header of a ``.eval`` archive and its samples, one member at a time, in archive order
+    (``(name, sample, None)``, or ``(name, None, why)`` for a member that cannot be read)."""
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:
         raise IngestError(f"not a readable .eval archive: {e}", path) from None
-    names = z.namelist()
-    head = next((n for n in ("header.json", "_journal/start.json") if n in names), None)
+    # Inspect writes a sample again under the same name to replace it: the last entry is the sample
+    last = {info.filename: info for info in z.infolist()}
+    head = next((n for n in ("header.json", "_journal/start.json") if n in last), None)
     if head is None:
         z.close()
         raise IngestError("not an Inspect .eval archive: no header.json or _journal/start.json", path)
-    header = _member_json(z, path, head)
+    header = _member_json(z, path, last[head])
     if not isinstance(header, dict):
         z.close()
         raise IngestError(f"{head} is {type(header).__name__}, expected object", path)
+    if head != "header.json":  # a run still going (or killed): the journal's start holds no status
+        header = {**header, "status": header.get("status") or "started"}
+    members = [i for n, i in last.items() if n.startswith("samples/") and n.endswith(".json")]
+    if not members:
+        z.close()
+        return header, []
 
-    def samples() -> Iterator[tuple[str, Any]]:
+    def samples() -> Iterator[tuple[str, Any, str | None]]:
         with z:
-            for n in names:
-                if n.startswith("samples/") and n.endswith(".json"):
-                    yield n, _member_json(z, path, n)
+            for info in members:
+                name = info.filename.removeprefix("samples/").removesuffix(".json")
+                try:
+                    yield name, _member_json(z, path, info), None
+                except IngestError as e:
+                    yield name, None, e.reason
 
     return header, samples()
 
 
-def _member_json(z: zipfile.ZipFile, path: Path, name: str) -> Any:
-    info = z.getinfo(name)
+def _no_samples(header: dict) -> str:
+    if header.get("status") == "started":
+        return "the log holds no samples (a run that has not finished one yet)"
+    return "the log holds no samples (the run was logged without them)"
+
+
+def _member_json(z: zipfile.ZipFile, path: Path, info: zipfile.ZipInfo) -> Any:
+    name = info.filename
     if info.file_size > MAX_FILE_BYTES:
         size, limit = info.file_size / 1e6, MAX_FILE_BYTES / 1e6
         raise IngestError(f"{name} is {size:.0f} MB, over the {limit:.0f} MB limit", path)
     try:
-        raw = _zstd_member(z, path, info) if info.compress_type == _ZIP_ZSTD else z.read(name)
-    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as e:
+        raw = _zstd_member(z, path, info) if info.compress_type == _ZIP_ZSTD else z.read(info)
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, struct.error) as e:
         raise IngestError(f"{name}: cannot decompress: {e}", path) from None
     try:
         return json.loads(raw.decode("utf-8"))
@@ -203,7 +244,7 @@ def _member_json(z: zipfile.ZipFile, path: Path, name: str) -> Any:
 
 def _zstd_member(z: zipfile.ZipFile, path: Path, info: zipfile.ZipInfo) -> bytes:
     if sys.version_info >= (3, 14):  # the standard library reads zstd members itself
-        return z.read(info.filename)
+        return z.read(info)
     try:
         import zstandard
     except ImportError:
@@ -247,53 +288,88 @@ def _resolve(obj: Any, store: dict) -> Any:
     return obj
 
 
-def _tool_text(m: dict, where: str) -> tuple[str, bool]:
+_MEDIA = ("image", "audio", "video", "document")
+_Parts = tuple[tuple[str, str], ...]  # a message's content as ("text", text) and ("media", kind) parts
+
+
+def _parts(content: Any, where: str) -> _Parts:
+    """A message's content as parts: text (Inspect's ``text`` parts, or a string), media (image,
+    audio, video, document), and any other part as the text it holds; reasoning is no part of it."""
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (("text", content),)
+    if not isinstance(content, list):
+        raise IngestError(f"{where} has type {type(content).__name__}, expected string, list or null")
+    out = []
+    for j, p in enumerate(content):
+        if isinstance(p, str):
+            out.append(("text", p))
+        elif not isinstance(p, dict):
+            raise IngestError(f"{where}[{j}] is {type(p).__name__}, expected string or object")
+        elif p.get("type") in _MEDIA:
+            out.append(("media", str(p["type"])))
+        elif p.get("type") != "reasoning":
+            out.append(("text", content_text([p], f"{where}[{j}]")))
+    return tuple(out)
+
+
+def _text(parts: _Parts) -> str:
+    # Inspect joins a message's text parts with newlines (ChatMessage.text)
+    return "\n".join(t if kind == "text" else f"[{t}]" for kind, t in parts)
+
+
+def _tool_parts(m: dict, where: str) -> tuple[_Parts, bool]:
     """What the model read of a tool message, and whether the tool failed."""
     error = m.get("error")
     if isinstance(error, dict) and error:
-        return f"Error: {error.get('message') or error.get('type') or ''}", True
-    return content_text(_text_parts(m.get("content")), f"{where}.content"), False
+        return (("text", f"Error: {error.get('message') or error.get('type') or ''}"),), True
+    return _parts(m.get("content"), f"{where}.content"), False
 
 
-def _text_parts(content: Any) -> Any:
-    # Inspect's parts: text, reasoning, image, tool_use, ...; only text parts are the message's text
-    if isinstance(content, list):
-        return [p for p in content if not isinstance(p, dict) or p.get("type") not in ("reasoning",)]
-    return content
-
-
-def _reasoning(content: Any) -> str:
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        p["reasoning"]
-        for p in content
-        if isinstance(p, dict) and p.get("type") == "reasoning" and isinstance(p.get("reasoning"), str)
+def _same(logged: _Parts, shown: _Parts) -> bool:
+    """Whether a call was shown an output as logged: part for part, media a provider cannot take in
+    a tool result moved out by Inspect (a text placeholder in its place, the media in a user message
+    after it) counting as shown."""
+    return len(logged) == len(shown) and all(
+        a == b or (a[0] == "media" and b[0] == "text") for a, b in zip(logged, shown)
     )
 
 
-def _chat(messages: list) -> tuple[list[dict], dict[str, str]]:
+def _reasoning(content: Any) -> str:
+    """A turn's reasoning: its reasoning parts' text (the readable summary of a redacted one, whose
+    ``reasoning`` holds a signature or an encrypted blob)."""
+    if not isinstance(content, list):
+        return ""
+    out = []
+    for p in content:
+        if isinstance(p, dict) and p.get("type") == "reasoning":
+            text = p.get("summary") if p.get("redacted") else p.get("reasoning")
+            if isinstance(text, str) and text:
+                out.append(text)
+    return "\n".join(out)
+
+
+def _chat(messages: list) -> tuple[list[dict], dict[str, _Parts]]:
     """Inspect's messages as the chat messages :func:`chat_to_steps` reads, and every tool call's
-    output as logged (call id -> the reply's text and error flag, as JSON text to compare with what a
-    call was sent)."""
+    output as logged (call id -> its parts)."""
     chat: list[dict] = []
-    outputs: dict[str, str] = {}
+    outputs: dict[str, _Parts] = {}
     for i, m in enumerate(messages):
         w = f"messages[{i}]"
         if not isinstance(m, dict):
             raise IngestError(f"{w} is {type(m).__name__}, expected object")
         role = m.get("role")
         if role == "tool":
-            text, failed = _tool_text(m, w)
+            parts, failed = _tool_parts(m, w)
             cid = m.get("tool_call_id")
-            chat.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": failed})
+            chat.append({"role": "tool", "tool_call_id": cid, "content": _text(parts), "is_error": failed})
             if isinstance(cid, str):
-                outputs[cid] = text
+                outputs[cid] = parts
             continue
         if role not in ("system", "user", "assistant"):
             raise IngestError(f"{w} has role {role!r}, expected system, user, assistant or tool")
-        text = content_text(_text_parts(m.get("content")), f"{w}.content")
-        msg: dict[str, Any] = {"role": role, "content": text}
+        msg: dict[str, Any] = {"role": role, "content": _text(_parts(m.get("content"), f"{w}.content"))}
         if role == "assistant":
             calls = m.get("tool_calls") or []
             if not isinstance(calls, list):
@@ -341,17 +417,20 @@ def inspect_usage(raw: Any) -> dict | None:
     return usage
 
 
-_View = tuple[dict[str, str], set[str]]  # what one call was sent: tool outputs by call id, call ids
+_View = tuple[dict[str, _Parts], set[str]]  # what one call was sent: tool outputs by call id, call ids
 
 
-def _message_view(m: Any, store: dict) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """Of one message a call was sent: the tool call it answers and the text it showed, or the ids of
+def _message_view(m: Any, store: dict) -> tuple[str | None, _Parts | None, tuple[str, ...]]:
+    """Of one message a call was sent: the tool call it answers and what it showed, or the ids of
     the calls it makes."""
     if not isinstance(m, dict):
         return None, None, ()
     if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
         resolved = {"content": _resolve(m.get("content"), store), "error": m.get("error")}
-        return m["tool_call_id"], _tool_text(resolved, "input")[0], ()
+        try:
+            return m["tool_call_id"], _tool_parts(resolved, "input")[0], ()
+        except IngestError:
+            return None, None, ()
     calls = m.get("tool_calls") if m.get("role") == "assistant" else None
     ids = tuple(c["id"] for c in calls or () if isinstance(c, dict) and isinstance(c.get("id"), str))
     return None, None, ids
@@ -364,9 +443,9 @@ class _Sent:
 
     def __init__(self, pool: list, store: dict):
         self.pool, self.store = pool, store
-        self._seen: dict[int, tuple[str | None, str | None, tuple[str, ...]]] = {}
+        self._seen: dict[int, tuple[str | None, _Parts | None, tuple[str, ...]]] = {}
 
-    def _pooled(self, i: int) -> tuple[str | None, str | None, tuple[str, ...]]:
+    def _pooled(self, i: int) -> tuple[str | None, _Parts | None, tuple[str, ...]]:
         if i not in self._seen:
             self._seen[i] = _message_view(self.pool[i], self.store)
         return self._seen[i]
@@ -385,54 +464,121 @@ class _Sent:
             if not isinstance(inp, list) or not inp:
                 return None
             parts = (_message_view(m, self.store) for m in inp)
-        shown: dict[str, str] = {}
+        shown: dict[str, _Parts] = {}
         called: set[str] = set()
-        for cid, text, ids in parts:
-            if cid is not None and text is not None:
-                shown[cid] = text
+        for cid, seen, ids in parts:
+            if cid is not None and seen is not None:
+                shown[cid] = seen
             called.update(ids)
         return shown, called
 
 
-def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> dict[int, _View]:
+def _output_message(event: dict) -> dict:
+    out = event.get("output") if isinstance(event.get("output"), dict) else {}
+    choices = out.get("choices") if isinstance(out.get("choices"), list) else []
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    return first.get("message") if isinstance(first.get("message"), dict) else {}
+
+
+def _call_ids(message: dict) -> tuple[str, ...]:
+    calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else ()
+    return tuple(str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None)
+
+
+def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> tuple[dict[int, _View], int]:
     """Give each assistant message its model call's usage and time; return what each call was sent
     (the turn, as :func:`chat_to_steps` numbers assistant messages, -> its view), where the log
-    holds it."""
+    holds it, and how many of the calls Inspect's cache answered.
+
+    A call is the model event whose output is the message: by the message's id, else by the ids of
+    the calls it makes (an agent bridged to Inspect re-sends its history with new message ids), else
+    in order when the calls left and the messages left are as many."""
     model_events = [e for e in events if isinstance(e, dict) and e.get("event") == "model"]
     by_id: dict[str, dict] = {}
+    by_calls: dict[tuple[str, ...], dict] = {}
     for e in model_events:
-        out = e.get("output") if isinstance(e.get("output"), dict) else {}
-        choices = out.get("choices") if isinstance(out.get("choices"), list) else []
-        first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        message = first.get("message") if isinstance(first.get("message"), dict) else {}
+        message = _output_message(e)
         if isinstance(message.get("id"), str):
             by_id.setdefault(message["id"], e)
+        if _call_ids(message):
+            by_calls.setdefault(_call_ids(message), e)
     turns = [k for k, m in enumerate(chat) if m["role"] == "assistant"]
-    ids = [chat[k].pop("inspect_id", None) for k in turns]
-    if any(isinstance(i, str) and i in by_id for i in ids):
-        pairs = [(k, by_id.get(i)) for k, i in zip(turns, ids) if isinstance(i, str)]
-    elif len(model_events) == len(turns):  # a log without message ids: the calls in order
-        pairs = list(zip(turns, model_events))
-    else:
-        pairs = []
+    pairs: dict[int, dict] = {}
+    used: set[int] = set()
+    for k in turns:
+        mid = chat[k].pop("inspect_id", None)
+        e = by_id.get(mid) if isinstance(mid, str) else None
+        if e is None:
+            e = by_calls.get(tuple(c["id"] for c in chat[k]["tool_calls"])) if chat[k]["tool_calls"] else None
+        if e is not None and id(e) not in used:
+            pairs[k] = e
+            used.add(id(e))
+    rest = [k for k in turns if k not in pairs]
+    left = [e for e in model_events if id(e) not in used]
+    if rest and len(rest) == len(left):
+        pairs.update(zip(rest, left))
     sent: dict[int, _View] = {}
+    cached = 0
     reader = _Sent(pool, store)
-    ordinal = {k: t for t, k in enumerate(turns)}
-    for k, e in pairs:
+    for turn, k in enumerate(turns):
+        e = pairs.get(k)
         if e is None:
             continue
-        out = e.get("output") if isinstance(e.get("output"), dict) else {}
-        usage = inspect_usage(out.get("usage"))
-        if usage:
-            chat[k]["usage"] = usage
         chat[k]["timestamp"] = e.get("timestamp")
+        if e.get("cache") == "read":  # answered from Inspect's own cache: no provider call, no tokens
+            cached += 1
+        else:
+            out = e.get("output") if isinstance(e.get("output"), dict) else {}
+            usage = inspect_usage(out.get("usage"))
+            if usage:
+                chat[k]["usage"] = usage
         view = reader.view(e)
         if view is not None:
-            sent[ordinal[k]] = view
-    return sent
+            sent[turn] = view
+    return sent, cached
 
 
-def _mark_hidden(steps: list, outputs: dict[str, str], inputs: dict[int, _View], label: str) -> None:
+def _tool_results(events: list, store: dict) -> dict[str, _Parts]:
+    """Each tool call's result as its ``tool`` event recorded it: the content the tool message was
+    made with (after Inspect's own truncation), whatever was done to the message later."""
+    out: dict[str, _Parts] = {}
+    for e in events:
+        if not (isinstance(e, dict) and e.get("event") == "tool" and isinstance(e.get("id"), str)):
+            continue
+        result = _resolve(e.get("result"), store)
+        if result is not None and not isinstance(result, (str, list)):
+            result = str(result)  # a tool may return a number or a bool
+        try:
+            out.setdefault(
+                e["id"], _tool_parts({"content": result, "error": e.get("error")}, "tool event")[0]
+            )
+        except IngestError:
+            continue
+    return out
+
+
+def _original_outputs(
+    chat: list[dict], outputs: dict[str, _Parts], sent: dict[int, _View], results: dict[str, _Parts]
+) -> None:
+    """Each output as the tool gave it, where the messages the log kept were edited afterwards (a
+    scaffold that clears old results in its own history, an agent bridged to Inspect that does): its
+    ``tool`` event's result, else what the first call sent it saw.  They are the steps' outputs and
+    what later calls are compared with."""
+    first: dict[str, _Parts] = {}
+    for turn in sorted(sent):
+        for cid, parts in sent[turn][0].items():
+            first.setdefault(cid, parts)
+    for m in chat:
+        cid = m.get("tool_call_id") if m["role"] == "tool" else None
+        if cid not in outputs:
+            continue
+        given = results.get(cid, first.get(cid))
+        if given is not None and not _same(outputs[cid], given) and not _same(given, outputs[cid]):
+            outputs[cid] = given
+            m["content"] = _text(given)
+
+
+def _mark_hidden(steps: list, outputs: dict[str, _Parts], inputs: dict[int, _View], label: str) -> None:
     """``masked_before`` (and ``dropped_before``) of each step whose call's input the log holds: the
     earlier outputs that input did not hold as logged."""
     if not inputs:
@@ -453,10 +599,16 @@ def _mark_hidden(steps: list, outputs: dict[str, str], inputs: dict[int, _View],
             placeholders.append({})
             continue
         shown, called = view
-        hid = [j for j in earlier if shown.get(steps[j].tool_call_id) != outputs[steps[j].tool_call_id]]
+        hid = [
+            j
+            for j in earlier
+            if (cid := steps[j].tool_call_id) not in shown or not _same(outputs[cid], shown[cid])
+        ]
         masked.append(hid)
         dropped.append([j for j in hid if steps[j].tool_call_id not in called])
-        placeholders.append({j: shown[cid][:200] for j in hid if (cid := steps[j].tool_call_id) in shown})
+        placeholders.append(
+            {j: _text(shown[cid])[:200] for j in hid if (cid := steps[j].tool_call_id) in shown}
+        )
     set_masking(steps, masked, label, dropped, placeholders)
 
 
@@ -468,7 +620,7 @@ def _compaction_label(events: list) -> str:
             name = str(meta.get("strategy") or f"compaction ({e.get('type')})")
             if name not in names:
                 names.append(name)
-    return ", ".join(names) or "left out of the call's input"
+    return ", ".join(names) or "not sent as the tool gave it"
 
 
 # --------------------------------------------------------------------------- outcome and totals

@@ -88,9 +88,9 @@ def test_outputs_inspect_cleared_are_hidden_from_the_calls_that_did_not_see_them
 
 def test_a_folder_of_logs_ingests_every_sample():
     res = ingest_paths([HERE], label=False)
-    assert (
-        sorted(t.task_id for t in res.trajectories) == ["edit/all3"] + ["read/mul3"] * 3 + ["read/mul5"] * 3
-    )
+    assert sorted(t.task_id for t in res.trajectories) == ["bridge/bridge", "edit/all3"] + [
+        "read/mul3"
+    ] * 3 + ["read/mul5"] * 3 + ["scaffolds/elide", "scaffolds/image"]
     assert {t.source for t in res.trajectories} == {"inspect"}
 
 
@@ -99,8 +99,9 @@ def _rezip(src: Path, dst: Path, edit=None, compression=zipfile.ZIP_DEFLATED) ->
     from dtoc_rl.ingest.inspect_logs import _member_json
 
     with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", compression) as out:
-        for name in z.namelist():
-            obj = _member_json(z, src, name)
+        for info in z.infolist():
+            name = info.filename
+            obj = _member_json(z, src, info)
             if edit is not None:
                 obj = edit(name, obj)
             out.writestr(name, obj if isinstance(obj, (str, bytes)) else json.dumps(obj))
@@ -202,7 +203,7 @@ def test_damaged_logs_name_what_is_wrong(tmp_path):
     role = json.loads(READ_JSON.read_text())
     role["samples"][1]["messages"][2]["role"] = "robot"
     (tmp_path / "r.json").write_text(json.dumps(role, indent=2))
-    with pytest.raises(IngestError, match=r"samples\[1\]: messages\[2\] has role 'robot'"):
+    with pytest.raises(IngestError, match=r"1 of 2 samples failed: sample 1: messages\[2\] has role 'robot'"):
         _all(tmp_path / "r.json")
 
 
@@ -224,3 +225,75 @@ def test_an_archive_of_an_older_inspect_reads_as_the_same_runs():
     assert then[0].steps[0].output == "Error: File 'None' was not found." and then[0].steps[0].output_is_error
     then[0].steps[0].output = now[0].steps[0].output
     assert [_view(t) for t in then] == [_view(t) for t in now]
+
+
+SCAFFOLDS, BRIDGE = HERE / "scaffolds.eval", HERE / "bridge.eval"
+
+
+def _samples(path: Path) -> tuple[list, str | None]:
+    """The runs a log yields and the error it ends with, if any."""
+    got = []
+    try:
+        for t in InspectIngester().parse(path):
+            got.append(t)
+    except IngestError as e:
+        return got, e.reason
+    return got, None
+
+
+def test_outputs_an_agent_edited_in_its_own_history_are_read_as_the_tool_gave_them():
+    (elide, image), failed = _samples(SCAFFOLDS)
+    # the on_continue hook left placeholders in the messages: the outputs are the tools' own
+    assert all(s.output.startswith(f"def f{i}_0(x):") for i, s in enumerate(elide.steps[:3]))
+    assert [s.masked_before for s in elide.steps] == [[], [], [0], [0, 1]]
+    assert "[output elided]" in elide.steps[2].events[0].detail
+    # an image Inspect moved out of the tool result was seen; the placeholder later was not
+    assert image.steps[0].output == "screenshot s1:\n[image]"
+    assert [s.masked_before for s in image.steps] == [[], [], [0]]
+    assert image.steps[0].reasoning == "I should look at it."  # the summary, not the signature
+    # a sample whose first call failed costs only itself
+    assert failed.startswith("1 of 3 samples failed: sample fails_epoch_1: no model turn")
+
+
+def test_a_bridged_agent_gets_every_calls_usage_and_its_outputs_as_first_sent():
+    (t,), _ = _samples(BRIDGE)
+    assert [s.usage.input_tokens for s in t.steps] == [900, 1200, 1500, 1900]
+    assert all(s.output.startswith(f"def f{i}_0(x):") for i, s in enumerate(t.steps[:3]))
+    assert [s.masked_before for s in t.steps] == [[], [], [0], [0, 1]]
+
+
+def test_a_folder_with_a_failed_sample_keeps_the_others(tmp_path):
+    res = ingest_paths([SCAFFOLDS], label=False)
+    assert sorted(t.task_id for t in res.trajectories) == ["scaffolds/elide", "scaffolds/image"]
+    assert any("fails_epoch_1" in s.reason for s in res.skipped)
+
+
+def test_cached_answers_invalidated_samples_and_rewritten_members(tmp_path):
+    def edit(name, obj):
+        if name == "samples/mul3_epoch_1.json":
+            for e in obj["events"]:
+                if e["event"] == "model":
+                    e["cache"] = "read"  # answered from Inspect's cache: no provider call
+            obj["invalidation"] = {"reason": "scorer bug"}
+        return obj
+
+    log = _rezip(READ_EVAL, tmp_path / "x.eval", edit)
+    with zipfile.ZipFile(log, "a") as z:  # Inspect replaces a sample by writing it again
+        again = json.loads(z.read("samples/mul5_epoch_1.json"))
+        again["scores"]["includes"]["value"] = "C"
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            z.writestr("samples/mul5_epoch_1.json", json.dumps(again))
+    right, wrong = _all(log)
+    assert all(s.usage is None for s in right.steps) and right.success is None
+    assert json.loads(right.extra)["cache_answered_calls"] == 3 and json.loads(right.extra)["invalidated"]
+    assert wrong.success is True  # the member written last
+
+
+def test_a_member_pointing_past_the_archive_is_an_ingest_error(tmp_path):
+    raw = bytearray(READ_EVAL.read_bytes())
+    # the member's entry in the central directory: its name follows a 46-byte header
+    entry = raw.index(b"samples/mul3_epoch_1.json", raw.index(b"PK\x01\x02")) - 46
+    raw[entry + 42 : entry + 46] = (len(raw) - 10).to_bytes(4, "little")  # its local header offset
+    (tmp_path / "d.eval").write_bytes(bytes(raw))
+    got, failed = _samples(tmp_path / "d.eval")
+    assert [t.task_id for t in got] == ["read/mul5"] and "mul3_epoch_1" in failed
