@@ -94,6 +94,8 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
         # Cline's and Roo Code's (cline/cline src/core/prompts; RooCodeInc/Roo-Code src/shared/tools.ts)
         "plan_mode_respond", "new_task", "switch_mode", "fetch_instructions", "load_mcp_documentation",
         "condense", "summarize_task", "report_bug", "update_todo_list",
+        # Trae Agent's (bytedance/trae-agent trae_agent/tools) and the OpenHands SDK's task list
+        "task_done", "sequentialthinking", "task_tracker",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -124,6 +126,8 @@ NAMED_CATEGORIES: dict[str, str] = {
     # Gemini CLI's: its task list, the end of a subagent's task, its own reads and web tools
     "write_todos": "think", "complete_task": "submit", "read_many_files": "read", "web_fetch": "read",
     "google_web_search": "search",
+    # Trae Agent's end of the task and its thinking tool; the OpenHands SDK's task list
+    "task_done": "submit", "sequentialthinking": "think", "task_tracker": "think",
     # tau-bench's calculator; a code interpreter (its code is not a shell command)
     "calculate": "api_read", "python": "run",
 }  # fmt: skip
