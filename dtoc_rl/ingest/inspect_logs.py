@@ -48,10 +48,12 @@ is kept in ``extra.scores``.  A sample marked invalid after the run (``invalidat
 outcome (``extra.invalidated``).  A sample that failed (``error``) keeps its message in
 ``extra.error``; one stopped by a limit names it in ``extra.limit``.
 
+When ``truncation="auto"`` replaced the messages with a trimmed copy after the context overflowed,
+they lost the agent's first turns: the conversation is then rebuilt from the agent's calls (each
+call's input, then its answer; ``extra.rebuilt_from_calls``).
+
 Not read: a ``handoff()`` sub-agent's own tool calls (Inspect logs them in the parent's messages as
-text), server-side tool use (``tool_use`` parts: web search, code execution), and the turns
-``truncation="auto"`` dropped from the messages when the context overflowed (their calls are in the
-events only).
+text) and server-side tool use (``tool_use`` parts: web search, code execution).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import re
 import struct
 import sys
 import zipfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,13 +117,14 @@ class InspectIngester(Ingester):
 
     def _trajectory(self, spec: dict, header: dict, sample: dict, path: Path) -> Trajectory:
         store = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else {}
-        messages = _resolve(sample.get("messages"), store)
+        messages = sample.get("messages")
         if not isinstance(messages, list):
             raise IngestError("no 'messages' list")
-        chat, outputs = _chat(messages)
         events = sample.get("events") if isinstance(sample.get("events"), list) else []
         data = sample.get("events_data") if isinstance(sample.get("events_data"), dict) else {}
         pool = data.get("messages") if isinstance(data.get("messages"), list) else []
+        rebuilt = _rebuilt(messages, events, pool)
+        chat, outputs = _chat(_resolve(rebuilt or messages, store))
         sent, cached = _match_calls(chat, events, pool, store)
         _original_outputs(chat, outputs, sent, _tool_results(events, store))
         cp = chat_to_steps(chat, "messages")
@@ -149,6 +153,8 @@ class InspectIngester(Ingester):
             success = None
         if cached:
             extra["cache_answered_calls"] = cached
+        if rebuilt is not None:  # the messages had lost turns (truncation="auto"): read from the calls
+            extra["rebuilt_from_calls"] = True
         if isinstance(sample.get("limit"), dict):
             extra["limit"] = sample["limit"].get("type")
         error = sample.get("error")
@@ -536,6 +542,88 @@ def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> tup
         if view is not None:
             sent[turn] = view
     return sent, cached
+
+
+def _solver_calls(events: list) -> list[dict] | None:
+    """The model events of the sample's solvers (its scorers' left out), by the spans they ran in;
+    None when the log has no spans to tell them apart."""
+    spans: dict[Any, tuple[Any, Any]] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("event") == "span_begin":
+            spans[e.get("id")] = (e.get("type"), e.get("parent_id"))
+    if not spans:
+        return None
+    out = []
+    for e in events:
+        if not (isinstance(e, dict) and e.get("event") == "model"):
+            continue
+        cur, kinds = e.get("span_id"), set()
+        for _ in range(100):  # the span's ancestors (bounded: a malformed log may loop)
+            if cur not in spans:
+                break
+            kind, cur = spans[cur]
+            kinds.add(kind)
+        if "solvers" in kinds and "scorers" not in kinds:
+            out.append(e)
+    return out
+
+
+def _key(m: dict) -> Any:
+    # a message of the conversation, however often calls were sent it: a tool result by its call,
+    # a turn by its id or its calls, anything else by its id
+    if m.get("role") == "tool" and m.get("tool_call_id") is not None:
+        return ("tool", m["tool_call_id"])
+    if m.get("id") is not None:
+        return ("id", m["id"])
+    if m.get("role") == "assistant" and m.get("tool_calls"):
+        return ("calls", json.dumps(m["tool_calls"], sort_keys=True, default=str))
+    return ("text", m.get("role"), json.dumps(m.get("content"), default=str))
+
+
+def _rebuilt(messages: list, events: list, pool: list) -> list | None:
+    """The conversation rebuilt from the agent's model calls (each call's input, then its answer), when
+    the sample's messages lost its first turns: ``truncation="auto"`` replaced them with a trimmed copy
+    when the context overflowed, and the calls before it are only in the events.  The agent's calls
+    are the solver's made in the span of those the messages hold (a sub-agent's, a tool agent's and a
+    scorer's calls run in spans of their own).  None when the messages start with the agent's first
+    call (or the log cannot tell)."""
+    calls = _solver_calls(events)
+    if not calls:
+        return None
+    turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    held_ids = {m.get("id") for m in turns} - {None}
+    held_calls = {_call_ids(m) for m in turns} - {()}
+
+    def held(answer: dict) -> bool:  # by the message's id, or the calls it makes (a bridged agent's)
+        return answer.get("id") in held_ids or (bool(_call_ids(answer)) and _call_ids(answer) in held_calls)
+
+    spans = Counter(e.get("span_id") for e in calls if held(_output_message(e)))
+    if not spans:
+        return None
+    main = spans.most_common(1)[0][0]
+    calls = [e for e in calls if e.get("span_id") == main]
+    answers = [_output_message(e) for e in calls]
+    if not answers[0] or held(answers[0]):
+        return None
+    conv: list = []
+    seen: set = set()
+    for e, answer in zip(calls, answers):
+        refs = e.get("input_refs")
+        if isinstance(refs, list) and refs:
+            try:
+                sent = [pool[i] for a, b in refs for i in range(a, b)]
+            except (TypeError, IndexError, ValueError):
+                return None
+        elif isinstance(e.get("input"), list):
+            sent = e["input"]
+        else:
+            return None
+        for m in [*sent, answer]:
+            if isinstance(m, dict) and m and _key(m) not in seen:
+                seen.add(_key(m))
+                conv.append(m)
+    conv.extend(m for m in messages if isinstance(m, dict) and _key(m) not in seen)
+    return conv
 
 
 def _tool_results(events: list, store: dict) -> dict[str, _Parts]:

@@ -88,9 +88,16 @@ def test_outputs_inspect_cleared_are_hidden_from_the_calls_that_did_not_see_them
 
 def test_a_folder_of_logs_ingests_every_sample():
     res = ingest_paths([HERE], label=False)
-    assert sorted(t.task_id for t in res.trajectories) == ["bridge/bridge", "edit/all3"] + [
-        "read/mul3"
-    ] * 3 + ["read/mul5"] * 3 + ["scaffolds/elide", "scaffolds/image"]
+    tasks = sorted(t.task_id for t in res.trajectories)
+    reads = ["read/mul3"] * 3 + ["read/mul5"] * 3  # .eval, .json and the older .eval
+    assert tasks == [
+        "bridge/bridge",
+        "edit/all3",
+        *reads,
+        "scaffolds/elide",
+        "scaffolds/image",
+        "truncate/long",
+    ]
     assert {t.source for t in res.trajectories} == {"inspect"}
 
 
@@ -201,9 +208,9 @@ def test_damaged_logs_name_what_is_wrong(tmp_path):
         _all(tmp_path / "h.json")
 
     role = json.loads(READ_JSON.read_text())
-    role["samples"][1]["messages"][2]["role"] = "robot"
+    role["samples"][1]["messages"][3]["role"] = "robot"
     (tmp_path / "r.json").write_text(json.dumps(role, indent=2))
-    with pytest.raises(IngestError, match=r"1 of 2 samples failed: sample 1: messages\[2\] has role 'robot'"):
+    with pytest.raises(IngestError, match=r"1 of 2 samples failed: sample 1: messages\[3\] has role 'robot'"):
         _all(tmp_path / "r.json")
 
 
@@ -297,3 +304,13 @@ def test_a_member_pointing_past_the_archive_is_an_ingest_error(tmp_path):
     (tmp_path / "d.eval").write_bytes(bytes(raw))
     got, failed = _samples(tmp_path / "d.eval")
     assert [t.task_id for t in got] == ["read/mul5"] and "mul3_epoch_1" in failed
+
+
+def test_turns_truncation_dropped_from_the_messages_are_read_from_the_calls():
+    (t,), _ = _samples(HERE / "truncate.eval")
+    # eight calls: five reads, the answer that overflowed, a read and the answer; the messages kept
+    # only the last five
+    assert [s.tool_name for s in t.steps] == ["read_file"] * 5 + [None, "read_file", "submit"]
+    assert [s.usage.input_tokens for s in t.steps] == [900, 1250, 1600, 1950, 2300, 128000, 900, 1300]
+    assert t.steps[6].masked_before == t.steps[6].dropped_before == [0, 1]
+    assert json.loads(t.extra)["rebuilt_from_calls"] is True
