@@ -52,8 +52,13 @@ When ``truncation="auto"`` replaced the messages with a trimmed copy after the c
 they lost the agent's first turns: the conversation is then rebuilt from the agent's calls (each
 call's input, then its answer; ``extra.rebuilt_from_calls``).
 
-Not read: a ``handoff()`` sub-agent's own tool calls (Inspect logs them in the parent's messages as
-text) and server-side tool use (``tool_use`` parts: web search, code execution).
+Agents: the sample's run is the agent whose calls the messages hold (the calls of its span).  Another
+agent's calls (a ``handoff()`` sub-agent, sent the parent's history; an agent run as a tool) are a
+run of their own, ``<run id>/agent/<name>-<k>``, rebuilt from its calls, with ``extra.parent``; the
+turns one agent was shown of another's (Inspect gives a sub-agent's turns back to the parent as
+text, and examples in a prompt look like turns) are text its next call reads, not calls of its own.
+
+Not read: server-side tool use (``tool_use`` parts: web search, code execution).
 """
 
 from __future__ import annotations
@@ -107,15 +112,15 @@ class InspectIngester(Ingester):
             raise IngestError(_no_samples(header), path)
         spec = header["eval"] if isinstance(header.get("eval"), dict) else {}
 
-        def one(sample: Any, _where: str) -> Trajectory:
+        def one(sample: Any, _where: str) -> list[Trajectory]:
             if not isinstance(sample, dict):
                 raise IngestError(f"{type(sample).__name__}, expected object")
-            return self._trajectory(spec, header, sample, path)
+            return self._trajectories(spec, header, sample, path)
 
         # one sample that cannot be read (a run that failed before its first answer) spares the rest
         yield from parse_rows(path, samples, one, unit="sample")
 
-    def _trajectory(self, spec: dict, header: dict, sample: dict, path: Path) -> Trajectory:
+    def _trajectories(self, spec: dict, header: dict, sample: dict, path: Path) -> list[Trajectory]:
         store = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else {}
         messages = sample.get("messages")
         if not isinstance(messages, list):
@@ -123,14 +128,13 @@ class InspectIngester(Ingester):
         events = sample.get("events") if isinstance(sample.get("events"), list) else []
         data = sample.get("events_data") if isinstance(sample.get("events_data"), dict) else {}
         pool = data.get("messages") if isinstance(data.get("messages"), list) else []
-        rebuilt = _rebuilt(messages, events, pool)
-        chat, outputs = _chat(_resolve(rebuilt or messages, store))
-        sent, cached = _match_calls(chat, events, pool, store)
-        _original_outputs(chat, outputs, sent, _tool_results(events, store))
-        cp = chat_to_steps(chat, "messages")
-        if not cp.steps:
-            raise IngestError("no model turn in its messages (the run stopped before the first answer?)")
-        _mark_hidden(cp.steps, outputs, sent, _compaction_label(events))
+        mine, others, names = _agents(messages, events)
+        # the messages lost the agent's first turns (truncation="auto" after an overflow): its calls
+        rebuilt = _from_calls(mine, pool, messages) if mine and not mine[0].get("dtoc_held") else None
+        results = _tool_results(events, store)
+        cp, chat, cached = _read(
+            rebuilt or messages, mine or events, pool, store, results, events, bool(mine)
+        )
         sample_id = str(sample.get("id"))
         epoch = sample.get("epoch") if isinstance(sample.get("epoch"), int) else 1
         task = str(spec.get("task") or "task")
@@ -164,9 +168,10 @@ class InspectIngester(Ingester):
             extra["trailing_user_text"] = cp.trailing_user
         totals = _totals(sample.get("model_usage"))
         model = str(spec.get("model") or "")
-        return finalize(
+        traj_id = f"{self.name}/{task}/{run}/{sample_id}/{epoch}"
+        out = [
             Trajectory(
-                traj_id=f"{self.name}/{task}/{run}/{sample_id}/{epoch}",
+                traj_id=traj_id,
                 source=self.name,
                 model_raw=model,
                 model_family=normalize_family(model),
@@ -183,7 +188,63 @@ class InspectIngester(Ingester):
                 api_calls=sum(1 for m in chat if m.get("role") == "assistant" and "usage" in m) or None,
                 steps=cp.steps,
             )
-        )
+        ]
+        for k, (span, calls) in enumerate(others.items()):
+            # another agent's own context (a handoff sub-agent, an agent run as a tool): a run of its own
+            conv = _from_calls(calls, pool)
+            if conv is None:
+                continue
+            try:
+                sub, sub_chat, _ = _read(conv, calls, pool, store, results, events, True)
+            except IngestError:
+                continue  # an agent that made no call of its own
+            if not any(st.tool_name for st in sub.steps):
+                continue
+            name = names.get(span, "agent")
+            usages = [m["usage"] for m in sub_chat if m.get("role") == "assistant" and "usage" in m]
+            out.append(
+                Trajectory(
+                    traj_id=f"{traj_id}/agent/{name}-{k}",
+                    source=self.name,
+                    model_raw=model,
+                    model_family=normalize_family(model),
+                    task_id=f"{task}/{sample_id}/{name}",
+                    task_text=sub.task,
+                    system_prompt=sub.system,
+                    source_path=str(path),
+                    extra=json.dumps(
+                        {
+                            "task": task,
+                            "run": run,
+                            "sample_id": sample.get("id"),
+                            "epoch": epoch,
+                            "agent": name,
+                            "parent": traj_id,
+                        }
+                    ),
+                    tokens_in=sum(u["prompt_tokens"] for u in usages) if usages else None,
+                    tokens_out=sum(u["completion_tokens"] for u in usages) if usages else None,
+                    api_calls=len(usages) or None,
+                    steps=sub.steps,
+                )
+            )
+        return [finalize(t) for t in out]
+
+
+def _read(
+    messages: list, calls: list, pool: list, store: dict, results: dict[str, _Parts], events: list, own: bool
+) -> tuple[Any, list[dict], int]:
+    """One conversation read: its steps (:func:`chat_to_steps`) with each call's usage, outputs as
+    the tools gave them and what each call was sent hidden; the chat messages; the calls Inspect's
+    cache answered.  ``own``: ``calls`` are all of the agent's (see :func:`_match_calls`)."""
+    chat, outputs = _chat(_resolve(messages, store))
+    sent, cached = _match_calls(chat, calls, pool, store, own)
+    _original_outputs(chat, outputs, sent, results)
+    cp = chat_to_steps(chat, "messages")
+    if not cp.steps:
+        raise IngestError("no model turn in its messages (the run stopped before the first answer?)")
+    _mark_hidden(cp.steps, outputs, sent, _compaction_label(events))
+    return cp, chat, cached
 
 
 # --------------------------------------------------------------------------- the archive
@@ -491,14 +552,18 @@ def _call_ids(message: dict) -> tuple[str, ...]:
     return tuple(str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None)
 
 
-def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> tuple[dict[int, _View], int]:
+def _match_calls(
+    chat: list[dict], events: list, pool: list, store: dict, own: bool = False
+) -> tuple[dict[int, _View], int]:
     """Give each assistant message its model call's usage and time; return what each call was sent
     (the turn, as :func:`chat_to_steps` numbers assistant messages, -> its view), where the log
     holds it, and how many of the calls Inspect's cache answered.
 
     A call is the model event whose output is the message: by the message's id, else by the ids of
     the calls it makes (an agent bridged to Inspect re-sends its history with new message ids), else
-    in order when the calls left and the messages left are as many."""
+    in order when the calls left and the messages left are as many.  ``own``: ``events`` are all the
+    calls this agent made (told apart by their span), so a turn none of them answered with is text it
+    was shown, not a call of its own."""
     model_events = [e for e in events if isinstance(e, dict) and e.get("event") == "model"]
     by_id: dict[str, dict] = {}
     by_calls: dict[tuple[str, ...], dict] = {}
@@ -511,18 +576,29 @@ def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> tup
     turns = [k for k, m in enumerate(chat) if m["role"] == "assistant"]
     pairs: dict[int, dict] = {}
     used: set[int] = set()
+    no_id: set[int] = set()
     for k in turns:
         mid = chat[k].pop("inspect_id", None)
+        if not isinstance(mid, str):
+            no_id.add(k)
         e = by_id.get(mid) if isinstance(mid, str) else None
         if e is None:
             e = by_calls.get(tuple(c["id"] for c in chat[k]["tool_calls"])) if chat[k]["tool_calls"] else None
         if e is not None and id(e) not in used:
             pairs[k] = e
             used.add(id(e))
-    rest = [k for k in turns if k not in pairs]
+    # in order, when the calls left and the messages left are as many (of an agent's own calls, only
+    # messages without an id: those of older logs)
+    rest = [k for k in turns if k not in pairs and (not own or k in no_id)]
     left = [e for e in model_events if id(e) not in used]
     if rest and len(rest) == len(left):
         pairs.update(zip(rest, left))
+    foreign = {k for k in turns if k not in pairs}
+    if own and foreign:
+        # turns no call of this agent answered with: another agent's (a handoff sub-agent's, shown to
+        # the parent as text; the parent's history, shown to a sub-agent) or examples in the prompt
+        _as_text(chat, foreign)
+        turns = [k for k, m in enumerate(chat) if m["role"] == "assistant"]
     sent: dict[int, _View] = {}
     cached = 0
     reader = _Sent(pool, store)
@@ -544,13 +620,29 @@ def _match_calls(chat: list[dict], events: list, pool: list, store: dict) -> tup
     return sent, cached
 
 
-def _solver_calls(events: list) -> list[dict] | None:
-    """The model events of the sample's solvers (its scorers' left out), by the spans they ran in;
-    None when the log has no spans to tell them apart."""
-    spans: dict[Any, tuple[Any, Any]] = {}
+def _as_text(chat: list[dict], turns: set[int]) -> None:
+    """The assistant messages at ``turns`` (and the replies to their calls) made user text in place: what
+    the next call reads, no call of the agent's own."""
+    calls: set[str] = set()
+    for k in sorted(turns):
+        m = chat[k]
+        shown = [m["content"]] + [
+            f"{c['function']['name']}({json.dumps(c['function']['arguments'])})" for c in m["tool_calls"]
+        ]
+        calls.update(c["id"] for c in m["tool_calls"])
+        chat[k] = {"role": "user", "content": "\n".join(t for t in shown if t)}
+    for k, m in enumerate(chat):
+        if m["role"] == "tool" and m.get("tool_call_id") in calls:
+            chat[k] = {"role": "user", "content": m["content"]}
+
+
+def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
+    """The model events of the sample's solvers (its scorers' left out), by the spans they ran in, and
+    the spans' names; None when the log has no spans to tell them apart."""
+    spans: dict[Any, tuple[Any, Any, Any]] = {}
     for e in events:
         if isinstance(e, dict) and e.get("event") == "span_begin":
-            spans[e.get("id")] = (e.get("type"), e.get("parent_id"))
+            spans[e.get("id")] = (e.get("type"), e.get("parent_id"), e.get("name"))
     if not spans:
         return None
     out = []
@@ -561,11 +653,11 @@ def _solver_calls(events: list) -> list[dict] | None:
         for _ in range(100):  # the span's ancestors (bounded: a malformed log may loop)
             if cur not in spans:
                 break
-            kind, cur = spans[cur]
+            kind, cur, _name = spans[cur]
             kinds.add(kind)
         if "solvers" in kinds and "scorers" not in kinds:
             out.append(e)
-    return out
+    return out, {k: str(v[2] or "agent") for k, v in spans.items()}
 
 
 def _key(m: dict) -> Any:
@@ -580,16 +672,14 @@ def _key(m: dict) -> Any:
     return ("text", m.get("role"), json.dumps(m.get("content"), default=str))
 
 
-def _rebuilt(messages: list, events: list, pool: list) -> list | None:
-    """The conversation rebuilt from the agent's model calls (each call's input, then its answer), when
-    the sample's messages lost its first turns: ``truncation="auto"`` replaced them with a trimmed copy
-    when the context overflowed, and the calls before it are only in the events.  The agent's calls
-    are the solver's made in the span of those the messages hold (a sub-agent's, a tool agent's and a
-    scorer's calls run in spans of their own).  None when the messages start with the agent's first
-    call (or the log cannot tell)."""
-    calls = _solver_calls(events)
-    if not calls:
-        return None
+def _agents(messages: list, events: list) -> tuple[list[dict] | None, dict[Any, list[dict]], dict[Any, str]]:
+    """The solver's model calls: the agent's (those in the span of the calls whose answers the
+    messages hold), every other agent's by span (a ``handoff()`` sub-agent, an agent run as a tool),
+    and the spans' names.  ``(None, {}, {})`` when the log cannot tell."""
+    found = _solver_calls(events)
+    if not found or not found[0]:
+        return None, {}, {}
+    calls, names = found
     turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     held_ids = {m.get("id") for m in turns} - {None}
     held_calls = {_call_ids(m) for m in turns} - {()}
@@ -599,15 +689,25 @@ def _rebuilt(messages: list, events: list, pool: list) -> list | None:
 
     spans = Counter(e.get("span_id") for e in calls if held(_output_message(e)))
     if not spans:
-        return None
+        return None, {}, {}
     main = spans.most_common(1)[0][0]
-    calls = [e for e in calls if e.get("span_id") == main]
-    answers = [_output_message(e) for e in calls]
-    if not answers[0] or held(answers[0]):
-        return None
+    others: dict[Any, list[dict]] = {}
+    for e in calls:
+        if e.get("span_id") != main:
+            others.setdefault(e.get("span_id"), []).append(e)
+    mine = [e for e in calls if e.get("span_id") == main]
+    if held(_output_message(mine[0])):
+        mine[0]["dtoc_held"] = True  # the messages start with the agent's first call
+    return mine, others, names
+
+
+def _from_calls(calls: list[dict], pool: list, tail: list = ()) -> list | None:
+    """A conversation rebuilt from its model calls: each call's input, then its answer (a message
+    once, however many calls were sent it), then what of ``tail`` none of them held; None when a
+    call's input is not in the log."""
     conv: list = []
     seen: set = set()
-    for e, answer in zip(calls, answers):
+    for e in calls:
         refs = e.get("input_refs")
         if isinstance(refs, list) and refs:
             try:
@@ -618,11 +718,11 @@ def _rebuilt(messages: list, events: list, pool: list) -> list | None:
             sent = e["input"]
         else:
             return None
-        for m in [*sent, answer]:
+        for m in [*sent, _output_message(e)]:
             if isinstance(m, dict) and m and _key(m) not in seen:
                 seen.add(_key(m))
                 conv.append(m)
-    conv.extend(m for m in messages if isinstance(m, dict) and _key(m) not in seen)
+    conv.extend(m for m in tail if isinstance(m, dict) and _key(m) not in seen)
     return conv
 
 

@@ -184,10 +184,11 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
 def parse_rows(
     path: Path,
     rows: Iterable[tuple[int, Any, str | None]],
-    one: Callable[[Any, int], Trajectory],
+    one: Callable[[Any, Any], Trajectory | list[Trajectory]],
     unit: str = "line",
 ) -> Iterator[Trajectory]:
-    """Yield ``one(row, number)`` for every row; collect failures and raise at the end.
+    """Yield ``one(row, number)`` for every row (a trajectory, or a list of them); collect failures and
+    raise at the end.
 
     Good rows are yielded first, so one bad line never hides the others; the
     final :class:`IngestError` names every failed line and its reason.
@@ -200,7 +201,7 @@ def parse_rows(
             bad.append(f"{unit} {number}: {err}")
             continue
         try:
-            traj = one(row, number)
+            got = one(row, number)
         except IngestError as e:
             bad.append(f"{unit} {number}: {e.reason}")
             continue
@@ -210,7 +211,7 @@ def parse_rows(
         except RecursionError:
             bad.append(f"{unit} {number}: nested too deeply to read")
             continue
-        yield traj
+        yield from got if isinstance(got, list) else (got,)
     if n == 0:
         raise IngestError(f"empty file: no JSON {unit}s", path)
     if bad:

@@ -96,6 +96,8 @@ def test_a_folder_of_logs_ingests_every_sample():
         *reads,
         "scaffolds/elide",
         "scaffolds/image",
+        "team/handoff",
+        "team/handoff/reader",
         "truncate/long",
     ]
     assert {t.source for t in res.trajectories} == {"inspect"}
@@ -314,3 +316,15 @@ def test_turns_truncation_dropped_from_the_messages_are_read_from_the_calls():
     assert [s.usage.input_tokens for s in t.steps] == [900, 1250, 1600, 1950, 2300, 128000, 900, 1300]
     assert t.steps[6].masked_before == t.steps[6].dropped_before == [0, 1]
     assert json.loads(t.extra)["rebuilt_from_calls"] is True
+
+
+def test_a_sub_agent_handed_off_to_is_a_run_of_its_own():
+    (parent, reader), _ = _samples(HERE / "team.eval")
+    # the parent made three calls; the sub-agent's turns it was shown are text, not its calls
+    assert [s.tool_name for s in parent.steps] == ["read_file", "transfer_to_reader", None]
+    assert [s.usage.input_tokens for s in parent.steps] == [900, 1300, 2600]
+    # the sub-agent: its own two calls, the parent's history it was sent as text before them
+    assert [s.tool_name for s in reader.steps] == ["read_file", "submit"]
+    assert reader.steps[0].output.startswith("def f2_0(x):")
+    assert "Parent reads mod0." in reader.steps[0].user_text
+    assert json.loads(reader.extra)["parent"] == parent.traj_id and reader.task_id == "team/handoff/reader"
