@@ -1077,8 +1077,8 @@ def test_an_upstream_that_refuses_a_body_before_reading_it_has_its_answer_passed
         while True:
             conn, _ = listener.accept()
             head = b""
-            while b"\r\n\r\n" not in head:
-                head += conn.recv(65536)
+            while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+                head += chunk
             head = b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\n"
             conn.sendall(
                 head + b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(refusal), refusal)

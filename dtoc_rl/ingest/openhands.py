@@ -764,14 +764,17 @@ class OpenHandsConversationIngester(OpenHandsSDKIngester):
 def _combined(stats: Any) -> dict | None:
     """A conversation's ``base_state.json`` ``stats`` (metrics per LLM usage id: the agent's, a
     condenser's, ...) as one metrics object, as the SDK's benchmark rows hold them: every call's
-    token usage by response id, and the totals over all of them (a condenser's calls are billed too)."""
+    token usage by response id, and the totals over all of them (a condenser's calls are billed too;
+    a sub-agent's, which the SDK copies in, are not: they are billed in its own conversation)."""
     per_id = stats.get("usage_to_metrics") if isinstance(stats, dict) else None
     if not isinstance(per_id, dict) or not per_id:
         return None
     out: dict[str, Any] = {"accumulated_cost": 0.0, "accumulated_token_usage": {}, "token_usages": []}
     totals = out["accumulated_token_usage"]
-    for m in per_id.values():
-        if not isinstance(m, dict):
+    for usage_id, m in per_id.items():
+        # a sub-agent's metrics copied in (the task tool's "task:<id>", delegation's "delegate:<id>"):
+        # it is a conversation of its own, under subagents/, read and billed there
+        if not isinstance(m, dict) or str(usage_id).startswith(("task:", "delegate:")):
             continue
         cost = number(m, "accumulated_cost")
         out["accumulated_cost"] += cost or 0.0

@@ -13,14 +13,19 @@ since the last one (``input_messages``: the system prompt and task first, then t
 added): the conversation is each interaction's input followed by its response, in order.  An input
 that brings a system message again after the first call started the model's history afresh
 (``reuse_history=False``): read as a compaction of everything before it.  ``agent_steps`` repeats the
-same calls and is not read.
+same calls; of it only the last turn's ``tool_results`` are read (no later call was sent them: the run
+stopped at ``max_steps`` or on an error) and the last step's ``error`` (``extra.error``).  LakeView's
+calls (its step summaries, when enabled) are billed but not logged.
 
 A tool result reads as the provider's client sent it: for ``openai`` (the Responses API) the result
 then ``Error: <error>`` on a line of its own; for ``google`` the function response's fields as JSON;
 for the others (``anthropic`` and the chat-completions clients) the result then ``Tool call failed
-with error:`` and the error.  ``usage`` counts the cached part inside ``input_tokens`` for every
-provider but ``anthropic``, whose ``cache_read_input_tokens`` and ``cache_creation_input_tokens``
-come on top (Trae copies each API's own counts).  A call whose usage is all zeros had none.
+with error:`` and the error.  ``usage``: ``openai`` (the Responses API) and ``google`` count the
+cached part inside ``input_tokens``; ``anthropic`` counts it apart (``cache_read_input_tokens`` and
+``cache_creation_input_tokens`` come on top); the chat-completions clients (openrouter, azure,
+doubao, ollama) keep ``prompt_tokens`` and ``completion_tokens`` only, so their cached share is not
+known; Trae's Gemini client leaves thinking tokens out of the output.  A call whose usage is all
+zeros had none.
 
 Outcome: Trae's ``success`` is the agent's own claim (``task_done`` was called), kept in
 ``extra.agent_success``, not taken as the outcome; a ``selected_labels.jsonl`` row for the instance
@@ -46,20 +51,36 @@ __all__ = ["TraeAgentIngester"]
 # json.dump(indent=2) of the recorder's dict: its first keys in order; the task may be long
 _HEAD = re.compile(r'^\{\s*"task"\s*:\s*"')
 _KEYS = ('"provider"', '"max_steps"', '"llm_interactions"')
+_FURTHER = 8_000_000  # how far into a file its keys are looked for after a long task
+
+
+def _keys_further(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(_FURTHER).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return all(re.search(r"\n  " + k + r"\s*:", text) for k in _KEYS)
 
 
 class TraeAgentIngester(Ingester):
     name = "trae-agent"
 
     def detect(self, path: Path, head: str) -> bool:
-        return path.suffix == ".json" and _HEAD.match(head) is not None and all(k in head for k in _KEYS)
+        if path.suffix != ".json" or _HEAD.match(head) is None:
+            return False
+        if all(k in head for k in _KEYS):
+            return True
+        # a task longer than the head (a long issue, a --file task): the keys after it, further on
+        return len(head) >= 65536 and _keys_further(path)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         root = read_json(path)
         if not isinstance(root, dict) or not isinstance(root.get("llm_interactions"), list):
             raise IngestError("not a Trae Agent trajectory: no 'llm_interactions' list", path)
         provider = str(root.get("provider") or "")
-        chat = _conversation(root["llm_interactions"], provider)
+        steps_log = root.get("agent_steps") if isinstance(root.get("agent_steps"), list) else []
+        chat = _conversation(root["llm_interactions"], provider, steps_log)
         cp = chat_to_steps(chat, "llm_interactions")
         if not cp.steps:
             raise IngestError("empty trajectory: no model call", path)
@@ -73,6 +94,11 @@ class TraeAgentIngester(Ingester):
             "execution_time": root.get("execution_time"),
             "final_result": root.get("final_result") if isinstance(root.get("final_result"), str) else None,
         }
+        errors = [
+            st["error"] for st in steps_log if isinstance(st, dict) and isinstance(st.get("error"), str)
+        ]
+        if errors:  # the step that ended the run (a failed model call, a tool that raised)
+            extra["error"] = errors[-1].splitlines()[0][:500]
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         usages = [m["usage"] for m in chat if m.get("role") == "assistant" and "usage" in m]
@@ -97,8 +123,10 @@ class TraeAgentIngester(Ingester):
         )
 
 
-def _conversation(interactions: list, provider: str) -> list[dict]:
-    """The model's conversation as chat messages (see the module docstring)."""
+def _conversation(interactions: list, provider: str, steps_log: list = ()) -> list[dict]:
+    """The model's conversation as chat messages (see the module docstring); the results of the last
+    turn's calls, which no later call was sent (the run stopped at ``max_steps`` or on an error), from
+    ``agent_steps``."""
     chat: list[dict] = []
     for k, it in enumerate(interactions):
         w = f"llm_interactions[{k}]"
@@ -152,6 +180,15 @@ def _conversation(interactions: list, provider: str) -> list[dict]:
         if usage is not None:
             msg["usage"] = usage
         chat.append(msg)
+    answered = {m.get("tool_call_id") for m in chat if m["role"] == "tool"}
+    last = [c["id"] for c in chat[-1].get("tool_calls") or ()] if chat else []
+    for st in steps_log:
+        for r in (st.get("tool_results") or ()) if isinstance(st, dict) else ():
+            cid = r.get("call_id") if isinstance(r, dict) else None
+            if cid in last and cid not in answered:
+                text, failed = _result_text(r, provider)
+                chat.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": failed})
+                answered.add(cid)
     return chat
 
 
@@ -178,7 +215,8 @@ def _result_text(result: dict, provider: str) -> tuple[str, bool]:
             fields["result"] = value
         if error:
             fields["error"] = error
-        return json.dumps(fields or {"status": "Tool executed successfully but returned no output."}), failed
+        fields = fields or {"status": "Tool executed successfully but returned no output."}
+        return json.dumps(fields, ensure_ascii=False), failed
     text = (f"{value}\n" if value else "") + (f"Tool call failed with error:\n{error}" if error else "")
     text = text.strip()
     if failed and not text and provider == "anthropic":
@@ -201,7 +239,10 @@ def _usage(raw: Any, provider: str) -> dict | None:
             "cache_creation_input_tokens": write,
             "output_tokens": out,
         }
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": read}, "output_tokens": out}
+    if provider in ("openai", "google"):
+        return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": read}, "output_tokens": out}
+    # the chat-completions clients (openrouter, azure, doubao, ollama) keep no cached share: not known
+    return {"input_tokens": inp, "output_tokens": out}
 
 
 def _prompt(usage: dict) -> int:

@@ -51,3 +51,20 @@ def test_a_benchmark_row_of_the_same_run_reads_the_same(tmp_path):
     assert [(s.tool_name, s.output, s.usage) for s in t.steps] == [
         (s.tool_name, s.output, s.usage) for s in folder.steps
     ]
+
+
+def test_a_sub_agents_metrics_the_sdk_copies_into_its_parent_are_not_counted_twice():
+    # the task tool and delegation copy a sub-agent's metrics into the parent's stats under
+    # "task:<id>" / "delegate:<id>"; the sub-agent's own conversation (subagents/<id>/) bills them
+    state = json.loads((PLAIN.parent / "base_state.json").read_text())
+    stats = state["stats"]
+    own = _combined(stats)
+    copied = dict(stats["usage_to_metrics"]["agent"])
+    stats["usage_to_metrics"]["task:task_00000001"] = copied
+    stats["usage_to_metrics"]["delegate:d1"] = copied
+    assert _combined(stats) == own
+    stats["usage_to_metrics"]["condenser"] = copied  # a condenser's calls are the conversation's own
+    assert (
+        _combined(stats)["accumulated_token_usage"]["prompt_tokens"]
+        == 2 * own["accumulated_token_usage"]["prompt_tokens"]
+    )

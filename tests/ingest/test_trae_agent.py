@@ -55,9 +55,11 @@ def test_each_provider_reads_a_failure_as_its_client_sent_it():
 def test_a_google_run_reads_results_as_its_function_responses(tmp_path):
     root = json.loads(OPENAI.read_text())
     root["provider"] = "google"
+    root["llm_interactions"][3]["input_messages"][0]["tool_result"]["result"] = "résumé ✓"
     _, t = read_first(_write(tmp_path / "g.json", root))
-    assert json.loads(t.steps[0].output) == {"error": json.loads(t.steps[0].output)["error"]}
-    assert json.loads(t.steps[3].output) == {"result": "8:    return x * 3  # line 3"}
+    error = root["llm_interactions"][1]["input_messages"][0]["tool_result"]["error"]
+    assert json.loads(t.steps[0].output) == {"error": error} and "does not exist" in error
+    assert t.steps[3].output == '{"result": "résumé ✓"}'  # as the text the SDK sends, not escaped
 
 
 def test_a_swe_bench_run_takes_its_outcome_from_the_labels_beside_it(tmp_path):
@@ -78,9 +80,10 @@ def test_a_swe_bench_run_takes_its_outcome_from_the_labels_beside_it(tmp_path):
 def test_text_the_agent_adds_and_a_fresh_history(tmp_path):
     root = json.loads(OPENAI.read_text())
     calls = root["llm_interactions"]
-    # Trae's reflection on a failed call travels as an assistant message in the next input
+    # an agent on Trae's BaseAgent reflects on a failed call as an assistant message in the next input
+    # (BaseAgent.reflect_on_result; TraeAgent's own returns none)
     calls[1]["input_messages"].append({"role": "assistant", "content": "The tool execution failed."})
-    # a client called with reuse_history=False sends the system prompt again
+    # a client called with reuse_history=False sends the system prompt again (LakeView's does, unlogged)
     calls[3]["input_messages"].insert(0, dict(calls[0]["input_messages"][0]))
     _, t = read_first(_write(tmp_path / "x.json", root))
     assert [s.turn for s in t.steps] == [0, 1, 1, 2, 3]  # no call made up for the reflection
@@ -110,3 +113,33 @@ def test_damaged_runs_name_what_is_wrong(tmp_path):
     root["llm_interactions"] = []
     with pytest.raises(IngestError, match="no model call"):
         read_first(_write(tmp_path / "c.json", root))
+
+
+def test_a_chat_completions_client_keeps_no_cached_share():
+    # Trae's openrouter client drops the API's prompt_tokens_details: the cache share is not known
+    _, t = read_first(HERE / "openrouter.json")
+    assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps if s.usage] == [
+        (2000, None),
+        (2600, None),
+        (3200, None),
+        (3800, None),
+    ]
+
+
+def test_the_last_turns_outputs_come_from_its_agent_steps(tmp_path):
+    # stopped by max_steps after the second turn's tools ran: no later call was sent their results
+    _, t = read_first(HERE / "max_steps.json")
+    assert [s.turn for s in t.steps] == [0, 1, 1]
+    assert all(s.output.startswith("Here's the result of running `cat -n`") for s in t.steps[1:])
+    assert json.loads(t.extra)["agent_success"] is False
+    root = json.loads((HERE / "max_steps.json").read_text())
+    root["agent_steps"][-1]["error"] = "Error code: 400 - the provider failed\nTraceback ..."
+    _, t = read_first(_write(tmp_path / "e.json", root))
+    assert json.loads(t.extra)["error"] == "Error code: 400 - the provider failed"
+
+
+def test_a_task_longer_than_the_head_is_still_detected(tmp_path):
+    root = json.loads(OPENAI.read_text())
+    root["task"] = "x" * 70_000
+    path = _write(tmp_path / "long.json", root)
+    assert detect_format(path).name == "trae-agent"
