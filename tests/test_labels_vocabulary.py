@@ -175,3 +175,25 @@ def test_gemini_cli_tools_get_the_categories_of_what_they_do():
     }  # fmt: skip
     assert {name: v.tool_category(name, "{}") for name in want} == want
     assert v.tool_category("run_shell_command", json.dumps({"command": "pytest -q"})) == "test"
+
+
+def test_a_tool_of_several_operations_is_read_by_the_one_a_call_names():
+    import json
+
+    from dtoc_rl.data.schema import Step
+    from dtoc_rl.labels import calls
+
+    def resources(name: str, args: dict):
+        step = Step(index=0, tool_name=name, tool_args=json.dumps(args), output="x")
+        return calls._tool_resources(step, calls._State())
+
+    # Trae Agent's json_edit_tool and ckg (bytedance/trae-agent trae_agent/tools)
+    reads, writes = resources("json_edit_tool", {"operation": "view", "file_path": "/repo/c.json"})
+    assert [r.key for r in reads if r.kind == "file"] == ["/repo/c.json"] and writes == []
+    assert resources("json_edit_tool", {"operation": "set", "file_path": "/repo/c.json"})[1] == [
+        "/repo/c.json"
+    ]
+    reads, _ = resources("ckg", {"command": "search_function", "path": "/repo", "identifier": "f"})
+    assert not any(r.kind == "file" for r in reads)  # where it looks, not a file it reads
+    # a command line is no operation's name
+    assert resources("my_runner", {"command": "set -e; make", "path": "/repo/x.py"})[1] == []

@@ -235,10 +235,17 @@ def _verb(name: str) -> str | None:
     return None
 
 
+#: Arguments in which a tool of several operations names the one a call does (one word: a command
+#: line in a ``command`` argument is no operation's name).
+_OPERATION_KEYS = ("operation", "command", "action")
+_OPERATION = re.compile(r"[A-Za-z][\w-]*")
+
+
 def _generic_resources(name: str, lname: str, args: dict) -> tuple[list[Resource], list[str]]:
     """Any other tool, from its arguments: the same tool with the same arguments reads the same resource
     (``call:NAME(ARGS)``); a path argument is also that file, a URL that page, so another tool reading
-    or writing it agrees; a write-like name (or an SQL statement that changes data) modifies them."""
+    or writing it agrees; a write-like operation or name (or an SQL statement that changes data)
+    modifies them."""
     if lname in _NO_RESOURCE:
         return [], []
     files: list[str] = []
@@ -252,7 +259,10 @@ def _generic_resources(name: str, lname: str, args: dict) -> tuple[list[Resource
             files += [v for v in value if isinstance(v, str) and v.strip()]
         elif k in _URL_KEYS and isinstance(value, str) and value.strip():
             (files if value.startswith("file://") else urls).append(value)
-    kind = _verb(name)
+    # a tool of several operations names the one it does in an argument (Trae's json_edit_tool
+    # {"operation": "view"}, its ckg {"command": "search_function"}): that verb before the name's
+    said = next((args[k] for k in _OPERATION_KEYS if isinstance(args.get(k), str)), "")
+    kind = (_verb(said) if _OPERATION.fullmatch(said) else None) or _verb(name)
     if kind == "search" or any(k.lower() in _SCOPE_KEYS for k in args):
         files = []  # a search's path is where it looks, not a file it reads whole
     files = [_norm_path(f.removeprefix("file://")) for f in files]
