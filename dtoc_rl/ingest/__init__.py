@@ -22,6 +22,7 @@ from dtoc_rl.ingest.chat_parquet import ChatParquetIngester
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
 from dtoc_rl.ingest.cline import ClineIngester
 from dtoc_rl.ingest.codex import CodexRolloutIngester
+from dtoc_rl.ingest.continue_sessions import ContinueSessionIngester
 from dtoc_rl.ingest.gemini import GeminiApiIngester, GeminiCliIngester
 from dtoc_rl.ingest.goose import GooseSessionsIngester
 from dtoc_rl.ingest.inspect_logs import InspectIngester
@@ -89,6 +90,7 @@ INGESTERS: list[Ingester] = [
     AtifIngester(),
     InspectIngester(),
     TraeAgentIngester(),
+    ContinueSessionIngester(),
     MiniSweAgentIngester(),
     SweAgentIngester(),
     OpenHandsSDKIngester(),

@@ -96,6 +96,8 @@ _TOOLS_BY_KIND: dict[str, tuple[str, ...]] = {
         "condense", "summarize_task", "report_bug", "update_todo_list",
         # Trae Agent's (bytedance/trae-agent trae_agent/tools) and the OpenHands SDK's task list
         "task_done", "sequentialthinking", "task_tracker",
+        # the Continue CLI's task list and question to the user
+        "checklist", "askquestion",
     ),
 }  # fmt: skip
 TOOL_KINDS: dict[str, str] = {name: kind for kind, names in _TOOLS_BY_KIND.items() for name in names}
@@ -127,7 +129,7 @@ NAMED_CATEGORIES: dict[str, str] = {
     "write_todos": "think", "complete_task": "submit", "read_many_files": "read", "web_fetch": "read",
     "google_web_search": "search",
     # Trae Agent's end of the task and its thinking tool; the OpenHands SDK's task list
-    "task_done": "submit", "sequentialthinking": "think", "task_tracker": "think",
+    "task_done": "submit", "sequentialthinking": "think", "task_tracker": "think", "checklist": "think",
     # tau-bench's calculator; a code interpreter (its code is not a shell command)
     "calculate": "api_read", "python": "run",
 }  # fmt: skip

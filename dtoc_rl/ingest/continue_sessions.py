@@ -1,0 +1,134 @@
+"""Continue sessions: ``~/.continue/sessions/<id>.json``, written by the Continue CLI (``cn``) and by
+Continue's IDE extensions alike.
+
+A session is ``{"sessionId", "title", "workspaceDirectory", "history", "usage"}``; ``history`` is a
+list of items ``{"message": {"role", "content", "toolCalls", "usage"}, "contextItems",
+"toolCallStates": [{"toolCallId", "toolCall", "status", "output": [{"content", "name"}]}],
+"conversationSummary"}``.  ``sessions.json`` beside them is the index (not a session).
+
+Mapping, as Continue sends a history to the model (``core/util/messageConversion.ts``
+``convertFromUnifiedHistory``): a user message's context items go before its text, each as
+``<context name="NAME">\\nCONTENT\\n</context>\\n\\n``; an assistant message's tool calls are steps, each
+answered by its state's output contents joined by newlines (``Tool cancelled`` when it has none; a
+state whose status is ``errored`` is a failed call).  The system message Continue sends is not in the
+session: it is counted as the unlogged prompt.  An item with ``conversationSummary`` is the summary
+Continue's compaction put in place of the turns before it (the session keeps only what follows): text
+the next call reads.  Each assistant message's ``usage`` (OpenAI's shape, with ``model``) is that
+call's; the session's ``usage.totalCost`` is the run's dollars.  Outcome: none (a session records no
+verdict).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.common import count, finalize, number
+from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
+
+__all__ = ["ContinueSessionIngester"]
+
+_HEAD = re.compile(r'^\s*\{\s*"sessionId"\s*:\s*"[^"]*"\s*,')
+
+
+class ContinueSessionIngester(Ingester):
+    name = "continue"
+
+    def detect(self, path: Path, head: str) -> bool:
+        return path.suffix == ".json" and _HEAD.match(head) is not None and '"history"' in head
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        root = read_json(path)
+        if not isinstance(root, dict) or not isinstance(root.get("history"), list):
+            raise IngestError("not a Continue session: no 'history' list", path)
+        chat = _chat(root["history"])
+        cp = chat_to_steps(chat, "history")
+        if not cp.steps:
+            raise IngestError("empty session: no model reply", path)
+        totals = root.get("usage") if isinstance(root.get("usage"), dict) else {}
+        usages = [m["usage"] for m in chat if m["role"] == "assistant" and isinstance(m.get("usage"), dict)]
+        model = next((u["model"] for u in usages if isinstance(u.get("model"), str)), "")
+        session = str(root.get("sessionId") or path.stem)
+        extra: dict[str, Any] = {"title": root.get("title"), "workspace": root.get("workspaceDirectory")}
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        yield finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{session}",
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=session,
+                task_text=cp.task,
+                system_prompt=cp.system,
+                source_path=str(path),
+                extra=json.dumps({k: v for k, v in extra.items() if v is not None}),
+                tokens_in=count(totals, "promptTokens"),
+                tokens_out=count(totals, "completionTokens"),
+                cost_usd=number(totals, "totalCost"),
+                api_calls=len(usages) or None,
+                steps=cp.steps,
+            )
+        )
+
+
+def _chat(history: list) -> list[dict]:
+    """The session's history as the chat messages Continue sends (see the module docstring)."""
+    chat: list[dict] = []
+    for i, item in enumerate(history):
+        w = f"history[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("message"), dict):
+            raise IngestError(f"{w} must be an object with a 'message' object")
+        m = item["message"]
+        role = m.get("role")
+        text = content_text(m.get("content"), f"{w}.message.content")
+        if isinstance(item.get("conversationSummary"), str):  # compaction's summary: what came before
+            chat.append({"role": "user", "content": item["conversationSummary"]})
+            continue
+        if role == "user":
+            items = item.get("contextItems") if isinstance(item.get("contextItems"), list) else []
+            context = "".join(
+                f'<context name="{c.get("name")}">\n{c.get("content")}\n</context>\n\n'
+                for c in items
+                if isinstance(c, dict)
+            )
+            chat.append({"role": "user", "content": context + text})
+            continue
+        if role == "system":
+            chat.append({"role": "system", "content": text})
+            continue
+        if role == "thinking":  # an item of reasoning of its own: no call, no text sent as such
+            continue
+        if role != "assistant":
+            raise IngestError(f"{w}.message has role {role!r}, expected user, assistant, system or thinking")
+        calls = m.get("toolCalls") or []
+        if not isinstance(calls, list):
+            raise IngestError(f"{w}.message.toolCalls is {type(calls).__name__}, expected a list")
+        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+        for k, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise IngestError(f"{w}.message.toolCalls[{k}] must have a 'function' with a 'name'")
+            call = {"name": fn["name"], "arguments": fn.get("arguments")}
+            msg["tool_calls"].append({"id": c.get("id"), "function": call})
+        if isinstance(m.get("usage"), dict):
+            msg["usage"] = m["usage"]
+        chat.append(msg)
+        states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) else []
+        for s in states:
+            if not isinstance(s, dict):
+                continue
+            out = s.get("output") if isinstance(s.get("output"), list) else []
+            parts = [str(o.get("content", "")) for o in out if isinstance(o, dict)]
+            body = "\n".join(parts) if out else "Tool cancelled"
+            failed = s.get("status") == "errored"
+            chat.append(
+                {"role": "tool", "tool_call_id": s.get("toolCallId"), "content": body, "is_error": failed}
+            )
+    return chat

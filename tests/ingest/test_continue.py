@@ -1,0 +1,62 @@
+"""Continue sessions: a real one (tests/fixtures/continue/session.json, written by the Continue CLI
+1.5.47 against a scripted chat-completions API; make_fixtures.py there), and the shapes its history
+items take in other cases, built on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtoc_rl.ingest import detect_format, read_first
+from dtoc_rl.ingest.base import IngestError
+
+REAL = Path(__file__).parent.parent / "fixtures" / "continue" / "session.json"
+
+
+def _write(path: Path, root) -> Path:
+    path.write_text(json.dumps(root))
+    return path
+
+
+def test_a_real_session_reads_its_calls_outputs_and_usage():
+    assert detect_format(REAL).name == "continue"
+    _, t = read_first(REAL)
+    assert t.model_raw == "gpt-4o" and t.task_text.startswith("Read gamma.txt, alpha.txt")
+    assert [s.tool_name for s in t.steps] == ["Read", "Read", "List", "Read", None]
+    assert [s.turn for s in t.steps] == [0, 1, 1, 2, 3]  # a Read and a List in one call
+    assert t.steps[0].output_is_error and "File does not exist: gamma.txt" in t.steps[0].output
+    assert t.steps[1].output.startswith("Content of alpha.txt:\nalpha line 1\n")
+    usage = [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps if s.usage]
+    assert usage == [(2000, 0), (2400, 2000), (2800, 2400), (3200, 2800)]
+    assert (t.tokens_in, t.api_calls) == (10400, 4) and t.cost_usd == pytest.approx(0.0268)
+    # Continue's system prompt is not in the session: counted from the first call's usage
+    assert t.unlogged_prompt_tokens > 0
+
+
+def test_context_items_cancelled_calls_and_a_compaction_summary(tmp_path):
+    root = json.loads(REAL.read_text())
+    first = root["history"][0]
+    first["contextItems"] = [
+        {"name": "notes.md", "content": "remember the tests", "description": "", "id": {}}
+    ]
+    root["history"][3]["toolCallStates"][0]["output"] = []  # the user cancelled it
+    summary = {"message": {"role": "assistant", "content": "Summary so far."}, "contextItems": [],
+               "conversationSummary": "Summary so far."}  # fmt: skip
+    root["history"].insert(0, summary)
+    _, t = read_first(_write(tmp_path / "s.json", root))
+    # as Continue sends them: the context before the text; the summary is text, not a call
+    assert t.task_text == "Summary so far."
+    assert t.steps[0].user_text.startswith('<context name="notes.md">\nremember the tests\n</context>\n\n')
+    assert t.steps[3].output == "Tool cancelled"
+    assert [s.turn for s in t.steps] == [0, 1, 1, 2, 3]
+
+
+def test_the_index_beside_the_sessions_is_no_session_and_damage_is_named(tmp_path):
+    index = _write(tmp_path / "sessions.json", [{"sessionId": "x", "title": "t", "messageCount": 1}])
+    assert detect_format(index) is None or detect_format(index).name != "continue"
+    root = json.loads(REAL.read_text())
+    root["history"][1]["message"]["role"] = "robot"
+    with pytest.raises(IngestError, match=r"history\[1\]\.message has role 'robot'"):
+        read_first(_write(tmp_path / "bad.json", root))
