@@ -70,6 +70,7 @@ import sys
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -202,28 +203,20 @@ class InspectIngester(Ingester):
                 continue
             name = names.get(span, "agent")
             usages = [m["usage"] for m in sub_chat if m.get("role") == "assistant" and "usage" in m]
+            own = {"task": task, "run": run, "sample_id": sample.get("id"), "epoch": epoch}
             out.append(
-                Trajectory(
+                replace(  # the parent's run's model and source; its own conversation and calls
+                    out[0],
                     traj_id=f"{traj_id}/agent/{name}-{k}",
-                    source=self.name,
-                    model_raw=model,
-                    model_family=normalize_family(model),
                     task_id=f"{task}/{sample_id}/{name}",
                     task_text=sub.task,
                     system_prompt=sub.system,
-                    source_path=str(path),
-                    extra=json.dumps(
-                        {
-                            "task": task,
-                            "run": run,
-                            "sample_id": sample.get("id"),
-                            "epoch": epoch,
-                            "agent": name,
-                            "parent": traj_id,
-                        }
-                    ),
+                    success=None,
+                    outcome_source="",
+                    extra=json.dumps({**own, "agent": name, "parent": traj_id}),
                     tokens_in=sum(u["prompt_tokens"] for u in usages) if usages else None,
                     tokens_out=sum(u["completion_tokens"] for u in usages) if usages else None,
+                    cost_usd=None,
                     api_calls=len(usages) or None,
                     steps=sub.steps,
                 )
