@@ -8,14 +8,18 @@ list of items ``{"message": {"role", "content", "toolCalls", "usage"}, "contextI
 
 Mapping, as Continue sends a history to the model (``core/util/messageConversion.ts``
 ``convertFromUnifiedHistory``): a user message's context items go before its text, each as
-``<context name="NAME">\\nCONTENT\\n</context>\\n\\n``; an assistant message's tool calls are steps, each
-answered by its state's output contents joined by newlines (``Tool cancelled`` when it has none; a
-state whose status is ``errored`` is a failed call).  The system message Continue sends is not in the
-session: it is counted as the unlogged prompt.  An item with ``conversationSummary`` is the summary
-Continue's compaction put in place of the turns before it (the session keeps only what follows): text
-the next call reads.  Each assistant message's ``usage`` (OpenAI's shape, with ``model``) is that
-call's; the session's ``usage.totalCost`` is the run's dollars.  Outcome: none (a session records no
-verdict).
+``<context name="NAME">\\nCONTENT\\n</context>\\n\\n``; an assistant message's tool calls are steps,
+each answered by its state's output contents joined by newlines (``Tool cancelled`` when it has
+none; a state whose status is ``errored`` is a failed call).  The system message Continue sends is
+not in the session: it is counted as the unlogged prompt.  An item with ``conversationSummary`` is
+the summary Continue's compaction put in place of the turns before it (the session keeps only what
+follows), and a ``thinking`` item is reasoning Continue sends back: both go to the model as
+assistant messages, and both are text the next call reads here, no call of the run's.  Each
+assistant message's ``usage`` (OpenAI's shape, with ``model``) is that call's (the prompt made whole
+where Continue's Anthropic adapter kept only its uncached rest); the session's ``usage.totalCost``
+is the run's dollars, and its token totals are summed from the calls (the session's own
+``promptTokens`` also counts a compaction's call, and Anthropic's uncached rest only).  Outcome:
+none (a session records no verdict).
 """
 
 from __future__ import annotations
@@ -69,13 +73,32 @@ class ContinueSessionIngester(Ingester):
                 system_prompt=cp.system,
                 source_path=str(path),
                 extra=json.dumps({k: v for k, v in extra.items() if v is not None}),
-                tokens_in=count(totals, "promptTokens"),
-                tokens_out=count(totals, "completionTokens"),
+                tokens_in=sum(count(u, "prompt_tokens") or 0 for u in usages) if usages else None,
+                tokens_out=sum(count(u, "completion_tokens") or 0 for u in usages) if usages else None,
                 cost_usd=number(totals, "totalCost"),
                 api_calls=len(usages) or None,
                 steps=cp.steps,
             )
         )
+
+
+def _usage(raw: dict) -> dict:
+    """A call's usage as Continue kept it, with ``prompt_tokens`` the whole prompt: Continue's
+    Anthropic adapter (``packages/openai-adapters/src/apis/Anthropic.ts``) copies Anthropic's
+    ``input_tokens``, the uncached rest, into ``prompt_tokens`` and the cache's reads and writes into
+    ``prompt_tokens_details.cache_read_tokens`` / ``cache_write_tokens``; they are added back for a
+    Claude model, or wherever the cache's parts alone outweigh ``prompt_tokens``."""
+    details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    prompt = count(raw, "prompt_tokens")
+    read, write = count(details, "cache_read_tokens"), count(details, "cache_write_tokens")
+    if prompt is None or (read is None and write is None):
+        return raw
+    parts = (read or 0) + (write or 0)
+    claude = normalize_family(str(raw.get("model") or "")).startswith("claude")
+    if not (claude or parts > prompt):
+        return raw
+    whole = {**details, "cached_tokens": read or 0, "cache_write_tokens": write or 0}
+    return {**raw, "prompt_tokens": prompt + parts, "prompt_tokens_details": whole}
 
 
 def _chat(history: list) -> list[dict]:
@@ -103,7 +126,8 @@ def _chat(history: list) -> list[dict]:
         if role == "system":
             chat.append({"role": "system", "content": text})
             continue
-        if role == "thinking":  # an item of reasoning of its own: no call, no text sent as such
+        if role == "thinking":  # reasoning sent back with the history: text, no call
+            chat.append({"role": "user", "content": text})
             continue
         if role != "assistant":
             raise IngestError(f"{w}.message has role {role!r}, expected user, assistant, system or thinking")
@@ -118,7 +142,7 @@ def _chat(history: list) -> list[dict]:
             call = {"name": fn["name"], "arguments": fn.get("arguments")}
             msg["tool_calls"].append({"id": c.get("id"), "function": call})
         if isinstance(m.get("usage"), dict):
-            msg["usage"] = m["usage"]
+            msg["usage"] = _usage(m["usage"])
         chat.append(msg)
         states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) else []
         for s in states:

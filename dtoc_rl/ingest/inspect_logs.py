@@ -54,7 +54,8 @@ call's input, then its answer; ``extra.rebuilt_from_calls``).
 
 Agents: the sample's run is the agent whose calls the messages hold (the calls of its span).  Another
 agent's calls (a ``handoff()`` sub-agent, sent the parent's history; an agent run as a tool) are a
-run of their own, ``<run id>/agent/<name>-<k>``, rebuilt from its calls, with ``extra.parent``; the
+run of their own, ``<run id>/agent/<name>-<k>``, rebuilt from its calls, with ``extra.parent`` (the
+parent's token totals, the sample's, leave its calls out); the
 turns one agent was shown of another's (Inspect gives a sub-agent's turns back to the parent as
 text, and examples in a prompt look like turns) are text its next call reads, not calls of its own.
 
@@ -221,6 +222,11 @@ class InspectIngester(Ingester):
                     steps=sub.steps,
                 )
             )
+        for sub in out[1:]:  # the sample's totals hold its sub-agents' calls: billed in their runs
+            if out[0].tokens_in is not None and sub.tokens_in is not None:
+                out[0].tokens_in = max(0, out[0].tokens_in - sub.tokens_in)
+            if out[0].tokens_out is not None and sub.tokens_out is not None:
+                out[0].tokens_out = max(0, out[0].tokens_out - sub.tokens_out)
         return [finalize(t) for t in out]
 
 

@@ -60,3 +60,19 @@ def test_the_index_beside_the_sessions_is_no_session_and_damage_is_named(tmp_pat
     root["history"][1]["message"]["role"] = "robot"
     with pytest.raises(IngestError, match=r"history\[1\]\.message has role 'robot'"):
         read_first(_write(tmp_path / "bad.json", root))
+
+
+def test_claude_calls_through_continues_anthropic_adapter_count_their_cache_in_the_prompt(tmp_path):
+    # Continue's Anthropic adapter keeps Anthropic's input_tokens (the uncached rest) as prompt_tokens
+    # and the cache's reads and writes apart (packages/openai-adapters/src/apis/Anthropic.ts)
+    root = json.loads(REAL.read_text())
+    for k, item in enumerate(h for h in root["history"] if h["message"].get("usage")):
+        details = {"cached_tokens": 5000 * k, "cache_read_tokens": 5000 * k, "cache_write_tokens": 400}
+        usage = {"prompt_tokens": 3, "completion_tokens": 10, "prompt_tokens_details": details}
+        item["message"]["usage"] = {**usage, "model": "claude-sonnet-4-5"}
+    _, t = read_first(_write(tmp_path / "a.json", root))
+    usage = [
+        (s.usage.input_tokens, s.usage.cached_tokens, s.usage.cache_write_tokens) for s in t.steps if s.usage
+    ]
+    assert usage == [(403, 0, 400), (5403, 5000, 400), (10403, 10000, 400), (15403, 15000, 400)]
+    assert t.tokens_in == 403 + 5403 + 10403 + 15403  # summed from the calls

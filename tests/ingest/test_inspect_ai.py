@@ -328,3 +328,11 @@ def test_a_sub_agent_handed_off_to_is_a_run_of_its_own():
     assert reader.steps[0].output.startswith("def f2_0(x):")
     assert "Parent reads mod0." in reader.steps[0].user_text
     assert json.loads(reader.extra)["parent"] == parent.traj_id and reader.task_id == "team/handoff/reader"
+
+
+def test_a_sub_agents_calls_are_counted_in_its_run_not_again_in_its_parents():
+    (parent, reader), _ = _samples(HERE / "team.eval")
+    calls = [s.usage for t in (parent, reader) for s in t.steps if s.usage]
+    # the sample's usage holds all five calls; each run holds its own
+    assert parent.tokens_in + reader.tokens_in == sum(u.input_tokens for u in calls)
+    assert reader.tokens_in == sum(s.usage.input_tokens for s in reader.steps if s.usage)
