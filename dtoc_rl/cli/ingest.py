@@ -6,22 +6,15 @@ and writes OUT as Parquet shards (atomically: OUT appears only when complete).
 Ends with a summary table per source and model; every skipped file is listed
 with its reason.
 
-Supported formats (auto-detected; --format NAME forces one): mini-swe-agent
-.traj.json; SWE-agent .traj (0.x, 1.x); OpenHands SDK event JSONL and legacy
-history; tau-bench JSON and tau2-bench results; Claude Code stream-json and ~/.claude/projects
-transcripts; AutoCodeRover task dirs; OpenCode export JSON; RepoLaunch
-setup.log; Codex CLI rollout JSONL and `codex exec --json` streams; Harbor ATIF
-trajectory.json (Terminal-Bench trials); Gemini CLI sessions (.json and the
-newer .jsonl, under ~/.gemini/tmp/*/chats) and Gemini API conversations
-({"contents": [...]}); chat logs in any .json/.jsonl file
-({"messages": [...]}, a bare message list, or one run per line), with tool
-calls as OpenAI tool_calls or Anthropic tool_use/tool_result blocks, or as
-OpenAI Responses API items ({"input": [...]}, {"items": [...]} or a bare item
-list); trajectory datasets as the Hugging Face Hub publishes them (Parquet
-shards, or their JSON/JSONL exports: messages under "trajectory" or
-"conversations", ShareGPT from/value turns, SWE-agent replies written as
-text).  Logged per-call usage (tokens, cached tokens, dollars) and times are
-kept where the log has them.
+Formats are detected file by file (--format NAME forces one; its help lists every
+name): the logs of mini-swe-agent, SWE-agent, OpenHands (benchmark rows, sessions,
+SDK conversations), Claude Code, Codex CLI, Gemini CLI, Qwen Code, Cline and Roo
+Code, OpenCode, Goose, pi, Continue, Trae Agent, smolagents, AutoCodeRover,
+RepoLaunch, tau-bench and tau2-bench, Harbor's ATIF trajectories, Inspect AI's
+.eval and .json logs, and chat logs in any .json/.jsonl/Parquet file (OpenAI,
+Anthropic or Responses messages, ShareGPT, Hub trajectory datasets).  README, 'Log
+formats', says what each reads.  Logged per-call usage (tokens, cached tokens,
+dollars) and times are kept where the log has them.
 
 Exit status: 0 when anything was ingested, 1 when nothing was (or, with
 --strict, when anything was skipped), 2 on usage errors.
