@@ -130,9 +130,9 @@ class InspectIngester(Ingester):
         events = sample.get("events") if isinstance(sample.get("events"), list) else []
         data = sample.get("events_data") if isinstance(sample.get("events_data"), dict) else {}
         pool = data.get("messages") if isinstance(data.get("messages"), list) else []
-        mine, others, names = _agents(messages, events)
+        mine, others, names, lost = _agents(messages, events)
         # the messages lost the agent's first turns (truncation="auto" after an overflow): its calls
-        rebuilt = _from_calls(mine, pool, messages) if mine and not mine[0].get("dtoc_held") else None
+        rebuilt = _from_calls(mine, pool, messages) if mine and lost else None
         results = _tool_results(events, store)
         cp, chat, cached = _read(
             rebuilt or messages, mine or events, pool, store, results, events, bool(mine)
@@ -671,13 +671,16 @@ def _key(m: dict) -> Any:
     return ("text", m.get("role"), json.dumps(m.get("content"), default=str))
 
 
-def _agents(messages: list, events: list) -> tuple[list[dict] | None, dict[Any, list[dict]], dict[Any, str]]:
+def _agents(
+    messages: list, events: list
+) -> tuple[list[dict] | None, dict[Any, list[dict]], dict[Any, str], bool]:
     """The solver's model calls: the agent's (those in the span of the calls whose answers the
     messages hold), every other agent's by span (a ``handoff()`` sub-agent, an agent run as a tool),
-    and the spans' names.  ``(None, {}, {})`` when the log cannot tell."""
+    the spans' names, and whether the messages lost the agent's first call.  ``(None, {}, {},
+    False)`` when the log cannot tell."""
     found = _solver_calls(events)
     if not found or not found[0]:
-        return None, {}, {}
+        return None, {}, {}, False
     calls, names = found
     turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     held_ids = {m.get("id") for m in turns} - {None}
@@ -688,16 +691,15 @@ def _agents(messages: list, events: list) -> tuple[list[dict] | None, dict[Any, 
 
     spans = Counter(e.get("span_id") for e in calls if held(_output_message(e)))
     if not spans:
-        return None, {}, {}
+        return None, {}, {}, False
     main = spans.most_common(1)[0][0]
     others: dict[Any, list[dict]] = {}
     for e in calls:
         if e.get("span_id") != main:
             others.setdefault(e.get("span_id"), []).append(e)
     mine = [e for e in calls if e.get("span_id") == main]
-    if held(_output_message(mine[0])):
-        mine[0]["dtoc_held"] = True  # the messages start with the agent's first call
-    return mine, others, names
+    first = _output_message(mine[0])
+    return mine, others, names, bool(first) and not held(first)
 
 
 def _from_calls(calls: list[dict], pool: list, tail: list = ()) -> list | None:
