@@ -59,7 +59,8 @@ parent's token totals, the sample's, leave its calls out); the
 turns one agent was shown of another's (Inspect gives a sub-agent's turns back to the parent as
 text, and examples in a prompt look like turns) are text its next call reads, not calls of its own.
 
-Not read: server-side tool use (``tool_use`` parts: web search, code execution).
+The provider's own tools run inside a turn (``tool_use`` parts: a web search, code execution) are
+calls of that turn whose results it carries; ``CompactionEdit`` clears those results too.
 """
 
 from __future__ import annotations
@@ -450,6 +451,21 @@ def _chat(messages: list) -> tuple[list[dict], dict[str, _Parts]]:
             if reasoning:
                 msg["reasoning_content"] = reasoning
             msg["inspect_id"] = m.get("id")
+            # the provider's own tools run inside the turn: calls whose results the turn carries
+            served = _server_uses(m.get("content"))
+            uses = []
+            for u in served:
+                name = str(u.get("name") or u.get("tool_type") or "server_tool")
+                uses.append({"id": u["id"], "function": {"name": name, "arguments": u.get("arguments")}})
+            msg["tool_calls"] = uses + msg["tool_calls"]  # in the turn before the calls the agent runs
+            chat.append(msg)
+            for use in served:
+                parts, failed = _server_result(use)
+                outputs[use["id"]] = parts
+                chat.append(
+                    {"role": "tool", "tool_call_id": use["id"], "content": _text(parts), "is_error": failed}
+                )
+            continue
         chat.append(msg)
     return chat, outputs
 
@@ -486,20 +502,53 @@ def inspect_usage(raw: Any) -> dict | None:
 _View = tuple[dict[str, _Parts], set[str]]  # what one call was sent: tool outputs by call id, call ids
 
 
-def _message_view(m: Any, store: dict) -> tuple[str | None, _Parts | None, tuple[str, ...]]:
-    """Of one message a call was sent: the tool call it answers and what it showed, or the ids of
-    the calls it makes."""
+_Seen = tuple[tuple[tuple[str, _Parts], ...], tuple[str, ...]]  # outputs shown by call id, call ids
+
+
+def _message_view(m: Any, store: dict) -> _Seen:
+    """Of one message a call was sent: the outputs it showed (a tool message's, or the results of
+    the provider's own tools inside a turn) by call id, and the ids of the calls it makes."""
     if not isinstance(m, dict):
-        return None, None, ()
+        return (), ()
     if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
         resolved = {"content": _resolve(m.get("content"), store), "error": m.get("error")}
         try:
-            return m["tool_call_id"], _tool_parts(resolved, "input")[0], ()
+            return ((m["tool_call_id"], _tool_parts(resolved, "input")[0]),), ()
         except IngestError:
-            return None, None, ()
-    calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-    ids = tuple(c["id"] for c in calls or () if isinstance(c, dict) and isinstance(c.get("id"), str))
-    return None, None, ids
+            return (), ()
+    if m.get("role") != "assistant":
+        return (), ()
+    calls = m.get("tool_calls") or ()
+    ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    shown = []
+    for use in _server_uses(m.get("content")):
+        ids.append(use["id"])
+        shown.append((use["id"], _server_result(_resolve(use, store))[0]))
+    return tuple(shown), tuple(ids)
+
+
+def _server_uses(content: Any) -> list[dict]:
+    """The provider's own tool uses inside a turn (Inspect's ``tool_use`` parts: web search, code
+    execution run by the provider), with the ids their results are known by."""
+    if not isinstance(content, list):
+        return []
+    return [
+        p
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "tool_use" and isinstance(p.get("id"), str)
+    ]
+
+
+def _server_result(use: dict) -> tuple[_Parts, bool]:
+    result = use.get("result")
+    if result is not None and not isinstance(result, (str, list)):
+        result = json.dumps(result)
+    failed = bool(use.get("error"))
+    try:
+        parts = _parts(result, "tool_use.result")
+    except IngestError:
+        parts = (("text", str(result)),)
+    return (parts or (("text", str(use.get("error") or "")),)) if failed else parts, failed
 
 
 class _Sent:
@@ -509,9 +558,9 @@ class _Sent:
 
     def __init__(self, pool: list, store: dict):
         self.pool, self.store = pool, store
-        self._seen: dict[int, tuple[str | None, _Parts | None, tuple[str, ...]]] = {}
+        self._seen: dict[int, _Seen] = {}
 
-    def _pooled(self, i: int) -> tuple[str | None, _Parts | None, tuple[str, ...]]:
+    def _pooled(self, i: int) -> _Seen:
         if i not in self._seen:
             self._seen[i] = _message_view(self.pool[i], self.store)
         return self._seen[i]
@@ -532,9 +581,8 @@ class _Sent:
             parts = (_message_view(m, self.store) for m in inp)
         shown: dict[str, _Parts] = {}
         called: set[str] = set()
-        for cid, seen, ids in parts:
-            if cid is not None and seen is not None:
-                shown[cid] = seen
+        for outputs, ids in parts:
+            shown.update(outputs)
             called.update(ids)
         return shown, called
 

@@ -96,6 +96,7 @@ def test_a_folder_of_logs_ingests_every_sample():
         *reads,
         "scaffolds/elide",
         "scaffolds/image",
+        "served/search",
         "team/handoff",
         "team/handoff/reader",
         "truncate/long",
@@ -336,3 +337,21 @@ def test_a_sub_agents_calls_are_counted_in_its_run_not_again_in_its_parents():
     # the sample's usage holds all five calls; each run holds its own
     assert parent.tokens_in + reader.tokens_in == sum(u.input_tokens for u in calls)
     assert reader.tokens_in == sum(s.usage.input_tokens for s in reader.steps if s.usage)
+
+
+def test_results_of_the_providers_own_tools_in_a_turn_are_outputs_compaction_clears():
+    (t,), _ = _samples(HERE / "served.eval")
+    # each turn: a web search the provider ran (its result in the turn), then a read_file call
+    assert [s.tool_name for s in t.steps] == [
+        "web_search",
+        "read_file",
+        "web_search",
+        "read_file",
+        "read_file",
+        None,
+    ]
+    assert (
+        t.steps[0].output.startswith("RESULTS: python multiply docs") and t.steps[0].turn == t.steps[1].turn
+    )
+    # CompactionEdit cleared the searches' results as it cleared the files'
+    assert [s.masked_before for s in t.steps] == [[], [], [1], [1], [0, 1, 3], [0, 1, 2, 3]]
