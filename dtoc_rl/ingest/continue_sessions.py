@@ -11,15 +11,16 @@ Mapping, as Continue sends a history to the model (``core/util/messageConversion
 ``<context name="NAME">\\nCONTENT\\n</context>\\n\\n``; an assistant message's tool calls are steps,
 each answered by its state's output contents joined by newlines (``Tool cancelled`` when it has
 none; a state whose status is ``errored`` is a failed call).  The system message Continue sends is
-not in the session: it is counted as the unlogged prompt.  An item with ``conversationSummary`` is
-the summary Continue's compaction put in place of the turns before it (the session keeps only what
-follows), and a ``thinking`` item is reasoning Continue sends back: both go to the model as
-assistant messages, and both are text the next call reads here, no call of the run's.  Each
-assistant message's ``usage`` (OpenAI's shape, with ``model``) is that call's (the prompt made whole
-where Continue's Anthropic adapter kept only its uncached rest); the session's ``usage.totalCost``
-is the run's dollars, and its token totals are summed from the calls (the session's own
-``promptTokens`` also counts a compaction's call, and Anthropic's uncached rest only).  Outcome:
-none (a session records no verdict).
+not in the session: it is counted as the unlogged prompt.  A compaction's summary
+(``conversationSummary``) is text the next call reads and a compaction of everything before it: the
+CLI writes it as an item of its own and keeps only what follows; the IDE puts it on an existing
+item, read as usual, and keeps the whole history.  A ``thinking`` item (reasoning Continue sends
+back as an assistant message) is text the next call reads, no call of the run's.  Each assistant
+message's ``usage`` (OpenAI's shape, with ``model``) is that call's (the prompt made whole where
+Continue's Anthropic adapter kept only its uncached rest); the session's ``usage.totalCost`` is the
+run's dollars, and its token totals are summed from the calls (the session's own ``promptTokens``
+also counts a compaction's call, and Anthropic's uncached rest only).  Outcome: none (a session
+records no verdict).
 """
 
 from __future__ import annotations
@@ -111,48 +112,58 @@ def _chat(history: list) -> list[dict]:
         m = item["message"]
         role = m.get("role")
         text = content_text(m.get("content"), f"{w}.message.content")
-        if isinstance(item.get("conversationSummary"), str):  # compaction's summary: what came before
-            chat.append({"role": "user", "content": item["conversationSummary"]})
+        summary = item.get("conversationSummary")
+        if isinstance(summary, str):
+            # a compaction's summary: the CLI writes it as an item of its own (after which only what
+            # follows is kept); the IDE puts it on an existing item and keeps the history, sending
+            # the summary and what follows it
+            own = role == "assistant" and text == summary and not m.get("toolCalls")
+            if not own:
+                chat.extend(_item(item, m, role, text, w))
+            chat.append({"role": "user", "content": summary, "dtoc_compaction": True})
             continue
-        if role == "user":
-            items = item.get("contextItems") if isinstance(item.get("contextItems"), list) else []
-            context = "".join(
-                f'<context name="{c.get("name")}">\n{c.get("content")}\n</context>\n\n'
-                for c in items
-                if isinstance(c, dict)
-            )
-            chat.append({"role": "user", "content": context + text})
-            continue
-        if role == "system":
-            chat.append({"role": "system", "content": text})
-            continue
-        if role == "thinking":  # reasoning sent back with the history: text, no call
-            chat.append({"role": "user", "content": text})
-            continue
-        if role != "assistant":
-            raise IngestError(f"{w}.message has role {role!r}, expected user, assistant, system or thinking")
-        calls = m.get("toolCalls") or []
-        if not isinstance(calls, list):
-            raise IngestError(f"{w}.message.toolCalls is {type(calls).__name__}, expected a list")
-        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
-        for k, c in enumerate(calls):
-            fn = c.get("function") if isinstance(c, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise IngestError(f"{w}.message.toolCalls[{k}] must have a 'function' with a 'name'")
-            call = {"name": fn["name"], "arguments": fn.get("arguments")}
-            msg["tool_calls"].append({"id": c.get("id"), "function": call})
-        if isinstance(m.get("usage"), dict):
-            msg["usage"] = _usage(m["usage"])
-        chat.append(msg)
-        states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) else []
-        for s in states:
-            if not isinstance(s, dict):
-                continue
-            out = s.get("output") if isinstance(s.get("output"), list) else []
-            parts = [str(o.get("content", "")) for o in out if isinstance(o, dict)]
-            body = "\n".join(parts) if out else "Tool cancelled"
-            failed = s.get("status") == "errored"
-            chat.append(
-                {"role": "tool", "tool_call_id": s.get("toolCallId"), "content": body, "is_error": failed}
-            )
+        chat.extend(_item(item, m, role, text, w))
     return chat
+
+
+def _item(item: dict, m: dict, role: Any, text: str, w: str) -> list[dict]:
+    """One history item as the chat messages Continue sends for it."""
+    if role == "user":
+        items = item.get("contextItems") if isinstance(item.get("contextItems"), list) else []
+        context = "".join(
+            f'<context name="{c.get("name")}">\n{c.get("content")}\n</context>\n\n'
+            for c in items
+            if isinstance(c, dict)
+        )
+        return [{"role": "user", "content": context + text}]
+    if role == "system":
+        return [{"role": "system", "content": text}]
+    if role == "thinking":  # reasoning sent back with the history: text, no call
+        return [{"role": "user", "content": text}]
+    if role != "assistant":
+        raise IngestError(f"{w}.message has role {role!r}, expected user, assistant, system or thinking")
+    calls = m.get("toolCalls") or []
+    if not isinstance(calls, list):
+        raise IngestError(f"{w}.message.toolCalls is {type(calls).__name__}, expected a list")
+    msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    for k, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise IngestError(f"{w}.message.toolCalls[{k}] must have a 'function' with a 'name'")
+        call = {"name": fn["name"], "arguments": fn.get("arguments")}
+        msg["tool_calls"].append({"id": c.get("id"), "function": call})
+    if isinstance(m.get("usage"), dict):
+        msg["usage"] = _usage(m["usage"])
+    out = [msg]
+    states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) else []
+    for st in states:
+        if not isinstance(st, dict):
+            continue
+        given = st.get("output") if isinstance(st.get("output"), list) else []
+        parts = [str(o.get("content", "")) for o in given if isinstance(o, dict)]
+        body = "\n".join(parts) if given else "Tool cancelled"
+        failed = st.get("status") == "errored"
+        out.append(
+            {"role": "tool", "tool_call_id": st.get("toolCallId"), "content": body, "is_error": failed}
+        )
+    return out

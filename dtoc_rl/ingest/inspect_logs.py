@@ -70,7 +70,6 @@ import re
 import struct
 import sys
 import zipfile
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -199,8 +198,8 @@ class InspectIngester(Ingester):
                 continue
             try:
                 sub, sub_chat, _ = _read(conv, calls, pool, store, results, events, True)
-            except IngestError:
-                continue  # an agent that made no call of its own
+            except (IngestError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+                continue  # an agent that made no call of its own, or one its log lost: not its parent
             if not any(st.tool_name for st in sub.steps):
                 continue
             name = names.get(span, "agent")
@@ -429,7 +428,7 @@ def _chat(messages: list) -> tuple[list[dict], dict[str, _Parts]]:
         role = m.get("role")
         if role == "tool":
             parts, failed = _tool_parts(m, w)
-            cid = m.get("tool_call_id")
+            cid = _text_or_none(m.get("tool_call_id"))
             chat.append({"role": "tool", "tool_call_id": cid, "content": _text(parts), "is_error": failed})
             if isinstance(cid, str):
                 outputs[cid] = parts
@@ -457,6 +456,8 @@ def _chat(messages: list) -> tuple[list[dict], dict[str, _Parts]]:
             for u in served:
                 name = str(u.get("name") or u.get("tool_type") or "server_tool")
                 uses.append({"id": u["id"], "function": {"name": name, "arguments": u.get("arguments")}})
+            # the agent's own calls are what its model event's answer names (for matching)
+            msg["agent_calls"] = tuple(c["id"] for c in msg["tool_calls"])
             msg["tool_calls"] = uses + msg["tool_calls"]  # in the turn before the calls the agent runs
             chat.append(msg)
             for use in served:
@@ -518,7 +519,7 @@ def _message_view(m: Any, store: dict) -> _Seen:
             return (), ()
     if m.get("role") != "assistant":
         return (), ()
-    calls = m.get("tool_calls") or ()
+    calls = m.get("tool_calls") if isinstance(m.get("tool_calls"), list) else ()
     ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
     shown = []
     for use in _server_uses(m.get("content")):
@@ -541,8 +542,10 @@ def _server_uses(content: Any) -> list[dict]:
 
 def _server_result(use: dict) -> tuple[_Parts, bool]:
     result = use.get("result")
-    if result is not None and not isinstance(result, (str, list)):
-        result = json.dumps(result)
+    if isinstance(result, dict):
+        result = [result]
+    elif result is not None and not isinstance(result, (str, list)):
+        result = str(result)
     failed = bool(use.get("error"))
     try:
         parts = _parts(result, "tool_use.result")
@@ -629,8 +632,10 @@ def _match_calls(
         if not isinstance(mid, str):
             no_id.add(k)
         e = by_id.get(mid) if isinstance(mid, str) else None
+        made = chat[k].pop("agent_calls", None)
+        made = tuple(c["id"] for c in chat[k]["tool_calls"]) if made is None else made
         if e is None:
-            e = by_calls.get(tuple(c["id"] for c in chat[k]["tool_calls"])) if chat[k]["tool_calls"] else None
+            e = by_calls.get(made) if made else None
         if e is not None and id(e) not in used:
             pairs[k] = e
             used.add(id(e))
@@ -686,10 +691,10 @@ def _as_text(chat: list[dict], turns: set[int]) -> None:
 def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
     """The model events of the sample's solvers (its scorers' left out), by the spans they ran in, and
     the spans' names; None when the log has no spans to tell them apart."""
-    spans: dict[Any, tuple[Any, Any, Any]] = {}
+    spans: dict[str, tuple[Any, Any, Any]] = {}
     for e in events:
-        if isinstance(e, dict) and e.get("event") == "span_begin":
-            spans[e.get("id")] = (e.get("type"), e.get("parent_id"), e.get("name"))
+        if isinstance(e, dict) and e.get("event") == "span_begin" and isinstance(e.get("id"), str):
+            spans[e["id"]] = (_text_or_none(e.get("type")), e.get("parent_id"), e.get("name"))
     if not spans:
         return None
     out = []
@@ -698,7 +703,7 @@ def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
             continue
         cur, kinds = e.get("span_id"), set()
         for _ in range(100):  # the span's ancestors (bounded: a malformed log may loop)
-            if cur not in spans:
+            if not isinstance(cur, str) or cur not in spans:
                 break
             kind, cur, _name = spans[cur]
             kinds.add(kind)
@@ -707,16 +712,23 @@ def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
     return out, {k: str(v[2] or "agent") for k, v in spans.items()}
 
 
+def _text_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _key(m: dict) -> Any:
     # a message of the conversation, however often calls were sent it: a tool result by its call,
     # a turn by its id or its calls, anything else by its id
-    if m.get("role") == "tool" and m.get("tool_call_id") is not None:
+    if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
         return ("tool", m["tool_call_id"])
-    if m.get("id") is not None:
+    if isinstance(m.get("id"), str):
         return ("id", m["id"])
     if m.get("role") == "assistant" and m.get("tool_calls"):
         return ("calls", json.dumps(m["tool_calls"], sort_keys=True, default=str))
     return ("text", m.get("role"), json.dumps(m.get("content"), default=str))
+
+
+_NO_SPAN = object()
 
 
 def _agents(
@@ -731,16 +743,17 @@ def _agents(
         return None, {}, {}, False
     calls, names = found
     turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
-    held_ids = {m.get("id") for m in turns} - {None}
+    held_ids = {m["id"] for m in turns if isinstance(m.get("id"), str)}
     held_calls = {_call_ids(m) for m in turns} - {()}
 
     def held(answer: dict) -> bool:  # by the message's id, or the calls it makes (a bridged agent's)
         return answer.get("id") in held_ids or (bool(_call_ids(answer)) and _call_ids(answer) in held_calls)
 
-    spans = Counter(e.get("span_id") for e in calls if held(_output_message(e)))
-    if not spans:
+    # the agent's span: that of its first call the messages hold (a sub-agent it hands off to, whose
+    # turns come back under the same ids, only ever calls after it)
+    main = next((e.get("span_id") for e in calls if held(_output_message(e))), _NO_SPAN)
+    if main is _NO_SPAN:
         return None, {}, {}, False
-    main = spans.most_common(1)[0][0]
     others: dict[Any, list[dict]] = {}
     for e in calls:
         if e.get("span_id") != main:
@@ -783,7 +796,9 @@ def _tool_results(events: list, store: dict) -> dict[str, _Parts]:
         if not (isinstance(e, dict) and e.get("event") == "tool" and isinstance(e.get("id"), str)):
             continue
         result = _resolve(e.get("result"), store)
-        if result is not None and not isinstance(result, (str, list)):
+        if isinstance(result, dict):  # one content part (a ToolResult may be a bare ContentText)
+            result = [result]
+        elif result is not None and not isinstance(result, (str, list)):
             result = str(result)  # a tool may return a number or a bool
         try:
             out.setdefault(

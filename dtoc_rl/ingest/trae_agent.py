@@ -94,11 +94,9 @@ class TraeAgentIngester(Ingester):
             "execution_time": root.get("execution_time"),
             "final_result": root.get("final_result") if isinstance(root.get("final_result"), str) else None,
         }
-        errors = [
-            st["error"] for st in steps_log if isinstance(st, dict) and isinstance(st.get("error"), str)
-        ]
-        if errors:  # the step that ended the run (a failed model call, a tool that raised)
-            extra["error"] = errors[-1].splitlines()[0][:500]
+        last = steps_log[-1] if steps_log and isinstance(steps_log[-1], dict) else {}
+        if isinstance(last.get("error"), str) and last["error"].strip():  # what ended the run
+            extra["error"] = last["error"].strip().splitlines()[0][:500]
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         usages = [m["usage"] for m in chat if m.get("role") == "assistant" and "usage" in m]
@@ -180,12 +178,15 @@ def _conversation(interactions: list, provider: str, steps_log: list = ()) -> li
         if usage is not None:
             msg["usage"] = usage
         chat.append(msg)
-    answered = {m.get("tool_call_id") for m in chat if m["role"] == "tool"}
-    last = [c["id"] for c in chat[-1].get("tool_calls") or ()] if chat else []
+    answered = {
+        m.get("tool_call_id") for m in chat if m["role"] == "tool" and isinstance(m.get("tool_call_id"), str)
+    }
+    last = [c["id"] for c in chat[-1].get("tool_calls") or () if isinstance(c.get("id"), str)] if chat else []
     for st in steps_log:
-        for r in (st.get("tool_results") or ()) if isinstance(st, dict) else ():
+        results = st.get("tool_results") if isinstance(st, dict) else None
+        for r in results if isinstance(results, list) else ():
             cid = r.get("call_id") if isinstance(r, dict) else None
-            if cid in last and cid not in answered:
+            if isinstance(cid, str) and cid in last and cid not in answered:
                 text, failed = _result_text(r, provider)
                 chat.append({"role": "tool", "tool_call_id": cid, "content": text, "is_error": failed})
                 answered.add(cid)

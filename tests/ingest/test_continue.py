@@ -35,22 +35,32 @@ def test_a_real_session_reads_its_calls_outputs_and_usage():
     assert t.unlogged_prompt_tokens > 0
 
 
-def test_context_items_cancelled_calls_and_a_compaction_summary(tmp_path):
+def test_context_items_and_cancelled_calls(tmp_path):
     root = json.loads(REAL.read_text())
-    first = root["history"][0]
-    first["contextItems"] = [
-        {"name": "notes.md", "content": "remember the tests", "description": "", "id": {}}
-    ]
+    root["history"][0]["contextItems"] = [{"name": "notes.md", "content": "remember the tests", "id": {}}]
     root["history"][3]["toolCallStates"][0]["output"] = []  # the user cancelled it
+    _, t = read_first(_write(tmp_path / "s.json", root))
+    # as Continue sends them: the context before the text; a call with no output "Tool cancelled"
+    assert t.task_text.startswith('<context name="notes.md">\nremember the tests\n</context>\n\nRead gamma')
+    assert t.steps[3].output == "Tool cancelled"
+
+
+def test_a_compaction_summary_as_the_cli_and_as_the_ide_write_it(tmp_path):
+    root = json.loads(REAL.read_text())
+    # the IDE: the summary on an existing item (here the second call's), the whole history kept
+    root["history"][2]["conversationSummary"] = "Summary so far."
+    _, ide = read_first(_write(tmp_path / "ide.json", root))
+    assert [s.tool_name for s in ide.steps] == ["Read", "Read", "List", "Read", None]  # no call lost
+    assert ide.steps[3].user_text == "Summary so far."
+    (event,) = ide.steps[3].events
+    assert event.kind == "compaction" and event.targets == [0, 1, 2]
+    # the CLI: the summary an item of its own, only what follows it kept
+    root = json.loads(REAL.read_text())
     summary = {"message": {"role": "assistant", "content": "Summary so far."}, "contextItems": [],
                "conversationSummary": "Summary so far."}  # fmt: skip
-    root["history"].insert(0, summary)
-    _, t = read_first(_write(tmp_path / "s.json", root))
-    # as Continue sends them: the context before the text; the summary is text, not a call
-    assert t.task_text == "Summary so far."
-    assert t.steps[0].user_text.startswith('<context name="notes.md">\nremember the tests\n</context>\n\n')
-    assert t.steps[3].output == "Tool cancelled"
-    assert [s.turn for s in t.steps] == [0, 1, 1, 2, 3]
+    root["history"] = [summary, *root["history"][3:]]
+    _, cli = read_first(_write(tmp_path / "cli.json", root))
+    assert [s.tool_name for s in cli.steps] == ["Read", None] and cli.steps[0].user_text == "Summary so far."
 
 
 def test_the_index_beside_the_sessions_is_no_session_and_damage_is_named(tmp_path):

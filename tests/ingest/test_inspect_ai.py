@@ -355,3 +355,36 @@ def test_results_of_the_providers_own_tools_in_a_turn_are_outputs_compaction_cle
     )
     # CompactionEdit cleared the searches' results as it cleared the files'
     assert [s.masked_before for s in t.steps] == [[], [], [1], [1], [0, 1, 3], [0, 1, 2, 3]]
+
+
+def test_a_sub_agent_that_calls_more_than_its_parent_does_not_take_over_the_run(tmp_path):
+    def busier(name, obj):  # two more answers of the sub-agent, given back to the parent as text
+        if name.startswith("samples/"):
+            events = obj["events"]
+            sub = [i for i, e in enumerate(events) if e["event"] == "model"][3]  # the sub-agent's second call
+            for n in (2, 1):
+                e = json.loads(json.dumps(events[sub]))
+                message = e["output"]["choices"][0]["message"]
+                message.update(id=f"EXTRA{n}", tool_calls=None, content=f"more reading {n}")
+                events.insert(sub + 1, e)
+                obj["messages"].insert(
+                    7, {"role": "assistant", "id": f"EXTRA{n}", "content": f"[reader] more {n}"}
+                )
+        return obj
+
+    parent, reader = _all(_rezip(HERE / "team.eval", tmp_path / "busy.eval", busier))
+    assert [s.tool_name for s in parent.steps] == ["read_file", "transfer_to_reader", None]
+    assert [s.tool_name for s in reader.steps] == ["read_file", "submit", None, None]
+
+
+def test_a_tool_result_of_one_content_part_reads_as_its_text(tmp_path):
+    def one_part(name, obj):  # Inspect's ToolResult may be a bare ContentText
+        if name.startswith("samples/"):
+            for e in obj["events"]:
+                if e["event"] == "tool" and isinstance(e.get("result"), str) and not e.get("error"):
+                    e["result"] = {"type": "text", "text": e["result"]}
+        return obj
+
+    before = _all(READ_EVAL)
+    after = _all(_rezip(READ_EVAL, tmp_path / "one.eval", one_part))
+    assert [_view(t) for t in after] == [_view(t) for t in before]
