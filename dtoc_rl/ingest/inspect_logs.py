@@ -70,7 +70,7 @@ import re
 import struct
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -237,12 +237,13 @@ def _read(
     the tools gave them and what each call was sent hidden; the chat messages; the calls Inspect's
     cache answered.  ``own``: ``calls`` are all of the agent's (see :func:`_match_calls`)."""
     chat, outputs = _chat(_resolve(messages, store))
-    sent, cached = _match_calls(chat, calls, pool, store, own)
-    _original_outputs(chat, outputs, sent, results)
+    by_turn, cached = _match_calls(chat, calls, own)
+    reader = _Sent(pool, store)
+    _original_outputs(chat, outputs, reader, by_turn, results)
     cp = chat_to_steps(chat, "messages")
     if not cp.steps:
         raise IngestError("no model turn in its messages (the run stopped before the first answer?)")
-    _mark_hidden(cp.steps, outputs, sent, _compaction_label(events))
+    _mark_hidden(cp.steps, outputs, reader, by_turn, _compaction_label(events))
     return cp, chat, cached
 
 
@@ -568,26 +569,53 @@ class _Sent:
             self._seen[i] = _message_view(self.pool[i], self.store)
         return self._seen[i]
 
-    def view(self, event: dict) -> _View | None:
+    def _flat(self, event: dict) -> list[int] | None:
         refs = event.get("input_refs")
-        if isinstance(refs, list) and refs:
-            if not all(
-                isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) and 0 <= r[0] <= r[1]
-                for r in refs
-            ) or any(r[1] > len(self.pool) for r in refs):
-                return None
-            parts = (self._pooled(i) for a, b in refs for i in range(a, b))
-        else:
-            inp = event.get("input")
-            if not isinstance(inp, list) or not inp:
-                return None
-            parts = (_message_view(m, self.store) for m in inp)
+        if not (isinstance(refs, list) and refs):
+            return None
+        if not all(
+            isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) and 0 <= r[0] <= r[1]
+            for r in refs
+        ) or any(r[1] > len(self.pool) for r in refs):
+            return None
+        return [i for a, b in refs for i in range(a, b)]
+
+    def views(self, calls: dict[int, dict]) -> Iterator[tuple[int, _View | None, bool, set[str]]]:
+        """``(turn, view, fresh, added)`` for each turn's call, in turn order.  The view is kept and
+        updated in place from one call to the next (consume it before the next): a call sent the
+        previous call's input and more (a conversation that only grew) adds the new messages to it
+        (``added``: the outputs they show); any other is read whole (``fresh``).  None: the log does
+        not hold what that call was sent."""
+        prev: list[int] | None = None
         shown: dict[str, _Parts] = {}
         called: set[str] = set()
-        for outputs, ids in parts:
-            shown.update(outputs)
-            called.update(ids)
-        return shown, called
+        for turn in sorted(calls):
+            event = calls[turn]
+            flat = self._flat(event)
+            if flat is not None and prev is not None and flat[: len(prev)] == prev:
+                added: set[str] = set()
+                for i in flat[len(prev) :]:
+                    outputs, ids = self._pooled(i)
+                    shown.update(outputs)
+                    added.update(cid for cid, _ in outputs)
+                    called.update(ids)
+                prev = flat
+                yield turn, (shown, called), False, added
+                continue
+            if flat is not None:
+                parts: Iterable[_Seen] = (self._pooled(i) for i in flat)
+            elif isinstance(event.get("input"), list) and event["input"]:
+                parts = (_message_view(m, self.store) for m in event["input"])
+            else:
+                prev = None
+                yield turn, None, True, set()
+                continue
+            shown, called = {}, set()
+            for outputs, ids in parts:
+                shown.update(outputs)
+                called.update(ids)
+            prev = flat
+            yield turn, (shown, called), True, set(shown)
 
 
 def _output_message(event: dict) -> dict:
@@ -602,12 +630,10 @@ def _call_ids(message: dict) -> tuple[str, ...]:
     return tuple(str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None)
 
 
-def _match_calls(
-    chat: list[dict], events: list, pool: list, store: dict, own: bool = False
-) -> tuple[dict[int, _View], int]:
-    """Give each assistant message its model call's usage and time; return what each call was sent
-    (the turn, as :func:`chat_to_steps` numbers assistant messages, -> its view), where the log
-    holds it, and how many of the calls Inspect's cache answered.
+def _match_calls(chat: list[dict], events: list, own: bool = False) -> tuple[dict[int, dict], int]:
+    """Give each assistant message its model call's usage and time; return each turn's call (the
+    turn as :func:`chat_to_steps` numbers assistant messages) and how many of the calls Inspect's
+    cache answered.
 
     A call is the model event whose output is the message: by the message's id, else by the ids of
     the calls it makes (an agent bridged to Inspect re-sends its history with new message ids), else
@@ -651,9 +677,8 @@ def _match_calls(
         # the parent as text; the parent's history, shown to a sub-agent) or examples in the prompt
         _as_text(chat, foreign)
         turns = [k for k, m in enumerate(chat) if m["role"] == "assistant"]
-    sent: dict[int, _View] = {}
+    by_turn: dict[int, dict] = {}
     cached = 0
-    reader = _Sent(pool, store)
     for turn, k in enumerate(turns):
         e = pairs.get(k)
         if e is None:
@@ -666,10 +691,8 @@ def _match_calls(
             usage = inspect_usage(out.get("usage"))
             if usage:
                 chat[k]["usage"] = usage
-        view = reader.view(e)
-        if view is not None:
-            sent[turn] = view
-    return sent, cached
+        by_turn[turn] = e
+    return by_turn, cached
 
 
 def _as_text(chat: list[dict], turns: set[int]) -> None:
@@ -810,16 +833,21 @@ def _tool_results(events: list, store: dict) -> dict[str, _Parts]:
 
 
 def _original_outputs(
-    chat: list[dict], outputs: dict[str, _Parts], sent: dict[int, _View], results: dict[str, _Parts]
+    chat: list[dict],
+    outputs: dict[str, _Parts],
+    reader: _Sent,
+    calls: dict[int, dict],
+    results: dict[str, _Parts],
 ) -> None:
     """Each output as the tool gave it, where the messages the log kept were edited afterwards (a
     scaffold that clears old results in its own history, an agent bridged to Inspect that does): its
     ``tool`` event's result, else what the first call sent it saw.  They are the steps' outputs and
     what later calls are compared with."""
     first: dict[str, _Parts] = {}
-    for turn in sorted(sent):
-        for cid, parts in sent[turn][0].items():
-            first.setdefault(cid, parts)
+    for _turn, view, _fresh, added in reader.views(calls):
+        for cid in added if view is not None else ():
+            if cid in outputs and cid not in first:
+                first[cid] = view[0][cid]
     for m in chat:
         cid = m.get("tool_call_id") if m["role"] == "tool" else None
         if cid not in outputs:
@@ -830,37 +858,53 @@ def _original_outputs(
             m["content"] = _text(given)
 
 
-def _mark_hidden(steps: list, outputs: dict[str, _Parts], inputs: dict[int, _View], label: str) -> None:
+def _mark_hidden(
+    steps: list, outputs: dict[str, _Parts], reader: _Sent, calls: dict[int, dict], label: str
+) -> None:
     """``masked_before`` (and ``dropped_before``) of each step whose call's input the log holds: the
-    earlier outputs that input did not hold as logged."""
-    if not inputs:
+    earlier outputs that input did not hold as the tool gave them.  Kept from call to call: a call
+    sent its predecessor's input and more looks again only at what changed."""
+    if not calls:
         return
-    masked: list[list[int] | None] = []
-    dropped: list[list[int] | None] = []
-    placeholders: list[dict[int, str]] = []
-    earlier: list[int] = []  # steps of the turns before this one with a logged output
-    seen = 0  # steps looked at for it so far
-    for i, st in enumerate(steps):
-        if i and st.turn != steps[i - 1].turn:  # a new turn: the steps before it are earlier
-            earlier.extend(j for j in range(seen, i) if steps[j].tool_call_id in outputs)
-            seen = i
-        view = inputs.get(st.turn)
+    at = {st.tool_call_id: j for j, st in enumerate(steps) if st.tool_call_id in outputs}
+    views = {}  # each turn's hidden steps, dropped steps and placeholders, worked out in turn order
+    earlier: list[int] = []  # steps of the turns before the current one with an output
+    seen = 0
+    hidden: set[int] = set()
+    whole = True  # the hidden set must be worked out over every earlier step
+    starts = [j for j, st in enumerate(steps) if j == 0 or st.turn != steps[j - 1].turn]
+    turn_start = {steps[j].turn: j for j in starts}
+
+    def off(j: int, shown: dict[str, _Parts]) -> bool:
+        cid = steps[j].tool_call_id
+        return cid not in shown or not _same(outputs[cid], shown[cid])
+
+    for turn, view, fresh, added in reader.views(calls):
+        start = turn_start.get(turn)
+        if start is None:
+            continue
+        new = [j for j in range(seen, start) if steps[j].tool_call_id in outputs]
+        earlier.extend(new)
+        seen = start
         if view is None:
-            masked.append(None)
-            dropped.append(None)
-            placeholders.append({})
+            whole = True
             continue
         shown, called = view
-        hid = [
-            j
-            for j in earlier
-            if (cid := steps[j].tool_call_id) not in shown or not _same(outputs[cid], shown[cid])
-        ]
-        masked.append(hid)
-        dropped.append([j for j in hid if steps[j].tool_call_id not in called])
-        placeholders.append(
-            {j: _text(shown[cid])[:200] for j in hid if (cid := steps[j].tool_call_id) in shown}
+        if fresh or whole:
+            hidden = {j for j in earlier if off(j, shown)}
+            whole = False
+        else:
+            for j in new + [at[c] for c in added if c in at and at[c] < start]:
+                (hidden.add if off(j, shown) else hidden.discard)(j)
+        hid = sorted(hidden)
+        views[turn] = (
+            hid,
+            [j for j in hid if steps[j].tool_call_id not in called],
+            {j: _text(shown[cid])[:200] for j in hid if (cid := steps[j].tool_call_id) in shown},
         )
+    masked = [views[st.turn][0] if st.turn in views else None for st in steps]
+    dropped = [views[st.turn][1] if st.turn in views else None for st in steps]
+    placeholders = [views[st.turn][2] if st.turn in views else {} for st in steps]
     set_masking(steps, masked, label, dropped, placeholders)
 
 
