@@ -10,8 +10,8 @@ answered by a ``role: "tool"`` message with its ``tool_call_id``, and the run en
 (``object: "response"``, ``function_call`` output items) and the replies as ``function_call_output``
 items.  The first user message is the task;
 ``info.model_stats`` has cost and call count, each assistant message's
-``extra.response.usage`` the provider's tokens.  Labels come from the nearest
-``selected_labels.jsonl`` (``resolved``).
+``extra.response.usage`` the provider's tokens (and, in 2.x, ``extra.timestamp`` the call's
+time).  Labels come from the nearest ``selected_labels.jsonl`` (``resolved``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,15 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
+from dtoc_rl.ingest.openai_chat import iso_to_epoch
 from dtoc_rl.ingest.responses import responses_to_messages
 from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```python block is no action
+
+
+def _when(msg: dict) -> float | None:
+    # 2.x stamps each message it keeps (extra.timestamp, epoch seconds): the call's time
+    extra = msg.get("extra") if isinstance(msg.get("extra"), dict) else {}
+    return iso_to_epoch(extra.get("timestamp"))
 
 
 def _content(msg: dict, i: int) -> str:
@@ -128,6 +135,7 @@ class MiniSweAgentIngester(Ingester):
                     )
                 match.output = cap_output(text)
             elif role == "assistant" and msg.get("tool_calls"):
+                when = _when(msg)
                 calls = msg["tool_calls"]
                 if not isinstance(calls, list):
                     raise IngestError(
@@ -144,6 +152,7 @@ class MiniSweAgentIngester(Ingester):
                             tool_args=args,
                             tool_call_id=call_id,
                             usage=message_usage(msg) if k == 0 else None,
+                            timestamp=when,
                         )
                     )
                     awaiting.append(step)
@@ -161,6 +170,7 @@ class MiniSweAgentIngester(Ingester):
                         tool_name="bash" if cmd is not None else None,
                         tool_args=cmd or "",
                         usage=message_usage(msg),
+                        timestamp=_when(msg),
                     )
                 )
                 if cmd is not None:

@@ -170,3 +170,28 @@ def test_version_2_responses_api_model_saves_whole_responses_and_reads_as_tool_c
         ("cat a.py", 1000, 0), ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 1200, 1000)
     ]  # fmt: skip
     assert "x" in traj.steps[0].output and traj.steps[1].output is None
+
+
+def test_a_real_version_2_run_reads_its_calls_outputs_usage_and_times():
+    # tests/fixtures/mini_swe_agent_v2: the real mini 2.4.6 (its bash tool, the local environment)
+    # against a scripted chat-completions API (make_fixtures.py there)
+    from dtoc_rl.ingest import detect_format, read_first
+
+    path = Path(__file__).parent.parent / "fixtures" / "mini_swe_agent_v2" / "run.traj.json"
+    assert detect_format(path).name == "mini-swe-agent"
+    _, t = read_first(path)
+    assert [s.tool_args for s in t.steps] == [
+        "cat alpha.txt",
+        "cat beta.txt && cat gamma.txt",
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+    ]
+    # each output as the model read it: 2.4.6's observation template
+    assert t.steps[0].output.startswith('{\n  "returncode": 0,\n  "output": "alpha line 1\\nalpha line 2')
+    assert '"returncode": 1' in t.steps[1].output and "No such file" in t.steps[1].output
+    usage = [(s.usage.input_tokens, s.usage.cached_tokens) for s in t.steps]
+    assert usage == [(1500, 0), (1800, 1500), (2100, 1800)]
+    stamps = [s.timestamp for s in t.steps]
+    assert None not in stamps and stamps == sorted(stamps)
+    assert (t.api_calls, t.model_raw) == (3, "openai/gpt-4o") and json.loads(t.extra)[
+        "mini_version"
+    ] == "2.4.6"
