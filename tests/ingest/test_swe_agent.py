@@ -270,3 +270,22 @@ def test_0x_demonstrations_stay_in_the_prompt(shared_traces):
     assert replayed_with < sent
     lite = sorted((shared_traces / "swe-agent-0.x_gpt-4-0125_swebench-lite").rglob("*.traj"))[0]
     assert "demonstration" not in _parse(lite).system_prompt  # runs without demonstrations keep none
+
+
+def test_a_real_swe_agent_1_1_run_reads_its_calls_and_outputs():
+    # tests/fixtures/swe_agent_v1_1: the real SWE-agent 1.1.0 (3ea751c0), its default function-calling
+    # config, the local deployment, a scripted chat-completions API (make_fixtures.py there)
+    from dtoc_rl.ingest import detect_format, read_first
+
+    path = Path(__file__).parent.parent / "fixtures" / "swe_agent_v1_1" / "run.traj"
+    assert detect_format(path).name == "swe-agent"
+    _, t = read_first(path)
+    assert t.source == "swe-agent-1.x" and t.model_raw == "openai/gpt-4o"
+    assert [s.tool_name for s in t.steps] == ["bash", "str_replace_editor", "bash", "submit", "submit"]
+    assert "alpha line 40" in t.steps[0].output and "beta line 40" in t.steps[1].output
+    assert "No such file or directory" in t.steps[2].output
+    assert "Thank you for your work on this issue" in t.steps[3].output  # the review asks once
+    # its default history processor only marks the cache: every call saw every output
+    assert all(s.masked_before == [] for s in t.steps)
+    extra = json.loads(t.extra)
+    assert extra["swe_agent_version"] == "1.1.0" and extra["history_processors"] == ["cache_control"]
