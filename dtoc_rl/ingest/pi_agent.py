@@ -92,6 +92,8 @@ class PiAgentIngester(Ingester):
             "version": header.get("version"),
             "provider": provider,
         }
+        if isinstance(header.get("parentSession"), str):  # a session forked or started from another
+            extra["parent_session"] = header["parentSession"]
         if len(branch) < len(entries) - 1:
             extra["entries_off_branch"] = len(entries) - 1 - len(branch)
         extra.update(lost_lines(bad, bridged, orphans))

@@ -174,3 +174,12 @@ def test_a_compaction_counts_kept_turns_whatever_their_call_ids(tmp_path):
     _, t = read_first(_write(tmp_path / "s.jsonl", [header, *entries, squeeze, after]))
     (event,) = t.steps[-1].events
     assert event.targets == [0, 1, 2]  # the text-only answer kept, the three reads gone
+
+
+def test_a_forked_session_names_the_session_it_came_from(tmp_path):
+    header, *entries = _entries()
+    forked = {**header, "parentSession": "/home/u/.pi/agent/sessions/--repo--/2026-12-05_parent.jsonl"}
+    _, t = read_first(_write(tmp_path / "fork.jsonl", [forked, *entries]))
+    assert json.loads(t.extra)["parent_session"].endswith("_parent.jsonl")
+    _, plain = read_first(REAL)
+    assert "parent_session" not in json.loads(plain.extra)
