@@ -770,7 +770,10 @@ def _agents(
     held_calls = {_call_ids(m) for m in turns} - {()}
 
     def held(answer: dict) -> bool:  # by the message's id, or the calls it makes (a bridged agent's)
-        return answer.get("id") in held_ids or (bool(_call_ids(answer)) and _call_ids(answer) in held_calls)
+        mid = answer.get("id")
+        return (isinstance(mid, str) and mid in held_ids) or (
+            bool(_call_ids(answer)) and _call_ids(answer) in held_calls
+        )
 
     # the agent's span: that of its first call the messages hold (a sub-agent it hands off to, whose
     # turns come back under the same ids, only ever calls after it)

@@ -388,3 +388,40 @@ def test_a_tool_result_of_one_content_part_reads_as_its_text(tmp_path):
     before = _all(READ_EVAL)
     after = _all(_rezip(READ_EVAL, tmp_path / "one.eval", one_part))
     assert [_view(t) for t in after] == [_view(t) for t in before]
+
+
+@pytest.mark.parametrize(
+    ("part", "kind", "path", "reads"),
+    [
+        # an id the reader matches by, or a range: the sample still reads, matched another way
+        ("events", "model", ("output", "choices", 0, "message", "id"), True),
+        ("events", "model", ("input_refs",), True),
+        ("events", "span_begin", ("id",), True),
+        ("messages", "assistant", ("id",), True),
+        ("events_data", None, ("messages", 2, "tool_calls"), True),
+        # a reply whose call id is no id answers the oldest open call, as any reply without one
+        ("messages", "tool", ("tool_call_id",), True),
+    ],
+)
+def test_ids_and_lists_of_the_wrong_type_cost_at_most_their_sample(tmp_path, part, kind, path, reads):
+    def odd(name, obj):
+        if not name.startswith("samples/"):
+            return obj
+        if part == "events_data":
+            target = obj["events_data"]
+        else:
+            target = next(
+                x for x in obj[part] if (x.get("event") if part == "events" else x.get("role")) == kind
+            )
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = [["not", "an", "id"]] if path[-1] != "tool_calls" else 7
+        return obj
+
+    log = _rezip(HERE / "team.eval", tmp_path / "odd.eval", odd)
+    if reads:
+        parent = _all(log)[0]
+        assert [s.tool_name for s in parent.steps][:2] == ["read_file", "transfer_to_reader"]
+    else:
+        with pytest.raises(IngestError, match="1 of 1 samples failed"):
+            _all(log)
