@@ -34,7 +34,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import count, finalize, number
+from dtoc_rl.ingest.common import cache_usage, count, finalize, number
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
 
 __all__ = ["ContinueSessionIngester"]
@@ -94,12 +94,12 @@ def _usage(raw: dict) -> dict:
     read, write = count(details, "cache_read_tokens"), count(details, "cache_write_tokens")
     if prompt is None or (read is None and write is None):
         return raw
-    parts = (read or 0) + (write or 0)
     claude = normalize_family(str(raw.get("model") or "")).startswith("claude")
-    if not (claude or parts > prompt):
+    whole = cache_usage(prompt, read, write, uncached=claude).input_tokens
+    if whole == prompt:
         return raw
-    whole = {**details, "cached_tokens": read or 0, "cache_write_tokens": write or 0}
-    return {**raw, "prompt_tokens": prompt + parts, "prompt_tokens_details": whole}
+    parts = {**details, "cached_tokens": read or 0, "cache_write_tokens": write or 0}
+    return {**raw, "prompt_tokens": whole, "prompt_tokens_details": parts}
 
 
 def _chat(history: list) -> list[dict]:

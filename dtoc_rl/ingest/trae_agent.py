@@ -43,7 +43,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import count, finalize, load_selected_labels
+from dtoc_rl.ingest.common import count, finalize, load_selected_labels, usage_from
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
 
 __all__ = ["TraeAgentIngester"]
@@ -113,7 +113,7 @@ class TraeAgentIngester(Ingester):
                 outcome_source="selected_labels.jsonl:resolved" if label is not None else "",
                 source_path=str(path),
                 extra=json.dumps({k: v for k, v in extra.items() if v is not None}),
-                tokens_in=sum(_prompt(u) for u in usages) if usages else None,
+                tokens_in=sum(usage_from(u).input_tokens or 0 for u in usages) if usages else None,
                 tokens_out=sum(count(u, "output_tokens") or 0 for u in usages) if usages else None,
                 api_calls=len(root["llm_interactions"]),
                 steps=cp.steps,
@@ -244,10 +244,3 @@ def _usage(raw: Any, provider: str) -> dict | None:
         return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": read}, "output_tokens": out}
     # the chat-completions clients (openrouter, azure, doubao, ollama) keep no cached share: not known
     return {"input_tokens": inp, "output_tokens": out}
-
-
-def _prompt(usage: dict) -> int:
-    return sum(
-        count(usage, k) or 0
-        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    )
