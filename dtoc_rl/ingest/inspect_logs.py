@@ -144,11 +144,9 @@ class InspectIngester(Ingester):
         scores = _scores(sample.get("scores"))
         first = next(iter(scores.values()), None) if scores else None
         success = _success(first)
+        ident = {"task": task, "run": run, "sample_id": sample.get("id"), "epoch": epoch}
         extra: dict[str, Any] = {
-            "task": task,
-            "run": run,
-            "sample_id": sample.get("id"),
-            "epoch": epoch,
+            **ident,
             "status": header.get("status"),
             "log_version": header.get("version"),
         }
@@ -204,7 +202,6 @@ class InspectIngester(Ingester):
                 continue
             name = names.get(span, "agent")
             usages = [m["usage"] for m in sub_chat if m.get("role") == "assistant" and "usage" in m]
-            own = {"task": task, "run": run, "sample_id": sample.get("id"), "epoch": epoch}
             out.append(
                 replace(  # the parent's run's model and source; its own conversation and calls
                     out[0],
@@ -214,7 +211,7 @@ class InspectIngester(Ingester):
                     system_prompt=sub.system,
                     success=None,
                     outcome_source="",
-                    extra=json.dumps({**own, "agent": name, "parent": traj_id}),
+                    extra=json.dumps({**ident, "agent": name, "parent": traj_id}),
                     tokens_in=sum(u["prompt_tokens"] for u in usages) if usages else None,
                     tokens_out=sum(u["completion_tokens"] for u in usages) if usages else None,
                     cost_usd=None,
@@ -541,12 +538,18 @@ def _server_uses(content: Any) -> list[dict]:
     ]
 
 
-def _server_result(use: dict) -> tuple[_Parts, bool]:
-    result = use.get("result")
+def _content(result: Any) -> Any:
+    """A tool's result as message content: one content part (a ToolResult may be a bare
+    ContentText) as a list of it, a number or a bool as its text."""
     if isinstance(result, dict):
-        result = [result]
-    elif result is not None and not isinstance(result, (str, list)):
-        result = str(result)
+        return [result]
+    if result is not None and not isinstance(result, (str, list)):
+        return str(result)
+    return result
+
+
+def _server_result(use: dict) -> tuple[_Parts, bool]:
+    result = _content(use.get("result"))
     failed = bool(use.get("error"))
     try:
         parts = _parts(result, "tool_use.result")
@@ -821,11 +824,7 @@ def _tool_results(events: list, store: dict) -> dict[str, _Parts]:
     for e in events:
         if not (isinstance(e, dict) and e.get("event") == "tool" and isinstance(e.get("id"), str)):
             continue
-        result = _resolve(e.get("result"), store)
-        if isinstance(result, dict):  # one content part (a ToolResult may be a bare ContentText)
-            result = [result]
-        elif result is not None and not isinstance(result, (str, list)):
-            result = str(result)  # a tool may return a number or a bool
+        result = _content(_resolve(e.get("result"), store))
         try:
             out.setdefault(
                 e["id"], _tool_parts({"content": result, "error": e.get("error")}, "tool event")[0]
