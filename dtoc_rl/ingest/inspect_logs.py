@@ -358,7 +358,8 @@ _Parts = tuple[tuple[str, str], ...]  # a message's content as ("text", text) an
 
 def _parts(content: Any, where: str) -> _Parts:
     """A message's content as parts: text (Inspect's ``text`` parts, or a string), media (image,
-    audio, video, document), and any other part as the text it holds; reasoning is no part of it."""
+    audio, video, document), and any other part as the text it holds; reasoning and the provider's
+    own tool uses are no part of it."""
     if content is None:
         return ()
     if isinstance(content, str):
@@ -373,7 +374,7 @@ def _parts(content: Any, where: str) -> _Parts:
             raise IngestError(f"{where}[{j}] is {type(p).__name__}, expected string or object")
         elif p.get("type") in _MEDIA:
             out.append(("media", str(p["type"])))
-        elif p.get("type") != "reasoning":
+        elif p.get("type") not in ("reasoning", "tool_use"):  # a tool_use is a call: _server_uses
             out.append(("text", content_text([p], f"{where}[{j}]")))
     return tuple(out)
 
