@@ -353,6 +353,7 @@ def test_results_of_the_providers_own_tools_in_a_turn_are_outputs_compaction_cle
     assert (
         t.steps[0].output.startswith("RESULTS: python multiply docs") and t.steps[0].turn == t.steps[1].turn
     )
+    assert t.steps[0].assistant_text == "Searching python multiply."  # the search is a call, not text
     # CompactionEdit cleared the searches' results as it cleared the files'
     assert [s.masked_before for s in t.steps] == [[], [], [1], [1], [0, 1, 3], [0, 1, 2, 3]]
 
