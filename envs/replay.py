@@ -530,7 +530,8 @@ class ReplayEnv(gym.Env):
         if tpl is None or tpl.ep is not self.episodes[idx]:
             tpl = self._templates[idx] = _Template.build(self.episodes[idx], self.N)
         self._tpl = tpl
-        self._prices = price_vector(self.sim.prices)  # constant over the episode
+        # the next call's model's prices: constant over an episode of one model
+        self._prices = [price_vector(p) for p in self.sim.model_prices]
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
@@ -678,7 +679,8 @@ class ReplayEnv(gym.Env):
             "disable_mask": disable_mask,
             "globals": g,
             "family": tpl.family,
-            "prices": self._prices.copy(),  # new data per observation (the env checker requires it)
+            # new data per observation (the env checker requires it)
+            "prices": self._prices[self.sim.model_of(self.sim.c)].copy(),
         }
 
     def _info(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:

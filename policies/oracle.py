@@ -83,7 +83,7 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     n, nc = ep.n, ep.n_calls
     if not nc:  # no model call, no bill (and no rows for the arrays below)
         return 0.0
-    p = _prices(ep, cfg)
+    p = (cfg or CostConfig()).call_prices(ep)
     first, user_c, asst_c, ua_before_c = _call_tokens(ep)
     stored = (np.arange(n)[None, :] < first[:, None]) & ep.has_out[None, :]  # stored[t, k]: k before call t
     V = V.astype(bool) | ~stored
@@ -93,9 +93,15 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     ua = ep.user_tok + ep.asst_tok
     ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # Σ_{k<j} U_k + A_k, per step j
     prompts = ep.base_tokens + ua_before_c + out_cost.sum(axis=1) + user_c
-    prev = np.concatenate([[0], prompts[:-1]])
     changed = np.zeros((nc, n), bool)
-    changed[1:] = (V[1:] != V[:-1]) & stored[:-1]  # was already stored at the previous call
+    if ep.call_model is None:
+        prev = np.concatenate([[0], prompts[:-1]])
+        changed[1:] = (V[1:] != V[:-1]) & stored[:-1]  # was already stored at the previous call
+    else:  # against the last call to the same model (a cache is per model); none: nothing cached
+        pc = ep.prev_call
+        had = pc >= 0
+        prev = np.where(had, prompts[np.maximum(pc, 0)], 0)
+        changed[had] = (V[had] != V[pc[had]]) & stored[pc[had]]
     has_change = changed.any(axis=1)
     fc = np.where(has_change, changed.argmax(axis=1), 0)
     # prefix up to and including U_fc, A_fc at call t (O before fc is unchanged)
@@ -205,6 +211,8 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
     n = ep.n_calls
     if K == 0:
         return np.ones((n, ep.n), bool)
+    if ep.call_model is not None:  # its state would be every model's last visibility, not one
+        raise ValueError("exact_plan prices episodes of one model; this one calls several (use plan)")
     p = _prices(ep, cfg)
     R = _need_matrix(ep, cfg)
     ua = ep.user_tok + ep.asst_tok

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILIES", "family_id", "model_version", "normalize_family"]
+__all__ = ["FAMILIES", "family_id", "model_key", "model_version", "normalize_family"]
 
 # Order matters: the first matching pattern wins (gpt-4o-mini before gpt-4o).
 _RULES: list[tuple[str, str]] = [
@@ -133,10 +133,22 @@ def model_version(raw: str | None) -> str | None:
     """The priced version a raw model name denotes (None: the name pins no known version)."""
     if not raw:
         return None
-    name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
-    # Bedrock's "(us.)anthropic.claude-...-v1:0" and Vertex's "claude-...@20250805" name the same version
-    name = re.sub(r"-v\d+:\d+$", "", re.sub(r"^(?:[a-z]{2}\.)?anthropic\.", "", name)).replace("@", "-")
+    name = _plain_name(raw)
     for pattern, version in _VERSIONS:
         if re.fullmatch(pattern, name):
             return version
     return None
+
+
+def _plain_name(raw: str) -> str:
+    """A model name without case, ``provider/`` prefix or a cloud's spelling of it."""
+    name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
+    # Bedrock's "(us.)anthropic.claude-...-v1:0" and Vertex's "claude-...@20250805" name the same version
+    return re.sub(r"-v\d+:\d+$", "", re.sub(r"^(?:[a-z]{2}\.)?anthropic\.", "", name)).replace("@", "-")
+
+
+def model_key(raw: str | None) -> str:
+    """What tells two models apart: the name as :func:`model_version` reads it, less a date or
+    ``-latest`` at its end (a dated and an undated name of one model are one model, whose calls share a
+    provider's cache; two models priced alike are still two)."""
+    return re.sub(r"-(?:\d{4}-?\d{2}-?\d{2}|latest)$", "", _plain_name(raw or ""))

@@ -29,7 +29,8 @@ __all__ = [
     "hf_features",
 ]
 
-SCHEMA_VERSION = "1.2"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages
+SCHEMA_VERSION = "1.3"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages;
+# 1.3: the model of each call
 
 NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
@@ -103,6 +104,10 @@ class Step:
     harness_text: str = ""
     # The provider's usage for the model call this step starts (on the first step of a turn).
     usage: Usage | None = None
+    # The model that call was sent to, as the log names it per call (on the first step of a turn; None:
+    # not named, i.e. the run's ``model_raw``).  A run can change models between calls (a router, a
+    # /model switch): each call is billed at its own model's prices, and reads no other model's cache.
+    model: str | None = None
 
     @property
     def has_output(self) -> bool:
@@ -208,6 +213,7 @@ def hf_features():  # -> datasets.Features; imported lazily so core stays light
         "masked_before": Sequence(Value("int32")),
         "dropped_before": Sequence(Value("int32")),
         "harness_text": Value("string"),
+        "model": Value("string"),
         "usage": {
             "input_tokens": Value("int64"),
             "cached_tokens": Value("int64"),

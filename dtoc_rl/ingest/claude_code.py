@@ -109,14 +109,15 @@ class _Assembler:
         self.by_call: dict[str, Step] = {}
         self.turn_ids: dict[int, object] = {}  # turn -> the API message id that made it
 
-    def attach_usage(self, usages: dict[str, dict]) -> None:
-        """Each API message's usage on the first step of the turn it made."""
+    def attach_usage(self, usages: dict[str, dict], models: dict[str, str]) -> None:
+        """Each API message's usage and model on the first step of the turn it made."""
         seen: set[int] = set()
         for step in self.steps:
             if step.turn not in seen:
                 seen.add(step.turn)
                 mid = self.turn_ids.get(step.turn)
                 step.usage = usage_from(usages.get(mid)) if isinstance(mid, str) else None
+                step.model = models.get(mid) if isinstance(mid, str) else None
 
     def _add(self, **kw: Any) -> Step:
         step = new_step(
@@ -348,6 +349,7 @@ class ClaudeCodeStreamIngester(Ingester):
         init: dict = {}
         result: dict = {}
         models: Counter[str] = Counter()
+        call_models: dict[str, str] = {}  # API message id -> the model that wrote it
         usages: dict[str, dict] = {}
         calls: set[str] = set()
         sidechain = 0
@@ -383,6 +385,8 @@ class ClaudeCodeStreamIngester(Ingester):
                     synthetic += 1
                 elif msg.get("id"):
                     calls.add(str(msg["id"]))
+                    if isinstance(model, str) and model:
+                        call_models[str(msg["id"])] = model
                 if isinstance(msg.get("usage"), dict) and msg.get("id"):
                     usages[msg["id"]] = msg["usage"]
                 for j, block in enumerate(msg["content"]):
@@ -422,7 +426,7 @@ class ClaudeCodeStreamIngester(Ingester):
             fix = _FIX.match(label)
             if fix:
                 success, source = _fix_label(path, fix.group("req"), m.group("ts"))
-        asm.attach_usage(usages)
+        asm.attach_usage(usages, call_models)
         tin, tout = _usage_totals(usages)
         res_usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
         if res_usage:
@@ -595,6 +599,7 @@ class ClaudeCodeTranscriptIngester(Ingester):
         ]
         asm = _Assembler()
         models: Counter[str] = Counter()
+        call_models: dict[str, str] = {}  # API message id -> the model that wrote it
         usages: dict[str, dict] = {}
         cost = 0.0
         has_cost = False
@@ -641,6 +646,8 @@ class ClaudeCodeTranscriptIngester(Ingester):
                     models[model] += 1
                     if model == "<synthetic>" and msg.get("id"):
                         synthetic_ids.add(msg["id"])
+                    elif isinstance(model, str) and model and isinstance(msg.get("id"), str):
+                        call_models[msg["id"]] = model
                     if isinstance(msg.get("usage"), dict) and msg.get("id"):
                         usages[msg["id"]] = msg["usage"]
                     if isinstance(rec.get("costUSD"), (int, float)):
@@ -656,7 +663,7 @@ class ClaudeCodeTranscriptIngester(Ingester):
         if not asm.steps:
             raise IngestError("empty trajectory: no assistant messages on the conversation chain", path)
         model_raw = _main_model(models)
-        asm.attach_usage(usages)
+        asm.attach_usage(usages, call_models)
         tin, tout = _usage_totals(usages)
         sid = str(session or path.stem)
         extra = {

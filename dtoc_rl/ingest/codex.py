@@ -19,7 +19,8 @@ including reasoning, as the Responses API counts them) to the model call it foll
 with an unchanged total are the same call reported twice and are skipped.  A call's time is the
 ``timestamp`` of the line holding its first item (what the simulator's cache lifetime is measured
 against).  The model is the first
-``turn_context``'s (a session that switched models names the others in ``extra.models``).
+``turn_context``'s (a session that switched models names the others in ``extra.models``, and each call
+carries the model of the ``turn_context`` before it).
 
 Tool outputs as Codex wrote them: older CLIs wrap a command's output as JSON text
 (``{"output": "...", "metadata": {"exit_code": 1, ...}}``), newer ones put a header before it
@@ -91,6 +92,7 @@ class CodexRolloutIngester(Ingester):
         items: list[dict] = []
         meta: dict[str, Any] = {}
         models: list[str] = []
+        current = ""  # the model of the latest turn_context: the one the next calls go to
         last_total: Any = None
         lines = _Lines(path)
         for lineno, rec in lines:
@@ -108,11 +110,14 @@ class CodexRolloutIngester(Ingester):
                 meta = payload
             elif kind == "turn_context":
                 model = payload.get("model")
-                if isinstance(model, str) and model and model not in models:
-                    models.append(model)
+                if isinstance(model, str) and model:
+                    current = model
+                    if model not in models:
+                        models.append(model)
             elif kind == "response_item":
-                # the line's time: on the first item of a model call, the call's
-                items.append({**_codex_output(_harness_text(payload)), "dtoc_time": rec.get("timestamp")})
+                # the line's time and the turn's model: on the first item of a model call, the call's
+                item = {**_codex_output(_harness_text(payload)), "dtoc_time": rec.get("timestamp")}
+                items.append({**item, "dtoc_model": current} if current else item)
             elif kind == "compacted":
                 items.append({"type": "dtoc_compaction", "text": payload.get("message")})
             elif kind == "event_msg" and payload.get("type") == "token_count":

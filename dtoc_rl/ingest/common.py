@@ -19,6 +19,7 @@ __all__ = [
     "finalize",
     "find_upwards",
     "load_selected_labels",
+    "message_model",
     "message_usage",
     "name_model",
     "number",
@@ -253,6 +254,18 @@ def message_usage(message: dict) -> Usage | None:
         if (u := usage_from(raw)) is not None:
             return u
     return usage_from(response.get("usage"))
+
+
+def message_model(message: dict) -> str | None:
+    """The model one assistant message names as the one that wrote it: its own ``model`` (a saved
+    completion, a Gemini CLI record) or that of the raw response kept in ``extra.response``; None when
+    it names none (the run's model, then)."""
+    extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
+    response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+    for raw in (message.get("model"), response.get("model")):
+        if isinstance(raw, str) and raw.strip():
+            return raw.strip()
+    return None
 
 
 def _first(*values: float | None) -> float | None:

@@ -154,6 +154,7 @@ def _item(item: dict, m: dict, role: Any, text: str, w: str) -> list[dict]:
         msg["tool_calls"].append({"id": c.get("id"), "function": call})
     if isinstance(m.get("usage"), dict):
         msg["usage"] = _usage(m["usage"])
+        msg["model"] = m["usage"].get("model")
     out = [msg]
     states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) else []
     for st in states:

@@ -365,6 +365,8 @@ def cli_to_chat(session: CliSession) -> CliChat:
                  "timestamp": rec.get("timestamp")}  # fmt: skip
             if (u := _usage(rec.get("tokens"))) is not None:
                 m["usageMetadata"] = u
+            if isinstance(rec.get("model"), str):  # the CLI's router picks a model per call
+                m["model"] = rec["model"]
             msgs.append(m)
             msgs.extend(replies)
             if not model and isinstance(rec.get("model"), str):
@@ -434,6 +436,8 @@ def contents_to_chat(contents: Any, system: Any = None, places: list | None = No
                     m["usageMetadata"] = c[key]
             if c.get("timestamp") is not None:  # a harness's record of the call (Qwen Code's)
                 m["timestamp"] = c["timestamp"]
+            if isinstance(c.get("model"), str):
+                m["model"] = c["model"]
             msgs.append(m)
         elif role in ("user", "function", "tool"):
             responses = [

@@ -688,6 +688,8 @@ def _match_calls(chat: list[dict], events: list, own: bool = False) -> tuple[dic
         if e is None:
             continue
         chat[k]["timestamp"] = e.get("timestamp")
+        if isinstance(e.get("model"), str):  # a sample may call several models (a sub-agent's own)
+            chat[k]["model"] = e["model"]
         if e.get("cache") == "read":  # answered from Inspect's own cache: no provider call, no tokens
             cached += 1
         else:

@@ -60,7 +60,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_json, read_text
 from dtoc_rl.ingest.chat_rows import chat_run, message_column
-from dtoc_rl.ingest.common import cap_output, finalize, message_usage, new_step
+from dtoc_rl.ingest.common import cap_output, finalize, message_model, message_usage, new_step
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
 from dtoc_rl.ingest.text_actions import as_tool_calls
 
@@ -381,6 +381,7 @@ def chat_to_steps(
                 st.timestamp = when
             if len(res.steps) > first_of_turn:
                 res.steps[first_of_turn].usage = message_usage(m)
+                res.steps[first_of_turn].model = message_model(m)
                 res.steps[first_of_turn].events.extend(events)
                 events = []
         else:  # tool / function reply; "is_error": true marks a failed call (as Anthropic's blocks do)

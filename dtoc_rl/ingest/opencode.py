@@ -288,6 +288,7 @@ class OpenCodeIngester(Ingester):
                         close(mi)
                         if len(steps) > call_start and steps[call_start].usage is None:
                             steps[call_start].usage = _call_usage(part)
+                            steps[call_start].model = model if isinstance(model, str) and model else None
                     elif kind in ("text", "reasoning"):
                         text = str(part.get("text", ""))
                         if turn_ts is None:

@@ -158,7 +158,8 @@ def _chat(m: dict, entry: dict) -> list[dict]:
         ]
         thinking = "\n\n".join(b.get("thinking") or "" for b in blocks if b.get("type") == "thinking")
         out = {"role": "assistant", "content": _text(blocks), "tool_calls": calls, "reasoning": thinking,
-               "timestamp": m.get("timestamp") or entry.get("timestamp")}  # fmt: skip
+               "timestamp": m.get("timestamp") or entry.get("timestamp"),
+               "model": m.get("model")}  # fmt: skip
         u = m.get("usage")
         if isinstance(u, dict):  # input is the uncached rest, as Anthropic counts it
             cost = (u.get("cost") if isinstance(u.get("cost"), dict) else {}).get("total")

@@ -82,6 +82,7 @@ class QwenCodeIngester(Ingester):
                     if isinstance(r.get("usageMetadata"), dict):
                         content["usageMetadata"] = _output_once(r["usageMetadata"])
                     content["timestamp"] = r.get("timestamp")
+                    content["model"] = r.get("model")
                 contents.append(content)
         msgs = contents_to_chat(contents)
         orphans = drop_orphan_replies(msgs) if bad else 0  # their calls were on the lines lost

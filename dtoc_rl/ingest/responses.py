@@ -18,7 +18,8 @@ provider usage, and ``{"type": "dtoc_compaction", "text": ...}`` becomes a user 
 ``compaction`` event on the next step).  An output item with ``"dtoc_is_error": true`` (a reader
 that knows the run's exit codes) becomes a ``tool`` message with ``"is_error": true``, and a
 ``"dtoc_time"`` on the first item of a model call (a reader whose log times its items) becomes that
-assistant message's ``timestamp``.
+assistant message's ``timestamp``, and a ``"dtoc_model"`` there its ``model`` (the model that call went
+to, for a log whose model changes between calls).
 
 Item types that carry no output a context could hide (``web_search_call``, ``image_generation_call``,
 ``file_search_call`` and any type this module does not know) are skipped and
@@ -102,6 +103,8 @@ def responses_to_messages(items: Any, where: str = "items") -> ResponsesParse:
             turn = {"role": "assistant", "content": "", "tool_calls": [], "reasoning_content": ""}
             if item.get("dtoc_time") is not None:
                 turn["timestamp"] = item["dtoc_time"]
+            if isinstance(item.get("dtoc_model"), str):
+                turn["model"] = item["dtoc_model"]
             res.messages.append(turn)
         return turn
 

@@ -173,6 +173,7 @@ def _conversation(interactions: list, provider: str, steps_log: list = ()) -> li
             "content": content_text(response.get("content"), f"{w}.response.content"),
             "tool_calls": [_call(c, f"{w}.response.tool_calls[{n}]") for n, c in enumerate(calls)],
             "timestamp": it.get("timestamp"),
+            "model": it.get("model") or response.get("model"),
         }
         usage = _usage(response.get("usage"), provider)
         if usage is not None:

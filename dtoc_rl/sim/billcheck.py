@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
+from dtoc_rl.data.models import model_key, normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
 
@@ -79,7 +80,7 @@ class CallCheck:
     n_steps: int  # earlier steps in the prompt (each brings the chat format's and harness's framing)
     unlogged: int  # provider tokens the log lacks (in every prompt, at its start)
     idle: float  # seconds since the previous call (NaN: unknown or first)
-    first: bool  # the trajectory's first logged call (nothing cached yet)
+    first: bool  # the trajectory's first logged call to its model (nothing of it cached yet)
     logged_in: float
     logged_cached: float  # NaN: unknown
     logged_out: float
@@ -117,12 +118,16 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     ]
     seg_o = [est.count(s.output) if s.output is not None else 0 for s in steps]
     base = est.count(traj.system_prompt or "") + est.count(traj.task_text or "")
-    p = prices_for(traj.model_family, traj.model_raw)
+    run_prices = prices_for(traj.model_family, traj.model_raw)
     rules = cache_rules_for(traj.model_family, traj.model_raw)
     out: list[CallCheck] = []
-    prev: tuple[list[int], float | None, int] | None = None  # (segment sizes, timestamp, first step)
+    # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
+    last: dict[str, tuple[list[int], float | None, int]] = {}
     for k in usage_at:
         s = steps[k]
+        other = s.model is not None and model_key(s.model) != model_key(traj.model_raw)
+        p = prices_for(normalize_family(s.model), s.model) if other else run_prices
+        prev = last.get(model_key(s.model if other else traj.model_raw))
         start = starts[k]
         masked = set(s.masked_before or ())
         dropped = set(s.dropped_before or ())
@@ -182,7 +187,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 family=traj.model_family or "",
             )
         )
-        prev = (segs, s.timestamp, start)
+        last[model_key(s.model if other else traj.model_raw)] = (segs, s.timestamp, start)
     return out
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from dtoc_rl.core.record import ToolOutput, format_key
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
-from dtoc_rl.data.models import family_id
+from dtoc_rl.data.models import family_id, model_key
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels import unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
@@ -88,6 +88,10 @@ class Episode:
     # (E, 4) float64, by step fed: (step fed, output step, unique_text, unique_names) each time what an
     # output alone holds shrinks (dtoc_rl.labels.unique_events); None: never computed (every output 1, 1)
     unique: np.ndarray | None = None
+    # (n_calls,) int64: the model each call went to, an index into ``models`` (0: the run's model_raw);
+    # None: every call went to the run's model.  ``models`` lists the names the log gives them.
+    call_model: np.ndarray | None = None
+    models: list[str] = field(default_factory=list)
 
     @property
     def gap(self) -> np.ndarray:
@@ -123,6 +127,23 @@ class Episode:
             st = self.starts
             self._call_of = np.repeat(np.arange(len(st) - 1, dtype=np.int64), np.diff(st))
         return self._call_of
+
+    @property
+    def prev_call(self) -> np.ndarray:
+        """(n_calls,) the last call before each one that went to the same model (-1: none), i.e. the
+        call whose prompt a provider's cache holds for it: a cache is per model (cached)."""
+        if self._prev_call is None:
+            nc = self.n_calls
+            if self.call_model is None:
+                self._prev_call = np.arange(nc, dtype=np.int64) - 1
+            else:
+                last: dict[int, int] = {}
+                prev = np.full(nc, -1, np.int64)
+                for c, m in enumerate(self.call_model.tolist()):
+                    prev[c] = last.get(m, -1)
+                    last[m] = c
+                self._prev_call = prev
+        return self._prev_call
 
     def per_call(self, a: np.ndarray) -> np.ndarray:
         """Per-step integer quantities ``a`` summed over each model call's steps."""
@@ -160,6 +181,7 @@ class Episode:
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
     _call_of: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _prev_call: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
         """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""
@@ -303,7 +325,30 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
         call_ptr=call_ptr,
         unique=np.asarray(unique_events(traj), np.float64).reshape(-1, 4),
+        **_call_models(traj, call_ptr),
     )
+
+
+def _call_models(traj: Trajectory, call_ptr: np.ndarray | None) -> dict:
+    """``call_model`` and ``models`` of an episode: each call's model as its first step names it (a
+    step naming none went to the run's ``model_raw``).  Two names of one priced version (a dated and an
+    undated name, a provider prefix) are one model."""
+    firsts = range(len(traj.steps)) if call_ptr is None else call_ptr[:-1].tolist()
+    names = [traj.steps[a].model for a in firsts]
+    if not any(names):
+        return {}
+    models = [traj.model_raw or ""]
+    keys = {model_key(models[0]): 0}
+    which = []
+    for name in names:
+        k = model_key(name) if name else model_key(models[0])
+        if k not in keys:
+            keys[k] = len(models)
+            models.append(name)
+        which.append(keys[k])
+    if len(models) == 1:
+        return {}
+    return {"call_model": np.asarray(which, np.int64), "models": models}
 
 
 def _call_ptr(traj: Trajectory) -> np.ndarray | None:

@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
@@ -137,6 +138,32 @@ class CostConfig:
         oracle, the rules and evaluation all ask it, so none of them can price an episode differently."""
         return self.prices or model_prices(getattr(ep, "model_raw", None), ep.model_family, self.price_table)
 
+    def model_prices(self, ep: Episode) -> list[Prices]:
+        """The prices of each model ``ep``'s calls went to (``ep.models``; one entry, :meth:`prices_of`,
+        for an episode of one model): the first is the run's, the others resolved as it is."""
+        first = self.prices_of(ep)
+        if getattr(ep, "call_model", None) is None:
+            return [first]
+        return [first] + [
+            self.prices or model_prices(m, normalize_family(m), self.price_table) for m in ep.models[1:]
+        ]
+
+    def call_prices(self, ep: Episode) -> Prices:
+        """The prices of each model call of ``ep``: :meth:`prices_of` when every call went to one model
+        (or to models priced alike), else one :class:`Prices` whose fields are (n_calls,) arrays, each
+        call at its own model's (``Prices.bill`` then bills arrays of calls element by element)."""
+        table = self.model_prices(ep)
+        if len(table) == 1 or all(p == table[0] for p in table[1:]):
+            return table[0]
+        which = ep.call_model
+        return Prices(
+            input=np.array([p.input for p in table])[which],
+            output=np.array([p.output for p in table])[which],
+            cache_read=np.array([p.cache_read for p in table])[which],
+            cache_write=np.array([p.cache_write for p in table])[which],
+            source=" + ".join(dict.fromkeys(p.source for p in table)),
+        )
+
     def rules_for(self, ep: Episode) -> CacheRules | None:
         """The caching rules applied to ``ep`` (None: the ideal cache)."""
         if self.cache == "ideal":
@@ -145,11 +172,17 @@ class CostConfig:
 
 
 def idle_seconds(ep: Episode) -> np.ndarray:
-    """Seconds between each model call and the previous one (NaN: unknown; the first call: NaN), from
-    the timestamps of the calls' first steps."""
+    """Seconds between each model call and the previous one to its model (``ep.prev_call``; NaN:
+    unknown, or no such call), from the timestamps of the calls' first steps: how long the cache it
+    could read has waited."""
     ts = ep.timestamps if ep.timestamps is not None else np.full(ep.n, np.nan)
     ts = ts[ep.starts[:-1]] if ep.n_calls != ep.n else ts
-    return np.concatenate([[np.nan], np.diff(ts)]) if ep.n else np.zeros(0)
+    if not ep.n:
+        return np.zeros(0)
+    if ep.call_model is None:
+        return np.concatenate([[np.nan], np.diff(ts)])
+    prev = ep.prev_call
+    return np.where(prev >= 0, ts - ts[np.maximum(prev, 0)], np.nan)
 
 
 @dataclass
@@ -190,10 +223,15 @@ class Simulator:
 
     def __post_init__(self) -> None:
         ep = self.ep
-        p = self.cfg.prices_of(ep)
-        self.prices = p
+        table = self.cfg.model_prices(ep)
+        self.prices = table[0]
+        """The run's prices (its ``model_raw``'s); a call to model m is billed at ``model_prices[m]``."""
+        self.model_prices = table
         # the biller's per-token factors in locals: _bill is the hot loop (Prices.bill, bit for bit)
-        self._p0, self._p1, self._p2 = p.per_token()
+        self._factors = [p.per_token() for p in table]
+        # each call's model (None: all the run's), and the cache state of the models not called last
+        self._mc = ep.call_model.tolist() if ep.call_model is not None and ep.n_calls else None
+        self._others: dict[int, list[int]] = {}
         self._kinds = self.cfg.kind_mask()
         self._all_kinds = bool(self._kinds.all())
         # Per-step and per-call scalars as Python lists: indexing a list is several times cheaper than a
@@ -266,7 +304,10 @@ class Simulator:
         self.saved = 0  # Σ (envelope - placeholder) of stored hidden outputs
         self.n_stored = 0  # stored outputs
         self.n_visible = 0  # stored outputs now visible
-        self.prev_prompt = 0
+        self.prev_prompt = 0  # the prompt of the last call to the current model (what its cache holds)
+        self._model = self._mc[0] if self._mc else 0  # the model whose cache prev_prompt, first_changed are
+        self._p0, self._p1, self._p2 = self._factors[self._model]
+        self._others = {}
         # seconds the cache waits before the next billed call: the log's wait before model call c, taken
         # by the first call billed after it (a re-run, the agent's manage_context call, or call c itself)
         self.idle = self._idle[0] if self._idle else float("nan")
@@ -309,7 +350,24 @@ class Simulator:
         prefix = before + self._ua[j] + self.pre[j]
         return min(prefix, self.prev_prompt)
 
+    def model_of(self, c: int) -> int:
+        """The model call ``c`` goes to (an index into ``model_prices``; the last call's past the end)."""
+        return self._mc[min(c, self._nc - 1)] if self._mc is not None else 0
+
+    def _use_model(self, c: int) -> None:
+        """Make the cache state and prices current those of call ``c``'s model: a provider keeps a cache
+        per model, so a call reads what its own model was sent last, however many calls to others came
+        between (and a model's first call reads nothing)."""
+        m = self._mc[min(c, self._nc - 1)]
+        if m != self._model:
+            self._others[self._model] = [self.prev_prompt, self.first_changed]
+            self.prev_prompt, self.first_changed = self._others.pop(m, (0, self._n))
+            self._model = m
+            self._p0, self._p1, self._p2 = self._factors[m]
+
     def _bill(self, prompt: int, out_tokens: int) -> float:
+        if self._mc is not None:
+            self._use_model(self.c)
         cached = self._cached_prefix()
         if self._rules is not None:
             cached = self._rules.cached_one(cached, prompt, self.idle)
@@ -375,6 +433,10 @@ class Simulator:
         self.n_visible += ne - len(di)
         self.ctx += g_en - g_di
         self.first_changed = lo
+        if self._others:  # the other models' caches hold the old prompt too
+            low = min(en + di)
+            for state in self._others.values():
+                state[1] = min(state[1], low)
         log = self.log
         if log is not None:
             if n <= _FEW:
@@ -393,6 +455,8 @@ class Simulator:
         (its placeholder replaced); appending writes the call and the copy, which every later call
         reads on top of the placeholder."""
         added = self.cfg.reread_call_tokens + self._vis_cost[j]
+        if self._mc is not None:
+            self._use_model(c)
         read, write = self._p0, self._p1
         prompt_append = self.ctx + self._user[c] + pre
         prompt_restore = prompt_append + self._gap_l[j]
@@ -552,11 +616,15 @@ class Simulator:
 def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     """Totals with every output visible and no management (vectorised; one bill per model call)."""
     cfg = cfg or CostConfig()
-    p = cfg.prices_of(ep)
+    p = cfg.call_prices(ep)
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)])[ep.starts[:-1]]
     prompts = before + ep.per_call(ep.user_tok)
-    cached = np.concatenate([[0], prompts[:-1]])
+    if ep.call_model is None:
+        cached = np.concatenate([[0], prompts[:-1]])
+    else:  # what the same model was sent last (nothing before its first call)
+        prev = ep.prev_call
+        cached = np.where(prev >= 0, prompts[np.maximum(prev, 0)], 0)
     rules = cfg.rules_for(ep)
     if rules is not None:
         cached = rules.cached(cached, prompts, idle_seconds(ep))
