@@ -225,7 +225,9 @@ class ReplayEnv(gym.Env):
     latency, is longer than the provider keeps a prefix), so a change made now re-writes nothing
     that would not be written anyway; never with the ideal cache or ``overhead="agent"``. Live, the
     time since the model's last response tells the same (the Orchestrator, LiveEnv, ``/decide``'s
-    ``idle_seconds``).
+    ``idle_seconds``).  ``info["prices_per_call"]`` is True in a run whose calls go to models priced
+    differently (a router, a /model switch): ``prices`` are then the next call's model's, and
+    policies price each decision at them rather than at the run's.
 
     ## Rewards
     Per step ``t`` (the dollars of the calls this step caused, including misses'
@@ -532,6 +534,8 @@ class ReplayEnv(gym.Env):
         self._tpl = tpl
         # the next call's model's prices: constant over an episode of one model
         self._prices = [price_vector(p) for p in self.sim.model_prices]
+        # calls to models priced differently: policies price each decision at its observation's
+        self._per_call = any(p != self.sim.model_prices[0] for p in self.sim.model_prices[1:])
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
@@ -699,6 +703,8 @@ class ReplayEnv(gym.Env):
             # at once instead of waiting for a batch that pays)
             "cache_cold": sim.cache_cold(),
         }
+        if self._per_call:
+            info["prices_per_call"] = True
         if sim.totals.rereads != self._rereads_seen:  # a miss was recovered since: by a re-run's copy?
             self._rereads_seen = sim.totals.rereads
             self._copied = np.asarray(sim.copied, bool) if any(sim.copied) else None

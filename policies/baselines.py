@@ -436,16 +436,25 @@ class HideBig(Policy):
         return {"tokens": self.tokens, "age": self.age}
 
 
+def per_call(info: Any) -> bool:
+    """Whether a decision's ``info`` says the run's calls go to models priced differently (a router, a
+    /model switch; ``info["prices_per_call"]``, set by ReplayEnv and the Orchestrator): then no price
+    holds for the whole run, and a policy prices each decision at its observation's ``prices``, those
+    of the model the next call goes to."""
+    return bool(info and info.get("prices_per_call"))
+
+
 def episode_prices(info: dict[str, Any] | None) -> Prices | None:
     """The prices an episode is billed at, from what ``reset`` hands a policy: its cost config's
     resolution (:meth:`~dtoc_rl.sim.simulator.CostConfig.prices_of`: the config's prices, the user's
     entry for the model, else the logged model version's or the family's list prices); None when the
-    info names no model (the caller then prices the observation's family id)."""
+    info names no model (the caller then prices the observation's family id) or the episode's calls go
+    to models priced differently (each observation carries its next call's prices: :func:`per_call`)."""
     info = info or {}
     cfg = info.get("cost_config")
     ep = info.get("episode")
     if ep is not None:
-        return (cfg if cfg is not None else CostConfig()).prices_of(ep)
+        return None if per_call(info) else (cfg if cfg is not None else CostConfig()).prices_of(ep)
     if cfg is not None and getattr(cfg, "prices", None) is not None:
         return cfg.prices
     if info.get("model_family"):
@@ -550,9 +559,12 @@ class CacheAwareClear(Policy):
 
     def reset(self, info=None):
         self.prices = self._fixed_prices or episode_prices(info)
+        self._per_call = self.prices is None and per_call(info)  # each decision at its call's model
         self._before: dict[int, float] = {}  # output ordinal -> history tokens before it
 
-    def _prices(self, obs) -> Prices:
+    def _prices(self, obs, info=None) -> Prices:
+        if (self._per_call or per_call(info)) and obs.get("prices") is not None:
+            return Prices(*(float(x) for x in np.asarray(obs["prices"]).reshape(-1)[:4]))
         if self.prices is None:
             fid = int(obs["family"])
             self.prices = prices_for(FAMILIES[fid] if 0 <= fid < len(FAMILIES) else None)
@@ -590,7 +602,7 @@ class CacheAwareClear(Policy):
         )
         if not cand.any():
             return nothing
-        p = self._prices(obs)
+        p = self._prices(obs, info)
         remaining = min(max(int(g[_G["step"]]), 1), self.horizon)
         hidden_saving = np.where(mask & ~vis, freed, 0.0)
         saved_from = np.cumsum(hidden_saving[::-1])[::-1]  # what hidden outputs from slot j on save

@@ -38,7 +38,7 @@ from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_price
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, to_action
+from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, per_call, to_action
 from dtoc_rl.policies.cpu import flushed_denormals, torch_threads
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
@@ -671,6 +671,8 @@ class LearnedPolicy(Policy):
         family = getattr(ep, "model_family", None) or info.get("model_family")
         if threshold is not None:
             self._thr, self._rule = float(threshold), None
+        elif p is None and per_call(info):  # models priced differently: each decision at its call's
+            self._thr, self._rule = None, None
         else:
             self._thr, self._rule = self._choice(family, p) if family or p is not None else (None, None)
 
@@ -750,17 +752,20 @@ class LearnedPolicy(Policy):
         self._thr, self._rule = None, None
 
     def act(self, obs, info=None):
+        # a call to another model than the run's (a router, a /model switch): priced as the observation
+        # says, the threshold chosen for those prices
+        priced = None if per_call(info) else self._prices
         if self.cfg.threshold is not None:
             thr, rule = float(self.cfg.threshold), None
-        elif self._thr is not None:
+        elif self._thr is not None and priced is self._prices:
             thr, rule = self._thr, self._rule
         else:
             thr, rule = self._obs_choice(obs)
         if thr <= 0.0 and rule is not None:  # abstain with a fallback rule: the rule decides
             return rule.act(obs)
         copied = info.get("item_copied") if info else None
-        probs = self.probs(obs, self._prices) if thr > 0.0 else None  # abstaining needs no network
-        return to_action(obs, self.want_visible(obs, probs, thr, self._prices, copied, cold_of(info)))
+        probs = self.probs(obs, priced) if thr > 0.0 else None  # abstaining needs no network
+        return to_action(obs, self.want_visible(obs, probs, thr, priced, copied, cold_of(info)))
 
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family

@@ -227,3 +227,57 @@ def test_the_simulator_and_the_oracles_biller_agree_on_random_mixed_runs():
             sim.call()
         assert sim.totals.misses == 0
         assert sim.totals.dollars == pytest.approx(schedule_cost(ep, V, CFG), rel=1e-12)
+
+
+def test_policies_price_each_decision_at_the_next_calls_model():
+    from dtoc_rl.policies.baselines import CacheAwareClear, episode_prices, per_call
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    env = ReplayEnv([_alternating()], cost_config=CFG, expose_episode=True)
+    obs, info = env.reset(seed=0)
+    assert per_call(info) and episode_prices(info) is None
+    rule = CacheAwareClear()
+    rule.reset(info)
+    used = []
+    learned = LearnedPolicy(LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, seed=0))
+    learned.reset(info)
+    assert learned._prices is None and learned._thr is None  # both from each observation
+    done = False
+    while not done:
+        used.append(rule._prices(obs, info).cache_write)
+        learned.act(obs, info)
+        obs, _, term, trunc, info = env.step(rule.act(obs, info))
+        done = term or trunc
+    assert used == [B.cache_write, UNIT.cache_write, B.cache_write]
+    # one model (or models priced alike): the episode's prices, as before
+    one = _alternating()
+    one.call_model = None
+    _, info = ReplayEnv([one], cost_config=CFG, expose_episode=True).reset(seed=0)
+    assert not per_call(info) and episode_prices(info) == UNIT
+
+
+def test_a_conversation_through_the_proxy_that_changes_models_is_decided_and_logged_per_call(tmp_path):
+    from dtoc_rl.policies.registry import make_policy
+    from dtoc_rl.serve.proxy import ContextProxy
+    from dtoc_rl.sim.pricing import prices_for
+    from tests.test_proxy import HEAD, MODEL, _openai_turn
+
+    proxy = ContextProxy(make_policy("last_n:n=2"), log_dir=tmp_path / "logs")
+    msgs, sent = list(HEAD), []
+    for k in range(6):
+        model = MODEL if k < 3 else "gpt-4o-mini"
+        sent.append(model)
+        proxy.rewrite("openai", {"model": model, "messages": msgs})
+        (mirror,) = proxy.mirrors.values()
+        obs, info = mirror.orch.observation()
+        assert mirror.orch.prices == prices_for("gpt-4o-mini" if k >= 3 else "gpt-4o", model)
+        assert obs["prices"][0] == np.float32(mirror.orch.prices.input)
+        assert bool(info.get("prices_per_call")) == (k >= 3)  # policies price this call at its model
+        msgs = msgs + _openai_turn(k, lines=60)
+    proxy.rewrite("openai", {"model": "gpt-4o-mini", "messages": msgs})
+    (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert traj.model_raw == MODEL
+    assert [s.model for s in traj.steps] == sent  # each answer logged with the model it came from
+    ep = compile_episode(traj)
+    assert ep.call_model.tolist() == [0, 0, 0, 1, 1, 1]

@@ -58,6 +58,8 @@ def trajectory_to_chat(traj: Trajectory, *, reasoning: bool = False) -> list[dic
             asst["timestamp"] = first.timestamp
         if first.usage is not None:
             asst["usage"] = usage_dict(first.usage)
+        if first.model:
+            asst["model"] = first.model
         calls = []
         for k, s in enumerate(group):
             if s.tool_name is None:

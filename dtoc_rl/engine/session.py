@@ -129,18 +129,19 @@ class SessionTracker:
         masked: Sequence[int] | None,
         now: float,
         usage: Usage | None = None,
+        model: str | None = None,
     ) -> list[Step]:
         """One assistant turn: a step per tool call (``{"id", "name", "arguments"}``), or one step
         without a call.  ``masked``: the steps whose outputs its call did not see (None: unknown).
-        The user text, visibility events since the previous turn and the call's ``usage`` (what the
-        provider reported) go to its first step."""
+        The user text, visibility events since the previous turn, the call's ``usage`` (what the
+        provider reported) and ``model`` (the one it went to, when known) go to its first step."""
         user_text = "\n\n".join(self.pending_user)
         self.pending_user = []
         events, self.pending_events = self.pending_events, []
         first = len(self.steps)
         base = {"turn": turn, "timestamp": now, "masked_before": None if masked is None else list(masked)}
         head = {"user_text": user_text, "assistant_text": content, "reasoning": reasoning, "events": events,
-                "usage": usage}  # fmt: skip
+                "usage": usage, "model": model}  # fmt: skip
         for k, c in enumerate(calls or [None]):
             step = Step(index=len(self.steps), **(head if k == 0 else {}), **base)
             if c is not None:

@@ -50,7 +50,8 @@ and ``unique_names``, what of the output no newer output and none of the agent's
 per slot), ``slot_steps``, ``step``, ``model_family``, ``active_tokens``,
 ``budget_tokens``, ``action_mask``, ``cache_cold`` (the model's last response came longer ago than
 its provider keeps a prompt cache: the next request writes its whole prompt, so a change now costs no
-re-write), and, computed only when a policy reads them,
+re-write), ``prices_per_call`` (True while :meth:`Orchestrator.use_model` names another model than the
+session's: the observation's ``prices`` are that model's), and, computed only when a policy reads them,
 ``text`` (the store listing and recent reasoning), ``store_listing``,
 ``recent_reasoning`` and ``previews`` for LLM policies.
 
@@ -115,7 +116,7 @@ from dtoc_rl.core.render import message_text
 from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
-from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.models import model_key, normalize_family
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
@@ -298,6 +299,9 @@ class Orchestrator:
         self._family_fixed = model_family is not None
         self.model_family = model_family or normalize_family(self._model)
         self._prices = prices
+        # the model the next call goes to when it is another than ``model`` (use_model), and its prices
+        self._next: tuple[str, Prices | None] | None = None
+        self._call_model: str | None = None  # what use_model named last: the model of the calls it makes
         self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
         if cache_ttl is not None and not cache_ttl > 0:
             raise ValueError(f"cache_ttl must be > 0 seconds, got {cache_ttl!r}")
@@ -365,7 +369,11 @@ class Orchestrator:
     @property
     def prices(self) -> Prices:
         """The model's prices as the policy sees them: the caller's, else ``model``'s list prices (or
-        its family's, with a warning once), as ReplayEnv bills the same model."""
+        its family's, with a warning once), as ReplayEnv bills the same model; those of the model the
+        next call goes to when :meth:`use_model` named another (as ReplayEnv prices a call of a run
+        that changes models)."""
+        if self._next is not None:
+            return self._next_prices()
         if self._prices is not None:
             return self._prices
         key = (self.model_family, self._model)
@@ -386,6 +394,30 @@ class Orchestrator:
             self._model = name
             if not self._family_fixed:
                 self.model_family = normalize_family(name)
+
+    def use_model(self, name: str, prices: Prices | None = None) -> None:
+        """The model the next call goes to (a router's choice, a user's /model switch): decisions until
+        the next :meth:`use_model` are priced at it (``prices``, else its list prices) and the calls are
+        logged with it.  The session's own ``model`` (the first) keeps naming the run and its family."""
+        with self._lock:
+            self._set_model(name)
+            if not name or model_key(name) == model_key(self._model):
+                self._next = None
+                if prices is not None:
+                    self._prices = prices
+            else:
+                self._next = (name, prices)
+            self._call_model = name or None
+
+    def _next_prices(self) -> Prices:
+        name, given = self._next
+        if given is not None:
+            return given
+        key = ("next", name)
+        if self._listed is None or self._listed[0] != key:
+            table = getattr(self.policy, "price_table", None)
+            self._listed = (key, model_prices(name, normalize_family(name), table))
+        return self._listed[1]
 
     # ------------------------------------------------------------------------------ requests
     def openai_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -464,10 +496,11 @@ class Orchestrator:
         SDK objects or dicts).  Returns the tool calls you must run, ``{"id", "name",
         "arguments"}`` with ``arguments`` a dict; [] when the model is done."""
         d = _as_dict(response, "response")
-        usage = None
+        usage, answered_by = None, None
         if "choices" in d:
             self._set_model(d.get("model"))
             usage = d.get("usage")
+            answered_by = d.get("model") if isinstance(d.get("model"), str) else None
             if not d["choices"]:
                 raise ValueError("the response has no choices")
             d = _as_dict(d["choices"][0], "choice")
@@ -484,6 +517,7 @@ class Orchestrator:
             calls,
             reasoning=reasoning if isinstance(reasoning, str) else None,
             usage=_as_dict(usage, "usage") if usage is not None else None,
+            model=answered_by,
         )
 
     def record_anthropic_response(self, response: Any) -> list[dict[str, Any]]:
@@ -506,6 +540,7 @@ class Orchestrator:
             calls,
             reasoning="\n".join(thinking) or None,
             usage=_as_dict(d["usage"], "usage") if d.get("usage") is not None else None,
+            model=d.get("model") if isinstance(d.get("model"), str) else None,
         )
 
     def record_assistant(
@@ -516,6 +551,7 @@ class Orchestrator:
         reasoning: str | None = None,
         usage: Mapping[str, Any] | None = None,
         answered_at: float | None = None,
+        model: str | None = None,
     ) -> list[dict[str, Any]]:
         """Provider-neutral form: ``tool_calls`` are ``{"id"?, "name", "arguments"}``
         (arguments a dict or JSON text); ``usage`` is the provider's usage object as its API returned
@@ -523,6 +559,7 @@ class Orchestrator:
         ``usageMetadata``; or just ``{"input_tokens", "output_tokens"}``), kept with the call and in
         :meth:`save_log`.  ``answered_at``: the ``time.monotonic()`` of the answer when it is recorded
         later (a proxy hears of it with the next request); the prompt cache's age is timed from it.
+        ``model``: the model that answered (default: the one :meth:`use_model` named, if any).
         Returns the calls you must run."""
         with self._lock:
             tot = self._totals
@@ -555,7 +592,7 @@ class Orchestrator:
                 tot.input_tokens += used.input_tokens or 0
                 tot.output_tokens += used.output_tokens or 0
             self._answered_at = time.monotonic() if answered_at is None else answered_at
-            self._add_turn(asst, turn, masked, time.time(), used)
+            self._add_turn(asst, turn, masked, time.time(), used, model or self._call_model)
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -774,6 +811,7 @@ class Orchestrator:
         masked: list[int] | None,
         now: float,
         usage: Usage | None = None,
+        model: str | None = None,
     ) -> None:
         self._s.add_turn(
             turn,
@@ -783,6 +821,7 @@ class Orchestrator:
             masked=masked,
             now=now,
             usage=usage,
+            model=model,
         )
 
     def _answer_manage_context(self, call: dict[str, Any]) -> None:
@@ -834,6 +873,8 @@ class Orchestrator:
             session_id=self.session_id,
             cache_cold=self._cache_cold(),
         )
+        if self._next is not None:  # this call goes to another model than the session's
+            eager["prices_per_call"] = True
         lazy: dict[str, Callable[[], Any]] = {
             "store_listing": lambda: self._s.listing(window),
             "recent_reasoning": lambda: self._s.recent_reasoning(),

@@ -422,7 +422,8 @@ class ContextProxy:
         prints = [e.fingerprint() for e in events]
         mirror = self._mirror(events, prints, model, given)  # returned locked: matched and fed at once
         try:
-            mirror.feed(events)
+            mirror.feed(events)  # the answers it brings were the previous request's model's
+            mirror.orch.use_model(model, given)  # this request's: a conversation may change models
             t0 = time.perf_counter()
             with self._decide:
                 mirror.orch.decide()
