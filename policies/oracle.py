@@ -108,9 +108,7 @@ def schedule_cost(ep: Episode, V: np.ndarray, cfg: CostConfig | None = None) -> 
     o_cum = np.concatenate([np.zeros((nc, 1), np.int64), np.cumsum(out_cost, axis=1)], axis=1)
     prefix = ep.base_tokens + ua_before[fc] + o_cum[np.arange(nc), fc] + ua[fc]
     cached = np.where(has_change, np.minimum(prev, prefix), prev)
-    rules = (cfg or CostConfig()).rules_for(ep)
-    if rules is not None:
-        cached = rules.cached(cached, prompts, idle_seconds(ep))
+    cached = (cfg or CostConfig()).provider_cached(ep, cached, prompts)
     return float(p.bill(cached, prompts - cached, asst_c).sum())
 
 

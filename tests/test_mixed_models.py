@@ -281,3 +281,25 @@ def test_a_conversation_through_the_proxy_that_changes_models_is_decided_and_log
     assert [s.model for s in traj.steps] == sent  # each answer logged with the model it came from
     ep = compile_episode(traj)
     assert ep.call_model.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_each_call_reads_its_cache_by_its_own_providers_rules():
+    # a and b called in turn; b's provider keeps nothing under 300 tokens (a's: no minimum)
+    from dataclasses import replace
+
+    ep = _alternating()
+    ep.models = ["claude-sonnet-4-5", "gpt-4o"]
+    ep.model_raw, ep.model_family = ep.models[0], "claude-sonnet"
+    cfg = CostConfig(price_table={"claude-sonnet-4-5": UNIT, "gpt-4o": B})
+    rules = cfg.model_rules(ep)
+    assert rules[0] != rules[1]  # Anthropic's and OpenAI's
+    low = [replace(r, min_prefix=0, step=1, hit_rate=1.0) for r in rules]
+    low[1] = replace(low[1], min_prefix=300)
+    cfg.model_rules = lambda e: low  # the rules under test, on this config only
+    # as the ideal cache (test above) but b's second call: its 210 cached tokens are under b's minimum
+    # of 300, so it writes all 430: 430 * 6 + 200 = 2780 where the ideal cache billed 2150
+    sim = Simulator(ep, cfg)
+    assert [sim.call()[0] for _ in range(4)] == [300, 1460, 640, 2780]
+    assert baseline_totals(ep, cfg).dollars == 300 + 1460 + 640 + 2780
+    V = np.ones((4, 4), bool)
+    assert schedule_cost(ep, V, cfg) == 300 + 1460 + 640 + 2780

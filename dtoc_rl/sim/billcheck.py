@@ -119,7 +119,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     seg_o = [est.count(s.output) if s.output is not None else 0 for s in steps]
     base = est.count(traj.system_prompt or "") + est.count(traj.task_text or "")
     run_prices = prices_for(traj.model_family, traj.model_raw)
-    rules = cache_rules_for(traj.model_family, traj.model_raw)
+    run_rules = cache_rules_for(traj.model_family, traj.model_raw)
     out: list[CallCheck] = []
     # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
     last: dict[str, tuple[list[int], float | None, int]] = {}
@@ -127,6 +127,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         s = steps[k]
         other = s.model is not None and model_key(s.model) != model_key(traj.model_raw)
         p = prices_for(normalize_family(s.model), s.model) if other else run_prices
+        rules = cache_rules_for(normalize_family(s.model), s.model) if other else run_rules
         prev = last.get(model_key(s.model if other else traj.model_raw))
         start = starts[k]
         masked = set(s.masked_before or ())

@@ -170,6 +170,30 @@ class CostConfig:
             return None
         return self.cache_rules or cache_rules_for(ep.model_family, ep.model_raw)
 
+    def model_rules(self, ep: Episode) -> list[CacheRules | None]:
+        """The caching rules of each model ``ep``'s calls went to (``ep.models``; one entry,
+        :meth:`rules_for`, for an episode of one model): each provider caches by its own rules."""
+        first = self.rules_for(ep)
+        if getattr(ep, "call_model", None) is None or first is None or self.cache_rules is not None:
+            return [first] * (1 if getattr(ep, "call_model", None) is None else len(ep.models))
+        return [first] + [cache_rules_for(normalize_family(m), m) for m in ep.models[1:]]
+
+    def provider_cached(self, ep: Episode, cached: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        """What each model call of ``ep`` reads from its provider's cache, of the ``cached`` tokens an
+        ideal cache would give it (the shared prefix with its model's last prompt): each call under its
+        model's rules (:meth:`model_rules`), its wait timed since that model's last call."""
+        rules = self.model_rules(ep)
+        if rules[0] is None:
+            return cached
+        idle = idle_seconds(ep)
+        if len(rules) == 1 or all(r == rules[0] for r in rules[1:]):
+            return rules[0].cached(cached, prompts, idle)
+        out = np.asarray(cached, np.float64).copy()
+        for m, r in enumerate(rules):
+            at = ep.call_model == m
+            out[at] = r.cached(out[at], np.asarray(prompts)[at], idle[at])
+        return out
+
 
 def idle_seconds(ep: Episode) -> np.ndarray:
     """Seconds between each model call and the previous one to its model (``ep.prev_call``; NaN:
@@ -263,7 +287,7 @@ class Simulator:
                 sorted({j for j in idx[ptr[a] : ptr[b]] if j < a}) or None for a, b in zip(st, st[1:])
             ]
         self._base = int(ep.base_tokens)
-        self._rules = self.cfg.rules_for(ep)
+        self._rules_of = self.cfg.model_rules(ep)  # per model; self._rules: the current model's
         self._idle = idle_seconds(ep).tolist()
         self._cfg_snapshot = self.cfg_snapshot()
         self._all_true = np.ones(ep.n, bool)  # reset() copies it (np.ones is slow in Python)
@@ -307,6 +331,7 @@ class Simulator:
         self.prev_prompt = 0  # the prompt of the last call to the current model (what its cache holds)
         self._model = self._mc[0] if self._mc else 0  # the model whose cache prev_prompt, first_changed are
         self._p0, self._p1, self._p2 = self._factors[self._model]
+        self._rules = self._rules_of[self._model]
         self._others = {}
         # seconds the cache waits before the next billed call: the log's wait before model call c, taken
         # by the first call billed after it (a re-run, the agent's manage_context call, or call c itself)
@@ -332,7 +357,7 @@ class Simulator:
         c = self.c
         if self._rules is None or self.cfg.overhead == "agent" or c >= len(self._idle):
             return False
-        return self._rules.expired(self._idle[c])
+        return self._rules_of[self.model_of(c)].expired(self._idle[c])
 
     def hidden_mask(self) -> np.ndarray:
         m = ~self.visible
@@ -364,6 +389,7 @@ class Simulator:
             self.prev_prompt, self.first_changed = self._others.pop(m, (0, self._n))
             self._model = m
             self._p0, self._p1, self._p2 = self._factors[m]
+            self._rules = self._rules_of[m]
 
     def _bill(self, prompt: int, out_tokens: int) -> float:
         if self._mc is not None:
@@ -625,9 +651,7 @@ def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     else:  # what the same model was sent last (nothing before its first call)
         prev = ep.prev_call
         cached = np.where(prev >= 0, prompts[np.maximum(prev, 0)], 0)
-    rules = cfg.rules_for(ep)
-    if rules is not None:
-        cached = rules.cached(cached, prompts, idle_seconds(ep))
+    cached = cfg.provider_cached(ep, cached, prompts)
     written = prompts - cached
     out = ep.per_call(ep.asst_tok)
     tot = Totals(
