@@ -426,3 +426,17 @@ def test_ids_and_lists_of_the_wrong_type_cost_at_most_their_sample(tmp_path, par
     else:
         with pytest.raises(IngestError, match="1 of 1 samples failed"):
             _all(log)
+
+
+def test_a_sub_agent_given_a_model_of_its_own_is_a_run_of_that_model(tmp_path):
+    def own_model(name, obj):  # the handoff sub-agent's two calls to another model (react(model=...))
+        if name.startswith("samples/"):
+            calls = [e for e in obj["events"] if e["event"] == "model"]
+            for e in calls[2:4]:
+                e["model"] = "mockllm/reader"
+        return obj
+
+    parent, reader = _all(_rezip(HERE / "team.eval", tmp_path / "own.eval", own_model))
+    assert (parent.model_raw, reader.model_raw) == ("mockllm/model", "mockllm/reader")
+    assert {s.model for s in reader.steps if s.model} == {"mockllm/reader"}
+    assert {s.model for s in parent.steps if s.model} == {"mockllm/model"}
