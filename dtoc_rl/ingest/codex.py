@@ -18,9 +18,8 @@ its ``last_token_usage`` (``input_tokens`` including ``cached_input_tokens``, ``
 including reasoning, as the Responses API counts them) to the model call it follows; repeated events
 with an unchanged total are the same call reported twice and are skipped.  A call's time is the
 ``timestamp`` of the line holding its first item (what the simulator's cache lifetime is measured
-against).  The model is the first
-``turn_context``'s (a session that switched models names the others in ``extra.models``, and each call
-carries the model of the ``turn_context`` before it).
+against).  Each call carries the model of the ``turn_context`` before it; the session's is the one
+most calls went to (``extra.models`` names every one, in the order they came).
 
 Tool outputs as Codex wrote them: older CLIs wrap a command's output as JSON text
 (``{"output": "...", "metadata": {"exit_code": 1, ...}}``), newer ones put a header before it
@@ -55,7 +54,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import count, finalize
+from dtoc_rl.ingest.common import count, finalize, run_model
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, iter_jsonl
 from dtoc_rl.ingest.responses import ITEM_TYPES, responses_to_messages
 
@@ -137,7 +136,7 @@ class CodexRolloutIngester(Ingester):
         if not cp.steps:
             raise IngestError("empty trajectory: no assistant turns", path)
         session = str(meta.get("id") or path.stem)
-        model = models[0] if models else str(meta.get("model") or "")
+        model = run_model(cp.steps, models[0] if models else str(meta.get("model") or ""))
         extra = {
             k: meta[k]
             for k in ("cwd", "cli_version", "originator", "model_provider", "source")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "message_usage",
     "name_model",
     "number",
+    "run_model",
     "usage_from",
 ]
 
@@ -266,6 +268,14 @@ def message_model(message: dict) -> str | None:
         if isinstance(raw, str) and raw.strip():
             return raw.strip()
     return None
+
+
+def run_model(steps: list[Step], default: str) -> str:
+    """A run's model: the one most of its calls went to (``Step.model``; on a tie the first named),
+    else ``default`` (the model the log names for the run).  A router or a switch sends some calls to
+    others; each keeps its own in ``Step.model``."""
+    named = Counter(st.model for st in steps if st.model)
+    return named.most_common(1)[0][0] if named else default
 
 
 def _first(*values: float | None) -> float | None:

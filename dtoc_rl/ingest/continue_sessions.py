@@ -34,7 +34,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cache_usage, count, finalize, number
+from dtoc_rl.ingest.common import cache_usage, count, finalize, number, run_model
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text
 
 __all__ = ["ContinueSessionIngester"]
@@ -58,7 +58,7 @@ class ContinueSessionIngester(Ingester):
             raise IngestError("empty session: no model reply", path)
         totals = root.get("usage") if isinstance(root.get("usage"), dict) else {}
         usages = [m["usage"] for m in chat if m["role"] == "assistant" and isinstance(m.get("usage"), dict)]
-        model = next((u["model"] for u in usages if isinstance(u.get("model"), str)), "")
+        model = run_model(cp.steps, next((u["model"] for u in usages if isinstance(u.get("model"), str)), ""))
         session = str(root.get("sessionId") or path.stem)
         extra: dict[str, Any] = {"title": root.get("title"), "workspace": root.get("workspaceDirectory")}
         if cp.trailing_user:

@@ -72,7 +72,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.common import finalize, run_model
 from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label, run_key
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
@@ -497,12 +497,13 @@ class GeminiCliIngester(Ingester):
             extra["bad_lines"] = "; ".join(log.bad_lines[:10])
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
+        model = run_model(cp.steps, chat.model)
         yield finalize(
             Trajectory(
                 traj_id=f"{self.name}/{session}",
                 source=self.name,
-                model_raw=chat.model,
-                model_family=normalize_family(chat.model),
+                model_raw=model,
+                model_family=normalize_family(model),
                 task_id=session,
                 task_text=cp.task,
                 system_prompt=cp.system,

@@ -70,7 +70,6 @@ import re
 import struct
 import sys
 import zipfile
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -79,7 +78,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import MAX_FILE_BYTES, Ingester, IngestError, json_error, read_json
-from dtoc_rl.ingest.common import count, finalize, number, set_masking
+from dtoc_rl.ingest.common import count, finalize, number, run_model, set_masking
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, parse_rows
 
 __all__ = ["InspectIngester", "inspect_usage"]
@@ -168,7 +167,7 @@ class InspectIngester(Ingester):
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         totals = _totals(sample.get("model_usage"))
-        model = _run_model(cp.steps, str(spec.get("model") or ""))
+        model = run_model(cp.steps, str(spec.get("model") or ""))
         traj_id = f"{self.name}/{task}/{run}/{sample_id}/{epoch}"
         out = [
             Trajectory(
@@ -203,7 +202,7 @@ class InspectIngester(Ingester):
                 continue
             name = names.get(span, "agent")
             usages = [m["usage"] for m in sub_chat if m.get("role") == "assistant" and "usage" in m]
-            own_model = _run_model(sub.steps, model)
+            own_model = run_model(sub.steps, model)
             out.append(
                 replace(  # the parent's run's source; its own model, conversation and calls
                     out[0],
@@ -229,13 +228,6 @@ class InspectIngester(Ingester):
             if out[0].tokens_out is not None and sub.tokens_out is not None:
                 out[0].tokens_out = max(0, out[0].tokens_out - sub.tokens_out)
         return [finalize(t) for t in out]
-
-
-def _run_model(steps: list, default: str) -> str:
-    """The model most of a run's calls went to (an agent given a model of its own, ``react(model=...)``,
-    calls another than the task's), else ``default``, the task's model."""
-    named = Counter(st.model for st in steps if st.model)
-    return named.most_common(1)[0][0] if named else default
 
 
 def _read(

@@ -22,7 +22,8 @@ user's own commands and extensions' messages are user text.  A compaction is a c
 summary is the next call's user text, and the steps before ``firstKeptEntryId`` its targets.
 Usage: ``input + cacheRead + cacheWrite`` the call's input, the cache
 counts and ``cost.total`` as logged (a total of 0, what pi logs for a model it has no prices for, is
-no figure).  The model is the assistant messages'; the task the first user
+no figure).  Each call's model is its assistant message's, the run's the one most calls went to
+(``common.run_model``); the task the first user
 text; sessions record no outcome (``success`` None).
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize, lost_lines, read_records, tree_branch
+from dtoc_rl.ingest.common import finalize, lost_lines, read_records, run_model, tree_branch
 from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
 __all__ = ["PiAgentIngester"]
@@ -102,6 +103,7 @@ class PiAgentIngester(Ingester):
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
         session = str(header.get("id") or path.stem)
+        model = run_model(cp.steps, model)
         yield finalize(
             Trajectory(
                 traj_id=f"{self.name}/{session}",

@@ -17,8 +17,9 @@ session is the branch ending at the last record of the file, root first.  Its co
 the Gemini reader (:func:`~dtoc_rl.ingest.gemini.contents_to_chat`, which pairs each response with
 its call), each model call's usage and time kept with it.  A compression is a compaction event:
 its summary (the text of the compressed history) is the next call's user text; the turns the
-compression kept are already on the branch and are not read twice.  The model is the assistant
-records'; the task the first user text; sessions record no outcome (``success`` None).
+compression kept are already on the branch and are not read twice.  Each call's model is its
+assistant record's, the run's the one most calls went to; the task the first user text; sessions
+record no outcome (``success`` None).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
-from dtoc_rl.ingest.common import finalize, lost_lines, read_records, tree_branch
+from dtoc_rl.ingest.common import finalize, lost_lines, read_records, run_model, tree_branch
 from dtoc_rl.ingest.gemini import contents_to_chat, part_field
 from dtoc_rl.ingest.openai_chat import chat_to_steps, drop_orphan_replies
 
@@ -100,7 +101,9 @@ class QwenCodeIngester(Ingester):
         agent = next(
             (r["agentId"] for r in turns if isinstance(r.get("agentId"), str) and r.get("isSidechain")), None
         )
-        model = next((r["model"] for r in turns if isinstance(r.get("model"), str) and r["model"]), "")
+        model = run_model(
+            cp.steps, next((r["model"] for r in turns if isinstance(r.get("model"), str) and r["model"]), "")
+        )
         extra: dict[str, Any] = {"cwd": turns[0].get("cwd"), "version": turns[0].get("version")}
         if agent is not None:  # a subagent's transcript: its session id is the parent session's
             extra["parent_session"], extra["agent"] = session, turns[0].get("agentName")
