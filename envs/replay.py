@@ -535,7 +535,7 @@ class ReplayEnv(gym.Env):
         # the next call's model's prices: constant over an episode of one model
         self._prices = [price_vector(p) for p in self.sim.model_prices]
         # calls to models priced differently: policies price each decision at its observation's
-        self._per_call = any(p != self.sim.model_prices[0] for p in self.sim.model_prices[1:])
+        self._per_call = self.cfg.priced_per_call(self.sim.ep)
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).

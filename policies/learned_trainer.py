@@ -135,9 +135,13 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
     return V
 
 
-def _ep_prices(ep: Episode, cfg: CostConfig) -> np.ndarray:
+def _ep_prices(ep: Episode, cfg: CostConfig) -> np.ndarray | None:
+    """The run's prices as the policy's inputs, or None for a run priced per call (each observation's
+    own ``prices`` then, as the policy reads them deciding)."""
     import warnings
 
+    if cfg.priced_per_call(ep):
+        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a version priced as its family: reported by evaluate, not here
         return price_vector(episode_prices({"episode": ep, "cost_config": cfg}))
@@ -255,12 +259,13 @@ def collect(
             calls = _n_calls(ep)
             target = V[t, s] if t < min(calls, len(V)) else np.ones(m, bool)
             items = obs["items"][:m]
-            econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], prices)
+            own = obs["prices"] if prices is None else prices
+            econ, econ_glob = economics(items, np.ones(m, bool), obs["globals"], own)
             needed = np.isin(s, _call_reads(ep, t, kinds)) if t < calls else np.zeros(m, bool)
             later = _needed_later(last_need, s, t) if last_need is not None else None
             if dollars:
                 weight = dollar_weights(
-                    items, econ, prices, target, needed, later, max(calls - t, 1), policy.cfg.need_weight
+                    items, econ, own, target, needed, later, max(calls - t, 1), policy.cfg.need_weight
                 )
             else:
                 weight = np.where(needed, np.float32(policy.cfg.need_weight), np.float32(1.0))

@@ -9,6 +9,8 @@ worked out by hand in the comment above it.
 from __future__ import annotations
 
 import json
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,3 +306,59 @@ def test_each_call_reads_its_cache_by_its_own_providers_rules():
     assert baseline_totals(ep, cfg).dollars == 300 + 1460 + 640 + 2780
     V = np.ones((4, 4), bool)
     assert schedule_cost(ep, V, cfg) == 300 + 1460 + 640 + 2780
+
+
+def test_training_reads_each_decisions_economics_at_its_calls_model():
+    from dtoc_rl.engine.features import price_vector
+    from dtoc_rl.policies.learned import LearnedPolicy, economics
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+    from dtoc_rl.policies.learned_trainer import _ep_prices, collect
+
+    def as_json(p):
+        return {
+            "input": p.input,
+            "output": p.output,
+            "cache_read": p.cache_read,
+            "cache_write": p.cache_write,
+        }
+
+    # b: a tenth to read, a write premium (UNIT reads at half and writes at input)
+    c = Prices(input=6e6, output=20e6, cache_read=0.6e6, cache_write=7.5e6)
+    table = json.dumps({"a": as_json(UNIT), "b": as_json(c)})
+    policy = LearnedPolicy(LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, seed=0, prices=table))
+    ep = _alternating()
+    assert _ep_prices(ep, CostConfig(price_table={"a": UNIT, "b": c})) is None  # no one price for the run
+    samples = collect(policy, [ep], mode="oracle")
+    assert len(samples) == 3  # decisions before calls 1 (b), 2 (a) and 3 (b)
+    for s, p in zip(samples, [c, UNIT, c], strict=True):
+        f = s.items.shape[1] - 5  # the economics are the last five item features
+        want, _ = economics(s.items[:, :f], np.ones(len(s.items), bool), s.glob[:-5], price_vector(p))
+        assert np.allclose(s.items[:, f:], want)
+
+
+ROUTED = Path(__file__).parent / "fixtures" / "gemini_cli_routed" / "session-routed.jsonl"
+
+
+def test_a_real_gemini_cli_session_routed_to_two_models_is_billed_per_call():
+    """The real Gemini CLI 0.61.0 (auto routing, four prompts chained with --resume; its router sent
+    them to pro, flash, pro, flash): each call keeps the model, usage and time of its own record,
+    though every resume recorded the history again without them."""
+    from dtoc_rl.ingest import read_first
+
+    _, t = read_first(ROUTED)
+    models = [s.model for s in t.steps]
+    pro, flash = "gemini-2.5-pro", "gemini-3.8-flash"
+    assert models == [pro, pro, flash, flash, pro, pro, flash]
+    assert t.model_raw == pro
+    # the scripted API's usage per call, as it answered them (requests-routed.json)
+    assert [s.usage.input_tokens for s in t.steps] == [9000, 11500, 14000, 16500, 19000, 21500, 24000]
+    times = [s.timestamp for s in t.steps]
+    assert times == sorted(times) and times[-1] - times[0] > 5  # each call's own time, not the resume's
+    ep = compile_episode(t)
+    assert ep.call_model.tolist() == [0, 0, 1, 1, 0, 0, 1]
+    with warnings.catch_warnings():  # a version the price table lacks: priced as its family
+        warnings.simplefilter("ignore")
+        per_call = baseline_totals(ep, CostConfig()).dollars
+    ep.call_model = None
+    as_first = baseline_totals(ep, CostConfig()).dollars
+    assert per_call < as_first  # flash's calls for less, though each model's first call writes its cache

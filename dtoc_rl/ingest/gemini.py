@@ -25,7 +25,12 @@ as its error), ``thoughts`` (``subject``, ``description``), the call's ``tokens`
 model, and are left out (counted in ``extra.skipped_messages``).  A call whose status is ``error``
 or whose response holds ``error`` is an error output.
 
-Three rewrites of the history reach the file, and each is undone where the file allows it:
+Four rewrites of the history reach the file, and each is undone where the file allows it:
+
+* a resumed session (``--resume``) records its whole history again (``$set`` with ``messages``),
+  each model turn as its parts alone, without the model, usage and time of its call: each keeps
+  those of the call's own first record (a session's calls may go to several models: Gemini CLI's
+  router picks one per prompt, and a resumed run's prompt may go to another);
 
 * when the CLI re-records a turn from its history it gives each call of the turn all of the turn's
   responses: a call keeps only the response with its own id;
@@ -250,6 +255,7 @@ def cli_records(path: Path) -> CliSession:
         return session
     session = CliSession()
     messages: dict[str, dict] = {}  # by id, in the order first written
+    calls: dict[str, dict] = {}  # each model call's record as first written, by id
     compacted: dict[str, str] = {}  # ids of a compression's checkpoint -> its marker's id
     rows = list(iter_jsonl(path))
     session.torn = bool(rows) and rows[-1][2] is not None
@@ -269,10 +275,16 @@ def cli_records(path: Path) -> CliSession:
         elif isinstance(rec.get("id"), str):  # the CLI's tests, in its order: a message record
             _note_results(session, rec)
             messages[rec["id"]] = rec
+            if rec.get("type") == "gemini":
+                calls.setdefault(rec["id"], rec)
         elif isinstance(rec.get("$set"), dict):
             update = rec["$set"]
             if isinstance(update.get("messages"), list):
-                kept = [m for m in update["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+                kept = [
+                    _as_made(m, calls)
+                    for m in update["messages"]
+                    if isinstance(m, dict) and isinstance(m.get("id"), str)
+                ]
                 for m in kept:
                     _note_results(session, m)
                 ids = [m["id"] for m in kept]
@@ -293,6 +305,16 @@ def cli_records(path: Path) -> CliSession:
                     messages[m["id"]] = m
     session.messages = list(messages.values())
     return session
+
+
+def _as_made(m: dict, calls: dict[str, dict]) -> dict:
+    """A message of a history the CLI recorded again (a resumed session's ``$set``): a model call keeps
+    the model, usage and time its own record gave it, which the re-recorded turn lacks (it holds the
+    call's parts and the time of the resume)."""
+    first = calls.get(m["id"]) if m.get("type") == "gemini" else None
+    if first is None:
+        return m
+    return {**m, **{k: first[k] for k in ("model", "tokens", "timestamp") if k in first}}
 
 
 @dataclass

@@ -148,12 +148,17 @@ class CostConfig:
             self.prices or model_prices(m, normalize_family(m), self.price_table) for m in ep.models[1:]
         ]
 
+    def priced_per_call(self, ep: Episode) -> bool:
+        """Whether ``ep``'s calls go to models priced differently (no one price holds for the run)."""
+        table = self.model_prices(ep)
+        return any(p != table[0] for p in table[1:])
+
     def call_prices(self, ep: Episode) -> Prices:
         """The prices of each model call of ``ep``: :meth:`prices_of` when every call went to one model
         (or to models priced alike), else one :class:`Prices` whose fields are (n_calls,) arrays, each
         call at its own model's (``Prices.bill`` then bills arrays of calls element by element)."""
         table = self.model_prices(ep)
-        if len(table) == 1 or all(p == table[0] for p in table[1:]):
+        if not self.priced_per_call(ep):
             return table[0]
         which = ep.call_model
         return Prices(
