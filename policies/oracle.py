@@ -301,7 +301,8 @@ class HindsightOracle(Policy):
             raise ValueError("the oracle needs info['episode']: make the env with expose_episode=True")
         # the optimum of what is being scored: the env's cost configuration unless one was given
         cfg = self.cfg or (info or {}).get("cost_config")
-        if self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
+        one_model = getattr(ep, "call_model", None) is None  # exact_plan prices one model per episode
+        if one_model and self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
             self.V = exact_plan(ep, cfg, self.exact_max_outputs)
         else:
             self.V = plan(ep, cfg)

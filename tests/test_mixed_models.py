@@ -216,20 +216,23 @@ def test_the_simulator_and_the_oracles_biller_agree_on_random_mixed_runs():
         user = rng.integers(0, 30, n).tolist()
         ep = make_episode(base=100, user=user, asst=[10] * n, vis=vis, hid=[10] * n)
         ep.model_raw, ep.models, ep.call_model = "a", ["a", "b"], rng.integers(0, 2, n)
-        # hides that are never undone (a change undone before a model's next call is still billed as a
-        # change by the simulator, which keeps no copy of what each cache holds)
-        hide_at = rng.integers(1, n + 2, n)
+        # hides from a random call on, some shown again later (a change undone before a model's next
+        # call changes nothing its cache holds)
+        hide_at, show_at = rng.integers(1, n + 2, n), rng.integers(1, n + 3, n)
         V = np.ones((n, n), bool)
         for k in range(n):
-            V[max(hide_at[k], k + 2) :, k] = False
-        sim = Simulator(ep, CFG)
-        for c in range(n):
-            if c:
-                now = ~sim.visible[: sim.t] == ~V[c, : sim.t]
-                sim.apply_changes([], [k for k in range(sim.t) if not now[k] and sim.visible[k]])
-            sim.call()
-        assert sim.totals.misses == 0
-        assert sim.totals.dollars == pytest.approx(schedule_cost(ep, V, CFG), rel=1e-12)
+            V[max(hide_at[k], k + 2) : max(show_at[k], hide_at[k], k + 2) + rng.integers(0, 2), k] = False
+        for cfg in (CFG, CostConfig(price_table={"a": UNIT, "b": B})):
+            sim = Simulator(ep, cfg)
+            for c in range(n):
+                if c:
+                    want = V[c, : sim.t]
+                    en = [k for k in range(sim.t) if want[k] and not sim.visible[k]]
+                    di = [k for k in range(sim.t) if not want[k] and sim.visible[k] and ep.has_out[k]]
+                    sim.apply_changes(en, di)
+                sim.call()
+            assert sim.totals.misses == 0
+            assert sim.totals.dollars == pytest.approx(schedule_cost(ep, V, cfg), rel=1e-12)
 
 
 def test_policies_price_each_decision_at_the_next_calls_model():
@@ -362,3 +365,68 @@ def test_a_real_gemini_cli_session_routed_to_two_models_is_billed_per_call():
     ep.call_model = None
     as_first = baseline_totals(ep, CostConfig()).dollars
     assert per_call < as_first  # flash's calls for less, though each model's first call writes its cache
+
+
+def test_the_oracle_policy_plans_small_mixed_runs_with_plan():
+    from dtoc_rl.policies.oracle import HindsightOracle
+
+    env = ReplayEnv([_alternating()], cost_config=CFG, expose_episode=True)
+    obs, info = env.reset(seed=0)
+    oracle = HindsightOracle()
+    oracle.reset(info)  # few outputs: exact_plan for one model, plan for several
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(oracle.act(obs, info))
+        done = term or trunc
+    assert env.sim.totals.dollars == pytest.approx(
+        schedule_cost(_alternating(), plan(_alternating(), CFG), CFG)
+    )
+
+
+def test_names_of_one_version_are_one_model_and_two_versions_two():
+    from dtoc_rl.data.models import same_model
+
+    assert same_model("gpt-4o", "openai/gpt-4o-2024-08-06")
+    assert not same_model("gpt-4o-2024-05-13", "gpt-4o-2024-08-06")  # priced apart, cached apart
+    assert same_model("claude-opus-4-0", "claude-opus-4-20250514")
+    assert same_model("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5")
+    assert not same_model("gemini-2.5-pro", "gemini-2.5-flash")
+    ep = compile_episode(_traj(["claude-opus-4-0", "claude-opus-4-20250514", None], raw="claude-opus-4-0"))
+    assert ep.call_model is None
+
+
+def test_live_the_cache_is_timed_from_the_next_models_own_last_answer(monkeypatch):
+    import time
+
+    from dtoc_rl.policies.registry import make_policy
+    from dtoc_rl.serve.orchestrator import Orchestrator
+
+    seen = []
+
+    class Spy(type(make_policy("none"))):
+        def act(self, obs, info=None):
+            seen.append(info["cache_cold"])
+            return super().act(obs, info)
+
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    orch = Orchestrator(Spy(), query="task", model="gpt-5.2")  # OpenAI: a cache kept 5 minutes
+    call = [{"name": "bash", "arguments": {"command": "make"}}]
+
+    def answer(model, wait):
+        orch.use_model(model)
+        (c,) = orch.record_assistant("", call)
+        clock[0] += wait
+        orch.add_tool_result(c["id"], "ok")
+
+    answer("gpt-5.2", 200.0)  # gpt-5.2 answered 200 s ago
+    answer("gpt-5-mini", 200.0)  # gpt-5-mini 200 s ago, gpt-5.2 400 s ago
+    orch.use_model("gpt-5-mini")
+    orch.decide(force=True)
+    orch.use_model("gpt-5.2")
+    orch.decide(force=True)
+    orch.use_model("gpt-4.1")  # never called: nothing of it is cached
+    orch.decide(force=True)
+    assert seen == [False, True, True]
+    (traj,) = [orch.trajectory()]
+    assert [s.model for s in traj.steps] == ["gpt-5.2", "gpt-5-mini"]

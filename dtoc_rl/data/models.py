@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILIES", "family_id", "model_key", "model_version", "normalize_family"]
+__all__ = ["FAMILIES", "family_id", "model_version", "normalize_family", "same_model"]
 
 # Order matters: the first matching pattern wins (gpt-4o-mini before gpt-4o).
 _RULES: list[tuple[str, str]] = [
@@ -147,8 +147,16 @@ def _plain_name(raw: str) -> str:
     return re.sub(r"-v\d+:\d+$", "", re.sub(r"^(?:[a-z]{2}\.)?anthropic\.", "", name)).replace("@", "-")
 
 
-def model_key(raw: str | None) -> str:
-    """What tells two models apart: the name as :func:`model_version` reads it, less a date or
-    ``-latest`` at its end (a dated and an undated name of one model are one model, whose calls share a
-    provider's cache; two models priced alike are still two)."""
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two names denote one model, whose calls share a provider's cache: the same priced
+    version when both name one (``gpt-4o-2024-05-13`` and ``gpt-4o-2024-08-06`` are two; a preview's
+    or a cloud's name of a version is that version), else the same name without case, ``provider/``
+    prefix, or a date or ``-latest`` at its end (``gpt-4o`` is ``gpt-4o-2024-08-06``)."""
+    va, vb = model_version(a), model_version(b)
+    if va and vb:
+        return va == vb
+    return _undated(a) == _undated(b)
+
+
+def _undated(raw: str | None) -> str:
     return re.sub(r"-(?:\d{4}-?\d{2}-?\d{2}|latest)$", "", _plain_name(raw or ""))

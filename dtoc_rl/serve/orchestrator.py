@@ -116,7 +116,7 @@ from dtoc_rl.core.render import message_text
 from dtoc_rl.core.store import MemoryStore, Store
 from dtoc_rl.core.tokens import TokenEstimator
 from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
-from dtoc_rl.data.models import model_key, normalize_family
+from dtoc_rl.data.models import normalize_family, same_model
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
@@ -307,6 +307,7 @@ class Orchestrator:
             raise ValueError(f"cache_ttl must be > 0 seconds, got {cache_ttl!r}")
         self.cache_ttl = cache_ttl
         self._answered_at: float | None = None  # time.monotonic() of the last model response
+        self._answered_by: list[tuple[str, float]] = []  # of each model's, once calls name models
         if store is None and (session_path is not None or session_id is not None):
             from dtoc_rl.core.sqlite_store import SQLiteStore
 
@@ -372,8 +373,9 @@ class Orchestrator:
         its family's, with a warning once), as ReplayEnv bills the same model; those of the model the
         next call goes to when :meth:`use_model` named another (as ReplayEnv prices a call of a run
         that changes models)."""
-        if self._next is not None:
-            return self._next_prices()
+        nxt = self._next  # read once: use_model may change it meanwhile
+        if nxt is not None:
+            return self._next_prices(nxt)
         if self._prices is not None:
             return self._prices
         key = (self.model_family, self._model)
@@ -401,7 +403,7 @@ class Orchestrator:
         logged with it.  The session's own ``model`` (the first) keeps naming the run and its family."""
         with self._lock:
             self._set_model(name)
-            if not name or model_key(name) == model_key(self._model):
+            if not name or same_model(name, self._model):
                 self._next = None
                 if prices is not None:
                     self._prices = prices
@@ -409,8 +411,8 @@ class Orchestrator:
                 self._next = (name, prices)
             self._call_model = name or None
 
-    def _next_prices(self) -> Prices:
-        name, given = self._next
+    def _next_prices(self, nxt: tuple[str, Prices | None]) -> Prices:
+        name, given = nxt
         if given is not None:
             return given
         key = ("next", name)
@@ -592,7 +594,13 @@ class Orchestrator:
                 tot.input_tokens += used.input_tokens or 0
                 tot.output_tokens += used.output_tokens or 0
             self._answered_at = time.monotonic() if answered_at is None else answered_at
-            self._add_turn(asst, turn, masked, time.time(), used, model or self._call_model)
+            by = model or self._call_model
+            if by or self._answered_by:  # each model's cache is timed from its own last answer
+                self._answered_by = [
+                    (n, t) for n, t in self._answered_by if not same_model(n, by or self._model)
+                ]
+                self._answered_by.append((by or self._model, self._answered_at))
+            self._add_turn(asst, turn, masked, time.time(), used, by)
             out = []
             for c, m in zip(calls, asst.get("tool_calls") or []):
                 if c["name"] == MANAGE_CONTEXT_NAME:
@@ -888,8 +896,17 @@ class Orchestrator:
         longer than the provider keeps a prefix): the next request writes its whole prompt anyway.
         Timed from the last response, a little after the request was cached, so it errs warm; a
         session reopened from its store is warm until its next response."""
-        idle = None if self._answered_at is None else time.monotonic() - self._answered_at
-        return cache_expired(idle, self.model_family, self._model or None, self.cache_ttl)
+        nxt = self._next
+        if nxt is None or not self._answered_by:
+            idle = None if self._answered_at is None else time.monotonic() - self._answered_at
+            if self._answered_by:  # the session's model, since its own last answer
+                at = next((t for n, t in self._answered_by if same_model(n, self._model)), None)
+                idle = float("inf") if at is None else time.monotonic() - at
+            return cache_expired(idle, self.model_family, self._model or None, self.cache_ttl)
+        # another model's call: its cache was written at its own last answer, under its own rules
+        at = next((t for n, t in self._answered_by if same_model(n, nxt[0])), None)
+        idle = float("inf") if at is None else time.monotonic() - at
+        return cache_expired(idle, normalize_family(nxt[0]), nxt[0], self.cache_ttl)
 
     def _text_view(self, window: list[Output], active: int) -> str:
         return (

@@ -288,6 +288,7 @@ class _Mirror:
         self.settled = 0
         self.answered_at: float | None = None  # time.monotonic() of the last answer through the proxy
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
+        self.answered_by: str | None = None  # the model that answer names (else the request's)
         self.lock = threading.Lock()
         self.log_failed = False
 
@@ -299,9 +300,11 @@ class _Mirror:
             key = None
             if e.kind == "assistant":
                 usage, self.usage = (self.usage, None) if asked == 1 else (None, None)
+                by, self.answered_by = (self.answered_by, None) if asked == 1 else (None, None)
                 calls = self.orch.record_assistant(
-                    e.text, e.calls, reasoning=e.reasoning or None, usage=usage, answered_at=self.answered_at
-                )
+                    e.text, e.calls, reasoning=e.reasoning or None, usage=usage, answered_at=self.answered_at,
+                    model=by,
+                )  # fmt: skip
                 ours = [c for c in e.calls if c.get("name") != MANAGE_CONTEXT_NAME]  # it answers those itself
                 for asked_call, made in zip(ours, calls, strict=False):
                     self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
@@ -485,7 +488,8 @@ class ContextProxy:
 
     def answered(self, conversation: str | None, answer: Any = None) -> None:
         """The API answered a request of ``conversation``: the time (the cache's age at the next call)
-        and, from a decoded answer, its usage (kept with the call it made)."""
+        and, from a decoded answer, its usage and the model that answered (kept with the call it
+        made)."""
         if conversation is None:
             return
         with self._lock:
@@ -498,6 +502,8 @@ class ContextProxy:
                 answer = answer[-1]  # whose last chunk counts the whole answer
             usage = answer.get("usage") or answer.get("usageMetadata") if isinstance(answer, dict) else None
             mirror.usage = usage if isinstance(usage, dict) else None
+            by = answer.get("model") or answer.get("modelVersion") if isinstance(answer, dict) else None
+            mirror.answered_by = by if isinstance(by, str) and by else None
 
     # -- internals -----------------------------------------------------------------------
     def _mirror(self, events: list[_Event], prints: list[str], model: str, given: Prices | None) -> _Mirror:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
-from dtoc_rl.data.models import model_key, normalize_family
+from dtoc_rl.data.models import normalize_family, same_model
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
 
@@ -122,13 +122,18 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     run_rules = cache_rules_for(traj.model_family, traj.model_raw)
     out: list[CallCheck] = []
     # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
-    last: dict[str, tuple[list[int], float | None, int]] = {}
+    models: list[str] = [traj.model_raw]
+    last: dict[int, tuple[list[int], float | None, int]] = {}
     for k in usage_at:
         s = steps[k]
-        other = s.model is not None and model_key(s.model) != model_key(traj.model_raw)
+        other = s.model is not None and not same_model(s.model, traj.model_raw)
         p = prices_for(normalize_family(s.model), s.model) if other else run_prices
         rules = cache_rules_for(normalize_family(s.model), s.model) if other else run_rules
-        prev = last.get(model_key(s.model if other else traj.model_raw))
+        m = next((i for i, n in enumerate(models) if same_model(n, s.model)), None) if other else 0
+        if m is None:
+            m = len(models)
+            models.append(s.model)
+        prev = last.get(m)
         start = starts[k]
         masked = set(s.masked_before or ())
         dropped = set(s.dropped_before or ())
@@ -188,7 +193,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 family=traj.model_family or "",
             )
         )
-        last[model_key(s.model if other else traj.model_raw)] = (segs, s.timestamp, start)
+        last[m] = (segs, s.timestamp, start)
     return out
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from dtoc_rl.core.record import ToolOutput, format_key
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
-from dtoc_rl.data.models import family_id, model_key
+from dtoc_rl.data.models import family_id, same_model
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels import unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
@@ -331,21 +331,20 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
 
 def _call_models(traj: Trajectory, call_ptr: np.ndarray | None) -> dict:
     """``call_model`` and ``models`` of an episode: each call's model as its first step names it (a
-    step naming none went to the run's ``model_raw``).  Two names of one priced version (a dated and an
-    undated name, a provider prefix) are one model."""
+    step naming none went to the run's ``model_raw``).  Names of one model (``same_model``: dated and
+    undated, a provider prefix) are one model."""
     firsts = range(len(traj.steps)) if call_ptr is None else call_ptr[:-1].tolist()
     names = [traj.steps[a].model for a in firsts]
     if not any(names):
         return {}
     models = [traj.model_raw or ""]
-    keys = {model_key(models[0]): 0}
     which = []
     for name in names:
-        k = model_key(name) if name else model_key(models[0])
-        if k not in keys:
-            keys[k] = len(models)
+        k = 0 if not name else next((i for i, m in enumerate(models) if same_model(name, m)), None)
+        if k is None:
+            k = len(models)
             models.append(name)
-        which.append(keys[k])
+        which.append(k)
     if len(models) == 1:
         return {}
     return {"call_model": np.asarray(which, np.int64), "models": models}

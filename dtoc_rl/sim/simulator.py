@@ -260,7 +260,9 @@ class Simulator:
         self._factors = [p.per_token() for p in table]
         # each call's model (None: all the run's), and the cache state of the models not called last
         self._mc = ep.call_model.tolist() if ep.call_model is not None and ep.n_calls else None
-        self._others: dict[int, list[int]] = {}
+        # the models not called last: (what each was sent last, the outputs changed an odd number of
+        # times since: its changes); self._odd is the current model's
+        self._others: dict[int, tuple[int, set[int]]] = {}
         self._kinds = self.cfg.kind_mask()
         self._all_kinds = bool(self._kinds.all())
         # Per-step and per-call scalars as Python lists: indexing a list is several times cheaper than a
@@ -338,6 +340,7 @@ class Simulator:
         self._p0, self._p1, self._p2 = self._factors[self._model]
         self._rules = self._rules_of[self._model]
         self._others = {}
+        self._odd: set[int] = set()
         # seconds the cache waits before the next billed call: the log's wait before model call c, taken
         # by the first call billed after it (a re-run, the agent's manage_context call, or call c itself)
         self.idle = self._idle[0] if self._idle else float("nan")
@@ -390,8 +393,9 @@ class Simulator:
         between (and a model's first call reads nothing)."""
         m = self._mc[min(c, self._nc - 1)]
         if m != self._model:
-            self._others[self._model] = [self.prev_prompt, self.first_changed]
-            self.prev_prompt, self.first_changed = self._others.pop(m, (0, self._n))
+            self._others[self._model] = (self.prev_prompt, self._odd)
+            self.prev_prompt, self._odd = self._others.pop(m, (0, set()))
+            self.first_changed = min(self._odd) if self._odd else self._n
             self._model = m
             self._p0, self._p1, self._p2 = self._factors[m]
             self._rules = self._rules_of[m]
@@ -414,6 +418,8 @@ class Simulator:
         tot.dollars += dollars
         self.prev_prompt = prompt
         self.first_changed = self._n
+        if self._mc is not None:
+            self._odd.clear()
         return float(dollars)
 
     def _show(self, k: int) -> None:
@@ -464,10 +470,13 @@ class Simulator:
         self.n_visible += ne - len(di)
         self.ctx += g_en - g_di
         self.first_changed = lo
-        if self._others:  # the other models' caches hold the old prompt too
-            low = min(en + di)
-            for state in self._others.values():
-                state[1] = min(state[1], low)
+        if self._mc is not None:
+            # a cache holds what its model was sent last: a change undone before that model's next
+            # call changes nothing it holds (for every model, the one called last included)
+            self._odd.symmetric_difference_update(en + di)
+            self.first_changed = min(self._odd) if self._odd else self._n
+            for _, odd in self._others.values():
+                odd.symmetric_difference_update(en + di)
         log = self.log
         if log is not None:
             if n <= _FEW:
