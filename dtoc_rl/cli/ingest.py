@@ -11,7 +11,8 @@ name): the logs of mini-swe-agent, SWE-agent, OpenHands (benchmark rows, session
 SDK conversations), Claude Code, Codex CLI, Gemini CLI, Qwen Code, Cline and Roo
 Code, OpenCode, Goose, pi, Continue, Trae Agent, smolagents, AutoCodeRover,
 RepoLaunch, tau-bench and tau2-bench, Harbor's ATIF trajectories, Inspect AI's
-.eval and .json logs, and chat logs in any .json/.jsonl/Parquet file (OpenAI,
+.eval and .json logs, OpenTelemetry GenAI traces (OTLP JSON from openai-v2,
+OpenLLMetry or OpenInference), and chat logs in any .json/.jsonl/Parquet file (OpenAI,
 Anthropic or Responses messages, ShareGPT, Hub trajectory datasets).  README, 'Log
 formats', says what each reads.  Logged per-call usage (tokens, cached tokens,
 dollars) and times are kept where the log has them.

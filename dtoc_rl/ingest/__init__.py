@@ -35,6 +35,7 @@ from dtoc_rl.ingest.openhands import (
     OpenHandsHistoryIngester,
     OpenHandsSDKIngester,
 )
+from dtoc_rl.ingest.otel_genai import OtelGenAIIngester
 from dtoc_rl.ingest.pi_agent import PiAgentIngester
 from dtoc_rl.ingest.qwen_code import QwenCodeIngester
 from dtoc_rl.ingest.repolaunch import RepoLaunchIngester
@@ -89,6 +90,7 @@ INGESTERS: list[Ingester] = [
     OpenHandsConversationIngester(),
     AtifIngester(),
     InspectIngester(),
+    OtelGenAIIngester(),
     TraeAgentIngester(),
     ContinueSessionIngester(),
     MiniSweAgentIngester(),

@@ -1,0 +1,481 @@
+"""OpenTelemetry GenAI traces: the model calls an instrumented agent exported as OTLP JSON.
+
+Format: what the OpenTelemetry Collector's ``file`` exporter writes (and OTLP/HTTP JSON bodies): one
+JSON object per line (or one per file), an ``ExportTraceServiceRequest`` (``resourceSpans`` →
+``scopeSpans`` → ``spans``, each with ``traceId``, ``spanId``, ``startTimeUnixNano``, ``attributes``
+as ``[{"key", "value": AnyValue}]``) or an ``ExportLogsServiceRequest`` (``resourceLogs`` →
+``scopeLogs`` → ``logRecords``).  A span is a model call when it carries a call's messages in one of
+the conventions GenAI instrumentations write:
+
+* the GenAI semantic conventions' ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON: each
+  message a ``role`` and ``parts`` of type ``text``, ``tool_call`` (``id``, ``name``, ``arguments``),
+  ``tool_call_response`` (``id``, ``response``), ``reasoning``; ``gen_ai.system_instructions`` beside
+  them): the official ``opentelemetry-instrumentation-openai-v2`` 2.4 with
+  ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``, OpenLLMetry from 0.55, and the
+  frameworks that write the conventions themselves;
+* OpenLLMetry's flat attributes before 0.55: ``gen_ai.prompt.N.role`` / ``.content`` /
+  ``.tool_call_id`` / ``.tool_calls.J.{id,name,arguments}``, and ``gen_ai.completion.N.*``;
+* OpenInference's (Arize Phoenix): ``llm.input_messages.N.message.role`` / ``.content`` /
+  ``.tool_call_id`` / ``.tool_calls.J.tool_call.{id,function.name,function.arguments}`` (or
+  ``.contents.K.message_content.text``), and ``llm.output_messages.N.message.*``;
+* the earlier conventions' events (``gen_ai.system.message``, ``gen_ai.user.message``,
+  ``gen_ai.assistant.message``, ``gen_ai.tool.message``, ``gen_ai.choice``), as log records tied to
+  the span by ``spanId`` (``opentelemetry-instrumentation-openai-v2`` 2.3 with
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; read from the same file, or from a file
+  of log records beside it) or as the span's own events.
+
+Each instrumentation records a call's whole input, so a conversation is the latest call's input and
+its answer; the calls of one trace whose inputs continue one another are one run (a call whose input
+does not continue any earlier one starts another run of the trace: a sub-agent, or a history the
+agent rewrote).  Each assistant turn is matched to the call that answered it (by its tool calls' ids,
+else its text, else in order) and keeps that call's model (``gen_ai.response.model``, else
+``llm.model_name``, else the requested one), time (the span's start) and usage:
+``gen_ai.usage.input_tokens`` / ``output_tokens`` (``llm.token_count.prompt`` / ``completion``),
+cache reads ``gen_ai.usage.cache_read.input_tokens`` (``cache_read_input_tokens``,
+``llm.token_count.prompt_details.cache_read``) and writes ``gen_ai.usage.cache_creation.input_tokens``
+(``cache_creation_input_tokens``, ``...prompt_details.cache_write``); a prompt count smaller than the
+cache's share is the uncached rest, as Anthropic counts it, and the three are added
+(:func:`~dtoc_rl.ingest.common.cache_usage`).  Tool executions are not needed: their results are in
+the next call's input.  Traces record no outcome: ``success`` is None.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.models import normalize_family
+from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.ingest.base import Ingester, IngestError, read_text
+from dtoc_rl.ingest.common import cache_usage, finalize, run_model
+from dtoc_rl.ingest.openai_chat import chat_to_steps, norm_args
+
+__all__ = ["OtelGenAIIngester"]
+
+_OTLP = re.compile(r'^\s*\{\s*"resource(?:Spans|Logs)"\s*:')
+_EVENT_ROLES = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+
+def value(v: Any) -> Any:
+    """An OTLP ``AnyValue`` as a Python value (an int written as text, as the JSON mapping writes
+    64-bit integers, as an int)."""
+    if not isinstance(v, dict):
+        return v
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError):
+            return None
+    if "doubleValue" in v:
+        return v["doubleValue"]
+    if "boolValue" in v:
+        return v["boolValue"]
+    if "arrayValue" in v:
+        return [value(x) for x in (v["arrayValue"] or {}).get("values") or []]
+    if "kvlistValue" in v:
+        return attributes((v["kvlistValue"] or {}).get("values"))
+    return None
+
+
+def attributes(kvs: Any) -> dict[str, Any]:
+    """OTLP ``[{"key", "value"}]`` as a dict."""
+    out: dict[str, Any] = {}
+    for kv in kvs if isinstance(kvs, list) else ():
+        if isinstance(kv, dict) and isinstance(kv.get("key"), str):
+            out[kv["key"]] = value(kv.get("value"))
+    return out
+
+
+@dataclass
+class _Call:
+    trace: str
+    span: str
+    start: float | None
+    inputs: list[dict]
+    output: dict | None
+    model: str
+    requested: str
+    usage: Any
+    scope: str
+
+
+@dataclass
+class _Export:
+    spans: list[tuple[dict, str]] = field(default_factory=list)  # (span, its scope "name version")
+    logs: list[dict] = field(default_factory=list)  # log records
+    services: set[str] = field(default_factory=set)
+
+
+def _read_export(path: Path, into: _Export, where: str) -> None:
+    text = read_text(path)
+    docs: list[Any] = []
+    try:
+        docs = [json.loads(text)]
+    except json.JSONDecodeError:
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    docs.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise IngestError(f"{where} line {n}: not JSON ({e.msg})", path) from None
+    for doc in docs:
+        for rs in doc.get("resourceSpans") or [] if isinstance(doc, dict) else []:
+            res = attributes((rs.get("resource") or {}).get("attributes"))
+            if isinstance(res.get("service.name"), str):
+                into.services.add(res["service.name"])
+            for ss in rs.get("scopeSpans") or []:
+                scope = ss.get("scope") or {}
+                name = " ".join(str(scope[k]) for k in ("name", "version") if scope.get(k))
+                into.spans += [(s, name) for s in ss.get("spans") or [] if isinstance(s, dict)]
+        for rl in doc.get("resourceLogs") or [] if isinstance(doc, dict) else []:
+            for sl in rl.get("scopeLogs") or []:
+                into.logs += [r for r in sl.get("logRecords") or [] if isinstance(r, dict)]
+
+
+# -------------------------------------------------------------- messages, per convention
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # parts or content blocks
+        return "\n".join(t for t in (_text(c.get("text", c.get("content")) if isinstance(c, dict) else c)
+                                     for c in content) if t)  # fmt: skip
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _call(cid: Any, name: Any, args: Any) -> dict:
+    return {
+        "id": str(cid) if cid is not None else None,
+        "function": {"name": name, "arguments": norm_args(args)},
+    }
+
+
+def _from_parts(raw: Any) -> list[dict]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages``: JSON text of messages with parts."""
+    msgs = json.loads(raw) if isinstance(raw, str) else raw
+    out: list[dict] = []
+    for m in msgs if isinstance(msgs, list) else []:
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role")
+        texts, reasoning, calls = [], [], []
+        for p in m.get("parts") or []:
+            if not isinstance(p, dict):
+                continue
+            kind = p.get("type")
+            if kind == "tool_call":
+                calls.append(_call(p.get("id"), p.get("name"), p.get("arguments")))
+            elif kind == "tool_call_response":
+                body = p.get("response", p.get("result"))
+                out.append({"role": "tool", "tool_call_id": p.get("id"), "content": _text(body)})
+            elif kind == "reasoning":
+                reasoning.append(_text(p.get("content")))
+            else:  # text, and any other part shown as the text it carries
+                texts.append(_text(p.get("content")))
+        if role in ("user", "system", "developer", "assistant") and (texts or calls or reasoning):
+            msg: dict = {"role": "assistant" if role == "assistant" else role, "content": "\n".join(texts)}
+            if calls:
+                msg["tool_calls"] = calls
+            if reasoning:
+                msg["reasoning"] = "\n".join(reasoning)
+            out.append(msg)
+    return out
+
+
+def _indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Attributes ``PREFIX.N.rest`` grouped by N (in order), each as {rest: value}."""
+    rows: dict[int, dict[str, Any]] = {}
+    for k, v in attrs.items():
+        if k.startswith(prefix):
+            head, _, rest = k[len(prefix) :].partition(".")
+            if head.isdigit() and rest:
+                rows.setdefault(int(head), {})[rest] = v
+    return [rows[i] for i in sorted(rows)]
+
+
+def _flat_message(row: dict[str, Any], pre: str = "", call_pre: str = "", fn: str = "") -> dict:
+    """One message of the flat conventions: OpenLLMetry (``pre`` "", calls ``tool_calls.J.``) or
+    OpenInference (``pre`` "message.", calls ``tool_calls.J.tool_call.``, names under ``function.``)."""
+    role = row.get(pre + "role") or "user"
+    content = row.get(pre + "content")
+    if content is None:  # OpenInference's parts: contents.K.message_content.text
+        parts = _indexed({k: v for k, v in row.items()}, pre + "contents.")
+        content = "\n".join(str(p.get("message_content.text") or "") for p in parts) if parts else ""
+    calls = [
+        _call(c.get(call_pre + "id"), c.get(call_pre + fn + "name"), c.get(call_pre + fn + "arguments"))
+        for c in _indexed(row, pre + "tool_calls.")
+    ]
+    msg: dict = {
+        "role": "tool" if role in ("tool", "function", "ipython") else role,
+        "content": _text(content),
+    }
+    if msg["role"] == "tool":
+        msg["tool_call_id"] = row.get(pre + "tool_call_id")
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _from_events(events: list[tuple[str, Any]]) -> tuple[list[dict], dict | None]:
+    """The earlier conventions' events of one call, in order: its input and its answer."""
+    inputs, output = [], None
+    for name, body in events:
+        body = body if isinstance(body, dict) else {}
+        if name == "gen_ai.choice":
+            m = body.get("message") if isinstance(body.get("message"), dict) else {}
+            output = _event_message("assistant", m)
+        elif name in _EVENT_ROLES:
+            inputs.append(_event_message(_EVENT_ROLES[name], body))
+    return inputs, output
+
+
+def _event_message(role: str, body: dict) -> dict:
+    msg: dict = {"role": role, "content": _text(body.get("content"))}
+    calls = [
+        _call(c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+        for c in body.get("tool_calls") or []
+        if isinstance(c, dict)
+    ]
+    if calls:
+        msg["tool_calls"] = calls
+    if role == "tool":
+        msg["tool_call_id"] = body.get("id")
+    return msg
+
+
+def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[list[dict], dict | None] | None:
+    """A call span's input messages and answer, in whichever convention it has them; None: no call."""
+    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
+        inputs = _from_parts(attrs.get("gen_ai.input.messages"))
+        system = attrs.get("gen_ai.system_instructions")
+        if system and not any(m["role"] == "system" for m in inputs):
+            sys_text = _text(json.loads(system) if isinstance(system, str) and system[:1] == "[" else system)
+            inputs.insert(0, {"role": "system", "content": sys_text})
+        out = [m for m in _from_parts(attrs.get("gen_ai.output.messages")) if m["role"] == "assistant"]
+        return inputs, out[0] if out else None
+    prompt = _indexed(attrs, "gen_ai.prompt.")
+    if prompt:
+        done = _indexed(attrs, "gen_ai.completion.")
+        return [_flat_message(r) for r in prompt], _flat_message(done[0]) if done else None
+    oi = _indexed(attrs, "llm.input_messages.")
+    if oi:
+        done = _indexed(attrs, "llm.output_messages.")
+        conv = {"pre": "message.", "call_pre": "tool_call.", "fn": "function."}
+        return [_flat_message(r, **conv) for r in oi], _flat_message(done[0], **conv) if done else None
+    if any(n in _EVENT_ROLES or n == "gen_ai.choice" for n, _ in events):
+        return _from_events(events)
+    return None
+
+
+def _usage(a: dict[str, Any]) -> Any:
+    def first(*keys: str) -> float | None:
+        return next(
+            (a[k] for k in keys if isinstance(a.get(k), int | float) and not isinstance(a[k], bool)), None
+        )
+
+    prompt = first("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
+                   "llm.usage.prompt_tokens")  # fmt: skip
+    out = first("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion",
+                "llm.usage.completion_tokens")  # fmt: skip
+    read = first("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
+                 "llm.token_count.prompt_details.cache_read")  # fmt: skip
+    write = first("gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.cache_creation_input_tokens",
+                  "llm.token_count.prompt_details.cache_write")  # fmt: skip
+    if prompt is None and out is None:
+        return None
+    return cache_usage(prompt, read, write, output_tokens=None if out is None else int(out))
+
+
+def _calls(ex: _Export) -> list[_Call]:
+    by_span: dict[str, list[tuple[float, str, Any]]] = {}
+    for r in ex.logs:
+        name = r.get("eventName") or attributes(r.get("attributes")).get("event.name")
+        if isinstance(name, str) and isinstance(r.get("spanId"), str):
+            when = float(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0)
+            by_span.setdefault(r["spanId"], []).append((when, name, value(r.get("body"))))
+    calls = []
+    for s, scope in ex.spans:
+        a = attributes(s.get("attributes"))
+        events = [(e.get("name"), attributes(e.get("attributes"))) for e in s.get("events") or []
+                  if isinstance(e, dict)]  # fmt: skip
+        events += [(n, b) for _, n, b in sorted(by_span.get(str(s.get("spanId")), []), key=lambda x: x[0])]
+        try:
+            got = _messages(a, events)
+        except (ValueError, TypeError, AttributeError) as e:  # one span's content unreadable: not a call
+            raise IngestError(f"span {s.get('spanId')}: its messages are not readable ({e})") from None
+        if got is None:
+            continue
+        params = a.get("llm.invocation_parameters")
+        asked = json.loads(params).get("model") if isinstance(params, str) and params[:1] == "{" else None
+        requested = str(a.get("gen_ai.request.model") or asked or "")
+        start = s.get("startTimeUnixNano")
+        calls.append(
+            _Call(
+                trace=str(s.get("traceId") or ""),
+                span=str(s.get("spanId") or ""),
+                start=int(start) / 1e9 if str(start or "").isdigit() else None,
+                inputs=got[0],
+                output=got[1],
+                model=str(a.get("gen_ai.response.model") or a.get("llm.model_name") or requested),
+                requested=requested,
+                usage=_usage(a),
+                scope=scope,
+            )
+        )
+    return sorted(calls, key=lambda c: c.start or 0.0)  # traces then in the order they began
+
+
+def _mark(m: dict) -> tuple:
+    """What identifies a message from one call's record to the next (arguments and whitespace may be
+    written differently): its role, its text, its calls' ids and names, the call it answers."""
+    calls = tuple((c.get("id"), c["function"].get("name")) for c in m.get("tool_calls") or [])
+    return m["role"], " ".join(str(m.get("content") or "").split()), calls, m.get("tool_call_id")
+
+
+def _runs(calls: list[_Call]) -> list[list[_Call]]:
+    """The calls of one trace grouped into conversations: a call whose input continues a run's latest
+    call (its input and answer) joins that run."""
+    runs: list[list[_Call]] = []
+    for c in calls:
+        marks = [_mark(m) for m in c.inputs]
+        home = None
+        for run in reversed(runs):
+            last = run[-1]
+            before = [_mark(m) for m in last.inputs] + ([_mark(last.output)] if last.output else [])
+            if len(before) <= len(marks) and marks[: len(before)] == before:
+                home = run
+                break
+        if home is None:
+            runs.append([c])
+        else:
+            home.append(c)
+    return runs
+
+
+class OtelGenAIIngester(Ingester):
+    name = "otel-genai"
+
+    def detect(self, path: Path, head: str) -> bool:
+        return path.suffix in (".json", ".jsonl") and _OTLP.match(head) is not None
+
+    def parse(self, path: Path) -> Iterator[Trajectory]:
+        ex = _Export()
+        _read_export(path, ex, path.name)
+        if not ex.spans:
+            raise IngestError(
+                "OTLP log records only: their model calls' spans are in another file, which reads them "
+                "from here (ingest that one, beside this)", path
+            )  # fmt: skip
+        calls = _calls(ex)
+        model_spans = sum(1 for s, _ in ex.spans if _is_model_span(attributes(s.get("attributes"))))
+        if not ex.logs and len(calls) < model_spans:
+            for other in sorted(path.parent.iterdir()):  # the calls' content logged in a file beside it
+                if other != path and other.suffix in (".json", ".jsonl") and _holds_logs(other):
+                    _read_export(other, ex, other.name)
+            calls = _calls(ex)
+        if not calls:
+            raise IngestError(
+                "no model-call spans: none carries gen_ai.input.messages, gen_ai.prompt.N, "
+                "llm.input_messages.N or the gen_ai message events (was message content capture on?)", path
+            )  # fmt: skip
+        for trace in dict.fromkeys(c.trace for c in calls):
+            runs = _runs([c for c in calls if c.trace == trace])
+            for k, run in enumerate(runs):
+                t = self._trajectory(path, trace, k, run, ex)
+                if t is not None:
+                    yield t
+
+    def _trajectory(self, path: Path, trace: str, k: int, run: list[_Call], ex: _Export) -> Trajectory | None:
+        last = run[-1]
+        chat = [dict(m) for m in last.inputs] + ([dict(last.output)] if last.output else [])
+        turns = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+        made = _match(chat, turns, run)
+        cp = chat_to_steps(chat, "messages")
+        if not cp.steps:
+            return None
+        firsts = {}
+        for st in cp.steps:
+            firsts.setdefault(st.turn, st)
+        for turn, st in firsts.items():
+            c = made.get(turn)
+            if c is not None:
+                st.usage, st.model, st.timestamp = c.usage, c.model or None, c.start
+                if st.timestamp is not None:
+                    for other in cp.steps:
+                        if other.turn == turn:
+                            other.timestamp = c.start
+        model = run_model(cp.steps, run[0].requested)
+        usages = [c.usage for c in run if c.usage is not None]
+        extra: dict[str, Any] = {
+            "trace_id": trace,
+            "instrumentation": sorted({c.scope for c in run if c.scope}),
+            "service": sorted(ex.services) or None,
+            "calls_unmatched": len(run) - len(made) or None,
+        }
+        if cp.trailing_user:
+            extra["trailing_user_text"] = cp.trailing_user
+        return finalize(
+            Trajectory(
+                traj_id=f"{self.name}/{trace}" + (f"/{k}" if k else ""),
+                source=self.name,
+                model_raw=model,
+                model_family=normalize_family(model),
+                task_id=trace,
+                task_text=cp.task,
+                system_prompt=cp.system,
+                success=None,
+                outcome_source="",
+                source_path=str(path),
+                extra=json.dumps({key: v for key, v in extra.items() if v is not None}),
+                tokens_in=sum(u.input_tokens or 0 for u in usages) if usages else None,
+                tokens_out=sum(u.output_tokens or 0 for u in usages) if usages else None,
+                api_calls=len(run),
+                steps=cp.steps,
+            )
+        )
+
+
+def _match(chat: list[dict], turns: list[int], run: list[_Call]) -> dict[int, _Call]:
+    """Each assistant turn (by its order) matched to the call that answered it: by its mark, else, when
+    as many turns as calls are left, in order."""
+    out: dict[int, _Call] = {}
+    free = list(run)
+    for n, i in enumerate(turns):
+        mark = _mark(chat[i])
+        c = next((c for c in free if c.output is not None and _mark(c.output) == mark), None)
+        if c is not None:
+            out[n] = c
+            free.remove(c)
+    rest = [n for n in range(len(turns)) if n not in out]
+    if rest and len(rest) == len(free):
+        out.update(zip(rest, free))
+    return out
+
+
+def _is_model_span(a: dict[str, Any]) -> bool:
+    """A span of a model call, whether or not it carries the call's messages."""
+    return a.get("gen_ai.operation.name") in ("chat", "text_completion", "generate_content") or (
+        a.get("openinference.span.kind") == "LLM"
+    )
+
+
+def _holds_logs(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return '"resourceLogs"' in fh.read(4096)
+    except OSError:
+        return False
