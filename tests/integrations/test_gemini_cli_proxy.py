@@ -18,7 +18,8 @@ import json
 import os
 import shutil
 import subprocess
-from http.server import BaseHTTPRequestHandler
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,57 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
     reads = [s for s in own.steps if s.tool_name == "read_file"]
     assert [json.loads(s.tool_args)["file_path"] for s in reads] == [str(folder / n) for n in FILES]
     assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
+
+
+def test_a_session_the_cli_routes_to_two_models_is_one_conversation_logged_per_model(tmp_path):
+    """The CLI's router (-m auto-gemini-2.5) sends each prompt to pro or flash; four prompts chained
+    with --resume through the proxy: one mirror for the agent's conversation, each answer logged with
+    its model (the classifier's own calls, which the CLI's session log leaves out, logged apart)."""
+    import importlib.util
+
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.policies.registry import make_policy
+    from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+    from dtoc_rl.sim.episode import compile_episode
+    from tests.integrations.live_cli import serve
+
+    script = Path(__file__).parent.parent / "fixtures" / "gemini_cli_routed" / "make_fixtures.py"
+    spec = importlib.util.spec_from_file_location("gemini_routed", script)
+    routed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(routed)
+    folder = repo(tmp_path)
+    home = fresh_home(tmp_path / "home")
+    (home / ".gemini").mkdir()
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    api = ThreadingHTTPServer(("127.0.0.1", 0), routed.ScriptedGemini)
+    api.log, api.lock, api.classified, api.calls, api.folder = [], threading.Lock(), 0, {}, folder
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    front = make_proxy_server(proxy, serve(api), port=0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEMINI_", "GOOGLE_"))}
+    env.update(HOME=str(home), GEMINI_API_KEY="test", GOOGLE_GEMINI_BASE_URL=serve(front))
+    try:
+        for k, (prompt, _) in enumerate(routed.PROMPTS):
+            cmd = [
+                GEMINI,
+                "-p",
+                prompt,
+                "-m",
+                routed.AUTO_MODEL,
+                "--yolo",
+                *(["--resume", "latest"] if k else []),
+            ]
+            res = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=240)
+            assert res.returncode == 0, res.stderr[-2000:]
+    finally:
+        front.shutdown()
+        api.shutdown()
+    pro, flash = "gemini-2.5-pro", "gemini-3.8-flash"
+    assert [r["model"] for r in api.log if r["kind"] == "main"] == [pro, pro, flash, flash, pro, pro, flash]
+    runs = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    (agent,) = [t for t in runs if any(s.tool_name == "read_file" for s in t.steps)]
+    # the closing answer has no request after it, so the log ends with the call before it
+    assert [s.model for s in agent.steps] == [pro, pro, flash, flash, pro, pro]
+    assert compile_episode(agent).call_model.tolist() == [0, 0, 1, 1, 0, 0]
+    assert any(s.masked_before for s in agent.steps)  # the policy hid reads on both models' calls
+    assert {t.model_raw for t in runs if t is not agent} == {"gemini-3.5-flash-lite"}  # the router's
