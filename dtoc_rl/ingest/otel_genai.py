@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ from dtoc_rl.ingest.openai_chat import chat_to_steps, norm_args
 __all__ = ["OtelGenAIIngester"]
 
 _OTLP = re.compile(r'^\s*\{\s*"resource(?:Spans|Logs)"\s*:')
+_RESPONSE_ID = re.compile(r'"id"\s*:\s*"((?:chatcmpl-|msg_|resp_|gen-)[\w-]+)"')
 _EVENT_ROLES = {
     "gen_ai.system.message": "system",
     "gen_ai.user.message": "user",
@@ -108,6 +110,8 @@ class _Call:
     requested: str
     usage: Any
     scope: str
+    response_id: str = ""
+    has_parent: bool = False
 
 
 @dataclass
@@ -187,12 +191,16 @@ def _from_parts(raw: Any) -> list[dict]:
             else:  # text, and any other part shown as the text it carries
                 texts.append(_text(p.get("content")))
         if role in ("user", "system", "developer", "assistant") and (texts or calls or reasoning):
-            msg: dict = {"role": "assistant" if role == "assistant" else role, "content": "\n".join(texts)}
+            msg: dict = {"role": role, "content": "\n".join(t for t in texts if t)}
             if calls:
                 msg["tool_calls"] = calls
             if reasoning:
                 msg["reasoning"] = "\n".join(reasoning)
             out.append(msg)
+        elif role in ("user", "system", "developer", "assistant") and m.get("parts") == []:
+            # its parts left out (an SDK's limit on recorded content): a placeholder, filled from the
+            # run's earlier calls, which recorded it
+            out.append({"role": role, "content": "", "dtoc_cut": True})
     return out
 
 
@@ -214,7 +222,7 @@ def _flat_message(row: dict[str, Any], pre: str = "", call_pre: str = "", fn: st
     content = row.get(pre + "content")
     if content is None:  # OpenInference's parts: contents.K.message_content.text
         parts = _indexed({k: v for k, v in row.items()}, pre + "contents.")
-        content = "\n".join(str(p.get("message_content.text") or "") for p in parts) if parts else ""
+        content = "\n".join(str(p["message_content.text"]) for p in parts if p.get("message_content.text"))
     calls = [
         _call(c.get(call_pre + "id"), c.get(call_pre + fn + "name"), c.get(call_pre + fn + "arguments"))
         for c in _indexed(row, pre + "tool_calls.")
@@ -262,9 +270,11 @@ def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[lis
     if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
         inputs = _from_parts(attrs.get("gen_ai.input.messages"))
         system = attrs.get("gen_ai.system_instructions")
-        if system and not any(m["role"] == "system" for m in inputs):
-            sys_text = _text(json.loads(system) if isinstance(system, str) and system[:1] == "[" else system)
-            inputs.insert(0, {"role": "system", "content": sys_text})
+        sys_text = _text(json.loads(system) if isinstance(system, str) and system[:1] == "[" else system)
+        if sys_text and not any(m["role"] == "system" and m["content"] == sys_text for m in inputs):
+            # sent as well as any system message the input holds (instructions beside a system prompt)
+            at = sum(1 for m in inputs if m["role"] == "system")
+            inputs.insert(at, {"role": "system", "content": sys_text})
         out = [m for m in _from_parts(attrs.get("gen_ai.output.messages")) if m["role"] == "assistant"]
         return inputs, out[0] if out else None
     prompt = _indexed(attrs, "gen_ai.prompt.")
@@ -272,7 +282,7 @@ def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[lis
         done = _indexed(attrs, "gen_ai.completion.")
         return [_flat_message(r) for r in prompt], _flat_message(done[0]) if done else None
     oi = _indexed(attrs, "llm.input_messages.")
-    if oi:
+    if oi and attrs.get("openinference.span.kind", "LLM") == "LLM":  # a chain's span repeats its input
         done = _indexed(attrs, "llm.output_messages.")
         conv = {"pre": "message.", "call_pre": "tool_call.", "fn": "function."}
         return [_flat_message(r, **conv) for r in oi], _flat_message(done[0], **conv) if done else None
@@ -294,6 +304,7 @@ def _usage(a: dict[str, Any]) -> Any:
     read = first("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
                  "llm.token_count.prompt_details.cache_read")  # fmt: skip
     write = first("gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.cache_creation_input_tokens",
+                  "gen_ai.usage.cache_write.input_tokens",
                   "llm.token_count.prompt_details.cache_write")  # fmt: skip
     if prompt is None and out is None:
         return None
@@ -323,6 +334,10 @@ def _calls(ex: _Export) -> list[_Call]:
         asked = json.loads(params).get("model") if isinstance(params, str) and params[:1] == "{" else None
         requested = str(a.get("gen_ai.request.model") or asked or "")
         start = s.get("startTimeUnixNano")
+        rid = a.get("gen_ai.response.id")
+        if not rid and isinstance(a.get("output.value"), str):  # OpenInference: the raw response's id
+            found = _RESPONSE_ID.search(a["output.value"])
+            rid = found.group(1) if found else ""
         calls.append(
             _Call(
                 trace=str(s.get("traceId") or ""),
@@ -334,6 +349,8 @@ def _calls(ex: _Export) -> list[_Call]:
                 requested=requested,
                 usage=_usage(a),
                 scope=scope,
+                response_id=str(rid or ""),
+                has_parent=bool(s.get("parentSpanId")),
             )
         )
     return sorted(calls, key=lambda c: c.start or 0.0)  # traces then in the order they began
@@ -341,29 +358,123 @@ def _calls(ex: _Export) -> list[_Call]:
 
 def _mark(m: dict) -> tuple:
     """What identifies a message from one call's record to the next (arguments and whitespace may be
-    written differently): its role, its text, its calls' ids and names, the call it answers."""
+    written differently): its role, its text, its calls' ids and names, the call it answers.  A
+    placeholder (content an SDK left out) is its role alone, and matches any message of that role."""
+    if m.get("dtoc_cut"):
+        return ("*", m["role"])
     calls = tuple((c.get("id"), c["function"].get("name")) for c in m.get("tool_calls") or [])
     return m["role"], " ".join(str(m.get("content") or "").split()), calls, m.get("tool_call_id")
 
 
-def _runs(calls: list[_Call]) -> list[list[_Call]]:
-    """The calls of one trace grouped into conversations: a call whose input continues a run's latest
-    call (its input and answer) joins that run."""
-    runs: list[list[_Call]] = []
+def _same(a: tuple, b: tuple) -> bool:
+    return a == b or (a[0] == "*" and a[1] == b[0]) or (b[0] == "*" and b[1] == a[0])
+
+
+@dataclass
+class _Run:
+    """One conversation: its system messages, the rest as the calls were sent it (what a later call no
+    longer holds, trimmed by the agent, stays), and for each call the part of it its input left out."""
+
+    system: list[dict]
+    chat: list[dict]
+    calls: list[_Call] = field(default_factory=list)
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # per call: chat[a:b] not in its input
+    traces: list[str] = field(default_factory=list)
+
+    def take(self, c: _Call, rest: list[dict], at: tuple[int, int, int]) -> None:
+        """Add call ``c`` whose input (``rest``, its system messages left out) holds ``chat[:head]``,
+        then ``chat[start:]``, then what is new (see :meth:`continued_by`)."""
+        head, start, cut = at
+        self.chat += rest[head + len(self.chat) - start :]
+        if c.output is not None:
+            self.chat.append(c.output)
+        self.calls.append(c)
+        # a window an SDK's content limit made (``cut``) was sent whole: nothing left out
+        self.gaps.append((head, start) if start > head and not cut else (0, 0))
+        if c.trace not in self.traces:
+            self.traces.append(c.trace)
+
+    def continued_by(self, marks: list[tuple], *, whole: bool = False) -> tuple[int, int] | None:
+        """How an input (``marks``) continues this conversation: ``(head, start)`` when it holds the
+        conversation's first ``head`` messages (a task an agent keeps), then all from ``start`` on to
+        the latest answer (an agent that trims the rest), then what came after; None when it does
+        not.  ``whole``: only an input that holds all of it."""
+        have = [_mark(m) for m in self.chat]
+        head = 0
+        while head < min(len(have), len(marks)) and _same(have[head], marks[head]):
+            head += 1
+        if head == len(have):
+            return head, head
+        if whole or not have:
+            return None
+        for start in range(head + 1, len(have)):
+            tail = have[start:]
+            got = marks[head : head + len(tail)]
+            if len(got) == len(tail) and all(_same(x, y) for x, y in zip(tail, got)):
+                return head, start
+        return None
+
+
+def _runs(calls: list[_Call]) -> list[_Run]:
+    """The calls of a file grouped into conversations: a call whose input continues one of its trace
+    (all of it, or its newest part: an agent that trims its history, an SDK that cuts the oldest
+    content) joins it; else one of another trace that it holds whole (a chat traced a turn at a time);
+    else it starts another."""
+    runs: list[_Run] = []
     for c in calls:
-        marks = [_mark(m) for m in c.inputs]
+        rest = [m for m in c.inputs if m["role"] not in ("system", "developer")]
+        cut = any(m.get("dtoc_cut") for m in rest)
+        rest = [m for m in rest if not m.get("dtoc_cut")]
+        marks = [_mark(m) for m in rest]
         home = None
-        for run in reversed(runs):
-            last = run[-1]
-            before = [_mark(m) for m in last.inputs] + ([_mark(last.output)] if last.output else [])
-            if len(before) <= len(marks) and marks[: len(before)] == before:
+        for run in reversed([r for r in runs if c.trace in r.traces]):
+            if (at := run.continued_by(marks)) is not None:
                 home = run
                 break
         if home is None:
-            runs.append([c])
-        else:
-            home.append(c)
+            for run in reversed([r for r in runs if c.trace not in r.traces]):
+                if run.chat and (at := run.continued_by(marks, whole=True)) is not None:
+                    home = run
+                    break
+        if home is None:
+            system = [m for m in c.inputs if m["role"] in ("system", "developer") and not m.get("dtoc_cut")]
+            home, at = _Run(system=system, chat=[]), (0, 0)
+            runs.append(home)
+        home.take(c, rest, (*at, cut))
     return runs
+
+
+def _unique(calls: list[_Call]) -> list[_Call]:
+    """One call per response: two instrumentations (an SDK's own and another's) may each record it,
+    in one trace or in two.  The record kept holds the call's messages and sits in the agent's trace
+    (the one with most calls); the cache counts it lacks are taken from the other."""
+    per_trace = Counter(c.trace for c in calls)
+
+    def rank(c: _Call) -> tuple:
+        return bool(c.inputs and c.output), per_trace[c.trace], c.has_parent
+
+    groups: dict[tuple, list[_Call]] = {}
+    for c in calls:  # one response: its id, its answer, and its time (a scripted API reuses ids)
+        if c.response_id:
+            out = _mark(c.output) if c.output is not None else None
+            key = next(
+                (k for k, g in groups.items() if k[:2] == (c.response_id, out) and _near(g[0], c)), None
+            )
+            groups.setdefault(key or (c.response_id, out, len(groups)), []).append(c)
+    drop: set[int] = set()
+    for group in groups.values():
+        keep = max(group, key=rank)  # the first of equals: the earliest
+        for c in group:
+            if c is keep:
+                continue
+            drop.add(id(c))
+            if keep.usage is None:
+                keep.usage = c.usage
+            elif c.usage is not None:
+                for name in ("cached_tokens", "cache_write_tokens"):
+                    if getattr(keep.usage, name) is None:
+                        setattr(keep.usage, name, getattr(c.usage, name))
+    return [c for c in calls if id(c) not in drop]
 
 
 class OtelGenAIIngester(Ingester):
@@ -381,50 +492,63 @@ class OtelGenAIIngester(Ingester):
                 "from here (ingest that one, beside this)", path
             )  # fmt: skip
         calls = _calls(ex)
-        model_spans = sum(1 for s, _ in ex.spans if _is_model_span(attributes(s.get("attributes"))))
-        if not ex.logs and len(calls) < model_spans:
-            for other in sorted(path.parent.iterdir()):  # the calls' content logged in a file beside it
-                if other != path and other.suffix in (".json", ".jsonl") and _holds_logs(other):
-                    _read_export(other, ex, other.name)
+        silent = [s for s, _ in ex.spans if _is_model_span(attributes(s.get("attributes")))]
+        if not ex.logs and len(calls) < len(silent):
+            _logs_beside(path, ex, {str(s.get("traceId")) for s in silent})
             calls = _calls(ex)
         if not calls:
             raise IngestError(
                 "no model-call spans: none carries gen_ai.input.messages, gen_ai.prompt.N, "
                 "llm.input_messages.N or the gen_ai message events (was message content capture on?)", path
             )  # fmt: skip
-        for trace in dict.fromkeys(c.trace for c in calls):
-            runs = _runs([c for c in calls if c.trace == trace])
-            for k, run in enumerate(runs):
-                t = self._trajectory(path, trace, k, run, ex)
-                if t is not None:
-                    yield t
+        failed = _failed_tools(ex)
+        seen: Counter = Counter()
+        for run in _runs(_unique(calls)):
+            trace = run.traces[0]
+            t = self._trajectory(path, trace, seen[trace], run, ex, failed)
+            seen[trace] += 1
+            if t is not None:
+                yield t
 
-    def _trajectory(self, path: Path, trace: str, k: int, run: list[_Call], ex: _Export) -> Trajectory | None:
-        last = run[-1]
-        chat = [dict(m) for m in last.inputs] + ([dict(last.output)] if last.output else [])
+    def _trajectory(
+        self, path: Path, trace: str, k: int, run: _Run, ex: _Export, failed: set[str]
+    ) -> Trajectory | None:
+        chat = [dict(m) for m in run.system] + [dict(m) for m in run.chat]
+        lead = len(run.system)
         turns = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
-        made = _match(chat, turns, run)
+        made = _match(chat, turns, run.calls)
         cp = chat_to_steps(chat, "messages")
         if not cp.steps:
             return None
         firsts = {}
         for st in cp.steps:
             firsts.setdefault(st.turn, st)
+            if st.tool_call_id in failed:
+                st.output_is_error = True
+        gaps = dict(zip((id(c) for c in run.calls), run.gaps, strict=True))
         for turn, st in firsts.items():
             c = made.get(turn)
-            if c is not None:
-                st.usage, st.model, st.timestamp = c.usage, c.model or None, c.start
-                if st.timestamp is not None:
-                    for other in cp.steps:
-                        if other.turn == turn:
-                            other.timestamp = c.start
-        model = run_model(cp.steps, run[0].requested)
-        usages = [c.usage for c in run if c.usage is not None]
+            if c is None:
+                continue
+            st.usage, st.model = c.usage, c.model or None
+            for other in cp.steps if c.start is not None else ():
+                if other.turn == turn:
+                    other.timestamp = c.start
+            # the turns this call's input left out (an agent that trims its history): not sent
+            a, b = gaps[id(c)]
+            lo, hi = (sum(1 for i in turns if i < lead + x) for x in (a, b))
+            if hi > lo:
+                dropped = [j for j, other in enumerate(cp.steps) if lo <= other.turn < hi]
+                st.masked_before, st.dropped_before = dropped, list(dropped)
+        model = run_model(cp.steps, run.calls[0].requested)
+        usages = [c.usage for c in run.calls if c.usage is not None]
         extra: dict[str, Any] = {
             "trace_id": trace,
-            "instrumentation": sorted({c.scope for c in run if c.scope}),
+            "traces": run.traces if len(run.traces) > 1 else None,
+            "instrumentation": sorted({c.scope for c in run.calls if c.scope}),
             "service": sorted(ex.services) or None,
-            "calls_unmatched": len(run) - len(made) or None,
+            "calls_unmatched": len(run.calls) - len(made) or None,
+            "trimmed_calls": sum(1 for a, b in run.gaps if b > a) or None,
         }
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
@@ -443,7 +567,7 @@ class OtelGenAIIngester(Ingester):
                 extra=json.dumps({key: v for key, v in extra.items() if v is not None}),
                 tokens_in=sum(u.input_tokens or 0 for u in usages) if usages else None,
                 tokens_out=sum(u.output_tokens or 0 for u in usages) if usages else None,
-                api_calls=len(run),
+                api_calls=len(run.calls),
                 steps=cp.steps,
             )
         )
@@ -464,6 +588,41 @@ def _match(chat: list[dict], turns: list[int], run: list[_Call]) -> dict[int, _C
     if rest and len(rest) == len(free):
         out.update(zip(rest, free))
     return out
+
+
+def _near(a: _Call, b: _Call) -> bool:
+    """Two records that may be of one call: within seconds of each other, in one trace or one of them
+    a trace of its own (a client instrumented apart from the agent's framework)."""
+    close = a.start is None or b.start is None or abs(a.start - b.start) < 5.0
+    return close and (a.trace == b.trace or not a.has_parent or not b.has_parent)
+
+
+def _failed_tools(ex: _Export) -> set[str]:
+    """The tool calls whose execution span ended in error (status code 2), by call id."""
+    out = set()
+    for s, _ in ex.spans:
+        status = s.get("status") if isinstance(s.get("status"), dict) else {}
+        if status.get("code") in (2, "STATUS_CODE_ERROR"):
+            a = attributes(s.get("attributes"))
+            cid = a.get("gen_ai.tool.call.id") or a.get("tool_call.id")
+            if isinstance(cid, str):
+                out.add(cid)
+    return out
+
+
+def _logs_beside(path: Path, ex: _Export, traces: set[str]) -> None:
+    """The log records of ``traces`` from a file of log records beside ``path``: ``<stem>_logs`` (or
+    ``-logs``) first, else any such file, of which only those traces' records are kept."""
+    own = [path.with_name(f"{path.stem}{sep}logs{path.suffix}") for sep in ("_", "-")]
+    found = [p for p in own if p.is_file()] or [
+        p
+        for p in sorted(path.parent.iterdir())
+        if p != path and p.suffix in (".json", ".jsonl") and _holds_logs(p)
+    ]
+    for other in found:
+        more = _Export()
+        _read_export(other, more, other.name)
+        ex.logs += [r for r in more.logs if str(r.get("traceId")) in traces]
 
 
 def _is_model_span(a: dict[str, Any]) -> bool:

@@ -102,3 +102,45 @@ def test_a_damaged_export_is_named_in_one_line(tmp_path):
     f.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "GET /"}]}]}]}))
     got, skipped = _read(f)
     assert not got and "no model-call spans" in skipped[0].reason
+
+
+MORE = HERE / "more"  # exports of further setups, made to find what the reader got wrong (README.md)
+
+
+def test_an_agent_that_trims_its_history_is_one_run_whose_calls_left_turns_out():
+    # the agent keeps the system message and its last four messages (trace 2 keeps the task too)
+    got, _ = _read(MORE / "trim_openllmetry.jsonl")
+    assert len(got) == 2  # one run per trace, not one per call
+    for t in got:
+        assert t.api_calls == 6 and [s.tool_name for s in t.steps][-1] is None
+        assert all(s.output for s in t.steps if s.tool_name) and all(s.usage for s in t.steps)
+        # what each call was no longer sent, as a harness that keeps its last N messages drops them
+        assert [s.dropped_before for s in t.steps] == [None, None, None, [0], [0, 1], [0, 1, 2]]
+        assert t.steps[3].masked_before == [0]
+
+
+def test_a_call_recorded_by_two_instrumentations_is_one_call():
+    # the Anthropic SDK's own span and OpenLLMetry's, siblings with one gen_ai.response.id
+    (both, _), _ = _read(MORE / "anthropic_sdk_openllmetry.jsonl")
+    (sdk, _), _ = _read(MORE / "anthropic_sdk.jsonl")
+    assert both.api_calls == sdk.api_calls == 3 and both.tokens_in == sdk.tokens_in
+    # LangChain's spans and the OpenAI client's, whose spans start traces of their own; the chat's
+    # second turn, traced apart, continues the first
+    (chat,), _ = _read(MORE / "langchain_plus_openai.jsonl")
+    assert chat.api_calls == 4 and len(json.loads(chat.extra)["traces"]) == 2
+    assert [s.tool_name for s in chat.steps] == ["read_file", "read_file", None, None]
+
+
+def test_content_an_sdk_cut_is_taken_from_the_calls_that_recorded_it():
+    # ANTHROPIC_OPEN_TELEMETRY_TRACES_MAX_CONTENT_BYTES: the oldest parts emptied in the last call
+    (cut, _), _ = _read(MORE / "anthropic_sdk_trunc.jsonl")
+    (whole, _), _ = _read(MORE / "anthropic_sdk.jsonl")
+    assert _view(cut)[:4] == _view(whole)[:4] and not any(s.dropped_before for s in cut.steps)
+    # the SDK's cache writes (gen_ai.usage.cache_write.input_tokens)
+    assert [s.usage.cache_write_tokens for s in whole.steps] == [2048, 0, 512]
+
+
+def test_instructions_beside_a_system_prompt_and_a_failed_tool():
+    (t,), _ = _read(MORE / "pydantic_ai_v6.jsonl")
+    assert t.system_prompt.endswith("Answer in English.")  # pydantic-ai sends both
+    assert [s.output_is_error for s in t.steps if s.tool_name] == [True, False, False]  # ModelRetry
