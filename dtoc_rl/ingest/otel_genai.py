@@ -52,12 +52,13 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_text
-from dtoc_rl.ingest.common import cache_usage, finalize, run_model
+from dtoc_rl.ingest.common import cache_usage, finalize, number, run_model
 from dtoc_rl.ingest.openai_chat import chat_to_steps, norm_args
 
 __all__ = ["OtelGenAIIngester"]
 
 _OTLP = re.compile(r'^\s*\{\s*"resource(?:Spans|Logs)"\s*:')
+_NOT_CALLS = ("invoke_agent", "create_agent", "execute_tool", "embeddings")
 _RESPONSE_ID = re.compile(r'"id"\s*:\s*"((?:chatcmpl-|msg_|resp_|gen-)[\w-]+)"')
 _EVENT_ROLES = {
     "gen_ai.system.message": "system",
@@ -84,9 +85,12 @@ def value(v: Any) -> Any:
     if "boolValue" in v:
         return v["boolValue"]
     if "arrayValue" in v:
-        return [value(x) for x in (v["arrayValue"] or {}).get("values") or []]
+        inner = v["arrayValue"] if isinstance(v["arrayValue"], dict) else {}
+        items = inner.get("values")
+        return [value(x) for x in items] if isinstance(items, list) else []
     if "kvlistValue" in v:
-        return attributes((v["kvlistValue"] or {}).get("values"))
+        inner = v["kvlistValue"] if isinstance(v["kvlistValue"], dict) else {}
+        return attributes(inner.get("values"))
     return None
 
 
@@ -108,10 +112,14 @@ class _Call:
     output: dict | None
     model: str
     requested: str
-    usage: Any
+    counts: dict
     scope: str
     response_id: str = ""
     has_parent: bool = False
+
+    @property
+    def usage(self) -> Any:
+        return _usage(self.counts)
 
 
 @dataclass
@@ -119,6 +127,7 @@ class _Export:
     spans: list[tuple[dict, str]] = field(default_factory=list)  # (span, its scope "name version")
     logs: list[dict] = field(default_factory=list)  # log records
     services: set[str] = field(default_factory=set)
+    seen_spans: bool = False  # a trace export, though maybe of no span
 
 
 def _read_export(path: Path, into: _Export, where: str) -> None:
@@ -134,17 +143,29 @@ def _read_export(path: Path, into: _Export, where: str) -> None:
                 except json.JSONDecodeError as e:
                     raise IngestError(f"{where} line {n}: not JSON ({e.msg})", path) from None
     for doc in docs:
-        for rs in doc.get("resourceSpans") or [] if isinstance(doc, dict) else []:
-            res = attributes((rs.get("resource") or {}).get("attributes"))
+        into.seen_spans |= isinstance(doc, dict) and "resourceSpans" in doc
+        for rs in _dicts(doc, "resourceSpans"):
+            res = attributes(_dict(rs.get("resource")).get("attributes"))
             if isinstance(res.get("service.name"), str):
                 into.services.add(res["service.name"])
-            for ss in rs.get("scopeSpans") or []:
-                scope = ss.get("scope") or {}
+            # OTLP before 0.15 called a scope an instrumentation library
+            for ss in _dicts(rs, "scopeSpans") + _dicts(rs, "instrumentationLibrarySpans"):
+                scope = _dict(ss.get("scope") or ss.get("instrumentationLibrary"))
                 name = " ".join(str(scope[k]) for k in ("name", "version") if scope.get(k))
-                into.spans += [(s, name) for s in ss.get("spans") or [] if isinstance(s, dict)]
-        for rl in doc.get("resourceLogs") or [] if isinstance(doc, dict) else []:
-            for sl in rl.get("scopeLogs") or []:
-                into.logs += [r for r in sl.get("logRecords") or [] if isinstance(r, dict)]
+                into.spans += [(s, name) for s in _dicts(ss, "spans")]
+        for rl in _dicts(doc, "resourceLogs"):
+            for sl in _dicts(rl, "scopeLogs") + _dicts(rl, "instrumentationLibraryLogs"):
+                into.logs += _dicts(sl, "logRecords")
+
+
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _dicts(d: Any, key: str) -> list[dict]:
+    """The objects listed under ``key`` of ``d`` (nothing when it is not a list of them)."""
+    items = d.get(key) if isinstance(d, dict) else None
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
 # -------------------------------------------------------------- messages, per convention
@@ -162,10 +183,12 @@ def _text(content: Any) -> str:
 
 
 def _call(cid: Any, name: Any, args: Any) -> dict:
-    return {
-        "id": str(cid) if cid is not None else None,
-        "function": {"name": name, "arguments": norm_args(args)},
-    }
+    fn = {"name": name if isinstance(name, str) else str(name or ""), "arguments": norm_args(args)}
+    return {"id": _id(cid), "function": fn}
+
+
+def _id(v: Any) -> str | None:
+    return None if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
 
 
 def _from_parts(raw: Any) -> list[dict]:
@@ -185,9 +208,11 @@ def _from_parts(raw: Any) -> list[dict]:
                 calls.append(_call(p.get("id"), p.get("name"), p.get("arguments")))
             elif kind == "tool_call_response":
                 body = p.get("response", p.get("result"))
-                out.append({"role": "tool", "tool_call_id": p.get("id"), "content": _text(body)})
+                out.append({"role": "tool", "tool_call_id": _id(p.get("id")), "content": _text(body)})
             elif kind == "reasoning":
                 reasoning.append(_text(p.get("content")))
+            elif kind in ("blob", "uri", "file"):  # media: named, not its bytes
+                texts.append(f"[{p.get('modality') or kind}]")
             else:  # text, and any other part shown as the text it carries
                 texts.append(_text(p.get("content")))
         if role in ("user", "system", "developer", "assistant") and (texts or calls or reasoning):
@@ -202,6 +227,15 @@ def _from_parts(raw: Any) -> list[dict]:
             # run's earlier calls, which recorded it
             out.append({"role": role, "content": "", "dtoc_cut": True})
     return out
+
+
+def _json_or_text(v: Any) -> Any:
+    if isinstance(v, str) and v[:1] in "[{":
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+    return v
 
 
 def _indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -232,7 +266,7 @@ def _flat_message(row: dict[str, Any], pre: str = "", call_pre: str = "", fn: st
         "content": _text(content),
     }
     if msg["role"] == "tool":
-        msg["tool_call_id"] = row.get(pre + "tool_call_id")
+        msg["tool_call_id"] = _id(row.get(pre + "tool_call_id"))
     if calls:
         msg["tool_calls"] = calls
     return msg
@@ -261,16 +295,17 @@ def _event_message(role: str, body: dict) -> dict:
     if calls:
         msg["tool_calls"] = calls
     if role == "tool":
-        msg["tool_call_id"] = body.get("id")
+        msg["tool_call_id"] = _id(body.get("id"))
     return msg
 
 
 def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[list[dict], dict | None] | None:
     """A call span's input messages and answer, in whichever convention it has them; None: no call."""
+    if attrs.get("gen_ai.operation.name") in _NOT_CALLS:  # an agent's or a tool's span may hold messages
+        return None
     if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
         inputs = _from_parts(attrs.get("gen_ai.input.messages"))
-        system = attrs.get("gen_ai.system_instructions")
-        sys_text = _text(json.loads(system) if isinstance(system, str) and system[:1] == "[" else system)
+        sys_text = _text(_json_or_text(attrs.get("gen_ai.system_instructions")))
         if sys_text and not any(m["role"] == "system" and m["content"] == sys_text for m in inputs):
             # sent as well as any system message the input holds (instructions beside a system prompt)
             at = sum(1 for m in inputs if m["role"] == "system")
@@ -291,11 +326,12 @@ def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[lis
     return None
 
 
-def _usage(a: dict[str, Any]) -> Any:
+def _counts(a: dict[str, Any]) -> dict[str, float | None]:
+    """A call's token counts as its span gives them (a count no provider reports, negative, NaN or
+    1e400, is none)."""
+
     def first(*keys: str) -> float | None:
-        return next(
-            (a[k] for k in keys if isinstance(a.get(k), int | float) and not isinstance(a[k], bool)), None
-        )
+        return number(a, *keys)
 
     prompt = first("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
                    "llm.usage.prompt_tokens")  # fmt: skip
@@ -306,32 +342,51 @@ def _usage(a: dict[str, Any]) -> Any:
     write = first("gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.cache_creation_input_tokens",
                   "gen_ai.usage.cache_write.input_tokens",
                   "llm.token_count.prompt_details.cache_write")  # fmt: skip
-    if prompt is None and out is None:
+    return {"prompt": prompt, "read": read, "write": write, "out": out}
+
+
+def _usage(n: dict[str, float | None]) -> Any:
+    if n["prompt"] is None and n["out"] is None:
         return None
-    return cache_usage(prompt, read, write, output_tokens=None if out is None else int(out))
+    return cache_usage(
+        n["prompt"], n["read"], n["write"], output_tokens=None if n["out"] is None else int(n["out"])
+    )
 
 
-def _calls(ex: _Export) -> list[_Call]:
+def _nanos(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) or (isinstance(v, str) and v.isdigit()) else 0.0
+
+
+def _event(e: dict) -> tuple[Any, Any]:
+    """A span event as (name, body): its attributes, or the JSON of ``gen_ai.event.content`` (as Azure's
+    SDK writes the message events)."""
+    a = attributes(e.get("attributes"))
+    body = _json_or_text(a.get("gen_ai.event.content"))
+    return e.get("name"), body if isinstance(body, dict) else a
+
+
+def _calls(ex: _Export, unreadable: list[str]) -> list[_Call]:
+    """The model calls of an export, in the order they began; a span whose messages cannot be read is
+    named in ``unreadable`` (an attribute cut by the SDK's length limit, say) and left out."""
     by_span: dict[str, list[tuple[float, str, Any]]] = {}
     for r in ex.logs:
         name = r.get("eventName") or attributes(r.get("attributes")).get("event.name")
         if isinstance(name, str) and isinstance(r.get("spanId"), str):
-            when = float(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0)
+            when = _nanos(r.get("timeUnixNano")) or _nanos(r.get("observedTimeUnixNano"))
             by_span.setdefault(r["spanId"], []).append((when, name, value(r.get("body"))))
     calls = []
     for s, scope in ex.spans:
         a = attributes(s.get("attributes"))
-        events = [(e.get("name"), attributes(e.get("attributes"))) for e in s.get("events") or []
-                  if isinstance(e, dict)]  # fmt: skip
+        events = [_event(e) for e in s.get("events") or [] if isinstance(e, dict)]
         events += [(n, b) for _, n, b in sorted(by_span.get(str(s.get("spanId")), []), key=lambda x: x[0])]
         try:
             got = _messages(a, events)
-        except (ValueError, TypeError, AttributeError) as e:  # one span's content unreadable: not a call
-            raise IngestError(f"span {s.get('spanId')}: its messages are not readable ({e})") from None
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            unreadable.append(f"span {s.get('spanId')} of trace {s.get('traceId')}: {type(e).__name__}: {e}")
+            continue
         if got is None:
             continue
-        params = a.get("llm.invocation_parameters")
-        asked = json.loads(params).get("model") if isinstance(params, str) and params[:1] == "{" else None
+        asked = _dict(_json_or_text(a.get("llm.invocation_parameters"))).get("model")
         requested = str(a.get("gen_ai.request.model") or asked or "")
         start = s.get("startTimeUnixNano")
         rid = a.get("gen_ai.response.id")
@@ -347,13 +402,24 @@ def _calls(ex: _Export) -> list[_Call]:
                 output=got[1],
                 model=str(a.get("gen_ai.response.model") or a.get("llm.model_name") or requested),
                 requested=requested,
-                usage=_usage(a),
+                counts=_counts(a),
                 scope=scope,
                 response_id=str(rid or ""),
                 has_parent=bool(s.get("parentSpanId")),
             )
         )
-    return sorted(calls, key=lambda c: c.start or 0.0)  # traces then in the order they began
+    return _in_order(calls)
+
+
+def _in_order(calls: list[_Call]) -> list[_Call]:
+    """Calls in the order they began; one whose span has no start goes after the last call of its
+    trace with an input no longer than its own (inputs grow as a conversation goes on)."""
+    out = sorted((c for c in calls if c.start is not None), key=lambda c: c.start)
+    for c in (c for c in calls if c.start is None):
+        at = max((i + 1 for i, o in enumerate(out) if o.trace == c.trace and len(o.inputs) <= len(c.inputs)),
+                 default=len(out))  # fmt: skip
+        out.insert(at, c)
+    return out
 
 
 def _mark(m: dict) -> tuple:
@@ -376,30 +442,47 @@ class _Run:
     longer holds, trimmed by the agent, stays), and for each call the part of it its input left out."""
 
     system: list[dict]
-    chat: list[dict]
+    chat: list[dict] = field(default_factory=list)
+    marks: list[tuple] = field(default_factory=list)  # of ``chat``, kept as it grows
     calls: list[_Call] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # per call: chat[a:b] not in its input
     traces: list[str] = field(default_factory=list)
+    asked: int = -1  # where the latest call's answer begins in ``chat`` (its input ends there)
 
-    def take(self, c: _Call, rest: list[dict], at: tuple[int, int, int]) -> None:
+    def take(self, c: _Call, rest: list[dict], marks: list[tuple], at: tuple[int, int], cut: bool) -> None:
         """Add call ``c`` whose input (``rest``, its system messages left out) holds ``chat[:head]``,
         then ``chat[start:]``, then what is new (see :meth:`continued_by`)."""
-        head, start, cut = at
-        self.chat += rest[head + len(self.chat) - start :]
+        head, start = at
+        new = head + len(self.chat) - start
+        self.chat += rest[new:]
+        self.marks += marks[new:]
+        self.asked = len(self.chat)
         if c.output is not None:
             self.chat.append(c.output)
+            self.marks.append(_mark(c.output))
         self.calls.append(c)
         # a window an SDK's content limit made (``cut``) was sent whole: nothing left out
         self.gaps.append((head, start) if start > head and not cut else (0, 0))
         if c.trace not in self.traces:
             self.traces.append(c.trace)
 
+    def retried_by(self, marks: list[tuple]) -> bool:
+        """Whether an input is the latest call's again (the agent retried it): the later answer counts."""
+        return bool(self.calls) and len(marks) == self.asked and self.marks[: self.asked] == marks
+
+    def retry(self, c: _Call) -> None:
+        del self.chat[self.asked :], self.marks[self.asked :]
+        if c.output is not None:
+            self.chat.append(c.output)
+            self.marks.append(_mark(c.output))
+        self.calls[-1] = c
+
     def continued_by(self, marks: list[tuple], *, whole: bool = False) -> tuple[int, int] | None:
         """How an input (``marks``) continues this conversation: ``(head, start)`` when it holds the
         conversation's first ``head`` messages (a task an agent keeps), then all from ``start`` on to
         the latest answer (an agent that trims the rest), then what came after; None when it does
         not.  ``whole``: only an input that holds all of it."""
-        have = [_mark(m) for m in self.chat]
+        have = self.marks
         head = 0
         while head < min(len(have), len(marks)) and _same(have[head], marks[head]):
             head += 1
@@ -407,10 +490,13 @@ class _Run:
             return head, head
         if whole or not have:
             return None
-        for start in range(head + 1, len(have)):
-            tail = have[start:]
-            got = marks[head : head + len(tail)]
-            if len(got) == len(tail) and all(_same(x, y) for x, y in zip(tail, got)):
+        # the newest messages it holds from the conversation must reach its end: start no earlier than
+        # where a window of what it holds would begin
+        first = max(head + 1, len(have) - (len(marks) - head))
+        for start in range(first, len(have)):
+            if _same(have[start], marks[head]) and all(
+                _same(have[start + i], marks[head + i]) for i in range(1, len(have) - start)
+            ):
                 return head, start
         return None
 
@@ -419,28 +505,44 @@ def _runs(calls: list[_Call]) -> list[_Run]:
     """The calls of a file grouped into conversations: a call whose input continues one of its trace
     (all of it, or its newest part: an agent that trims its history, an SDK that cuts the oldest
     content) joins it; else one of another trace that it holds whole (a chat traced a turn at a time);
-    else it starts another."""
+    else it starts another.  A call whose input is the latest call's again is a retry of it."""
     runs: list[_Run] = []
+    of_trace: dict[str, list[_Run]] = {}
+    by_first: dict[tuple, list[_Run]] = {}  # runs by their first message, for calls of other traces
     for c in calls:
-        rest = [m for m in c.inputs if m["role"] not in ("system", "developer")]
+        lead = 0
+        while lead < len(c.inputs) and c.inputs[lead]["role"] in ("system", "developer"):
+            lead += 1
+        rest = c.inputs[lead:]
         cut = any(m.get("dtoc_cut") for m in rest)
         rest = [m for m in rest if not m.get("dtoc_cut")]
         marks = [_mark(m) for m in rest]
-        home = None
-        for run in reversed([r for r in runs if c.trace in r.traces]):
+        home, at = None, None
+        for run in reversed(of_trace.get(c.trace, [])):
+            if run.retried_by(marks):
+                home = run
+                break
             if (at := run.continued_by(marks)) is not None:
                 home = run
                 break
-        if home is None:
-            for run in reversed([r for r in runs if c.trace not in r.traces]):
-                if run.chat and (at := run.continued_by(marks, whole=True)) is not None:
+        if home is None and marks:
+            for run in reversed(by_first.get(marks[0], [])):
+                if c.trace not in run.traces and (at := run.continued_by(marks, whole=True)) is not None:
                     home = run
                     break
+        if home is not None and at is None:
+            home.retry(c)
+            continue
         if home is None:
-            system = [m for m in c.inputs if m["role"] in ("system", "developer") and not m.get("dtoc_cut")]
-            home, at = _Run(system=system, chat=[]), (0, 0)
+            system = [m for m in c.inputs[:lead] if not m.get("dtoc_cut")]
+            home, at = _Run(system=system), (0, 0)
             runs.append(home)
-        home.take(c, rest, (*at, cut))
+        home.take(c, rest, marks, at, cut)
+        of_trace.setdefault(c.trace, [])
+        if home not in of_trace[c.trace]:
+            of_trace[c.trace].append(home)
+        if home.marks and home not in by_first.setdefault(home.marks[0], []):
+            by_first[home.marks[0]].append(home)
     return runs
 
 
@@ -453,27 +555,25 @@ def _unique(calls: list[_Call]) -> list[_Call]:
     def rank(c: _Call) -> tuple:
         return bool(c.inputs and c.output), per_trace[c.trace], c.has_parent
 
-    groups: dict[tuple, list[_Call]] = {}
+    groups: dict[tuple, list[list[_Call]]] = {}
     for c in calls:  # one response: its id, its answer, and its time (a scripted API reuses ids)
         if c.response_id:
-            out = _mark(c.output) if c.output is not None else None
-            key = next(
-                (k for k, g in groups.items() if k[:2] == (c.response_id, out) and _near(g[0], c)), None
-            )
-            groups.setdefault(key or (c.response_id, out, len(groups)), []).append(c)
+            alike = groups.setdefault((c.response_id, _mark(c.output) if c.output is not None else None), [])
+            group = next((g for g in alike if _near(g[0], c)), None)
+            if group is None:
+                alike.append([c])
+            else:
+                group.append(c)
     drop: set[int] = set()
-    for group in groups.values():
+    for group in (g for alike in groups.values() for g in alike):
         keep = max(group, key=rank)  # the first of equals: the earliest
         for c in group:
             if c is keep:
                 continue
             drop.add(id(c))
-            if keep.usage is None:
-                keep.usage = c.usage
-            elif c.usage is not None:
-                for name in ("cached_tokens", "cache_write_tokens"):
-                    if getattr(keep.usage, name) is None:
-                        setattr(keep.usage, name, getattr(c.usage, name))
+            for name, v in c.counts.items():  # a count one record lacks, from the other
+                if keep.counts[name] is None:
+                    keep.counts[name] = v
     return [c for c in calls if id(c) not in drop]
 
 
@@ -486,29 +586,46 @@ class OtelGenAIIngester(Ingester):
     def parse(self, path: Path) -> Iterator[Trajectory]:
         ex = _Export()
         _read_export(path, ex, path.name)
-        if not ex.spans:
+        if not ex.spans and ex.logs and not ex.seen_spans:
             raise IngestError(
                 "OTLP log records only: their model calls' spans are in another file, which reads them "
                 "from here (ingest that one, beside this)", path
             )  # fmt: skip
-        calls = _calls(ex)
+        unreadable: list[str] = []
+        calls = _calls(ex, unreadable)
         silent = [s for s, _ in ex.spans if _is_model_span(attributes(s.get("attributes")))]
         if not ex.logs and len(calls) < len(silent):
             _logs_beside(path, ex, {str(s.get("traceId")) for s in silent})
-            calls = _calls(ex)
+            unreadable = []
+            calls = _calls(ex, unreadable)
         if not calls:
+            why = (
+                f"; {len(unreadable)} whose messages are not readable, first {unreadable[0]}"
+                if unreadable
+                else ""
+            )
             raise IngestError(
                 "no model-call spans: none carries gen_ai.input.messages, gen_ai.prompt.N, "
-                "llm.input_messages.N or the gen_ai message events (was message content capture on?)", path
+                "llm.input_messages.N or the gen_ai message events (was message content capture on?)" + why,
+                path,
             )  # fmt: skip
         failed = _failed_tools(ex)
         seen: Counter = Counter()
+        lost: list[str] = []
         for run in _runs(_unique(calls)):
             trace = run.traces[0]
-            t = self._trajectory(path, trace, seen[trace], run, ex, failed)
+            try:
+                t = self._trajectory(path, trace, seen[trace], run, ex, failed)
+            except IngestError as e:  # one conversation not read: the others are
+                lost.append(f"trace {trace}: {e.reason}")
+                continue
             seen[trace] += 1
             if t is not None:
                 yield t
+        if lost or unreadable:  # after the runs read, so that they are kept: what was not, named
+            parts = [f"{len(lost)} conversations not read ({lost[0]})"] if lost else []
+            parts += [f"{len(unreadable)} model-call spans not read ({unreadable[0]})"] if unreadable else []
+            raise IngestError("; ".join(parts), path)
 
     def _trajectory(
         self, path: Path, trace: str, k: int, run: _Run, ex: _Export, failed: set[str]
@@ -531,15 +648,15 @@ class OtelGenAIIngester(Ingester):
             if c is None:
                 continue
             st.usage, st.model = c.usage, c.model or None
-            for other in cp.steps if c.start is not None else ():
-                if other.turn == turn:
-                    other.timestamp = c.start
-            # the turns this call's input left out (an agent that trims its history): not sent
+            # the turns this call's input left out (an agent that trims its history): not sent; what
+            # the call was sent is known, so a call that left nothing out says so ([])
             a, b = gaps[id(c)]
             lo, hi = (sum(1 for i in turns if i < lead + x) for x in (a, b))
-            if hi > lo:
-                dropped = [j for j, other in enumerate(cp.steps) if lo <= other.turn < hi]
-                st.masked_before, st.dropped_before = dropped, list(dropped)
+            dropped = [j for j, other in enumerate(cp.steps) if lo <= other.turn < hi]
+            for other in cp.steps:
+                if other.turn == turn:
+                    other.timestamp = c.start if c.start is not None else other.timestamp
+                    other.masked_before, other.dropped_before = list(dropped), list(dropped)
         model = run_model(cp.steps, run.calls[0].requested)
         usages = [c.usage for c in run.calls if c.usage is not None]
         extra: dict[str, Any] = {

@@ -115,7 +115,8 @@ def test_an_agent_that_trims_its_history_is_one_run_whose_calls_left_turns_out()
         assert t.api_calls == 6 and [s.tool_name for s in t.steps][-1] is None
         assert all(s.output for s in t.steps if s.tool_name) and all(s.usage for s in t.steps)
         # what each call was no longer sent, as a harness that keeps its last N messages drops them
-        assert [s.dropped_before for s in t.steps] == [None, None, None, [0], [0, 1], [0, 1, 2]]
+        # (and [] where it was sent everything: each call's visibility is known)
+        assert [s.dropped_before for s in t.steps] == [[], [], [], [0], [0, 1], [0, 1, 2]]
         assert t.steps[3].masked_before == [0]
 
 
@@ -144,3 +145,56 @@ def test_instructions_beside_a_system_prompt_and_a_failed_tool():
     (t,), _ = _read(MORE / "pydantic_ai_v6.jsonl")
     assert t.system_prompt.endswith("Answer in English.")  # pydantic-ai sends both
     assert [s.output_is_error for s in t.steps if s.tool_name] == [True, False, False]  # ModelRetry
+
+
+def _spans(doc: dict) -> list[dict]:
+    return [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+
+
+def _edit(tmp_path: Path, name: str, edit) -> Path:
+    lines = [json.loads(x) for x in (HERE / name).read_text().splitlines()]
+    edit(lines)
+    f = tmp_path / f"edited_{name}"
+    f.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    return f
+
+
+def _attr(span: dict, key: str) -> dict:
+    return next(a for a in span["attributes"] if a["key"] == key)
+
+
+def test_a_span_whose_messages_were_cut_loses_only_itself_and_is_named(tmp_path):
+    def cut(lines):  # OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT cuts a JSON attribute mid-string
+        value = _attr(_spans(lines[1])[0], "gen_ai.input.messages")["value"]
+        value["stringValue"] = value["stringValue"][:300]
+
+    got, skipped = _read(_edit(tmp_path, "openllmetry_latest.jsonl", cut))
+    assert len(got) == 2 and sorted(t.api_calls for t in got) == [2, 3]  # the rest of both runs read
+    (skip,) = skipped
+    assert skip.reason.startswith("1 model-call spans not read (span ") and "JSONDecodeError" in skip.reason
+
+
+def test_agent_spans_retries_and_unknown_starts_do_not_make_runs(tmp_path):
+    def edit(lines):
+        first = _spans(lines[0])
+        calls = [s for s in first if s["name"] != "agent_run"]
+        root = next(s for s in first if s["name"] == "agent_run")
+        # the agent's own span with its input and answer, as the conventions allow
+        root.setdefault("attributes", [])
+        root["attributes"] += [{"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}}]
+        root["attributes"] += [
+            _attr(calls[-1], "gen_ai.input.messages"),
+            _attr(calls[-1], "gen_ai.output.messages"),
+        ]
+        # the second call retried (the same input again), and the last call's start not recorded
+        again = json.loads(json.dumps(calls[1]))
+        again["spanId"] = "f" * 16
+        _attr(again, "gen_ai.response.id")["value"]["stringValue"] = "chatcmpl-retried"  # a call of its own
+        again["startTimeUnixNano"] = str(int(calls[1]["startTimeUnixNano"]) + 1000)
+        lines[0]["resourceSpans"][0]["scopeSpans"][0]["spans"].append(again)
+        del calls[2]["startTimeUnixNano"]
+
+    got, skipped = _read(_edit(tmp_path, "openllmetry_latest.jsonl", edit))
+    assert not skipped and len(got) == 2
+    ref, _ = _read(HERE / "openllmetry_latest.jsonl")
+    assert sorted(_view(t)[3] for t in got) == sorted(_view(t)[3] for t in ref)
