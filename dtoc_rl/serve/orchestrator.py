@@ -899,9 +899,10 @@ class Orchestrator:
         nxt = self._next
         if nxt is None or not self._answered_by:
             idle = None if self._answered_at is None else time.monotonic() - self._answered_at
-            if self._answered_by:  # the session's model, since its own last answer
-                at = next((t for n, t in self._answered_by if same_model(n, self._model)), None)
-                idle = float("inf") if at is None else time.monotonic() - at
+            # the session's model, since its own last answer (a name no answer matched: any answer's)
+            at = next((t for n, t in self._answered_by if same_model(n, self._model)), None)
+            if at is not None:
+                idle = time.monotonic() - at
             return cache_expired(idle, self.model_family, self._model or None, self.cache_ttl)
         # another model's call: its cache was written at its own last answer, under its own rules
         at = next((t for n, t in self._answered_by if same_model(n, nxt[0])), None)
