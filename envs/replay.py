@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from dtoc_rl.core.actions import resolve
+from dtoc_rl.data.models import family_id, normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.engine.features import (
     DEFAULT_MAX_ITEMS,
@@ -534,6 +535,9 @@ class ReplayEnv(gym.Env):
         self._tpl = tpl
         # the next call's model's prices: constant over an episode of one model
         self._prices = [price_vector(p) for p in self.sim.model_prices]
+        ep = self.sim.ep
+        # and its family: a run that changes models is observed as the model each call goes to
+        self._families = [tpl.family] + [np.int64(family_id(normalize_family(m))) for m in ep.models[1:]]
         # calls to models priced differently: policies price each decision at its observation's
         self._per_call = self.cfg.priced_per_call(self.sim.ep)
         self._items = tpl.items0.copy()
@@ -682,7 +686,7 @@ class ReplayEnv(gym.Env):
             "enable_mask": enable_mask,
             "disable_mask": disable_mask,
             "globals": g,
-            "family": tpl.family,
+            "family": self._families[self.sim.model_of(self.sim.c)],
             # new data per observation (the env checker requires it)
             "prices": self._prices[self.sim.model_of(self.sim.c)].copy(),
         }

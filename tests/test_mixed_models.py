@@ -264,6 +264,7 @@ def test_policies_price_each_decision_at_the_next_calls_model():
 
 
 def test_a_conversation_through_the_proxy_that_changes_models_is_decided_and_logged_per_call(tmp_path):
+    from dtoc_rl.data.models import family_id
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.serve.proxy import ContextProxy
     from dtoc_rl.sim.pricing import prices_for
@@ -280,6 +281,7 @@ def test_a_conversation_through_the_proxy_that_changes_models_is_decided_and_log
         assert mirror.orch.prices == prices_for("gpt-4o-mini" if k >= 3 else "gpt-4o", model)
         assert obs["prices"][0] == np.float32(mirror.orch.prices.input)
         assert bool(info.get("prices_per_call")) == (k >= 3)  # policies price this call at its model
+        assert int(obs["family"]) == family_id("gpt-4o-mini" if k >= 3 else "gpt-4o")  # and see its family
         msgs = msgs + _openai_turn(k, lines=60)
     proxy.rewrite("openai", {"model": "gpt-4o-mini", "messages": msgs})
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
@@ -430,3 +432,23 @@ def test_live_the_cache_is_timed_from_the_next_models_own_last_answer(monkeypatc
     assert seen == [False, True, True]
     (traj,) = [orch.trajectory()]
     assert [s.model for s in traj.steps] == ["gpt-5.2", "gpt-5-mini"]
+
+
+def test_a_routed_run_is_observed_as_the_family_of_each_calls_model():
+    from dtoc_rl.data.models import family_id
+    from dtoc_rl.ingest import read_first
+
+    _, t = read_first(ROUTED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = ReplayEnv([compile_episode(t)], expose_episode=True)
+        obs, info = env.reset(seed=0)
+        seen, done = [], False
+        nothing = {"enable": np.zeros(env.N, np.int8), "disable": np.zeros(env.N, np.int8)}
+        while not done:
+            seen.append((int(obs["family"]), bool(info.get("prices_per_call"))))
+            obs, _, term, trunc, info = env.step(nothing)
+            done = term or trunc
+    pro, flash = family_id("gemini-2.5-pro"), family_id("gemini")
+    # decisions before calls 1-6: pro, flash, flash, pro, pro, flash
+    assert seen == [(f, True) for f in (pro, flash, flash, pro, pro, flash)]

@@ -860,12 +860,16 @@ class Orchestrator:
 
     def _observe(self) -> tuple[dict[str, np.ndarray], Mapping[str, Any], list[Output]]:
         active = self.ctx.active_tokens
+        nxt = self._next
+        # the family of the model the next call goes to (as ReplayEnv observes a run that changes
+        # models), unless the caller fixed the policy's family
+        family = normalize_family(nxt[0]) if nxt is not None and not self._family_fixed else self.model_family
         obs, window = self._s.observe(
             self.N,
             now=self._call_now(),
             active_tokens=active,
             step=self._totals.calls,
-            model_family=self.model_family,
+            model_family=family,
             prices=self.prices,
             budget_tokens=self.budget,
         )
@@ -881,7 +885,7 @@ class Orchestrator:
             session_id=self.session_id,
             cache_cold=self._cache_cold(),
         )
-        if self._next is not None:  # this call goes to another model than the session's
+        if nxt is not None:  # this call goes to another model than the session's
             eager["prices_per_call"] = True
         lazy: dict[str, Callable[[], Any]] = {
             "store_listing": lambda: self._s.listing(window),
