@@ -399,8 +399,9 @@ class Orchestrator:
 
     def use_model(self, name: str, prices: Prices | None = None) -> None:
         """The model the next call goes to (a router's choice, a user's /model switch): decisions until
-        the next :meth:`use_model` are priced at it (``prices``, else its list prices) and the calls are
-        logged with it.  The session's own ``model`` (the first) keeps naming the run and its family."""
+        the next :meth:`use_model` are priced at it (``prices``, else its list prices) and see its family
+        (unless the caller fixed ``model_family``), and the calls are logged with it.  The session's own
+        ``model`` (the first) keeps naming the run."""
         with self._lock:
             self._set_model(name)
             if not name or same_model(name, self._model):
