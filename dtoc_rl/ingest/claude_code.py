@@ -474,6 +474,17 @@ class ClaudeCodeStreamIngester(Ingester):
 # ---------------------------------------------------------------- transcripts
 
 
+def _agent_meta(path: Path) -> dict:
+    """A sub-agent transcript's ``agent-<id>.meta.json`` (its type, the tool call that spawned it), or
+    {} when there is none or it cannot be read."""
+    meta = path.with_name(path.stem + ".meta.json")
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _chain(records: list[dict]) -> tuple[list[dict], int]:
     """The active conversation: the parentUuid chain ending at the last main-chain record."""
     by_uuid = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
@@ -680,6 +691,10 @@ class ClaudeCodeTranscriptIngester(Ingester):
             "compactions": n_compactions,
             "trailing_user_text": "\n\n".join(asm.pending_user) or None,
         }
+        meta = _agent_meta(path) if sidechain_file else {}
+        if meta:  # the call of the main agent that spawned it (Claude Code 2.1 writes it beside)
+            extra["agent_type"] = meta.get("agentType")
+            extra["parent_tool_use_id"] = meta.get("toolUseId")
         tid = f"{sid}/{agent_id}" if sidechain_file and agent_id else sid
         yield finalize(
             Trajectory(

@@ -44,6 +44,7 @@ AUXILIARY = [
     "*.csv", "*.txt", "*.diff", "*.patch", "*.log", "*.md", "tool_call_*.json", "agent_proxy_*.json",
     "debug_agent_*.json", "*.py", "*.png",
     "ui_messages.json", "task_metadata.json",  # a Cline task folder's: read beside its conversation
+    "agent-*.meta.json",  # a Claude Code sub-agent's: read beside its transcript
 ]  # fmt: skip
 
 

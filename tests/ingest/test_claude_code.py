@@ -351,3 +351,24 @@ def test_a_parallel_call_off_the_parent_chain_keeps_every_output(tmp_path, resul
     ]
     assert "return 1" in tools[0][1] and "return 2" in tools[1][1]
     assert json.loads(traj.extra)["off_chain_records"] == 0
+
+
+def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it():
+    """Claude Code 2.1.332 (tests/fixtures/claude_code_subagent, made by its make_fixtures.py against a
+    scripted API): the main agent's Agent call runs a sub-agent that reads alpha.txt."""
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    res = ingest_paths([Path(__file__).parent.parent / "fixtures" / "claude_code_subagent"], progress=False)
+    runs = {(t.source, json.loads(t.extra).get("sidechain_file")): t for t in res.trajectories}
+    stream = runs["claude-code-stream", None]
+    main, sub = runs["claude-code-transcript", False], runs["claude-code-transcript", True]
+    assert [s.tool_name for s in main.steps] == [s.tool_name for s in stream.steps] == ["Agent", "Read", None]
+    assert [s.tool_name for s in sub.steps] == ["Read", None] and "alpha.txt line 0" in sub.steps[0].output
+    extra = json.loads(sub.extra)
+    assert (
+        extra["agent_type"] == "general-purpose" and extra["parent_tool_use_id"] == main.steps[0].tool_call_id
+    )
+    # the stream leaves the sub-agent's events out of the main run (its transcript has them)
+    assert json.loads(stream.extra)["sidechain_events_skipped"] == 3
+    # the sub-agent's metadata is read beside its transcript, not reported as an unknown file
+    assert [Path(s.path).name for s in res.skipped] == ["requests.json"]
