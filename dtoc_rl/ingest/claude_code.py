@@ -74,7 +74,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
-from dtoc_rl.ingest.common import cap_output, finalize, new_step, number, usage_from
+from dtoc_rl.ingest.common import cap_output, count, finalize, new_step, number, usage_from
 from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
 
 __all__ = ["ClaudeCodeStreamIngester", "ClaudeCodeTranscriptIngester"]
@@ -429,6 +429,7 @@ class ClaudeCodeStreamIngester(Ingester):
         asm.attach_usage(usages, call_models)
         tin, tout = _usage_totals(usages)
         res_usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+        _drop_opening_counts(asm.steps, res_usage)
         if res_usage:
             tin, tout = _usage_totals({"result": res_usage})
         cost = result.get("total_cost_usd")
@@ -472,6 +473,17 @@ class ClaudeCodeStreamIngester(Ingester):
 
 
 # ---------------------------------------------------------------- transcripts
+
+
+def _drop_opening_counts(steps: list[Step], total: dict | None) -> None:
+    """Claude Code 2.1 streams each message's usage as the API opened it (``output_tokens`` 1, before
+    a token was written; the transcript has the final counts): when every call says at most 1 and the
+    run's result counts more, the calls' output counts are not known (None), not 1."""
+    logged = [st.usage for st in steps if st.usage is not None and st.usage.output_tokens is not None]
+    whole = count(total or {}, "output_tokens")
+    if logged and whole and all(u.output_tokens <= 1 for u in logged) and whole > len(logged):
+        for u in logged:
+            u.output_tokens = None
 
 
 def _agent_meta(path: Path) -> dict:

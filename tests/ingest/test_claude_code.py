@@ -370,5 +370,9 @@ def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it()
     )
     # the stream leaves the sub-agent's events out of the main run (its transcript has them)
     assert json.loads(stream.extra)["sidechain_events_skipped"] == 3
+    # its usage is each message's as the API opened it: output counts unknown there, final in the transcript
+    assert [s.usage.output_tokens for s in stream.steps] == [None] * 3
+    assert [s.usage.output_tokens for s in main.steps] == [60, 70, 80]
+    assert [s.usage.cached_tokens for s in stream.steps] == [s.usage.cached_tokens for s in main.steps]
     # the sub-agent's metadata is read beside its transcript, not reported as an unknown file
     assert [Path(s.path).name for s in res.skipped] == ["requests.json"]
