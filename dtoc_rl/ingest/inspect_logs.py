@@ -222,6 +222,26 @@ class InspectIngester(Ingester):
                     steps=sub.steps,
                 )
             )
+        graded = [
+            u
+            for e in _scorer_calls(events)
+            if (
+                u := inspect_usage(
+                    (e.get("output") if isinstance(e.get("output"), dict) else {}).get("usage")
+                )
+            )
+        ]
+        if graded:  # the sample's totals hold its scorers' calls too: not the agent's
+            extra0 = json.loads(out[0].extra)
+            extra0["scorer_calls"] = len(graded)
+            out[0].extra = json.dumps(extra0)
+            if out[0].tokens_in is not None:
+                out[0].tokens_in = max(0, out[0].tokens_in - sum(u["prompt_tokens"] for u in graded))
+            if out[0].tokens_out is not None:
+                out[0].tokens_out = max(0, out[0].tokens_out - sum(u["completion_tokens"] for u in graded))
+            if out[0].cost_usd is not None:
+                costs = [u.get("cost") for u in graded]
+                out[0].cost_usd = None if None in costs else max(0.0, out[0].cost_usd - sum(costs))
         for sub in out[1:]:  # the sample's totals hold its sub-agents' calls: billed in their runs
             if out[0].tokens_in is not None and sub.tokens_in is not None:
                 out[0].tokens_in = max(0, out[0].tokens_in - sub.tokens_in)
@@ -720,28 +740,49 @@ def _as_text(chat: list[dict], turns: set[int]) -> None:
             chat[k] = {"role": "user", "content": m["content"]}
 
 
-def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
-    """The model events of the sample's solvers (its scorers' left out), by the spans they ran in, and
-    the spans' names; None when the log has no spans to tell them apart."""
+def _spans(events: list) -> dict[str, tuple[Any, Any, Any]]:
+    """The sample's spans by id: (type, parent id, name)."""
     spans: dict[str, tuple[Any, Any, Any]] = {}
     for e in events:
         if isinstance(e, dict) and e.get("event") == "span_begin" and isinstance(e.get("id"), str):
             spans[e["id"]] = (_text_or_none(e.get("type")), e.get("parent_id"), e.get("name"))
+    return spans
+
+
+def _span_kinds(e: dict, spans: dict[str, tuple[Any, Any, Any]]) -> set:
+    """The types of the spans an event ran in (its span's and its ancestors')."""
+    cur, kinds = e.get("span_id"), set()
+    for _ in range(100):  # bounded: a malformed log may loop
+        if not isinstance(cur, str) or cur not in spans:
+            break
+        kind, cur, _name = spans[cur]
+        kinds.add(kind)
+    return kinds
+
+
+def _model_events(events: list) -> list[dict]:
+    return [e for e in events if isinstance(e, dict) and e.get("event") == "model"]
+
+
+def _solver_calls(events: list) -> tuple[list[dict], dict[Any, str]] | None:
+    """The model events of the sample's solvers (its scorers' left out), by the spans they ran in, and
+    the spans' names; None when the log has no spans to tell them apart."""
+    spans = _spans(events)
     if not spans:
         return None
     out = []
-    for e in events:
-        if not (isinstance(e, dict) and e.get("event") == "model"):
-            continue
-        cur, kinds = e.get("span_id"), set()
-        for _ in range(100):  # the span's ancestors (bounded: a malformed log may loop)
-            if not isinstance(cur, str) or cur not in spans:
-                break
-            kind, cur, _name = spans[cur]
-            kinds.add(kind)
+    for e in _model_events(events):
+        kinds = _span_kinds(e, spans)
         if "solvers" in kinds and "scorers" not in kinds:
             out.append(e)
     return out, {k: str(v[2] or "agent") for k, v in spans.items()}
+
+
+def _scorer_calls(events: list) -> list[dict]:
+    """The model events of the sample's scorers (a model-graded score's calls): billed, but not the
+    agent's."""
+    spans = _spans(events)
+    return [e for e in _model_events(events) if "scorers" in _span_kinds(e, spans)] if spans else []
 
 
 def _text_or_none(v: Any) -> str | None:

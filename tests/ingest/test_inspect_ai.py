@@ -440,3 +440,22 @@ def test_a_sub_agent_given_a_model_of_its_own_is_a_run_of_that_model(tmp_path):
     assert (parent.model_raw, reader.model_raw) == ("mockllm/model", "mockllm/reader")
     assert {s.model for s in reader.steps if s.model} == {"mockllm/reader"}
     assert {s.model for s in parent.steps if s.model} == {"mockllm/model"}
+
+
+def test_a_model_graded_scorers_calls_are_not_counted_as_the_agents(tmp_path):
+    def graded(name, obj):  # a scorer that asks a model (model_graded_fact, say): in the sample's totals
+        if name.startswith("samples/"):
+            obj["events"] += [
+                {"event": "span_begin", "id": "scorer-span", "type": "scorers", "name": "scorers"},
+                {"event": "model", "span_id": "scorer-span", "model": "mockllm/model", "output": {
+                    "usage": {"input_tokens": 500, "output_tokens": 20, "total_tokens": 520}}},
+            ]  # fmt: skip
+            usage = next(iter(obj["model_usage"].values()))
+            for k, v in (("input_tokens", 500), ("output_tokens", 20), ("total_tokens", 520)):
+                usage[k] = (usage.get(k) or 0) + v
+        return obj
+
+    plain = {t.traj_id: t for t in _all(READ_EVAL)}
+    for t in _all(_rezip(READ_EVAL, tmp_path / "graded.eval", graded)):
+        assert (t.tokens_in, t.tokens_out) == (plain[t.traj_id].tokens_in, plain[t.traj_id].tokens_out)
+        assert json.loads(t.extra)["scorer_calls"] == 1
