@@ -93,6 +93,9 @@ def test_a_folder_of_logs_ingests_every_sample():
     assert tasks == [
         "bridge/bridge",
         "edit/all3",
+        "nested/nested",
+        "nested/nested/checker",
+        "nested/nested/reader",
         *reads,
         "scaffolds/elide",
         "scaffolds/image",
@@ -459,3 +462,21 @@ def test_a_model_graded_scorers_calls_are_not_counted_as_the_agents(tmp_path):
     for t in _all(_rezip(READ_EVAL, tmp_path / "graded.eval", graded)):
         assert (t.tokens_in, t.tokens_out) == (plain[t.traj_id].tokens_in, plain[t.traj_id].tokens_out)
         assert json.loads(t.extra)["scorer_calls"] == 1
+
+
+def test_a_sub_agent_of_a_sub_agent_and_a_model_graded_score_from_a_real_log():
+    """inspect_ai 0.3.285 (make_fixtures.py's ``nested``): the parent hands off to a reader, which hands
+    off to a checker; model_graded_qa grades the answer with a call of its own."""
+    parent, reader, checker = _all(HERE / "nested.eval")
+    assert [s.tool_name for s in parent.steps] == ["read_file", "transfer_to_reader", None]
+    assert [s.tool_name for s in reader.steps] == ["read_file", "transfer_to_checker", "submit"]
+    assert [s.tool_name for s in checker.steps] == ["read_file", "submit"]
+    assert [json.loads(t.extra).get("agent") for t in (reader, checker)] == ["reader", "checker"]
+    assert "f3_0" in checker.steps[0].output and "f2_0" in reader.steps[0].output
+    # each run's own prompts, as the scripted model answered them; the grader's 700 in none of them
+    assert (parent.tokens_in, reader.tokens_in, checker.tokens_in) == (
+        900 + 1300 + 3400,
+        1500 + 2100 + 2900,
+        1900 + 2500,
+    )
+    assert json.loads(parent.extra)["scorer_calls"] == 1 and parent.success is True
