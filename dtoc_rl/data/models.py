@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FAMILIES", "family_id", "model_version", "normalize_family", "same_model"]
+__all__ = ["FAMILIES", "family_id", "model_index", "model_version", "normalize_family", "same_model"]
 
 # Order matters: the first matching pattern wins (gpt-4o-mini before gpt-4o).
 _RULES: list[tuple[str, str]] = [
@@ -160,3 +160,16 @@ def same_model(a: str | None, b: str | None) -> bool:
 
 def _undated(raw: str | None) -> str:
     return re.sub(r"-(?:\d{4}-?\d{2}-?\d{2}|latest)$", "", _plain_name(raw or ""))
+
+
+def model_index(name: str | None, models: list[str]) -> int:
+    """Where the model ``name`` denotes stands in ``models`` (a run's, its own model first), added at
+    the end when it is none of them (:func:`same_model`); a call that names none went to the run's
+    model (0)."""
+    if not name:
+        return 0
+    k = next((i for i, m in enumerate(models) if same_model(name, m)), None)
+    if k is None:
+        models.append(name)
+        return len(models) - 1
+    return k

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
-from dtoc_rl.data.models import normalize_family, same_model
+from dtoc_rl.data.models import model_index, normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
 
@@ -126,13 +126,9 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     last: dict[int, tuple[list[int], float | None, int]] = {}
     for k in usage_at:
         s = steps[k]
-        other = s.model is not None and not same_model(s.model, traj.model_raw)
-        p = prices_for(normalize_family(s.model), s.model) if other else run_prices
-        rules = cache_rules_for(normalize_family(s.model), s.model) if other else run_rules
-        m = next((i for i, n in enumerate(models) if same_model(n, s.model)), None) if other else 0
-        if m is None:
-            m = len(models)
-            models.append(s.model)
+        m = model_index(s.model, models)
+        p = prices_for(normalize_family(s.model), s.model) if m else run_prices
+        rules = cache_rules_for(normalize_family(s.model), s.model) if m else run_rules
         prev = last.get(m)
         start = starts[k]
         masked = set(s.masked_before or ())

@@ -30,7 +30,7 @@ import numpy as np
 
 from dtoc_rl.core.record import ToolOutput, format_key
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
-from dtoc_rl.data.models import family_id, same_model
+from dtoc_rl.data.models import family_id, model_index
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels import unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
@@ -338,13 +338,7 @@ def _call_models(traj: Trajectory, call_ptr: np.ndarray | None) -> dict:
     if not any(names):
         return {}
     models = [traj.model_raw or ""]
-    which = []
-    for name in names:
-        k = 0 if not name else next((i for i, m in enumerate(models) if same_model(name, m)), None)
-        if k is None:
-            k = len(models)
-            models.append(name)
-        which.append(k)
+    which = [model_index(name, models) for name in names]
     if len(models) == 1:
         return {}
     return {"call_model": np.asarray(which, np.int64), "models": models}
