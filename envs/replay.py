@@ -538,8 +538,6 @@ class ReplayEnv(gym.Env):
         ep = self.sim.ep
         # and its family: a run that changes models is observed as the model each call goes to
         self._families = [tpl.family] + [np.int64(family_id(normalize_family(m))) for m in ep.models[1:]]
-        # calls to models priced differently: policies price each decision at its observation's
-        self._per_call = self.cfg.priced_per_call(self.sim.ep)
         self._items = tpl.items0.copy()
         # By output ordinal, padded with N entries: filled as outputs are stored, so the window of slots
         # is always the slice [lo, lo + N) and its padding comes out right (-1, 0, not visible).
@@ -707,7 +705,7 @@ class ReplayEnv(gym.Env):
             # at once instead of waiting for a batch that pays)
             "cache_cold": sim.cache_cold(),
         }
-        if self._per_call:
+        if sim.per_call:  # calls to models priced differently: policies price each at its observation's
             info["prices_per_call"] = True
         if sim.totals.rereads != self._rereads_seen:  # a miss was recovered since: by a re-run's copy?
             self._rereads_seen = sim.totals.rereads

@@ -132,18 +132,18 @@ class Episode:
     def prev_call(self) -> np.ndarray:
         """(n_calls,) the last call before each one that went to the same model (-1: none), i.e. the
         call whose prompt a provider's cache holds for it: a cache is per model (cached)."""
-        if self._prev_call is None:
+        if self._prev_call is None or self._prev_call[0] is not self.call_model:  # kept per call_model
             nc = self.n_calls
             if self.call_model is None:
-                self._prev_call = np.arange(nc, dtype=np.int64) - 1
+                prev = np.arange(nc, dtype=np.int64) - 1
             else:
                 last: dict[int, int] = {}
                 prev = np.full(nc, -1, np.int64)
                 for c, m in enumerate(self.call_model.tolist()):
                     prev[c] = last.get(m, -1)
                     last[m] = c
-                self._prev_call = prev
-        return self._prev_call
+            self._prev_call = (self.call_model, prev)
+        return self._prev_call[1]
 
     def per_call(self, a: np.ndarray) -> np.ndarray:
         """Per-step integer quantities ``a`` summed over each model call's steps."""
@@ -181,7 +181,7 @@ class Episode:
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
     _call_of: np.ndarray | None = field(default=None, repr=False, compare=False)
-    _prev_call: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _prev_call: tuple[np.ndarray | None, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
         """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""

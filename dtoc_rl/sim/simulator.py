@@ -150,15 +150,14 @@ class CostConfig:
 
     def priced_per_call(self, ep: Episode) -> bool:
         """Whether ``ep``'s calls go to models priced differently (no one price holds for the run)."""
-        table = self.model_prices(ep)
-        return any(p != table[0] for p in table[1:])
+        return not _priced_alike(self.model_prices(ep))
 
     def call_prices(self, ep: Episode) -> Prices:
         """The prices of each model call of ``ep``: :meth:`prices_of` when every call went to one model
         (or to models priced alike), else one :class:`Prices` whose fields are (n_calls,) arrays, each
         call at its own model's (``Prices.bill`` then bills arrays of calls element by element)."""
         table = self.model_prices(ep)
-        if not self.priced_per_call(ep):
+        if _priced_alike(table):
             return table[0]
         which = ep.call_model
         return Prices(
@@ -179,9 +178,10 @@ class CostConfig:
         """The caching rules of each model ``ep``'s calls went to (``ep.models``; one entry,
         :meth:`rules_for`, for an episode of one model): each provider caches by its own rules."""
         first = self.rules_for(ep)
-        if getattr(ep, "call_model", None) is None or first is None or self.cache_rules is not None:
-            return [first] * (1 if getattr(ep, "call_model", None) is None else len(ep.models))
-        return [first] + [cache_rules_for(normalize_family(m), m) for m in ep.models[1:]]
+        models = ep.models if getattr(ep, "call_model", None) is not None else [ep.model_raw]
+        if first is None or self.cache_rules is not None:  # the ideal cache, or the caller's rules
+            return [first] * len(models)
+        return [first] + [cache_rules_for(normalize_family(m), m) for m in models[1:]]
 
     def provider_cached(self, ep: Episode, cached: np.ndarray, prompts: np.ndarray) -> np.ndarray:
         """What each model call of ``ep`` reads from its provider's cache, of the ``cached`` tokens an
@@ -200,6 +200,10 @@ class CostConfig:
         return out
 
 
+def _priced_alike(table: list[Prices]) -> bool:
+    return all(p == table[0] for p in table[1:])
+
+
 def idle_seconds(ep: Episode) -> np.ndarray:
     """Seconds between each model call and the previous one to its model (``ep.prev_call``; NaN:
     unknown, or no such call), from the timestamps of the calls' first steps: how long the cache it
@@ -208,8 +212,6 @@ def idle_seconds(ep: Episode) -> np.ndarray:
     ts = ts[ep.starts[:-1]] if ep.n_calls != ep.n else ts
     if not ep.n:
         return np.zeros(0)
-    if ep.call_model is None:
-        return np.concatenate([[np.nan], np.diff(ts)])
     prev = ep.prev_call
     return np.where(prev >= 0, ts - ts[np.maximum(prev, 0)], np.nan)
 
@@ -256,6 +258,8 @@ class Simulator:
         self.prices = table[0]
         """The run's prices (its ``model_raw``'s); a call to model m is billed at ``model_prices[m]``."""
         self.model_prices = table
+        self.per_call = not _priced_alike(table)
+        """Whether its calls go to models priced differently (observations then price each call)."""
         # the biller's per-token factors in locals: _bill is the hot loop (Prices.bill, bit for bit)
         self._factors = [p.per_token() for p in table]
         # each call's model (None: all the run's), and the cache state of the models not called last
@@ -391,7 +395,7 @@ class Simulator:
         """Make the cache state and prices current those of call ``c``'s model: a provider keeps a cache
         per model, so a call reads what its own model was sent last, however many calls to others came
         between (and a model's first call reads nothing)."""
-        m = self._mc[min(c, self._nc - 1)]
+        m = self.model_of(c)
         if m != self._model:
             self._others[self._model] = (self.prev_prompt, self._odd)
             self.prev_prompt, self._odd = self._others.pop(m, (0, set()))
@@ -660,11 +664,8 @@ def baseline_totals(ep: Episode, cfg: CostConfig | None = None) -> Totals:
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     before = ep.base_tokens + np.concatenate([[0], np.cumsum(seg)])[ep.starts[:-1]]
     prompts = before + ep.per_call(ep.user_tok)
-    if ep.call_model is None:
-        cached = np.concatenate([[0], prompts[:-1]])
-    else:  # what the same model was sent last (nothing before its first call)
-        prev = ep.prev_call
-        cached = np.where(prev >= 0, prompts[np.maximum(prev, 0)], 0)
+    prev = ep.prev_call  # what the same model was sent last (nothing before its first call)
+    cached = np.where(prev >= 0, prompts[np.maximum(prev, 0)], 0)
     cached = cfg.provider_cached(ep, cached, prompts)
     written = prompts - cached
     out = ep.per_call(ep.asst_tok)
