@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,6 @@ def attributes(kvs: Any) -> dict[str, Any]:
 @dataclass
 class _Call:
     trace: str
-    span: str
     start: float | None
     inputs: list[dict]
     output: dict | None
@@ -117,8 +118,9 @@ class _Call:
     response_id: str = ""
     has_parent: bool = False
 
-    @property
+    @cached_property
     def usage(self) -> Any:
+        """The call's usage, made once its counts are final (two records of it merged, :func:`_unique`)."""
         return _usage(self.counts)
 
 
@@ -396,7 +398,6 @@ def _calls(ex: _Export, unreadable: list[str]) -> list[_Call]:
         calls.append(
             _Call(
                 trace=str(s.get("traceId") or ""),
-                span=str(s.get("spanId") or ""),
                 start=int(start) / 1e9 if str(start or "").isdigit() else None,
                 inputs=got[0],
                 output=got[1],
@@ -637,26 +638,26 @@ class OtelGenAIIngester(Ingester):
         cp = chat_to_steps(chat, "messages")
         if not cp.steps:
             return None
-        firsts = {}
-        for st in cp.steps:
-            firsts.setdefault(st.turn, st)
+        by_turn: dict[int, list] = {}  # a turn's steps, in order (steps come turn by turn)
+        first: dict[int, int] = {}  # a turn's first step
+        for j, st in enumerate(cp.steps):
+            by_turn.setdefault(st.turn, []).append(st)
+            first.setdefault(st.turn, j)
             if st.tool_call_id in failed:
                 st.output_is_error = True
         gaps = dict(zip((id(c) for c in run.calls), run.gaps, strict=True))
-        for turn, st in firsts.items():
+        for turn, group in by_turn.items():
             c = made.get(turn)
             if c is None:
                 continue
-            st.usage, st.model = c.usage, c.model or None
+            group[0].usage, group[0].model = c.usage, c.model or None
             # the turns this call's input left out (an agent that trims its history): not sent; what
             # the call was sent is known, so a call that left nothing out says so ([])
-            a, b = gaps[id(c)]
-            lo, hi = (sum(1 for i in turns if i < lead + x) for x in (a, b))
-            dropped = [j for j, other in enumerate(cp.steps) if lo <= other.turn < hi]
-            for other in cp.steps:
-                if other.turn == turn:
-                    other.timestamp = c.start if c.start is not None else other.timestamp
-                    other.masked_before, other.dropped_before = list(dropped), list(dropped)
+            lo, hi = (bisect_left(turns, lead + x) for x in gaps[id(c)])
+            dropped = list(range(first.get(lo, len(cp.steps)), first.get(hi, len(cp.steps))))
+            for st in group:
+                st.timestamp = c.start if c.start is not None else st.timestamp
+                st.masked_before, st.dropped_before = list(dropped), list(dropped)
         model = run_model(cp.steps, run.calls[0].requested)
         usages = [c.usage for c in run.calls if c.usage is not None]
         extra: dict[str, Any] = {
