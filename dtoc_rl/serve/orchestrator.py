@@ -375,14 +375,17 @@ class Orchestrator:
         that changes models)."""
         nxt = self._next  # read once: use_model may change it meanwhile
         if nxt is not None:
-            return self._next_prices(nxt)
-        if self._prices is not None:
-            return self._prices
-        key = (self.model_family, self._model)
-        if self._listed is None or self._listed[0] != key:  # looked up once per model, not per decision
-            # a learned policy trained with its own prices (`dtoc-rl train --prices`) is priced at them
+            return nxt[1] or self._listed_prices(nxt[0], normalize_family(nxt[0]))
+        return self._prices or self._listed_prices(self._model or None, self.model_family)
+
+    def _listed_prices(self, model: str | None, family: str) -> Prices:
+        """``model``'s list prices (its family's, with a warning once), looked up once per model, not
+        per decision; a learned policy trained with its own prices (`dtoc-rl train --prices`) is priced
+        at them."""
+        key = (family, model)
+        if self._listed is None or self._listed[0] != key:
             table = getattr(self.policy, "price_table", None)
-            self._listed = (key, model_prices(self._model or None, self.model_family, table))
+            self._listed = (key, model_prices(model, family, table))
         return self._listed[1]
 
     @property
@@ -411,16 +414,6 @@ class Orchestrator:
             else:
                 self._next = (name, prices)
             self._call_model = name or None
-
-    def _next_prices(self, nxt: tuple[str, Prices | None]) -> Prices:
-        name, given = nxt
-        if given is not None:
-            return given
-        key = ("next", name)
-        if self._listed is None or self._listed[0] != key:
-            table = getattr(self.policy, "price_table", None)
-            self._listed = (key, model_prices(name, normalize_family(name), table))
-        return self._listed[1]
 
     # ------------------------------------------------------------------------------ requests
     def openai_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
