@@ -198,7 +198,11 @@ class LearnedPolicyConfig:
         "output (the hides are then timed by --batching pays); bc: clone logged masking; rl: PPO alone, "
         "from a fresh network",
     )
-    epochs: int = _f(30, "max supervised epochs (early stopping on validation loss)")
+    epochs: int = _f(
+        30,
+        "max supervised epochs (early stopping on validation loss); each DAgger round then trains up to "
+        "max(3, epochs / 3) more on the states it collected",
+    )
     patience: int = _f(5, "epochs without validation improvement before stopping")
     batch_size: int = _f(64, "decisions per gradient step")
     lr: float = _f(2e-3, "supervised learning rate (AdamW)")

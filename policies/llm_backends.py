@@ -504,9 +504,10 @@ class AnthropicBackend(_RemoteBackend):
 class TransformersBackend(LLMBackend):
     """A local causal LM, in text mode (the policy parses the answer text).
 
-    ``model`` is a local path / hub id (loaded with ``AutoModelForCausalLM``
-    and ``AutoTokenizer``) or an in-memory model, then ``tokenizer`` is
-    required.  With a chat template (and ``use_chat_template``) the prompt is a
+    ``model`` is a local folder or a model id already in the local Hugging Face
+    cache (loaded with ``AutoModelForCausalLM`` and ``AutoTokenizer``; nothing is
+    downloaded unless ``local_files_only=False``) or an in-memory model, then
+    ``tokenizer`` is required.  With a chat template (and ``use_chat_template``) the prompt is a
     system + user conversation, rendered with ``tools=[openai_tool()]`` when
     the template accepts it; otherwise a plain ``system\\n\\nuser\\n`` prompt.
     Decoding is greedy, bounded by ``max_new_tokens`` and ``max_time``
@@ -531,7 +532,7 @@ class TransformersBackend(LLMBackend):
         template_tools: bool = True,
         device: str | None = None,
         dtype: Any = None,
-        local_files_only: bool = False,
+        local_files_only: bool = True,
         trust_remote_code: bool = False,
         model_name: str | None = None,
     ):
@@ -543,10 +544,20 @@ class TransformersBackend(LLMBackend):
         if isinstance(model, (str, Path)):
             path = str(model)
             load = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
-            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **load)
-            if dtype is not None:
-                load["dtype"] = dtype
-            self.lm = AutoModelForCausalLM.from_pretrained(path, **load)
+            try:
+                self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **load)
+                if dtype is not None:
+                    load["dtype"] = dtype
+                self.lm = AutoModelForCausalLM.from_pretrained(path, **load)
+            except OSError as e:
+                if not local_files_only:
+                    raise
+                # nothing is downloaded at run time: a name that is neither a folder nor in the local
+                # Hugging Face cache is an error here, not a download
+                raise ValueError(
+                    f"{path!r} is not a local model folder (or a model in the local Hugging Face cache): "
+                    "nothing is downloaded; give the folder a model was saved to"
+                ) from e
             self.model = model_name or path
         else:
             if tokenizer is None:

@@ -141,5 +141,7 @@ def test_evaluate_writes_the_asked_format_and_refuses_a_bad_dpi(tmp_path, capsys
     assert main(argv) == 0
     assert (tmp_path / "pareto.svg").read_bytes().startswith(b"<?xml")
     assert (tmp_path / "curves.svg").is_file() and not (tmp_path / "pareto.png").exists()
-    assert main([*argv, "--dpi", "0"]) == 2
-    assert "--dpi must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--dpi", "0"])
+    assert stop.value.code == 2
+    assert "argument --dpi: must be at least 1, got 0" in capsys.readouterr().err

@@ -90,6 +90,17 @@ def test_unknown_versions_fall_back_to_the_family_with_one_warning(monkeypatch):
         assert prices_for("mystery", "mystery-1") == PRICES[pricing.DEFAULT_FAMILY]
 
 
+def test_a_familys_undated_alias_says_which_version_prices_it(monkeypatch):
+    """'gpt-4o' named one version, then another: the warning says which one prices it and how to
+    choose, not that the model has no price."""
+    monkeypatch.setattr(pricing, "_warned", set())
+    with pytest.warns(UserWarning) as said:
+        assert prices_for("gpt-4o", "openai/GPT-4o") == PRICES["gpt-4o"]
+    (w,) = said
+    assert str(w.message).startswith("model 'openai/GPT-4o' names no dated version: priced as ")
+    assert "gpt-4o-2024-08-06" in str(w.message) and "--prices" in str(w.message)
+
+
 def test_warnings_about_unpriced_models_are_bounded(monkeypatch):
     """Model names come from clients of the service too: new names must not grow memory or the log."""
     monkeypatch.setattr(pricing, "_warned", set())

@@ -41,7 +41,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.cli.common import emit_json, fail
+from dtoc_rl.cli.common import at_least, emit_json, fail
 
 DEFAULT_POLICY = "last_n:n=5,polling=1"
 
@@ -50,11 +50,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("dataset", type=Path, help="a dataset folder written by `dtoc-rl ingest`")
-    p.add_argument("--k", type=int, default=3, help="steps after a need within which a re-read recovers it")
+    p.add_argument("--k", type=at_least(1), default=3,
+                   help="steps after a need within which a re-read recovers it (default 3)")  # fmt: skip
     p.add_argument("--policy", default=DEFAULT_POLICY, help="the masking the logs ran with, as a policy spec")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the 95%% CIs")
-    p.add_argument("--seeds", type=int, default=20, help="seeds of the simulator's calibrated (random) mode")
-    p.add_argument("--examples", type=int, default=12, help="needs on hidden outputs to list")
+    p.add_argument("--bootstrap", type=at_least(1), default=2000,
+                   help="bootstrap resamples for the 95%% CIs (default 2000)")  # fmt: skip
+    p.add_argument("--seeds", type=at_least(1), default=20,
+                   help="seeds of the simulator's calibrated (random) mode (default 20)")  # fmt: skip
+    p.add_argument(
+        "--examples", type=at_least(0), default=12, help="needs on hidden outputs to list (default 12)"
+    )
     p.add_argument(
         "--control",
         type=Path,
@@ -100,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
     from dtoc_rl.data.dataset import DatasetError, load_trajectories
     from dtoc_rl.sim.calibration import NoMaskedData, age_hazard, calibrate
 
-    if args.k < 1:
-        return fail(f"--k must be >= 1, got {args.k}")
+    cost_only = {"--fit": args.fit, "--no-fit": args.no_fit, "--estimator": args.estimator is not None,
+                 "--calls-out": args.calls_out is not None}  # fmt: skip
+    if not args.cost and (given := [flag for flag, on in cost_only.items() if on]):
+        return fail(f"{', '.join(given)}: the bill check's options; add --cost (or leave them out)")
     try:
         trajs = load_trajectories(args.dataset)
     except DatasetError as e:

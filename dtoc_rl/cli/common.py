@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -9,7 +10,7 @@ from typing import Any
 
 from dtoc_rl.data.paths import write_text_atomic  # the commands' outputs are written through it
 
-__all__ = ["INTERRUPTED", "CLIError", "emit_json", "fail", "write_text_atomic"]
+__all__ = ["INTERRUPTED", "CLIError", "at_least", "emit_json", "fail", "write_text_atomic"]
 
 #: A command's exit status when the user stops it with Ctrl-C (the shell's 128 + SIGINT).
 INTERRUPTED = 130
@@ -47,6 +48,23 @@ def warn(message: str, file: Any = None) -> None:
 def fail(message: str, code: int = 2) -> int:
     print(f"dtoc-rl: error: {message}", file=sys.stderr)
     return code
+
+
+def at_least(low: int):
+    """An argparse ``type`` for an integer option of at least ``low``: a smaller one is refused when
+    the command line is read, before any work, not after it."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {n}")
+        return n
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
 
 
 def serve_until_stopped(server) -> None:

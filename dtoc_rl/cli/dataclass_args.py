@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from typing import Any
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args", "given_fields"]
+__all__ = ["add_dataclass_arguments", "dataclass_from_args", "flags_named", "given_fields"]
 
 _GIVEN = "_dataclass_fields_given"
 
@@ -61,4 +62,22 @@ def add_dataclass_arguments(p: argparse.ArgumentParser, cls: type, group: str | 
 
 
 def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    """``cls`` built from the parsed flags; a ValueError its checks raise names the flags, not the
+    fields (``--val-fraction must be ...``, as the user typed it)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    try:
+        return cls(**{n: getattr(args, n) for n in names})
+    except ValueError as e:
+        raise ValueError(flags_named(str(e), names)) from None
+
+
+def flags_named(message: str, names: list[str]) -> str:
+    # a name with an underscore is a field wherever it stands; a one-word name (epochs, mode) only where
+    # the message starts with it, since elsewhere it may be the plain word
+    for n in sorted(names, key=len, reverse=True):
+        flag = "--" + n.replace("_", "-")
+        if "_" in n:
+            message = re.sub(rf"(?<![\w-]){re.escape(n)}\b", flag, message)
+        elif re.match(rf"{re.escape(n)}\b", message):
+            message = flag + message[len(n) :]
+    return message

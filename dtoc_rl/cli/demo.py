@@ -8,7 +8,7 @@
 
 Everything lands in --out (default ./dtoc-demo): the dataset, the checkpoint,
 metrics.json, metrics.csv, pareto.png and curves.png (--plot-format pdf or svg for
-papers).  On the bundled sample it takes about a minute on 2 CPU cores.  --wandb logs
+papers).  On the bundled sample it takes well under a minute on 2 CPU cores.  --wandb logs
 the training curves, the checkpoint, the metric tables and the plots as one wandb run.
 """
 
@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from dtoc_rl.cli.common import INTERRUPTED, emit_json, fail, write_text_atomic
+from dtoc_rl.cli.common import INTERRUPTED, at_least, emit_json, fail, write_text_atomic
 
 BASELINES = [
     "none",
@@ -39,17 +39,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--logs", type=Path, nargs="+", help="log files or folders (default: the bundled sample)")
     p.add_argument("--out", type=Path, default=Path("dtoc-demo"), help="output folder (default: ./dtoc-demo)")
-    p.add_argument("--epochs", type=int, default=20, help="max supervised epochs")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=20,
+        help="max supervised epochs (default 20; each DAgger round trains up to max(3, epochs / 3) more)",
+    )
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.02, 0.1, 0.5],
                    help="learned-policy thresholds to evaluate beside its stored ones (a sweep on "
                         "the Pareto chart)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=2, help="processes for ingest and evaluation")
+    p.add_argument(
+        "--workers", type=at_least(1), default=2, help="processes for ingest and evaluation (default 2)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON at the end")
     p.add_argument("--plot-format", choices=["png", "pdf", "svg"], default="png",
                    help="plot file format (pdf/svg: vector, for papers)")  # fmt: skip
-    p.add_argument("--dpi", type=int, default=200, help="plot resolution for png (default: 200)")
+    p.add_argument("--dpi", type=at_least(1), default=200, help="plot resolution for png (default: 200)")
     from dtoc_rl.tracking import add_wandb_arguments
 
     add_wandb_arguments(p)
@@ -63,8 +70,6 @@ def _step(msg: str, quiet: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.tracking import WandbError, finish_run, start_cli_run, unused_run_options
 
-    if args.dpi < 1:
-        return fail(f"--dpi must be a positive integer, got {args.dpi}")
     if msg := unused_run_options(args, args.wandb):
         return fail(msg)
     run_ = None
@@ -92,6 +97,16 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     missing = [str(p) for p in args.logs or () if not p.exists()]
     if missing:  # before the output folder is made: a mistyped path leaves nothing behind
         return fail(f"--logs: no such file or folder: {', '.join(missing)}")
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    try:  # the training settings are checked before any work, not after the ingest
+        config = LearnedPolicyConfig(epochs=args.epochs, seed=args.seed)
+    except ValueError as e:
+        from dtoc_rl.cli.dataclass_args import flags_named
+
+        return fail(flags_named(str(e), ["epochs", "seed"]))
+    if msg := foreign_files(out):
+        return fail(msg)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     logs = [str(p) for p in (args.logs or [bundled_raw()])]
@@ -120,9 +135,7 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     ingest_summary = json.loads(buf.getvalue()) if args.json else None
 
     _step(f"2/3 train a learned policy → {ckpt}", quiet)
-    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-
-    policy = LearnedPolicyConfig(epochs=args.epochs, seed=args.seed).create()
+    policy = config.create()
     try:
         report = policy.fit(str(dataset), progress=not quiet, wandb_run=wandb_run)
     except ValueError as e:
@@ -180,6 +193,29 @@ def _run(args: argparse.Namespace, wandb_run) -> int:
     print(f"\nwrote {out}/metrics.json, metrics.csv, pareto.{ext}, curves.{ext} in {metrics['seconds']} s")
     print(deploy_hint(ckpt))
     return 0
+
+
+#: What the demo writes into its folder (the plots in any of --plot-format's formats); a folder holding
+#: anything else is someone else's, whose files the demo would overwrite or mix its own with.
+DEMO_FILES = frozenset(
+    {"dataset", "policy", "metrics.json", "metrics.csv"}
+    | {f"{name}.{ext}" for name in ("pareto", "curves") for ext in ("png", "pdf", "svg")}
+)
+
+
+def foreign_files(out: Path) -> str | None:
+    """Why the demo may not write into ``out`` (None: it may): a file, or a folder holding files the
+    demo does not write.  A new folder, an empty one or an earlier demo's is fine."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: a file, not a folder; give a new folder"
+    if not out.is_dir():
+        return None
+    other = sorted(p.name for p in out.iterdir() if p.name not in DEMO_FILES)
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        return (f"--out {out} holds files the demo did not write ({shown}); give a new folder or an "
+                "earlier demo's")  # fmt: skip
+    return None
 
 
 def deploy_hint(ckpt: Path) -> str:

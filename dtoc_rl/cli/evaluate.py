@@ -27,7 +27,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail, write_text_atomic
+from dtoc_rl.cli.common import at_least, emit_json, fail, write_text_atomic
 from dtoc_rl.provenance import environment
 
 
@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "trajectory whose model name (or family) has an entry is billed, planned and observed at them "
         "(the table travels with the cost settings, to --workers and --backend ray too)",
     )
-    p.add_argument("--workers", type=int, default=1, help="worker processes")
+    p.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default 1)")
     p.add_argument(
         "--backend",
         default="local",
@@ -132,7 +132,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "held-out or left out; the fair test of a learned policy, and much faster than running every "
         "policy on the training tasks too",
     )
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
+    p.add_argument("--bootstrap", type=at_least(1), default=1000,
+                   help="bootstrap resamples for the 95%% CIs (default 1000)")  # fmt: skip
     p.add_argument("--plots", type=Path, help="write the pareto and curves plots into this folder")
     p.add_argument(
         "--plot-format",
@@ -140,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="png",
         help="plot file format (pdf/svg: vector, for papers)",
     )
-    p.add_argument("--dpi", type=int, default=200, help="plot resolution for png (default: 200)")
+    p.add_argument("--dpi", type=at_least(1), default=200, help="plot resolution for png (default: 200)")
     p.add_argument("--csv", type=Path, help="also write the metric rows as CSV")
     p.add_argument("--runs-out", type=Path, help="also write every per-trajectory run as JSONL")
     p.add_argument(
@@ -178,8 +179,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_items is None:
         args.max_items = DEFAULT_MAX_ITEMS
-    if args.dpi < 1:
-        return fail(f"--dpi must be a positive integer, got {args.dpi}")
     from dtoc_rl.tracking import unused_run_options
 
     if msg := unused_run_options(args, args.wandb):

@@ -29,7 +29,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail, warn
+from dtoc_rl.cli.common import at_least, emit_json, fail, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=at_least(1),
         default=min(4, os.cpu_count() or 1),
         help="parallel processes (default: up to 4)",
     )
@@ -84,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     if args.out.exists() and not args.overwrite:
         return fail(f"{args.out} already exists; pass --overwrite to replace it")
-    if args.workers < 1:
-        return fail(f"--workers must be >= 1, got {args.workers}")
     if args.model is not None and (not args.model.strip() or not args.model.isprintable()):
         return fail(f"--model must be a model's name (printable, not blank), got {args.model[:100]!r}")
     import warnings

@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dtoc_rl.cli.common import CLIError, emit_json, fail
+from dtoc_rl.cli.common import CLIError, at_least, emit_json, fail
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n", 1)[1].replace("``", "'")
     p.add_argument("trace", nargs="?", help="log file, or a bundled trace name such as django__django-11239")
     p.add_argument(
-        "--keep-last", "-n", type=int, default=5, help="outputs kept visible by the rule (default 5)"
+        "--keep-last", "-n", type=at_least(0), default=5, help="outputs kept visible by the rule (default 5)"
     )
     p.add_argument(
         "--estimator",
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--list-trajs", action="store_true", help="list the trajectories in TRACE and exit")
     p.add_argument(
-        "--every", type=int, default=0, help="print every k-th model call (default: about 25 rows)"
+        "--every", type=at_least(0), default=0, help="print every k-th model call (default 0: about 25 rows)"
     )
     p.add_argument("--plot", type=Path, help="also write the two curves to this PNG")
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
@@ -77,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.trace:
             raise CLIError("give a TRACE (a log file or a bundled trace name; --list shows them)")
-        if args.keep_last < 0:
-            raise CLIError(f"--keep-last must be >= 0, got {args.keep_last}")
         path = _resolve(args.trace)
         try:
             pick = args.traj if args.traj is not None else (0 if args.list_trajs else None)

@@ -133,14 +133,14 @@ def model_version(raw: str | None) -> str | None:
     """The priced version a raw model name denotes (None: the name pins no known version)."""
     if not raw:
         return None
-    name = _plain_name(raw)
+    name = plain_name(raw)
     for pattern, version in _VERSIONS:
         if re.fullmatch(pattern, name):
             return version
     return None
 
 
-def _plain_name(raw: str) -> str:
+def plain_name(raw: str) -> str:
     """A model name without case, ``provider/`` prefix or a cloud's spelling of it."""
     name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
     # Bedrock's "(us.)anthropic.claude-...-v1:0" and Vertex's "claude-...@20250805" name the same version
@@ -159,7 +159,7 @@ def same_model(a: str | None, b: str | None) -> bool:
 
 
 def _undated(raw: str | None) -> str:
-    return re.sub(r"-(?:\d{4}-?\d{2}-?\d{2}|latest)$", "", _plain_name(raw or ""))
+    return re.sub(r"-(?:\d{4}-?\d{2}-?\d{2}|latest)$", "", plain_name(raw or ""))
 
 
 def model_index(name: str | None, models: list[str]) -> int:

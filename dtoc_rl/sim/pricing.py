@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.data.models import model_version
+from dtoc_rl.data.models import model_version, plain_name
 
 __all__ = [
     "CACHE_RULES",
@@ -295,6 +295,11 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
         if not model_raw:
             return PRICES[family], None
         msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
+        if family == plain_name(model_raw):
+            # the family's own undated name: an alias the provider moved from version to version over
+            # time, so which one a log's calls were billed at is not in the name
+            msg = (f"model {shown} names no dated version: priced as {PRICES[family].source}; --prices "
+                   "(or a dated name) prices it otherwise")  # fmt: skip
         return PRICES[family], (f"v:{model_raw}", msg)
     named = shown if model_raw else repr(family)
     msg = f"no price for model {named} (family {family!r}): priced as {DEFAULT_FAMILY}"

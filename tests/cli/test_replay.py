@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from dtoc_rl.cli import main
 
 
@@ -29,7 +31,9 @@ def test_replay_errors_are_clear(capsys, tmp_path):
     bad.write_text("{}")
     assert main(["replay", str(bad)]) == 2
     assert "not a recognised log format" in capsys.readouterr().err
-    assert main(["replay", "django__django-11239", "-n", "-1"]) == 2
+    with pytest.raises(SystemExit) as stop:
+        main(["replay", "django__django-11239", "-n", "-1"])
+    assert stop.value.code == 2 and "argument --keep-last/-n: must be at least 0" in capsys.readouterr().err
 
 
 def test_parallel_tool_calls_of_one_turn_are_one_model_call():

@@ -6,6 +6,8 @@ import sys
 import types
 import warnings
 
+import pytest
+
 from dtoc_rl import cli
 
 
@@ -52,6 +54,38 @@ def test_demo_refuses_a_folder_whose_policy_folder_is_not_a_checkpoint(tmp_path,
     assert cli.main(["demo", "--out", str(tmp_path), "--quiet"]) == 2
     assert "holds notes.txt: not a checkpoint folder to replace" in capsys.readouterr().err
     assert (tmp_path / "policy" / "notes.txt").read_text() == "mine" and not (tmp_path / "dataset").exists()
+
+
+def test_demo_writes_only_into_a_new_folder_an_empty_one_or_an_earlier_demos(tmp_path, capsys):
+    (tmp_path / "notes.md").write_text("mine")
+    assert cli.main(["demo", "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dtoc-rl: error: --out {tmp_path} holds files the demo did not write (notes.md); "
+                   "give a new folder or an earlier demo's"]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
+    afile = tmp_path / "notes.md"
+    assert cli.main(["demo", "--out", str(afile), "--quiet"]) == 2
+    assert "a file, not a folder" in capsys.readouterr().err and afile.read_text() == "mine"
+    from dtoc_rl.cli.demo import foreign_files
+
+    earlier = tmp_path / "earlier"
+    for name in ("dataset", "policy"):
+        (earlier / name).mkdir(parents=True)
+    for name in ("metrics.json", "metrics.csv", "pareto.svg", "curves.png"):
+        (earlier / name).write_text("")
+    assert foreign_files(earlier) is None and foreign_files(tmp_path / "new") is None
+
+
+def test_demo_checks_its_training_settings_before_the_ingest(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert cli.main(["demo", "--out", str(out), "--epochs", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dtoc-rl: error: --epochs must be >= 1, got 0"]
+    assert not out.exists()
+    with pytest.raises(SystemExit) as stop:  # a usage error, said when the command line is read
+        cli.main(["demo", "--out", str(out), "--workers", "0", "--quiet"])
+    assert stop.value.code == 2 and not out.exists()
+    assert "argument --workers: must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_ctrl_c_inside_the_demo_is_the_demos_exit_130(tmp_path, monkeypatch, capsys):
@@ -112,7 +146,7 @@ def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(
     assert cli_main(["evaluate", "-p", "none", "last_n:n=3", "--workers", "3", "--quiet"]) == 0
     err = capfd.readouterr().err
     assert "UserWarning" not in err and "pricing.py" not in err  # the workers' too: no source lines
-    assert err.count("no price for model version 'gpt-4o'") == 1  # said by the parent, not the workers
+    assert err.count("model 'gpt-4o' names no dated version") == 1  # said by the parent, not the workers
 
 
 def test_demo_with_a_mistyped_logs_path_says_so_once_and_leaves_no_folder(tmp_path, capsys):

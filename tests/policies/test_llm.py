@@ -758,3 +758,12 @@ def test_copying_the_answer_template_literally_is_harmless():
     pol = PromptedLLMPolicy(ScriptedBackend(Reply(text="manage_context(enable=[...], disable=[...])")))
     assert _masks(pol.act(_obs(), _info())) == ([], [])
     assert pol.errors == {"bad_key": 2}
+
+
+def test_a_model_name_not_on_this_machine_is_an_error_not_a_download(tmp_path, monkeypatch):
+    from dtoc_rl.policies.llm_backends import TransformersBackend
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # a request would fail, not hang
+    with pytest.raises(ValueError, match="'some-org/some-model' is not a local model folder"):
+        TransformersBackend("some-org/some-model")
