@@ -387,6 +387,30 @@ def test_the_log_dir_holds_an_ingestible_log_with_the_usage_the_api_reported(ups
     assert any(s.masked_before for s in traj.steps)  # what was hidden before each call, replayable
 
 
+def test_a_log_folder_that_cannot_be_written_is_refused_at_start(tmp_path, capsys):
+    """Found only at the first request, it would lose the whole session's logs with a warning."""
+    from dtoc_rl.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for log_dir, why in ((afile, "not a folder"), (afile / "sub", "Not a directory")):
+        argv = [
+            "proxy",
+            "--policy",
+            "last_n:n=5",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--log-dir",
+            str(log_dir),
+        ]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == f"dtoc-rl: error: --log-dir: log folder {log_dir}: {why}"
+    assert afile.read_text() == "mine"
+    made = tmp_path / "new" / "logs"
+    ContextProxy(make_policy("none"), log_dir=made)
+    assert made.is_dir() and not any(made.iterdir())  # made, and the probe file gone
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--upstream", "api.openai.com"], "--upstream must be an http:// or https:// URL"),

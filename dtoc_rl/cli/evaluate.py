@@ -183,13 +183,18 @@ def run(args: argparse.Namespace) -> int:
 
     if msg := unused_run_options(args, args.wandb):
         return fail(msg)
-    # the output folders before any work: one that cannot be made fails now, not after the run
-    files = (args.csv, args.runs_out, args.misses_out)
-    for folder in sorted({p.parent for p in files if p} | {p for p in [args.plots] if p}):
+    # the outputs before any work: one that cannot be written fails now, not after the run
+    from dtoc_rl.data.paths import writable_file, writable_folder
+
+    outputs = [("--csv", args.csv, writable_file), ("--runs-out", args.runs_out, writable_file),
+               ("--misses-out", args.misses_out, writable_file),
+               ("--plots", args.plots, writable_folder)]  # fmt: skip
+    for flag, path, check in outputs:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            return fail(f"{folder}: cannot make the output folder ({e.strerror or e})")
+            if path is not None:
+                check(path)
+        except ValueError as e:
+            return fail(f"{flag}: {e}")
     try:
         specs = expand_specs(args.policy)
         for s in specs:  # fail fast, before any work, on a bad spec or checkpoint

@@ -137,15 +137,18 @@ def run(args: argparse.Namespace) -> int:
         def log(line: str) -> None:
             print(f"dtoc-rl proxy: {line}", file=sys.stderr, flush=True)
 
-        proxy = ContextProxy(
-            policy,
-            prices=prices,
-            max_conversations=args.max_conversations,
-            log_dir=args.log_dir,
-            orchestrator={"max_items": args.max_items} if args.max_items else None,
-            families=trained_families(policy),
-            log=log if args.log else None,
-        )
+        try:
+            proxy = ContextProxy(
+                policy,
+                prices=prices,
+                max_conversations=args.max_conversations,
+                log_dir=args.log_dir,
+                orchestrator={"max_items": args.max_items} if args.max_items else None,
+                families=trained_families(policy),
+                log=log if args.log else None,
+            )
+        except ValueError as e:  # a log folder that cannot be written: now, not after the session
+            raise CLIError(f"--log-dir: {e}") from None
         try:  # run the policy once now: a broken checkpoint fails here, not at the agent's first call
             proxy.check()
         except Exception as e:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = [
-    "bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace", "not_replaceable", "write_text_atomic"
+    "bundled_dataset", "bundled_raw", "data_dir", "find_bundled_trace", "not_replaceable", "writable_file",
+    "writable_folder", "write_text_atomic",
 ]  # fmt: skip
 
 
@@ -28,6 +30,33 @@ def write_text_atomic(path: str | Path, chunks: Iterable[str], encoding: str | N
         with contextlib.suppress(OSError):  # a folder that is a file: the write's own error says more
             tmp.unlink(missing_ok=True)
         raise
+
+
+def writable_folder(path: str | Path, what: str = "folder") -> Path:
+    """``path`` as a folder files can be written to, made if missing; a ValueError naming ``what`` and
+    why not.  For outputs checked before the work that makes them, not found unwritable after it."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".dtoc-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        why = "not a folder" if folder.exists() and not folder.is_dir() else (e.strerror or str(e))
+        raise ValueError(f"{what} {folder}: {why}") from None
+    return folder
+
+
+def writable_file(path: str | Path) -> Path:
+    """``path`` as a file that can be written (its folder made if missing); a ValueError saying why not."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a folder, not a file")
+    try:
+        writable_folder(path.parent)
+    except ValueError as e:
+        raise ValueError(f"{path}: cannot be written ({e})") from None
+    return path
 
 
 def not_replaceable(path: Path, own: Callable[[str], bool]) -> str | None:

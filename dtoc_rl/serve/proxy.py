@@ -57,6 +57,7 @@ from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
+from dtoc_rl.data.paths import writable_folder
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.gemini import contents_to_chat, field_key, part_field
 from dtoc_rl.serve.orchestrator import Orchestrator
@@ -383,7 +384,7 @@ class ContextProxy:
         self.families = frozenset(families if families is not None else _SERVED)
         self.prices = dict(prices or {})
         self.max_conversations = int(max_conversations)
-        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.log_dir = writable_folder(log_dir, 'log folder') if log_dir is not None else None
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         self.log = log

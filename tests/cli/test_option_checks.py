@@ -32,3 +32,24 @@ def test_the_bill_checks_options_without_cost_are_refused_not_ignored(tmp_path, 
         "dtoc-rl: error: --fit, --calls-out: the bill check's options; add --cost (or leave them out)"
     ]
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_evaluate_checks_its_output_files_before_the_run(tmp_path, capsys, monkeypatch):
+    from dtoc_rl.policies import evaluate as ev
+
+    def no_run(*a, **k):
+        raise AssertionError("the run started before its outputs were checked")
+
+    monkeypatch.setattr(ev, "evaluate", no_run)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    cases = [
+        (["--csv", str(tmp_path)], f"--csv: {tmp_path}: a folder, not a file"),
+        (["--runs-out", str(afile / "r.jsonl")],
+         f"--runs-out: {afile / 'r.jsonl'}: cannot be written (folder {afile}: not a folder)"),
+        (["--plots", str(afile)], f"--plots: folder {afile}: not a folder"),
+    ]  # fmt: skip
+    for argv, said in cases:
+        assert main(["evaluate", "-p", "none", "--quiet", *argv]) == 2
+        assert capsys.readouterr().err.strip() == f"dtoc-rl: error: {said}"
+    assert afile.read_text() == "mine"
