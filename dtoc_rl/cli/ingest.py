@@ -141,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
         elif not res.skipped and res.auxiliary:  # every file passed over as notes, configs or labels
             why = (
                 f": the {res.auxiliary} file(s) found are of kinds read as no log (README, *.md, *.txt, "
-                "*.yaml, labels, results; dtoc_rl.ingest.driver.AUXILIARY); name a log file itself, or "
-                "its format with --format NAME"
+                "*.yaml, labels, results; dtoc_rl.ingest.driver.AUXILIARY); name a log file itself, with "
+                "--format NAME where its format is not detected"
             )
         elif not res.skipped and not res.units:
             why = ": no files found there (hidden files and folders, named with a leading dot, are not read)"

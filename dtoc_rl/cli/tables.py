@@ -47,6 +47,12 @@ def wide_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=1000)
 
 
+def _maybe_logs(paths: list[str]) -> list[str]:
+    """The files passed over by name that could hold a log all the same (a run's output saved as .log or
+    .txt), not a README, a licence, a label file, a picture or a patch."""
+    return [p for p in paths if p.rsplit(".", 1)[-1].lower() in ("log", "txt")]
+
+
 def print_summary(summary: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or wide_console()
     table = Table(title=title, show_footer=True, caption=LEGEND, caption_justify="left")
@@ -64,6 +70,13 @@ def print_summary(summary: dict[str, Any], title: str, console: Console | None =
             f"{summary['trajectories_per_second']} trajectories/s), "
             f"{summary['auxiliary_files']} label/metadata files beside them."
         )
+        if passed := _maybe_logs(summary.get("auxiliary_paths") or []):
+            shown = ", ".join(passed[:3]) + (f" and {len(passed) - 3} more" if len(passed) > 3 else "")
+            console.print(
+                f"passed over by name as notes or metadata: {shown}; a log among them is read when named "
+                "on the command line itself, with --format NAME where its format is not detected "
+                "(dtoc_rl.ingest.driver.AUXILIARY lists the names passed over)"
+            )
         skipped = summary["skipped"]
         if skipped:
             st = Table(title=f"{len(skipped)} skipped", title_justify="left")

@@ -65,6 +65,8 @@ class IngestResult:
     trajectories: list[Trajectory] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     auxiliary: int = 0
+    #: the files passed over as notes, configs or labels (AUXILIARY), as found
+    auxiliary_paths: list[str] = field(default_factory=list)
     units: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
@@ -419,6 +421,7 @@ def ingest_paths(
             rel[unit] = display_path(Path(os.path.relpath(os.path.abspath(unit), base)).as_posix())
         else:
             res.auxiliary += 1
+            res.auxiliary_paths.append(display_path(unit))
     res.units = len(units)
     from tqdm.auto import tqdm
 
@@ -550,6 +553,7 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
             {
                 "units": res.units,
                 "auxiliary_files": res.auxiliary,
+                "auxiliary_paths": res.auxiliary_paths,
                 "skipped": [s.__dict__ for s in res.skipped],
                 "skip_reasons": dict(reasons),
                 "formats": dict(res.formats),

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -483,3 +484,31 @@ def test_a_different_run_does_not_displace_one_from_a_partly_unreadable_file(tmp
     assert len({t.traj_id for t in res.trajectories}) == 2
     reasons = [s.reason for s in res.skipped]
     assert any("identical in" in r for r in reasons) and not any("intact copy" in r for r in reasons)
+
+
+def test_a_log_saved_as_log_or_txt_is_named_as_passed_over_and_read_when_named(tmp_path, capsys):
+    from dtoc_rl.data.paths import bundled_raw
+
+    src = next(
+        (bundled_raw() / "mini-swe-agent_gemini-3-pro_swebench-verified" / "trajs").glob("*.traj.json")
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("run.log", "run.txt", "README.md"):
+        (logs / name).write_bytes(src.read_bytes())
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "a"), "--quiet", "--json"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert sorted(Path(p).name for p in summary["auxiliary_paths"]) == ["README.md", "run.log", "run.txt"]
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "b")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"passed over by name as notes or metadata: {logs / 'run.log'}, {logs / 'run.txt'};" in out
+    argv = [
+        "ingest",
+        str(logs / "run.log"),
+        "-o",
+        str(tmp_path / "c"),
+        "--quiet",
+        "--format",
+        "mini-swe-agent",
+    ]
+    assert main(argv) == 0  # named itself, with its format: read
