@@ -86,6 +86,14 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"{args.out} already exists; pass --overwrite to replace it")
     if args.model is not None and (not args.model.strip() or not args.model.isprintable()):
         return fail(f"--model must be a model's name (printable, not blank), got {args.model[:100]!r}")
+    if args.model is not None:
+        from dtoc_rl.data.models import normalize_family
+
+        if normalize_family(args.model) == "other":  # a typo shows now, not at evaluate's prices
+            warn(
+                f"--model {args.model[:100]!r} is not a model dtoc-rl knows (family 'other'): its runs are "
+                "priced as a default model unless evaluate and train are given --prices for it"
+            )
     import warnings
 
     from dtoc_rl.ingest.driver import IngestWarning
