@@ -25,6 +25,9 @@ class Policy(ABC):
     """Base class.  Subclasses implement :meth:`act`; :meth:`act_batch` loops by default."""
 
     name: str = "policy"
+    #: True for a policy that decides from the whole logged run (what later calls need, or what the log
+    #: hid): it replays logs (``dtoc-rl evaluate``) and cannot decide a live agent's calls
+    needs_logged_run: bool = False
 
     def reset(self, info: dict[str, Any] | None = None) -> None:  # noqa: B027 - optional hook
         """Called at the start of every episode."""

@@ -92,6 +92,7 @@ class LoggedVisibility(Policy):
     (ReplayEnv ``expose_episode=True``, as ``dtoc-rl evaluate`` makes it)."""
 
     name = "logged"
+    needs_logged_run = True
 
     def reset(self, info=None):
         ep = (info or {}).get("episode")

@@ -283,6 +283,7 @@ class HindsightOracle(Policy):
     outputs get the exact optimum (:func:`exact_plan`), longer ones :func:`plan`."""
 
     name = "oracle"
+    needs_logged_run = True
 
     def __init__(
         self, cost_config: CostConfig | None = None, exact_max_outputs: int = 8, restores: bool = True

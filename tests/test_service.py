@@ -246,6 +246,16 @@ def test_serve_refuses_a_bad_checkpoint_at_start(tmp_path, capsys):
     assert "different item features" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["serve", "proxy"])
+def test_a_policy_that_needs_the_whole_logged_run_cannot_be_served(command, capsys):
+    extra = ["--upstream", "http://127.0.0.1:9"] if command == "proxy" else []
+    for spec in ("oracle", "logged"):
+        assert cli_main([command, "--policy", spec, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"policy '{spec}' decides from the whole logged run" in err[0]
+        assert "it is for dtoc-rl evaluate on logs" in err[0]
+
+
 def test_serve_names_its_fallback_self_when_the_policy_takes_every_family(monkeypatch, capsys):
     import dtoc_rl.serve.service as service
 
