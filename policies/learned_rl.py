@@ -340,7 +340,11 @@ def finetune(
     _, train_eps, held_eps, tune_eps = own_splits(policy, dataset, episodes)
     if not train_eps:
         raise ValueError("no training episodes in this data")
-    report: dict[str, Any] = {"train_episodes": len(train_eps), "val_episodes": len(held_eps)}
+    report: dict[str, Any] = {
+        "train_episodes": len(train_eps),
+        "val_episodes": len(held_eps),
+        "tune_episodes": len(tune_eps),
+    }
     report["rl"] = ppo(policy, train_eps, log=log, progress=progress, max_seconds=max_seconds)
     cost = _cost_config(policy)
     if tune_eps:

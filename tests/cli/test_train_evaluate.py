@@ -24,6 +24,22 @@ def test_train_writes_checkpoint_and_json_report(tmp_path, capsys):
     assert rep["train_episodes"] + rep["tune_episodes"] + rep["val_episodes"] == rep["episodes"]
 
 
+def test_training_with_no_run_left_to_choose_thresholds_on_says_so(tmp_path, capsys):
+    from dtoc_rl.data.paths import bundled_raw
+
+    one = next(
+        (bundled_raw() / "mini-swe-agent_gemini-3-pro_swebench-verified" / "trajs").glob("*.traj.json")
+    )
+    assert main(["ingest", str(one), "-o", str(tmp_path / "d"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--dataset", str(tmp_path / "d"), "-o", str(tmp_path / "c"), "--json", *TINY]) == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out)["tune_episodes"] == 0  # the JSON stays whole; the warning is on stderr
+    assert "no thresholds chosen: of 1 runs none was left to choose them on" in said.err
+    assert main(["train", "-o", str(tmp_path / "c2"), "--quiet", *TINY]) == 0  # the sample has tune runs
+    assert "no thresholds chosen" not in capsys.readouterr().err
+
+
 def test_train_help_has_config_help_text(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
