@@ -14,7 +14,9 @@ a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,
 or your own policy as module:Class[:key=value,...] (imported from the Python
 path or the current folder; it needs an act(obs, info) method).
 A parameter written a|b|c is swept (one policy per value).  A policy whose
-runs fail is reported with its errors (every failed run is listed).
+runs fail is reported with its errors (each error once, with the runs it
+stopped); the others complete, and the exit status is 1 when every run of a
+policy failed.
 """
 
 from __future__ import annotations
@@ -179,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_items is None:
         args.max_items = DEFAULT_MAX_ITEMS
+    if not args.miss_budget >= 0:  # NaN too; before the run, not after it
+        return fail(f"--miss-budget must be >= 0, got {args.miss_budget}")
     from dtoc_rl.tracking import unused_run_options
 
     if msg := unused_run_options(args, args.wandb):
@@ -252,8 +256,6 @@ def run(args: argparse.Namespace) -> int:
         raise
     rows = aggregate(runs, by=args.by, n_boot=args.bootstrap)
     failed = [{"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error]
-    if args.miss_budget < 0:
-        return fail(f"--miss-budget must be >= 0, got {args.miss_budget}")
     done = done_when(rows, max_misses=args.miss_budget)
     out = {
         "rows": rows,
@@ -294,11 +296,27 @@ def run(args: argparse.Namespace) -> int:
         print_rows(rows)
         if done:
             print_done_when(done, args.miss_budget)
-        for f in failed:
-            print(f"failed: {f['policy']} on {f['traj_id']}: {f['error']}", file=sys.stderr)
+        for line in failure_lines(failed):
+            print(line, file=sys.stderr)
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))
+    if dead := sorted({r["policy"] for r in rows if r["errors"] and not r["n"]}):
+        return fail(f"every run of {', '.join(dead)} failed (the errors are above, or in failed_runs)", 1)
     return 0
+
+
+def failure_lines(failed: list[dict[str, str]]) -> list[str]:
+    """One line per policy and error, naming the runs it failed on (the first few): a policy that
+    fails alike on 1,500 runs is one line, not 1,500."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in failed:
+        groups.setdefault((f["policy"], f["error"]), []).append(f["traj_id"])
+    lines = []
+    for (policy, error), ids in groups.items():
+        more = f" and {len(ids) - 2} more" if len(ids) > 2 else ""
+        runs = ids[0] if len(ids) == 1 else f"{len(ids)} runs ({', '.join(ids[:2])}{more})"
+        lines.append(f"failed: {policy} on {runs}: {error}")
+    return lines
 
 
 def _held_out_tasks(

@@ -384,7 +384,7 @@ class ContextProxy:
         self.families = frozenset(families if families is not None else _SERVED)
         self.prices = dict(prices or {})
         self.max_conversations = int(max_conversations)
-        self.log_dir = writable_folder(log_dir, 'log folder') if log_dir is not None else None
+        self.log_dir = writable_folder(log_dir, "log folder") if log_dir is not None else None
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         self.log = log

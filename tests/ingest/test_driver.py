@@ -517,7 +517,8 @@ def test_a_log_saved_as_log_or_txt_is_named_as_passed_over_and_read_when_named(t
 def test_a_model_name_dtoc_rl_does_not_know_is_said_at_ingest(tmp_path, capsys):
     from dtoc_rl.data.paths import bundled_raw
 
-    src = next((bundled_raw() / "mini-swe-agent_gemini-3-pro_swebench-verified" / "trajs").glob("*.traj.json"))
+    trajs = bundled_raw() / "mini-swe-agent_gemini-3-pro_swebench-verified" / "trajs"
+    src = next(trajs.glob("*.traj.json"))
     for model, warned in (("foo-bar-9", True), ("claude-sonnet-4-5", False)):
         out = tmp_path / model
         assert main(["ingest", str(src), "-o", str(out), "--quiet", "--model", model]) == 0

@@ -174,15 +174,24 @@ def test_cli_evaluate_imports_a_policy_file_from_the_current_folder(tmp_path):
     cmd = ["dtoc-rl", "evaluate", "-p", "cwd_policies:HideOld:keep=1", "cwd_policies:Broken",
            "--source", "mini-swe-agent", "--bootstrap", "10", "--json"]  # fmt: skip
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
+    # every run of one policy failed: the others' figures are all there, and the exit status says so
+    assert p.returncode == 1, p.stderr
+    said = "dtoc-rl: error: every run of cwd_policies:Broken failed (the errors are above, or in failed_runs)"
+    assert p.stderr.strip().splitlines()[-1] == said
     out = json.loads(p.stdout)
     overall = {r["policy"]: r for r in out["rows"] if r["group_by"] == "overall"}
     assert overall["cwd_policies:HideOld:keep=1"]["n"] > 0
     assert overall["cwd_policies:Broken"]["n"] == 0 and overall["cwd_policies:Broken"]["errors"] > 0
     assert {f["policy"] for f in out["failed_runs"]} == {"cwd_policies:Broken"}
+    ids = [f["traj_id"] for f in out["failed_runs"]]
     table = subprocess.run(cmd[:-1], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "all 12 runs failed" in table.stdout
     assert "cwd_policies:Broken: all 12 runs failed in all; first error: RuntimeError: always broken" in (
         " ".join(table.stdout.split())
     )
     assert "second line" not in table.stdout + table.stderr  # errors are one line
+    # one line for the error all 12 runs stopped on, not one per run
+    assert [x for x in table.stderr.splitlines() if x.startswith("failed:")] == [
+        f"failed: cwd_policies:Broken on 12 runs ({', '.join(ids[:2])} and 10 more): "
+        "RuntimeError: always broken"
+    ]
