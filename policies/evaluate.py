@@ -20,6 +20,7 @@ import pickle
 import sys
 import traceback
 import warnings
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -474,7 +475,6 @@ def aggregate(
     failed = [r for r in runs if r.error is not None]
     policies = list(dict.fromkeys(r.policy for r in runs))
     oracle = {r.traj_id: r for r in ok if r.policy == ORACLE}
-    rng = np.random.default_rng(seed)
     fields_ = ("calls", "dollars", "base_dollars", "input_tokens", "base_input_tokens", "active_token_sum",
                "misses", "rereads", "mgmt_calls", "placeholder_tokens")  # fmt: skip
     rows = []
@@ -484,7 +484,10 @@ def aggregate(
         for g in groups:
             for p in policies:
                 fails = [r for r in failed if r.policy == p and keyf(r) == g]
-                sel = [r for r in ok if r.policy == p and keyf(r) == g and r.traj_id in oracle]
+                sel = sorted(
+                    (r for r in ok if r.policy == p and keyf(r) == g and r.traj_id in oracle),
+                    key=lambda r: r.traj_id,
+                )
                 if not sel:
                     if fails:
                         row = {"policy": p, "group_by": dim, "group": g, "n": 0, "errors": len(fails),
@@ -497,6 +500,11 @@ def aggregate(
                 o = {f: np.array([getattr(oracle[r.traj_id], f) for r in sel], float) for f in fields_}
                 n = len(sel)
                 point = {k: float(v[0]) for k, v in _stats(a, o, np.arange(n)[None, :]).items()}
+                # drawn from the group's runs themselves: one set of runs gets one interval whichever
+                # grouping names it (overall, a family, a source that hold the same runs), and two
+                # policies on the same runs are resampled alike
+                ids = "\n".join(r.traj_id for r in sel).encode()
+                rng = np.random.default_rng([seed, zlib.crc32(ids)])
                 boot = _stats(a, o, rng.integers(0, n, size=(n_boot, n)))
                 row = {"policy": p, "group_by": dim, "group": g, "n": n, "errors": len(fails),
                        "first_error": fails[0].error if fails else ""}  # fmt: skip

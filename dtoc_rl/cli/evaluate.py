@@ -48,14 +48,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", "-p", nargs="+", required=True, help="policy specs (see above)")
     p.add_argument("--model-family", nargs="+", help="only these model families")
     p.add_argument("--source", nargs="+", help="only these source harnesses")
-    p.add_argument("--miss", default="reread", choices=["reread", "fail", "calibrated"], help="miss model")
+    p.add_argument(
+        "--miss",
+        default="reread",
+        choices=["reread", "fail", "calibrated"],
+        help="what a miss (a call needing a hidden output) costs: reread (default; the agent spends one "
+        "more model call to get it back, the paper's metric), fail (the run ends as a failure: for "
+        "policies that must never miss) or calibrated (a re-read with the probability dtoc-rl calibrate "
+        "fitted on logs that really were masked, else the agent carries on without it)",
+    )
     p.add_argument(
         "--reread-prob",
         type=float,
         default=None,
         help="calibrated miss model: P(re-read | miss) (default: the fitted value)",
     )
-    p.add_argument("--overhead", default="orchestrator", choices=["orchestrator", "agent"], help="who pays")
+    p.add_argument(
+        "--overhead",
+        default="orchestrator",
+        choices=["orchestrator", "agent"],
+        help="who makes the changes: orchestrator (default; a change costs only its cache effect, as "
+        "when the orchestrator or the proxy hides outputs) or agent (each decision with a change is a "
+        "manage_context call the model makes, an extra call whose tokens stay in the context: the "
+        "paper's setting)",
+    )
     p.add_argument(
         "--recovery",
         default="append",

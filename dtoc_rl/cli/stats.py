@@ -1,6 +1,12 @@
 """``dtoc-rl stats DATASET``: the ingest summary of an existing dataset, and a
 PNG of its distributions (steps per trajectory, output tokens per step, need
-age in steps, need kinds)."""
+age in steps, need kinds).
+
+What it is for: before training or evaluating on logs, to see what they hold:
+how many runs of which harness and model, how long they are, how large their
+outputs and prompts are (the regime decides which policies can save: short
+runs with small outputs leave little to hide), and how often and how late an
+output is needed again (a late need is what a hiding policy risks missing)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from dtoc_rl.cli.common import emit_json, fail
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__.replace("``", "'")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("dataset", type=Path, help="a dataset folder written by `dtoc-rl ingest`")
     p.add_argument(
         "--plot", type=Path, help="PNG path (default: DATASET_NAME-stats.png in the current folder)"

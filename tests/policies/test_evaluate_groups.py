@@ -289,3 +289,17 @@ def test_tasks_a_checkpoint_never_saw_are_held_out_and_an_old_checkpoint_says_wh
     assert main(["evaluate", "-p", "none", "--holdout-from", str(old), "--held-out-only"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nothing in this dataset is held out" in err and "/data/theirs" in err and "\n" not in err
+
+
+def test_groups_holding_the_same_runs_get_the_same_interval():
+    """Overall, one family and one source that hold the same runs are one set of runs: one CI."""
+    from dtoc_rl.policies.evaluate import aggregate, evaluate
+
+    runs = evaluate(None, ["none", "last_n:n=3"], source="mini-swe-agent", progress=False)
+    rows = aggregate(runs, by=["overall", "model_family", "source"], n_boot=200)
+    for policy in ("last_n:n=3", "oracle"):
+        cis = {(r["savings_lo"], r["savings_hi"]) for r in rows if r["policy"] == policy}
+        assert len(cis) == 1, cis
+    again = aggregate(list(reversed(runs)), by=["overall"], n_boot=200)  # nor does the runs' order matter
+    first = {r["policy"]: (r["savings_lo"], r["savings_hi"]) for r in rows if r["group_by"] == "overall"}
+    assert {r["policy"]: (r["savings_lo"], r["savings_hi"]) for r in again} == first
