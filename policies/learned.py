@@ -899,7 +899,15 @@ class LearnedPolicy(Policy):
         path = Path(path)
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
-            raise CheckpointError(f"{path} is not a checkpoint: expected config.json and model.safetensors")
+            inside = sorted(
+                d.name
+                for d in (path.iterdir() if path.is_dir() else ())
+                if (d / "config.json").is_file() and (d / "model.safetensors").is_file()
+            )
+            hint = f"; it holds one: {path / inside[0]}" if inside else ""  # the demo keeps it in policy/
+            raise CheckpointError(
+                f"{path} is not a checkpoint: expected config.json and model.safetensors{hint}"
+            )
         meta = read_checkpoint_config(cfg_file, kind=CHECKPOINT_KIND)
         if "config" not in meta:
             raise CheckpointError(f"{cfg_file}: no 'config' object (a damaged checkpoint)")

@@ -118,8 +118,10 @@ def _typed(cls: type, kw: dict[str, Any], spec: str) -> dict[str, Any]:
             raise PolicySpecError(f"policy {spec!r}: unknown parameter {key!r} (known: {known})")
         default = params[key].default
         if isinstance(default, bool):
+            if value in (0, 1) and not isinstance(value, float):  # 1 and 0 read as true and false
+                value = bool(value)
             if not isinstance(value, bool):
-                raise PolicySpecError(f"policy {spec!r}: {key} must be true or false, got {value!r}")
+                raise PolicySpecError(f"policy {spec!r}: {key} must be true or false (1 or 0), got {value!r}")
         elif isinstance(default, int):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise PolicySpecError(f"policy {spec!r}: {key} must be an integer, got {value!r}")
@@ -256,8 +258,11 @@ def make_policy(spec: str | Policy) -> Policy:
         if name == "oracle":
             from dtoc_rl.policies.oracle import HindsightOracle
 
+            if "cost_config" in kw:  # an object: evaluate's cost options set it
+                raise PolicySpecError(f"policy {spec!r}: cost_config is set by the command's cost options")
+            typed = _typed(HindsightOracle, kw, spec)
             try:
-                return HindsightOracle(**kw)
+                return HindsightOracle(**typed)
             except ValueError as e:
                 raise PolicySpecError(f"policy {spec!r}: {e}") from None
         if name == "learned":
