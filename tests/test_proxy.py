@@ -700,9 +700,10 @@ def test_two_requests_branching_from_one_history_at_once_each_hide_their_own_out
 
 def test_text_no_utf_8_holds_and_a_log_that_cannot_be_written_cost_the_log_not_the_hiding(upstream, tmp_path):
     warned = []
-    blocked = tmp_path / "file"
-    blocked.write_text("x")
-    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=blocked / "logs", warn=warned.append)
+    gone = tmp_path / "gone"
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=gone, warn=warned.append)
+    gone.rmdir()  # writable at start (checked then), a file by the time the first answer is logged
+    gone.write_text("x")
     url, srv = _start(proxy, upstream)
     turns = _openai_turn(0) + _openai_turn(1)
     turns[1]["content"] += "\ud800"  # a lone surrogate, as a JSON escape from the agent
