@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -328,6 +328,15 @@ class ReplayEnv(gym.Env):
             source=source,
             estimator=estimator,
         )
+        if isinstance(need_kinds, str):  # one kind, not its letters
+            need_kinds = (need_kinds,)
+        if isinstance(cost_config, Mapping):  # CostConfig's fields as a dict
+            try:
+                cost_config = CostConfig(**cost_config)
+            except TypeError as e:
+                raise ValueError(
+                    f"cost_config: {e} (the fields of dtoc_rl.sim.simulator.CostConfig)"
+                ) from None
         self.cfg = cost_config or CostConfig(
             miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob
         )

@@ -122,7 +122,7 @@ from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
-from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices
+from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -298,7 +298,7 @@ class Orchestrator:
         self._model = model or ""
         self._family_fixed = model_family is not None
         self.model_family = model_family or normalize_family(self._model)
-        self._prices = prices
+        self._prices = as_prices(prices, "prices") if prices is not None else None
         # the model the next call goes to when it is another than ``model`` (use_model), and its prices
         self._next: tuple[str, Prices | None] | None = None
         self._call_model: str | None = None  # what use_model named last: the model of the calls it makes
@@ -405,6 +405,8 @@ class Orchestrator:
         the next :meth:`use_model` are priced at it (``prices``, else its list prices) and see its family
         (unless the caller fixed ``model_family``), and the calls are logged with it.  The session's own
         ``model`` (the first) keeps naming the run."""
+        if prices is not None:
+            prices = as_prices(prices, "use_model prices")
         with self._lock:
             self._set_model(name)
             if not name or same_model(name, self._model):

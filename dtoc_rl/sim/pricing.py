@@ -294,12 +294,11 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
     if family in PRICES:
         if not model_raw:
             return PRICES[family], None
-        msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
         if family == plain_name(model_raw):
-            # the family's own undated name: an alias the provider moved from version to version over
-            # time, so which one a log's calls were billed at is not in the name
-            msg = (f"model {shown} names no dated version: priced as {PRICES[family].source}; --prices "
-                   "(or a dated name) prices it otherwise")  # fmt: skip
+            # the family's own undated name (gpt-4o): priced as the version it names today, as an
+            # undated name of any other model is, without a warning on every run that logs it
+            return PRICES[family], None
+        msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
         return PRICES[family], (f"v:{model_raw}", msg)
     named = shown if model_raw else repr(family)
     msg = f"no price for model {named} (family {family!r}): priced as {DEFAULT_FAMILY}"
@@ -390,6 +389,37 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
             stacklevel=2,
         )
     return out
+
+
+def as_price_table(table: Mapping[str, Any], source: str) -> dict[str, Prices]:
+    """A table of :class:`Prices` by model name, an entry given as a plain ``{input, output, cache_read,
+    cache_write}`` mapping read as :func:`load_price_table` reads one (``source`` names the table in
+    its one-line ValueErrors)."""
+    if not isinstance(table, Mapping):
+        raise ValueError(
+            f"{source}: expected {{model: Prices or {{input, output, cache_read, cache_write}}}}, "
+            f"got {type(table).__name__}"
+        )
+    out = {str(k): v for k, v in table.items() if isinstance(v, Prices)}
+    plain = {k: v for k, v in table.items() if not isinstance(v, Prices)}
+    if plain:
+        if all(k in ("input", "output", "cache_read", "cache_write") for k in plain):  # one entry, no model
+            raise ValueError(
+                f"{source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry"
+            )
+        out.update(price_table(plain, source))
+    return out
+
+
+def as_prices(prices: Prices | Mapping[str, Any], source: str) -> Prices:
+    """One model's :class:`Prices`, or a plain ``{input, output, cache_read, cache_write}`` mapping read
+    as :func:`load_price_table` reads an entry."""
+    if isinstance(prices, Prices):
+        return prices
+    if not isinstance(prices, Mapping):
+        raise ValueError(f"{source}: expected Prices or {{input, output, cache_read, cache_write}}, got "
+                         f"{type(prices).__name__}")  # fmt: skip
+    return price_table({"prices": prices}, source)["prices"]
 
 
 #: The three cache regimes results are grouped by (families priced 50x apart must not be pooled).

@@ -59,7 +59,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, model_prices
+from dtoc_rl.sim.pricing import CacheRules, Prices, as_price_table, as_prices, cache_rules_for, model_prices
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
@@ -119,8 +119,11 @@ class CostConfig:
             raise ValueError(f"unknown need kinds {sorted(bad)}; known: {NEED_KINDS}")
         if not 0.0 <= self.reread_prob <= 1.0:
             raise ValueError(f"reread_prob must be in [0, 1], got {self.reread_prob}")
-        # a copy: a caller's later edit of its dict must not change what this config bills
-        self.price_table = dict(self.price_table) if self.price_table else None
+        # a copy: a caller's later edit of its dict must not change what this config bills; entries
+        # given as plain dicts are read as a prices file's
+        self.price_table = as_price_table(self.price_table, "price_table") if self.price_table else None
+        if self.prices is not None:
+            self.prices = as_prices(self.prices, "prices")
 
     def kind_mask(self) -> np.ndarray:
         return np.array([k in self.need_kinds for k in NEED_KINDS])

@@ -137,16 +137,33 @@ def test_a_checkpoint_that_hides_somewhere_gets_the_deploy_line(tmp_path):
     assert "plug it into an agent" in deploy_hint(ckpt)
 
 
-def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(capfd, monkeypatch):
+def test_evaluation_workers_warn_in_one_line_and_not_again_what_the_parent_said(capfd, monkeypatch, tmp_path):
     from dtoc_rl.cli import main as cli_main
+    from dtoc_rl.data.dataset import load_trajectories, write_dataset
+    from dtoc_rl.data.paths import bundled_dataset
     from dtoc_rl.sim import pricing
 
     monkeypatch.setattr(pricing, "_warned", set())  # as in a fresh process: nothing said yet
-
-    assert cli_main(["evaluate", "-p", "none", "last_n:n=3", "--workers", "3", "--quiet"]) == 0
+    trajs = load_trajectories(bundled_dataset())
+    for t in trajs:  # a version the price table lacks: priced as its family, with a warning
+        if t.model_family == "gpt-4o":
+            t.model_raw = "gpt-4o-2099-01-01"
+    write_dataset(trajs, tmp_path / "d")
+    argv = [
+        "evaluate",
+        "--dataset",
+        str(tmp_path / "d"),
+        "-p",
+        "none",
+        "last_n:n=3",
+        "--workers",
+        "3",
+        "--quiet",
+    ]
+    assert cli_main(argv) == 0
     err = capfd.readouterr().err
     assert "UserWarning" not in err and "pricing.py" not in err  # the workers' too: no source lines
-    assert err.count("model 'gpt-4o' names no dated version") == 1  # said by the parent, not the workers
+    assert err.count("no price for model version 'gpt-4o-2099-01-01'") == 1  # the parent's, not again
 
 
 def test_demo_with_a_mistyped_logs_path_says_so_once_and_leaves_no_folder(tmp_path, capsys):
