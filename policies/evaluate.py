@@ -34,7 +34,7 @@ from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.plots import policy_family
-from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.base import Policy, reset_policy
 from dtoc_rl.policies.baselines import NoManagement
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, make_policy
@@ -108,7 +108,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
     run.regime = cache_regime(env.cfg.prices_of(ep))
     try:
         obs, info = env.reset(options={"index": index})
-        policy.reset(info)
+        reset_policy(policy, info)
         done = False
         while not done:
             obs, _, done, _, info = env.step(policy.act(obs, info))
@@ -391,7 +391,7 @@ def token_curves(
             out[ep.traj_id] = {}
             for label, pol in objs:
                 obs, info = env.reset(options={"index": i})
-                pol.reset(info)
+                reset_policy(pol, info)
                 curve, done = [], False
                 while not done:
                     obs, _, done, _, info = env.step(pol.act(obs, info))

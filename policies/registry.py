@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.base import Policy, check_policy
 from dtoc_rl.policies.baselines import (
     AnthropicClearToolUses,
     CacheAwareClear,
@@ -230,8 +230,11 @@ def _user_policy(target: str, kw: dict[str, Any], spec: str) -> Policy:
 def make_policy(spec: str | Policy) -> Policy:
     """Build one policy from a spec (no sweeps); a policy object is returned as it is."""
     if not isinstance(spec, str | os.PathLike):
-        if callable(getattr(spec, "act", None)):
-            return spec
+        if callable(getattr(spec, "act", None)) or isinstance(spec, type):
+            try:
+                return check_policy(spec)
+            except TypeError as e:
+                raise PolicySpecError(str(e)) from None
         raise PolicySpecError(
             f"a policy is a spec string or an object with an act(obs, info) method; got {type(spec).__name__}"
         )

@@ -920,3 +920,31 @@ def test_the_policy_is_told_when_the_last_requests_cache_has_expired(monkeypatch
     assert seen[-1] is False
     with pytest.raises(ValueError, match="cache_ttl must be > 0"):
         Orchestrator(Spy(), query="task", cache_ttl=0)
+
+
+def test_what_cannot_decide_a_live_agent_is_refused_when_the_orchestrator_is_made():
+    from dtoc_rl.policies.baselines import NoManagement
+
+    with pytest.raises(ValueError, match="decides from the whole logged run"):
+        Orchestrator(make_policy("oracle"))
+    with pytest.raises(TypeError, match="NoManagement is a class: give an instance"):
+        Orchestrator(NoManagement)
+
+    class Nothing:
+        pass
+
+    with pytest.raises(TypeError, match="a policy needs an act\\(obs, info\\) method; Nothing has none"):
+        Orchestrator(Nothing())
+
+
+def test_an_answer_of_the_other_api_is_refused_not_recorded_as_an_empty_turn():
+    orch = Orchestrator(make_policy("none"))
+    chat = {"choices": [{"message": {"role": "assistant", "content": "x"}}]}
+    message = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "x"}]}
+    with pytest.raises(ValueError, match="record it with record_openai_response"):
+        orch.record_anthropic_response(chat)
+    with pytest.raises(ValueError, match="record it with record_anthropic_response"):
+        orch.record_openai_response(message)
+    with pytest.raises(ValueError, match="not a chat-completions answer"):
+        orch.record_openai_response({"id": "x"})
+    assert not [m for m in orch.openai_messages() if m.get("role") == "assistant"]

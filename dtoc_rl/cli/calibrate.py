@@ -165,6 +165,7 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
 
     from dtoc_rl.data.schema import NEED_KINDS
     from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.policies.base import reset_policy
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.sim.calibration import ratio_ci
     from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig
@@ -183,7 +184,7 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
         for seed in range(n_seeds):
             for idx, tid in enumerate(ids):
                 obs, info = env.reset(seed=seed, options={"index": idx})
-                policy.reset(info)
+                reset_policy(policy, info)
                 done = False
                 while not done:
                     obs, _, done, _, info = env.step(policy.act(obs, info))
@@ -230,6 +231,7 @@ def schedule_agreement(trajs, policy) -> dict[str, float]:
     import numpy as np
 
     from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.policies.base import reset_policy
     from dtoc_rl.sim.simulator import CostConfig
 
     env = ReplayEnv(trajectories=trajs, cost_config=CostConfig(need_kinds=()), max_items=_slots(trajs))
@@ -238,7 +240,7 @@ def schedule_agreement(trajs, policy) -> dict[str, float]:
     for idx, ep in enumerate(env.episodes):
         t = by_id[ep.traj_id]
         obs, info = env.reset(options={"index": idx})
-        policy.reset(info)
+        reset_policy(policy, info)
         k = 0
         done = False
         while True:

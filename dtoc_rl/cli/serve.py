@@ -159,11 +159,12 @@ def _load(spec: str, what: str):
         policy = make_policy(spec)
     except Exception as e:  # PolicySpecError, CheckpointError (kept lazy: no torch for rule policies), ...
         raise CLIError(f"cannot load {what} {spec!r}: {e}") from None
-    if getattr(policy, "needs_logged_run", False):
-        raise CLIError(
-            f"{what} {spec!r} decides from the whole logged run (what later calls need, or what the log "
-            "hid), so it cannot decide a live agent's calls: it is for dtoc-rl evaluate on logs"
-        )
+    from dtoc_rl.policies.base import check_policy
+
+    try:
+        check_policy(policy, live=True)
+    except (TypeError, ValueError) as e:
+        raise CLIError(f"{what} {spec!r}: {e}") from None
     if getattr(policy, "abstains_everywhere", False):
         warn(
             f"{what} {spec!r} abstains everywhere: its thresholds, chosen on too few runs, hide nothing "

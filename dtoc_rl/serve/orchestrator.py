@@ -122,6 +122,7 @@ from dtoc_rl.data.schema import Trajectory, Usage
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
+from dtoc_rl.policies.base import check_policy, reset_policy
 from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices
 
 __all__ = [
@@ -281,8 +282,7 @@ class Orchestrator:
         if mode in ("policy", "hybrid"):
             if policy is None:
                 raise ValueError(f"mode {mode!r} needs a policy (anything with act(obs, info))")
-            if not callable(getattr(policy, "act", None)):
-                raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
+            check_policy(policy, live=True)
         if max_items is None:  # the slots the policy was trained with, when it says
             max_items = getattr(getattr(policy, "cfg", None), "max_items", None) or DEFAULT_MAX_ITEMS
         if max_items < 1:
@@ -339,8 +339,8 @@ class Orchestrator:
         # Every visibility change goes through the store (ours and ``ctx.manage_context`` calls
         # made directly): hearing of each keeps the policy's view current without a scan.
         store.listeners.append(self._on_visibility)
-        if self.policy is not None and callable(getattr(self.policy, "reset", None)):
-            self.policy.reset({"model_family": self.model_family, "mode": self.mode})
+        if self.policy is not None:
+            reset_policy(self.policy, {"model_family": self.model_family, "mode": self.mode})
 
     # ------------------------------------------------------------------------------ properties
     @property
@@ -504,6 +504,13 @@ class Orchestrator:
             d = _as_dict(d["choices"][0], "choice")
         if "message" in d and "role" not in d:
             d = _as_dict(d["message"], "message")
+        if isinstance(d.get("content"), list) and d.get("type") == "message":
+            raise ValueError("an Anthropic Messages answer: record it with record_anthropic_response")
+        if "content" not in d and "tool_calls" not in d:  # else it would be recorded as an empty turn
+            raise ValueError(
+                "not a chat-completions answer (a ChatCompletion, a choice or a message with content or "
+                f"tool_calls); got the keys {sorted(d)[:8]}"
+            )
         calls = []
         for i, tc in enumerate(d.get("tool_calls") or []):
             tc = _as_dict(tc, f"tool_calls[{i}]")
@@ -522,6 +529,13 @@ class Orchestrator:
         """Record a messages-API answer (a ``Message``, SDK object or dict).  Returns the
         tool calls you must run (see :meth:`record_openai_response`)."""
         d = _as_dict(response, "response")
+        if "choices" in d or "tool_calls" in d:
+            raise ValueError("a chat-completions answer: record it with record_openai_response")
+        if not isinstance(d.get("content"), list):  # else it would be recorded as an empty turn
+            raise ValueError(
+                f"not an Anthropic Messages answer (a message whose content is a list of blocks); got the "
+                f"keys {sorted(d)[:8]}"
+            )
         self._set_model(d.get("model"))
         texts, thinking, calls = [], [], []
         for i, b in enumerate(d.get("content") or []):

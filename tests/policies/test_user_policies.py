@@ -195,3 +195,18 @@ def test_cli_evaluate_imports_a_policy_file_from_the_current_folder(tmp_path):
         f"failed: cwd_policies:Broken on 12 runs ({', '.join(ids[:2])} and 10 more): "
         "RuntimeError: always broken"
     ]
+
+
+def test_an_object_with_act_only_is_a_policy_for_evaluate_as_for_the_orchestrator():
+    from dtoc_rl.policies.base import empty_action
+    from dtoc_rl.policies.evaluate import evaluate
+    from dtoc_rl.policies.registry import PolicySpecError, make_policy
+
+    class ActOnly:  # no reset: make_policy and the Orchestrator take it, so evaluate does too
+        def act(self, obs, info=None):
+            return empty_action(len(obs["item_mask"]))
+
+    runs = evaluate(None, [ActOnly()], source="tau-bench", progress=False)
+    assert runs and not any(r.error for r in runs)
+    with pytest.raises(PolicySpecError, match="ActOnly is a class: give an instance"):
+        make_policy(ActOnly)
