@@ -280,6 +280,12 @@ def evaluate(
     """
     from tqdm.auto import tqdm
 
+    # one spec or task given as a string is one, not its characters; task sets as any collection
+    specs = [specs] if isinstance(specs, str | Policy) else specs
+    tasks = {tasks} if isinstance(tasks, str) else (set(tasks) if tasks is not None else None)
+    holdout_tasks = {holdout_tasks} if isinstance(holdout_tasks, str) else holdout_tasks
+    holdout_tasks = set(holdout_tasks) if holdout_tasks is not None else None
+    tune_tasks = set([tune_tasks] if isinstance(tune_tasks, str) else tune_tasks or ()) or None
     cost_config = cost_config or CostConfig()
     if prices:
         cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})
@@ -287,6 +293,14 @@ def evaluate(
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*specs, ORACLE]))
     eps = _load(dataset, filters, tasks)
+    if holdout_tasks and not any("/" in t for t in holdout_tasks):
+        names = {task_name(e.source, e.task_id) for e in eps}
+        if not names & holdout_tasks:  # bare ids would mark every run "train" without a word
+            warnings.warn(
+                "no holdout task names a task of these runs: task names are 'source/task_id' (e.g. "
+                f"{min(names)!r}), not the task id alone",
+                stacklevel=2,
+            )
     n = len(eps)
     chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
     runs: list[Run] = []
@@ -470,6 +484,7 @@ def aggregate(
 
     ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
     whose every run in a group failed still gets its row, with ``n = 0`` and NaN metrics."""
+    by = [by] if isinstance(by, str) else by  # one grouping, not its letters
     keys = {dim: _group_key(dim) for dim in by}
     ok = [r for r in runs if r.error is None]
     failed = [r for r in runs if r.error is not None]

@@ -86,3 +86,9 @@ def test_bad_arguments_become_errors_not_exceptions(args, err):
 
 def test_single_string_is_accepted_as_one_key():
     assert parse_arguments({"disable": "t0001"})[1] == ["t0001"]
+
+
+def test_applying_one_key_as_a_string_is_that_key_not_its_characters(store):
+    rep = apply_manage_context(store, disable="t0001")
+    assert rep.disabled == ["t0001"] and rep.ok and not rep.errors
+    assert apply_manage_context(store, enable="t0001", disable=None).enabled == ["t0001"]

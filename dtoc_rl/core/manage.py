@@ -162,7 +162,8 @@ def apply_manage_context(
     """
     count = total_tokens or (lambda: store.active_tokens)
     report = StatusReport(tokens_before=count())
-    enable, disable = list(enable), list(disable)
+    # one key given as a string is that key, not its characters; None is nothing
+    enable, disable = ([x] if isinstance(x, str) else list(x or ()) for x in (enable, disable))
     ch = resolve_keys(enable, disable, lambda k: store.get(k).visible if k in store else None)
     report.duplicates = ch.duplicates
     report.unchanged = ch.unchanged

@@ -303,3 +303,31 @@ def test_groups_holding_the_same_runs_get_the_same_interval():
     again = aggregate(list(reversed(runs)), by=["overall"], n_boot=200)  # nor does the runs' order matter
     first = {r["policy"]: (r["savings_lo"], r["savings_hi"]) for r in rows if r["group_by"] == "overall"}
     assert {r["policy"]: (r["savings_lo"], r["savings_hi"]) for r in again} == first
+
+
+def test_one_string_where_a_list_is_asked_is_one_item_not_its_letters():
+    from dtoc_rl.policies.evaluate import aggregate, evaluate
+
+    runs = evaluate(None, "last_n:n=3", source="tau-bench", progress=False)
+    assert {r.policy for r in runs} == {"last_n:n=3", "oracle"}
+    task = f"{runs[0].source}/{_task_of(runs[0])}"
+    one = evaluate(None, "none", tasks=task, progress=False)
+    assert {r.traj_id for r in one} == {runs[0].traj_id}
+    assert {r["group_by"] for r in aggregate(runs, by="model_family", n_boot=10)} == {"model_family"}
+    held = evaluate(None, "none", source="tau-bench", holdout_tasks=[task], progress=False)  # a list
+    assert {r.traj_id for r in held if r.split == "held-out"} == {runs[0].traj_id}
+
+
+def test_bare_task_ids_as_holdout_tasks_are_said_not_silently_all_train():
+    from dtoc_rl.policies.evaluate import evaluate
+
+    with pytest.warns(UserWarning, match="task names are 'source/task_id'"):
+        runs = evaluate(None, "none", source="tau-bench", holdout_tasks={"0", "1"}, progress=False)
+    assert {r.split for r in runs} == {"train"}
+
+
+def _task_of(run):
+    from dtoc_rl.envs.data import load_episodes
+
+    (ep,) = [e for e in load_episodes(None) if e.traj_id == run.traj_id]
+    return ep.task_id
