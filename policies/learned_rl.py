@@ -43,6 +43,7 @@ from torch import nn
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.baselines import to_action
+from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.learned import (
     ECON_GLOBAL_FEATURES,
     ECON_ITEM_FEATURES,
@@ -156,12 +157,8 @@ def ppo(
 
     ``max_seconds`` stops after the update that passes it (a wall-clock budget).  Runs on
     ``cfg.threads`` torch threads (more only spin on a busy machine) and restores the caller's count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, policy.cfg.threads))
-    try:
+    with torch_threads(max(1, policy.cfg.threads)):
         return _ppo(policy, episodes, log=log, progress=progress, max_seconds=max_seconds)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _ppo(policy, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
@@ -330,12 +327,16 @@ def finetune(
     held-out tasks must come out the same, else this is not its data and a ValueError says so), so
     the held-out tasks stay unused.  ``policy.cfg``'s RL fields set the run.  Updates ``policy.meta``
     (``rl``, ``thresholds``, ``val_metrics``) and returns the report."""
-    from dtoc_rl.policies.learned_trainer import _cost_config, _tune, evaluate_cost, own_splits
-
     cfg = policy.cfg
     if cfg.rl_updates < 1:
         raise ValueError("fine-tuning needs rl_updates >= 1")
-    torch.set_num_threads(max(1, cfg.threads))
+    with torch_threads(max(1, cfg.threads)), torch.random.fork_rng(devices=[]):  # the caller's, after
+        return _finetune(policy, dataset, episodes, log=log, progress=progress, max_seconds=max_seconds)
+
+
+def _finetune(policy, dataset, episodes, *, log, progress, max_seconds) -> dict[str, Any]:
+    from dtoc_rl.policies.learned_trainer import _cost_config, _tune, evaluate_cost, own_splits
+
     t0 = time.perf_counter()
     _, train_eps, held_eps, tune_eps = own_splits(policy, dataset, episodes)
     if not train_eps:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, common_words
 from dtoc_rl.policies.baselines import episode_prices, to_action
+from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.evaluate import run_length
 from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
 from dtoc_rl.policies.oracle import plan
@@ -727,11 +729,11 @@ def retune(
     """Choose a trained policy's threshold table again (e.g. with another ``cfg.miss_budget``) on the
     tune half of the validation tasks it was trained with: the same split from the same data, filters
     and seed, so its held-out tasks stay unused.  Returns the table, also set on the policy."""
-    torch.set_num_threads(max(1, policy.cfg.threads))  # as fit(): a small network, more threads only spin
     _, _, _, tune_eps = own_splits(policy, dataset, episodes)
     if not tune_eps:
         raise ValueError("no validation tasks to choose thresholds on")
-    table = _tune(policy, tune_eps, _cost_config(policy), progress)
+    with torch_threads(max(1, policy.cfg.threads)):  # as fit(): a small network, more threads only spin
+        table = _tune(policy, tune_eps, _cost_config(policy), progress)
     policy.meta["retune_environment"] = environment()  # thresholds chosen again, maybe elsewhere
     policy.meta.pop("val_metrics", None)  # the old table's figures; the new one's are in meta.thresholds
     return table
@@ -774,7 +776,6 @@ def adapt(
             "it lists no training tasks (a checkpoint from before they were recorded), so the runs it "
             "trained on cannot be told apart: retrain it"
         )
-    torch.set_num_threads(max(1, policy.cfg.threads))
     eps = list(episodes) if episodes is not None else load_episodes(dataset)
     trained = set(meta.get("train_tasks") or ()) if skip_trained else set()
     kept = [e for e in eps if _task_name(e) not in trained]
@@ -791,7 +792,8 @@ def adapt(
         tune_eps += chosen
     else:
         tune_eps += rest
-    table = _tune(policy, tune_eps, _cost_config(policy), progress)
+    with torch_threads(max(1, policy.cfg.threads)):  # as fit()
+        table = _tune(policy, tune_eps, _cost_config(policy), progress)
     chosen_on = _task_names(tune_eps)
     meta["tune_tasks"] = sorted(old_tune | chosen_on)
     meta["val_tasks"] = sorted((set(meta.get("val_tasks") or ()) | _task_names(held_eps)) - chosen_on)
@@ -898,7 +900,9 @@ def fit(
 
         wandb_run = start_run(project=policy.cfg.wandb_project, config=policy.cfg.to_dict(), job_type="train")
     try:
-        report = _fit(policy, dataset, progress=progress, episodes=episodes, run=wandb_run)
+        # the caller's torch threads and RNG as they were after: training seeds and sizes its own
+        with torch_threads(max(1, policy.cfg.threads)), torch.random.fork_rng(devices=[]):
+            report = _fit(policy, dataset, progress=progress, episodes=episodes, run=wandb_run)
     except BaseException:
         if own:
             wandb_run.finish(exit_code=1)
@@ -918,7 +922,6 @@ def _fit(
 ) -> dict[str, Any]:
     cfg = policy.cfg
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(max(1, cfg.threads))
     t0 = time.perf_counter()
     eps, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes)
     policy.meta.pop("prices", None)  # a new training is priced by its config
@@ -980,6 +983,14 @@ def _fit(
         t1 = time.perf_counter()
         report["thresholds"] = _tune(policy, tune_eps, cost_cfg, progress)
         report["threshold_seconds"] = round(time.perf_counter() - t1, 2)
+    elif cfg.threshold is None:  # said here, so that a caller of fit() hears it as the command does
+        warnings.warn(
+            f"no thresholds chosen: of {report['episodes']} runs none was left to choose them on "
+            "(training keeps tasks apart for that), so the checkpoint decides at its untuned default "
+            "threshold; give it more logs (a few dozen runs of several tasks), or a threshold "
+            "(learned:path=CKPT,threshold=T)",
+            stacklevel=3,
+        )
     report["val_metrics"] = evaluate_cost(policy, held_eps, cost_cfg) if held_eps else {}
     report["train_metrics"] = evaluate_cost(policy, train_eps[:50], cost_cfg)
     report["seconds"] = round(time.perf_counter() - t0, 2)

@@ -178,7 +178,6 @@ def run(args: argparse.Namespace) -> int:
     report["checkpoint"] = str(args.out)
     if args.json:
         emit_json({k: v for k, v in report.items()})
-        warn_if_untuned(report)
         return 0
     vm = report.get("val_metrics", {})
     print(
@@ -195,21 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if report.get("thresholds"):
         _print_thresholds(report["thresholds"])
     print(f"checkpoint written to {args.out}")
-    warn_if_untuned(report)
     return 0
-
-
-def warn_if_untuned(report: dict) -> None:
-    """Say so when no run was left to choose thresholds on: the checkpoint then decides at its
-    untuned default, which no data judged."""
-    if report.get("thresholds") or report.get("tune_episodes", 1):
-        return
-    warn(
-        f"no thresholds chosen: of {report['train_episodes'] + report['val_episodes']} runs none was left "
-        "to choose them on (training keeps tasks apart for that), so the checkpoint decides at its "
-        "untuned default threshold; give it more logs (a few dozen runs of several tasks), or a "
-        "threshold (learned:path=CKPT,threshold=T)"
-    )
 
 
 def _print_thresholds(table: dict, where: str = "validation") -> None:

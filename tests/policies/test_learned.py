@@ -705,3 +705,37 @@ def test_each_dagger_collection_draws_its_thresholds_from_its_own_seed(monkeypat
                "dagger_threshold_max": 0.2}  # fmt: skip
         LearnedPolicyConfig(**cfg).create().fit(None, progress=False)
     assert len(calls) == 8 and len(set(calls)) == 8  # 2 trainings x 2 rounds x (train, tune)
+
+
+def test_training_leaves_the_callers_torch_threads_and_random_state_as_they_were():
+    import torch
+
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(2 if before_threads != 2 else 3)
+    want_threads = torch.get_num_threads()
+    torch.manual_seed(1234)
+    want = torch.rand(3)
+    torch.manual_seed(1234)
+    try:
+        pol = LearnedPolicyConfig(
+            n_layers=1, d_model=16, n_heads=2, epochs=1, dagger_rounds=0, threads=1
+        ).create()
+        pol.fit(progress=False)
+        assert torch.get_num_threads() == want_threads
+        assert torch.equal(torch.rand(3), want)  # the caller's stream goes on where it was
+    finally:
+        torch.set_num_threads(before_threads)
+
+
+def test_fit_with_no_run_left_to_choose_thresholds_on_warns_its_caller():
+    from dtoc_rl.data.dataset import load_trajectories
+    from dtoc_rl.data.paths import bundled_dataset
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    one = load_trajectories(bundled_dataset())[:1]
+    pol = LearnedPolicyConfig(n_layers=1, d_model=16, n_heads=2, epochs=1, dagger_rounds=0).create()
+    with pytest.warns(UserWarning, match="no thresholds chosen: of 1 runs none was left"):
+        report = pol.fit(one, progress=False)
+    assert report["tune_episodes"] == 0 and "thresholds" not in report
