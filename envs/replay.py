@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -312,8 +313,10 @@ class ReplayEnv(gym.Env):
         cost_config: CostConfig | None = None,
         render_mode: str | None = None,
     ):
-        if max_items < 1:
-            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        if isinstance(max_items, bool) or not isinstance(max_items, numbers.Integral) or max_items < 1:
+            raise ValueError(f"max_items must be an integer >= 1, got {max_items!r}")
+        if dataset is not None and trajectories is not None:
+            raise ValueError("give dataset or trajectories, not both")
         if render_mode not in (None, "ansi"):
             # Vectorising helpers ask for a mode by default (SB3's make_vec_env: "rgb_array"); a
             # replayed log has no picture, so the env runs without rendering rather than refusing.

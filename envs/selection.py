@@ -23,6 +23,9 @@ def pick_index(
     otherwise the next item in order (``sequential``) or one drawn from ``rng``.
 
     Returns ``(index, counter)``, the counter advanced when the sequential order was used."""
+    unknown = set(options) - {key, "index"}
+    if unknown:  # a misspelt option would pick an episode the caller did not ask for
+        raise ValueError(f"unknown reset options {sorted(unknown)}; known: {key!r}, 'index'")
     n = len(ids)
     if key in options:
         try:

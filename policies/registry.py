@@ -161,6 +161,10 @@ def _parse(spec: str) -> tuple[str, dict[str, list[str]]]:
         key, eq, val = part.partition("=")
         if not eq:
             raise PolicySpecError(f"policy {spec!r}: parameter {part!r} is not key=value")
+        if key.strip() in params:  # the later would win unseen: a sweep is written a|b
+            raise PolicySpecError(
+                f"policy {spec!r}: {key.strip()} is given twice (a sweep is {key.strip()}=a|b)"
+            )
         params[key.strip()] = val.split("|")
     return name.strip(), params
 
@@ -239,6 +243,10 @@ def make_policy(spec: str | Policy) -> Policy:
             f"a policy is a spec string or an object with an act(obs, info) method; got {type(spec).__name__}"
         )
     spec = str(spec)
+    if not spec.strip():
+        raise PolicySpecError(
+            "an empty policy spec: give a rule (last_n:n=5), oracle, a checkpoint folder, ..."
+        )
     if Path(spec).is_dir():
         spec = f"learned:path={spec}"
     name, params = _parse(spec)

@@ -948,3 +948,10 @@ def test_an_answer_of_the_other_api_is_refused_not_recorded_as_an_empty_turn():
     with pytest.raises(ValueError, match="not a chat-completions answer"):
         orch.record_openai_response({"id": "x"})
     assert not [m for m in orch.openai_messages() if m.get("role") == "assistant"]
+
+
+def test_a_log_saved_to_a_folder_says_so(tmp_path):
+    orch = Orchestrator(make_policy("none"))
+    with pytest.raises(IsADirectoryError, match="is a folder; give the log file's path"):
+        orch.save_log(tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half written beside it

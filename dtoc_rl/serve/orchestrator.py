@@ -787,6 +787,10 @@ class Orchestrator:
         """Write the session as generic OpenAI chat JSONL (one line), the format
         ``dtoc-rl ingest`` reads; ``append`` adds a line to an existing file."""
         path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(
+                f"save_log: {path} is a folder; give the log file's path (e.g. {path}/run.jsonl)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(self.log_row(success), ensure_ascii=False, default=str) + "\n"
         if append:

@@ -320,3 +320,20 @@ def test_deepcopy_mid_episode_continues_identically():
         assert all(np.array_equal(o1[k], o2[k]) for k in o1)
         if t1:
             break
+
+
+def test_constructor_and_reset_misuse_is_named():
+    from dtoc_rl.data.dataset import load_trajectories
+    from dtoc_rl.data.paths import bundled_dataset
+
+    for bad in ("32", True, 0):
+        with pytest.raises(ValueError, match="max_items must be an integer >= 1"):
+            ReplayEnv(max_items=bad)
+    trajs = load_trajectories(bundled_dataset())[:2]
+    with pytest.raises(ValueError, match="give dataset or trajectories, not both"):
+        ReplayEnv(dataset=bundled_dataset(), trajectories=trajs)
+    env = ReplayEnv(trajectories=trajs)
+    with pytest.raises(ValueError, match=r"unknown reset options \['traj'\]; known: 'traj_id', 'index'"):
+        env.reset(options={"traj": trajs[1].traj_id})
+    _, info = env.reset(options={"traj_id": trajs[1].traj_id})
+    assert info["traj_id"] == trajs[1].traj_id

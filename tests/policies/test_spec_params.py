@@ -18,6 +18,7 @@ from dtoc_rl.policies.registry import PolicySpecError, make_policy
         ("oracle:foo=1", ["unknown parameter 'foo'", "exact_max_outputs, restores"]),
         ("oracle:exact_max_outputs=x", ["exact_max_outputs must be an integer"]),
         ("oracle:restores=2", ["restores must be true or false (1 or 0), got 2"]),
+        ("last_n:n=5,n=6", ["n is given twice (a sweep is n=a|b)"]),
     ],
 )
 def test_bad_parameter_is_named_in_one_line(spec, words):
@@ -51,3 +52,8 @@ def test_a_folder_that_holds_a_checkpoint_says_where_it_is(tmp_path):
     LearnedPolicyConfig(n_layers=1, d_model=16, n_heads=2).create().save(tmp_path / "demo" / "policy")
     with pytest.raises(CheckpointError, match=r"it holds one: .*demo/policy$"):
         make_policy(str(tmp_path / "demo"))
+
+
+def test_an_empty_spec_is_named_not_read_as_the_current_folder():
+    with pytest.raises(PolicySpecError, match="an empty policy spec"):
+        make_policy(" ")
