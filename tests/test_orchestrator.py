@@ -955,3 +955,13 @@ def test_a_log_saved_to_a_folder_says_so(tmp_path):
     with pytest.raises(IsADirectoryError, match="is a folder; give the log file's path"):
         orch.save_log(tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half written beside it
+
+
+def test_tools_that_are_not_tool_definitions_are_named_before_the_provider_would():
+    orch = Orchestrator(make_policy("none"))
+    with pytest.raises(ValueError, match="tools must be a list of tool definitions, got str"):
+        orch.openai_request(tools="bash")
+    with pytest.raises(ValueError, match=r"tools\[1\] is not a tool definition"):
+        orch.anthropic_request(tools=[{"name": "bash", "input_schema": {}}, {"x": 1}])
+    fn = {"type": "function", "function": {"name": "bash", "parameters": {}}}
+    assert orch.openai_request(tools=[fn])["tools"] == [fn]

@@ -211,6 +211,24 @@ def _as_dict(obj: Any, what: str) -> dict[str, Any]:
     raise TypeError(f"{what} must be a dict or an SDK object, got {type(obj).__name__}")
 
 
+def _tool_list(tools: Any) -> list[Mapping[str, Any]]:
+    """``tools`` checked: a list of tool definitions, each a mapping with a ``name``, a ``function`` or
+    a ``type`` (a provider's own tools); a ValueError names the one that is not, before a provider's
+    400 would."""
+    if tools is None:
+        return []
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    for i, t in enumerate(tools):
+        if not (isinstance(t, Mapping) and {"name", "function", "type"} & set(t)):
+            raise ValueError(
+                f"tools[{i}] is not a tool definition: expected "
+                "{'type': 'function', 'function': {'name': ..., 'parameters': ...}} (OpenAI) or "
+                "{'name': ..., 'input_schema': ...} (Anthropic)"
+            )
+    return list(tools)
+
+
 def _to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for t in tools:
@@ -420,7 +438,7 @@ class Orchestrator:
     # ------------------------------------------------------------------------------ requests
     def openai_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """``tools`` (OpenAI format) plus ``manage_context`` in agent and hybrid modes."""
-        out = [dict(t) for t in tools or ()]
+        out = [dict(t) for t in _tool_list(tools)]
         if self.mode != "policy":
             out.append(openai_tool())
         return out
@@ -428,7 +446,7 @@ class Orchestrator:
     def anthropic_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """``tools`` (Anthropic or OpenAI format) as Anthropic tools, plus ``manage_context``
         in agent and hybrid modes."""
-        out = _to_anthropic_tools(tools or ())
+        out = _to_anthropic_tools(_tool_list(tools))
         if self.mode != "policy":
             out.append(anthropic_tool())
         return out
