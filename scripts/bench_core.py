@@ -19,7 +19,11 @@ import time
 from pathlib import Path
 
 from dtoc_rl import DTOCContext, MemoryStore, SQLiteStore
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.provenance import environment
+
+#: SQLite's PRAGMA synchronous modes, as SQLiteStore takes them.
+SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 def _fill(ctx: DTOCContext, n: int, rng: random.Random) -> None:
@@ -61,13 +65,21 @@ def bench(backend: str, n: int, steps: int, synchronous: str) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000], help="stored outputs")
-    ap.add_argument("--steps", type=int, default=200, help="timed steps per size (median reported)")
-    ap.add_argument("--sqlite-sync", nargs="+", default=["FULL", "NORMAL"], help="SQLite synchronous modes")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench_core", description=__doc__.split("\n\n")[0])
+    # a size is what the µs/output column divides by, so 0 is no size
+    ap.add_argument("--sizes", type=at_least(1), nargs="+", default=[100, 1000, 10000], help="stored outputs")
+    ap.add_argument("--steps", type=at_least(1), default=200, help="timed steps per size (median reported)")
+    ap.add_argument(
+        "--sqlite-sync",
+        nargs="+",
+        type=str.upper,
+        choices=SYNC_MODES,
+        default=["FULL", "NORMAL"],
+        help="SQLite synchronous modes (default FULL NORMAL)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     for n in args.sizes:
         rows.append(bench("memory", n, args.steps, "FULL"))
@@ -76,7 +88,7 @@ def main() -> None:
     meta = environment()
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=2))
-        return
+        return 0
     print(
         f"{'backend':<14}{'outputs':>9}{'store µs':>11}{'manage µs':>11}"
         f"{'assemble µs':>13}{'step µs':>11}{'µs/output':>11}"
@@ -86,7 +98,8 @@ def main() -> None:
             f"{r['backend']:<14}{r['outputs']:>9,}{r['store_us']:>11.1f}{r['manage_us']:>11.1f}"
             f"{r['assemble_us']:>13.1f}{r['step_us']:>11.1f}{r['step_us'] / r['outputs']:>11.3f}"
         )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

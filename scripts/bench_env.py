@@ -37,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 import dtoc_rl.envs  # noqa: F401  (registers dtoc_rl/Replay-v0)
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.provenance import environment
@@ -236,12 +237,20 @@ def scaling(lengths: list[int], max_items: int, repeats: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=5_000, help="timed steps per throughput round")
-    ap.add_argument("--repeats", type=int, default=15, help="rounds (median reported)")
-    ap.add_argument("--episodes", type=int, default=10_000, help="episodes for the memory check")
-    ap.add_argument("--lengths", type=int, nargs="+", default=[100, 500, 2000, 8000], help="crafted lengths")
-    ap.add_argument("--max-items", type=int, default=128, help="env slots (the registered default: 128)")
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench_env", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=at_least(1), default=5_000, help="timed steps per throughput round")
+    ap.add_argument("--repeats", type=at_least(1), default=15, help="rounds (median reported)")
+    ap.add_argument("--episodes", type=at_least(1), default=10_000, help="episodes for the memory check")
+    ap.add_argument(
+        "--lengths",
+        type=at_least(2),
+        nargs="+",
+        default=[100, 500, 2000, 8000],
+        help="crafted trajectory lengths in steps (at least 2: ReplayEnv replays no single-call run)",
+    )
+    ap.add_argument(
+        "--max-items", type=at_least(1), default=128, help="env slots (the registered default: 128)"
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
 

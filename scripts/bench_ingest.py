@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.ingest.driver import ingest_paths
 from dtoc_rl.labels import label_trajectory
 from dtoc_rl.provenance import environment
@@ -90,10 +91,10 @@ def bench_labelling(paths: list[str], repeats: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench_ingest", description=__doc__.split("\n\n")[0])
     ap.add_argument("--paths", nargs="+", help="log files or folders (default: ../shared/traces)")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to measure")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
+    ap.add_argument("--workers", type=at_least(1), nargs="+", default=[1, 2], help="worker counts to measure")
+    ap.add_argument("--repeats", type=at_least(1), default=3, help="runs per configuration (median reported)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     paths = args.paths or [str(default_traces())]

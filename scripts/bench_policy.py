@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.provenance import environment
 from dtoc_rl.serve.orchestrator import Orchestrator
 
@@ -564,16 +565,6 @@ def busy_rows(args: argparse.Namespace, orch: Orchestrator, policy: Any) -> dict
     return rows
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {n}")
-    return n
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m scripts.bench_policy",
@@ -581,27 +572,27 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--outputs", type=_positive, default=300, help="stored outputs (default 300)")
-    p.add_argument("--max-items", type=_positive, default=128, help="policy slots (default 128)")
+    p.add_argument("--outputs", type=at_least(1), default=300, help="stored outputs (default 300)")
+    p.add_argument("--max-items", type=at_least(1), default=128, help="policy slots (default 128)")
     p.add_argument(
-        "--repeat", type=_positive, default=500, help="timed decisions/requests per row (default 500)"
+        "--repeat", type=at_least(1), default=500, help="timed decisions/requests per row (default 500)"
     )
-    p.add_argument("--turns", type=_positive, default=50, help="timed full turns (default 50)")
+    p.add_argument("--turns", type=at_least(1), default=50, help="timed full turns (default 50)")
     p.add_argument(
-        "--threads", type=_positive, default=1, help="torch threads, here and in the service (default 1)"
+        "--threads", type=at_least(1), default=1, help="torch threads, here and in the service (default 1)"
     )
     p.add_argument(
         "--busy",
-        type=int,
+        type=at_least(0),
         default=0,
         help="also time the decision while this many other processes spin on the CPU (0: not), on the "
         "policy's threads and on torch's default of one per core",
     )
     p.add_argument("--checkpoint", help="a learned-policy checkpoint (default: a fresh default network)")
     net = p.add_argument_group("network of the fresh policy (without --checkpoint; default: the config's)")
-    net.add_argument("--d-model", type=_positive, help="width")
+    net.add_argument("--d-model", type=at_least(1), help="width")
     net.add_argument("--n-layers", type=int, help="encoder layers (0: none)")
-    net.add_argument("--n-heads", type=_positive, help="attention heads")
+    net.add_argument("--n-heads", type=at_least(1), help="attention heads")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -610,20 +601,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     load = p.add_argument_group("load test (--load)")
     load.add_argument("--load", action="store_true", help="time the service under concurrent clients instead")
-    load.add_argument("--clients", type=_positive, default=8, help="client processes at once (default 8)")
+    load.add_argument("--clients", type=at_least(1), default=8, help="client processes at once (default 8)")
     load.add_argument(
-        "--load-requests", type=_positive, default=1000, help="requests per client (default 1000)"
+        "--load-requests", type=at_least(1), default=1000, help="requests per client (default 1000)"
     )
     load.add_argument(
         "--load-seconds",
-        type=_positive,
+        type=at_least(1),
         default=900,
         help="stop the clients after this many seconds (counted as errors; default 900)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
-    if args.busy < 0:
-        p.error(f"--busy must be >= 0, got {args.busy}")
     from dtoc_rl.policies.learned import CheckpointError
 
     try:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.provenance import environment
 from dtoc_rl.serve.proxy import GC_THRESHOLDS, ContextProxy, make_proxy_server
 
@@ -194,12 +195,14 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    ap.add_argument("--calls", type=int, default=200, help="model calls in the conversation (200)")
+    ap = argparse.ArgumentParser(
+        prog="python -m scripts.bench_proxy", description=__doc__.split("\n\n", 1)[0]
+    )
+    ap.add_argument("--calls", type=at_least(1), default=200, help="model calls in the conversation (200)")
     ap.add_argument(
         "--checkpoint", help="a learned-policy checkpoint (default: an untrained default network)"
     )
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1, as dtoc-rl proxy uses)")
+    ap.add_argument("--threads", type=at_least(1), default=1, help="torch threads (1, as dtoc-rl proxy uses)")
     ap.add_argument(
         "--api",
         choices=sorted(_APIS),
@@ -213,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
+    if args.checkpoint:  # a wrong path is told before the servers start, not as a traceback inside them
+        from dtoc_rl.policies.learned import CheckpointError, LearnedPolicy
+
+        try:
+            LearnedPolicy.load(args.checkpoint)
+        except (CheckpointError, ValueError, OSError) as e:
+            ap.error(f"--checkpoint: {' '.join(str(e).split())}")
     res = run(args.calls, args.checkpoint, args.threads, args.api, args.python_gc)
     if args.json:
         print(json.dumps(res, indent=2))

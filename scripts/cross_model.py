@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dtoc_rl.cli.common import at_least, emit_json
+
+PROG = "python -m scripts.cross_model"
 
 
 @dataclass
@@ -42,8 +47,36 @@ class Args:
     """print the result as JSON"""
 
 
-def parse() -> Args:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _fraction(text: str) -> float:
+    """An argparse ``type`` for --val-fraction: both the training and the held-out tasks need some."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < x < 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return x
+
+
+def _probability(text: str) -> float:
+    """An argparse ``type`` for --threshold, a probability: LearnedPolicyConfig's range, checked before
+    any training rather than when the first policy is made."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= x <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return x
+
+
+def parse(argv: list[str] | None = None) -> Args:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     for name, f in Args.__dataclass_fields__.items():
         doc = {
             "dataset": "dataset folder from `dtoc-rl ingest` (required)",
@@ -61,15 +94,22 @@ def parse() -> Args:
             ap.add_argument(flag, action="store_true", help=doc)
         elif name == "families":
             ap.add_argument(flag, nargs="+", default=[], help=doc)
+        elif name in ("min_trajectories", "epochs"):
+            ap.add_argument(flag, type=at_least(1), default=f.default, help=doc)
+        elif name == "val_fraction":
+            ap.add_argument(flag, type=_fraction, default=f.default, help=doc)
+        elif name == "threshold":
+            ap.add_argument(flag, type=_probability, default=f.default, help=doc)
         else:
             ap.add_argument(
                 flag, type=type(f.default), default=f.default, help=doc, required=name == "dataset"
             )
-    return Args(**vars(ap.parse_args()))
+    return Args(**vars(ap.parse_args(argv)))
 
 
-def main() -> None:
-    args = parse()
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.envs.data import load_episodes
     from dtoc_rl.plots import plot_cross_model
     from dtoc_rl.policies.evaluate import aggregate, evaluate
@@ -77,11 +117,19 @@ def main() -> None:
     from dtoc_rl.policies.learned_trainer import split_by_task
 
     t0 = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    eps = load_episodes(args.dataset)
+    try:
+        eps = load_episodes(args.dataset)
+    except (DatasetError, ValueError, OSError) as e:
+        return _error(" ".join(str(e).split()))
     counts = Counter(e.model_family for e in eps)
     families = args.families or sorted(f for f, n in counts.items() if n >= args.min_trajectories)
+    unknown = sorted(set(families) - set(counts))
+    if unknown:
+        return _error(
+            f"--families: {', '.join(unknown)} not in {args.dataset} (present: {', '.join(sorted(counts))})"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     # One split for everyone, so "held-out" means the same tasks whichever policy is evaluated.
     _, val = split_by_task(eps, args.val_fraction, args.seed)
     val_tasks = {(e.source, e.task_id) for e in val}
@@ -97,7 +145,7 @@ def main() -> None:
             threshold=args.threshold,
         )
         pol = cfg.create()
-        print(f"== train on {fam}", flush=True)
+        print(f"== train on {fam}", file=sys.stderr, flush=True)  # progress: stdout is the result's
         # Training sees no held-out task; fit() splits the rest again for early stopping.
         train_eps = [
             e
@@ -146,8 +194,8 @@ def main() -> None:
     plot_cross_model({k: {c: v / 100 for c, v in r.items()} for k, r in matrix_miss.items()},
                      out / "cross_model_misses.png", "misses per 100 steps (/100)")  # fmt: skip
     if args.json:
-        print(json.dumps(result, default=str))
-        return
+        emit_json(result)  # strict JSON: an undefined figure (NaN) is null
+        return 0
     cols = [f for f in families if val_by_family.get(f)]
     print("\ndollar savings on held-out tasks (rows: trained on; columns: evaluated on)")
     print(f"{'':18s}" + "".join(f"{c[:14]:>16s}" for c in cols))
@@ -158,7 +206,8 @@ def main() -> None:
     for src in matrix_miss:
         print(f"{src[:18]:18s}" + "".join(f"{matrix_miss[src].get(c, float('nan')):16.2f}" for c in cols))
     print(f"\nwrote {out}/cross_model.json and the two heatmaps in {result['seconds']} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

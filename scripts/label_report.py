@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest import IngestError, detect_format
 from dtoc_rl.labels import label_stats, label_trajectory
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.label_report", description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", type=Path, help="log files or folders (e.g. ../shared/traces)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("--limit", type=int, default=None, help="at most N trajectories per source")
+    p.add_argument("--limit", type=at_least(1), default=None, help="at most N trajectories per source")
     args = p.parse_args(argv)
     missing = [str(x) for x in args.paths if not x.exists()]
     if missing:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.cli import main as dtoc_main
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.core.store import SessionConflictError, StoreFileError
 from dtoc_rl.envs.agents import AgentError, ScriptedAgent, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import TaskChecker, load_tasks
@@ -132,6 +133,7 @@ def finish(orch: Orchestrator, args: argparse.Namespace, out: Path, **info: Any)
         code = dtoc_main(ingest)
     traj = orch.trajectory()
     tot = orch.totals
+    remote = orch.policy if isinstance(orch.policy, RemotePolicy) else None
     return {
         **info,
         "mode": orch.mode,
@@ -144,6 +146,12 @@ def finish(orch: Orchestrator, args: argparse.Namespace, out: Path, **info: Any)
         "misses": tot.misses,
         "changes": tot.changes,
         "needs": sum(len(s.needs) for s in traj.steps),
+        "decisions": tot.decisions,
+        # a failed /decide request is answered by RemotePolicy's on_error rule, not by the service:
+        # those decisions are not the served policy's
+        "service": remote.url if remote else None,
+        "fallback_decisions": remote.errors if remote else 0,
+        "fallback": remote.on_error if remote else None,
         "mean_decision_ms": tot.decision_ms / max(1, tot.decisions),
         "log": str(log),
         "dataset": str(dataset),
@@ -313,8 +321,31 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['misses']} misses · {r['changes']} visibility changes · {r['needs']} needs · "
         f"{r['mean_decision_ms']:.2f} ms/decision"
     )
+    if r["service"]:
+        served = r["decisions"] - r["fallback_decisions"]
+        print(
+            f"decisions: {served} of {r['decisions']} from the service at {r['service']}, "
+            f"{r['fallback_decisions']} from the fallback (on_error={r['fallback']})"
+        )
     status = "ok" if r["ingest_exit_code"] == 0 else f"FAILED ({r['ingest_exit_code']})"
     print(f"log {r['log']} → dtoc-rl ingest → {r['dataset']}: {status}")
+
+
+def never_served(r: dict[str, Any]) -> bool:
+    """Every decision came from RemotePolicy's fallback: the service was never reached (or refused every
+    request, e.g. a wrong token), so the run shows the fallback rule, not the served policy."""
+    return bool(r["service"]) and r["decisions"] > 0 and r["fallback_decisions"] >= r["decisions"]
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type`` for a time limit: a positive, finite number of seconds."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < x < float("inf"):  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return x
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -344,14 +375,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mode", choices=MODES, default="policy", help="who manages the context (default policy)")
     p.add_argument(
-        "--max-steps", type=int, default=20, help="model calls at most (default 20; replay: 0 = all)"
+        "--max-steps",
+        type=at_least(0),
+        default=20,
+        help="model calls at most (default 20; 0: 20 for an agent, all for a replay)",
     )
     p.add_argument(
-        "--max-items", type=int, default=None, help="policy slots (default: the checkpoint's, else 128)"
+        "--max-items",
+        type=at_least(1),
+        default=None,
+        help="policy slots (default: the checkpoint's, else 128)",
     )
-    p.add_argument("--budget", type=int, default=0, help="token budget passed to the policy (default none)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="local model: tokens per reply")
-    p.add_argument("--tool-timeout", type=float, default=30.0, help="seconds per tool call")
+    p.add_argument(
+        "--budget", type=at_least(0), default=0, help="token budget passed to the policy (default none)"
+    )
+    p.add_argument("--max-new-tokens", type=at_least(1), default=256, help="local model: tokens per reply")
+    p.add_argument("--tool-timeout", type=_seconds, default=30.0, help="seconds per tool call")
     p.add_argument("--session-db", help="keep the session in this SQLite file (survives a restart)")
     p.add_argument("--session-id", help="session id in --session-db (reopened if it exists)")
     p.add_argument("--out", default="live_example_out", help="folder for live.jsonl and dataset/")
@@ -367,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(r, indent=2, default=str))
     else:
         _print(r)
+    if never_served(r):
+        print(
+            f"{PROG}: error: all {r['decisions']} decisions came from the fallback "
+            f"(on_error={r['fallback']}): the service at {r['service']} never answered",
+            file=sys.stderr,
+        )
+        return 1
     return 0 if r["ingest_exit_code"] == 0 else 1
 
 

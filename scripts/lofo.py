@@ -30,6 +30,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from dtoc_rl.cli.common import at_least
+
 
 @dataclass
 class Args:
@@ -103,9 +105,20 @@ def parse(argv: list[str] | None = None) -> Args:
             ap.add_argument(flag, nargs="+", type=int, default=f.default_factory(), help=docs[f.name])
         elif f.name == "thresholds":
             ap.add_argument(flag, nargs="*", type=float, default=f.default_factory(), help=docs[f.name])
+        elif f.name in _LOWEST:
+            ap.add_argument(flag, type=at_least(_LOWEST[f.name]), default=f.default, help=docs[f.name])
         else:
             ap.add_argument(flag, type=type(f.default), default=f.default, help=docs[f.name])
-    return Args(**vars(ap.parse_args(argv)))
+    args = ap.parse_args(argv)
+    if not args.miss_budget >= 0:  # NaN too
+        ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")
+    return Args(**vars(args))
+
+
+#: The smallest value of each integer option: below it the option means nothing (a CI of no resamples,
+#: a negative cap).  -1 for --dagger-rounds is "the training default".
+_LOWEST = {"min_trajectories": 1, "epochs": 0, "dagger_rounds": -1, "max_train": 0, "max_eval": 0,
+           "bootstrap": 1}  # fmt: skip
 
 
 def _field_docs() -> dict[str, str]:
@@ -157,6 +170,7 @@ def leave_one_out(args: Args, log=print) -> dict:
     if args.families and by == "source":
         raise ValueError("--families needs --by family")
     overrides = train_settings(args.train)  # a typo is told before the data loads
+    rules = check_policies(args.rules, args.thresholds)  # and a bad spec before any fold trains
     caps = {"epochs": args.epochs} if args.epochs else {}
     if args.dagger_rounds >= 0:
         caps["dagger_rounds"] = args.dagger_rounds
@@ -206,7 +220,7 @@ def leave_one_out(args: Args, log=print) -> dict:
         fold["eval_trajectories"] = [e.traj_id for e in test_eps]
         learned = [f"learned:path={ckpt}"] + [f"learned:path={ckpt},threshold={t}" for t in args.thresholds]
         t0 = time.perf_counter()
-        runs = evaluate(test_eps, [*learned, *args.rules], progress=False)
+        runs = evaluate(test_eps, [*learned, *rules], progress=False)
         if args.adapt:
             runs += adapted_runs(ckpt, test_eps, args.seed)
         fold["eval_seconds"] = round(time.perf_counter() - t0, 3)
@@ -277,6 +291,23 @@ def over_seeds(folds: list[dict]) -> list[dict]:
             "max": max(vals, default=None),
         })  # fmt: skip
     return out
+
+
+def check_policies(rules: list[str], thresholds: list[float]) -> list[str]:
+    """The rule specs, sweeps (``key=a|b``) expanded, each built once: a PolicySpecError (a ValueError)
+    names a bad one, and a threshold out of range is a ValueError, before any fold trains."""
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+    from dtoc_rl.policies.registry import expand_specs, make_policy
+
+    specs = expand_specs(rules)
+    for spec in specs:
+        make_policy(spec)
+    for t in thresholds:
+        try:
+            LearnedPolicyConfig(threshold=t)
+        except ValueError as e:
+            raise ValueError(f"--thresholds: {e}") from None
+    return specs
 
 
 #: Settings a fold's training takes from this script, not from --train.
@@ -405,10 +436,19 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dtoc_rl.data.dataset import DatasetError
+
     args = parse(argv)
     try:
         result = leave_one_out(args, log=(lambda *a, **k: None) if args.json else print)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DatasetError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a rule naming a damaged checkpoint folder
+        from dtoc_rl.policies.learned import CheckpointError
+
+        if not isinstance(e, CheckpointError):
+            raise
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:

@@ -14,7 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+
+from dtoc_rl.cli.common import at_least
+
+#: Minari's id form with the version it needs to write a dataset (its own regex leaves it optional).
+_DATASET_ID = re.compile(r"(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+")
+
+
+def dataset_id(text: str) -> str:
+    """An argparse ``type``: a Minari dataset id, ``namespace/name-vN`` (the namespace may be left out)."""
+    if not _DATASET_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"expected namespace/name-vN (e.g. dtoc_rl/replay-v0; the namespace may be left out), "
+            f"got {text!r}"
+        )
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--dataset-id", required=True, help="Minari id, namespace/name-vN (e.g. dtoc_rl/replay-v0)"
+        "--dataset-id",
+        type=dataset_id,
+        required=True,
+        help="Minari id, namespace/name-vN (e.g. dtoc_rl/replay-v0)",
     )
     p.add_argument(
         "--policy", default="none", help="policy spec whose decisions are recorded (default: none)"
@@ -38,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="record dtoc_rl/ReplayFlat-v0's spaces (one visible bit per slot) instead of ReplayEnv's",
     )
-    p.add_argument("--episodes", type=int, help="replay only the first N trajectories")
-    p.add_argument("--max-items", type=int, help="env slots (default: the env's)")
+    p.add_argument("--episodes", type=at_least(1), help="replay only the first N trajectories")
+    p.add_argument("--max-items", type=at_least(1), help="env slots (default: the env's)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
@@ -49,9 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.policies.export import export_minari
 
-    if args.episodes is not None and args.episodes < 1:
-        print(f"error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
-        return 2
     kw = {} if args.max_items is None else {"max_items": args.max_items}
     try:
         out = export_minari(

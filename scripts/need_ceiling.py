@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dtoc_rl.cli.common import at_least
 from dtoc_rl.data.dataset import DatasetError, iter_trajectories
 from dtoc_rl.labels.words import common_words
 from dtoc_rl.optional import require
@@ -60,6 +61,9 @@ from dtoc_rl.policies.learned import HORIZON_CAP  # the steps expected to remain
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.simulator import CostConfig
+
+#: Training tasks a word must appear in to be a content column, on a dataset of 100 training tasks or more.
+MIN_TASKS = 20
 
 AGES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 THRESHOLDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
@@ -193,7 +197,9 @@ def rows(outs: list[Output]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(x, np.float32), np.asarray(y), np.asarray(meta, np.int64)
 
 
-def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 20) -> np.ndarray | None:
+def content(
+    kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = MIN_TASKS
+) -> np.ndarray | None:
     """Per output, up to 32 content columns fitted on the training outputs only (None for ``none``)."""
     if kind == "none":
         return None
@@ -207,8 +213,10 @@ def content(kind: str, outs: list[Output], train: np.ndarray, min_tasks: int = 2
         )  # the policy's vocabulary
         vocab = {int(w): i for i, w in enumerate(common)}
         if len(vocab) < 2:
+            n_train = len({(o.source, o.task) for o, tr in zip(outs, train) if tr})
             raise SystemExit(
-                f"--text words: {len(vocab)} words in >= {min_tasks} training tasks (--min-tasks)"
+                f"--text words: {len(vocab)} words in >= {min_tasks} training tasks (of {n_train}): "
+                f"lower the bar with --min-tasks N (N < {min_tasks})"
             )
         r = [i for i, o in enumerate(outs) for w in o.words if w in vocab]
         c = [vocab[w] for o in outs for w in o.words if w in vocab]
@@ -305,6 +313,13 @@ def curve(
     return [at[t] for t in THRESHOLDS], max(ok, key=lambda r: r["hidden_share"]) if ok else None
 
 
+def default_min_tasks(train_tasks: int) -> int:
+    """``--min-tasks`` when not given: MIN_TASKS, scaled down on a small dataset (the bundled sample has
+    22 training tasks, where no word is in 20) to a fifth of its training tasks, but never below 2 (a word
+    of one task is that task's, not a signal)."""
+    return max(2, min(MIN_TASKS, train_tasks // 5))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.need_ceiling", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", required=True, help="an ingested dataset folder (dtoc-rl ingest)")
@@ -339,9 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="task split")
     ap.add_argument(
         "--min-tasks",
-        type=int,
-        default=20,
-        help="training tasks a word must appear in (as the policy's vocabulary)",
+        type=at_least(1),
+        default=None,
+        help=f"training tasks a word must appear in (as the policy's vocabulary; default {MIN_TASKS}, or a "
+        f"fifth of the training tasks when there are fewer than {5 * MIN_TASKS}, at least 2)",
     )
     ap.add_argument(
         "--threads",
@@ -375,9 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         test = set(tasks[: len(tasks) * 3 // 10])
     is_test = np.array([o.task in test for o in outs])
+    if args.min_tasks is None:
+        args.min_tasks = default_min_tasks(len({(o.source, o.task) for o in outs if o.task not in test}))
     x, y, meta = rows(outs)
     test_rows = is_test[meta[:, 0]]
-    result = {"outputs": len(outs), "rows": len(y), "test_outputs": int(is_test.sum()), "by_text": {}}
+    result = {
+        "outputs": len(outs),
+        "rows": len(y),
+        "test_outputs": int(is_test.sum()),
+        "min_tasks": args.min_tasks,
+        "by_text": {},
+    }
     limits = require("threadpoolctl", "scripts.need_ceiling", "analysis").threadpool_limits
     with limits(max(1, args.threads)):
         steps = step_words(args.dataset) if args.relation else {}

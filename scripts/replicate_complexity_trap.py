@@ -17,26 +17,50 @@ trajectories of the dataset under four cost models, to see which assumptions rep
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from dataclasses import replace
 
 SOURCES = ["swe-agent-0.x", "swe-agent-1.x"]
+PROG = "python -m scripts.replicate_complexity_trap"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", required=True, help="dataset folder from `dtoc-rl ingest ../shared/traces`")
     ap.add_argument("--policy", default="last_n:n=10", help="masking rule to replicate (default last_n:n=10)")
     ap.add_argument("--json", action="store_true", help="print JSON")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
+    from dtoc_rl.cli.common import emit_json
+    from dtoc_rl.data.dataset import DatasetError
     from dtoc_rl.data.models import model_version
     from dtoc_rl.envs.data import load_episodes
     from dtoc_rl.policies.evaluate import aggregate, evaluate
+    from dtoc_rl.policies.registry import PolicySpecError, make_policy
     from dtoc_rl.sim.pricing import prices_for
     from dtoc_rl.sim.simulator import CostConfig
 
-    eps = load_episodes(args.dataset, source=SOURCES)
+    try:
+        make_policy(args.policy)
+    except PolicySpecError as e:
+        return _error(f"--policy: {e}")
+    try:
+        eps = load_episodes(args.dataset)
+    except (DatasetError, ValueError, OSError) as e:
+        return _error(e)
+    present = sorted({e.source for e in eps})
+    eps = [e for e in eps if e.source in SOURCES]
+    if not eps:  # the paper's runs are SWE-agent's: another harness is not a replication
+        return _error(
+            f"{args.dataset} has no trajectory of {' or '.join(SOURCES)} "
+            f"(its sources: {', '.join(present)}); the replication needs SWE-agent logs, e.g. a dataset "
+            "of `dtoc-rl ingest ../shared/traces`"
+        )
     # one group per price: a family's versions can be priced apart (gpt-4o-2024-05-13 has no caching)
     groups: dict[tuple[str, object], list] = {}
     for e in eps:
@@ -74,8 +98,8 @@ def main() -> None:
                 }
             )
     if args.json:
-        print(json.dumps(out, indent=2))
-        return
+        emit_json(out)  # strict JSON: a cost change over $0 is NaN, written as null
+        return 0
     print(f"{args.policy} on {', '.join(SOURCES)} ({len(eps)} trajectories)")
     print(f"{'model':26s} {'n':>4s} {'cost model':22s} {'$ none':>8s} {'$ masked':>9s} "
           f"{'change (95% CI)':>24s} {'misses/100':>10s} {'tokens':>8s}")  # fmt: skip
@@ -84,7 +108,8 @@ def main() -> None:
         print(f"{r['model']:26s} {r['trajectories']:4d} {r['cost_model']:22s} "
               f"{r['dollars_per_instance_none']:8.3f} {r['dollars_per_instance_masked']:9.3f} {ci:>24s} "
               f"{r['misses_per_100']:10.2f} {-100 * r['token_savings']:+7.0f}%")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

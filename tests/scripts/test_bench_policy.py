@@ -60,8 +60,9 @@ def test_busy_rows_time_the_decision_beside_spinning_processes(capsys):
 @pytest.mark.parametrize(
     "argv,msg",
     [
-        (["--busy", "-1"], "--busy must be >= 0, got -1"),
-        (["--repeat", "0"], "--repeat: must be a positive integer, got 0"),
+        (["--busy", "-1"], "--busy: must be at least 0, got -1"),
+        (["--repeat", "0"], "--repeat: must be at least 1, got 0"),
+        (["--outputs", "x"], "--outputs: not an integer: 'x'"),
         (["--n-heads", "3"], "must be divisible by n_heads"),
         (["--checkpoint", "/nonexistent"], "is not a checkpoint"),
     ],
