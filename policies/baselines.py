@@ -45,6 +45,12 @@ _G = {name: i for i, name in enumerate(GLOBAL_FEATURES)}
 
 def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str, np.ndarray]:
     """Changes that take the slots from their current visibility to ``want_visible``."""
+    if "items" not in obs:
+        raise ValueError(
+            f"a policy reads ReplayEnv's observation (items, item_mask, ...), got one with "
+            f"{sorted(obs)[:6]}: the stock-RL wrapper's (dtoc_rl/ReplayFlat-v0) is for RL libraries; "
+            "decide on dtoc_rl/Replay-v0"
+        )
     mask = obs["item_mask"].astype(bool)
     vis = obs["items"][:, _F["visible"]] > 0.5
     want = want_visible.astype(bool) & mask

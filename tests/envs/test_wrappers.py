@@ -123,3 +123,11 @@ def test_sb3_ppo_trains_on_replay_env_with_make_vec_env():
     action, _ = model.predict(obs, deterministic=True)
     assert action.shape == (2, 32) and set(np.unique(action)) <= {0, 1}
     venv.close()
+
+
+def test_a_rule_given_the_stock_rl_observation_says_which_env_it_reads():
+    from dtoc_rl.policies.registry import make_policy
+
+    obs, info = gym.make("dtoc_rl/ReplayFlat-v0").reset(seed=0)
+    with pytest.raises(ValueError, match="decide on dtoc_rl/Replay-v0"):
+        make_policy("last_n:n=2").act(obs, info)
