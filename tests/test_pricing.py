@@ -101,6 +101,12 @@ def test_a_familys_undated_name_is_priced_as_the_family_without_a_warning(monkey
         prices_for("gpt-4o", "gpt-4o-2099-01-01")
 
 
+def test_no_model_named_yet_is_said_as_such_not_as_a_model_called_other(monkeypatch):
+    monkeypatch.setattr(pricing, "_warned", set())
+    with pytest.warns(UserWarning, match=r"^no model named \(give its name, or an answer names it\)"):
+        assert prices_for("other", None) == PRICES[pricing.DEFAULT_FAMILY]
+
+
 def test_warnings_about_unpriced_models_are_bounded(monkeypatch):
     """Model names come from clients of the service too: new names must not grow memory or the log."""
     monkeypatch.setattr(pricing, "_warned", set())

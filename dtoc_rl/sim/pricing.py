@@ -300,6 +300,9 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
             return PRICES[family], None
         msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
         return PRICES[family], (f"v:{model_raw}", msg)
+    if not model_raw and family in (None, "other"):  # nothing named it yet (a session before its answer)
+        msg = f"no model named (give its name, or an answer names it): priced as {DEFAULT_FAMILY} until then"
+        return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
     named = shown if model_raw else repr(family)
     msg = f"no price for model {named} (family {family!r}): priced as {DEFAULT_FAMILY}"
     return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
