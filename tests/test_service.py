@@ -338,6 +338,37 @@ def test_remote_policy_decides_like_the_local_one(server):
         srv.server_close()
 
 
+def test_a_remote_policy_dropped_or_closed_leaves_no_socket_open():
+    import gc
+    import warnings
+
+    from dtoc_rl.serve.orchestrator import Orchestrator
+    from dtoc_rl.serve.service import RemotePolicy
+
+    srv, _ = serve_in_thread(DecisionService(make_policy("last_n:n=1")), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for closing in (False, True):
+                remote = RemotePolicy(url, token=srv.token)
+                o = Orchestrator(remote, query="q", model="gpt-4o", label_every=0)
+                (c,) = o.record_assistant("", [{"name": "bash", "arguments": {"command": "ls"}}])
+                o.add_tool_result(c["id"], "x" * 400)
+                o.decide()
+                assert remote._conn is not None  # kept alive between decisions
+                if closing:
+                    with remote:
+                        pass
+                    assert remote._conn is None
+                del o, remote
+                gc.collect()
+        assert not [w for w in said if issubclass(w.category, ResourceWarning)]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_remote_policy_in_evaluate_like_a_local_one():
     # evaluate() calls reset() on every policy object: RemotePolicy must have it ("like a local one")
     from dtoc_rl.data.paths import bundled_dataset

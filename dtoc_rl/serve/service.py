@@ -881,6 +881,17 @@ class RemotePolicy:
         """Start of an episode: nothing to do (each ``/decide`` request carries the whole state), but
         ``evaluate()``, ReplayEnv loops and the Orchestrator call it on every policy."""
 
+    def __enter__(self) -> RemotePolicy:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a policy dropped without close() leaves no socket open
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+
     def act(self, obs: dict[str, np.ndarray], info: Any = None) -> dict[str, np.ndarray]:
         body, keys = self.request(obs, info)
         n = len(keys)
@@ -913,6 +924,7 @@ class RemotePolicy:
         return action
 
     def close(self) -> None:
+        """Close the kept-alive connection to the service (a later decision opens a new one)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
