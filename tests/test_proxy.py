@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -1136,3 +1137,32 @@ def test_an_upstream_that_refuses_a_body_before_reading_it_has_its_answer_passed
     srv.shutdown()
     listener.close()
     assert early == [True, True]
+
+
+def test_a_model_not_served_is_said_once_and_counted_and_managed_requests_are_logged(upstream):
+    warned, logged = [], []
+    proxy = ContextProxy(make_policy("last_n:n=5"), warn=warned.append, log=logged.append)
+    url, srv = _start(proxy, upstream)
+    for _ in range(2):
+        body = {"model": "my-company-llm", "messages": HEAD + _openai_turn(0)}
+        assert _post(url + "/v1/chat/completions", body)[0] == 200
+    assert warned == [
+        "requests of model 'my-company-llm' (family 'other') is not served: give --prices for it; "
+        "they are passed on unmanaged"
+    ]
+    assert _post(url + "/v1/chat/completions", {"model": MODEL, "messages": HEAD + _openai_turn(0)})[0] == 200
+    # a managed request with nothing to hide is logged too: it was managed, not passed on
+    assert re.fullmatch(r"\S+-c\d+-\w+: 1 outputs, 0 sent hidden, decided in [\d.]+ ms", logged[-1]), logged
+    c = _conn(url)
+    c.request("GET", "/dtoc-proxy/health")
+    assert json.loads(c.getresponse().read())["unmanaged"] == 2
+    srv.shutdown()
+
+
+def test_an_upstream_that_ends_in_its_api_version_is_said():
+    from dtoc_rl.serve.proxy import versioned_upstream
+
+    said = versioned_upstream("https://openrouter.ai/api/v1/")
+    assert said and "would get /api/v1/v1/...; the usual form is https://openrouter.ai/api" in said
+    assert versioned_upstream("https://api.openai.com") is None
+    assert versioned_upstream("https://openrouter.ai/api") is None

@@ -38,7 +38,7 @@ import gc
 import json
 import sys
 
-from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped
+from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,7 +107,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.cli.serve import _load, decide_on_threads, trained_families
-    from dtoc_rl.serve.proxy import GC_THRESHOLDS, ContextProxy, check_upstream, make_proxy_server
+    from dtoc_rl.serve.proxy import (
+        GC_THRESHOLDS,
+        ContextProxy,
+        check_upstream,
+        make_proxy_server,
+        versioned_upstream,
+    )
     from dtoc_rl.serve.service import is_loopback
 
     try:
@@ -125,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             check_upstream(args.upstream)
         except ValueError as e:
             raise CLIError(f"--{e}") from None
+        if msg := versioned_upstream(args.upstream):
+            warn(msg)
         if not is_loopback(args.host) and not args.allow_remote:
             raise CLIError(
                 f"--host {args.host} is not a loopback address: anyone reaching it could relay requests "

@@ -395,6 +395,9 @@ class ContextProxy:
         self.started = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.requests = 0
         self.hidden_sent = 0
+        #: requests passed on unmanaged because their model is not served, and the models said so
+        self.unmanaged = 0
+        self._unserved: set[str] = set()
 
     # -- requests ------------------------------------------------------------------------
     def rewrite(self, api: str, body: Any, model: str | None = None) -> Rewrite:
@@ -413,9 +416,12 @@ class ContextProxy:
         family = normalize_family(model)
         given = user_prices(model, family, self.prices)
         if family not in self.families and given is None:
-            return Rewrite(
-                body, passed=f"model {model!r} (family {family!r}) is not served: give --prices for it"
-            )
+            why = f"model {model!r} (family {family!r}) is not served: give --prices for it"
+            self.unmanaged += 1
+            if model not in self._unserved and len(self._unserved) < 100:  # said once a model, bounded
+                self._unserved.add(model)
+                self.warn(f"requests of {why}; they are passed on unmanaged")
+            return Rewrite(body, passed=why)
         try:
             events = _EVENTS[api](body)
         except (ValueError, TypeError, AttributeError, RecursionError) as e:
@@ -483,8 +489,8 @@ class ContextProxy:
             return
         if rw.passed is not None:
             self.log(f"passed on unmanaged: {rw.passed}")
-        elif sent:
-            self.log(f"{rw.conversation}: {rw.outputs} outputs, {len(rw.hidden)} sent hidden, "
+        else:  # managed, whether or not anything was hidden this time
+            self.log(f"{rw.conversation}: {rw.outputs} outputs, {len(rw.hidden) if sent else 0} sent hidden, "
                      f"decided in {rw.decision_ms:.1f} ms")  # fmt: skip
 
     def answered(self, conversation: str | None, answer: Any = None) -> None:
@@ -711,6 +717,21 @@ def check_upstream(url: str) -> None:
         raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
 
 
+def versioned_upstream(url: str) -> str | None:
+    """What to say of an upstream URL that ends in its API version (``https://openrouter.ai/api/v1``):
+    the proxy adds the path the agent sends after it, so the API would get ``/api/v1/v1/...``; None for
+    the usual form, the API's origin (and any prefix before its version)."""
+    path = urlsplit(url).path.rstrip("/")
+    version = path.rsplit("/", 1)[-1]
+    if version not in ("v1", "v1beta"):
+        return None
+    origin = url.rstrip("/")[: -len(version) - 1]
+    return (
+        f"--upstream {url} ends in its API version: the proxy adds the path the agent sends (/v1/...), "
+        f"so the API would get {path}/v1/...; the usual form is {origin}"
+    )
+
+
 class _Upstream:
     """Where requests go: the URL's parts, and connections to it (through ``HTTPS_PROXY`` /
     ``HTTP_PROXY`` when the environment names one for that host)."""
@@ -766,7 +787,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] == HEALTH_PATH:
             p = self.server.proxy
             health = {"status": "ok", "upstream": self.server.upstream.url, "requests": p.requests}
-            health.update(conversations=len(p.mirrors), hidden_sent=p.hidden_sent)
+            health.update(conversations=len(p.mirrors), hidden_sent=p.hidden_sent, unmanaged=p.unmanaged)
             self._json(200, health)
             return
         self._relay()
