@@ -133,6 +133,10 @@ class LastNObservations(Policy):
     original paper's configuration (SWE-agent 0.7 config ``07.yaml``);
     "The Complexity Trap" (Lindenbauer et al., 2025) uses ``n=10``.  The
     processor's tag options (keep/remove by tag) have no DTOC equivalent.
+    An output no model call has read yet (one of several parallel calls of
+    the newest turn) is never elided: each SWE-agent call has one
+    observation, so its window never reaches one, and eliding it would hide
+    a tool's answer from the call made for it.
     """
 
     name = "last_n"
@@ -149,7 +153,8 @@ class LastNObservations(Policy):
         last_removed = max(0, (n_obs // self.polling) * self.polling - self.n)
         # observations 1 .. last_removed-1 are elided = outputs 0 .. last_removed-2
         ords = _ordinals(obs)
-        return to_action(obs, ords >= last_removed - 1)
+        unread = obs["items"][:, _F["age"]] < 1
+        return to_action(obs, (ords >= last_removed - 1) | unread)
 
     def config(self):
         return {"n": self.n, "polling": self.polling}

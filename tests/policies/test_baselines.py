@@ -55,6 +55,24 @@ def test_last_n_polling_keeps_between_n_and_n_plus_polling():
     assert len(set(counts)) > 1  # the cut moves in jumps of `polling`
 
 
+def test_last_n_never_elides_an_output_no_call_has_read():
+    """Three parallel calls in one turn: under n=1 the call after them sees all three (each SWE-agent
+    call has one observation, so its window never reaches an unread one)."""
+    from dataclasses import replace
+
+    traj = crafted([400] * 5)
+    turns = [0, 1, 1, 1, 2]  # steps 1-3: one model call with three tool calls
+    traj = replace(traj, steps=[replace(s, turn=t) for s, t in zip(traj.steps, turns)])
+    env = ReplayEnv(trajectories=[traj], max_items=N)
+    obs, info = env.reset(seed=0)
+    pol = LastNObservations(1)
+    pol.reset(info)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(pol.act(obs, info))
+    assert info["totals"]["misses"] == 0  # none of the three was hidden before a call read it
+
+
 def test_last_n_rejects_bad_n():
     with pytest.raises(ValueError, match="positive"):
         LastNObservations(0)
