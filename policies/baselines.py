@@ -43,16 +43,21 @@ _F = {name: i for i, name in enumerate(ITEM_FEATURES)}
 _G = {name: i for i, name in enumerate(GLOBAL_FEATURES)}
 
 
-def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str, np.ndarray]:
-    """Changes that take the slots from their current visibility to ``want_visible``."""
+def _items(obs: dict[str, np.ndarray]) -> np.ndarray:
+    """The observation's per-output features; an observation of another shape is named."""
     if "items" not in obs:
         raise ValueError(
             f"a policy reads ReplayEnv's observation (items, item_mask, ...), got one with "
             f"{sorted(obs)[:6]}: the stock-RL wrapper's (dtoc_rl/ReplayFlat-v0) is for RL libraries; "
             "decide on dtoc_rl/Replay-v0"
         )
+    return obs["items"]
+
+
+def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str, np.ndarray]:
+    """Changes that take the slots from their current visibility to ``want_visible``."""
     mask = obs["item_mask"].astype(bool)
-    vis = obs["items"][:, _F["visible"]] > 0.5
+    vis = _items(obs)[:, _F["visible"]] > 0.5
     want = want_visible.astype(bool) & mask
     return {
         "enable": (mask & want & ~vis).astype(np.int8),
@@ -153,7 +158,7 @@ class LastNObservations(Policy):
         last_removed = max(0, (n_obs // self.polling) * self.polling - self.n)
         # observations 1 .. last_removed-1 are elided = outputs 0 .. last_removed-2
         ords = _ordinals(obs)
-        unread = obs["items"][:, _F["age"]] < 1
+        unread = _items(obs)[:, _F["age"]] < 1
         return to_action(obs, (ords >= last_removed - 1) | unread)
 
     def config(self):

@@ -313,7 +313,8 @@ def test_anthropic_requests_validate_and_tool_use_ids_pair():
     uses = [b["id"] for m in req["messages"] for b in m["content"] if b["type"] == "tool_use"]
     results = [b for m in req["messages"] for b in m["content"] if b["type"] == "tool_result"]
     assert sorted(uses) == sorted(b["tool_use_id"] for b in results)
-    assert sum('"hidden": true' in b["content"] for b in results) == 5  # last_n:n=1 of 6
+    # last_n:n=1 of 6: all but the newest turn's two, which no call has read yet
+    assert sum('"hidden": true' in b["content"] for b in results) == 4
     assert orch.model_family == "claude-sonnet"
 
 

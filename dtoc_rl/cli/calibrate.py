@@ -164,8 +164,8 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     import numpy as np
 
     from dtoc_rl.data.schema import NEED_KINDS
+    from dtoc_rl.engine.contract import reset_policy
     from dtoc_rl.envs import ReplayEnv
-    from dtoc_rl.policies.base import reset_policy
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.sim.calibration import ratio_ci
     from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig
@@ -230,8 +230,8 @@ def schedule_agreement(trajs, policy) -> dict[str, float]:
     """Steps whose hidden set under ``policy`` (no misses) equals the logged ``masked_before``."""
     import numpy as np
 
+    from dtoc_rl.engine.contract import reset_policy
     from dtoc_rl.envs import ReplayEnv
-    from dtoc_rl.policies.base import reset_policy
     from dtoc_rl.sim.simulator import CostConfig
 
     env = ReplayEnv(trajectories=trajs, cost_config=CostConfig(need_kinds=()), max_items=_slots(trajs))

@@ -159,7 +159,7 @@ def _load(spec: str, what: str):
         policy = make_policy(spec)
     except Exception as e:  # PolicySpecError, CheckpointError (kept lazy: no torch for rule policies), ...
         raise CLIError(f"cannot load {what} {spec!r}: {e}") from None
-    from dtoc_rl.policies.base import check_policy
+    from dtoc_rl.engine.contract import check_policy
 
     try:
         check_policy(policy, live=True)

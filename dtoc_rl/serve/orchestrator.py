@@ -119,10 +119,10 @@ from dtoc_rl.data.chatlog import trajectory_to_chat, visibility
 from dtoc_rl.data.models import normalize_family, same_model
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.data.schema import Trajectory, Usage
+from dtoc_rl.engine.contract import check_policy, reset_policy
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
-from dtoc_rl.policies.base import check_policy, reset_policy
 from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices
 
 __all__ = [
