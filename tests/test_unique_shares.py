@@ -138,3 +138,20 @@ def test_a_remote_policy_sends_the_shares_it_sees():
     assert [(it["unique_text"], it["unique_names"]) for it in body["items"]] == [(0.0, 0.5), (1.0, 1.0)]
     states = parse(to_request(body), max_items=4, max_request_items=10)["states"]
     assert np.allclose([s.row() for s in states], obs["items"][:2])
+
+
+def test_an_episodes_unique_shares_are_computed_at_first_use_and_equal_the_labellers():
+    """Most of compiling an episode is this pass: done when a replay first needs it, so that a worker
+    of evaluate()'s pool pays it only for its own chunks."""
+    import numpy as np
+
+    from dtoc_rl.data.dataset import load_trajectories
+    from dtoc_rl.data.paths import bundled_dataset
+    from dtoc_rl.labels import unique_events
+    from dtoc_rl.sim.episode import compile_episode
+
+    tr = next(t for t in load_trajectories(bundled_dataset()) if len(t.steps) > 5)
+    ep = compile_episode(tr)
+    assert ep.unique is None  # not computed yet
+    want = np.asarray(unique_events(tr), np.float64).reshape(-1, 4)
+    assert np.array_equal(ep.unique_shares(), want) and ep.unique is ep.unique_shares()

@@ -182,6 +182,17 @@ class Episode:
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
     _call_of: np.ndarray | None = field(default=None, repr=False, compare=False)
     _prev_call: tuple[np.ndarray | None, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # the trajectory ``unique`` is computed from, until it is: most of compiling an episode is that
+    # labelling pass, and a worker of evaluate()'s pool replays only its own chunks' episodes
+    _unique_of: Trajectory | None = field(default=None, repr=False, compare=False)
+
+    def unique_shares(self) -> np.ndarray | None:
+        """``unique``, computed from the trajectory at first use (None: never computed for this
+        episode, e.g. one built by hand: every output then holds all of its text and names)."""
+        if self.unique is None and self._unique_of is not None:
+            self.unique = np.asarray(unique_events(self._unique_of), np.float64).reshape(-1, 4)
+            self._unique_of = None
+        return self.unique
 
     def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
         """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""
@@ -324,7 +335,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         model_raw=traj.model_raw or "",
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
         call_ptr=call_ptr,
-        unique=np.asarray(unique_events(traj), np.float64).reshape(-1, 4),
+        _unique_of=traj,  # unique_shares() computes them at first use
         **_call_models(traj, call_ptr),
     )
 
