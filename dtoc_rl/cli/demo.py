@@ -228,7 +228,7 @@ def deploy_hint(ckpt: Path) -> str:
         return (
             f"the learned policy {ckpt} hides nothing here: on this data's few validation runs no "
             "threshold saved money within the miss budget, so it abstains everywhere. Give it more "
-            "logs (dtoc-rl demo --logs YOUR_LOGS: a few dozen runs of several tasks) before plugging it "
+            "logs (dtoc-rl demo --logs YOUR_LOGS: a few hundred runs of several tasks) before plugging it "
             f"into an agent; 'learned:path={ckpt},threshold=T' decides at T meanwhile"
         )
     threshold = policy.cfg.threshold
