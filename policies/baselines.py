@@ -54,6 +54,13 @@ def _items(obs: dict[str, np.ndarray]) -> np.ndarray:
     return obs["items"]
 
 
+def unread(items):
+    """Which outputs no model call has read yet (age 0: the answer to the call just made), for numpy
+    or torch item rows: hiding one is a miss (``Episode.call_reads``), so the learned policy and
+    ``last_n`` never do."""
+    return items[..., _F["age"]] < 1
+
+
 def to_action(obs: dict[str, np.ndarray], want_visible: np.ndarray) -> dict[str, np.ndarray]:
     """Changes that take the slots from their current visibility to ``want_visible``."""
     mask = obs["item_mask"].astype(bool)
@@ -116,7 +123,7 @@ class LoggedVisibility(Policy):
         first = int(ep.starts[c]) if c < ep.n_calls else None
         masked = None if first is None else ep.logged_masked[first]
         dropped = None if first is None else ep.logged_dropped[first]
-        vis = obs["items"][:, _F["visible"]] > 0.5
+        vis = _items(obs)[:, _F["visible"]] > 0.5
         if masked is None and dropped is None:
             return to_action(obs, vis)
         hidden = set(masked or ()) | set(dropped or ())
@@ -158,8 +165,7 @@ class LastNObservations(Policy):
         last_removed = max(0, (n_obs // self.polling) * self.polling - self.n)
         # observations 1 .. last_removed-1 are elided = outputs 0 .. last_removed-2
         ords = _ordinals(obs)
-        unread = _items(obs)[:, _F["age"]] < 1
-        return to_action(obs, (ords >= last_removed - 1) | unread)
+        return to_action(obs, (ords >= last_removed - 1) | unread(_items(obs)))
 
     def config(self):
         return {"n": self.n, "polling": self.polling}
@@ -192,7 +198,7 @@ class ObservationMasking(Policy):
         self.attention_window = attention_window
 
     def act(self, obs, info=None):
-        items = obs["items"]
+        items = _items(obs)
         events_after = 2 * items[:, _F["age"]] + items[:, _F["turns_after"]]
         return to_action(obs, events_after < self.attention_window)
 
@@ -239,7 +245,7 @@ class AnthropicClearToolUses(Policy):
         ords = _ordinals(obs)
         stored = int(obs["globals"][_G["stored"]])
         clear = mask & (ords < stored - self.keep) & ~self._excluded[obs["item_tool"]]
-        tokens = obs["items"][:, _F["est_tokens_k"]] * 1000
+        tokens = _items(obs)[:, _F["est_tokens_k"]] * 1000
         if tokens[clear].sum() < self.clear_at_least:
             return to_action(obs, mask)
         return to_action(obs, mask & ~clear)
@@ -282,7 +288,7 @@ class OpenCodePrune(Policy):
         self._protected = np.array([c in self.protected_tools for c in TOOL_CATEGORIES])
 
     def act(self, obs, info=None):
-        items = obs["items"]
+        items = _items(obs)
         eligible = (items[:, _F["turns_after"]] >= self.protect_turns) & ~self._protected[obs["item_tool"]]
         return _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=True, at_least=False)
 
@@ -316,9 +322,9 @@ class GeminiCliMasking(Policy):
         self.protect, self.minimum, self.min_tokens = protect, minimum, min_tokens
 
     def act(self, obs, info=None):
-        eligible = obs["items"][:, _F["age"]] >= 1
+        eligible = ~unread(_items(obs))
         act = _prune_past(obs, eligible, self.protect, self.minimum, stop_at_hidden=False, at_least=True)
-        act["disable"][obs["items"][:, _F["est_tokens_k"]] * 1000 <= self.min_tokens] = 0
+        act["disable"][_items(obs)[:, _F["est_tokens_k"]] * 1000 <= self.min_tokens] = 0
         return act
 
     def config(self):
@@ -339,7 +345,7 @@ def _prune_past(
     ``protect`` and every older visible one are hidden together when they hold more than ``minimum``
     tokens (``at_least``: or exactly as many).  A hidden output ends the scan (``stop_at_hidden``:
     OpenCode's "already compacted") or is passed over.  One-way: nothing is shown again."""
-    items = obs["items"]
+    items = _items(obs)
     mask = obs["item_mask"].astype(bool)
     vis = items[:, _F["visible"]] > 0.5
     tokens = items[:, _F["est_tokens_k"]] * 1000
@@ -380,7 +386,7 @@ class TokenBudget(Policy):
         self.budget = budget
 
     def act(self, obs, info=None):
-        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        items, mask = _items(obs), obs["item_mask"].astype(bool)
         vis = items[:, _F["visible"]] > 0.5
         tokens = items[:, _F["est_tokens_k"]] * 1000
         active = float(obs["globals"][_G["active_tokens_k"]]) * 1000
@@ -409,7 +415,7 @@ def needed_again(obs: dict[str, np.ndarray]) -> np.ndarray:
     counts too.  Only the last need's offset is exposed, but it can only grow, so the signal never
     switches off once on.
     """
-    items = obs["items"]
+    items = _items(obs)
     last_offset = items[:, _F["age"]] - items[:, _F["since_need"]] - 1
     return (items[:, _F["times_needed"]] > 0) & (last_offset >= 1) & obs["item_mask"].astype(bool)
 
@@ -438,7 +444,7 @@ class HideBig(Policy):
         self.tokens, self.age = tokens, age
 
     def act(self, obs, info=None):
-        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        items, mask = _items(obs), obs["item_mask"].astype(bool)
         vis = items[:, _F["visible"]] > 0.5
         hide = (
             mask
@@ -588,7 +594,7 @@ class CacheAwareClear(Policy):
         return self.prices
 
     def act(self, obs, info=None):
-        items, mask = obs["items"], obs["item_mask"].astype(bool)
+        items, mask = _items(obs), obs["item_mask"].astype(bool)
         n = len(mask)
         nothing = {"enable": np.zeros(n, np.int8), "disable": np.zeros(n, np.int8)}
         m = int(mask.sum())

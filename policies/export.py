@@ -68,6 +68,7 @@ def export_minari(
     summary (id, path, episodes, steps, the policy's label, mean return)."""
     import gymnasium as gym
 
+    from dtoc_rl.engine.contract import reset_policy
     from dtoc_rl.envs.replay import ReplayEnv
     from dtoc_rl.envs.wrappers import StockRLWrapper
     from dtoc_rl.optional import require
@@ -104,7 +105,7 @@ def export_minari(
     for i in range(n):
         obs, info = env.reset(seed=seed if i == 0 else None, options={"index": i})
         native = flat_view.native_observation if flat_view else obs
-        pol.reset(info)
+        reset_policy(pol, info)
         ep_obs, ep_act, rewards, terms, truncs = [obs], [], [], [], []
         done = False
         while not done:

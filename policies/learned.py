@@ -38,7 +38,7 @@ from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_price
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
 from dtoc_rl.policies.base import Policy
-from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, per_call, to_action
+from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, per_call, to_action, unread
 from dtoc_rl.policies.cpu import flushed_denormals, torch_threads
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.sim.pricing import Prices, cache_regime, price_table, prices_for
@@ -103,12 +103,6 @@ AUX_TARGETS: tuple[str, ...] = ("read_now", "needed_later")
 SIZE_REF_TOKENS = 2000.0
 # Entries of the word lookup table (a power of two; 64 times the default vocabulary, so few collide).
 _WORD_SLOTS = 2**16
-
-
-def unread(items):
-    """Which outputs no model call has read yet (age 0: the answer to the call just made), for numpy
-    or torch item rows: the policy never hides one (hiding it is a miss, ``Episode.call_reads``)."""
-    return items[..., _AGE] < 1
 
 
 def misses_over_budget(glob: np.ndarray, budget: float) -> int:

@@ -223,12 +223,10 @@ def _user_policy(target: str, kw: dict[str, Any], spec: str) -> Policy:
         pol = factory(**kw)
     except Exception as e:
         raise PolicySpecError(f"policy {spec!r}: {target}(...) failed: {_line(e)}") from None
-    if not callable(getattr(pol, "act", None)):
-        raise PolicySpecError(
-            f"policy {spec!r}: {target} made a {type(pol).__name__}, which has no act(obs, info) method "
-            "(subclass dtoc_rl.policies.base.Policy)"
-        )
-    return pol
+    try:
+        return check_policy(pol)
+    except TypeError as e:
+        raise PolicySpecError(f"policy {spec!r}: {target} made a {type(pol).__name__}: {e}") from None
 
 
 def make_policy(spec: str | Policy) -> Policy:

@@ -966,3 +966,8 @@ def test_tools_that_are_not_tool_definitions_are_named_before_the_provider_would
         orch.anthropic_request(tools=[{"name": "bash", "input_schema": {}}, {"x": 1}])
     fn = {"type": "function", "function": {"name": "bash", "parameters": {}}}
     assert orch.openai_request(tools=[fn])["tools"] == [fn]
+    assert orch.openai_request(tools=(t for t in [fn]))["tools"] == [fn]  # any iterable
+    from openai.types.chat import ChatCompletionFunctionTool  # the SDK's own tool objects
+
+    sdk = ChatCompletionFunctionTool(type="function", function={"name": "bash", "parameters": {}})
+    assert orch.openai_request(tools=[sdk])["tools"][0]["function"]["name"] == "bash"

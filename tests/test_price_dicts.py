@@ -35,10 +35,14 @@ def test_the_env_evaluate_and_the_orchestrator_take_dicts():
     one = evaluate(None, ["none"], source="tau-bench", prices={"gpt-4o": ENTRY}, progress=False)
     two = evaluate(None, ["none"], source="tau-bench", prices={"gpt-4o": Prices(**ENTRY)}, progress=False)
     assert [r.base_dollars for r in one] == [r.base_dollars for r in two]
+    plain = evaluate(None, ["none"], source="tau-bench", progress=False)  # gpt-4o's list prices
+    assert all(a.base_dollars < b.base_dollars for a, b in zip(one, plain))  # $1 input against $2.50
     orch = Orchestrator(make_policy("none"), model="mine", prices=ENTRY)
     assert orch.prices.cache_read == 0.1
-    orch.use_model("other-model", {"input": 3.0, "output": 4.0})
+    orch.use_model("other-model", {"input": 3.0, "output": 4.0, "cache_read": 0.3})
     assert orch.prices.input == 3.0
+    with pytest.raises(ValueError, match=r"^prices: input must be a non-negative number"):
+        Orchestrator(make_policy("none"), prices={"input": -1.0, "output": 2.0})
 
 
 def test_one_need_kind_is_a_kind_not_its_letters():

@@ -1167,3 +1167,16 @@ def test_an_upstream_that_ends_in_its_api_version_is_said():
     assert said and "would get /api/v1/v1/...; the usual form is https://openrouter.ai/api" in said
     assert versioned_upstream("https://api.openai.com") is None
     assert versioned_upstream("https://openrouter.ai/api") is None
+
+
+def test_the_proxy_and_the_service_take_only_what_can_decide_live():
+    from dtoc_rl.policies.baselines import NoManagement
+    from dtoc_rl.serve.service import DecisionService
+
+    for make in (ContextProxy, DecisionService):
+        with pytest.raises(ValueError, match="decides from the whole logged run"):
+            make(make_policy("oracle"))
+        with pytest.raises(TypeError, match="NoManagement is a class"):
+            make(NoManagement)
+    with pytest.raises(ValueError, match="decides from the whole logged run"):
+        DecisionService(make_policy("none"), fallback=make_policy("logged"))

@@ -205,16 +205,17 @@ DEMO_FILES = frozenset(
 
 def foreign_files(out: Path) -> str | None:
     """Why the demo may not write into ``out`` (None: it may): a file, or a folder holding files the
-    demo does not write.  A new folder, an empty one or an earlier demo's is fine."""
-    if out.exists() and not out.is_dir():
-        return f"--out {out}: a file, not a folder; give a new folder"
-    if not out.is_dir():
+    demo does not write.  A new folder, an empty one or an earlier demo's is fine (hidden files, such
+    as a file manager's, aside)."""
+    from dtoc_rl.data.paths import not_replaceable
+
+    if not out.exists():
         return None
-    other = sorted(p.name for p in out.iterdir() if p.name not in DEMO_FILES)
-    if other:
-        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-        return (f"--out {out} holds files the demo did not write ({shown}); give a new folder or an "
-                "earlier demo's")  # fmt: skip
+    why = not_replaceable(out, lambda n: n in DEMO_FILES or n.startswith("."), written_into=True)
+    if why == "is a file":
+        return f"--out {out}: a file, not a folder; give a new folder"
+    if why:
+        return f"--out {out} {why}, which the demo does not write; give a new folder or an earlier demo's"
     return None
 
 

@@ -88,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-items",
-        type=int,
+        type=at_least(1),
         default=None,
         help="env slots (default: dtoc_rl.engine.features.DEFAULT_MAX_ITEMS, the env's and training's, so a "
         "policy is judged on the window it was trained on)",
@@ -316,7 +316,8 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))
-    if dead := sorted({r["policy"] for r in rows if r["errors"] and not r["n"]}):
+    # from the runs, not the rows: a policy that failed on one family only has a row of n = 0 there
+    if dead := sorted({r.policy for r in runs if r.error} - {r.policy for r in runs if not r.error}):
         return fail(f"every run of {', '.join(dead)} failed (the errors are above, or in failed_runs)", 1)
     return 0
 

@@ -59,12 +59,14 @@ def writable_file(path: str | Path) -> Path:
     return path
 
 
-def not_replaceable(path: Path, own: Callable[[str], bool]) -> str | None:
+def not_replaceable(path: Path, own: Callable[[str], bool], *, written_into: bool = False) -> str | None:
     """Why the existing ``path`` may not be replaced by an output whose files ``own`` recognises by name
-    (None: it may): a file, the current folder or one holding it, or a folder holding other files."""
+    (None: it may): a file, the current folder or one holding it, or a folder holding other files.
+    ``written_into``: the output's files are written into the folder, which is never removed, so the
+    current folder may be it."""
     if not path.is_dir():
         return "is a file"
-    if Path.cwd().resolve().is_relative_to(path.resolve()):
+    if not written_into and Path.cwd().resolve().is_relative_to(path.resolve()):
         return "holds the current folder"
     others = sorted(p.name for p in path.iterdir() if not own(p.name))
     if others:

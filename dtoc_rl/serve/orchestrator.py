@@ -211,22 +211,28 @@ def _as_dict(obj: Any, what: str) -> dict[str, Any]:
     raise TypeError(f"{what} must be a dict or an SDK object, got {type(obj).__name__}")
 
 
-def _tool_list(tools: Any) -> list[Mapping[str, Any]]:
-    """``tools`` checked: a list of tool definitions, each a mapping with a ``name``, a ``function`` or
-    a ``type`` (a provider's own tools); a ValueError names the one that is not, before a provider's
-    400 would."""
+def _tool_list(tools: Any) -> list[dict[str, Any]]:
+    """``tools`` as dicts (SDK objects too), checked: each a tool definition with a ``name``, a
+    ``function`` or a ``type`` (a provider's own tools); a ValueError names the one that is not,
+    before a provider's 400 would."""
     if tools is None:
         return []
-    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
         raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    out = []
     for i, t in enumerate(tools):
-        if not (isinstance(t, Mapping) and {"name", "function", "type"} & set(t)):
+        try:
+            d = _as_dict(t, f"tools[{i}]")
+        except TypeError:
+            d = None
+        if d is None or not {"name", "function", "type"} & set(d):
             raise ValueError(
                 f"tools[{i}] is not a tool definition: expected "
                 "{'type': 'function', 'function': {'name': ..., 'parameters': ...}} (OpenAI) or "
                 "{'name': ..., 'input_schema': ...} (Anthropic)"
             )
-    return list(tools)
+        out.append(d)
+    return out
 
 
 def _to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -438,7 +444,7 @@ class Orchestrator:
     # ------------------------------------------------------------------------------ requests
     def openai_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """``tools`` (OpenAI format) plus ``manage_context`` in agent and hybrid modes."""
-        out = [dict(t) for t in _tool_list(tools)]
+        out = _tool_list(tools)
         if self.mode != "policy":
             out.append(openai_tool())
         return out

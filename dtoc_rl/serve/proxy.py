@@ -58,6 +58,7 @@ from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.core.render import message_text
 from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.data.paths import writable_folder
+from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.gemini import contents_to_chat, field_key, part_field
 from dtoc_rl.serve.orchestrator import Orchestrator
@@ -376,8 +377,7 @@ class ContextProxy:
         warn: Callable[[str], None] | None = None,
         log: Callable[[str], None] | None = None,
     ):
-        if not callable(getattr(policy, "act", None)):
-            raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
+        check_policy(policy, live=True)
         if max_conversations < 1:
             raise ValueError(f"max_conversations must be >= 1, got {max_conversations}")
         self.policy = policy

@@ -134,6 +134,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.engine.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.engine.features import (
     DEFAULT_MAX_ITEMS,
@@ -217,10 +218,9 @@ class DecisionService:
         max_total_chars: int = DEFAULT_MAX_TOTAL_CHARS,
         prices: Mapping[str, Prices] | None = None,
     ):
-        if not callable(getattr(policy, "act", None)):
-            raise TypeError(f"policy must have an act(obs, info) method, got {type(policy).__name__}")
-        if fallback is not None and not callable(getattr(fallback, "act", None)):
-            raise TypeError(f"fallback must have an act(obs, info) method, got {type(fallback).__name__}")
+        check_policy(policy, live=True)
+        if fallback is not None:
+            check_policy(fallback, live=True)
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
         self.policy = policy

@@ -189,8 +189,9 @@ class Episode:
     def unique_shares(self) -> np.ndarray | None:
         """``unique``, computed from the trajectory at first use (None: never computed for this
         episode, e.g. one built by hand: every output then holds all of its text and names)."""
-        if self.unique is None and self._unique_of is not None:
-            self.unique = np.asarray(unique_events(self._unique_of), np.float64).reshape(-1, 4)
+        traj = self._unique_of  # read once: another thread may finish it meanwhile
+        if self.unique is None and traj is not None:
+            self.unique = np.asarray(unique_events(traj), np.float64).reshape(-1, 4)
             self._unique_of = None
         return self.unique
 

@@ -360,38 +360,44 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
         raise ValueError(
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
         )
-    out: dict[str, Prices] = {}
-    uncached: list[str] = []
-    for model, entry in data.items():
-        where = f"prices {source}: {model!r}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
-        unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
-        if unknown or "input" not in entry or "output" not in entry:
-            raise ValueError(
-                f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
-            )
-        vals = {}
-        for k in ("input", "output", "cache_read", "cache_write"):
-            v = entry.get(k, entry["input"])
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise ValueError(
-                    f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
-                )
-            vals[k] = float(v)
-        if "cache_read" not in entry:
-            uncached.append(str(model))
-        out[str(model)] = Prices(**vals, source=f"user prices ({source})")
-    if uncached:  # said, not assumed: a provider that caches bills its reads far below the input price
-        shown = ", ".join(repr(m) for m in uncached[:5]) + (
-            f" and {len(uncached) - 5} more" if len(uncached) > 5 else ""
-        )
-        warnings.warn(
-            f"prices {source}: no cache_read for {shown}: cached prompt tokens are billed at the input "
-            "price (no caching discount); give cache_read if the provider caches prompts",
-            stacklevel=2,
-        )
+    out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
+    _warn_uncached([str(m) for m, e in data.items() if "cache_read" not in e], f"prices {source}")
     return out
+
+
+def _entry(entry: Any, where: str, source: str) -> Prices:
+    """One ``{input, output, cache_read, cache_write}`` entry checked (``where`` names it in the
+    one-line ValueErrors); cache_read and cache_write default to input."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
+    unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
+    if unknown or "input" not in entry or "output" not in entry:
+        raise ValueError(
+            f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
+        )
+    vals = {}
+    for k in ("input", "output", "cache_read", "cache_write"):
+        v = entry.get(k, entry["input"])
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise ValueError(
+                f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
+            )
+        vals[k] = float(v)
+    return Prices(**vals, source=f"user prices ({source})")
+
+
+def _warn_uncached(models: list[str], where: str) -> None:
+    # said, not assumed: a provider that caches bills its reads far below the input price
+    if not models:
+        return
+    shown = ", ".join(repr(m) for m in models[:5]) + (
+        f" and {len(models) - 5} more" if len(models) > 5 else ""
+    )
+    warnings.warn(
+        f"{where}: no cache_read for {shown}: cached prompt tokens are billed at the input price (no "
+        "caching discount); give cache_read if the provider caches prompts",
+        stacklevel=3,
+    )
 
 
 def as_price_table(table: Mapping[str, Any], source: str) -> dict[str, Prices]:
@@ -422,7 +428,14 @@ def as_prices(prices: Prices | Mapping[str, Any], source: str) -> Prices:
     if not isinstance(prices, Mapping):
         raise ValueError(f"{source}: expected Prices or {{input, output, cache_read, cache_write}}, got "
                          f"{type(prices).__name__}")  # fmt: skip
-    return price_table({"prices": prices}, source)["prices"]
+    out = _entry(prices, source, source)
+    if "cache_read" not in prices:
+        warnings.warn(
+            f"{source}: no cache_read: cached prompt tokens are billed at the input price (no caching "
+            "discount); give cache_read if the provider caches prompts",
+            stacklevel=2,
+        )
+    return out
 
 
 #: The three cache regimes results are grouped by (families priced 50x apart must not be pooled).

@@ -53,3 +53,21 @@ def test_evaluate_checks_its_output_files_before_the_run(tmp_path, capsys, monke
         assert main(["evaluate", "-p", "none", "--quiet", *argv]) == 2
         assert capsys.readouterr().err.strip() == f"dtoc-rl: error: {said}"
     assert afile.read_text() == "mine"
+
+
+def test_a_policy_that_fails_on_some_runs_only_does_not_fail_the_command(tmp_path, monkeypatch, capsys):
+    """Exit status 1 is for a policy none of whose runs completed, not one with a group of n = 0."""
+    (tmp_path / "famfail_mod.py").write_text(
+        "from dtoc_rl.policies.baselines import NoManagement\n"
+        "class FailOnGemini(NoManagement):\n"
+        "    def reset(self, info=None):\n"
+        "        self.bad = 'gemini' in str((info or {}).get('model_family'))\n"
+        "    def act(self, obs, info=None):\n"
+        "        if self.bad:\n"
+        "            raise RuntimeError('no gemini here')\n"
+        "        return super().act(obs, info)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["evaluate", "-p", "famfail_mod:FailOnGemini", "--quiet", "--bootstrap", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "RuntimeError: no gemini here" in err and "every run of" not in err

@@ -60,7 +60,7 @@ def test_demo_writes_only_into_a_new_folder_an_empty_one_or_an_earlier_demos(tmp
     (tmp_path / "notes.md").write_text("mine")
     assert cli.main(["demo", "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"dtoc-rl: error: --out {tmp_path} holds files the demo did not write (notes.md); "
+    assert err == [f"dtoc-rl: error: --out {tmp_path} holds notes.md, which the demo does not write; "
                    "give a new folder or an earlier demo's"]  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
     afile = tmp_path / "notes.md"
@@ -71,7 +71,7 @@ def test_demo_writes_only_into_a_new_folder_an_empty_one_or_an_earlier_demos(tmp
     earlier = tmp_path / "earlier"
     for name in ("dataset", "policy"):
         (earlier / name).mkdir(parents=True)
-    for name in ("metrics.json", "metrics.csv", "pareto.svg", "curves.png"):
+    for name in ("metrics.json", "metrics.csv", "pareto.svg", "curves.png", ".DS_Store"):
         (earlier / name).write_text("")
     assert foreign_files(earlier) is None and foreign_files(tmp_path / "new") is None
 

@@ -125,9 +125,13 @@ def test_sb3_ppo_trains_on_replay_env_with_make_vec_env():
     venv.close()
 
 
-def test_a_rule_given_the_stock_rl_observation_says_which_env_it_reads():
+@pytest.mark.parametrize("rule", ["none", "last_n", "obs_mask", "anthropic_clear", "opencode_prune",
+                                  "gemini_mask", "budget", "hide_big", "cache_clear"])  # fmt: skip
+def test_a_rule_given_the_stock_rl_observation_says_which_env_it_reads(rule):
     from dtoc_rl.policies.registry import make_policy
 
     obs, info = gym.make("dtoc_rl/ReplayFlat-v0").reset(seed=0)
+    pol = make_policy(rule)
+    pol.reset(info)
     with pytest.raises(ValueError, match="decide on dtoc_rl/Replay-v0"):
-        make_policy("last_n:n=2").act(obs, info)
+        pol.act(obs, info)

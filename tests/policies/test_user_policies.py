@@ -99,7 +99,7 @@ def test_user_specs_sweep_like_built_in_ones(user_module):
     "attr, match",
     [
         ("Missing", "has no attribute 'Missing'"),
-        ("NotAPolicy", "has no act\\(obs, info\\) method"),
+        ("NotAPolicy", "made a NotAPolicy: a policy needs an act\\(obs, info\\) method"),
         ("NeedsArg", "NeedsArg\\(...\\) failed: TypeError"),
         ("HideOld:nope=1", "failed: TypeError"),
     ],
