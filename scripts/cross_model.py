@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtoc_rl.cli.common import at_least, emit_json
+from dtoc_rl.cli.common import at_least, emit_json, number_in
 
 PROG = "python -m scripts.cross_model"
 
@@ -52,27 +52,10 @@ def _error(message: str) -> int:
     return 2
 
 
-def _fraction(text: str) -> float:
-    """An argparse ``type`` for --val-fraction: both the training and the held-out tasks need some."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < x < 1:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return x
-
-
-def _probability(text: str) -> float:
-    """An argparse ``type`` for --threshold, a probability: LearnedPolicyConfig's range, checked before
-    any training rather than when the first policy is made."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= x <= 1:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return x
+#: --val-fraction: both the training and the held-out tasks need some; --threshold: a probability,
+#: LearnedPolicyConfig's range, checked before any training rather than when the first policy is made
+_fraction = number_in(0, 1, open_low=True, open_high=True)
+_probability = number_in(0, 1)
 
 
 def parse(argv: list[str] | None = None) -> Args:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.cli import main as dtoc_main
-from dtoc_rl.cli.common import at_least
+from dtoc_rl.cli.common import at_least, number_in
 from dtoc_rl.core.store import SessionConflictError, StoreFileError
 from dtoc_rl.envs.agents import AgentError, ScriptedAgent, make_agent, normalize_response
 from dtoc_rl.envs.coding_tasks import TaskChecker, load_tasks
@@ -337,15 +337,8 @@ def never_served(r: dict[str, Any]) -> bool:
     return bool(r["service"]) and r["decisions"] > 0 and r["fallback_decisions"] >= r["decisions"]
 
 
-def _seconds(text: str) -> float:
-    """An argparse ``type`` for a time limit: a positive, finite number of seconds."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < x < float("inf"):  # NaN too
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return x
+#: a time limit: a positive, finite number of seconds
+_seconds = number_in(0, float("inf"), open_low=True, open_high=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

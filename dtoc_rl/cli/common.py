@@ -10,7 +10,7 @@ from typing import Any
 
 from dtoc_rl.data.paths import write_text_atomic  # the commands' outputs are written through it
 
-__all__ = ["INTERRUPTED", "CLIError", "at_least", "emit_json", "fail", "write_text_atomic"]
+__all__ = ["INTERRUPTED", "CLIError", "at_least", "emit_json", "fail", "number_in", "write_text_atomic"]
 
 #: A command's exit status when the user stops it with Ctrl-C (the shell's 128 + SIGINT).
 INTERRUPTED = 130
@@ -64,6 +64,24 @@ def at_least(low: int):
         return n
 
     parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def number_in(low: float, high: float, *, open_low: bool = False, open_high: bool = False):
+    """An argparse ``type`` for a number within ``low``..``high`` (each end closed unless ``open_*``);
+    NaN and anything else are refused when the command line is read."""
+    span = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not ((x > low if open_low else x >= low) and (x < high if open_high else x <= high)):
+            raise argparse.ArgumentTypeError(f"must be in {span}, got {text}")
+        return x
+
+    parse.__name__ = f"number in {span}"
     return parse
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dtoc_rl.cli import main
@@ -71,3 +73,21 @@ def test_a_policy_that_fails_on_some_runs_only_does_not_fail_the_command(tmp_pat
     assert main(["evaluate", "-p", "famfail_mod:FailOnGemini", "--quiet", "--bootstrap", "10"]) == 0
     err = capsys.readouterr().err
     assert "RuntimeError: no gemini here" in err and "every run of" not in err
+
+
+def test_a_number_type_checks_its_range_and_its_ends():
+    import argparse
+
+    from dtoc_rl.cli.common import number_in
+
+    frac, prob = number_in(0, 1, open_low=True, open_high=True), number_in(0, 1)
+    assert frac("0.5") == 0.5 and prob("0") == 0.0 and prob("1") == 1.0
+    cases = [
+        (frac, "0", "must be in (0, 1), got 0"),
+        (frac, "nan", "must be in (0, 1)"),
+        (prob, "1.5", "must be in [0, 1], got 1.5"),
+        (prob, "x", "not a number: 'x'"),
+    ]
+    for parse, text, said in cases:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(said)):
+            parse(text)

@@ -77,7 +77,11 @@ MAINS = {
             ["--dataset", "data/sample", "--epochs", "0"],
             "argument --epochs: must be at least 1",
         ),
-        ("cross_model", ["--dataset", "data/sample", "--val-fraction", "1"], "must be between 0 and 1"),
+        (
+            "cross_model",
+            ["--dataset", "data/sample", "--val-fraction", "1"],
+            "--val-fraction: must be in (0, 1), got 1",
+        ),
         ("cross_model", ["--dataset", "data/sample", "--threshold", "2"], "--threshold: must be in [0, 1]"),
         ("label_report", ["data/raw", "--limit", "0"], "argument --limit: must be at least 1, got 0"),
         ("label_report", ["data/raw", "--limit", "-1"], "argument --limit: must be at least 1, got -1"),
@@ -89,7 +93,7 @@ MAINS = {
         (
             "live_example",
             ["--scripted", "--tool-timeout", "0"],
-            "must be a positive number of seconds, got 0",
+            "must be in (0, inf), got 0",
         ),
         ("live_example", ["--scripted", "--max-steps", "-1"], "argument --max-steps: must be at least 0"),
         ("lofo", ["--bootstrap", "0"], "argument --bootstrap: must be at least 1, got 0"),
