@@ -361,7 +361,7 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
         )
     out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
-    _warn_uncached([str(m) for m, e in data.items() if "cache_read" not in e], f"prices {source}")
+    _warn_uncached(f"prices {source}", [str(m) for m, e in data.items() if "cache_read" not in e])
     return out
 
 
@@ -386,15 +386,18 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
     return Prices(**vals, source=f"user prices ({source})")
 
 
-def _warn_uncached(models: list[str], where: str) -> None:
+def _warn_uncached(where: str, models: list[str] | None = None) -> None:
+    """Say that entries without cache_read bill cached tokens at the input price (``models``: the
+    table's entries that lack it, none to say; None: one entry, named by ``where``)."""
     # said, not assumed: a provider that caches bills its reads far below the input price
-    if not models:
+    if models is not None and not models:
         return
-    shown = ", ".join(repr(m) for m in models[:5]) + (
-        f" and {len(models) - 5} more" if len(models) > 5 else ""
-    )
+    shown = ""
+    if models:
+        more = f" and {len(models) - 5} more" if len(models) > 5 else ""
+        shown = " for " + ", ".join(repr(m) for m in models[:5]) + more
     warnings.warn(
-        f"{where}: no cache_read for {shown}: cached prompt tokens are billed at the input price (no "
+        f"{where}: no cache_read{shown}: cached prompt tokens are billed at the input price (no "
         "caching discount); give cache_read if the provider caches prompts",
         stacklevel=3,
     )
@@ -430,11 +433,7 @@ def as_prices(prices: Prices | Mapping[str, Any], source: str) -> Prices:
                          f"{type(prices).__name__}")  # fmt: skip
     out = _entry(prices, source, source)
     if "cache_read" not in prices:
-        warnings.warn(
-            f"{source}: no cache_read: cached prompt tokens are billed at the input price (no caching "
-            "discount); give cache_read if the provider caches prompts",
-            stacklevel=2,
-        )
+        _warn_uncached(source)
     return out
 
 
