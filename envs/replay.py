@@ -108,7 +108,6 @@ class _Template:
         f[:, _C_TURNS] = -ep.user_turn[outs]
         f[:, _C_UNIQUE] = 1.0
         un = ep.unique_shares()
-        un = un if un is not None else np.zeros((0, 4))
         un = un[ord_of_step_of(ep, un[:, 1]) >= 0] if len(un) else un
         ord_of_step = np.full(ep.n, -1, np.int64)
         ord_of_step[outs] = np.arange(n_out)

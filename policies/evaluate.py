@@ -21,7 +21,7 @@ import sys
 import traceback
 import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -220,6 +220,13 @@ def _work(indices: list[int]) -> list[Run]:
     return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
 
 
+def _name_set(names: str | Iterable[str] | None) -> set[str] | None:
+    """Task names given as a set, any collection or one string (one name, not its letters)."""
+    if names is None:
+        return None
+    return {names} if isinstance(names, str) else set(names)
+
+
 def _split_objects(
     specs: Sequence[str | Policy], policies: dict[str, Any] | None
 ) -> tuple[list[str], dict[str, Any]]:
@@ -282,10 +289,7 @@ def evaluate(
 
     # one spec or task given as a string is one, not its characters; task sets as any collection
     specs = [specs] if isinstance(specs, str | Policy) else specs
-    tasks = {tasks} if isinstance(tasks, str) else (set(tasks) if tasks is not None else None)
-    holdout_tasks = {holdout_tasks} if isinstance(holdout_tasks, str) else holdout_tasks
-    holdout_tasks = set(holdout_tasks) if holdout_tasks is not None else None
-    tune_tasks = set([tune_tasks] if isinstance(tune_tasks, str) else tune_tasks or ()) or None
+    tasks, holdout_tasks, tune_tasks = (_name_set(x) for x in (tasks, holdout_tasks, tune_tasks))
     cost_config = cost_config or CostConfig()
     if prices:
         cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})

@@ -103,7 +103,7 @@ def load(dataset: str) -> list[Output]:
             for j in ep.needs_at(t, kinds).tolist():
                 needs.setdefault(j, []).append(t)
         shares: dict[int, list[tuple[int, float, float]]] = {}
-        for at, k, w, a in ep.unique_shares() if ep.unique_shares() is not None else ():
+        for at, k, w, a in ep.unique_shares():
             shares.setdefault(int(k), []).append((int(at), float(w), float(a)))
         for k in ep.out_steps.tolist():
             s = tr.steps[k]

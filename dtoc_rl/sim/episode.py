@@ -186,14 +186,14 @@ class Episode:
     # labelling pass, and a worker of evaluate()'s pool replays only its own chunks' episodes
     _unique_of: Trajectory | None = field(default=None, repr=False, compare=False)
 
-    def unique_shares(self) -> np.ndarray | None:
-        """``unique``, computed from the trajectory at first use (None: never computed for this
-        episode, e.g. one built by hand: every output then holds all of its text and names)."""
+    def unique_shares(self) -> np.ndarray:
+        """``unique``, computed from the trajectory at first use; no events (every output holding all
+        of its text and names) for an episode that has none to compute from, e.g. one built by hand."""
         traj = self._unique_of  # read once: another thread may finish it meanwhile
         if self.unique is None and traj is not None:
             self.unique = np.asarray(unique_events(traj), np.float64).reshape(-1, 4)
             self._unique_of = None
-        return self.unique
+        return self.unique if self.unique is not None else np.zeros((0, 4))
 
     def needs_at(self, t: int, kinds: np.ndarray | None = None) -> np.ndarray:
         """Earlier steps needed by call t (optionally only kinds in the boolean mask ``kinds``)."""
