@@ -38,7 +38,7 @@ import gc
 import json
 import sys
 
-from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped, warn
+from dtoc_rl.cli.common import CLIError, at_least, fail, number_in, price_option, serve_until_stopped, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,21 +82,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-conversations",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_MAX_CONVERSATIONS,
         help=f"conversations mirrored at once; the least recently used is dropped beyond it "
         f"({DEFAULT_MAX_CONVERSATIONS})",
     )
     p.add_argument(
         "--max-items",
-        type=int,
+        type=at_least(1),
         default=None,
         help="observation slots (default: the checkpoint's max_items, else 128)",
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream API (600)")
+    p.add_argument(
+        "--timeout",
+        type=number_in(0, 7 * 86400, open_low=True),
+        default=600.0,
+        help="seconds to wait for the upstream API, at most a week (600)",
+    )
     p.add_argument(
         "--threads",
-        type=int,
+        type=at_least(1),
         default=1,
         help="torch intra-op threads for learned policies (default 1: lowest latency for one small network)",
     )
@@ -119,14 +124,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not 0 <= args.port <= 65535:
             raise CLIError(f"--port must be in 0..65535, got {args.port}")
-        if args.max_conversations < 1:
-            raise CLIError(f"--max-conversations must be >= 1, got {args.max_conversations}")
-        if args.max_items is not None and args.max_items < 1:
-            raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
-        if args.threads < 1:
-            raise CLIError(f"--threads must be >= 1, got {args.threads}")
-        if not 0 < args.timeout <= 7 * 86400:
-            raise CLIError(f"--timeout must be > 0 seconds and at most a week, got {args.timeout}")
         try:
             check_upstream(args.upstream)
         except ValueError as e:

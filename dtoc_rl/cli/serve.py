@@ -43,7 +43,7 @@ import json
 import sys
 from pathlib import Path
 
-from dtoc_rl.cli.common import CLIError, fail, price_option, serve_until_stopped, warn
+from dtoc_rl.cli.common import CLIError, at_least, fail, price_option, serve_until_stopped, warn
 
 _SAMPLE = {
     "model_family": "gpt-4o",
@@ -100,19 +100,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-items",
-        type=int,
+        type=at_least(1),
         default=None,
         help="observation slots (default: the checkpoint's max_items, else 128, features.DEFAULT_MAX_ITEMS)",
     )
     p.add_argument(
         "--max-body",
-        type=int,
+        type=at_least(1024),
         default=DEFAULT_MAX_BODY,
         help=f"request body limit in bytes ({DEFAULT_MAX_BODY})",
     )
     p.add_argument(
         "--max-sessions",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_MAX_SESSIONS,
         help=f"client sessions whose need labels are kept in memory (beyond it, the least recently used "
         f"of the client holding the most is dropped; "
@@ -120,14 +120,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-total-chars",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_MAX_TOTAL_CHARS,
         help=f"text all sessions may hold together, about 40 bytes of memory a character; beyond it "
         f"idle sessions are dropped, else requests adding text get 429 ({DEFAULT_MAX_TOTAL_CHARS:,})",
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=at_least(1),
         default=1,
         help="torch intra-op threads for learned policies (default 1: lowest latency for one small network)",
     )
@@ -205,16 +205,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not 0 <= args.port <= 65535:
             raise CLIError(f"--port must be in 0..65535, got {args.port}")
-        if args.max_items is not None and args.max_items < 1:
-            raise CLIError(f"--max-items must be >= 1, got {args.max_items}")
-        if args.max_body < 1024:
-            raise CLIError(f"--max-body must be >= 1024 bytes, got {args.max_body}")
-        if args.max_sessions < 1:
-            raise CLIError(f"--max-sessions must be >= 1, got {args.max_sessions}")
-        if args.threads < 1:
-            raise CLIError(f"--threads must be >= 1, got {args.threads}")
-        if args.max_total_chars < 1:
-            raise CLIError(f"--max-total-chars must be >= 1, got {args.max_total_chars}")
         tokens = args.token or ([os.environ[TOKEN_ENV]] if os.environ.get(TOKEN_ENV) else None)
         for t in tokens or ():
             try:

@@ -18,6 +18,16 @@ from dtoc_rl.cli import main
         (["calibrate", "D", "--bootstrap", "-5"], "argument --bootstrap: must be at least 1, got -5"),
         (["calibrate", "D", "--examples", "-1"], "argument --examples: must be at least 0, got -1"),
         (["ingest", "x", "-o", "y", "--workers", "0"], "argument --workers: must be at least 1, got 0"),
+        (["serve", "--policy", "none", "--max-body", "10"], "--max-body: must be at least 1024, got 10"),
+        (["serve", "--policy", "none", "--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (
+            ["proxy", "--policy", "none", "--upstream", "https://a.b", "--max-items", "0"],
+            "argument --max-items: must be at least 1, got 0",
+        ),
+        (
+            ["proxy", "--policy", "none", "--upstream", "https://a.b", "--timeout", "nan"],
+            "argument --timeout: must be in (0, 604800], got nan",
+        ),
     ],
 )
 def test_a_number_out_of_range_is_a_usage_error(capsys, argv, said):
