@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.cli.common import at_least, number_in
 from dtoc_rl.data.dataset import DatasetError, task_name
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, price_vector
 from dtoc_rl.envs.data import load_episodes
@@ -192,14 +193,7 @@ class NeedPolicy(Policy):
         return to_action(obs, want)
 
 
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (v > 0 and np.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0")
-    return v
+_positive = number_in(0, float("inf"), open_low=True, open_high=True)
 
 
 def _both(text: str) -> tuple[float, float]:
@@ -212,16 +206,6 @@ def _both(text: str) -> tuple[float, float]:
     return t1, t2
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 0")
-    return v
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m scripts.need_policy",
@@ -232,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", required=True, help="an ingested dataset folder (dtoc-rl ingest)")
     ap.add_argument(
         "--seed",
-        type=_count,
+        type=at_least(0),
         help="the task split of `dtoc-rl train --seed` (default 0, or the checkpoint's)",
     )
     ap.add_argument(
@@ -264,14 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         help="fit on the training split of every other source harness (as `dtoc-rl train --exclude-source "
         "SOURCE`) and replay on every run of SOURCE: a harness the classifier never saw",
     )
-    ap.add_argument("--threads", type=_count, default=1, help="OpenMP threads of the classifier (>= 1)")
+    ap.add_argument("--threads", type=at_least(1), default=1, help="OpenMP threads of the classifier")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     check_weights(ap, args.alpha)
     if args.both and not args.checkpoint:
         ap.error("--both needs --checkpoint")
-    if args.threads < 1:
-        ap.error("--threads must be >= 1")
     net = None
     try:
         if args.checkpoint:

@@ -135,13 +135,13 @@ def test_the_script_reports_the_held_out_runs(capsys):
     [
         (["--both", "0.2:0.1"], "--both needs --checkpoint"),
         (["--alpha", "7"], "--alpha"),
-        (["--thresholds", "0"], "must be a number above 0"),
-        (["--thresholds", "abc"], "'abc' must be a number above 0"),
+        (["--thresholds", "0"], "--thresholds: must be in (0, inf), got 0"),
+        (["--thresholds", "abc"], "--thresholds: not a number: 'abc'"),
         (["--checkpoint", "x", "--both", "0.2"], "is not T1:T2"),
-        (["--checkpoint", "x", "--both", "0.2:inf"], "'inf' must be a number above 0"),
+        (["--checkpoint", "x", "--both", "0.2:inf"], "--both: must be in (0, inf), got inf"),
         (["--checkpoint", "x", "--both", "2:0.1"], "at most 1"),
-        (["--seed", "-1"], "'-1' must be a whole number >= 0"),
-        (["--threads", "0"], "--threads must be >= 1"),
+        (["--seed", "-1"], "--seed: must be at least 0, got -1"),
+        (["--threads", "0"], "--threads: must be at least 1, got 0"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(bad, says, capsys):
