@@ -406,6 +406,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    if r["service"] and r["fallback_decisions"]:  # the run went on, but not all of it shows the service
+        print(
+            f"{PROG}: warning: {r['fallback_decisions']} of {r['decisions']} decisions came from the "
+            f"fallback (on_error={r['fallback']}): the service at {r['service']} did not answer them",
+            file=sys.stderr,
+        )
     return 0 if r["ingest_exit_code"] == 0 else 1
 
 

@@ -269,3 +269,35 @@ def test_live_example_counts_the_fallback_decisions_of_a_refused_token(tmp_path,
     cap = capsys.readouterr()
     r = json.loads(cap.out)
     assert code == 1 and r["decisions"] == r["fallback_decisions"] == 3 and r["service"] == url
+
+
+def test_live_example_warns_when_some_decisions_came_from_the_fallback(tmp_path, capsys, monkeypatch):
+    from dtoc_rl.policies.registry import make_policy
+    from dtoc_rl.serve.service import DecideError, DecisionService, serve_in_thread
+
+    class Flaky(DecisionService):  # answers every other decision, refuses the rest
+        asked = 0
+
+        def decide(self, req, client=""):
+            Flaky.asked += 1
+            if Flaky.asked % 2 == 0:
+                raise DecideError(503, "busy", "")
+            return super().decide(req, client)
+
+    srv, _ = serve_in_thread(Flaky(make_policy("last_n:n=5")), "127.0.0.1", 0)
+    monkeypatch.setenv("DTOC_TOKEN", srv.token)
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        with pytest.warns(RuntimeWarning):
+            argv = ["--replay", "django__django-11239", "--service", url, "--max-steps", "4"]
+            code = live_example.main([*argv, "--out", str(tmp_path), "--json"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    cap = capsys.readouterr()
+    r = json.loads(cap.out)
+    assert code == 0 and r["decisions"] == 4 and r["fallback_decisions"] == 2  # the run went on
+    assert cap.err.strip().splitlines()[-1] == (
+        f"python -m scripts.live_example: warning: 2 of 4 decisions came from the fallback "
+        f"(on_error=show_all): the service at {url} did not answer them"
+    )
