@@ -356,6 +356,30 @@ def test_a_rewritten_history_starts_a_fresh_conversation_and_twins_stay_apart(up
     assert status == 200 and len(proxy.mirrors) == 3
 
 
+def test_two_runs_with_the_same_call_ids_but_other_outputs_stay_apart(upstream, tmp_path):
+    """A task run twice with deterministic call ids sends the same messages up to the first output
+    that differs; told apart by call ids alone, the second run would go on in the first's mirror."""
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    url, srv = _start(proxy, upstream)
+
+    def run(tag: str, k: int) -> list[dict]:
+        msgs = list(HEAD)
+        for j in range(k):
+            turn = _openai_turn(j)
+            turn[1] = {**turn[1], "content": f"run {tag}\n" + turn[1]["content"]}
+            msgs += turn
+        return msgs
+
+    for k in range(4):  # the two runs interleaved, call by call
+        for tag in "ab":
+            assert _post(url + "/v1/chat/completions", {"model": MODEL, "messages": run(tag, k)})[0] == 200
+    srv.shutdown()
+    assert len(proxy.mirrors) == 2
+    logs = [log.read_text() for log in (tmp_path / "logs").glob("*.jsonl")]
+    # one log a run, each with its own outputs only
+    assert sorted(("run a" in t, "run b" in t) for t in logs) == [(False, True), (True, False)]
+
+
 def test_an_unreachable_upstream_is_a_502_naming_it():
     proxy = ContextProxy(make_policy("last_n:n=1"))
     srv = make_proxy_server(proxy, "http://127.0.0.1:9", port=0)

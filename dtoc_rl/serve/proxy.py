@@ -21,7 +21,8 @@ passed through.
 
 Conversations are told apart by their messages: a request whose messages start with all the messages a
 mirror has seen continues that conversation (tool results by their call ids, so a harness that masks
-or trims its own old outputs still continues it); any other starts a new one (a harness that rewrites
+or trims its own old outputs still continues it, and the newest results by their text as well, so a
+run of the same task with the same call ids does not); any other starts a new one (a harness that rewrites
 earlier messages, e.g. after compacting, gets a fresh mirror, and its outputs are shown again until the
 policy hides them anew).  Models of a family the policy does not serve (``other``, unless the user
 priced it; for a checkpoint trained on one family, every other) pass through untouched, as ``dtoc-rl
@@ -114,6 +115,10 @@ class _Event:
             return f"tool:{self.call_id}"
         raw = json.dumps([self.kind, self.text, self.calls], sort_keys=True, default=str)
         return hashlib.sha1(raw.encode("utf-8", "replace")).hexdigest()
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
 
 
 def _utf8(text: str) -> str:
@@ -293,11 +298,20 @@ class _Mirror:
         self.answered_by: str | None = None  # the model that answer names (else the request's)
         self.lock = threading.Lock()
         self.log_failed = False
+        # the tool results of the latest feed that brought any, by position: their text's digest.  A
+        # result is told by its call id alone (harnesses trim their own old outputs), so a run of the
+        # same task with the same call ids would otherwise continue this one; its newest results,
+        # which no harness has trimmed yet, tell it apart
+        self.fresh: dict[int, str] = {}
 
     def feed(self, events: list[_Event]) -> None:
         """Record the events after those already mirrored."""
-        new = events[len(self.prints) :]
+        start = len(self.prints)
+        new = events[start:]
         asked = sum(e.kind == "assistant" for e in new)
+        fresh = {start + i: _digest(e.text) for i, e in enumerate(new) if e.kind == "tool"}
+        if fresh:
+            self.fresh = fresh
         for e in new:
             key = None
             if e.kind == "assistant":
@@ -321,17 +335,21 @@ class _Mirror:
             if e.kind in ("assistant", "tool"):
                 self.settled = len(self.prints)
 
-    def continues(self, prints: list[str]) -> int:
-        """How much of a request whose events print as ``prints`` this conversation has seen: all of
-        its own prints (a continuation), its settled ones when the request goes on from there with
-        other user text (it left a side question out), else 0 (another conversation)."""
+    def continues(self, prints: list[str], events: list[_Event]) -> int:
+        """How much of a request whose ``events`` print as ``prints`` this conversation has seen: all
+        of its own prints (a continuation), its settled ones when the request goes on from there with
+        other user text (it left a side question out), else 0 (another conversation, or another run
+        whose newest tool results differ from those this one was fed)."""
         n = len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
-            return n
+            return n if self._same_fresh(events, n) else 0
         k = self.settled
         if 0 < k < n and k < len(prints) and self.prints[:k] == prints[:k]:
-            return k
+            return k if self._same_fresh(events, k) else 0
         return 0
+
+    def _same_fresh(self, events: list[_Event], upto: int) -> bool:
+        return all(_digest(events[i].text) == d for i, d in self.fresh.items() if i < upto)
 
 
 @dataclass
@@ -519,13 +537,13 @@ class ContextProxy:
         this request's feed (two requests branching from one history would take each other's keys)."""
         for _ in range(100):
             with self._lock:
-                seen = {m.name: m.continues(prints) for m in self.mirrors.values()}
+                seen = {m.name: m.continues(prints, events) for m in self.mirrors.values()}
                 best = max(self.mirrors.values(), key=lambda m: seen[m.name], default=None)
                 if best is None or seen[best.name] == 0:
                     return self._new_mirror(events, prints, model, given)
                 self.mirrors.move_to_end(best.name)
             best.lock.acquire()
-            if best.continues(prints) == seen[best.name] and self.mirrors.get(best.name) is best:
+            if best.continues(prints, events) == seen[best.name] and self.mirrors.get(best.name) is best:
                 # a side question left out: the texts it added stay in the mirror, its prints do not
                 del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
                 return best
