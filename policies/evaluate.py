@@ -576,16 +576,24 @@ def done_when(
     unchallenged, and a user who cares about misses would rather run it.  The rules that no row beats so
     are listed in ``unbeaten`` (so ``beats_rules`` depends on which thresholds were swept: sweep low
     ones to meet a rule that never misses).  A group where no such policy stays within the budget gets
-    ``policy`` None and False checks."""
+    ``policy`` None and False checks.
+
+    A policy that failed on any run of the group is measured on fewer runs than the oracle and the
+    rules: it is neither picked nor a rival, and is listed in ``failed``; a failed rule fails
+    ``beats_rules`` (it was not beaten, only not measured).  ``n`` is the runs the pick was judged on."""
     out = []
     for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
         sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
         oracle = next((r for r in sel if r["policy"] == ORACLE), None)
         # a hindsight variant (oracle:restores=0) is a reference like the oracle, not a policy to pick
+        group = [r for r in rows if (r["group_by"], r["group"]) == key]
+        failed = sorted({r["policy"] for r in group if r.get("errors")})
         cands = [r for r in sel if not _is_oracle(r["policy"]) and not _is_rule(r["policy"])]
-        if oracle is None or not cands:
+        if oracle is None or not any(
+            not _is_oracle(r["policy"]) and not _is_rule(r["policy"]) for r in group
+        ):
             continue
-        ok = [r for r in cands if r["misses_per_100"] <= max_misses]
+        ok = [r for r in cands if r["misses_per_100"] <= max_misses and not r.get("errors")]
         best = max(ok, key=lambda r: r["savings"]) if ok else None
         miss = best["misses_per_100"] if best else max_misses
         # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything;
@@ -594,12 +602,15 @@ def done_when(
         all_rules = [
             r
             for r in sel
-            if _is_rule(r["policy"]) and r["policy"] != NoManagement.name and r["savings"] == r["savings"]
+            if _is_rule(r["policy"])
+            and r["policy"] != NoManagement.name
+            and r["savings"] == r["savings"]
+            and not r.get("errors")
         ]
         rules = [r for r in all_rules if r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
         # the pick's own sweep (its spec but the threshold): another checkpoint's points are not its
-        sweep = [c for c in cands if _sweep_of(c["policy"]) == _sweep_of(best["policy"])] if best else cands
+        sweep = [c for c in ok if _sweep_of(c["policy"]) == _sweep_of(best["policy"])] if best else ok
         unbeaten = [
             {"policy": r["policy"], "savings": r["savings"], "misses_per_100": r["misses_per_100"]}
             for r in all_rules
@@ -610,7 +621,7 @@ def done_when(
                 for c in sweep
             )
         ]
-        n = oracle["n"]
+        n = best["n"] if best else oracle["n"]
         row = {
             "group_by": key[0], "group": key[1], "n": n,
             "policy": best["policy"] if best else None,
@@ -624,6 +635,7 @@ def done_when(
             "best_rule_savings": rule["savings"] if rule else None,
             "best_rule_misses_per_100": rule["misses_per_100"] if rule else None,
             "unbeaten": sorted(unbeaten, key=lambda r: (r["misses_per_100"], -r["savings"])),
+            "failed": failed,
         }  # fmt: skip
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
@@ -632,7 +644,10 @@ def done_when(
         # saves nothing: one that saves money and is beaten at its own misses (not in unbeaten) was
         # beaten by a point within the budget, so it is below the pick as well
         row["beats_rules"] = (
-            bool(best) and (rule is None or best["savings"] >= rule["savings"]) and not unbeaten
+            bool(best)
+            and (rule is None or best["savings"] >= rule["savings"])
+            and not unbeaten
+            and not any(_is_rule(f) for f in failed)
         )
         out.append(row)
     return out

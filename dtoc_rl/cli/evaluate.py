@@ -461,7 +461,8 @@ def print_done_when(done, budget: float, console=None) -> None:
         group = "overall" if d["group_by"] == "overall" else f"{d['group_by']} = {d['group']}"
         if d["policy"] is None:
             oracle = f"{100 * d['oracle_savings']:+.1f}%"
-            t.add_row(group, str(d["n"]), "[red]none within budget[/red]", "—", "—", oracle, "—",
+            why = "none within budget" if not d.get("failed") else "none judged: failed runs"
+            t.add_row(group, str(d["n"]), f"[red]{why}[/red]", "—", "—", oracle, "—",
                       mark[False], mark[d["no_loss"]], "—", mark[False])  # fmt: skip
             continue
         frac = d["oracle_fraction"]
@@ -483,6 +484,13 @@ def print_done_when(done, budget: float, console=None) -> None:
             beats_text(d, short_label, red=True),
         )
     console.print(t)
+    failed = sorted({f for d in done for f in d.get("failed", ())})
+    if failed:  # judged on fewer runs than the oracle and the rules: not comparable
+        console.print(
+            "left out of the done-when checks, having failed on some runs (see the failures above): "
+            + ", ".join(escape(short_label(f)) for f in failed),
+            highlight=False,
+        )
 
 
 def beats_text(d: dict, label=str, red: bool = False) -> str:

@@ -26,3 +26,17 @@ def test_two_checkpoints_keep_their_folders_in_the_tables():
     print_done_when([done], 1.0, console=console)
     text = console.export_text()
     assert text.count("learned[a/ckpt-mine]") == 2 and text.count("learned[a/ckpt]") == 2
+
+
+def test_a_policy_that_failed_on_some_runs_is_named_as_left_out_of_the_checks():
+    from dtoc_rl.policies.evaluate import done_when
+
+    rows = [{**_row("oracle"), "savings": 0.3}, {**_row("learned:path=/tmp/a/ckpt"), "n": 1, "errors": 2}]
+    console = Console(record=True, width=250)
+    print_done_when(done_when(rows), 1.0, console=console)
+    text = console.export_text()
+    assert "none judged: failed runs" in text
+    assert (
+        "left out of the done-when checks, having failed on some runs (see the failures above): "
+        "learned[a/ckpt]" in text
+    )

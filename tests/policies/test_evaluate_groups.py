@@ -114,8 +114,9 @@ def test_crossed_grouping_splits_the_overall_figures():
         aggregate(runs, by=["split+lenght"])
 
 
-def _row(policy, savings, misses, *, group="all", n=20, lo=None, hi=None, frac=None):
-    return {"policy": policy, "group_by": "overall", "group": group, "n": n, "savings": savings,
+def _row(policy, savings, misses, *, group="all", n=20, lo=None, hi=None, frac=None, errors=0):
+    return {"policy": policy, "group_by": "overall", "group": group, "n": n, "errors": errors,
+            "savings": savings,
             "savings_lo": savings - 0.05 if lo is None else lo,
             "savings_hi": savings + 0.05 if hi is None else hi,
             "misses_per_100": misses, "oracle_fraction": savings / 0.3 if frac is None else frac}  # fmt: skip
@@ -331,3 +332,23 @@ def _task_of(run):
 
     (ep,) = [e for e in load_episodes(None) if e.traj_id == run.traj_id]
     return ep.task_id
+
+
+def test_done_when_judges_no_policy_on_fewer_runs_than_the_oracle():
+    """A policy that failed on some runs has its savings from the rest: it is not picked, and a rule
+    that failed is not beaten."""
+    rows = [_row("oracle", 0.30, 0.0, n=34), _row("learned:path=p", 0.20, 0.5, n=6, errors=28),
+            _row("learned:path=q", 0.10, 0.5, n=34), _row("hide_big:tokens=8000", 0.05, 0.6)]  # fmt: skip
+    (d,) = done_when(rows, max_misses=1.0)
+    assert d["policy"] == "learned:path=q" and d["n"] == 34 and d["failed"] == ["learned:path=p"]
+    assert d["beats_rules"]
+    (d,) = done_when([*rows, _row("cache_clear", 0.01, 0.0, n=30, errors=4)], max_misses=1.0)
+    assert d["policy"] == "learned:path=q" and not d["beats_rules"]
+    assert d["failed"] == ["cache_clear", "learned:path=p"]
+    (d,) = done_when([rows[0], rows[1], rows[3]], max_misses=1.0)  # the only policy failed on some runs
+    assert (
+        d["policy"] is None
+        and not d["reaches"]
+        and not d["beats_rules"]
+        and d["failed"] == ["learned:path=p"]
+    )
