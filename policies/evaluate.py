@@ -102,12 +102,16 @@ class Run:
 
 
 def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run:
-    """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id."""
+    """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id.
+
+    The episode is seeded by its trajectory id, so what the simulator draws (whether a miss under
+    ``miss="calibrated"`` re-reads) is the same for every policy and every evaluation of that run,
+    whichever worker or order runs it."""
     ep = env.episodes[index]
     run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
     run.regime = cache_regime(env.cfg.prices_of(ep))
     try:
-        obs, info = env.reset(options={"index": index})
+        obs, info = env.reset(seed=zlib.crc32(ep.traj_id.encode()), options={"index": index})
         reset_policy(policy, info)
         done = False
         while not done:
