@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import shutil
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,7 +171,10 @@ class LiveEnv(gym.Env):
     :func:`dtoc_rl.labels.label_trajectory` gives the whole episode); a need on an
     output that was hidden when the call was made is a **miss** (the agent had to
     re-read it), and so is an output of the previous call hidden before this one
-    read it (``Episode.call_reads``).
+    read it (``Episode.call_reads``).  The reward and the observation count the miss
+    kinds ReplayEnv counts (provenance and reference needs, and those unread
+    outputs); ``totals["misses"]`` counts re-accesses of hidden outputs as well,
+    whose re-read the bill already holds.
 
     ## Action Space
     ``Dict(enable=MultiBinary(N), disable=MultiBinary(N))`` over ``N = max_items``
@@ -295,14 +301,30 @@ class LiveEnv(gym.Env):
                 "LiveEnv needs an agent: an object with next_action(messages, tools), or a spec such as "
                 "'openai:gpt-4o-mini', 'anthropic:claude-sonnet-4-5' or 'hf:/path/to/model'"
             )
-        if max_items < 1:
-            raise ValueError(f"max_items must be >= 1, got {max_items}")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if max_calls_per_turn < 1:
-            raise ValueError(f"max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
+        for name, n, low in (
+            ("max_items", max_items, 1),
+            ("max_steps", max_steps, 1),
+            ("max_calls_per_turn", max_calls_per_turn, 1),
+            ("budget_tokens", budget_tokens, 0),
+        ):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
+        for name, w in (
+            ("cost_weight", cost_weight),
+            ("success_weight", success_weight),
+            ("miss_weight", miss_weight),
+            ("over_budget_weight", over_budget_weight),
+        ):
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+                raise ValueError(f"{name} must be a finite number, got {w!r}")  # a NaN reward otherwise
+        max_items, max_steps, max_calls_per_turn = int(max_items), int(max_steps), int(max_calls_per_turn)
         if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            # as ReplayEnv: vectorising helpers ask for "rgb_array" by default; there is no picture
+            warnings.warn(
+                f"LiveEnv renders only 'ansi' text; render_mode={render_mode!r} is ignored (no rendering)",
+                stacklevel=2,
+            )
+            render_mode = None
         if isinstance(cost_unit, str):
             if cost_unit not in COST_UNITS:
                 raise ValueError(f"cost_unit must be one of {COST_UNITS} or a number, got {cost_unit!r}")
@@ -541,9 +563,11 @@ class LiveEnv(gym.Env):
         return dollars
 
     def _turn(self) -> tuple[float, int]:
-        """One model call and its tool calls; returns (dollars, misses)."""
+        """One model call and its tool calls; returns (dollars, misses): the misses of the kinds
+        ReplayEnv counts (the observation's ``misses``), not the re-accesses ``totals`` counts too."""
         ep = self.ep
         ctx = ep.ctx
+        counted = ep.session.cols.kind_misses
         masked = ep.session.masked_steps()
         sigs, toks = self._prompt()
         try:
@@ -612,7 +636,8 @@ class LiveEnv(gym.Env):
             ep.session.set_output(step, text, is_error)
             if rec is not None:
                 ep.session.track(rec, step, call=turn, is_error=is_error)
-        return dollars, ep.session.label()  # every result of the turn is in
+        ep.session.label()  # every result of the turn is in
+        return dollars, ep.session.cols.kind_misses - counted
 
     # -- views ------------------------------------------------------------------------------------------
     def _obs(self) -> dict[str, np.ndarray]:

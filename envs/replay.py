@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +54,23 @@ _FEW = 8  # up to this many changed outputs, update the observation mirrors one 
 # beyond it by boolean masks (about a dozen numpy calls, a fixed cost larger than such a pass over a few
 # slots, but a small one per slot).
 _LOOP_SLOTS = 48
+
+
+def _with_fields(cfg: CostConfig, **given: Any) -> CostConfig:
+    """``cfg`` with the fields ReplayEnv also takes as arguments (``miss``, ``overhead``, ...) set
+    where the argument was given (not its default); one given both ways, differently, is an error
+    rather than one of them silently winning."""
+    default = CostConfig()
+    changes = {}
+    for name, value in given.items():
+        if value == getattr(default, name) or value == getattr(cfg, name):
+            continue
+        if getattr(cfg, name) != getattr(default, name):
+            raise ValueError(
+                f"{name}={value!r} and cost_config's {name}={getattr(cfg, name)!r}: give it once"
+            )
+        changes[name] = value
+    return replace(cfg, **changes) if changes else cfg
 
 
 def _nonzero_bytes(a: np.ndarray) -> bytes:
@@ -272,6 +290,10 @@ class ReplayEnv(gym.Env):
     * ``overhead`` ("orchestrator" | "agent").
     * ``need_kinds``: need-label kinds that make a hidden output a miss (default provenance and
       reference; a re-access step is itself the agent's re-read, so it is not charged twice).
+    * ``cost_config``: a ``dtoc_rl.sim.simulator.CostConfig`` (or a dict of its fields) for what the
+      arguments above do not reach (the cache model, prices, recovery); ``miss``, ``overhead``,
+      ``need_kinds`` and ``reread_prob`` given as well are set in it (given both ways, differently:
+      an error).
     * ``budget_tokens`` (0 = none), and the reward weights ``cost_weight`` (1),
       ``miss_weight`` (0), ``success_weight`` (0), ``fail_penalty`` (1),
       ``over_budget_weight`` (0).
@@ -340,18 +362,29 @@ class ReplayEnv(gym.Env):
                 raise ValueError(
                     f"cost_config: {e} (the fields of dtoc_rl.sim.simulator.CostConfig)"
                 ) from None
-        self.cfg = cost_config or CostConfig(
-            miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob
-        )
-        self.N = max_items
-        self.budget = int(budget_tokens)
-        self.w = {
-            "cost": cost_weight,
-            "miss": miss_weight,
-            "success": success_weight,
-            "fail": fail_penalty,
-            "budget": over_budget_weight,
+        self.cfg = _with_fields(
+            cost_config or CostConfig(),
+            miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob,
+        )  # fmt: skip
+        if (
+            isinstance(budget_tokens, bool)
+            or not isinstance(budget_tokens, numbers.Integral)
+            or budget_tokens < 0
+        ):
+            raise ValueError(f"budget_tokens must be an integer >= 0 (0: no budget), got {budget_tokens!r}")
+        weights = {
+            "cost_weight": cost_weight,
+            "miss_weight": miss_weight,
+            "success_weight": success_weight,
+            "fail_penalty": fail_penalty,
+            "over_budget_weight": over_budget_weight,
         }
+        for name, w in weights.items():  # a NaN weight would make every reward NaN
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+                raise ValueError(f"{name} must be a finite number, got {w!r}")
+        self.N = int(max_items)
+        self.budget = int(budget_tokens)
+        self.w = dict(zip(("cost", "miss", "success", "fail", "budget"), weights.values(), strict=True))
         self.sequential = sequential
         self.text_view = text_view
         self.expose_episode = expose_episode

@@ -581,3 +581,41 @@ def test_the_policy_is_told_when_the_cache_of_the_last_call_has_expired(monkeypa
     env.cache_rules = None  # the ideal cache never expires
     assert env._info(env._obs())["cache_cold"] is False
     env.close()
+
+
+def test_a_re_access_of_a_hidden_output_is_billed_but_not_a_miss_as_in_replay():
+    """Reading a hidden file again is the agent's own re-read, already in the bill: the reward and the
+    observation count the kinds ReplayEnv counts, totals every need on a hidden output."""
+    script = [
+        call("read_file", path="pager.py"),
+        call("bash", command="ls"),
+        call("read_file", path="pager.py"),
+    ]
+    env = LiveEnv(ScriptedAgent(script), tasks=["pagination"], max_items=N, max_steps=3, miss_weight=5.0)
+    env.reset(seed=0)
+    env.step(_noop())  # the call that reads t0000
+    a = _noop()
+    a["disable"][0] = 1
+    obs, reward, _, _, info = env.step(a)  # hidden, then read again
+    assert info["totals"]["misses"] == 1 and info["step_misses"] == 0 and obs["globals"][6] == 0
+    assert reward == -info["step_dollars"] / env.ep.unit_dollars
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [({"max_items": 2.5}, "max_items must be an integer >= 1, got 2.5"),
+     ({"max_steps": 0}, "max_steps must be an integer >= 1"),
+     ({"budget_tokens": -10}, "budget_tokens must be an integer >= 0"),
+     ({"miss_weight": float("nan")}, "miss_weight must be a finite number")],
+)  # fmt: skip
+def test_bad_settings_are_refused_not_truncated_or_turned(kwargs, says):
+    with pytest.raises(ValueError, match=says):
+        LiveEnv(ScriptedAgent([]), tasks=["pagination"], **kwargs)
+
+
+def test_a_picture_render_mode_is_ignored_with_a_warning_as_in_replay():
+    with pytest.warns(UserWarning, match="render_mode='rgb_array' is ignored"):
+        env = LiveEnv(ScriptedAgent([]), tasks=["pagination"], max_items=np.int64(N), render_mode="rgb_array")
+    assert env.render_mode is None and env.N == N
+    env.close()

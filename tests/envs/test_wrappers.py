@@ -135,3 +135,17 @@ def test_a_rule_given_the_stock_rl_observation_says_which_env_it_reads(rule):
     pol.reset(info)
     with pytest.raises(ValueError, match="decide on dtoc_rl/Replay-v0"):
         pol.act(obs, info)
+
+
+@pytest.mark.parametrize("bits", [np.full(N, 0.1, np.float32), np.full(N, np.nan), np.full(N, 2)])
+def test_the_flat_action_takes_bits_only(bits):
+    env = make_flat_replay(max_items=N)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="action bits must be 0 or 1, got"):
+        env.step(bits)
+
+
+def test_the_flat_action_takes_float_bits_as_sb3_samples_them():
+    env = make_flat_replay(max_items=N)
+    env.reset(seed=0)
+    env.step(np.ones(N, np.float32))
