@@ -10,13 +10,36 @@ policies, ``"slot_steps"``); rule policies ignore it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from dtoc_rl.engine.contract import check_policy, reset_policy
 
-__all__ = ["Policy", "check_policy", "empty_action", "reset_policy"]
+__all__ = ["Policy", "batch_infos", "check_policy", "empty_action", "reset_policy"]
+
+
+def batch_infos(infos: Any, b: int) -> list[dict[str, Any] | None]:
+    """``b`` rows' infos from a list of dicts, or from a gymnasium vector env's ``infos`` (one dict
+    of arrays, each ``"_key"`` marking the rows that carry ``key``)."""
+    if not infos:
+        return [None] * b
+    if isinstance(infos, Mapping):  # nested dicts (an info's own dicts) are split the same way
+        rows: list[dict[str, Any]] = [{} for _ in range(b)]
+        for k, v in infos.items():
+            if k.startswith("_"):
+                continue
+            has = infos.get(f"_{k}")
+            parts = batch_infos(v, b) if isinstance(v, Mapping) else v
+            for i in range(b):
+                if has is None or has[i]:
+                    rows[i][k] = parts[i]
+        return list(rows)
+    rows = list(infos)
+    if len(rows) != b:
+        raise ValueError(f"act_batch: {len(rows)} infos for a batch of {b} observations")
+    return rows
 
 
 def empty_action(n: int) -> dict[str, np.ndarray]:
@@ -38,10 +61,13 @@ class Policy(ABC):
     def act(self, obs: dict[str, np.ndarray], info: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Enable/disable masks for one observation."""
 
-    def act_batch(self, obs: dict[str, np.ndarray], infos: list[dict] | None = None) -> dict[str, np.ndarray]:
-        """Batched form: every array in ``obs`` has a leading batch axis."""
+    def act_batch(self, obs: dict[str, np.ndarray], infos: Any = None) -> dict[str, np.ndarray]:
+        """Batched form: every array in ``obs`` has a leading batch axis; ``infos`` a list of dicts or a
+        vector env's dict of arrays.  One object decides every row, so a policy that keeps state across
+        an episode's calls (most rules do: what they hid, when) needs one object per sub-env instead."""
         b = len(obs["item_mask"])
-        acts = [self.act({k: v[i] for k, v in obs.items()}, infos[i] if infos else None) for i in range(b)]
+        rows = batch_infos(infos, b)
+        acts = [self.act({k: v[i] for k, v in obs.items()}, rows[i]) for i in range(b)]
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}
 
     def config(self) -> dict[str, Any]:

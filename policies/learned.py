@@ -37,7 +37,7 @@ from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES, family_prices, price_vector
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
-from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.base import Policy, batch_infos
 from dtoc_rl.policies.baselines import HideBig, best_batch, episode_prices, per_call, to_action, unread
 from dtoc_rl.policies.cpu import flushed_denormals, torch_threads
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
@@ -764,6 +764,7 @@ class LearnedPolicy(Policy):
     def act_batch(self, obs, infos=None):
         # rows may come from different episodes: prices and thresholds from each row's family
         p = self.probs(obs)
+        infos = batch_infos(infos, len(p))
         acts = []
         for i in range(len(p)):
             row = {k: v[i] for k, v in obs.items()}
@@ -771,7 +772,7 @@ class LearnedPolicy(Policy):
             if thr <= 0.0 and rule is not None:
                 acts.append(rule.act(row))
                 continue
-            info = infos[i] if infos else None
+            info = infos[i]
             copied = (info or {}).get("item_copied")
             acts.append(to_action(row, self.want_visible(row, p[i], thr, copied=copied, cold=cold_of(info))))
         return {k: np.stack([a[k] for a in acts]) for k in ("enable", "disable")}

@@ -184,3 +184,24 @@ def test_baselines_run_on_bundled_data_and_act_in_batch(policy):
     batch = {k: np.stack([v, v]) for k, v in obs.items()}
     b = policy.act_batch(batch)
     assert b["disable"].shape == (2, N)
+
+
+def test_act_batch_takes_a_vector_envs_infos():
+    """gymnasium's vector envs give one dict of arrays ("_key": which rows carry key), not a list."""
+    from gymnasium.vector import SyncVectorEnv
+
+    from dtoc_rl.policies.base import batch_infos
+    from dtoc_rl.policies.registry import make_policy
+
+    venv = SyncVectorEnv([lambda: ReplayEnv(max_items=8, sequential=True) for _ in range(2)])
+    obs, infos = venv.reset(seed=0)
+    rows = batch_infos(infos, 2)
+    assert [sorted(r) for r in rows] == [sorted(k for k in infos if not k.startswith("_"))] * 2
+    assert list(rows[1]["slot_steps"]) == list(infos["slot_steps"][1])
+    assert list(rows[1]["action_mask"]["enable"]) == list(infos["action_mask"]["enable"][1])
+    act = make_policy("hide_big:tokens=500").act_batch(obs, infos)
+    assert act["enable"].shape == (2, 8)
+    venv.step(act)
+    with pytest.raises(ValueError, match="3 infos for a batch of 2 observations"):
+        batch_infos([{}, {}, {}], 2)
+    venv.close()
