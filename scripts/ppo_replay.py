@@ -190,6 +190,12 @@ def train(args: Args) -> dict[str, Any]:
     batch_size = T * E
     minibatch = batch_size // args.num_minibatches
     iterations = max(1, args.total_timesteps // batch_size)
+    if iterations * batch_size != args.total_timesteps:  # said, not silently another length
+        print(
+            f"python -m scripts.ppo_replay: note: {iterations * batch_size} steps, whole rollouts of "
+            f"num_envs x num_steps = {batch_size} (--total-timesteps {args.total_timesteps})",
+            file=sys.stderr,
+        )
     space = envs.single_observation_space
     obs_buf = {k: torch.zeros((T, E, *space[k].shape)) for k in space.spaces}
     actions = torch.zeros((T, E, N))

@@ -34,9 +34,10 @@ def test_tiny_training_run_updates_the_agent_and_saves_it(tmp_path, capsys):
         assert ppo_replay.main(argv) == 0
     finally:
         torch.set_num_threads(threads)  # the script sets --threads for its own process
-    out = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
     hist = out["history"]
-    assert [h["global_step"] for h in hist] == [32, 64]
+    assert [h["global_step"] for h in hist] == [32, 64] and "note" not in cap.err  # 64: whole rollouts
     assert all(math.isfinite(h["policy_loss"]) and math.isfinite(h["value_loss"]) for h in hist)
     assert all(r < 0 for r in out["episode_returns"])  # every call costs dollars
     from safetensors.torch import load_file
@@ -63,3 +64,16 @@ def test_a_missing_dataset_is_one_line(tmp_path, capsys):
                             "--num-steps", "8", "--num-minibatches", "1", "--json"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_a_length_that_is_not_whole_rollouts_is_said(capsys):
+    threads = torch.get_num_threads()
+    argv = ["--total-timesteps", "40", "--num-envs", "2", "--num-steps", "16", "--max-items", "8",
+            "--num-minibatches", "2", "--update-epochs", "1", "--json"]  # fmt: skip
+    try:
+        assert ppo_replay.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    cap = capsys.readouterr()
+    assert [h["global_step"] for h in json.loads(cap.out)["history"]] == [32]
+    assert "note: 32 steps, whole rollouts of num_envs x num_steps = 32 (--total-timesteps 40)" in cap.err
