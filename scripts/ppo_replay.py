@@ -9,7 +9,8 @@ management).  The agent scores every slot with one small network shared across s
 features, its tool, the global features) and samples each bit from a Bernoulli; padding slots take
 no part in the log-probability.  The value is read from the mean of the slots' hidden states.
 Prints one line per update (``--json``: one JSON summary at the end); ``--save`` writes the agent's
-weights as safetensors.  Nothing is logged anywhere unless ``--track`` is given.
+weights as safetensors, which :class:`PPOPolicy` loads as a policy for ``dtoc-rl evaluate``.  Nothing
+is logged anywhere unless ``--track`` is given.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from dtoc_rl.policies.base import Policy
 
 
 @dataclass
@@ -287,11 +290,71 @@ def train(args: Args) -> dict[str, Any]:
         from safetensors.torch import save_file
 
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in agent.state_dict().items()}, args.save)
+        # the width in the file's metadata: PPOPolicy rebuilds the network from the file alone
+        meta = {"format": SAVED_FORMAT, "hidden": str(args.hidden), "max_items": str(args.max_items)}
+        save_file({k: v.contiguous() for k, v in agent.state_dict().items()}, args.save, metadata=meta)
         summary["saved"] = args.save
     if run is not None:
         run.finish()
     return summary
+
+
+SAVED_FORMAT = "dtoc-rl scripts.ppo_replay agent"
+
+
+class PPOPolicy(Policy):
+    """A ``--save``d agent as a dtoc_rl policy, for ``dtoc-rl evaluate``, ``serve`` and the
+    Orchestrator (run from the repository's root, where ``scripts`` is importable)::
+
+        dtoc-rl evaluate -p "scripts.ppo_replay:PPOPolicy:path=agent.safetensors" last_n:n=5
+
+    Each slot is kept visible when the agent's P(visible) >= ``threshold`` (0.5: its most likely
+    bit; training samples the bits instead).  The network reads each slot alone, so any number of
+    slots works; ``item_words`` and ``prices`` are not among its inputs."""
+
+    name = "ppo_replay"
+
+    def __init__(self, path: str, threshold: float = 0.5):
+        from safetensors import safe_open
+
+        from dtoc_rl.data.models import FAMILIES
+        from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+        from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+
+        if not 0.0 <= float(threshold) <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no agent file {path!r} (python -m scripts.ppo_replay --save FILE)")
+        with safe_open(path, "pt") as f:
+            meta = f.metadata() or {}
+            weights = {k: f.get_tensor(k) for k in f.keys()}
+        if meta.get("format") != SAVED_FORMAT:
+            raise ValueError(f"{path}: not an agent saved by python -m scripts.ppo_replay --save")
+        self.agent = make_agent(
+            len(TOOL_CATEGORIES), len(ITEM_FEATURES), len(GLOBAL_FEATURES), len(FAMILIES),
+            Args(hidden=int(meta["hidden"])),
+        )  # fmt: skip
+        self.agent.load_state_dict(weights)
+        self.agent.eval()
+        self.path, self.threshold = path, float(threshold)
+
+    def act(self, obs, info=None):
+        import numpy as np
+        import torch
+
+        from dtoc_rl.envs.wrappers import bits_to_action
+
+        x = {
+            "item_features": obs["items"],
+            **{k: obs[k] for k in ("item_tool", "item_mask", "globals", "family")},
+        }
+        with torch.no_grad():
+            t = {k: torch.as_tensor(np.asarray(v), dtype=torch.float32)[None] for k, v in x.items()}
+            p = torch.sigmoid(self.agent(t)[0])[0].numpy()
+        return bits_to_action(p >= self.threshold, obs)
+
+    def config(self) -> dict[str, Any]:
+        return {"path": self.path, "threshold": self.threshold}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,22 @@ def test_tiny_training_run_updates_the_agent_and_saves_it(tmp_path, capsys):
     weights = load_file(str(save))
     assert weights["logit.bias"].shape == (1,) and float(weights["logit.bias"]) != 4.0  # it was trained
 
+    # the saved agent is a policy evaluate runs (module:Class from the repository's root)
+    from dtoc_rl.policies.evaluate import evaluate
+
+    spec = f"scripts.ppo_replay:PPOPolicy:path={save}"
+    runs = evaluate("data/sample", [spec, f"{spec},threshold=0", "none"], progress=False)
+    assert not [r.error for r in runs if r.error]
+    bill = {(r.policy, r.traj_id): r.dollars for r in runs}
+    for r in runs:
+        if r.policy == "none":  # P >= 0 everywhere: everything visible, as keeping everything
+            assert bill[(f"{spec},threshold=0", r.traj_id)] == r.dollars
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match=r"not an agent saved by python -m scripts\.ppo_replay --save"):
+        ppo_replay.PPOPolicy(str(tmp_path / "other.safetensors"))
+
 
 @pytest.mark.parametrize(
     "argv, msg",
