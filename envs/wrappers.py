@@ -1,4 +1,4 @@
-"""ReplayEnv for stock RL libraries (Stable-Baselines3, CleanRL-style loops, RLlib, ...).
+"""ReplayEnv for stock RL libraries (Stable-Baselines3, CleanRL-style loops, ...; RLlib is not tested here).
 
 ReplayEnv's native action is ``Dict(enable=MultiBinary(N), disable=MultiBinary(N))``, which most
 libraries do not take, and its observation key ``items`` is also the name of a ``dict`` /
