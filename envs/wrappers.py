@@ -10,7 +10,8 @@ libraries do not take, and its observation key ``items`` is also the name of a `
   policy cannot make an invalid move; padding slots (``obs["item_mask"] == 0``) are ignored.
 * **observation** the native ``Dict`` with ``items`` renamed ``item_features`` (every other key as in
   ``help(ReplayEnv)``), or, with ``flatten_obs=True``, one float32 ``Box`` vector: item features
-  (slot-major), tool ids, item mask, visible mask, globals, one-hot family.
+  (slot-major), tool ids, item mask, visible mask, globals, one-hot family, the model's prices (what
+  lets one network price a model it never trained on).
 
 Rewards, episode ends and ``info`` are ReplayEnv's.  ``gym.make("dtoc_rl/ReplayFlat-v0", **kwargs)``
 builds the wrapped env (``flatten_obs=True`` is accepted there too), so SB3 needs no adapter::
@@ -73,7 +74,13 @@ class StockRLWrapper(gym.Wrapper):
         self.action_space = spaces.MultiBinary(n)
         self._n_families = native["family"].n
         if flatten_obs:
-            size = n * len(ITEM_FEATURES) + 3 * n + len(GLOBAL_FEATURES) + self._n_families
+            size = (
+                n * len(ITEM_FEATURES)
+                + 3 * n
+                + len(GLOBAL_FEATURES)
+                + self._n_families
+                + native["prices"].shape[0]
+            )
             self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float32)
         else:
             # word hashes (up to 2**31) are ids for a learned embedding, not numbers an MLP can scale
@@ -113,6 +120,7 @@ class StockRLWrapper(gym.Wrapper):
                 visible.astype(np.float32),
                 obs["globals"],
                 onehot,
+                obs["prices"],
             ]
         ).astype(np.float32, copy=False)
 

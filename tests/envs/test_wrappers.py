@@ -97,7 +97,9 @@ def test_flat_observation_layout():
     np.testing.assert_array_equal(x[nf + 2 * N : nf + 3 * N], native["disable_mask"])
     g0 = nf + 3 * N
     np.testing.assert_array_equal(x[g0 : g0 + len(GLOBAL_FEATURES)], native["globals"])
-    assert x[g0 + len(GLOBAL_FEATURES) :].sum() == 1.0  # one-hot family
+    fam = x[g0 + len(GLOBAL_FEATURES) : -len(native["prices"])]
+    assert fam.sum() == 1.0 and fam[int(native["family"])] == 1.0  # one-hot family
+    np.testing.assert_array_equal(x[-len(native["prices"]) :], native["prices"])  # then its prices
 
 
 def test_wrapper_refuses_an_env_that_is_not_a_replay_env():
