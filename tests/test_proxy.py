@@ -108,10 +108,12 @@ def _start(proxy: ContextProxy, upstream) -> tuple[str, object]:
     return f"http://127.0.0.1:{srv.server_address[1]}", srv
 
 
-def _post(url: str, body, *, raw: bytes | None = None) -> tuple[int, bytes]:
+def _post(url: str, body, *, raw: bytes | None = None, agent: str | None = None) -> tuple[int, bytes]:
     data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json",
-                                                          "Authorization": "Bearer sk-test"})  # fmt: skip
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-test"}
+    if agent is not None:
+        headers["User-Agent"] = agent
+    req = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read()
@@ -378,6 +380,29 @@ def test_two_runs_with_the_same_call_ids_but_other_outputs_stay_apart(upstream, 
     logs = [log.read_text() for log in (tmp_path / "logs").glob("*.jsonl")]
     # one log a run, each with its own outputs only
     assert sorted(("run a" in t, "run b" in t) for t in logs) == [(False, True), (True, False)]
+
+
+def test_each_agents_logs_ingest_under_its_own_source(upstream, tmp_path):
+    """Two agents logged into one folder: `evaluate --by source` tells their runs apart."""
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.serve.proxy import agent_source
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    url, srv = _start(proxy, upstream)
+    for agent, task in (
+        ("claude-cli/2.1.332 (external, cli)", "Fix the bug."),
+        ("OpenAI/Python 1.99.0", "Go."),
+    ):
+        msgs = [HEAD[0], {"role": "user", "content": task}]
+        for k in range(3):
+            _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs}, agent=agent)
+            msgs = msgs + _openai_turn(k)
+    srv.shutdown()
+    runs = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert sorted(t.source for t in runs) == ["proxy:claude-cli", "proxy:openai"]
+    assert agent_source(None) == agent_source("  /1.0") == "proxy"
+    assert agent_source("GeminiCLI-tui/0.61.0/gemini-3 (linux; x64)") == "proxy:geminicli-tui"
+    assert agent_source("My Agent!!/2") == "proxy:my"
 
 
 def test_an_unreachable_upstream_is_a_502_naming_it():

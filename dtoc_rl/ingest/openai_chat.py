@@ -420,6 +420,16 @@ def _reply(
 # ---------------------------------------------------------------- ingester
 
 
+_SOURCE_NAME = re.compile(r"[a-z0-9][a-z0-9._:-]{0,63}")
+
+
+def _logged_source(row: dict) -> str | None:
+    """The source a log names for its run (``dtoc_source``: an Orchestrator's ``log_source``, e.g.
+    ``proxy:claude-cli``), when it is a short plain name; None leaves the ingester's."""
+    name = row.get("dtoc_source")
+    return name if isinstance(name, str) and _SOURCE_NAME.fullmatch(name) else None
+
+
 def row_label(row: dict) -> tuple[bool | None, str]:
     """A run's outcome and the field it came from (see the module docstring's Labels)."""
     for key in ("success", "pass", "passed", "resolved", "target"):
@@ -537,7 +547,7 @@ class OpenAIChatIngester(Ingester):
         traj = finalize(
             Trajectory(
                 traj_id=f"{self.name}/{self.file_key(path)}/{key}",
-                source=self.name,
+                source=_logged_source(row) or self.name,
                 model_raw=model,
                 model_family=normalize_family(model),
                 task_id=str(task_id) if task_id is not None else f"{path.stem}:{number}",

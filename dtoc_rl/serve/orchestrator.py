@@ -277,6 +277,8 @@ class Orchestrator:
         label_every: online need labelling every k-th turn, 0: off (see the module docstring).
         task_id: the trajectory's task id (default: the session id).
         include_reasoning: prefix reasoning to assistant text in rendered requests.
+        log_source: the ``source`` a ``dtoc-rl ingest`` of :meth:`save_log`'s log gives the run
+            (default the ingester's, ``openai-chat``); ``dtoc-rl proxy`` names the agent that sent it.
     """
 
     def __init__(
@@ -299,6 +301,7 @@ class Orchestrator:
         label_every: int = 1,
         task_id: str | None = None,
         include_reasoning: bool = False,
+        log_source: str | None = None,
     ):
         mode = mode or ("policy" if policy is not None else "agent")
         if mode not in MODES:
@@ -348,6 +351,7 @@ class Orchestrator:
         )
         self.store = store
         self.task_id = task_id
+        self.log_source = log_source
         self.success: bool | None = None
         self._totals = OrchestratorTotals()
         self._lock = threading.RLock()
@@ -805,6 +809,7 @@ class Orchestrator:
             "dtoc_visibility": json.dumps(visibility(traj)),
             # keys follow the order results arrived in, not the steps': label_trajectory reads this
             "dtoc_keys": json.dumps(json.loads(traj.extra)["keys"]),
+            **({"dtoc_source": self.log_source} if self.log_source else {}),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:

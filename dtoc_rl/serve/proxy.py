@@ -121,6 +121,14 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
 
 
+def agent_source(user_agent: str | None) -> str:
+    """The source a proxied conversation's log names: ``proxy:`` and the first product of its
+    ``User-Agent`` (``claude-cli/2.1.3 (external, cli)`` -> ``proxy:claude-cli``), else ``proxy``."""
+    first = (user_agent or "").strip().split("/")[0].split(" ")[0].lower()
+    name = re.sub(r"[^a-z0-9._-]+", "-", first).strip("-._")[:40]
+    return f"proxy:{name}" if name else "proxy"
+
+
 def _utf8(text: str) -> str:
     try:
         text.encode("utf-8")
@@ -418,11 +426,13 @@ class ContextProxy:
         self._unserved: set[str] = set()
 
     # -- requests ------------------------------------------------------------------------
-    def rewrite(self, api: str, body: Any, model: str | None = None) -> Rewrite:
+    def rewrite(self, api: str, body: Any, model: str | None = None, agent: str | None = None) -> Rewrite:
         """``body`` (a decoded request of ``api``: "openai", "responses", "anthropic" or "gemini") with
         the outputs the policy hides replaced by placeholders; the conversation it used is named in the
         result, for :meth:`answered`.  ``model``: the model a request names outside its body (Gemini's
-        path), else the body's ``model``."""
+        path), else the body's ``model``.  ``agent``: the request's ``User-Agent``; a conversation's
+        log names its first word as the run's source (``proxy:claude-cli``), so runs of several agents
+        logged in one folder are told apart by ``dtoc-rl evaluate --by source``."""
         self.requests += 1
         listed = _LISTED[api]
         if not isinstance(body, dict) or not isinstance(body.get(listed), list | str):
@@ -448,7 +458,7 @@ class ContextProxy:
         if not events:
             return Rewrite(body, passed=f"no {listed}")
         prints = [e.fingerprint() for e in events]
-        mirror = self._mirror(events, prints, model, given)  # returned locked: matched and fed at once
+        mirror = self._mirror(events, prints, model, given, agent)  # returned locked: matched and fed at once
         try:
             mirror.feed(events)  # the answers it brings were the previous request's model's
             mirror.orch.use_model(model, given)  # this request's: a conversation may change models
@@ -531,7 +541,14 @@ class ContextProxy:
             mirror.answered_by = by if isinstance(by, str) and by else None
 
     # -- internals -----------------------------------------------------------------------
-    def _mirror(self, events: list[_Event], prints: list[str], model: str, given: Prices | None) -> _Mirror:
+    def _mirror(
+        self,
+        events: list[_Event],
+        prints: list[str],
+        model: str,
+        given: Prices | None,
+        agent: str | None = None,
+    ) -> _Mirror:
         """The conversation ``events`` continues (the longest mirror whose messages start them), or a
         new one; returned with its lock held, so that no other request feeds it between the match and
         this request's feed (two requests branching from one history would take each other's keys)."""
@@ -540,7 +557,7 @@ class ContextProxy:
                 seen = {m.name: m.continues(prints, events) for m in self.mirrors.values()}
                 best = max(self.mirrors.values(), key=lambda m: seen[m.name], default=None)
                 if best is None or seen[best.name] == 0:
-                    return self._new_mirror(events, prints, model, given)
+                    return self._new_mirror(events, prints, model, given, agent)
                 self.mirrors.move_to_end(best.name)
             best.lock.acquire()
             if best.continues(prints, events) == seen[best.name] and self.mirrors.get(best.name) is best:
@@ -549,10 +566,15 @@ class ContextProxy:
                 return best
             best.lock.release()  # another request fed it meanwhile: match again
         with self._lock:
-            return self._new_mirror(events, prints, model, given)
+            return self._new_mirror(events, prints, model, given, agent)
 
     def _new_mirror(
-        self, events: list[_Event], prints: list[str], model: str, given: Prices | None
+        self,
+        events: list[_Event],
+        prints: list[str],
+        model: str,
+        given: Prices | None,
+        agent: str | None = None,
     ) -> _Mirror:
         # with the table's lock held; the new mirror is returned locked
         system = "\n\n".join(e.text for e in events if e.kind == "system" and e.text) or None
@@ -568,6 +590,7 @@ class ContextProxy:
             model=model,
             prices=given,
             task_id=name,
+            log_source=agent_source(agent),
             **self.orch_kwargs,
         )
         mirror = _Mirror(orch, name)
@@ -874,7 +897,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         sent = False
         rw = Rewrite(body, passed="not read")
         try:
-            rw = proxy.rewrite(api, body, _gemini_model(self.path) if api == "gemini" else None)
+            model = _gemini_model(self.path) if api == "gemini" else None
+            rw = proxy.rewrite(api, body, model, self.headers.get("User-Agent"))
             if rw.body is not body:
                 try:
                     raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")

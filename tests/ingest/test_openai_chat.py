@@ -282,3 +282,17 @@ def test_bad_dtoc_visibility_is_an_error_that_says_what(tmp_path, vis, says):
     with pytest.raises(IngestError, match=r"1 of 2 lines failed: line 1: ") as e:
         got.extend(ING.parse(path))  # the good row still comes out
     assert says in str(e.value) and len(got) == 1
+
+
+@pytest.mark.parametrize(
+    ("logged", "source"),
+    [("proxy:claude-cli", "proxy:claude-cli"), ("../../etc", "openai-chat"), ("A" * 5, "openai-chat"),
+     (7, "openai-chat"), (None, "openai-chat")],
+)  # fmt: skip
+def test_a_run_named_by_its_log_keeps_a_plain_name_only(tmp_path, logged, source):
+    msgs = [{"role": "user", "content": "Fix it."},
+            {"role": "assistant", "content": "", "tool_calls": [_call("c1", "bash", {"command": "ls"})]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]  # fmt: skip
+    row = {"id": "r", "model": "gpt-4o", "messages": msgs, "dtoc_source": logged}
+    (traj,) = ING.parse(_jsonl(tmp_path, [row]))
+    assert traj.source == source

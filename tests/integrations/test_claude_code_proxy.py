@@ -172,6 +172,7 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["Read"] * len(FILES)
     assert traj.model_family == "claude-sonnet" and all(s.usage is not None for s in traj.steps)
+    assert traj.source == "proxy:claude-cli"  # named from its User-Agent
     bills = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=1", "none"], progress=False)}
     assert (bills["logged"].dollars, bills["logged"].input_tokens) == (
         bills["last_n:n=1"].dollars,

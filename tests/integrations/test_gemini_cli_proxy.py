@@ -156,6 +156,7 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert [s.tool_name for s in traj.steps] == ["read_file"] * len(FILES)
     assert traj.model_raw == MODEL and any(s.masked_before for s in traj.steps)
+    assert traj.source == "proxy:geminicli-tui"  # named from its User-Agent
     # the streamed answers' usageMetadata, read as they passed
     assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
 
