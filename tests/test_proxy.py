@@ -382,6 +382,34 @@ def test_two_runs_with_the_same_call_ids_but_other_outputs_stay_apart(upstream, 
     assert sorted(("run a" in t, "run b" in t) for t in logs) == [(False, True), (True, False)]
 
 
+@pytest.mark.parametrize("keep", [1, 2])
+def test_a_harness_that_clears_its_old_outputs_stays_one_conversation(keep):
+    """Older results are the harness's to clear (Claude Code's microcompact, SWE-agent's last-n), at any
+    request: only the newest results' text tells another run apart."""
+    proxy = ContextProxy(make_policy("last_n:n=5"))
+
+    def request(k: int) -> list[dict]:
+        msgs = list(HEAD)
+        for j in range(k):
+            turn = _openai_turn(j)
+            if j < k - keep:
+                turn[1] = {**turn[1], "content": "[Old tool result content cleared]"}
+            msgs += turn
+        return msgs
+
+    names = {
+        proxy.rewrite("openai", {"model": MODEL, "messages": request(k)}).conversation for k in range(1, 6)
+    }
+    assert len(names) == 1 and len(proxy.mirrors) == 1
+    # a mirror made mid-run (the proxy restarted) holds every result; clearing old ones goes on in it
+    proxy = ContextProxy(make_policy("last_n:n=5"))
+    whole = [m for k in range(4) for m in _openai_turn(k)]
+    first = proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + whole})
+    later = HEAD + [m if m["role"] != "tool" else {**m, "content": "[cleared]"} for m in _openai_turn(0)]
+    later += [m for k in range(1, 5) for m in _openai_turn(k)]
+    assert proxy.rewrite("openai", {"model": MODEL, "messages": later}).conversation == first.conversation
+
+
 def test_each_agents_logs_ingest_under_its_own_source(upstream, tmp_path):
     """Two agents logged into one folder: `evaluate --by source` tells their runs apart."""
     from dtoc_rl.ingest.driver import ingest_paths

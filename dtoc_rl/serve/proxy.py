@@ -308,8 +308,8 @@ class _Mirror:
         self.log_failed = False
         # the tool results of the latest feed that brought any, by position: their text's digest.  A
         # result is told by its call id alone (harnesses trim their own old outputs), so a run of the
-        # same task with the same call ids would otherwise continue this one; its newest results,
-        # which no harness has trimmed yet, tell it apart
+        # same task with the same call ids would otherwise continue this one; while they are the
+        # request's newest results, which no harness trims, their text tells it apart
         self.fresh: dict[int, str] = {}
 
     def feed(self, events: list[_Event]) -> None:
@@ -357,7 +357,10 @@ class _Mirror:
         return 0
 
     def _same_fresh(self, events: list[_Event], upto: int) -> bool:
-        return all(_digest(events[i].text) == d for i, d in self.fresh.items() if i < upto)
+        # only results that are still the request's newest (no model turn after them): an older one
+        # is the harness's to trim or mask, and a twin run differs at the first request it sends them
+        last = max((i for i, e in enumerate(events) if e.kind == "assistant"), default=-1)
+        return all(_digest(events[i].text) == d for i, d in self.fresh.items() if last < i < upto)
 
 
 @dataclass
