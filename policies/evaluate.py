@@ -549,7 +549,8 @@ def _is_oracle(policy: str) -> bool:
     return policy_family(policy) == ORACLE
 
 
-def _is_rule(policy: str) -> bool:
+def is_rule(policy: str) -> bool:
+    """A spec or label of one of the rule baselines (:data:`~dtoc_rl.policies.registry.BASELINES`)."""
     return policy.partition(":")[0] in BASELINES
 
 
@@ -582,22 +583,22 @@ def done_when(
     ones to meet a rule that never misses).  A group where no such policy stays within the budget gets
     ``policy`` None and False checks.
 
-    A policy that failed on any run of the group is measured on fewer runs than the oracle and the
-    rules: it is neither picked nor a rival, and is listed in ``failed``; a failed rule fails
-    ``beats_rules`` (it was not beaten, only not measured).  ``n`` is the runs the pick was judged on."""
+    Every policy is measured on the runs the oracle completed (:func:`aggregate`); one that failed on
+    some of those is measured on fewer: it is neither picked nor a rival, and is listed in ``failed``
+    (a rule so listed fails ``beats_rules``: it was not beaten, only not measured).  A run every
+    policy failed on, the oracle included, leaves the rest comparable and is only left out."""
     out = []
     for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
-        sel = [r for r in rows if (r["group_by"], r["group"]) == key and r["n"]]
+        group = [r for r in rows if (r["group_by"], r["group"]) == key]
+        sel = [r for r in group if r["n"]]
         oracle = next((r for r in sel if r["policy"] == ORACLE), None)
         # a hindsight variant (oracle:restores=0) is a reference like the oracle, not a policy to pick
-        group = [r for r in rows if (r["group_by"], r["group"]) == key]
-        failed = sorted({r["policy"] for r in group if r.get("errors")})
-        cands = [r for r in sel if not _is_oracle(r["policy"]) and not _is_rule(r["policy"])]
-        if oracle is None or not any(
-            not _is_oracle(r["policy"]) and not _is_rule(r["policy"]) for r in group
-        ):
+        if oracle is None or not any(not _is_oracle(r["policy"]) and not is_rule(r["policy"]) for r in group):
             continue
-        ok = [r for r in cands if r["misses_per_100"] <= max_misses and not r.get("errors")]
+        failed = sorted({r["policy"] for r in group if not _is_oracle(r["policy"]) and r["n"] < oracle["n"]})
+        sel = [r for r in sel if r["policy"] not in failed]
+        cands = [r for r in sel if not _is_oracle(r["policy"]) and not is_rule(r["policy"])]
+        ok = [r for r in cands if r["misses_per_100"] <= max_misses]
         best = max(ok, key=lambda r: r["savings"]) if ok else None
         miss = best["misses_per_100"] if best else max_misses
         # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything;
@@ -606,10 +607,7 @@ def done_when(
         all_rules = [
             r
             for r in sel
-            if _is_rule(r["policy"])
-            and r["policy"] != NoManagement.name
-            and r["savings"] == r["savings"]
-            and not r.get("errors")
+            if is_rule(r["policy"]) and r["policy"] != NoManagement.name and r["savings"] == r["savings"]
         ]
         rules = [r for r in all_rules if r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
@@ -625,7 +623,7 @@ def done_when(
                 for c in sweep
             )
         ]
-        n = best["n"] if best else oracle["n"]
+        n = oracle["n"]
         row = {
             "group_by": key[0], "group": key[1], "n": n,
             "policy": best["policy"] if best else None,
@@ -651,7 +649,7 @@ def done_when(
             bool(best)
             and (rule is None or best["savings"] >= rule["savings"])
             and not unbeaten
-            and not any(_is_rule(f) for f in failed)
+            and not any(is_rule(f) and f != NoManagement.name for f in failed)
         )
         out.append(row)
     return out

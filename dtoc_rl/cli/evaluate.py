@@ -442,6 +442,7 @@ def print_done_when(done, budget: float, console=None) -> None:
     from rich.table import Table
 
     from dtoc_rl.cli.tables import wide_console
+    from dtoc_rl.policies.evaluate import is_rule
     from dtoc_rl.policies.registry import short_label
 
     console = console or wide_console()
@@ -461,7 +462,8 @@ def print_done_when(done, budget: float, console=None) -> None:
         group = "overall" if d["group_by"] == "overall" else f"{d['group_by']} = {d['group']}"
         if d["policy"] is None:
             oracle = f"{100 * d['oracle_savings']:+.1f}%"
-            why = "none within budget" if not d.get("failed") else "none judged: failed runs"
+            short = [f for f in d.get("failed", ()) if not is_rule(f)]
+            why = "none judged: failed runs" if short else "none within budget"
             t.add_row(group, str(d["n"]), f"[red]{why}[/red]", "—", "—", oracle, "—",
                       mark[False], mark[d["no_loss"]], "—", mark[False])  # fmt: skip
             continue

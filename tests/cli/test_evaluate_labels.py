@@ -40,3 +40,14 @@ def test_a_policy_that_failed_on_some_runs_is_named_as_left_out_of_the_checks():
         "left out of the done-when checks, having failed on some runs (see the failures above): "
         "learned[a/ckpt]" in text
     )
+
+
+def test_a_group_where_only_a_rule_failed_says_none_within_budget():
+    from dtoc_rl.policies.evaluate import done_when
+
+    rows = [{**_row("oracle"), "savings": 0.3}, {**_row("learned:path=/tmp/a/ckpt"), "misses_per_100": 5.0},
+            {**_row("cache_clear"), "n": 2, "errors": 1}]  # fmt: skip
+    console = Console(record=True, width=250)
+    print_done_when(done_when(rows), 1.0, console=console)
+    text = console.export_text()
+    assert "none within budget" in text and "none judged" not in text and "cache_clear" in text

@@ -335,16 +335,19 @@ def _task_of(run):
 
 
 def test_done_when_judges_no_policy_on_fewer_runs_than_the_oracle():
-    """A policy that failed on some runs has its savings from the rest: it is not picked, and a rule
-    that failed is not beaten."""
+    """A policy that failed on runs the oracle completed has its savings from the rest: it is not
+    picked, and a rule that failed is not beaten."""
     rows = [_row("oracle", 0.30, 0.0, n=34), _row("learned:path=p", 0.20, 0.5, n=6, errors=28),
-            _row("learned:path=q", 0.10, 0.5, n=34), _row("hide_big:tokens=8000", 0.05, 0.6)]  # fmt: skip
+            _row("learned:path=q", 0.10, 0.5, n=34),
+            _row("hide_big:tokens=8000", 0.05, 0.6, n=34)]  # fmt: skip
     (d,) = done_when(rows, max_misses=1.0)
     assert d["policy"] == "learned:path=q" and d["n"] == 34 and d["failed"] == ["learned:path=p"]
     assert d["beats_rules"]
     (d,) = done_when([*rows, _row("cache_clear", 0.01, 0.0, n=30, errors=4)], max_misses=1.0)
     assert d["policy"] == "learned:path=q" and not d["beats_rules"]
     assert d["failed"] == ["cache_clear", "learned:path=p"]
+    (d,) = done_when([*rows, _row("none", 0.0, 0.0, n=30, errors=4)], max_misses=1.0)
+    assert d["beats_rules"]  # keeping everything is no rival, failed or not
     (d,) = done_when([rows[0], rows[1], rows[3]], max_misses=1.0)  # the only policy failed on some runs
     assert (
         d["policy"] is None
@@ -352,3 +355,23 @@ def test_done_when_judges_no_policy_on_fewer_runs_than_the_oracle():
         and not d["beats_rules"]
         and d["failed"] == ["learned:path=p"]
     )
+
+
+def test_a_run_every_policy_failed_on_leaves_the_rest_comparable():
+    """aggregate measures every policy on the runs the oracle completed: a run all of them failed on,
+    the oracle too, is left out, and no one is judged short for it."""
+    from dtoc_rl.policies.evaluate import Run, aggregate
+
+    runs = []
+    for t in range(20):
+        err = "boom" if t == 0 else None
+        for policy, dollars in (
+            ("oracle", 50),
+            ("learned:path=p", 60),
+            ("hide_big:tokens=8000", 90),
+            ("none", 100),
+        ):
+            runs.append(Run(policy, f"t{t:02d}", "gpt-4o", "swe", f"task{t}", calls=50, dollars=dollars,
+                            base_dollars=100.0, error=err))  # fmt: skip
+    (d,) = done_when(aggregate(runs, by=["overall"], n_boot=50), max_misses=1.0)
+    assert d["policy"] == "learned:path=p" and d["n"] == 19 and d["failed"] == [] and d["beats_rules"]
