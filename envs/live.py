@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import shutil
 import time
 import warnings
@@ -29,6 +27,7 @@ from dtoc_rl.engine.features import (
 )
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.envs.agents import AgentError, make_agent, normalize_response
+from dtoc_rl.envs.arguments import check_counts, check_weights
 from dtoc_rl.envs.coding_tasks import CheckResult, Task, TaskChecker, load_tasks
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.envs.tools import (
@@ -301,22 +300,14 @@ class LiveEnv(gym.Env):
                 "LiveEnv needs an agent: an object with next_action(messages, tools), or a spec such as "
                 "'openai:gpt-4o-mini', 'anthropic:claude-sonnet-4-5' or 'hf:/path/to/model'"
             )
-        for name, n, low in (
-            ("max_items", max_items, 1),
-            ("max_steps", max_steps, 1),
-            ("max_calls_per_turn", max_calls_per_turn, 1),
-            ("budget_tokens", budget_tokens, 0),
-        ):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {n!r}")
-        for name, w in (
-            ("cost_weight", cost_weight),
-            ("success_weight", success_weight),
-            ("miss_weight", miss_weight),
-            ("over_budget_weight", over_budget_weight),
-        ):
-            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
-                raise ValueError(f"{name} must be a finite number, got {w!r}")  # a NaN reward otherwise
+        check_counts(
+            max_items=(max_items, 1), max_steps=(max_steps, 1), max_calls_per_turn=(max_calls_per_turn, 1),
+            budget_tokens=(budget_tokens, 0),
+        )  # fmt: skip
+        check_weights(
+            cost_weight=cost_weight, success_weight=success_weight, miss_weight=miss_weight,
+            over_budget_weight=over_budget_weight,
+        )  # fmt: skip
         max_items, max_steps, max_calls_per_turn = int(max_items), int(max_steps), int(max_calls_per_turn)
         if render_mode not in (None, "ansi"):
             # as ReplayEnv: vectorising helpers ask for "rgb_array" by default; there is no picture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 import warnings
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -26,12 +24,12 @@ from dtoc_rl.engine.features import (
     observation_space,
     price_vector,
 )
+from dtoc_rl.envs.arguments import check_counts, check_weights
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.envs.selection import pick_index
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT
-from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig, Simulator, Totals, baseline_totals
+from dtoc_rl.sim.simulator import CostConfig, Simulator, Totals, baseline_totals
 
 __all__ = ["ReplayEnv"]
 
@@ -56,21 +54,35 @@ _FEW = 8  # up to this many changed outputs, update the observation mirrors one 
 _LOOP_SLOTS = 48
 
 
-def _with_fields(cfg: CostConfig, **given: Any) -> CostConfig:
-    """``cfg`` with the fields ReplayEnv also takes as arguments (``miss``, ``overhead``, ...) set
-    where the argument was given (not its default); one given both ways, differently, is an error
-    rather than one of them silently winning."""
+def _with_fields(cfg: CostConfig | Mapping[str, Any] | None, **given: Any) -> CostConfig:
+    """``cfg`` (a CostConfig, a dict of its fields, or None) with the fields ReplayEnv also takes as
+    arguments (``miss``, ``overhead``, ...) set where the argument was given (not None).  A field set
+    both ways, differently, is an error rather than one of them silently winning: in a dict, any key
+    given; in a CostConfig, any field other than its default."""
     default = CostConfig()
+    if isinstance(cfg, Mapping):
+        named = set(cfg)
+        try:
+            cfg = CostConfig(**cfg)
+        except TypeError as e:
+            raise ValueError(f"cost_config: {e} (the fields of dtoc_rl.sim.simulator.CostConfig)") from None
+    else:
+        cfg = cfg or default
+        named = {k for k in given if _norm(getattr(cfg, k)) != _norm(getattr(default, k))}
     changes = {}
     for name, value in given.items():
-        if value == getattr(default, name) or value == getattr(cfg, name):
+        if value is None:
             continue
-        if getattr(cfg, name) != getattr(default, name):
+        if name in named and _norm(getattr(cfg, name)) != _norm(value):
             raise ValueError(
                 f"{name}={value!r} and cost_config's {name}={getattr(cfg, name)!r}: give it once"
             )
         changes[name] = value
     return replace(cfg, **changes) if changes else cfg
+
+
+def _norm(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list | tuple) else value
 
 
 def _nonzero_bytes(a: np.ndarray) -> bytes:
@@ -285,15 +297,16 @@ class ReplayEnv(gym.Env):
     * ``trajectories``: ``Trajectory`` or compiled ``Episode`` objects instead (same as ``dataset``).
     * ``model_family``, ``source``: keep only these (a name or a list).
     * ``max_items`` (``dtoc_rl.engine.features.DEFAULT_MAX_ITEMS``, 128): slots N.
-    * ``miss`` ("reread" | "fail" | "calibrated"), ``reread_prob`` (calibrated mode only; default
-      ``dtoc_rl.sim.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
-    * ``overhead`` ("orchestrator" | "agent").
+    * ``miss`` ("reread" | "fail" | "calibrated"; default "reread"), ``reread_prob`` (calibrated mode
+      only; default ``dtoc_rl.sim.calibrated.CALIBRATED_REREAD_PROB``, fitted on really masked runs).
+    * ``overhead`` ("orchestrator" | "agent"; default "orchestrator").
     * ``need_kinds``: need-label kinds that make a hidden output a miss (default provenance and
       reference; a re-access step is itself the agent's re-read, so it is not charged twice).
+      These four default to ``CostConfig``'s (None: not given).
     * ``cost_config``: a ``dtoc_rl.sim.simulator.CostConfig`` (or a dict of its fields) for what the
       arguments above do not reach (the cache model, prices, recovery); ``miss``, ``overhead``,
-      ``need_kinds`` and ``reread_prob`` given as well are set in it (given both ways, differently:
-      an error).
+      ``need_kinds`` and ``reread_prob`` given as well are set in it (set in both, differently: an
+      error; a CostConfig's field counts as set when it is not the default).
     * ``budget_tokens`` (0 = none), and the reward weights ``cost_weight`` (1),
       ``miss_weight`` (0), ``success_weight`` (0), ``fail_penalty`` (1),
       ``over_budget_weight`` (0).
@@ -318,10 +331,10 @@ class ReplayEnv(gym.Env):
         model_family: str | Sequence[str] | None = None,
         source: str | Sequence[str] | None = None,
         max_items: int = DEFAULT_MAX_ITEMS,
-        miss: str = "reread",
-        reread_prob: float = CALIBRATED_REREAD_PROB,
-        overhead: str = "orchestrator",
-        need_kinds: Sequence[str] = MISS_KINDS,
+        miss: str | None = None,
+        reread_prob: float | None = None,
+        overhead: str | None = None,
+        need_kinds: Sequence[str] | str | None = None,
         budget_tokens: int = 0,
         cost_weight: float = 1.0,
         miss_weight: float = 0.0,
@@ -335,8 +348,7 @@ class ReplayEnv(gym.Env):
         cost_config: CostConfig | None = None,
         render_mode: str | None = None,
     ):
-        if isinstance(max_items, bool) or not isinstance(max_items, numbers.Integral) or max_items < 1:
-            raise ValueError(f"max_items must be an integer >= 1, got {max_items!r}")
+        check_counts(max_items=(max_items, 1), budget_tokens=(budget_tokens, 0))
         if dataset is not None and trajectories is not None:
             raise ValueError("give dataset or trajectories, not both")
         if render_mode not in (None, "ansi"):
@@ -353,38 +365,24 @@ class ReplayEnv(gym.Env):
             source=source,
             estimator=estimator,
         )
-        if isinstance(need_kinds, str):  # one kind, not its letters
-            need_kinds = (need_kinds,)
-        if isinstance(cost_config, Mapping):  # CostConfig's fields as a dict
-            try:
-                cost_config = CostConfig(**cost_config)
-            except TypeError as e:
-                raise ValueError(
-                    f"cost_config: {e} (the fields of dtoc_rl.sim.simulator.CostConfig)"
-                ) from None
+        if need_kinds is not None:  # one kind as a string, not its letters
+            need_kinds = (need_kinds,) if isinstance(need_kinds, str) else tuple(need_kinds)
         self.cfg = _with_fields(
-            cost_config or CostConfig(),
-            miss=miss, overhead=overhead, need_kinds=tuple(need_kinds), reread_prob=reread_prob,
+            cost_config, miss=miss, overhead=overhead, need_kinds=need_kinds, reread_prob=reread_prob
+        )
+        check_weights(
+            cost_weight=cost_weight, miss_weight=miss_weight, success_weight=success_weight,
+            fail_penalty=fail_penalty, over_budget_weight=over_budget_weight,
         )  # fmt: skip
-        if (
-            isinstance(budget_tokens, bool)
-            or not isinstance(budget_tokens, numbers.Integral)
-            or budget_tokens < 0
-        ):
-            raise ValueError(f"budget_tokens must be an integer >= 0 (0: no budget), got {budget_tokens!r}")
-        weights = {
-            "cost_weight": cost_weight,
-            "miss_weight": miss_weight,
-            "success_weight": success_weight,
-            "fail_penalty": fail_penalty,
-            "over_budget_weight": over_budget_weight,
-        }
-        for name, w in weights.items():  # a NaN weight would make every reward NaN
-            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
-                raise ValueError(f"{name} must be a finite number, got {w!r}")
         self.N = int(max_items)
         self.budget = int(budget_tokens)
-        self.w = dict(zip(("cost", "miss", "success", "fail", "budget"), weights.values(), strict=True))
+        self.w = {
+            "cost": cost_weight,
+            "miss": miss_weight,
+            "success": success_weight,
+            "fail": fail_penalty,
+            "budget": over_budget_weight,
+        }
         self.sequential = sequential
         self.text_view = text_view
         self.expose_episode = expose_episode

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.sim.simulator import CostConfig
 
 
 def test_arguments_given_beside_a_cost_config_are_set_in_it():
@@ -26,6 +27,16 @@ def test_arguments_given_beside_a_cost_config_are_set_in_it():
 def test_a_field_given_both_ways_differently_is_an_error():
     with pytest.raises(ValueError, match="miss='fail' and cost_config's miss='calibrated': give it once"):
         ReplayEnv(miss="fail", cost_config={"miss": "calibrated"})
+    # an argument given as its default value is given all the same
+    with pytest.raises(ValueError, match="miss='reread' and cost_config's miss='fail'"):
+        ReplayEnv(miss="reread", cost_config={"miss": "fail"})
+    with pytest.raises(ValueError, match="overhead='orchestrator' and cost_config's overhead='agent'"):
+        ReplayEnv(overhead="orchestrator", cost_config=CostConfig(overhead="agent"))
+    # the same kinds as a list in a dict are the same
+    env = ReplayEnv(
+        need_kinds=("provenance", "reference"), cost_config={"need_kinds": ["provenance", "reference"]}
+    )
+    assert env.cfg.need_kinds == ("provenance", "reference")
 
 
 @pytest.mark.parametrize(
