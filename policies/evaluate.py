@@ -101,17 +101,21 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run:
-    """One episode of ``policy``; an exception becomes ``Run.error`` with the trajectory id.
+def start_episode(env: ReplayEnv, index: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``env.reset`` on episode ``index``, seeded by its trajectory id: what the simulator draws
+    (whether a miss under ``miss="calibrated"`` re-reads) is the same random stream for every policy
+    and every evaluation of that run, whichever worker or order runs it."""
+    return env.reset(seed=zlib.crc32(env.episodes[index].traj_id.encode()), options={"index": index})
 
-    The episode is seeded by its trajectory id, so what the simulator draws (whether a miss under
-    ``miss="calibrated"`` re-reads) is the same for every policy and every evaluation of that run,
-    whichever worker or order runs it."""
+
+def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run:
+    """One episode of ``policy`` (:func:`start_episode`); an exception becomes ``Run.error`` with the
+    trajectory id."""
     ep = env.episodes[index]
     run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
     run.regime = cache_regime(env.cfg.prices_of(ep))
     try:
-        obs, info = env.reset(seed=zlib.crc32(ep.traj_id.encode()), options={"index": index})
+        obs, info = start_episode(env, index)
         reset_policy(policy, info)
         done = False
         while not done:
@@ -412,7 +416,7 @@ def token_curves(
         for i, ep in enumerate(eps):
             out[ep.traj_id] = {}
             for label, pol in objs:
-                obs, info = env.reset(options={"index": i})
+                obs, info = start_episode(env, i)
                 reset_policy(pol, info)
                 curve, done = [], False
                 while not done:

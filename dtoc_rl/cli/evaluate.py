@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         w.writerows(rows)
         write_text_atomic(args.csv, [buf.getvalue()])
     if args.plots:
-        out["plots"] = write_plots(args, specs, rows, runs)
+        out["plots"] = write_plots(args, specs, rows, runs, cost)
     if args.wandb:
         from dtoc_rl.tracking import WandbError, log_evaluation, start_cli_run
 
@@ -372,7 +372,7 @@ def _held_out_tasks(
     return held, left_out, set(info.get("tune_tasks") or ()), bool(info.get("adapted_on"))
 
 
-def write_plots(args, specs, rows, runs) -> list[str]:
+def write_plots(args, specs, rows, runs, cost=None) -> list[str]:
     from dtoc_rl.plots import plot_pareto, plot_token_curves
     from dtoc_rl.policies.evaluate import token_curves
 
@@ -385,7 +385,9 @@ def write_plots(args, specs, rows, runs) -> list[str]:
         if r.policy == "oracle" and r.error is None and r.calls > best.get(r.source, (0, ""))[0]:
             best[r.source] = (r.calls, r.traj_id)
     ids = [tid for _, tid in best.values()][:3]
-    curves = token_curves(str(args.dataset) if args.dataset else None, specs, ids, max_items=args.max_items)
+    curves = token_curves(  # billed as the runs were: the same misses and re-reads
+        str(args.dataset) if args.dataset else None, specs, ids, cost_config=cost, max_items=args.max_items
+    )
     paths.append(str(plot_token_curves(curves, args.plots / f"curves.{args.plot_format}", **fmt)))
     return paths
 

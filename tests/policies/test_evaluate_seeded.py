@@ -21,3 +21,13 @@ def test_calibrated_misses_draw_the_same_for_every_evaluation_and_worker_count()
     assert one == again == two
     # the draws matter here: some misses re-read and some do not
     assert any(m and 0 < rr < m for _, m, rr in one.values())
+
+
+def test_token_curves_draw_as_the_evaluation_does():
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.evaluate import token_curves
+
+    cfg = CostConfig(miss="calibrated", reread_prob=0.5, recovery="append")
+    ids = [e.traj_id for e in load_episodes(SAMPLE)]
+    one = token_curves(SAMPLE, ["last_n:n=1"], ids, cost_config=cfg)
+    assert one == token_curves(SAMPLE, ["last_n:n=1"], ids, cost_config=cfg)
