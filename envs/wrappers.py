@@ -48,8 +48,8 @@ def bits_to_action(bits: Any, obs: dict[str, np.ndarray]) -> dict[str, np.ndarra
     if b.shape != (n,):
         raise ValueError(f"action must be {n} visibility bits (MultiBinary({n})), got shape {b.shape}")
     # 0.0 / 1.0 floats are bits (SB3 returns MultiBinary samples so); a probability or NaN is not
-    if b.dtype != bool and not np.isin(b, (0, 1)).all():
-        bad = b[~np.isin(b, (0, 1))][0]
+    if b.dtype != bool and not ((b == 0) | (b == 1)).all():
+        bad = b[(b != 0) & (b != 1)][0]
         raise ValueError(
             f"action bits must be 0 or 1, got {bad.item()!r} ({b.dtype}): threshold probabilities first"
         )

@@ -23,7 +23,7 @@ __all__ = ["Policy", "batch_infos", "check_policy", "empty_action", "reset_polic
 def batch_infos(infos: Any, b: int) -> list[dict[str, Any] | None]:
     """``b`` rows' infos from a list of dicts, or from a gymnasium vector env's ``infos`` (one dict
     of arrays, each ``"_key"`` marking the rows that carry ``key``)."""
-    if not infos:
+    if infos is None or (not isinstance(infos, Mapping) and not len(infos)):
         return [None] * b
     if isinstance(infos, Mapping):  # nested dicts (an info's own dicts) are split the same way
         rows: list[dict[str, Any]] = [{} for _ in range(b)]
@@ -32,10 +32,12 @@ def batch_infos(infos: Any, b: int) -> list[dict[str, Any] | None]:
                 continue
             has = infos.get(f"_{k}")
             parts = batch_infos(v, b) if isinstance(v, Mapping) else v
+            if len(parts) != b:
+                raise ValueError(f"act_batch: infos[{k!r}] has {len(parts)} rows for a batch of {b}")
             for i in range(b):
                 if has is None or has[i]:
                     rows[i][k] = parts[i]
-        return list(rows)
+        return rows
     rows = list(infos)
     if len(rows) != b:
         raise ValueError(f"act_batch: {len(rows)} infos for a batch of {b} observations")

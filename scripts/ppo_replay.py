@@ -310,7 +310,8 @@ class PPOPolicy(Policy):
 
     Each slot is kept visible when the agent's P(visible) >= ``threshold`` (0.5: its most likely
     bit; training samples the bits instead).  The network reads each slot alone, so any number of
-    slots works; ``item_words`` and ``prices`` are not among its inputs."""
+    slots runs, with a warning when it is not the number trained on; ``item_words`` and ``prices``
+    are not among its inputs."""
 
     name = "ppo_replay"
 
@@ -337,12 +338,25 @@ class PPOPolicy(Policy):
         self.agent.load_state_dict(weights)
         self.agent.eval()
         self.path, self.threshold = path, float(threshold)
+        self.trained_slots = int(meta.get("max_items", 0)) or None
+        self._said = False
 
     def act(self, obs, info=None):
+        import warnings
+
         import numpy as np
         import torch
 
         from dtoc_rl.envs.wrappers import bits_to_action
+
+        slots = len(obs["item_mask"])
+        if self.trained_slots and slots != self.trained_slots and not self._said:
+            self._said = True  # it runs (each slot is read alone), but sees other windows than in training
+            warnings.warn(
+                f"{self.path}: trained on {self.trained_slots} slots, deciding on {slots} "
+                f"(give dtoc-rl evaluate --max-items {self.trained_slots} to match)",
+                stacklevel=2,
+            )
 
         x = {
             "item_features": obs["items"],

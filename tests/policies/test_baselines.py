@@ -193,15 +193,24 @@ def test_act_batch_takes_a_vector_envs_infos():
     from dtoc_rl.policies.base import batch_infos
     from dtoc_rl.policies.registry import make_policy
 
-    venv = SyncVectorEnv([lambda: ReplayEnv(max_items=8, sequential=True) for _ in range(2)])
+    venv = SyncVectorEnv([lambda: ReplayEnv(max_items=8) for _ in range(2)])  # two episodes, seeds 0 and 1
     obs, infos = venv.reset(seed=0)
     rows = batch_infos(infos, 2)
     assert [sorted(r) for r in rows] == [sorted(k for k in infos if not k.startswith("_"))] * 2
     assert list(rows[1]["slot_steps"]) == list(infos["slot_steps"][1])
     assert list(rows[1]["action_mask"]["enable"]) == list(infos["action_mask"]["enable"][1])
-    act = make_policy("hide_big:tokens=500").act_batch(obs, infos)
+    policy = make_policy("hide_big:tokens=500")
+    act = policy.act_batch(obs, infos)
     assert act["enable"].shape == (2, 8)
-    venv.step(act)
+    for _ in range(400):  # on to an episode's end: the ended row carries its final info, the other not
+        obs, _, term, trunc, infos = venv.step(policy.act_batch(obs, infos))
+        if (term | trunc).any():
+            break
+    rows = batch_infos(infos, 2)
+    assert [("totals" in r) for r in rows] == list(term | trunc) and any(term | trunc)
+    assert batch_infos({"d": {}, "_d": np.array([True, True])}, 2) == [{"d": {}}, {"d": {}}]
     with pytest.raises(ValueError, match="3 infos for a batch of 2 observations"):
         batch_infos([{}, {}, {}], 2)
+    with pytest.raises(ValueError, match=r"infos\['a'\] has 4 rows for a batch of 2"):
+        batch_infos({"a": np.arange(4)}, 2)
     venv.close()

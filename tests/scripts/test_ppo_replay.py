@@ -49,12 +49,30 @@ def test_tiny_training_run_updates_the_agent_and_saves_it(tmp_path, capsys):
     from dtoc_rl.policies.evaluate import evaluate
 
     spec = f"scripts.ppo_replay:PPOPolicy:path={save}"
-    runs = evaluate("data/sample", [spec, f"{spec},threshold=0", "none"], progress=False)
+    runs = evaluate("data/sample", [spec, f"{spec},threshold=0", "none"], progress=False, max_items=8)
     assert not [r.error for r in runs if r.error]
     bill = {(r.policy, r.traj_id): r.dollars for r in runs}
     for r in runs:
         if r.policy == "none":  # P >= 0 everywhere: everything visible, as keeping everything
             assert bill[(f"{spec},threshold=0", r.traj_id)] == r.dollars
+    # its decision is the network's: visible where sigmoid(logit) >= the threshold
+    from dtoc_rl.envs import ReplayEnv
+
+    policy = ppo_replay.PPOPolicy(str(save), threshold=0.9)
+    obs, _ = ReplayEnv(max_items=8).reset(seed=0)
+    with torch.no_grad():
+        x = {
+            k: torch.as_tensor(obs[k], dtype=torch.float32)[None]
+            for k in ("item_tool", "item_mask", "globals", "family")
+        }
+        x["item_features"] = torch.as_tensor(obs["items"])[None]
+        want = (torch.sigmoid(policy.agent(x)[0])[0] >= 0.9).numpy()
+    act = policy.act(obs)
+    stored = obs["item_mask"] != 0
+    assert ((act["disable"] == 1) == (~want & (obs["disable_mask"] != 0)))[stored].all()
+    with pytest.warns(UserWarning, match="trained on 8 slots, deciding on 16"):
+        policy.act(ReplayEnv(max_items=16).reset(seed=0)[0])
+
     from safetensors.torch import save_file
 
     save_file({"w": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
