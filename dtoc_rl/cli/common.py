@@ -50,20 +50,21 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
-def at_least(low: int):
-    """An argparse ``type`` for an integer option of at least ``low``: a smaller one is refused when
-    the command line is read, before any work, not after it."""
+def at_least(low: int, high: int | None = None):
+    """An argparse ``type`` for an integer option of at least ``low`` (and at most ``high``): another
+    is refused when the command line is read, before any work, not after it."""
 
     def parse(text: str) -> int:
         try:
             n = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {n}")
+        if n < low or (high is not None and n > high):
+            span = f"at least {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {n}")
         return n
 
-    parse.__name__ = f"integer >= {low}"
+    parse.__name__ = f"integer >= {low}" if high is None else f"integer in {low}..{high}"
     return parse
 
 

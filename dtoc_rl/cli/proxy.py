@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
-        type=int,
+        type=at_least(0, 65535),
         default=DEFAULT_PROXY_PORT,
         help=f"port (default {DEFAULT_PROXY_PORT}; 0: any free)",
     )
@@ -122,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
     from dtoc_rl.serve.service import is_loopback
 
     try:
-        if not 0 <= args.port <= 65535:
-            raise CLIError(f"--port must be in 0..65535, got {args.port}")
         try:
             check_upstream(args.upstream)
         except ValueError as e:

@@ -96,7 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "address the clients use)",
     )
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)"
+        "--port",
+        type=at_least(0, 65535),
+        default=DEFAULT_PORT,
+        help=f"port (default {DEFAULT_PORT}; 0: any free)",
     )
     p.add_argument(
         "--max-items",
@@ -108,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-body",
         type=at_least(1024),
         default=DEFAULT_MAX_BODY,
-        help=f"request body limit in bytes ({DEFAULT_MAX_BODY})",
+        help=f"request body limit in bytes, at least 1024 ({DEFAULT_MAX_BODY})",
     )
     p.add_argument(
         "--max-sessions",
@@ -203,8 +206,6 @@ def run(args: argparse.Namespace) -> int:
     from dtoc_rl.serve.service import TOKEN_ENV, DecisionService, check_token, is_loopback, make_server
 
     try:
-        if not 0 <= args.port <= 65535:
-            raise CLIError(f"--port must be in 0..65535, got {args.port}")
         tokens = args.token or ([os.environ[TOKEN_ENV]] if os.environ.get(TOKEN_ENV) else None)
         for t in tokens or ():
             try:

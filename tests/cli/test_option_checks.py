@@ -20,6 +20,7 @@ from dtoc_rl.cli import main
         (["ingest", "x", "-o", "y", "--workers", "0"], "argument --workers: must be at least 1, got 0"),
         (["serve", "--policy", "none", "--max-body", "10"], "--max-body: must be at least 1024, got 10"),
         (["serve", "--policy", "none", "--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["serve", "--policy", "none", "--port", "70000"], "argument --port: must be in 0..65535, got 70000"),
         (
             ["proxy", "--policy", "none", "--upstream", "https://a.b", "--max-items", "0"],
             "argument --max-items: must be at least 1, got 0",
