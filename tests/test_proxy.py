@@ -381,6 +381,18 @@ def test_two_runs_with_the_same_call_ids_but_other_outputs_stay_apart(upstream, 
     # one log a run, each with its own outputs only
     assert sorted(("run a" in t, "run b" in t) for t in logs) == [(False, True), (True, False)]
 
+    # in any order of the two runs' calls, once each has sent an output it keeps its own conversation
+    for order in ("abababab", "ababbaba", "aaaabbbb", "aabbbbaa", "abbbbaaa"):
+        proxy = ContextProxy(make_policy("last_n:n=1"))
+        sent = {"a": 0, "b": 0}
+        names: dict[str, list[str]] = {"a": [], "b": []}
+        for tag in order:
+            rw = proxy.rewrite("openai", {"model": MODEL, "messages": run(tag, sent[tag])})
+            names[tag].append(rw.conversation)
+            sent[tag] += 1
+        assert len(set(names["a"][1:])) == len(set(names["b"][1:])) == 1, order
+        assert set(names["a"][1:]) != set(names["b"][1:]), order
+
 
 @pytest.mark.parametrize("keep", [1, 2])
 def test_a_harness_that_clears_its_old_outputs_stays_one_conversation(keep):

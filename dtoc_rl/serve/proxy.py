@@ -306,20 +306,23 @@ class _Mirror:
         self.answered_by: str | None = None  # the model that answer names (else the request's)
         self.lock = threading.Lock()
         self.log_failed = False
-        # the tool results of the latest feed that brought any, by position: their text's digest.  A
-        # result is told by its call id alone (harnesses trim their own old outputs), so a run of the
-        # same task with the same call ids would otherwise continue this one; while they are the
-        # request's newest results, which no harness trims, their text tells it apart
-        self.fresh: dict[int, str] = {}
+        # every tool result fed, by position: its text's digest.  A result is told by its call id alone
+        # (harnesses trim their own old outputs), so a run of the same task with the same call ids
+        # would otherwise continue this one: the results of the latest feed must keep their text while
+        # they are the request's newest (no harness trims those), and among mirrors that continue a
+        # request the one whose results agree with it most is taken (agreement)
+        self.digests: dict[int, str] = {}
+        self.fresh: tuple[int, ...] = ()
 
     def feed(self, events: list[_Event]) -> None:
         """Record the events after those already mirrored."""
         start = len(self.prints)
         new = events[start:]
         asked = sum(e.kind == "assistant" for e in new)
-        fresh = {start + i: _digest(e.text) for i, e in enumerate(new) if e.kind == "tool"}
+        fresh = tuple(start + i for i, e in enumerate(new) if e.kind == "tool")
         if fresh:
             self.fresh = fresh
+            self.digests.update((i, _digest(events[i].text)) for i in fresh)
         for e in new:
             key = None
             if e.kind == "assistant":
@@ -360,7 +363,12 @@ class _Mirror:
         # only results that are still the request's newest (no model turn after them): an older one
         # is the harness's to trim or mask, and a twin run differs at the first request it sends them
         last = max((i for i, e in enumerate(events) if e.kind == "assistant"), default=-1)
-        return all(_digest(events[i].text) == d for i, d in self.fresh.items() if last < i < upto)
+        return all(_digest(events[i].text) == self.digests[i] for i in self.fresh if last < i < upto)
+
+    def agreement(self, texts: Callable[[int], str], upto: int) -> int:
+        """How many of the results this mirror was fed, before ``upto``, have the text the request
+        has there (``texts(i)``: the digest of the request's event ``i``)."""
+        return sum(texts(i) == d for i, d in self.digests.items() if i < upto)
 
 
 @dataclass
@@ -552,13 +560,30 @@ class ContextProxy:
         given: Prices | None,
         agent: str | None = None,
     ) -> _Mirror:
-        """The conversation ``events`` continues (the longest mirror whose messages start them), or a
-        new one; returned with its lock held, so that no other request feeds it between the match and
-        this request's feed (two requests branching from one history would take each other's keys)."""
+        """The conversation ``events`` continues (of the mirrors whose messages start them, the one
+        whose results' texts agree with the request most, then the longest), or a new one; returned
+        with its lock held, so that no other request feeds it between the match and this request's
+        feed (two requests branching from one history would take each other's keys)."""
+        digests: dict[int, str] = {}
+
+        def texts(i: int) -> str:  # the request's digests, each taken once whatever mirrors ask
+            if i not in digests:
+                digests[i] = _digest(events[i].text)
+            return digests[i]
+
         for _ in range(100):
             with self._lock:
                 seen = {m.name: m.continues(prints, events) for m in self.mirrors.values()}
-                best = max(self.mirrors.values(), key=lambda m: seen[m.name], default=None)
+                found = [m for m in self.mirrors.values() if seen[m.name]]
+                # of several, the one whose results agree with the request most (a twin run of the
+                # same call ids agrees with its own), then the longest; one needs no texts read
+                best = (
+                    found[0]
+                    if len(found) == 1
+                    else max(
+                        found, key=lambda m: (m.agreement(texts, seen[m.name]), seen[m.name]), default=None
+                    )
+                )
                 if best is None or seen[best.name] == 0:
                     return self._new_mirror(events, prints, model, given, agent)
                 self.mirrors.move_to_end(best.name)
@@ -566,6 +591,8 @@ class ContextProxy:
             if best.continues(prints, events) == seen[best.name] and self.mirrors.get(best.name) is best:
                 # a side question left out: the texts it added stay in the mirror, its prints do not
                 del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
+                for i in [i for i in best.digests if i >= seen[best.name]]:
+                    del best.digests[i]
                 return best
             best.lock.release()  # another request fed it meanwhile: match again
         with self._lock:
