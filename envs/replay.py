@@ -63,7 +63,7 @@ def _with_fields(cfg: CostConfig | Mapping[str, Any] | None, **given: Any) -> Co
     if isinstance(cfg, Mapping):
         named = set(cfg)
         try:
-            cfg = CostConfig(**cfg)
+            cfg = CostConfig(**{k: tuple(v) if k == "need_kinds" else v for k, v in cfg.items()})
         except TypeError as e:
             raise ValueError(f"cost_config: {e} (the fields of dtoc_rl.sim.simulator.CostConfig)") from None
     else:
@@ -82,7 +82,7 @@ def _with_fields(cfg: CostConfig | Mapping[str, Any] | None, **given: Any) -> Co
 
 
 def _norm(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list | tuple) else value
+    return frozenset(value) if isinstance(value, list | tuple) else value  # need kinds: a set
 
 
 def _nonzero_bytes(a: np.ndarray) -> bytes:

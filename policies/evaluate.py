@@ -408,7 +408,8 @@ def token_curves(
     """Active tokens at every call, per trajectory and policy (for the curve plot); ``threads`` as in
     :func:`evaluate`."""
     specs, policies = _split_objects(specs, policies)
-    eps = [e for e in load_episodes(dataset) if e.traj_id in set(traj_ids)]
+    wanted = set(traj_ids)
+    eps = [e for e in load_episodes(dataset) if e.traj_id in wanted]
     env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
     objs = [(s, make_policy(s)) for s in dict.fromkeys([*specs, ORACLE])] + list((policies or {}).items())
     out: dict[str, dict[str, list[int]]] = {}
@@ -554,8 +555,9 @@ def _is_oracle(policy: str) -> bool:
 
 
 def is_rule(policy: str) -> bool:
-    """A spec or label of one of the rule baselines (:data:`~dtoc_rl.policies.registry.BASELINES`)."""
-    return policy.partition(":")[0] in BASELINES
+    """A spec or label of one of the rule baselines (:data:`~dtoc_rl.policies.registry.BASELINES`):
+    ``hide_big:tokens=8000`` and a rule object's label ``hide_big(tokens=8000,age=1)`` alike."""
+    return policy_family(policy) in BASELINES
 
 
 def _sweep_of(policy: str) -> str:

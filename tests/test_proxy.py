@@ -443,6 +443,7 @@ def test_each_agents_logs_ingest_under_its_own_source(upstream, tmp_path):
     assert agent_source(None) == agent_source("  /1.0") == "proxy"
     assert agent_source("GeminiCLI-tui/0.61.0/gemini-3 (linux; x64)") == "proxy:geminicli-tui"
     assert agent_source("My Agent!!/2") == "proxy:my"
+    assert agent_source("a" * 39 + "-b/1") == "proxy:" + "a" * 39  # cut, then no dangling dash
 
 
 def test_an_unreachable_upstream_is_a_502_naming_it():

@@ -465,7 +465,7 @@ def print_done_when(done, budget: float, console=None) -> None:
         if d["policy"] is None:
             oracle = f"{100 * d['oracle_savings']:+.1f}%"
             short = [f for f in d.get("failed", ()) if not is_rule(f)]
-            why = "none judged: failed runs" if short else "none within budget"
+            why = "none within budget" + (" (failed runs: see below)" if short else "")
             t.add_row(group, str(d["n"]), f"[red]{why}[/red]", "—", "—", oracle, "—",
                       mark[False], mark[d["no_loss"]], "—", mark[False])  # fmt: skip
             continue

@@ -33,7 +33,9 @@ is an error, never guessed.  Text after the last step is kept as
 carry ``dtoc_visibility`` (what was hidden before each step, and the enable/disable
 events): it becomes the steps' ``masked_before`` and ``events``
 (:func:`apply_visibility`), so a run with a policy plugged in can be replayed,
-cloned (``--mode bc``) and calibrated like any masked log.
+cloned (``--mode bc``) and calibrated like any masked log; their ``dtoc_source``, when set
+(``dtoc-rl proxy`` names the agent: ``proxy:claude-cli``), is the run's ``source`` instead of
+``openai-chat`` (:func:`check_log_source`).
 
 Labels: ``success`` / ``pass`` / ``passed`` / ``resolved`` / ``target`` (bool; nebius' datasets call
 the outcome ``target``) win, then ``resolved`` as an integer 0 / 1; else ``reward`` 1 → True, 0 →
@@ -423,11 +425,27 @@ def _reply(
 _SOURCE_NAME = re.compile(r"[a-z0-9][a-z0-9._:-]{0,63}")
 
 
+def check_log_source(name: Any) -> str:
+    """``name`` as the source a log may give its run (an Orchestrator's ``log_source``, e.g.
+    ``proxy:claude-cli``): a short plain name (lower-case letters, digits, ``._:-``) that is not an
+    ingester's own (a log naming itself ``repolaunch`` would join that harness's splits and filters);
+    else ValueError."""
+    from dtoc_rl.ingest import INGESTERS  # the package imports this module first
+
+    if not isinstance(name, str) or not _SOURCE_NAME.fullmatch(name):
+        raise ValueError(f"a log's source must be a short plain name (a-z, 0-9, '._:-'), got {name!r}")
+    if name in {i.name for i in INGESTERS}:
+        raise ValueError(f"a log's source must not be an ingester's name, got {name!r}")
+    return name
+
+
 def _logged_source(row: dict) -> str | None:
-    """The source a log names for its run (``dtoc_source``: an Orchestrator's ``log_source``, e.g.
-    ``proxy:claude-cli``), when it is a short plain name; None leaves the ingester's."""
-    name = row.get("dtoc_source")
-    return name if isinstance(name, str) and _SOURCE_NAME.fullmatch(name) else None
+    """The source a log names for its run (``dtoc_source``, :func:`check_log_source`); None leaves
+    the ingester's."""
+    try:
+        return check_log_source(row["dtoc_source"]) if "dtoc_source" in row else None
+    except ValueError:
+        return None
 
 
 def row_label(row: dict) -> tuple[bool | None, str]:

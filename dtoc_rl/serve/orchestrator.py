@@ -123,6 +123,7 @@ from dtoc_rl.engine.contract import check_policy, reset_policy
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
+from dtoc_rl.ingest.openai_chat import check_log_source
 from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices
 
 __all__ = [
@@ -351,7 +352,7 @@ class Orchestrator:
         )
         self.store = store
         self.task_id = task_id
-        self.log_source = log_source
+        self.log_source = check_log_source(log_source) if log_source is not None else None
         self.success: bool | None = None
         self._totals = OrchestratorTotals()
         self._lock = threading.RLock()

@@ -125,7 +125,7 @@ def agent_source(user_agent: str | None) -> str:
     """The source a proxied conversation's log names: ``proxy:`` and the first product of its
     ``User-Agent`` (``claude-cli/2.1.3 (external, cli)`` -> ``proxy:claude-cli``), else ``proxy``."""
     first = (user_agent or "").strip().split("/")[0].split(" ")[0].lower()
-    name = re.sub(r"[^a-z0-9._-]+", "-", first).strip("-._")[:40]
+    name = re.sub(r"[^a-z0-9._-]+", "-", first).strip("-._")[:40].rstrip("-._")
     return f"proxy:{name}" if name else "proxy"
 
 

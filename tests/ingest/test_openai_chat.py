@@ -287,7 +287,7 @@ def test_bad_dtoc_visibility_is_an_error_that_says_what(tmp_path, vis, says):
 @pytest.mark.parametrize(
     ("logged", "source"),
     [("proxy:claude-cli", "proxy:claude-cli"), ("../../etc", "openai-chat"), ("A" * 5, "openai-chat"),
-     (7, "openai-chat"), (None, "openai-chat")],
+     (7, "openai-chat"), (None, "openai-chat"), ("repolaunch", "openai-chat"), ("swe-agent", "openai-chat")],
 )  # fmt: skip
 def test_a_run_named_by_its_log_keeps_a_plain_name_only(tmp_path, logged, source):
     msgs = [{"role": "user", "content": "Fix it."},
@@ -296,3 +296,12 @@ def test_a_run_named_by_its_log_keeps_a_plain_name_only(tmp_path, logged, source
     row = {"id": "r", "model": "gpt-4o", "messages": msgs, "dtoc_source": logged}
     (traj,) = ING.parse(_jsonl(tmp_path, [row]))
     assert traj.source == source
+
+
+def test_an_orchestrator_refuses_a_log_source_ingest_would_not_keep():
+    from dtoc_rl.serve.orchestrator import Orchestrator
+
+    for bad, says in (("repolaunch", "not be an ingester's name"), ("My Team", "short plain name")):
+        with pytest.raises(ValueError, match=says):
+            Orchestrator(log_source=bad)
+    assert Orchestrator(log_source="team:nightly").log_row()["dtoc_source"] == "team:nightly"

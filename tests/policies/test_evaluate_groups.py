@@ -375,3 +375,17 @@ def test_a_run_every_policy_failed_on_leaves_the_rest_comparable():
                             base_dollars=100.0, error=err))  # fmt: skip
     (d,) = done_when(aggregate(runs, by=["overall"], n_boot=50), max_misses=1.0)
     assert d["policy"] == "learned:path=p" and d["n"] == 19 and d["failed"] == [] and d["beats_rules"]
+
+
+def test_a_rule_objects_label_is_a_rule_as_its_spec_is():
+    from dtoc_rl.policies.evaluate import is_rule
+
+    assert is_rule("hide_big:tokens=8000") and is_rule("hide_big(tokens=8000,age=1)") and is_rule("last_n")
+    assert not is_rule("learned:path=p") and not is_rule("oracle(restores=False)")
+    rows = [
+        _row("oracle", 0.30, 0.0),
+        _row("learned:path=p", 0.10, 0.5),
+        _row("hide_big(tokens=8000,age=1)", 0.2, 0.1),
+    ]
+    (d,) = done_when(rows, max_misses=1.0)
+    assert d["policy"] == "learned:path=p" and d["best_rule"] == "hide_big(tokens=8000,age=1)"

@@ -23,7 +23,7 @@ def test_calibrated_misses_draw_the_same_for_every_evaluation_and_worker_count()
     assert any(m and 0 < rr < m for _, m, rr in one.values())
 
 
-def test_token_curves_draw_as_the_evaluation_does():
+def test_token_curves_repeat_under_calibrated_misses():
     from dtoc_rl.envs.data import load_episodes
     from dtoc_rl.policies.evaluate import token_curves
 

@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -58,18 +59,23 @@ def test_tiny_training_run_updates_the_agent_and_saves_it(tmp_path, capsys):
     # its decision is the network's: visible where sigmoid(logit) >= the threshold
     from dtoc_rl.envs import ReplayEnv
 
-    policy = ppo_replay.PPOPolicy(str(save), threshold=0.9)
-    obs, _ = ReplayEnv(max_items=8).reset(seed=0)
+    env = ReplayEnv(max_items=8, sequential=True)
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):  # a few outputs stored, all visible
+        obs, *_ = env.step({"enable": np.zeros(8, np.int8), "disable": np.zeros(8, np.int8)})
     with torch.no_grad():
         x = {
             k: torch.as_tensor(obs[k], dtype=torch.float32)[None]
             for k in ("item_tool", "item_mask", "globals", "family")
         }
         x["item_features"] = torch.as_tensor(obs["items"])[None]
-        want = (torch.sigmoid(policy.agent(x)[0])[0] >= 0.9).numpy()
-    act = policy.act(obs)
+        probs = torch.sigmoid(ppo_replay.PPOPolicy(str(save)).agent(x)[0])[0].numpy()
     stored = obs["item_mask"] != 0
-    assert ((act["disable"] == 1) == (~want & (obs["disable_mask"] != 0)))[stored].all()
+    cut = float(np.median(probs[stored]))
+    act = ppo_replay.PPOPolicy(str(save), threshold=cut).act(obs)
+    np.testing.assert_array_equal(act["disable"][stored] == 1, probs[stored] < cut)
+    assert act["disable"][stored].any() and not act["disable"][stored].all()  # the cut splits them
+    policy = ppo_replay.PPOPolicy(str(save))
     with pytest.warns(UserWarning, match="trained on 8 slots, deciding on 16"):
         policy.act(ReplayEnv(max_items=16).reset(seed=0)[0])
 
