@@ -50,8 +50,9 @@ def bits_to_action(bits: Any, obs: dict[str, np.ndarray]) -> dict[str, np.ndarra
     # 0.0 / 1.0 floats are bits (SB3 returns MultiBinary samples so); a probability or NaN is not
     if b.dtype != bool and not ((b == 0) | (b == 1)).all():
         bad = b[(b != 0) & (b != 1)][0]
+        bad = bad.item() if isinstance(bad, np.generic) else bad
         raise ValueError(
-            f"action bits must be 0 or 1, got {bad.item()!r} ({b.dtype}): threshold probabilities first"
+            f"action bits must be 0 or 1, got {bad!r} ({b.dtype}): threshold probabilities first"
         )
     want = b != 0
     return {

@@ -53,6 +53,8 @@ def fail(message: str, code: int = 2) -> int:
 def at_least(low: int, high: int | None = None):
     """An argparse ``type`` for an integer option of at least ``low`` (and at most ``high``): another
     is refused when the command line is read, before any work, not after it."""
+    if high is not None and high < low:
+        raise ValueError(f"at_least: high {high} is below low {low}")
 
     def parse(text: str) -> int:
         try:

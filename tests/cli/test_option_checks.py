@@ -102,3 +102,10 @@ def test_a_number_type_checks_its_range_and_its_ends():
     for parse, text, said in cases:
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(said)):
             parse(text)
+
+
+def test_an_integer_type_with_an_empty_range_is_a_programming_error():
+    from dtoc_rl.cli.common import at_least
+
+    with pytest.raises(ValueError, match="high 1 is below low 2"):
+        at_least(2, 1)

@@ -139,7 +139,10 @@ def test_a_rule_given_the_stock_rl_observation_says_which_env_it_reads(rule):
         pol.act(obs, info)
 
 
-@pytest.mark.parametrize("bits", [np.full(N, 0.1, np.float32), np.full(N, np.nan), np.full(N, 2)])
+@pytest.mark.parametrize(
+    "bits",
+    [np.full(N, 0.1, np.float32), np.full(N, np.nan), np.full(N, 2), np.array([None] * N, dtype=object)],
+)
 def test_the_flat_action_takes_bits_only(bits):
     env = make_flat_replay(max_items=N)
     env.reset(seed=0)
