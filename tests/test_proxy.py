@@ -108,9 +108,11 @@ def _start(proxy: ContextProxy, upstream) -> tuple[str, object]:
     return f"http://127.0.0.1:{srv.server_address[1]}", srv
 
 
-def _post(url: str, body, *, raw: bytes | None = None, agent: str | None = None) -> tuple[int, bytes]:
+def _post(
+    url: str, body, *, raw: bytes | None = None, agent: str | None = None, extra: dict | None = None
+) -> tuple[int, bytes]:
     data = raw if raw is not None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-test"}
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-test", **(extra or {})}
     if agent is not None:
         headers["User-Agent"] = agent
     req = urllib.request.Request(url, data=data, headers=headers)
@@ -437,9 +439,16 @@ def test_each_agents_logs_ingest_under_its_own_source(upstream, tmp_path):
         for k in range(3):
             _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs}, agent=agent)
             msgs = msgs + _openai_turn(k)
+    # two agents on one SDK name themselves with the proxy's header, which goes no further
+    msgs = [HEAD[0], {"role": "user", "content": "Review."}]
+    for k in range(2):
+        _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs}, agent="OpenAI/Python 1.99.0",
+              extra={"X-DTOC-Agent": "reviewer"})  # fmt: skip
+        assert "x-dtoc-agent" not in upstream.seen[-1][1]
+        msgs = msgs + _openai_turn(k)
     srv.shutdown()
     runs = ingest_paths([tmp_path / "logs"], progress=False).trajectories
-    assert sorted(t.source for t in runs) == ["proxy:claude-cli", "proxy:openai"]
+    assert sorted(t.source for t in runs) == ["proxy:claude-cli", "proxy:openai", "proxy:reviewer"]
     assert agent_source(None) == agent_source("  /1.0") == "proxy"
     assert agent_source("GeminiCLI-tui/0.61.0/gemini-3 (linux; x64)") == "proxy:geminicli-tui"
     assert agent_source("My Agent!!/2") == "proxy:my"

@@ -77,6 +77,10 @@ _HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
      "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
 )  # fmt: skip
+#: A request header naming the agent for the conversation's log (``proxy:<name>``), over its
+#: User-Agent: agents built on one SDK all send that SDK's.  The proxy's own; not sent upstream.
+AGENT_HEADER = "X-DTOC-Agent"
+_AGENT = AGENT_HEADER.lower()
 _SERVED = frozenset(FAMILIES) - {"other"}
 #: The garbage collector's thresholds ``dtoc-rl proxy`` runs with.  A request makes tens of thousands
 #: of short-lived objects (the whole conversation read again); with Python's defaults (700, 10, 10)
@@ -441,9 +445,10 @@ class ContextProxy:
         """``body`` (a decoded request of ``api``: "openai", "responses", "anthropic" or "gemini") with
         the outputs the policy hides replaced by placeholders; the conversation it used is named in the
         result, for :meth:`answered`.  ``model``: the model a request names outside its body (Gemini's
-        path), else the body's ``model``.  ``agent``: the request's ``User-Agent``; a conversation's
-        log names its first word as the run's source (``proxy:claude-cli``), so runs of several agents
-        logged in one folder are told apart by ``dtoc-rl evaluate --by source``."""
+        path), else the body's ``model``.  ``agent``: the request's ``X-DTOC-Agent`` header, else its
+        ``User-Agent``; a conversation's log names its first word as the run's source
+        (``proxy:claude-cli``), so runs of several agents logged in one folder are told apart by
+        ``dtoc-rl evaluate --by source``."""
         self.requests += 1
         listed = _LISTED[api]
         if not isinstance(body, dict) or not isinstance(body.get(listed), list | str):
@@ -928,7 +933,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         rw = Rewrite(body, passed="not read")
         try:
             model = _gemini_model(self.path) if api == "gemini" else None
-            rw = proxy.rewrite(api, body, model, self.headers.get("User-Agent"))
+            rw = proxy.rewrite(
+                api, body, model, self.headers.get(AGENT_HEADER) or self.headers.get("User-Agent")
+            )
             if rw.body is not body:
                 try:
                     raw = json.dumps(rw.body, ensure_ascii=False).encode("utf-8")
@@ -952,7 +959,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
-        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP]
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != _AGENT]
         path = self.path  # as the client sent it, its bytes read as latin-1
         if not path.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in path):
             path = quote(path.encode("latin-1", "replace"), safe="/?&=:@!$'()*+,;~%#[]")
