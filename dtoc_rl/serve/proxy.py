@@ -133,6 +133,22 @@ def agent_source(user_agent: str | None) -> str:
     return f"proxy:{name}" if name else "proxy"
 
 
+class _Request:
+    """One request's events as the mirrors match and feed them: their prints, where its last model
+    turn is, and its events' text digests, each taken once whatever mirrors ask."""
+
+    def __init__(self, events: list[_Event]):
+        self.events = events
+        self.prints = [e.fingerprint() for e in events]
+        self.last_turn = max((i for i, e in enumerate(events) if e.kind == "assistant"), default=-1)
+        self._digests: dict[int, str] = {}
+
+    def digest(self, i: int) -> str:
+        if i not in self._digests:
+            self._digests[i] = _digest(self.events[i].text)
+        return self._digests[i]
+
+
 def _utf8(text: str) -> str:
     try:
         text.encode("utf-8")
@@ -318,16 +334,16 @@ class _Mirror:
         self.digests: dict[int, str] = {}
         self.fresh: tuple[int, ...] = ()
 
-    def feed(self, events: list[_Event]) -> None:
-        """Record the events after those already mirrored."""
+    def feed(self, req: _Request) -> None:
+        """Record the request's events after those already mirrored."""
         start = len(self.prints)
-        new = events[start:]
+        new = req.events[start:]
         asked = sum(e.kind == "assistant" for e in new)
         fresh = tuple(start + i for i, e in enumerate(new) if e.kind == "tool")
         if fresh:
             self.fresh = fresh
-            self.digests.update((i, _digest(events[i].text)) for i in fresh)
-        for e in new:
+            self.digests.update((i, req.digest(i)) for i in fresh)
+        for i, e in enumerate(new, start):
             key = None
             if e.kind == "assistant":
                 usage, self.usage = (self.usage, None) if asked == 1 else (None, None)
@@ -345,34 +361,33 @@ class _Mirror:
                     key = self.orch.add_tool_result(waiting.pop(), e.text, is_error=e.is_error)
             elif e.text:
                 self.orch.add_user(e.text)
-            self.prints.append(e.fingerprint())
+            self.prints.append(req.prints[i])
             self.keys.append(key)
             if e.kind in ("assistant", "tool"):
                 self.settled = len(self.prints)
 
-    def continues(self, prints: list[str], events: list[_Event]) -> int:
-        """How much of a request whose ``events`` print as ``prints`` this conversation has seen: all
-        of its own prints (a continuation), its settled ones when the request goes on from there with
-        other user text (it left a side question out), else 0 (another conversation, or another run
-        whose newest tool results differ from those this one was fed)."""
-        n = len(self.prints)
+    def continues(self, req: _Request) -> int:
+        """How much of ``req`` this conversation has seen: all of its own prints (a continuation), its
+        settled ones when the request goes on from there with other user text (it left a side
+        question out), else 0 (another conversation, or another run whose newest tool results differ
+        from those this one was fed)."""
+        prints, n = req.prints, len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
-            return n if self._same_fresh(events, n) else 0
+            return n if self._same_fresh(req, n) else 0
         k = self.settled
         if 0 < k < n and k < len(prints) and self.prints[:k] == prints[:k]:
-            return k if self._same_fresh(events, k) else 0
+            return k if self._same_fresh(req, k) else 0
         return 0
 
-    def _same_fresh(self, events: list[_Event], upto: int) -> bool:
+    def _same_fresh(self, req: _Request, upto: int) -> bool:
         # only results that are still the request's newest (no model turn after them): an older one
         # is the harness's to trim or mask, and a twin run differs at the first request it sends them
-        last = max((i for i, e in enumerate(events) if e.kind == "assistant"), default=-1)
-        return all(_digest(events[i].text) == self.digests[i] for i in self.fresh if last < i < upto)
+        return all(req.digest(i) == self.digests[i] for i in self.fresh if req.last_turn < i < upto)
 
-    def agreement(self, texts: Callable[[int], str], upto: int) -> int:
-        """How many of the results this mirror was fed, before ``upto``, have the text the request
-        has there (``texts(i)``: the digest of the request's event ``i``)."""
-        return sum(texts(i) == d for i, d in self.digests.items() if i < upto)
+    def agreement(self, req: _Request, upto: int) -> int:
+        """How many of the results this mirror was fed, before ``upto``, have the text ``req`` has
+        there."""
+        return sum(req.digest(i) == d for i, d in self.digests.items() if i < upto)
 
 
 @dataclass
@@ -473,10 +488,10 @@ class ContextProxy:
             return Rewrite(body, passed=f"messages not read: {e}")
         if not events:
             return Rewrite(body, passed=f"no {listed}")
-        prints = [e.fingerprint() for e in events]
-        mirror = self._mirror(events, prints, model, given, agent)  # returned locked: matched and fed at once
+        req = _Request(events)
+        mirror = self._mirror(req, model, given, agent)  # returned locked: matched and fed at once
         try:
-            mirror.feed(events)  # the answers it brings were the previous request's model's
+            mirror.feed(req)  # the answers it brings were the previous request's model's
             mirror.orch.use_model(model, given)  # this request's: a conversation may change models
             t0 = time.perf_counter()
             with self._decide:
@@ -557,28 +572,14 @@ class ContextProxy:
             mirror.answered_by = by if isinstance(by, str) and by else None
 
     # -- internals -----------------------------------------------------------------------
-    def _mirror(
-        self,
-        events: list[_Event],
-        prints: list[str],
-        model: str,
-        given: Prices | None,
-        agent: str | None = None,
-    ) -> _Mirror:
-        """The conversation ``events`` continues (of the mirrors whose messages start them, the one
+    def _mirror(self, req: _Request, model: str, given: Prices | None, agent: str | None = None) -> _Mirror:
+        """The conversation ``req`` continues (of the mirrors whose messages start it, the one
         whose results' texts agree with the request most, then the longest), or a new one; returned
         with its lock held, so that no other request feeds it between the match and this request's
         feed (two requests branching from one history would take each other's keys)."""
-        digests: dict[int, str] = {}
-
-        def texts(i: int) -> str:  # the request's digests, each taken once whatever mirrors ask
-            if i not in digests:
-                digests[i] = _digest(events[i].text)
-            return digests[i]
-
         for _ in range(100):
             with self._lock:
-                seen = {m.name: m.continues(prints, events) for m in self.mirrors.values()}
+                seen = {m.name: m.continues(req) for m in self.mirrors.values()}
                 found = [m for m in self.mirrors.values() if seen[m.name]]
                 # of several, the one whose results agree with the request most (a twin run of the
                 # same call ids agrees with its own), then the longest; one needs no texts read
@@ -586,14 +587,14 @@ class ContextProxy:
                     found[0]
                     if len(found) == 1
                     else max(
-                        found, key=lambda m: (m.agreement(texts, seen[m.name]), seen[m.name]), default=None
+                        found, key=lambda m: (m.agreement(req, seen[m.name]), seen[m.name]), default=None
                     )
                 )
-                if best is None or seen[best.name] == 0:
-                    return self._new_mirror(events, prints, model, given, agent)
+                if best is None:  # none continues it
+                    return self._new_mirror(req, model, given, agent)
                 self.mirrors.move_to_end(best.name)
             best.lock.acquire()
-            if best.continues(prints, events) == seen[best.name] and self.mirrors.get(best.name) is best:
+            if best.continues(req) == seen[best.name] and self.mirrors.get(best.name) is best:
                 # a side question left out: the texts it added stay in the mirror, its prints do not
                 del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
                 for i in [i for i in best.digests if i >= seen[best.name]]:
@@ -601,17 +602,13 @@ class ContextProxy:
                 return best
             best.lock.release()  # another request fed it meanwhile: match again
         with self._lock:
-            return self._new_mirror(events, prints, model, given, agent)
+            return self._new_mirror(req, model, given, agent)
 
     def _new_mirror(
-        self,
-        events: list[_Event],
-        prints: list[str],
-        model: str,
-        given: Prices | None,
-        agent: str | None = None,
+        self, req: _Request, model: str, given: Prices | None, agent: str | None = None
     ) -> _Mirror:
         # with the table's lock held; the new mirror is returned locked
+        events, prints = req.events, req.prints
         system = "\n\n".join(e.text for e in events if e.kind == "system" and e.text) or None
         first = next((e for e in events if e.kind == "user"), None)
         self._made += 1
