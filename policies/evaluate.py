@@ -496,7 +496,8 @@ def aggregate(
     ``"held-out | long"``); an unknown one is a ValueError before any work.
 
     ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
-    whose every run in a group failed still gets its row, with ``n = 0`` and NaN metrics."""
+    with no run to measure in a group (its own failed, or the oracle's on the same trajectories) still
+    gets its row, with ``n = 0`` and NaN metrics."""
     by = [by] if isinstance(by, str) else by  # one grouping, not its letters
     keys = {dim: _group_key(dim) for dim in by}
     ok = [r for r in runs if r.error is None]
@@ -517,9 +518,10 @@ def aggregate(
                     key=lambda r: r.traj_id,
                 )
                 if not sel:
-                    if fails:
+                    # its own runs failed, or the oracle's did: a row says so
+                    if fails or any(r.policy == p and keyf(r) == g for r in ok):
                         row = {"policy": p, "group_by": dim, "group": g, "n": 0, "errors": len(fails),
-                               "first_error": fails[0].error}  # fmt: skip
+                               "first_error": fails[0].error if fails else ""}  # fmt: skip
                         for k in METRICS:
                             row[k] = row[f"{k}_lo"] = row[f"{k}_hi"] = float("nan")
                         rows.append(row)
@@ -592,14 +594,19 @@ def done_when(
     Every policy is measured on the runs the oracle completed (:func:`aggregate`); one that failed on
     some of those is measured on fewer: it is neither picked nor a rival, and is listed in ``failed``
     (a rule so listed fails ``beats_rules``: it was not beaten, only not measured).  A run every
-    policy failed on, the oracle included, leaves the rest comparable and is only left out."""
+    policy failed on, the oracle included, leaves the rest comparable and is only left out; a group
+    where the oracle completed no run at all gets a row of failed checks with ``oracle_failed`` True."""
     out = []
     for key in dict.fromkeys((r["group_by"], r["group"]) for r in rows):
         group = [r for r in rows if (r["group_by"], r["group"]) == key]
         sel = [r for r in group if r["n"]]
         oracle = next((r for r in sel if r["policy"] == ORACLE), None)
         # a hindsight variant (oracle:restores=0) is a reference like the oracle, not a policy to pick
-        if oracle is None or not any(not _is_oracle(r["policy"]) and not is_rule(r["policy"]) for r in group):
+        if not any(not _is_oracle(r["policy"]) and not is_rule(r["policy"]) for r in group):
+            continue
+        if oracle is None:  # nothing to measure against: said, not skipped
+            if any(r["policy"] == ORACLE for r in group):
+                out.append(_unjudged(key, [r for r in group if not _is_oracle(r["policy"])]))
             continue
         failed = sorted({r["policy"] for r in group if not _is_oracle(r["policy"]) and r["n"] < oracle["n"]})
         sel = [r for r in sel if r["policy"] not in failed]
@@ -644,6 +651,7 @@ def done_when(
             "best_rule_misses_per_100": rule["misses_per_100"] if rule else None,
             "unbeaten": sorted(unbeaten, key=lambda r: (r["misses_per_100"], -r["savings"])),
             "failed": failed,
+            "oracle_failed": False,
         }  # fmt: skip
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
@@ -659,6 +667,20 @@ def done_when(
         )
         out.append(row)
     return out
+
+
+def _unjudged(key: tuple[str, str], rivals: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A done-when row for a group whose every oracle run failed: no savings to measure against, so
+    every check fails and ``failed`` names the policies that failed there too."""
+    nan = float("nan")
+    return {
+        "group_by": key[0], "group": key[1], "n": 0, "policy": None, "savings": None,
+        "savings_lo": None, "savings_hi": None, "misses_per_100": None, "oracle_savings": nan,
+        "oracle_fraction": None, "best_rule": None, "best_rule_savings": None,
+        "best_rule_misses_per_100": None, "unbeaten": [],
+        "failed": sorted({r["policy"] for r in rivals if r.get("errors")}),
+        "oracle_failed": True, "reaches": False, "no_loss": None, "beats_rules": False,
+    }  # fmt: skip
 
 
 def runs_to_dicts(runs: Sequence[Run]) -> list[dict[str, Any]]:

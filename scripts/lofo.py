@@ -407,7 +407,8 @@ def table(result: dict) -> str:
         name = fold_name(fold)
         for d in fold["done_when"]:
             if d["policy"] is None:
-                lines.append(f"| {name} | none within budget | | | | no | | no | "
+                why = "not judged: the oracle failed" if d.get("oracle_failed") else "none within budget"
+                lines.append(f"| {name} | {why} | | | | no | | no | "
                              f"{fold['train_seconds']:.1f} | {fold['eval_seconds']:.1f} |")  # fmt: skip
                 continue
             frac = _finite(d["oracle_fraction"])

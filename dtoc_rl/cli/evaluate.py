@@ -463,9 +463,11 @@ def print_done_when(done, budget: float, console=None) -> None:
     for d in done:
         group = "overall" if d["group_by"] == "overall" else f"{d['group_by']} = {d['group']}"
         if d["policy"] is None:
-            oracle = f"{100 * d['oracle_savings']:+.1f}%"
+            oracle = "failed" if d.get("oracle_failed") else f"{100 * d['oracle_savings']:+.1f}%"
             short = [f for f in d.get("failed", ()) if not is_rule(f)]
             why = "none within budget" + (" (failed runs: see below)" if short else "")
+            if d.get("oracle_failed"):
+                why = "not judged: the oracle failed on every run (see the failures below)"
             t.add_row(group, str(d["n"]), f"[red]{why}[/red]", "—", "—", oracle, "—",
                       mark[False], mark[d["no_loss"]], "—", mark[False])  # fmt: skip
             continue

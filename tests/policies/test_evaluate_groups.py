@@ -389,3 +389,27 @@ def test_a_rule_objects_label_is_a_rule_as_its_spec_is():
     ]
     (d,) = done_when(rows, max_misses=1.0)
     assert d["policy"] == "learned:path=p" and d["best_rule"] == "hide_big(tokens=8000,age=1)"
+
+
+def test_a_group_the_oracle_failed_on_is_said_not_skipped(capsys):
+    """Where the oracle completed no run there is nothing to measure savings against: the group
+    still gets a done-when row, every check failed, and the table says why."""
+    from dtoc_rl.cli.evaluate import print_done_when
+
+    runs = []
+    for t in range(12):
+        fam = "gpt-4o" if t < 6 else "claude"
+        for policy, dollars in (("oracle", 50), ("learned:path=p", 60), ("hide_big:tokens=8000", 90)):
+            err = "boom" if policy == "oracle" and fam == "claude" else None
+            runs.append(Run(policy, f"t{t:02d}", fam, "swe", f"task{t}", calls=50, dollars=dollars,
+                            base_dollars=100.0, error=err))  # fmt: skip
+    done = done_when(aggregate(runs, by=["model_family"], n_boot=20), max_misses=1.0)
+    by = {d["group"]: d for d in done}
+    assert set(by) == {"gpt-4o", "claude"}
+    assert by["gpt-4o"]["policy"] == "learned:path=p" and not by["gpt-4o"]["oracle_failed"]
+    c = by["claude"]
+    assert c["policy"] is None and c["oracle_failed"] and c["n"] == 0
+    assert not c["reaches"] and not c["beats_rules"]
+    print_done_when(done, 1.0)
+    out = capsys.readouterr().out
+    assert "oracle failed on every run" in out
