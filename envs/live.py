@@ -234,6 +234,10 @@ class LiveEnv(gym.Env):
     :meth:`trajectory` returns the episode in the canonical schema
     (see :class:`~dtoc_rl.envs.recorder.RecordTrajectory`).
 
+    A seed picks the task; what the agent then sees is not reproducible (real tools print clocks and
+    timings; a model samples), so ``dtoc_rl/Live-v0`` is registered ``nondeterministic`` and
+    gymnasium's ``check_env`` skips its determinism checks.
+
     ## Arguments
     * ``agent``: an object with ``next_action(messages, tools)`` (see
       :mod:`dtoc_rl.envs.agents`) or a spec: ``"openai:MODEL"``,
@@ -558,7 +562,7 @@ class LiveEnv(gym.Env):
         ReplayEnv counts (the observation's ``misses``), not the re-accesses ``totals`` counts too."""
         ep = self.ep
         ctx = ep.ctx
-        counted = ep.session.cols.kind_misses
+        counted = ep.session.kind_misses
         masked = ep.session.masked_steps()
         sigs, toks = self._prompt()
         try:
@@ -628,7 +632,7 @@ class LiveEnv(gym.Env):
             if rec is not None:
                 ep.session.track(rec, step, call=turn, is_error=is_error)
         ep.session.label()  # every result of the turn is in
-        return dollars, ep.session.cols.kind_misses - counted
+        return dollars, ep.session.kind_misses - counted
 
     # -- views ------------------------------------------------------------------------------------------
     def _obs(self) -> dict[str, np.ndarray]:

@@ -99,6 +99,12 @@ class SessionTracker:
     # misses on unread outputs recorded since the last labelling (label() returns them)
     unread_misses: int = 0
 
+    @property
+    def kind_misses(self) -> int:
+        """Needs of a hidden output of the kinds ReplayEnv counts (the observation's ``misses``), so
+        far; ``counts.misses`` is the bill's count, re-accesses included."""
+        return self.cols.kind_misses
+
     # -- recording ------------------------------------------------------------------------------
     def call_ids(self, ids: Sequence[Any], turn: int) -> list[str]:
         """Ids for one turn's calls: each given id, or a fresh one when it is missing or already used
@@ -323,7 +329,7 @@ class SessionTracker:
             now=now,
             users=self.users,
             saved_tokens=self.saved,
-            misses=self.cols.kind_misses,  # the kinds ReplayEnv counts; counts.misses is the bill's
+            misses=self.kind_misses,
             mgmt_calls=self.counts.mgmt_calls,
             **context,
         )
