@@ -292,11 +292,21 @@ class LearnedPolicyConfig:
         "as given",
     )
     seed: int = _f(0, "random seed (split, init, sampling)")
+    split_seed: int | None = _f(
+        None,
+        "seed of the task split alone (default: --seed): trainings at several --seed with one "
+        "--split-seed differ only in initial weights and sampling, on the same held-out tasks",
+    )
     threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")
     wandb: bool = _f(
         False, "log to Weights & Biases (online or offline as wandb decides: WANDB_MODE, `wandb login`)"
     )
     wandb_project: str = _f("dtoc-rl", "wandb project")
+
+    @property
+    def data_seed(self) -> int:
+        """The seed the task split hashes: ``split_seed`` if set, else ``seed``."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def __post_init__(self) -> None:
         for name, f in self.__dataclass_fields__.items():  # a config read from a file may hold anything

@@ -788,7 +788,7 @@ def adapt(
     meta["adapt_split_tasks"] = len(_task_names(rest))  # fewer than two: nothing can be held out
     if holdout > 0 and rest:
         # keeps one task on each side when there are two or more, and a single one to choose on
-        chosen, held_eps = split_by_task(rest, holdout, policy.cfg.seed + ADAPT_SPLIT_SALT)
+        chosen, held_eps = split_by_task(rest, holdout, policy.cfg.data_seed + ADAPT_SPLIT_SALT)
         tune_eps += chosen
     else:
         tune_eps += rest
@@ -875,8 +875,8 @@ def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
             eps = [e for e in eps if episode_group(e, what) != value]
             if not eps:
                 raise ValueError(f"no episodes left after excluding {what} {value!r}")
-    train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.seed)
-    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.seed + 1) if val_eps else ([], [])
+    train_eps, val_eps = split_by_task(eps, cfg.val_fraction, cfg.data_seed)
+    held_eps, tune_eps = split_by_task(val_eps, 0.5, cfg.data_seed + 1) if val_eps else ([], [])
     return eps, train_eps, held_eps, tune_eps or held_eps  # a single validation task has to do both
 
 

@@ -739,3 +739,26 @@ def test_fit_with_no_run_left_to_choose_thresholds_on_warns_its_caller():
     with pytest.warns(UserWarning, match="no thresholds chosen: of 1 runs none was left"):
         report = pol.fit(one, progress=False)
     assert report["tune_episodes"] == 0 and "thresholds" not in report
+
+
+def test_split_seed_keeps_the_tasks_and_seed_moves_the_weights():
+    """--split-seed fixes which tasks are held out, so trainings at several --seed compare their
+    initial weights alone; unset, the split follows --seed as before."""
+    base = {**TINY, "epochs": 1, "dagger_rounds": 0}
+
+    def run(**kw):
+        pol = LearnedPolicyConfig(**{**base, **kw}).create()
+        rep = pol.fit(None, progress=False)
+        return rep, torch.cat([p.detach().flatten() for p in pol.net.parameters()])
+
+    a, wa = run(seed=0)
+    b, wb = run(seed=5, split_seed=0)
+    c, _ = run(seed=5)
+    for k in ("val_tasks", "tune_tasks", "train_tasks"):
+        assert a[k] == b[k]
+    assert (a["val_tasks"], a["tune_tasks"]) != (c["val_tasks"], c["tune_tasks"])
+    assert not torch.equal(wa, wb)
+    assert (
+        LearnedPolicyConfig(seed=5).data_seed == 5
+        and LearnedPolicyConfig(seed=5, split_seed=0).data_seed == 0
+    )
