@@ -396,6 +396,46 @@ def test_two_runs_with_the_same_call_ids_but_other_outputs_stay_apart(upstream, 
         assert set(names["a"][1:]) != set(names["b"][1:]), order
 
 
+def test_runs_the_agent_names_stay_apart_from_their_first_request_even_with_the_same_outputs(upstream):
+    """The same task started twice with deterministic tools sends the same messages, call ids and
+    outputs: only the run the agent names (X-DTOC-Session, Claude Code's session header, the body's
+    prompt_cache_key or Anthropic metadata) tells them apart, and then from the first request."""
+    from dtoc_rl.serve.proxy import session_of
+
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    msgs = list(HEAD)
+    names: dict[str, set] = {"a": set(), "b": set()}
+    for k in range(4):
+        for tag in "ab":
+            _post(url + "/v1/chat/completions", {"model": MODEL, "messages": msgs},
+                  extra={"X-DTOC-Session": f"run-{tag}"})  # fmt: skip
+            assert "x-dtoc-session" not in upstream.seen[-1][1]
+            names[tag].add(next(reversed(proxy.mirrors)))
+        msgs = msgs + _openai_turn(k)
+    srv.shutdown()
+    assert len(proxy.mirrors) == 2 and len(names["a"]) == len(names["b"]) == 1 and names["a"] != names["b"]
+    # unnamed, such twins are one conversation until their outputs differ
+    unnamed = ContextProxy(make_policy("last_n:n=1"))
+    for body in ({"model": MODEL, "messages": HEAD}, {"model": MODEL, "messages": HEAD}):
+        unnamed.rewrite("openai", body)
+    assert len(unnamed.mirrors) == 1
+    # what agents send: Codex's thread id as prompt_cache_key, Claude Code's session in its metadata
+    assert session_of("responses", {"prompt_cache_key": "019a-thread"}) == "019a-thread"
+    claude = {"metadata": {"user_id": '{"device_id":"d","account_uuid":"","session_id":"s1"}'}}
+    assert session_of("anthropic", claude) == "s1"  # as its X-Claude-Code-Session-Id header
+    older = {"metadata": {"user_id": "user_ab12_account_c3_session_s2"}}
+    assert session_of("anthropic", older) == "s2"
+    assert session_of("anthropic", {"metadata": {"user_id": "u-42"}}) == "u-42"
+    assert session_of("anthropic", {"metadata": {"user_id": "{not json"}}) == "{not json"
+    assert session_of("anthropic", claude, "from-header") == "from-header"
+    assert session_of("openai", {"prompt_cache_key": 7}) is session_of("gemini", {}) is None
+    twins = ContextProxy(make_policy("last_n:n=1"))
+    for key in ("a", "b", "a"):
+        twins.rewrite("responses", {"model": "gpt-5", "prompt_cache_key": key, "input": "Fix the bug."})
+    assert len(twins.mirrors) == 2
+
+
 @pytest.mark.parametrize("keep", [1, 2])
 def test_a_harness_that_clears_its_old_outputs_stays_one_conversation(keep):
     """Older results are the harness's to clear (Claude Code's microcompact, SWE-agent's last-n), at any

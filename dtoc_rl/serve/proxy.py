@@ -81,6 +81,12 @@ _HOP = frozenset(
 #: User-Agent: agents built on one SDK all send that SDK's.  The proxy's own; not sent upstream.
 AGENT_HEADER = "X-DTOC-Agent"
 _AGENT = AGENT_HEADER.lower()
+#: A request header naming the agent's run: requests of two runs are never taken for one conversation,
+#: even while their messages are the same (the same task started twice).  Not sent upstream.
+SESSION_HEADER = "X-DTOC-Session"
+_OURS = {_AGENT, SESSION_HEADER.lower()}
+#: Headers by which agents name their own runs, read when ``SESSION_HEADER`` is absent.
+AGENT_SESSION_HEADERS = ("X-Claude-Code-Session-Id",)
 _SERVED = frozenset(FAMILIES) - {"other"}
 #: The garbage collector's thresholds ``dtoc-rl proxy`` runs with.  A request makes tens of thousands
 #: of short-lived objects (the whole conversation read again); with Python's defaults (700, 10, 10)
@@ -133,12 +139,40 @@ def agent_source(user_agent: str | None) -> str:
     return f"proxy:{name}" if name else "proxy"
 
 
+def session_of(api: str, body: Mapping[str, Any], header: str | None = None) -> str | None:
+    """The agent's own name for the run a request belongs to, if it gives one: ``header`` (the
+    request's ``X-DTOC-Session``, else an agent's own session header such as Claude Code's), else
+    the body's ``prompt_cache_key`` (OpenAI APIs; Codex sends its thread id) or Anthropic's
+    ``metadata.user_id`` (the session id in Claude Code's, so that it names the run as its header
+    does).  A key that names a user rather than a run only keeps that user's runs apart from others';
+    within them messages decide, as without."""
+    if header:
+        return header[:200]
+    key: Any = None
+    if api in ("openai", "responses"):
+        key = body.get("prompt_cache_key")
+    elif api == "anthropic" and isinstance(body.get("metadata"), dict):
+        key = body["metadata"].get("user_id")
+        if isinstance(key, str):  # Claude Code's session id, as its session header gives it
+            try:
+                inner = json.loads(key) if key.startswith("{") else None
+            except ValueError:
+                inner = None
+            if isinstance(inner, dict) and isinstance(inner.get("session_id"), str):
+                key = inner["session_id"]
+            elif "_session_" in key:  # its older form, user_<hash>_account_<uuid>_session_<uuid>
+                key = key.rsplit("_session_", 1)[1]
+    return key[:200] if isinstance(key, str) and key else None
+
+
 class _Request:
     """One request's events as the mirrors match and feed them: their prints, where its last model
-    turn is, and its events' text digests, each taken once whatever mirrors ask."""
+    turn is, and its events' text digests, each taken once whatever mirrors ask; ``session`` is the
+    run it names (:func:`session_of`), and only a mirror of that run may continue it."""
 
-    def __init__(self, events: list[_Event]):
+    def __init__(self, events: list[_Event], session: str | None = None):
         self.events = events
+        self.session = session
         self.prints = [e.fingerprint() for e in events]
         self.last_turn = max((i for i, e in enumerate(events) if e.kind == "assistant"), default=-1)
         self._digests: dict[int, str] = {}
@@ -311,9 +345,10 @@ _LISTED = {"openai": "messages", "anthropic": "messages", "responses": "input", 
 class _Mirror:
     """One conversation as an Orchestrator has it, and how its tool results map to DTOC keys."""
 
-    def __init__(self, orch: Orchestrator, name: str):
+    def __init__(self, orch: Orchestrator, name: str, session: str | None = None):
         self.orch = orch
         self.name = name
+        self.session = session  # the run the agent named (session_of): other runs never continue it
         self.prints: list[str] = []
         self.keys: list[str | None] = []  # per event: the DTOC key of a tool result
         self.pending: dict[Any, deque[str]] = {}  # the request's call id -> the orchestrator's
@@ -369,8 +404,10 @@ class _Mirror:
     def continues(self, req: _Request) -> int:
         """How much of ``req`` this conversation has seen: all of its own prints (a continuation), its
         settled ones when the request goes on from there with other user text (it left a side
-        question out), else 0 (another conversation, or another run whose newest tool results differ
-        from those this one was fed)."""
+        question out), else 0 (another conversation, another run the agent named otherwise, or another
+        run whose newest tool results differ from those this one was fed)."""
+        if req.session != self.session:
+            return 0
         prints, n = req.prints, len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
             return n if self._same_fresh(req, n) else 0
@@ -456,14 +493,24 @@ class ContextProxy:
         self._unserved: set[str] = set()
 
     # -- requests ------------------------------------------------------------------------
-    def rewrite(self, api: str, body: Any, model: str | None = None, agent: str | None = None) -> Rewrite:
+    def rewrite(
+        self,
+        api: str,
+        body: Any,
+        model: str | None = None,
+        agent: str | None = None,
+        session: str | None = None,
+    ) -> Rewrite:
         """``body`` (a decoded request of ``api``: "openai", "responses", "anthropic" or "gemini") with
         the outputs the policy hides replaced by placeholders; the conversation it used is named in the
         result, for :meth:`answered`.  ``model``: the model a request names outside its body (Gemini's
         path), else the body's ``model``.  ``agent``: the request's ``X-DTOC-Agent`` header, else its
         ``User-Agent``; a conversation's log names its first word as the run's source
         (``proxy:claude-cli``), so runs of several agents logged in one folder are told apart by
-        ``dtoc-rl evaluate --by source``."""
+        ``dtoc-rl evaluate --by source``.  ``session``: the run a request's headers name
+        (``X-DTOC-Session``, or an agent's own such as Claude Code's), else read from its body
+        (:func:`session_of`): requests of two named runs never share a conversation, so the same task
+        run twice at once is mirrored twice from its first request."""
         self.requests += 1
         listed = _LISTED[api]
         if not isinstance(body, dict) or not isinstance(body.get(listed), list | str):
@@ -488,7 +535,7 @@ class ContextProxy:
             return Rewrite(body, passed=f"messages not read: {e}")
         if not events:
             return Rewrite(body, passed=f"no {listed}")
-        req = _Request(events)
+        req = _Request(events, session_of(api, body, session))
         mirror = self._mirror(req, model, given, agent)  # returned locked: matched and fed at once
         try:
             mirror.feed(req)  # the answers it brings were the previous request's model's
@@ -625,7 +672,7 @@ class ContextProxy:
             log_source=agent_source(agent),
             **self.orch_kwargs,
         )
-        mirror = _Mirror(orch, name)
+        mirror = _Mirror(orch, name, req.session)
         # the system prompt and the task are the orchestrator's own: mark them as seen
         head = 0
         while head < len(events) and events[head].kind == "system":
@@ -930,8 +977,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         rw = Rewrite(body, passed="not read")
         try:
             model = _gemini_model(self.path) if api == "gemini" else None
+            named = (self.headers.get(h) for h in (SESSION_HEADER, *AGENT_SESSION_HEADERS))
             rw = proxy.rewrite(
-                api, body, model, self.headers.get(AGENT_HEADER) or self.headers.get("User-Agent")
+                api,
+                body,
+                model,
+                self.headers.get(AGENT_HEADER) or self.headers.get("User-Agent"),
+                next((v for v in named if v), None),
             )
             if rw.body is not body:
                 try:
@@ -956,7 +1008,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
-        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != _AGENT]
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP | _OURS]
         path = self.path  # as the client sent it, its bytes read as latin-1
         if not path.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in path):
             path = quote(path.encode("latin-1", "replace"), safe="/?&=:@!$'()*+,;~%#[]")
