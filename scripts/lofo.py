@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dtoc_rl.cli.common import at_least
+from dtoc_rl.cli.dataclass_args import field_docs
 
 
 @dataclass
@@ -92,7 +93,7 @@ def parse(argv: list[str] | None = None) -> Args:
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    docs = {k: v.replace("%", "%%") for k, v in _field_docs().items()}  # argparse formats help with %
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(Args).items()}  # argparse formats help with %
     for f in fields(Args):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
@@ -119,20 +120,6 @@ def parse(argv: list[str] | None = None) -> Args:
 #: a negative cap).  -1 for --dagger-rounds is "the training default".
 _LOWEST = {"min_trajectories": 1, "epochs": 0, "dagger_rounds": -1, "max_train": 0, "max_eval": 0,
            "bootstrap": 1}  # fmt: skip
-
-
-def _field_docs() -> dict[str, str]:
-    # the string under each field of Args is its help text
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(Args))
-    body = tree.body[0].body
-    out = {}
-    for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            out[a.target.id] = b.value.value
-    return out
 
 
 def _group(e, by: str) -> str:
@@ -362,7 +349,10 @@ def _strict(o):
 
 
 def _write(path: Path, result: dict) -> None:
-    path.write_text(json.dumps(_strict(result), indent=1, default=str))
+    from dtoc_rl.data.paths import write_text_atomic
+
+    # through a .partial file: a run stopped mid-write never leaves a cut lofo.json
+    write_text_atomic(path, [json.dumps(_strict(result), indent=1, default=str)])
 
 
 def _finite(x):

@@ -16,7 +16,6 @@ is logged anywhere unless ``--track`` is given.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.cli.dataclass_args import field_docs
 from dtoc_rl.policies.base import Policy
 
 
@@ -77,26 +77,13 @@ class Args:
     """print one JSON summary instead of a line per update"""
 
 
-def _field_docs() -> dict[str, str]:
-    """Each field's docstring (the string literal under it), read from this file's source."""
-    tree = ast.parse(Path(__file__).read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args")
-    docs, last = {}, None
-    for node in cls.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            last = node.target.id
-        elif last and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            docs[last], last = " ".join(str(node.value.value).split()), None
-    return docs
-
-
 def parse_args(argv: list[str] | None = None) -> Args:
     p = argparse.ArgumentParser(
         prog="python -m scripts.ppo_replay",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    docs = _field_docs()
+    docs = field_docs(Args)
     for f in fields(Args):
         flag = "--" + f.name.replace("_", "-")
         if isinstance(f.default, bool):

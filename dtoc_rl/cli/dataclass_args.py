@@ -9,9 +9,26 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args", "flags_named", "given_fields"]
+__all__ = ["add_dataclass_arguments", "dataclass_from_args", "field_docs", "flags_named", "given_fields"]
 
 _GIVEN = "_dataclass_fields_given"
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field of the dataclass ``cls`` and the string literal under it in its source (CleanRL's
+    ``Args`` style: a script's help texts written once, beside the fields), whitespace folded."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    docs, last = {}, None
+    for node in tree.body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            last = node.target.id
+        elif last and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            docs[last], last = " ".join(str(node.value.value).split()), None
+    return docs
 
 
 def _remember(action_cls: type) -> type:

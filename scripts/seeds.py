@@ -1,0 +1,327 @@
+"""The learned policy trained at several seeds, each measured on its own held-out tasks.
+
+    python -m scripts.seeds --dataset D
+    python -m scripts.seeds --dataset D --seeds 10 11 12 13 14 --split-seed 0
+    python -m scripts.seeds --dataset D --seeds 0 1 2 --train="--miss-weight 5" --out runs/mw5
+
+Each seed runs the README's two commands: `dtoc-rl train --dataset D -o CKPT --seed S` (the defaults,
+and --train's flags; --jobs trainings at once, one torch thread each), then `dtoc-rl evaluate --dataset
+D -p learned:path=CKPT "learned:path=CKPT,threshold=T|..." --holdout-from CKPT --held-out-only --by
+overall length --miss-budget B --json`. Per seed and group it reports the issue's "done when" reading
+(the best share of the oracle's savings within the miss budget, at which threshold and misses) and
+the threshold table the checkpoint stores (what ships), then per group the mean and range over seeds
+and how many seeds reach --target.
+
+A seed is its own task split, so the spread over seeds mixes which tasks are held out with the
+training's own draw (initial weights, sampling); --split-seed holds the split, and the spread left is
+the training's alone: compare a change against that before calling it a gain. A checkpoint already in
+--out for a seed is measured again without training when its settings are these (--retrain trains it
+anew); one made with other settings is an error, not overwritten."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from dtoc_rl.cli.common import at_least
+from dtoc_rl.cli.dataclass_args import field_docs
+from dtoc_rl.data.paths import write_text_atomic
+from scripts.lofo import _strict, train_settings
+
+#: The thresholds docs/results.md sweeps: dense where 1 miss per 100 calls binds.
+THRESHOLDS = (0.0002, 0.002, 0.005, 0.01, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016, 0.017, 0.018, 0.02,
+              0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.07, 0.09, 0.1, 0.11, 0.13, 0.15, 0.17, 0.2, 0.25,
+              0.3, 0.4)  # fmt: skip
+
+
+@dataclass
+class Args:
+    dataset: str = ""
+    """dataset folder from `dtoc-rl ingest` (default: the bundled sample)"""
+    out: str = "runs/seeds"
+    """folder for the checkpoints (seed-S, or seed-S-split-K) and seeds.json"""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """the trainings' seeds (each its own task split unless --split-seed holds it)"""
+    split_seed: int = -1
+    """hold the task split at this seed (`dtoc-rl train --split-seed`): the seeds then differ in their
+    initial weights and sampling only, on the same held-out tasks (-1: each seed its own split)"""
+    train: str = ""
+    """more `dtoc-rl train` flags for every training, as one string after an equals sign
+    (--train="--miss-weight 5"); the seed and the split are this script's own"""
+    jobs: int = 2
+    """trainings at once (each on one torch thread unless --train sets --threads); also the
+    evaluation's worker processes"""
+    thresholds: list[float] = field(default_factory=lambda: list(THRESHOLDS))
+    """thresholds evaluated besides the checkpoint's stored table"""
+    miss_budget: float = 1.0
+    """misses per 100 model calls the "done when" reading allows"""
+    target: float = 0.6
+    """the share of the oracle's savings a seed must reach in a group to count as meeting it"""
+    retrain: bool = False
+    """train every seed anew, even where --out holds its checkpoint"""
+    json: bool = False
+    """print the result as JSON instead of tables"""
+
+
+def parse(argv: list[str] | None = None) -> Args:
+    ap = argparse.ArgumentParser(
+        prog="python -m scripts.seeds", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    docs = {k: v.replace("%", "%%") for k, v in field_docs(Args).items()}
+    for f in fields(Args):
+        flag, kw = "--" + f.name.replace("_", "-"), {"help": docs[f.name]}
+        if f.type in ("bool", bool):
+            ap.add_argument(flag, action="store_true", **kw)
+        elif f.name in ("seeds", "thresholds"):
+            kind = int if f.name == "seeds" else float
+            ap.add_argument(flag, nargs="+", type=kind, default=f.default_factory(), **kw)
+        elif f.name == "jobs":
+            ap.add_argument(flag, type=at_least(1), default=f.default, **kw)
+        elif f.name == "split_seed":
+            ap.add_argument(flag, type=at_least(-1), default=f.default, **kw)
+        else:
+            ap.add_argument(flag, type=type(f.default), default=f.default, **kw)
+    args = Args(**vars(ap.parse_args(argv)))
+    if not args.miss_budget >= 0:  # NaN too
+        ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")
+    if not 0 < args.target <= 1:
+        ap.error(f"--target must be in (0, 1], got {args.target}")
+    if bad := [t for t in args.thresholds if not 0 <= t <= 1]:
+        ap.error(f"--thresholds must be in [0, 1], got {bad[0]}")
+    if len(set(args.seeds)) < len(args.seeds):
+        ap.error(f"--seeds: each seed once, got {args.seeds}")
+    return args
+
+
+def _cli(*argv: str) -> list[str]:
+    # this interpreter's dtoc-rl, whatever is first on PATH
+    return [sys.executable, "-c", "import sys; from dtoc_rl.cli import main; sys.exit(main())", *argv]
+
+
+def checkpoint(args: Args, seed: int) -> Path:
+    split = f"-split-{args.split_seed}" if args.split_seed >= 0 else ""
+    return Path(args.out) / f"seed-{seed}{split}"
+
+
+#: Config fields that do not change what a training learns.
+_HOW = ("threads", "wandb", "wandb_project")
+
+
+def wanted(args: Args, seed: int, settings: dict) -> dict:
+    """The config a checkpoint of ``seed`` must hold to be this script's (every field but how it ran)."""
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    split = args.split_seed if args.split_seed >= 0 else None
+    cfg = LearnedPolicyConfig(**{**settings, "seed": seed, "split_seed": split}).to_dict()
+    return {k: v for k, v in cfg.items() if k not in _HOW}
+
+
+def reusable(ckpt: Path, want: dict) -> bool:
+    """Whether ``ckpt`` holds a finished training with the settings ``want``; a ValueError when it holds
+    one with others (kept: it may be someone's results)."""
+    from dtoc_rl.policies.learned import read_checkpoint_config
+
+    if not (ckpt / "config.json").exists() or not (ckpt / "model.safetensors").exists():
+        return False
+    config = read_checkpoint_config(ckpt / "config.json").get("config", {})
+    other = {k: (config.get(k), v) for k, v in want.items() if config.get(k) != v}
+    if other:
+        k, (has, asked) = next(iter(other.items()))
+        raise ValueError(
+            f"{ckpt} was trained with {k}={has!r}, not {asked!r}: give another --out, or --retrain"
+        )
+    return True
+
+
+def train(args: Args, seed: int, flags: list[str], log) -> dict:
+    ckpt = checkpoint(args, seed)
+    cmd = ["train", "--dataset", args.dataset, "-o", str(ckpt), "--seed", str(seed), "--quiet", "--json"]
+    if not args.dataset:
+        cmd[1:3] = []
+    if args.split_seed >= 0:
+        cmd += ["--split-seed", str(args.split_seed)]
+    cmd += flags
+    t0 = time.perf_counter()
+    done = subprocess.run(_cli(*cmd), capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"seed {seed}: dtoc-rl train failed: {last}")
+    report = json.loads(done.stdout)
+    log(f"seed {seed}: trained in {report.get('seconds', time.perf_counter() - t0):.0f} s -> {ckpt}")
+    return {"train_seconds": report.get("seconds"), "trained": True}
+
+
+def measure(args: Args, seed: int, log) -> dict:
+    """`dtoc-rl evaluate` of one checkpoint on its held-out tasks: its done-when rows and stored table."""
+    ckpt = checkpoint(args, seed)
+    spec = f"learned:path={ckpt}"
+    sweep = f"{spec},threshold=" + "|".join(f"{t:g}" for t in args.thresholds)
+    cmd = ["evaluate", "-p", spec, sweep, "--holdout-from", str(ckpt), "--held-out-only",
+           "--by", "overall", "length", "--miss-budget", f"{args.miss_budget:g}",
+           "--workers", str(args.jobs), "--json", "--quiet"]  # fmt: skip
+    if args.dataset:
+        cmd[1:1] = ["--dataset", args.dataset]
+    t0 = time.perf_counter()
+    done = subprocess.run(_cli(*cmd), capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"seed {seed}: dtoc-rl evaluate failed: {last}")
+    out = json.loads(done.stdout)
+    groups = {}
+    for d in out["done_when"]:
+        if d["group_by"] == "split":  # --holdout-from adds it: the same runs as overall here
+            continue
+        name = "all" if d["group_by"] == "overall" else d["group"]
+        table = next(
+            r
+            for r in out["rows"]
+            if r["policy"] == spec and (r["group_by"], r["group"]) == (d["group_by"], d["group"])
+        )
+        groups[name] = {
+            "n": d["n"],
+            "oracle_savings": d["oracle_savings"],
+            "best_share": d["oracle_fraction"] if d["policy"] else None,
+            "best_policy": d["policy"],
+            "best_misses_per_100": d["misses_per_100"],
+            "reaches": d["reaches"],
+            "no_loss": d["no_loss"],
+            "beats_rules": d["beats_rules"],
+            "table_savings": table["savings"],
+            "table_misses_per_100": table["misses_per_100"],
+            "table_share": table["oracle_fraction"],
+        }
+    seconds = round(time.perf_counter() - t0, 1)
+    log(f"seed {seed}: evaluated in {seconds:.0f} s")
+    return {"groups": groups, "eval_seconds": seconds, "failed_runs": len(out["failed_runs"])}
+
+
+def summary(seeds: list[dict], target: float, budget: float) -> dict:
+    """Per group: the mean and range over seeds of the best share and of the stored table's savings,
+    and how many seeds reach ``target`` and keep the table within ``budget``."""
+    out = {}
+    names = list(dict.fromkeys(g for s in seeds for g in s["groups"]))
+    for g in names:
+        rows = [s["groups"][g] for s in seeds if g in s["groups"]]
+        share = [r["best_share"] if r["best_share"] is not None else 0.0 for r in rows]
+        table = [r["table_savings"] for r in rows]
+        out[g] = {
+            "seeds": len(rows),
+            "mean_share": sum(share) / len(share),
+            "min_share": min(share),
+            "max_share": max(share),
+            "reach": sum(x >= target for x in share),
+            "mean_table_savings": sum(table) / len(table),
+            "table_within_budget": sum(r["table_misses_per_100"] <= budget for r in rows),
+        }
+    return out
+
+
+def run(args: Args, log=print) -> dict:
+    from dtoc_rl.provenance import environment
+
+    settings = train_settings(args.train)  # a typo is told before anything trains
+    if "split_seed" in settings:
+        raise ValueError("--train: split_seed is set by this script (--split-seed)")
+    flags = shlex.split(args.train) if args.train.strip() else []
+    if "threads" not in settings:
+        flags += ["--threads", "1"]  # two trainings share two cores; one thread is also the fastest
+    if args.dataset and not Path(args.dataset).is_dir():
+        raise FileNotFoundError(f"--dataset {args.dataset}: no such dataset folder")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    todo, per_seed = [], {s: {"seed": s, "checkpoint": str(checkpoint(args, s))} for s in args.seeds}
+    for s in args.seeds:
+        if args.retrain or not reusable(checkpoint(args, s), wanted(args, s, settings)):
+            todo.append(s)
+        else:
+            per_seed[s].update(trained=False, train_seconds=None)
+            log(f"seed {s}: {checkpoint(args, s)} holds it; measured again, not trained")
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each training is its own process
+        for s, rep in zip(todo, pool.map(lambda s: train(args, s, flags, log), todo)):
+            per_seed[s].update(rep)
+    for s in args.seeds:
+        per_seed[s].update(measure(args, s, log))
+    seeds = [per_seed[s] for s in args.seeds]
+    result = {
+        "dataset": args.dataset or "bundled sample",
+        "args": vars(args),
+        "settings": settings,
+        "environment": environment(),  # figures compare only with those of the same software
+        "seeds": seeds,
+        "summary": summary(seeds, args.target, args.miss_budget),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    write_text_atomic(Path(args.out) / "seeds.json", [json.dumps(_strict(result), indent=1, default=str)])
+    return result
+
+
+def tables(result: dict) -> str:
+    """The result as Markdown: a row per seed (each group's best share, threshold and misses, and the
+    stored table), then the mean and range per group and how many seeds reach the target."""
+    names, sm = list(result["summary"]), result["summary"]
+
+    def pct(x):
+        return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+    def cell(r):
+        if r is None:
+            return "—"
+        if r["best_share"] is None:
+            return "none within budget"
+        p = r["best_policy"]
+        t = p.rsplit("threshold=", 1)[1] if "threshold=" in p else "table"
+        return f"{pct(r['best_share'])} ({t}, {r['best_misses_per_100']:.2f})"
+
+    def row(*cells):
+        return "| " + " | ".join(cells) + " |"
+
+    lines = [
+        row("seed (held-out runs, oracle)", *names, "stored table (all)"),
+        "|---" * (len(names) + 2) + "|",
+    ]
+    for s in result["seeds"]:
+        g = s["groups"].get("all") or next(iter(s["groups"].values()))
+        lines.append(row(
+            f"{s['seed']} ({g['n']}, {100 * g['oracle_savings']:+.2f}%)",
+            *(cell(s["groups"].get(n)) for n in names),
+            f"{100 * g['table_savings']:+.2f}% at {g['table_misses_per_100']:.2f}",
+        ))  # fmt: skip
+    first = sm[names[0]]
+    within = f"{first['table_within_budget']} of {first['seeds']} within the budget"
+    lines.append(row("mean", *(f"**{pct(sm[n]['mean_share'])}**" for n in names),
+                     f"{100 * first['mean_table_savings']:+.2f}%, {within}"))  # fmt: skip
+    lines.append(row("range", *(f"{pct(sm[n]['min_share'])} – {pct(sm[n]['max_share'])}" for n in names), ""))
+    target = f"seeds at >= {100 * result['args']['target']:.0f}%"
+    lines.append(row(target, *(str(sm[n]["reach"]) for n in names), ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dtoc_rl.data.dataset import DatasetError
+
+    args = parse(argv)
+    log = (lambda *a, **k: None) if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        result = run(args, log=log)
+    except (ValueError, FileNotFoundError, DatasetError, RuntimeError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(_strict(result), default=str))
+    else:
+        print(tables(result))
+        print(f"\n{len(result['seeds'])} seeds in {result['seconds']} s; JSON in {args.out}/seeds.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

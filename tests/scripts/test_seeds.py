@@ -1,0 +1,75 @@
+"""scripts.seeds: the README's train and evaluate commands at several seeds, read as the issue does."""
+
+import json
+
+import pytest
+
+from scripts import seeds
+
+TINY = "--epochs 1 --dagger-rounds 0 --d-model 16 --n-heads 2 --n-layers 1"
+
+
+def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_path, capsys):
+    """With --split-seed every seed holds out the same tasks; the summary is the seeds' own figures;
+    a second run measures the checkpoints again without training them, and one with other settings
+    is refused rather than overwritten."""
+    out = tmp_path / "s"
+
+    def argv(*ids, train=TINY):
+        return ["--out", str(out), "--seeds", *ids, "--split-seed", "0", f"--train={train}",
+                "--thresholds", "0.1", "--json"]  # fmt: skip
+
+    assert seeds.main(argv("0", "1")) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "seeds.json").read_text())["summary"] == result["summary"]
+    assert not list(out.glob("*.partial"))
+    a, b = result["seeds"]
+    assert a["trained"] and b["trained"] and a["checkpoint"].endswith("seed-0-split-0")
+    assert a["groups"]["all"]["n"] == b["groups"]["all"]["n"] > 0
+    assert a["groups"]["all"]["oracle_savings"] == b["groups"]["all"]["oracle_savings"]
+    shares = [s["groups"]["all"]["best_share"] or 0.0 for s in (a, b)]
+    assert result["summary"]["all"]["mean_share"] == pytest.approx(sum(shares) / 2)
+    assert result["summary"]["all"]["seeds"] == 2
+    held = [
+        json.loads((out / f"seed-{s}-split-0" / "config.json").read_text())["meta"]["val_tasks"]
+        for s in (0, 1)
+    ]
+    assert held[0] == held[1]
+
+    model = out / "seed-0-split-0" / "model.safetensors"
+    before = model.stat().st_mtime_ns
+    assert seeds.main(argv("0")) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert model.stat().st_mtime_ns == before and not again["seeds"][0]["trained"]
+    assert again["seeds"][0]["groups"] == a["groups"]
+
+    assert seeds.main(argv("0", train=TINY.replace("--epochs 1", "--epochs 2"))) == 2
+    assert "was trained with epochs=1, not 2" in capsys.readouterr().err
+    assert model.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--train=--split-seed 3"], "split_seed is set by this script"),
+        (["--train=--seed 3"], "seed is set by this script"),
+        (["--train=--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--dataset", "/no/such/folder"], "no such dataset folder"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_before_any_training(tmp_path, capsys, argv, message):
+    assert seeds.main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--seeds", "1", "1"], "each seed once"), (["--target", "0"], "--target must be in"),
+     (["--thresholds", "2"], "--thresholds must be in"), (["--jobs", "0"], "--jobs")],
+)  # fmt: skip
+def test_bad_arguments_are_refused_by_the_parser(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        seeds.parse(argv)
+    assert message in capsys.readouterr().err
