@@ -420,20 +420,54 @@ def test_runs_the_agent_names_stay_apart_from_their_first_request_even_with_the_
     for body in ({"model": MODEL, "messages": HEAD}, {"model": MODEL, "messages": HEAD}):
         unnamed.rewrite("openai", body)
     assert len(unnamed.mirrors) == 1
-    # what agents send: Codex's thread id as prompt_cache_key, Claude Code's session in its metadata
-    assert session_of("responses", {"prompt_cache_key": "019a-thread"}) == "019a-thread"
+
+    # what agents send: Codex's thread id as prompt_cache_key, Claude Code's session in its metadata,
+    # each read as the same name its session header gives
+    def header(value):
+        return session_of("openai", {}, value)
+
+    assert session_of("responses", {"prompt_cache_key": "019a-thread"}) == header("019a-thread")
     claude = {"metadata": {"user_id": '{"device_id":"d","account_uuid":"","session_id":"s1"}'}}
-    assert session_of("anthropic", claude) == "s1"  # as its X-Claude-Code-Session-Id header
-    older = {"metadata": {"user_id": "user_ab12_account_c3_session_s2"}}
-    assert session_of("anthropic", older) == "s2"
-    assert session_of("anthropic", {"metadata": {"user_id": "u-42"}}) == "u-42"
-    assert session_of("anthropic", {"metadata": {"user_id": "{not json"}}) == "{not json"
-    assert session_of("anthropic", claude, "from-header") == "from-header"
+    assert session_of("anthropic", claude) == header("s1")
+    assert session_of("anthropic", {"metadata": {"user_id": "user_ab12_account_c3_session_s2"}}) == header(
+        "s2"
+    )
+    assert session_of("anthropic", {"metadata": {"user_id": "u-42"}}) == header("u-42")
+    assert session_of("anthropic", {"metadata": {"user_id": "{not json"}}) == header("{not json")
+    assert session_of("anthropic", claude, "from-header") == header("from-header")
     assert session_of("openai", {"prompt_cache_key": 7}) is session_of("gemini", {}) is None
+    assert header("x" * 300 + "a") != header("x" * 300 + "b")  # a long name is kept whole
     twins = ContextProxy(make_policy("last_n:n=1"))
     for key in ("a", "b", "a"):
         twins.rewrite("responses", {"model": "gpt-5", "prompt_cache_key": key, "input": "Fix the bug."})
     assert len(twins.mirrors) == 2
+
+
+@pytest.mark.parametrize("keys", [(None, "s", "s", "s"), ("s", "s", None, "s"), ("s", None, None, "s")])
+def test_a_run_that_names_itself_on_some_requests_only_stays_one_conversation(keys):
+    """A request naming no run is matched by its messages, as without names, and a mirror takes the
+    first name a request gives it: one run never splits into two conversations."""
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    msgs, names = list(HEAD), set()
+    for k, key in enumerate(keys):
+        names.add(proxy.rewrite("openai", {"model": MODEL, "messages": msgs}, session=key).conversation)
+        msgs = msgs + _openai_turn(k)
+    assert len(names) == 1 and len(proxy.mirrors) == 1
+    # another run of the same task, named otherwise, is its own from its first request
+    other = proxy.rewrite("openai", {"model": MODEL, "messages": list(HEAD)}, session="t").conversation
+    assert other not in names
+
+
+def test_claude_codes_session_header_names_the_run_and_ours_wins(upstream):
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    url, srv = _start(proxy, upstream)
+    body = {"model": MODEL, "messages": HEAD}
+    for headers in ({"X-Claude-Code-Session-Id": "c1"}, {"X-Claude-Code-Session-Id": "c2"},
+                    {"X-Claude-Code-Session-Id": "c1", "X-DTOC-Session": "ours"}):  # fmt: skip
+        _post(url + "/v1/chat/completions", body, extra=headers)
+    srv.shutdown()
+    assert len(proxy.mirrors) == 3  # c1, c2, and "ours" (not c1: the header of our own comes first)
+    assert upstream.seen[-1][1].get("x-claude-code-session-id") == "c1"  # the agent's own goes on
 
 
 @pytest.mark.parametrize("keep", [1, 2])

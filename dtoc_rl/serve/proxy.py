@@ -24,11 +24,13 @@ mirror has seen continues that conversation (tool results by their call ids, so 
 or trims its own old outputs still continues it, and the newest results by their text as well, so a
 run of the same task with the same call ids does not); any other starts a new one (a harness that rewrites
 earlier messages, e.g. after compacting, gets a fresh mirror, and its outputs are shown again until the
-policy hides them anew).  Models of a family the policy does not serve (``other``, unless the user
-priced it; for a checkpoint trained on one family, every other) pass through untouched, as ``dtoc-rl
-serve`` answers them with its ``none`` fallback.  A
-request the proxy cannot read, or whose mirroring fails, goes upstream as it came, with a warning: the
-proxy never stops an agent.
+policy hides them anew).  Where the agent names its run (an ``X-DTOC-Session`` header, Claude Code's
+session id, Codex's ``prompt_cache_key``; :func:`session_of`), requests of two named runs never share a
+conversation, so the same task started twice at once is two from its first request.  Models of a
+family the policy does not serve (``other``, unless the user priced it; for a checkpoint trained on one
+family, every other) pass through untouched, as ``dtoc-rl serve`` answers them with its ``none``
+fallback.  A request the proxy cannot read, or whose mirroring fails, goes upstream as it came, with a
+warning: the proxy never stops an agent.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def session_of(api: str, body: Mapping[str, Any], header: str | None = None) -> 
     does).  A key that names a user rather than a run only keeps that user's runs apart from others';
     within them messages decide, as without."""
     if header:
-        return header[:200]
+        return _key(header)
     key: Any = None
     if api in ("openai", "responses"):
         key = body.get("prompt_cache_key")
@@ -162,13 +164,18 @@ def session_of(api: str, body: Mapping[str, Any], header: str | None = None) -> 
                 key = inner["session_id"]
             elif "_session_" in key:  # its older form, user_<hash>_account_<uuid>_session_<uuid>
                 key = key.rsplit("_session_", 1)[1]
-    return key[:200] if isinstance(key, str) and key else None
+    return _key(key) if isinstance(key, str) and key else None
+
+
+def _key(text: str) -> str:
+    # compared only: a digest keeps a long one whole and bounded
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
 
 
 class _Request:
     """One request's events as the mirrors match and feed them: their prints, where its last model
     turn is, and its events' text digests, each taken once whatever mirrors ask; ``session`` is the
-    run it names (:func:`session_of`), and only a mirror of that run may continue it."""
+    run it names (:func:`session_of`): no mirror of another named run continues it."""
 
     def __init__(self, events: list[_Event], session: str | None = None):
         self.events = events
@@ -348,7 +355,9 @@ class _Mirror:
     def __init__(self, orch: Orchestrator, name: str, session: str | None = None):
         self.orch = orch
         self.name = name
-        self.session = session  # the run the agent named (session_of): other runs never continue it
+        # the run the agent named (session_of), from the first request that named one: a request naming
+        # another never continues it; one naming none is matched by its messages alone
+        self.session = session
         self.prints: list[str] = []
         self.keys: list[str | None] = []  # per event: the DTOC key of a tool result
         self.pending: dict[Any, deque[str]] = {}  # the request's call id -> the orchestrator's
@@ -406,7 +415,7 @@ class _Mirror:
         settled ones when the request goes on from there with other user text (it left a side
         question out), else 0 (another conversation, another run the agent named otherwise, or another
         run whose newest tool results differ from those this one was fed)."""
-        if req.session != self.session:
+        if req.session and self.session and req.session != self.session:
             return 0
         prints, n = req.prints, len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
@@ -642,6 +651,7 @@ class ContextProxy:
                 self.mirrors.move_to_end(best.name)
             best.lock.acquire()
             if best.continues(req) == seen[best.name] and self.mirrors.get(best.name) is best:
+                best.session = best.session or req.session
                 # a side question left out: the texts it added stay in the mirror, its prints do not
                 del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
                 for i in [i for i in best.digests if i >= seen[best.name]]:
