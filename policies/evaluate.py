@@ -496,8 +496,8 @@ def aggregate(
     ``"held-out | long"``); an unknown one is a ValueError before any work.
 
     ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
-    with no run to measure in a group (its own failed, or the oracle's on the same trajectories) still
-    gets its row, with ``n = 0`` and NaN metrics."""
+    with no run to measure in a group (its own failed, or no oracle run completed on the same
+    trajectories: ``errors`` 0) still gets its row, with ``n = 0`` and NaN metrics."""
     by = [by] if isinstance(by, str) else by  # one grouping, not its letters
     keys = {dim: _group_key(dim) for dim in by}
     ok = [r for r in runs if r.error is None]

@@ -291,10 +291,10 @@ class LearnedPolicyConfig:
         "at them (otherwise an unknown model is trained at its family's or a default's prices). Recorded "
         "as given",
     )
-    seed: int = _f(0, "random seed (split, init, sampling)")
+    seed: int = _f(0, "random seed: initial weights, sampling, and the task split unless --split-seed")
     split_seed: int | None = _f(
         None,
-        "seed of the task split alone (default: --seed): trainings at several --seed with one "
+        "seed of the task split alone (unset: --seed's): trainings at several --seed with one "
         "--split-seed differ only in initial weights and sampling, on the same held-out tasks",
     )
     threads: int = _f(1, "torch CPU threads (1 is fastest for this small model, and on a busy machine)")

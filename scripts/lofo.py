@@ -263,11 +263,13 @@ def adapted_runs(ckpt: Path, eps: list, seed: int) -> list:
 def over_seeds(folds: list[dict]) -> list[dict]:
     """Per left-out group, the best learned share of the oracle's savings within the budget of each
     training (0 where no threshold keeps the budget; None where the fold was not judged: no oracle row,
-    or every learned run failed) and their mean, min and max over the judged ones."""
+    the oracle failed on every run, or every learned run failed) and their mean, min and max over the
+    judged ones."""
     shares: dict[str, list] = defaultdict(list)
     for fold in folds:
         best = [d for d in fold["done_when"] if d["policy"] is not None]
-        frac = (_finite(best[0]["oracle_fraction"]) if best else 0.0) if fold["done_when"] else None
+        judged = [d for d in fold["done_when"] if not d.get("oracle_failed")]
+        frac = (_finite(best[0]["oracle_fraction"]) if best else 0.0) if judged else None
         shares[fold.get("left_out", fold.get("family"))].append((fold.get("seed"), frac))
     out = []
     for name, got in shares.items():

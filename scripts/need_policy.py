@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--seed",
         type=at_least(0),
-        help="the task split of `dtoc-rl train --seed` (default 0, or the checkpoint's)",
+        help="the task split of `dtoc-rl train --seed` (or its --split-seed; default 0, or the checkpoint's)",
     )
     ap.add_argument(
         "--thresholds",
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkpoint:
             net = LearnedPolicy.load(args.checkpoint)
             for flag, ours, theirs in (
-                ("--seed", args.seed, net.cfg.seed),
+                ("--seed", args.seed, net.cfg.data_seed),
                 ("--leave-out", args.leave_out, net.cfg.exclude_source),
             ):
                 if ours is not None and ours != theirs:
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         with limits(args.threads):
             samples = lt.collect(cfg.create(), train_eps, mode="need", progress=not args.json)
             vocab = lt.word_vocabulary(train_eps, cfg.word_vocab, cfg.word_min_tasks)
-            need = NeedClassifier.fit(samples, vocab, cfg.seed)
+            need = NeedClassifier.fit(samples, vocab, cfg.data_seed)
             pols: dict[str, Policy] = {}
             for a in args.alpha:
                 for t in args.thresholds:
@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs_of = f"runs of {cfg.exclude_source}" if cfg.exclude_source else "held-out runs"
     print(
-        f"{len(held_eps)} {runs_of} (seed {cfg.seed}); $ saved / misses per 100 calls (share of the oracle)"
+        f"{len(held_eps)} {runs_of} (split seed {cfg.data_seed}); "
+        "$ saved / misses per 100 calls (share of the oracle)"
     )
     groups = [g for g in ("all", "long", "short") if g in oracle]
     print(f"{'policy':40} " + "".join(f"{g:>24}" for g in groups))

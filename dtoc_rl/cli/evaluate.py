@@ -411,7 +411,11 @@ def print_rows(rows, console=None) -> None:
                 t.add_column(c, justify="left" if c == "policy" else "right")
             for r in sel:
                 if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
-                    failed = f"[red]all {r['errors']} runs failed[/red]"
+                    failed = (
+                        f"[red]all {r['errors']} runs failed[/red]"
+                        if r["errors"]
+                        else "[red]not measured: the oracle failed on these runs[/red]"
+                    )
                     t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 7)
                     continue
                 t.add_row(
@@ -431,7 +435,7 @@ def print_rows(rows, console=None) -> None:
                 )
             console.print(t)
     for r in rows:
-        if r["group_by"] == rows[0]["group_by"] and not r["n"]:
+        if r["group_by"] == rows[0]["group_by"] and not r["n"] and r["errors"]:
             console.print(
                 f"[red]{escape(short_label(r['policy']))}: all {r['errors']} runs failed in "
                 f"{r['group']}; first error: {escape(r.get('first_error') or '')}[/red]"

@@ -413,3 +413,8 @@ def test_a_group_the_oracle_failed_on_is_said_not_skipped(capsys):
     print_done_when(done, 1.0)
     out = capsys.readouterr().out
     assert "oracle failed on every run" in out
+    from dtoc_rl.cli.evaluate import print_rows
+
+    print_rows(aggregate(runs, by=["model_family"], n_boot=20))
+    out = capsys.readouterr().out
+    assert "not measured: the oracle failed" in out and "all 0 runs failed" not in out

@@ -158,3 +158,19 @@ def test_over_seeds_takes_each_trainings_best_within_the_budget():
     (o,) = lofo.over_seeds([fold(0, 0.5), fold(1, 0.2), fold(2, None), unjudged])
     assert o["best_share"] == [0.5, 0.2, 0.0, None]  # nothing within the budget counts as saving nothing
     assert o["mean"] == pytest.approx(0.7 / 3) and o["min"] == 0.0 and o["max"] == 0.5
+
+
+def test_a_fold_whose_oracle_failed_everywhere_is_not_judged_rather_than_a_zero():
+    from dtoc_rl.policies.evaluate import Run, aggregate
+
+    def reading(err):
+        runs = [Run(p, f"t{t}", "gpt-4o", "swe", f"task{t}", calls=50, dollars=d, base_dollars=100.0,
+                    error=err if p == "oracle" else None)
+                for t in range(12) for p, d in (("oracle", 50), ("learned:path=c", 60))]  # fmt: skip
+        return lofo.reading(aggregate(runs, by=["overall"], n_boot=20), 1.0, 10)
+
+    ok = {"left_out": "x", "seed": 0, "done_when": reading(None)}
+    failed = {"left_out": "x", "seed": 1, "done_when": reading("boom")}
+    assert failed["done_when"] and failed["done_when"][0]["oracle_failed"]
+    (o,) = lofo.over_seeds([ok, failed])
+    assert o["best_share"] == [pytest.approx(0.8), None] and o["mean"] == pytest.approx(0.8)
