@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from dtoc_rl.cli.common import at_least
+from dtoc_rl.cli.common import at_least, finite_json
 from dtoc_rl.cli.dataclass_args import field_docs
 
 
@@ -303,9 +303,12 @@ def check_policies(rules: list[str], thresholds: list[float]) -> list[str]:
 _OWN = ("seed", "exclude_family", "exclude_source", "model_family", "source")
 
 
-def train_settings(flags: str) -> dict:
+def train_settings(
+    flags: str, own: tuple[str, ...] = _OWN, hint: str = "--seed or --seeds, --by, what is left out"
+) -> dict:
     """The LearnedPolicyConfig fields that ``dtoc-rl train`` flags (one string) set, parsed as that
-    command parses them; a ValueError names a flag it does not know or one this script sets itself."""
+    command parses them; a ValueError names a flag it does not know or one of ``own``, which the
+    calling script sets itself (``hint`` says with which of its options)."""
     import shlex
 
     from dtoc_rl.cli.dataclass_args import add_dataclass_arguments, given_fields
@@ -326,11 +329,9 @@ def train_settings(flags: str) -> dict:
         raise ValueError(f"--train: {e}") from None
     ns = ap.parse_args(words)
     given = given_fields(ns)
-    own = sorted(given & set(_OWN))
-    if own:
-        raise ValueError(
-            f"--train: {', '.join(own)} is set by this script (--seed or --seeds, --by, what is left out)"
-        )
+    theirs = sorted(given & set(own))
+    if theirs:
+        raise ValueError(f"--train: {', '.join(theirs)} is set by this script ({hint})")
     settings = {k: getattr(ns, k) for k in sorted(given)}
     try:
         LearnedPolicyConfig(**settings)  # a bad value of a field fails here, before any fold trains
@@ -339,22 +340,11 @@ def train_settings(flags: str) -> dict:
     return settings
 
 
-def _strict(o):
-    # strict JSON: NaN (an undefined share of the oracle's savings) becomes null
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {k: _strict(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_strict(v) for v in o]
-    return o
-
-
 def _write(path: Path, result: dict) -> None:
     from dtoc_rl.data.paths import write_text_atomic
 
     # through a .partial file: a run stopped mid-write never leaves a cut lofo.json
-    write_text_atomic(path, [json.dumps(_strict(result), indent=1, default=str)])
+    write_text_atomic(path, [json.dumps(finite_json(result), indent=1, default=str)])
 
 
 def _finite(x):
@@ -445,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(_strict(result), default=str))
+        print(json.dumps(finite_json(result), default=str))
     else:
         print(table(result))
         print(f"\n{len(result['folds'])} folds in {result['seconds']} s; JSON in {args.out}/lofo.json")

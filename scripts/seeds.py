@@ -27,14 +27,14 @@ import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from dtoc_rl.cli.common import at_least
+from dtoc_rl.cli.common import at_least, finite_json
 from dtoc_rl.cli.dataclass_args import field_docs
 from dtoc_rl.data.paths import write_text_atomic
-from scripts.lofo import _strict, train_settings
+from scripts.lofo import train_settings
 
 #: The thresholds docs/results.md sweeps: dense where 1 miss per 100 calls binds.
 THRESHOLDS = (0.0002, 0.002, 0.005, 0.01, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016, 0.017, 0.018, 0.02,
@@ -47,20 +47,24 @@ class Args:
     dataset: str = ""
     """dataset folder from `dtoc-rl ingest` (default: the bundled sample)"""
     out: str = "runs/seeds"
-    """folder for the checkpoints (seed-S, or seed-S-split-K) and seeds.json"""
+    """folder for the checkpoints (seed-S, or seed-S-split-K), their training logs and seeds.json
+    (default runs/seeds, under the current folder)"""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    """the trainings' seeds (each its own task split unless --split-seed holds it)"""
+    """the trainings' seeds, each its own task split unless --split-seed holds it (default 0 1 2 3 4)"""
     split_seed: int = -1
     """hold the task split at this seed (`dtoc-rl train --split-seed`): the seeds then differ in their
     initial weights and sampling only, on the same held-out tasks (-1: each seed its own split)"""
     train: str = ""
-    """more `dtoc-rl train` flags for every training, as one string after an equals sign
-    (--train="--miss-weight 5"); the seed and the split are this script's own"""
+    """`dtoc-rl train` settings for every training (the flags of its network, data and training
+    options), as one string after an equals sign (--train="--miss-weight 5"); the seed and the split
+    are this script's own, and its --miss-budget chooses the stored thresholds, where this script's
+    --miss-budget reads the results"""
     jobs: int = 2
     """trainings at once (each on one torch thread unless --train sets --threads); also the
     evaluation's worker processes"""
     thresholds: list[float] = field(default_factory=lambda: list(THRESHOLDS))
-    """thresholds evaluated besides the checkpoint's stored table"""
+    """thresholds evaluated besides the checkpoint's stored table (default: the 30 of
+    docs/results.md, 0.0002 to 0.4, dense where 1 miss per 100 calls binds)"""
     miss_budget: float = 1.0
     """misses per 100 model calls the "done when" reading allows"""
     target: float = 0.6
@@ -125,14 +129,24 @@ def wanted(args: Args, seed: int, settings: dict) -> dict:
     return {k: v for k, v in cfg.items() if k not in _HOW}
 
 
-def reusable(ckpt: Path, want: dict) -> bool:
-    """Whether ``ckpt`` holds a finished training with the settings ``want``; a ValueError when it holds
-    one with others (kept: it may be someone's results)."""
+def data_name(dataset: str) -> str:
+    """What ``dtoc-rl train`` records as a checkpoint's ``trained_on`` when this script trains it."""
+    return str(Path(dataset).resolve()) if dataset else "objects"  # the bundled sample is read as objects
+
+
+def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
+    """Whether ``ckpt`` holds a finished training of ``dataset`` with the settings ``want``; a
+    ValueError when it holds one of other data or settings (kept: it may be someone's results)."""
     from dtoc_rl.policies.learned import read_checkpoint_config
 
     if not (ckpt / "config.json").exists() or not (ckpt / "model.safetensors").exists():
         return False
-    config = read_checkpoint_config(ckpt / "config.json").get("config", {})
+    whole = read_checkpoint_config(ckpt / "config.json")
+    config, on = whole.get("config", {}), whole.get("meta", {}).get("trained_on")
+    if on != data_name(dataset):
+        raise ValueError(
+            f"{ckpt} was trained on {on}, not {data_name(dataset)}: give another --out, or --retrain"
+        )
     other = {k: (config.get(k), v) for k, v in want.items() if config.get(k) != v}
     if other:
         k, (has, asked) = next(iter(other.items()))
@@ -142,21 +156,29 @@ def reusable(ckpt: Path, want: dict) -> bool:
     return True
 
 
-def train(args: Args, seed: int, flags: list[str], log) -> dict:
-    ckpt = checkpoint(args, seed)
-    cmd = ["train", "--dataset", args.dataset, "-o", str(ckpt), "--seed", str(seed), "--quiet", "--json"]
-    if not args.dataset:
-        cmd[1:3] = []
-    if args.split_seed >= 0:
-        cmd += ["--split-seed", str(args.split_seed)]
-    cmd += flags
-    t0 = time.perf_counter()
-    done = subprocess.run(_cli(*cmd), capture_output=True, text=True)
+def _run_cli(what: str, seed: int, argv: list[str], log_file: Path) -> dict:
+    """One ``dtoc-rl`` command's JSON; its stderr (warnings, errors) kept whole in ``log_file``."""
+    done = subprocess.run(_cli(*argv), capture_output=True, text=True)
+    log_file.write_text(done.stderr)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"seed {seed}: dtoc-rl train failed: {last}")
-    report = json.loads(done.stdout)
-    log(f"seed {seed}: trained in {report.get('seconds', time.perf_counter() - t0):.0f} s -> {ckpt}")
+        raise RuntimeError(f"seed {seed}: dtoc-rl {what} failed ({log_file}): {last}")
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        raise RuntimeError(f"seed {seed}: dtoc-rl {what} printed no JSON report ({log_file})") from None
+
+
+def train(args: Args, seed: int, flags: list[str], log) -> dict:
+    ckpt = checkpoint(args, seed)
+    cmd = ["train", "-o", str(ckpt), "--seed", str(seed), "--quiet", "--json"]
+    if args.dataset:  # absolute: the checkpoint's trained_on names it wherever this runs next
+        cmd += ["--dataset", data_name(args.dataset)]
+    if args.split_seed >= 0:
+        cmd += ["--split-seed", str(args.split_seed)]
+    log(f"seed {seed}: training (log: {ckpt}.train.log)")
+    report = _run_cli("train", seed, cmd + flags, Path(f"{ckpt}.train.log"))
+    log(f"seed {seed}: trained in {report.get('seconds', float('nan')):.0f} s -> {ckpt}")
     return {"train_seconds": report.get("seconds"), "trained": True}
 
 
@@ -169,22 +191,17 @@ def measure(args: Args, seed: int, log) -> dict:
            "--by", "overall", "length", "--miss-budget", f"{args.miss_budget:g}",
            "--workers", str(args.jobs), "--json", "--quiet"]  # fmt: skip
     if args.dataset:
-        cmd[1:1] = ["--dataset", args.dataset]
+        cmd[1:1] = ["--dataset", data_name(args.dataset)]
     t0 = time.perf_counter()
-    done = subprocess.run(_cli(*cmd), capture_output=True, text=True)
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"seed {seed}: dtoc-rl evaluate failed: {last}")
-    out = json.loads(done.stdout)
+    out = _run_cli("evaluate", seed, cmd, Path(f"{ckpt}.evaluate.log"))
     groups = {}
     for d in out["done_when"]:
         if d["group_by"] == "split":  # --holdout-from adds it: the same runs as overall here
             continue
         name = "all" if d["group_by"] == "overall" else d["group"]
+        key = (d["group_by"], d["group"])
         table = next(
-            r
-            for r in out["rows"]
-            if r["policy"] == spec and (r["group_by"], r["group"]) == (d["group_by"], d["group"])
+            (r for r in out["rows"] if r["policy"] == spec and (r["group_by"], r["group"]) == key), {}
         )
         groups[name] = {
             "n": d["n"],
@@ -195,9 +212,10 @@ def measure(args: Args, seed: int, log) -> dict:
             "reaches": d["reaches"],
             "no_loss": d["no_loss"],
             "beats_rules": d["beats_rules"],
-            "table_savings": table["savings"],
-            "table_misses_per_100": table["misses_per_100"],
-            "table_share": table["oracle_fraction"],
+            "oracle_failed": d.get("oracle_failed", False),
+            "table_savings": table.get("savings"),
+            "table_misses_per_100": table.get("misses_per_100"),
+            "table_share": table.get("oracle_fraction"),
         }
     seconds = round(time.perf_counter() - t0, 1)
     log(f"seed {seed}: evaluated in {seconds:.0f} s")
@@ -205,21 +223,25 @@ def measure(args: Args, seed: int, log) -> dict:
 
 
 def summary(seeds: list[dict], target: float, budget: float) -> dict:
-    """Per group: the mean and range over seeds of the best share and of the stored table's savings,
-    and how many seeds reach ``target`` and keep the table within ``budget``."""
+    """Per group: the mean and range over seeds of the best share (0 where nothing keeps the budget)
+    and of the stored table's savings, and how many seeds reach ``target`` and keep the table within
+    ``budget``; a seed whose group was not judged (no run of it held out, or the oracle failed on
+    every one) is left out of that group's figures, and ``seeds`` says how many remain."""
     out = {}
     names = list(dict.fromkeys(g for s in seeds for g in s["groups"]))
     for g in names:
-        rows = [s["groups"][g] for s in seeds if g in s["groups"]]
+        rows = [s["groups"][g] for s in seeds if g in s["groups"] and not s["groups"][g]["oracle_failed"]]
+        if not rows:
+            continue
         share = [r["best_share"] if r["best_share"] is not None else 0.0 for r in rows]
-        table = [r["table_savings"] for r in rows]
+        table = [r["table_savings"] for r in rows if r["table_savings"] is not None]
         out[g] = {
             "seeds": len(rows),
             "mean_share": sum(share) / len(share),
             "min_share": min(share),
             "max_share": max(share),
             "reach": sum(x >= target for x in share),
-            "mean_table_savings": sum(table) / len(table),
+            "mean_table_savings": sum(table) / len(table) if table else None,
             "table_within_budget": sum(r["table_misses_per_100"] <= budget for r in rows),
         }
     return out
@@ -228,9 +250,8 @@ def summary(seeds: list[dict], target: float, budget: float) -> dict:
 def run(args: Args, log=print) -> dict:
     from dtoc_rl.provenance import environment
 
-    settings = train_settings(args.train)  # a typo is told before anything trains
-    if "split_seed" in settings:
-        raise ValueError("--train: split_seed is set by this script (--split-seed)")
+    # a typo is told before anything trains
+    settings = train_settings(args.train, own=("seed", "split_seed"), hint="--seeds, --split-seed")
     flags = shlex.split(args.train) if args.train.strip() else []
     if "threads" not in settings:
         flags += ["--threads", "1"]  # two trainings share two cores; one thread is also the fastest
@@ -239,15 +260,21 @@ def run(args: Args, log=print) -> dict:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     todo, per_seed = [], {s: {"seed": s, "checkpoint": str(checkpoint(args, s))} for s in args.seeds}
     for s in args.seeds:
-        if args.retrain or not reusable(checkpoint(args, s), wanted(args, s, settings)):
+        if args.retrain or not reusable(checkpoint(args, s), wanted(args, s, settings), args.dataset):
             todo.append(s)
         else:
             per_seed[s].update(trained=False, train_seconds=None)
             log(f"seed {s}: {checkpoint(args, s)} holds it; measured again, not trained")
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each training is its own process
-        for s, rep in zip(todo, pool.map(lambda s: train(args, s, flags, log), todo)):
-            per_seed[s].update(rep)
+        jobs = {pool.submit(train, args, s, flags, log): s for s in todo}
+        for job in as_completed(jobs):
+            try:
+                per_seed[jobs[job]].update(job.result())
+            except BaseException:
+                for other in jobs:  # the queued ones; those running finish, and a next run reuses them
+                    other.cancel()
+                raise
     for s in args.seeds:
         per_seed[s].update(measure(args, s, log))
     seeds = [per_seed[s] for s in args.seeds]
@@ -260,14 +287,17 @@ def run(args: Args, log=print) -> dict:
         "summary": summary(seeds, args.target, args.miss_budget),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    write_text_atomic(Path(args.out) / "seeds.json", [json.dumps(_strict(result), indent=1, default=str)])
+    write_text_atomic(Path(args.out) / "seeds.json", [json.dumps(finite_json(result), indent=1, default=str)])
     return result
 
 
 def tables(result: dict) -> str:
     """The result as Markdown: a row per seed (each group's best share, threshold and misses, and the
-    stored table), then the mean and range per group and how many seeds reach the target."""
+    stored table on all its held-out runs), then per group the mean and range over the seeds that
+    judged it and how many reach the target."""
     names, sm = list(result["summary"]), result["summary"]
+    if not names:
+        return "no group was judged: the oracle failed on every held-out run (see the seeds' evaluate logs)"
 
     def pct(x):
         return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
@@ -275,11 +305,18 @@ def tables(result: dict) -> str:
     def cell(r):
         if r is None:
             return "—"
+        if r["oracle_failed"]:
+            return "oracle failed"
         if r["best_share"] is None:
             return "none within budget"
         p = r["best_policy"]
         t = p.rsplit("threshold=", 1)[1] if "threshold=" in p else "table"
         return f"{pct(r['best_share'])} ({t}, {r['best_misses_per_100']:.2f})"
+
+    def table(r):
+        if r is None or r["table_savings"] is None or not math.isfinite(r["table_savings"]):
+            return "—"
+        return f"{100 * r['table_savings']:+.2f}% at {r['table_misses_per_100']:.2f}"
 
     def row(*cells):
         return "| " + " | ".join(cells) + " |"
@@ -289,16 +326,16 @@ def tables(result: dict) -> str:
         "|---" * (len(names) + 2) + "|",
     ]
     for s in result["seeds"]:
-        g = s["groups"].get("all") or next(iter(s["groups"].values()))
-        lines.append(row(
-            f"{s['seed']} ({g['n']}, {100 * g['oracle_savings']:+.2f}%)",
-            *(cell(s["groups"].get(n)) for n in names),
-            f"{100 * g['table_savings']:+.2f}% at {g['table_misses_per_100']:.2f}",
-        ))  # fmt: skip
-    first = sm[names[0]]
-    within = f"{first['table_within_budget']} of {first['seeds']} within the budget"
-    lines.append(row("mean", *(f"**{pct(sm[n]['mean_share'])}**" for n in names),
-                     f"{100 * first['mean_table_savings']:+.2f}%, {within}"))  # fmt: skip
+        a = s["groups"].get("all")
+        head = f"{s['seed']} ({a['n']}, {pct(a['oracle_savings'])})" if a else str(s["seed"])
+        lines.append(row(head, *(cell(s["groups"].get(n)) for n in names), table(a)))
+    judged = [f"{sm[n]['seeds']} seed{'s' if sm[n]['seeds'] != 1 else ''}" for n in names]
+    lines.append(row("judged on", *judged, ""))
+    stored = ""
+    if "all" in sm and sm["all"]["mean_table_savings"] is not None:
+        stored = (f"{pct(sm['all']['mean_table_savings'])}, {sm['all']['table_within_budget']} of "
+                  f"{sm['all']['seeds']} within the budget")  # fmt: skip
+    lines.append(row("mean", *(f"**{pct(sm[n]['mean_share'])}**" for n in names), stored))
     lines.append(row("range", *(f"{pct(sm[n]['min_share'])} – {pct(sm[n]['max_share'])}" for n in names), ""))
     target = f"seeds at >= {100 * result['args']['target']:.0f}%"
     lines.append(row(target, *(str(sm[n]["reach"]) for n in names), ""))
@@ -316,10 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(_strict(result), default=str))
+        print(json.dumps(finite_json(result), default=str))
     else:
         print(tables(result))
-        print(f"\n{len(result['seeds'])} seeds in {result['seconds']} s; JSON in {args.out}/seeds.json")
+        n = len(result["seeds"])
+        print(f"\n{n} seed{'s' if n != 1 else ''} in {result['seconds']} s; JSON in {args.out}/seeds.json")
     return 0
 
 

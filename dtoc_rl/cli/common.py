@@ -20,22 +20,22 @@ class CLIError(Exception):
     """An error the user can fix; printed without a traceback, exit code 2."""
 
 
-def _finite(obj: Any) -> Any:
+def finite_json(obj: Any) -> Any:
     """``obj`` with NaN and infinities as null: strict JSON has no such numbers, and ``--json`` output is
     read by other tools (jq, JSON.parse) that refuse Python's ``NaN``."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite_json(v) for v in obj]
     if hasattr(obj, "dtype") and getattr(obj, "shape", None) == ():  # numpy scalars
-        return _finite(obj.item())
+        return finite_json(obj.item())
     return obj
 
 
 def emit_json(obj: Any) -> None:
-    json.dump(_finite(obj), sys.stdout, indent=2, default=str, allow_nan=False)
+    json.dump(finite_json(obj), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
 
 

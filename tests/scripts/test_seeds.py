@@ -46,13 +46,36 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
     assert seeds.main(argv("0", train=TINY.replace("--epochs 1", "--epochs 2"))) == 2
     assert "was trained with epochs=1, not 2" in capsys.readouterr().err
     assert model.stat().st_mtime_ns == before
+    with pytest.raises(ValueError, match="was trained on objects, not /"):  # the sample, not that folder
+        seeds.reusable(out / "seed-0-split-0", {}, str(tmp_path / "elsewhere"))
+    assert (out / "seed-0-split-0.train.log").exists() and (out / "seed-0-split-0.evaluate.log").exists()
+
+
+def _group(share, *, failed=False, table=0.05):
+    return {"n": 10, "oracle_savings": 0.2, "best_share": share,
+            "best_policy": "learned:path=c,threshold=0.1", "best_misses_per_100": 0.5,
+            "oracle_failed": failed, "table_savings": table, "table_misses_per_100": 0.8}  # fmt: skip
+
+
+def test_a_seed_whose_oracle_failed_is_left_out_of_the_group_not_counted_as_nothing():
+    runs = [{"seed": 0, "groups": {"all": _group(0.5), "long": _group(0.7)}},
+            {"seed": 1, "groups": {"all": _group(None),
+                                   "long": _group(None, failed=True, table=float("nan"))}},
+            {"seed": 2, "groups": {"all": _group(0.4)}}]  # fmt: skip
+    sm = seeds.summary(runs, target=0.6, budget=1.0)
+    assert sm["all"]["seeds"] == 3 and sm["all"]["mean_share"] == pytest.approx(0.3)  # none within: 0
+    assert sm["long"]["seeds"] == 1 and sm["long"]["mean_share"] == pytest.approx(0.7)
+    assert sm["long"]["reach"] == 1 and sm["all"]["reach"] == 0
+    text = seeds.tables({"seeds": runs, "summary": sm, "args": {"target": 0.6}})
+    assert "oracle failed" in text and "none within budget" in text and "nan" not in text
+    assert "| judged on | 3 seeds | 1 seed |" in text
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--train=--split-seed 3"], "split_seed is set by this script"),
-        (["--train=--seed 3"], "seed is set by this script"),
+        (["--train=--seed 3"], "seed is set by this script (--seeds, --split-seed)"),
         (["--train=--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--dataset", "/no/such/folder"], "no such dataset folder"),
     ],
