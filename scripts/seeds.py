@@ -299,8 +299,8 @@ def tables(result: dict) -> str:
     if not names:
         return "no group was judged: the oracle failed on every held-out run (see the seeds' evaluate logs)"
 
-    def pct(x):
-        return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+    def pct(x, sign=""):
+        return "—" if x is None or not math.isfinite(x) else f"{100 * x:{sign}.1f}%"
 
     def cell(r):
         if r is None:
@@ -327,13 +327,13 @@ def tables(result: dict) -> str:
     ]
     for s in result["seeds"]:
         a = s["groups"].get("all")
-        head = f"{s['seed']} ({a['n']}, {pct(a['oracle_savings'])})" if a else str(s["seed"])
+        head = f"{s['seed']} ({a['n']}, {pct(a['oracle_savings'], '+')})" if a else str(s["seed"])
         lines.append(row(head, *(cell(s["groups"].get(n)) for n in names), table(a)))
     judged = [f"{sm[n]['seeds']} seed{'s' if sm[n]['seeds'] != 1 else ''}" for n in names]
     lines.append(row("judged on", *judged, ""))
     stored = ""
     if "all" in sm and sm["all"]["mean_table_savings"] is not None:
-        stored = (f"{pct(sm['all']['mean_table_savings'])}, {sm['all']['table_within_budget']} of "
+        stored = (f"{pct(sm['all']['mean_table_savings'], '+')}, {sm['all']['table_within_budget']} of "
                   f"{sm['all']['seeds']} within the budget")  # fmt: skip
     lines.append(row("mean", *(f"**{pct(sm[n]['mean_share'])}**" for n in names), stored))
     lines.append(row("range", *(f"{pct(sm[n]['min_share'])} – {pct(sm[n]['max_share'])}" for n in names), ""))
