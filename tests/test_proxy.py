@@ -453,8 +453,8 @@ def test_a_run_that_names_itself_on_some_requests_only_stays_one_conversation(ke
         names.add(proxy.rewrite("openai", {"model": MODEL, "messages": msgs}, session=key).conversation)
         msgs = msgs + _openai_turn(k)
     assert len(names) == 1 and len(proxy.mirrors) == 1
-    # another run of the same task, named otherwise, is its own from its first request
-    other = proxy.rewrite("openai", {"model": MODEL, "messages": list(HEAD)}, session="t").conversation
+    # the mirror took the run's name: a twin at the same point, named otherwise, is not taken for it
+    other = proxy.rewrite("openai", {"model": MODEL, "messages": msgs}, session="t").conversation
     assert other not in names
 
 

@@ -26,7 +26,8 @@ run of the same task with the same call ids does not); any other starts a new on
 earlier messages, e.g. after compacting, gets a fresh mirror, and its outputs are shown again until the
 policy hides them anew).  Where the agent names its run (an ``X-DTOC-Session`` header, Claude Code's
 session id, Codex's ``prompt_cache_key``; :func:`session_of`), requests of two named runs never share a
-conversation, so the same task started twice at once is two from its first request.  Models of a
+conversation, so the same task started twice at once is two from its first named request (a request
+naming no run is matched by its messages alone, and a mirror takes the first name it is given).  Models of a
 family the policy does not serve (``other``, unless the user priced it; for a checkpoint trained on one
 family, every other) pass through untouched, as ``dtoc-rl serve`` answers them with its ``none``
 fallback.  A request the proxy cannot read, or whose mirroring fails, goes upstream as it came, with a
@@ -142,14 +143,14 @@ def agent_source(user_agent: str | None) -> str:
 
 
 def session_of(api: str, body: Mapping[str, Any], header: str | None = None) -> str | None:
-    """The agent's own name for the run a request belongs to, if it gives one: ``header`` (the
+    """A digest of the agent's own name for the run a request belongs to, if it gives one: ``header`` (the
     request's ``X-DTOC-Session``, else an agent's own session header such as Claude Code's), else
     the body's ``prompt_cache_key`` (OpenAI APIs; Codex sends its thread id) or Anthropic's
     ``metadata.user_id`` (the session id in Claude Code's, so that it names the run as its header
     does).  A key that names a user rather than a run only keeps that user's runs apart from others';
     within them messages decide, as without."""
     if header:
-        return _key(header)
+        return _digest(header)
     key: Any = None
     if api in ("openai", "responses"):
         key = body.get("prompt_cache_key")
@@ -164,12 +165,7 @@ def session_of(api: str, body: Mapping[str, Any], header: str | None = None) -> 
                 key = inner["session_id"]
             elif "_session_" in key:  # its older form, user_<hash>_account_<uuid>_session_<uuid>
                 key = key.rsplit("_session_", 1)[1]
-    return _key(key) if isinstance(key, str) and key else None
-
-
-def _key(text: str) -> str:
-    # compared only: a digest keeps a long one whole and bounded
-    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
+    return _digest(key) if isinstance(key, str) and key else None  # compared only: whole, bounded
 
 
 class _Request:
@@ -433,7 +429,8 @@ class _Mirror:
     def agreement(self, req: _Request, upto: int) -> int:
         """How many of the results this mirror was fed, before ``upto``, have the text ``req`` has
         there."""
-        return sum(req.digest(i) == d for i, d in self.digests.items() if i < upto)
+        # a copy: another request may be feeding this mirror (under its own lock) meanwhile
+        return sum(req.digest(i) == d for i, d in list(self.digests.items()) if i < upto)
 
 
 @dataclass
