@@ -262,9 +262,9 @@ def adapted_runs(ckpt: Path, eps: list, seed: int) -> list:
 
 def over_seeds(folds: list[dict]) -> list[dict]:
     """Per left-out group, the best learned share of the oracle's savings within the budget of each
-    training (0 where no threshold keeps the budget; None where the fold was not judged: no oracle row,
-    the oracle failed on every run, or every learned run failed) and their mean, min and max over the
-    judged ones."""
+    training (0 where no threshold keeps the budget, every learned run failing included; None where
+    the fold was not judged: no oracle row, or the oracle failed on every run) and their mean, min and
+    max over the judged ones."""
     shares: dict[str, list] = defaultdict(list)
     for fold in folds:
         best = [d for d in fold["done_when"] if d["policy"] is not None]

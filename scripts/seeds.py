@@ -16,7 +16,7 @@ A seed is its own task split, so the spread over seeds mixes which tasks are hel
 training's own draw (initial weights, sampling); --split-seed holds the split, and the spread left is
 the training's alone: compare a change against that before calling it a gain. A checkpoint already in
 --out for a seed is measured again without training when its settings are these (--retrain trains it
-anew); one made with other settings is an error, not overwritten."""
+anew); one made of other data or with other settings is an error, not overwritten."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ class Args:
     dataset: str = ""
     """dataset folder from `dtoc-rl ingest` (default: the bundled sample)"""
     out: str = "runs/seeds"
-    """folder for the checkpoints (seed-S, or seed-S-split-K), their training logs and seeds.json
-    (default runs/seeds, under the current folder)"""
+    """folder for the checkpoints (seed-S, or seed-S-split-K), their logs (seed-S.train.log,
+    seed-S.evaluate.log) and seeds.json (default runs/seeds, under the current folder)"""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     """the trainings' seeds, each its own task split unless --split-seed holds it (default 0 1 2 3 4)"""
     split_seed: int = -1
@@ -56,19 +56,20 @@ class Args:
     initial weights and sampling only, on the same held-out tasks (-1: each seed its own split)"""
     train: str = ""
     """`dtoc-rl train` settings for every training (the flags of its network, data and training
-    options), as one string after an equals sign (--train="--miss-weight 5"); the seed and the split
-    are this script's own, and its --miss-budget chooses the stored thresholds, where this script's
-    --miss-budget reads the results"""
+    options) as one string after an equals sign, e.g. --train="--miss-weight 5". The seed and the
+    split are this script's own. A --miss-budget given inside --train sets the budget the stored
+    thresholds are chosen for; this script's own --miss-budget only reads the results"""
     jobs: int = 2
     """trainings at once (each on one torch thread unless --train sets --threads); also the
-    evaluation's worker processes"""
+    evaluation's worker processes (default 2)"""
     thresholds: list[float] = field(default_factory=lambda: list(THRESHOLDS))
     """thresholds evaluated besides the checkpoint's stored table (default: the 30 of
     docs/results.md, 0.0002 to 0.4, dense where 1 miss per 100 calls binds)"""
     miss_budget: float = 1.0
-    """misses per 100 model calls the "done when" reading allows"""
+    """misses per 100 model calls the "done when" reading allows (default 1)"""
     target: float = 0.6
-    """the share of the oracle's savings a seed must reach in a group to count as meeting it"""
+    """the share of the oracle's savings a seed must reach in a group to count as meeting it (default
+    0.6)"""
     retrain: bool = False
     """train every seed anew, even where --out holds its checkpoint"""
     json: bool = False
@@ -134,6 +135,20 @@ def data_name(dataset: str) -> str:
     return str(Path(dataset).resolve()) if dataset else "objects"  # the bundled sample is read as objects
 
 
+def _same_tasks(meta: dict, dataset: str) -> bool:
+    """Whether ``dataset`` holds the very tasks the checkpoint split into train, validation and tune
+    (a dataset moved, reached by another path, or given relative when trained)."""
+    from dtoc_rl.data.dataset import DatasetError, dataset_tasks
+
+    if not dataset or meta.get("train_tasks") is None:
+        return False
+    seen = set(meta["train_tasks"]) | set(meta.get("val_tasks") or ()) | set(meta.get("tune_tasks") or ())
+    try:
+        return seen == dataset_tasks(dataset)
+    except DatasetError:  # not a dataset: training it says why
+        return False
+
+
 def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
     """Whether ``ckpt`` holds a finished training of ``dataset`` with the settings ``want``; a
     ValueError when it holds one of other data or settings (kept: it may be someone's results)."""
@@ -143,7 +158,7 @@ def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
         return False
     whole = read_checkpoint_config(ckpt / "config.json")
     config, on = whole.get("config", {}), whole.get("meta", {}).get("trained_on")
-    if on != data_name(dataset):
+    if on != data_name(dataset) and not _same_tasks(whole.get("meta", {}), dataset):
         raise ValueError(
             f"{ckpt} was trained on {on}, not {data_name(dataset)}: give another --out, or --retrain"
         )
@@ -158,10 +173,10 @@ def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
 
 def _run_cli(what: str, seed: int, argv: list[str], log_file: Path) -> dict:
     """One ``dtoc-rl`` command's JSON; its stderr (warnings, errors) kept whole in ``log_file``."""
-    done = subprocess.run(_cli(*argv), capture_output=True, text=True)
-    log_file.write_text(done.stderr)
+    with open(log_file, "w") as err:  # written as it runs: `tail -f` it
+        done = subprocess.run(_cli(*argv), stdout=subprocess.PIPE, stderr=err, text=True)
     if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        last = (log_file.read_text().strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(f"seed {seed}: dtoc-rl {what} failed ({log_file}): {last}")
     try:
         return json.loads(done.stdout)
@@ -242,7 +257,9 @@ def summary(seeds: list[dict], target: float, budget: float) -> dict:
             "max_share": max(share),
             "reach": sum(x >= target for x in share),
             "mean_table_savings": sum(table) / len(table) if table else None,
-            "table_within_budget": sum(r["table_misses_per_100"] <= budget for r in rows),
+            "table_within_budget": sum(
+                r["table_misses_per_100"] is not None and r["table_misses_per_100"] <= budget for r in rows
+            ),
         }
     return out
 
@@ -271,9 +288,10 @@ def run(args: Args, log=print) -> dict:
         for job in as_completed(jobs):
             try:
                 per_seed[jobs[job]].update(job.result())
-            except BaseException:
+            except BaseException as e:
                 for other in jobs:  # the queued ones; those running finish, and a next run reuses them
                     other.cancel()
+                log(f"seed {jobs[job]}: failed ({e}); waiting for the trainings running, then stopping")
                 raise
     for s in args.seeds:
         per_seed[s].update(measure(args, s, log))

@@ -409,12 +409,13 @@ def print_rows(rows, console=None) -> None:
             for c in ("policy", "$ saved (95% CI)", "tokens saved", "active tok/call", "misses/100",
                       "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
                 t.add_column(c, justify="left" if c == "policy" else "right")
+            unmeasured = any(r["policy"] == "oracle" and not r["n"] for r in sel)
             for r in sel:
                 if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
                     failed = (
-                        f"[red]all {r['errors']} runs failed[/red]"
-                        if r["errors"]
-                        else "[red]not measured: the oracle failed on these runs[/red]"
+                        "[red]not measured: the oracle failed on these runs[/red]"
+                        if unmeasured and r["policy"] != "oracle"
+                        else f"[red]all {r['errors']} runs failed[/red]"
                     )
                     t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 7)
                     continue
@@ -434,8 +435,11 @@ def print_rows(rows, console=None) -> None:
                     else f"{100 * r['oracle_fraction']:.0f}%",
                 )
             console.print(t)
+    unmeasured = {(r["group_by"], r["group"]) for r in rows if r["policy"] == "oracle" and not r["n"]}
     for r in rows:
-        if r["group_by"] == rows[0]["group_by"] and not r["n"] and r["errors"]:
+        if r["group_by"] != rows[0]["group_by"] or (r["group_by"], r["group"]) in unmeasured:
+            continue  # one grouping is enough, and where the oracle failed the table said so
+        if not r["n"] and r["errors"]:
             console.print(
                 f"[red]{escape(short_label(r['policy']))}: all {r['errors']} runs failed in "
                 f"{r['group']}; first error: {escape(r.get('first_error') or '')}[/red]"

@@ -418,3 +418,8 @@ def test_a_group_the_oracle_failed_on_is_said_not_skipped(capsys):
     print_rows(aggregate(runs, by=["model_family"], n_boot=20))
     out = capsys.readouterr().out
     assert "not measured: the oracle failed" in out and "all 0 runs failed" not in out
+    # a policy that failed on some of those runs too is still unmeasured there, not "all 1 runs failed"
+    runs[-2].error = "boom"
+    print_rows(aggregate(runs, by=["model_family"], n_boot=20))
+    out = capsys.readouterr().out
+    assert out.count("not measured: the oracle failed") == 2 and "all 1 runs failed" not in out

@@ -46,8 +46,14 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
     assert seeds.main(argv("0", train=TINY.replace("--epochs 1", "--epochs 2"))) == 2
     assert "was trained with epochs=1, not 2" in capsys.readouterr().err
     assert model.stat().st_mtime_ns == before
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     with pytest.raises(ValueError, match="was trained on objects, not /"):  # the sample, not that folder
-        seeds.reusable(out / "seed-0-split-0", {}, str(tmp_path / "elsewhere"))
+        seeds.reusable(out / "seed-0-split-0", {}, str(elsewhere))
+    from dtoc_rl.data.paths import bundled_dataset
+
+    # the same data by another name (its folder given, moved, linked): the very tasks, so reused
+    assert seeds.reusable(out / "seed-0-split-0", {}, str(bundled_dataset()))
     assert (out / "seed-0-split-0.train.log").exists() and (out / "seed-0-split-0.evaluate.log").exists()
 
 
