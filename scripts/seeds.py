@@ -72,6 +72,10 @@ class Args:
     0.6)"""
     retrain: bool = False
     """train every seed anew, even where --out holds its checkpoint"""
+    against: str = ""
+    """a seeds.json of another setting at the same seeds (and --split-seed) on the same data: each
+    seed's difference in best share, then per group their mean and its standard error (paired on the
+    same held-out tasks, so the splits' difficulty cancels)"""
     json: bool = False
     """print the result as JSON instead of tables"""
 
@@ -269,6 +273,7 @@ def run(args: Args, log=print) -> dict:
 
     # a typo is told before anything trains
     settings = train_settings(args.train, own=("seed", "split_seed"), hint="--seeds, --split-seed")
+    other = read_other(args.against) if args.against else None  # before the hours of training
     flags = shlex.split(args.train) if args.train.strip() else []
     if "threads" not in settings:
         flags += ["--threads", "1"]  # two trainings share two cores; one thread is also the fastest
@@ -305,8 +310,56 @@ def run(args: Args, log=print) -> dict:
         "summary": summary(seeds, args.target, args.miss_budget),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    if args.against:
+        result["against"] = {"file": args.against, "groups": paired(result, other)}
     write_text_atomic(Path(args.out) / "seeds.json", [json.dumps(finite_json(result), indent=1, default=str)])
     return result
+
+
+def read_other(path: str) -> dict:
+    """The seeds.json --against names, or a ValueError saying what is wrong with it."""
+    try:
+        other = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        why = " ".join(str(e).split())[:120]
+        raise ValueError(f"--against {path}: not a readable seeds.json ({why})") from None
+    if not isinstance(other, dict) or not isinstance(other.get("seeds"), list):
+        raise ValueError(f"--against {path}: not a seeds.json of this script (no seeds list)")
+    return other
+
+
+def paired(this: dict, other: dict) -> dict:
+    """Per group, each seed's best share here minus there (0 where nothing keeps the budget), their
+    mean and its standard error over the seeds both judged.  A seed whose held-out runs differ (their
+    number or the oracle's savings) is a ValueError: the comparison is only paired on the same tasks."""
+    theirs = {s["seed"]: s for s in other["seeds"]}
+    out: dict = {}
+    for s in this["seeds"]:
+        o = theirs.get(s["seed"])
+        if o is None:
+            continue
+        for g, r in s["groups"].items():
+            q = o.get("groups", {}).get(g)
+            if q is None or r["oracle_failed"] or q.get("oracle_failed"):
+                continue
+            if (r["n"], r["oracle_savings"]) != (q["n"], q["oracle_savings"]):
+                raise ValueError(
+                    f"--against: seed {s['seed']} holds out other runs there ({q['n']} runs, oracle "
+                    f"{q['oracle_savings']}) than here ({r['n']}, {r['oracle_savings']}): not the same "
+                    "data and split; give the same --dataset, --seeds and --split-seed"
+                )
+            diff = (r["best_share"] or 0.0) - (q["best_share"] or 0.0)
+            out.setdefault(g, {"seeds": [], "diff": []})
+            out[g]["seeds"].append(s["seed"])
+            out[g]["diff"].append(diff)
+    for g in out.values():
+        d, k = g["diff"], len(g["diff"])
+        g["mean_diff"] = sum(d) / k
+        sd = math.sqrt(sum((x - g["mean_diff"]) ** 2 for x in d) / (k - 1)) if k > 1 else float("nan")
+        g["standard_error"] = sd / math.sqrt(k)
+    if not out:
+        raise ValueError("--against: no seed of it is among these seeds")
+    return out
 
 
 def tables(result: dict) -> str:
@@ -357,6 +410,29 @@ def tables(result: dict) -> str:
     lines.append(row("range", *(f"{pct(sm[n]['min_share'])} – {pct(sm[n]['max_share'])}" for n in names), ""))
     target = f"seeds at >= {100 * result['args']['target']:.0f}%"
     lines.append(row(target, *(str(sm[n]["reach"]) for n in names), ""))
+    if against := result.get("against"):
+        pg = against["groups"]
+        lines += ["", f"Against {against['file']} (here minus there, paired by seed):", ""]
+        lines.append(row("seed", *names))
+        lines.append("|---" * (len(names) + 1) + "|")
+        for seed in dict.fromkeys(x for n in names if n in pg for x in pg[n]["seeds"]):
+            cells = []
+            for n in names:
+                d = dict(zip(pg[n]["seeds"], pg[n]["diff"], strict=True)) if n in pg else {}
+                cells.append(f"{100 * d[seed]:+.1f} points" if seed in d else "—")
+            lines.append(row(str(seed), *cells))
+
+        def mean(n):
+            if n not in pg:
+                return "—"
+            g, se = pg[n], pg[n]["standard_error"]
+            return (
+                f"**{100 * g['mean_diff']:+.1f}** ± {100 * se:.1f}"
+                if math.isfinite(se)
+                else f"{100 * g['mean_diff']:+.1f}"
+            )
+
+        lines.append(row("mean ± standard error", *(mean(n) for n in names)))
     return "\n".join(lines)
 
 

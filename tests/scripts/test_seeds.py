@@ -38,8 +38,11 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
 
     model = out / "seed-0-split-0" / "model.safetensors"
     before = model.stat().st_mtime_ns
-    assert seeds.main(argv("0")) == 0
+    first = tmp_path / "first.json"
+    first.write_text((out / "seeds.json").read_text())
+    assert seeds.main([*argv("0"), "--against", str(first)]) == 0
     again = json.loads(capsys.readouterr().out)
+    assert again["against"]["groups"]["all"]["diff"] == [0.0]  # the same checkpoint against itself
     assert model.stat().st_mtime_ns == before and not again["seeds"][0]["trained"]
     assert again["seeds"][0]["groups"] == a["groups"]
 
@@ -102,3 +105,24 @@ def test_bad_arguments_are_refused_by_the_parser(capsys, argv, message):
     with pytest.raises(SystemExit):
         seeds.parse(argv)
     assert message in capsys.readouterr().err
+
+
+def test_paired_differences_need_the_same_held_out_runs():
+    here = {"seeds": [{"seed": s, "groups": {"all": _group(x)}} for s, x in ((0, 0.5), (1, 0.6), (2, None))]}
+    there = {"seeds": [{"seed": s, "groups": {"all": _group(x)}} for s, x in ((0, 0.4), (1, 0.4), (2, 0.1))]}
+    g = seeds.paired(here, there)["all"]
+    assert g["seeds"] == [0, 1, 2] and g["diff"] == pytest.approx([0.1, 0.2, -0.1])
+    assert g["mean_diff"] == pytest.approx(0.2 / 3)
+    assert g["standard_error"] == pytest.approx(0.152753 / 3**0.5, rel=1e-4)
+    there["seeds"][1]["groups"]["all"]["n"] = 11
+    with pytest.raises(ValueError, match="seed 1 holds out other runs there"):
+        seeds.paired(here, there)
+    with pytest.raises(ValueError, match="no seed of it is among these seeds"):
+        seeds.paired(here, {"seeds": [{"seed": 9, "groups": {}}]})
+
+
+def test_a_bad_against_file_is_refused_before_any_training(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    assert seeds.main(["--against", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "--against" in capsys.readouterr().err and not (tmp_path / "o").exists()
