@@ -16,7 +16,8 @@ Mapping (one trajectory per conversation, since each conversation is a separate 
   ``conversations_in_log``).
 * each ``Ai Message`` is a step: ``tool_name`` the action tag (``command``, ``search``, ``issue``,
   ``stop``; None when the text has no action), ``tool_args`` the tag's text, ``output`` the following
-  ``Observation`` (None for ``stop``); a Human message after a call with no action (the harness's
+  ``Observation`` (None for ``stop``), an error (``output_is_error``) when it ends with a non-zero
+  ``exit code: N``; a Human message after a call with no action (the harness's
   format reminder) is the next step's ``user_text``.  ``usage`` holds ``input_tok``,
   ``output_tok`` and ``cost_usd``.
 * the prompt RepoLaunch builds is only partly logged: its system prompt and first message (repository
@@ -227,6 +228,7 @@ def _steps(conv: _Conversation) -> list[Step]:
             tool_name=tool,
             tool_args=args,
             output=cap_output(_observation_text(c.observation)) if has_output else None,
+            output_is_error=has_output and _exit_code(c.observation) not in (None, 0),
             usage=c.usage,
         )
         pending_user = c.observation or "" if not has_output and tool != "stop" else ""
@@ -239,6 +241,17 @@ def _steps(conv: _Conversation) -> list[Step]:
         n_msgs += 1 + (c.observation is not None)
         steps.append(step)
     return steps
+
+
+#: The line RepoLaunch's shell tool ends a command's output with.
+_EXIT_CODE = re.compile(r"\nexit code: (-?\d+)\s*$")
+
+
+def _exit_code(obs: str | None) -> int | None:
+    """The exit code an observation ends with, read before the output is capped (its tail is the
+    code); None when it names none (a search, an issue, a harness reminder)."""
+    m = _EXIT_CODE.search(obs or "")
+    return int(m.group(1)) if m else None
 
 
 def _observation_text(obs: str | None) -> str | None:

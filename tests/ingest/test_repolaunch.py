@@ -55,6 +55,17 @@ def test_actions_outputs_and_format_reminders():
     assert v2.steps[0].output == ""
 
 
+def test_a_command_that_exits_non_zero_is_an_error_output():
+    """The shell tool ends each output with `exit code: N`: a failed build or test run is marked as
+    an error (a feature the policy reads), whatever its length; other actions never are."""
+    trajs = _parse()
+    marked = [(s.output.rstrip().rsplit("exit code: ", 1)[-1], s.output_is_error)
+              for t in trajs for s in t.steps if s.output and "exit code: " in s.output]  # fmt: skip
+    assert ("0", False) in marked and ("2", True) in marked
+    assert all(err == (code != "0") for code, err in marked)
+    assert not any(s.output_is_error for t in trajs for s in t.steps if s.tool_name != "command")
+
+
 def test_usage_per_call_and_nan_dollars_are_not_logged():
     s1 = _parse()[0]
     u = [s.usage for s in s1.steps]
