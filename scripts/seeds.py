@@ -294,8 +294,8 @@ def run(args: Args, log=print) -> dict:
             try:
                 per_seed[jobs[job]].update(job.result())
             except BaseException as e:
-                for other in jobs:  # the queued ones; those running finish, and a next run reuses them
-                    other.cancel()
+                for queued in jobs:  # those running finish, and a next run reuses them
+                    queued.cancel()
                 log(f"seed {jobs[job]}: failed ({e}); waiting for the trainings running, then stopping")
                 raise
     for s in args.seeds:

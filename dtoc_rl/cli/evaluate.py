@@ -400,6 +400,8 @@ def print_rows(rows, console=None) -> None:
     from dtoc_rl.policies.registry import short_label
 
     console = console or wide_console()
+    # groups where the oracle completed no run: nothing there is measured, whatever else failed
+    unmeasured = {(r["group_by"], r["group"]) for r in rows if r["policy"] == "oracle" and not r["n"]}
     for dim in dict.fromkeys(r["group_by"] for r in rows):
         for group in dict.fromkeys(r["group"] for r in rows if r["group_by"] == dim):
             sel = [r for r in rows if r["group_by"] == dim and r["group"] == group]
@@ -409,12 +411,11 @@ def print_rows(rows, console=None) -> None:
             for c in ("policy", "$ saved (95% CI)", "tokens saved", "active tok/call", "misses/100",
                       "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
                 t.add_column(c, justify="left" if c == "policy" else "right")
-            unmeasured = any(r["policy"] == "oracle" and not r["n"] for r in sel)
             for r in sel:
                 if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
                     failed = (
                         "[red]not measured: the oracle failed on these runs[/red]"
-                        if unmeasured and r["policy"] != "oracle"
+                        if (dim, group) in unmeasured and r["policy"] != "oracle"
                         else f"[red]all {r['errors']} runs failed[/red]"
                     )
                     t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 7)
@@ -435,7 +436,6 @@ def print_rows(rows, console=None) -> None:
                     else f"{100 * r['oracle_fraction']:.0f}%",
                 )
             console.print(t)
-    unmeasured = {(r["group_by"], r["group"]) for r in rows if r["policy"] == "oracle" and not r["n"]}
     for r in rows:
         if r["group_by"] != rows[0]["group_by"] or (r["group_by"], r["group"]) in unmeasured:
             continue  # one grouping is enough, and where the oracle failed the table said so

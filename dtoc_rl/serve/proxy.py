@@ -90,6 +90,8 @@ SESSION_HEADER = "X-DTOC-Session"
 _OURS = {_AGENT, SESSION_HEADER.lower()}
 #: Headers by which agents name their own runs, read when ``SESSION_HEADER`` is absent.
 AGENT_SESSION_HEADERS = ("X-Claude-Code-Session-Id",)
+#: What goes no further than the proxy: the hop-by-hop headers and its own.
+_NOT_SENT = _HOP | _OURS
 _SERVED = frozenset(FAMILIES) - {"other"}
 #: The garbage collector's thresholds ``dtoc-rl proxy`` runs with.  A request makes tens of thousands
 #: of short-lived objects (the whole conversation read again); with Python's defaults (700, 10, 10)
@@ -1015,7 +1017,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
-        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP | _OURS]
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _NOT_SENT]
         path = self.path  # as the client sent it, its bytes read as latin-1
         if not path.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in path):
             path = quote(path.encode("latin-1", "replace"), safe="/?&=:@!$'()*+,;~%#[]")
