@@ -27,11 +27,11 @@ import random
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtoc_rl.cli.common import at_least, finite_json
-from dtoc_rl.cli.dataclass_args import field_docs
+from dtoc_rl.cli.dataclass_args import add_args_fields
 
 
 @dataclass
@@ -93,23 +93,12 @@ def parse(argv: list[str] | None = None) -> Args:
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    docs = {k: v.replace("%", "%%") for k, v in field_docs(Args).items()}  # argparse formats help with %
-    for f in fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            ap.add_argument(flag, action="store_true", help=docs[f.name])
-        elif f.name == "by":
-            ap.add_argument(flag, choices=("family", "source"), default=f.default, help=docs[f.name])
-        elif f.name in ("families", "sources", "rules"):
-            ap.add_argument(flag, nargs="+", default=f.default_factory(), help=docs[f.name])
-        elif f.name == "seeds":
-            ap.add_argument(flag, nargs="+", type=int, default=f.default_factory(), help=docs[f.name])
-        elif f.name == "thresholds":
-            ap.add_argument(flag, nargs="*", type=float, default=f.default_factory(), help=docs[f.name])
-        elif f.name in _LOWEST:
-            ap.add_argument(flag, type=at_least(_LOWEST[f.name]), default=f.default, help=docs[f.name])
-        else:
-            ap.add_argument(flag, type=type(f.default), default=f.default, help=docs[f.name])
+    special: dict[str, dict] = {
+        "by": {"choices": ("family", "source")},
+        "thresholds": {"nargs": "*"},  # none: only the stored table and the rules
+        **{name: {"type": at_least(low)} for name, low in _LOWEST.items()},
+    }
+    add_args_fields(ap, Args, special)
     args = ap.parse_args(argv)
     if not args.miss_budget >= 0:  # NaN too
         ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")

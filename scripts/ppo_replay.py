@@ -19,11 +19,11 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.cli.dataclass_args import field_docs
+from dtoc_rl.cli.dataclass_args import add_args_fields
 from dtoc_rl.policies.base import Policy
 
 
@@ -83,15 +83,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    docs = field_docs(Args)
-    for f in fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=docs[f.name])
-        else:
-            p.add_argument(
-                flag, type=type(f.default), default=f.default, help=f"{docs[f.name]} (default: {f.default})"
-            )
+    add_args_fields(p, Args)
     args = Args(**vars(p.parse_args(argv)))
     for name in ("max_items", "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
         if getattr(args, name) < 1:

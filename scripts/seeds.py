@@ -28,11 +28,11 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtoc_rl.cli.common import at_least, finite_json
-from dtoc_rl.cli.dataclass_args import field_docs
+from dtoc_rl.cli.dataclass_args import add_args_fields
 from dtoc_rl.data.paths import write_text_atomic
 from scripts.lofo import train_settings
 
@@ -85,20 +85,7 @@ def parse(argv: list[str] | None = None) -> Args:
         prog="python -m scripts.seeds", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    docs = {k: v.replace("%", "%%") for k, v in field_docs(Args).items()}
-    for f in fields(Args):
-        flag, kw = "--" + f.name.replace("_", "-"), {"help": docs[f.name]}
-        if f.type in ("bool", bool):
-            ap.add_argument(flag, action="store_true", **kw)
-        elif f.name in ("seeds", "thresholds"):
-            kind = int if f.name == "seeds" else float
-            ap.add_argument(flag, nargs="+", type=kind, default=f.default_factory(), **kw)
-        elif f.name == "jobs":
-            ap.add_argument(flag, type=at_least(1), default=f.default, **kw)
-        elif f.name == "split_seed":
-            ap.add_argument(flag, type=at_least(-1), default=f.default, **kw)
-        else:
-            ap.add_argument(flag, type=type(f.default), default=f.default, **kw)
+    add_args_fields(ap, Args, {"jobs": {"type": at_least(1)}, "split_seed": {"type": at_least(-1)}})
     args = Args(**vars(ap.parse_args(argv)))
     if not args.miss_budget >= 0:  # NaN too
         ap.error(f"--miss-budget must be >= 0, got {args.miss_budget}")

@@ -9,7 +9,14 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args", "field_docs", "flags_named", "given_fields"]
+__all__ = [
+    "add_args_fields",
+    "add_dataclass_arguments",
+    "dataclass_from_args",
+    "field_docs",
+    "flags_named",
+    "given_fields",
+]
 
 _GIVEN = "_dataclass_fields_given"
 
@@ -29,6 +36,35 @@ def field_docs(cls: type) -> dict[str, str]:
         elif last and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             docs[last], last = " ".join(str(node.value.value).split()), None
     return docs
+
+
+def add_args_fields(
+    p: argparse.ArgumentParser, cls: type, special: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """A flag per field of a script's ``Args`` dataclass (CleanRL style), its help the docstring under
+    the field (:func:`field_docs`).  A bool is a switch (``--x`` and ``--no-x``), a ``list[T]`` takes
+    one or more ``T``, anything else one value of its default's type.  ``special`` gives a field's own
+    ``add_argument`` keywords (``type``, ``choices``, ``nargs``), which replace the derived ones.  The
+    scripts' parsers are built here, so that they read flags alike."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        help_ = docs.get(f.name, "").replace("%", "%%")  # argparse formats help texts with %
+        kw: dict[str, Any] = {"default": default}
+        if tp is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            if typing.get_origin(tp) is list:
+                kw.update(nargs="+", type=typing.get_args(tp)[0])
+            else:
+                kw["type"] = type(default)
+            shown = " ".join(map(str, default)) if isinstance(default, list) else default
+            if shown not in ("", None) and "(default" not in help_:  # a docstring may say it in words
+                help_ += f" (default: {shown})"
+        kw.update((special or {}).get(f.name, {}))
+        p.add_argument("--" + f.name.replace("_", "-"), help=help_, **kw)
 
 
 def _remember(action_cls: type) -> type:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -19,7 +20,7 @@ def test_help_lists_every_args_field_with_its_docstring(repo_root):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 0, p.stderr
     text = " ".join(p.stdout.split())
-    for f in ppo_replay.fields(ppo_replay.Args):
+    for f in dataclasses.fields(ppo_replay.Args):
         assert "--" + f.name.replace("_", "-") in text
     assert "steps per env per rollout (default: 128)" in text
     assert "--track" in text and "--no-track" in text
