@@ -37,7 +37,7 @@ from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy, reset_policy
 from dtoc_rl.policies.baselines import NoManagement
 from dtoc_rl.policies.cpu import torch_threads
-from dtoc_rl.policies.registry import BASELINES, _line, make_policy
+from dtoc_rl.policies.registry import BASELINES, _line, expand_specs, make_policy
 from dtoc_rl.sim import pricing
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices, cache_regime
@@ -303,7 +303,12 @@ def evaluate(
         cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})
     filters = {"model_family": model_family, "source": source}
     specs, policies = _split_objects(specs, policies)
-    specs = list(dict.fromkeys([*specs, ORACLE]))
+    specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
+    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
+    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
+    if use_pool:
+        for s in specs:  # a bad spec fails here in one line, not as a broken worker pool
+            make_policy(s)
     eps = _load(dataset, filters, tasks)
     if holdout_tasks and not any("/" in t for t in holdout_tasks):
         names = {task_name(e.source, e.task_id) for e in eps}
@@ -319,8 +324,6 @@ def evaluate(
     bar = tqdm(
         total=n * (len(specs) + len(policies or {})), desc="evaluate", unit="run", disable=not progress
     )
-    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
-    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
     if use_pool:
         # price each model here first: its warning, if any, is given once, and the workers are told
         for ep in {(e.model_family, e.model_raw): e for e in eps}.values():

@@ -31,3 +31,18 @@ def test_token_curves_repeat_under_calibrated_misses():
     ids = [e.traj_id for e in load_episodes(SAMPLE)]
     one = token_curves(SAMPLE, ["last_n:n=1"], ids, cost_config=cfg)
     assert one == token_curves(SAMPLE, ["last_n:n=1"], ids, cost_config=cfg)
+
+
+def test_evaluate_takes_the_command_lines_sweeps_in_the_pool_too():
+    # one spec with a|b is one policy per value, as `dtoc-rl evaluate -p` reads it
+    runs = evaluate(SAMPLE, ["hide_big:tokens=500|2000"], source="tau-bench", progress=False, workers=2)
+    assert {r.policy for r in runs} == {"hide_big:tokens=500", "hide_big:tokens=2000", "oracle"}
+
+
+def test_a_bad_spec_fails_before_the_worker_pool_in_one_error():
+    import pytest
+
+    from dtoc_rl.policies.registry import PolicySpecError
+
+    with pytest.raises(PolicySpecError, match="no_such_rule"):
+        evaluate(SAMPLE, ["no_such_rule:x=1"], progress=False, workers=2)
