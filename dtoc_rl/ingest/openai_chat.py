@@ -62,7 +62,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_json, read_text
 from dtoc_rl.ingest.chat_rows import chat_run, message_column
-from dtoc_rl.ingest.common import cap_output, finalize, message_model, message_usage, new_step
+from dtoc_rl.ingest.common import cap_output, finalize, message_model, message_usage, new_step, run_model
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
 from dtoc_rl.ingest.text_actions import as_tool_calls
 
@@ -86,9 +86,12 @@ MAX_FIELD_CHARS = 4000
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _ROLE_RE = re.compile(r'"role"\s*:\s*"(?:system|developer|user|assistant|tool)"')
 _ITEM_RE = re.compile(r'"type"\s*:\s*"(?:function_call|custom_tool_call|local_shell_call)"')
-# Keys that mark formats other ingesters own; their presence vetoes detection.
-_FOREIGN_KEYS = "traj|history|trajectory_format|parentUuid|session_id|sessionId|_RESPONSE|parts|kind"
+# Keys that mark formats other ingesters own; their presence vetoes detection, except a session's
+# name on the lines of a log of chat messages written a message per line (RUN_FIELDS).
+_OWNED_KEYS = "traj|history|trajectory_format|parentUuid|_RESPONSE|parts|kind"
+_FOREIGN_KEYS = _OWNED_KEYS + "|session_id|sessionId"
 _FOREIGN = re.compile(rf'"(?:trajectory|{_FOREIGN_KEYS})"\s*:')
+_FOREIGN_BUT_RUN = re.compile(rf'"(?:trajectory|{_OWNED_KEYS})"\s*:')
 # A published dataset's run (chat_rows): its messages under another column, roles possibly renamed.
 _DATASET_RUN = re.compile(r'"(?:trajectory|conversations|conversation)"\s*:\s*\[')
 # LangChain's dumped messages: the role is their "type"
@@ -470,7 +473,7 @@ class OpenAIChatIngester(Ingester):
     def detect(self, path: Path, head: str) -> bool:
         # A .json file is one saved run ({"messages": [...]} or a bare message list), except
         # AutoCodeRover's conversation_round_*.json, pieces of a task folder that ingester owns.
-        if path.suffix not in (".jsonl", ".json") or path.name.startswith("conversation_round_"):
+        if path.suffix not in (".jsonl", ".ndjson", ".json") or path.name.startswith("conversation_round_"):
             return False
         start = head.lstrip()[:1]
         if start not in ("{", "["):
@@ -481,11 +484,18 @@ class OpenAIChatIngester(Ingester):
         as_text = _DATASET_TEXT_RUN.search(head) and _DATASET_TEXT_ROLE.search(head)
         if (listed or as_text) and not _DATASET_FOREIGN.search(head):
             return True
-        if not _ROLE_RE.search(head) or _FOREIGN.search(head):
+        if not _ROLE_RE.search(head):
+            return False
+        # an application's log of chat messages, a message per line, may name each one's run
+        if (
+            path.suffix != ".json"
+            and not _FOREIGN_BUT_RUN.search(head)
+            and _one_message_per_line(_head_lines(head))
+        ):
+            return True
+        if _FOREIGN.search(head):
             return False
         if '"messages"' in head or re.match(r'\s*\[\s*\{\s*"role"', head) is not None:
-            return True
-        if path.suffix == ".jsonl" and _one_message_per_line(_head_lines(head)):
             return True
         # Responses items: a list of them, or a run holding them under "input", "items" or "output"
         return _ITEM_RE.search(head) is not None and (
@@ -494,7 +504,7 @@ class OpenAIChatIngester(Ingester):
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: dict[str, int] = {}
-        if path.suffix == ".jsonl":
+        if _json_lines(path):
             lines = iter_jsonl(path)
             head = []  # the lines up to the first that is a message or a run: they decide which file it is
             for line in lines:
@@ -503,7 +513,13 @@ class OpenAIChatIngester(Ingester):
                     break
             rows = [row for _, row, err in head if err is None]
             if _one_message_per_line(rows):
-                yield self.run(path, _lines_run(path, [*head, *lines]), 1, seen, "file")
+                runs = _lines_runs(path, [*head, *lines])
+                if len(runs) == 1:
+                    yield self.run(path, runs[0], 1, seen, "file")
+                    return
+                numbered = [(n, run, None) for n, run in enumerate(runs, 1)]  # each session fails alone
+                yield from parse_rows(path, numbered, lambda r, n: self.run(path, r, n, seen, "session"),
+                                      unit="session")  # fmt: skip
                 return
             lines = itertools.chain(head, lines)  # a run per line: read as they come
             yield from parse_rows(path, lines, lambda r, n: self.run(path, r, n, seen, "line"))
@@ -543,6 +559,7 @@ class OpenAIChatIngester(Ingester):
         model = row.get("model") or ""
         if not isinstance(model, str):
             raise IngestError(f"'model' is {type(model).__name__}, expected string")
+        model = run_model(cp.steps, model)  # the calls' own models (a response's "model") where logged
         key = run_key(seen, str(rid) if rid is not None else f"{unit}{number}", number, cp.steps)
         success, source = row_label(row)
         scalars: dict[str, Any] = {}
@@ -600,6 +617,22 @@ def _with_run_system(row: dict, messages: Any) -> tuple[Any, str | None]:
     return [{"role": "system", "content": content_text(row[key], key)}, *messages], key
 
 
+def _json_lines(path: Path) -> bool:
+    """Whether ``path`` holds a JSON value per line: a ``.jsonl`` or ``.ndjson`` file, or one named
+    otherwise (an application's ``.log``, given with ``--format``) whose first line is a whole JSON
+    value; a ``.json`` file is one value."""
+    if path.suffix in (".jsonl", ".ndjson"):
+        return True
+    if path.suffix == ".json":
+        return False
+    first = next((line for line in read_text(path).split("\n") if line.strip()), "")
+    try:
+        json.loads(first)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
+
+
 def _head_lines(head: str) -> list[Any]:
     # the lines of a file's head that are whole JSON values (the last may be cut off; it is then left out)
     rows = []
@@ -631,28 +664,51 @@ def _one_message_per_line(rows: list[Any]) -> bool:
     return first < len(kinds) and all(k == "message" for k in kinds[first:])
 
 
-def _lines_run(path: Path, lines: list[tuple[int, Any, str | None]]) -> dict:
-    # A message-per-line file as one run: its header's fields, its messages in order, the file's name as
-    # its id unless the header names one.  A line that cannot be read loses a message: the run is not
-    # read at all rather than read with a hole in it.
+#: Fields by which an application's log tells its runs apart when it writes the messages of several,
+#: interleaved, a message per line.
+RUN_FIELDS = (
+    "session_id",
+    "sessionId",
+    "conversation_id",
+    "conversationId",
+    "thread_id",
+    "threadId",
+    "run_id",
+)
+
+
+def _lines_runs(path: Path, lines: list[tuple[int, Any, str | None]]) -> list[dict]:
+    # A message-per-line file as its runs: its header's fields, its messages in order, the file's name as
+    # its id unless the header names one; messages that name their run (RUN_FIELDS) are as many runs,
+    # each with that name as its id and task, in the order they began.  A line that cannot be read
+    # loses a message: the file is not read at all rather than read with a hole in a run.
     bad = [f"line {n}: {err}" for n, _, err in lines if err is not None]
-    run: dict[str, Any] = {}
-    messages = []
+    header: dict[str, Any] = {}
+    messages: list[tuple[int, dict]] = []
     for n, row, err in lines:
         if err is not None:
             continue
         kind = _line_kind(row)
         if kind == "message":
-            messages.append(row)
+            messages.append((n, row))
         elif kind == "header" and not messages:
-            run.update(row)  # the header: the session's own fields
+            header.update(row)  # the header: the session's own fields
         else:
             bad.append(f"line {n}: not a chat message")
+    field = next((f for f in RUN_FIELDS if any(f in m for _, m in messages)), None)
+    if field is not None:
+        unnamed = [n for n, m in messages if not isinstance(m.get(field), str | int) or m.get(field) == ""]
+        if unnamed:
+            bad.append(f"line {unnamed[0]}: names no {field!r} where other messages do (whose run is it?)")
     if bad:
         raise IngestError(f"a run written a message per line, not read: {'; '.join(bad[:5])}", path)
-    run.setdefault("id", path.stem)
-    run["messages"] = messages
-    return run
+    if field is None:
+        return [{**header, "id": header.get("id", path.stem), "messages": [m for _, m in messages]}]
+    runs: dict[str, list[dict]] = {}
+    for _, m in messages:
+        runs.setdefault(str(m[field]), []).append({k: v for k, v in m.items() if k != field})
+    return [{**header, "id": name, "task_id": header.get("task_id", name), "messages": msgs}
+            for name, msgs in runs.items()]  # fmt: skip
 
 
 def _is_run(row: dict) -> bool:

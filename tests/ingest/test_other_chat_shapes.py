@@ -854,3 +854,65 @@ def test_a_message_per_line_file_with_a_line_that_is_no_message_is_not_guessed(t
     f.write_text(json.dumps({"role": "user", "content": "go"}) + "\n" + json.dumps({"note": 1}) + "\n")
     assert detect_format(f) is None
     assert unknown_format_reason(f).startswith("chat messages one per line, but not every line is one")
+
+
+def _session_chat(name: str, cmd: str, out: str, model: str | None = None) -> list[dict]:
+    call = {
+        "id": f"{name}-c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})},
+    }
+    said = {"role": "assistant", "content": None, "tool_calls": [call]}
+    if model:
+        said["model"] = model  # as an OpenAI response names the model that answered
+    msgs = [{"role": "user", "content": f"task {name}"}, said,
+            {"role": "tool", "tool_call_id": f"{name}-c1", "content": out},
+            {"role": "assistant", "content": "done"}]  # fmt: skip
+    return [{"session_id": name, **m} for m in msgs]
+
+
+def test_an_app_log_of_interleaved_sessions_a_message_per_line_is_a_run_per_session(tmp_path):
+    a, b = _session_chat("s-a", "ls", "a.py"), _session_chat("s-b", "cat b.py", "print(1)")
+    f = tmp_path / "applog.jsonl"
+    f.write_text("\n".join(json.dumps(m) for pair in zip(a, b, strict=True) for m in pair) + "\n")
+    assert isinstance(detect_format(f), OpenAIChatIngester)  # a session's name is no other format's mark
+    runs = list(CHAT.parse(f))
+    assert [(t.task_id, t.task_text, t.steps[0].output) for t in runs] == [
+        ("s-a", "task s-a", "a.py"), ("s-b", "task s-b", "print(1)"),
+    ]  # fmt: skip
+    assert [t.traj_id.rsplit("/", 1)[-1] for t in runs] == ["s-a", "s-b"]
+
+
+def test_an_app_log_with_a_message_naming_no_session_is_not_guessed(tmp_path):
+    msgs = _session_chat("s-a", "ls", "a.py")
+    del msgs[2]["session_id"]
+    f = tmp_path / "applog.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in msgs))
+    with pytest.raises(IngestError, match="line 3: names no 'session_id' where other messages do"):
+        list(CHAT.parse(f))
+
+
+def test_a_runs_model_is_the_one_its_calls_name_when_the_run_names_none(tmp_path):
+    f = tmp_path / "chat.jsonl"
+    msgs = [
+        {k: v for k, v in m.items() if k != "session_id"}
+        for m in _session_chat("x", "ls", "a", "gpt-4o-2024-08-06")
+    ]
+    f.write_text("\n".join(json.dumps(m) for m in msgs))
+    (t,) = CHAT.parse(f)
+    assert (t.model_raw, t.model_family) == ("gpt-4o-2024-08-06", "gpt-4o")
+
+
+def test_json_lines_under_another_name_are_read_as_lines(tmp_path):
+    msgs = [{k: v for k, v in m.items() if k != "session_id"} for m in _session_chat("x", "ls", "a.py")]
+    rows = "\n".join(json.dumps({"id": f"r{i}", "messages": msgs}) for i in range(2)) + "\n"
+    nd = tmp_path / "runs.ndjson"
+    nd.write_text(rows)
+    assert isinstance(detect_format(nd), OpenAIChatIngester)
+    log = tmp_path / "agent.log"  # found in a folder it is a note; named with --format it is read
+    log.write_text(rows)
+    for f in (nd, log):
+        assert [t.traj_id.rsplit("/", 1)[-1] for t in CHAT.parse(f)] == ["r0", "r1"]
+    one = tmp_path / "run.log"  # one value over several lines is one value
+    one.write_text(json.dumps({"id": "r", "messages": msgs}, indent=2))
+    assert [t.steps[0].output for t in CHAT.parse(one)] == ["a.py"]
