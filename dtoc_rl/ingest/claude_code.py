@@ -75,7 +75,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
 from dtoc_rl.ingest.common import cap_output, count, finalize, new_step, number, usage_from
-from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, iter_jsonl
+from dtoc_rl.ingest.openai_chat import content_text, iso_to_epoch, written_lines
 
 __all__ = ["ClaudeCodeStreamIngester", "ClaudeCodeTranscriptIngester"]
 
@@ -335,11 +335,13 @@ class ClaudeCodeStreamIngester(Ingester):
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         envelope: dict = {}
+        torn = False
         if path.suffix == ".md":
             events, envelope = _load_report(path)
         else:
             events = []
-            for lineno, ev, err in iter_jsonl(path):
+            lines, torn = written_lines(path)
+            for lineno, ev, err in lines:
                 if err is not None:
                     raise IngestError(f"line {lineno}: {err}", path)
                 events.append(ev)
@@ -449,6 +451,8 @@ class ClaudeCodeStreamIngester(Ingester):
             "end_time": envelope.get("_END-TIME"),
             "trailing_user_text": "\n\n".join(asm.pending_user) or None,
         }
+        if torn:  # a session still being written: its last line, cut off, left out
+            extra["torn_last_line"] = True
         tid = f"{label}@{m.group('ts')}" if m else str(session)
         yield finalize(
             Trajectory(
@@ -604,7 +608,8 @@ class ClaudeCodeTranscriptIngester(Ingester):
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         records: list[dict] = []
-        for lineno, rec, err in iter_jsonl(path):
+        lines, torn = written_lines(path)
+        for lineno, rec, err in lines:
             if err is not None:
                 raise IngestError(f"line {lineno}: {err}", path)
             if not isinstance(rec, dict):
@@ -703,6 +708,8 @@ class ClaudeCodeTranscriptIngester(Ingester):
             "compactions": n_compactions,
             "trailing_user_text": "\n\n".join(asm.pending_user) or None,
         }
+        if torn:  # a session still being written: its last line, cut off, left out
+            extra["torn_last_line"] = True
         meta = _agent_meta(path) if sidechain_file else {}
         if meta:  # the call of the main agent that spawned it (Claude Code 2.1 writes it beside)
             extra["agent_type"] = meta.get("agentType")

@@ -55,7 +55,7 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
 from dtoc_rl.ingest.common import count, finalize, run_model
-from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, iter_jsonl
+from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, written_lines
 from dtoc_rl.ingest.responses import ITEM_TYPES, responses_to_messages
 
 __all__ = ["CodexRolloutIngester"]
@@ -179,15 +179,13 @@ class _Lines:
     def __init__(self, path: Path):
         self.path = path
         self.bad: list[str] = []
-        self.torn: str | None = None
+        self.torn = False
 
     def __iter__(self) -> Iterator[tuple[int, dict]]:
-        for lineno, rec, err in iter_jsonl(self.path):
-            if self.torn:  # the unreadable line was not the last one after all
-                self.bad.append(self.torn)
-                self.torn = None
+        lines, self.torn = written_lines(self.path)
+        for lineno, rec, err in lines:
             if err is not None:
-                self.torn = f"line {lineno}: {err}"
+                self.bad.append(f"line {lineno}: {err}")
             elif not isinstance(rec, dict):
                 self.bad.append(f"line {lineno}: not an object")
             else:

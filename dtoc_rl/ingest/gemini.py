@@ -78,7 +78,15 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import finalize, run_model
-from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label, run_key
+from dtoc_rl.ingest.openai_chat import (
+    chat_to_steps,
+    check_ids,
+    iter_jsonl,
+    parse_rows,
+    row_label,
+    run_key,
+    written_lines,
+)
 
 __all__ = ["GeminiApiIngester", "GeminiCliIngester"]
 
@@ -257,9 +265,8 @@ def cli_records(path: Path) -> CliSession:
     messages: dict[str, dict] = {}  # by id, in the order first written
     calls: dict[str, dict] = {}  # each model call's record as first written, by id
     compacted: dict[str, str] = {}  # ids of a compression's checkpoint -> its marker's id
-    rows = list(iter_jsonl(path))
-    session.torn = bool(rows) and rows[-1][2] is not None
-    for n, rec, err in rows[:-1] if session.torn else rows:
+    rows, session.torn = written_lines(path)
+    for n, rec, err in rows:
         if err is not None:
             session.bad_lines.append(f"line {n}: {err}")
             continue

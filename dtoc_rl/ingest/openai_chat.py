@@ -76,6 +76,7 @@ __all__ = [
     "norm_args",
     "parse_rows",
     "row_label",
+    "written_lines",
 ]
 
 #: A run's text fields longer than this (a dataset's patch or evaluation log) are not copied into
@@ -184,6 +185,17 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             yield lineno, None, f"invalid JSON ({json_error(e, line=False)})"
         except RecursionError:  # one line too deep to read: the lines after it are still read
             yield lineno, None, "JSON nested too deeply to read"
+
+
+def written_lines(path: Path) -> tuple[list[tuple[int, Any, str | None]], bool]:
+    """:func:`iter_jsonl`'s lines, except a last line that cannot be read: a log still being written
+    (an agent's live session file) ends in a record cut off mid-write.  Returns the lines and whether
+    such a torn last line was left out (its readers note it as ``extra.torn_last_line``); a bad line
+    anywhere else is the reader's to refuse."""
+    lines = list(iter_jsonl(path))
+    if lines and lines[-1][2] is not None:
+        return lines[:-1], True
+    return lines, False
 
 
 def parse_rows(

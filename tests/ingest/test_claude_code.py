@@ -297,8 +297,8 @@ def test_stream_bad_inputs(tmp_path):
     with pytest.raises(IngestError, match="empty trajectory"):
         list(STREAM.parse(bad))
     j = tmp_path / "s.jsonl"
-    j.write_text(json.dumps(_stream_events()[0]) + "\n{oops\n")
-    with pytest.raises(IngestError, match="line 2: invalid JSON"):
+    j.write_text(json.dumps(_stream_events()[0]) + "\n{oops\n" + json.dumps(_stream_events()[1]) + "\n")
+    with pytest.raises(IngestError, match="line 2: invalid JSON"):  # a hole in the stream is not read
         list(STREAM.parse(j))
     j.write_text(
         json.dumps(_stream_events()[0])
@@ -376,3 +376,26 @@ def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it()
     assert [s.usage.cached_tokens for s in stream.steps] == [s.usage.cached_tokens for s in main.steps]
     # the sub-agent's metadata is read beside its transcript, not reported as an unknown file
     assert [Path(s.path).name for s in res.skipped] == ["requests.json"]
+
+
+def test_a_session_still_being_written_is_read_without_its_cut_off_last_line(tmp_path):
+    recs = [
+        _rec("u0", None, "user", {"role": "user", "content": "read a.py"}),
+        _rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+        _rec("a2", "r1", "assistant", _use("msg_2", "tB", "/r/b.py")),
+    ]
+    p = tmp_path / "s1.jsonl"
+    whole = "\n".join(json.dumps(r) for r in recs)
+    p.write_text(whole + "\n" + json.dumps(_rec("r2", "a2", "user", _res("tB", "x")))[:40])  # mid-write
+    (traj,) = TRANSCRIPT.parse(p)
+    assert next(s.output for s in traj.steps if s.tool_name) == "def a(): return 1"
+    assert json.loads(traj.extra)["torn_last_line"] is True
+    p.write_text(whole + "\n")
+    assert "torn_last_line" not in json.loads(next(iter(TRANSCRIPT.parse(p))).extra)
+    # a line cut off anywhere else is a hole in the session: refused, named
+    lines = [json.dumps(r) for r in recs]
+    lines[1] = lines[1][:30]
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match="line 2: invalid JSON"):
+        list(TRANSCRIPT.parse(p))
