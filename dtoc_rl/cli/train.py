@@ -212,6 +212,23 @@ def _print_thresholds(table: dict, where: str = "validation") -> None:
         said = ", ".join(f"{k} hide_big:tokens={r['tokens']},age={r['age']}" for k, r in rules)
         print(f"where it abstains, a rule that pays on the same runs: {said}")
     warn_if_abstaining(table)
+    warn_if_few(table)
+
+
+#: Tune runs below which a threshold choice is mostly chance: at 1 miss per 100 calls, a few runs of a few
+#: dozen calls allow one miss or none, so one run more or less moves the choice.
+FEW_TUNE_RUNS = 20
+
+
+def warn_if_few(table: dict) -> None:
+    """Say so when the thresholds were chosen on fewer than :data:`FEW_TUNE_RUNS` runs."""
+    runs = ((table.get("validation") or {}).get("pooled") or {}).get("trajectories")
+    if isinstance(runs, int) and 0 < runs < FEW_TUNE_RUNS:
+        warn(
+            f"the thresholds were chosen on {runs} tune run{'' if runs == 1 else 's'}: too few for a miss "
+            "budget to tell thresholds apart, so the choice is mostly chance; a few dozen runs of several "
+            "tasks give it more to go on (or give a threshold: learned:path=CKPT,threshold=T)"
+        )
 
 
 def warn_if_abstaining(table: dict) -> None:

@@ -48,6 +48,22 @@ def test_a_checkpoint_that_hides_nothing_anywhere_is_named_as_such(capsys):
         assert capsys.readouterr().err == ""  # something hides somewhere
 
 
+def test_thresholds_chosen_on_a_handful_of_runs_are_said_to_be_chance(capsys):
+    from dtoc_rl.cli.train import FEW_TUNE_RUNS, warn_if_few
+
+    def table(runs):
+        return {"default": 0.3, "family": {}, "regime": {}, "validation": {"pooled": {"trajectories": runs}}}
+
+    warn_if_few(table(2))
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("dtoc-rl: warning: the thresholds were chosen on 2 tune runs") and err.count("\n") == 1
+    )
+    for enough in (FEW_TUNE_RUNS, 200):
+        warn_if_few(table(enough))
+        assert capsys.readouterr().err == ""
+
+
 def test_demo_refuses_a_folder_whose_policy_folder_is_not_a_checkpoint(tmp_path, capsys):
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "notes.txt").write_text("mine")
