@@ -43,8 +43,9 @@ LEGEND = (
 
 def wide_console() -> Console:
     """A console that does not squeeze tables when piped: a file or a pager gets every cell whole (a
-    table is as wide as its cells; only a terminal's width cuts it)."""
-    return Console() if sys.stdout.isatty() else Console(width=1000)
+    table is as wide as its cells; only a terminal's width cuts it).  No emoji codes: a policy named
+    ``module:Boom`` or a path with ``:smile:`` in it is printed as written."""
+    return Console(emoji=False) if sys.stdout.isatty() else Console(width=1000, emoji=False)
 
 
 def _maybe_logs(paths: list[str]) -> list[str]:

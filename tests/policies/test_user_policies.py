@@ -52,6 +52,9 @@ class Broken(Policy):
         raise RuntimeError("always broken\\nsecond line")
 
 
+Boom = Broken  # a name rich would read as an emoji code in "module:Boom: ..."
+
+
 class NotAPolicy:
     pass
 
@@ -147,6 +150,17 @@ def test_a_policy_whose_every_run_fails_is_reported_not_dropped(user_module):
     assert sum(r["errors"] for r in broken if r["group_by"] == "model_family") == n_traj
     none = next(r for r in rows if r["policy"] == "none" and r["group_by"] == "overall")
     assert none["n"] == n_traj and none["errors"] == 0 and none["first_error"] == ""
+
+
+def test_a_policy_name_is_printed_as_written(user_module, capsys):
+    from dtoc_rl.cli import main
+
+    assert (
+        main(["evaluate", "-p", f"{user_module}:Boom", "--source", "mini-swe-agent", "--bootstrap", "10"])
+        == 1
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{user_module}:Boom: all" in out and "\N{COLLISION SYMBOL}" not in out
 
 
 def test_default_slots_are_one_constant():
