@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if vm:
         print(
-            f"validation: cost {100 * (vm['cost_ratio'] - 1):+.1f}% vs. no management, "
+            f"held-out tasks: $ saved {100 * (1 - vm['cost_ratio']):+.1f}% vs. no management, "
             f"{vm['misses_per_100_steps']:.2f} misses per 100 steps"
         )
     if report.get("thresholds"):
@@ -211,8 +211,8 @@ def _print_thresholds(table: dict, where: str = "validation") -> None:
     if rules:
         said = ", ".join(f"{k} hide_big:tokens={r['tokens']},age={r['age']}" for k, r in rules)
         print(f"where it abstains, a rule that pays on the same runs: {said}")
-    warn_if_abstaining(table)
-    warn_if_few(table)
+    if not warn_if_abstaining(table):  # which says it of its few runs itself
+        warn_if_few(table)
 
 
 #: Tune runs below which a threshold choice is mostly chance: at 1 miss per 100 calls, a few runs of a few
@@ -231,18 +231,19 @@ def warn_if_few(table: dict) -> None:
         )
 
 
-def warn_if_abstaining(table: dict) -> None:
-    """Say so when a threshold table hides nothing anywhere (and no rule takes over)."""
+def warn_if_abstaining(table: dict) -> bool:
+    """Say so when a threshold table hides nothing anywhere (and no rule takes over); whether it did."""
     from dtoc_rl.policies.learned import table_abstains
 
     if not table_abstains(table):
-        return
+        return False
     runs = ((table.get("validation") or {}).get("pooled") or {}).get("trajectories", "its")
     warn(
         f"the checkpoint abstains everywhere: on {runs} tune runs no threshold saved "
         "money within the miss budget, so it hides nothing unless given one (learned:path=CKPT,"
         "threshold=T); more logs give the choice more to go on"
     )
+    return True
 
 
 def _retune(args: argparse.Namespace, cfg) -> int:

@@ -40,6 +40,16 @@ def test_training_with_no_run_left_to_choose_thresholds_on_says_so(tmp_path, cap
     assert "no thresholds chosen" not in capsys.readouterr().err
 
 
+def test_train_says_its_held_out_savings_as_evaluate_does_and_a_thin_tune_set(tmp_path, capsys):
+    import re
+
+    assert main(["train", "-o", str(tmp_path / "c"), *TINY]) == 0
+    said = capsys.readouterr()
+    assert re.search(r"held-out tasks: \$ saved [+-]\d+\.\d% vs\. no management", said.out)
+    # the sample's few tune runs are said once: the table abstains on them, or its choice is chance
+    assert said.err.count(" tune run") == 1 and ("abstains everywhere" in said.err or "too few" in said.err)
+
+
 def test_train_help_has_config_help_text(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
