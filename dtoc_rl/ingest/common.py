@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
@@ -147,11 +148,17 @@ def count(d: dict, *keys: str) -> int | None:
     return _int(number(d, *keys))
 
 
+_DECIMAL = re.compile(r"\d{1,16}(?:\.\d{1,16})?")
+
+
 def number(d: dict, *keys: str) -> float | None:
     """The first of ``keys`` in ``d`` that holds a logged count or price: a finite number >= 0 (JSON
-    readers turn 1e999 into inf, which is no figure)."""
+    readers turn 1e999 into inf, which is no figure), or one written as decimal text ("1234", as some
+    loggers and OTLP's JSON write integers)."""
     for k in keys:
         v = d.get(k)
+        if isinstance(v, str) and _DECIMAL.fullmatch(v.strip()):
+            v = float(v) if "." in v else int(v)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 10**15:
             continue  # no count or price is that large (and float() of 10**400 overflows)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:

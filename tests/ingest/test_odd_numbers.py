@@ -35,6 +35,13 @@ def test_usage_counts_that_are_infinite_or_negative_are_not_figures():
     assert usage_from({"prompt_tokens": 10, "completion_tokens": 1, "cost": -0.5}).cost_usd is None
 
 
+def test_usage_counts_written_as_decimal_text_are_figures_and_other_text_is_not():
+    u = usage_from({"prompt_tokens": "1200", "completion_tokens": " 7 ", "cost": "0.0031"})
+    assert (u.input_tokens, u.output_tokens, u.cost_usd) == (1200, 7, 0.0031)
+    for odd in ("abc", "-5", "1e3", "", "12 tokens", "9" * 40):
+        assert usage_from({"prompt_tokens": odd, "completion_tokens": 1}).input_tokens is None, odd
+
+
 def test_a_chat_log_with_an_infinite_usage_count_is_ingested(tmp_path):
     f = tmp_path / "run.json"
     f.write_text(_chat('{"prompt_tokens": 1e999, "completion_tokens": 7}'))
