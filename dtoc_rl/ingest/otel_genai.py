@@ -193,9 +193,13 @@ def _id(v: Any) -> str | None:
     return None if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
 
 
-def _from_parts(raw: Any) -> list[dict]:
-    """``gen_ai.input.messages`` / ``gen_ai.output.messages``: JSON text of messages with parts."""
-    msgs = json.loads(raw) if isinstance(raw, str) else raw
+def _from_parts(raw: Any, name: str) -> list[dict]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` (``name``): JSON text of messages with
+    parts.  Text that is not JSON is a ValueError naming the attribute."""
+    try:
+        msgs = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not JSON ({e.msg} at character {e.pos} of {len(raw)})") from None
     out: list[dict] = []
     for m in msgs if isinstance(msgs, list) else []:
         if not isinstance(m, dict):
@@ -306,13 +310,14 @@ def _messages(attrs: dict[str, Any], events: list[tuple[str, Any]]) -> tuple[lis
     if attrs.get("gen_ai.operation.name") in _NOT_CALLS:  # an agent's or a tool's span may hold messages
         return None
     if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
-        inputs = _from_parts(attrs.get("gen_ai.input.messages"))
+        inputs = _from_parts(attrs.get("gen_ai.input.messages"), "gen_ai.input.messages")
         sys_text = _text(_json_or_text(attrs.get("gen_ai.system_instructions")))
         if sys_text and not any(m["role"] == "system" and m["content"] == sys_text for m in inputs):
             # sent as well as any system message the input holds (instructions beside a system prompt)
             at = sum(1 for m in inputs if m["role"] == "system")
             inputs.insert(at, {"role": "system", "content": sys_text})
-        out = [m for m in _from_parts(attrs.get("gen_ai.output.messages")) if m["role"] == "assistant"]
+        answer = _from_parts(attrs.get("gen_ai.output.messages"), "gen_ai.output.messages")
+        out = [m for m in answer if m["role"] == "assistant"]
         return inputs, out[0] if out else None
     prompt = _indexed(attrs, "gen_ai.prompt.")
     if prompt:
@@ -599,15 +604,15 @@ class OtelGenAIIngester(Ingester):
             _logs_beside(path, ex, {str(s.get("traceId")) for s in silent})
             unreadable = []
             calls = _calls(ex, unreadable)
+        if not calls and unreadable:
+            raise IngestError(
+                f"no model call read: the messages of {len(unreadable)} model-call span"
+                f"{'' if len(unreadable) == 1 else 's'} cannot be read, first {unreadable[0]}", path
+            )  # fmt: skip
         if not calls:
-            why = (
-                f"; {len(unreadable)} whose messages are not readable, first {unreadable[0]}"
-                if unreadable
-                else ""
-            )
             raise IngestError(
                 "no model-call spans: none carries gen_ai.input.messages, gen_ai.prompt.N, "
-                "llm.input_messages.N or the gen_ai message events (was message content capture on?)" + why,
+                "llm.input_messages.N or the gen_ai message events (was message content capture on?)",
                 path,
             )  # fmt: skip
         failed = _failed_tools(ex)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.ingest import detect_format
+from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.driver import ingest_paths
 from dtoc_rl.sim.episode import compile_episode
 
@@ -171,7 +172,22 @@ def test_a_span_whose_messages_were_cut_loses_only_itself_and_is_named(tmp_path)
     got, skipped = _read(_edit(tmp_path, "openllmetry_latest.jsonl", cut))
     assert len(got) == 2 and sorted(t.api_calls for t in got) == [2, 3]  # the rest of both runs read
     (skip,) = skipped
-    assert skip.reason.startswith("1 model-call spans not read (span ") and "JSONDecodeError" in skip.reason
+    assert skip.reason.startswith("1 model-call spans not read (span ")
+    assert "gen_ai.input.messages is not JSON" in skip.reason  # the attribute at fault, named
+
+
+def test_an_export_whose_every_call_is_unreadable_says_so_not_that_it_has_none(tmp_path):
+    def cut_all(lines):
+        for doc in lines:
+            for span in _spans(doc):
+                if any(a["key"] == "gen_ai.output.messages" for a in span.get("attributes", [])):
+                    _attr(span, "gen_ai.output.messages")["value"]["stringValue"] = '[{"role": "assis'
+
+    from dtoc_rl.ingest.otel_genai import OtelGenAIIngester
+
+    said = r"no model call read: the messages of \d+ model-call spans cannot be read, first span "
+    with pytest.raises(IngestError, match=said + r".*gen_ai.output.messages is not JSON"):
+        list(OtelGenAIIngester().parse(_edit(tmp_path, "openllmetry_latest.jsonl", cut_all)))
 
 
 def test_agent_spans_retries_and_unknown_starts_do_not_make_runs(tmp_path):
