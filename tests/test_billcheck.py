@@ -325,3 +325,21 @@ def test_a_log_without_turn_numbers_is_one_call_per_step():
     calls = log_calls(unrecorded, get_estimator("chars"))
     assert [c.est_prompt for c in calls] == [1000, 2020, 2340, 1260]
     assert [c.est_shared for c in calls] == [0, 1000, 2020, 1000]
+
+
+def test_a_log_counting_more_cache_reads_than_the_rules_allow_is_warned_of(tmp_path: Path, capsys):
+    t = _log()
+    # call 3's log says 1,200 cached where the rules allow nothing (its prefix changed): rate over 1
+    t.steps[3].usage = _usage(1260, 1200)
+    t.steps[2].usage = _usage(2340, 2304)
+    ds = write_dataset([t], tmp_path / "ds")
+    assert cli(["calibrate", "--cost", str(ds), "--estimator", "chars", "--json"]) == 0
+    said = capsys.readouterr()
+    rate = json.loads(said.out)["sources"]["repolaunch"]["hit_rate"]
+    assert rate > 1
+    assert said.err.count("\n") == 1 and f"repolaunch: its logs count {rate:.2f} times the cached" in said.err
+    assert (
+        cli(["calibrate", "--cost", str(write_dataset([_log()], tmp_path / "ok")), "--estimator", "chars"])
+        == 0
+    )
+    assert "times the cached" not in capsys.readouterr().err

@@ -41,7 +41,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.cli.common import at_least, emit_json, fail
+from dtoc_rl.cli.common import at_least, emit_json, fail, warn
 
 DEFAULT_POLICY = "last_n:n=5,polling=1"
 
@@ -499,6 +499,13 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
         out["plot"] = plot_bill_check(res, args.plot)
     if args.calls_out:
         out["calls_out"] = {"path": str(args.calls_out), "calls": write_calls(res, args.calls_out)}
+    for src, r in out["sources"].items():
+        if r["hit_rate"] is not None and r["hit_rate"] > 1.0:
+            warn(
+                f"{src}: its logs count {r['hit_rate']:.2f} times the cached tokens the cache rules allow "
+                "(hit rate over 1, billed as 1): a cache the rules do not model (a prefix shared across "
+                "runs, another cache key) or usage fields that do not mean what their names say"
+            )
     if args.json:
         emit_json(out)  # strict JSON: NaN and infinities become null
         return 0
