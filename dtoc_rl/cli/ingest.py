@@ -53,6 +53,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the model of runs whose logs name none (e.g. gpt-5.2, claude-sonnet-4-5): it prices them and "
         "tells the policy whose they are; a log that names its model keeps it",
     )
+    p.add_argument(
+        "--task-id",
+        dest="task_from",
+        choices=("log", "prompt"),
+        default="log",
+        help="what makes two runs one task, so that a held-out split keeps a task's runs on one side: log "
+        "(default), the id the log gives (for a session log such as a Claude Code transcript or an OTel "
+        "trace, the session's own, so repeated runs of one task count as several); prompt, the task text "
+        "the run opens with (runs that start from the same request are one task)",
+    )
     from dtoc_rl.ingest import INGESTERS
 
     p.add_argument(
@@ -119,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=not (args.quiet or args.json),
                 fmt=args.fmt,
                 model=args.model,
+                task_from=args.task_from,
             )
     except FileNotFoundError as e:
         return fail(str(e))
@@ -165,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             redo = ["dtoc-rl", "ingest", *map(str, args.paths), "-o", str(args.out)]
             redo += ["--format", args.fmt] if args.fmt else []
             redo += ["--model", args.model] if args.model else []
+            redo += ["--task-id", args.task_from] if args.task_from != "log" else []
             write_dataset(
                 res.trajectories,
                 args.out,

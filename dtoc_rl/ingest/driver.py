@@ -9,6 +9,7 @@ counted as auxiliary, not skipped.  One bad file never stops the run.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import multiprocessing
 import os
@@ -389,6 +390,12 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                 todo.append(unit)
 
 
+def prompt_task_id(task_text: str) -> str:
+    """A task id for runs that open with ``task_text``: the same for the same text, whatever its
+    whitespace (``prompt-`` and 12 hex digits of its SHA-1)."""
+    return "prompt-" + hashlib.sha1(" ".join(task_text.split()).encode("utf-8", "replace")).hexdigest()[:12]
+
+
 def ingest_paths(
     paths: Iterable[str | Path],
     *,
@@ -397,13 +404,18 @@ def ingest_paths(
     progress: bool = True,
     fmt: str | None = None,
     model: str | None = None,
+    task_from: str = "log",
 ) -> IngestResult:
     """Ingest every unit under ``paths``; never raises for a bad unit.
 
     ``fmt`` forces one ingester (by name) instead of detecting each file's format; a file it cannot
     read is skipped with that reason.  ``model`` names the model of runs whose logs name none (a
     stream without it, a chat log without ``"model"``); a log that names its model keeps it.
+    ``task_from``: ``"log"``, each run's task id as its log gives it, or ``"prompt"``, the task text it
+    opens with (:func:`prompt_task_id`; a run without one keeps the log's).
     """
+    if task_from not in ("log", "prompt"):
+        raise ValueError(f"task_from must be 'log' or 'prompt', got {task_from!r}")
     if fmt is not None:
         from dtoc_rl.ingest import get_ingester
 
@@ -443,6 +455,8 @@ def ingest_paths(
             t.source_path = rel[unit]
             if model and not t.model_raw:
                 name_model(t, model)
+            if task_from == "prompt" and t.task_text and t.task_text.strip():
+                t.task_id = prompt_task_id(t.task_text)
             given = t.traj_id
             holders = named.get(given, [])
             # a damaged file's copy is replaced by a longer copy of the same run (an intact one, or one

@@ -524,3 +524,34 @@ def test_a_model_name_dtoc_rl_does_not_know_is_said_at_ingest(tmp_path, capsys):
         assert main(["ingest", str(src), "-o", str(out), "--quiet", "--model", model]) == 0
         err = capsys.readouterr().err
         assert (f"--model '{model}' is not a model dtoc-rl knows" in err) is warned
+
+
+def _chat_runs(tmp_path: Path) -> Path:
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+
+    def run(rid: str, task: str) -> dict:
+        return {"id": rid, "messages": [
+            {"role": "user", "content": task}, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": f"a.py {rid}"}]}  # fmt: skip
+
+    f = tmp_path / "sessions.jsonl"
+    rows = [run("s1", "Fix the failing test"), run("s2", "Fix the  failing\ntest"), run("s3", "Add a flag")]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return f
+
+
+def test_runs_that_open_with_one_request_are_one_task_when_asked(tmp_path, capsys):
+    from dtoc_rl.ingest.driver import prompt_task_id
+
+    f = _chat_runs(tmp_path)
+    by_log = {t.traj_id[-2:]: t.task_id for t in ingest_paths([f], progress=False).trajectories}
+    assert by_log == {"s1": "s1", "s2": "s2", "s3": "s3"}  # the log's ids: three tasks
+    by_prompt = {
+        t.traj_id[-2:]: t.task_id for t in ingest_paths([f], progress=False, task_from="prompt").trajectories
+    }
+    assert by_prompt["s1"] == by_prompt["s2"] == prompt_task_id("Fix the failing test") != by_prompt["s3"]
+    assert main(["ingest", str(f), "-o", str(tmp_path / "d"), "--task-id", "prompt", "--quiet"]) == 0
+    assert len({t.task_id for t in load_trajectories(tmp_path / "d")}) == 2
+    assert "--task-id prompt" in (tmp_path / "d" / "README.md").read_text()  # the card says how to remake it
+    with pytest.raises(ValueError, match="task_from must be"):
+        ingest_paths([f], progress=False, task_from="session")
