@@ -207,9 +207,15 @@ def _init_worker(
     if show is not None:
         warnings.showwarning = show
     pricing.mark_warned(warned)
-    eps = _load(dataset, filters, tasks)
-    _W["env"] = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True)
-    _W["policies"] = [(s, make_policy(s)) for s in specs]
+    try:
+        eps = _load(dataset, filters, tasks)
+        _W["env"] = ReplayEnv(
+            trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True
+        )
+        _W["policies"] = [(s, make_policy(s)) for s in specs]
+    except Exception as e:  # a bad spec: raised by the first task, so the caller gets it as it was raised
+        _W["failed"] = e
+        return
     if threads and "torch" in sys.modules:  # the worker is this module's own process
         sys.modules["torch"].set_num_threads(threads)
 
@@ -224,6 +230,8 @@ def _shown() -> Callable[..., None] | None:
 
 
 def _work(indices: list[int]) -> list[Run]:
+    if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
+        raise _W["failed"]
     env = _W["env"]
     return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
 
@@ -306,9 +314,6 @@ def evaluate(
     specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
     # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
     use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
-    if use_pool:
-        for s in specs:  # a bad spec fails here in one line, not as a broken worker pool
-            make_policy(s)
     eps = _load(dataset, filters, tasks)
     if holdout_tasks and not any("/" in t for t in holdout_tasks):
         names = {task_name(e.source, e.task_id) for e in eps}

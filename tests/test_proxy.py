@@ -91,6 +91,7 @@ USAGE_A = {"input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_
 def _serving(handler):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     srv.seen = []
+    srv.headers_seen = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.shutdown()
@@ -592,7 +593,8 @@ def test_a_log_folder_that_cannot_be_written_is_refused_at_start(tmp_path, capsy
      (["--upstream", "https://api.openai.com", "--host", "0.0.0.0"], "not a loopback address"),
      (["--upstream", "https://a.b", "--max-conversations", "0"], "--max-conversations: must be at least 1"),
      (["--upstream", "https://a.b", "--timeout", "inf"], "--timeout: must be in (0, 604800]"),
-     (["--upstream", "http://"], "URL with a host")],
+     (["--upstream", "http://"], "URL with a host"),
+     (["--upstream", "https://me:hunter2pw@api.openai.com"], "must not carry credentials")],
 )  # fmt: skip
 def test_the_command_refuses_bad_settings_in_one_line(argv, message, capsys):
     from dtoc_rl.cli import main
@@ -603,7 +605,55 @@ def test_the_command_refuses_bad_settings_in_one_line(argv, message, capsys):
         code = stop.code
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err
+    assert message in err and "\n" not in err and "hunter2pw" not in err  # a secret is never echoed
+
+
+def _raw(url: str, request: bytes) -> bytes:
+    import socket
+
+    host, port = url.split("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        return b"".join(iter(lambda: s.recv(65536), b""))
+
+
+def test_hostile_requests_get_a_status_and_reach_nothing_upstream(echo):
+    from dtoc_rl.serve.proxy import MAX_BODY_BYTES
+
+    url, srv = _start(ContextProxy(make_policy("last_n:n=1")), echo)
+    assert srv.request_queue_size >= 1024 and srv.RequestHandlerClass.timeout >= 60  # bursts wait; stalls end
+    before = len(echo.seen)
+    huge = b"POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n{}" % (MAX_BODY_BYTES + 1)
+    assert _raw(url, huge).startswith(b"HTTP/1.1 413 ")  # refused from its header, nothing read
+    chunked = b"POST /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFF\r\n"
+    assert _raw(url, chunked).startswith(b"HTTP/1.1 413 ")
+    two = b"POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 30\r\n\r\n{}"
+    two += b"GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert _raw(url, two).startswith(b"HTTP/1.1 400 ")
+    for target in (b"http://evil.example/v1/chat/completions", b"/v1/../../admin", b"/v1/%2e%2e/admin"):
+        got = _raw(url, b"POST " + target + b" HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}")
+        assert got.startswith(b"HTTP/1.1 400 ") and b"without . or .." in got, target
+    assert len(echo.seen) == before  # none of them went upstream
+    c = _conn(url)
+    c.request(
+        "POST", "/v1/x", body=b"{}", headers={"Connection": "keep-alive, X-Hop-Only", "X-Hop-Only": "s"}
+    )
+    c.getresponse().read()
+    assert echo.headers_seen[-1].get("X-Hop-Only") is None  # named by Connection: this hop's only
+    c = _conn(url)
+    c.request("GET", "/hop")
+    r = c.getresponse()
+    r.read()
+    assert r.getheader("X-Internal") is None
+    # an integer no JSON reader takes (4,300+ digits): the request goes on as it came, not dropped
+    body = (
+        b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "seed": ' + b"9" * 5000 + b"}"
+    )
+    c = _conn(url)
+    c.request("POST", "/v1/chat/completions", body=body)
+    assert c.getresponse().status == 200 and echo.seen[-1][3] == body
+    srv.shutdown()
 
 
 def test_responses_requests_hide_call_outputs_and_leave_reasoning_items_as_they_are(upstream):
@@ -730,6 +780,7 @@ class _Echo(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         self.server.seen.append((self.command, self.path, self.headers.get_all("anthropic-beta"), body))
+        self.server.headers_seen.append(self.headers)
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", "http://127.0.0.1:9/stolen")
@@ -746,6 +797,14 @@ class _Echo(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.3)
             self.wfile.write(b"0\r\n\r\n")
+            return
+        if self.path == "/hop":  # a header this hop alone is to see, named by Connection
+            self.send_response(200)
+            self.send_header("Connection", "X-Internal")
+            self.send_header("X-Internal", "upstream-only")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
             return
         if self.path == "/hints":  # an interim answer first, then the real one
             self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")

@@ -153,7 +153,7 @@ def unknown_format_reason(path: Path) -> str:
     if not head.strip():
         return "empty file: nothing to read"
     first = head.lstrip().split("\n", 1)[0]
-    if path.suffix.lower() == ".jsonl" and re.match(r'\{\s*"(role|from)"\s*:', first):
+    if path.suffix.lower() in (".jsonl", ".ndjson") and re.match(r'\{\s*"(role|from)"\s*:', first):
         return (
             "chat messages one per line, but not every line is one (a header of the run's own fields "
             'may only come first; or write a run per line, {"messages": [...]})'

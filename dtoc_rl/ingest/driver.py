@@ -35,7 +35,7 @@ from dtoc_rl.ingest.goose import is_goose_db
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
-LOG_SUFFIXES = {".json", ".jsonl", ".traj", ".parquet", ".PARQUET", ".eval"}
+LOG_SUFFIXES = {".json", ".jsonl", ".ndjson", ".traj", ".parquet", ".PARQUET", ".eval"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
 AUXILIARY = [
     "*labels*.jsonl", "sessions_index.jsonl", "results.json", "result.json", "config.json", "report.json",

@@ -50,6 +50,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -188,14 +189,24 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def written_lines(path: Path) -> tuple[list[tuple[int, Any, str | None]], bool]:
-    """:func:`iter_jsonl`'s lines, except a last line that cannot be read: a log still being written
-    (an agent's live session file) ends in a record cut off mid-write.  Returns the lines and whether
-    such a torn last line was left out (its readers note it as ``extra.torn_last_line``); a bad line
-    anywhere else is the reader's to refuse."""
+    """:func:`iter_jsonl`'s lines, except a last line that cannot be read and that no newline ends: a log
+    still being written (an agent's live session file) ends in a record cut off mid-write.  Returns the
+    lines and whether such a torn last line was left out (its readers note it as
+    ``extra.torn_last_line``); any other bad line, or a file of that one line, is the reader's to
+    refuse."""
     lines = list(iter_jsonl(path))
-    if lines and lines[-1][2] is not None:
+    if len(lines) > 1 and lines[-1][2] is not None and not _ends_line(path):
         return lines[:-1], True
     return lines, False
+
+
+def _ends_line(path: Path) -> bool:
+    # whether the file's last byte ends a line: a record written whole, however it reads
+    with open(path, "rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return True
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 def parse_rows(
@@ -529,8 +540,8 @@ class OpenAIChatIngester(Ingester):
                 if len(runs) == 1:
                     yield self.run(path, runs[0], 1, seen, "file")
                     return
-                numbered = [(n, run, None) for n, run in enumerate(runs, 1)]  # each session fails alone
-                yield from parse_rows(path, numbered, lambda r, n: self.run(path, r, n, seen, "session"),
+                named = [(run["id"], run, None) for run in runs]  # each session fails alone, by its name
+                yield from parse_rows(path, named, lambda r, n: self.run(path, r, n, seen, "session"),
                                       unit="session")  # fmt: skip
                 return
             lines = itertools.chain(head, lines)  # a run per line: read as they come
@@ -571,7 +582,7 @@ class OpenAIChatIngester(Ingester):
         model = row.get("model") or ""
         if not isinstance(model, str):
             raise IngestError(f"'model' is {type(model).__name__}, expected string")
-        model = run_model(cp.steps, model)  # the calls' own models (a response's "model") where logged
+        model = model or run_model(cp.steps, "")  # else the calls' own (a response's "model"), if logged
         key = run_key(seen, str(rid) if rid is not None else f"{unit}{number}", number, cp.steps)
         success, source = row_label(row)
         scalars: dict[str, Any] = {}
@@ -637,7 +648,8 @@ def _json_lines(path: Path) -> bool:
         return True
     if path.suffix == ".json":
         return False
-    first = next((line for line in read_text(path).split("\n") if line.strip()), "")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first = next((line for line in fh if line.strip()), "")
     try:
         json.loads(first)
     except (json.JSONDecodeError, RecursionError):
@@ -677,23 +689,21 @@ def _one_message_per_line(rows: list[Any]) -> bool:
 
 
 #: Fields by which an application's log tells its runs apart when it writes the messages of several,
-#: interleaved, a message per line.
-RUN_FIELDS = (
-    "session_id",
-    "sessionId",
-    "conversation_id",
-    "conversationId",
-    "thread_id",
-    "threadId",
-    "run_id",
-)
+#: interleaved, a message per line.  (Not ``run_id``: LangChain's names one call, not a conversation.)
+RUN_FIELDS = ("session_id", "sessionId", "conversation_id", "conversationId", "thread_id", "threadId")
+
+
+def _run_name(m: dict, field: str) -> str | None:
+    v = m.get(field)
+    return str(v) if isinstance(v, str | int) and not isinstance(v, bool) and str(v).strip() else None
 
 
 def _lines_runs(path: Path, lines: list[tuple[int, Any, str | None]]) -> list[dict]:
     # A message-per-line file as its runs: its header's fields, its messages in order, the file's name as
-    # its id unless the header names one; messages that name their run (RUN_FIELDS) are as many runs,
-    # each with that name as its id and task, in the order they began.  A line that cannot be read
-    # loses a message: the file is not read at all rather than read with a hole in a run.
+    # its id unless the header names one.  Messages naming two or more runs (RUN_FIELDS) are as many runs,
+    # each with that name as its id and task, in the order they began, and every message must then name
+    # its run; one name (a single session's log) changes nothing.  A line that cannot be read loses a
+    # message: the file is not read at all rather than read with a hole in a run.
     bad = [f"line {n}: {err}" for n, _, err in lines if err is not None]
     header: dict[str, Any] = {}
     messages: list[tuple[int, dict]] = []
@@ -707,9 +717,11 @@ def _lines_runs(path: Path, lines: list[tuple[int, Any, str | None]]) -> list[di
             header.update(row)  # the header: the session's own fields
         else:
             bad.append(f"line {n}: not a chat message")
-    field = next((f for f in RUN_FIELDS if any(f in m for _, m in messages)), None)
+    field = next(
+        (f for f in RUN_FIELDS if len({_run_name(m, f) for _, m in messages} - {None}) > 1), None
+    )  # fmt: skip
     if field is not None:
-        unnamed = [n for n, m in messages if not isinstance(m.get(field), str | int) or m.get(field) == ""]
+        unnamed = [n for n, m in messages if _run_name(m, field) is None]
         if unnamed:
             bad.append(f"line {unnamed[0]}: names no {field!r} where other messages do (whose run is it?)")
     if bad:
@@ -718,7 +730,7 @@ def _lines_runs(path: Path, lines: list[tuple[int, Any, str | None]]) -> list[di
         return [{**header, "id": header.get("id", path.stem), "messages": [m for _, m in messages]}]
     runs: dict[str, list[dict]] = {}
     for _, m in messages:
-        runs.setdefault(str(m[field]), []).append({k: v for k, v in m.items() if k != field})
+        runs.setdefault(_run_name(m, field), []).append({k: v for k, v in m.items() if k != field})
     return [{**header, "id": name, "task_id": header.get("task_id", name), "messages": msgs}
             for name, msgs in runs.items()]  # fmt: skip
 

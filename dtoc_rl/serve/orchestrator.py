@@ -612,7 +612,8 @@ class Orchestrator:
             for k, c in enumerate(tool_calls):
                 name = c.get("name")
                 if not isinstance(name, str) or not name:
-                    raise ValueError(f"tool_calls[{k}] has no name: {c!r}")
+                    # its keys, not its values: arguments may hold what is not to be printed
+                    raise ValueError(f"tool_calls[{k}] has no name (its keys: {sorted(map(str, c))[:8]})")
             ids = self._s.call_ids([c.get("id") for c in tool_calls], turn)
             calls = [
                 {

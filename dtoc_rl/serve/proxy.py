@@ -787,7 +787,7 @@ class _StreamUsage:
                 continue
             try:
                 ev = json.loads(line[5:])
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer of 4,300+ digits
                 continue
             if not isinstance(ev, dict):
                 continue
@@ -807,6 +807,20 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 class _BadBody(ValueError):
     """A request body cut short or framed wrongly."""
+
+
+class _TooLarge(_BadBody):
+    """A request body over :data:`MAX_BODY_BYTES`."""
+
+    def __init__(self, size: int):
+        super().__init__(
+            f"a request body of {size} bytes, over the proxy's {MAX_BODY_BYTES} (MAX_BODY_BYTES)"
+        )
+
+
+#: The largest request body passed on.  A model call with a long context is a few megabytes, with images
+#: tens; a body far larger is a mistake or an attack, and would be held in memory whole.
+MAX_BODY_BYTES = 256 * 2**20
 
 
 #: A Gemini model call's path: the model, then the method (AI Studio's /v1beta/models/M:..., Vertex's
@@ -842,6 +856,11 @@ def _api_of(method: str, path: str) -> str | None:
 def check_upstream(url: str) -> None:
     """ValueError unless ``url`` is an http:// or https:// URL with a host (what ``--upstream`` takes)."""
     parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:  # never echoed: it holds a secret
+        raise ValueError(
+            "upstream must not carry credentials (user:password@): the agent's own API key header is passed "
+            "on as it came, and a forward proxy's credentials go in HTTPS_PROXY"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
 
@@ -947,7 +966,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         """The request's body (None: it has none); a body cut short or framed wrongly raises
         :class:`_BadBody`: nothing of it may go upstream as if whole."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            parts = []
+            parts, total = [], 0
             while True:
                 token = self.rfile.readline().split(b";", 1)[0].strip()
                 if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", token):
@@ -955,6 +974,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 size = int(token, 16)
                 if size == 0:
                     break
+                total += size
+                if total > MAX_BODY_BYTES:
+                    raise _TooLarge(total)
                 part = self.rfile.read(size)
                 if len(part) != size or self.rfile.readline() not in (b"\r\n", b"\n"):
                     raise _BadBody("a chunked body cut short")
@@ -962,11 +984,16 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                 pass  # trailers
             return b"".join(parts)
-        length = self.headers.get("Content-Length")
-        if length is None:
+        lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if not lengths:
             return None
-        if not re.fullmatch(r"[0-9]{1,18}", length.strip()):
+        if len(lengths) > 1:  # which one frames the body is ambiguous (RFC 9112, section 6.3)
+            raise _BadBody(f"Content-Length given {len(lengths)} different values")
+        (length,) = lengths
+        if not re.fullmatch(r"[0-9]{1,18}", length):
             raise _BadBody(f"Content-Length {length!r} is no length")
+        if int(length) > MAX_BODY_BYTES:
+            raise _TooLarge(int(length))
         data = self.rfile.read(int(length)) if int(length) > 0 else b""
         if len(data) != int(length):
             raise _BadBody(f"the body ended after {len(data)} of its {int(length)} bytes")
@@ -980,7 +1007,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return raw, None
         try:
             body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer of 4,300+ digits
             return raw, None  # the API answers it with its own error
         sent = False
         rw = Rewrite(body, passed="not read")
@@ -1009,15 +1036,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _relay(self) -> None:
         """Pass the request on (every method: do_POST and the others are this) and its answer back."""
         method = self.command
+        if not self.path.startswith("/") or any(
+            seg in (".", "..") for seg in unquote(self.path.split("?", 1)[0]).split("/")
+        ):  # an absolute URL or a path climbing out of the upstream's prefix: no API's request
+            self.close_connection = True
+            return self._error(400, "dtoc_proxy_request", "the request target must be a path without . or ..")
         try:
             raw = self._body()
         except _BadBody as e:
             self.close_connection = True
-            return self._error(400, "dtoc_proxy_request", str(e))
+            return self._error(413 if isinstance(e, _TooLarge) else 400, "dtoc_proxy_request", str(e))
         raw, conversation = self._rewrite(method, raw)
         up = self.server.upstream
-        # every header but the hop-by-hop ones, repeated ones kept (anthropic-beta may come twice)
-        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _NOT_SENT]
+        # every header but the hop-by-hop ones and those Connection names (RFC 9110, section 7.6.1),
+        # repeated ones kept (anthropic-beta may come twice)
+        drop = _NOT_SENT | _connection_named(self.headers.get_all("Connection"))
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in drop]
         path = self.path  # as the client sent it, its bytes read as latin-1
         if not path.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in path):
             path = quote(path.encode("latin-1", "replace"), safe="/?&=:@!$'()*+,;~%#[]")
@@ -1103,7 +1137,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         # by how the answer came, not by its header (an upstream may send a length beside chunks)
         streamed = (resp.chunked or resp.length is None) and not bodiless
-        headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
+        drop = _HOP | _connection_named([v for k, v in resp.getheaders() if k.lower() == "connection"])
+        headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in drop]
         if not streamed and not bodiless and conversation is None:
             # an answer of known length the proxy need not read (a download): passed on as it arrives
             self._start_answer(resp, headers)
@@ -1181,6 +1216,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
 
 
+def _connection_named(values: list[str] | None) -> frozenset[str]:
+    """The header names a ``Connection`` header lists (hop-by-hop for this connection only)."""
+    return frozenset(t.strip().lower() for v in values or () for t in v.split(",") if t.strip())
+
+
 # An answer of unknown length kept to read its usage, at the most (a chat answer is some kilobytes).
 _MAX_KEPT = 16 * 2**20
 
@@ -1188,15 +1228,19 @@ _MAX_KEPT = 16 * 2**20
 def _decoded(data: bytes) -> Any:
     try:
         return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer of 4,300+ digits
         return None
 
 
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
 
     def __init__(self, addr: tuple[str, int], proxy: ContextProxy, upstream: _Upstream):
-        super().__init__(addr, _ProxyHandler)
+        # a client connection silent this long (mid-request, or idle between an agent's calls) is closed:
+        # a stalled or hostile client holds no thread for ever
+        handler = type("_TimedHandler", (_ProxyHandler,), {"timeout": max(upstream.timeout_s, 60.0)})
+        super().__init__(addr, handler)
         self.proxy = proxy
         self.upstream = upstream
 

@@ -297,9 +297,13 @@ def test_stream_bad_inputs(tmp_path):
     with pytest.raises(IngestError, match="empty trajectory"):
         list(STREAM.parse(bad))
     j = tmp_path / "s.jsonl"
-    j.write_text(json.dumps(_stream_events()[0]) + "\n{oops\n" + json.dumps(_stream_events()[1]) + "\n")
-    with pytest.raises(IngestError, match="line 2: invalid JSON"):  # a hole in the stream is not read
-        list(STREAM.parse(j))
+    for text in (
+        json.dumps(_stream_events()[0]) + "\n{oops\n",  # a last line written whole: bad, not cut off
+        json.dumps(_stream_events()[0]) + "\n{oops\n" + json.dumps(_stream_events()[1]) + "\n",  # a hole
+    ):
+        j.write_text(text)
+        with pytest.raises(IngestError, match="line 2: invalid JSON"):
+            list(STREAM.parse(j))
     j.write_text(
         json.dumps(_stream_events()[0])
         + "\n"
@@ -393,6 +397,9 @@ def test_a_session_still_being_written_is_read_without_its_cut_off_last_line(tmp
     assert json.loads(traj.extra)["torn_last_line"] is True
     p.write_text(whole + "\n")
     assert "torn_last_line" not in json.loads(next(iter(TRANSCRIPT.parse(p))).extra)
+    p.write_text(json.dumps(recs[0])[:30])  # nothing but a cut-off line: its own error, not "empty"
+    with pytest.raises(IngestError, match="line 1: invalid JSON"):
+        list(TRANSCRIPT.parse(p))
     # a line cut off anywhere else is a hole in the session: refused, named
     lines = [json.dumps(r) for r in recs]
     lines[1] = lines[1][:30]

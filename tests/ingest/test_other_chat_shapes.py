@@ -884,7 +884,7 @@ def test_an_app_log_of_interleaved_sessions_a_message_per_line_is_a_run_per_sess
 
 
 def test_an_app_log_with_a_message_naming_no_session_is_not_guessed(tmp_path):
-    msgs = _session_chat("s-a", "ls", "a.py")
+    msgs = _session_chat("s-a", "ls", "a.py") + _session_chat("s-b", "ls", "b.py")
     del msgs[2]["session_id"]
     f = tmp_path / "applog.jsonl"
     f.write_text("\n".join(json.dumps(m) for m in msgs))
@@ -901,6 +901,38 @@ def test_a_runs_model_is_the_one_its_calls_name_when_the_run_names_none(tmp_path
     f.write_text("\n".join(json.dumps(m) for m in msgs))
     (t,) = CHAT.parse(f)
     assert (t.model_raw, t.model_family) == ("gpt-4o-2024-08-06", "gpt-4o")
+    f.write_text(json.dumps({"id": "r", "model": "claude-sonnet-4-5", "messages": msgs}))
+    assert next(iter(CHAT.parse(f))).model_raw == "claude-sonnet-4-5"  # a model the run names is kept
+
+
+@pytest.mark.parametrize("case", ["one_name", "named_on_some", "null_everywhere", "run_id_per_call"])
+def test_a_single_sessions_log_a_message_per_line_stays_one_run_under_its_own_id(tmp_path, case):
+    msgs = [{k: v for k, v in m.items() if k != "session_id"} for m in _session_chat("x", "ls", "a.py")]
+    if case == "one_name":
+        msgs = [{**m, "conversation_id": "conv-9"} for m in msgs]
+    elif case == "named_on_some":  # an Assistants-style log: the run named on the assistant's messages
+        msgs = [{**m, "thread_id": "t1"} if m["role"] == "assistant" else m for m in msgs]
+    elif case == "null_everywhere":
+        msgs = [{**m, "session_id": None} for m in msgs]
+    else:  # LangChain's run_id names one call, not the conversation
+        msgs = [{**m, "run_id": f"call-{k}"} for k, m in enumerate(msgs)]
+    f = tmp_path / "chat.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in [{"id": "run-7"}, *msgs]))
+    (t,) = CHAT.parse(f)
+    assert (t.traj_id.rsplit("/", 1)[-1], t.steps[0].output) == ("run-7", "a.py")
+
+
+def test_a_session_that_cannot_be_read_is_named_and_the_others_are_read(tmp_path):
+    a, b = _session_chat("s-a", "ls", "a.py"), _session_chat("s-b", "cat b.py", "print(1)")
+    b = [m for m in b if m["role"] == "user"]  # s-b never answered: no run
+    f = tmp_path / "applog.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in a + b))
+    got, err = [], None
+    try:
+        got.extend(CHAT.parse(f))
+    except IngestError as e:
+        err = e.reason
+    assert [t.task_id for t in got] == ["s-a"] and err.startswith("1 of 2 sessions failed: session s-b: ")
 
 
 def test_json_lines_under_another_name_are_read_as_lines(tmp_path):
@@ -909,6 +941,9 @@ def test_json_lines_under_another_name_are_read_as_lines(tmp_path):
     nd = tmp_path / "runs.ndjson"
     nd.write_text(rows)
     assert isinstance(detect_format(nd), OpenAIChatIngester)
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    assert len(ingest_paths([tmp_path], progress=False).trajectories) == 2  # found in a folder too
     log = tmp_path / "agent.log"  # found in a folder it is a note; named with --format it is read
     log.write_text(rows)
     for f in (nd, log):
