@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="what makes two runs one task, so that a held-out split keeps a task's runs on one side: log "
         "(default), the id the log gives (for a session log such as a Claude Code transcript or an OTel "
         "trace, the session's own, so repeated runs of one task count as several); prompt, the task text "
-        "the run opens with (runs that start from the same request are one task)",
+        "the run opens with (a harness's runs that start from the same request are one task; the log's id is "
+        "kept as extra.log_task_id)",
     )
     from dtoc_rl.ingest import INGESTERS
 

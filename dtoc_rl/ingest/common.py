@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -26,6 +27,7 @@ __all__ = [
     "name_model",
     "number",
     "run_model",
+    "text_task_id",
     "usage_from",
 ]
 
@@ -326,6 +328,12 @@ def _counted_from(traj: Trajectory) -> int:
     except (ValueError, AttributeError):
         return 0
     return k if isinstance(k, int) and 0 <= k < len(traj.steps) else 0
+
+
+def text_task_id(text: str, prefix: str) -> str:
+    """A task id for runs that open with ``text``: the same for the same text whatever its whitespace
+    (``prefix`` and 12 hex digits of its SHA-1).  For logs whose task is a request, not a named task."""
+    return prefix + hashlib.sha1(" ".join(text.split()).encode("utf-8", "replace")).hexdigest()[:12]
 
 
 def name_model(traj: Trajectory, model: str) -> None:

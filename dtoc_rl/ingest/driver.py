@@ -9,7 +9,6 @@ counted as auxiliary, not skipped.  One bad file never stops the run.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import multiprocessing
 import os
@@ -30,7 +29,7 @@ from dtoc_rl.data.dataset import storable
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
-from dtoc_rl.ingest.common import name_model
+from dtoc_rl.ingest.common import name_model, text_task_id
 from dtoc_rl.ingest.goose import is_goose_db
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
@@ -390,10 +389,14 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                 todo.append(unit)
 
 
-def prompt_task_id(task_text: str) -> str:
-    """A task id for runs that open with ``task_text``: the same for the same text, whatever its
-    whitespace (``prompt-`` and 12 hex digits of its SHA-1)."""
-    return "prompt-" + hashlib.sha1(" ".join(task_text.split()).encode("utf-8", "replace")).hexdigest()[:12]
+def _keep_in_extra(t: Trajectory, key: str, value: Any) -> None:
+    try:
+        extra = json.loads(t.extra) if t.extra else {}
+    except ValueError:
+        extra = None
+    if isinstance(extra, dict):
+        extra[key] = value
+        t.extra = json.dumps(extra)
 
 
 def ingest_paths(
@@ -412,7 +415,9 @@ def ingest_paths(
     read is skipped with that reason.  ``model`` names the model of runs whose logs name none (a
     stream without it, a chat log without ``"model"``); a log that names its model keeps it.
     ``task_from``: ``"log"``, each run's task id as its log gives it, or ``"prompt"``, the task text it
-    opens with (:func:`prompt_task_id`; a run without one keeps the log's).
+    opens with (:func:`~dtoc_rl.ingest.common.text_task_id`; the log's kept as ``extra.log_task_id``; a
+    run without one keeps the log's).  Task names are ``source/task_id``: one request run under two
+    harnesses is two tasks still.
     """
     if task_from not in ("log", "prompt"):
         raise ValueError(f"task_from must be 'log' or 'prompt', got {task_from!r}")
@@ -456,7 +461,8 @@ def ingest_paths(
             if model and not t.model_raw:
                 name_model(t, model)
             if task_from == "prompt" and t.task_text and t.task_text.strip():
-                t.task_id = prompt_task_id(t.task_text)
+                _keep_in_extra(t, "log_task_id", t.task_id)
+                t.task_id = text_task_id(t.task_text, "prompt-")
             given = t.traj_id
             holders = named.get(given, [])
             # a damaged file's copy is replaced by a longer copy of the same run (an intact one, or one

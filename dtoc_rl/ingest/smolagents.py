@@ -43,7 +43,6 @@ answered in several files is one task.
 from __future__ import annotations
 
 import ast
-import hashlib
 import io
 import json
 import re
@@ -55,7 +54,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import finalize
+from dtoc_rl.ingest.common import finalize, text_task_id
 from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label
 
 __all__ = ["SmolagentsIngester", "parse_step_repr"]
@@ -128,7 +127,7 @@ class SmolagentsIngester(Ingester):
         question = cp.task or task
         task_id = row.get("task_id")
         if task_id is None:  # one question answered in several files is one task
-            task_id = "q-" + hashlib.sha1(question.encode()).hexdigest()[:12] if question else None
+            task_id = text_task_id(question, "q-") if question else None
         rid = row.get("id", task_id)
         success, source = row_label(row)
         extra = {

@@ -541,7 +541,7 @@ def _chat_runs(tmp_path: Path) -> Path:
 
 
 def test_runs_that_open_with_one_request_are_one_task_when_asked(tmp_path, capsys):
-    from dtoc_rl.ingest.driver import prompt_task_id
+    from dtoc_rl.ingest.common import text_task_id
 
     f = _chat_runs(tmp_path)
     by_log = {t.traj_id[-2:]: t.task_id for t in ingest_paths([f], progress=False).trajectories}
@@ -549,7 +549,14 @@ def test_runs_that_open_with_one_request_are_one_task_when_asked(tmp_path, capsy
     by_prompt = {
         t.traj_id[-2:]: t.task_id for t in ingest_paths([f], progress=False, task_from="prompt").trajectories
     }
-    assert by_prompt["s1"] == by_prompt["s2"] == prompt_task_id("Fix the failing test") != by_prompt["s3"]
+    assert (
+        by_prompt["s1"]
+        == by_prompt["s2"]
+        == text_task_id("Fix the failing test", "prompt-")
+        != by_prompt["s3"]
+    )
+    runs = ingest_paths([f], progress=False, task_from="prompt").trajectories
+    assert [json.loads(t.extra)["log_task_id"] for t in runs] == ["s1", "s2", "s3"]  # the log's own, kept
     assert main(["ingest", str(f), "-o", str(tmp_path / "d"), "--task-id", "prompt", "--quiet"]) == 0
     assert len({t.task_id for t in load_trajectories(tmp_path / "d")}) == 2
     assert "--task-id prompt" in (tmp_path / "d" / "README.md").read_text()  # the card says how to remake it
