@@ -1,4 +1,5 @@
-"""argparse flags from a dataclass whose fields carry ``metadata["help"]``."""
+"""argparse flags from a dataclass: a config's fields with ``metadata["help"]``, or a script's ``Args``
+with a docstring under each field."""
 
 from __future__ import annotations
 
@@ -38,35 +39,6 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def add_args_fields(
-    p: argparse.ArgumentParser, cls: type, special: dict[str, dict[str, Any]] | None = None
-) -> None:
-    """A flag per field of a script's ``Args`` dataclass (CleanRL style), its help the docstring under
-    the field (:func:`field_docs`).  A bool is a switch (``--x`` and ``--no-x``), a ``list[T]`` takes
-    one or more ``T``, anything else one value of its default's type.  ``special`` gives a field's own
-    ``add_argument`` keywords (``type``, ``choices``, ``nargs``), which replace the derived ones.  The
-    scripts' parsers are built here, so that they read flags alike."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-        help_ = docs.get(f.name, "").replace("%", "%%")  # argparse formats help texts with %
-        kw: dict[str, Any] = {"default": default}
-        if tp is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        else:
-            if typing.get_origin(tp) is list:
-                kw.update(nargs="+", type=typing.get_args(tp)[0])
-            else:
-                kw["type"] = type(default)
-            shown = " ".join(map(str, default)) if isinstance(default, list) else default
-            if shown not in ("", None) and "(default" not in help_:  # a docstring may say it in words
-                help_ += f" (default: {shown})"
-        kw.update((special or {}).get(f.name, {}))
-        p.add_argument("--" + f.name.replace("_", "-"), help=help_, **kw)
-
-
 def _remember(action_cls: type) -> type:
     """``action_cls`` that also records its field as given on the command line (a value equal to the
     default is still given: what a checkpoint keeps unless told otherwise depends on it)."""
@@ -98,20 +70,59 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
+def _flag(
+    g: Any, f: dataclasses.Field, hint: Any, help_: str, *, track: bool, override: dict | None = None
+) -> None:
+    """A flag for field ``f`` of type ``hint`` on ``g``: a bool a switch (``--x``/``--no-x``), a
+    ``list[T]`` one or more ``T``, anything else one value of its type; its default said once in the
+    help; ``track``: the namespace records it as given (:func:`given_fields`); ``override``: keywords
+    replacing the derived ones."""
+    tp = _base_type(hint)
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        default = None
+    help_ = help_.replace("%", "%%")  # argparse formats help texts with %
+    kw: dict[str, Any] = {"default": default}
+    if tp is bool:
+        kw["action"] = _BoolGiven if track else argparse.BooleanOptionalAction
+    else:
+        kw["action"] = _StoreGiven if track else "store"
+        if typing.get_origin(tp) is list:
+            kw.update(nargs="+", type=typing.get_args(tp)[0])
+        else:
+            kw["type"] = tp
+        shown = " ".join(map(str, default)) if isinstance(default, list) else default
+        if shown not in ("", None) and "(default" not in help_:  # a docstring may say it in words
+            help_ += f" (default: {shown})"
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        kw["required"] = True
+    g.add_argument("--" + f.name.replace("_", "-"), **{"help": help_, **kw, **(override or {})})
+
+
 def add_dataclass_arguments(p: argparse.ArgumentParser, cls: type, group: str | None = None) -> None:
+    """A flag per field of a config dataclass, its help the field's ``metadata["help"]``; the namespace
+    records which the command line gave (:func:`given_fields`)."""
     g = p.add_argument_group(group) if group else p
     hints = typing.get_type_hints(cls)  # resolves string annotations (from __future__ import annotations)
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        tp = _base_type(hints[f.name])
-        help_ = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if tp is bool:
-            g.add_argument(flag, action=_BoolGiven, default=default, help=help_)
-        else:
-            g.add_argument(
-                flag, action=_StoreGiven, type=tp, default=default, help=f"{help_} (default: {default})"
-            )
+        _flag(g, f, hints[f.name], f.metadata.get("help", ""), track=True)
+
+
+def add_args_fields(
+    p: argparse.ArgumentParser, cls: type, special: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """A flag per field of a script's ``Args`` dataclass (CleanRL style), its help the docstring under
+    the field (:func:`field_docs`), as :func:`add_dataclass_arguments` makes them.  ``special`` gives a
+    field's own ``add_argument`` keywords (``type``, ``choices``, ``nargs``), which replace the derived
+    ones.  The scripts' parsers are built here, so that they read flags alike."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        help_ = docs.get(f.name, "")
+        _flag(p, f, hints[f.name], help_, track=False, override=(special or {}).get(f.name))
 
 
 def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:

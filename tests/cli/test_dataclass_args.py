@@ -87,3 +87,18 @@ def test_a_field_can_take_its_own_keywords():
     assert p.parse_args(["--ratios"]).ratios == []
     with pytest.raises(SystemExit):
         p.parse_args(["--count", "0"])
+
+
+def test_a_fields_type_is_its_annotation_and_a_field_without_default_is_required():
+    @dataclass
+    class Args:
+        target: str
+        """where to"""
+        rate: float = 0
+        """a rate, default written as an integer"""
+
+    p = argparse.ArgumentParser(prog="x")
+    add_args_fields(p, Args)
+    assert p.parse_args(["--target", "t", "--rate", "0.5"]).rate == 0.5
+    with pytest.raises(SystemExit):
+        p.parse_args(["--rate", "1"])  # --target missing
