@@ -150,7 +150,7 @@ def count(d: dict, *keys: str) -> int | None:
     return _int(number(d, *keys))
 
 
-_DECIMAL = re.compile(r"\d{1,16}(?:\.\d{1,16})?")
+_DECIMAL = re.compile(r"\d{1,17}(?:\.\d{1,17})?(?:[eE][-+]?\d{1,3})?")  # as str() writes numbers
 
 
 def number(d: dict, *keys: str) -> float | None:
@@ -160,7 +160,7 @@ def number(d: dict, *keys: str) -> float | None:
     for k in keys:
         v = d.get(k)
         if isinstance(v, str) and _DECIMAL.fullmatch(v.strip()):
-            v = float(v) if "." in v else int(v)
+            v = int(v) if v.strip().isdigit() else float(v)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 10**15:
             continue  # no count or price is that large (and float() of 10**400 overflows)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:

@@ -36,9 +36,10 @@ def test_usage_counts_that_are_infinite_or_negative_are_not_figures():
 
 
 def test_usage_counts_written_as_decimal_text_are_figures_and_other_text_is_not():
-    u = usage_from({"prompt_tokens": "1200", "completion_tokens": " 7 ", "cost": "0.0031"})
-    assert (u.input_tokens, u.output_tokens, u.cost_usd) == (1200, 7, 0.0031)
-    for odd in ("abc", "-5", "1e3", "", "12 tokens", "9" * 40):
+    u = usage_from({"prompt_tokens": "1200", "completion_tokens": " 7 ", "cost": "5e-05"})
+    assert (u.input_tokens, u.output_tokens, u.cost_usd) == (1200, 7, 5e-05)
+    assert usage_from({"prompt_tokens": 1, "cost": "0.30000000000000004"}).cost_usd == 0.30000000000000004
+    for odd in ("abc", "-5", "", "12 tokens", "9" * 40, "1e999", "nan"):
         assert usage_from({"prompt_tokens": odd, "completion_tokens": 1}).input_tokens is None, odd
 
 
