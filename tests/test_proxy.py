@@ -585,6 +585,7 @@ def test_a_log_folder_that_cannot_be_written_is_refused_at_start(tmp_path, capsy
     made = tmp_path / "new" / "logs"
     ContextProxy(make_policy("none"), log_dir=made)
     assert made.is_dir() and not any(made.iterdir())  # made, and the probe file gone
+    assert made.stat().st_mode & 0o077 == 0  # the agent's outputs are its owner's to read
 
 
 @pytest.mark.parametrize(

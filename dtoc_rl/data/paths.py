@@ -32,11 +32,16 @@ def write_text_atomic(path: str | Path, chunks: Iterable[str], encoding: str | N
         raise
 
 
-def writable_folder(path: str | Path, what: str = "folder") -> Path:
+def writable_folder(path: str | Path, what: str = "folder", *, private: bool = False) -> Path:
     """``path`` as a folder files can be written to, made if missing; a ValueError naming ``what`` and
-    why not.  For outputs checked before the work that makes them, not found unwritable after it."""
+    why not.  For outputs checked before the work that makes them, not found unwritable after it.
+    ``private``: a folder it makes is its owner's alone (0700: for logs of what an agent read)."""
     folder = Path(path)
     try:
+        if private and not folder.exists():
+            with contextlib.suppress(OSError):  # made meanwhile, or cannot be: the plain mkdir says why
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                folder.mkdir(mode=0o700)
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".dtoc-probe-")
         os.close(fd)

@@ -485,7 +485,8 @@ class ContextProxy:
         self.families = frozenset(families if families is not None else _SERVED)
         self.prices = dict(prices or {})
         self.max_conversations = int(max_conversations)
-        self.log_dir = writable_folder(log_dir, "log folder") if log_dir is not None else None
+        # the logs hold every tool output the agent read (a .env it printed too): a new folder is private
+        self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         self.log = log
