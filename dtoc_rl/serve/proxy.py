@@ -814,9 +814,7 @@ class _TooLarge(_BadBody):
     """A request body over :data:`MAX_BODY_BYTES`."""
 
     def __init__(self, size: int):
-        super().__init__(
-            f"a request body of {size} bytes, over the proxy's {MAX_BODY_BYTES} (MAX_BODY_BYTES)"
-        )
+        super().__init__(f"a request body of {size} bytes, over the proxy's limit of {MAX_BODY_BYTES}")
 
 
 #: The largest request body passed on.  A model call with a long context is a few megabytes, with images
