@@ -231,7 +231,7 @@ def _shown() -> Callable[..., None] | None:
 
 def _work(indices: list[int]) -> list[Run]:
     if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
-        raise _W["failed"]
+        raise _W["failed"].with_traceback(None)  # the same error each time, not a longer trace
     env = _W["env"]
     return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
 

@@ -147,11 +147,13 @@ def evaluate_ray(
     ray = _import_ray()
     import pyarrow.parquet as pq
 
-    from dtoc_rl.policies.registry import expand_specs
+    from dtoc_rl.policies.registry import expand_specs, make_policy
 
     cost_config = cost_config or CostConfig()
     # sweeps (key=a|b) as on the command line
     specs = list(dict.fromkeys([*expand_specs(list(specs)), ORACLE]))
+    for s in specs:  # a bad spec fails here in one line, not as an actor that died after Ray started
+        make_policy(s)
     files = _dataset_files(dataset)
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     # Ray's driver threads print to stdout (worker-pool warnings such as "(raylet) WARNING: 8 PYTHON

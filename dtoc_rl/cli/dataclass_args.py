@@ -84,7 +84,6 @@ def _flag(
         default = f.default_factory()
     else:
         default = None
-    help_ = help_.replace("%", "%%")  # argparse formats help texts with %
     kw: dict[str, Any] = {"default": default}
     if tp is bool:
         kw["action"] = _BoolGiven if track else argparse.BooleanOptionalAction
@@ -99,6 +98,7 @@ def _flag(
             help_ += f" (default: {shown})"
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         kw["required"] = True
+    help_ = help_.replace("%", "%%")  # argparse formats help texts with %: a default's too
     g.add_argument("--" + f.name.replace("_", "-"), **{"help": help_, **kw, **(override or {})})
 
 

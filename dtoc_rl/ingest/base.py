@@ -64,6 +64,10 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise IngestError(f"invalid JSON: {json_error(e)}", path) from None
+    except ValueError as e:  # valid JSON no reader takes: an integer of 4,300+ digits
+        raise IngestError(f"JSON not readable: {str(e).split(';')[0]}", path) from None
+    except RecursionError:
+        raise IngestError("JSON nested too deeply to read", path) from None
 
 
 @dataclass

@@ -330,10 +330,13 @@ def _counted_from(traj: Trajectory) -> int:
     return k if isinstance(k, int) and 0 <= k < len(traj.steps) else 0
 
 
-def text_task_id(text: str, prefix: str) -> str:
-    """A task id for runs that open with ``text``: the same for the same text whatever its whitespace
-    (``prefix`` and 12 hex digits of its SHA-1).  For logs whose task is a request, not a named task."""
-    return prefix + hashlib.sha1(" ".join(text.split()).encode("utf-8", "replace")).hexdigest()[:12]
+def text_task_id(text: str, prefix: str, *, fold_space: bool = True) -> str:
+    """A task id for runs that open with ``text``: ``prefix`` and 12 hex digits of its SHA-1, the same
+    for the same text whatever its whitespace unless ``fold_space`` is off (the ids smolagents runs
+    were given before, kept so that checkpoints' task lists still name them).  For logs whose task is
+    a request, not a named task."""
+    key = " ".join(text.split()) if fold_space else text
+    return prefix + hashlib.sha1(key.encode("utf-8", "replace")).hexdigest()[:12]
 
 
 def name_model(traj: Trajectory, model: str) -> None:

@@ -184,6 +184,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             yield lineno, json.loads(line), None
         except json.JSONDecodeError as e:
             yield lineno, None, f"invalid JSON ({json_error(e, line=False)})"
+        except ValueError as e:  # valid JSON no reader takes: an integer of 4,300+ digits
+            yield lineno, None, f"JSON not readable ({str(e).split(';')[0]})"
         except RecursionError:  # one line too deep to read: the lines after it are still read
             yield lineno, None, "JSON nested too deeply to read"
 
@@ -652,7 +654,7 @@ def _json_lines(path: Path) -> bool:
         first = next((line for line in fh if line.strip()), "")
     try:
         json.loads(first)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -663,7 +665,7 @@ def _head_lines(head: str) -> list[Any]:
     for line in head.split("\n"):
         try:
             rows.append(json.loads(line))
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, or an integer no reader takes
             continue
     return rows
 

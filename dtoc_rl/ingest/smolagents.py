@@ -127,7 +127,7 @@ class SmolagentsIngester(Ingester):
         question = cp.task or task
         task_id = row.get("task_id")
         if task_id is None:  # one question answered in several files is one task
-            task_id = text_task_id(question, "q-") if question else None
+            task_id = text_task_id(question, "q-", fold_space=False) if question else None
         rid = row.get("id", task_id)
         success, source = row_label(row)
         extra = {

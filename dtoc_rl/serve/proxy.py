@@ -817,9 +817,14 @@ class _TooLarge(_BadBody):
         super().__init__(f"a request body of {size} bytes, over the proxy's limit of {MAX_BODY_BYTES}")
 
 
-#: The largest request body passed on.  A model call with a long context is a few megabytes, with images
-#: tens; a body far larger is a mistake or an attack, and would be held in memory whole.
+#: The largest model-call body passed on (other requests, a file upload, go whatever their size).  A
+#: model call with a long context is a few megabytes, with images tens; one far larger is a mistake or
+#: an attack, and would be read into memory whole to be rewritten.
 MAX_BODY_BYTES = 256 * 2**20
+#: Seconds a client connection may stay silent (mid-request, or idle between an agent's calls) before
+#: it is closed: a stalled or hostile client holds no thread for ever, and an agent's HTTP client opens
+#: a new connection for its next call.
+CLIENT_IDLE_S = 120.0
 
 
 #: A Gemini model call's path: the model, then the method (AI Studio's /v1beta/models/M:..., Vertex's
@@ -862,6 +867,10 @@ def check_upstream(url: str) -> None:
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {url!r}")
+    try:
+        parts.port  # noqa: B018 - read for its check: a port that is no number, or out of range
+    except ValueError:
+        raise ValueError(f"upstream {url!r}: its port is no port number (1-65535)") from None
 
 
 def versioned_upstream(url: str) -> str | None:
@@ -963,7 +972,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes | None:
         """The request's body (None: it has none); a body cut short or framed wrongly raises
-        :class:`_BadBody`: nothing of it may go upstream as if whole."""
+        :class:`_BadBody`: nothing of it may go upstream as if whole; a model call's over
+        :data:`MAX_BODY_BYTES` raises :class:`_TooLarge`."""
+        cap = MAX_BODY_BYTES if _api_of(self.command, self.path) is not None else 2**62
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             parts, total = [], 0
             while True:
@@ -974,7 +985,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 if size == 0:
                     break
                 total += size
-                if total > MAX_BODY_BYTES:
+                if total > cap:
                     raise _TooLarge(total)
                 part = self.rfile.read(size)
                 if len(part) != size or self.rfile.readline() not in (b"\r\n", b"\n"):
@@ -991,7 +1002,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         (length,) = lengths
         if not re.fullmatch(r"[0-9]{1,18}", length):
             raise _BadBody(f"Content-Length {length!r} is no length")
-        if int(length) > MAX_BODY_BYTES:
+        if int(length) > cap:
             raise _TooLarge(int(length))
         data = self.rfile.read(int(length)) if int(length) > 0 else b""
         if len(data) != int(length):
@@ -1035,11 +1046,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _relay(self) -> None:
         """Pass the request on (every method: do_POST and the others are this) and its answer back."""
         method = self.command
-        if not self.path.startswith("/") or any(
-            seg in (".", "..") for seg in unquote(self.path.split("?", 1)[0]).split("/")
-        ):  # an absolute URL or a path climbing out of the upstream's prefix: no API's request
+        # an absolute URL, or a path climbing out of the upstream's prefix: no API's request
+        why = "the request target must be a path, not a URL" if not self.path.startswith("/") else None
+        if why is None and any(seg in (".", "..") for seg in unquote(self.path.split("?", 1)[0]).split("/")):
+            why = "the request path may not hold . or .. segments"
+        if why is not None:
             self.close_connection = True
-            return self._error(400, "dtoc_proxy_request", "the request target must be a path without . or ..")
+            return self._error(400, "dtoc_proxy_request", why)
         try:
             raw = self._body()
         except _BadBody as e:
@@ -1236,9 +1249,7 @@ class _ProxyServer(ThreadingHTTPServer):
     request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
 
     def __init__(self, addr: tuple[str, int], proxy: ContextProxy, upstream: _Upstream):
-        # a client connection silent this long (mid-request, or idle between an agent's calls) is closed:
-        # a stalled or hostile client holds no thread for ever
-        handler = type("_TimedHandler", (_ProxyHandler,), {"timeout": max(upstream.timeout_s, 60.0)})
+        handler = type("_TimedHandler", (_ProxyHandler,), {"timeout": CLIENT_IDLE_S})
         super().__init__(addr, handler)
         self.proxy = proxy
         self.upstream = upstream

@@ -102,3 +102,16 @@ def test_a_fields_type_is_its_annotation_and_a_field_without_default_is_required
     assert p.parse_args(["--target", "t", "--rate", "0.5"]).rate == 0.5
     with pytest.raises(SystemExit):
         p.parse_args(["--rate", "1"])  # --target missing
+
+
+def test_a_percent_in_a_default_is_no_format_in_the_help(capsys):
+    @dataclass
+    class Args:
+        label: str = "%d items"
+        """how to say it"""
+
+    p = argparse.ArgumentParser(prog="x")
+    add_args_fields(p, Args)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--help"])
+    assert "(default: %d items)" in capsys.readouterr().out

@@ -268,3 +268,18 @@ def test_a_row_is_what_asdict_makes_of_the_trajectory(data_dir):
     for t in trajs:
         row = t.to_row()
         assert row.pop("n_steps") == len(t.steps) and row == asdict(t)
+
+
+def test_a_json_integer_no_reader_takes_costs_its_line_not_the_ingest(tmp_path):
+    ok = json.loads(_chat('{"prompt_tokens": 10, "completion_tokens": 7}'))
+    rows = [
+        json.dumps({**ok, "id": "a"}),
+        json.dumps({**ok, "id": "b"})[:-1] + ', "seed": ' + "9" * 5000 + "}",
+    ]
+    (tmp_path / "runs.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "one.json").write_text(rows[1])
+    res = ingest_paths([tmp_path], progress=False)  # never raises for a bad unit
+    assert [t.traj_id.rsplit("/", 1)[-1] for t in res.trajectories] == ["a"]
+    why = {Path(s.path).name: s.reason for s in res.skipped}
+    assert why["one.json"].startswith("JSON not readable: Exceeds the limit (4300 digits)")
+    assert why["runs.jsonl"].startswith("1 of 2 lines failed: line 2: JSON not readable")
