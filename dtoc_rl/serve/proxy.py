@@ -970,11 +970,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> bytes | None:
+    def _body(self, api: str | None) -> bytes | None:
         """The request's body (None: it has none); a body cut short or framed wrongly raises
-        :class:`_BadBody`: nothing of it may go upstream as if whole; a model call's over
-        :data:`MAX_BODY_BYTES` raises :class:`_TooLarge`."""
-        cap = MAX_BODY_BYTES if _api_of(self.command, self.path) is not None else 2**62
+        :class:`_BadBody`: nothing of it may go upstream as if whole; a model call's (``api``: the
+        request's, :func:`_api_of`) over :data:`MAX_BODY_BYTES` raises :class:`_TooLarge`."""
+        cap = MAX_BODY_BYTES if api is not None else 2**62
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             parts, total = [], 0
             while True:
@@ -1009,10 +1009,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             raise _BadBody(f"the body ended after {len(data)} of its {int(length)} bytes")
         return data
 
-    def _rewrite(self, method: str, raw: bytes | None) -> tuple[bytes | None, str | None]:
-        """The body to send upstream and the managed conversation it belongs to (None: not managed)."""
+    def _rewrite(self, api: str | None, raw: bytes | None) -> tuple[bytes | None, str | None]:
+        """The body to send upstream and the managed conversation it belongs to (None: not managed);
+        ``api``: the request's (:func:`_api_of`)."""
         proxy = self.server.proxy
-        api = _api_of(method, self.path)
         if api is None or not raw:
             return raw, None
         try:
@@ -1053,12 +1053,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if why is not None:
             self.close_connection = True
             return self._error(400, "dtoc_proxy_request", why)
+        api = _api_of(method, self.path)  # a model call's API (its body capped and rewritten), else None
         try:
-            raw = self._body()
+            raw = self._body(api)
         except _BadBody as e:
             self.close_connection = True
             return self._error(413 if isinstance(e, _TooLarge) else 400, "dtoc_proxy_request", str(e))
-        raw, conversation = self._rewrite(method, raw)
+        raw, conversation = self._rewrite(api, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones and those Connection names (RFC 9110, section 7.6.1),
         # repeated ones kept (anthropic-beta may come twice)
