@@ -312,8 +312,6 @@ def evaluate(
     filters = {"model_family": model_family, "source": source}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
-    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
-    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
     eps = _load(dataset, filters, tasks)
     if holdout_tasks and not any("/" in t for t in holdout_tasks):
         names = {task_name(e.source, e.task_id) for e in eps}
@@ -329,6 +327,8 @@ def evaluate(
     bar = tqdm(
         total=n * (len(specs) + len(policies or {})), desc="evaluate", unit="run", disable=not progress
     )
+    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
+    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
     if use_pool:
         # price each model here first: its warning, if any, is given once, and the workers are told
         for ep in {(e.model_family, e.model_raw): e for e in eps}.values():
