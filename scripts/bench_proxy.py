@@ -14,18 +14,22 @@ model call takes 1-30 s).
     python -m scripts.bench_proxy             # table
     python -m scripts.bench_proxy --json      # machine-readable
     python -m scripts.bench_proxy --api gemini   # the same conversation as Gemini requests
+    python -m scripts.bench_proxy --scale 8 --log --answer-ms 100  # a long run's megabytes, logged
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
+import multiprocessing
 import random
 import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,12 +44,14 @@ TARGET_P99_OVERHEAD_MS = 25.0
 
 class _Upstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    answer_s = 0.0  # how long the model "thinks" before answering
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(self.answer_s)
         out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}], "usage": {}}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -54,8 +60,32 @@ class _Upstream(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
 
-def conversation(calls: int, seed: int = 0) -> list[list[dict[str, Any]]]:
-    """The message list of each of ``calls`` requests of one agent run."""
+def _serve_upstream(answer_s: float, ready: Any) -> None:
+    up = ThreadingHTTPServer(("127.0.0.1", 0), type("_Slow", (_Upstream,), {"answer_s": answer_s}))
+    ready.send(up.server_address[1])
+    up.serve_forever()
+
+
+@contextlib.contextmanager
+def _upstream(answer_ms: float) -> Iterator[int]:
+    """The fake upstream's port, served from a process of its own, as an API is: the proxy's threads
+    (its log writer's) never share an interpreter lock with it."""
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_serve_upstream, args=(answer_ms / 1000, send), daemon=True)
+    proc.start()
+    try:
+        if not recv.poll(120):
+            raise RuntimeError("the fake upstream did not start within 120 s")
+        yield recv.recv()
+    finally:
+        proc.terminate()
+        proc.join(10)
+
+
+def conversation(calls: int, seed: int = 0, scale: int = 1) -> list[list[dict[str, Any]]]:
+    """The message list of each of ``calls`` requests of one agent run; ``scale``: each tool output that
+    many times as long."""
     rng = random.Random(seed)
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},
@@ -66,9 +96,12 @@ def conversation(calls: int, seed: int = 0) -> list[list[dict[str, Any]]]:
         out.append(list(msgs))
         cid = f"call_{i}"
         args = json.dumps({"command": f"cat src/module_{i % 40}.py"})
-        text = "\n".join(
-            f"{n:4d}  def func_{rng.randint(0, 999)}(x_{i}): return helper_{rng.randint(0, 99)}(x_{i})"
-            for n in range(rng.randint(4, 160))
+        text = (
+            "\n".join(
+                f"{n:4d}  def func_{rng.randint(0, 999)}(x_{i}): return helper_{rng.randint(0, 99)}(x_{i})"
+                for n in range(rng.randint(4, 160))
+            )
+            * scale
         )
         msgs += [
             {"role": "assistant", "content": f"Step {i}.", "tool_calls": [
@@ -124,24 +157,24 @@ def _stats(ms: list[float]) -> dict[str, float]:
     }
 
 
-def _measure(calls: int, checkpoint: str | None, api: str) -> tuple[dict[str, Any], list[float]]:
+def _measure(
+    calls: int, checkpoint: str | None, api: str, scale: int = 1, log: bool = False, answer_ms: float = 0.0
+) -> tuple[dict[str, Any], list[float]]:
     """Each policy's row and the reference's times: one conversation, straight and through a proxy."""
     from dtoc_rl.policies.learned import LearnedPolicyConfig
     from dtoc_rl.policies.registry import make_policy
 
-    up = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    threading.Thread(target=up.serve_forever, daemon=True).start()
     route, request = _APIS[api]
-    direct = f"http://127.0.0.1:{up.server_address[1]}{route}"
-    with tempfile.TemporaryDirectory() as tmp:
+    with _upstream(answer_ms) as port, tempfile.TemporaryDirectory() as tmp:
+        direct = f"http://127.0.0.1:{port}{route}"
         ckpt = checkpoint or str(LearnedPolicyConfig().create().save(f"{tmp}/ck"))
         policies = {"last_n:n=5": make_policy("last_n:n=5"), "learned": make_policy(ckpt)}
-        bodies = [json.dumps(request(m)).encode() for m in conversation(calls)]
+        bodies = [json.dumps(request(m)).encode() for m in conversation(calls, scale=scale)]
         rows: dict[str, Any] = {}
         reference: list[float] = []
         for name, policy in policies.items():
-            proxy = ContextProxy(policy)
-            srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
+            proxy = ContextProxy(policy, log_dir=f"{tmp}/logs-{len(rows)}" if log else None)
+            srv = make_proxy_server(proxy, f"http://127.0.0.1:{port}", port=0)
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             via = f"http://127.0.0.1:{srv.server_address[1]}{route}"
             ms, ref, decide = [], [], []
@@ -161,13 +194,18 @@ def _measure(calls: int, checkpoint: str | None, api: str) -> tuple[dict[str, An
             s["decision_p99_ms"] = float(np.percentile(decide, 99))
             s["hidden_sent"] = proxy.hidden_sent
             rows[f"proxy, {name}"] = s
-        up.shutdown()
-        up.server_close()
     return rows, reference
 
 
 def run(
-    calls: int, checkpoint: str | None, threads: int, api: str = "openai", python_gc: bool = False
+    calls: int,
+    checkpoint: str | None,
+    threads: int,
+    api: str = "openai",
+    python_gc: bool = False,
+    scale: int = 1,
+    log: bool = False,
+    answer_ms: float = 0.0,
 ) -> dict[str, Any]:
     import torch
 
@@ -176,7 +214,7 @@ def run(
     if not python_gc:  # as `dtoc-rl proxy` runs
         gc.set_threshold(*GC_THRESHOLDS)
     try:
-        rows, reference = _measure(calls, checkpoint, api)
+        rows, reference = _measure(calls, checkpoint, api, scale, log, answer_ms)
     finally:
         gc.set_threshold(*old_gc)
     out = {"reference (straight upstream)": _stats(reference), **rows}
@@ -184,6 +222,9 @@ def run(
     return {
         "calls": calls,
         "api": api,
+        "output_scale": scale,
+        "logged": log,
+        "answer_ms": answer_ms,
         "gc_thresholds": list(old_gc if python_gc else GC_THRESHOLDS),
         "rows": out,
         "target_p99_overhead_ms": TARGET_P99_OVERHEAD_MS,
@@ -214,6 +255,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep Python's default garbage-collector thresholds instead of the proxy's own",
     )
+    ap.add_argument(
+        "--scale",
+        type=at_least(1),
+        default=1,
+        help="each tool output this many times as long (1: about 0.8 MB of outputs over 200 calls; 8: a "
+        "long run's megabytes)",
+    )
+    ap.add_argument(
+        "--log",
+        action="store_true",
+        help="the proxy logs each conversation into a temporary folder (dtoc-rl proxy --log-dir)",
+    )
+    ap.add_argument(
+        "--answer-ms",
+        type=float,
+        default=0.0,
+        help="the fake upstream waits this long before each answer (0: at once; a model takes seconds, "
+        "and the proxy writes its logs meanwhile)",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
     if args.checkpoint:  # a wrong path is told before the servers start, not as a traceback inside them
@@ -223,12 +283,21 @@ def main(argv: list[str] | None = None) -> int:
             LearnedPolicy.load(args.checkpoint)
         except (CheckpointError, ValueError, OSError) as e:
             ap.error(f"--checkpoint: {' '.join(str(e).split())}")
-    res = run(args.calls, args.checkpoint, args.threads, args.api, args.python_gc)
+    if not 0 <= args.answer_ms <= 60_000:
+        ap.error(f"--answer-ms must be between 0 and 60000, got {args.answer_ms}")
+    a = args
+    res = run(a.calls, a.checkpoint, a.threads, a.api, a.python_gc, a.scale, a.log, a.answer_ms)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0 if res["ok"] else 1
     cols = ("p50_ms", "p99_ms", "last_tenth_p99_ms", "overhead_p50_ms", "overhead_p99_ms", "decision_p99_ms")
-    print(f"{args.calls} calls of one conversation ({args.api} API); ms per request at the client\n")
+    logged = ", logged" if args.log else ""
+    if args.answer_ms:
+        logged += f", answers after {args.answer_ms:g} ms"
+    print(
+        f"{args.calls} calls of one conversation ({args.api} API, outputs x{args.scale}{logged}); ms per "
+        "request at the client\n"
+    )
     print(f"{'':32s}" + "".join(f"{c:>20s}" for c in cols))
     for name, r in res["rows"].items():
         print(f"{name:32s}" + "".join(f"{r[c]:20.2f}" if c in r else f"{'':>20s}" for c in cols))

@@ -284,6 +284,7 @@ def test_a_conversation_through_the_proxy_that_changes_models_is_decided_and_log
         assert int(obs["family"]) == family_id("gpt-4o-mini" if k >= 3 else "gpt-4o")  # and see its family
         msgs = msgs + _openai_turn(k, lines=60)
     proxy.rewrite("openai", {"model": "gpt-4o-mini", "messages": msgs})
+    proxy.flush_logs()
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     assert traj.model_raw == MODEL
     assert [s.model for s in traj.steps] == sent  # each answer logged with the model it came from

@@ -984,9 +984,11 @@ def test_text_no_utf_8_holds_and_a_log_that_cannot_be_written_cost_the_log_not_t
     assert _post(url + "/v1/chat/completions", None, raw=raw)[0] == 200
     sent = json.loads(upstream.seen[-1][2])["messages"]
     assert json.loads(sent[3]["content"])["hidden"] is True and proxy.hidden_sent == 2
+    proxy.flush_logs()
     assert len(warned) == 1 and "not logged" in warned[0]
     ok = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
     ok.rewrite("openai", json.loads(raw))
+    ok.flush_logs()
     (log,) = (tmp_path / "logs").iterdir()  # the mirror's copy has U+FFFD for it: a log any reader reads
     assert log.suffix == ".jsonl" and "\ufffd" in json.loads(log.read_text())["messages"][3]["content"]
     srv.shutdown()
@@ -1019,6 +1021,7 @@ def test_conversations_are_followed_through_dropped_reasoning_empty_requests_and
     again_proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
     again_proxy.started = "later"
     again_proxy.rewrite("openai", {"model": MODEL, "messages": HEAD + _openai_turn(0)})
+    assert proxy.flush_logs() and again_proxy.flush_logs()
     assert len(list(tmp_path.glob("*.jsonl"))) == 3
 
 
@@ -1179,6 +1182,7 @@ def test_what_the_proxy_hid_live_is_priced_from_its_log_as_the_same_policy_offli
         proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
         msgs = msgs + _openai_turn(k, lines=60 + 40 * k)
     proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+    proxy.flush_logs()
     res = ingest_paths([tmp_path / "logs"], progress=False)
     (traj,) = res.trajectories
     assert sum(bool(s.masked_before) for s in traj.steps) >= 4  # the log says what was hidden at each call
@@ -1357,6 +1361,7 @@ def test_a_hidden_gemini_failure_stays_one_and_a_json_list_stream_gives_its_usag
     proxy.answered(rw.conversation, chunks)
     contents += [{"role": "model", "parts": [{"text": "Done."}]}, {"role": "user", "parts": [{"text": "ok"}]}]
     proxy.rewrite("gemini", {"contents": contents}, "gemini-2.5-pro")
+    proxy.flush_logs()
     (log,) = (tmp_path / "logs").glob("*.jsonl")
     _, traj = read_first(log)
     assert traj.steps[-1].usage.input_tokens == 700 and traj.steps[-1].usage.output_tokens == 11

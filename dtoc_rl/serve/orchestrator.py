@@ -133,12 +133,18 @@ __all__ = [
     "Decision",
     "Orchestrator",
     "OrchestratorTotals",
+    "log_line",
 ]
 
 MODES = ("agent", "policy", "hybrid")
 # Where ``session_id`` alone keeps its sessions (override with DTOC_SESSION_DB).
 DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
 SOURCE = "dtoc-orchestrator"
+
+
+def log_line(row: Mapping[str, Any]) -> str:
+    """A session's log row (:meth:`Orchestrator.log_row`) as the JSONL line its log file holds."""
+    return json.dumps(row, ensure_ascii=False, default=str) + "\n"
 
 
 @dataclass
@@ -823,7 +829,7 @@ class Orchestrator:
                 f"save_log: {path} is a folder; give the log file's path (e.g. {path}/run.jsonl)"
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(self.log_row(success), ensure_ascii=False, default=str) + "\n"
+        line = log_line(self.log_row(success))
         if append:
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(line)

@@ -37,6 +37,7 @@ warning: the proxy never stops an agent.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
 import http.client
@@ -65,6 +66,7 @@ from dtoc_rl.data.paths import writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.gemini import contents_to_chat, field_key, part_field
+from dtoc_rl.serve.log_writer import LogWriter
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -367,7 +369,6 @@ class _Mirror:
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
         self.answered_by: str | None = None  # the model that answer names (else the request's)
         self.lock = threading.Lock()
-        self.log_failed = False
         # every tool result fed, by position: its text's digest.  A result is told by its call id alone
         # (harnesses trim their own old outputs), so a run of the same task with the same call ids
         # would otherwise continue this one: the results of the latest feed must keep their text while
@@ -458,7 +459,8 @@ class ContextProxy:
             policy does not serve is managed when priced here.
         max_conversations: conversations mirrored at once (least recently used dropped first).
         log_dir: when given, each conversation is written there after every request as the JSONL log
-            ``dtoc-rl ingest`` reads (its visibility, the calls' usage as the API reported it).
+            ``dtoc-rl ingest`` reads (its visibility, the calls' usage as the API reported it), on a
+            thread of its own while the model answers (:meth:`flush_logs` waits for it).
         orchestrator: extra keyword arguments of every Orchestrator (``max_items``, ``cache_ttl``...).
         families: the model families the policy manages (default: every known one; a checkpoint trained
             on one family, that one, as ``dtoc-rl serve`` serves it); others pass through unless priced.
@@ -487,6 +489,8 @@ class ContextProxy:
         self.max_conversations = int(max_conversations)
         # the logs hold every tool output the agent read (a .env it printed too): a new folder is private
         self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
+        self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
+        self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         self.log = log
@@ -736,16 +740,33 @@ class ContextProxy:
             copied.add(i)
         return {**body, listed: messages} if copied else body
 
+    def rewriting(self) -> contextlib.AbstractContextManager[None]:
+        """Held while a request is rewritten and sent upstream: logs are written outside it, while
+        models answer (:class:`LogWriter`)."""
+        return self._logs.busy() if self._logs is not None else contextlib.nullcontext()
+
+    def flush_logs(self, timeout: float | None = None) -> bool:
+        """Wait until every conversation's log holds its latest request (logs are written on a thread
+        of their own, while the model answers); False if ``timeout`` ran out first."""
+        return self._logs.flush(timeout) if self._logs is not None else True
+
     def _log(self, mirror: _Mirror) -> None:
         # a log that cannot be written costs the log, never the hiding
-        assert self.log_dir is not None
-        if mirror.log_failed:
+        assert self.log_dir is not None and self._logs is not None
+        if mirror.name in self._unlogged:
             return
-        try:  # written whole or not at all (save_log goes through a .partial file)
-            mirror.orch.save_log(self.log_dir / f"{mirror.name}.jsonl")
-        except (OSError, ValueError) as e:  # a full disk, no permission, text no file can hold
-            mirror.log_failed = True
-            self.warn(f"conversation {mirror.name}: not logged ({type(e).__name__}: {e})")
+        try:  # the row now (the mirror changes with the next request), written off the request's path
+            self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row())
+        except ValueError as e:
+            self._log_failed(Path(f"{mirror.name}.jsonl"), e)
+
+    def _log_failed(self, path: Path, e: BaseException) -> None:
+        name = path.name.removesuffix(".jsonl")
+        with self._lock:
+            if name in self._unlogged:
+                return
+            self._unlogged.add(name)
+        self.warn(f"conversation {name}: not logged ({type(e).__name__}: {e})")
 
 
 # The events an answer's stream ends with: Anthropic's (a message's end, or an error), a Responses
@@ -1045,6 +1066,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _relay(self) -> None:
         """Pass the request on (every method: do_POST and the others are this) and its answer back."""
+        # logs are not written while this request is rewritten and sent: encoding one holds the
+        # interpreter lock for as long as it takes (LogWriter)
+        with contextlib.ExitStack() as sending:
+            self._pass_on(sending)
+
+    def _pass_on(self, sending: contextlib.ExitStack) -> None:
         method = self.command
         # an absolute URL, or a path climbing out of the upstream's prefix: no API's request
         why = "the request target must be a path, not a URL" if not self.path.startswith("/") else None
@@ -1059,6 +1086,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         except _BadBody as e:
             self.close_connection = True
             return self._error(413 if isinstance(e, _TooLarge) else 400, "dtoc_proxy_request", str(e))
+        sending.enter_context(self.server.proxy.rewriting())
         raw, conversation = self._rewrite(api, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones and those Connection names (RFC 9110, section 7.6.1),
@@ -1097,6 +1125,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                         raise
                     resp.dtoc_interim = True  # the connection is broken whatever the answer says
                 sent = True
+                sending.close()  # the model answers now: logs may be written meanwhile
                 resp = resp or self._final(self._conn.getresponse(), method)
                 break
             except (OSError, http.client.HTTPException) as e:
@@ -1254,6 +1283,15 @@ class _ProxyServer(ThreadingHTTPServer):
         super().__init__(addr, handler)
         self.proxy = proxy
         self.upstream = upstream
+
+    # a stopped proxy's logs hold every request it passed on, however it was stopped
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.proxy.flush_logs()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.proxy.flush_logs()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]

@@ -1,0 +1,100 @@
+"""Conversation logs written off the request path.
+
+A conversation's log is one JSONL row holding the whole conversation (what ``dtoc-rl ingest`` reads),
+rewritten after every request.  On a long run that row is megabytes: encoding and writing it takes
+tens of milliseconds, which the agent would wait for before its request goes upstream.
+:class:`LogWriter` takes the row and writes it on a thread of its own, while no request is being
+read and rewritten (:meth:`LogWriter.busy`): encoding holds Python's interpreter lock, and a request
+waiting for it would wait as long as if it wrote the log itself.  So a log is written while the model
+answers.  While a file's row waits, a newer row of the same file replaces it: the file ends up holding
+what writing every row would have left, in fewer writes.
+
+The thread is not a daemon: a process that exits writes what is pending first.  ``flush()`` waits for
+it (a test reading a log, a server closing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from dtoc_rl.data.paths import write_text_atomic
+from dtoc_rl.serve.orchestrator import log_line
+
+__all__ = ["LogWriter"]
+
+#: A row waits at most this long for a moment without a request in the proxy's hands (an agent fleet's
+#: requests may overlap all the time; a log must not fall behind them for good).
+MAX_WAIT_S = 1.0
+
+
+class LogWriter:
+    """Writes ``put(path, row)`` rows, each file through a ``.partial`` file and a rename (never seen
+    half written), on one thread started when there is work and ended when there is none.
+
+    Args:
+        on_error: called with the path and the error of a row that could not be written (a full disk,
+            a folder gone, text no file can hold); the writer goes on with the other files.
+    """
+
+    def __init__(self, on_error: Callable[[Path, BaseException], None]):
+        self.on_error = on_error
+        self.written = 0  # rows written (a row replaced while it waited is not counted)
+        self._pending: dict[Path, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._busy = 0
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """While inside, no row is written (up to :data:`MAX_WAIT_S`): a request being rewritten."""
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def put(self, path: Path, row: dict[str, Any]) -> None:
+        """Queue ``row`` as the whole of ``path``.  ``row`` is written later from another thread: it must
+        share no mutable object with anything that changes meanwhile (a fresh ``log_row()`` shares
+        none)."""
+        with self._cond:
+            self._pending[path] = row
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dtoc-rl log writer")
+                self._thread.start()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every row put so far is written (or failed); False if ``timeout`` ran out first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._thread is None, timeout)
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._busy == 0, MAX_WAIT_S)
+                if not self._pending:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+                path = next(iter(self._pending))
+                row = self._pending.pop(path)
+            try:
+                write_text_atomic(path, [log_line(row)], encoding="utf-8")
+                self.written += 1
+            except (OSError, ValueError) as e:  # a full disk, no permission, text no file can hold
+                try:
+                    self.on_error(path, e)
+                except Exception:  # a failing report must not stop the other files' logs
+                    pass
