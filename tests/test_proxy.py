@@ -583,9 +583,23 @@ def test_a_log_folder_that_cannot_be_written_is_refused_at_start(tmp_path, capsy
         assert capsys.readouterr().err.strip() == f"dtoc-rl: error: --log-dir: log folder {log_dir}: {why}"
     assert afile.read_text() == "mine"
     made = tmp_path / "new" / "logs"
-    ContextProxy(make_policy("none"), log_dir=made)
+    warned: list[str] = []
+    ContextProxy(make_policy("none"), log_dir=made, warn=warned.append)
     assert made.is_dir() and not any(made.iterdir())  # made, and the probe file gone
-    assert made.stat().st_mode & 0o077 == 0  # the agent's outputs are its owner's to read
+    assert made.stat().st_mode & 0o077 == 0 and not warned  # the agent's outputs are its owner's to read
+
+
+def test_a_log_folder_others_can_read_is_used_and_said(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    warned: list[str] = []
+    ContextProxy(make_policy("none"), log_dir=shared, warn=warned.append)
+    assert warned == [
+        f"log folder {shared} can be read by other users (mode 755), and its logs hold every tool output "
+        f"the agents read: chmod 700 {shared}"
+    ]
+    assert shared.stat().st_mode & 0o777 == 0o755  # the user's folder, left as it was
 
 
 @pytest.mark.parametrize(

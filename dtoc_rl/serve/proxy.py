@@ -493,6 +493,12 @@ class ContextProxy:
         self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
+        if self.log_dir is not None and os.name == "posix" and self.log_dir.stat().st_mode & 0o077:
+            self.warn(
+                f"log folder {self.log_dir} can be read by other users (mode "
+                f"{self.log_dir.stat().st_mode & 0o777:o}), and its logs hold every tool output the agents "
+                f"read: chmod 700 {self.log_dir}"
+            )
         self.log = log
         self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
         self._lock = threading.Lock()  # the mirrors' table
