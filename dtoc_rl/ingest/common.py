@@ -27,6 +27,7 @@ __all__ = [
     "name_model",
     "number",
     "run_model",
+    "set_extra",
     "text_task_id",
     "usage_from",
 ]
@@ -339,6 +340,18 @@ def text_task_id(text: str, prefix: str, *, fold_space: bool = True) -> str:
     return prefix + hashlib.sha1(key.encode("utf-8", "replace")).hexdigest()[:12]
 
 
+def set_extra(traj: Trajectory, key: str, value: Any, *, only_if_present: bool = False) -> None:
+    """Set ``key`` of the run's ``extra`` (JSON text) to ``value``; ``only_if_present``: only when
+    ``extra`` holds it already.  An ``extra`` that is no JSON object is left as it is."""
+    try:
+        extra = json.loads(traj.extra) if traj.extra else {}
+    except ValueError:
+        return
+    if isinstance(extra, dict) and (key in extra or not only_if_present):
+        extra[key] = value
+        traj.extra = json.dumps(extra)
+
+
 def name_model(traj: Trajectory, model: str) -> None:
     """Name the model of a run whose log names none, and count its unlogged prompt again with that
     model's tokenizer: ``finalize`` counted it before the model was known, as ``ceil(len/4)``, and
@@ -346,15 +359,10 @@ def name_model(traj: Trajectory, model: str) -> None:
     traj.model_raw, traj.model_family = model, normalize_family(model)
     traj.unlogged_prompt_tokens = 0
     fill_unlogged_prompt(traj)
-    try:
-        extra = json.loads(traj.extra) if traj.extra else None
-    except ValueError:
-        extra = None
-    if isinstance(extra, dict) and "unlogged_prompt_estimator" in extra:
-        from dtoc_rl.core.tokens import estimator_for_model
+    from dtoc_rl.core.tokens import estimator_for_model
 
-        extra["unlogged_prompt_estimator"] = repr(estimator_for_model(model))
-        traj.extra = json.dumps(extra)
+    estimator = repr(estimator_for_model(model))
+    set_extra(traj, "unlogged_prompt_estimator", estimator, only_if_present=True)
 
 
 def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:

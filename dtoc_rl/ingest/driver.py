@@ -29,7 +29,7 @@ from dtoc_rl.data.dataset import storable
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
-from dtoc_rl.ingest.common import name_model, text_task_id
+from dtoc_rl.ingest.common import name_model, set_extra, text_task_id
 from dtoc_rl.ingest.goose import is_goose_db
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
@@ -389,16 +389,6 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                 todo.append(unit)
 
 
-def _keep_in_extra(t: Trajectory, key: str, value: Any) -> None:
-    try:
-        extra = json.loads(t.extra) if t.extra else {}
-    except ValueError:
-        extra = None
-    if isinstance(extra, dict):
-        extra[key] = value
-        t.extra = json.dumps(extra)
-
-
 def ingest_paths(
     paths: Iterable[str | Path],
     *,
@@ -461,7 +451,7 @@ def ingest_paths(
             if model and not t.model_raw:
                 name_model(t, model)
             if task_from == "prompt" and t.task_text and t.task_text.strip():
-                _keep_in_extra(t, "log_task_id", t.task_id)
+                set_extra(t, "log_task_id", t.task_id)
                 t.task_id = text_task_id(t.task_text, "prompt-")
             given = t.traj_id
             holders = named.get(given, [])

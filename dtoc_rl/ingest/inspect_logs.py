@@ -78,7 +78,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import MAX_FILE_BYTES, Ingester, IngestError, json_error, read_json
-from dtoc_rl.ingest.common import count, finalize, number, run_model, set_masking
+from dtoc_rl.ingest.common import count, finalize, number, run_model, set_extra, set_masking
 from dtoc_rl.ingest.openai_chat import chat_to_steps, content_text, parse_rows
 
 __all__ = ["InspectIngester", "inspect_usage"]
@@ -232,9 +232,7 @@ class InspectIngester(Ingester):
             )
         ]
         if graded:  # the sample's totals hold its scorers' calls too: not the agent's
-            extra0 = json.loads(out[0].extra)
-            extra0["scorer_calls"] = len(graded)
-            out[0].extra = json.dumps(extra0)
+            set_extra(out[0], "scorer_calls", len(graded))
             if out[0].tokens_in is not None:
                 out[0].tokens_in = max(0, out[0].tokens_in - sum(u["prompt_tokens"] for u in graded))
             if out[0].tokens_out is not None:

@@ -283,3 +283,21 @@ def test_a_json_integer_no_reader_takes_costs_its_line_not_the_ingest(tmp_path):
     why = {Path(s.path).name: s.reason for s in res.skipped}
     assert why["one.json"].startswith("JSON not readable: Exceeds the limit (4300 digits)")
     assert why["runs.jsonl"].startswith("1 of 2 lines failed: line 2: JSON not readable")
+
+
+def test_set_extra_sets_a_key_of_the_runs_extra_and_leaves_text_that_is_no_object_alone():
+    import json
+
+    from dtoc_rl.data.schema import Trajectory
+    from dtoc_rl.ingest.common import set_extra
+
+    t = Trajectory(traj_id="r", source="s", model_raw="m", model_family="other", task_id="t")
+    set_extra(t, "a", 1)
+    set_extra(t, "b", 2, only_if_present=True)  # not there: not set
+    assert json.loads(t.extra) == {"a": 1}
+    set_extra(t, "a", [3], only_if_present=True)
+    assert json.loads(t.extra) == {"a": [3]}
+    for odd in ("[1, 2]", "not json"):
+        t.extra = odd
+        set_extra(t, "a", 1)
+        assert t.extra == odd
