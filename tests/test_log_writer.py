@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve import log_writer
@@ -96,8 +98,9 @@ def test_a_log_that_fails_is_reported_once_and_the_other_conversations_are_logge
 
 
 def test_rows_put_are_written_before_the_process_exits(tmp_path):
+    # put from a daemon thread, as a server's request threads are: a thread inherits that flag
     code = f"""
-import time
+import threading, time
 from pathlib import Path
 from dtoc_rl.serve import log_writer
 real = log_writer.write_text_atomic
@@ -106,8 +109,12 @@ def slow(path, chunks, encoding=None):
     real(path, chunks, encoding=encoding)
 log_writer.write_text_atomic = slow
 w = log_writer.LogWriter(lambda path, e: print("failed", e))
-w.put(Path({str(tmp_path / "a.jsonl")!r}), {{"messages": ["a"]}})
-w.put(Path({str(tmp_path / "b.jsonl")!r}), {{"messages": ["b"]}})
+def put():
+    w.put(Path({str(tmp_path / "a.jsonl")!r}), {{"messages": ["a"]}})
+    w.put(Path({str(tmp_path / "b.jsonl")!r}), {{"messages": ["b"]}})
+t = threading.Thread(target=put, daemon=True)
+t.start()
+t.join()
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert json.loads((tmp_path / "a.jsonl").read_text()) == {"messages": ["a"]}
@@ -123,3 +130,129 @@ def test_the_writer_goes_on_after_a_report_that_raises(tmp_path):
     w.put(tmp_path / "no" / "such" / "folder.jsonl", {"x": 1})
     w.put(tmp_path / "ok.jsonl", {"x": 2})
     assert w.flush(timeout=10) and json.loads((tmp_path / "ok.jsonl").read_text()) == {"x": 2}
+
+
+def test_a_write_that_raises_anything_is_reported_and_the_writer_goes_on(monkeypatch, tmp_path):
+    real, errors = log_writer.write_text_atomic, []
+
+    def write(path, chunks, encoding=None):
+        if path.name == "big.jsonl":
+            raise MemoryError("no memory for the row")
+        real(path, chunks, encoding=encoding)
+
+    monkeypatch.setattr(log_writer, "write_text_atomic", write)
+    w = LogWriter(lambda path, e: errors.append((path.name, type(e).__name__)))
+    w.put(tmp_path / "big.jsonl", {"x": 1})
+    assert w.flush(timeout=10)
+    w.put(tmp_path / "ok.jsonl", {"x": 2})  # a writer is there for the next row
+    assert w.flush(timeout=10) and errors == [("big.jsonl", "MemoryError")]
+    assert json.loads((tmp_path / "ok.jsonl").read_text()) == {"x": 2}
+
+
+def test_where_no_thread_can_be_started_the_caller_writes_the_row(monkeypatch, tmp_path):
+    real_start, refused = threading.Thread.start, []
+
+    def start(self):
+        if self.name == "dtoc-rl log writer" and not refused:
+            refused.append(1)
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    w = LogWriter(lambda path, e: None)
+    w.put(tmp_path / "a.jsonl", {"x": 1})  # written here, before put returns
+    assert refused and json.loads((tmp_path / "a.jsonl").read_text()) == {"x": 1}
+    w.put(tmp_path / "a.jsonl", {"x": 2})  # and a thread again for the next
+    assert w.flush(timeout=10) and json.loads((tmp_path / "a.jsonl").read_text()) == {"x": 2}
+
+
+def test_flush_waits_for_the_rows_put_before_it_not_for_a_stream_that_never_ends(monkeypatch, tmp_path):
+    real = log_writer.write_text_atomic
+
+    def slow(path, chunks, encoding=None):
+        time.sleep(0.02)
+        real(path, chunks, encoding=encoding)
+
+    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    w, stop = LogWriter(lambda path, e: None), threading.Event()
+
+    def agent(k: int) -> None:  # four conversations that always have a row waiting
+        n = 0
+        while not stop.is_set():
+            n += 1
+            w.put(tmp_path / f"c{k}.jsonl", {"n": n})
+            time.sleep(0.005)
+
+    agents = [threading.Thread(target=agent, args=(k,), daemon=True) for k in range(4)]
+    for a in agents:
+        a.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    assert w.flush(timeout=10) and time.monotonic() - t0 < 5
+    stop.set()
+    for a in agents:
+        a.join()
+    assert w.flush(timeout=10) and w.pending == 0
+
+
+def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop_writes_the_last(
+    monkeypatch, tmp_path
+):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dtoc_rl.serve.proxy import make_proxy_server
+
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    at_upstream: list[int] = []
+
+    class Upstream(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            # the body is here: the request lets go once its send returns, before this answers
+            deadline = time.monotonic() + 2
+            while proxy._logs._busy and time.monotonic() < deadline:
+                time.sleep(0.01)
+            at_upstream.append(proxy._logs._busy)
+            out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    in_rewrite: list[int] = []
+    real_rewrite = ContextProxy.rewrite
+
+    def rewrite(self, *args, **kwargs):
+        in_rewrite.append(self._logs._busy)
+        return real_rewrite(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContextProxy, "rewrite", rewrite)
+    real_write = log_writer.write_text_atomic
+
+    def slow(path, chunks, encoding=None):
+        time.sleep(1.2)  # longer than a server takes to stop (it polls every 0.5 s)
+        real_write(path, chunks, encoding=encoding)
+
+    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    body = json.dumps({"model": MODEL, "messages": HEAD + _turn(0) + _turn(1)}).encode()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions"
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+    srv.shutdown()  # the log is still being written: the stop waits for it
+    (log,) = tmp_path.glob("*.jsonl")
+    assert "out 1" in log.read_text()
+    srv.server_close()
+    up.shutdown()
+    up.server_close()
+    assert in_rewrite == [1] and at_upstream == [0]

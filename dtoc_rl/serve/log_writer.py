@@ -3,14 +3,16 @@
 A conversation's log is one JSONL row holding the whole conversation (what ``dtoc-rl ingest`` reads),
 rewritten after every request.  On a long run that row is megabytes: encoding and writing it takes
 tens of milliseconds, which the agent would wait for before its request goes upstream.
-:class:`LogWriter` takes the row and writes it on a thread of its own, while no request is being
-read and rewritten (:meth:`LogWriter.busy`): encoding holds Python's interpreter lock, and a request
-waiting for it would wait as long as if it wrote the log itself.  So a log is written while the model
-answers.  While a file's row waits, a newer row of the same file replaces it: the file ends up holding
-what writing every row would have left, in fewer writes.
+:class:`LogWriter` takes the row and writes it on a thread of its own, starting none while a request
+is being read, rewritten and sent (:meth:`LogWriter.busy`; for at most :data:`MAX_WAIT_S`): encoding
+holds Python's interpreter lock, and a request waiting for it would wait as long as if it wrote the
+log itself.  So a log is written while the model answers.  While a file's row waits, a newer row of
+the same file replaces it: the file ends up holding what writing every row would have left, in fewer
+writes.
 
 The thread is not a daemon: a process that exits writes what is pending first.  ``flush()`` waits for
-it (a test reading a log, a server closing).
+the rows put before it (a test reading a log, a server closing).  Where no thread can be started, the
+caller writes the rows itself.
 """
 
 from __future__ import annotations
@@ -43,14 +45,20 @@ class LogWriter:
     def __init__(self, on_error: Callable[[Path, BaseException], None]):
         self.on_error = on_error
         self.written = 0  # rows written (a row replaced while it waited is not counted)
-        self._pending: dict[Path, dict[str, Any]] = {}
+        self._pending: dict[Path, tuple[int, dict[str, Any]]] = {}  # path -> (its put's number, row)
+        self._done: dict[Path, int] = {}  # path -> the number of the last row written or failed
+        self._writing: dict[Path, int] = {}  # the row being written now: path -> its number
+        self._puts = 0
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._busy = 0
+        # one row written at a time, in the order put (the thread, or a caller that could start none)
+        self._write_lock = threading.Lock()
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
-        """While inside, no row is written (up to :data:`MAX_WAIT_S`): a request being rewritten."""
+        """While inside, no row starts being written, for up to :data:`MAX_WAIT_S`: a request being read,
+        rewritten and sent."""
         with self._cond:
             self._busy += 1
         try:
@@ -65,15 +73,28 @@ class LogWriter:
         share no mutable object with anything that changes meanwhile (a fresh ``log_row()`` shares
         none)."""
         with self._cond:
-            self._pending[path] = row
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="dtoc-rl log writer")
+            self._puts += 1
+            self._pending[path] = (self._puts, row)
+            if self._thread is not None:
+                return
+            # not a daemon, whatever the thread putting is (a server's request threads are): a process
+            # that exits writes what is pending first
+            self._thread = threading.Thread(target=self._run, name="dtoc-rl log writer", daemon=False)
+            try:
                 self._thread.start()
+                return
+            except RuntimeError:  # no thread to be had (a limit reached, the interpreter ending)
+                self._thread = None
+        self._write_pending()  # here, then: the log late rather than lost
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every row put so far is written (or failed); False if ``timeout`` ran out first."""
+        """Wait until each file a row was put for holds that row or a newer one (written, or its error
+        reported); rows put meanwhile are not waited for.  False if ``timeout`` ran out first."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._thread is None, timeout)
+            want = {**self._writing, **{path: n for path, (n, _) in self._pending.items()}}
+            return self._cond.wait_for(
+                lambda: all(self._done.get(path, 0) >= n for path, n in want.items()), timeout
+            )
 
     @property
     def pending(self) -> int:
@@ -81,20 +102,41 @@ class LogWriter:
             return len(self._pending)
 
     def _run(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._busy == 0, MAX_WAIT_S)
+                    if not self._pending:
+                        return
+                self._write_next()
+        finally:  # ended, or killed by what no write should raise: the next put starts another
             with self._cond:
-                self._cond.wait_for(lambda: self._busy == 0, MAX_WAIT_S)
+                self._thread = None
+                self._cond.notify_all()
+
+    def _write_pending(self) -> None:
+        while self._write_next():
+            pass
+
+    def _write_next(self) -> bool:
+        """Write the oldest waiting row; False if none waited."""
+        with self._write_lock:
+            with self._cond:
                 if not self._pending:
-                    self._thread = None
-                    self._cond.notify_all()
-                    return
+                    return False
                 path = next(iter(self._pending))
-                row = self._pending.pop(path)
+                n, row = self._pending.pop(path)
+                self._writing[path] = n
             try:
                 write_text_atomic(path, [log_line(row)], encoding="utf-8")
                 self.written += 1
-            except (OSError, ValueError) as e:  # a full disk, no permission, text no file can hold
+            except Exception as e:  # a full disk, no permission, text no file can hold, no memory left
                 try:
                     self.on_error(path, e)
                 except Exception:  # a failing report must not stop the other files' logs
                     pass
+            with self._cond:
+                self._done[path] = n
+                del self._writing[path]
+                self._cond.notify_all()
+        return True

@@ -747,8 +747,8 @@ class ContextProxy:
         return {**body, listed: messages} if copied else body
 
     def rewriting(self) -> contextlib.AbstractContextManager[None]:
-        """Held while a request is rewritten and sent upstream: logs are written outside it, while
-        models answer (:class:`LogWriter`)."""
+        """Held while a request is read, rewritten and sent upstream: logs are written outside it,
+        while models answer (:class:`LogWriter`)."""
         return self._logs.busy() if self._logs is not None else contextlib.nullcontext()
 
     def flush_logs(self, timeout: float | None = None) -> bool:
@@ -1078,6 +1078,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._pass_on(sending)
 
     def _pass_on(self, sending: contextlib.ExitStack) -> None:
+        sending.enter_context(self.server.proxy.rewriting())
         method = self.command
         # an absolute URL, or a path climbing out of the upstream's prefix: no API's request
         why = "the request target must be a path, not a URL" if not self.path.startswith("/") else None
@@ -1092,7 +1093,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         except _BadBody as e:
             self.close_connection = True
             return self._error(413 if isinstance(e, _TooLarge) else 400, "dtoc_proxy_request", str(e))
-        sending.enter_context(self.server.proxy.rewriting())
         raw, conversation = self._rewrite(api, raw)
         up = self.server.upstream
         # every header but the hop-by-hop ones and those Connection names (RFC 9110, section 7.6.1),
@@ -1280,6 +1280,11 @@ def _decoded(data: bytes) -> Any:
         return None
 
 
+#: How long a stopping proxy waits for the logs of the requests it passed on (a disk that hangs must
+#: not hang the stop).
+LOG_FLUSH_S = 60.0
+
+
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
@@ -1293,11 +1298,15 @@ class _ProxyServer(ThreadingHTTPServer):
     # a stopped proxy's logs hold every request it passed on, however it was stopped
     def shutdown(self) -> None:
         super().shutdown()
-        self.proxy.flush_logs()
+        self._flush_logs()
 
     def server_close(self) -> None:
         super().server_close()
-        self.proxy.flush_logs()
+        self._flush_logs()
+
+    def _flush_logs(self) -> None:
+        if not self.proxy.flush_logs(timeout=LOG_FLUSH_S):
+            self.proxy.warn(f"logs not all written within {LOG_FLUSH_S:g} s of stopping: still writing")
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]

@@ -28,6 +28,7 @@ def test_the_proxy_benchmark_logs_on_request_and_waits_for_the_upstream_it_was_t
     assert res["logged"] is True and res["answer_ms"] == 30 and res["output_scale"] == 2
     assert res["rows"]["reference (straight upstream)"]["p50_ms"] >= 30  # the fake model's wait is real
     assert all(r["p50_ms"] >= 30 for r in res["rows"].values())
+    assert all(r["logs_written"] >= 1 for k, r in res["rows"].items() if k.startswith("proxy"))
 
 
 def test_the_proxy_benchmark_outputs_grow_with_the_scale():
