@@ -102,17 +102,21 @@ class LogWriter:
             return len(self._pending)
 
     def _run(self) -> None:
+        ended = False
         try:
             while True:
                 with self._cond:
                     self._cond.wait_for(lambda: self._busy == 0, MAX_WAIT_S)
-                    if not self._pending:
+                    if not self._pending:  # let go in the same hold: a put after it starts a new thread
+                        self._thread, ended = None, True
+                        self._cond.notify_all()
                         return
                 self._write_next()
-        finally:  # ended, or killed by what no write should raise: the next put starts another
-            with self._cond:
-                self._thread = None
-                self._cond.notify_all()
+        finally:
+            if not ended:  # killed by what no write should raise: the next put starts another
+                with self._cond:
+                    self._thread = None
+                    self._cond.notify_all()
 
     def _write_pending(self) -> None:
         while self._write_next():
