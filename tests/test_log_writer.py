@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve import log_writer
@@ -35,9 +36,9 @@ def _gated(monkeypatch):
 
     def write(path, chunks, encoding=None):
         gate.wait(10)
-        chunks = list(chunks)
-        calls.append((path, chunks[0]))
-        real(path, chunks, encoding=encoding)
+        text = "".join(chunks)
+        calls.append((path, text))
+        real(path, [text], encoding=encoding)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", write)
     return gate, calls
@@ -256,3 +257,120 @@ def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop
     up.shutdown()
     up.server_close()
     assert in_rewrite == [1] and at_upstream == [0]
+
+
+def test_a_rows_pieces_joined_are_the_json_of_the_row():
+    from dtoc_rl.serve.orchestrator import log_line, log_pieces
+
+    proxy = ContextProxy(make_policy("last_n:n=1"))
+    msgs = HEAD + _turn(0) + [{"role": "user", "content": 'Ünïcode, "quotes", \\ and \u2028'}] + _turn(1)
+    proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+    (mirror,) = proxy.mirrors.values()
+    rows = [
+        mirror.orch.log_row(),
+        {"messages": [], "n": 1.5, "none": None},
+        {"a": Path("x"), "messages": "not a list"},
+        {},
+    ]
+    for row in rows:
+        assert log_line(row) == json.dumps(row, ensure_ascii=False, default=str) + "\n"
+    assert len(list(log_pieces(rows[0]))) > len(rows[0]["messages"])  # a piece per message at least
+
+
+def test_a_row_waits_while_a_request_is_in_hand_and_at_most_max_wait(monkeypatch, tmp_path):
+    w = LogWriter(lambda path, e: None)
+    with w.busy():
+        w.put(tmp_path / "a.jsonl", {"messages": ["a"]})
+        time.sleep(0.3)
+        assert not (tmp_path / "a.jsonl").exists()
+    assert w.flush(timeout=5) and (tmp_path / "a.jsonl").exists()
+    monkeypatch.setattr(log_writer, "MAX_WAIT_S", 0.2)
+    with w.busy():  # a request that never lets go (a fleet's, always one in hand)
+        w.put(tmp_path / "b.jsonl", {"messages": ["b"]})
+        t0 = time.monotonic()
+        assert w.flush(timeout=5) and time.monotonic() - t0 < 2
+
+
+def test_the_exit_waits_for_the_logs_at_most_stop_wait(tmp_path):
+    code = f"""
+import time
+from pathlib import Path
+from dtoc_rl.serve import log_writer
+log_writer.STOP_WAIT_S = 0.5
+log_writer.write_text_atomic = lambda path, chunks, encoding=None: time.sleep(30)  # a disk that hangs
+w = log_writer.LogWriter(lambda path, e: print("not written:", path.name, type(e).__name__, flush=True))
+w.put(Path({str(tmp_path / "a.jsonl")!r}), {{"messages": ["a"]}})
+w.put(Path({str(tmp_path / "b.jsonl")!r}), {{"messages": ["b"]}})
+"""
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and time.monotonic() - t0 < 20
+    assert sorted(out.stdout.splitlines()) == [
+        "not written: a.jsonl TimeoutError",
+        "not written: b.jsonl TimeoutError",
+    ]
+
+
+def test_a_row_put_as_the_writer_ends_is_written(tmp_path):
+    import sys as _sys
+
+    w = LogWriter(lambda path, e: None)
+    ending = threading.Event()
+
+    class SlowToLetGo(threading.Condition):
+        def __exit__(self, *exc):
+            out = super().__exit__(*exc)
+            if _sys._getframe(1).f_code.co_name == "_run" and not w._pending:
+                ending.set()  # the writer found nothing: a put arrives before it is gone
+                time.sleep(0.3)
+            return out
+
+    w._cond = SlowToLetGo()
+    w.put(tmp_path / "a.jsonl", {"messages": ["a"]})
+    assert ending.wait(5)
+    w.put(tmp_path / "b.jsonl", {"messages": ["b"]})
+    assert w.flush(timeout=3) and (tmp_path / "b.jsonl").exists()
+
+
+def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dtoc_rl.serve.proxy import make_proxy_server
+
+    class Upstream(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    real_write = log_writer.write_text_atomic
+
+    def slow(path, chunks, encoding=None):
+        time.sleep(1.0)
+        real_write(path, chunks, encoding=encoding)
+
+    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
+    one = threading.Thread(target=srv.handle_request)  # as dtoc-rl proxy stops: server_close alone
+    one.start()
+    body = json.dumps({"model": MODEL, "messages": HEAD + _turn(0)}).encode()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions"
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+    one.join(5)
+    srv.server_close()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1
+    up.shutdown()
+    up.server_close()

@@ -3,34 +3,40 @@
 A conversation's log is one JSONL row holding the whole conversation (what ``dtoc-rl ingest`` reads),
 rewritten after every request.  On a long run that row is megabytes: encoding and writing it takes
 tens of milliseconds, which the agent would wait for before its request goes upstream.
-:class:`LogWriter` takes the row and writes it on a thread of its own, starting none while a request
-is being read, rewritten and sent (:meth:`LogWriter.busy`; for at most :data:`MAX_WAIT_S`): encoding
-holds Python's interpreter lock, and a request waiting for it would wait as long as if it wrote the
-log itself.  So a log is written while the model answers.  While a file's row waits, a newer row of
-the same file replaces it: the file ends up holding what writing every row would have left, in fewer
-writes.
+:class:`LogWriter` takes the row and writes it on a thread of its own, a message at a time, pausing
+while any request is being read, rewritten and sent (:meth:`LogWriter.busy`; for at most
+:data:`MAX_WAIT_S` per row): encoding holds Python's interpreter lock, and a request waiting for it
+would wait as long as if it wrote the log itself.  So a log is written while the models answer.  While
+a file's row waits, a newer row of the same file replaces it: the file ends up holding what writing
+every row would have left, in fewer writes.
 
-The thread is not a daemon: a process that exits writes what is pending first.  ``flush()`` waits for
-the rows put before it (a test reading a log, a server closing).  Where no thread can be started, the
-caller writes the rows itself.
+A process that exits writes what is pending first, for at most :data:`STOP_WAIT_S` (a disk that hangs
+must not hang the exit; what is left is reported as not written).  ``flush()`` waits for the rows put
+before it (a test reading a log, a server stopping).  Where no thread can be started, the caller
+writes the rows itself.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dtoc_rl.data.paths import write_text_atomic
-from dtoc_rl.serve.orchestrator import log_line
+from dtoc_rl.serve.orchestrator import log_pieces
 
-__all__ = ["LogWriter"]
+__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "LogWriter"]
 
-#: A row waits at most this long for a moment without a request in the proxy's hands (an agent fleet's
-#: requests may overlap all the time; a log must not fall behind them for good).
+#: A row waits at most this long in all for moments without a request in the proxy's hands (an agent
+#: fleet's requests may overlap all the time; a log must not fall behind them for good).
 MAX_WAIT_S = 1.0
+#: How long a stop (or the process's exit) waits for the logs of the requests passed on.
+STOP_WAIT_S = 60.0
 
 
 class LogWriter:
@@ -39,26 +45,33 @@ class LogWriter:
 
     Args:
         on_error: called with the path and the error of a row that could not be written (a full disk,
-            a folder gone, text no file can hold); the writer goes on with the other files.
+            a folder gone, text no file can hold, the process exiting first); the writer goes on with
+            the other files.
     """
 
     def __init__(self, on_error: Callable[[Path, BaseException], None]):
         self.on_error = on_error
         self.written = 0  # rows written (a row replaced while it waited is not counted)
         self._pending: dict[Path, tuple[int, dict[str, Any]]] = {}  # path -> (its put's number, row)
-        self._done: dict[Path, int] = {}  # path -> the number of the last row written or failed
         self._writing: dict[Path, int] = {}  # the row being written now: path -> its number
+        # path -> the number of the last row written or failed, kept only while a flush waits
+        self._done: dict[Path, int] = {}
+        self._flushing = 0
         self._puts = 0
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._busy = 0
         # one row written at a time, in the order put (the thread, or a caller that could start none)
         self._write_lock = threading.Lock()
+        # a daemon thread (whoever puts: a server's request threads are daemons) that the exit waits
+        # for, up to STOP_WAIT_S, rather than a thread the exit would wait for without end
+        ref = weakref.ref(self)
+        atexit.register(lambda: (w := ref()) is not None and w._at_exit())
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
-        """While inside, no row starts being written, for up to :data:`MAX_WAIT_S`: a request being read,
-        rewritten and sent."""
+        """While inside, rows being written pause between messages, for at most :data:`MAX_WAIT_S` per
+        row in all: a request being read, rewritten and sent."""
         with self._cond:
             self._busy += 1
         try:
@@ -77,9 +90,7 @@ class LogWriter:
             self._pending[path] = (self._puts, row)
             if self._thread is not None:
                 return
-            # not a daemon, whatever the thread putting is (a server's request threads are): a process
-            # that exits writes what is pending first
-            self._thread = threading.Thread(target=self._run, name="dtoc-rl log writer", daemon=False)
+            self._thread = threading.Thread(target=self._run, name="dtoc-rl log writer", daemon=True)
             try:
                 self._thread.start()
                 return
@@ -92,21 +103,34 @@ class LogWriter:
         reported); rows put meanwhile are not waited for.  False if ``timeout`` ran out first."""
         with self._cond:
             want = {**self._writing, **{path: n for path, (n, _) in self._pending.items()}}
-            return self._cond.wait_for(
-                lambda: all(self._done.get(path, 0) >= n for path, n in want.items()), timeout
-            )
+            self._flushing += 1
+            try:
+                return self._cond.wait_for(
+                    lambda: all(self._done.get(path, 0) >= n for path, n in want.items()), timeout
+                )
+            finally:
+                self._flushing -= 1
+                if not self._flushing:
+                    self._done.clear()
 
     @property
     def pending(self) -> int:
         with self._cond:
-            return len(self._pending)
+            return len(self._pending) + len(self._writing)
+
+    def _at_exit(self) -> None:
+        if self.flush(STOP_WAIT_S):
+            return
+        with self._cond:
+            left = list(self._pending) + list(self._writing)
+        for path in left:
+            self._report(path, TimeoutError(f"not written within {STOP_WAIT_S:g} s of the process's exit"))
 
     def _run(self) -> None:
         ended = False
         try:
             while True:
                 with self._cond:
-                    self._cond.wait_for(lambda: self._busy == 0, MAX_WAIT_S)
                     if not self._pending:  # let go in the same hold: a put after it starts a new thread
                         self._thread, ended = None, True
                         self._cond.notify_all()
@@ -132,15 +156,31 @@ class LogWriter:
                 n, row = self._pending.pop(path)
                 self._writing[path] = n
             try:
-                write_text_atomic(path, [log_line(row)], encoding="utf-8")
+                write_text_atomic(path, self._paced(log_pieces(row)), encoding="utf-8")
                 self.written += 1
             except Exception as e:  # a full disk, no permission, text no file can hold, no memory left
-                try:
-                    self.on_error(path, e)
-                except Exception:  # a failing report must not stop the other files' logs
-                    pass
-            with self._cond:
-                self._done[path] = n
-                del self._writing[path]
-                self._cond.notify_all()
+                self._report(path, e)
+            finally:
+                with self._cond:
+                    del self._writing[path]
+                    if self._flushing:
+                        self._done[path] = n
+                    self._cond.notify_all()
         return True
+
+    def _paced(self, pieces: Iterable[str]) -> Iterator[str]:
+        """``pieces`` as they come, waiting between them while a request is in the proxy's hands."""
+        budget = MAX_WAIT_S
+        for piece in pieces:
+            if self._busy and budget > 0:  # read without the lock: a stale read costs one piece
+                t0 = time.monotonic()
+                with self._cond:
+                    self._cond.wait_for(lambda: self._busy == 0, budget)
+                budget -= time.monotonic() - t0
+            yield piece
+
+    def _report(self, path: Path, e: BaseException) -> None:
+        try:
+            self.on_error(path, e)
+        except Exception:  # a failing report must not stop the other files' logs
+            pass

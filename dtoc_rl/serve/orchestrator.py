@@ -134,6 +134,7 @@ __all__ = [
     "Orchestrator",
     "OrchestratorTotals",
     "log_line",
+    "log_pieces",
 ]
 
 MODES = ("agent", "policy", "hybrid")
@@ -142,9 +143,27 @@ DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
 SOURCE = "dtoc-orchestrator"
 
 
+def log_pieces(row: Mapping[str, Any]) -> Iterator[str]:
+    """A session's log row (:meth:`Orchestrator.log_row`) as the JSONL line its log file holds, in
+    pieces: one per message of its ``messages`` (the bulk of a long run's row), so a writer can pause
+    between them (``dtoc_rl.serve.log_writer``).  Joined, they are ``json.dumps(row)`` with the options
+    below and a newline."""
+    yield "{"
+    for i, (key, value) in enumerate(row.items()):
+        head = (", " if i else "") + json.dumps(key, ensure_ascii=False) + ": "
+        if key == "messages" and isinstance(value, list):
+            yield head + "["
+            for j, message in enumerate(value):
+                yield (", " if j else "") + json.dumps(message, ensure_ascii=False, default=str)
+            yield "]"
+        else:
+            yield head + json.dumps(value, ensure_ascii=False, default=str)
+    yield "}\n"
+
+
 def log_line(row: Mapping[str, Any]) -> str:
-    """A session's log row (:meth:`Orchestrator.log_row`) as the JSONL line its log file holds."""
-    return json.dumps(row, ensure_ascii=False, default=str) + "\n"
+    """A session's log row as the JSONL line its log file holds (:func:`log_pieces` joined)."""
+    return "".join(log_pieces(row))
 
 
 @dataclass

@@ -66,7 +66,7 @@ from dtoc_rl.data.paths import writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.ingest.base import IngestError
 from dtoc_rl.ingest.gemini import contents_to_chat, field_key, part_field
-from dtoc_rl.serve.log_writer import LogWriter
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, LogWriter
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -1280,11 +1280,6 @@ def _decoded(data: bytes) -> Any:
         return None
 
 
-#: How long a stopping proxy waits for the logs of the requests it passed on (a disk that hangs must
-#: not hang the stop).
-LOG_FLUSH_S = 60.0
-
-
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
@@ -1305,8 +1300,8 @@ class _ProxyServer(ThreadingHTTPServer):
         self._flush_logs()
 
     def _flush_logs(self) -> None:
-        if not self.proxy.flush_logs(timeout=LOG_FLUSH_S):
-            self.proxy.warn(f"logs not all written within {LOG_FLUSH_S:g} s of stopping: still writing")
+        if not self.proxy.flush_logs(timeout=STOP_WAIT_S):
+            self.proxy.warn(f"logs not all written within {STOP_WAIT_S:g} s of stopping: still writing")
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]
