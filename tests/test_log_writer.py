@@ -237,14 +237,14 @@ def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop
     real_write = log_writer.write_text_atomic
 
     def slow(path, chunks, encoding=None):
-        time.sleep(1.2)  # longer than a server takes to stop (it polls every 0.5 s)
+        time.sleep(0.3)  # longer than the server takes to stop (it polls every 0.05 s here)
         real_write(path, chunks, encoding=encoding)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", slow)
     up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     body = json.dumps({"model": MODEL, "messages": HEAD + _turn(0) + _turn(1)}).encode()
     url = f"http://127.0.0.1:{srv.server_address[1]}/v1/chat/completions"
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
@@ -354,7 +354,7 @@ def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
     real_write = log_writer.write_text_atomic
 
     def slow(path, chunks, encoding=None):
-        time.sleep(1.0)
+        time.sleep(0.3)
         real_write(path, chunks, encoding=encoding)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", slow)
