@@ -161,7 +161,10 @@ def test_where_no_thread_can_be_started_the_caller_writes_the_row(monkeypatch, t
 
     monkeypatch.setattr(threading.Thread, "start", start)
     w = LogWriter(lambda path, e: None)
-    w.put(tmp_path / "a.jsonl", {"x": 1})  # written here, before put returns
+    t0 = time.monotonic()
+    with w.busy():  # as a request rewriting: written here, before put returns, without waiting on itself
+        w.put(tmp_path / "a.jsonl", {"x": 1})
+    assert time.monotonic() - t0 < 0.5
     assert refused and json.loads((tmp_path / "a.jsonl").read_text()) == {"x": 1}
     w.put(tmp_path / "a.jsonl", {"x": 2})  # and a thread again for the next
     assert w.flush(timeout=10) and json.loads((tmp_path / "a.jsonl").read_text()) == {"x": 2}

@@ -96,7 +96,9 @@ class LogWriter:
                 return
             except RuntimeError:  # no thread to be had (a limit reached, the interpreter ending)
                 self._thread = None
-        self._write_pending()  # here, then: the log late rather than lost
+        # here, then, without pauses (the caller may be the request they would wait for)
+        while self._write_next(paced=False):
+            pass
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until each file a row was put for holds that row or a newer one (written, or its error
@@ -142,11 +144,7 @@ class LogWriter:
                     self._thread = None
                     self._cond.notify_all()
 
-    def _write_pending(self) -> None:
-        while self._write_next():
-            pass
-
-    def _write_next(self) -> bool:
+    def _write_next(self, paced: bool = True) -> bool:
         """Write the oldest waiting row; False if none waited."""
         with self._write_lock:
             with self._cond:
@@ -156,7 +154,8 @@ class LogWriter:
                 n, row = self._pending.pop(path)
                 self._writing[path] = n
             try:
-                write_text_atomic(path, self._paced(log_pieces(row)), encoding="utf-8")
+                pieces = log_pieces(row)
+                write_text_atomic(path, self._paced(pieces) if paced else pieces, encoding="utf-8")
                 self.written += 1
             except Exception as e:  # a full disk, no permission, text no file can hold, no memory left
                 self._report(path, e)
