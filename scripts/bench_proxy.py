@@ -1,8 +1,9 @@
 """What `dtoc-rl proxy` adds to a model call, measured beside the same calls sent straight upstream.
 
-A local fake upstream answers at once (a real model call takes seconds: what is timed here is the
-proxy alone).  One agent's conversation of ``--calls`` model calls, each adding one tool output of
-200-8,000 characters, is replayed twice per policy, call by call and interleaved: each request sent
+A local fake upstream, in a process of its own as an API is, answers at once (a real model call takes
+seconds: what is timed here is the proxy alone; ``--answer-ms`` makes it wait, as a model does while
+the proxy writes its logs).  One agent's conversation of ``--calls`` model calls, each adding one tool
+output of 200-8,000 characters (``--scale`` times as long), is replayed twice per policy, call by call and interleaved: each request sent
 straight to the upstream (the reference), then through the proxy.  Rows: the reference, and the
 proxy with ``last_n:n=5`` (mirroring, labelling and transport: the proxy's own cost) and with a
 learned policy (the default network, untrained unless ``--checkpoint``: latency does not depend on
