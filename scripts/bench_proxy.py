@@ -3,8 +3,9 @@
 A local fake upstream, in a process of its own as an API is, answers at once (a real model call takes
 seconds: what is timed here is the proxy alone; ``--answer-ms`` makes it wait, as a model does while
 the proxy writes its logs).  One agent's conversation of ``--calls`` model calls, each adding one tool
-output of 200-8,000 characters (``--scale`` times as long), is replayed twice per policy, call by call and interleaved: each request sent
-straight to the upstream (the reference), then through the proxy.  Rows: the reference, and the
+output of 200-8,000 characters (``--scale`` times as long), is replayed twice per policy, call by
+call and interleaved: each request sent straight to the upstream (the reference), then through the
+proxy.  Rows: the reference, and the
 proxy with ``last_n:n=5`` (mirroring, labelling and transport: the proxy's own cost) and with a
 learned policy (the default network, untrained unless ``--checkpoint``: latency does not depend on
 the weights).  Columns: per-request wall time at the client (p50, p99, over all calls and over the
