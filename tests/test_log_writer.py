@@ -30,6 +30,29 @@ def _turn(k: int) -> list[dict]:
     ]
 
 
+def _upstream(body_received=lambda: None):
+    """A chat-completions API answering "ok", calling ``body_received()`` once it has a request's body."""
+    from http.server import BaseHTTPRequestHandler
+
+    class Upstream(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body_received()
+            out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    return Upstream
+
+
 def _gated(monkeypatch):
     """write_text_atomic held at a gate: (gate, calls) - each call's path and line, once let through."""
     gate, calls, real = threading.Event(), [], log_writer.write_text_atomic
@@ -202,32 +225,20 @@ def test_flush_waits_for_the_rows_put_before_it_not_for_a_stream_that_never_ends
 def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop_writes_the_last(
     monkeypatch, tmp_path
 ):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     from dtoc_rl.serve.proxy import make_proxy_server
 
     proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
     at_upstream: list[int] = []
 
-    class Upstream(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def body_received():  # the request lets go once its send returns, before the answer
+        deadline = time.monotonic() + 2
+        while proxy._logs._busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        at_upstream.append(proxy._logs._busy)
 
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            # the body is here: the request lets go once its send returns, before this answers
-            deadline = time.monotonic() + 2
-            while proxy._logs._busy and time.monotonic() < deadline:
-                time.sleep(0.01)
-            at_upstream.append(proxy._logs._busy)
-            out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+    Upstream = _upstream(body_received)
 
     in_rewrite: list[int] = []
     real_rewrite = ContextProxy.rewrite
@@ -336,23 +347,11 @@ def test_a_row_put_as_the_writer_ends_is_written(tmp_path):
 
 
 def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     from dtoc_rl.serve.proxy import make_proxy_server
 
-    class Upstream(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            out = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+    Upstream = _upstream()
 
     real_write = log_writer.write_text_atomic
 
