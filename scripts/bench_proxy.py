@@ -196,7 +196,7 @@ def _measure(
             s["decision_p99_ms"] = float(np.percentile(decide, 99))
             s["hidden_sent"] = proxy.hidden_sent
             if log:  # the stop above waited for them
-                s["logs_written"] = proxy._logs.written if proxy._logs is not None else 0
+                s["logs_written"] = proxy.logs_written
             rows[f"proxy, {name}"] = s
     return rows, reference
 

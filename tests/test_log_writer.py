@@ -89,7 +89,7 @@ def test_a_request_does_not_wait_for_its_log_and_a_waiting_row_is_replaced_by_th
     assert outputs == [f"out {k}\n" * 50 for k in range(4)]
     # the first row, then only the newest of the three that waited behind it
     assert len(calls) == 2 and calls[1][1] == log.read_text()
-    assert proxy._logs.written == 2 and proxy._logs.pending == 0
+    assert proxy.logs_written == 2 and proxy._logs.pending == 0
 
 
 def test_a_log_that_fails_is_reported_once_and_the_other_conversations_are_logged(monkeypatch, tmp_path):

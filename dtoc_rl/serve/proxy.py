@@ -493,11 +493,11 @@ class ContextProxy:
         self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
-        if self.log_dir is not None and os.name == "posix" and self.log_dir.stat().st_mode & 0o077:
+        mode = self.log_dir.stat().st_mode & 0o777 if self.log_dir is not None and os.name == "posix" else 0
+        if mode & 0o077:
             self.warn(
-                f"log folder {self.log_dir} can be read by other users (mode "
-                f"{self.log_dir.stat().st_mode & 0o777:o}), and its logs hold every tool output the agents "
-                f"read: chmod 700 {self.log_dir}"
+                f"log folder {self.log_dir} can be read by other users (mode {mode:o}), and its logs hold "
+                f"every tool output the agents read: chmod 700 {self.log_dir}"
             )
         self.log = log
         self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
@@ -750,6 +750,12 @@ class ContextProxy:
         """Held while a request is read, rewritten and sent upstream: logs are written outside it,
         while models answer (:class:`LogWriter`)."""
         return self._logs.busy() if self._logs is not None else contextlib.nullcontext()
+
+    @property
+    def logs_written(self) -> int:
+        """Conversation logs written so far (a row a newer one replaced before it was written is not
+        counted)."""
+        return self._logs.written if self._logs is not None else 0
 
     def flush_logs(self, timeout: float | None = None) -> bool:
         """Wait until every conversation's log holds its latest request (logs are written on a thread
@@ -1072,8 +1078,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _relay(self) -> None:
         """Pass the request on (every method: do_POST and the others are this) and its answer back."""
-        # logs are not written while this request is rewritten and sent: encoding one holds the
-        # interpreter lock for as long as it takes (LogWriter)
+        # logs being written pause while this request is read, rewritten and sent: encoding holds the
+        # interpreter lock (LogWriter)
         with contextlib.ExitStack() as sending:
             self._pass_on(sending)
 
