@@ -33,14 +33,22 @@ def _temp_files_under_pytest(tmp_path_factory):
     """Everything the code under test puts in the temp folder (LiveEnv work folders, the SB3 logger's
     folders, child processes' TMPDIR) goes into pytest's own base folder, which pytest prunes: a test
     that leaves one behind does not fill the machine's /tmp run after run."""
+    import shutil
     import tempfile
 
+    # Ray's sockets live under its temp folder and a socket's path may not pass 107 bytes, which a
+    # pytest base folder with an xdist worker's name in it does: Ray gets a short folder of its own.
+    ray_dir = tempfile.mkdtemp(prefix="ray-")
     base = tmp_path_factory.mktemp("tmp")
     old_env, old_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    old_ray = os.environ.get("RAY_TMPDIR")
     os.environ["TMPDIR"], tempfile.tempdir = str(base), str(base)
+    os.environ["RAY_TMPDIR"] = ray_dir
     yield
     tempfile.tempdir = old_dir
-    if old_env is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = old_env
+    for name, value in (("TMPDIR", old_env), ("RAY_TMPDIR", old_ray)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    shutil.rmtree(ray_dir, ignore_errors=True)
