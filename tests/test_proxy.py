@@ -740,25 +740,25 @@ def test_responses_requests_hide_call_outputs_and_leave_reasoning_items_as_they_
 
 
 def test_a_streamed_answers_usage_is_read_as_it_passes_whatever_the_chunking():
-    from dtoc_rl.serve.proxy import _StreamUsage
+    from dtoc_rl.serve.api_messages import StreamAnswer
 
     first = {"input_tokens": 40, "cache_read_input_tokens": 900, "output_tokens": 1}
     start = {"type": "message_start", "message": {"usage": first}}
     delta = {"type": "message_delta", "usage": {"output_tokens": 77}}
     stream = b"".join(b"event: x\ndata: " + json.dumps(e).encode() + b"\n\n" for e in (start, delta))
     for cut in (1, 7, 50, len(stream)):
-        sniff = _StreamUsage()
+        sniff = StreamAnswer()
         for i in range(0, len(stream), cut):
             sniff.feed(stream[i : i + cut])
         assert sniff.usage == {"input_tokens": 40, "cache_read_input_tokens": 900, "output_tokens": 77}
-    chat = _StreamUsage()
+    chat = StreamAnswer()
     chat.feed(
         b'data: {"choices": [], "usage": null}\n\ndata: {"choices": [], "usage": {"prompt_tokens": 9}}\n\n'
     )
     chat.feed(b"data: [DONE]\n\n")
     assert chat.usage == {"prompt_tokens": 9}
     # Gemini's chunks each count the answer so far (CRLF between events), the last one all of it
-    gemini = _StreamUsage()
+    gemini = StreamAnswer()
     for n in (3, 9):
         chunk = {"candidates": [], "usageMetadata": {"promptTokenCount": 500, "candidatesTokenCount": n}}
         gemini.feed(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
@@ -1212,7 +1212,8 @@ def test_what_the_proxy_hid_live_is_priced_from_its_log_as_the_same_policy_offli
 
 def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, tmp_path):
     from dtoc_rl.policies.learned import LearnedPolicyConfig
-    from dtoc_rl.serve.proxy import _StreamUsage, _Upstream
+    from dtoc_rl.serve.api_messages import StreamAnswer
+    from dtoc_rl.serve.proxy import _Upstream
 
     url, srv = _start(ContextProxy(make_policy("last_n:n=1")), echo)
     c = _conn(url)
@@ -1251,7 +1252,7 @@ def test_interim_answers_bad_bodies_and_bare_proxy_settings(echo, monkeypatch, t
     # a checkpoint of a family whose name is no model name still starts
     ContextProxy(LearnedPolicyConfig(n_layers=1, d_model=32, model_family="openai-o").create(),
                  families={"openai-o"}).check()  # fmt: skip
-    sniff = _StreamUsage()
+    sniff = StreamAnswer()
     sniff.feed(b'data: {"type": "response.incomplete", "response": {"usage": {"input_tokens": 7}}}\n\n')
     assert sniff.done and sniff.usage == {"input_tokens": 7}
 
@@ -1357,7 +1358,7 @@ def test_a_side_question_about_the_conversation_does_not_split_it(upstream, tmp_
 
 def test_a_hidden_gemini_failure_stays_one_and_a_json_list_stream_gives_its_usage(tmp_path):
     from dtoc_rl.ingest import read_first
-    from dtoc_rl.serve.proxy import gemini_events
+    from dtoc_rl.serve.api_messages import gemini_events
 
     proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
     contents: list[dict] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
