@@ -303,14 +303,15 @@ def test_gemini_function_responses_are_hidden_in_their_parts_and_the_model_read_
     _, traj = read_first(log)
     assert traj.model_raw == "gemini-2.5-pro"
     # each output with its own call, parallel calls without ids answered in order
-    paths = [json.loads(s.tool_args)["file_path"] for s in traj.steps]
+    *calls, closing = traj.steps
+    paths = [json.loads(s.tool_args)["file_path"] for s in calls]
     assert paths == [f"src/m{k}{half}.py" for k in range(3) for half in "ab"]
-    assert [s.output.splitlines()[0] for s in traj.steps] == [
-        f"# module {k}{h}" for k in range(3) for h in "ab"
-    ]
+    assert [s.output.splitlines()[0] for s in calls] == [f"# module {k}{h}" for k in range(3) for h in "ab"]
+    # the answer to the last request, which no request followed, logged when the proxy stopped
+    assert closing.tool_name is None and closing.assistant_text == "ok"
     # Gemini's usage, answered whole or streamed, thinking counted as output as Gemini bills it
     usage = [s.usage for s in traj.steps if s.usage is not None]
-    assert len(usage) == 3 and all(
+    assert len(usage) == 4 and all(
         (u.input_tokens, u.cached_tokens, u.output_tokens) == (1500, 1200, 30) for u in usage
     )
 
@@ -556,10 +557,12 @@ def test_the_log_dir_holds_an_ingestible_log_with_the_usage_the_api_reported(ups
     (log,) = (tmp_path / "logs").glob("*.jsonl")
     assert not list((tmp_path / "logs").glob("*.partial"))
     _, traj = read_first(log)
-    assert [s.tool_name for s in traj.steps] == ["bash"] * 3 and traj.task_text == "Fix the bug."
+    # the fourth request's answer too, which no request followed: logged when the proxy stopped
+    assert [s.tool_name for s in traj.steps] == ["bash"] * 3 + [None] and traj.task_text == "Fix the bug."
+    assert traj.steps[-1].assistant_text == "ok"
     # the answers' usage: each call the proxy saw answered carries what the API reported for it
     usage = [s.usage for s in traj.steps if s.usage is not None]
-    assert usage and all(u.input_tokens == 1200 and u.cached_tokens == 1024 for u in usage)
+    assert len(usage) == 4 and all(u.input_tokens == 1200 and u.cached_tokens == 1024 for u in usage)
     assert any(s.masked_before for s in traj.steps)  # what was hidden before each call, replayable
 
 

@@ -226,16 +226,30 @@ def _gemini_last(ev: dict) -> bool:
     )
 
 
-class StreamAnswer:
-    """The usage a streamed answer reports, read from its server-sent events as they pass: a chat
-    completion's last chunk (``stream_options.include_usage``), Anthropic's ``message_start`` and
-    ``message_delta``, a Responses ``response.completed``, each Gemini chunk's ``usageMetadata``;
-    later figures over earlier ones."""
+#: The most of a streamed answer's text assembled (a model's answer is some kilobytes): past it the
+#: answer is left unread, its usage still counted.
+MAX_ANSWER_CHARS = 16 * 2**20
 
-    def __init__(self) -> None:
+
+class StreamAnswer:
+    """A streamed answer read from its server-sent events as they pass: the usage it reports (a chat
+    completion's last chunk, ``stream_options.include_usage``; Anthropic's ``message_start`` and
+    ``message_delta``; a Responses ``response.completed``; each Gemini chunk's ``usageMetadata``;
+    later figures over earlier ones) and, given the API, the answer itself, assembled as the API's
+    whole answer would hold it (:meth:`answer`, for :func:`answer_event`)."""
+
+    def __init__(self, api: str | None = None) -> None:
         self.usage: dict[str, Any] = {}
         self.done = False  # the answer's last event has passed ([DONE], message_stop, response.completed)
         self._rest = b""
+        self.api = api
+        self._size = 0  # characters assembled, against MAX_ANSWER_CHARS
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._slots: dict[Any, dict[str, Any]] = {}  # a call or block being streamed, by its index
+        self._json: dict[Any, list[str]] = {}  # an Anthropic tool call's input, as its pieces came
+        self._response: dict[str, Any] | None = None  # a Responses stream's final response
+        self._parts: list[dict[str, Any]] = []  # a Gemini stream's parts, chunk after chunk
 
     def feed(self, chunk: bytes) -> None:
         lines = (self._rest + chunk).split(b"\n")
@@ -258,3 +272,157 @@ class StreamAnswer:
             for found in (ev.get("usage"), ev.get("usageMetadata"), inner_usage):
                 if isinstance(found, dict):
                     self.usage.update({k: v for k, v in found.items() if v is not None})
+            if self.api is not None and self._size <= MAX_ANSWER_CHARS:
+                try:
+                    self._take(ev)
+                except (TypeError, AttributeError, ValueError):  # an event of a shape no API sends
+                    self._size = MAX_ANSWER_CHARS + 1
+
+    def _add(self, to: list[str], text: Any) -> None:
+        if isinstance(text, str) and text:
+            to.append(text)
+            self._size += len(text)
+
+    def _take(self, ev: dict[str, Any]) -> None:
+        if self.api == "openai":
+            for choice in ev.get("choices") or []:
+                if choice.get("index", 0) != 0:  # the first choice is the one an agent goes on with
+                    continue
+                delta = choice.get("delta") or {}
+                self._add(self._text, delta.get("content"))
+                self._add(self._reasoning, delta.get("reasoning_content") or delta.get("reasoning"))
+                for k, call in enumerate(delta.get("tool_calls") or []):
+                    at = call.get("index", k) if isinstance(call.get("index", k), int) else k
+                    slot = self._slots.setdefault(
+                        at, {"id": None, "type": "function", "function": {"name": ""}}
+                    )
+                    slot["id"] = call.get("id") or slot["id"]
+                    fn = call.get("function") or {}
+                    if fn.get("name"):
+                        slot["function"]["name"] = fn["name"]
+                    self._add(self._json.setdefault(at, []), fn.get("arguments"))
+        elif self.api == "anthropic":
+            kind, at = ev.get("type"), ev.get("index")
+            if not isinstance(at, int):
+                return
+            if kind == "content_block_start" and isinstance(ev.get("content_block"), dict):
+                self._slots[at] = dict(ev["content_block"])
+            elif kind == "content_block_delta" and at in self._slots:
+                delta, block = ev.get("delta") or {}, self._slots[at]
+                for field_name in ("text", "thinking"):
+                    if isinstance(delta.get(field_name), str):
+                        block[field_name] = (block.get(field_name) or "") + delta[field_name]
+                        self._size += len(delta[field_name])
+                self._add(self._json.setdefault(at, []), delta.get("partial_json"))
+        elif self.api == "responses":
+            if ev.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+                self._response = ev.get("response") if isinstance(ev.get("response"), dict) else None
+            elif ev.get("type") == "response.output_item.done" and isinstance(ev.get("item"), dict):
+                at = ev.get("output_index")
+                self._slots[at if isinstance(at, int) else len(self._slots)] = ev["item"]
+        elif self.api == "gemini":
+            for part in _gemini_parts(ev):
+                self._parts.append(part)
+                self._size += len(part["text"]) if isinstance(part.get("text"), str) else 0
+
+    def answer(self) -> dict[str, Any] | None:
+        """The answer as the API's whole (unstreamed) answer holds it, with the usage read (what
+        :func:`answer_event` and the proxy read); the usage alone without an API or past
+        :data:`MAX_ANSWER_CHARS`; None when neither was read."""
+        usage = {"usage": dict(self.usage)} if self.usage else {}
+        if self.api is None or self._size > MAX_ANSWER_CHARS:
+            return usage or None
+
+        def inputs(at: int, block: dict[str, Any]) -> Any:
+            raw = "".join(self._json.get(at, []))
+            if not raw.strip():  # none streamed: what the block started with
+                return block.get("input") or {}
+            try:
+                return json.loads(raw)
+            except (ValueError, RecursionError):  # cut short: the text as it came
+                return raw
+
+        if self.api == "openai":
+            calls = [
+                {**slot, "function": {**slot["function"], "arguments": "".join(self._json.get(at, []))}}
+                for at, slot in sorted(self._slots.items())
+            ]
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
+            if self._reasoning:
+                message["reasoning_content"] = "".join(self._reasoning)
+            if calls:
+                message["tool_calls"] = calls
+            return {"choices": [{"index": 0, "message": message}], **usage}
+        if self.api == "anthropic":
+            blocks = []
+            for at, block in sorted(self._slots.items()):
+                blocks.append(
+                    {**block, "input": inputs(at, block)} if block.get("type") == "tool_use" else block
+                )
+            return {"role": "assistant", "content": blocks, **usage}
+        if self.api == "responses":
+            output = (self._response or {}).get("output")
+            if not isinstance(output, list):  # no final event: the items finished before it
+                output = [item for _, item in sorted(self._slots.items())]
+            return {"output": output, **usage}
+        if self.api == "gemini":
+            return {"candidates": [{"content": {"role": "model", "parts": _joined(self._parts)}}], **usage}
+        return None
+
+
+def _joined(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Gemini stream's parts as one answer holds them: the text of consecutive text parts (split
+    anywhere, mid-word too, by the stream) joined into one part, a thought's apart from an answer's."""
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        text = part.get("text")
+        if set(part) <= {"text", "thought"} and isinstance(text, str) and out:
+            last = out[-1]
+            if set(last) <= {"text", "thought"} and bool(last.get("thought")) == bool(part.get("thought")):
+                out[-1] = {**last, "text": (last.get("text") or "") + text}
+                continue
+        out.append(dict(part))
+    return out
+
+
+def _gemini_parts(chunk: Any) -> list[dict[str, Any]]:
+    """The parts of a Gemini answer's (or stream chunk's) first candidate: the one an agent goes on with."""
+    candidates = chunk.get("candidates") if isinstance(chunk, Mapping) else None
+    first = candidates[0] if isinstance(candidates, list) and candidates else None
+    content = first.get("content") if isinstance(first, Mapping) else None
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _model_turn(api: str, answer: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A whole answer of ``api`` as a request body holding it as its one model turn."""
+    if api == "openai":
+        choices = answer.get("choices")
+        message = choices[0].get("message") if isinstance(choices, list) and choices else None
+        return {"messages": [{**message, "role": "assistant"}]} if isinstance(message, Mapping) else None
+    if api == "anthropic":
+        content = answer.get("content")
+        return (
+            {"messages": [{"role": "assistant", "content": content}]} if isinstance(content, list) else None
+        )
+    if api == "responses":
+        return {"input": answer["output"]} if isinstance(answer.get("output"), list) else None
+    if api == "gemini":
+        parts = _gemini_parts(answer)
+        return {"contents": [{"role": "model", "parts": parts}]} if parts else None
+    return None
+
+
+def answer_event(api: str, answer: Any) -> Event | None:
+    """The model turn an answer of ``api`` holds (decoded JSON, or :meth:`StreamAnswer.answer`), read
+    as the agent's next request will hold it (by the same request parser): its text, reasoning and
+    calls; None when it holds no model turn (an error, a shape no API answers with)."""
+    if isinstance(answer, list):  # Gemini's stream without alt=sse: a JSON list of chunks
+        parts = _joined([p for chunk in answer for p in _gemini_parts(chunk)])
+        answer = {"candidates": [{"content": {"role": "model", "parts": parts}}]}
+    try:
+        body = _model_turn(api, answer) if isinstance(answer, Mapping) else None
+        turns = [e for e in EVENTS[api](body) if e.kind == "assistant"] if body is not None else []
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        return None
+    return turns[0] if len(turns) == 1 and (turns[0].text or turns[0].calls or turns[0].reasoning) else None

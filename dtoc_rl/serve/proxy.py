@@ -69,6 +69,7 @@ from dtoc_rl.serve.api_messages import (
     LISTED,
     Event,
     StreamAnswer,
+    answer_event,
 )
 from dtoc_rl.serve.log_writer import STOP_WAIT_S, LogWriter
 from dtoc_rl.serve.orchestrator import Orchestrator
@@ -182,6 +183,11 @@ class _Mirror:
         self.answered_at: float | None = None  # time.monotonic() of the last answer through the proxy
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
         self.answered_by: str | None = None  # the model that answer names (else the request's)
+        self.api: str | None = None  # the API of the conversation's requests (how its answers read)
+        # that answer's model turn, recorded by the request after it or, when none follows, at the
+        # conversation's close (the model's closing words, and the call that made them)
+        self.answer: Event | None = None
+        self.closed = False  # its last answer recorded: no request continues it
         self.lock = threading.Lock()
         # every tool result fed, by position: its text's digest.  A result is told by its call id alone
         # (harnesses trim their own old outputs), so a run of the same task with the same call ids
@@ -200,18 +206,12 @@ class _Mirror:
         if fresh:
             self.fresh = fresh
             self.digests.update((i, req.digest(i)) for i in fresh)
+        if asked:  # the request holds the answer as the agent kept it: that is the one recorded
+            self.answer = None
         for i, e in enumerate(new, start):
             key = None
             if e.kind == "assistant":
-                usage, self.usage = (self.usage, None) if asked == 1 else (None, None)
-                by, self.answered_by = (self.answered_by, None) if asked == 1 else (None, None)
-                calls = self.orch.record_assistant(
-                    e.text, e.calls, reasoning=e.reasoning or None, usage=usage, answered_at=self.answered_at,
-                    model=by,
-                )  # fmt: skip
-                ours = [c for c in e.calls if c.get("name") != MANAGE_CONTEXT_NAME]  # it answers those itself
-                for asked_call, made in zip(ours, calls, strict=False):
-                    self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
+                self.turn(e, answered=asked == 1)
             elif e.kind == "tool":
                 waiting = self.pending.get(e.call_id)
                 if waiting:  # a reused id answers its newest call (an older one left unanswered stays so)
@@ -223,12 +223,29 @@ class _Mirror:
             if e.kind in ("assistant", "tool"):
                 self.settled = len(self.prints)
 
+    def turn(self, e: Event, answered: bool) -> None:
+        """Record a model turn; ``answered``: it is the answer the proxy saw last (its usage and the
+        model that gave it go with it)."""
+        usage, by = (self.usage, self.answered_by) if answered else (None, None)
+        self.usage = self.answered_by = None
+        calls = self.orch.record_assistant(
+            e.text,
+            e.calls,
+            reasoning=e.reasoning or None,
+            usage=usage,
+            answered_at=self.answered_at,
+            model=by,
+        )
+        ours = [c for c in e.calls if c.get("name") != MANAGE_CONTEXT_NAME]  # it answers those itself
+        for asked_call, made in zip(ours, calls, strict=False):
+            self.pending.setdefault(asked_call.get("id"), deque()).append(made["id"])
+
     def continues(self, req: _Request) -> int:
         """How much of ``req`` this conversation has seen: all of its own prints (a continuation), its
         settled ones when the request goes on from there with other user text (it left a side
         question out), else 0 (another conversation, another run the agent named otherwise, or another
         run whose newest tool results differ from those this one was fed)."""
-        if req.session and self.session and req.session != self.session:
+        if self.closed or (req.session and self.session and req.session != self.session):
             return 0
         prints, n = req.prints, len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
@@ -315,6 +332,7 @@ class ContextProxy:
             )
         self.log = log
         self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
+        self._evicted: list[_Mirror] = []  # dropped from the table, their last answers not yet recorded
         self._lock = threading.Lock()  # the mirrors' table
         self._decide = threading.Lock()  # one decision at a time: policies keep inference buffers
         self._made = 0
@@ -371,6 +389,7 @@ class ContextProxy:
         req = _Request(events, session_of(api, body, session))
         mirror = self._mirror(req, model, given, agent)  # returned locked: matched and fed at once
         try:
+            mirror.api = api
             mirror.feed(req)  # the answers it brings were the previous request's model's
             mirror.orch.use_model(model, given)  # this request's: a conversation may change models
             t0 = time.perf_counter()
@@ -388,6 +407,8 @@ class ContextProxy:
             return Rewrite(body, conversation=mirror.name, passed=f"{type(e).__name__}: {e}")
         finally:
             mirror.lock.release()
+            if self._evicted:
+                self._close_evicted()
         sent = [k for k in mirror.keys if k is not None and k in hidden]
         outputs = sum(k is not None for k in mirror.keys)
         return Rewrite(out, conversation=mirror.name, hidden=sent, outputs=outputs, decision_ms=ms)
@@ -444,12 +465,43 @@ class ContextProxy:
             return
         with mirror.lock:
             mirror.answered_at = time.monotonic()
+            mirror.answer = answer_event(mirror.api, answer) if mirror.api is not None else None
             if isinstance(answer, list) and answer:  # Gemini's stream without alt=sse: a JSON list
                 answer = answer[-1]  # whose last chunk counts the whole answer
             usage = answer.get("usage") or answer.get("usageMetadata") if isinstance(answer, dict) else None
             mirror.usage = usage if isinstance(usage, dict) else None
             by = answer.get("model") or answer.get("modelVersion") if isinstance(answer, dict) else None
             mirror.answered_by = by if isinstance(by, str) and by else None
+
+    def close_conversations(self) -> int:
+        """Record each conversation's last answer, which no request followed (the model's closing
+        words, and the usage of the call that made them), and log it: what a stopping proxy does
+        (the server's ``shutdown()``/``server_close()``), and an evicted conversation.  A closed
+        conversation is not continued: a request after it starts a new one.  Returns how many answers
+        were recorded."""
+        with self._lock:
+            mirrors = list(self.mirrors.values())
+        closed = 0
+        for mirror in mirrors:
+            with mirror.lock:
+                closed += self._close(mirror)
+        return closed
+
+    def _close(self, mirror: _Mirror) -> bool:
+        # with the mirror's lock held, not the table's (a log that fails is reported under it)
+        if mirror.closed or mirror.answer is None:
+            return False
+        mirror.closed = True
+        try:
+            mirror.turn(mirror.answer, answered=True)
+        except Exception as e:  # an answer the mirror cannot record costs its log's last turn only
+            self.warn(f"conversation {mirror.name}: its last answer not logged ({type(e).__name__}: {e})")
+            return False
+        finally:
+            mirror.answer = None
+        if self.log_dir is not None:
+            self._log(mirror)
+        return True
 
     # -- internals -----------------------------------------------------------------------
     def _mirror(self, req: _Request, model: str, given: Prices | None, agent: str | None = None) -> _Mirror:
@@ -518,12 +570,19 @@ class ContextProxy:
         mirror.lock.acquire()
         self.mirrors[name] = mirror
         while len(self.mirrors) > self.max_conversations:
-            _, old = self.mirrors.popitem(last=False)
-            # one a request is using is not closed under it: only forgotten
-            if old.lock.acquire(blocking=False):
-                old.orch.close()
-                old.lock.release()
+            self._evicted.append(self.mirrors.popitem(last=False)[1])  # closed once this lock is let go
         return mirror
+
+    def _close_evicted(self) -> None:
+        with self._lock:
+            evicted, self._evicted = self._evicted, []
+        for old in evicted:
+            if old.lock.acquire(blocking=False):  # one a request is using is not closed under it: forgotten
+                try:
+                    self._close(old)
+                    old.orch.close()
+                finally:
+                    old.lock.release()
 
     def _patch(self, api: str, body: dict, events: list[Event], mirror: _Mirror, hidden: set[str]) -> dict:
         # the body itself when nothing is hidden: then the request goes on byte for byte as it came
@@ -916,7 +975,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 return self._error(502, "dtoc_proxy_upstream", why)
         assert resp is not None
         try:
-            self._answer(method, resp, conversation)
+            self._answer(method, resp, conversation, api)
         finally:
             if resp.will_close or getattr(resp, "dtoc_interim", False):
                 self._drop_upstream()
@@ -948,7 +1007,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         for k, v in headers:
             self.send_header(k, v)
 
-    def _answer(self, method: str, resp: Any, conversation: str | None) -> None:
+    def _answer(self, method: str, resp: Any, conversation: str | None, api: str | None = None) -> None:
         proxy = self.server.proxy
         bodiless = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         # by how the answer came, not by its header (an upstream may send a length beside chunks)
@@ -981,9 +1040,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 return self._error(502, "dtoc_proxy_upstream", why)
             # recorded before the agent has the answer: its next request must find the usage in place
             if "text/event-stream" in (resp.getheader("Content-Type") or ""):  # events sent with a length
-                sniff = StreamAnswer()
+                sniff = StreamAnswer(api)
                 sniff.feed(data + b"\n")
-                proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+                proxy.answered(conversation, sniff.answer())
             else:
                 proxy.answered(conversation, _decoded(data))
             self._start_answer(resp, headers)
@@ -1006,7 +1065,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         events = "text/event-stream" in (resp.getheader("Content-Type") or "")
-        sniff = StreamAnswer()
+        sniff = StreamAnswer(api if conversation is not None else None)
         kept: list[bytes] = []  # a JSON answer sent without a length, read whole for its usage at the end
         size = 0
         try:
@@ -1015,7 +1074,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     if events:
                         sniff.feed(chunk)
                         if sniff.done:  # recorded before the agent reads the answer's end
-                            proxy.answered(conversation, {"usage": sniff.usage} if sniff.usage else None)
+                            proxy.answered(conversation, sniff.answer())
                             conversation = None
                     elif size + len(chunk) <= _MAX_KEPT:
                         kept.append(chunk)
@@ -1027,7 +1086,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._drop_upstream()
             return
         if conversation is not None:
-            proxy.answered(conversation, {"usage": sniff.usage} if events else _decoded(b"".join(kept)))
+            proxy.answered(conversation, sniff.answer() if events else _decoded(b"".join(kept)))
         if not old:
             self.wfile.write(b"0\r\n\r\n")
 
@@ -1068,6 +1127,7 @@ class _ProxyServer(ThreadingHTTPServer):
         self._flush_logs()
 
     def _flush_logs(self) -> None:
+        self.proxy.close_conversations()  # their closing answers, which no request follows
         if not self.proxy.flush_logs(timeout=STOP_WAIT_S):
             self.proxy.warn(f"logs not all written within {STOP_WAIT_S:g} s of stopping: still writing")
 

@@ -186,3 +186,11 @@ def check_own_log(own: Any, source: str, tool: str, folder: Path, path_of: Calla
     assert [path_of(json.loads(s.tool_args)) for s in reads] == [str(folder / n) for n in FILES]
     assert all(f"{n} line 149" in s.output for n, s in zip(FILES, reads, strict=True))
     assert all(s.usage.cached_tokens == CHAT_USAGE["prompt_tokens_details"]["cached_tokens"] for s in reads)
+
+
+def calls_and_closing(traj) -> list:
+    """The proxy log's steps before the agent's closing answer, after checking that it ends with that
+    answer (``ANSWER``, which no request follows: logged when the proxy stopped) and its usage."""
+    *steps, closing = traj.steps
+    assert closing.tool_name is None and ANSWER in closing.assistant_text and closing.usage is not None
+    return steps

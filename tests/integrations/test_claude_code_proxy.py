@@ -24,7 +24,15 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
+from tests.integrations.live_cli import (
+    ANSWER,
+    FILES,
+    calls_and_closing,
+    fresh_home,
+    repo,
+    same_calls,
+    straight_and_through,
+)
 
 CLAUDE = os.environ.get("CLAUDE_BIN") or shutil.which("claude")
 USAGE = {
@@ -170,7 +178,7 @@ def test_claude_code_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_p
 
     # the proxy's log prices what it did live as the same policy offline, and it saved
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
-    assert [s.tool_name for s in traj.steps] == ["Read"] * len(FILES)
+    assert [s.tool_name for s in calls_and_closing(traj)] == ["Read"] * len(FILES)
     assert traj.model_family == "claude-sonnet" and all(s.usage is not None for s in traj.steps)
     assert traj.source == "proxy:claude-cli"  # named from its User-Agent
     bills = {r.policy: r for r in evaluate([traj], ["logged", "last_n:n=1", "none"], progress=False)}

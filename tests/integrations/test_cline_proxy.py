@@ -27,6 +27,7 @@ from tests.integrations.live_cli import (
     ANSWER,
     FILES,
     ScriptedChat,
+    calls_and_closing,
     chat_calls,
     check_chat_run,
     check_own_log,
@@ -78,7 +79,7 @@ def test_cline_through_the_proxy_sends_earlier_reads_as_placeholders(tmp_path):
     check_chat_run(runs)
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
-    assert [s.tool_name for s in traj.steps] == ["read_files"] * len(FILES)
+    assert [s.tool_name for s in calls_and_closing(traj)] == ["read_files"] * len(FILES)
     assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
 
     # and Cline's own session file of the same run reads as that run

@@ -23,7 +23,15 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
+from tests.integrations.live_cli import (
+    ANSWER,
+    FILES,
+    calls_and_closing,
+    fresh_home,
+    repo,
+    same_calls,
+    straight_and_through,
+)
 
 CODEX = os.environ.get("CODEX_BIN") or shutil.which("codex")
 USAGE = {"input_tokens": 9000, "input_tokens_details": {"cached_tokens": 8000}, "output_tokens": 12,
@@ -126,7 +134,7 @@ def test_codex_through_the_proxy_sends_earlier_outputs_as_placeholders(tmp_path)
     from dtoc_rl.ingest.driver import ingest_paths
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
-    assert [s.tool_name for s in traj.steps] == ["exec_command"] * len(FILES)
+    assert [s.tool_name for s in calls_and_closing(traj)] == ["exec_command"] * len(FILES)
     assert all(s.usage is not None and s.usage.cached_tokens == 8000 for s in traj.steps)
     assert any(s.masked_before for s in traj.steps)
 

@@ -25,7 +25,15 @@ from pathlib import Path
 import pytest
 
 from dtoc_rl.core.record import POLICY_NOTE
-from tests.integrations.live_cli import ANSWER, FILES, fresh_home, repo, same_calls, straight_and_through
+from tests.integrations.live_cli import (
+    ANSWER,
+    FILES,
+    calls_and_closing,
+    fresh_home,
+    repo,
+    same_calls,
+    straight_and_through,
+)
 
 GEMINI = os.environ.get("GEMINI_BIN") or shutil.which("gemini")
 USAGE = {"promptTokenCount": 9000, "cachedContentTokenCount": 8000, "candidatesTokenCount": 12,
@@ -154,7 +162,7 @@ def test_the_gemini_cli_through_the_proxy_sends_earlier_reads_as_placeholders(tm
     assert proxy.hidden_sent == sum(range(len(FILES)))
 
     (traj,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
-    assert [s.tool_name for s in traj.steps] == ["read_file"] * len(FILES)
+    assert [s.tool_name for s in calls_and_closing(traj)] == ["read_file"] * len(FILES)
     assert traj.model_raw == MODEL and any(s.masked_before for s in traj.steps)
     assert traj.source == "proxy:geminicli-tui"  # named from its User-Agent
     # the streamed answers' usageMetadata, read as they passed
@@ -216,8 +224,8 @@ def test_a_session_the_cli_routes_to_two_models_is_one_conversation_logged_per_m
     assert [r["model"] for r in api.log if r["kind"] == "main"] == [pro, pro, flash, flash, pro, pro, flash]
     runs = ingest_paths([tmp_path / "logs"], progress=False).trajectories
     (agent,) = [t for t in runs if any(s.tool_name == "read_file" for s in t.steps)]
-    # the closing answer has no request after it, so the log ends with the call before it
-    assert [s.model for s in agent.steps] == [pro, pro, flash, flash, pro, pro]
-    assert compile_episode(agent).call_model.tolist() == [0, 0, 1, 1, 0, 0]
+    # the closing answer too, logged when the proxy stopped, with the model its request named
+    assert [s.model for s in agent.steps] == [pro, pro, flash, flash, pro, pro, flash]
+    assert compile_episode(agent).call_model.tolist() == [0, 0, 1, 1, 0, 0, 1]
     assert any(s.masked_before for s in agent.steps)  # the policy hid reads on both models' calls
     assert {t.model_raw for t in runs if t is not agent} == {"gemini-3.5-flash-lite"}  # the router's
