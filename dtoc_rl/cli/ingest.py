@@ -145,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
             "(README, 'Log formats'; --format NAME forces an ingester)"
         )
+    if res.joined:
+        summary["warnings"].append(
+            f"{len(res.joined)} log(s) held the start of a run another log continues (a proxy restarted "
+            "mid-run, or a conversation it had dropped from memory): each run joined into one "
+            "(the summary's 'joined')"
+        )
     if unnamed:
         summary["warnings"].append(
             f"{unnamed} of {len(res.trajectories)} trajectories name no model, so they are priced as a "

@@ -30,6 +30,7 @@ from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import name_model, set_extra, text_task_id
+from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
@@ -71,6 +72,8 @@ class IngestResult:
     bytes_read: int = 0
     seconds: float = 0.0
     formats: Counter = field(default_factory=Counter)
+    #: runs logged in parts, joined into one (``"EARLY -> LATE"``; :mod:`dtoc_rl.ingest.continued`)
+    joined: list[str] = field(default_factory=list)
 
 
 def _is_aux(p: Path) -> bool:
@@ -507,6 +510,7 @@ def ingest_paths(
         for unit in units:
             take(_process(unit, label, fmt), unit)
     bar.close()
+    res.trajectories, res.joined = join_continued(res.trajectories)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -566,6 +570,7 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
                 "auxiliary_paths": res.auxiliary_paths,
                 "skipped": [s.__dict__ for s in res.skipped],
                 "skip_reasons": dict(reasons),
+                "joined": list(res.joined),
                 "formats": dict(res.formats),
                 "seconds": round(res.seconds, 3),
                 "megabytes": round(res.bytes_read / 1e6, 2),

@@ -618,6 +618,7 @@ class Orchestrator:
         usage: Mapping[str, Any] | None = None,
         answered_at: float | None = None,
         model: str | None = None,
+        seen: bool = True,
     ) -> list[dict[str, Any]]:
         """Provider-neutral form: ``tool_calls`` are ``{"id"?, "name", "arguments"}``
         (arguments a dict or JSON text); ``usage`` is the provider's usage object as its API returned
@@ -626,6 +627,9 @@ class Orchestrator:
         :meth:`save_log`.  ``answered_at``: the ``time.monotonic()`` of the answer when it is recorded
         later (a proxy hears of it with the next request); the prompt cache's age is timed from it.
         ``model``: the model that answered (default: the one :meth:`use_model` named, if any).
+        ``seen=False``: a turn of history this session did not see happen (a proxy meeting a
+        conversation already under way: restarted, or the conversation dropped from its memory), so
+        what its call was shown is not known (``masked_before`` null in the log).
         Returns the calls you must run."""
         with self._lock:
             tot = self._totals
@@ -634,6 +638,8 @@ class Orchestrator:
             if masked is None:
                 masked = self._s.masked_steps()
             self._masked_at_request = None
+            if not seen:
+                masked = None
             for k, c in enumerate(tool_calls):
                 name = c.get("name")
                 if not isinstance(name, str) or not name:

@@ -188,6 +188,7 @@ class _Mirror:
         # conversation's close (the model's closing words, and the call that made them)
         self.answer: Event | None = None
         self.closed = False  # its last answer recorded: no request continues it
+        self.fed = False  # a request fed it: model turns after that were answered through this proxy
         self.lock = threading.Lock()
         # every tool result fed, by position: its text's digest.  A result is told by its call id alone
         # (harnesses trim their own old outputs), so a run of the same task with the same call ids
@@ -208,10 +209,13 @@ class _Mirror:
             self.digests.update((i, req.digest(i)) for i in fresh)
         if asked:  # the request holds the answer as the agent kept it: that is the one recorded
             self.answer = None
+        # the first request's model turns were answered before this mirror was made (a proxy restarted,
+        # a conversation dropped from memory and met again): what their calls were shown is not known
+        seen, self.fed = self.fed, True
         for i, e in enumerate(new, start):
             key = None
             if e.kind == "assistant":
-                self.turn(e, answered=asked == 1)
+                self.turn(e, answered=asked == 1, seen=seen)
             elif e.kind == "tool":
                 waiting = self.pending.get(e.call_id)
                 if waiting:  # a reused id answers its newest call (an older one left unanswered stays so)
@@ -223,9 +227,9 @@ class _Mirror:
             if e.kind in ("assistant", "tool"):
                 self.settled = len(self.prints)
 
-    def turn(self, e: Event, answered: bool) -> None:
+    def turn(self, e: Event, answered: bool, seen: bool = True) -> None:
         """Record a model turn; ``answered``: it is the answer the proxy saw last (its usage and the
-        model that gave it go with it)."""
+        model that gave it go with it); ``seen=False``: one answered before the mirror was made."""
         usage, by = (self.usage, self.answered_by) if answered else (None, None)
         self.usage = self.answered_by = None
         calls = self.orch.record_assistant(
@@ -235,6 +239,7 @@ class _Mirror:
             usage=usage,
             answered_at=self.answered_at,
             model=by,
+            seen=seen,
         )
         ours = [c for c in e.calls if c.get("name") != MANAGE_CONTEXT_NAME]  # it answers those itself
         for asked_call, made in zip(ours, calls, strict=False):
