@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -177,6 +179,10 @@ def _run_on_ray(ray, files, rows, specs, model_family, source, cost_config, max_
     from tqdm.auto import tqdm
 
     started = False
+    # ray.init puts in a SIGTERM handler of its own, which outlives ray.shutdown: the caller's (the
+    # command line's, which turns SIGTERM into a clean stop) is put back when Ray stops
+    main_thread = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=progress)
         started = True
@@ -218,4 +224,6 @@ def _run_on_ray(ray, files, rows, specs, model_family, source, cost_config, max_
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         if started:
             ray.shutdown()
+            if on_sigterm is not None:
+                signal.signal(signal.SIGTERM, on_sigterm)
     return runs

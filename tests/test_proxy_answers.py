@@ -246,6 +246,7 @@ def test_the_closing_answer_is_logged_once_with_its_usage_and_the_conversation_e
     # a request after the close starts a conversation of its own, and an answer to the closed one is
     # heard of no more
     proxy.answered(name, _answer("late"))
+    assert proxy.close_conversations() == 0
     again = proxy.rewrite("openai", {"model": "gpt-4o-2024-08-06", "messages": msgs})
     assert again.conversation not in (None, rw.conversation)
 
@@ -286,3 +287,77 @@ def test_the_server_stopping_logs_the_closing_answers(tmp_path):
     srv.server_close()
     row = _log(tmp_path, name)
     assert row["api_calls"] == 2 and row["messages"][-1]["tool_calls"][0]["id"] == "call_1"
+
+
+# -- what servers and hostile upstreams send -------------------------------------------------------
+def _chat_delta(d: dict) -> dict:
+    return {"choices": [{"index": 0, "delta": d}]}
+
+
+def test_chat_tool_calls_without_an_index_or_all_at_index_0_stay_apart():
+    whole, _ = _openai()
+    expected = _read(answer_event("openai", whole))
+    calls = [("call_a", "bash", '{"command": "ls -la"}'), ("call_b", "read", '{"path": "a.py"}')]
+    for index in (None, 0):  # Gemini's OpenAI-compatible endpoint leaves it out; some gateways send 0
+        events = [_chat_delta({"content": "Two looks.", "reasoning_content": "think"})]
+        for cid, name, args in calls:
+            head = {"id": cid, "function": {"name": name, "arguments": args[:5]}}
+            tail = {"function": {"arguments": args[5:]}}
+            events += [_chat_delta({"tool_calls": [{**d, **({} if index is None else {"index": index})}]})
+                       for d in (head, tail)]  # fmt: skip
+        assert _read(answer_event("openai", _streamed("openai", events))) == expected
+
+
+def test_a_responses_stream_whose_last_event_lists_no_items_reads_the_items_it_finished():
+    whole, events = _responses()
+    emptied = [*events[:-1], {"type": "response.completed", "response": {**whole, "output": []}}]
+    assert _read(answer_event("responses", _streamed("responses", emptied))) == _read(
+        answer_event("responses", whole)
+    )
+
+
+def test_events_of_odd_types_and_whole_items_over_the_cap_keep_the_usage(monkeypatch):
+    sniff = StreamAnswer("responses")
+    sniff.feed(
+        _sse(
+            [
+                {"type": []},
+                {"type": {"a": 1}},
+                {"type": "response.completed", "response": {"usage": {"x": 1}}},
+            ]
+        )
+    )
+    assert sniff.done and sniff.usage == {"x": 1}
+    # whole items count against the cap as well as text: a stream of big items is not kept whole
+    monkeypatch.setattr(api_messages, "MAX_ANSWER_CHARS", 1000)
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x" * 400}]}
+    events = [{"type": "response.output_item.done", "output_index": i, "item": item} for i in range(5)]
+    events.append({"type": "response.completed", "response": {"output": [], "usage": {"input_tokens": 3}}})
+    assert _streamed("responses", events) == {"usage": {"input_tokens": 3}}
+
+
+def test_long_answers_are_read_in_time_that_grows_with_their_length():
+    import time
+
+    text = [{"type": "output_text", "text": "y" * 1000}]
+    items = [{"type": "message", "role": "assistant", "content": text} for _ in range(8000)]
+    # Gemini's stream as one JSON list: its chunks' text parts joined into one
+    chunks = [{"candidates": [{"content": {"parts": [{"text": "z" * 100}]}}]} for _ in range(40_000)]
+    t0 = time.perf_counter()
+    assert len(answer_event("responses", {"output": items}).text) == 8_000_000
+    assert len(answer_event("gemini", chunks).text) == 4_000_000
+    assert time.perf_counter() - t0 < 5  # 16 s and 23 s when their texts were added to one by one
+
+
+def test_a_side_questions_answer_left_out_by_the_next_request_is_not_the_closing_answer(tmp_path):
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    name, msgs = _run(proxy, 2)
+    side = [*msgs, {"role": "user", "content": "Who speaks next? Answer in JSON."}]
+    assert proxy.rewrite("openai", {"model": "gpt-4o-2024-08-06", "messages": side}).conversation == name
+    proxy.answered(name, _answer('{"next_speaker": "model"}'))
+    # the agent goes on without it; its next answer never arrives (the proxy stops first)
+    on = [*msgs, {"role": "user", "content": "Please continue."}]
+    assert proxy.rewrite("openai", {"model": "gpt-4o-2024-08-06", "messages": on}).conversation == name
+    assert proxy.close_conversations() == 0
+    proxy.flush_logs()
+    assert "next_speaker" not in json.dumps(_log(tmp_path, name)["messages"])

@@ -147,6 +147,15 @@ def responses_events(body: Mapping[str, Any]) -> list[Event]:
     if isinstance(items, str):
         return [*events, Event("user", items)]
     turn: Event | None = None
+    texts: list[str] = []  # the turn's text and reasoning, joined once it ends (not added to one by one)
+    thoughts: list[str] = []
+
+    def ended() -> None:
+        if turn is not None:
+            turn.text, turn.reasoning = _utf8("".join(texts)), _utf8("".join(thoughts))
+        texts.clear()
+        thoughts.clear()
+
     for i, it in enumerate(items or []):
         if not isinstance(it, Mapping):
             raise ValueError(f"input[{i}] is not an object")
@@ -158,15 +167,16 @@ def responses_events(body: Mapping[str, Any]) -> list[Event]:
                 events.append(turn)
             if kind == "reasoning":
                 summary = it.get("summary") or []
-                turn.reasoning += message_text(summary if isinstance(summary, list) else [summary], "\n")
+                thoughts.append(message_text(summary if isinstance(summary, list) else [summary], "\n"))
             elif kind == "message":
-                turn.text += message_text(it.get("content"), "\n")
+                texts.append(message_text(it.get("content"), "\n"))
             else:
                 args = it.get("arguments") if "arguments" in it else it.get("input", it.get("action"))
                 turn.calls.append(
                     {"id": it.get("call_id"), "name": it.get("name") or kind, "arguments": _args(args)}
                 )
             continue
+        ended()
         turn = None
         if kind in _RESPONSE_OUTPUTS:
             events.append(
@@ -178,6 +188,7 @@ def responses_events(body: Mapping[str, Any]) -> list[Event]:
             events.append(Event("system", message_text(it.get("content"), "\n")))
         elif kind == "message":
             events.append(Event("user", message_text(it.get("content"), "\n")))
+    ended()
     return events
 
 
@@ -226,9 +237,10 @@ def _gemini_last(ev: dict) -> bool:
     )
 
 
-#: The most of a streamed answer's text assembled (a model's answer is some kilobytes): past it the
+#: The most of a streamed answer kept to be assembled, in characters of its text and of the events
+#: kept whole (a model's answer is some kilobytes; 128k tokens are about half a megabyte): past it the
 #: answer is left unread, its usage still counted.
-MAX_ANSWER_CHARS = 16 * 2**20
+MAX_ANSWER_CHARS = 4 * 2**20
 
 
 class StreamAnswer:
@@ -247,7 +259,8 @@ class StreamAnswer:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._slots: dict[Any, dict[str, Any]] = {}  # a call or block being streamed, by its index
-        self._json: dict[Any, list[str]] = {}  # an Anthropic tool call's input, as its pieces came
+        self._json: dict[Any, list[str]] = {}  # a call's arguments, as their pieces came
+        self._calls: list[int] = []  # a chat completion's calls in the order they began (slot keys)
         self._response: dict[str, Any] | None = None  # a Responses stream's final response
         self._parts: list[dict[str, Any]] = []  # a Gemini stream's parts, chunk after chunk
 
@@ -266,7 +279,8 @@ class StreamAnswer:
                 continue
             if not isinstance(ev, dict):
                 continue
-            self.done = self.done or ev.get("type") in _LAST_EVENTS or _gemini_last(ev)
+            kind = ev.get("type")
+            self.done = self.done or (isinstance(kind, str) and kind in _LAST_EVENTS) or _gemini_last(ev)
             inner = ev.get("message") or ev.get("response")
             inner_usage = inner.get("usage") if isinstance(inner, dict) else None
             for found in (ev.get("usage"), ev.get("usageMetadata"), inner_usage):
@@ -274,7 +288,7 @@ class StreamAnswer:
                     self.usage.update({k: v for k, v in found.items() if v is not None})
             if self.api is not None and self._size <= MAX_ANSWER_CHARS:
                 try:
-                    self._take(ev)
+                    self._take(ev, len(line))
                 except (TypeError, AttributeError, ValueError):  # an event of a shape no API sends
                     self._size = MAX_ANSWER_CHARS + 1
 
@@ -283,7 +297,22 @@ class StreamAnswer:
             to.append(text)
             self._size += len(text)
 
-    def _take(self, ev: dict[str, Any]) -> None:
+    def _call_slot(self, index: Any, cid: str | None) -> int:
+        """The chat completion call a tool-call delta goes on: the one its ``index`` names (a new one
+        for an index not seen), else the latest; a new one all the same when the delta brings an id
+        other than that call's (servers that leave ``index`` out, or number every call 0, start each
+        call with its id)."""
+        if isinstance(index, int):
+            at = next((k for k in reversed(self._calls) if self._slots[k]["index"] == index), None)
+        else:
+            at = self._calls[-1] if self._calls else None
+        if at is None or (cid and self._slots[at]["id"] not in (None, cid)):
+            at = len(self._calls)
+            self._slots[at] = {"id": None, "function": {"name": ""}, "index": index}
+            self._calls.append(at)
+        return at
+
+    def _take(self, ev: dict[str, Any], size: int) -> None:
         if self.api == "openai":
             for choice in ev.get("choices") or []:
                 if choice.get("index", 0) != 0:  # the first choice is the one an agent goes on with
@@ -291,15 +320,15 @@ class StreamAnswer:
                 delta = choice.get("delta") or {}
                 self._add(self._text, delta.get("content"))
                 self._add(self._reasoning, delta.get("reasoning_content") or delta.get("reasoning"))
-                for k, call in enumerate(delta.get("tool_calls") or []):
-                    at = call.get("index", k) if isinstance(call.get("index", k), int) else k
-                    slot = self._slots.setdefault(
-                        at, {"id": None, "type": "function", "function": {"name": ""}}
-                    )
-                    slot["id"] = call.get("id") or slot["id"]
+                for call in delta.get("tool_calls") or []:
+                    cid = call.get("id") if isinstance(call.get("id"), str) else None
+                    at = self._call_slot(call.get("index"), cid)
+                    slot = self._slots[at]
+                    slot["id"] = cid or slot["id"]
                     fn = call.get("function") or {}
-                    if fn.get("name"):
+                    if isinstance(fn.get("name"), str) and fn["name"]:
                         slot["function"]["name"] = fn["name"]
+                        self._size += len(fn["name"])
                     self._add(self._json.setdefault(at, []), fn.get("arguments"))
         elif self.api == "anthropic":
             kind, at = ev.get("type"), ev.get("index")
@@ -307,6 +336,7 @@ class StreamAnswer:
                 return
             if kind == "content_block_start" and isinstance(ev.get("content_block"), dict):
                 self._slots[at] = dict(ev["content_block"])
+                self._size += size
             elif kind == "content_block_delta" and at in self._slots:
                 delta, block = ev.get("delta") or {}, self._slots[at]
                 for field_name in ("text", "thinking"):
@@ -317,13 +347,15 @@ class StreamAnswer:
         elif self.api == "responses":
             if ev.get("type") in ("response.completed", "response.incomplete", "response.failed"):
                 self._response = ev.get("response") if isinstance(ev.get("response"), dict) else None
+                self._size += size
             elif ev.get("type") == "response.output_item.done" and isinstance(ev.get("item"), dict):
                 at = ev.get("output_index")
                 self._slots[at if isinstance(at, int) else len(self._slots)] = ev["item"]
+                self._size += size
         elif self.api == "gemini":
-            for part in _gemini_parts(ev):
-                self._parts.append(part)
-                self._size += len(part["text"]) if isinstance(part.get("text"), str) else 0
+            parts = _gemini_parts(ev)
+            self._parts.extend(parts)
+            self._size += size if parts else 0
 
     def answer(self) -> dict[str, Any] | None:
         """The answer as the API's whole (unstreamed) answer holds it, with the usage read (what
@@ -344,8 +376,12 @@ class StreamAnswer:
 
         if self.api == "openai":
             calls = [
-                {**slot, "function": {**slot["function"], "arguments": "".join(self._json.get(at, []))}}
-                for at, slot in sorted(self._slots.items())
+                {
+                    "id": self._slots[at]["id"],
+                    "type": "function",
+                    "function": {**self._slots[at]["function"], "arguments": "".join(self._json.get(at, []))},
+                }
+                for at in self._calls
             ]
             message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
             if self._reasoning:
@@ -362,7 +398,8 @@ class StreamAnswer:
             return {"role": "assistant", "content": blocks, **usage}
         if self.api == "responses":
             output = (self._response or {}).get("output")
-            if not isinstance(output, list):  # no final event: the items finished before it
+            # no final event, or one that lists no items (ChatGPT's Codex backend): the items that finished
+            if not isinstance(output, list) or not output:
                 output = [item for _, item in sorted(self._slots.items())]
             return {"output": output, **usage}
         if self.api == "gemini":
@@ -374,14 +411,21 @@ def _joined(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A Gemini stream's parts as one answer holds them: the text of consecutive text parts (split
     anywhere, mid-word too, by the stream) joined into one part, a thought's apart from an answer's."""
     out: list[dict[str, Any]] = []
+    pieces: list[str] = []  # the text of out[-1] while it is a plain text part, joined at its end
+
+    def plain(part: dict[str, Any]) -> bool:
+        return set(part) <= {"text", "thought"} and isinstance(part.get("text"), str)
+
     for part in parts:
-        text = part.get("text")
-        if set(part) <= {"text", "thought"} and isinstance(text, str) and out:
-            last = out[-1]
-            if set(last) <= {"text", "thought"} and bool(last.get("thought")) == bool(part.get("thought")):
-                out[-1] = {**last, "text": (last.get("text") or "") + text}
-                continue
+        if plain(part) and out and pieces and bool(out[-1].get("thought")) == bool(part.get("thought")):
+            pieces.append(part["text"])
+            continue
+        if pieces:
+            out[-1]["text"] = "".join(pieces)
         out.append(dict(part))
+        pieces = [part["text"]] if plain(part) else []
+    if pieces:
+        out[-1]["text"] = "".join(pieces)
     return out
 
 

@@ -533,7 +533,10 @@ class ContextProxy:
             best.lock.acquire()
             if best.continues(req) == seen[best.name] and self.mirrors.get(best.name) is best:
                 best.session = best.session or req.session
-                # a side question left out: the texts it added stay in the mirror, its prints do not
+                # a side question left out: the texts it added stay in the mirror, its prints do not,
+                # and its answer is not the conversation's
+                if seen[best.name] < len(best.prints):
+                    best.answer = None
                 del best.prints[seen[best.name] :], best.keys[seen[best.name] :]
                 for i in [i for i in best.digests if i >= seen[best.name]]:
                     del best.digests[i]

@@ -11,6 +11,9 @@ import pytest
 from dtoc_rl.cli import main
 from dtoc_rl.policies.evaluate import aggregate, evaluate
 
+# one xdist worker runs every test that starts Ray: two Ray clusters on one machine compete for it
+pytestmark = pytest.mark.xdist_group("ray")
+
 SPECS = ["none", "last_n:n=3", "obs_mask", "anthropic_clear", "opencode_prune", "budget:budget=8000"]
 
 
@@ -18,9 +21,13 @@ SPECS = ["none", "last_n:n=3", "obs_mask", "anthropic_clear", "opencode_prune", 
 def local_ray():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
+    import signal
+
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    signal.signal(signal.SIGTERM, on_sigterm)  # Ray's own handler outlives it: later tests send SIGTERM
 
 
 def _same(a, b) -> bool:
@@ -87,3 +94,36 @@ def test_what_ray_prints_goes_to_stderr_not_to_a_json_callers_stdout(monkeypatch
     runs = er.evaluate_ray(None, ["none"], progress=False)
     out, err = capsys.readouterr()
     assert runs and out == "" and "(raylet) WARNING" in err
+
+
+def test_the_sigterm_handler_ray_puts_in_is_taken_out_when_the_ray_it_started_stops():
+    """``ray.init`` sets a SIGTERM handler that outlives ``ray.shutdown``; the caller's (the command
+    line's clean stop) is put back, even when the work on the cluster fails."""
+    import signal
+    from types import SimpleNamespace
+
+    from dtoc_rl.policies.evaluate_ray import _run_on_ray
+
+    ctx = SimpleNamespace(execution_options=SimpleNamespace(preserve_order=False), enable_progress_bars=True)
+
+    class _Ray:
+        data = SimpleNamespace(DataContext=SimpleNamespace(get_current=lambda: ctx))
+        stopped = False
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            signal.signal(signal.SIGTERM, lambda *a: None)
+
+        def shutdown(self):
+            self.stopped = True
+
+        def cluster_resources(self):
+            raise RuntimeError("the cluster went away")
+
+    ours = signal.getsignal(signal.SIGTERM)
+    ray = _Ray()
+    with pytest.raises(RuntimeError, match="went away"):
+        _run_on_ray(ray, [], 0, ["none"], None, None, None, 0, 1, 8, False, None)
+    assert ray.stopped and signal.getsignal(signal.SIGTERM) is ours

@@ -182,6 +182,7 @@ def test_evaluate_prices_with_workers_matches_one_process():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # with the other tests that start Ray (tests/policies/test_evaluate_ray.py)
 def test_evaluate_cli_prices_with_ray_matches_local(capsys):
     pytest.importorskip("ray")
     pytest.importorskip("ray.data")
