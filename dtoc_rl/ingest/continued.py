@@ -10,10 +10,15 @@ makes them one run: the later log's steps (their outputs and need labels over th
 the earlier log's facts about the calls it saw.
 
 Only runs that say so are joined: both are orchestrator logs (``dtoc_session``) of one source, system
-prompt and task; the later one opens with calls whose visibility is unknown, at least as many steps as
-the earlier one has; and the earlier one's steps are the later one's first steps (the same calls, the
-same outputs, a call it logged without a result aside).  Twin runs of one task are not: each is seen
-from its first request."""
+prompt, task and policy; the later one opens with calls whose visibility is unknown, at least as many
+steps as the earlier one has (answers after its last call that called no tool aside: a side question
+the harness left out); and the earlier one's steps are the later one's first steps (the same calls,
+the same outputs, a call it logged without a result aside).  Twin runs of one task are not: each is
+seen from its first request.  Of several earlier parts, the longest is taken, and of one length the
+part that saw its calls comes before one that did not (a proxy stopped before its first answer).
+
+Not mended: the call a proxy was killed at has its visibility in no log (a row is written before its
+answer), so it stays unknown; a joined run's ``extra`` keeps the later log's totals."""
 
 from __future__ import annotations
 
@@ -28,12 +33,15 @@ __all__ = ["join_continued"]
 _CALL_FACTS = ("timestamp", "masked_before", "dropped_before", "usage", "model", "events")
 
 
-def _orchestrated(t: Trajectory) -> bool:
+def _policy(t: Trajectory) -> str | None:
+    """The policy an orchestrator's log names (its ``dtoc_policy``), or None for another log."""
     try:
         extra = json.loads(t.extra or "{}")
     except ValueError:
-        return False
-    return isinstance(extra, dict) and "dtoc_session" in extra
+        return None
+    if not (isinstance(extra, dict) and "dtoc_session" in extra):
+        return None
+    return str(extra.get("dtoc_policy"))
 
 
 def _unseen(t: Trajectory) -> int:
@@ -41,19 +49,52 @@ def _unseen(t: Trajectory) -> int:
     return next((k for k, s in enumerate(t.steps) if s.masked_before is not None), len(t.steps))
 
 
+def _call(s: Step) -> tuple:
+    return (s.tool_name, s.tool_args, s.assistant_text)
+
+
 def _same_call(early: Step, late: Step) -> bool:
-    return (
-        early.tool_name == late.tool_name
-        and early.tool_args == late.tool_args
-        and early.assistant_text == late.assistant_text
-        and (early.output is None or early.output == late.output)  # a call it logged without its result
-    )
+    # the same call, with the same output unless the earlier log has none (a call it logged without its
+    # result: its closing answer's)
+    return _call(early) == _call(late) and (early.output is None or early.output == late.output)
 
 
-def _continues(late: Trajectory, early: Trajectory) -> bool:
-    """Whether ``late`` goes on from ``early`` (runs of one source, system prompt and task)."""
+def _prefixes(t: Trajectory, upto: int) -> list[tuple[int, int]]:
+    """``(n, digest of the first n calls)`` for n = 1..``upto``: where the parts it may go on from are."""
+    out, h = [], 0
+    for n, s in enumerate(t.steps[:upto], 1):
+        h = hash((h, _call(s)))
+        out.append((n, h))
+    return out
+
+
+def _ends(t: Trajectory) -> list[tuple[int, int]]:
+    """The keys a later part finds ``t`` under: its calls up to its end, or up to an answer before
+    its trailing answers that called no tool (:func:`_goes_on`)."""
+    prefixes = _prefixes(t, len(t.steps))
+    n = len(t.steps)
+    out = [prefixes[n - 1]]
+    while n > 1 and t.steps[n - 1].tool_name is None:
+        n -= 1
+        out.append(prefixes[n - 1])
+    return out
+
+
+def _goes_on(late: Trajectory, unseen: int, early: Trajectory) -> int:
+    """How many of ``early``'s steps ``late`` goes on from (0: not ``early``'s continuation): its steps
+    are ``late``'s first steps, within what ``late`` did not see, but for answers after them that
+    called no tool (a side question the harness asked and left out, as Gemini CLI's check of who speaks
+    next)."""
     n = len(early.steps)
-    return 0 < n <= _unseen(late) and all(_same_call(a, b) for a, b in zip(early.steps, late.steps))
+    while (
+        n
+        and early.steps[n - 1].tool_name is None
+        and (n > unseen or not _same_call(early.steps[n - 1], late.steps[n - 1]))
+    ):
+        n -= 1
+    if not 0 < n <= unseen:
+        return 0
+    return n if all(_same_call(a, b) for a, b in zip(early.steps[:n], late.steps)) else 0
 
 
 def _changes_since(step: Step, before: list[int] | None) -> None:
@@ -82,32 +123,42 @@ def join_continued(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[str]
     their trajectory ids)."""
     groups: dict[tuple, list[int]] = {}
     for i, t in enumerate(trajs):
-        if _orchestrated(t):  # a run's parts share its source, system prompt and task
-            groups.setdefault((t.source, t.system_prompt, t.task_text), []).append(i)
+        policy = _policy(t)
+        if policy is not None and t.steps:  # a run's parts: one source, system prompt, task and policy
+            groups.setdefault((t.source, t.system_prompt, t.task_text, policy), []).append(i)
+    unseen = {i: _unseen(trajs[i]) for members in groups.values() for i in members}
     gone: set[int] = set()
     joined: list[str] = []
     for members in groups.values():
-        parts = sorted(members, key=lambda i: len(trajs[i].steps))
-        for k, i in enumerate(parts):  # shortest first: a part joined into the next is then joined on
+        # shorter first, and of one length the one that saw more: a part joined into the next is then
+        # joined on, and a part that saw its calls is the earlier one of a part that saw none of them
+        parts = sorted(members, key=lambda i: (len(trajs[i].steps), unseen[i]))
+        index: dict[tuple[int, int], list[int]] = {}  # the parts so far, by (n, their first n calls)
+        for i in parts:
             late = trajs[i]
-            early_i = max(
-                (j for j in parts[:k] if j not in gone and _continues(late, trajs[j])),
-                key=lambda j: len(trajs[j].steps),
-                default=None,
-            )
-            if early_i is not None:
-                joined.append(_join(trajs[early_i], late))
-                gone.add(early_i)
+            fits = [
+                (n, j)
+                for key in _prefixes(late, unseen[i])
+                for j in index.get(key, ())
+                if j not in gone and (n := _goes_on(late, unseen[i], trajs[j]))
+            ]
+            if fits:  # the longest part it goes on from
+                n, j = max(fits)
+                joined.append(_join(trajs[j], late, n, unseen[i]))
+                gone.add(j)
+                unseen[i] = _unseen(late)
+            for key in _ends(late):
+                index.setdefault(key, []).append(i)
     return [t for i, t in enumerate(trajs) if i not in gone], joined
 
 
-def _join(early: Trajectory, late: Trajectory) -> str:
-    """``early``'s facts about the calls it saw into ``late``, which goes on from them."""
-    seam = _unseen(late)
-    for a, b in zip(early.steps, late.steps):
+def _join(early: Trajectory, late: Trajectory, n: int, seam: int) -> str:
+    """The facts ``early`` knows of its first ``n`` calls into ``late``, which goes on from them after
+    ``seam`` steps it did not see."""
+    for a, b in zip(early.steps[:n], late.steps):
         for name in _CALL_FACTS:
             setattr(b, name, getattr(a, name))
-    if seam == len(early.steps) < len(late.steps):
+    if seam == n < len(late.steps):
         _changes_since(late.steps[seam], late.steps[seam - 1].masked_before)
     # the prompt the log lacks, counted at the first call, which only the first part has the usage of
     late.unlogged_prompt_tokens = early.unlogged_prompt_tokens

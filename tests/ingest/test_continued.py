@@ -181,3 +181,46 @@ def test_only_an_orchestrators_parts_of_one_task_are_joined():
     # logs of other harnesses whose visibility is not known are never taken for parts of one run
     plain = [_traj("fix a", 3, 3, orchestrated=False), _traj("fix a", 6, 6, orchestrated=False)]
     assert join_continued(list(plain)) == (plain, [])
+
+
+def test_a_restart_after_a_side_question_the_run_left_out_joins(tmp_path):
+    # Gemini CLI asks who speaks next after an answer; the proxy stops on that question's answer
+    first = _proxy(tmp_path, 0)
+    msgs = _run(first, list(HEAD), range(4))
+    side = [*msgs, {"role": "user", "content": "Who speaks next? Answer in JSON."}]
+    rw = first.rewrite("openai", {"model": MODEL, "messages": side})
+    first.answered(
+        rw.conversation, {"choices": [{"message": {"role": "assistant", "content": '{"next": "model"}'}}]}
+    )
+    _stop(first)
+    second = _proxy(tmp_path, 1)
+    _run(second, [*msgs, {"role": "user", "content": "Please continue."}], range(4, 8))
+    _stop(second)
+    res = ingest_paths([tmp_path], progress=False)
+    (run,) = res.trajectories
+    assert len(res.joined) == 1 and [s.tool_name for s in run.steps] == ["bash"] * 8
+    assert all(s.usage is not None and s.masked_before is not None for s in run.steps)
+
+
+def test_the_part_that_saw_the_calls_is_joined_whatever_the_order_and_only_within_a_policy(tmp_path):
+    # a proxy that met the run again and was stopped before its first answer saw none of its calls
+    first = _proxy(tmp_path / "a", 0)
+    msgs = _run(first, list(HEAD), range(4))
+    _stop(first)
+    blind = _proxy(tmp_path / "b", 1)
+    blind.rewrite("openai", {"model": MODEL, "messages": msgs})
+    _stop(blind)
+    third = _proxy(tmp_path / "c", 2)
+    _run(third, msgs, range(4, 8))
+    _stop(third)
+    for order in ("abc", "bac", "cba"):
+        (run,) = ingest_paths([tmp_path / x for x in order], progress=False).trajectories
+        assert all(s.usage is not None and s.masked_before is not None for s in run.steps), order
+    # the same calls run under another policy are another run
+    other = ContextProxy(make_policy("last_n:n=3"), log_dir=tmp_path / "d")
+    _run(other, list(HEAD), range(4))
+    _stop(other)
+    for order in ("adc", "dac"):
+        runs = ingest_paths([tmp_path / x for x in order], progress=False).trajectories
+        (joined,) = [t for t in runs if len(t.steps) == 8]
+        assert len(runs) == 2 and [s.masked_before for s in joined.steps[:4]] == [[], [], [0], [0, 1]]
