@@ -361,3 +361,19 @@ def test_a_side_questions_answer_left_out_by_the_next_request_is_not_the_closing
     assert proxy.close_conversations() == 0
     proxy.flush_logs()
     assert "next_speaker" not in json.dumps(_log(tmp_path, name)["messages"])
+
+
+def test_a_request_that_ends_where_a_side_question_began_goes_on_in_the_same_conversation(tmp_path):
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
+    name, msgs = _run(proxy, 3)
+    side = [*msgs, {"role": "user", "content": "Who speaks next? Answer in JSON."}]
+    proxy.rewrite("openai", {"model": "gpt-4o-2024-08-06", "messages": side})
+    proxy.answered(name, _answer('{"next_speaker": "model"}'))
+    # the agent sends its history again, up to the last tool result, and goes on
+    assert proxy.rewrite("openai", {"model": "gpt-4o-2024-08-06", "messages": msgs}).conversation == name
+    proxy.answered(name, _answer("Done."))
+    assert proxy.close_conversations() == 1 and len(proxy.mirrors) == 1
+    proxy.flush_logs()
+    row = _log(tmp_path, name)
+    assert row["api_calls"] == 4 and row["messages"][-1]["content"] == "Done."
+    assert "next_speaker" not in json.dumps(row["messages"])

@@ -247,16 +247,16 @@ class _Mirror:
 
     def continues(self, req: _Request) -> int:
         """How much of ``req`` this conversation has seen: all of its own prints (a continuation), its
-        settled ones when the request goes on from there with other user text (it left a side
-        question out), else 0 (another conversation, another run the agent named otherwise, or another
-        run whose newest tool results differ from those this one was fed)."""
+        settled ones when the request goes on from there with other user text or ends there (it left
+        a side question out), else 0 (another conversation, another run the agent named otherwise, or
+        another run whose newest tool results differ from those this one was fed)."""
         if self.closed or (req.session and self.session and req.session != self.session):
             return 0
         prints, n = req.prints, len(self.prints)
         if 0 < n <= len(prints) and self.prints == prints[:n]:
             return n if self._same_fresh(req, n) else 0
         k = self.settled
-        if 0 < k < n and k < len(prints) and self.prints[:k] == prints[:k]:
+        if 0 < k < n and k <= len(prints) and self.prints[:k] == prints[:k]:
             return k if self._same_fresh(req, k) else 0
         return 0
 
