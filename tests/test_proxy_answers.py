@@ -334,6 +334,9 @@ def test_events_of_odd_types_and_whole_items_over_the_cap_keep_the_usage(monkeyp
     events = [{"type": "response.output_item.done", "output_index": i, "item": item} for i in range(5)]
     events.append({"type": "response.completed", "response": {"output": [], "usage": {"input_tokens": 3}}})
     assert _streamed("responses", events) == {"usage": {"input_tokens": 3}}
+    # and so do calls that bring nothing but an id: each is kept
+    ids = [_chat_delta({"tool_calls": [{"index": 0, "id": f"c{i}", "function": {}}]}) for i in range(50)]
+    assert _streamed("openai", [*ids, {"choices": [], "usage": USAGE}]) == {"usage": USAGE}
 
 
 def test_long_answers_are_read_in_time_that_grows_with_their_length():

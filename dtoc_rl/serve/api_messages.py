@@ -261,6 +261,7 @@ class StreamAnswer:
         self._slots: dict[Any, dict[str, Any]] = {}  # a call or block being streamed, by its index
         self._json: dict[Any, list[str]] = {}  # a call's arguments, as their pieces came
         self._calls: list[int] = []  # a chat completion's calls in the order they began (slot keys)
+        self._by_index: dict[int, int] = {}  # a call's index in the stream -> its latest slot key
         self._response: dict[str, Any] | None = None  # a Responses stream's final response
         self._parts: list[dict[str, Any]] = []  # a Gemini stream's parts, chunk after chunk
 
@@ -303,13 +304,15 @@ class StreamAnswer:
         other than that call's (servers that leave ``index`` out, or number every call 0, start each
         call with its id)."""
         if isinstance(index, int):
-            at = next((k for k in reversed(self._calls) if self._slots[k]["index"] == index), None)
+            at = self._by_index.get(index)
         else:
             at = self._calls[-1] if self._calls else None
         if at is None or (cid and self._slots[at]["id"] not in (None, cid)):
             at = len(self._calls)
-            self._slots[at] = {"id": None, "function": {"name": ""}, "index": index}
+            self._slots[at] = {"id": None, "function": {"name": ""}}
             self._calls.append(at)
+            if isinstance(index, int):
+                self._by_index[index] = at
         return at
 
     def _take(self, ev: dict[str, Any], size: int) -> None:
@@ -320,7 +323,9 @@ class StreamAnswer:
                 delta = choice.get("delta") or {}
                 self._add(self._text, delta.get("content"))
                 self._add(self._reasoning, delta.get("reasoning_content") or delta.get("reasoning"))
-                for call in delta.get("tool_calls") or []:
+                calls = delta.get("tool_calls") or []
+                self._size += size if calls else 0  # a call's slot is kept whatever its text
+                for call in calls:
                     cid = call.get("id") if isinstance(call.get("id"), str) else None
                     at = self._call_slot(call.get("index"), cid)
                     slot = self._slots[at]
@@ -328,7 +333,6 @@ class StreamAnswer:
                     fn = call.get("function") or {}
                     if isinstance(fn.get("name"), str) and fn["name"]:
                         slot["function"]["name"] = fn["name"]
-                        self._size += len(fn["name"])
                     self._add(self._json.setdefault(at, []), fn.get("arguments"))
         elif self.api == "anthropic":
             kind, at = ev.get("type"), ev.get("index")
