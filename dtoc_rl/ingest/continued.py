@@ -18,12 +18,13 @@ seen from its first request.  Of several earlier parts, the longest is taken, an
 part that saw its calls comes before one that did not (a proxy stopped before its first answer).
 
 Not mended: the call a proxy was killed at has its visibility in no log (a row is written before its
-answer), so it stays unknown; a joined run's ``extra`` keeps the later log's totals."""
+answer), so it stays unknown; a joined run's ``extra.dtoc_totals`` are the later session's counters."""
 
 from __future__ import annotations
 
 import json
 
+from dtoc_rl.data.chatlog import visibility
 from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest.common import set_extra
 
@@ -164,5 +165,10 @@ def _join(early: Trajectory, late: Trajectory, n: int, seam: int) -> str:
     late.unlogged_prompt_tokens = early.unlogged_prompt_tokens
     before = json.loads(early.extra or "{}").get("joined") or []
     set_extra(late, "joined", [*before, early.traj_id])
+    # the row's own copies, as the joined steps have them (the session's counters stay the later part's)
+    set_extra(late, "dtoc_visibility", json.dumps(visibility(late)), only_if_present=True)
+    for key, field in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
+        total = sum(getattr(s.usage, field) or 0 for s in late.steps if s.usage is not None)
+        set_extra(late, key, total or None, only_if_present=True)
     late.task_id = early.task_id
     return f"{early.traj_id} -> {late.traj_id}"

@@ -75,6 +75,10 @@ def test_a_run_through_a_restarted_proxy_ingests_as_the_run_one_proxy_saw(tmp_pa
     _same_run(whole, joined)
     assert len(res.joined) == 1 and not res.skipped
     assert any(s.masked_before for s in joined.steps[:4])  # the first proxy's hides, kept
+    # the row's copies of the visibility and the tokens are the joined run's
+    extra, ref = json.loads(joined.extra), json.loads(whole.extra)
+    assert (extra["dtoc_visibility"], extra["tokens_in"], extra["tokens_out"]) == (
+        ref["dtoc_visibility"], ref["tokens_in"], ref["tokens_out"])  # fmt: skip
     # named as its first part: the first proxy's log
     (first,) = json.loads(joined.extra)["joined"]
     assert res.joined == [f"{first} -> {joined.traj_id}"] and "-p0-" in first and "-p0-" in joined.task_id
