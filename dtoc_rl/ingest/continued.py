@@ -17,15 +17,16 @@ the same outputs, a call it logged without a result aside).  Twin runs of one ta
 seen from its first request.  Of several earlier parts, the longest is taken, and of one length the
 part that saw its calls comes before one that did not (a proxy stopped before its first answer).
 
-Not mended: the call a proxy was killed at has its visibility in no log (a row is written before its
-answer), so it stays unknown; a joined run's ``extra.dtoc_totals`` are the later session's counters."""
+The call a proxy was killed in (sent, its answer never logged) takes what its row says it was sent
+hidden (``dtoc_sent_masked``); its usage stays unknown.  A joined run's ``extra.dtoc_totals`` are the
+later session's counters."""
 
 from __future__ import annotations
 
 import json
 
 from dtoc_rl.data.chatlog import visibility
-from dtoc_rl.data.schema import Step, Trajectory
+from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.common import set_extra
 
 __all__ = ["join_continued"]
@@ -98,6 +99,30 @@ def _goes_on(late: Trajectory, unseen: int, early: Trajectory) -> int:
     return n if all(_same_call(a, b) for a, b in zip(early.steps[:n], late.steps)) else 0
 
 
+def _sent(early: Trajectory, late: Trajectory, n: int) -> int:
+    """``late``'s steps from ``n`` on of the call ``early``'s log was cut off in (its answer never
+    recorded: a proxy killed) take what that call was sent hidden (``dtoc_sent_masked``); returns
+    the step after them."""
+    try:
+        sent = json.loads(json.loads(early.extra or "{}").get("dtoc_sent_masked") or "null")
+    except (ValueError, TypeError):
+        return n
+    if not (isinstance(sent, list) and all(type(j) is int and 0 <= j < n for j in sent)):
+        return n
+    turn, end = late.steps[n].turn, n
+    while end < len(late.steps) and late.steps[end].turn == turn:
+        late.steps[end].masked_before = list(sent)
+        end += 1
+    # the decision before that call, as events on its first step (the output keys it named are not known)
+    before, now = set(early.steps[n - 1].masked_before or ()) if n else set(), set(sent)
+    late.steps[n].events = [
+        ContextEvent(kind=kind, targets=sorted(which))
+        for kind, which in (("disable", now - before), ("enable", before - now))
+        if which
+    ]
+    return end
+
+
 def _changes_since(step: Step, before: list[int] | None) -> None:
     """The later part's first decision hid or showed outputs against a context it took as all shown;
     against what the earlier part's last call was shown, only what changed is a change."""
@@ -159,6 +184,8 @@ def _join(early: Trajectory, late: Trajectory, n: int, seam: int) -> str:
     for a, b in zip(early.steps[:n], late.steps):
         for name in _CALL_FACTS:
             setattr(b, name, getattr(a, name))
+    if seam > n == len(early.steps):  # the call the earlier part was cut off in: as it was sent
+        n = _sent(early, late, n)
     if seam == n < len(late.steps):
         _changes_since(late.steps[seam], late.steps[seam - 1].masked_before)
     # the prompt the log lacks, counted at the first call, which only the first part has the usage of

@@ -817,13 +817,20 @@ class Orchestrator:
                 api_calls=tot.calls,
             )
 
-    def log_row(self, success: bool | None = None) -> dict[str, Any]:
-        """The session as one generic OpenAI chat JSONL row (what :meth:`save_log` writes)."""
+    def log_row(self, success: bool | None = None, *, in_flight: bool = False) -> dict[str, Any]:
+        """The session as one generic OpenAI chat JSONL row (what :meth:`save_log` writes).
+        ``in_flight``: a model call was sent after the last one recorded (a proxy logs at each request):
+        the row also says what it was sent hidden (``dtoc_sent_masked``)."""
         traj = self.trajectory(success)
         msgs = trajectory_to_chat(traj, reasoning=True)
         with self._lock:
             if self._s.pending_user:
                 msgs.append({"role": "user", "content": "\n\n".join(self._s.pending_user)})
+            # what the call in flight was sent hidden: a log cut off before its answer (a proxy
+            # killed) still says how that call was sent
+            sent = None
+            if in_flight:
+                sent = self._s.masked_steps() if self._masked_at_request is None else self._masked_at_request
         # "messages" early: format detection reads the first 64 KiB.
         return {
             "id": traj.traj_id,
@@ -843,6 +850,7 @@ class Orchestrator:
             # keys follow the order results arrived in, not the steps': label_trajectory reads this
             "dtoc_keys": json.dumps(json.loads(traj.extra)["keys"]),
             **({"dtoc_source": self.log_source} if self.log_source else {}),
+            **({"dtoc_sent_masked": json.dumps(sent)} if sent is not None else {}),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:

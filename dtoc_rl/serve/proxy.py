@@ -404,7 +404,7 @@ class ContextProxy:
             hidden = set(mirror.orch.store.hidden_keys())
             out = self._patch(api, body, events, mirror, hidden)
             if self.log_dir is not None:
-                self._log(mirror)
+                self._log(mirror, in_flight=True)
         except Exception as e:  # a mirror that cannot follow is dropped; the agent goes on
             with self._lock:
                 self.mirrors.pop(mirror.name, None)
@@ -643,13 +643,13 @@ class ContextProxy:
         of their own, while the model answers); False if ``timeout`` ran out first."""
         return self._logs.flush(timeout) if self._logs is not None else True
 
-    def _log(self, mirror: _Mirror) -> None:
+    def _log(self, mirror: _Mirror, in_flight: bool = False) -> None:
         # a log that cannot be written costs the log, never the hiding
         assert self.log_dir is not None and self._logs is not None
         if mirror.name in self._unlogged:
             return
         try:  # the row now (the mirror changes with the next request), written off the request's path
-            self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row())
+            self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row(in_flight=in_flight))
         except ValueError as e:
             self._log_failed(Path(f"{mirror.name}.jsonl"), e)
 

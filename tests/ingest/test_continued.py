@@ -228,3 +228,21 @@ def test_the_part_that_saw_the_calls_is_joined_whatever_the_order_and_only_withi
         runs = ingest_paths([tmp_path / x for x in order], progress=False).trajectories
         (joined,) = [t for t in runs if len(t.steps) == 8]
         assert len(runs) == 2 and [s.masked_before for s in joined.steps[:4]] == [[], [], [0], [0, 1]]
+
+
+def test_the_call_a_killed_proxy_was_cut_off_in_is_joined_as_it_was_sent(tmp_path):
+    _in_parts(tmp_path / "one", [])
+    first = _proxy(tmp_path / "two", 0)
+    msgs = _run(first, list(HEAD), range(3))
+    first.rewrite("openai", {"model": MODEL, "messages": msgs})  # the fourth call, sent; then killed
+    first.flush_logs()
+    msgs += _turn(3)
+    second = _proxy(tmp_path / "two", 1)
+    _run(second, msgs, range(4, 8))
+    _stop(second)
+    (whole,) = ingest_paths([tmp_path / "one"], progress=False).trajectories
+    (joined,) = ingest_paths([tmp_path / "two"], progress=False).trajectories
+    assert [s.masked_before for s in joined.steps] == [s.masked_before for s in whole.steps]
+    changes = [[(e.kind, e.targets) for e in s.events] for s in whole.steps]  # the keys they named aside
+    assert [[(e.kind, e.targets) for e in s.events] for s in joined.steps] == changes
+    assert joined.steps[3].usage is None  # its answer went through no proxy that lived to log it
