@@ -21,7 +21,8 @@ other request is passed through.  Each conversation is mirrored in memory (the
 --max-conversations most recent); with --log-dir each is also written as a log `dtoc-rl ingest`
 reads, with the usage the API reported, so `dtoc-rl evaluate` can price what the policy did (a log
 is written at each request, while the model answers, and what is pending before the proxy exits,
-for up to a minute: the closing answer, which no request follows, is not in it).  A model
+for up to a minute; the closing answer, which no request follows, is added when the proxy stops or
+drops the conversation).  A model
 of a family the policy does not serve (an unknown name: give its prices with --prices; a checkpoint
 trained on one family serves that one only) and a request the proxy cannot read go upstream
 unchanged: the proxy never stops an agent.  The policy is tried on a sample conversation at start.

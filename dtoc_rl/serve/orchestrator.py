@@ -497,6 +497,12 @@ class Orchestrator:
     def _note_request(self) -> None:
         self._masked_at_request = self._s.masked_steps()
 
+    def _sent_masked(self) -> list[int]:
+        """The steps the call in flight was sent hidden: as noted when its messages were built, else
+        (a proxy rewrote the request itself) the store's visibility now, which no decision has changed
+        since that request."""
+        return self._s.masked_steps() if self._masked_at_request is None else self._masked_at_request
+
     def openai_messages(self) -> list[dict[str, Any]]:
         """Decide (policy modes), then the chat-completions ``messages`` for the next call."""
         with self._lock:
@@ -634,12 +640,8 @@ class Orchestrator:
         with self._lock:
             tot = self._totals
             turn = tot.calls
-            masked = self._masked_at_request
-            if masked is None:
-                masked = self._s.masked_steps()
+            masked = self._sent_masked() if seen else None
             self._masked_at_request = None
-            if not seen:
-                masked = None
             for k, c in enumerate(tool_calls):
                 name = c.get("name")
                 if not isinstance(name, str) or not name:
@@ -828,9 +830,7 @@ class Orchestrator:
                 msgs.append({"role": "user", "content": "\n\n".join(self._s.pending_user)})
             # what the call in flight was sent hidden: a log cut off before its answer (a proxy
             # killed) still says how that call was sent
-            sent = None
-            if in_flight:
-                sent = self._s.masked_steps() if self._masked_at_request is None else self._masked_at_request
+            sent = self._sent_masked() if in_flight else None
         # "messages" early: format detection reads the first 64 KiB.
         return {
             "id": traj.traj_id,
