@@ -184,9 +184,10 @@ class _Mirror:
         self.usage: dict[str, Any] | None = None  # that answer's usage, for the call it made
         self.answered_by: str | None = None  # the model that answer names (else the request's)
         self.api: str | None = None  # the API of the conversation's requests (how its answers read)
-        # that answer's model turn, recorded by the request after it or, when none follows, at the
-        # conversation's close (the model's closing words, and the call that made them)
-        self.answer: Event | None = None
+        # that answer as it came (decoded), recorded by the request after it or, when none follows, read
+        # at the conversation's close (the model's closing words, and the call that made them): most
+        # are followed by a request, so an answer is read only when it is the last
+        self.answer: Any = None
         self.closed = False  # its last answer recorded: no request continues it
         self.fed = False  # a request fed it: model turns after that were answered through this proxy
         self.lock = threading.Lock()
@@ -470,7 +471,7 @@ class ContextProxy:
             return
         with mirror.lock:
             mirror.answered_at = time.monotonic()
-            mirror.answer = answer_event(mirror.api, answer) if mirror.api is not None else None
+            mirror.answer = answer
             if isinstance(answer, list) and answer:  # Gemini's stream without alt=sse: a JSON list
                 answer = answer[-1]  # whose last chunk counts the whole answer
             usage = answer.get("usage") or answer.get("usageMetadata") if isinstance(answer, dict) else None
@@ -494,11 +495,12 @@ class ContextProxy:
 
     def _close(self, mirror: _Mirror) -> bool:
         # with the mirror's lock held, not the table's (a log that fails is reported under it)
-        if mirror.closed or mirror.answer is None:
+        turn = answer_event(mirror.api, mirror.answer) if not mirror.closed and mirror.api else None
+        if turn is None:
             return False
         mirror.closed = True
         try:
-            mirror.turn(mirror.answer, answered=True)
+            mirror.turn(turn, answered=True)
         except Exception as e:  # an answer the mirror cannot record costs its log's last turn only
             self.warn(f"conversation {mirror.name}: its last answer not logged ({type(e).__name__}: {e})")
             return False
