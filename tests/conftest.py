@@ -10,6 +10,25 @@ DATA = REPO / "data"
 SHARED_TRACES = Path(os.environ.get("DTOC_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 
 
+# The suite's processes when pytest-xdist is there and the command names none: up to four, the tests that
+# share a resource (Ray) kept in one by their xdist_group.  Set here rather than in addopts so that
+# `pytest -p no:xdist` and a machine without the test extras still run the suite (in one process), and a
+# run of single tests (`file::test`) does not start workers it cannot use.
+PARALLEL = {"numprocesses": "auto", "maxprocesses": 4, "dist": "loadgroup"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is not None or config.option.dist != "no":
+        return
+    if config.args and all("::" in arg for arg in config.args):
+        return
+    for name, value in PARALLEL.items():
+        setattr(config.option, name, value)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
