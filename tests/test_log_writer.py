@@ -17,17 +17,11 @@ from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve import log_writer
 from dtoc_rl.serve.log_writer import LogWriter
 from dtoc_rl.serve.proxy import ContextProxy
-
-MODEL = "gpt-4o-2024-08-06"
-HEAD = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+from tests.chat_turns import HEAD, MODEL, turn
 
 
 def _turn(k: int) -> list[dict]:
-    call = {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
-    return [
-        {"role": "assistant", "content": f"Step {k}.", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": f"c{k}", "content": f"out {k}\n" * 50},
-    ]
+    return turn(k, f"out {k}\n" * 50, call_id=f"c{k}")
 
 
 def _upstream(body_received=lambda: None):

@@ -21,6 +21,7 @@ import pytest
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
+from tests.chat_turns import HEAD, MODEL, turn
 
 _CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-2024-08-06"}
 _DELTAS = [
@@ -125,19 +126,8 @@ def _post(
 
 
 def _openai_turn(k: int, lines: int = 300) -> list[dict]:
-    cid = f"call_{k}"
-    call = {
-        "id": cid,
-        "type": "function",
-        "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{k}.py"})},
-    }
     out = f"# f{k}.py\n" + "".join(f"value_{k}_{i} = {i}\n" for i in range(lines))
-    return [{"role": "assistant", "content": f"Reading f{k}.py.", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": cid, "content": out}]  # fmt: skip
-
-
-MODEL = "gpt-4o-2024-08-06"
-HEAD = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+    return turn(k, out, arguments=json.dumps({"command": f"cat f{k}.py"}), text=f"Reading f{k}.py.")
 
 
 def test_hidden_outputs_go_upstream_as_placeholders_and_the_rest_as_the_agent_sent_it(upstream):
@@ -1367,8 +1357,8 @@ def test_a_hidden_gemini_failure_stays_one_and_a_json_list_stream_gives_its_usag
     contents: list[dict] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
     turns = [_gemini_turn(k) for k in range(2)]
     turns[0][1]["parts"][0]["functionResponse"]["response"] = {"error": "Traceback ...\n" * 200}
-    for turn in turns:
-        contents += turn
+    for gemini_turn in turns:
+        contents += gemini_turn
     rw = proxy.rewrite("gemini", {"contents": contents}, "gemini-2.5-pro")
     failed = rw.body["contents"][2]["parts"][0]["functionResponse"]["response"]
     assert list(failed) == ["error"] and json.loads(failed["error"])["hidden"] is True

@@ -12,6 +12,7 @@ from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve import api_messages
 from dtoc_rl.serve.api_messages import StreamAnswer, answer_event
 from dtoc_rl.serve.proxy import ContextProxy
+from tests.chat_turns import HEAD, answer, turn
 
 USAGE = {"prompt_tokens": 900, "completion_tokens": 40}
 
@@ -190,25 +191,12 @@ def test_an_answer_over_the_cap_keeps_its_usage_only(monkeypatch):
 
 
 # -- the proxy: recorded once, logged at the close -------------------------------------------------
-HEAD = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
-
-
 def _turn(k: int) -> list[dict]:
-    call = {
-        "id": f"call_{k}",
-        "type": "function",
-        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
-    }
-    return [{"role": "assistant", "content": f"Step {k}.", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"call_{k}", "content": f"file_{k}.py\n" * 300}]  # fmt: skip
+    return turn(k, f"file_{k}.py\n" * 300)
 
 
 def _answer(text: str, calls: tuple = ()) -> dict:
-    message = {"role": "assistant", "content": text}
-    if calls:
-        fn = {"name": "bash", "arguments": "{}"}
-        message["tool_calls"] = [{"id": c, "type": "function", "function": fn} for c in calls]
-    return {"model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": message}], "usage": USAGE}
+    return answer(text, calls, usage=USAGE)
 
 
 def _log(tmp_path, name: str) -> dict:

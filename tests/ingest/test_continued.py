@@ -11,18 +11,15 @@ from dtoc_rl.ingest.driver import ingest_paths
 from dtoc_rl.policies.evaluate import evaluate
 from dtoc_rl.policies.registry import make_policy
 from dtoc_rl.serve.proxy import ContextProxy
-
-MODEL = "gpt-4o-2024-08-06"
-HEAD = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+from tests.chat_turns import HEAD, MODEL, tool_call, turn
 
 
 def _call(k: int) -> dict:
-    return {"id": f"call_{k}", "type": "function", "function": {"name": "bash", "arguments": f'{{"n": {k}}}'}}
+    return tool_call(f"call_{k}", f'{{"n": {k}}}')
 
 
 def _turn(k: int, text: str = "file") -> list[dict]:
-    return [{"role": "assistant", "content": f"Step {k}.", "tool_calls": [_call(k)]},
-            {"role": "tool", "tool_call_id": f"call_{k}", "content": f"{text}_{k}.py\n" * 300}]  # fmt: skip
+    return turn(k, f"{text}_{k}.py\n" * 300, arguments=f'{{"n": {k}}}')
 
 
 def _run(proxy: ContextProxy, msgs: list[dict], ks, session: str | None = None, text: str = "file") -> list:
