@@ -441,6 +441,7 @@ def ingest_paths(
     named: dict[str, list[int]] = {}
     origin: list[tuple[str, bool]] = []
     used: set[str] = set()
+    fmt_of: dict[int, str] = {}  # id() of each run kept -> its format, counted once the parts are joined
 
     def take(out, unit: Path) -> None:
         trajs, skips, fmt_name, size = out
@@ -479,6 +480,7 @@ def ingest_paths(
                 used.add(t.traj_id)
                 res.trajectories[cut] = t
                 origin[cut] = (where, damaged)
+                fmt_of[id(t)] = fmt_name
                 continue
             same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
             if same is not None:  # the same run copied twice: counted once
@@ -500,7 +502,7 @@ def ingest_paths(
             origin.append((where, damaged))
             used.add(t.traj_id)
             res.trajectories.append(t)
-            res.formats[fmt_name] += 1
+            fmt_of[id(t)] = fmt_name
         bar.update(1)
         bar.set_postfix(trajs=len(res.trajectories), skipped=len(res.skipped), refresh=False)
 
@@ -511,6 +513,7 @@ def ingest_paths(
             take(_process(unit, label, fmt), unit)
     bar.close()
     res.trajectories, res.joined = join_continued(res.trajectories)
+    res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
     res.seconds = time.perf_counter() - t0
     return res
 

@@ -93,6 +93,7 @@ def test_three_parts_join_into_one_and_the_command_says_so(tmp_path, capsys):
     assert main(["ingest", str(tmp_path / "three"), "-o", str(tmp_path / "ds"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert len(summary["joined"]) == 2 and summary["total"]["trajectories"] == 1
+    assert sum(summary["formats"].values()) == 1  # runs of each format, not the parts read
     assert any("joined into one" in w for w in summary["warnings"])
 
 
