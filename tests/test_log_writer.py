@@ -51,11 +51,11 @@ def _gated(monkeypatch):
     """write_text_atomic held at a gate: (gate, calls) - each call's path and line, once let through."""
     gate, calls, real = threading.Event(), [], log_writer.write_text_atomic
 
-    def write(path, chunks, encoding=None):
+    def write(path, chunks, encoding=None, private=False):
         gate.wait(10)
         text = "".join(chunks)
         calls.append((path, text))
-        real(path, [text], encoding=encoding)
+        real(path, [text], encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", write)
     return gate, calls
@@ -89,10 +89,10 @@ def test_a_request_does_not_wait_for_its_log_and_a_waiting_row_is_replaced_by_th
 def test_a_log_that_fails_is_reported_once_and_the_other_conversations_are_logged(monkeypatch, tmp_path):
     real = log_writer.write_text_atomic
 
-    def write(path, chunks, encoding=None):
+    def write(path, chunks, encoding=None, private=False):
         if "c00001" in path.name:
             raise OSError(28, "No space left on device")
-        real(path, chunks, encoding=encoding)
+        real(path, chunks, encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", write)
     warned: list[str] = []
@@ -122,9 +122,9 @@ import threading, time
 from pathlib import Path
 from dtoc_rl.serve import log_writer
 real = log_writer.write_text_atomic
-def slow(path, chunks, encoding=None):
+def slow(path, chunks, encoding=None, private=False):
     time.sleep(0.5)
-    real(path, chunks, encoding=encoding)
+    real(path, chunks, encoding=encoding, private=private)
 log_writer.write_text_atomic = slow
 w = log_writer.LogWriter(lambda path, e: print("failed", e))
 def put():
@@ -153,10 +153,10 @@ def test_the_writer_goes_on_after_a_report_that_raises(tmp_path):
 def test_a_write_that_raises_anything_is_reported_and_the_writer_goes_on(monkeypatch, tmp_path):
     real, errors = log_writer.write_text_atomic, []
 
-    def write(path, chunks, encoding=None):
+    def write(path, chunks, encoding=None, private=False):
         if path.name == "big.jsonl":
             raise MemoryError("no memory for the row")
-        real(path, chunks, encoding=encoding)
+        real(path, chunks, encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", write)
     w = LogWriter(lambda path, e: errors.append((path.name, type(e).__name__)))
@@ -190,9 +190,9 @@ def test_where_no_thread_can_be_started_the_caller_writes_the_row(monkeypatch, t
 def test_flush_waits_for_the_rows_put_before_it_not_for_a_stream_that_never_ends(monkeypatch, tmp_path):
     real = log_writer.write_text_atomic
 
-    def slow(path, chunks, encoding=None):
+    def slow(path, chunks, encoding=None, private=False):
         time.sleep(0.02)
-        real(path, chunks, encoding=encoding)
+        real(path, chunks, encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", slow)
     w, stop = LogWriter(lambda path, e: None), threading.Event()
@@ -244,9 +244,9 @@ def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop
     monkeypatch.setattr(ContextProxy, "rewrite", rewrite)
     real_write = log_writer.write_text_atomic
 
-    def slow(path, chunks, encoding=None):
+    def slow(path, chunks, encoding=None, private=False):
         time.sleep(0.3)  # longer than the server takes to stop (it polls every 0.05 s here)
-        real_write(path, chunks, encoding=encoding)
+        real_write(path, chunks, encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", slow)
     up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
@@ -305,7 +305,7 @@ import time
 from pathlib import Path
 from dtoc_rl.serve import log_writer
 log_writer.STOP_WAIT_S = 0.5
-log_writer.write_text_atomic = lambda path, chunks, encoding=None: time.sleep(30)  # a disk that hangs
+log_writer.write_text_atomic = lambda path, chunks, **kw: time.sleep(30)  # a disk that hangs
 w = log_writer.LogWriter(lambda path, e: print("not written:", path.name, type(e).__name__, flush=True))
 w.put(Path({str(tmp_path / "a.jsonl")!r}), {{"messages": ["a"]}})
 w.put(Path({str(tmp_path / "b.jsonl")!r}), {{"messages": ["b"]}})
@@ -349,9 +349,9 @@ def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
 
     real_write = log_writer.write_text_atomic
 
-    def slow(path, chunks, encoding=None):
+    def slow(path, chunks, encoding=None, private=False):
         time.sleep(0.3)
-        real_write(path, chunks, encoding=encoding)
+        real_write(path, chunks, encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", slow)
     up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)

@@ -582,17 +582,39 @@ def test_a_log_folder_that_cannot_be_written_is_refused_at_start(tmp_path, capsy
     assert made.stat().st_mode & 0o077 == 0 and not warned  # the agent's outputs are its owner's to read
 
 
-def test_a_log_folder_others_can_read_is_used_and_said(tmp_path):
+def test_logs_are_their_owners_alone_in_any_folder_and_one_others_can_write_to_is_said(tmp_path):
+    import os
+
     shared = tmp_path / "shared"
-    shared.mkdir(mode=0o755)
+    shared.mkdir()
     shared.chmod(0o755)
     warned: list[str] = []
+    proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=shared, warn=warned.append)
+    (shared / "old.jsonl.partial").write_text("torn")  # a killed writer's, under a log's name below
+    os.chmod(shared / "old.jsonl.partial", 0o644)
+    old = os.umask(0)
+    try:
+        msgs = list(HEAD)
+        for k in range(3):
+            rw = proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
+            proxy.answered(rw.conversation, {"choices": [{"message": {"role": "assistant", "content": "x"}}]})
+            msgs = msgs + turn(k, f"out {k}\n" * 50)
+        proxy.close_conversations()
+        proxy.flush_logs()
+        from dtoc_rl.data.paths import write_text_atomic
+
+        write_text_atomic(shared / "old.jsonl", ["{}\n"], private=True)
+    finally:
+        os.umask(old)
+    logs = sorted(shared.glob("*.jsonl"))
+    assert len(logs) == 2 and all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
+    assert not warned and shared.stat().st_mode & 0o777 == 0o755  # the user's folder, left as it was
+    shared.chmod(0o777)
     ContextProxy(make_policy("none"), log_dir=shared, warn=warned.append)
     assert warned == [
-        f"log folder {shared} can be read by other users (mode 755), and its logs hold every tool output "
-        f"the agents read: chmod 700 {shared}"
+        f"log folder {shared} can be written by other users (mode 777): a log put there would be ingested "
+        f"as one of yours: chmod go-w {shared}"
     ]
-    assert shared.stat().st_mode & 0o777 == 0o755  # the user's folder, left as it was
 
 
 @pytest.mark.parametrize(

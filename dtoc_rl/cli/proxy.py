@@ -80,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--log-dir",
         metavar="DIR",
         help="write each conversation there (one JSONL log per conversation, rewritten after every "
-        "call) for dtoc-rl ingest and evaluate; the logs hold every tool output the agent read, so a "
-        "folder it makes is yours alone (mode 700) and one others can read is warned of",
+        "call) for dtoc-rl ingest and evaluate; the logs hold every tool output the agent read, so each "
+        "is yours alone (mode 600), as is a folder it makes (700); one others can write to is warned of",
     )
     p.add_argument(
         "--max-conversations",

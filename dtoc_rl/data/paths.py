@@ -15,14 +15,24 @@ __all__ = [
 ]  # fmt: skip
 
 
-def write_text_atomic(path: str | Path, chunks: Iterable[str], encoding: str | None = None) -> None:
+def write_text_atomic(
+    path: str | Path, chunks: Iterable[str], encoding: str | None = None, *, private: bool = False
+) -> None:
     """Write ``chunks`` to ``path`` through ``path.partial`` and a rename: a file cut short (a full disk,
     Ctrl-C) never stands under the name of a complete one.  A failure is raised as it came, the
-    ``.partial`` file removed where it can be."""
+    ``.partial`` file removed where it can be.  ``private``: the file is its owner's alone (mode 600)
+    from its first byte, whatever the folder's mode and the umask."""
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     try:
-        with open(tmp, "w", newline="", encoding=encoding) as fh:
+        if private:  # a .partial left by a killed writer keeps its mode through O_TRUNC: set it again
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            if os.name == "posix":
+                os.fchmod(fd, 0o600)
+            opened = open(fd, "w", newline="", encoding=encoding)
+        else:
+            opened = open(tmp, "w", newline="", encoding=encoding)
+        with opened as fh:
             for c in chunks:
                 fh.write(c)
         os.replace(tmp, path)

@@ -155,7 +155,8 @@ class LogWriter:
                 self._writing[path] = n
             try:
                 pieces = log_pieces(row)
-                write_text_atomic(path, self._paced(pieces) if paced else pieces, encoding="utf-8")
+                chunks = self._paced(pieces) if paced else pieces
+                write_text_atomic(path, chunks, encoding="utf-8", private=True)
                 self.written += 1
             except Exception as e:  # a full disk, no permission, text no file can hold, no memory left
                 self._report(path, e)

@@ -324,17 +324,18 @@ class ContextProxy:
         self.families = frozenset(families if families is not None else _SERVED)
         self.prices = dict(prices or {})
         self.max_conversations = int(max_conversations)
-        # the logs hold every tool output the agent read (a .env it printed too): a new folder is private
+        # the logs hold every tool output the agent read (a .env it printed too): a new folder is private,
+        # and each log is written for its owner alone (LogWriter) whatever the folder's mode
         self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
         self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
         self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         mode = self.log_dir.stat().st_mode & 0o777 if self.log_dir is not None and os.name == "posix" else 0
-        if mode & 0o077:
+        if mode & 0o022:  # reading a log takes its own mode; writing one in takes only the folder's
             self.warn(
-                f"log folder {self.log_dir} can be read by other users (mode {mode:o}), and its logs hold "
-                f"every tool output the agents read: chmod 700 {self.log_dir}"
+                f"log folder {self.log_dir} can be written by other users (mode {mode:o}): a log put there "
+                f"would be ingested as one of yours: chmod go-w {self.log_dir}"
             )
         self.log = log
         self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
