@@ -35,7 +35,7 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy, reset_policy
-from dtoc_rl.policies.baselines import NoManagement
+from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, expand_specs, make_policy
 from dtoc_rl.sim import pricing
@@ -577,6 +577,10 @@ def _sweep_of(policy: str) -> str:
     return f"{name}{sep}{','.join(kept)}"
 
 
+#: Rule baselines that are references rather than rivals in :func:`done_when`.
+_REFERENCES = frozenset({NoManagement.name, LoggedVisibility.name})
+
+
 def done_when(
     rows: Sequence[dict[str, Any]], *, max_misses: float = 1.0, target: float = 0.6, min_n: int = 10
 ) -> list[dict[str, Any]]:
@@ -624,11 +628,12 @@ def done_when(
         miss = best["misses_per_100"] if best else max_misses
         # a rule whose savings are NaN (no baseline dollars) can be neither beaten nor beat anything;
         # keeping everything (`none`) is what savings are measured from, not a rival: a policy that
-        # abstains ties it, and beats every rule that loses money
+        # abstains ties it, and beats every rule that loses money; nor is what the log itself hid
+        # (`logged`): the live run of a policy, often the one judged, not a rule one could run instead
         all_rules = [
             r
             for r in sel
-            if is_rule(r["policy"]) and r["policy"] != NoManagement.name and r["savings"] == r["savings"]
+            if is_rule(r["policy"]) and r["policy"] not in _REFERENCES and r["savings"] == r["savings"]
         ]
         rules = [r for r in all_rules if r["misses_per_100"] <= miss + 1e-9]
         rule = max(rules, key=lambda r: r["savings"]) if rules else None
@@ -671,7 +676,7 @@ def done_when(
             bool(best)
             and (rule is None or best["savings"] >= rule["savings"])
             and not unbeaten
-            and not any(is_rule(f) and f != NoManagement.name for f in failed)
+            and not any(is_rule(f) and f not in _REFERENCES for f in failed)
         )
         out.append(row)
     return out

@@ -392,6 +392,16 @@ def write_plots(args, specs, rows, runs, cost=None) -> list[str]:
     return paths
 
 
+def _share(frac) -> str:
+    """A share of the oracle's savings; a dash where there is none (the oracle saved nothing, or a row
+    read back from JSON, where NaN is written as null)."""
+    return "—" if frac is None or frac != frac else f"{100 * frac:.0f}%"
+
+
+def _dollars(x) -> str:
+    return "—" if x is None or x != x else f"${x:,.2f}" if abs(x) >= 10 else f"${x:,.4f}"
+
+
 def print_rows(rows, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -408,8 +418,8 @@ def print_rows(rows, console=None) -> None:
             title = "overall" if dim == "overall" else f"{dim} = {group}"
             n = max(r["n"] for r in sel)
             t = Table(title=f"{title} ({n} trajectories)", title_justify="left")
-            for c in ("policy", "$ saved (95% CI)", "tokens saved", "active tok/call", "misses/100",
-                      "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
+            for c in ("policy", "$ saved (95% CI)", "$ billed", "tokens saved", "active tok/call",
+                      "misses/100", "re-reads", "mgmt", "placeholder", "of oracle"):  # fmt: skip
                 t.add_column(c, justify="left" if c == "policy" else "right")
             for r in sel:
                 if not r["n"]:  # every run failed: a row that says so (the errors follow the tables)
@@ -418,24 +428,28 @@ def print_rows(rows, console=None) -> None:
                         if (dim, group) in unmeasured and r["policy"] != "oracle"
                         else f"[red]all {r['errors']} runs failed[/red]"
                     )
-                    t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 7)
+                    t.add_row(escape(short_label(r["policy"])), failed, *["—"] * 8)
                     continue
                 t.add_row(
                     escape(short_label(r["policy"]))
                     + (f" [red]({r['errors']} failed)[/red]" if r["errors"] else ""),
                     f"{100 * r['savings']:+.1f}% "
                     f"[{100 * r['savings_lo']:+.1f}, {100 * r['savings_hi']:+.1f}]",
+                    _dollars(r["dollars"]),
                     f"{100 * r['token_savings']:+.1f}%",
                     f"{r['mean_active_tokens']:,.0f}",
                     f"{r['misses_per_100']:.2f}",
                     f"{r['rereads']:.0f}",
                     f"{r['mgmt_calls']:.0f}",
                     f"{100 * r['placeholder_overhead']:.2f}%",
-                    "—"
-                    if r["oracle_fraction"] != r["oracle_fraction"]
-                    else f"{100 * r['oracle_fraction']:.0f}%",
+                    _share(r["oracle_fraction"]),
                 )
             console.print(t)
+    console.print(
+        "$ billed: the group's runs' dollars summed, under each policy; $ saved against the same runs "
+        "with nothing hidden",
+        highlight=False,
+    )
     for r in rows:
         if r["group_by"] != rows[0]["group_by"] or (r["group_by"], r["group"]) in unmeasured:
             continue  # one grouping is enough, and where the oracle failed the table said so
@@ -491,7 +505,7 @@ def print_done_when(done, budget: float, console=None) -> None:
             f"{100 * d['savings']:+.1f}% [{100 * d['savings_lo']:+.1f}, {100 * d['savings_hi']:+.1f}]",
             f"{d['misses_per_100']:.2f}",
             f"{100 * d['oracle_savings']:+.1f}%",
-            "—" if frac is None or frac != frac else f"{100 * frac:.0f}%",
+            _share(frac),
             mark[d["reaches"]],
             mark[d["no_loss"]],
             rule,

@@ -11,7 +11,22 @@ def _row(policy: str) -> dict:
         row[k] = 0.1
     for k in ("savings_lo", "savings_hi", "mean_active_tokens", "misses_per_100", "rereads", "mgmt_calls"):
         row[k] = 1.0
+    row["dollars"] = 12.345
     return row
+
+
+def test_rows_read_back_from_json_print_their_dollars_and_a_dash_for_no_share():
+    import json
+
+    rows = json.loads(json.dumps([{**_row("oracle"), "oracle_fraction": float("nan")}, _row("none")]))
+    rows[0]["oracle_fraction"] = None  # as metrics.json holds a NaN
+    rows[1]["dollars"] = 0.01234
+    console = Console(record=True, width=250)
+    print_rows(rows, console=console)
+    text = console.export_text()
+    assert "$ billed" in text and "$12.35" in text and "$0.0123" in text
+    oracle_line = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("oracle"))
+    assert oracle_line.rstrip(" │").endswith("—")
 
 
 def test_two_checkpoints_keep_their_folders_in_the_tables():

@@ -142,6 +142,9 @@ def test_done_when_picks_the_best_policy_within_the_budget_and_the_rule_it_must_
     # a tighter budget: threshold 0.1, and no rule within it but keeping everything (not a rival)
     (d,) = done_when(rows, max_misses=0.6)
     assert d["policy"].endswith("0.1") and d["best_rule"] is None and d["beats_rules"]
+    # what the log hid live is the run of a policy, not a rule one could run instead: no rival
+    (d,) = done_when([*rows, _row("logged", 0.26, 0.2)], max_misses=1.0)
+    assert d["best_rule"] == "cache_clear" and d["beats_rules"] and d["unbeaten"] == []
     # a hindsight variant is a reference, never the policy picked
     (d,) = done_when([*rows, _row("oracle:restores=0", 0.29, 0.0)], max_misses=1.0)
     assert d["policy"] == "learned:path=p,threshold=0.2" and d["oracle_fraction"] == pytest.approx(0.2 / 0.3)
