@@ -32,6 +32,7 @@ from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
+from dtoc_rl.ingest.same_session import drop_second_logs
 
 __all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
 
@@ -512,6 +513,10 @@ def ingest_paths(
         for unit in units:
             take(_process(unit, label, fmt), unit)
     bar.close()
+    res.trajectories, twice = drop_second_logs(res.trajectories)
+    for dropped, kept in twice:
+        why = f"the same session as {kept.source_path or kept.traj_id} ({kept.source}), kept once"
+        res.skipped.append(Skip(f"{dropped.source_path}#{dropped.traj_id}", why, fmt_of.get(id(dropped))))
     res.trajectories, res.joined = join_continued(res.trajectories)
     res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
     res.seconds = time.perf_counter() - t0

@@ -362,9 +362,10 @@ def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it()
     scripted API): the main agent's Agent call runs a sub-agent that reads alpha.txt."""
     from dtoc_rl.ingest.driver import ingest_paths
 
-    res = ingest_paths([Path(__file__).parent.parent / "fixtures" / "claude_code_subagent"], progress=False)
+    folder = Path(__file__).parent.parent / "fixtures" / "claude_code_subagent"
+    res = ingest_paths([folder], progress=False)
     runs = {(t.source, json.loads(t.extra).get("sidechain_file")): t for t in res.trajectories}
-    stream = runs["claude-code-stream", None]
+    (stream,) = ingest_paths([folder / "stream.jsonl"], progress=False).trajectories
     main, sub = runs["claude-code-transcript", False], runs["claude-code-transcript", True]
     assert [s.tool_name for s in main.steps] == [s.tool_name for s in stream.steps] == ["Agent", "Read", None]
     assert [s.tool_name for s in sub.steps] == ["Read", None] and "alpha.txt line 0" in sub.steps[0].output
@@ -378,8 +379,46 @@ def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it()
     assert [s.usage.output_tokens for s in stream.steps] == [None] * 3
     assert [s.usage.output_tokens for s in main.steps] == [60, 70, 80]
     assert [s.usage.cached_tokens for s in stream.steps] == [s.usage.cached_tokens for s in main.steps]
-    # the sub-agent's metadata is read beside its transcript, not reported as an unknown file
-    assert [Path(s.path).name for s in res.skipped] == ["requests.json"]
+    # the sub-agent's metadata is read beside its transcript, not reported as an unknown file; the
+    # stream is the same session as the transcript, read once (below)
+    assert [Path(s.path.split("#")[0]).name for s in res.skipped] == ["requests.json", "stream.jsonl"]
+
+
+def test_a_session_in_its_stream_and_its_transcript_is_one_run(tmp_path):
+    """The CLI's stream kept beside the session's transcript is the same session: read once, as the
+    transcript (it holds more); a stream of another session, or of other calls, is a run of its own."""
+    import shutil
+
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "claude_code_subagent"
+    shutil.copytree(fixture / "transcripts", tmp_path / "projects")
+    text = (fixture / "stream.jsonl").read_text()
+    (tmp_path / "kept.jsonl").write_text(text)
+    res = ingest_paths([tmp_path], progress=False)
+    assert sorted(t.source for t in res.trajectories) == ["claude-code-transcript"] * 2
+    (skip,) = res.skipped
+    assert skip.path.startswith(f"{tmp_path.name}/kept.jsonl#claude-code-stream/")
+    assert skip.format == "claude-code-stream"
+    assert f"the same session as {tmp_path.name}/projects/" in skip.reason
+    (main,) = [t for t in res.trajectories if not json.loads(t.extra)["sidechain_file"]]
+    assert json.loads(main.extra)["also_logged_in"] == tmp_path.name + "/kept.jsonl"
+    assert sum(res.formats.values()) == 2
+    # a stream cut short (a torn run) is the transcript's beginning: still the same session
+    lines = text.splitlines(keepends=True)
+    last_call = max(i for i, line in enumerate(lines) if '"tool_result"' in line)
+    (tmp_path / "kept.jsonl").write_text("".join(lines[:last_call]))
+    res = ingest_paths([tmp_path], progress=False)
+    assert sorted(t.source for t in res.trajectories) == ["claude-code-transcript"] * 2
+    # another session's stream, and the same session with another output, are runs of their own
+    for other in (
+        text.replace("89e2dac9-47f8-4c95-8639-36205556ffc6", "00000000-47f8-4c95-8639-36205556ffc6"),
+        text.replace("beta.txt line 0", "beta.txt line zero"),
+    ):
+        (tmp_path / "kept.jsonl").write_text(other)
+        res = ingest_paths([tmp_path], progress=False)
+        sources = sorted(t.source for t in res.trajectories)
+        assert sources == ["claude-code-stream", "claude-code-transcript", "claude-code-transcript"]
 
 
 def test_a_session_still_being_written_is_read_without_its_cut_off_last_line(tmp_path):
