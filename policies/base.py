@@ -55,6 +55,9 @@ class Policy(ABC):
     #: True for a policy that decides from the whole logged run (what later calls need, or what the log
     #: hid): it replays logs (``dtoc-rl evaluate``) and cannot decide a live agent's calls
     needs_logged_run: bool = False
+    #: False for a policy whose decisions read no prices (the count and size rules): it can decide the
+    #: calls of a model the price table does not know, which the live paths otherwise pass on unmanaged
+    reads_prices: bool = True
 
     def reset(self, info: dict[str, Any] | None = None) -> None:  # noqa: B027 - optional hook
         """Called at the start of every episode."""

@@ -95,6 +95,7 @@ class NoManagement(Policy):
     """Everything stays visible (the status quo of most agents)."""
 
     name = "none"
+    reads_prices = False
 
     def act(self, obs, info=None):
         return to_action(obs, obs["item_mask"].astype(bool))
@@ -110,6 +111,7 @@ class LoggedVisibility(Policy):
     (ReplayEnv ``expose_episode=True``, as ``dtoc-rl evaluate`` makes it)."""
 
     name = "logged"
+    reads_prices = False
     needs_logged_run = True
 
     def reset(self, info=None):
@@ -152,6 +154,7 @@ class LastNObservations(Policy):
     """
 
     name = "last_n"
+    reads_prices = False
 
     def __init__(self, n: int = 5, polling: int = 1):
         if n <= 0:
@@ -189,6 +192,7 @@ class ObservationMasking(Policy):
     """
 
     name = "obs_mask"
+    reads_prices = False
     CONFIG_DEFAULT = 100
     CLASS_DEFAULT = 5
 
@@ -224,6 +228,7 @@ class AnthropicClearToolUses(Policy):
     """
 
     name = "anthropic_clear"
+    reads_prices = False
 
     def __init__(
         self,
@@ -275,6 +280,7 @@ class OpenCodePrune(Policy):
     """
 
     name = "opencode_prune"
+    reads_prices = False
 
     def __init__(
         self,
@@ -317,6 +323,7 @@ class GeminiCliMasking(Policy):
     """
 
     name = "gemini_mask"
+    reads_prices = False
 
     def __init__(self, protect: int = 50_000, minimum: int = 30_000, min_tokens: int = 175):
         self.protect, self.minimum, self.min_tokens = protect, minimum, min_tokens
@@ -379,6 +386,7 @@ class TokenBudget(Policy):
     """
 
     name = "budget"
+    reads_prices = False
 
     def __init__(self, budget: int = 32_000):
         if budget <= 0:
@@ -435,6 +443,7 @@ class HideBig(Policy):
     """
 
     name = "hide_big"
+    reads_prices = False
 
     def __init__(self, tokens: int = 2_000, age: int = 1):
         if tokens < 0:

@@ -1486,3 +1486,29 @@ def test_the_proxy_and_the_service_take_only_what_can_decide_live():
             make(NoManagement)
     with pytest.raises(ValueError, match="decides from the whole logged run"):
         DecisionService(make_policy("none"), fallback=make_policy("logged"))
+
+
+def test_a_rule_that_reads_no_prices_manages_and_logs_a_model_of_no_known_price(tmp_path):
+    """`--policy none` logs the runs to compare against, whatever their model; a policy that prices
+    its decisions still needs the model's prices."""
+    from dtoc_rl.cli.serve import trained_families
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    assert trained_families(make_policy("cache_clear")) is None
+    for spec in ("none", "last_n:n=1", "hide_big:tokens=100"):
+        families = trained_families(make_policy(spec))
+        assert "other" in families, spec
+    proxy = ContextProxy(
+        make_policy("last_n:n=1"), families=trained_families(make_policy("none")), log_dir=tmp_path
+    )
+    msgs = list(HEAD)
+    for k in range(3):
+        rw = proxy.rewrite("openai", {"model": "acme-coder-2", "messages": msgs})
+        assert rw.passed is None
+        proxy.answered(rw.conversation, {"choices": [{"message": {"role": "assistant", "content": "x"}}]})
+        msgs = msgs + turn(k, f"out {k}\n" * 50)
+    proxy.close_conversations()
+    proxy.flush_logs()
+    (t,) = ingest_paths([tmp_path], progress=False).trajectories
+    assert t.model_raw == "acme-coder-2" and t.model_family == "other"
+    assert [s.tool_name for s in t.steps] == ["bash", "bash", None] and t.steps[2].masked_before == [0]

@@ -188,10 +188,12 @@ def decide_on_threads(n: int, *policies) -> None:
 
 
 def trained_families(policy) -> set[str] | None:
-    """The model families a policy serves: a checkpoint trained on one family, only that one (None:
-    every known family)."""
+    """The model families a policy serves: a checkpoint trained on one family, only that one; a policy
+    that reads no prices, every family, a model of none too (None: every known family)."""
     from dtoc_rl.data.models import FAMILIES, normalize_family
 
+    if not getattr(policy, "reads_prices", True):
+        return set(FAMILIES)
     trained_on = getattr(getattr(policy, "cfg", None), "model_family", None)
     if not trained_on:
         return None
