@@ -8,6 +8,7 @@ counted as auxiliary, not skipped.  One bad file never stops the run.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import multiprocessing
@@ -316,6 +317,19 @@ def _worker_pool(workers: int) -> ProcessPoolExecutor:
 DIED = "the process reading it died (killed: out of memory?): not read"
 
 
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Cancel the jobs that wait and end the processes reading now: an interrupted batch keeps nothing
+    of theirs, and one big log still being read (minutes) would hold the exit, and a second Ctrl-C
+    would then break into the pool's own wait with a traceback."""
+    # the executor has no public way to end its processes before Python 3.14 (terminate_workers), and
+    # its shutdown forgets them
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.kill()
+
+
 def _pools_start() -> bool:
     """Whether a reader process can start and answer at all (a job that reads nothing)."""
     try:
@@ -366,8 +380,8 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                             rest = todo[i:]
                             break
                         take(out, unit)
-                except BaseException:  # Ctrl-C, SIGTERM: stop after the files being read now, not the batch
-                    pool.shutdown(wait=False, cancel_futures=True)
+                except BaseException:  # Ctrl-C, SIGTERM: stop now, the files being read now too
+                    _stop_now(pool)
                     raise
         for unit in rest:
             f = futures.get(unit)

@@ -562,3 +562,22 @@ def test_runs_that_open_with_one_request_are_one_task_when_asked(tmp_path, capsy
     assert "--task-id prompt" in (tmp_path / "d" / "README.md").read_text()  # the card says how to remake it
     with pytest.raises(ValueError, match="task_from must be"):
         ingest_paths([f], progress=False, task_from="session")
+
+
+def test_an_interrupt_ends_the_reader_processes_at_once():
+    """A big log still being read would hold an interrupted ingest's exit for as long as it takes (and a
+    second Ctrl-C then broke into the pool's wait with a traceback): the readers are ended."""
+    import time
+
+    from dtoc_rl.ingest import driver
+
+    pool = driver._worker_pool(1)
+    job = pool.submit(time.sleep, 60)
+    while not job.running():
+        time.sleep(0.01)
+    (proc,) = pool._processes.values()
+    t0 = time.perf_counter()
+    driver._stop_now(pool)
+    pool.shutdown(wait=True)
+    proc.join(10)
+    assert not proc.is_alive() and time.perf_counter() - t0 < 10
