@@ -928,7 +928,10 @@ class LearnedPolicy(Policy):
             ("families", FAMILIES),
             ("tool_categories", TOOL_CATEGORIES),
         ):
-            theirs = tuple(meta.get(key, ()))
+            raw = meta.get(key, ())
+            if not isinstance(raw, list | tuple) or not all(isinstance(x, str) for x in raw):
+                raise CheckpointError(f"{cfg_file}: '{key}' is not a list of names (a damaged checkpoint)")
+            theirs = tuple(raw)
             if key == "families" and theirs and tuple(ours[: len(theirs)]) == theirs:
                 continue  # families only grow: the ones added since read as "other"
             if theirs != tuple(ours):
@@ -952,6 +955,7 @@ class LearnedPolicy(Policy):
             if isinstance(saved.get("threads"), int) and saved["threads"] < 1:
                 saved["threads"] = 1  # older trainings stored 0 and ran on one; no weight depends on it
             cfg = LearnedPolicyConfig(**saved)
+            _sizes_fit(cfg, cfg_file, weights)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with
             raise CheckpointError(f"{cfg_file}: unusable config ({_one_line(e)})") from None
@@ -994,6 +998,37 @@ class LearnedPolicy(Policy):
                 stacklevel=2,
             )
         return policy
+
+
+#: The most observation slots a checkpoint may ask for: each decision allocates arrays of this many rows.
+MAX_SLOTS = 65_536
+
+
+def _sizes_fit(cfg: LearnedPolicyConfig, cfg_file: Path, weights: Path) -> None:
+    """The network's sizes in the config against the shapes the weights file holds (its header only),
+    before anything is built: a damaged config asking for a billion layers would otherwise fill the
+    memory and be killed without a word, instead of being refused."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # safetensors' own error type for a damaged or foreign file
+        raise CheckpointError(f"{weights}: not readable safetensors weights ({_one_line(e)})") from None
+    layers = {k.split(".")[2] for k in shapes if k.startswith("encoder.layers.")}
+    held = {
+        "n_layers": len(layers),
+        "d_model": (shapes.get("item_in.2.weight") or [None])[0],
+        "word_vocab": (shapes["words.weight"][0] - 1) if "words.weight" in shapes else 0,
+    }
+    for name, have in held.items():
+        if getattr(cfg, name) != have:
+            raise CheckpointError(
+                f"{cfg_file}: {name} {getattr(cfg, name)!r} does not fit the weights, which hold {have!r} "
+                f"(a damaged checkpoint)"
+            )
+    if not 1 <= cfg.max_items <= MAX_SLOTS:
+        raise CheckpointError(f"{cfg_file}: max_items {cfg.max_items!r} is not in [1, {MAX_SLOTS}]")
 
 
 def read_checkpoint_config(cfg_file: Path, kind: str | None = None) -> dict[str, Any]:

@@ -3,6 +3,7 @@ nothing pays), and dollar-weighted imitation."""
 
 import dataclasses
 import json
+import re
 import warnings
 
 import numpy as np
@@ -279,6 +280,7 @@ def test_a_damaged_threshold_table_is_a_clear_error(tmp_path):
     pol = LearnedPolicyConfig(**TINY).create()
     pol.set_threshold_table({"family": {"gpt-4o": 0.2}, "regime": {}, "default": 0.1})
     path = pol.save(tmp_path / "ckpt")
+    good = json.loads((path / "config.json").read_text())
     meta = json.loads((path / "config.json").read_text())
     meta["meta"]["thresholds"]["family"]["gpt-4o"] = "high"
     (path / "config.json").write_text(json.dumps(meta))
@@ -288,6 +290,10 @@ def test_a_damaged_threshold_table_is_a_clear_error(tmp_path):
     (path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="different econ item features"):
         LearnedPolicy.load(path)
+    for key, value in (("families", None), ("item_features", "est_tokens_k"), ("tool_categories", [1, 2])):
+        (path / "config.json").write_text(json.dumps({**good, key: value}))
+        with pytest.raises(CheckpointError, match=f"'{key}' is not a list of names"):
+            LearnedPolicy.load(path)
 
 
 def test_fit_stores_a_validated_threshold_table(tmp_path):
@@ -421,3 +427,23 @@ def test_tuning_holds_fallback_rules_to_min_family_val_tune_runs(monkeypatch):
     lt._tune(pol, load_episodes(None)[:3], lt._cost_config(pol))
     assert given["min_runs"] == 7  # an abstaining entry of fewer tune runs gets no rule
     assert pol.meta["thresholds"]["fallback"]["default"] is None  # 3 tune runs < 7
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [("n_layers", 1_000_000_000, "n_layers 1000000000 does not fit the weights, which hold"),
+     ("d_model", 1_048_576, "d_model 1048576 does not fit the weights, which hold"),
+     ("word_vocab", 4096, "word_vocab 4096 does not fit the weights, which hold"),
+     ("max_items", 10**12, "max_items 1000000000000 is not in [1, 65536]")],
+)  # fmt: skip
+def test_a_config_asking_for_a_network_its_weights_do_not_hold_is_refused_before_it_is_built(
+    tmp_path, field, value, said
+):
+    path = LearnedPolicyConfig(**TINY).create().save(tmp_path / "ckpt")
+    meta = json.loads((path / "config.json").read_text())
+    meta["config"][field] = value
+    if field == "d_model":
+        meta["config"]["n_heads"] = 1
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=re.escape(said)):
+        LearnedPolicy.load(path)
