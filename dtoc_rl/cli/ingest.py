@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
             )
     except FileNotFoundError as e:
         return fail(str(e))
+    from dtoc_rl.ingest.driver import damaged_runs
+
     unnamed = sum(1 for t in res.trajectories if not t.model_raw)
     summary = summarize(res.trajectories, res)
     summary["out"] = str(args.out)
@@ -144,6 +146,13 @@ def run(args: argparse.Namespace) -> int:
             f"{bare} of {len(res.trajectories)} trajectories have no tool calls, so nothing a policy could "
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
             "(README, 'Log formats'; --format NAME forces an ingester)"
+        )
+    damaged = damaged_runs(res.trajectories)
+    if damaged:
+        summary["warnings"].append(
+            f"{len(damaged)} of {len(res.trajectories)} trajectories were read from logs with lines that "
+            f"could not be read (cut off, or still being written): what those lines held is missing; "
+            f"extra.bad_lines or extra.torn_last_line says which (first: {damaged[0]})"
         )
     if res.joined:
         summary["warnings"].append(

@@ -35,7 +35,16 @@ from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
 from dtoc_rl.ingest.same_session import drop_second_logs
 
-__all__ = ["IngestResult", "IngestWarning", "Skip", "discover", "display_path", "ingest_paths", "summarize"]
+__all__ = [
+    "IngestResult",
+    "IngestWarning",
+    "Skip",
+    "damaged_runs",
+    "discover",
+    "display_path",
+    "ingest_paths",
+    "summarize",
+]
 
 LOG_SUFFIXES = {".json", ".jsonl", ".ndjson", ".traj", ".parquet", ".PARQUET", ".eval"}
 # Files that travel with logs: label joins, eval reports, run metadata, docs.
@@ -535,6 +544,20 @@ def ingest_paths(
     res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def damaged_runs(trajs: list[Trajectory]) -> list[str]:
+    """The ids of runs whose log had lines it could not read (``extra.bad_lines``, a log cut off or
+    still being written: ``extra.torn_last_line``): kept, as far as they could be read, but not whole."""
+    out = []
+    for t in trajs:
+        try:
+            extra = json.loads(t.extra or "{}")
+        except ValueError:
+            continue
+        if isinstance(extra, dict) and (extra.get("bad_lines") or extra.get("torn_last_line")):
+            out.append(t.traj_id)
+    return out
 
 
 def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[str, Any]:

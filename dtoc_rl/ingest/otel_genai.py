@@ -612,7 +612,8 @@ class OtelGenAIIngester(Ingester):
         if not calls:
             raise IngestError(
                 "no model-call spans: none carries gen_ai.input.messages, gen_ai.prompt.N, "
-                "llm.input_messages.N or the gen_ai message events (was message content capture on?)",
+                "llm.input_messages.N or the gen_ai message events (was message content capture on? "
+                "openai-v2 logs the messages as log records: keep their file beside this one)",
                 path,
             )  # fmt: skip
         failed = _failed_tools(ex)

@@ -581,3 +581,21 @@ def test_an_interrupt_ends_the_reader_processes_at_once():
     pool.shutdown(wait=True)
     proc.join(10)
     assert not proc.is_alive() and time.perf_counter() - t0 < 10
+
+
+def test_a_run_read_from_a_log_with_unreadable_lines_is_said(tmp_path, repo_root, capsys):
+    """A pi session cut off mid-line keeps what could be read, and the command says so: the run is
+    not whole, though no file was skipped."""
+    from dtoc_rl.cli import main
+
+    text = (repo_root / "tests" / "fixtures" / "pi" / "session.jsonl").read_bytes()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "whole.jsonl").write_bytes(text)
+    assert main(["ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "a"), "--json", "--quiet"]) == 0
+    assert "warnings" not in json.loads(capsys.readouterr().out)
+    (tmp_path / "logs" / "whole.jsonl").write_bytes(text[: len(text) * 2 // 3])
+    assert main(["ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "b"), "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["skipped"] == [] and summary["total"]["trajectories"] == 1
+    (said,) = [w for w in summary["warnings"] if "lines that could not be read" in w]
+    assert said.startswith("1 of 1 trajectories")
