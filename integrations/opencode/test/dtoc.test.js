@@ -426,7 +426,7 @@ test("DTOC_MODEL overrides the messages' model, and the family the service resol
   assert.deepEqual(said[0][0], "info");
   assert.match(said[0][1], /"gpt-4o" resolved to family "gpt-4o"/);
 
-  // without the override, the unknown name falls back, and the log says how to fix it
+  // without the override, the unknown name is served by this rule, which reads no prices ...
   /** @type {Array<[string, string]>} */
   const logs2 = [];
   const plain = await DtocContextPlugin({}, { url, log: (l, m) => logs2.push([l, m]) });
@@ -436,7 +436,27 @@ test("DTOC_MODEL overrides the messages' model, and the family the service resol
     h2[h2.length - 1].info.modelID = "my-local-finetune-q4";
     await plain["experimental.chat.messages.transform"]({}, { messages: h2 });
   }
-  const warned = logs2.filter(([, m]) => m.includes("resolved to family"));
+  const served = logs2.filter(([, m]) => m.includes("resolved to family"));
+  assert.equal(served.length, 1);
+  assert.deepEqual(served[0], ["info", 'dtoc: model "my-local-finetune-q4" resolved to family "other" (policy last_n(n=2,polling=1))']);
+
+  // ... and where a policy that prices its decisions leaves it to the fallback, the log says how to fix it
+  /** @type {Array<[string, string]>} */
+  const logs3 = [];
+  /** @type {typeof fetch} */
+  const fellBack = async (input, init) => {
+    const res = await fetch(input, init);
+    const data = { ...(await res.json()), family: "other", fallback: true, policy: "none" };
+    return new Response(JSON.stringify(data), { status: res.status, headers: res.headers });
+  };
+  const priced = await DtocContextPlugin({}, { url, fetch: fellBack, log: (l, m) => logs3.push([l, m]) });
+  const h3 = [user("task")];
+  for (let i = 0; i < 3; i++) {
+    await runTool(priced, h3, i);
+    h3[h3.length - 1].info.modelID = "my-local-finetune-q4";
+    await priced["experimental.chat.messages.transform"]({}, { messages: h3 });
+  }
+  const warned = logs3.filter(([, m]) => m.includes("resolved to family"));
   assert.equal(warned.length, 1);
   assert.equal(warned[0][0], "warn");
   assert.match(warned[0][1], /DTOC_MODEL/);
