@@ -281,3 +281,45 @@ def test_a_session_another_request_joined_is_kept_when_its_makers_request_fails(
     with pytest.raises(DecideError):
         sessions.feed(maker)
     assert sessions.get("s") is not None and sessions.get("s").turns == 1
+
+
+def test_a_logged_session_says_what_each_call_was_sent_hidden(data_dir, tmp_path):
+    """`dtoc-rl serve --log-dir`: a client (the OpenCode plugin) applies the answers; the session's log
+    ingests as the run, each call with what the client sent hidden, so `logged` prices what it did."""
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 5)
+    turns = _turns(t)
+    visible: dict[str, bool] = {}
+    sent: list[set[str]] = []  # what each request's call was sent hidden, after the answer
+    for i, turn in enumerate(turns):
+        for c in turn["calls"]:
+            visible[c["key"]] = True
+        items = [{**it, "visible": visible[it["key"]]} for it in _items(turns, i + 1)]
+        req = {"session": "ses/1 x", "task": t.task_text, "system": t.system_prompt, "model": t.model_raw,
+               "turns": [turn], "items": items}  # fmt: skip
+        resp = svc.decide(req, client="c1")
+        for k in resp["disable"]:
+            visible[k] = False
+        for k in resp["enable"]:
+            visible[k] = True
+        sent.append({k for k, v in visible.items() if not v})
+    assert svc.flush_logs(10)
+    (log,) = list((tmp_path / "logs").iterdir())
+    assert log.name.startswith("ses_1_x-") and log.stat().st_mode & 0o777 == 0o600
+    (run,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    keys = [c["key"] for turn in turns for c in turn["calls"]]
+    step_of = {k: s.index for k, s in zip(keys, [s for s in run.steps if s.tool_name])}
+    by_turn: dict[int, list] = {}
+    for s in run.steps:
+        by_turn.setdefault(s.turn, []).append(s)
+    hidden_somewhere = 0
+    for c, steps in enumerate(by_turn.values()):
+        # call c was sent as the request before it left it (the first call: nothing stored yet)
+        want = sorted(step_of[k] for k in sent[c - 1]) if c else []
+        assert steps[0].masked_before == want, c
+        hidden_somewhere += bool(want)
+    assert hidden_somewhere >= 3
+    extra = json.loads(run.extra)
+    assert (extra["dtoc_policy"], run.model_raw) == (svc.label, t.model_raw)

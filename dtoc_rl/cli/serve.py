@@ -143,6 +143,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "them for requests naming that model (and serves it even if its family is unknown), instead of "
         "its family's list prices",
     )
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="write each session (requests naming a session and sending its turns, as the OpenCode "
+        "plugin does) there after every request, as a JSONL log with what each call was sent hidden, "
+        "for dtoc-rl ingest and 'evaluate -p logged none'; each log is yours alone (mode 600)",
+    )
     p.add_argument("--log", action="store_true", help="log every request to stderr")
     p.add_argument("--json", action="store_true", help="print the startup info as one JSON line")
 
@@ -230,6 +237,13 @@ def run(args: argparse.Namespace) -> int:
         elif fb != "none":
             fallback = _load(fb, "fallback policy")
         decide_on_threads(args.threads, policy, fallback)
+        if args.log_dir is not None:  # a log folder that cannot be written: now, not after the sessions
+            from dtoc_rl.data.paths import writable_folder
+
+            try:
+                writable_folder(args.log_dir, "log folder", private=True)
+            except ValueError as e:
+                raise CLIError(f"--log-dir: {e}") from None
         service = DecisionService(
             policy,
             fallback=fallback,
@@ -242,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             max_total_chars=args.max_total_chars,
             prices=prices,
+            log_dir=args.log_dir,
         )
         try:  # run the policy once now: a broken checkpoint fails here, not at the first request
             service.decide(_SAMPLE)

@@ -403,6 +403,7 @@ def parse(
         "stored": n if stored is None else stored,
         "visible_count": (n - len(hidden)) if visible_count is None else visible_count,
         "keys": keys,
+        "visible": [v for _, v in sizes],  # every item's, with keys (states: the window's only)
         "states": states,
         "family": family,
         "model": req.model,

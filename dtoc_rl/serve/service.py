@@ -114,6 +114,7 @@ Bad input never produces a 5xx (a 500 is a bug of the policy itself).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import io
 import ipaddress
@@ -129,11 +130,13 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.errors import MissingHeaderBodySeparatorDefect
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.data.paths import writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.engine.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.engine.features import (
@@ -143,10 +146,12 @@ from dtoc_rl.engine.features import (
     build_observation,
 )
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, LogWriter
 from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_TOTAL_CHARS,
+    SessionLabels,
     Sessions,
 )
 from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices, user_prices
@@ -200,6 +205,11 @@ class DecisionService:
             of the client holding the most dropped first; see :mod:`dtoc_rl.serve.session_labels`);
             ``max_session_chars`` and ``max_total_chars``: their text, per session (413 beyond) and
             in all (429).
+        log_dir: when given, each session (a request's ``session`` with its ``turns``) is written there
+            after every request, as the JSONL log ``dtoc-rl ingest`` reads (the proxy's kind), with
+            what each call was sent hidden: ``dtoc-rl evaluate -p logged none`` prices what the client
+            did.  Each log is its owner's alone (mode 600), written on a thread of its own.
+        warn: where a log that cannot be written is said (default: stderr).
     """
 
     def __init__(
@@ -217,6 +227,8 @@ class DecisionService:
         max_session_chars: int = DEFAULT_MAX_SESSION_CHARS,
         max_total_chars: int = DEFAULT_MAX_TOTAL_CHARS,
         prices: Mapping[str, Prices] | None = None,
+        log_dir: str | Path | None = None,
+        warn: Callable[[str], None] | None = None,
     ):
         check_policy(policy, live=True)
         if fallback is not None:
@@ -241,10 +253,46 @@ class DecisionService:
         self.max_body = int(max_body)
         self.max_request_items = int(max_request_items)
         self.sessions = Sessions(max_sessions, max_session_chars, max_total_chars)
+        # the logs hold every tool output the sessions sent: a new folder is private, each log its owner's
+        self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
+        self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
+        self._unlogged: set[str] = set()
+        self.warn = warn or (lambda msg: print(f"dtoc-rl serve: warning: {msg}", file=sys.stderr))
         self.started = time.time()
         self.requests = 0
         self.errors = 0
         self._lock = threading.Lock()
+
+    # -- session logs --------------------------------------------------------------
+    def flush_logs(self, timeout: float | None = None) -> bool:
+        """Wait until every session's log holds its latest request; False if ``timeout`` ran out."""
+        return self._logs.flush(timeout) if self._logs is not None else True
+
+    def _log(self, s: SessionLabels, session: str, client: str, visible: dict[str, bool], label: str) -> None:
+        """The session as it was sent this call, put to be written off the request's path (a log that
+        cannot be written costs the log, never the answer)."""
+        assert self.log_dir is not None and self._logs is not None
+        digest = hashlib.sha256(f"{client}\0{session}".encode()).hexdigest()[:12]
+        name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
+        if name in self._unlogged:
+            return
+        try:
+            s.sent(visible)
+            with s.lock:
+                row = s.orch.log_row(in_flight=True)
+            # the service's policy decided what was hidden, not the model the session's store was made for
+            row.update(dtoc_policy=label, dtoc_mode="orchestrator")
+            self._logs.put(self.log_dir / f"{name}.jsonl", row)
+        except (ValueError, TypeError) as e:
+            self._log_failed(Path(f"{name}.jsonl"), e)
+
+    def _log_failed(self, path: Path, e: BaseException) -> None:
+        name = path.name.removesuffix(".jsonl")
+        with self._lock:
+            if name in self._unlogged:
+                return
+            self._unlogged.add(name)
+        self.warn(f"session log {name}: not written ({type(e).__name__}: {e})")
 
     # -- metadata ------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -304,6 +352,7 @@ class DecisionService:
             labels=labels if req.session is not None else None,
         )
         session = fed[0] if fed else None
+        p["session_labels"], p["session_name"] = session, req.session
         if req.session is not None:
             p["session"] = {
                 "turns": session.turns if session is not None else 0,
@@ -368,6 +417,11 @@ class DecisionService:
             vis = obs["disable_mask"][: len(window)].astype(bool)
             enable = [window[i] for i in np.flatnonzero(en & ~di & ~vis)]
             disable = [window[i] for i in np.flatnonzero(di & ~en & vis)]
+        if p.get("session_labels") is not None and self._logs is not None:
+            shown = set(enable)
+            hidden = set(disable)
+            visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
+            self._log(p["session_labels"], p["session_name"], client, visible, label)
         return {
             "enable": enable,
             "disable": disable,
@@ -709,6 +763,19 @@ class _Server(ThreadingHTTPServer):
     def token(self) -> str:
         """The (first) token clients send as ``Authorization: Bearer <token>``."""
         return self.tokens[0]
+
+    # a stopped service's session logs hold every request it answered, however it was stopped
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._flush_logs()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._flush_logs()
+
+    def _flush_logs(self) -> None:
+        if not self.service.flush_logs(timeout=STOP_WAIT_S):
+            self.service.warn(f"session logs not all written within {STOP_WAIT_S:g} s of stopping")
 
     def handle_error(self, request: Any, client_address: Any) -> None:  # never print tracebacks per request
         if self.log is not None:

@@ -129,6 +129,18 @@ class SessionLabels:
                 raise DecideError(422, f"turns[{k}]: {e}", f"turns[{k}]") from None
             self.turns += 1
 
+    def sent(self, shown: dict[str, bool]) -> None:
+        """What the client shows its model at the call it asked about (``shown``: client item key ->
+        visible, after the service's answer), as the session's own visibility: the turn the call
+        brings back is then recorded with it, and its log says what each call was sent hidden."""
+        ours = {self._keys[k]: v for k, v in shown.items() if k in self._keys}
+        with self.lock:
+            hidden = set(self.orch.store.hidden_keys())
+            hide = [o for o, v in ours.items() if not v and o not in hidden]
+            show = [o for o, v in ours.items() if v and o in hidden]
+            if hide or show:
+                self.orch.manage_context(enable=show, disable=hide)
+
     def states(self, keys: list[str]) -> dict[str, ItemState]:
         """Need features of these client item keys (those the session has)."""
         ours = [(k, self._keys[k]) for k in keys if k in self._keys]
