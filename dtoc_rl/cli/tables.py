@@ -14,7 +14,7 @@ _COLS = [
     ("trajectories", "trajs"),
     ("steps", "steps"),
     ("tool_steps", "tool steps"),
-    ("output_tokens", "output tokens"),
+    ("output_tokens", "tool out tok"),
     ("success_true", "✓"),
     ("success_false", "✗"),
     ("success_null", "?"),
@@ -33,6 +33,7 @@ _COLS = [
 
 
 LEGEND = (
+    "tool out tok: tokens of the tools' outputs (what a policy can hide; not the model's output); "
     "✓ ✗ ?: runs that succeeded, failed, or say not; prov. re-acc. ref. edit: hindsight needs of each kind "
     "(a later call copies from the output, reads its resource again, names its key, or edits the text "
     "it shows); masked: steps the logged harness hid "
