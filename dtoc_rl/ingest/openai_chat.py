@@ -124,9 +124,10 @@ def iso_to_epoch(value: Any) -> float | None:
         v = float(value)
         if not math.isfinite(v) or v < 0:
             return None
-        while v > _SECONDS_AT_MOST:
-            v /= 1000.0
-        return v
+        for _ in range(3):  # milliseconds, microseconds, nanoseconds; a larger number is no time
+            if v > _SECONDS_AT_MOST:
+                v /= 1000.0
+        return v if v <= _SECONDS_AT_MOST else None
     if not isinstance(value, str) or not value:
         return None
     text = value.strip()

@@ -169,6 +169,9 @@ def test_iso_to_epoch():
     )
     assert iso_to_epoch(1717000000123) == pytest.approx(1717000000.123)
     assert iso_to_epoch(-5) is None and iso_to_epoch(float("nan")) is None and iso_to_epoch(True) is None
+    # beyond nanoseconds a number is no time at all, not a plausible date after enough divisions
+    assert iso_to_epoch(1717000000 * 10**9) == 1717000000.0
+    assert iso_to_epoch(1e300) is None and iso_to_epoch(1717000000 * 10**12) is None
     # placeholder dates before 1970 are no times, as negative numbers are; year 1 east of UTC is out of
     # datetime's range once shifted
     assert iso_to_epoch("0001-01-01T00:00:00Z") is None and iso_to_epoch("1969-12-31T23:59:59Z") is None
