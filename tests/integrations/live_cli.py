@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,9 +46,14 @@ def repo(tmp_path: Path) -> Path:
 
 def fresh_home(home: Path) -> Path:
     """An empty home at the same path for each run: CLIs write its path into their prompts."""
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    return home
+    for _ in range(50):  # a CLI's daemon left from the run before (Cline's hub) may still write there
+        shutil.rmtree(home, ignore_errors=True)
+        try:
+            home.mkdir(parents=True)
+            return home
+        except FileExistsError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{home}: something keeps writing into it")
 
 
 @dataclass
