@@ -10,6 +10,11 @@ DATA = REPO / "data"
 SHARED_TRACES = Path(os.environ.get("DTOC_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput["dtoc_dist"] = node.config.option.dist
+
+
 # The suite's processes when pytest-xdist is there and the command names none: up to four, the tests that
 # share a resource (Ray) kept in one by their xdist_group.  Set here rather than in addopts so that
 # `pytest -p no:xdist` and a machine without the test extras still run the suite (in one process), and a
@@ -19,7 +24,12 @@ PARALLEL = {"numprocesses": "auto", "maxprocesses": 4, "dist": "loadgroup"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    if hasattr(config, "workerinput"):
+        # a worker reads the command line, which names no --dist: the groups its test ids carry
+        # (name@group, what loadgroup schedules by) come from what the controller was told
+        config.option.loadgroup = config.workerinput.get("dtoc_dist") == "loadgroup"
         return
     if config.option.numprocesses is not None or config.option.dist != "no":
         return
