@@ -286,19 +286,48 @@ def test_a_session_another_request_joined_is_kept_when_its_makers_request_fails(
 def test_a_logged_session_says_what_each_call_was_sent_hidden(data_dir, tmp_path):
     """`dtoc-rl serve --log-dir`: a client (the OpenCode plugin) applies the answers; the session's log
     ingests as the run, each call with what the client sent hidden, so `logged` prices what it did."""
-    from dtoc_rl.ingest.driver import ingest_paths
 
-    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
     t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 5)
     turns = _turns(t)
+    run, sent, logs = _client_session(t, turns, tmp_path / "logs")
+    (log,) = logs
+    assert log.name.startswith("ses_1_x-") and log.stat().st_mode & 0o777 == 0o600
+    _check_sent(run, turns, sent)
+    extra = json.loads(run.extra)
+    assert (extra["dtoc_policy"], run.model_raw) == (make_policy("last_n:n=1").label, t.model_raw)
+
+
+def test_a_session_sent_anew_after_a_restart_is_logged_apart_and_ingests_as_one_run(data_dir, tmp_path):
+    """After a restart (or the session dropped from the table) the client sends every turn again: the
+    new session's log opens with that history as not seen, in a file of its own, and ingest joins the
+    two as the run the client made, each call with what it was sent hidden."""
+    t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 7)
+    turns = _turns(t)
+    run, sent, logs = _client_session(t, turns, tmp_path / "logs", restart_at=4)
+    assert len(logs) == 2 and len(run.steps) == len(t.steps)
+    assert len(json.loads(run.extra)["joined"]) == 1
+    _check_sent(run, turns, sent)
+
+
+def _client_session(t, turns, log_dir, restart_at=None):
+    """A client (as the OpenCode plugin) running ``turns`` against a service with ``log_dir``: each
+    request brings the last turn and its items as the client shows them; the answer is applied.  With
+    ``restart_at`` the service restarts before that request and the client sends every turn again."""
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=log_dir)
     visible: dict[str, bool] = {}
     sent: list[set[str]] = []  # what each request's call was sent hidden, after the answer
     for i, turn in enumerate(turns):
         for c in turn["calls"]:
             visible[c["key"]] = True
         items = [{**it, "visible": visible[it["key"]]} for it in _items(turns, i + 1)]
+        again = i == restart_at
+        if again:
+            assert svc.flush_logs(10)
+            svc = DecisionService(make_policy("last_n:n=1"), log_dir=log_dir)
         req = {"session": "ses/1 x", "task": t.task_text, "system": t.system_prompt, "model": t.model_raw,
-               "turns": [turn], "items": items}  # fmt: skip
+               "turns": turns[: i + 1] if again else [turn], "items": items}  # fmt: skip
         resp = svc.decide(req, client="c1")
         for k in resp["disable"]:
             visible[k] = False
@@ -306,9 +335,11 @@ def test_a_logged_session_says_what_each_call_was_sent_hidden(data_dir, tmp_path
             visible[k] = True
         sent.append({k for k, v in visible.items() if not v})
     assert svc.flush_logs(10)
-    (log,) = list((tmp_path / "logs").iterdir())
-    assert log.name.startswith("ses_1_x-") and log.stat().st_mode & 0o777 == 0o600
-    (run,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    (run,) = ingest_paths([log_dir], progress=False).trajectories
+    return run, sent, sorted(log_dir.iterdir())
+
+
+def _check_sent(run, turns, sent):
     keys = [c["key"] for turn in turns for c in turn["calls"]]
     step_of = {k: s.index for k, s in zip(keys, [s for s in run.steps if s.tool_name])}
     by_turn: dict[int, list] = {}
@@ -321,5 +352,3 @@ def test_a_logged_session_says_what_each_call_was_sent_hidden(data_dir, tmp_path
         assert steps[0].masked_before == want, c
         hidden_somewhere += bool(want)
     assert hidden_somewhere >= 3
-    extra = json.loads(run.extra)
-    assert (extra["dtoc_policy"], run.model_raw) == (svc.label, t.model_raw)

@@ -268,23 +268,33 @@ class DecisionService:
         """Wait until every session's log holds its latest request; False if ``timeout`` ran out."""
         return self._logs.flush(timeout) if self._logs is not None else True
 
-    def _log(self, s: SessionLabels, session: str, client: str, visible: dict[str, bool], label: str) -> None:
-        """The session as it was sent this call, put to be written off the request's path (a log that
-        cannot be written costs the log, never the answer)."""
-        assert self.log_dir is not None and self._logs is not None
-        digest = hashlib.sha256(f"{client}\0{session}".encode()).hexdigest()[:12]
-        name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
-        if name in self._unlogged:
-            return
-        try:
-            s.sent(visible)
-            with s.lock:
+    def _sent(
+        self, s: SessionLabels, session: str, client: str, visible: dict[str, bool], label: str
+    ) -> None:
+        """Record what the client's call is sent in its session and, with ``log_dir``, put the session's
+        log to be written off the request's path (a log that cannot be written costs the log, never the
+        answer).  One file per session object: a session sent anew (after a restart, or dropped from
+        the table) is a new log that opens with history, which ``dtoc-rl ingest`` joins to the old."""
+        with s.lock:  # one session's requests at once: the newest row is the one put last
+            try:
+                s.sent(visible)
+            except (ValueError, TypeError) as e:  # what the client sent cannot be followed: no log
+                if self._logs is not None:
+                    self._log_failed(Path(f"{session}.jsonl"), e)
+                return
+            if self._logs is None or self.log_dir is None:
+                return
+            digest = hashlib.sha256(f"{client}\0{session}\0{s.orch.session_id}".encode()).hexdigest()[:12]
+            name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
+            if name in self._unlogged:
+                return
+            try:
                 row = s.orch.log_row(in_flight=True)
-            # the service's policy decided what was hidden, not the model the session's store was made for
-            row.update(dtoc_policy=label, dtoc_mode="orchestrator")
-            self._logs.put(self.log_dir / f"{name}.jsonl", row)
-        except (ValueError, TypeError) as e:
-            self._log_failed(Path(f"{name}.jsonl"), e)
+                # the service's policy decided what was hidden, not the model the session's store was made for
+                row.update(dtoc_policy=label, dtoc_mode="orchestrator")
+                self._logs.put(self.log_dir / f"{name}.jsonl", row)
+            except (ValueError, TypeError) as e:
+                self._log_failed(Path(f"{name}.jsonl"), e)
 
     def _log_failed(self, path: Path, e: BaseException) -> None:
         name = path.name.removesuffix(".jsonl")
@@ -417,11 +427,10 @@ class DecisionService:
             vis = obs["disable_mask"][: len(window)].astype(bool)
             enable = [window[i] for i in np.flatnonzero(en & ~di & ~vis)]
             disable = [window[i] for i in np.flatnonzero(di & ~en & vis)]
-        if p.get("session_labels") is not None and self._logs is not None:
-            shown = set(enable)
-            hidden = set(disable)
+        if p.get("session_labels") is not None:  # what the call is sent: the session's next turn's
+            shown, hidden = set(enable), set(disable)
             visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
-            self._log(p["session_labels"], p["session_name"], client, visible, label)
+            self._sent(p["session_labels"], p["session_name"], client, visible, label)
         return {
             "enable": enable,
             "disable": disable,

@@ -72,6 +72,10 @@ class SessionLabels:
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
+        # the turn after which the call the service last answered for came (sent): the next turn is
+        # that call's answer, whose visibility is known; a turn this session did not see decided (a
+        # session sent anew after a restart or a drop) is recorded as history, visibility unknown
+        self._decided = -1
 
     def add(self, turns: list[Turn], reserve: Callable[[int, int], None] | None = None) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
@@ -79,6 +83,9 @@ class SessionLabels:
         shared total (it raises the DecideError to return when it cannot).  A turn is checked
         before anything of it is recorded: a refused turn leaves nothing of itself (the
         request's earlier turns stay)."""
+        # a new session whose first request brings more than its first turn is one sent anew: all of it
+        # is history this session did not see sent (its log then opens with it, as ingest joins it)
+        anew = self.turns == 0 and any(t.index > 0 for t in turns)
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -121,6 +128,7 @@ class SessionLabels:
                 recorded = self.orch.record_assistant(
                     t.assistant_text,
                     [{"name": c.tool, "arguments": _args(c.args), "id": c.id} for c in calls],
+                    seen=not anew and (t.index == 0 or self._decided == t.index - 1),
                 )
                 for c, r in zip(calls, recorded):
                     key = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error, model_key=c.key)
@@ -132,14 +140,15 @@ class SessionLabels:
     def sent(self, shown: dict[str, bool]) -> None:
         """What the client shows its model at the call it asked about (``shown``: client item key ->
         visible, after the service's answer), as the session's own visibility: the turn the call
-        brings back is then recorded with it, and its log says what each call was sent hidden."""
+        brings back is then recorded with it (what it was sent hidden, and a hidden output it needs
+        counts as a miss, as for a Python agent's Orchestrator).  Call under :attr:`lock`."""
         ours = {self._keys[k]: v for k, v in shown.items() if k in self._keys}
-        with self.lock:
-            hidden = set(self.orch.store.hidden_keys())
-            hide = [o for o, v in ours.items() if not v and o not in hidden]
-            show = [o for o, v in ours.items() if v and o in hidden]
-            if hide or show:
-                self.orch.manage_context(enable=show, disable=hide)
+        hidden = set(self.orch.store.hidden_keys())
+        hide = [o for o, v in ours.items() if not v and o not in hidden]
+        show = [o for o, v in ours.items() if v and o in hidden]
+        if hide or show:
+            self.orch.manage_context(enable=show, disable=hide)
+        self._decided = self.turns - 1
 
     def states(self, keys: list[str]) -> dict[str, ItemState]:
         """Need features of these client item keys (those the session has)."""
