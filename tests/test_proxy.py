@@ -604,10 +604,17 @@ def test_logs_are_their_owners_alone_in_any_folder_and_one_others_can_write_to_i
         from dtoc_rl.data.paths import write_text_atomic
 
         write_text_atomic(shared / "old.jsonl", ["{}\n"], private=True)
+        # a link planted under a log's .partial name (a folder others could write to) empties nothing
+        victim = tmp_path / "victim.txt"
+        victim.write_text("keep me")
+        (shared / "planted.jsonl.partial").symlink_to(victim)
+        write_text_atomic(shared / "planted.jsonl", ["{}\n"], private=True)
     finally:
         os.umask(old)
+    assert victim.read_text() == "keep me" and victim.stat().st_mode & 0o777 != 0o600
+    assert not (shared / "planted.jsonl").is_symlink()
     logs = sorted(shared.glob("*.jsonl"))
-    assert len(logs) == 2 and all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
+    assert len(logs) == 3 and all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
     assert not warned and shared.stat().st_mode & 0o777 == 0o755  # the user's folder, left as it was
     shared.chmod(0o777)
     ContextProxy(make_policy("none"), log_dir=shared, warn=warned.append)

@@ -352,3 +352,18 @@ def _check_sent(run, turns, sent):
         assert steps[0].masked_before == want, c
         hidden_somewhere += bool(want)
     assert hidden_somewhere >= 3
+
+
+def test_a_log_folder_others_can_write_to_is_said(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    warned: list[str] = []
+    DecisionService(make_policy("none"), log_dir=folder, warn=warned.append)
+    assert warned == [
+        f"log folder {folder} can be written by other users (mode 777): a log put there would be ingested "
+        f"as one of yours: chmod go-w {folder}"
+    ]
+    folder.chmod(0o755)
+    DecisionService(make_policy("none"), log_dir=folder, warn=warned.append)
+    assert len(warned) == 1

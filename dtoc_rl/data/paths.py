@@ -25,11 +25,12 @@ def write_text_atomic(
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     try:
-        if private:  # a .partial left by a killed writer keeps its mode through O_TRUNC: set it again
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            if os.name == "posix":
-                os.fchmod(fd, 0o600)
-            opened = open(fd, "w", newline="", encoding=encoding)
+        if private:
+            # a new file only: a .partial left by a killed writer would keep its mode, and one another
+            # user planted as a link would have its target emptied
+            tmp.unlink(missing_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            opened = open(os.open(tmp, flags, 0o600), "w", newline="", encoding=encoding)
         else:
             opened = open(tmp, "w", newline="", encoding=encoding)
         with opened as fh:
@@ -40,6 +41,18 @@ def write_text_atomic(
         with contextlib.suppress(OSError):  # a folder that is a file: the write's own error says more
             tmp.unlink(missing_ok=True)
         raise
+
+
+def others_write_warning(folder: Path, what: str = "log folder") -> str | None:
+    """What to say of a folder other users can write to (None: they cannot): files written there
+    for their owner alone stay so, but a file another user puts there is read as one of the owner's."""
+    mode = folder.stat().st_mode & 0o777 if os.name == "posix" else 0
+    if not mode & 0o022:
+        return None
+    return (
+        f"{what} {folder} can be written by other users (mode {mode:o}): a log put there would be "
+        f"ingested as one of yours: chmod go-w {folder}"
+    )
 
 
 def writable_folder(path: str | Path, what: str = "folder", *, private: bool = False) -> Path:

@@ -61,7 +61,7 @@ from urllib.parse import quote, unquote, urlsplit
 from dtoc_rl.core.manage import MANAGE_CONTEXT_NAME
 from dtoc_rl.core.record import POLICY_NOTE
 from dtoc_rl.data.models import FAMILIES, normalize_family
-from dtoc_rl.data.paths import writable_folder
+from dtoc_rl.data.paths import others_write_warning, writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.ingest.gemini import field_key
 from dtoc_rl.serve.api_messages import (
@@ -331,12 +331,9 @@ class ContextProxy:
         self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
-        mode = self.log_dir.stat().st_mode & 0o777 if self.log_dir is not None and os.name == "posix" else 0
-        if mode & 0o022:  # reading a log takes its own mode; writing one in takes only the folder's
-            self.warn(
-                f"log folder {self.log_dir} can be written by other users (mode {mode:o}): a log put there "
-                f"would be ingested as one of yours: chmod go-w {self.log_dir}"
-            )
+        said = others_write_warning(self.log_dir) if self.log_dir is not None else None
+        if said:  # reading a log takes its own mode; writing one in takes only the folder's
+            self.warn(said)
         self.log = log
         self.mirrors: OrderedDict[str, _Mirror] = OrderedDict()
         self._evicted: list[_Mirror] = []  # dropped from the table, their last answers not yet recorded

@@ -136,7 +136,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.data.models import FAMILIES
-from dtoc_rl.data.paths import writable_folder
+from dtoc_rl.data.paths import others_write_warning, writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.engine.decide_request import DecideError, decode, parse, request_schema, to_request
 from dtoc_rl.engine.features import (
@@ -258,6 +258,9 @@ class DecisionService:
         self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
         self._unlogged: set[str] = set()
         self.warn = warn or (lambda msg: print(f"dtoc-rl serve: warning: {msg}", file=sys.stderr))
+        said = others_write_warning(self.log_dir) if self.log_dir is not None else None
+        if said:
+            self.warn(said)
         self.started = time.time()
         self.requests = 0
         self.errors = 0
