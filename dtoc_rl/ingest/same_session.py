@@ -5,8 +5,11 @@ Claude Code writes each session to its transcript (``~/.claude/projects/...``), 
 together they were two runs of one session, the bill and the run count doubled.  Runs of two such log
 kinds are one session when they name the same session id and one's calls (tool, arguments, output) are
 the other's or their beginning; the longer is kept, of equal ones the transcript (every call's time and
-output tokens, its sub-agents as runs of their own).  The stream's ``total_cost_usd`` is not carried
-over: it is the whole session's, sub-agents included, where the transcript's main run is not."""
+output tokens, its sub-agents as runs of their own).  A sub-agent's transcript names its parent's
+session and is a run of its own, never a copy.  What only the dropped log says of the run (an outcome
+and the task's label, which a stream beside a report has) goes to the kept one; the stream's
+``total_cost_usd`` does not: it is the whole session's, sub-agents included, where the transcript's
+main run is not."""
 
 from __future__ import annotations
 
@@ -22,12 +25,20 @@ SAME_SESSION_LOGS: tuple[tuple[str, ...], ...] = (("claude-code-transcript", "cl
 _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, source in enumerate(kinds)}
 
 
-def _session(t: Trajectory) -> str | None:
+def _extra(t: Trajectory) -> dict:
     try:
         extra = json.loads(t.extra or "{}")
     except ValueError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def _session(t: Trajectory) -> str | None:
+    """The session a main run's log names (a sub-agent's run names its parent's: None)."""
+    extra = _extra(t)
+    if extra.get("sidechain_file") or extra.get("agent_id"):
         return None
-    sid = extra.get("session_id") if isinstance(extra, dict) else None
+    sid = extra.get("session_id")
     return sid if isinstance(sid, str) and sid else None
 
 
@@ -38,11 +49,26 @@ def _begins(t: Trajectory, part: Trajectory) -> bool:
     if not n or n > len(t.steps):
         return False
     for k, (a, b) in enumerate(zip(t.steps, part.steps)):
-        if (a.tool_name, a.tool_args) != (b.tool_name, b.tool_args):
+        if (a.tool_name, a.tool_args, a.assistant_text) != (b.tool_name, b.tool_args, b.assistant_text):
             return False
         if a.output != b.output and not (k == n - 1 and b.output is None):
             return False
     return True
+
+
+def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory) -> None:
+    """The run's outcome and its task's label, where only the dropped log has them."""
+    if kept.success is None and dropped.success is not None:
+        kept.success, kept.outcome_source = dropped.success, dropped.outcome_source
+    sid = _session(dropped)
+    if dropped.task_id and dropped.task_id != sid and kept.task_id == _session(kept):
+        kept.task_id = dropped.task_id  # a label (the report's task), where the transcript has only the id
+    if not kept.task_text and dropped.task_text:
+        kept.task_text = dropped.task_text
+    for key in ("prompt_file", "label"):
+        value = _extra(dropped).get(key)
+        if value is not None and _extra(kept).get(key) is None:
+            set_extra(kept, key, value)
 
 
 def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tuple[Trajectory, Trajectory]]]:
@@ -68,6 +94,7 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
     pairs = []
     for j, i in gone.items():
         kept, dropped = trajs[i], trajs[j]
+        _take_what_only_it_says(kept, dropped)
         set_extra(kept, "also_logged_in", dropped.source_path or dropped.traj_id)
         pairs.append((dropped, kept))
     return [t for i, t in enumerate(trajs) if i not in gone], pairs

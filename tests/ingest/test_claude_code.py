@@ -445,3 +445,36 @@ def test_a_session_still_being_written_is_read_without_its_cut_off_last_line(tmp
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(IngestError, match="line 2: invalid JSON"):
         list(TRANSCRIPT.parse(p))
+
+
+def _run(source, calls, sid="S", **extra):
+    from dtoc_rl.data.schema import Step
+
+    steps = [Step(index=k, tool_name=n, tool_args="{}", output=o, assistant_text=a) for k, (n, o, a) in
+             enumerate(calls)]  # fmt: skip
+    return Trajectory(traj_id=f"{source}/{sid}/{len(extra)}", source=source, model_raw="claude-sonnet-4-5",
+                      model_family="claude-sonnet", task_id=sid, steps=steps,
+                      extra=json.dumps({"session_id": sid, **extra}))  # fmt: skip
+
+
+def test_a_sub_agents_run_is_never_taken_for_its_sessions_stream_and_the_streams_outcome_is_kept():
+    from dtoc_rl.ingest.same_session import drop_second_logs
+
+    read, report = ("Read", "a", ""), ("Bash", "b", "")
+    main = _run("claude-code-transcript", [read, report, (None, None, "done")], sidechain_file=False)
+    sub = _run("claude-code-transcript", [read], sidechain_file=True, agent_id="x")
+    stream = _run("claude-code-stream", [read, report, (None, None, "done")], prompt_file="vecsum.md")
+    stream.success, stream.outcome_source, stream.task_id = True, "vecsum_RESPONSE.md", "vecsum-7"
+    kept, dropped = drop_second_logs([main, sub, stream])
+    assert kept == [main, sub] and dropped == [(stream, main)]
+    assert (main.success, main.outcome_source, main.task_id) == (True, "vecsum_RESPONSE.md", "vecsum-7")
+    assert json.loads(main.extra)["prompt_file"] == "vecsum.md"
+    # a stream whose calls open a sub-agent's, with no main transcript beside it: both kept
+    alone = _run("claude-code-stream", [read, report])
+    assert drop_second_logs([sub, alone])[0] == [sub, alone]
+    # the same calls with another answer are another run
+    other = _run("claude-code-stream", [read, report, (None, None, "not done")])
+    assert (
+        drop_second_logs([_run("claude-code-transcript", [read, report, (None, None, "done")]), other])[1]
+        == []
+    )
