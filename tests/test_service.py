@@ -274,6 +274,15 @@ def test_serve_names_its_fallback_self_when_the_policy_takes_every_family(monkey
     info = json.loads(capsys.readouterr().out)
     assert info["fallback"] == "self" and "other" in info["families"]
     assert made[0].service.version()["fallback"] == "self"
+    # a rule that reads no prices serves every family: a fallback given is said to be unused
+    assert cli_main(["serve", "--policy", "hide_big", "--fallback", "last_n", "--port", "0", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "other" in json.loads(out)["families"]
+    assert "--fallback last_n is not used: hide_big reads no prices" in err
+    argv = ["serve", "--policy", "cache_clear", "--fallback", "last_n", "--port", "0", "--json"]
+    assert cli_main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "other" not in json.loads(out)["families"] and "is not used" not in err
 
 
 def test_serve_process_prints_json_and_its_token_serves_and_stops_on_sigterm():

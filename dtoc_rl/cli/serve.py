@@ -16,6 +16,8 @@ Model families: requests from a family the policy does not serve (an unknown
 model, i.e. family 'other'; or, for a checkpoint trained on one family, any
 other family) get the --fallback policy: 'none' (default) keeps everything
 visible; 'self' uses the main policy for every family; or any policy spec.
+A rule that reads no prices (none, last_n, hide_big, ...: all but cache_clear)
+serves every family, and the fallback is then never used.
 
 Access: every endpoint but GET /health needs the header
 'Authorization: Bearer TOKEN'.  The token is --token, else the DTOC_TOKEN
@@ -70,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fallback",
         default="none",
-        help="policy for unserved model families: none (everything visible, default), self, or a spec",
+        help="policy for unserved model families: none (everything visible, default), self, or a spec "
+        "(a --policy rule that reads no prices serves every family: no fallback is used)",
     )
     p.add_argument(
         "--host",
@@ -236,6 +239,13 @@ def run(args: argparse.Namespace) -> int:
             families, fallback_label = set(FAMILIES), "self"
         elif fb != "none":
             fallback = _load(fb, "fallback policy")
+            if not getattr(policy, "reads_prices", True):
+                print(
+                    f"dtoc-rl serve: warning: --fallback {fb} is not used: {args.policy} reads no prices "
+                    "and serves every model family, an unknown one too",
+                    file=sys.stderr,
+                    flush=True,
+                )
         decide_on_threads(args.threads, policy, fallback)
         if args.log_dir is not None:  # a log folder that cannot be written: now, not after the sessions
             from dtoc_rl.data.paths import writable_folder
