@@ -18,7 +18,10 @@ runs may take over (--fallback-rule).  --retune CKPT chooses a trained checkpoin
 thresholds again without training; --adapt CKPT chooses them on other logs (your
 own harness or models: a network scores the outputs of a harness it never saw higher
 or lower than its own tune runs', so their thresholds do not carry).  Writes a
-checkpoint folder (model.safetensors + config.json).
+checkpoint folder (model.safetensors + config.json).  How long: seconds on the
+bundled sample; on all of ../shared/traces (2,394 trajectories) 5-12 minutes on
+two cores, by the machine's load (docs/benchmarks.md), with a progress bar per
+phase (--quiet shows none until the report).
 """
 
 from __future__ import annotations
