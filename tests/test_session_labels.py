@@ -266,10 +266,12 @@ def test_a_session_another_request_joined_is_kept_when_its_makers_request_fails(
     joiner = to_request({"session": "s", "turns": [t0], "items": []})
     real_add = SessionLabels.add
 
-    def add(self, turns, reserve=None):  # while the maker's turns are fed, another request uses it
+    def add(
+        self, turns, reserve=None, shown=None
+    ):  # while the maker's turns are fed, another request uses it
         if len(turns) == 1:  # the joiner's
-            return real_add(self, turns, reserve)
-        real_add(self, turns[:1], reserve)
+            return real_add(self, turns, reserve, shown)
+        real_add(self, turns[:1], reserve, shown)
         self.lock.release()
         try:
             assert sessions.feed(joiner).turns == 1  # answered: it counts on the session
@@ -292,7 +294,7 @@ def test_a_logged_session_says_what_each_call_was_sent_hidden(data_dir, tmp_path
     run, sent, logs = _client_session(t, turns, tmp_path / "logs")
     (log,) = logs
     assert log.name.startswith("ses_1_x-") and log.stat().st_mode & 0o777 == 0o600
-    _check_sent(run, turns, sent)
+    assert _check_sent(run, turns, sent) == []
     extra = json.loads(run.extra)
     assert (extra["dtoc_policy"], run.model_raw) == (make_policy("last_n:n=1").label, t.model_raw)
 
@@ -306,52 +308,101 @@ def test_a_session_sent_anew_after_a_restart_is_logged_apart_and_ingests_as_one_
     run, sent, logs = _client_session(t, turns, tmp_path / "logs", restart_at=4)
     assert len(logs) == 2 and len(run.steps) == len(t.steps)
     assert len(json.loads(run.extra)["joined"]) == 1
-    _check_sent(run, turns, sent)
+    assert _check_sent(run, turns, sent) == []
+    # sent again in parts of three turns (the plugin caps a request): the calls made while the parts
+    # were sent are not known, every other one is, and the two logs are still one run
+    t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 14)
+    turns = _turns(t)
+    run, sent, logs = _client_session(t, turns, tmp_path / "parts", restart_at=6, chunk=2)
+    assert len(logs) == 2 and len(run.steps) == len(t.steps)
+    # calls 0-5 from the first log, 6 from its row of the call in flight; 7-10 answered while the
+    # parts were sent (request 6 brought turns 0-1, ... request 11 turns 10-11 and was whole again)
+    assert _check_sent(run, turns, sent) == [7, 8, 9, 10]
 
 
-def _client_session(t, turns, log_dir, restart_at=None):
+def test_what_the_client_sent_is_logged_when_it_did_not_apply_an_answer(data_dir, tmp_path):
+    """A client that timed out (and showed everything) or kept an answer unapplied sent its call
+    otherwise than the service answered: its next request's items say how, and the log says that."""
+    t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 7)
+    turns = _turns(t)
+    run, sent, _ = _client_session(t, turns, tmp_path / "logs", ignore={3, 5}, timeout={4, 6})
+    assert _check_sent(run, turns, sent) == []
+    assert sent[4] == set() and sent[3] != sent[5]  # the cases happened
+
+
+def _client_session(t, turns, log_dir, restart_at=None, chunk=None, ignore=(), timeout=()):
     """A client (as the OpenCode plugin) running ``turns`` against a service with ``log_dir``: each
-    request brings the last turn and its items as the client shows them; the answer is applied.  With
-    ``restart_at`` the service restarts before that request and the client sends every turn again."""
+    request brings the turns not sent yet (``chunk`` at most, as the plugin caps a request) and its
+    items as the client shows them; the answer is applied, but at the requests in ``ignore`` (kept as
+    it was) and in ``timeout`` (everything shown, as the plugin does when the service does not answer
+    in time).  With ``restart_at`` the service restarts before that request and the client sends the
+    session again from its first turn."""
     from dtoc_rl.ingest.driver import ingest_paths
 
     svc = DecisionService(make_policy("last_n:n=1"), log_dir=log_dir)
     visible: dict[str, bool] = {}
     sent: list[set[str]] = []  # what each request's call was sent hidden, after the answer
+    done = 0  # turns the service has
     for i, turn in enumerate(turns):
         for c in turn["calls"]:
             visible[c["key"]] = True
         items = [{**it, "visible": visible[it["key"]]} for it in _items(turns, i + 1)]
-        again = i == restart_at
-        if again:
+        if i == restart_at:
             assert svc.flush_logs(10)
             svc = DecisionService(make_policy("last_n:n=1"), log_dir=log_dir)
+            done = 0
+        send = turns[done : i + 1][:chunk]
+        done += len(send)
         req = {"session": "ses/1 x", "task": t.task_text, "system": t.system_prompt, "model": t.model_raw,
-               "turns": turns[: i + 1] if again else [turn], "items": items}  # fmt: skip
+               "turns": send, "items": items}  # fmt: skip
         resp = svc.decide(req, client="c1")
-        for k in resp["disable"]:
-            visible[k] = False
-        for k in resp["enable"]:
-            visible[k] = True
+        if i in timeout:
+            visible = dict.fromkeys(visible, True)
+        elif i not in ignore:
+            for k in resp["disable"]:
+                visible[k] = False
+            for k in resp["enable"]:
+                visible[k] = True
         sent.append({k for k, v in visible.items() if not v})
     assert svc.flush_logs(10)
     (run,) = ingest_paths([log_dir], progress=False).trajectories
     return run, sent, sorted(log_dir.iterdir())
 
 
-def _check_sent(run, turns, sent):
+def _check_sent(run, turns, sent) -> list[int]:
+    """Every call the log knows the visibility of was sent what the log says; the calls it says it
+    does not know, returned."""
     keys = [c["key"] for turn in turns for c in turn["calls"]]
     step_of = {k: s.index for k, s in zip(keys, [s for s in run.steps if s.tool_name])}
     by_turn: dict[int, list] = {}
     for s in run.steps:
         by_turn.setdefault(s.turn, []).append(s)
-    hidden_somewhere = 0
+    hidden_somewhere, unknown = 0, []
     for c, steps in enumerate(by_turn.values()):
         # call c was sent as the request before it left it (the first call: nothing stored yet)
         want = sorted(step_of[k] for k in sent[c - 1]) if c else []
+        if steps[0].masked_before is None:
+            unknown.append(c)
+            continue
         assert steps[0].masked_before == want, c
         hidden_somewhere += bool(want)
     assert hidden_somewhere >= 3
+    return unknown
+
+
+def test_every_session_name_is_a_log_ingest_reads(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
+    names = [".hidden", "../x", "a/b", "x" * 150, "ünï", "..."]
+    for name in names:
+        turn = {"index": 0, "calls": [{"key": "a", "tool": "bash", "args": {}, "output": "x\n" * 40}]}
+        svc.decide({"session": name, "turns": [turn], "items": [{"key": "a", "tokens": 20}]}, client="c")
+    assert svc.flush_logs(10)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == len(names) and not any(f.startswith(".") for f in files)
+    res = ingest_paths([tmp_path], progress=False)
+    assert len(res.trajectories) == len(names) and res.skipped == []
 
 
 def test_a_log_folder_others_can_write_to_is_said(tmp_path):

@@ -288,7 +288,8 @@ class DecisionService:
             if self._logs is None or self.log_dir is None:
                 return
             digest = hashlib.sha256(f"{client}\0{session}\0{s.orch.session_id}".encode()).hexdigest()[:12]
-            name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
+            # no leading dot: ingest passes over hidden files
+            name = f"{re.sub(r'^[.]|[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
             if name in self._unlogged:
                 return
             try:

@@ -72,20 +72,32 @@ class SessionLabels:
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
-        # the turn after which the call the service last answered for came (sent): the next turn is
-        # that call's answer, whose visibility is known; a turn this session did not see decided (a
-        # session sent anew after a restart or a drop) is recorded as history, visibility unknown
+        # without the client's items: the turn after which the call the service last answered for came
+        # (sent), so that the next turn is that call's answer, sent as the answer said
         self._decided = -1
 
-    def add(self, turns: list[Turn], reserve: Callable[[int, int], None] | None = None) -> None:
+    def add(
+        self,
+        turns: list[Turn],
+        reserve: Callable[[int, int], None] | None = None,
+        shown: dict[str, bool] | None = None,
+    ) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
         session over its text limit a 413).  ``reserve(k, size)`` claims a turn's text from a
         shared total (it raises the DecideError to return when it cannot).  A turn is checked
         before anything of it is recorded: a refused turn leaves nothing of itself (the
-        request's earlier turns stay)."""
-        # a new session whose first request brings more than its first turn is one sent anew: all of it
-        # is history this session did not see sent (its log then opens with it, as ingest joins it)
+        request's earlier turns stay).
+
+        ``shown``: the request's items' visibility (client key -> visible), which is what the client
+        sent the call whose answer is its newest turn: that turn is recorded with it, whatever the
+        service answered before (a client may time out, or not apply an answer).  Only the newest
+        call's is known: a turn of a request whose items name outputs of turns not sent yet (a client
+        sending a long session in parts), and every turn of a session sent anew (a new session whose
+        first request brings more than its first turn: after a restart or a drop), is history whose
+        visibility is not known (``masked_before`` null; ingest joins such a log to the one before)."""
         anew = self.turns == 0 and any(t.index > 0 for t in turns)
+        fresh = {c.key for t in turns if t.index >= self.turns for c in t.calls}
+        newest = shown is None or all(key in self._keys or key in fresh for key in shown)
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -122,13 +134,19 @@ class SessionLabels:
             if reserve is not None:
                 reserve(k, size)
             self.chars += size
+            if shown is not None:
+                seen = not anew and newest and k == len(turns) - 1
+            else:
+                seen = not anew and (t.index == 0 or self._decided == t.index - 1)
             try:
+                if seen and shown is not None:
+                    self._show(shown)
                 if t.user_text:
                     self.orch.add_user(t.user_text)
                 recorded = self.orch.record_assistant(
                     t.assistant_text,
                     [{"name": c.tool, "arguments": _args(c.args), "id": c.id} for c in calls],
-                    seen=not anew and (t.index == 0 or self._decided == t.index - 1),
+                    seen=seen,
                 )
                 for c, r in zip(calls, recorded):
                     key = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error, model_key=c.key)
@@ -138,17 +156,21 @@ class SessionLabels:
             self.turns += 1
 
     def sent(self, shown: dict[str, bool]) -> None:
-        """What the client shows its model at the call it asked about (``shown``: client item key ->
-        visible, after the service's answer), as the session's own visibility: the turn the call
-        brings back is then recorded with it (what it was sent hidden, and a hidden output it needs
-        counts as a miss, as for a Python agent's Orchestrator).  Call under :attr:`lock`."""
+        """What the client is to show its model at the call it asked about (``shown``: client item key
+        -> visible, the service's answer applied), as the session's own visibility: what a log written
+        now says the call in flight was sent.  The next request's items say what it was sent in the
+        end (:meth:`add`'s ``shown``); a hidden output the answer needs counts as a miss, as for a
+        Python agent's Orchestrator.  Call under :attr:`lock`."""
+        self._show(shown)
+        self._decided = self.turns - 1
+
+    def _show(self, shown: dict[str, bool]) -> None:
         ours = {self._keys[k]: v for k, v in shown.items() if k in self._keys}
         hidden = set(self.orch.store.hidden_keys())
         hide = [o for o, v in ours.items() if not v and o not in hidden]
         show = [o for o, v in ours.items() if v and o in hidden]
         if hide or show:
             self.orch.manage_context(enable=show, disable=hide)
-        self._decided = self.turns - 1
 
     def states(self, keys: list[str]) -> dict[str, ItemState]:
         """Need features of these client item keys (those the session has)."""
@@ -280,7 +302,7 @@ class Sessions:
 
         try:
             with s.lock:
-                s.add(req.turns, reserve)
+                s.add(req.turns, reserve, {it.key: it.visible for it in req.items})
         except BaseException:
             # a session made by a refused request is not kept: it would take a place (or push out
             # another session) for a request that failed; the client sends its turns again.  Unless
