@@ -418,3 +418,18 @@ def test_a_log_folder_others_can_write_to_is_said(tmp_path):
     folder.chmod(0o755)
     DecisionService(make_policy("none"), log_dir=folder, warn=warned.append)
     assert len(warned) == 1
+
+
+def test_the_user_turns_after_an_output_come_from_the_session_unless_the_client_sends_them():
+    svc = DecisionService(make_policy("none"))
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    a, b = {"key": "a", **call, "output": "a.py\n" * 30}, {"key": "b", **call, "output": "b\n" * 30}
+    turns = [{"index": 0, "user_text": "", "calls": [a]},
+             {"index": 1, "user_text": "Now the other one.", "calls": [b]},
+             {"index": 2, "user_text": "And again.", "calls": []}]  # fmt: skip
+    items = [{"key": "a", "tokens": 40}, {"key": "b", "tokens": 20}]
+    svc.decide({"session": "s", "turns": turns, "items": items}, client="c")
+    p = svc.parse({"session": "s", "items": items}, client="c")
+    assert [s.turns_after for s in p["states"]] == [2, 1]
+    p = svc.parse({"session": "s", "items": [{**items[0], "turns_after": 0}, items[1]]}, client="c")
+    assert [s.turns_after for s in p["states"]] == [0, 1]

@@ -99,7 +99,8 @@ class Item(msgspec.Struct):
     superseded: bool = False
     rereads: Count = 0
     toggles: Count = 0
-    turns_after: Count = 0
+    # left out, the service's session fills it (the user turns it has after the output), else 0
+    turns_after: Count | None = None
     # the shares of its token windows and distinctive names no newer output and none of the agent's
     # own words hold (ITEM_FEATURES); left out, the service's session labels fill them, else 1
     unique_text: Share | None = None
@@ -388,7 +389,9 @@ def parse(
             words=words,
             times_needed=times_needed or 0, since_need=since_need, modified=modified,
             is_error=it.is_error, superseded=it.superseded, rereads=rereads, toggles=it.toggles,
-            turns_after=it.turns_after,
+            turns_after=it.turns_after
+            if it.turns_after is not None
+            else (label.turns_after if label is not None else 0),
             unique_text=1.0 if unique_text is None else unique_text,
             unique_names=1.0 if unique_names is None else unique_names,
         ))  # fmt: skip

@@ -71,8 +71,8 @@ Sessions (need labels for clients that cannot label): a request may name a ``ses
 
 The service labels them as it does for a Python agent's Orchestrator
 (:mod:`dtoc_rl.serve.session_labels`) and fills ``needs``, ``since_need``, ``modified`` and
-``rereads`` of the items that send no ``needs`` of their own, and ``unique_text`` and
-``unique_names`` of those that send none.  A turn sent again (a retry)
+``rereads`` of the items that send no ``needs`` of their own, and ``unique_text``,
+``unique_names`` and ``turns_after`` of those that send none.  A turn sent again (a retry)
 is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
 over 5 million characters of text is a 413, and text beyond the service's total (25 million
