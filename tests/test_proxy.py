@@ -1519,3 +1519,33 @@ def test_a_rule_that_reads_no_prices_manages_and_logs_a_model_of_no_known_price(
     (t,) = ingest_paths([tmp_path], progress=False).trajectories
     assert t.model_raw == "acme-coder-2" and t.model_family == "other"
     assert [s.tool_name for s in t.steps] == ["bash", "bash", None] and t.steps[2].masked_before == [0]
+
+
+def test_the_prices_a_proxy_was_given_are_in_its_logs_and_bill_them(tmp_path, capsys):
+    """A model of no known price, priced by the proxy's --prices: evaluate bills its logged runs at
+    those prices without being told them again (--prices still overrides)."""
+    from dtoc_rl.cli import main
+    from dtoc_rl.sim.pricing import Prices
+
+    mine = Prices(input=2.0, output=8.0, cache_read=0.2, cache_write=2.5)
+    proxy = ContextProxy(make_policy("last_n:n=1"), prices={"acme-coder-2": mine}, log_dir=tmp_path / "logs")
+    msgs = list(HEAD)
+    for k in range(4):
+        rw = proxy.rewrite("openai", {"model": "acme-coder-2", "messages": msgs})
+        proxy.answered(rw.conversation, {"choices": [{"message": {"role": "assistant", "content": "x"}}]})
+        msgs = msgs + turn(k, f"out {k}\n" * 200)
+    proxy.close_conversations()
+    proxy.flush_logs()
+    assert main(["ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "d"), "--quiet"]) == 0
+    capsys.readouterr()
+
+    def billed(*extra):
+        argv = ["evaluate", "--dataset", str(tmp_path / "d"), "-p", "none", "--json", "--quiet", *extra]
+        assert main(argv) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        return next(r["dollars"] for r in rows if r["policy"] == "none" and r["group_by"] == "overall")
+
+    entry = json.dumps({"acme-coder-2": {"input": 2.0, "output": 8.0, "cache_read": 0.2, "cache_write": 2.5}})
+    assert billed() == pytest.approx(billed("--prices", entry))
+    tenfold = json.dumps({"acme-coder-2": {"input": 20, "output": 80, "cache_read": 2, "cache_write": 25}})
+    assert billed("--prices", tenfold) == pytest.approx(10 * billed())

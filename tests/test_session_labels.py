@@ -433,3 +433,21 @@ def test_the_user_turns_after_an_output_come_from_the_session_unless_the_client_
     assert [s.turns_after for s in p["states"]] == [2, 1]
     p = svc.parse({"session": "s", "items": [{**items[0], "turns_after": 0}, items[1]]}, client="c")
     assert [s.turns_after for s in p["states"]] == [0, 1]
+
+
+def test_a_session_logs_the_prices_its_model_was_served_at(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+    from dtoc_rl.sim.pricing import Prices
+
+    mine = Prices(input=2.0, output=8.0, cache_read=0.2, cache_write=2.5)
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path / "logs", prices={"acme-coder-2": mine})
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    for i in range(3):
+        turn = {"index": i, "calls": [{"key": f"k{i}", **call, "output": "x\n" * 40}]}
+        items = [{"key": f"k{j}", "tokens": 20} for j in range(i + 1)]
+        svc.decide({"session": "s", "model": "acme-coder-2", "turns": [turn], "items": items}, client="c")
+    assert svc.flush_logs(10)
+    (run,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert json.loads(json.loads(run.extra)["dtoc_prices"]) == {
+        "acme-coder-2": {"input": 2.0, "output": 8.0, "cache_read": 0.2, "cache_write": 2.5}
+    }

@@ -230,10 +230,13 @@ def run(args: argparse.Namespace) -> int:
             if "split" not in args.by:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
+        table = logged_prices(args.dataset, quiet=args.json) if args.dataset else {}
         if args.prices:
             from dtoc_rl.sim.pricing import load_price_table
 
-            kw["price_table"] = load_price_table(args.prices)
+            table.update(load_price_table(args.prices))
+        if table:
+            kw["price_table"] = table
         cost = CostConfig(
             miss=args.miss, overhead=args.overhead, recovery=args.recovery, cache=args.cache, **kw
         )
@@ -400,6 +403,45 @@ def _share(frac) -> str:
 
 def _dollars(x) -> str:
     return "—" if x is None or x != x else f"${x:,.2f}" if abs(x) >= 10 else f"${x:,.4f}"
+
+
+def logged_prices(dataset, quiet: bool = False) -> dict:
+    """The prices the logs say their runs' models were given (a proxy's or service's ``--prices``:
+    ``extra.dtoc_prices``), so that a run is billed as it was decided; ``--prices`` overrides them, and
+    a model logged at two prices is priced by neither (a warning names it)."""
+    import json
+    import sys
+
+    from dtoc_rl.data.dataset import DatasetError, dataset_column
+    from dtoc_rl.sim.pricing import as_price_table
+
+    try:
+        extras = dataset_column(dataset, "extra")
+    except DatasetError:  # the evaluation says what is wrong with the dataset, in its own words
+        return {}
+    seen: dict[str, dict] = {}
+    clash: set[str] = set()
+    for extra in extras:
+        try:
+            given = json.loads(json.loads(extra or "{}").get("dtoc_prices") or "{}")
+        except (ValueError, AttributeError, TypeError):
+            continue
+        for model, entry in given.items() if isinstance(given, dict) else ():
+            if seen.setdefault(model, entry) != entry:
+                clash.add(model)
+    for model in sorted(clash):
+        print(f"dtoc-rl evaluate: warning: {model} was logged at two prices: priced by --prices or the "
+              "price table", file=sys.stderr)  # fmt: skip
+        del seen[model]
+    try:
+        table = as_price_table(seen, "the logs' dtoc_prices") if seen else {}
+    except ValueError as e:
+        print(f"dtoc-rl evaluate: warning: {e}: not used", file=sys.stderr)
+        return {}
+    if table and not quiet:
+        print(f"dtoc-rl evaluate: prices the logs give, for {', '.join(sorted(table))} (--prices overrides "
+              "them)", file=sys.stderr)  # fmt: skip
+    return table
 
 
 def print_rows(rows, console=None) -> None:

@@ -508,6 +508,20 @@ def dataset_tasks(path: str | Path) -> set[str]:
     return out
 
 
+def dataset_column(path: str | Path, name: str) -> list[Any]:
+    """One column of every row of a dataset (e.g. ``extra``), read from that column alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: list[Any] = []
+    for f in _shards(Path(path)):
+        try:
+            out += pq.read_table(f, columns=[name]).column(name).to_pylist()
+        except (pa.ArrowException, OSError, KeyError) as e:
+            raise DatasetError(f"{f}: no readable {name} column ({' '.join(str(e).split())[:200]})") from None
+    return out
+
+
 def load_trajectories(path: str | Path) -> list[Trajectory]:
     """``load_trajectories("OUT")``: every trajectory of a dataset, as objects."""
     return list(iter_trajectories(path))

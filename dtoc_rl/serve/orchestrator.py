@@ -181,6 +181,12 @@ class Decision:
         return self.enabled + self.disabled
 
 
+def _price_entries(given: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
+    """Prices by model as a ``--prices`` table holds them (USD per million tokens)."""
+    keys = ("input", "output", "cache_read", "cache_write")
+    return {model: {k: getattr(p, k) for k in keys} for model, p in given.items()}
+
+
 @dataclass
 class OrchestratorTotals(SessionCounts):
     """The session's counters: :class:`~dtoc_rl.engine.session.SessionCounts` (management calls,
@@ -356,6 +362,8 @@ class Orchestrator:
         self._next: tuple[str, Prices | None] | None = None
         self._call_model: str | None = None  # what use_model named last: the model of the calls it makes
         self._listed: tuple[tuple[str, str], Prices] | None = None  # the list prices of (family, model)
+        # the prices the caller gave, by model: the log keeps them, so that its run is billed at them
+        self._given: dict[str, Prices] = {self._model: self._prices} if self._prices and self._model else {}
         if cache_ttl is not None and not cache_ttl > 0:
             raise ValueError(f"cache_ttl must be > 0 seconds, got {cache_ttl!r}")
         self.cache_ttl = cache_ttl
@@ -462,6 +470,8 @@ class Orchestrator:
         if prices is not None:
             prices = as_prices(prices, "use_model prices")
         with self._lock:
+            if prices is not None and name:
+                self._given[name] = prices
             self._set_model(name)
             if not name or same_model(name, self._model):
                 self._next = None
@@ -851,6 +861,8 @@ class Orchestrator:
             "dtoc_keys": json.dumps(json.loads(traj.extra)["keys"]),
             **({"dtoc_source": self.log_source} if self.log_source else {}),
             **({"dtoc_sent_masked": json.dumps(sent)} if sent is not None else {}),
+            # the caller's prices of models the price table may lack, as `--prices` reads them
+            **({"dtoc_prices": json.dumps(_price_entries(given))} if (given := dict(self._given)) else {}),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:

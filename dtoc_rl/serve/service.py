@@ -272,7 +272,14 @@ class DecisionService:
         return self._logs.flush(timeout) if self._logs is not None else True
 
     def _sent(
-        self, s: SessionLabels, session: str, client: str, visible: dict[str, bool], label: str
+        self,
+        s: SessionLabels,
+        session: str,
+        client: str,
+        visible: dict[str, bool],
+        label: str,
+        model: str | None = None,
+        prices: Prices | None = None,
     ) -> None:
         """Record what the client's call is sent in its session and, with ``log_dir``, put the session's
         log to be written off the request's path (a log that cannot be written costs the log, never the
@@ -280,6 +287,8 @@ class DecisionService:
         the table) is a new log that opens with history, which ``dtoc-rl ingest`` joins to the old."""
         with s.lock:  # one session's requests at once: the newest row is the one put last
             try:
+                if model:  # the model this call goes to, and the prices it was decided at, for the log
+                    s.orch.use_model(model, prices)
                 s.sent(visible)
             except (ValueError, TypeError) as e:  # what the client sent cannot be followed: no log
                 if self._logs is not None:
@@ -434,7 +443,7 @@ class DecisionService:
         if p.get("session_labels") is not None:  # what the call is sent: the session's next turn's
             shown, hidden = set(enable), set(disable)
             visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
-            self._sent(p["session_labels"], p["session_name"], client, visible, label)
+            self._sent(p["session_labels"], p["session_name"], client, visible, label, p["model"], given)
         return {
             "enable": enable,
             "disable": disable,
