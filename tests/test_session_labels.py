@@ -451,3 +451,25 @@ def test_a_session_logs_the_prices_its_model_was_served_at(tmp_path):
     assert json.loads(json.loads(run.extra)["dtoc_prices"]) == {
         "acme-coder-2": {"input": 2.0, "output": 8.0, "cache_read": 0.2, "cache_write": 2.5}
     }
+
+
+def test_a_stopped_service_has_written_every_session_log(tmp_path, monkeypatch):
+    import time
+
+    from dtoc_rl.serve import log_writer
+    from dtoc_rl.serve.service import make_server
+
+    real = log_writer.write_text_atomic
+
+    def slow(path, chunks, encoding=None, private=False):
+        time.sleep(0.3)
+        real(path, chunks, encoding=encoding, private=private)
+
+    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
+    server = make_server(svc, port=0)
+    turn = {"index": 0, "calls": [{"key": "a", "tool": "bash", "args": {}, "output": "x\n" * 40}]}
+    svc.decide({"session": "s", "turns": [turn], "items": [{"key": "a", "tokens": 20}]}, client="c")
+    assert not list(tmp_path.glob("*.jsonl"))  # still being written
+    server.server_close()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1

@@ -30,13 +30,51 @@ from typing import Any
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.serve.orchestrator import log_pieces
 
-__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "LogWriter"]
+__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "FailedOnce", "LogWriter", "LogsOnStop"]
 
 #: A row waits at most this long in all for moments without a request in the proxy's hands (an agent
 #: fleet's requests may overlap all the time; a log must not fall behind them for good).
 MAX_WAIT_S = 1.0
 #: How long a stop (or the process's exit) waits for the logs of the requests passed on.
 STOP_WAIT_S = 60.0
+
+
+class LogsOnStop:
+    """A server mixin (before the server class): a stopped server's logs hold every request it answered,
+    however it was stopped (``shutdown()`` or ``server_close()``): both end with ``_write_logs()``."""
+
+    def _write_logs(self) -> None:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        super().shutdown()  # type: ignore[misc]
+        self._write_logs()
+
+    def server_close(self) -> None:
+        super().server_close()  # type: ignore[misc]
+        self._write_logs()
+
+
+class FailedOnce:
+    """A :class:`LogWriter`'s ``on_error`` for logs named by a conversation (or session): each one that
+    cannot be written is said once (``warn``) and is in this set afterwards, so that its owner stops
+    putting it: a log that cannot be written costs the log, never the request."""
+
+    def __init__(self, warn: Callable[[str], None], what: str = "conversation"):
+        self.warn, self.what = warn, what
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __call__(self, path: Path, e: BaseException) -> None:
+        name = path.name.removesuffix(".jsonl")
+        with self._lock:
+            if name in self._names:
+                return
+            self._names.add(name)
+        self.warn(f"{self.what} {name}: not logged ({type(e).__name__}: {e})")
 
 
 class LogWriter:

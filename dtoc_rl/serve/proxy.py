@@ -71,7 +71,7 @@ from dtoc_rl.serve.api_messages import (
     StreamAnswer,
     answer_event,
 )
-from dtoc_rl.serve.log_writer import STOP_WAIT_S, LogWriter
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogsOnStop, LogWriter
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -327,8 +327,8 @@ class ContextProxy:
         # the logs hold every tool output the agent read (a .env it printed too): a new folder is private,
         # and each log is written for its owner alone (LogWriter) whatever the folder's mode
         self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
-        self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
-        self._unlogged: set[str] = set()  # conversations whose log could not be written: not tried again
+        self._unlogged = FailedOnce(lambda message: self.warn(message), "conversation")
+        self._logs = LogWriter(self._unlogged) if self.log_dir is not None else None
         self.orch_kwargs = dict(orchestrator or {})
         self.warn = warn or (lambda msg: print(f"dtoc-rl proxy: warning: {msg}", file=sys.stderr))
         said = others_write_warning(self.log_dir) if self.log_dir is not None else None
@@ -651,15 +651,7 @@ class ContextProxy:
         try:  # the row now (the mirror changes with the next request), written off the request's path
             self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row(in_flight=in_flight))
         except ValueError as e:
-            self._log_failed(Path(f"{mirror.name}.jsonl"), e)
-
-    def _log_failed(self, path: Path, e: BaseException) -> None:
-        name = path.name.removesuffix(".jsonl")
-        with self._lock:
-            if name in self._unlogged:
-                return
-            self._unlogged.add(name)
-        self.warn(f"conversation {name}: not logged ({type(e).__name__}: {e})")
+            self._unlogged(Path(f"{mirror.name}.jsonl"), e)
 
 
 # ---------------------------------------------------------------------------------------- HTTP
@@ -1115,7 +1107,7 @@ def _decoded(data: bytes) -> Any:
         return None
 
 
-class _ProxyServer(ThreadingHTTPServer):
+class _ProxyServer(LogsOnStop, ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
 
@@ -1125,16 +1117,7 @@ class _ProxyServer(ThreadingHTTPServer):
         self.proxy = proxy
         self.upstream = upstream
 
-    # a stopped proxy's logs hold every request it passed on, however it was stopped
-    def shutdown(self) -> None:
-        super().shutdown()
-        self._flush_logs()
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._flush_logs()
-
-    def _flush_logs(self) -> None:
+    def _write_logs(self) -> None:
         self.proxy.close_conversations()  # their closing answers, which no request follows
         if not self.proxy.flush_logs(timeout=STOP_WAIT_S):
             self.proxy.warn(f"logs not all written within {STOP_WAIT_S:g} s of stopping: still writing")

@@ -146,7 +146,7 @@ from dtoc_rl.engine.features import (
     build_observation,
 )
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
-from dtoc_rl.serve.log_writer import STOP_WAIT_S, LogWriter
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogsOnStop, LogWriter
 from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
     DEFAULT_MAX_SESSIONS,
@@ -255,8 +255,8 @@ class DecisionService:
         self.sessions = Sessions(max_sessions, max_session_chars, max_total_chars)
         # the logs hold every tool output the sessions sent: a new folder is private, each log its owner's
         self.log_dir = writable_folder(log_dir, "log folder", private=True) if log_dir is not None else None
-        self._logs = LogWriter(self._log_failed) if self.log_dir is not None else None
-        self._unlogged: set[str] = set()
+        self._unlogged = FailedOnce(lambda message: self.warn(message), "session")
+        self._logs = LogWriter(self._unlogged) if self.log_dir is not None else None
         self.warn = warn or (lambda msg: print(f"dtoc-rl serve: warning: {msg}", file=sys.stderr))
         said = others_write_warning(self.log_dir) if self.log_dir is not None else None
         if said:
@@ -292,7 +292,7 @@ class DecisionService:
                 s.sent(visible)
             except (ValueError, TypeError) as e:  # what the client sent cannot be followed: no log
                 if self._logs is not None:
-                    self._log_failed(Path(f"{session}.jsonl"), e)
+                    self._unlogged(Path(f"{session}.jsonl"), e)
                 return
             if self._logs is None or self.log_dir is None:
                 return
@@ -307,15 +307,7 @@ class DecisionService:
                 row.update(dtoc_policy=label, dtoc_mode="orchestrator")
                 self._logs.put(self.log_dir / f"{name}.jsonl", row)
             except (ValueError, TypeError) as e:
-                self._log_failed(Path(f"{name}.jsonl"), e)
-
-    def _log_failed(self, path: Path, e: BaseException) -> None:
-        name = path.name.removesuffix(".jsonl")
-        with self._lock:
-            if name in self._unlogged:
-                return
-            self._unlogged.add(name)
-        self.warn(f"session log {name}: not written ({type(e).__name__}: {e})")
+                self._unlogged(Path(f"{name}.jsonl"), e)
 
     # -- metadata ------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -751,7 +743,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self._read_exactly(n)
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(LogsOnStop, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024  # a burst of new connections waits in the kernel, not refused
@@ -786,16 +778,7 @@ class _Server(ThreadingHTTPServer):
         """The (first) token clients send as ``Authorization: Bearer <token>``."""
         return self.tokens[0]
 
-    # a stopped service's session logs hold every request it answered, however it was stopped
-    def shutdown(self) -> None:
-        super().shutdown()
-        self._flush_logs()
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._flush_logs()
-
-    def _flush_logs(self) -> None:
+    def _write_logs(self) -> None:
         if not self.service.flush_logs(timeout=STOP_WAIT_S):
             self.service.warn(f"session logs not all written within {STOP_WAIT_S:g} s of stopping")
 
