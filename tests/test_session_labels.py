@@ -266,12 +266,10 @@ def test_a_session_another_request_joined_is_kept_when_its_makers_request_fails(
     joiner = to_request({"session": "s", "turns": [t0], "items": []})
     real_add = SessionLabels.add
 
-    def add(
-        self, turns, reserve=None, shown=None
-    ):  # while the maker's turns are fed, another request uses it
+    def add(self, turns, *args):  # while the maker's turns are fed, another request uses it
         if len(turns) == 1:  # the joiner's
-            return real_add(self, turns, reserve, shown)
-        real_add(self, turns[:1], reserve, shown)
+            return real_add(self, turns, *args)
+        real_add(self, turns[:1], *args)
         self.lock.release()
         try:
             assert sessions.feed(joiner).turns == 1  # answered: it counts on the session
@@ -313,11 +311,33 @@ def test_a_session_sent_anew_after_a_restart_is_logged_apart_and_ingests_as_one_
     # were sent are not known, every other one is, and the two logs are still one run
     t = next(t for t in load_trajectories(data_dir / "sample") if len({s.turn for s in t.steps}) > 14)
     turns = _turns(t)
-    run, sent, logs = _client_session(t, turns, tmp_path / "parts", restart_at=6, chunk=2)
-    assert len(logs) == 2 and len(run.steps) == len(t.steps)
-    # calls 0-5 from the first log, 6 from its row of the call in flight; 7-10 answered while the
-    # parts were sent (request 6 brought turns 0-1, ... request 11 turns 10-11 and was whole again)
-    assert _check_sent(run, turns, sent) == [7, 8, 9, 10]
+    for step in (True, False):  # the newest turn told by the step the request names, or by its items
+        run, sent, logs = _client_session(
+            t, turns, tmp_path / f"parts{step}", restart_at=6, chunk=2, step=step
+        )
+        assert len(logs) == 2 and len(run.steps) == len(t.steps)
+        # calls 0-5 from the first log, 6 from its row of the call in flight; 7-10 answered while the
+        # parts were sent (request 6 brought turns 0-1, ... request 11 turns 10-11 and was whole again)
+        assert _check_sent(run, turns, sent) == [7, 8, 9, 10], step
+
+
+def test_a_request_that_leaves_out_a_turn_without_outputs_says_so_by_its_step(tmp_path):
+    """A turn that stores no output names no item, so only the request's step shows that the client
+    left it out (its size cap): the turns the request brings are then history, not the newest call."""
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    turns = [{"index": i, "calls": [{"key": f"k{i}", **call, "output": f"{i}\n" * 40}]} for i in range(3)]
+    items = [{"key": f"k{i}", "tokens": 20} for i in range(3)]
+    svc.decide({"session": "s", "turns": turns[:1], "items": items[:1], "step": 1}, client="c")
+    svc.decide({"session": "s", "turns": turns[1:2], "items": items[:2], "step": 2}, client="c")
+    # turn 3 calls no tool (it was left out); the client shows k0 again, at call 4
+    shown = [{**items[0], "visible": True}, {**items[1], "visible": False}, items[2]]
+    svc.decide({"session": "s", "turns": turns[2:3], "items": shown, "step": 4}, client="c")
+    assert svc.flush_logs(10)
+    (run,) = ingest_paths([tmp_path], progress=False).trajectories
+    assert [s.masked_before for s in run.steps] == [[], [], None]
 
 
 def test_what_the_client_sent_is_logged_when_it_did_not_apply_an_answer(data_dir, tmp_path):
@@ -330,13 +350,14 @@ def test_what_the_client_sent_is_logged_when_it_did_not_apply_an_answer(data_dir
     assert sent[4] == set() and sent[3] != sent[5]  # the cases happened
 
 
-def _client_session(t, turns, log_dir, restart_at=None, chunk=None, ignore=(), timeout=()):
+def _client_session(t, turns, log_dir, restart_at=None, chunk=None, ignore=(), timeout=(), step=True):
     """A client (as the OpenCode plugin) running ``turns`` against a service with ``log_dir``: each
     request brings the turns not sent yet (``chunk`` at most, as the plugin caps a request) and its
     items as the client shows them; the answer is applied, but at the requests in ``ignore`` (kept as
     it was) and in ``timeout`` (everything shown, as the plugin does when the service does not answer
     in time).  With ``restart_at`` the service restarts before that request and the client sends the
-    session again from its first turn."""
+    session again from its first turn.  ``step``: each request says the model calls so far, as the
+    plugin does (else the service tells the newest turn by the items)."""
     from dtoc_rl.ingest.driver import ingest_paths
 
     svc = DecisionService(make_policy("last_n:n=1"), log_dir=log_dir)
@@ -354,7 +375,7 @@ def _client_session(t, turns, log_dir, restart_at=None, chunk=None, ignore=(), t
         send = turns[done : i + 1][:chunk]
         done += len(send)
         req = {"session": "ses/1 x", "task": t.task_text, "system": t.system_prompt, "model": t.model_raw,
-               "turns": send, "items": items}  # fmt: skip
+               "turns": send, "items": items, **({"step": i + 1} if step else {})}  # fmt: skip
         resp = svc.decide(req, client="c1")
         if i in timeout:
             visible = dict.fromkeys(visible, True)

@@ -406,14 +406,16 @@ def _dollars(x) -> str:
 
 
 def logged_prices(dataset, quiet: bool = False) -> dict:
-    """The prices the logs say their runs' models were given (a proxy's or service's ``--prices``:
-    ``extra.dtoc_prices``), so that a run is billed as it was decided; ``--prices`` overrides them, and
-    a model logged at two prices is priced by neither (a warning names it)."""
+    """The prices the logs say were given to models the price table does not price (a proxy's or
+    service's ``--prices``: ``extra.dtoc_prices``), so that such a model's runs are billed as they were
+    decided rather than at the default model's.  A model the table prices keeps its list prices (the
+    prices a log gives are those of every run of that name in the dataset, logged at them or not);
+    ``--prices`` overrides both, and a model logged at two prices is priced by neither (a warning)."""
     import json
     import sys
 
     from dtoc_rl.data.dataset import DatasetError, dataset_column
-    from dtoc_rl.sim.pricing import as_price_table
+    from dtoc_rl.sim.pricing import as_price_table, has_list_price
 
     try:
         extras = dataset_column(dataset, "extra")
@@ -427,6 +429,8 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
         except (ValueError, AttributeError, TypeError):
             continue
         for model, entry in given.items() if isinstance(given, dict) else ():
+            if not isinstance(model, str) or has_list_price(model):
+                continue
             if seen.setdefault(model, entry) != entry:
                 clash.add(model)
     for model in sorted(clash):

@@ -81,6 +81,7 @@ class SessionLabels:
         turns: list[Turn],
         reserve: Callable[[int, int], None] | None = None,
         shown: dict[str, bool] | None = None,
+        step: int | None = None,
     ) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
         session over its text limit a 413).  ``reserve(k, size)`` claims a turn's text from a
@@ -91,13 +92,18 @@ class SessionLabels:
         ``shown``: the request's items' visibility (client key -> visible), which is what the client
         sent the call whose answer is its newest turn: that turn is recorded with it, whatever the
         service answered before (a client may time out, or not apply an answer).  Only the newest
-        call's is known: a turn of a request whose items name outputs of turns not sent yet (a client
-        sending a long session in parts), and every turn of a session sent anew (a new session whose
+        call's is known: the request's last turn is the newest when it is turn ``step - 1`` (``step``:
+        the model calls so far, as the OpenCode plugin counts them), else, without a step, when the
+        items name no output of a turn not sent yet; the other turns of a request (a client sending a
+        long session in parts), and every turn of a session sent anew (a new session whose
         first request brings more than its first turn: after a restart or a drop), is history whose
         visibility is not known (``masked_before`` null; ingest joins such a log to the one before)."""
         anew = self.turns == 0 and any(t.index > 0 for t in turns)
         fresh = {c.key for t in turns if t.index >= self.turns for c in t.calls}
-        newest = shown is None or all(key in self._keys or key in fresh for key in shown)
+        if step is not None:
+            newest = bool(turns) and turns[-1].index == step - 1
+        else:
+            newest = shown is None or all(key in self._keys or key in fresh for key in shown)
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -302,7 +308,7 @@ class Sessions:
 
         try:
             with s.lock:
-                s.add(req.turns, reserve, {it.key: it.visible for it in req.items})
+                s.add(req.turns, reserve, {it.key: it.visible for it in req.items}, req.step)
         except BaseException:
             # a session made by a refused request is not kept: it would take a place (or push out
             # another session) for a request that failed; the client sends its turns again.  Unless

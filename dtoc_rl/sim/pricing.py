@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.data.models import model_version, plain_name
+from dtoc_rl.data.models import model_version, normalize_family, plain_name
 
 __all__ = [
     "CACHE_RULES",
@@ -38,6 +38,7 @@ __all__ = [
     "Prices",
     "cache_regime",
     "cache_rules_for",
+    "has_list_price",
     "load_price_table",
     "model_prices",
     "price_table",
@@ -274,6 +275,12 @@ def _warn_once(key: str, message: str) -> None:
     if len(_warned) > MAX_WARNED:
         message = f"more than {MAX_WARNED} models without a price; the rest are priced without a warning"
     warnings.warn(message, stacklevel=3)
+
+
+def has_list_price(model: str) -> bool:
+    """Whether the price table prices ``model`` itself (its version, or its family's own undated name),
+    not by falling back to its family's or the default's prices."""
+    return _list_prices(normalize_family(model), model)[1] is None
 
 
 def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
