@@ -18,6 +18,7 @@ from dtoc_rl.serve import log_writer
 from dtoc_rl.serve.log_writer import LogWriter
 from dtoc_rl.serve.proxy import ContextProxy
 from tests.chat_turns import HEAD, MODEL, turn
+from tests.slow_writes import slow_log_writes
 
 
 def _turn(k: int) -> list[dict]:
@@ -188,13 +189,7 @@ def test_where_no_thread_can_be_started_the_caller_writes_the_row(monkeypatch, t
 
 
 def test_flush_waits_for_the_rows_put_before_it_not_for_a_stream_that_never_ends(monkeypatch, tmp_path):
-    real = log_writer.write_text_atomic
-
-    def slow(path, chunks, encoding=None, private=False):
-        time.sleep(0.02)
-        real(path, chunks, encoding=encoding, private=private)
-
-    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    slow_log_writes(monkeypatch, 0.02)
     w, stop = LogWriter(lambda path, e: None), threading.Event()
 
     def agent(k: int) -> None:  # four conversations that always have a row waiting
@@ -242,13 +237,7 @@ def test_no_log_is_written_while_a_request_is_read_rewritten_and_sent_and_a_stop
         return real_rewrite(self, *args, **kwargs)
 
     monkeypatch.setattr(ContextProxy, "rewrite", rewrite)
-    real_write = log_writer.write_text_atomic
-
-    def slow(path, chunks, encoding=None, private=False):
-        time.sleep(0.3)  # longer than the server takes to stop (it polls every 0.05 s here)
-        real_write(path, chunks, encoding=encoding, private=private)
-
-    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    slow_log_writes(monkeypatch, 0.3)  # longer than the server takes to stop (it polls every 0.05 s here)
     up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     srv = make_proxy_server(proxy, f"http://127.0.0.1:{up.server_address[1]}", port=0)
@@ -347,13 +336,7 @@ def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
 
     Upstream = _upstream()
 
-    real_write = log_writer.write_text_atomic
-
-    def slow(path, chunks, encoding=None, private=False):
-        time.sleep(0.3)
-        real_write(path, chunks, encoding=encoding, private=private)
-
-    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    slow_log_writes(monkeypatch, 0.3)
     up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)

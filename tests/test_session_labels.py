@@ -475,18 +475,10 @@ def test_a_session_logs_the_prices_its_model_was_served_at(tmp_path):
 
 
 def test_a_stopped_service_has_written_every_session_log(tmp_path, monkeypatch):
-    import time
-
-    from dtoc_rl.serve import log_writer
     from dtoc_rl.serve.service import make_server
+    from tests.slow_writes import slow_log_writes
 
-    real = log_writer.write_text_atomic
-
-    def slow(path, chunks, encoding=None, private=False):
-        time.sleep(0.3)
-        real(path, chunks, encoding=encoding, private=private)
-
-    monkeypatch.setattr(log_writer, "write_text_atomic", slow)
+    slow_log_writes(monkeypatch, 0.3)
     svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
     server = make_server(svc, port=0)
     turn = {"index": 0, "calls": [{"key": "a", "tool": "bash", "args": {}, "output": "x\n" * 40}]}
