@@ -84,6 +84,10 @@ read in the client's numbering (the item keys of the calls), and a call's option
 provider's tool call id) lets a later turn that names it need its output, as in a log.  The
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
+A session also records what each call was sent hidden: the request's items' ``visible`` flags are
+what the call whose answer is its newest turn was sent (its last turn, when it is turn ``step - 1``;
+send ``step``, the model calls so far, else the items tell it), and with ``--log-dir`` the session
+is written as a log of it (``dtoc-rl ingest``, ``evaluate -p logged``).
 A session is made when its turn 0 arrives.  Sessions
 live in memory; beyond ``--max-sessions``, the least recently used one of the client (token)
 holding the most is dropped.
