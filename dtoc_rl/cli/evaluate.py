@@ -415,6 +415,7 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
     import sys
 
     from dtoc_rl.data.dataset import DatasetError, dataset_column
+    from dtoc_rl.ingest.common import extra_of
     from dtoc_rl.sim.pricing import as_price_table, has_list_price
 
     try:
@@ -425,8 +426,8 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
     clash: set[str] = set()
     for extra in extras:
         try:
-            given = json.loads(json.loads(extra or "{}").get("dtoc_prices") or "{}")
-        except (ValueError, AttributeError, TypeError):
+            given = json.loads(extra_of(extra).get("dtoc_prices") or "{}")
+        except (ValueError, TypeError):
             continue
         for model, entry in given.items() if isinstance(given, dict) else ():
             if not isinstance(model, str) or has_list_price(model):

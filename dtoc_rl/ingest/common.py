@@ -340,6 +340,15 @@ def text_task_id(text: str, prefix: str, *, fold_space: bool = True) -> str:
     return prefix + hashlib.sha1(key.encode("utf-8", "replace")).hexdigest()[:12]
 
 
+def extra_of(text: str | None) -> dict[str, Any]:
+    """A run's ``extra`` (JSON text) as a dict: empty where it is none, not JSON, or no object."""
+    try:
+        extra = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
 def set_extra(traj: Trajectory, key: str, value: Any, *, only_if_present: bool = False) -> None:
     """Set ``key`` of the run's ``extra`` (JSON text) to ``value``; ``only_if_present``: only when
     ``extra`` holds it already.  An ``extra`` that is no JSON object is left as it is."""

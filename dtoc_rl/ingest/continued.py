@@ -27,7 +27,7 @@ import json
 
 from dtoc_rl.data.chatlog import visibility
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
-from dtoc_rl.ingest.common import set_extra
+from dtoc_rl.ingest.common import extra_of, set_extra
 
 __all__ = ["join_continued"]
 
@@ -37,13 +37,8 @@ _CALL_FACTS = ("timestamp", "masked_before", "dropped_before", "usage", "model",
 
 def _policy(t: Trajectory) -> str | None:
     """The policy an orchestrator's log names (its ``dtoc_policy``), or None for another log."""
-    try:
-        extra = json.loads(t.extra or "{}")
-    except ValueError:
-        return None
-    if not (isinstance(extra, dict) and "dtoc_session" in extra):
-        return None
-    return str(extra.get("dtoc_policy"))
+    extra = extra_of(t.extra)
+    return str(extra.get("dtoc_policy")) if "dtoc_session" in extra else None
 
 
 def _unseen(t: Trajectory) -> int:
@@ -104,7 +99,7 @@ def _sent(early: Trajectory, late: Trajectory, n: int) -> int:
     recorded: a proxy killed) take what that call was sent hidden (``dtoc_sent_masked``); returns
     the step after them."""
     try:
-        sent = json.loads(json.loads(early.extra or "{}").get("dtoc_sent_masked") or "null")
+        sent = json.loads(extra_of(early.extra).get("dtoc_sent_masked") or "null")
     except (ValueError, TypeError):
         return n
     if not (isinstance(sent, list) and all(type(j) is int and 0 <= j < n for j in sent)):
@@ -190,7 +185,7 @@ def _join(early: Trajectory, late: Trajectory, n: int, seam: int) -> str:
         _changes_since(late.steps[seam], late.steps[seam - 1].masked_before)
     # the prompt the log lacks, counted at the first call, which only the first part has the usage of
     late.unlogged_prompt_tokens = early.unlogged_prompt_tokens
-    before = json.loads(early.extra or "{}").get("joined") or []
+    before = extra_of(early.extra).get("joined") or []
     set_extra(late, "joined", [*before, early.traj_id])
     # the row's own copies, as the joined steps have them (the session's counters stay the later part's)
     set_extra(late, "dtoc_visibility", json.dumps(visibility(late)), only_if_present=True)

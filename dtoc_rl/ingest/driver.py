@@ -30,7 +30,7 @@ from dtoc_rl.data.dataset import storable
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
 from dtoc_rl.ingest.atif import AtifIngester
-from dtoc_rl.ingest.common import name_model, set_extra, text_task_id
+from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
 from dtoc_rl.ingest.same_session import drop_second_logs
@@ -549,15 +549,7 @@ def ingest_paths(
 def damaged_runs(trajs: list[Trajectory]) -> list[str]:
     """The ids of runs whose log had lines it could not read (``extra.bad_lines``, a log cut off or
     still being written: ``extra.torn_last_line``): kept, as far as they could be read, but not whole."""
-    out = []
-    for t in trajs:
-        try:
-            extra = json.loads(t.extra or "{}")
-        except ValueError:
-            continue
-        if isinstance(extra, dict) and (extra.get("bad_lines") or extra.get("torn_last_line")):
-            out.append(t.traj_id)
-    return out
+    return [t.traj_id for t in trajs if (e := extra_of(t.extra)).get("bad_lines") or e.get("torn_last_line")]
 
 
 def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[str, Any]:

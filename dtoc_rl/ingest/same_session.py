@@ -13,10 +13,8 @@ main run is not."""
 
 from __future__ import annotations
 
-import json
-
 from dtoc_rl.data.schema import Trajectory
-from dtoc_rl.ingest.common import set_extra
+from dtoc_rl.ingest.common import extra_of, set_extra
 
 __all__ = ["drop_second_logs"]
 
@@ -25,17 +23,9 @@ SAME_SESSION_LOGS: tuple[tuple[str, ...], ...] = (("claude-code-transcript", "cl
 _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, source in enumerate(kinds)}
 
 
-def _extra(t: Trajectory) -> dict:
-    try:
-        extra = json.loads(t.extra or "{}")
-    except ValueError:
-        return {}
-    return extra if isinstance(extra, dict) else {}
-
-
 def _session(t: Trajectory) -> str | None:
     """The session a main run's log names (a sub-agent's run names its parent's: None)."""
-    extra = _extra(t)
+    extra = extra_of(t.extra)
     if extra.get("sidechain_file") or extra.get("agent_id"):
         return None
     sid = extra.get("session_id")
@@ -66,8 +56,8 @@ def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory) -> None:
     if not kept.task_text and dropped.task_text:
         kept.task_text = dropped.task_text
     for key in ("prompt_file", "label"):
-        value = _extra(dropped).get(key)
-        if value is not None and _extra(kept).get(key) is None:
+        value = extra_of(dropped.extra).get(key)
+        if value is not None and extra_of(kept.extra).get(key) is None:
             set_extra(kept, key, value)
 
 
