@@ -72,15 +72,12 @@ class SessionLabels:
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
-        # without the client's items: the turn after which the call the service last answered for came
-        # (sent), so that the next turn is that call's answer, sent as the answer said
-        self._decided = -1
 
     def add(
         self,
         turns: list[Turn],
+        shown: dict[str, bool],
         reserve: Callable[[int, int], None] | None = None,
-        shown: dict[str, bool] | None = None,
         step: int | None = None,
     ) -> None:
         """Record the turns not seen yet (a resent turn is skipped; a gap is a 409 error, a
@@ -103,7 +100,7 @@ class SessionLabels:
         if step is not None:
             newest = bool(turns) and turns[-1].index == step - 1
         else:
-            newest = shown is None or all(key in self._keys or key in fresh for key in shown)
+            newest = all(key in self._keys or key in fresh for key in shown)
         for k, t in enumerate(turns):
             if t.index < self.turns:
                 continue
@@ -140,12 +137,9 @@ class SessionLabels:
             if reserve is not None:
                 reserve(k, size)
             self.chars += size
-            if shown is not None:
-                seen = not anew and newest and k == len(turns) - 1
-            else:
-                seen = not anew and (t.index == 0 or self._decided == t.index - 1)
+            seen = not anew and newest and k == len(turns) - 1
             try:
-                if seen and shown is not None:
+                if seen:
                     self._show(shown)
                 if t.user_text:
                     self.orch.add_user(t.user_text)
@@ -168,7 +162,6 @@ class SessionLabels:
         end (:meth:`add`'s ``shown``); a hidden output the answer needs counts as a miss, as for a
         Python agent's Orchestrator.  Call under :attr:`lock`."""
         self._show(shown)
-        self._decided = self.turns - 1
 
     def _show(self, shown: dict[str, bool]) -> None:
         ours = {self._keys[k]: v for k, v in shown.items() if k in self._keys}
@@ -308,7 +301,7 @@ class Sessions:
 
         try:
             with s.lock:
-                s.add(req.turns, reserve, {it.key: it.visible for it in req.items}, req.step)
+                s.add(req.turns, {it.key: it.visible for it in req.items}, reserve, req.step)
         except BaseException:
             # a session made by a refused request is not kept: it would take a place (or push out
             # another session) for a request that failed; the client sends its turns again.  Unless
