@@ -401,6 +401,20 @@ test("every request carries the service's token; without it the service refuses 
   assert.ok(logs.some((m) => m.includes("HTTP 401")), logs.join("\n"));
 });
 
+/**
+ * `n` calls of a session whose messages name a model the service cannot place; the history.
+ * @param {any} hooks @param {number} n
+ */
+async function unknownModelCalls(hooks, n) {
+  const history = [user("task")];
+  for (let i = 0; i < n; i++) {
+    await runTool(hooks, history, i);
+    history[history.length - 1].info.modelID = "my-local-finetune-q4";
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  return history;
+}
+
 test("DTOC_MODEL overrides the messages' model, and the family the service resolved is logged once", async () => {
   process.env.DTOC_MODEL = "gpt-4o";
   /** @type {Array<[string, string]>} */
@@ -412,12 +426,7 @@ test("DTOC_MODEL overrides the messages' model, and the family the service resol
   } finally {
     delete process.env.DTOC_MODEL;
   }
-  const history = [user("task")];
-  for (let i = 0; i < 4; i++) {
-    await runTool(hooks, history, i);
-    history[history.length - 1].info.modelID = "my-local-finetune-q4"; // a name the service cannot place
-    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
-  }
+  const history = await unknownModelCalls(hooks, 4);
   assert.ok(bodies.every((b) => b.model === "gpt-4o"));
   // the policy serves gpt-4o: it hid the old outputs (an unknown family would get the fallback: nothing hidden)
   assert.deepEqual(toolOutputs(history).map(hiddenKey), ["t0000", "t0001", null, null]);
@@ -429,13 +438,7 @@ test("DTOC_MODEL overrides the messages' model, and the family the service resol
   // without the override, the unknown name is served by this rule, which reads no prices ...
   /** @type {Array<[string, string]>} */
   const logs2 = [];
-  const plain = await DtocContextPlugin({}, { url, log: (l, m) => logs2.push([l, m]) });
-  const h2 = [user("task")];
-  for (let i = 0; i < 3; i++) {
-    await runTool(plain, h2, i);
-    h2[h2.length - 1].info.modelID = "my-local-finetune-q4";
-    await plain["experimental.chat.messages.transform"]({}, { messages: h2 });
-  }
+  await unknownModelCalls(await DtocContextPlugin({}, { url, log: (l, m) => logs2.push([l, m]) }), 3);
   const served = logs2.filter(([, m]) => m.includes("resolved to family"));
   assert.equal(served.length, 1);
   assert.deepEqual(served[0], ["info", 'dtoc: model "my-local-finetune-q4" resolved to family "other" (policy last_n(n=2,polling=1))']);
@@ -449,13 +452,7 @@ test("DTOC_MODEL overrides the messages' model, and the family the service resol
     const data = { ...(await res.json()), family: "other", fallback: true, policy: "none" };
     return new Response(JSON.stringify(data), { status: res.status, headers: res.headers });
   };
-  const priced = await DtocContextPlugin({}, { url, fetch: fellBack, log: (l, m) => logs3.push([l, m]) });
-  const h3 = [user("task")];
-  for (let i = 0; i < 3; i++) {
-    await runTool(priced, h3, i);
-    h3[h3.length - 1].info.modelID = "my-local-finetune-q4";
-    await priced["experimental.chat.messages.transform"]({}, { messages: h3 });
-  }
+  await unknownModelCalls(await DtocContextPlugin({}, { url, fetch: fellBack, log: (l, m) => logs3.push([l, m]) }), 3);
   const warned = logs3.filter(([, m]) => m.includes("resolved to family"));
   assert.equal(warned.length, 1);
   assert.equal(warned[0][0], "warn");
