@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from dtoc_rl.data.dataset import task_name
-from dtoc_rl.engine.features import ITEM_FEATURES, PRICE_FEATURES, price_vector
+from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, common_words
@@ -48,7 +48,7 @@ from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
 from dtoc_rl.policies.oracle import plan
 from dtoc_rl.provenance import environment
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table
+from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table, price_entries
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
@@ -1002,7 +1002,5 @@ def _fit(
         **{k: v for k, v in report.items() if k not in ("supervised",) and not k.startswith("dagger")},
     }
     if cost_cfg.price_table:  # the prices themselves, not the file they came from: served where it is not
-        policy.meta["prices"] = {
-            m: {k: getattr(p, k) for k in PRICE_FEATURES} for m, p in cost_cfg.price_table.items()
-        }
+        policy.meta["prices"] = price_entries(cost_cfg.price_table)
     return report

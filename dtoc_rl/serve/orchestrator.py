@@ -124,7 +124,7 @@ from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.ingest.openai_chat import check_log_source
-from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices
+from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices, price_entries
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -179,12 +179,6 @@ class Decision:
     @property
     def changed(self) -> list[str]:
         return self.enabled + self.disabled
-
-
-def _price_entries(given: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
-    """Prices by model as a ``--prices`` table holds them (USD per million tokens)."""
-    keys = ("input", "output", "cache_read", "cache_write")
-    return {model: {k: getattr(p, k) for k in keys} for model, p in given.items()}
 
 
 @dataclass
@@ -862,7 +856,7 @@ class Orchestrator:
             **({"dtoc_source": self.log_source} if self.log_source else {}),
             **({"dtoc_sent_masked": json.dumps(sent)} if sent is not None else {}),
             # the caller's prices of models the price table may lack, as `--prices` reads them
-            **({"dtoc_prices": json.dumps(_price_entries(given))} if (given := dict(self._given)) else {}),
+            **({"dtoc_prices": json.dumps(price_entries(given))} if (given := dict(self._given)) else {}),
         }
 
     def save_log(self, path: str | Path, *, append: bool = False, success: bool | None = None) -> Path:

@@ -41,6 +41,7 @@ __all__ = [
     "has_list_price",
     "load_price_table",
     "model_prices",
+    "price_entries",
     "price_table",
     "prices_for",
     "user_prices",
@@ -334,6 +335,13 @@ def user_prices(model: str | None, family: str | None, table: Mapping[str, Price
         if n.lower() in lower:
             return lower[n.lower()]
     return None
+
+
+def price_entries(table: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
+    """A table of :class:`Prices` by model as :func:`load_price_table` reads one back (USD per million
+    tokens): what a checkpoint or a log keeps of the prices it was given."""
+    keys = ("input", "output", "cache_read", "cache_write")
+    return {model: {k: getattr(p, k) for k in keys} for model, p in table.items()}
 
 
 def load_price_table(source: str | Path) -> dict[str, Prices]:
