@@ -450,6 +450,12 @@ METRICS = (
 )
 
 
+#: Below this share of the bill the oracle saved nothing a share of it can be measured against: the
+#: ratio of two near-zero savings is noise (a policy losing 0.5% where the oracle saves 0.03% is
+#: "-1666% of the oracle"), so the share is NaN there and the 60% target is not judged.
+MIN_ORACLE_SAVINGS = 1e-3
+
+
 def _stats(a: dict[str, np.ndarray], o: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
     """Metrics for resample index sets ``idx`` (R, n): one value per resample."""
 
@@ -460,7 +466,7 @@ def _stats(a: dict[str, np.ndarray], o: dict[str, np.ndarray], idx: np.ndarray) 
     savings = 1 - s(a["dollars"]) / np.maximum(base, 1e-12)
     oracle_sav = 1 - s(o["dollars"]) / np.maximum(s(o["base_dollars"]), 1e-12)
     with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(np.abs(oracle_sav) > 1e-9, savings / oracle_sav, np.nan)
+        frac = np.where(oracle_sav >= MIN_ORACLE_SAVINGS, savings / oracle_sav, np.nan)
     calls = np.maximum(s(a["calls"]), 1)
     return {
         "savings": savings,
@@ -590,7 +596,8 @@ def done_when(
     oracle and saves the most within ``max_misses`` per 100 steps (e.g. the best threshold of a learned
     policy's sweep), with its savings and 95% CI, the oracle's savings and the fraction of them it
     reaches; and the rule that saves the most at equal or fewer misses than that pick (``best_rule``).
-    Three checks: ``reaches`` (fraction >= ``target``), ``no_loss`` (upper end of the CI >= 0; None for
+    Three checks: ``reaches`` (fraction >= ``target``; None where the oracle saved less than
+    :data:`MIN_ORACLE_SAVINGS`, a share of nothing), ``no_loss`` (upper end of the CI >= 0; None for
     groups under ``min_n`` trajectories, too few to judge) and ``beats_rules``.
 
     ``beats_rules`` is judged at each rule's own miss rate: every rule that saves money within the
@@ -668,6 +675,8 @@ def done_when(
         }  # fmt: skip
         frac = row["oracle_fraction"]
         row["reaches"] = bool(best) and frac is not None and frac == frac and frac >= target
+        if best and oracle["savings"] < MIN_ORACLE_SAVINGS:
+            row["reaches"] = None  # nothing to reach: the oracle saved (next to) nothing here
         row["no_loss"] = (bool(best) and best["savings_hi"] >= 0) if n >= min_n else None
         # and the pick must not trail the best rule at its misses.  A tie passes only where that rule
         # saves nothing: one that saves money and is beaten at its own misses (not in unbeaten) was

@@ -426,3 +426,29 @@ def test_a_group_the_oracle_failed_on_is_said_not_skipped(capsys):
     print_rows(aggregate(runs, by=["model_family"], n_boot=20))
     out = capsys.readouterr().out
     assert out.count("not measured: the oracle failed") == 2 and "all 1 runs failed" not in out
+
+
+def test_a_share_of_an_oracle_that_saved_next_to_nothing_is_not_a_number_nor_a_target_judged(capsys):
+    from dtoc_rl.cli.evaluate import print_done_when, print_rows
+    from dtoc_rl.policies.evaluate import MIN_ORACLE_SAVINGS
+
+    # the oracle saves 0.03% of the bill and the policy loses 0.5%: a ratio of -1666% is noise
+    runs = [
+        _run("oracle", "a", dollars=99.97),
+        _run("learned:path=p,threshold=0.1", "a", dollars=100.5),
+        _run("hide_big", "a", dollars=100.2),
+    ]
+    rows = aggregate(runs, by=["overall"], n_boot=20)
+    learned = next(r for r in rows if r["policy"].startswith("learned"))
+    assert learned["oracle_fraction"] != learned["oracle_fraction"]  # NaN
+    assert 1 - 99.97 / 100 < MIN_ORACLE_SAVINGS
+    print_rows(rows)
+    assert "1666" not in capsys.readouterr().out
+    (d,) = done_when(rows, max_misses=1.0)
+    assert d["policy"].startswith("learned") and d["reaches"] is None
+    # above it, a share again, and a policy that loses money reaches none of it
+    runs[0] = _run("oracle", "a", dollars=100 * (1 - 2 * MIN_ORACLE_SAVINGS))
+    (d,) = done_when(aggregate(runs, by=["overall"], n_boot=20), max_misses=1.0)
+    assert d["reaches"] is False and d["oracle_fraction"] == pytest.approx(-0.005 / (2 * MIN_ORACLE_SAVINGS))
+    print_done_when([d], 1.0)
+    assert "-250%" in capsys.readouterr().out
