@@ -147,18 +147,20 @@ def discover(
     Symbolic links inside a folder are not followed (a link may point out of the folder, to a device,
     into a loop, or to a file that is ingested where it lies anyway) and special files are never
     opened; each is added to ``skipped`` with its reason.  A path named on the command line is
-    followed once, even when it is a link.
+    followed once, even when it is a link; one that leads nowhere is skipped so, and names that do not
+    exist at all are a FileNotFoundError naming them all, before anything is yielded.
     """
     skipped = skipped if skipped is not None else []
+    paths = [Path(p) for p in paths]
+    # a name that is nowhere is a typo: said before any work, every such name at once; a link to
+    # nothing was found by a glob as often as typed, and is skipped with its reason like one in a folder
+    missing = [display_path(p) for p in paths if not p.exists() and not p.is_symlink()]
+    if missing:
+        raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     for root in paths:
-        root = Path(root)
         if not root.exists():
-            what = (
-                "a symbolic link to nothing (dangling, or a loop)"
-                if root.is_symlink()
-                else "no such file or folder"
-            )
-            raise FileNotFoundError(f"{what}: {display_path(root)}")
+            skipped.append(Skip(display_path(root), _link_reason(root)))
+            continue
         kind = _special(root.stat().st_mode)
         if kind is not None:
             skipped.append(Skip(display_path(root), f"{kind}: not read"))

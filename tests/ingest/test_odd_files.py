@@ -88,13 +88,25 @@ def test_an_intact_copy_displaces_a_damaged_one_with_the_same_id(tmp_path):
     assert any("intact copy in" in s.reason for s in res.skipped)
 
 
-def test_a_link_loop_named_as_input_or_output_is_a_one_line_error(tmp_path):
+def test_a_link_to_nothing_named_as_input_is_skipped_and_an_output_one_is_a_one_line_error(tmp_path):
     from dtoc_rl.data.dataset import DatasetError, check_dataset_target
 
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    with pytest.raises(FileNotFoundError, match=r"a symbolic link to nothing \(dangling, or a loop\): "):
-        ingest_paths([tmp_path / "a"], progress=False)
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    log = tmp_path / "run.jsonl"
+    log.write_text(_chat("task-a"))
+    # a glob picks up links to nothing as often as a user types them: skipped, the rest read
+    res = ingest_paths([tmp_path / "a", tmp_path / "gone.jsonl", log], progress=False)
+    assert len(res.trajectories) == 1
+    reasons = {s.path.rsplit("/", 1)[-1]: s.reason for s in res.skipped}
+    assert reasons == {
+        "a": "symbolic link in a loop: not followed",
+        "gone.jsonl": f"dangling symbolic link (to {tmp_path / 'nowhere.jsonl'}): not followed",
+    }
+    # names that are nowhere are typos: every one said at once, before anything is read
+    with pytest.raises(FileNotFoundError, match=r"^no such file or folder: \S*nope1, \S*nope2$"):
+        ingest_paths([log, tmp_path / "nope1", tmp_path / "gone.jsonl", tmp_path / "nope2"], progress=False)
     with pytest.raises(DatasetError, match="cannot follow its symbolic links"):
         check_dataset_target(tmp_path / "a")
     check_dataset_target(tmp_path / "new", inputs=[tmp_path / "a"])  # a loop holds no logs: no error
