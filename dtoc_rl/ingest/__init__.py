@@ -139,6 +139,48 @@ def detect_format(path: Path) -> Ingester | None:
     return None
 
 
+#: The first bytes of the compressed files logs are kept in, by the tool that reads them.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+#: The name endings of those files (a log kept as ``run.jsonl.gz``).
+COMPRESSED_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2", ".xz": "xz"}
+
+
+def compression_of(path: Path) -> str | None:
+    """The compression ``path`` is in, by its first bytes (so ``run.jsonl`` that is gzip data is
+    named), or None."""
+    try:
+        with open(path, "rb") as fh:
+            start = fh.read(6)
+    except OSError:
+        return None
+    return next((name for magic, name in _MAGIC.items() if start.startswith(magic)), None)
+
+
+def _broken_json(path: Path, limit: int = 64 << 20) -> str | None:
+    """Where a ``.json`` file or a ``.jsonl`` line stops being JSON ("line 3 is not valid JSON"), or
+    None: a log cut off says so rather than only that its format is unknown.  Files over ``limit``
+    bytes are not read whole for it."""
+    import json
+
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".jsonl", ".ndjson") or path.stat().st_size > limit:
+        return None
+    text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    if suffix == ".json":
+        try:
+            json.loads(text)
+        except (ValueError, RecursionError) as e:
+            return f"it is not valid JSON ({e})"
+        return None
+    for n, line in enumerate(text.splitlines(), 1):
+        try:
+            if line.strip():
+                json.loads(line)
+        except (ValueError, RecursionError):
+            return f"line {n} is not valid JSON"
+    return None
+
+
 def unknown_format_reason(path: Path) -> str:
     """Why no ingester recognises ``path``, as one line: the commonest causes named, else the general
     reason and where the formats are listed."""
@@ -149,9 +191,15 @@ def unknown_format_reason(path: Path) -> str:
         from dtoc_rl.ingest.chat_parquet import not_a_log_reason
 
         return not_a_log_reason(path)
+    packed = compression_of(path)
+    if packed:
+        return f"{packed}-compressed: decompress it to read it (its log is inside, unread)"
     head = _head(path)
     if not head.strip():
         return "empty file: nothing to read"
+    broken = _broken_json(path)
+    if broken:
+        return f"unknown format, and {broken} (cut off, or still being written?)"
     first = head.lstrip().split("\n", 1)[0]
     if path.suffix.lower() in (".jsonl", ".ndjson") and re.match(r'\{\s*"(role|from)"\s*:', first):
         return (

@@ -28,7 +28,15 @@ from typing import Any
 from dtoc_rl.core.tokens import CharEstimator
 from dtoc_rl.data.dataset import storable
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
-from dtoc_rl.ingest import INGESTERS, MALFORMED, PARSE_FAILURES, IngestError, detect_format, failure_reason
+from dtoc_rl.ingest import (
+    COMPRESSED_SUFFIXES,
+    INGESTERS,
+    MALFORMED,
+    PARSE_FAILURES,
+    IngestError,
+    detect_format,
+    failure_reason,
+)
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued
@@ -220,6 +228,8 @@ def discover(
                     yield p, True, root  # Claude Code stream-json wrapped in markdown
                 elif p.suffix in LOG_SUFFIXES and not _is_aux(p):
                     yield p, True, root
+                elif p.suffix in COMPRESSED_SUFFIXES and Path(p.stem).suffix in (*LOG_SUFFIXES, ".log"):
+                    yield p, True, root  # a log kept compressed: read as a candidate, to say so
                 elif is_goose_db(p):
                     yield p, True, root  # Goose's session database
                 elif p.suffix == ".log" and _text_log(p):

@@ -184,3 +184,23 @@ def test_copies_cut_at_different_points_leave_one_run_whatever_the_order(tmp_pat
     res = ingest_paths([root], progress=False, workers=1)
     assert [len(t.steps) for t in res.trajectories] == [5]
     assert res.trajectories[0].source_path.endswith("/a.jsonl") and res.trajectories[0].traj_id == run.traj_id
+
+
+def test_a_compressed_or_cut_off_log_is_skipped_saying_so_not_only_as_an_unknown_format(tmp_path):
+    import gzip
+
+    good = _chat("task-a")
+    (tmp_path / "run.jsonl.gz").write_bytes(gzip.compress(good.encode()))  # kept compressed
+    (tmp_path / "gzip_data.jsonl").write_bytes(gzip.compress(good.encode()))  # renamed, still gzip
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"not a log"))  # not a log's name: aside
+    (tmp_path / "torn.jsonl").write_text('{"kind": "unknown record"}\n{"b": ')
+    (tmp_path / "fine.jsonl").write_text(good)
+    res = ingest_paths([tmp_path], progress=False)
+    assert len(res.trajectories) == 1
+    reasons = {s.path.rsplit("/", 1)[-1]: s.reason for s in res.skipped}
+    assert reasons == {
+        "run.jsonl.gz": "gzip-compressed: decompress it to read it (its log is inside, unread)",
+        "gzip_data.jsonl": "gzip-compressed: decompress it to read it (its log is inside, unread)",
+        "torn.jsonl": "unknown format, and line 2 is not valid JSON (cut off, or still being written?)",
+    }
+    assert res.auxiliary_paths == [f"{tmp_path}/notes.txt.gz"]
