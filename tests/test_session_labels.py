@@ -486,3 +486,23 @@ def test_a_stopped_service_has_written_every_session_log(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.jsonl"))  # still being written
     server.server_close()
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
+
+
+def test_each_call_is_logged_with_the_model_its_request_names_if_only_by_family(tmp_path):
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path / "logs")
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    named = [{"model": "gpt-4o-2024-08-06"}, {"model_family": "claude-sonnet"}, {}, {"model": "gpt-4o"}]
+    for i, model in enumerate(named + [{}]):
+        turn = {"index": i, "calls": [{"key": f"k{i}", **call, "output": "x\n" * 40}]}
+        items = [{"key": f"k{j}", "tokens": 20} for j in range(i + 1)]
+        svc.decide({"session": "s", "turns": [turn], "items": items, **model}, client="c")
+    assert svc.flush_logs(10)
+    (run,) = ingest_paths([tmp_path / "logs"], progress=False).trajectories
+    assert run.model_raw == "gpt-4o-2024-08-06"
+    # a request decides the call whose turn the next request brings; the first turn's call was decided
+    # by no request, and one naming no model is the session's model, not what the one before it named
+    assert [s.model or run.model_raw for s in run.steps if s.tool_name] == [
+        "gpt-4o-2024-08-06", "gpt-4o-2024-08-06", "claude-sonnet", "gpt-4o-2024-08-06", "gpt-4o"
+    ]  # fmt: skip

@@ -290,9 +290,8 @@ class DecisionService:
         answer).  One file per session object: a session sent anew (after a restart, or dropped from
         the table) is a new log that opens with history, which ``dtoc-rl ingest`` joins to the old."""
         with s.lock:  # one session's requests at once: the newest row is the one put last
-            try:
-                if model:  # the model this call goes to, and the prices it was decided at, for the log
-                    s.orch.use_model(model, prices)
+            try:  # the model this call goes to, and the prices it was decided at, for the log
+                s.orch.use_model(model or "", prices)
                 s.sent(visible)
             except (ValueError, TypeError) as e:  # what the client sent cannot be followed: no log
                 if self._logs is not None:
@@ -439,7 +438,10 @@ class DecisionService:
         if p.get("session_labels") is not None:  # what the call is sent: the session's next turn's
             shown, hidden = set(enable), set(disable)
             visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
-            self._sent(p["session_labels"], p["session_name"], client, visible, label, p["model"], given)
+            # the call's model as the request names it, if only by its family; one naming neither is
+            # logged as the session's model, never as whatever an earlier request named
+            named = p["model"] or (p["family"] if p["family"] != "other" else "")
+            self._sent(p["session_labels"], p["session_name"], client, visible, label, named, given)
         return {
             "enable": enable,
             "disable": disable,
