@@ -49,29 +49,32 @@ def _upstream(body_received=lambda: None):
 
 
 def _gated(monkeypatch):
-    """write_text_atomic held at a gate: (gate, calls) - each call's path and line, once let through."""
-    gate, calls, real = threading.Event(), [], log_writer.write_text_atomic
+    """write_text_atomic held at a gate: (gate, entered, calls) - ``entered`` is set once a write waits
+    at the gate, and ``calls`` holds each call's path and line, once let through."""
+    gate, entered, calls, real = threading.Event(), threading.Event(), [], log_writer.write_text_atomic
 
     def write(path, chunks, encoding=None, private=False):
+        entered.set()
         gate.wait(10)
         text = "".join(chunks)
         calls.append((path, text))
         real(path, [text], encoding=encoding, private=private)
 
     monkeypatch.setattr(log_writer, "write_text_atomic", write)
-    return gate, calls
+    return gate, entered, calls
 
 
 def test_a_request_does_not_wait_for_its_log_and_a_waiting_row_is_replaced_by_the_newest(
     monkeypatch, tmp_path
 ):
-    gate, calls = _gated(monkeypatch)
+    gate, entered, calls = _gated(monkeypatch)
     proxy = ContextProxy(make_policy("last_n:n=1"), log_dir=tmp_path)
     msgs = HEAD + _turn(0)
     done = threading.Thread(target=proxy.rewrite, args=("openai", {"model": MODEL, "messages": msgs}))
     done.start()
     done.join(5)
     assert not done.is_alive()  # answered while its log is held at the gate
+    assert entered.wait(5)  # the writer has taken the first row (else the newest would replace it too)
     for k in (1, 2, 3):  # while the first row is being written, three more requests of the conversation
         msgs = msgs + _turn(k)
         proxy.rewrite("openai", {"model": MODEL, "messages": msgs})
