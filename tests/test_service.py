@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -479,3 +480,34 @@ def test_remote_policy_passes_on_what_its_caller_knows_of_the_cache():
         srv.shutdown()
         srv.server_close()
     assert seen == [True, False, False] and remote.errors == 0
+
+
+@pytest.mark.parametrize("which", ["service", "proxy"])
+def test_a_closed_server_answers_no_more_requests_on_connections_kept_alive(which):
+    """In a process that goes on (an embedding application, a test), a closed server's kept-alive
+    connections end: their handler threads would otherwise answer from it until the client left."""
+    import time
+
+    from dtoc_rl.serve.proxy import HEALTH_PATH, ContextProxy, make_proxy_server
+
+    if which == "service":
+        srv, thread = serve_in_thread(DecisionService(make_policy("last_n:n=1")), "127.0.0.1", 0)
+        path = "/health"
+    else:
+        srv = make_proxy_server(ContextProxy(make_policy("none")), "http://127.0.0.1:9", port=0)
+        thread = threading.Thread(target=srv.serve_forever, args=(0.1,), daemon=True)
+        thread.start()
+        path = HEALTH_PATH
+    conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=5)
+    conn.request("GET", path)
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 200 and not first.will_close
+    srv.shutdown()
+    srv.server_close()
+    time.sleep(0.2)
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn.request("GET", path)
+        conn.getresponse().read()
+    conn.close()
+    thread.join(5)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import socket
 import threading
 import time
 import weakref
@@ -41,10 +42,28 @@ STOP_WAIT_S = 60.0
 
 class LogsOnStop:
     """A server mixin (before the server class): a stopped server's logs hold every request it answered,
-    however it was stopped (``shutdown()`` or ``server_close()``): both end with ``_write_logs()``."""
+    however it was stopped (``shutdown()`` or ``server_close()``): both end with ``_write_logs()``.
+    ``server_close()`` also ends the kept-alive connections, whose handler threads would otherwise
+    answer their clients' next requests from a server that was closed, in a process that goes on; a
+    request being answered is answered first (only the connection's reading side is shut)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._connections: set[Any] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
 
     def _write_logs(self) -> None:
         raise NotImplementedError
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)  # type: ignore[misc]
 
     def shutdown(self) -> None:
         super().shutdown()  # type: ignore[misc]
@@ -52,6 +71,11 @@ class LogsOnStop:
 
     def server_close(self) -> None:
         super().server_close()  # type: ignore[misc]
+        with self._connections_lock:
+            open_now = list(self._connections)
+        for conn in open_now:
+            with contextlib.suppress(OSError):  # closed by its handler meanwhile
+                conn.shutdown(socket.SHUT_RD)
         self._write_logs()
 
 
