@@ -2,14 +2,23 @@
 
 Claude Code writes each session to its transcript (``~/.claude/projects/...``), and ``claude -p
 --output-format stream-json`` prints the same session as a stream that users often keep beside it.  Read
-together they were two runs of one session, the bill and the run count doubled.  Runs of two such log
-kinds are one session when they name the same session id and one's calls (tool, arguments, output) are
-the other's or their beginning; the longer is kept, of equal ones the transcript (every call's time and
-output tokens, its sub-agents as runs of their own).  A sub-agent's transcript names its parent's
-session and is a run of its own, never a copy.  What only the dropped log says of the run (an outcome
-and the task's label, which a stream beside a report has) goes to the kept one; the stream's
-``total_cost_usd`` does not: it is the whole session's, sub-agents included, where the transcript's
-main run is not."""
+together they were two runs of one session, the bill and the run count doubled.  A stream is one run of
+the CLI: a session resumed (``--resume ID``) keeps its id and goes on in the same transcript, and the
+resumed run's stream holds only that run's calls (none of the earlier ones), so it is the transcript's
+last calls, or calls in its middle once the session was resumed again.  Runs of two such log kinds are
+therefore one session when they name the same session id and one's calls (tool, arguments, output) are
+the other's or a run of them in a row, the last of which may lack its output (a log cut off while the
+tool ran); the longer is kept, of equal ones the transcript (every call's time and output tokens, its
+sub-agents as runs of their own).  Calls alone never make two logs one session: two sessions may well
+make the same calls.  A sub-agent's transcript names its parent's session and is a run of its own, never
+a copy.  A session forked on resume (``--fork-session``) is another id with a transcript of its own,
+which copies the history it was forked from; it is not joined to that session here.
+
+What only the dropped log says of the run goes to the kept one: the task's label (which a stream beside a
+report has), and the outcome only from a log whose calls end where the kept one's do, since a stream's
+outcome is that of its own run's end, not of the session resumed after it.  The stream's
+``total_cost_usd`` does not: it is the whole session's so far (sub-agents, and the runs before a resume,
+included), where the transcript's main run is not."""
 
 from __future__ import annotations
 
@@ -32,23 +41,28 @@ def _session(t: Trajectory) -> str | None:
     return sid if isinstance(sid, str) and sid else None
 
 
-def _begins(t: Trajectory, part: Trajectory) -> bool:
-    """Whether ``part``'s calls (tool, arguments, output) are ``t``'s first ones; the last may lack its
-    output (a log cut off while the tool ran)."""
+def _places(t: Trajectory, part: Trajectory) -> list[int]:
+    """Where ``part``'s calls (tool, arguments, output) are ``t``'s calls in a row: the steps of ``t`` they
+    start at.  The last may lack its output (a log cut off while the tool ran)."""
     n = len(part.steps)
-    if not n or n > len(t.steps):
-        return False
-    for k, (a, b) in enumerate(zip(t.steps, part.steps)):
-        if (a.tool_name, a.tool_args, a.assistant_text) != (b.tool_name, b.tool_args, b.assistant_text):
-            return False
-        if a.output != b.output and not (k == n - 1 and b.output is None):
-            return False
-    return True
+    if not n:
+        return []
+
+    def there(at: int) -> bool:
+        for k, (a, b) in enumerate(zip(t.steps[at : at + n], part.steps)):
+            if (a.tool_name, a.tool_args, a.assistant_text) != (b.tool_name, b.tool_args, b.assistant_text):
+                return False
+            if a.output != b.output and not (k == n - 1 and b.output is None):
+                return False
+        return True
+
+    return [at for at in range(len(t.steps) - n + 1) if there(at)]
 
 
-def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory) -> None:
-    """The run's outcome and its task's label, where only the dropped log has them."""
-    if kept.success is None and dropped.success is not None:
+def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory, at_end: bool) -> None:
+    """The run's outcome (only ``at_end``: the dropped log's calls end where the kept one's do) and its
+    task's label, where only the dropped log has them."""
+    if at_end and kept.success is None and dropped.success is not None:
         kept.success, kept.outcome_source = dropped.success, dropped.outcome_source
     sid = _session(dropped)
     if dropped.task_id and dropped.task_id != sid and kept.task_id == _session(kept):
@@ -69,7 +83,7 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
         sid = _session(t) if t.source in _RANK else None
         if sid is not None:
             groups.setdefault((_RANK[t.source][0], sid), []).append(i)
-    gone: dict[int, int] = {}
+    gone: dict[int, tuple[int, bool]] = {}  # dropped -> (kept, whether its calls end where the kept's do)
     for members in groups.values():
         if len({trajs[i].source for i in members}) < 2:
             continue  # one log kind: twin runs of it are the driver's to tell apart
@@ -79,12 +93,15 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
             if i in gone:
                 continue
             for j in order[pos + 1 :]:
-                if j not in gone and trajs[j].source != trajs[i].source and _begins(trajs[i], trajs[j]):
-                    gone[j] = i
+                if j in gone or trajs[j].source == trajs[i].source:
+                    continue
+                at = _places(trajs[i], trajs[j])
+                if at:
+                    gone[j] = (i, len(trajs[i].steps) - len(trajs[j].steps) in at)
     pairs = []
-    for j, i in gone.items():
+    for j, (i, at_end) in gone.items():
         kept, dropped = trajs[i], trajs[j]
-        _take_what_only_it_says(kept, dropped)
+        _take_what_only_it_says(kept, dropped, at_end)
         set_extra(kept, "also_logged_in", dropped.source_path or dropped.traj_id)
         pairs.append((dropped, kept))
     return [t for i, t in enumerate(trajs) if i not in gone], pairs

@@ -421,6 +421,58 @@ def test_a_session_in_its_stream_and_its_transcript_is_one_run(tmp_path):
         assert sources == ["claude-code-stream", "claude-code-transcript", "claude-code-transcript"]
 
 
+def test_a_resumed_runs_stream_is_a_run_of_its_transcripts_calls_and_read_once(tmp_path):
+    """``claude -p --resume ID`` goes on in the session's transcript, under its id, and its stream holds
+    only that run's calls: the transcript's last ones, or (the session resumed again later) some in its
+    middle.  Here the real CLI's stream cut down to the events of the run it would be, had the session
+    been resumed after the Agent call: its system/init, then the Read call and the answer, and its
+    result (Claude Code 2.1.332 prints nothing of the earlier runs on resume)."""
+    import shutil
+
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "claude_code_subagent"
+    shutil.copytree(fixture / "transcripts", tmp_path / "projects")
+    lines = (fixture / "stream.jsonl").read_text().splitlines(keepends=True)
+    events = [json.loads(line) for line in lines]
+    assert [(e["type"], e.get("subtype")) for e in events[:: len(events) - 1]] == [
+        ("system", "init"),
+        ("result", "success"),
+    ]
+    read = next(  # the main agent's Read call
+        i
+        for i, e in enumerate(events)
+        if e["type"] == "assistant"
+        and not e["parent_tool_use_id"]
+        and e["message"]["content"][0].get("name") == "Read"
+    )
+    init, tail = lines[0], lines[read:]  # the Read call, its result, the answer and the run's result
+    cases = {
+        "the last calls": init + "".join(tail),
+        "calls in the middle": init + "".join(tail[:2]),
+        "a call in the middle, cut off before its output": init + tail[0],
+    }
+    for case, text in cases.items():
+        (tmp_path / "resumed.jsonl").write_text(text)
+        res = ingest_paths([tmp_path], progress=False)
+        assert sorted(t.source for t in res.trajectories) == ["claude-code-transcript"] * 2, case
+        (skip,) = res.skipped
+        assert skip.path.startswith(f"{tmp_path.name}/resumed.jsonl#") and "the same session" in skip.reason
+    # the same calls under another session id, or calls of the session that are not in a row (the Agent
+    # call and the answer, without the Read between them), are a run of their own
+    agent = lines[1 : lines.index(tail[0])]
+    for case, text in {
+        "another session": cases["the last calls"].replace(
+            "89e2dac9-47f8-4c95-8639-36205556ffc6", "00000000-47f8-4c95-8639-36205556ffc6"
+        ),
+        "not in a row": init + "".join(agent) + "".join(tail[2:]),
+    }.items():
+        (tmp_path / "resumed.jsonl").write_text(text)
+        res = ingest_paths([tmp_path], progress=False)
+        sources = sorted(t.source for t in res.trajectories)
+        assert sources == ["claude-code-stream", "claude-code-transcript", "claude-code-transcript"], case
+
+
 def test_a_session_still_being_written_is_read_without_its_cut_off_last_line(tmp_path):
     recs = [
         _rec("u0", None, "user", {"role": "user", "content": "read a.py"}),
@@ -478,3 +530,24 @@ def test_a_sub_agents_run_is_never_taken_for_its_sessions_stream_and_the_streams
         drop_second_logs([_run("claude-code-transcript", [read, report, (None, None, "done")]), other])[1]
         == []
     )
+
+
+def test_a_resumed_runs_outcome_is_the_sessions_only_where_its_calls_end_the_transcripts():
+    """A stream's result is the end of its own run: the session's outcome only if the session did not go
+    on after it (a resume)."""
+    from dtoc_rl.ingest.same_session import drop_second_logs
+
+    read, edit, done = ("Read", "a", ""), ("Edit", "b", ""), (None, None, "done")
+    first = _run("claude-code-stream", [read, (None, None, "read")], prompt_file="vecsum.md")
+    first.success, first.outcome_source, first.task_id = False, "vecsum_RESPONSE.md", "vecsum-7"
+    resumed = _run("claude-code-stream", [edit, done])
+    resumed.success, resumed.outcome_source = True, "resumed_RESPONSE.md"
+    calls = [read, (None, None, "read"), edit, done]
+    for streams in ([first], [first, resumed], [resumed, first]):
+        main = _run("claude-code-transcript", calls, sidechain_file=False)
+        kept, dropped = drop_second_logs([main, *streams])
+        assert kept == [main] and dropped == [(stream, main) for stream in streams]
+        # the label is the first run's (the transcript has only the id); the outcome the last run's, or none
+        assert (main.task_id, json.loads(main.extra)["prompt_file"]) == ("vecsum-7", "vecsum.md")
+        want = (True, "resumed_RESPONSE.md") if resumed in streams else (None, "")
+        assert (main.success, main.outcome_source) == want
