@@ -506,3 +506,37 @@ def test_each_call_is_logged_with_the_model_its_request_names_if_only_by_family(
     assert [s.model or run.model_raw for s in run.steps if s.tool_name] == [
         "gpt-4o-2024-08-06", "gpt-4o-2024-08-06", "claude-sonnet", "gpt-4o-2024-08-06", "gpt-4o"
     ]  # fmt: skip
+
+
+def test_user_words_told_before_their_turn_count_at_the_call_they_open_and_once():
+    """A client that sends the user's words the call being decided is sent (``pending_user_text``)
+    gets the outputs before them a user turn older at that decision, as a replay of the log sees
+    them; the next turn, which brings the words again, does not count them twice."""
+    svc = DecisionService(make_policy("none"))
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    a, b = {"key": "a", **call, "output": "a.py\n" * 30}, {"key": "b", **call, "output": "b\n" * 30}
+    ia, ib = {"key": "a", "tokens": 40}, {"key": "b", "tokens": 20}
+
+    def ask(step, turns, items, **more):
+        body = {"session": "s", "step": step, "turns": turns, "items": items, **more}
+        svc.decide(body, client="c")
+        return [st.turns_after for st in svc.parse({"session": "s", "items": items}, client="c")["states"]]
+
+    assert ask(1, [{"index": 0, "calls": [a]}], [ia]) == [0]
+    # the user speaks: the call about to be made is sent the words (told twice, as a retry would)
+    assert ask(1, [], [ia], pending_user_text="Now the other one.") == [1]
+    assert ask(1, [], [ia], pending_user_text="Now the other one.") == [1]
+    # the turn that call answered with brings them again: still one user turn
+    turn = {"index": 1, "user_text": "Now the other one.", "calls": [b]}
+    assert ask(2, [turn], [ia, ib]) == [1, 0]
+    # words told before a turn the session lacks (a request cut short) wait for their turn
+    assert ask(3, [], [ia, ib], pending_user_text="Later words.") == [1, 0]
+    turn = {"index": 2, "user_text": "Later words.", "calls": []}
+    assert ask(3, [turn], [ia, ib]) == [2, 1]
+    # told more as the user went on: the rest counts, once
+    assert ask(3, [], [ia, ib], pending_user_text="One.") == [3, 2]
+    assert ask(3, [], [ia, ib], pending_user_text="One.\n\nTwo.") == [4, 3]
+    (s,) = svc.sessions._sessions.values()
+    turn = {"index": 3, "user_text": "One.\n\nTwo.", "calls": []}
+    assert ask(4, [turn], [ia, ib]) == [4, 3]
+    assert [st.user_text for st in s.orch.trajectory().steps][-1] == "One.\n\nTwo."

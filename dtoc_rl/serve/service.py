@@ -84,6 +84,10 @@ read in the client's numbering (the item keys of the calls), and a call's option
 provider's tool call id) lets a later turn that names it need its output, as in a log.  The
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
+A request may also carry ``pending_user_text``, the user's words since the newest turn, which
+the call being decided is sent (the next turn brings them again as its ``user_text``, not counted
+twice): the outputs before them are then a user turn older (``turns_after``) at this decision, as a
+replay of the log sees them.  It is read when the session has every turn before ``step``.
 A session also records what each call was sent hidden: the request's items' ``visible`` flags are
 what the call whose answer is its newest turn was sent (its last turn, when it is turn ``step - 1``;
 send ``step``, the model calls so far, else the items tell it), and with ``--log-dir`` the session

@@ -549,6 +549,9 @@ function createDtoc(opts = {}) {
         /** @type {Record<string, any>} */
         const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns), room) };
         if (s.sentTurns === 0) out.task = clip(task);
+        // the user's words since the last answer: the call about to be made is sent them, so the
+        // outputs before them are a user turn older now, not only once the next turn brings them
+        if (userTexts.length) out.pending_user_text = clip(userTexts.join("\n\n"));
         return out;
       };
       // a prefetched answer is reused only for a call that followed soon: after a pause (a permission

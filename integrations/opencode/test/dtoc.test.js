@@ -221,6 +221,23 @@ test("each turn goes to the service once, which labels what later turns needed",
   assert.notEqual(last.session, bodies[0].session);
 });
 
+test("the user's words since the last answer go with the call they open, and then with their turn", async () => {
+  const { bodies, statuses, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const history = [user("Fix the bug in file3.py")];
+  await runTool(hooks, history, 0);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  history.push(user("Now look at file1.py"));
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  await runTool(hooks, history, 1);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  const sent = bodies.filter((b) => b.session);
+  assert.deepEqual(sent.map((b) => b.pending_user_text), [undefined, "Now look at file1.py", undefined]);
+  assert.deepEqual(sent.map((b) => b.step), [1, 1, 2]);
+  assert.equal(sent[2].turns[0].user_text, "Now look at file1.py");
+  assert.ok(statuses.every((c) => c === 200), statuses.join());
+});
+
 test("turns too large for one request are cut to fit, and labelling goes on", async () => {
   const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
