@@ -55,8 +55,10 @@ copied from other sessions), so they go to ``extra.titles``.
 Accounting: ``tokens_in`` = input + cache-creation + cache-read tokens,
 ``tokens_out`` = output tokens (stream: the ``result.usage`` totals; transcript:
 summed over distinct ``message.id``); ``api_calls`` = distinct non-synthetic
-assistant ``message.id`` values; ``cost_usd`` = ``result.total_cost_usd``
-(stream) or the sum of per-record ``costUSD`` when old transcripts have it.
+assistant ``message.id`` values; ``cost_usd`` = what the stream's result events add
+(``model_usage_since_last_result``'s ``costUSD``), else ``result.total_cost_usd``, which is the
+session's since it began (a resumed run's stream would carry the runs before it), or the sum of
+per-record ``costUSD`` when old transcripts have it (transcript).
 
 Transcripts carry no outcome: ``success`` is None.
 """
@@ -211,6 +213,17 @@ class _Assembler:
             self.user_text("".join(texts))
 
 
+def _cost_since_last_result(result: dict) -> float | None:
+    """The dollars a result event adds to the session's (``model_usage_since_last_result``: each
+    model's ``costUSD`` since the result before, as Claude Code 2.1.332 writes it), or None."""
+    since = result.get("model_usage_since_last_result")
+    if not isinstance(since, dict) or not since:
+        return None
+    costs = [m.get("costUSD") if isinstance(m, dict) else None for m in since.values()]
+    ok = all(isinstance(c, int | float) and not isinstance(c, bool) and c >= 0 for c in costs)
+    return float(sum(costs)) if ok else None
+
+
 def _usage_totals(usages: dict[str, dict]) -> tuple[int | None, int | None]:
     if not usages:
         return None, None
@@ -350,6 +363,7 @@ class ClaudeCodeStreamIngester(Ingester):
         asm = _Assembler()
         init: dict = {}
         result: dict = {}
+        run_costs: list[float | None] = []  # per result event, what it cost since the one before
         models: Counter[str] = Counter()
         call_models: dict[str, str] = {}  # API message id -> the model that wrote it
         usages: dict[str, dict] = {}
@@ -406,6 +420,7 @@ class ClaudeCodeStreamIngester(Ingester):
                     raise IngestError(e.reason, path) from None
             elif kind == "result":
                 result = ev
+                run_costs.append(_cost_since_last_result(ev))
             elif kind is None:
                 raise IngestError(f"{w} has no 'type'", path)
         asm.flush()
@@ -434,7 +449,11 @@ class ClaudeCodeStreamIngester(Ingester):
         _drop_opening_counts(asm.steps, res_usage)
         if res_usage:
             tin, tout = _usage_totals({"result": res_usage})
+        # total_cost_usd is the session's since it began: a resumed run's stream would carry the runs
+        # before it; what each result adds since the one before is this stream's own, where told
         cost = result.get("total_cost_usd")
+        if run_costs and all(c is not None for c in run_costs):
+            cost = sum(run_costs)
         extra = {
             "session_id": session,
             "label": label,

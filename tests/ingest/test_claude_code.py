@@ -551,3 +551,28 @@ def test_a_resumed_runs_outcome_is_the_sessions_only_where_its_calls_end_the_tra
         assert (main.task_id, json.loads(main.extra)["prompt_file"]) == ("vecsum-7", "vecsum.md")
         want = (True, "resumed_RESPONSE.md") if resumed in streams else (None, "")
         assert (main.success, main.outcome_source) == want
+
+
+def test_a_streams_cost_is_its_own_run_not_the_sessions_since_it_began(tmp_path):
+    """``total_cost_usd`` sums the session's runs (a resumed run's stream carries those before it);
+    what each result adds since the one before is the stream's own, where the CLI writes it."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "claude_code_subagent" / "stream.jsonl"
+    lines = fixture.read_text().splitlines()
+    result = json.loads(lines[-1])
+    own = result["model_usage_since_last_result"]["claude-sonnet-4-5"]["costUSD"]
+
+    def cost(last: dict) -> float | None:
+        p = tmp_path / "stream.jsonl"
+        p.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+        (traj,) = ClaudeCodeStreamIngester().parse(p)
+        return traj.cost_usd
+
+    resumed = {**result, "total_cost_usd": own + 0.5}  # two earlier runs of the session cost $0.50
+    assert cost(resumed) == pytest.approx(own)
+    older = {k: v for k, v in resumed.items() if k != "model_usage_since_last_result"}
+    assert cost(older) == pytest.approx(own + 0.5)  # an older CLI's: the session's, all it says
+    two = {**result["model_usage_since_last_result"], "claude-haiku-4-5": {"costUSD": 0.01}}
+    assert cost({**resumed, "model_usage_since_last_result": two}) == pytest.approx(own + 0.01)
+    assert cost({**resumed, "model_usage_since_last_result": {"m": {"costUSD": "x"}}}) == pytest.approx(
+        own + 0.5
+    )
