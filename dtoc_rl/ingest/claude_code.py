@@ -729,6 +729,17 @@ class ClaudeCodeTranscriptIngester(Ingester):
         }
         if torn:  # a session still being written: its last line, cut off, left out
             extra["torn_last_line"] = True
+        # a session forked on resume (--fork-session) copies the calls before the fork, each naming
+        # the session its request was made in: the newest such is the one it was forked from
+        made_in = [
+            r["requestSessionId"]
+            for r in chain
+            if r.get("type") == "assistant"
+            and isinstance(r.get("requestSessionId"), str)
+            and r["requestSessionId"] not in ("", session)
+        ]
+        if made_in:
+            extra["forked_from"] = made_in[-1]
         meta = _agent_meta(path) if sidechain_file else {}
         if meta:  # the call of the main agent that spawned it (Claude Code 2.1 writes it beside)
             extra["agent_type"] = meta.get("agentType")

@@ -41,7 +41,13 @@ from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
-from dtoc_rl.ingest.same_session import drop_second_logs
+from dtoc_rl.ingest.same_session import (
+    FORKED_LOGS,
+    drop_second_logs,
+    forked_from,
+    session_of,
+    shared_calls,
+)
 
 __all__ = [
     "IngestResult",
@@ -550,12 +556,32 @@ def ingest_paths(
     bar.close()
     res.trajectories, twice = drop_second_logs(res.trajectories)
     for dropped, kept in twice:
-        why = f"the same session as {kept.source_path or kept.traj_id} ({kept.source}), kept once"
+        where = f"{kept.source_path or kept.traj_id} ({kept.source})"
+        why = f"the same session as {where}, kept once"
+        if forked_from(kept) and forked_from(kept) == session_of(dropped):
+            why = f"its calls are the first of its fork {where}, kept once there"
         res.skipped.append(Skip(f"{dropped.source_path}#{dropped.traj_id}", why, fmt_of.get(id(dropped))))
+    _warn_forks_that_share_calls(res.trajectories)
     res.trajectories, res.joined = join_continued(res.trajectories)
     res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _warn_forks_that_share_calls(trajs: list[Trajectory]) -> None:
+    """Say where a forked session and the one it was forked from are both runs: the original went on
+    after the fork, so each holds the calls before it, which are counted (and billed) in both."""
+    sessions = {session_of(t): t for t in trajs if t.source == FORKED_LOGS and session_of(t) is not None}
+    for t in trajs:
+        origin = sessions.get(forked_from(t))
+        n = shared_calls(origin, t) if origin is not None else 0
+        if n:
+            warnings.warn(
+                f"{t.source_path or t.traj_id} is a fork of {origin.source_path or origin.traj_id}, which "
+                f"went on after it: their {n} first calls are in both runs, counted in each",
+                IngestWarning,
+                stacklevel=2,
+            )
 
 
 def damaged_runs(trajs: list[Trajectory]) -> list[str]:

@@ -12,7 +12,10 @@ tool ran); the longer is kept, of equal ones the transcript (every call's time a
 sub-agents as runs of their own).  Calls alone never make two logs one session: two sessions may well
 make the same calls.  A sub-agent's transcript names its parent's session and is a run of its own, never
 a copy.  A session forked on resume (``--fork-session``) is another id with a transcript of its own,
-which copies the history it was forked from; it is not joined to that session here.
+which copies the calls it was forked from, each copied reply naming the session its request was made
+in (``requestSessionId``: ``extra.forked_from``); an original that ended at the fork is the fork's
+beginning and is read once, in the fork, and one that went on after it stays a run of its own (the
+calls both hold are counted in each, and ingest says so).
 
 What only the dropped log says of the run goes to the kept one: the task's label (which a stream beside a
 report has), and the outcome only from a log whose calls end where the kept one's do, since a stream's
@@ -25,14 +28,39 @@ from __future__ import annotations
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.common import extra_of, set_extra
 
-__all__ = ["drop_second_logs"]
+__all__ = ["FORKED_LOGS", "drop_second_logs", "forked_from", "session_of", "shared_calls"]
 
 #: The log kinds (sources) of one harness that can hold the same session, the one that holds more first.
 SAME_SESSION_LOGS: tuple[tuple[str, ...], ...] = (("claude-code-transcript", "claude-code-stream"),)
 _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, source in enumerate(kinds)}
 
 
-def _session(t: Trajectory) -> str | None:
+#: The log kind whose sessions can be forked from others, copying their calls.
+FORKED_LOGS = "claude-code-transcript"
+
+
+def forked_from(t: Trajectory) -> str | None:
+    """The session a main run was forked from (``extra.forked_from``), or None."""
+    origin = extra_of(t.extra).get("forked_from") if t.source == FORKED_LOGS else None
+    return origin if isinstance(origin, str) and origin and session_of(t) is not None else None
+
+
+def shared_calls(a: Trajectory, b: Trajectory) -> int:
+    """How many first calls (tool, arguments, output) two runs have alike."""
+    n = 0
+    for x, y in zip(a.steps, b.steps):
+        if (x.tool_name, x.tool_args, x.assistant_text, x.output) != (
+            y.tool_name,
+            y.tool_args,
+            y.assistant_text,
+            y.output,
+        ):
+            break
+        n += 1
+    return n
+
+
+def session_of(t: Trajectory) -> str | None:
     """The session a main run's log names (a sub-agent's run names its parent's: None)."""
     extra = extra_of(t.extra)
     if extra.get("sidechain_file") or extra.get("agent_id"):
@@ -64,8 +92,8 @@ def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory, at_end: bool)
     task's label, where only the dropped log has them."""
     if at_end and kept.success is None and dropped.success is not None:
         kept.success, kept.outcome_source = dropped.success, dropped.outcome_source
-    sid = _session(dropped)
-    if dropped.task_id and dropped.task_id != sid and kept.task_id == _session(kept):
+    sid = session_of(dropped)
+    if dropped.task_id and dropped.task_id != sid and kept.task_id == session_of(kept):
         kept.task_id = dropped.task_id  # a label (the report's task), where the transcript has only the id
     if not kept.task_text and dropped.task_text:
         kept.task_text = dropped.task_text
@@ -80,7 +108,7 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
     pairs.  Runs of other sources, or without a session id, are left as they are."""
     groups: dict[tuple[int, str], list[int]] = {}
     for i, t in enumerate(trajs):
-        sid = _session(t) if t.source in _RANK else None
+        sid = session_of(t) if t.source in _RANK else None
         if sid is not None:
             groups.setdefault((_RANK[t.source][0], sid), []).append(i)
     gone: dict[int, tuple[int, bool]] = {}  # dropped -> (kept, whether its calls end where the kept's do)
@@ -98,6 +126,16 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
                 at = _places(trajs[i], trajs[j])
                 if at:
                     gone[j] = (i, len(trajs[i].steps) - len(trajs[j].steps) in at)
+    # a session forked on resume copies the calls it was forked from into its own transcript: an
+    # original that ended there is the fork's beginning, kept once, in the fork
+    main: dict[str, int] = {}
+    for i, t in enumerate(trajs):
+        if i not in gone and t.source == FORKED_LOGS and (sid := session_of(t)) is not None:
+            main.setdefault(sid, i)
+    for j, t in enumerate(trajs):
+        i = main.get(forked_from(t) or "")
+        if i is not None and j not in gone and i not in gone and i != j and 0 in _places(t, trajs[i]):
+            gone[i] = (j, False)  # the original's end is not the fork's: its outcome is not taken
     pairs = []
     for j, (i, at_end) in gone.items():
         kept, dropped = trajs[i], trajs[j]

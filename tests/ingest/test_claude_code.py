@@ -576,3 +576,55 @@ def test_a_streams_cost_is_its_own_run_not_the_sessions_since_it_began(tmp_path)
     assert cost({**resumed, "model_usage_since_last_result": {"m": {"costUSD": "x"}}}) == pytest.approx(
         own + 0.5
     )
+
+
+def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_once_if_it_ended_there(tmp_path):
+    """``claude --resume S --fork-session`` (2.1.332) writes a new session whose transcript copies S's
+    records, each copied reply naming the session its request was made in (``requestSessionId``): an
+    original that ended at the fork is the fork's beginning, read once; one that went on is a run of
+    its own, and the calls both hold are said to be counted in each."""
+    import warnings
+
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    def session(sid, upto, *, copied_from=None, more=()):
+        recs = [_rec("u0", None, "user", {"role": "user", "content": "read the files"}, sessionId=sid)]
+        last = "u0"
+        for k in range(upto):
+            made = {"requestSessionId": copied_from} if copied_from else {}
+            recs.append(
+                _rec(f"a{k}", last, "assistant", _use(f"m{k}", f"t{k}", f"/r/{k}.py"), sessionId=sid, **made)
+            )
+            recs.append(_rec(f"r{k}", f"a{k}", "user", _res(f"t{k}", f"file {k}\n" * 20), sessionId=sid))
+            last = f"r{k}"
+        for k in more:  # calls of this session's own
+            recs.append(_rec(f"a{k}", last, "assistant", _use(f"m{k}", f"t{k}", f"/r/{k}.py"), sessionId=sid))
+            recs.append(_rec(f"r{k}", f"a{k}", "user", _res(f"t{k}", f"file {k}\n" * 20), sessionId=sid))
+            last = f"r{k}"
+        return "\n".join(json.dumps(r) for r in recs) + "\n"
+
+    def ingest():
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            res = ingest_paths([tmp_path], progress=False)
+        return res, [str(w.message) for w in said]
+
+    (tmp_path / "S.jsonl").write_text(session("S", 3))
+    (tmp_path / "F.jsonl").write_text(session("F", 3, copied_from="S", more=(7, 8)))
+    res, said = ingest()
+    (fork,) = res.trajectories
+    assert json.loads(fork.extra)["forked_from"] == "S" and len(fork.steps) == 5 and not said
+    (skip,) = res.skipped
+    assert skip.reason.startswith(f"its calls are the first of its fork {tmp_path.name}/F.jsonl")
+    # the original went on after the fork: two runs, and the three calls they share are said
+    (tmp_path / "S.jsonl").write_text(session("S", 3, more=(4,)))
+    res, said = ingest()
+    assert sorted(len(t.steps) for t in res.trajectories) == [4, 5] and not res.skipped
+    assert said == [
+        f"{tmp_path.name}/F.jsonl is a fork of {tmp_path.name}/S.jsonl, which went on after it: their 3 "
+        "first calls are in both runs, counted in each"
+    ]
+    # a session that names no other's requests is no fork, whatever calls it shares
+    (tmp_path / "F.jsonl").write_text(session("F", 3, more=(7, 8)))
+    res, said = ingest()
+    assert len(res.trajectories) == 2 and not said
