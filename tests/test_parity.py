@@ -177,10 +177,12 @@ def orchestrator(traj: Trajectory, schedule: str):
     return pol.seen
 
 
-def service(traj: Trajectory, schedule: str):
+def service(traj: Trajectory, schedule: str, plugin: bool = False):
     """The /decide service's decisions: the client (an Orchestrator in agent mode, standing for an
     agent in another language) applies the service's answers to its own store and sends, per model
-    call, its items without need features and the session's new turns."""
+    call, its items without need features and the session's new turns.  ``plugin``: as the OpenCode
+    plugin does, without the user turns after each item, and with the user's words the coming call
+    is sent (``pending_user_text``), which the service counts from the session."""
     pol = _make(schedule, traj.traj_id)
     svc = DecisionService(pol, max_items=N)
     client = Orchestrator(mode="agent", query=traj.task_text, system=traj.system_prompt, model=traj.model_raw)
@@ -200,6 +202,8 @@ def service(traj: Trajectory, schedule: str):
                         "turns_after": st.turns_after, "tool": s.tool_name, "args": s.tool_args or "",
                     }
                 )  # fmt: skip
+                if plugin:
+                    del items[-1]["turns_after"]
             obs, _ = client.observation()
             new = [_turn(k, turns[k], keys) for k in range(sent, i)]
             sent = i
@@ -210,6 +214,8 @@ def service(traj: Trajectory, schedule: str):
                 "saved_tokens": round(float(obs["globals"][_G["saved_tokens_k"]]) * 1000),
                 "misses": int(obs["globals"][_G["misses"]]), "mgmt_calls": client.totals.mgmt_calls,
             }  # fmt: skip
+            if plugin and steps[0].user_text:
+                req["pending_user_text"] = steps[0].user_text
             ans = svc.decide(req, client="parity")
             client.manage_context(enable=ans["enable"], disable=ans["disable"])
         _feed(client, steps, keys)
@@ -353,9 +359,14 @@ def _check(trajs: list[Trajectory], schedules=("random", "last_n:n=3"), paths=("
             offline, appended = replay_env(t, sched)
             decisions += len(offline)
             for path in paths:
+                plugin = lambda t, s: service(t, s, plugin=True)  # noqa: E731
                 online = {"orchestrator": orchestrator, "service": service, "proxy": proxy,
-                          "proxy_gemini": proxy_gemini}[path](t, sched)  # fmt: skip
-                left_out = {"service": ("rereads",), "proxy": ("is_error",)}.get(path, ())
+                          "proxy_gemini": proxy_gemini, "service_plugin": plugin}[path](t, sched)  # fmt: skip
+                left_out = {
+                    "service": ("rereads",),
+                    "service_plugin": ("rereads",),
+                    "proxy": ("is_error",),
+                }.get(path, ())
                 diffs = differences(offline, online, t, appended, left_out)
                 if diffs:
                     failures.append((t.traj_id, sched, path, len(diffs), diffs[:3]))
@@ -369,7 +380,8 @@ def test_parity_on_the_bundled_sample(data_dir):
     for t in trajs:
         by_source.setdefault(t.source, []).append(t)
     picked = [t for ts in by_source.values() for t in sorted(ts, key=lambda t: len(t.steps))[:2]]
-    decisions, failures = _check(picked, schedules=("random",), paths=("orchestrator", "service", "proxy"))
+    paths = ("orchestrator", "service", "service_plugin", "proxy")
+    decisions, failures = _check(picked, schedules=("random",), paths=paths)
     assert len(by_source) >= 3 and decisions > 20
     assert not failures, failures[:5]
 
@@ -387,7 +399,7 @@ def test_parity_of_the_proxy_over_the_gemini_api(data_dir):
 @pytest.mark.slow
 def test_parity_on_the_whole_sample(data_dir):
     decisions, failures = _check(
-        load_trajectories(data_dir / "sample"), paths=("orchestrator", "service", "proxy")
+        load_trajectories(data_dir / "sample"), paths=("orchestrator", "service", "service_plugin", "proxy")
     )
     assert decisions > 300
     assert not failures, failures[:5]

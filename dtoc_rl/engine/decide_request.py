@@ -174,7 +174,7 @@ class Request(msgspec.Struct):
     system: str | None = None
     turns: list[Turn] = msgspec.field(default_factory=list)
     # the user's words since the newest turn, which the call being decided is sent (the next turn
-    # brings them again as its user_text): read when the session has every turn before ``step``
+    # brings them as its user_text): read, not kept, when the session has every turn before ``step``
     pending_user_text: str | None = None
 
 

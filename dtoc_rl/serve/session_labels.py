@@ -19,6 +19,7 @@ sessions idle for ``idle_reclaim_s`` seconds are dropped to make room, else a 42
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -72,7 +73,6 @@ class SessionLabels:
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
-        self._pending = ""  # user words told before their turn (pending_user_text), counted once
 
     def add(
         self,
@@ -142,12 +142,7 @@ class SessionLabels:
             try:
                 if seen:
                     self._show(shown)
-                told, self._pending = self._pending, ""
-                if told and t.user_text.startswith(told):  # what pending_user_text told is in already
-                    rest = t.user_text[len(told) :].lstrip("\n")
-                    if rest:
-                        self.orch.add_user(rest)
-                elif t.user_text:
+                if t.user_text:
                     self.orch.add_user(t.user_text)
                 recorded = self.orch.record_assistant(
                     t.assistant_text,
@@ -160,27 +155,6 @@ class SessionLabels:
             except (ValueError, TypeError) as e:  # what the schema cannot catch: never a 500
                 raise DecideError(422, f"turns[{k}]: {e}", f"turns[{k}]") from None
             self.turns += 1
-
-    def untold(self, text: str, step: int | None) -> str | None:
-        """Of the user's words since the newest turn (``pending_user_text``), those not in the session
-        yet ("" if none), or None where they are not to be read: the session lacks a turn before
-        ``step`` (they would come before it), or words told before are now told otherwise (what is in
-        cannot be taken back).  Call under :attr:`lock`."""
-        if not text or step is None or self.turns != step or text == self._pending:
-            return None
-        if self._pending and not text.startswith(self._pending):
-            return None
-        return text[len(self._pending) :].lstrip("\n")
-
-    def tell(self, text: str, rest: str) -> None:
-        """Put :meth:`untold`'s ``rest`` of ``text`` in the session: the call being decided is sent the
-        user's words, so the outputs before them are a user turn older (``turns_after``) at this
-        decision, as they are when the log is replayed; the next turn, which brings them again as its
-        ``user_text``, does not count them twice.  Call under :attr:`lock`."""
-        if rest:
-            self.orch.add_user(rest)
-            self.chars += len(rest)
-        self._pending = text
 
     def sent(self, shown: dict[str, bool]) -> None:
         """What the client is to show its model at the call it asked about (``shown``: client item key
@@ -198,11 +172,23 @@ class SessionLabels:
         if hide or show:
             self.orch.manage_context(enable=show, disable=hide)
 
-    def states(self, keys: list[str]) -> dict[str, ItemState]:
-        """Need features of these client item keys (those the session has)."""
+    def states(
+        self, keys: list[str], told: str | None = None, step: int | None = None
+    ) -> dict[str, ItemState]:
+        """Need features of these client item keys (those the session has).  ``told``: the user's words
+        since the newest turn, which the call being decided is sent (``pending_user_text``): every
+        output is then a user turn older (``turns_after``) at this decision, as a replay of the log
+        counts it, once the session has every turn before ``step`` (else the words come after turns it
+        lacks).  They are not kept: the turn that brings them counts them, and words told and then
+        taken back (a retry after an undo) leave nothing."""
         ours = [(k, self._keys[k]) for k in keys if k in self._keys]
         found = dict(self.orch.item_states([o for _, o in ours]))
-        return {k: found[o] for k, o in ours if o in found}
+        ahead = 1 if told and step is not None and self.turns == step else 0
+        return {
+            k: dataclasses.replace(found[o], turns_after=found[o].turns_after + ahead) if ahead else found[o]
+            for k, o in ours
+            if o in found
+        }
 
 
 def _args(args: Any) -> Any:
@@ -329,18 +315,6 @@ class Sessions:
         try:
             with s.lock:
                 s.add(req.turns, {it.key: it.visible for it in req.items}, reserve, req.step)
-                rest = s.untold(req.pending_user_text or "", req.step)
-                if rest is not None:
-                    if s.chars + len(rest) > s.max_chars:
-                        raise DecideError(
-                            413,
-                            f"pending_user_text: the session would hold more than {s.max_chars:,} "
-                            "characters of text; start a new session",
-                            "pending_user_text",
-                        )
-                    with self._lock:
-                        self._reserve(s, len(rest), "pending_user_text")
-                    s.tell(req.pending_user_text or "", rest)
         except BaseException:
             # a session made by a refused request is not kept: it would take a place (or push out
             # another session) for a request that failed; the client sends its turns again.  Unless

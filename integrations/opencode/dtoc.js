@@ -543,15 +543,16 @@ function createDtoc(opts = {}) {
       const withTurns = (b) => {
         // a revert replaced or removed turns the service has: its copy is stale
         if (s.sentIds.some((mid, i) => turnIds[i] !== mid)) resync(s);
-        // the turns get what the body limit leaves after the items' metadata
-        const room = Math.max(MIN_TURNS_BYTES, MAX_BODY_BYTES - jsonBytes(b));
         // the session names this plugin instance: a restarted OpenCode numbers its outputs anew
         /** @type {Record<string, any>} */
-        const out = { ...b, session: `${instance}:${id}#${s.generation}`, turns: fitTurns(turns.slice(s.sentTurns), room) };
+        const out = { ...b, session: `${instance}:${id}#${s.generation}` };
         if (s.sentTurns === 0) out.task = clip(task);
         // the user's words since the last answer: the call about to be made is sent them, so the
         // outputs before them are a user turn older now, not only once the next turn brings them
         if (userTexts.length) out.pending_user_text = clip(userTexts.join("\n\n"));
+        // the turns get what the body limit leaves after the rest
+        const room = Math.max(MIN_TURNS_BYTES, MAX_BODY_BYTES - jsonBytes(out));
+        out.turns = fitTurns(turns.slice(s.sentTurns), room);
         return out;
       };
       // a prefetched answer is reused only for a call that followed soon: after a pause (a permission
