@@ -85,9 +85,9 @@ provider's tool call id) lets a later turn that names it need its output, as in 
 response then carries ``"session": {"turns", "needed": {key: times needed}}`` (the service's
 counts, for the items in the policy's window; an item that sends ``needs`` keeps its own).
 A request may also carry ``pending_user_text``, the user's words since the newest turn, which
-the call being decided is sent (the next turn brings them again as its ``user_text``, not counted
-twice): the outputs before them are then a user turn older (``turns_after``) at this decision, as a
-replay of the log sees them.  It is read when the session has every turn before ``step``.
+the call being decided is sent (the next turn brings them as its ``user_text``): the outputs before
+them are then a user turn older (``turns_after``) at this decision, as a replay of the log sees
+them.  It is read when the session has every turn before ``step``, and not kept.
 A session also records what each call was sent hidden: the request's items' ``visible`` flags are
 what the call whose answer is its newest turn was sent (its last turn, when it is turn ``step - 1``;
 send ``step``, the model calls so far, else the items tell it), and with ``--log-dir`` the session
@@ -143,7 +143,7 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.models import FAMILIES
+from dtoc_rl.data.models import FAMILIES, normalize_family
 from dtoc_rl.data.paths import others_write_warning, writable_folder
 from dtoc_rl.engine.contract import check_policy
 from dtoc_rl.engine.decide_request import DecideError, decode, parse, request_schema, to_request
@@ -288,13 +288,19 @@ class DecisionService:
         label: str,
         model: str | None = None,
         prices: Prices | None = None,
+        family: str = "other",
     ) -> None:
         """Record what the client's call is sent in its session and, with ``log_dir``, put the session's
         log to be written off the request's path (a log that cannot be written costs the log, never the
         answer).  One file per session object: a session sent anew (after a restart, or dropped from
         the table) is a new log that opens with history, which ``dtoc-rl ingest`` joins to the old."""
         with s.lock:  # one session's requests at once: the newest row is the one put last
-            try:  # the model this call goes to, and the prices it was decided at, for the log
+            # the model this call goes to, and the prices it was decided at, for the log: as the request
+            # names it, else by the family it names unless that is the session model's (whose name is
+            # the more exact); a request naming neither is the session's model, not an earlier one's
+            if not model and family not in ("other", normalize_family(s.orch.model)):
+                model = family
+            try:
                 s.orch.use_model(model or "", prices)
                 s.sent(visible)
             except (ValueError, TypeError) as e:  # what the client sent cannot be followed: no log
@@ -365,7 +371,7 @@ class DecisionService:
             # session, makes none and pushes none out
             s = self.sessions.feed(req, client)  # None: unknown and no turns yet
             fed.append(s)
-            return s.states(keys) if s is not None else {}
+            return s.states(keys, req.pending_user_text, req.step) if s is not None else {}
 
         p = parse(
             req,
@@ -442,10 +448,9 @@ class DecisionService:
         if p.get("session_labels") is not None:  # what the call is sent: the session's next turn's
             shown, hidden = set(enable), set(disable)
             visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
-            # the call's model as the request names it, if only by its family; one naming neither is
-            # logged as the session's model, never as whatever an earlier request named
-            named = p["model"] or (p["family"] if p["family"] != "other" else "")
-            self._sent(p["session_labels"], p["session_name"], client, visible, label, named, given)
+            self._sent(
+                p["session_labels"], p["session_name"], client, visible, label, p["model"], given, p["family"]
+            )
         return {
             "enable": enable,
             "disable": disable,
