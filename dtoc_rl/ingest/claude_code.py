@@ -217,8 +217,8 @@ def _cost_since_last_result(result: dict) -> float | None:
     """The dollars a result event adds to the session's (``model_usage_since_last_result``: each
     model's ``costUSD`` since the result before, as Claude Code 2.1.332 writes it), or None."""
     since = result.get("model_usage_since_last_result")
-    if not isinstance(since, dict) or not since:
-        return None
+    if not isinstance(since, dict):
+        return None  # {}: no model was called since the result before, which costs nothing
     costs = [m.get("costUSD") if isinstance(m, dict) else None for m in since.values()]
     ok = all(isinstance(c, int | float) and not isinstance(c, bool) and c >= 0 for c in costs)
     return float(sum(costs)) if ok else None

@@ -41,13 +41,7 @@ from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued
 from dtoc_rl.ingest.goose import is_goose_db
-from dtoc_rl.ingest.same_session import (
-    FORKED_LOGS,
-    drop_second_logs,
-    forked_from,
-    session_of,
-    shared_calls,
-)
+from dtoc_rl.ingest.same_session import drop_second_logs, runs_sharing_calls
 
 __all__ = [
     "IngestResult",
@@ -107,6 +101,17 @@ def _is_aux(p: Path) -> bool:
     if p.name == "base_state.json" and (p.parent / "events").is_dir():
         return True  # an OpenHands conversation's settings, read beside its events
     return any(fnmatch.fnmatch(p.name, pat) for pat in AUXILIARY)
+
+
+def _compressed_log(p: Path) -> bool:
+    """``run.jsonl.gz`` and the like: a log's name under a compression's (not a file logs travel
+    with, nor a text log, which could be any program's)."""
+    inner = p.with_name(p.stem)
+    return (
+        p.suffix.lower() in COMPRESSED_SUFFIXES
+        and inner.suffix.lower() in {s.lower() for s in LOG_SUFFIXES}
+        and not _is_aux(inner)
+    )
 
 
 def _dir_unit(d: Path) -> bool:
@@ -234,7 +239,7 @@ def discover(
                     yield p, True, root  # Claude Code stream-json wrapped in markdown
                 elif p.suffix in LOG_SUFFIXES and not _is_aux(p):
                     yield p, True, root
-                elif p.suffix in COMPRESSED_SUFFIXES and Path(p.stem).suffix in (*LOG_SUFFIXES, ".log"):
+                elif _compressed_log(p):
                     yield p, True, root  # a log kept compressed: read as a candidate, to say so
                 elif is_goose_db(p):
                     yield p, True, root  # Goose's session database
@@ -287,7 +292,7 @@ def _unit_size(p: Path) -> int:
 def _process(
     unit: Path, label: bool, fmt: str | None = None
 ) -> tuple[list[Trajectory], list[Skip], str | None, int]:
-    from dtoc_rl.ingest import get_ingester, unknown_format_reason
+    from dtoc_rl.ingest import compression_of, get_ingester, unknown_format_reason
 
     size = _unit_size(unit)
     where = display_path(unit)
@@ -295,7 +300,7 @@ def _process(
         ing = get_ingester(fmt) if fmt else detect_format(unit)
     except OSError as e:
         return [], [Skip(where, failure_reason(e))], None, size
-    if ing is None:
+    if ing is None or (fmt and unit.is_file() and compression_of(unit)):  # no format reads it packed
         return [], [Skip(where, unknown_format_reason(unit))], None, size
     trajs: list[Trajectory] = []
     skips: list[Skip] = []
@@ -555,33 +560,21 @@ def ingest_paths(
             take(_process(unit, label, fmt), unit)
     bar.close()
     res.trajectories, twice = drop_second_logs(res.trajectories)
-    for dropped, kept in twice:
-        where = f"{kept.source_path or kept.traj_id} ({kept.source})"
-        why = f"the same session as {where}, kept once"
-        if forked_from(kept) and forked_from(kept) == session_of(dropped):
-            why = f"its calls are the first of its fork {where}, kept once there"
-        res.skipped.append(Skip(f"{dropped.source_path}#{dropped.traj_id}", why, fmt_of.get(id(dropped))))
-    _warn_forks_that_share_calls(res.trajectories)
+    for d in twice:
+        res.skipped.append(
+            Skip(f"{d.dropped.source_path}#{d.dropped.traj_id}", d.why, fmt_of.get(id(d.dropped)))
+        )
+    for earlier, later, n in runs_sharing_calls(res.trajectories):
+        warnings.warn(
+            f"{later.source_path or later.traj_id} and {earlier.source_path or earlier.traj_id} both hold "
+            f"the {n} calls before a fork (--fork-session) of one session: counted in each",
+            IngestWarning,
+            stacklevel=2,
+        )
     res.trajectories, res.joined = join_continued(res.trajectories)
     res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
     res.seconds = time.perf_counter() - t0
     return res
-
-
-def _warn_forks_that_share_calls(trajs: list[Trajectory]) -> None:
-    """Say where a forked session and the one it was forked from are both runs: the original went on
-    after the fork, so each holds the calls before it, which are counted (and billed) in both."""
-    sessions = {session_of(t): t for t in trajs if t.source == FORKED_LOGS and session_of(t) is not None}
-    for t in trajs:
-        origin = sessions.get(forked_from(t))
-        n = shared_calls(origin, t) if origin is not None else 0
-        if n:
-            warnings.warn(
-                f"{t.source_path or t.traj_id} is a fork of {origin.source_path or origin.traj_id}, which "
-                f"went on after it: their {n} first calls are in both runs, counted in each",
-                IngestWarning,
-                stacklevel=2,
-            )
 
 
 def damaged_runs(trajs: list[Trajectory]) -> list[str]:

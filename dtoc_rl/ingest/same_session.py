@@ -25,39 +25,28 @@ included), where the transcript's main run is not."""
 
 from __future__ import annotations
 
-from dtoc_rl.data.schema import Trajectory
+import itertools
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest.common import extra_of, set_extra
 
-__all__ = ["FORKED_LOGS", "drop_second_logs", "forked_from", "session_of", "shared_calls"]
+__all__ = ["FORKED_LOGS", "Dropped", "drop_second_logs", "forked_from", "runs_sharing_calls", "session_of"]
 
 #: The log kinds (sources) of one harness that can hold the same session, the one that holds more first.
 SAME_SESSION_LOGS: tuple[tuple[str, ...], ...] = (("claude-code-transcript", "claude-code-stream"),)
 _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, source in enumerate(kinds)}
-
-
 #: The log kind whose sessions can be forked from others, copying their calls.
 FORKED_LOGS = "claude-code-transcript"
 
 
-def forked_from(t: Trajectory) -> str | None:
-    """The session a main run was forked from (``extra.forked_from``), or None."""
-    origin = extra_of(t.extra).get("forked_from") if t.source == FORKED_LOGS else None
-    return origin if isinstance(origin, str) and origin and session_of(t) is not None else None
+class Dropped(NamedTuple):
+    """A run another log holds: ``dropped``, the ``kept`` run that holds it, and ``why`` (one line)."""
 
-
-def shared_calls(a: Trajectory, b: Trajectory) -> int:
-    """How many first calls (tool, arguments, output) two runs have alike."""
-    n = 0
-    for x, y in zip(a.steps, b.steps):
-        if (x.tool_name, x.tool_args, x.assistant_text, x.output) != (
-            y.tool_name,
-            y.tool_args,
-            y.assistant_text,
-            y.output,
-        ):
-            break
-        n += 1
-    return n
+    dropped: Trajectory
+    kept: Trajectory
+    why: str
 
 
 def session_of(t: Trajectory) -> str | None:
@@ -69,22 +58,40 @@ def session_of(t: Trajectory) -> str | None:
     return sid if isinstance(sid, str) and sid else None
 
 
+def forked_from(t: Trajectory) -> str | None:
+    """The session a main run was forked from (``extra.forked_from``), or None."""
+    origin = extra_of(t.extra).get("forked_from") if t.source == FORKED_LOGS else None
+    return origin if isinstance(origin, str) and origin and session_of(t) is not None else None
+
+
+def _same_call(a: Step, b: Step, cut: bool = False) -> bool:
+    """Whether two steps are one call (tool, arguments, message, output); ``cut``: ``b``'s output may
+    be missing (a log cut off while the tool ran)."""
+    if (a.tool_name, a.tool_args, a.assistant_text) != (b.tool_name, b.tool_args, b.assistant_text):
+        return False
+    return a.output == b.output or (cut and b.output is None)
+
+
 def _places(t: Trajectory, part: Trajectory) -> list[int]:
-    """Where ``part``'s calls (tool, arguments, output) are ``t``'s calls in a row: the steps of ``t`` they
-    start at.  The last may lack its output (a log cut off while the tool ran)."""
+    """Where ``part``'s calls are ``t``'s calls in a row: the steps of ``t`` they start at.  The last
+    may lack its output (a log cut off while the tool ran)."""
     n = len(part.steps)
     if not n:
         return []
 
     def there(at: int) -> bool:
-        for k, (a, b) in enumerate(zip(t.steps[at : at + n], part.steps)):
-            if (a.tool_name, a.tool_args, a.assistant_text) != (b.tool_name, b.tool_args, b.assistant_text):
-                return False
-            if a.output != b.output and not (k == n - 1 and b.output is None):
-                return False
-        return True
+        pairs = zip(t.steps[at : at + n], part.steps)
+        return all(_same_call(a, b, cut=k == n - 1) for k, (a, b) in enumerate(pairs))
 
     return [at for at in range(len(t.steps) - n + 1) if there(at)]
+
+
+def _shared(a: Trajectory, b: Trajectory) -> int:
+    """How many first calls two runs have alike."""
+    n = 0
+    while n < min(len(a.steps), len(b.steps)) and _same_call(a.steps[n], b.steps[n]):
+        n += 1
+    return n
 
 
 def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory, at_end: bool) -> None:
@@ -103,15 +110,16 @@ def _take_what_only_it_says(kept: Trajectory, dropped: Trajectory, at_end: bool)
             set_extra(kept, key, value)
 
 
-def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tuple[Trajectory, Trajectory]]]:
-    """``trajs`` without the runs another log of the same session holds, and the ``(dropped, kept)``
-    pairs.  Runs of other sources, or without a session id, are left as they are."""
+def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Dropped]]:
+    """``trajs`` without the runs another log of the same session holds, and what was dropped, into
+    what, and why.  Runs of other sources, or without a session id, are left as they are; the kept run
+    lists the logs dropped into it (``extra.also_logged_in``)."""
     groups: dict[tuple[int, str], list[int]] = {}
     for i, t in enumerate(trajs):
         sid = session_of(t) if t.source in _RANK else None
         if sid is not None:
             groups.setdefault((_RANK[t.source][0], sid), []).append(i)
-    gone: dict[int, tuple[int, bool]] = {}  # dropped -> (kept, whether its calls end where the kept's do)
+    gone: dict[int, tuple[int, bool, str]] = {}  # dropped -> (kept, whether its calls end the kept's, why)
     for members in groups.values():
         if len({trajs[i].source for i in members}) < 2:
             continue  # one log kind: twin runs of it are the driver's to tell apart
@@ -125,21 +133,56 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[tu
                     continue
                 at = _places(trajs[i], trajs[j])
                 if at:
-                    gone[j] = (i, len(trajs[i].steps) - len(trajs[j].steps) in at)
+                    why = f"the same session as {_where(trajs[i])}, kept once"
+                    gone[j] = (i, len(trajs[i].steps) - len(trajs[j].steps) in at, why)
     # a session forked on resume copies the calls it was forked from into its own transcript: an
-    # original that ended there is the fork's beginning, kept once, in the fork
+    # original that ended there is the fork's beginning, kept once, in the (first) fork
+    for i, j in _forks(trajs, gone):
+        if i not in gone and 0 in _places(trajs[j], trajs[i]):
+            # the original's end is not the fork's: its outcome is not taken
+            gone[i] = (j, False, f"its calls are the first of its fork {_where(trajs[j])}, kept once there")
+    out = []
+    for j, (i, at_end, why) in gone.items():
+        kept, dropped = trajs[i], trajs[j]
+        _take_what_only_it_says(kept, dropped, at_end)
+        also = extra_of(kept.extra).get("also_logged_in") or []
+        set_extra(kept, "also_logged_in", [*also, dropped.source_path or dropped.traj_id])
+        out.append(Dropped(dropped, kept, why))
+    return [t for i, t in enumerate(trajs) if i not in gone], out
+
+
+def _forks(trajs: list[Trajectory], gone: Mapping[int, Any] | None = None) -> list[tuple[int, int]]:
+    """``(original, fork)`` indices of the runs not ``gone`` whose fork names the original's session."""
+    gone = gone or {}
     main: dict[str, int] = {}
     for i, t in enumerate(trajs):
         if i not in gone and t.source == FORKED_LOGS and (sid := session_of(t)) is not None:
             main.setdefault(sid, i)
+    return [
+        (main[origin], j)
+        for j, t in enumerate(trajs)
+        if j not in gone and (origin := forked_from(t)) in main and main[origin] != j
+    ]
+
+
+def runs_sharing_calls(trajs: list[Trajectory]) -> list[tuple[Trajectory, Trajectory, int]]:
+    """Runs that both hold calls made once, as ``(earlier, later, calls)``: a forked session beside the
+    session it was forked from, which went on after the fork, and two forks of one session (each
+    holds the calls before its fork).  Their first ``calls`` calls are counted in each."""
+    out = []
+    for i, j in _forks(trajs):
+        if n := _shared(trajs[i], trajs[j]):
+            out.append((trajs[i], trajs[j], n))
+    by_origin: dict[str, list[int]] = {}
     for j, t in enumerate(trajs):
-        i = main.get(forked_from(t) or "")
-        if i is not None and j not in gone and i not in gone and i != j and 0 in _places(t, trajs[i]):
-            gone[i] = (j, False)  # the original's end is not the fork's: its outcome is not taken
-    pairs = []
-    for j, (i, at_end) in gone.items():
-        kept, dropped = trajs[i], trajs[j]
-        _take_what_only_it_says(kept, dropped, at_end)
-        set_extra(kept, "also_logged_in", dropped.source_path or dropped.traj_id)
-        pairs.append((dropped, kept))
-    return [t for i, t in enumerate(trajs) if i not in gone], pairs
+        if (origin := forked_from(t)) is not None:
+            by_origin.setdefault(origin, []).append(j)
+    for siblings in by_origin.values():
+        for a, b in itertools.combinations(siblings, 2):
+            if n := _shared(trajs[a], trajs[b]):
+                out.append((trajs[a], trajs[b], n))
+    return out
+
+
+def _where(t: Trajectory) -> str:
+    return f"{t.source_path or t.traj_id} ({t.source})"

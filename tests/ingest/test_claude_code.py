@@ -402,7 +402,7 @@ def test_a_session_in_its_stream_and_its_transcript_is_one_run(tmp_path):
     assert skip.format == "claude-code-stream"
     assert f"the same session as {tmp_path.name}/projects/" in skip.reason
     (main,) = [t for t in res.trajectories if not json.loads(t.extra)["sidechain_file"]]
-    assert json.loads(main.extra)["also_logged_in"] == tmp_path.name + "/kept.jsonl"
+    assert json.loads(main.extra)["also_logged_in"] == [tmp_path.name + "/kept.jsonl"]
     assert sum(res.formats.values()) == 2
     # a stream cut short (a torn run) is the transcript's beginning: still the same session
     lines = text.splitlines(keepends=True)
@@ -518,7 +518,7 @@ def test_a_sub_agents_run_is_never_taken_for_its_sessions_stream_and_the_streams
     stream = _run("claude-code-stream", [read, report, (None, None, "done")], prompt_file="vecsum.md")
     stream.success, stream.outcome_source, stream.task_id = True, "vecsum_RESPONSE.md", "vecsum-7"
     kept, dropped = drop_second_logs([main, sub, stream])
-    assert kept == [main, sub] and dropped == [(stream, main)]
+    assert kept == [main, sub] and [(d.dropped, d.kept) for d in dropped] == [(stream, main)]
     assert (main.success, main.outcome_source, main.task_id) == (True, "vecsum_RESPONSE.md", "vecsum-7")
     assert json.loads(main.extra)["prompt_file"] == "vecsum.md"
     # a stream whose calls open a sub-agent's, with no main transcript beside it: both kept
@@ -546,7 +546,11 @@ def test_a_resumed_runs_outcome_is_the_sessions_only_where_its_calls_end_the_tra
     for streams in ([first], [first, resumed], [resumed, first]):
         main = _run("claude-code-transcript", calls, sidechain_file=False)
         kept, dropped = drop_second_logs([main, *streams])
-        assert kept == [main] and dropped == [(stream, main) for stream in streams]
+        assert kept == [main] and [(d.dropped, d.kept) for d in dropped] == [
+            (stream, main) for stream in streams
+        ]
+        # every log dropped into it is named, not only the last
+        assert json.loads(main.extra)["also_logged_in"] == [stream.traj_id for stream in streams]
         # the label is the first run's (the transcript has only the id); the outcome the last run's, or none
         assert (main.task_id, json.loads(main.extra)["prompt_file"]) == ("vecsum-7", "vecsum.md")
         want = (True, "resumed_RESPONSE.md") if resumed in streams else (None, "")
@@ -576,6 +580,15 @@ def test_a_streams_cost_is_its_own_run_not_the_sessions_since_it_began(tmp_path)
     assert cost({**resumed, "model_usage_since_last_result": {"m": {"costUSD": "x"}}}) == pytest.approx(
         own + 0.5
     )
+    # two results (a stream fed several prompts): what each added, a result that called no model none
+    p = tmp_path / "stream.jsonl"
+    idle = {**resumed, "total_cost_usd": own + 0.5, "model_usage_since_last_result": {}}
+    p.write_text("\n".join([*lines[:-1], json.dumps(resumed), json.dumps(idle)]) + "\n")
+    (traj,) = ClaudeCodeStreamIngester().parse(p)
+    assert traj.cost_usd == pytest.approx(own)
+    p.write_text("\n".join([*lines[:-1], json.dumps(resumed), json.dumps(resumed)]) + "\n")
+    (traj,) = ClaudeCodeStreamIngester().parse(p)
+    assert traj.cost_usd == pytest.approx(2 * own)
 
 
 def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_once_if_it_ended_there(tmp_path):
@@ -621,9 +634,20 @@ def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_onc
     res, said = ingest()
     assert sorted(len(t.steps) for t in res.trajectories) == [4, 5] and not res.skipped
     assert said == [
-        f"{tmp_path.name}/F.jsonl is a fork of {tmp_path.name}/S.jsonl, which went on after it: their 3 "
-        "first calls are in both runs, counted in each"
+        f"{tmp_path.name}/F.jsonl and {tmp_path.name}/S.jsonl both hold the 3 calls before a fork "
+        "(--fork-session) of one session: counted in each"
     ]
+    # two forks of a session that ended at the first: the original is read once, in one fork, and
+    # the calls both forks copied are said
+    (tmp_path / "S.jsonl").write_text(session("S", 3))
+    (tmp_path / "G.jsonl").write_text(session("G", 3, copied_from="S", more=(9,)))
+    res, said = ingest()
+    assert sorted(len(t.steps) for t in res.trajectories) == [4, 5] and len(res.skipped) == 1
+    assert said == [
+        f"{tmp_path.name}/G.jsonl and {tmp_path.name}/F.jsonl both hold the 3 calls before a fork "
+        "(--fork-session) of one session: counted in each"
+    ]
+    (tmp_path / "G.jsonl").unlink()
     # a session that names no other's requests is no fork, whatever calls it shares
     (tmp_path / "F.jsonl").write_text(session("F", 3, more=(7, 8)))
     res, said = ingest()
