@@ -554,9 +554,9 @@ def aggregate(
                        "first_error": fails[0].error if fails else ""}  # fmt: skip
                 for k in METRICS:
                     row[k] = point[k]
-                    lo, hi = (
+                    lo, hi = (  # no interval around a value that is not one (a share of nothing)
                         np.nanpercentile(boot[k], [2.5, 97.5])
-                        if np.isfinite(boot[k]).any()
+                        if np.isfinite(boot[k]).any() and point[k] == point[k]
                         else (np.nan,) * 2
                     )
                     row[f"{k}_lo"], row[f"{k}_hi"] = float(lo), float(hi)

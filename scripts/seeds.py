@@ -232,11 +232,18 @@ def summary(seeds: list[dict], target: float, budget: float) -> dict:
     """Per group: the mean and range over seeds of the best share (0 where nothing keeps the budget)
     and of the stored table's savings, and how many seeds reach ``target`` and keep the table within
     ``budget``; a seed whose group was not judged (no run of it held out, or the oracle failed on
-    every one) is left out of that group's figures, and ``seeds`` says how many remain."""
+    every one, or it saved next to nothing: ``reaches`` None) is left out of that group's figures, and
+    ``seeds`` says how many remain."""
     out = {}
     names = list(dict.fromkeys(g for s in seeds for g in s["groups"]))
     for g in names:
-        rows = [s["groups"][g] for s in seeds if g in s["groups"] and not s["groups"][g]["oracle_failed"]]
+        rows = [
+            r
+            for s in seeds
+            if g in s["groups"]
+            and not (r := s["groups"][g])["oracle_failed"]
+            and r.get("reaches", False) is not None
+        ]
         if not rows:
             continue
         share = [r["best_share"] if r["best_share"] is not None else 0.0 for r in rows]

@@ -158,27 +158,38 @@ def compression_of(path: Path) -> str | None:
 
 def _broken_json(path: Path, limit: int = 64 << 20) -> str | None:
     """Where a ``.json`` file or a ``.jsonl`` line stops being JSON ("line 3 is not valid JSON"), or
-    None: a log cut off says so rather than only that its format is unknown.  Files over ``limit``
-    bytes are not read whole for it."""
+    None: a log cut off says so rather than only that its format is unknown (and that it may be cut
+    off or still being written where the break is at its end).  JSON lines are read one at a time;
+    a ``.json`` file over ``limit`` bytes is not read whole for it."""
     import json
 
+    cut = " (cut off, or still being written?)"
     suffix = path.suffix.lower()
-    if suffix not in (".json", ".jsonl", ".ndjson") or path.stat().st_size > limit:
-        return None
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
     if suffix == ".json":
+        if path.stat().st_size > limit:
+            return None
+        text = path.read_bytes().decode("utf-8-sig", errors="replace")
         try:
             json.loads(text)
+        except json.JSONDecodeError as e:
+            return f"it is not valid JSON ({e})" + (cut if e.pos >= len(text.rstrip()) else "")
         except (ValueError, RecursionError) as e:
             return f"it is not valid JSON ({e})"
         return None
-    for n, line in enumerate(text.splitlines(), 1):
-        try:
-            if line.strip():
-                json.loads(line)
-        except (ValueError, RecursionError):
-            return f"line {n} is not valid JSON"
-    return None
+    if suffix not in (".jsonl", ".ndjson"):
+        return None
+    bad = 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):  # lines end at b"\n" only, as JSON lines do
+            if not raw.strip():
+                continue
+            if bad:  # a line follows the broken one: a hole, not an end
+                return f"line {bad} is not valid JSON"
+            try:
+                json.loads(raw)
+            except (ValueError, RecursionError):
+                bad = n
+    return f"line {bad} is not valid JSON{cut}" if bad else None
 
 
 def unknown_format_reason(path: Path) -> str:
@@ -199,7 +210,7 @@ def unknown_format_reason(path: Path) -> str:
         return "empty file: nothing to read"
     broken = _broken_json(path)
     if broken:
-        return f"unknown format, and {broken} (cut off, or still being written?)"
+        return f"unknown format, and {broken}"
     first = head.lstrip().split("\n", 1)[0]
     if path.suffix.lower() in (".jsonl", ".ndjson") and re.match(r'\{\s*"(role|from)"\s*:', first):
         return (
@@ -230,7 +241,7 @@ def read_one(path: Path | str, pick: str | int | None = None) -> tuple[Ingester,
             raise IngestError("not a regular file or folder (a FIFO, device or socket): not read", path)
         ing = detect_format(path)
         if ing is None:
-            why = unknown_format_reason(path).removeprefix("unknown format: ")
+            why = re.sub(r"^unknown format(: |, and )", "", unknown_format_reason(path))
             raise IngestError(f"not a recognised log format: {why}", path)
         if pick is None:  # only the first: a long log need not be parsed to the end
             for traj in ing.parse(path):

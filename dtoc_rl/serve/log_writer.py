@@ -45,7 +45,7 @@ class LogsOnStop:
     however it was stopped (``shutdown()`` or ``server_close()``): both end with ``_write_logs()``.
     ``server_close()`` also ends the kept-alive connections, whose handler threads would otherwise
     answer their clients' next requests from a server that was closed, in a process that goes on; a
-    request being answered is answered first (only the connection's reading side is shut)."""
+    request whose body was read is still answered (only the connection's reading side is shut)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._connections: set[Any] = set()

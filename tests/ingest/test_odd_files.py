@@ -192,15 +192,31 @@ def test_a_compressed_or_cut_off_log_is_skipped_saying_so_not_only_as_an_unknown
     good = _chat("task-a")
     (tmp_path / "run.jsonl.gz").write_bytes(gzip.compress(good.encode()))  # kept compressed
     (tmp_path / "gzip_data.jsonl").write_bytes(gzip.compress(good.encode()))  # renamed, still gzip
-    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"not a log"))  # not a log's name: aside
+    (tmp_path / "RUN2.JSONL.GZ").write_bytes(gzip.compress(good.encode()))
+    for aside in ("notes.txt.gz", "build.log.gz", "results.json.gz"):  # not a log's name: aside
+        (tmp_path / aside).write_bytes(gzip.compress(b"not a log"))
     (tmp_path / "torn.jsonl").write_text('{"kind": "unknown record"}\n{"b": ')
+    (tmp_path / "hole.jsonl").write_text('{"kind": "unknown record"}\n{"b": \n{"kind": "unknown record"}\n')
     (tmp_path / "fine.jsonl").write_text(good)
     res = ingest_paths([tmp_path], progress=False)
     assert len(res.trajectories) == 1
     reasons = {s.path.rsplit("/", 1)[-1]: s.reason for s in res.skipped}
+    packed = "gzip-compressed: decompress it to read it (its log is inside, unread)"
     assert reasons == {
-        "run.jsonl.gz": "gzip-compressed: decompress it to read it (its log is inside, unread)",
-        "gzip_data.jsonl": "gzip-compressed: decompress it to read it (its log is inside, unread)",
+        "run.jsonl.gz": packed,
+        "RUN2.JSONL.GZ": packed,
+        "gzip_data.jsonl": packed,
         "torn.jsonl": "unknown format, and line 2 is not valid JSON (cut off, or still being written?)",
+        "hole.jsonl": "unknown format, and line 2 is not valid JSON",
     }
-    assert res.auxiliary_paths == [f"{tmp_path}/notes.txt.gz"]
+    assert sorted(res.auxiliary_paths) == [
+        f"{tmp_path}/{n}" for n in ("build.log.gz", "notes.txt.gz", "results.json.gz")
+    ]
+    # a format named on the command line cannot read it packed either: said so, not as bad text
+    res = ingest_paths([tmp_path / "gzip_data.jsonl"], progress=False, fmt="openai-chat")
+    assert [s.reason for s in res.skipped] == [packed]
+    # a line with a character JSON allows raw (U+2028) is one line of JSON, not a break
+    (tmp_path / "sep.jsonl").write_text('{"kind": "line\u2028sep"}\n')
+    from dtoc_rl.ingest import unknown_format_reason
+
+    assert unknown_format_reason(tmp_path / "sep.jsonl").startswith("unknown format: no ingester")

@@ -440,7 +440,19 @@ def test_a_share_of_an_oracle_that_saved_next_to_nothing_is_not_a_number_nor_a_t
     ]
     rows = aggregate(runs, by=["overall"], n_boot=20)
     learned = next(r for r in rows if r["policy"].startswith("learned"))
-    assert learned["oracle_fraction"] != learned["oracle_fraction"]  # NaN
+    assert learned["oracle_fraction"] != learned["oracle_fraction"]  # NaN, and no interval around it
+    # pooled, next to nothing saved, though a resample of the small run alone saves 10%: still no interval
+    pooled = [
+        _run("oracle", "big", dollars=1000.0, base=1000.0),
+        _run("oracle", "small", dollars=9.0, base=10.0),
+        _run("learned:path=p,threshold=0.1", "big", dollars=1000.0, base=1000.0),
+        _run("learned:path=p,threshold=0.1", "small", dollars=9.5, base=10.0),
+    ]
+    learned = next(
+        r for r in aggregate(pooled, by=["overall"], n_boot=200) if r["policy"].startswith("learned")
+    )
+    assert learned["oracle_fraction"] != learned["oracle_fraction"]
+    assert all(learned[f"oracle_fraction_{e}"] != learned[f"oracle_fraction_{e}"] for e in ("lo", "hi"))
     assert 1 - 99.97 / 100 < MIN_ORACLE_SAVINGS
     print_rows(rows)
     assert "1666" not in capsys.readouterr().out

@@ -60,9 +60,9 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
     assert (out / "seed-0-split-0.train.log").exists() and (out / "seed-0-split-0.evaluate.log").exists()
 
 
-def _group(share, *, failed=False, table=0.05):
+def _group(share, *, failed=False, table=0.05, reaches=False):
     return {"n": 10, "oracle_savings": 0.2, "best_share": share,
-            "best_policy": "learned:path=c,threshold=0.1", "best_misses_per_100": 0.5,
+            "best_policy": "learned:path=c,threshold=0.1", "best_misses_per_100": 0.5, "reaches": reaches,
             "oracle_failed": failed, "table_savings": table, "table_misses_per_100": 0.8}  # fmt: skip
 
 
@@ -78,6 +78,10 @@ def test_a_seed_whose_oracle_failed_is_left_out_of_the_group_not_counted_as_noth
     text = seeds.tables({"seeds": runs, "summary": sm, "args": {"target": 0.6}})
     assert "oracle failed" in text and "none within budget" in text and "nan" not in text
     assert "| judged on | 3 seeds | 1 seed |" in text
+    # a seed whose oracle saved next to nothing there has no share to count (done_when: reaches None)
+    runs[2]["groups"]["all"] = _group(None, reaches=None)
+    sm = seeds.summary(runs, target=0.6, budget=1.0)
+    assert sm["all"]["seeds"] == 2 and sm["all"]["mean_share"] == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize(
