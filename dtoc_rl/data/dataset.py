@@ -284,6 +284,17 @@ def _shard_name(i: int, n: int) -> str:
 _SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.parquet")  # _shard_name's names, read back
 
 
+def _write_part(rows: list[dict[str, Any]], schema: Any, folder: Path, i: int) -> Path:
+    """Shard ``i``'s rows written to ``folder`` under a provisional name (the count of shards is not
+    known yet); returns its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = folder / f"part-{i:05d}.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")
+    return path
+
+
 def write_dataset(
     trajs: Iterable[Trajectory],
     out: str | Path,
@@ -302,9 +313,6 @@ def write_dataset(
     trajectories' ``source_path`` is relative to them; without them licences are not looked up);
     ``command`` defaults to this process's command line.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from dtoc_rl.data.schema import hf_features
 
     out = Path(out)
@@ -317,23 +325,29 @@ def write_dataset(
     tmp.mkdir()
     try:
         schema = hf_features().arrow_schema
-        shards: list[list[dict[str, Any]]] = [[]]
-        size = 0
+        # each shard is written as soon as it is full: the rows of one shard at a time are in memory,
+        # not those of the whole dataset (a row copies its run's steps into dicts); the shards are
+        # named data-i-of-n once n is known
+        parts: list[Path] = []
+        rows: list[dict[str, Any]] = []
+        size = count = 0
         card = _Card(inputs)
         for t in trajs:
             card.add(t)
             row = t.to_row()
             b = _row_bytes(row)
-            if shards[-1] and size + b > shard_bytes:
-                shards.append([])
-                size = 0
-            shards[-1].append(row)
+            if rows and size + b > shard_bytes:
+                parts.append(_write_part(rows, schema, tmp, len(parts)))
+                rows, size = [], 0
+            rows.append(row)
             size += b
-        n = len(shards)
-        for i, rows in enumerate(shards):
-            table = pa.Table.from_pylist(rows, schema=schema)
-            pq.write_table(table, tmp / _shard_name(i, n), compression="zstd")
-        meta = {"schema_version": SCHEMA_VERSION, "trajectories": sum(len(s) for s in shards), "shards": n}
+            count += 1
+        parts.append(_write_part(rows, schema, tmp, len(parts)))  # the last (an empty one for no run)
+        del rows
+        n = len(parts)
+        for i, part in enumerate(parts):
+            os.replace(part, tmp / _shard_name(i, n))
+        meta = {"schema_version": SCHEMA_VERSION, "trajectories": count, "shards": n}
         meta.update(summary or {})
         (tmp / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
         (tmp / "README.md").write_text(card.render(out.name, meta, command))
