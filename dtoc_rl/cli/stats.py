@@ -33,45 +33,74 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dtoc_rl.data.dataset import DatasetError, load_trajectories
+    from dtoc_rl.data.dataset import DatasetError, iter_trajectories
     from dtoc_rl.ingest.driver import summarize
 
+    dist = Distributions()
     try:
-        trajs = load_trajectories(args.dataset)
+        # one pass over the shards, a few rows at a time: the summary and the plot keep the numbers they
+        # draw, not the runs (a dataset of tens of thousands of runs does not fit in memory as objects)
+        summary = summarize(dist.feed(iter_trajectories(args.dataset)))
     except DatasetError as e:
         return fail(str(e))
-    summary = summarize(trajs)
     summary["dataset"] = str(args.dataset)
     if not args.no_plot:
         out = args.plot or Path(f"{args.dataset.resolve().name}-stats.png")
-        plot_distributions(trajs, out)
+        plot_distributions(dist, out)
         summary["plot"] = str(out)
     if args.json:
         emit_json(summary)
     else:
         from dtoc_rl.cli.tables import print_summary
 
-        print_summary(summary, f"dataset {args.dataset} ({len(trajs)} trajectories)")
+        print_summary(summary, f"dataset {args.dataset} ({dist.n} trajectories)")
         if "plot" in summary:
             print(f"distributions plotted to {summary['plot']}")
     return 0
 
 
+class Distributions:
+    """What the stats plot draws, gathered run by run: steps per trajectory, output tokens per step,
+    need ages and need kinds (the runs themselves are not kept)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.steps: list[int] = []
+        self.toks: list[int] = []
+        self.ages: list[int] = []
+        self.kinds: dict[str, int] = {}
+
+    def add(self, t) -> None:
+        self.n += 1
+        self.steps.append(len(t.steps))
+        for s in t.steps:
+            if s.output is not None:
+                self.toks.append(s.output_tokens)
+            for n in s.needs:
+                self.ages.append(s.index - n.step)
+                self.kinds[n.kind] = self.kinds.get(n.kind, 0) + 1
+
+    def feed(self, trajs):
+        """``trajs`` again, each added on its way."""
+        for t in trajs:
+            self.add(t)
+            yield t
+
+
 def plot_distributions(trajs, out: Path) -> None:
+    """The PNG of ``trajs``' distributions (trajectories, or their :class:`Distributions`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    steps = [len(t.steps) for t in trajs]
-    toks = [s.output_tokens for t in trajs for s in t.steps if s.output is not None]
-    ages = [s.index - n.step for t in trajs for s in t.steps for n in s.needs]
-    kinds: dict[str, int] = {}
-    for t in trajs:
-        for s in t.steps:
-            for n in s.needs:
-                kinds[n.kind] = kinds.get(n.kind, 0) + 1
+    if not isinstance(trajs, Distributions):
+        dist = Distributions()
+        for t in trajs:
+            dist.add(t)
+        trajs = dist
+    steps, toks, ages, kinds = trajs.steps, trajs.toks, trajs.ages, trajs.kinds
     fig, ax = plt.subplots(2, 2, figsize=(10, 7))
     ax[0, 0].hist(steps, bins=30)
     ax[0, 0].set(title="steps per trajectory", xlabel="steps", ylabel="trajectories")
@@ -83,7 +112,7 @@ def plot_distributions(trajs, out: Path) -> None:
     ax[1, 0].set(title="need age", xlabel="steps back", ylabel="needs")
     ax[1, 1].bar(list(kinds), list(kinds.values()))
     ax[1, 1].set(title="need kinds", ylabel="needs")
-    fig.suptitle(f"{len(trajs)} trajectories")
+    fig.suptitle(f"{trajs.n} trajectories")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
