@@ -218,7 +218,8 @@ def _cost_since_last_result(result: dict) -> float | None:
     model's ``costUSD`` since the result before, as Claude Code 2.1.332 writes it), or None."""
     since = result.get("model_usage_since_last_result")
     if not isinstance(since, dict):
-        return None  # {}: no model was called since the result before, which costs nothing
+        return None
+    # {} (no model called since the result before) sums to nothing
     costs = [m.get("costUSD") if isinstance(m, dict) else None for m in since.values()]
     ok = all(isinstance(c, int | float) and not isinstance(c, bool) and c >= 0 for c in costs)
     return float(sum(costs)) if ok else None
