@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import get_estimator
-from dtoc_rl.data.dataset import load_trajectories
+from dtoc_rl.data.dataset import Part, iter_trajectories, load_trajectories
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.episode import Episode, compile_episode
 
-__all__ = ["load_episodes"]
+__all__ = ["load_episodes", "nothing_usable", "part_episodes", "select_episodes"]
 
 
 @lru_cache(maxsize=8)
@@ -62,6 +62,61 @@ def _episode(x: Any, i: int, est: Any) -> Episode:
     )
 
 
+def _wanted(values: str | Sequence[str] | None) -> set[str]:
+    """A filter given as one name or many (one name is not its letters); empty: no filter."""
+    return {values} if isinstance(values, str) else set(values or ())
+
+
+def select_episodes(
+    eps: Iterable[Episode],
+    *,
+    model_family: str | Sequence[str] | None = None,
+    source: str | Sequence[str] | None = None,
+    min_steps: int = 2,
+) -> list[Episode]:
+    """The episodes of these families and sources with at least ``min_steps`` model calls (none
+    may be left: :func:`load_episodes` is the loader that refuses an empty result)."""
+    fams, srcs = _wanted(model_family), _wanted(source)
+    return [
+        e
+        for e in eps
+        if (not fams or e.model_family in fams) and (not srcs or e.source in srcs) and e.n_calls >= min_steps
+    ]
+
+
+def nothing_usable(
+    where: str,
+    count: int,
+    families: Iterable[str],
+    sources: Iterable[str],
+    *,
+    model_family: str | Sequence[str] | None = None,
+    source: str | Sequence[str] | None = None,
+    min_steps: int = 2,
+) -> ValueError:
+    """The error for a selection that leaves no episode, saying what the data holds instead."""
+    fams = sorted(_wanted(model_family)) or "any"
+    return ValueError(
+        f"no usable trajectory in {where} (of {count}) for model_family={fams}, "
+        f"source={sorted(_wanted(source)) or 'any'}, at least {min_steps} model calls; "
+        f"families present: {sorted(set(families))}; sources present: {sorted(set(sources))}"
+    )
+
+
+def part_episodes(
+    part: Part, *, keep: Iterable[int] | None = None, estimator: str = "chars"
+) -> list[Episode]:
+    """The episodes of one part of a dataset (:func:`dtoc_rl.data.dataset.dataset_parts`), compiled
+    here and not kept: a process that goes part by part holds one part's episodes at a time.
+    ``keep``: the part's rows (offsets in it) to compile, the others read and dropped."""
+    est = get_estimator(estimator)
+    rows = iter_trajectories(None, part=part)
+    if keep is None:
+        return [compile_episode(t, est) for t in rows]
+    wanted = set(keep)
+    return [compile_episode(t, est) for j, t in enumerate(rows) if j in wanted]
+
+
 def load_episodes(
     dataset: Any = None,
     *,
@@ -86,19 +141,10 @@ def load_episodes(
         est = get_estimator(estimator)
         eps = [_episode(x, i, est) for i, x in enumerate(items)]
         where = f"{len(items)} objects"
-    fams = {model_family} if isinstance(model_family, str) else set(model_family or ())
-    srcs = {source} if isinstance(source, str) else set(source or ())
-    kept = [
-        e
-        for e in eps
-        if (not fams or e.model_family in fams) and (not srcs or e.source in srcs) and e.n_calls >= min_steps
-    ]
+    filters = {"model_family": model_family, "source": source, "min_steps": min_steps}
+    kept = select_episodes(eps, **filters)
     if not kept:
-        have_f = sorted({e.model_family for e in eps})
-        have_s = sorted({e.source for e in eps})
-        raise ValueError(
-            f"no usable trajectory in {where} (of {len(eps)}) for model_family={sorted(fams) or 'any'}, "
-            f"source={sorted(srcs) or 'any'}, at least {min_steps} model calls; "
-            f"families present: {have_f}; sources present: {have_s}"
+        raise nothing_usable(
+            where, len(eps), (e.model_family for e in eps), (e.source for e in eps), **filters
         )
     return kept

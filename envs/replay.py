@@ -545,9 +545,12 @@ class ReplayEnv(gym.Env):
 
     @episodes.setter
     def episodes(self, eps: Sequence[Episode]) -> None:
-        # Callers (the Ray evaluator) may swap the episodes between batches: keep the ids in step.
+        # Evaluators swap the episodes between batches: the ids follow, and the per-episode caches
+        # (by index, or by id of a run no longer here) are emptied rather than grown batch after batch
         self._episodes = list(eps)
         self._ids = [e.traj_id for e in self._episodes]
+        for cache in ("_baselines", "_templates", "_sims"):
+            getattr(self, cache, {}).clear()
 
     def _baseline(self, ep: Episode) -> Totals:
         b = self._baselines.get(ep.traj_id)

@@ -21,18 +21,21 @@ import sys
 import traceback
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.dataset import task_name
+from dtoc_rl.data.dataset import Part, dataset_columns, dataset_parts, task_name
+from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.envs.data import load_episodes, nothing_usable, part_episodes, select_episodes
 from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy, reset_policy
 from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement
@@ -186,8 +189,77 @@ def miss_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-# -- worker pool -----------------------------------------------------------------
-_W: dict[str, Any] = {}
+# -- parts of a dataset, and the worker pool --------------------------------------
+class EpisodeRunner:
+    """Every policy over batch after batch of episodes, in one ReplayEnv kept across batches (its
+    caches are per batch): a process that goes part by part holds one part's episodes at a time.
+    The local evaluator, its workers and the Ray actors all run episodes through it."""
+
+    def __init__(self, policies: Sequence[tuple[str, Any]], cost_config: CostConfig, max_items: int):
+        self.policies = list(policies)
+        self.cost_config = cost_config
+        self.max_items = max_items
+        self.env: ReplayEnv | None = None
+
+    def runs(self, eps: Sequence[Episode]) -> Iterator[Run]:
+        """One run per episode and policy, episode by episode, policies in their order."""
+        if not eps:
+            return
+        if self.env is None:
+            self.env = ReplayEnv(
+                trajectories=eps, max_items=self.max_items, cost_config=self.cost_config, expose_episode=True
+            )
+        else:
+            self.env.episodes = eps
+        for i in range(len(eps)):
+            for label, pol in self.policies:
+                yield run_policy_on_episode(pol, self.env, i, label)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A part of a dataset folder and the rows of it (offsets in the part) the filters keep."""
+
+    part: Part
+    keep: tuple[int, ...]
+
+
+_NAME_COLUMNS = ["source", "task_id", "model_family", "model_raw"]
+
+
+def _plan(
+    dataset, filters: dict[str, Any], tasks: set[str] | None
+) -> tuple[list[_Work], set[str], set[tuple[str, str]]]:
+    """The work of evaluating a dataset folder, from the runs' names alone (no run is read or
+    compiled here): its parts with the rows of each the filters keep (parts keeping none left out),
+    the task names and the (family, model) pairs of the kept rows.  The filters' errors are
+    load_episodes' (runs with too few calls are only known when a part is compiled)."""
+    where = dataset if dataset is not None else bundled_dataset()
+    cols = dataset_columns(where, _NAME_COLUMNS)
+    fams, srcs = (_name_set(filters[k]) for k in ("model_family", "source"))
+    rows = list(zip(*(cols[c] for c in _NAME_COLUMNS)))
+    ok = [(not fams or f in fams) and (not srcs or s in srcs) for s, _, f, _ in rows]
+    if not any(ok):
+        raise nothing_usable(str(where), len(rows), cols["model_family"], cols["source"], **filters)
+    if tasks is not None:
+        ok = [k and task_name(s, t) in tasks for k, (s, t, _, _) in zip(ok, rows)]
+        if not any(ok):
+            raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+    work: list[_Work] = []
+    at = 0
+    for part in dataset_parts(where):
+        size = part.stop - part.start
+        keep = tuple(j for j in range(size) if ok[at + j])
+        if keep:
+            work.append(_Work(part, keep))
+        at += size
+    kept = [r for r, k in zip(rows, ok) if k]
+    return work, {task_name(s, t) for s, t, _, _ in kept}, {(f, m) for _, _, f, m in kept}
+
+
+def _episodes_of(work: _Work) -> list[Episode]:
+    """The kept rows of a part as episodes, those with too few model calls left out."""
+    return select_episodes(part_episodes(work.part, keep=work.keep))
 
 
 def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Episode]:
@@ -199,20 +271,17 @@ def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Epis
     return eps
 
 
-def _init_worker(
-    dataset, filters, specs, cost_cfg, max_items, threads=None, tasks=None, warned=(), show=None
-):
+_W: dict[str, Any] = {}
+
+
+def _init_worker(specs, cost_cfg, max_items, threads=None, warned=(), show=None):
     # the parent's way of showing a warning (the CLI's one line), and the prices it has warned about
     # already: a worker repeats neither the source line nor the parent's warnings
     if show is not None:
         warnings.showwarning = show
     pricing.mark_warned(warned)
     try:
-        eps = _load(dataset, filters, tasks)
-        _W["env"] = ReplayEnv(
-            trajectories=eps, max_items=max_items, cost_config=cost_cfg, expose_episode=True
-        )
-        _W["policies"] = [(s, make_policy(s)) for s in specs]
+        _W["runner"] = EpisodeRunner([(s, make_policy(s)) for s in specs], cost_cfg, max_items)
     except Exception as e:  # a bad spec: raised by the first task, so the caller gets it as it was raised
         _W["failed"] = e
         return
@@ -229,11 +298,12 @@ def _shown() -> Callable[..., None] | None:
     return warnings.showwarning
 
 
-def _work(indices: list[int]) -> list[Run]:
+def _work(work: _Work) -> tuple[list[Run], int]:
+    """A part's runs, and how many of its kept rows had too few calls to run."""
     if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
         raise _W["failed"].with_traceback(None)  # the same error each time, not a longer trace
-    env = _W["env"]
-    return [run_policy_on_episode(p, env, i, s) for i in indices for s, p in _W["policies"]]
+    eps = _episodes_of(work)
+    return list(_W["runner"].runs(eps)), len(work.keep) - len(eps)
 
 
 def _name_set(names: str | Iterable[str] | None) -> set[str] | None:
@@ -312,56 +382,65 @@ def evaluate(
     filters = {"model_family": model_family, "source": source}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
-    eps = _load(dataset, filters, tasks)
-    if holdout_tasks and not any("/" in t for t in holdout_tasks):
+    labels = len(specs) + len(policies)
+    # A dataset folder is read part by part (its runs' names first, for the filters and the bar):
+    # this process, or each worker, holds one part's episodes at a time, whatever the dataset's size.
+    # Objects in memory are one batch.
+    by_parts = dataset is None or isinstance(dataset, str | os.PathLike)
+    if by_parts:
+        plan, names, models = _plan(dataset, filters, tasks)
+        n = sum(len(w.keep) for w in plan)
+    else:
+        eps = _load(dataset, filters, tasks)
         names = {task_name(e.source, e.task_id) for e in eps}
-        if not names & holdout_tasks:  # bare ids would mark every run "train" without a word
-            warnings.warn(
-                "no holdout task names a task of these runs: task names are 'source/task_id' (e.g. "
-                f"{min(names)!r}), not the task id alone",
-                stacklevel=2,
-            )
-    n = len(eps)
-    chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
+        n = len(eps)
+    if holdout_tasks and not any("/" in t for t in holdout_tasks) and not names & holdout_tasks:
+        # bare ids would mark every run "train" without a word
+        warnings.warn(
+            "no holdout task names a task of these runs: task names are 'source/task_id' (e.g. "
+            f"{min(names)!r}), not the task id alone",
+            stacklevel=2,
+        )
     runs: list[Run] = []
-    bar = tqdm(
-        total=n * (len(specs) + len(policies or {})), desc="evaluate", unit="run", disable=not progress
-    )
-    # Workers rebuild env and policies from the dataset path and the specs (nothing big is pickled).
-    use_pool = workers > 1 and not policies and (dataset is None or isinstance(dataset, str | os.PathLike))
-    if use_pool:
+    bar = tqdm(total=n * labels, desc="evaluate", unit="run", disable=not progress)
+
+    def skipped(k: int) -> None:  # runs with too few model calls: out of the bar's total
+        if k:
+            bar.total -= k * labels
+            bar.refresh()
+
+    # Workers build the env and policies from the specs, and read their parts (nothing big is pickled).
+    if by_parts and workers > 1 and not policies:
         # price each model here first: its warning, if any, is given once, and the workers are told
-        for ep in {(e.model_family, e.model_raw): e for e in eps}.values():
-            cost_config.prices_of(ep)
+        for fam, raw in sorted(models):
+            cost_config.prices_of(SimpleNamespace(model_family=fam, model_raw=raw))
         # forkserver, not fork: a forked child of a process with torch's thread pools can deadlock.
         with ProcessPoolExecutor(
             max_workers=workers,
             mp_context=multiprocessing.get_context("forkserver"),
             initializer=_init_worker,
-            initargs=(
-                dataset,
-                filters,
-                specs,
-                cost_config,
-                max_items,
-                threads,
-                tasks,
-                pricing.warned(),
-                _shown(),
-            ),
+            initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown()),
         ) as pool:
-            for out in pool.map(_work, chunks):
+            for out, k in pool.map(_work, plan):
                 runs.extend(out)
                 bar.update(len(out))
+                skipped(k)
     else:
-        env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
-        objs = [(s, make_policy(s)) for s in specs] + list((policies or {}).items())
+        runner = EpisodeRunner(
+            [(s, make_policy(s)) for s in specs] + list(policies.items()), cost_config, max_items
+        )
+        batches = ((_episodes_of(w), len(w.keep)) for w in plan) if by_parts else iter([(eps, n)])
         with torch_threads(threads):
-            for chunk in chunks:
-                for i in chunk:
-                    for label, pol in objs:
-                        runs.append(run_policy_on_episode(pol, env, i, label))
-                        bar.update(1)
+            for batch, size in batches:
+                skipped(size - len(batch))
+                for run in runner.runs(batch):
+                    runs.append(run)
+                    bar.update(1)
+    if not runs:  # every kept run had too few model calls (known once compiled)
+        raise ValueError(
+            f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "
+            "at least 2 model calls"
+        )
     bar.close()
     mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)
     return runs
@@ -482,6 +561,23 @@ def _stats(a: dict[str, np.ndarray], o: dict[str, np.ndarray], idx: np.ndarray) 
     }
 
 
+#: Indices drawn at a time for :func:`_bootstrap`: memory bounded whatever the group's size.
+BOOT_BLOCK = 1 << 22
+
+
+def _bootstrap(a: dict[str, np.ndarray], o: dict[str, np.ndarray], rng: np.random.Generator, n_boot: int):
+    """:func:`_stats` of ``n_boot`` resamples of the ``n`` runs, drawn a block of resamples at a time
+    (at most :data:`BOOT_BLOCK` indices): a ``Generator`` continues one stream across calls, so the
+    draws, and the figures, are those of one ``(n_boot, n)`` draw, without that array (and a copy
+    of it per metric) in memory at once."""
+    n = len(a["dollars"])
+    step = max(1, BOOT_BLOCK // n)
+    blocks = [
+        _stats(a, o, rng.integers(0, n, size=(min(step, n_boot - i), n))) for i in range(0, n_boot, step)
+    ]
+    return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+
+
 def _group_key(dim: str) -> Callable[[Run], str]:
     """The group of a run under ``dim``: one of :data:`GROUPINGS`, or several joined by ``+``."""
     parts = dim.split("+")
@@ -503,6 +599,7 @@ def aggregate(
     by: Sequence[str] = ("overall", "model_family", "source"),
     n_boot: int = 1000,
     seed: int = 0,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows ``{policy, group_by, group, n, errors, first_error, <metric>, <metric>_lo, <metric>_hi}``.
 
@@ -511,29 +608,34 @@ def aggregate(
 
     ``errors`` counts the policy's failed runs in the group and ``first_error`` quotes one; a policy
     with no run to measure in a group (its own failed, or no oracle run completed on the same
-    trajectories: ``errors`` 0) still gets its row, with ``n = 0`` and NaN metrics."""
+    trajectories: ``errors`` 0) still gets its row, with ``n = 0`` and NaN metrics.  ``progress``:
+    a bar over the groupings (the resampling of a big collection's groups takes a while)."""
+    from tqdm.auto import tqdm
+
     by = [by] if isinstance(by, str) else by  # one grouping, not its letters
     keys = {dim: _group_key(dim) for dim in by}
-    ok = [r for r in runs if r.error is None]
-    failed = [r for r in runs if r.error is not None]
     policies = list(dict.fromkeys(r.policy for r in runs))
-    oracle = {r.traj_id: r for r in ok if r.policy == ORACLE}
+    oracle = {r.traj_id: r for r in runs if r.error is None and r.policy == ORACLE}
     fields_ = ("calls", "dollars", "base_dollars", "input_tokens", "base_input_tokens", "active_token_sum",
                "misses", "rereads", "mgmt_calls", "placeholder_tokens")  # fmt: skip
     rows = []
-    for dim in by:
+    for dim in tqdm(by, desc="bootstrap", unit="grouping", disable=not progress):
         keyf = keys[dim]
-        groups = sorted({keyf(r) for r in runs}, key=str)
+        # each run's group once, its runs by (group, policy): not a pass over every run per pair
+        done: dict[tuple[str, str], list[Run]] = defaultdict(list)
+        broke: dict[tuple[str, str], list[Run]] = defaultdict(list)
+        for r in runs:
+            (done if r.error is None else broke)[(keyf(r), r.policy)].append(r)
+        groups = sorted({g for g, _ in done} | {g for g, _ in broke}, key=str)
         for g in groups:
             for p in policies:
-                fails = [r for r in failed if r.policy == p and keyf(r) == g]
+                fails = broke.get((g, p), [])
                 sel = sorted(
-                    (r for r in ok if r.policy == p and keyf(r) == g and r.traj_id in oracle),
-                    key=lambda r: r.traj_id,
+                    (r for r in done.get((g, p), ()) if r.traj_id in oracle), key=lambda r: r.traj_id
                 )
                 if not sel:
                     # its own runs failed, or the oracle's did: a row says so
-                    if fails or any(r.policy == p and keyf(r) == g for r in ok):
+                    if fails or done.get((g, p)):
                         row = {"policy": p, "group_by": dim, "group": g, "n": 0, "errors": len(fails),
                                "first_error": fails[0].error if fails else ""}  # fmt: skip
                         for k in METRICS:
@@ -548,8 +650,7 @@ def aggregate(
                 # grouping names it (overall, a family, a source that hold the same runs), and two
                 # policies on the same runs are resampled alike
                 ids = "\n".join(r.traj_id for r in sel).encode()
-                rng = np.random.default_rng([seed, zlib.crc32(ids)])
-                boot = _stats(a, o, rng.integers(0, n, size=(n_boot, n)))
+                boot = _bootstrap(a, o, np.random.default_rng([seed, zlib.crc32(ids)]), n_boot)
                 row = {"policy": p, "group_by": dim, "group": g, "n": n, "errors": len(fails),
                        "first_error": fails[0].error if fails else ""}  # fmt: skip
                 for k in METRICS:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
-from dtoc_rl.policies.evaluate import ORACLE, Run, mark_split, run_policy_on_episode
+from dtoc_rl.policies.evaluate import ORACLE, EpisodeRunner, Run, mark_split
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = ["RAY_INSTALL_HINT", "RayNotAvailable", "evaluate_ray"]
@@ -65,47 +65,21 @@ class _EvalActor:
     ):
         from dtoc_rl.policies.registry import make_policy
 
-        self.policies = [(s, make_policy(s)) for s in specs]
         self.filters = {"model_family": model_family, "source": source}
-        self.cost_config = cost_config
-        self.max_items = max_items
-        self.env = None
+        self.runner = EpisodeRunner([(s, make_policy(s)) for s in specs], cost_config, max_items)
 
     def _episodes(self, table) -> list:
         from dtoc_rl.data.schema import Trajectory
-        from dtoc_rl.envs.data import load_episodes
+        from dtoc_rl.envs.data import load_episodes, select_episodes
 
         trajs = [Trajectory.from_row(row) for row in table.to_pylist()]
-        if not trajs:
-            return []
-        try:  # the same compilation and filters as the local path
-            return load_episodes(trajs, **self.filters)
-        except ValueError:  # nothing usable in this batch
-            return []
+        # the same compilation and filters as the local path; a batch may keep none
+        return select_episodes(load_episodes(trajs, min_steps=0), **self.filters) if trajs else []
 
     def __call__(self, table):
         import pyarrow as pa
 
-        eps = self._episodes(table)
-        runs: list[Run] = []
-        if eps:
-            env = self.env
-            if env is None:
-                from dtoc_rl.envs import ReplayEnv
-
-                env = self.env = ReplayEnv(
-                    trajectories=eps,
-                    max_items=self.max_items,
-                    cost_config=self.cost_config,
-                    expose_episode=True,
-                )
-            else:  # the same env, this batch's episodes (per-trajectory caches would only grow)
-                env.episodes = eps
-                for cache in ("_baselines", "_templates", "_sims"):
-                    getattr(env, cache, {}).clear()
-            for i in range(len(eps)):
-                for label, pol in self.policies:
-                    runs.append(run_policy_on_episode(pol, env, i, label))
+        runs = list(self.runner.runs(self._episodes(table)))
         blobs = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in runs]
         return pa.table({"run": pa.array(blobs, pa.binary())})
 

@@ -10,10 +10,9 @@ cost per step does not depend on the weights, only the decisions it makes do).
   ``run_policy_on_episode`` (what ``evaluate()`` does), after a warm-up pass; median of
   ``--repeats``.  Steps are env steps (a trajectory of n calls has n - 1).
 * **Per policy, N worker processes**: the worker pool of ``evaluate(workers=N)`` (forkserver, the
-  same initializer and chunks of 8 trajectories), timed after the workers have started, loaded the
-  dataset and labelled every episode's own shares (which ``evaluate()``'s workers do at each
-  episode's first replay, the first pass's one-process run does too); speed-up = one-process time /
-  pool time.
+  same initializer and parts of the dataset), timed after the workers have started; each part is
+  read, compiled and labelled by the worker that runs it, every pass, as ``evaluate()``'s workers do
+  (which the warm one-process figure does not pay); speed-up = one-process time / pool time.
 * **End to end**: ``evaluate(dataset, all policies, workers=N)`` (which adds the oracle when the list
   lacks it) as a user runs it: pool start-up and per-worker dataset loading included.
 
@@ -39,7 +38,7 @@ from dtoc_rl.data.dataset import DatasetError
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
-from dtoc_rl.policies.evaluate import _W, _init_worker, _work, evaluate, run_policy_on_episode
+from dtoc_rl.policies.evaluate import _init_worker, _plan, _work, evaluate, run_policy_on_episode
 from dtoc_rl.policies.registry import BASELINES, PolicySpecError, expand_specs, make_policy
 from dtoc_rl.provenance import environment
 from dtoc_rl.sim.simulator import CostConfig
@@ -81,30 +80,22 @@ def one_process(eps, spec: str, repeats: int) -> dict[str, Any]:
             "errors": errors}  # fmt: skip
 
 
-def _init_and_label(*args: Any) -> None:
-    """evaluate()'s worker initializer, then every episode's outputs' own shares computed (episodes
-    compute them at their first replay): the timed passes then measure replaying, not labelling."""
-    _init_worker(*args)
-    for ep in _W["env"].episodes:
-        ep.unique_shares()
-
-
 def pool(dataset: str, n: int, steps: int, spec: str, workers: int, repeats: int) -> dict[str, Any]:
-    chunks = [list(range(i, min(n, i + 8))) for i in range(0, n, 8)]
+    plan, _, _ = _plan(dataset, {"model_family": None, "source": None}, None)
     t_start = time.perf_counter()
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("forkserver"),
-        initializer=_init_and_label,
-        initargs=(dataset, {"model_family": None, "source": None}, [spec], CostConfig(), MAX_ITEMS),
+        initializer=_init_worker,
+        initargs=([spec], CostConfig(), MAX_ITEMS),
     ) as ex:
-        # every worker starts, loads and labels the dataset (the initializer) before the timed runs
+        # every worker starts and builds its policy before the timed runs
         wait([ex.submit(time.sleep, 0.5) for _ in range(workers)])
         startup = time.perf_counter() - t_start
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            runs = [r for out in ex.map(_work, chunks) for r in out]
+            runs = [r for out, _ in ex.map(_work, plan) for r in out]
             times.append(time.perf_counter() - t0)
     assert len(runs) == n
     sec = statistics.median(times)

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(e, CheckpointError):
             return fail(str(e))
         raise
-    rows = aggregate(runs, by=args.by, n_boot=args.bootstrap)
+    rows = aggregate(runs, by=args.by, n_boot=args.bootstrap, progress=not (args.quiet or args.json))
     failed = [{"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error]
     done = done_when(rows, max_misses=args.miss_budget)
     out = {

@@ -24,7 +24,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import is_dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,10 @@ from dtoc_rl.data.schema import SCHEMA_VERSION, Trajectory
 
 __all__ = [
     "DatasetError",
+    "Part",
     "check_dataset_target",
+    "dataset_columns",
+    "dataset_parts",
     "dataset_tasks",
     "iter_trajectories",
     "load_hf_dataset",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 SHARD_BYTES = 128 * 1024 * 1024
+ROW_GROUP = 256
 MARKER = "COMPLETE"
 
 
@@ -291,7 +295,11 @@ def _write_part(rows: list[dict[str, Any]], schema: Any, folder: Path, i: int) -
     import pyarrow.parquet as pq
 
     path = folder / f"part-{i:05d}.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")
+    # row groups of ROW_GROUP runs: a worker reads a few runs without decoding the rest of the shard
+    # (dataset_parts); files grow about 2%
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=schema), path, compression="zstd", row_group_size=ROW_GROUP
+    )
     return path
 
 
@@ -457,42 +465,103 @@ def _check_shards(path: Path, files: list[Path]) -> None:
 _REQUIRED_COLUMNS = ("traj_id", "source", "model_raw", "model_family", "task_id", "steps")
 
 
-def iter_trajectories(path: str | Path, *, columns: list[str] | None = None) -> Iterator[Trajectory]:
-    """Stream trajectories shard by shard.  A file that is not Parquet, Parquet without the
-    trajectory columns, or a row that is no trajectory is a DatasetError naming the file."""
+@dataclass(frozen=True)
+class Part:
+    """A slice of a dataset's rows, read on its own (:func:`dataset_parts`): rows ``start`` to ``stop``
+    of row group ``row_group`` of the shard ``file``.  Small enough that a worker holding one part's
+    episodes holds little, and picklable, so a pool is sent parts rather than episodes."""
+
+    file: str
+    row_group: int
+    start: int
+    stop: int
+
+
+_BATCH = 64  # rows converted to Python at a time: a shard's rows are never all objects at once
+
+
+def _open(f: Path, columns: list[str] | None) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        pf = pq.ParquetFile(f)
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetError(f"{f}: not a readable Parquet file ({' '.join(str(e).split())[:200]})") from None
+    missing = [
+        c for c in _REQUIRED_COLUMNS if c not in pf.schema_arrow.names and (columns is None or c in columns)
+    ]
+    if missing:
+        raise DatasetError(
+            f"{f}: not a DTOC-RL trajectory dataset (no column {', '.join(missing)}); "
+            "make one with `dtoc-rl ingest LOGS -o DATASET`"
+        )
+    return pf
+
+
+def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Iterator[Trajectory]:
+    """The trajectories of shard ``f`` (or of ``part`` of it), a row that is none a DatasetError."""
+    import pyarrow as pa
+
+    pf = _open(f, columns)
+    groups = None if part is None else [part.row_group]
+    first, stop = (0, None) if part is None else (part.start, part.stop)
+    # rows are named by their place in the shard, whichever part reads them
+    base = 0 if part is None else sum(pf.metadata.row_group(g).num_rows for g in range(part.row_group))
+    try:
+        at = 0  # the row of the shard (of the part's row group) the batch begins at
+        for batch in pf.iter_batches(batch_size=_BATCH, columns=columns, row_groups=groups):
+            if stop is not None and at >= stop:
+                break
+            if at + batch.num_rows > first:  # batches before the part are decoded, never made objects
+                lo = max(first - at, 0)
+                hi = batch.num_rows if stop is None else min(stop - at, batch.num_rows)
+                for j, row in enumerate(batch.slice(lo, hi - lo).to_pylist(), base + at + lo):
+                    try:
+                        yield Trajectory.from_row(row)
+                    except (TypeError, KeyError, ValueError, AttributeError) as e:
+                        raise DatasetError(
+                            f"{f}: row {j} is not a trajectory of this schema ({type(e).__name__}: {e})"
+                        ) from None
+            at += batch.num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetError(f"{f}: damaged Parquet data ({' '.join(str(e).split())[:200]})") from None
+
+
+def iter_trajectories(
+    path: str | Path, *, columns: list[str] | None = None, part: Part | None = None
+) -> Iterator[Trajectory]:
+    """Stream trajectories shard by shard (or those of one ``part``, :func:`dataset_parts`).  A file
+    that is not Parquet, Parquet without the trajectory columns, or a row that is no trajectory is a
+    DatasetError naming the file."""
+    if part is not None:
+        yield from _rows(Path(part.file), columns, part)
+        return
+    for f in _shards(Path(path)):
+        yield from _rows(f, columns)
+
+
+def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:
+    """The dataset cut into parts of about ``rows`` rows, in row order, none across a row group
+    (:func:`iter_trajectories` reads one without the rest of its shard as objects).  A row group
+    larger than that (a dataset written before groups were small, or by another writer) is cut in
+    at most eight: reading a part decodes the rows of its group before it, so more, smaller parts
+    would decode the group many times over."""
+    import pyarrow as pa
+
+    if rows < 1:
+        raise ValueError(f"rows must be at least 1, got {rows}")
+    out: list[Part] = []
     for f in _shards(Path(path)):
         try:
-            pf = pq.ParquetFile(f)
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetError(
-                f"{f}: not a readable Parquet file ({' '.join(str(e).split())[:200]})"
-            ) from None
-        missing = [
-            c
-            for c in _REQUIRED_COLUMNS
-            if c not in pf.schema_arrow.names and (columns is None or c in columns)
-        ]
-        if missing:
-            raise DatasetError(
-                f"{f}: not a DTOC-RL trajectory dataset (no column {', '.join(missing)}); "
-                "make one with `dtoc-rl ingest LOGS -o DATASET`"
-            )
-        try:
-            for i, batch in enumerate(pf.iter_batches(batch_size=64, columns=columns)):
-                for j, row in enumerate(batch.to_pylist()):
-                    try:
-                        t = Trajectory.from_row(row)
-                    except (TypeError, KeyError, ValueError, AttributeError) as e:
-                        why = f"{type(e).__name__}: {e}"
-                        raise DatasetError(
-                            f"{f}: row {i * 64 + j} is not a trajectory of this schema ({why})"
-                        ) from None
-                    yield t
-        except (pa.ArrowException, OSError) as e:
+            meta = _open(f, None).metadata
+        except pa.ArrowException as e:
             raise DatasetError(f"{f}: damaged Parquet data ({' '.join(str(e).split())[:200]})") from None
+        for g in range(meta.num_row_groups):
+            n = meta.row_group(g).num_rows
+            size = max(rows, -(-n // 8))
+            out += [Part(str(f.resolve()), g, a, min(a + size, n)) for a in range(0, n, size)]
+    return out
 
 
 def task_name(source: str, task_id: str) -> str:
@@ -504,35 +573,30 @@ def task_name(source: str, task_id: str) -> str:
 def dataset_tasks(path: str | Path) -> set[str]:
     """Every task of a dataset as ``source/task_id`` (the names a checkpoint's splits use), read from
     those two columns alone."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out: set[str] = set()
-    for f in _shards(Path(path)):
-        try:
-            table = pq.read_table(f, columns=["source", "task_id"])
-        except (pa.ArrowException, OSError, KeyError) as e:
-            raise DatasetError(
-                f"{f}: no readable source and task_id columns ({' '.join(str(e).split())[:200]})"
-            ) from None
-        out.update(
-            task_name(s, t)
-            for s, t in zip(table.column("source").to_pylist(), table.column("task_id").to_pylist())
-        )
-    return out
+    cols = dataset_columns(path, ["source", "task_id"])
+    return {task_name(s, t) for s, t in zip(cols["source"], cols["task_id"])}
 
 
 def dataset_column(path: str | Path, name: str) -> list[Any]:
     """One column of every row of a dataset (e.g. ``extra``), read from that column alone."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    return dataset_columns(path, [name])[name]
 
-    out: list[Any] = []
+
+def dataset_columns(path: str | Path, names: list[str]) -> dict[str, list[Any]]:
+    """Some columns of every row of a dataset, in row order, read from those columns alone (what a
+    run is, without its steps: a few bytes a run however long the runs)."""
+    import pyarrow as pa
+
+    out: dict[str, list[Any]] = {n: [] for n in names}
     for f in _shards(Path(path)):
+        pf = _open(f, None)
         try:
-            out += pq.read_table(f, columns=[name]).column(name).to_pylist()
+            table = pf.read(columns=names)
+            for n in names:
+                out[n] += table.column(n).to_pylist()
         except (pa.ArrowException, OSError, KeyError) as e:
-            raise DatasetError(f"{f}: no readable {name} column ({' '.join(str(e).split())[:200]})") from None
+            what = ", ".join(names) + (" columns" if len(names) > 1 else " column")
+            raise DatasetError(f"{f}: no readable {what} ({' '.join(str(e).split())[:200]})") from None
     return out
 
 

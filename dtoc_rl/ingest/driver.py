@@ -153,6 +153,12 @@ def _prefix(short: list, long: list) -> bool:
     return len(short) <= len(long) and long[: len(short)] == short
 
 
+def _steps_digest(steps: list) -> int:
+    """A number for a run's steps, the same for two copies of one log (read alike, they print alike):
+    many runs of one id are compared by it before two are compared step by step."""
+    return hash(repr(steps))
+
+
 def display_path(p: Path | str) -> str:
     """A path as text that any writer accepts: undecodable bytes of a file name become ``\\xNN``."""
     return os.fsencode(str(p)).decode("utf-8", errors="backslashreplace")
@@ -489,6 +495,15 @@ def ingest_paths(
     origin: list[tuple[str, bool]] = []
     used: set[str] = set()
     fmt_of: dict[int, str] = {}  # id() of each run kept -> its format, counted once the parts are joined
+    # A kept run's steps as one number, made when a second run of its id comes: runs of one id
+    # (a harness that names every run alike) are told apart without comparing their shared beginnings
+    # step by step with every earlier one, which grew with the square of their count.
+    digests: dict[int, int] = {}
+
+    def digest(p: int) -> int:
+        if p not in digests:
+            digests[p] = _steps_digest(res.trajectories[p].steps)
+        return digests[p]
 
     def take(out, unit: Path) -> None:
         trajs, skips, fmt_name, size = out
@@ -526,10 +541,14 @@ def ingest_paths(
                 t.traj_id = old_id if old_id == given else _unique(f"{given}@{rel[unit]}", used)
                 used.add(t.traj_id)
                 res.trajectories[cut] = t
+                digests.pop(cut, None)
                 origin[cut] = (where, damaged)
                 fmt_of[id(t)] = fmt_name
                 continue
-            same = next((p for p in holders if res.trajectories[p].steps == t.steps), None)
+            mine = _steps_digest(t.steps) if holders else 0
+            same = next(
+                (p for p in holders if digest(p) == mine and res.trajectories[p].steps == t.steps), None
+            )
             if same is not None:  # the same run copied twice: counted once
                 why = f"duplicate trajectory id (identical in {origin[same][0]})"
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))

@@ -599,3 +599,36 @@ def test_a_run_read_from_a_log_with_unreadable_lines_is_said(tmp_path, repo_root
     assert summary["skipped"] == [] and summary["total"]["trajectories"] == 1
     (said,) = [w for w in summary["warnings"] if "lines that could not be read" in w]
     assert said.startswith("1 of 1 trajectories")
+
+
+def test_many_runs_of_one_id_are_not_compared_step_by_step_with_each_other(tmp_path, monkeypatch):
+    from dtoc_rl.data.schema import Step
+
+    def run(folder, last):  # thirty calls every run shares, then one of its own
+        msgs = [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "<pr_description>x</pr_description>"},
+        ]
+        for c in [f"cat f{i}.py" for i in range(30)] + [last]:
+            msgs += [
+                {"role": "assistant", "content": f"THOUGHT: go\n\n```bash\n{c}\n```"},
+                {"role": "user", "content": "<returncode>0</returncode>\n<output>\nok\n</output>"},
+            ]
+        folder.mkdir(parents=True)
+        (folder / "i1.traj.json").write_text(
+            json.dumps({"trajectory_format": "mini-swe-agent-1", "messages": msgs})
+        )
+
+    for k in range(40):
+        run(tmp_path / f"r{k:02d}" / "i1", f"ls d{k}")
+    run(tmp_path / "zcopy" / "i1", "ls d7")  # a copy of one of them
+    compared = []
+    real = Step.__eq__
+    monkeypatch.setattr(Step, "__eq__", lambda a, b: compared.append(1) or real(a, b))
+    res = ingest_paths([tmp_path], label=False, progress=False)
+    assert len(res.trajectories) == 40 and len({t.traj_id for t in res.trajectories}) == 40
+    assert [s.reason for s in res.skipped] == [
+        "duplicate trajectory id (identical in " + str(tmp_path / "r07" / "i1" / "i1.traj.json") + ")"
+    ]
+    # the copy is confirmed step by step against the run it copies, no other pair is compared
+    assert len(compared) <= 2 * 31

@@ -464,3 +464,34 @@ def test_a_share_of_an_oracle_that_saved_next_to_nothing_is_not_a_number_nor_a_t
     assert d["reaches"] is False and d["oracle_fraction"] == pytest.approx(-0.005 / (2 * MIN_ORACLE_SAVINGS))
     print_done_when([d], 1.0)
     assert "-250%" in capsys.readouterr().out
+
+
+def test_the_bootstrap_drawn_in_blocks_gives_the_figures_of_one_draw(monkeypatch):
+    import math
+
+    import dtoc_rl.policies.evaluate as ev
+
+    runs = []
+    for i in range(37):  # an odd count: blocks that do not divide the draws
+        tid = f"t{i:02d}"
+        runs += [
+            _run("oracle", tid, dollars=60.0 + i),
+            _run("p", tid, dollars=70.0 + (i * 7) % 23, misses=i % 3),
+        ]
+    runs.append(Run("p", "bad", "gpt-4o", "src", "bad", error="boom"))
+    whole = aggregate(runs, by=("overall", "model_family"))
+    sizes = []
+    real = ev._stats
+    monkeypatch.setattr(ev, "_stats", lambda a, o, idx: (sizes.append(idx.shape), real(a, o, idx))[1])
+    monkeypatch.setattr(ev, "BOOT_BLOCK", 37 * 3)
+    blocked = aggregate(runs, by=("overall", "model_family"))
+    # no block holds more than BOOT_BLOCK indices (beyond the point estimate's one row)
+    assert max(r * n for r, n in sizes if r > 1) <= 37 * 3 and len(sizes) > 4
+
+    def same(x, y):
+        return x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y))
+
+    assert len(whole) == len(blocked) and all(
+        w.keys() == b.keys() and all(same(w[k], b[k]) for k in w) for w, b in zip(whole, blocked)
+    )
+    assert any(r["errors"] == 1 and r["policy"] == "p" for r in whole)

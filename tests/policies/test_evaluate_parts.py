@@ -1,0 +1,151 @@
+"""A dataset folder is evaluated part by part: no process holds more than a part's episodes, and
+the runs are those of evaluating every episode at once."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pyarrow.parquet as pq
+import pytest
+
+import dtoc_rl.data.dataset as dataset_mod
+import dtoc_rl.envs.data as envs_data
+import dtoc_rl.policies.evaluate as ev
+from dtoc_rl.data.dataset import (
+    DatasetError,
+    dataset_parts,
+    iter_trajectories,
+    load_trajectories,
+    write_dataset,
+)
+from dtoc_rl.data.paths import bundled_dataset
+from dtoc_rl.envs.data import load_episodes
+
+SPECS = ["hide_big:tokens=500", "last_n:n=2"]
+
+
+@pytest.fixture
+def small_groups(tmp_path, monkeypatch):
+    """The sample written again in row groups of 4 runs (a fresh path: nothing of it is cached)."""
+    monkeypatch.setattr(dataset_mod, "ROW_GROUP", 4)
+    return write_dataset(load_trajectories(bundled_dataset()), tmp_path / "ds")
+
+
+def _bills(runs):
+    return [(r.policy, r.traj_id, r.dollars, r.misses, r.input_tokens, r.split) for r in runs]
+
+
+def test_new_datasets_have_small_row_groups_and_parts_follow_them(small_groups):
+    f = next(small_groups.glob("*.parquet"))
+    groups = pq.ParquetFile(f).metadata.num_row_groups
+    n = len(load_trajectories(small_groups))
+    assert groups == -(-n // 4)
+    parts = dataset_parts(small_groups, rows=4)
+    assert len(parts) == groups and all(p.stop - p.start <= 4 for p in parts)
+    assert [t.traj_id for p in parts for t in iter_trajectories(None, part=p)] == [
+        t.traj_id for t in iter_trajectories(small_groups)
+    ]
+
+
+def test_a_big_row_group_is_cut_in_at_most_eight_parts_that_cover_it(tmp_path):
+    # the sample as written before groups were small: one group of every run
+    parts = dataset_parts(bundled_dataset(), rows=1)
+    n = len(load_trajectories(bundled_dataset()))
+    assert 1 < len(parts) <= 8 and parts[0].start == 0 and parts[-1].stop == n
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
+    ids = [t.traj_id for p in parts for t in iter_trajectories(None, part=p)]
+    assert ids == [t.traj_id for t in iter_trajectories(bundled_dataset())]
+
+
+def test_a_bad_row_in_a_later_group_is_named_by_its_place_in_the_shard(tmp_path):
+    import pyarrow as pa
+
+    cols = {
+        c: [f"x{i}" for i in range(8)] for c in ("traj_id", "source", "model_raw", "model_family", "task_id")
+    }
+    bad = tmp_path / "bad.parquet"
+    # eight runs of no step, in groups of four, but the third of the second group has a step that is none
+    pq.write_table(
+        pa.table({**cols, "steps": [[1] if i == 6 else [] for i in range(8)]}), bad, row_group_size=4
+    )
+    first, second = dataset_parts(bad, rows=4)
+    assert len(list(iter_trajectories(None, part=first))) == 4
+    with pytest.raises(DatasetError, match=r"bad.parquet: row 6 is not a trajectory"):
+        list(iter_trajectories(None, part=second))
+
+
+def test_part_by_part_gives_the_runs_of_all_at_once_in_one_process_and_a_pool(small_groups):
+    whole = _bills(ev.evaluate(load_episodes(small_groups), SPECS, progress=False))
+    assert _bills(ev.evaluate(small_groups, SPECS, progress=False)) == whole
+    assert _bills(ev.evaluate(small_groups, SPECS, progress=False, workers=2)) == whole
+    # filters as before: a source, and tasks
+    src = ev.evaluate(small_groups, SPECS, source="tau-bench", progress=False, workers=2)
+    assert _bills(src) == [b for b in whole if b[1] in {r.traj_id for r in src}] and src
+    assert {r.source for r in src} == {"tau-bench"}
+
+
+def test_one_process_holds_the_episodes_of_about_one_part(small_groups, monkeypatch):
+    made: list[list[weakref.ref]] = []
+    alive_before: list[int] = []
+    real = envs_data.part_episodes
+
+    def counted(part, **kw):
+        gc.collect()
+        # episodes of every part but the last two (the one running and the one being read) are gone
+        alive_before.append(sum(r() is not None for refs in made[:-1] for r in refs))
+        eps = real(part, **kw)
+        made.append([weakref.ref(e) for e in eps])
+        return eps
+
+    monkeypatch.setattr(ev, "part_episodes", counted)
+    runs = ev.evaluate(small_groups, SPECS, progress=False)
+    assert len(made) >= 5 and len(runs) == 3 * sum(len(m) for m in made)
+    assert alive_before == [0] * len(made)
+
+
+def test_the_parent_of_a_pool_compiles_no_run(small_groups, monkeypatch):
+    def refuse(*a, **kw):
+        raise AssertionError("the parent compiled a run")
+
+    monkeypatch.setattr(envs_data, "compile_episode", refuse)
+    monkeypatch.setattr(ev, "part_episodes", refuse)
+    runs = ev.evaluate(small_groups, SPECS, progress=False, workers=2)
+    assert {r.policy for r in runs} == {*SPECS, "oracle"} and not any(r.error for r in runs)
+
+
+def test_filters_that_keep_nothing_are_said_before_any_run_is_read(small_groups, monkeypatch):
+    monkeypatch.setattr(ev, "part_episodes", lambda *a, **kw: pytest.fail("a part was read"))
+    with pytest.raises(ValueError, match=r"no usable trajectory .*model_family=\['nope'\].*families present"):
+        ev.evaluate(small_groups, SPECS, model_family="nope", progress=False)
+    with pytest.raises(ValueError, match="no trajectory of the 1 selected tasks"):
+        ev.evaluate(small_groups, SPECS, tasks={"x/y"}, progress=False)
+
+
+def test_runs_too_short_to_run_leave_the_bar_and_none_left_is_an_error(tmp_path):
+    from dtoc_rl.data.schema import Trajectory
+
+    t = load_trajectories(bundled_dataset())[0]
+    short = Trajectory.from_row({**t.to_row(), "steps": t.to_row()["steps"][:1]})
+    assert short.steps and len(load_episodes([t])) == 1
+    ds = write_dataset([short], tmp_path / "short")
+    with pytest.raises(ValueError, match="none of the 1 selected has at least 2 model calls"):
+        ev.evaluate(ds, SPECS, progress=False)
+
+
+def test_swapping_an_envs_episodes_lets_the_old_ones_go():
+    from dtoc_rl.core.tokens import get_estimator
+    from dtoc_rl.envs import ReplayEnv
+    from dtoc_rl.sim.episode import compile_episode
+
+    trajs = load_trajectories(bundled_dataset())[:4]
+    old = [compile_episode(t, get_estimator("chars")) for t in trajs[:3]]
+    env = ReplayEnv(trajectories=old, expose_episode=True)
+    for i in range(3):
+        ev.start_episode(env, i)
+    refs = [weakref.ref(e) for e in old]
+    del old
+    env.episodes = load_episodes(trajs[3:])
+    ev.start_episode(env, 0)
+    gc.collect()
+    assert [r() for r in refs] == [None] * 3
