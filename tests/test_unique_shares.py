@@ -140,9 +140,12 @@ def test_a_remote_policy_sends_the_shares_it_sees():
     assert np.allclose([s.row() for s in states], obs["items"][:2])
 
 
-def test_an_episodes_unique_shares_are_computed_at_first_use_and_equal_the_labellers():
-    """Most of compiling an episode is this pass: done when a replay first needs it, so that a worker
-    of evaluate()'s pool pays it only for its own chunks."""
+def test_an_episodes_unique_shares_are_read_as_kept_or_computed_at_first_use():
+    """Most of compiling an episode is this pass: the labeller keeps its result with the run, and an
+    episode of a run without it computes it when a replay first needs it (a worker of evaluate()'s
+    pool then pays it only for its own parts)."""
+    import dataclasses
+
     import numpy as np
 
     from dtoc_rl.data.dataset import load_trajectories
@@ -151,7 +154,84 @@ def test_an_episodes_unique_shares_are_computed_at_first_use_and_equal_the_label
     from dtoc_rl.sim.episode import compile_episode
 
     tr = next(t for t in load_trajectories(bundled_dataset()) if len(t.steps) > 5)
-    ep = compile_episode(tr)
-    assert ep.unique is None  # not computed yet
     want = np.asarray(unique_events(tr), np.float64).reshape(-1, 4)
+    kept = compile_episode(tr)
+    assert kept.unique is not None and np.array_equal(kept.unique, want)  # read, not computed
+    bare = dataclasses.replace(tr, unique_events=None, unique_digest=None)
+    ep = compile_episode(bare)
+    assert ep.unique is None  # not computed yet
     assert np.array_equal(ep.unique_shares(), want) and ep.unique is ep.unique_shares()
+
+
+def test_the_bundled_samples_kept_shares_are_the_rules(data_dir):
+    # a change of unique_events' rule fails here until UNIQUE_RULE is changed with it (the sample's
+    # kept shares are then ignored, their digests no longer match) and the sample rebuilt
+    from dtoc_rl.labels import unique_digest, unique_events
+
+    trajs = load_trajectories(data_dir / "sample")
+    kept = [t for t in trajs if t.unique_events is not None]
+    assert len(kept) == len(trajs)
+    for t in kept:
+        assert t.unique_digest == unique_digest(t)
+        assert [tuple(e) for e in t.unique_events] == [tuple(map(float, e)) for e in unique_events(t)]
+
+
+def test_labelling_keeps_the_shares_only_at_the_rules_settings(data_dir):
+    from dtoc_rl.labels import unique_digest, unique_events
+
+    tr = next(t for t in load_trajectories(data_dir / "sample") if len(t.steps) > 5)
+    label_trajectory(tr, min_span=30)  # a setting of the needs alone: the shares are the same
+    assert tr.unique_events == [list(e) for e in unique_events(tr)] and tr.unique_digest == unique_digest(tr)
+    for other in ({"window": 4}, {"min_atom": 8}, {"include_reasoning": True}, {"exclude_agent_text": False}):
+        label_trajectory(tr, **other)
+        assert tr.unique_events is None and tr.unique_digest is None, other
+
+
+def test_a_run_changed_after_labelling_has_its_shares_computed_again(data_dir):
+    import numpy as np
+
+    from dtoc_rl.labels import unique_events
+    from dtoc_rl.sim.episode import compile_episode
+
+    tr = next(
+        t for t in load_trajectories(data_dir / "sample") if sum(s.output is not None for s in t.steps) > 2
+    )
+    k = next(s.index for s in tr.steps if s.output)
+    tr.steps[k].output = (
+        tr.steps[k].output + "\nsrc/brand_new_module.py"
+    )  # an output edited: kept shares stale
+    ep = compile_episode(tr)
+    assert ep.unique is None
+    assert np.array_equal(ep.unique_shares(), np.asarray(unique_events(tr), np.float64).reshape(-1, 4))
+    tr2 = next(t for t in load_trajectories(data_dir / "sample") if len(t.steps) > 5)
+    tr2.steps = tr2.steps[:-1]  # a run cut after labelling
+    assert compile_episode(tr2).unique is None
+
+
+def test_the_digest_is_the_same_in_another_process(data_dir):
+    import os
+    import subprocess
+    import sys
+
+    from dtoc_rl.labels import unique_digest
+
+    tr = load_trajectories(data_dir / "sample")[0]
+    code = (
+        "from dtoc_rl.data.dataset import load_trajectories; from dtoc_rl.labels import unique_digest; "
+        f"print(unique_digest(load_trajectories({str(data_dir / 'sample')!r})[0]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )  # fmt: skip
+    assert int(out.stdout) == unique_digest(tr) == tr.unique_digest
+
+
+def test_a_new_rule_makes_kept_shares_stale(data_dir, monkeypatch):
+    from dtoc_rl.labels import labeller
+    from dtoc_rl.sim.episode import compile_episode
+
+    tr = next(t for t in load_trajectories(data_dir / "sample") if len(t.steps) > 5)
+    assert compile_episode(tr).unique is not None
+    monkeypatch.setattr(labeller, "UNIQUE_RULE", labeller.UNIQUE_RULE + " changed")
+    assert labeller.unique_digest(tr) != tr.unique_digest and compile_episode(tr).unique is None

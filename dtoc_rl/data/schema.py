@@ -29,8 +29,8 @@ __all__ = [
     "hf_features",
 ]
 
-SCHEMA_VERSION = "1.3"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages;
-# 1.3: the model of each call
+SCHEMA_VERSION = "1.4"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages;
+# 1.3: the model of each call; 1.4: the outputs' own shares kept with the labels
 
 NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
@@ -135,6 +135,11 @@ class Trajectory:
     source_path: str = ""
     schema_version: str = SCHEMA_VERSION
     extra: str = "{}"  # JSON text for format-specific leftovers
+    # What each output alone holds as the run goes on, kept by the labeller (labels.unique_events:
+    # [step fed, output step, window share, atom share] rows) with the digest of what it read
+    # (labels.unique_digest); None: not kept, computed when the run is first replayed.
+    unique_events: list[list[float]] | None = None
+    unique_digest: int | None = None
     steps: list[Step] = field(default_factory=list)
 
     @property
@@ -241,6 +246,8 @@ def hf_features():  # -> datasets.Features; imported lazily so core stays light
             "source_path": Value("string"),
             "schema_version": Value("string"),
             "extra": Value("string"),
+            "unique_events": Sequence(Sequence(Value("float64"))),
+            "unique_digest": Value("int64"),
             "n_steps": Value("int32"),
             "steps": [step],
         }

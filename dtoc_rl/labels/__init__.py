@@ -139,6 +139,7 @@ from dtoc_rl.labels.labeller import (
     EVIDENCE_CHARS,
     NeedLabeller,
     label_trajectory,
+    unique_digest,
     unique_events,
 )
 from dtoc_rl.labels.resources import (
@@ -176,6 +177,7 @@ __all__ = [
     "same_path",
     "tool_category",
     "tool_category_id",
+    "unique_digest",
     "unique_events",
 ]
 # The span index, as dtoc_rl.labels._SpanIndex: tests patch it to count its calls.

@@ -5,11 +5,12 @@ The rules (provenance, reaccess, edit, reference) are in :mod:`dtoc_rl.labels`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from dtoc_rl.core.record import format_key
 from dtoc_rl.data.schema import Need, Step, Trajectory
@@ -306,12 +307,22 @@ def label_trajectory(
     agent's own earlier messages and actions from the exclusion (task, system
     prompt and user messages stay excluded) — for sensitivity analysis only,
     it counts re-quotes of the agent's own words as copies.  See the module
-    docstring for the rules.  Existing labels are replaced.  Returns ``traj``.
+    docstring for the rules.  Existing labels are replaced.  Returns ``traj``.  At the default
+    settings the outputs' own shares are kept too (``unique_events``, :func:`unique_events`' and
+    ``unique_digest``); at others they are not (None).
     A running agent labels turn by turn with :class:`NeedLabeller` (the same labels).
     """
     for i, s in enumerate(traj.steps):
         if s.index != i:
             raise ValueError(f"step {i} has index {s.index}; steps must be numbered 0..n-1")
+    # at the rule's settings the labeller's index is unique_events' (a test pins the two equal): its
+    # shares are kept with the run, so that a replay need not index every output again
+    plain = (window, min_atom, include_reasoning, exclude_agent_text) == (
+        DEFAULT_WINDOW,
+        DEFAULT_MIN_ATOM,
+        False,
+        True,
+    )
     labeller = NeedLabeller(
         traj.task_text,
         traj.system_prompt,
@@ -321,10 +332,43 @@ def label_trajectory(
         min_atom=min_atom,
         include_reasoning=include_reasoning,
         exclude_agent_text=exclude_agent_text,
+        track_unique=plain,
     )
+    events: list[list[float]] = []
     for group in _turn_groups(traj.steps):
         labeller.label_turn(group)
+        if plain:
+            at = group[-1].index
+            events.extend([at, k, *labeller.unique(k)] for k in sorted(labeller.take_unique_changes()))
+    traj.unique_events = events if plain else None
+    traj.unique_digest = unique_digest(traj) if plain else None
     return traj
+
+
+#: Names the rule :func:`unique_events` follows, in :func:`unique_digest`: events stored in a dataset
+#: (``Trajectory.unique_events``) are used only while it is the same.  Change it with the rule (the
+#: spans' tokens, atoms or release): a test holds the bundled sample's stored events to the rule.
+UNIQUE_RULE = f"unique-1 window={DEFAULT_WINDOW} min_atom={DEFAULT_MIN_ATOM}"
+
+_OWN, _OUTPUT, _TURN = 0, 1, 2
+
+
+def _unique_feed(traj: Trajectory) -> Iterator[tuple[int, str | None, int]]:
+    """What :func:`unique_events` feeds its index, in order: ``(_OWN, text, -1)`` for the agent's and
+    the user's words, ``(_OUTPUT, text, step)`` for an output, ``(_TURN, None, last step)`` at the end
+    of each turn.  :func:`unique_digest` reads the same feed, so it covers all the events depend on."""
+    yield _OWN, traj.task_text, -1
+    yield _OWN, traj.system_prompt, -1
+    for group in _turn_groups(traj.steps):
+        for s in group:
+            yield _OWN, s.user_text, -1
+        for s in group:
+            for text in _own_texts(s, False):
+                yield _OWN, text, -1
+        for s in group:
+            if s.output is not None:
+                yield _OUTPUT, s.output, s.index
+        yield _TURN, None, group[-1].index
 
 
 def unique_events(
@@ -336,20 +380,26 @@ def unique_events(
     index is fed the same texts in the same order (a test pins the two equal).  Offline, so that a
     replayed run shows a policy what a live one does."""
     idx = _SpanIndex(window, min_atom, track_unique=True)
-    idx.add_own(traj.task_text)
-    idx.add_own(traj.system_prompt)
     events: list[tuple[int, int, float, float]] = []
-    for group in _turn_groups(traj.steps):
-        for s in group:
-            idx.add_own(s.user_text)
-        for s in group:
-            for text in _own_texts(s, False):
-                idx.add_own(text)
-        for s in group:
-            if s.output is not None:
-                idx.add_output(s.output, s.index)
-        at = group[-1].index
-        for k in sorted(idx.changed):
-            events.append((at, k, *idx.unique(k)))
-        idx.changed.clear()
+    for kind, text, k in _unique_feed(traj):
+        if kind == _OWN:
+            idx.add_own(text)
+        elif kind == _OUTPUT:
+            idx.add_output(text, k)
+        else:
+            events.extend((k, j, *idx.unique(j)) for j in sorted(idx.changed))
+            idx.changed.clear()
     return events
+
+
+def unique_digest(traj: Trajectory) -> int:
+    """A signed 64-bit number for the texts and turns :func:`unique_events` reads and its rule
+    (:data:`UNIQUE_RULE`), the same in every process: events stored with it are the run's own while
+    the run reads the same (a run joined, cut or edited after labelling gets its events computed
+    again)."""
+    h = hashlib.blake2b(UNIQUE_RULE.encode(), digest_size=8)
+    for kind, text, k in _unique_feed(traj):
+        h.update(b"\x00%d %d\x00" % (kind, k))
+        if text:
+            h.update(text.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big", signed=True)

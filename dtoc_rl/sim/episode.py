@@ -32,7 +32,7 @@ from dtoc_rl.core.record import ToolOutput, format_key
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 from dtoc_rl.data.models import family_id, model_index
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
-from dtoc_rl.labels import unique_events
+from dtoc_rl.labels import unique_digest, unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
 
@@ -336,9 +336,17 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         model_raw=traj.model_raw or "",
         timestamps=np.array([np.nan if s.timestamp is None else s.timestamp for s in traj.steps], float),
         call_ptr=call_ptr,
-        _unique_of=traj,  # unique_shares() computes them at first use
+        **_stored_unique(traj),
         **_call_models(traj, call_ptr),
     )
+
+
+def _stored_unique(traj: Trajectory) -> dict:
+    """``unique`` as the labeller kept it with the run, while the run reads as it did then (its digest);
+    else the run, for :meth:`Episode.unique_shares` to compute them from at first use."""
+    if traj.unique_events is not None and traj.unique_digest == unique_digest(traj):
+        return {"unique": np.asarray(traj.unique_events, np.float64).reshape(-1, 4)}
+    return {"_unique_of": traj}
 
 
 def _call_models(traj: Trajectory, call_ptr: np.ndarray | None) -> dict:
