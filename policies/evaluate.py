@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.dataset import Part, dataset_columns, dataset_parts, task_name
+from dtoc_rl.data.dataset import ROW_GROUP, Part, dataset_columns, dataset_parts, task_name
 from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
@@ -228,12 +228,14 @@ _NAME_COLUMNS = ["source", "task_id", "model_family", "model_raw"]
 
 
 def _plan(
-    dataset, filters: dict[str, Any], tasks: set[str] | None
+    dataset, filters: dict[str, Any], tasks: set[str] | None, workers: int = 1
 ) -> tuple[list[_Work], set[str], set[tuple[str, str]]]:
     """The work of evaluating a dataset folder, from the runs' names alone (no run is read or
     compiled here): its parts with the rows of each the filters keep (parts keeping none left out),
     the task names and the (family, model) pairs of the kept rows.  The filters' errors are
-    load_episodes' (runs with too few calls are only known when a part is compiled)."""
+    load_episodes' (runs with too few calls are only known when a part is compiled).  For a pool of
+    ``workers``, parts are cut to about four a worker when the runs kept are few (at least 8 runs a
+    part): a worker left alone with a last big part would be the whole pool's wait."""
     where = dataset if dataset is not None else bundled_dataset()
     cols = dataset_columns(where, _NAME_COLUMNS)
     fams, srcs = (_name_set(filters[k]) for k in ("model_family", "source"))
@@ -245,9 +247,11 @@ def _plan(
         ok = [k and task_name(s, t) in tasks for k, (s, t, _, _) in zip(ok, rows)]
         if not any(ok):
             raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+    kept_rows = sum(ok)
+    size = ROW_GROUP if workers <= 1 else min(ROW_GROUP, max(8, -(-kept_rows // (4 * workers))))
     work: list[_Work] = []
     at = 0
-    for part in dataset_parts(where):
+    for part in dataset_parts(where, rows=size):
         size = part.stop - part.start
         keep = tuple(j for j in range(size) if ok[at + j])
         if keep:
@@ -387,8 +391,9 @@ def evaluate(
     # this process, or each worker, holds one part's episodes at a time, whatever the dataset's size.
     # Objects in memory are one batch.
     by_parts = dataset is None or isinstance(dataset, str | os.PathLike)
+    in_pool = by_parts and workers > 1 and not policies
     if by_parts:
-        plan, names, models = _plan(dataset, filters, tasks)
+        plan, names, models = _plan(dataset, filters, tasks, workers if in_pool else 1)
         n = sum(len(w.keep) for w in plan)
     else:
         eps = _load(dataset, filters, tasks)
@@ -410,7 +415,7 @@ def evaluate(
             bar.refresh()
 
     # Workers build the env and policies from the specs, and read their parts (nothing big is pickled).
-    if by_parts and workers > 1 and not policies:
+    if in_pool:
         # price each model here first: its warning, if any, is given once, and the workers are told
         for fam, raw in sorted(models):
             cost_config.prices_of(SimpleNamespace(model_family=fam, model_raw=raw))
@@ -436,12 +441,12 @@ def evaluate(
                 for run in runner.runs(batch):
                     runs.append(run)
                     bar.update(1)
+    bar.close()
     if not runs:  # every kept run had too few model calls (known once compiled)
         raise ValueError(
             f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "
             "at least 2 model calls"
         )
-    bar.close()
     mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)
     return runs
 

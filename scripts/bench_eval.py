@@ -81,7 +81,7 @@ def one_process(eps, spec: str, repeats: int) -> dict[str, Any]:
 
 
 def pool(dataset: str, n: int, steps: int, spec: str, workers: int, repeats: int) -> dict[str, Any]:
-    plan, _, _ = _plan(dataset, {"model_family": None, "source": None}, None)
+    plan, _, _ = _plan(dataset, {"model_family": None, "source": None}, None, workers)
     t_start = time.perf_counter()
     with ProcessPoolExecutor(
         max_workers=workers,

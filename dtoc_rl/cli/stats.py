@@ -87,20 +87,15 @@ class Distributions:
             yield t
 
 
-def plot_distributions(trajs, out: Path) -> None:
-    """The PNG of ``trajs``' distributions (trajectories, or their :class:`Distributions`)."""
+def plot_distributions(dist: Distributions, out: Path) -> None:
+    """The PNG of the distributions of a dataset's runs (gathered as they were read)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    if not isinstance(trajs, Distributions):
-        dist = Distributions()
-        for t in trajs:
-            dist.add(t)
-        trajs = dist
-    steps, toks, ages, kinds = trajs.steps, trajs.toks, trajs.ages, trajs.kinds
+    steps, toks, ages, kinds = dist.steps, dist.toks, dist.ages, dist.kinds
     fig, ax = plt.subplots(2, 2, figsize=(10, 7))
     ax[0, 0].hist(steps, bins=30)
     ax[0, 0].set(title="steps per trajectory", xlabel="steps", ylabel="trajectories")
@@ -112,7 +107,7 @@ def plot_distributions(trajs, out: Path) -> None:
     ax[1, 0].set(title="need age", xlabel="steps back", ylabel="needs")
     ax[1, 1].bar(list(kinds), list(kinds.values()))
     ax[1, 1].set(title="need kinds", ylabel="needs")
-    fig.suptitle(f"{trajs.n} trajectories")
+    fig.suptitle(f"{dist.n} trajectories")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

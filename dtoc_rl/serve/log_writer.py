@@ -31,7 +31,7 @@ from typing import Any
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.serve.orchestrator import log_pieces
 
-__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "FailedOnce", "LogWriter", "LogsOnStop"]
+__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "FailedOnce", "LogWriter", "StopsCleanly"]
 
 #: A row waits at most this long in all for moments without a request in the proxy's hands (an agent
 #: fleet's requests may overlap all the time; a log must not fall behind them for good).
@@ -40,12 +40,13 @@ MAX_WAIT_S = 1.0
 STOP_WAIT_S = 60.0
 
 
-class LogsOnStop:
-    """A server mixin (before the server class): a stopped server's logs hold every request it answered,
-    however it was stopped (``shutdown()`` or ``server_close()``): both end with ``_write_logs()``.
-    ``server_close()`` also ends the kept-alive connections, whose handler threads would otherwise
-    answer their clients' next requests from a server that was closed, in a process that goes on; a
-    request whose body was read is still answered (only the connection's reading side is shut)."""
+class StopsCleanly:
+    """A server mixin (before the server class) for a clean stop.  A stopped server's logs hold every
+    request it answered, however it was stopped (``shutdown()`` or ``server_close()``: both end with
+    ``_write_logs()``).  ``server_close()`` also ends the kept-alive connections, whose handler
+    threads would otherwise answer their clients' next requests from a server that was closed, in a
+    process that goes on; a request whose body was read is still answered (only the connection's
+    reading side is shut)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._connections: set[Any] = set()

@@ -71,7 +71,7 @@ from dtoc_rl.serve.api_messages import (
     StreamAnswer,
     answer_event,
 )
-from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogsOnStop, LogWriter
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogWriter, StopsCleanly
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -1107,7 +1107,7 @@ def _decoded(data: bytes) -> Any:
         return None
 
 
-class _ProxyServer(LogsOnStop, ThreadingHTTPServer):
+class _ProxyServer(StopsCleanly, ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a burst of an agent fleet's connections waits in the kernel, not refused
 

@@ -154,7 +154,7 @@ from dtoc_rl.engine.features import (
     build_observation,
 )
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
-from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogsOnStop, LogWriter
+from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogWriter, StopsCleanly
 from dtoc_rl.serve.session_labels import (
     DEFAULT_MAX_SESSION_CHARS,
     DEFAULT_MAX_SESSIONS,
@@ -758,7 +758,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self._read_exactly(n)
 
 
-class _Server(LogsOnStop, ThreadingHTTPServer):
+class _Server(StopsCleanly, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024  # a burst of new connections waits in the kernel, not refused

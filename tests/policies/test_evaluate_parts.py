@@ -149,3 +149,12 @@ def test_swapping_an_envs_episodes_lets_the_old_ones_go():
     ev.start_episode(env, 0)
     gc.collect()
     assert [r() for r in refs] == [None] * 3
+
+
+def test_a_pool_gets_parts_small_enough_to_share_out():
+    filters = {"model_family": None, "source": None}
+    one, _, _ = ev._plan(None, filters, None)
+    two, _, _ = ev._plan(None, filters, None, workers=2)
+    n = len(load_trajectories(bundled_dataset()))
+    assert len(one) == 1 and len(two) >= 4  # the sample's 34 runs: one part alone, parts of 8 in a pool
+    assert all(len(w.keep) <= 8 for w in two) and sum(len(w.keep) for w in two) == n
