@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import get_estimator
-from dtoc_rl.data.dataset import Part, iter_trajectories, load_trajectories
+from dtoc_rl.data.dataset import Part, iter_trajectories
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.episode import Episode, compile_episode
 
@@ -18,7 +18,9 @@ __all__ = ["load_episodes", "nothing_usable", "part_episodes", "select_episodes"
 @lru_cache(maxsize=8)
 def _compiled(path: str, mtime: float, estimator: str) -> tuple[Episode, ...]:
     est = get_estimator(estimator)
-    return tuple(compile_episode(t, est) for t in load_trajectories(path))
+    # streamed: a run read is compiled and let go (an episode whose shares were kept at ingest holds
+    # nothing of it), so the peak is the episodes, not every run as objects besides them
+    return tuple(compile_episode(t, est) for t in iter_trajectories(path))
 
 
 def _bundled() -> Path:
