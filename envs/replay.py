@@ -44,8 +44,17 @@ except ImportError:  # numpy < 2
 _ONE, _ZERO = np.float32(1.0), np.float32(0.0)  # float32 scalars: cheaper to store into float32 arrays
 
 _NF = len(ITEM_FEATURES)
-_SIM_CACHE = 512  # simulators kept for reuse, one per episode
+_SIM_CACHE = 512  # simulators (and observation templates) kept for reuse, one per episode
+
 _FEW = 8  # up to this many changed outputs, update the observation mirrors one by one
+
+
+def _keep(cache: dict, key: Any, value: Any) -> None:
+    """``cache[key] = value``, the oldest entry let go when the cache is full: an env over a big
+    collection keeps what it reuses for the episodes it replayed last, not for every one it met."""
+    if key not in cache and len(cache) >= _SIM_CACHE:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 # Up to this many outputs in the window, an action is decoded by a Python pass over the window's slots;
@@ -568,16 +577,15 @@ class ReplayEnv(gym.Env):
             sim.rng = self.np_random
             return sim
         sim = Simulator(ep, cfg, rng=self.np_random)
-        if len(self._sims) >= _SIM_CACHE:
-            del self._sims[next(iter(self._sims))]
-        self._sims[idx] = sim
+        _keep(self._sims, idx, sim)
         return sim
 
     def _start(self, idx: int) -> None:
         """Per-episode observation state (the simulator has just been reset)."""
         tpl = self._templates.get(idx)
         if tpl is None or tpl.ep is not self.episodes[idx]:
-            tpl = self._templates[idx] = _Template.build(self.episodes[idx], self.N)
+            tpl = _Template.build(self.episodes[idx], self.N)
+            _keep(self._templates, idx, tpl)
         self._tpl = tpl
         # the next call's model's prices: constant over an episode of one model
         self._prices = [price_vector(p) for p in self.sim.model_prices]
