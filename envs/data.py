@@ -2,25 +2,46 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import get_estimator
-from dtoc_rl.data.dataset import Part, iter_trajectories
+from dtoc_rl.data.dataset import Part, dataset_parts, iter_trajectories
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.episode import Episode, compile_episode
 
 __all__ = ["load_episodes", "nothing_usable", "part_episodes", "select_episodes"]
 
 
-@lru_cache(maxsize=8)
-def _compiled(path: str, mtime: float, estimator: str) -> tuple[Episode, ...]:
+_COMPILED: OrderedDict[tuple[str, float, str], tuple[Episode, ...]] = OrderedDict()
+_KEEP = 8  # datasets whose episodes stay compiled in this process (training reads its data twice)
+
+
+def _compiled(path: str, mtime: float, estimator: str, progress: bool = False) -> tuple[Episode, ...]:
+    key = (path, mtime, estimator)
+    if key in _COMPILED:
+        _COMPILED.move_to_end(key)
+        return _COMPILED[key]
+    from tqdm.auto import tqdm
+
     est = get_estimator(estimator)
+    parts = dataset_parts(path)
     # streamed: a run read is compiled and let go (an episode whose shares were kept at ingest holds
     # nothing of it), so the peak is the episodes, not every run as objects besides them
-    return tuple(compile_episode(t, est) for t in iter_trajectories(path))
+    runs = tqdm(
+        iter_trajectories(path),
+        total=sum(p.stop - p.start for p in parts),
+        desc="load",
+        unit="run",
+        disable=not progress,
+        leave=False,
+    )
+    _COMPILED[key] = eps = tuple(compile_episode(t, est) for t in runs)
+    while len(_COMPILED) > _KEEP:
+        _COMPILED.popitem(last=False)
+    return eps
 
 
 def _bundled() -> Path:
@@ -126,17 +147,20 @@ def load_episodes(
     source: str | Sequence[str] | None = None,
     estimator: str = "chars",
     min_steps: int = 2,
+    progress: bool = False,
 ) -> list[Episode]:
     """Episodes from the bundled sample (None), a dataset folder or Parquet file, a ``datasets.Dataset``,
     or a list of ``Trajectory`` / ``Episode`` objects or canonical rows; filtered by model family and
-    source.  Raises ValueError when nothing is left."""
+    source.  Raises ValueError when nothing is left.  ``progress``: a bar while a dataset folder's
+    runs are read and compiled (a big collection takes minutes; the episodes are then kept for this
+    process, and a second load is immediate)."""
     if dataset is None:
         dataset = _bundled()
     if isinstance(dataset, str | Path):
         p = Path(dataset)
         marker = p / "COMPLETE"
         mtime = marker.stat().st_mtime if marker.exists() else (p.stat().st_mtime if p.exists() else 0.0)
-        eps = list(_compiled(str(p.resolve()), mtime, estimator))
+        eps = list(_compiled(str(p.resolve()), mtime, estimator, progress))
         where = str(p)
     else:
         items = _as_items(dataset)

@@ -853,7 +853,7 @@ def episode_group(ep: Episode, by: str) -> str:
     return ep.model_family if by == "family" else ep.source
 
 
-def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
+def _splits(cfg, dataset: Any, episodes: Any, progress: bool = False) -> tuple[list, list, list, list]:
     """All, training, held-out and tune episodes for ``cfg``: fit() and retune() must split alike.
 
     The validation tasks are halved: one half stops training and chooses the thresholds (tune), the
@@ -862,7 +862,7 @@ def _splits(cfg, dataset: Any, episodes: Any) -> tuple[list, list, list, list]:
     eps = (
         list(episodes)
         if episodes is not None
-        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source)
+        else load_episodes(dataset, model_family=cfg.model_family, source=cfg.source, progress=progress)
     )
     for what, value in (("family", cfg.exclude_family), ("source", cfg.exclude_source)):
         if value:
@@ -923,7 +923,7 @@ def _fit(
     cfg = policy.cfg
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    eps, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes)
+    eps, train_eps, held_eps, tune_eps = _splits(cfg, dataset, episodes, progress)
     policy.meta.pop("prices", None)  # a new training is priced by its config
     log = run.log if run is not None else (lambda *_a, **_k: None)
     report: dict[str, Any] = {

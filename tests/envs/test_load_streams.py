@@ -28,3 +28,12 @@ def test_each_run_is_let_go_once_compiled(tmp_path, monkeypatch):
     # the sample's shares were kept at ingest: an episode holds nothing of its run
     assert all(e.unique is not None for e in eps)
     assert max(alive) <= 1, alive
+
+
+def test_a_load_shows_its_progress_once_and_is_kept(tmp_path, capsys):
+    ds = write_dataset(load_trajectories(bundled_dataset()), tmp_path / "ds")
+    first = envs_data.load_episodes(ds, min_steps=0, progress=True)
+    err = capsys.readouterr().err
+    assert "load:" in err and f"/{len(first)} " in err
+    again = envs_data.load_episodes(ds, min_steps=0, progress=True)
+    assert capsys.readouterr().err == "" and all(a is b for a, b in zip(first, again))
