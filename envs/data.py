@@ -12,7 +12,7 @@ from dtoc_rl.data.dataset import Part, dataset_parts, iter_trajectories
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.episode import Episode, compile_episode
 
-__all__ = ["load_episodes", "nothing_usable", "part_episodes", "select_episodes"]
+__all__ = ["load_episodes", "named_episodes", "nothing_usable", "part_episodes", "select_episodes"]
 
 
 _COMPILED: OrderedDict[tuple[str, float, str], tuple[Episode, ...]] = OrderedDict()
@@ -124,6 +124,17 @@ def nothing_usable(
         f"source={sorted(_wanted(source)) or 'any'}, at least {min_steps} model calls; "
         f"families present: {sorted(set(families))}; sources present: {sorted(set(sources))}"
     )
+
+
+def named_episodes(dataset: Any, traj_ids: Iterable[str], estimator: str = "chars") -> list[Episode]:
+    """The episodes of these trajectory ids, in the dataset's order: of a dataset folder, only those
+    runs are compiled (a plot of three runs of a big collection does not hold all of it)."""
+    wanted = set(traj_ids)
+    if dataset is None or isinstance(dataset, str | Path):
+        est = get_estimator(estimator)
+        runs = iter_trajectories(dataset if dataset is not None else _bundled())
+        return [compile_episode(t, est) for t in runs if t.traj_id in wanted]
+    return [e for e in load_episodes(dataset, min_steps=0) if e.traj_id in wanted]
 
 
 def part_episodes(

@@ -400,7 +400,7 @@ class ReplayEnv(gym.Env):
         self.action_space = action_space(self.N)
         self._zero_bytes = bytes(self.N)
         self._next = 0
-        self._baselines: dict[str, Totals] = {}
+        self._baselines: dict[int, Totals] = {}  # by id(episode): two runs may share a trajectory id
         self._templates: dict[int, _Template] = {}
         self._sims: dict[int, Simulator] = {}
         self._shift = np.zeros(_NF, np.float32)
@@ -562,9 +562,9 @@ class ReplayEnv(gym.Env):
             getattr(self, cache, {}).clear()
 
     def _baseline(self, ep: Episode) -> Totals:
-        b = self._baselines.get(ep.traj_id)
+        b = self._baselines.get(id(ep))
         if b is None:
-            b = self._baselines[ep.traj_id] = baseline_totals(ep, self.cfg)
+            b = self._baselines[id(ep)] = baseline_totals(ep, self.cfg)
         return b
 
     def _simulator(self, idx: int, ep: Episode) -> Simulator:

@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.dataset import ROW_GROUP, Part, dataset_columns, dataset_parts, task_name
+from dtoc_rl.data.dataset import ROW_GROUP, DatasetError, Part, dataset_columns, dataset_parts, task_name
 from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
 from dtoc_rl.envs import ReplayEnv
-from dtoc_rl.envs.data import load_episodes, nothing_usable, part_episodes, select_episodes
+from dtoc_rl.envs.data import load_episodes, named_episodes, nothing_usable, part_episodes, select_episodes
 from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy, reset_policy
 from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement
@@ -218,13 +218,22 @@ class EpisodeRunner:
 
 @dataclass(frozen=True)
 class _Work:
-    """A part of a dataset folder and the rows of it (offsets in the part) the filters keep."""
+    """A part of a dataset folder, the rows of it (offsets in the part) the filters keep, and their
+    names (traj_id, model_family, source, task_id): a part that cannot be read is runs in error."""
 
     part: Part
     keep: tuple[int, ...]
+    names: tuple[tuple[str, str, str, str], ...] = ()
 
 
-_NAME_COLUMNS = ["source", "task_id", "model_family", "model_raw"]
+_NAME_COLUMNS = ["source", "task_id", "model_family", "model_raw", "traj_id"]
+
+
+def _unread(work: _Work, labels: Sequence[str], error: Exception) -> list[Run]:
+    """The runs of a part that could not be read (damaged, or written again meanwhile), one per kept
+    row and policy, in error: the parts before and after it are still evaluated."""
+    why = _line(error)
+    return [Run(label, *names, error=why) for names in work.names for label in labels]
 
 
 def _plan(
@@ -240,11 +249,11 @@ def _plan(
     cols = dataset_columns(where, _NAME_COLUMNS)
     fams, srcs = (_name_set(filters[k]) for k in ("model_family", "source"))
     rows = list(zip(*(cols[c] for c in _NAME_COLUMNS)))
-    ok = [(not fams or f in fams) and (not srcs or s in srcs) for s, _, f, _ in rows]
+    ok = [(not fams or f in fams) and (not srcs or s in srcs) for s, _, f, _, _ in rows]
     if not any(ok):
         raise nothing_usable(str(where), len(rows), cols["model_family"], cols["source"], **filters)
     if tasks is not None:
-        ok = [k and task_name(s, t) in tasks for k, (s, t, _, _) in zip(ok, rows)]
+        ok = [k and task_name(s, t) in tasks for k, (s, t, _, _, _) in zip(ok, rows)]
         if not any(ok):
             raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
     kept_rows = sum(ok)
@@ -255,10 +264,12 @@ def _plan(
         size = part.stop - part.start
         keep = tuple(j for j in range(size) if ok[at + j])
         if keep:
-            work.append(_Work(part, keep))
+            names = tuple((i, f or "", s, t) for s, t, f, _, i in (rows[at + j] for j in keep))
+            work.append(_Work(part, keep, names))
         at += size
     kept = [r for r, k in zip(rows, ok) if k]
-    return work, {task_name(s, t) for s, t, _, _ in kept}, {(f, m) for _, _, f, m in kept}
+    # a run without a model name is priced by its family, as its episode is (model_raw "")
+    return work, {task_name(s, t) for s, t, _, _, _ in kept}, {(f or "", m or "") for _, _, f, m, _ in kept}
 
 
 def _episodes_of(work: _Work) -> list[Episode]:
@@ -306,8 +317,12 @@ def _work(work: _Work) -> tuple[list[Run], int]:
     """A part's runs, and how many of its kept rows had too few calls to run."""
     if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
         raise _W["failed"].with_traceback(None)  # the same error each time, not a longer trace
-    eps = _episodes_of(work)
-    return list(_W["runner"].runs(eps)), len(work.keep) - len(eps)
+    runner = _W["runner"]
+    try:
+        eps = _episodes_of(work)
+    except DatasetError as e:
+        return _unread(work, [label for label, _ in runner.policies], e), 0
+    return list(runner.runs(eps)), len(work.keep) - len(eps)
 
 
 def _name_set(names: str | Iterable[str] | None) -> set[str] | None:
@@ -383,7 +398,8 @@ def evaluate(
     cost_config = cost_config or CostConfig()
     if prices:
         cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})
-    filters = {"model_family": model_family, "source": source}
+    # as sets, read as often as needed (a generator would be empty the second time)
+    filters = {"model_family": _name_set(model_family), "source": _name_set(source)}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
     labels = len(specs) + len(policies)
@@ -414,34 +430,43 @@ def evaluate(
             bar.total -= k * labels
             bar.refresh()
 
-    # Workers build the env and policies from the specs, and read their parts (nothing big is pickled).
-    if in_pool:
-        # price each model here first: its warning, if any, is given once, and the workers are told
-        for fam, raw in sorted(models):
-            cost_config.prices_of(SimpleNamespace(model_family=fam, model_raw=raw))
-        # forkserver, not fork: a forked child of a process with torch's thread pools can deadlock.
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_init_worker,
-            initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown()),
-        ) as pool:
-            for out, k in pool.map(_work, plan):
-                runs.extend(out)
-                bar.update(len(out))
-                skipped(k)
-    else:
-        runner = EpisodeRunner(
-            [(s, make_policy(s)) for s in specs] + list(policies.items()), cost_config, max_items
-        )
-        batches = ((_episodes_of(w), len(w.keep)) for w in plan) if by_parts else iter([(eps, n)])
-        with torch_threads(threads):
-            for batch, size in batches:
-                skipped(size - len(batch))
-                for run in runner.runs(batch):
-                    runs.append(run)
-                    bar.update(1)
-    bar.close()
+    try:
+        # Workers build the env and policies from the specs, and read their parts (nothing big is pickled).
+        if in_pool:
+            # price each model here first: its warning, if any, is given once, and the workers are told
+            for fam, raw in sorted(models):
+                cost_config.prices_of(SimpleNamespace(model_family=fam, model_raw=raw))
+            # forkserver, not fork: a forked child of a process with torch's thread pools can deadlock.
+            with ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("forkserver"),
+                initializer=_init_worker,
+                initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown()),
+            ) as pool:
+                for out, k in pool.map(_work, plan):
+                    runs.extend(out)
+                    bar.update(len(out))
+                    skipped(k)
+        else:
+            runner = EpisodeRunner(
+                [(s, make_policy(s)) for s in specs] + list(policies.items()), cost_config, max_items
+            )
+            with torch_threads(threads):
+                for work in plan if by_parts else [None]:
+                    try:
+                        batch = eps if work is None else _episodes_of(work)
+                    except DatasetError as e:
+                        unread = _unread(work, [label for label, _ in runner.policies], e)
+                        runs.extend(unread)
+                        bar.update(len(unread))
+                        continue
+                    if work is not None:
+                        skipped(len(work.keep) - len(batch))
+                    for run in runner.runs(batch):
+                        runs.append(run)
+                        bar.update(1)
+    finally:  # also when a worker or a policy raises: no bar left drawn over the error
+        bar.close()
     if not runs:  # every kept run had too few model calls (known once compiled)
         raise ValueError(
             f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "
@@ -500,8 +525,7 @@ def token_curves(
     """Active tokens at every call, per trajectory and policy (for the curve plot); ``threads`` as in
     :func:`evaluate`."""
     specs, policies = _split_objects(specs, policies)
-    wanted = set(traj_ids)
-    eps = [e for e in load_episodes(dataset) if e.traj_id in wanted]
+    eps = named_episodes(dataset, traj_ids)
     env = ReplayEnv(trajectories=eps, max_items=max_items, cost_config=cost_config, expose_episode=True)
     objs = [(s, make_policy(s)) for s in dict.fromkeys([*specs, ORACLE])] + list((policies or {}).items())
     out: dict[str, dict[str, list[int]]] = {}
@@ -579,7 +603,7 @@ def _bootstrap(a: dict[str, np.ndarray], o: dict[str, np.ndarray], rng: np.rando
     step = max(1, BOOT_BLOCK // n)
     blocks = [
         _stats(a, o, rng.integers(0, n, size=(min(step, n_boot - i), n))) for i in range(0, n_boot, step)
-    ]
+    ] or [_stats(a, o, np.zeros((0, n), np.int64))]  # no resample: empty, so no interval
     return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
 
 

@@ -676,6 +676,16 @@ def test_builtin_names_are_not_distinctive_atoms():
     assert needs(t, 1, "provenance") == {0: "CustomLoaderError"}
 
 
+def test_the_builtin_names_are_those_of_every_python_not_the_running_one():
+    # a name one version adds is a builtin under every version, so labels do not depend on the Python
+    # that ingests the logs (PythonFinalizationError is new in 3.13, ExceptionGroup in 3.11)
+    from dtoc_rl.labels.spans import _distinctive
+
+    for name in ("PythonFinalizationError", "ExceptionGroup", "EncodingWarning", "ModuleNotFoundError"):
+        assert not _distinctive(name, 10), name
+    assert _distinctive("CustomLoaderError", 10)
+
+
 def test_edit_need_points_to_the_current_reads_of_the_file():
     path = "/testbed/calc.py"
     view = {"command": "view", "path": path}

@@ -475,6 +475,7 @@ class Part:
     row_group: int
     start: int
     stop: int
+    stamp: tuple[int, int] = (0, 0)  # the file's size and modification time when the part was cut
 
 
 _BATCH = 64  # rows converted to Python at a time: a shard's rows are never all objects at once
@@ -503,6 +504,10 @@ def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Itera
     """The trajectories of shard ``f`` (or of ``part`` of it), a row that is none a DatasetError."""
     import pyarrow as pa
 
+    if part is not None and part.stamp != (0, 0) and _stamp(f) != part.stamp:
+        # written again since the parts were cut (an ingest --overwrite meanwhile): the part's rows
+        # would be other runs
+        raise DatasetError(f"{f}: written again since its parts were planned; nothing of this part was read")
     pf = _open(f, columns)
     groups = None if part is None else [part.row_group]
     first, stop = (0, None) if part is None else (part.start, part.stop)
@@ -541,6 +546,14 @@ def iter_trajectories(
         yield from _rows(f, columns)
 
 
+def _stamp(f: Path) -> tuple[int, int]:
+    try:
+        st = os.stat(f)
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
 def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:
     """The dataset cut into parts of about ``rows`` rows, in row order, none across a row group
     (:func:`iter_trajectories` reads one without the rest of its shard as objects).  A row group
@@ -560,7 +573,7 @@ def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:
         for g in range(meta.num_row_groups):
             n = meta.row_group(g).num_rows
             size = max(rows, -(-n // 8))
-            out += [Part(str(f.resolve()), g, a, min(a + size, n)) for a in range(0, n, size)]
+            out += [Part(str(f.resolve()), g, a, min(a + size, n), _stamp(f)) for a in range(0, n, size)]
     return out
 
 

@@ -154,9 +154,10 @@ def _prefix(short: list, long: list) -> bool:
 
 
 def _steps_digest(steps: list) -> int:
-    """A number for a run's steps, the same for two copies of one log (read alike, they print alike):
-    many runs of one id are compared by it before two are compared step by step."""
-    return hash(repr(steps))
+    """A number for a run's steps, from their texts alone: equal steps have equal texts, so two
+    copies of one log always get the same number; many runs of one id are compared by it before two
+    are compared step by step."""
+    return hash(tuple((s.tool_name, s.tool_args, s.output, s.assistant_text, s.user_text) for s in steps))
 
 
 def display_path(p: Path | str) -> str:

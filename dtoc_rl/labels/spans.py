@@ -8,7 +8,6 @@ and never count as a copy.  The rules and their tuning are in :mod:`dtoc_rl.labe
 
 from __future__ import annotations
 
-import builtins
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -27,8 +26,30 @@ _HAS_LETTER = re.compile(r"[A-Za-z]")
 _GUTTER = re.compile(r"(?m)^[ \t]*((?:[^\s:]+[:-])?)(\d+)(?:\t|:|→|\||-(?=\s))")
 _BREAK = " \x00 "  # a token no action contains: windows never span it
 # Python's builtin names (``ValueError``, ``NotImplementedError``, ...) are known to every model: never
-# distinctive atoms, whatever their shape.
-_BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+# distinctive atoms, whatever their shape.  Listed, not read from the running interpreter (each version
+# adds a few): the labels and the kept shares of a log are the same whichever Python ingests it.
+_BUILTIN_NAMES = frozenset(
+    """
+    ArithmeticError AssertionError AttributeError BaseException BaseExceptionGroup BlockingIOError
+    BrokenPipeError BufferError BytesWarning ChildProcessError ConnectionAbortedError
+    ConnectionError ConnectionRefusedError ConnectionResetError DeprecationWarning EOFError Ellipsis
+    EncodingWarning EnvironmentError Exception ExceptionGroup False FileExistsError
+    FileNotFoundError FloatingPointError FutureWarning GeneratorExit IOError ImportError
+    ImportWarning IndentationError IndexError InterruptedError IsADirectoryError KeyError
+    KeyboardInterrupt LookupError MemoryError ModuleNotFoundError NameError None NotADirectoryError
+    NotImplemented NotImplementedError OSError OverflowError PendingDeprecationWarning
+    PermissionError ProcessLookupError PythonFinalizationError RecursionError ReferenceError
+    ResourceWarning RuntimeError RuntimeWarning StopAsyncIteration StopIteration SyntaxError
+    SyntaxWarning SystemError SystemExit TabError TimeoutError True TypeError UnboundLocalError
+    UnicodeDecodeError UnicodeEncodeError UnicodeError UnicodeTranslateError UnicodeWarning
+    UserWarning ValueError Warning ZeroDivisionError abs aiter all anext any ascii bin bool
+    breakpoint bytearray bytes callable chr classmethod compile complex copyright credits delattr
+    dict dir divmod enumerate eval exec exit filter float format frozenset getattr globals hasattr
+    hash help hex id input int isinstance issubclass iter len license list locals map max memoryview
+    min next object oct open ord pow print property quit range repr reversed round set setattr slice
+    sorted staticmethod str sum super tuple type vars zip
+    """.split()
+)
 
 
 def _distinctive(a: str, min_atom: int) -> bool:

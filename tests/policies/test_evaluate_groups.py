@@ -495,3 +495,9 @@ def test_the_bootstrap_drawn_in_blocks_gives_the_figures_of_one_draw(monkeypatch
         w.keys() == b.keys() and all(same(w[k], b[k]) for k in w) for w, b in zip(whole, blocked)
     )
     assert any(r["errors"] == 1 and r["policy"] == "p" for r in whole)
+
+
+def test_no_resample_gives_no_interval_not_an_error():
+    runs = [_run("oracle", "t1", dollars=60.0), _run("p", "t1", dollars=70.0)]
+    (row,) = [r for r in aggregate(runs, by=("overall",), n_boot=0) if r["policy"] == "p"]
+    assert row["savings"] == pytest.approx(0.3) and row["savings_lo"] != row["savings_lo"]  # NaN

@@ -158,3 +158,75 @@ def test_a_pool_gets_parts_small_enough_to_share_out():
     n = len(load_trajectories(bundled_dataset()))
     assert len(one) == 1 and len(two) >= 4  # the sample's 34 runs: one part alone, parts of 8 in a pool
     assert all(len(w.keep) <= 8 for w in two) and sum(len(w.keep) for w in two) == n
+
+
+def test_a_run_without_a_model_name_is_evaluated_in_a_pool_too(tmp_path):
+    trajs = load_trajectories(bundled_dataset())
+    trajs[0].model_raw = None  # a log that names no model: priced by its family
+    ds = write_dataset(trajs, tmp_path / "nameless")
+    one = _bills(ev.evaluate(ds, SPECS, progress=False))
+    assert _bills(ev.evaluate(ds, SPECS, progress=False, workers=2)) == one
+    assert len(one) == 3 * len(load_episodes(ds)) and not any(b[2] != b[2] for b in one)
+
+
+def test_a_part_that_cannot_be_read_is_its_runs_in_error_and_the_rest_completes(small_groups, monkeypatch):
+    real = ev.part_episodes
+    bad = ev._plan(small_groups, {"model_family": None, "source": None}, None)[0][1].part
+
+    def damaged(part, **kw):
+        if part == bad:
+            raise DatasetError(f"{part.file}: damaged Parquet data (ZSTD decompression failed)")
+        return real(part, **kw)
+
+    monkeypatch.setattr(ev, "part_episodes", damaged)
+    runs = ev.evaluate(small_groups, SPECS, progress=False)
+    failed = [r for r in runs if r.error]
+    assert len(failed) == 3 * 4 and all("damaged Parquet data" in r.error for r in failed)
+    assert {r.traj_id for r in failed} == {t.traj_id for t in iter_trajectories(None, part=bad)}
+    assert len(runs) - len(failed) == 3 * (len(load_episodes(small_groups)) - 4)
+
+
+def test_a_part_of_a_file_written_again_is_not_read_and_a_worker_says_so(small_groups):
+    (work, *_), _, _ = ev._plan(small_groups, {"model_family": None, "source": None}, None)
+    f = next(small_groups.glob("*.parquet"))
+    f.write_bytes(f.read_bytes())  # the same bytes, written again: another file as far as a plan knows
+    import os
+
+    os.utime(f, ns=(work.part.stamp[1] + 10**9, work.part.stamp[1] + 10**9))
+    with pytest.raises(DatasetError, match="written again since its parts were planned"):
+        list(iter_trajectories(None, part=work.part))
+    ev._init_worker(SPECS + ["oracle"], ev.CostConfig(), 128)
+    try:
+        out, short = ev._work(work)
+    finally:
+        ev._W.clear()
+    assert len(out) == 3 * len(work.keep) and short == 0
+    assert all("written again" in r.error for r in out)
+
+
+def test_curves_compile_only_the_runs_they_draw(small_groups, monkeypatch):
+    made = []
+    real = envs_data.compile_episode
+    monkeypatch.setattr(envs_data, "compile_episode", lambda t, est: made.append(t.traj_id) or real(t, est))
+    ids = [t.traj_id for t in load_trajectories(small_groups)][5:7]
+    curves = ev.token_curves(small_groups, ["last_n:n=2"], ids)
+    assert made == ids and set(curves) == set(ids)
+
+
+def test_filters_given_once_as_iterators_are_read_as_often_as_needed(small_groups):
+    with pytest.raises(ValueError, match=r"model_family=\['nope'\]"):
+        ev.evaluate(small_groups, SPECS, model_family=iter(["nope"]), progress=False)
+
+
+def test_two_runs_sharing_an_id_are_each_billed_against_their_own_log():
+    import copy
+
+    from dtoc_rl.sim.simulator import CostConfig, baseline_totals
+
+    t = next(x for x in load_trajectories(bundled_dataset()) if len(x.steps) > 6)
+    cut = copy.deepcopy(t)
+    cut.steps = cut.steps[:4]  # a hand-made dataset: a second, shorter run under the same id
+    eps = load_episodes([t, cut])
+    runs = ev.evaluate(eps, ["none"], progress=False)
+    base = [baseline_totals(e, CostConfig()).dollars for e in eps]
+    assert [r.base_dollars for r in runs if r.policy == "none"] == base and base[0] != base[1]
