@@ -233,7 +233,11 @@ def _unread(work: _Work, labels: Sequence[str], error: Exception) -> list[Run]:
     """The runs of a part that could not be read (damaged, or written again meanwhile), one per kept
     row and policy, in error: the parts before and after it are still evaluated."""
     why = _line(error)
-    return [Run(label, *names, error=why) for names in work.names for label in labels]
+    return [
+        Run(label, *names, error=why, extra={"unread": str(error)})
+        for names in work.names
+        for label in labels
+    ]
 
 
 def _plan(
@@ -467,6 +471,8 @@ def evaluate(
                         bar.update(1)
     finally:  # also when a worker or a policy raises: no bar left drawn over the error
         bar.close()
+    if runs and all("unread" in r.extra for r in runs):  # no part could be read: the data's error
+        raise DatasetError(runs[0].extra["unread"])
     if not runs:  # every kept run had too few model calls (known once compiled)
         raise ValueError(
             f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "

@@ -230,3 +230,12 @@ def test_two_runs_sharing_an_id_are_each_billed_against_their_own_log():
     runs = ev.evaluate(eps, ["none"], progress=False)
     base = [baseline_totals(e, CostConfig()).dollars for e in eps]
     assert [r.base_dollars for r in runs if r.policy == "none"] == base and base[0] != base[1]
+
+
+def test_a_dataset_no_part_of_which_can_be_read_is_one_error(small_groups, monkeypatch):
+    def damaged(part, **kw):
+        raise DatasetError(f"{part.file}: damaged Parquet data (ZSTD decompression failed)")
+
+    monkeypatch.setattr(ev, "part_episodes", damaged)
+    with pytest.raises(DatasetError, match="damaged Parquet data"):
+        ev.evaluate(small_groups, SPECS, progress=False)
