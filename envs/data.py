@@ -142,13 +142,9 @@ def part_episodes(
 ) -> list[Episode]:
     """The episodes of one part of a dataset (:func:`dtoc_rl.data.dataset.dataset_parts`), compiled
     here and not kept: a process that goes part by part holds one part's episodes at a time.
-    ``keep``: the part's rows (offsets in it) to compile, the others read and dropped."""
+    ``keep``: the part's rows (offsets in it) to compile, the others not made objects."""
     est = get_estimator(estimator)
-    rows = iter_trajectories(None, part=part)
-    if keep is None:
-        return [compile_episode(t, est) for t in rows]
-    wanted = set(keep)
-    return [compile_episode(t, est) for j, t in enumerate(rows) if j in wanted]
+    return [compile_episode(t, est) for t in iter_trajectories(None, part=part, keep=keep)]
 
 
 def load_episodes(

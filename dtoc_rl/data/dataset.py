@@ -500,8 +500,11 @@ def _open(f: Path, columns: list[str] | None) -> Any:
     return pf
 
 
-def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Iterator[Trajectory]:
-    """The trajectories of shard ``f`` (or of ``part`` of it), a row that is none a DatasetError."""
+def _rows(
+    f: Path, columns: list[str] | None, part: Part | None = None, keep: Iterable[int] | None = None
+) -> Iterator[Trajectory]:
+    """The trajectories of shard ``f`` (or of ``part`` of it; ``keep``: only these rows of the part,
+    offsets in it), a row that is none a DatasetError."""
     import pyarrow as pa
 
     if part is not None and part.stamp != (0, 0) and _stamp(f) != part.stamp:
@@ -513,6 +516,7 @@ def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Itera
     first, stop = (0, None) if part is None else (part.start, part.stop)
     # rows are named by their place in the shard, whichever part reads them
     base = 0 if part is None else sum(pf.metadata.row_group(g).num_rows for g in range(part.row_group))
+    wanted = None if keep is None else set(keep)
     try:
         at = 0  # the row of the shard (of the part's row group) the batch begins at
         for batch in pf.iter_batches(batch_size=_BATCH, columns=columns, row_groups=groups):
@@ -521,7 +525,12 @@ def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Itera
             if at + batch.num_rows > first:  # batches before the part are decoded, never made objects
                 lo = max(first - at, 0)
                 hi = batch.num_rows if stop is None else min(stop - at, batch.num_rows)
-                for j, row in enumerate(batch.slice(lo, hi - lo).to_pylist(), base + at + lo):
+                if wanted is None:
+                    rows = enumerate(batch.slice(lo, hi - lo).to_pylist(), base + at + lo)
+                else:  # only the rows kept become objects (a filter that keeps few reads little)
+                    idx = [i for i in range(lo, hi) if at + i - first in wanted]
+                    rows = zip((base + at + i for i in idx), batch.take(idx).to_pylist() if idx else [])
+                for j, row in rows:
                     try:
                         yield Trajectory.from_row(row)
                     except (TypeError, KeyError, ValueError, AttributeError) as e:
@@ -534,13 +543,17 @@ def _rows(f: Path, columns: list[str] | None, part: Part | None = None) -> Itera
 
 
 def iter_trajectories(
-    path: str | Path, *, columns: list[str] | None = None, part: Part | None = None
+    path: str | Path,
+    *,
+    columns: list[str] | None = None,
+    part: Part | None = None,
+    keep: Iterable[int] | None = None,
 ) -> Iterator[Trajectory]:
-    """Stream trajectories shard by shard (or those of one ``part``, :func:`dataset_parts`).  A file
-    that is not Parquet, Parquet without the trajectory columns, or a row that is no trajectory is a
-    DatasetError naming the file."""
+    """Stream trajectories shard by shard (or those of one ``part``, :func:`dataset_parts`; ``keep``:
+    only these of its rows, offsets in the part).  A file that is not Parquet, Parquet without the
+    trajectory columns, or a row that is no trajectory is a DatasetError naming the file."""
     if part is not None:
-        yield from _rows(Path(part.file), columns, part)
+        yield from _rows(Path(part.file), columns, part, keep)
         return
     for f in _shards(Path(path)):
         yield from _rows(f, columns)

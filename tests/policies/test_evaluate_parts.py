@@ -239,3 +239,26 @@ def test_a_dataset_no_part_of_which_can_be_read_is_one_error(small_groups, monke
     monkeypatch.setattr(ev, "part_episodes", damaged)
     with pytest.raises(DatasetError, match="damaged Parquet data"):
         ev.evaluate(small_groups, SPECS, progress=False)
+
+
+def test_only_the_kept_rows_of_a_part_become_runs_across_batches(tmp_path, monkeypatch):
+    import copy
+
+    from dtoc_rl.data.schema import Trajectory
+
+    base = load_trajectories(bundled_dataset())
+    trajs = []
+    for k in range(4):  # 136 runs: a part spans three batches of 64
+        for t in base:
+            c = copy.deepcopy(t)
+            c.traj_id = f"{t.traj_id}#{k}"
+            trajs.append(c)
+    ds = write_dataset(trajs, tmp_path / "many")
+    (part,) = dataset_parts(ds, rows=200)
+    ids = [t.traj_id for t in iter_trajectories(ds)]
+    keep = [0, 63, 64, 100, 135]
+    made = []
+    real = Trajectory.from_row
+    monkeypatch.setattr(Trajectory, "from_row", classmethod(lambda cls, row: made.append(1) or real(row)))
+    assert [t.traj_id for t in iter_trajectories(None, part=part, keep=keep)] == [ids[j] for j in keep]
+    assert len(made) == len(keep)  # the others were never made objects
