@@ -45,6 +45,33 @@ def warn(message: str, file: Any = None) -> None:
     print(f"dtoc-rl: warning: {text}", file=file or sys.stderr)
 
 
+def note_unkept_shares(dataset: Any) -> None:
+    """Say on stderr when a dataset folder's runs lack the outputs' own shares the labeller keeps
+    (ingested before schema 1.4): every replay then computes them, about half of an evaluation's
+    time.  Said, not fixed: the logs are re-ingested to keep them.  Silent where it cannot tell."""
+    from dtoc_rl.data.dataset import DatasetError, dataset_columns
+
+    if dataset is None:
+        return
+    try:
+        digests = dataset_columns(dataset, ["unique_digest"])["unique_digest"]
+    except DatasetError:  # no such column (an older dataset), or one the command will say is broken
+        try:
+            digests = [None] * len(dataset_columns(dataset, ["traj_id"])["traj_id"])
+        except (DatasetError, OSError):
+            return
+    except OSError:
+        return
+    missing = sum(d is None for d in digests)
+    if missing:
+        print(
+            f"dtoc-rl: note: {missing} of {len(digests)} runs of {dataset} were ingested without their "
+            "outputs' own shares (before dtoc-rl's schema 1.4, or without labels): each replay computes "
+            "them; `dtoc-rl ingest LOGS -o NEW` again keeps them, and replays are faster",
+            file=sys.stderr,
+        )
+
+
 def fail(message: str, code: int = 2) -> int:
     print(f"dtoc-rl: error: {message}", file=sys.stderr)
     return code

@@ -29,7 +29,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from dtoc_rl.cli.common import at_least, emit_json, fail, write_text_atomic
+from dtoc_rl.cli.common import at_least, emit_json, fail, note_unkept_shares, write_text_atomic
 from dtoc_rl.provenance import environment
 
 
@@ -231,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
                 args.by.append("split")
         kw = {} if args.reread_prob is None else {"reread_prob": args.reread_prob}
         table = logged_prices(args.dataset, quiet=args.json) if args.dataset else {}
+        if not (args.quiet or args.json):
+            note_unkept_shares(args.dataset)
         if args.prices:
             from dtoc_rl.sim.pricing import load_price_table
 

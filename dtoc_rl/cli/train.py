@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dtoc_rl.cli.common import emit_json, fail, warn
+from dtoc_rl.cli.common import emit_json, fail, note_unkept_shares, warn
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -167,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
                 log=run.log if run is not None else (lambda *_a, **_k: None),
             )
         else:
+            if not (args.quiet or args.json):
+                note_unkept_shares(dataset)
             report = policy.fit(dataset, progress=not (args.quiet or args.json), wandb_run=run)
         policy.save(args.out)
         if run is not None:
