@@ -3,7 +3,8 @@
 A dataset is a folder::
 
     OUT/
-      data-00000-of-00002.parquet   # rows of the canonical schema (dtoc_rl.data.schema)
+      data-00000-of-00002.parquet   # rows of the canonical schema (dtoc_rl.data.schema), in
+                                    # row groups of ROW_GROUP runs (read a part at a time)
       data-00001-of-00002.parquet
       summary.json                  # what `dtoc-rl ingest` reported, incl. skips
       COMPLETE                      # written last: a folder without it is not a dataset
