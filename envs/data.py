@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -127,14 +128,17 @@ def nothing_usable(
 
 
 def named_episodes(dataset: Any, traj_ids: Iterable[str], estimator: str = "chars") -> list[Episode]:
-    """The episodes of these trajectory ids, in the dataset's order: of a dataset folder, only those
-    runs are compiled (a plot of three runs of a big collection does not hold all of it)."""
+    """The episodes of these trajectory ids that have at least two model calls, in the dataset's order:
+    of a dataset folder, only those runs are compiled (a plot of three runs of a big collection does
+    not hold all of it)."""
     wanted = set(traj_ids)
-    if dataset is None or isinstance(dataset, str | Path):
+    if dataset is None or isinstance(dataset, str | os.PathLike):
         est = get_estimator(estimator)
         runs = iter_trajectories(dataset if dataset is not None else _bundled())
-        return [compile_episode(t, est) for t in runs if t.traj_id in wanted]
-    return [e for e in load_episodes(dataset, min_steps=0) if e.traj_id in wanted]
+        eps = [compile_episode(t, est) for t in runs if t.traj_id in wanted]
+    else:
+        eps = [e for e in load_episodes(dataset, min_steps=0) if e.traj_id in wanted]
+    return select_episodes(eps)  # what a ReplayEnv replays: runs of fewer than two calls are not
 
 
 def part_episodes(

@@ -400,7 +400,9 @@ class ReplayEnv(gym.Env):
         self.action_space = action_space(self.N)
         self._zero_bytes = bytes(self.N)
         self._next = 0
-        self._baselines: dict[int, Totals] = {}  # by id(episode): two runs may share a trajectory id
+        # by id(episode), each with its episode (two runs may share a trajectory id; an id is only
+        # trusted while it is still that episode's)
+        self._baselines: dict[int, tuple[Episode, Totals]] = {}
         self._templates: dict[int, _Template] = {}
         self._sims: dict[int, Simulator] = {}
         self._shift = np.zeros(_NF, np.float32)
@@ -562,10 +564,10 @@ class ReplayEnv(gym.Env):
             getattr(self, cache, {}).clear()
 
     def _baseline(self, ep: Episode) -> Totals:
-        b = self._baselines.get(id(ep))
-        if b is None:
-            b = self._baselines[id(ep)] = baseline_totals(ep, self.cfg)
-        return b
+        held = self._baselines.get(id(ep))
+        if held is None or held[0] is not ep:
+            held = self._baselines[id(ep)] = (ep, baseline_totals(ep, self.cfg))
+        return held[1]
 
     def _simulator(self, idx: int, ep: Episode) -> Simulator:
         """A fresh simulator for ``ep``: a cached one reset (its per-episode set-up is the costly part of a

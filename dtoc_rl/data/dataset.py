@@ -556,6 +556,8 @@ def iter_trajectories(
     if part is not None:
         yield from _rows(Path(part.file), columns, part, keep)
         return
+    if keep is not None:
+        raise ValueError("keep names rows of a part: give the part too")
     for f in _shards(Path(path)):
         yield from _rows(f, columns)
 

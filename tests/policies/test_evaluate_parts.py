@@ -262,3 +262,20 @@ def test_only_the_kept_rows_of_a_part_become_runs_across_batches(tmp_path, monke
     monkeypatch.setattr(Trajectory, "from_row", classmethod(lambda cls, row: made.append(1) or real(row)))
     assert [t.traj_id for t in iter_trajectories(None, part=part, keep=keep)] == [ids[j] for j in keep]
     assert len(made) == len(keep)  # the others were never made objects
+
+
+def test_curves_leave_out_a_named_run_too_short_to_replay(tmp_path):
+    from dtoc_rl.data.schema import Trajectory
+
+    trajs = load_trajectories(bundled_dataset())
+    long = next(t for t in trajs if len(t.steps) > 5)
+    short = Trajectory.from_row({**long.to_row(), "traj_id": "short", "steps": long.to_row()["steps"][:1]})
+    ds = write_dataset([short, long], tmp_path / "two")
+    curves = ev.token_curves(ds, ["last_n:n=2"], ["short", long.traj_id])
+    assert set(curves) == {long.traj_id}
+    assert set(ev.token_curves([short, long], ["last_n:n=2"], ["short", long.traj_id])) == {long.traj_id}
+
+
+def test_rows_to_keep_without_a_part_are_refused():
+    with pytest.raises(ValueError, match="keep names rows of a part"):
+        next(iter_trajectories(bundled_dataset(), keep=[0]))
