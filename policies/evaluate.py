@@ -262,9 +262,12 @@ def _plan(
             raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
     kept_rows = sum(ok)
     size = ROW_GROUP if workers <= 1 else min(ROW_GROUP, max(8, -(-kept_rows // (4 * workers))))
+    parts = dataset_parts(where, rows=size)
+    if sum(p.stop - p.start for p in parts) != len(rows):  # written again while its names were read
+        raise DatasetError(f"{where} changed while its runs were listed (written again?); evaluate it again")
     work: list[_Work] = []
     at = 0
-    for part in dataset_parts(where, rows=size):
+    for part in parts:
         size = part.stop - part.start
         keep = tuple(j for j in range(size) if ok[at + j])
         if keep:

@@ -501,6 +501,13 @@ def _open(f: Path, columns: list[str] | None) -> Any:
     return pf
 
 
+def _same_file(f: Path, part: Part | None) -> None:
+    """Refuse a part whose file was written again since it was cut (an ingest --overwrite meanwhile):
+    its rows would be other runs."""
+    if part is not None and part.stamp != (0, 0) and _stamp(f) != part.stamp:
+        raise DatasetError(f"{f}: written again since its parts were planned; nothing of this part was read")
+
+
 def _rows(
     f: Path, columns: list[str] | None, part: Part | None = None, keep: Iterable[int] | None = None
 ) -> Iterator[Trajectory]:
@@ -508,11 +515,9 @@ def _rows(
     offsets in it), a row that is none a DatasetError."""
     import pyarrow as pa
 
-    if part is not None and part.stamp != (0, 0) and _stamp(f) != part.stamp:
-        # written again since the parts were cut (an ingest --overwrite meanwhile): the part's rows
-        # would be other runs
-        raise DatasetError(f"{f}: written again since its parts were planned; nothing of this part was read")
+    _same_file(f, part)
     pf = _open(f, columns)
+    _same_file(f, part)  # and once it is open: what was opened is the file the part was cut from
     groups = None if part is None else [part.row_group]
     first, stop = (0, None) if part is None else (part.start, part.stop)
     # rows are named by their place in the shard, whichever part reads them
@@ -582,6 +587,7 @@ def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:
         raise ValueError(f"rows must be at least 1, got {rows}")
     out: list[Part] = []
     for f in _shards(Path(path)):
+        stamp = _stamp(f)  # before the metadata: a file written again meanwhile fails the check later
         try:
             meta = _open(f, None).metadata
         except pa.ArrowException as e:
@@ -589,7 +595,7 @@ def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:
         for g in range(meta.num_row_groups):
             n = meta.row_group(g).num_rows
             size = max(rows, -(-n // 8))
-            out += [Part(str(f.resolve()), g, a, min(a + size, n), _stamp(f)) for a in range(0, n, size)]
+            out += [Part(str(f.resolve()), g, a, min(a + size, n), stamp) for a in range(0, n, size)]
     return out
 
 

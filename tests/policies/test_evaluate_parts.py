@@ -279,3 +279,18 @@ def test_curves_leave_out_a_named_run_too_short_to_replay(tmp_path):
 def test_rows_to_keep_without_a_part_are_refused():
     with pytest.raises(ValueError, match="keep names rows of a part"):
         next(iter_trajectories(bundled_dataset(), keep=[0]))
+
+
+def test_a_dataset_written_again_while_its_names_are_read_is_said(small_groups, monkeypatch):
+    import dataclasses
+
+    real = ev.dataset_parts
+
+    def grown(where, rows):  # the parts of a file that gained runs after its names were read
+        parts = real(where, rows=rows)
+        last = parts[-1]
+        return [*parts, dataclasses.replace(last, start=last.stop, stop=last.stop + 4)]
+
+    monkeypatch.setattr(ev, "dataset_parts", grown)
+    with pytest.raises(DatasetError, match="changed while its runs were listed"):
+        ev.evaluate(small_groups, SPECS, progress=False)
