@@ -28,12 +28,11 @@ def _compiled(path: str, mtime: float, estimator: str, progress: bool = False) -
     from tqdm.auto import tqdm
 
     est = get_estimator(estimator)
-    parts = dataset_parts(path)
     # streamed: a run read is compiled and let go (an episode whose shares were kept at ingest holds
     # nothing of it), so the peak is the episodes, not every run as objects besides them
     runs = tqdm(
         iter_trajectories(path),
-        total=sum(p.stop - p.start for p in parts),
+        total=sum(p.stop - p.start for p in dataset_parts(path)) if progress else None,
         desc="load",
         unit="run",
         disable=not progress,

@@ -251,7 +251,7 @@ def _plan(
     part): a worker left alone with a last big part would be the whole pool's wait."""
     where = dataset if dataset is not None else bundled_dataset()
     cols = dataset_columns(where, _NAME_COLUMNS)
-    fams, srcs = (_name_set(filters[k]) for k in ("model_family", "source"))
+    fams, srcs = filters["model_family"], filters["source"]  # sets, or None: evaluate made them so
     rows = list(zip(*(cols[c] for c in _NAME_COLUMNS)))
     ok = [(not fams or f in fams) and (not srcs or s in srcs) for s, _, f, _, _ in rows]
     if not any(ok):
@@ -259,7 +259,7 @@ def _plan(
     if tasks is not None:
         ok = [k and task_name(s, t) in tasks for k, (s, t, _, _, _) in zip(ok, rows)]
         if not any(ok):
-            raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+            raise _no_task(tasks)
     kept_rows = sum(ok)
     size = ROW_GROUP if workers <= 1 else min(ROW_GROUP, max(8, -(-kept_rows // (4 * workers))))
     parts = dataset_parts(where, rows=size)
@@ -279,6 +279,10 @@ def _plan(
     return work, {task_name(s, t) for s, t, _, _, _ in kept}, {(f or "", m or "") for _, _, f, m, _ in kept}
 
 
+def _no_task(tasks: set[str]) -> ValueError:
+    return ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+
+
 def _episodes_of(work: _Work) -> list[Episode]:
     """The kept rows of a part as episodes, those with too few model calls left out."""
     return select_episodes(part_episodes(work.part, keep=work.keep))
@@ -289,7 +293,7 @@ def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Epis
     if tasks is not None:
         eps = [e for e in eps if task_name(e.source, e.task_id) in tasks]
         if not eps:
-            raise ValueError(f"no trajectory of the {len(tasks)} selected tasks in the dataset")
+            raise _no_task(tasks)
     return eps
 
 
@@ -320,16 +324,22 @@ def _shown() -> Callable[..., None] | None:
     return warnings.showwarning
 
 
-def _work(work: _Work) -> tuple[list[Run], int]:
-    """A part's runs, and how many of its kept rows had too few calls to run."""
-    if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
-        raise _W["failed"].with_traceback(None)  # the same error each time, not a longer trace
-    runner = _W["runner"]
+def _part_runs(runner: EpisodeRunner, work: _Work) -> Iterator[Run]:
+    """A part's runs as they are made (fewer than its kept rows' when some have too few calls), or,
+    when it cannot be read, one in error per kept row and policy."""
     try:
         eps = _episodes_of(work)
     except DatasetError as e:
-        return _unread(work, [label for label, _ in runner.policies], e), 0
-    return list(runner.runs(eps)), len(work.keep) - len(eps)
+        yield from _unread(work, [label for label, _ in runner.policies], e)
+        return
+    yield from runner.runs(eps)
+
+
+def _work(work: _Work) -> list[Run]:
+    """A pool worker's task: :func:`_part_runs` of one part."""
+    if "failed" in _W:  # the worker could not start (an initializer's error would break the whole pool)
+        raise _W["failed"].with_traceback(None)  # the same error each time, not a longer trace
+    return list(_part_runs(_W["runner"], work))
 
 
 def _name_set(names: str | Iterable[str] | None) -> set[str] | None:
@@ -432,9 +442,9 @@ def evaluate(
     runs: list[Run] = []
     bar = tqdm(total=n * labels, desc="evaluate", unit="run", disable=not progress)
 
-    def skipped(k: int) -> None:  # runs with too few model calls: out of the bar's total
-        if k:
-            bar.total -= k * labels
+    def done(work: _Work, made: int) -> None:  # runs with too few model calls: out of the bar's total
+        if made < len(work.keep) * labels:
+            bar.total -= len(work.keep) * labels - made
             bar.refresh()
 
     try:
@@ -450,28 +460,22 @@ def evaluate(
                 initializer=_init_worker,
                 initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown()),
             ) as pool:
-                for out, k in pool.map(_work, plan):
+                for work, out in zip(plan, pool.map(_work, plan)):
                     runs.extend(out)
                     bar.update(len(out))
-                    skipped(k)
+                    done(work, len(out))
         else:
             runner = EpisodeRunner(
                 [(s, make_policy(s)) for s in specs] + list(policies.items()), cost_config, max_items
             )
             with torch_threads(threads):
                 for work in plan if by_parts else [None]:
-                    try:
-                        batch = eps if work is None else _episodes_of(work)
-                    except DatasetError as e:
-                        unread = _unread(work, [label for label, _ in runner.policies], e)
-                        runs.extend(unread)
-                        bar.update(len(unread))
-                        continue
-                    if work is not None:
-                        skipped(len(work.keep) - len(batch))
-                    for run in runner.runs(batch):
+                    made = len(runs)
+                    for run in runner.runs(eps) if work is None else _part_runs(runner, work):
                         runs.append(run)
                         bar.update(1)
+                    if work is not None:
+                        done(work, len(runs) - made)
     finally:  # also when a worker or a policy raises: no bar left drawn over the error
         bar.close()
     if runs and all("unread" in r.extra for r in runs):  # no part could be read: the data's error

@@ -95,7 +95,7 @@ def pool(dataset: str, n: int, steps: int, spec: str, workers: int, repeats: int
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            runs = [r for out, _ in ex.map(_work, plan) for r in out]
+            runs = [r for out in ex.map(_work, plan) for r in out]
             times.append(time.perf_counter() - t0)
     assert len(runs) == n
     sec = statistics.median(times)
