@@ -1,4 +1,5 @@
-"""write_dataset writes each shard as soon as it is full: a large dataset's rows are never all in memory."""
+"""write_dataset writes a row group at a time and closes each shard when full: a large dataset's rows
+are never all in memory."""
 
 import pyarrow.parquet as pq
 
@@ -6,7 +7,10 @@ from dtoc_rl.data.dataset import load_trajectories, write_dataset
 from dtoc_rl.data.paths import bundled_dataset
 
 
-def test_each_shard_is_written_before_the_runs_of_the_next_are_read(tmp_path, monkeypatch):
+def test_rows_are_written_a_row_group_at_a_time_and_each_shard_closed_when_full(tmp_path, monkeypatch):
+    import dtoc_rl.data.dataset as dataset
+
+    monkeypatch.setattr(dataset, "ROW_GROUP", 4)
     trajs = load_trajectories(bundled_dataset())
     drawn = 0
 
@@ -16,20 +20,29 @@ def test_each_shard_is_written_before_the_runs_of_the_next_are_read(tmp_path, mo
             drawn += 1
             yield t
 
-    at_write: list[int] = []  # how many runs had been drawn when each shard was written
-    write = pq.write_table
+    groups: list[tuple[int, int]] = []  # (runs drawn, rows) when each row group was written
+    write = pq.ParquetWriter.write_table
 
-    def spy(table, where, **kw):
-        at_write.append(drawn)
-        return write(table, where, **kw)
+    def spy(self, table, *a, **kw):
+        groups.append((drawn, table.num_rows))
+        return write(self, table, *a, **kw)
 
-    monkeypatch.setattr(pq, "write_table", spy)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", spy)
     out = write_dataset(runs(), tmp_path / "d", shard_bytes=200_000)
     shards = sorted(out.glob("*.parquet"))
-    assert len(shards) >= 3 and len(at_write) == len(shards)
-    # a shard written while the runs were still being drawn, each one before the next shard's rows
-    rows = [pq.ParquetFile(f).metadata.num_rows for f in shards]
-    assert at_write[:-1] == [sum(rows[: i + 1]) + 1 for i in range(len(rows) - 1)]
+    assert len(shards) >= 3 and len(trajs) > 12
+    # each group written once its rows were drawn (or the run after them, which closed its shard):
+    # the rows of at most one group are held at a time
+    written = 0
+    for at, rows in groups:
+        written += rows
+        assert 0 < rows <= 4 and at - written in (0, 1)
+    assert written == len(trajs)
+    # a shard's groups are full but its last
+    for f in shards:
+        meta = pq.ParquetFile(f).metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert all(n == 4 for n in sizes[:-1]) and 0 < sizes[-1] <= 4
     n = len(shards)
     assert [f.name for f in shards] == [f"data-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
     assert [t.traj_id for t in load_trajectories(out)] == [t.traj_id for t in trajs]

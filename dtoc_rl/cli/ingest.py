@@ -81,6 +81,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=min(4, os.cpu_count() or 1),
         help="parallel processes (default: up to 4)",
     )
+    from dtoc_rl.ingest.run_store import SPILL_AFTER
+
+    p.add_argument(
+        "--memory",
+        type=at_least(0),
+        default=SPILL_AFTER // 2**20,
+        metavar="MB",
+        help="MB of the runs' text held in memory until the dataset is written (about twice that of "
+        "memory); the runs read past it wait compressed in a temporary file in TMPDIR, which a "
+        f"collection of many GB of logs needs (default {SPILL_AFTER // 2**20})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -131,28 +142,38 @@ def run(args: argparse.Namespace) -> int:
                 fmt=args.fmt,
                 model=args.model,
                 task_from=args.task_from,
+                spill_after=args.memory * 2**20,
             )
     except FileNotFoundError as e:
         return fail(str(e))
-    from dtoc_rl.ingest.driver import damaged_runs
+    from dtoc_rl.ingest.driver import damaged
 
-    unnamed = sum(1 for t in res.trajectories if not t.model_raw)
-    summary = summarize(res.trajectories, res)
+    unnamed = bare = 0
+    hurt: list[str] = []
+
+    def tallied():  # one pass: runs past the memory budget are read back from disk for each
+        nonlocal unnamed, bare
+        for t in res.trajectories:
+            unnamed += not t.model_raw
+            bare += not any(s.tool_name for s in t.steps)
+            if damaged(t):
+                hurt.append(t.traj_id)
+            yield t
+
+    summary = summarize(tallied(), res)
     summary["out"] = str(args.out)
     summary["warnings"] = list(noted)
-    bare = sum(1 for t in res.trajectories if not any(s.tool_name for s in t.steps))
     if bare:  # runs that only talked, or a log whose tool calls no ingester reads
         summary["warnings"].append(
             f"{bare} of {len(res.trajectories)} trajectories have no tool calls, so nothing a policy could "
             "hide: if their agent did call tools, its log writes them in a shape dtoc-rl does not read "
             "(README, 'Log formats'; --format NAME forces an ingester)"
         )
-    damaged = damaged_runs(res.trajectories)
-    if damaged:
+    if hurt:
         summary["warnings"].append(
-            f"{len(damaged)} of {len(res.trajectories)} trajectories were read from logs with lines that "
+            f"{len(hurt)} of {len(res.trajectories)} trajectories were read from logs with lines that "
             f"could not be read (cut off, or still being written): what those lines held is missing; "
-            f"extra.bad_lines or extra.torn_last_line says which (first: {damaged[0]})"
+            f"extra.bad_lines or extra.torn_last_line says which (first: {hurt[0]})"
         )
     if res.joined:
         summary["warnings"].append(

@@ -289,19 +289,41 @@ def _shard_name(i: int, n: int) -> str:
 _SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.parquet")  # _shard_name's names, read back
 
 
-def _write_part(rows: list[dict[str, Any]], schema: Any, folder: Path, i: int) -> Path:
-    """Shard ``i``'s rows written to ``folder`` under a provisional name (the count of shards is not
-    known yet); returns its path."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+class _Shard:
+    """Shard ``i`` written to ``folder`` under a provisional name (the count of shards is not known
+    yet) a row group at a time: the rows of one group are in memory, not those of the shard (a row
+    copies its run's steps into dicts, and a shard holds 128 MB of their text)."""
 
-    path = folder / f"part-{i:05d}.parquet"
-    # row groups of ROW_GROUP runs: a worker reads a few runs without decoding the rest of the shard
-    # (dataset_parts); files grow about 2%
-    pq.write_table(
-        pa.Table.from_pylist(rows, schema=schema), path, compression="zstd", row_group_size=ROW_GROUP
-    )
-    return path
+    def __init__(self, schema: Any, folder: Path, i: int):
+        import pyarrow.parquet as pq
+
+        self.path = folder / f"part-{i:05d}.parquet"
+        self.schema = schema
+        self.writer = pq.ParquetWriter(self.path, schema, compression="zstd")
+        self.rows: list[dict[str, Any]] = []
+        self.bytes = 0
+        self.groups = 0
+
+    def add(self, row: dict[str, Any], size: int) -> None:
+        self.rows.append(row)
+        self.bytes += size
+        if len(self.rows) == ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        # row groups of ROW_GROUP runs: a worker reads a few runs without decoding the rest of the
+        # shard (dataset_parts); files grow about 2%
+        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema), row_group_size=ROW_GROUP)
+        self.rows = []
+        self.groups += 1
+
+    def close(self) -> Path:
+        if self.rows or not self.groups:  # the last group (a shard of no run: one empty group)
+            self._flush()
+        self.writer.close()
+        return self.path
 
 
 def write_dataset(
@@ -334,25 +356,22 @@ def write_dataset(
     tmp.mkdir()
     try:
         schema = hf_features().arrow_schema
-        # each shard is written as soon as it is full: the rows of one shard at a time are in memory,
-        # not those of the whole dataset (a row copies its run's steps into dicts); the shards are
-        # named data-i-of-n once n is known
+        # each shard is written a row group at a time and closed when full; the shards are named
+        # data-i-of-n once n is known
         parts: list[Path] = []
-        rows: list[dict[str, Any]] = []
-        size = count = 0
+        shard = _Shard(schema, tmp, 0)
+        count = 0
         card = _Card(inputs)
         for t in trajs:
             card.add(t)
             row = t.to_row()
             b = _row_bytes(row)
-            if rows and size + b > shard_bytes:
-                parts.append(_write_part(rows, schema, tmp, len(parts)))
-                rows, size = [], 0
-            rows.append(row)
-            size += b
+            if shard.bytes and shard.bytes + b > shard_bytes:
+                parts.append(shard.close())
+                shard = _Shard(schema, tmp, len(parts))
+            shard.add(row, b)
             count += 1
-        parts.append(_write_part(rows, schema, tmp, len(parts)))  # the last (an empty one for no run)
-        del rows
+        parts.append(shard.close())  # the last (an empty one for no run)
         n = len(parts)
         for i, part in enumerate(parts):
             os.replace(part, tmp / _shard_name(i, n))

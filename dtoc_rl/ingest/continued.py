@@ -29,7 +29,7 @@ from dtoc_rl.data.chatlog import visibility
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.common import extra_of, set_extra
 
-__all__ = ["join_continued"]
+__all__ = ["join_continued", "may_continue"]
 
 #: What a part's log knows of the calls it saw, and the later part's log does not.
 _CALL_FACTS = ("timestamp", "masked_before", "dropped_before", "usage", "model", "events")
@@ -39,6 +39,12 @@ def _policy(t: Trajectory) -> str | None:
     """The policy an orchestrator's log names (its ``dtoc_policy``), or None for another log."""
     extra = extra_of(t.extra)
     return str(extra.get("dtoc_policy")) if "dtoc_session" in extra else None
+
+
+def may_continue(t: Trajectory) -> bool:
+    """Whether ``t`` may be a part of a run logged in parts: the only runs :func:`join_continued`
+    looks at (an orchestrator's log with steps)."""
+    return _policy(t) is not None and bool(t.steps)
 
 
 def _unseen(t: Trajectory) -> int:
@@ -144,9 +150,8 @@ def join_continued(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[str]
     their trajectory ids)."""
     groups: dict[tuple, list[int]] = {}
     for i, t in enumerate(trajs):
-        policy = _policy(t)
-        if policy is not None and t.steps:  # a run's parts: one source, system prompt, task and policy
-            groups.setdefault((t.source, t.system_prompt, t.task_text, policy), []).append(i)
+        if may_continue(t):  # a run's parts: one source, system prompt, task and policy
+            groups.setdefault((t.source, t.system_prompt, t.task_text, _policy(t)), []).append(i)
     unseen = {i: _unseen(trajs[i]) for members in groups.values() for i in members}
     gone: set[int] = set()
     joined: list[str] = []

@@ -17,7 +17,7 @@ import stat
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -39,15 +39,16 @@ from dtoc_rl.ingest import (
 )
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
-from dtoc_rl.ingest.continued import join_continued
+from dtoc_rl.ingest.continued import join_continued, may_continue
 from dtoc_rl.ingest.goose import is_goose_db
-from dtoc_rl.ingest.same_session import drop_second_logs, runs_sharing_calls
+from dtoc_rl.ingest.run_store import SPILL_AFTER, RunStore
+from dtoc_rl.ingest.same_session import drop_second_logs, may_share_session, runs_sharing_calls
 
 __all__ = [
     "IngestResult",
     "IngestWarning",
     "Skip",
-    "damaged_runs",
+    "damaged",
     "discover",
     "display_path",
     "ingest_paths",
@@ -82,7 +83,9 @@ class Skip:
 
 @dataclass
 class IngestResult:
-    trajectories: list[Trajectory] = field(default_factory=list)
+    #: the runs read, in order: a list, or a :class:`~dtoc_rl.ingest.run_store.RunStore` when there
+    #: were more than ``spill_after`` bytes of them (read back from disk one at a time when iterated)
+    trajectories: Sequence[Trajectory] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     auxiliary: int = 0
     #: the files passed over as notes, configs or labels (AUXILIARY), as found
@@ -418,6 +421,7 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                         except BrokenProcessPool:
                             rest = todo[i:]
                             break
+                        del futures[unit]  # the run is the store's now, not held twice
                         take(out, unit)
                 except BaseException:  # Ctrl-C, SIGTERM: stop now, the files being read now too
                     _stop_now(pool)
@@ -455,6 +459,7 @@ def ingest_paths(
     fmt: str | None = None,
     model: str | None = None,
     task_from: str = "log",
+    spill_after: int | None = SPILL_AFTER,
 ) -> IngestResult:
     """Ingest every unit under ``paths``; never raises for a bad unit.
 
@@ -464,10 +469,14 @@ def ingest_paths(
     ``task_from``: ``"log"``, each run's task id as its log gives it, or ``"prompt"``, the task text it
     opens with (:func:`~dtoc_rl.ingest.common.text_task_id`; the log's kept as ``extra.log_task_id``; a
     run without one keeps the log's).  Task names are ``source/task_id``: one request run under two
-    harnesses is two tasks still.
+    harnesses is two tasks still.  Past ``spill_after`` bytes of the runs' text (None: never), the
+    further runs are kept compressed in a temporary file until the dataset is written
+    (:mod:`dtoc_rl.ingest.run_store`), and ``trajectories`` reads them back when iterated.
     """
     if task_from not in ("log", "prompt"):
         raise ValueError(f"task_from must be 'log' or 'prompt', got {task_from!r}")
+    # ValueError for a negative budget, before any work
+    store = RunStore(spill_after, warn=lambda m: warnings.warn(m, IngestWarning, stacklevel=2))
     if fmt is not None:
         from dtoc_rl.ingest import get_ingester
 
@@ -495,7 +504,7 @@ def ingest_paths(
     named: dict[str, list[int]] = {}
     origin: list[tuple[str, bool]] = []
     used: set[str] = set()
-    fmt_of: dict[int, str] = {}  # id() of each run kept -> its format, counted once the parts are joined
+    fmts: list[str | None] = []  # each stored run's format, counted once the parts are joined
     # A kept run's steps as one number, made when a second run of its id comes: runs of one id
     # (a harness that names every run alike) are told apart without comparing their shared beginnings
     # step by step with every earlier one, which grew with the square of their count.
@@ -503,7 +512,7 @@ def ingest_paths(
 
     def digest(p: int) -> int:
         if p not in digests:
-            digests[p] = _steps_digest(res.trajectories[p].steps)
+            digests[p] = _steps_digest(store[p].steps)
         return digests[p]
 
     def take(out, unit: Path) -> None:
@@ -530,33 +539,29 @@ def ingest_paths(
                     p
                     for p in holders
                     if origin[p][1]
-                    and (not damaged or len(t.steps) > len(res.trajectories[p].steps))
-                    and _prefix(res.trajectories[p].steps, t.steps)
+                    and (not damaged or len(t.steps) > len(store[p].steps))
+                    and _prefix(store[p].steps, t.steps)
                 ),
                 None,
             )
             if cut is not None:
                 why = f"duplicate trajectory id ({'intact' if not damaged else 'longer'} copy in {where})"
                 res.skipped.append(Skip(f"{origin[cut][0]}#{given}", why, fmt_name))
-                old_id = res.trajectories[cut].traj_id
+                old_id = store[cut].traj_id
                 t.traj_id = old_id if old_id == given else _unique(f"{given}@{rel[unit]}", used)
                 used.add(t.traj_id)
-                res.trajectories[cut] = t
+                store.put(cut, t, live=_changed_later(t))
                 digests.pop(cut, None)
                 origin[cut] = (where, damaged)
-                fmt_of[id(t)] = fmt_name
+                fmts[cut] = fmt_name
                 continue
             mine = _steps_digest(t.steps) if holders else 0
-            same = next(
-                (p for p in holders if digest(p) == mine and res.trajectories[p].steps == t.steps), None
-            )
+            same = next((p for p in holders if digest(p) == mine and store[p].steps == t.steps), None)
             if same is not None:  # the same run copied twice: counted once
                 why = f"duplicate trajectory id (identical in {origin[same][0]})"
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
                 continue
-            whole = next(
-                (p for p in holders if damaged and _prefix(t.steps, res.trajectories[p].steps)), None
-            )
+            whole = next((p for p in holders if damaged and _prefix(t.steps, store[p].steps)), None)
             if whole is not None:  # a damaged file's copy of a run read (at least as far) already
                 why = f"duplicate trajectory id (a longer copy in {origin[whole][0]})"
                 res.skipped.append(Skip(f"{where}#{given}", why, fmt_name))
@@ -565,13 +570,13 @@ def ingest_paths(
                 # another run under the same id (a rerun in another folder, a second task's messages.json):
                 # kept, its id made unique by its file, so that no run is lost to a naming convention
                 t.traj_id = _unique(f"{given}@{rel[unit]}", used)
-            named.setdefault(given, []).append(len(res.trajectories))
+            named.setdefault(given, []).append(len(store))
             origin.append((where, damaged))
             used.add(t.traj_id)
-            res.trajectories.append(t)
-            fmt_of[id(t)] = fmt_name
+            store.append(t, live=_changed_later(t))
+            fmts.append(fmt_name)
         bar.update(1)
-        bar.set_postfix(trajs=len(res.trajectories), skipped=len(res.skipped), refresh=False)
+        bar.set_postfix(trajs=len(store), skipped=len(res.skipped), refresh=False)
 
     if workers > 1 and len(units) > 1:
         _in_workers(units, label, fmt, workers, take)
@@ -579,32 +584,47 @@ def ingest_paths(
         for unit in units:
             take(_process(unit, label, fmt), unit)
     bar.close()
-    res.trajectories, twice = drop_second_logs(res.trajectories)
+    # the passes over runs of several logs, on the only runs they look at (held as objects)
+    later = [i for i in range(len(store)) if store.is_live(i) and _changed_later(store[i])]
+    runs = [store[i] for i in later]
+    at = {id(t): i for i, t in zip(later, runs)}
+    runs, twice = drop_second_logs(runs)
     for d in twice:
         res.skipped.append(
-            Skip(f"{d.dropped.source_path}#{d.dropped.traj_id}", d.why, fmt_of.get(id(d.dropped)))
+            Skip(f"{d.dropped.source_path}#{d.dropped.traj_id}", d.why, fmts[at[id(d.dropped)]])
         )
-    for earlier, later, n in runs_sharing_calls(res.trajectories):
+    for earlier, fork, n in runs_sharing_calls(runs):
         warnings.warn(
-            f"{later.source_path or later.traj_id} and {earlier.source_path or earlier.traj_id} both hold "
+            f"{fork.source_path or fork.traj_id} and {earlier.source_path or earlier.traj_id} both hold "
             f"the {n} calls before a fork (--fork-session) of one session: counted in each",
             IngestWarning,
             stacklevel=2,
         )
-    res.trajectories, res.joined = join_continued(res.trajectories)
-    res.formats = Counter(fmt_of[id(t)] for t in res.trajectories)
+    runs, res.joined = join_continued(runs)
+    kept = {id(t) for t in runs}
+    gone = [i for i in later if id(store[i]) not in kept]
+    store.drop(gone)
+    dropped = set(gone)
+    res.formats = Counter(f for i, f in enumerate(fmts) if i not in dropped)
+    res.trajectories = store if store.spilled else list(store)
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def damaged_runs(trajs: list[Trajectory]) -> list[str]:
-    """The ids of runs whose log had lines it could not read (``extra.bad_lines``, a log cut off or
-    still being written: ``extra.torn_last_line``): kept, as far as they could be read, but not whole."""
-    return [t.traj_id for t in trajs if (e := extra_of(t.extra)).get("bad_lines") or e.get("torn_last_line")]
+def _changed_later(t: Trajectory) -> bool:
+    """Whether a pass over several logs' runs may drop ``t`` or change it (kept as an object)."""
+    return may_share_session(t) or may_continue(t)
 
 
-def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[str, Any]:
-    """The summary table as data: per source and model family, then totals."""
+def damaged(t: Trajectory) -> bool:
+    """Whether the run's log had lines it could not read (``extra.bad_lines``, a log cut off or still
+    being written: ``extra.torn_last_line``): kept, as far as it could be read, but not whole."""
+    return bool((e := extra_of(t.extra)).get("bad_lines") or e.get("torn_last_line"))
+
+
+def summarize(trajs: Iterable[Trajectory], res: IngestResult | None = None) -> dict[str, Any]:
+    """The summary table as data: per source and model family, then totals (one pass over
+    ``trajs``)."""
     groups: dict[tuple[str, str], dict[str, Any]] = defaultdict(
         lambda: {
             "trajectories": 0, "steps": 0, "tool_steps": 0, "output_tokens": 0,
@@ -616,7 +636,9 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
     contexts: dict[tuple[str, str], tuple[list[int], list[int], list[int]]] = defaultdict(
         lambda: ([], [], [])
     )
+    runs = 0
     for t in trajs:
+        runs += 1
         g = groups[(t.source, t.model_family)]
         g["trajectories"] += 1
         g["steps"] += len(t.steps)
@@ -662,7 +684,7 @@ def summarize(trajs: list[Trajectory], res: IngestResult | None = None) -> dict[
                 "formats": dict(res.formats),
                 "seconds": round(res.seconds, 3),
                 "megabytes": round(res.bytes_read / 1e6, 2),
-                "trajectories_per_second": round(len(trajs) / res.seconds, 1) if res.seconds else None,
+                "trajectories_per_second": round(runs / res.seconds, 1) if res.seconds else None,
                 "megabytes_per_second": round(res.bytes_read / 1e6 / res.seconds, 2) if res.seconds else None,
             }
         )

@@ -32,12 +32,21 @@ from typing import Any, NamedTuple
 from dtoc_rl.data.schema import Step, Trajectory
 from dtoc_rl.ingest.common import extra_of, set_extra
 
-__all__ = ["FORKED_LOGS", "Dropped", "drop_second_logs", "forked_from", "runs_sharing_calls", "session_of"]
+__all__ = [
+    "FORKED_LOGS",
+    "Dropped",
+    "drop_second_logs",
+    "forked_from",
+    "may_share_session",
+    "runs_sharing_calls",
+    "session_of",
+]
 
 #: The log kinds (sources) of one harness that can hold the same session, the one that holds more first.
 SAME_SESSION_LOGS: tuple[tuple[str, ...], ...] = (("claude-code-transcript", "claude-code-stream"),)
 _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, source in enumerate(kinds)}
-#: The log kind whose sessions can be forked from others, copying their calls.
+#: The log kind whose sessions can be forked from others, copying their calls (one of the kinds above:
+#: :func:`may_share_session` selects its runs too).
 FORKED_LOGS = "claude-code-transcript"
 
 
@@ -56,6 +65,12 @@ def session_of(t: Trajectory) -> str | None:
         return None
     sid = extra.get("session_id")
     return sid if isinstance(sid, str) and sid else None
+
+
+def may_share_session(t: Trajectory) -> bool:
+    """Whether another log may hold ``t``'s session or a fork of it: the only runs
+    :func:`drop_second_logs` and :func:`runs_sharing_calls` look at."""
+    return t.source in _RANK and session_of(t) is not None
 
 
 def forked_from(t: Trajectory) -> str | None:
@@ -116,9 +131,8 @@ def drop_second_logs(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Dr
     lists the logs dropped into it (``extra.also_logged_in``)."""
     groups: dict[tuple[int, str], list[int]] = {}
     for i, t in enumerate(trajs):
-        sid = session_of(t) if t.source in _RANK else None
-        if sid is not None:
-            groups.setdefault((_RANK[t.source][0], sid), []).append(i)
+        if may_share_session(t):
+            groups.setdefault((_RANK[t.source][0], session_of(t)), []).append(i)
     gone: dict[int, tuple[int, bool, str]] = {}  # dropped -> (kept, whether its calls end the kept's, why)
     for members in groups.values():
         if len({trajs[i].source for i in members}) < 2:

@@ -341,7 +341,7 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_partial_output(tmp
     def killed(*a, **kw):  # the job is ended while it writes the dataset
         os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(pq, "write_table", killed)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", killed)
     out = tmp_path / "out" / "ds"
     before = signal.getsignal(signal.SIGTERM)
     code = cli_main(
