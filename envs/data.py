@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dtoc_rl.core.tokens import get_estimator
-from dtoc_rl.data.dataset import Part, dataset_parts, iter_trajectories
+from dtoc_rl.data.dataset import Part, dataset_parts, iter_trajectories, name_set
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.sim.episode import Episode, compile_episode
 
@@ -85,11 +85,6 @@ def _episode(x: Any, i: int, est: Any) -> Episode:
     )
 
 
-def _wanted(values: str | Sequence[str] | None) -> set[str]:
-    """A filter given as one name or many (one name is not its letters); empty: no filter."""
-    return {values} if isinstance(values, str) else set(values or ())
-
-
 def select_episodes(
     eps: Iterable[Episode],
     *,
@@ -99,7 +94,7 @@ def select_episodes(
 ) -> list[Episode]:
     """The episodes of these families and sources with at least ``min_steps`` model calls (none
     may be left: :func:`load_episodes` is the loader that refuses an empty result)."""
-    fams, srcs = _wanted(model_family), _wanted(source)
+    fams, srcs = name_set(model_family), name_set(source)  # None or empty: no filter
     return [
         e
         for e in eps
@@ -118,10 +113,10 @@ def nothing_usable(
     min_steps: int = 2,
 ) -> ValueError:
     """The error for a selection that leaves no episode, saying what the data holds instead."""
-    fams = sorted(_wanted(model_family)) or "any"
+    fams = sorted(name_set(model_family) or ()) or "any"
     return ValueError(
         f"no usable trajectory in {where} (of {count}) for model_family={fams}, "
-        f"source={sorted(_wanted(source)) or 'any'}, at least {min_steps} model calls; "
+        f"source={sorted(name_set(source) or ()) or 'any'}, at least {min_steps} model calls; "
         f"families present: {sorted(set(families))}; sources present: {sorted(set(sources))}"
     )
 

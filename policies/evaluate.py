@@ -22,7 +22,7 @@ import traceback
 import warnings
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from types import SimpleNamespace
@@ -30,7 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.data.dataset import ROW_GROUP, DatasetError, Part, dataset_columns, dataset_parts, task_name
+from dtoc_rl.data.dataset import (
+    ROW_GROUP,
+    DatasetError,
+    Part,
+    dataset_columns,
+    dataset_parts,
+    name_set,
+    task_name,
+)
 from dtoc_rl.data.paths import bundled_dataset
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS
@@ -342,13 +350,6 @@ def _work(work: _Work) -> list[Run]:
     return list(_part_runs(_W["runner"], work))
 
 
-def _name_set(names: str | Iterable[str] | None) -> set[str] | None:
-    """Task names given as a set, any collection or one string (one name, not its letters)."""
-    if names is None:
-        return None
-    return {names} if isinstance(names, str) else set(names)
-
-
 def _split_objects(
     specs: Sequence[str | Policy], policies: dict[str, Any] | None
 ) -> tuple[list[str], dict[str, Any]]:
@@ -411,12 +412,12 @@ def evaluate(
 
     # one spec or task given as a string is one, not its characters; task sets as any collection
     specs = [specs] if isinstance(specs, str | Policy) else specs
-    tasks, holdout_tasks, tune_tasks = (_name_set(x) for x in (tasks, holdout_tasks, tune_tasks))
+    tasks, holdout_tasks, tune_tasks = (name_set(x) for x in (tasks, holdout_tasks, tune_tasks))
     cost_config = cost_config or CostConfig()
     if prices:
         cost_config = replace(cost_config, price_table={**(cost_config.price_table or {}), **prices})
     # as sets, read as often as needed (a generator would be empty the second time)
-    filters = {"model_family": _name_set(model_family), "source": _name_set(source)}
+    filters = {"model_family": name_set(model_family), "source": name_set(source)}
     specs, policies = _split_objects(specs, policies)
     specs = list(dict.fromkeys([*expand_specs(specs), ORACLE]))  # sweeps (key=a|b) as on the command line
     labels = len(specs) + len(policies)

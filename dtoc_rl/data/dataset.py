@@ -624,6 +624,14 @@ def task_name(source: str, task_id: str) -> str:
     return f"{source}/{task_id}"
 
 
+def name_set(names: str | Iterable[str] | None) -> set[str] | None:
+    """Names given as one string (one name, not its letters) or any collection of them, as a set;
+    None stays None (no filter, where a filter's caller reads an empty set as none too)."""
+    if names is None:
+        return None
+    return {names} if isinstance(names, str) else set(names)
+
+
 def dataset_tasks(path: str | Path) -> set[str]:
     """Every task of a dataset as ``source/task_id`` (the names a checkpoint's splits use), read from
     those two columns alone."""

@@ -322,6 +322,18 @@ def test_one_string_where_a_list_is_asked_is_one_item_not_its_letters():
     assert {r.traj_id for r in held if r.split == "held-out"} == {runs[0].traj_id}
 
 
+def test_names_are_one_string_or_many_and_no_filter_is_none_or_empty():
+    from dtoc_rl.data.dataset import name_set
+    from dtoc_rl.envs.data import load_episodes, select_episodes
+
+    assert name_set("tau-bench") == {"tau-bench"} and name_set(None) is None and name_set([]) == set()
+    assert name_set(x for x in ("a", "b", "a")) == {"a", "b"}
+    eps = load_episodes(None)
+    tau = select_episodes(eps, source="tau-bench")
+    assert tau and {e.source for e in tau} == {"tau-bench"}
+    assert len(select_episodes(eps, source=[])) == len(select_episodes(eps)) > len(tau)
+
+
 def test_bare_task_ids_as_holdout_tasks_are_said_not_silently_all_train():
     from dtoc_rl.policies.evaluate import evaluate
 
