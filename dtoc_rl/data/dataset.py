@@ -495,7 +495,9 @@ class Part:
     row_group: int
     start: int
     stop: int
-    stamp: tuple[int, int] = (0, 0)  # the file's size and modification time when the part was cut
+    #: the file's size, modification time and inode when the part was cut (empty: not checked); the
+    #: inode tells a file replaced at once (as ingest --overwrite does) within the clock's granularity
+    stamp: tuple[int, ...] = ()
 
 
 _BATCH = 64  # rows converted to Python at a time: a shard's rows are never all objects at once
@@ -523,7 +525,7 @@ def _open(f: Path, columns: list[str] | None) -> Any:
 def _same_file(f: Path, part: Part | None) -> None:
     """Refuse a part whose file was written again since it was cut (an ingest --overwrite meanwhile):
     its rows would be other runs."""
-    if part is not None and part.stamp != (0, 0) and _stamp(f) != part.stamp:
+    if part is not None and part.stamp and _stamp(f) != part.stamp:
         raise DatasetError(f"{f}: written again since its parts were planned; nothing of this part was read")
 
 
@@ -586,12 +588,12 @@ def iter_trajectories(
         yield from _rows(f, columns)
 
 
-def _stamp(f: Path) -> tuple[int, int]:
+def _stamp(f: Path) -> tuple[int, ...]:
     try:
         st = os.stat(f)
     except OSError:
-        return (-1, -1)
-    return (st.st_size, st.st_mtime_ns)
+        return (-1,)
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def dataset_parts(path: str | Path, rows: int = ROW_GROUP) -> list[Part]:

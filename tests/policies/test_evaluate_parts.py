@@ -195,6 +195,16 @@ def test_a_part_of_a_file_written_again_is_not_read_and_a_worker_says_so(small_g
     os.utime(f, ns=(work.part.stamp[1] + 10**9, work.part.stamp[1] + 10**9))
     with pytest.raises(DatasetError, match="written again since its parts were planned"):
         list(iter_trajectories(None, part=work.part))
+    # replaced by another file of the same size and time (a folder swapped at once, within the clock's
+    # granularity): the inode tells it
+    (work, *_), _, _ = ev._plan(small_groups, {"model_family": None, "source": None}, None)
+    st = os.stat(f)
+    twin = f.with_name("twin.tmp")
+    twin.write_bytes(f.read_bytes())
+    os.utime(twin, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(twin, f)
+    with pytest.raises(DatasetError, match="written again since its parts were planned"):
+        list(iter_trajectories(None, part=work.part))
     ev._init_worker(SPECS + ["oracle"], ev.CostConfig(), 128)
     try:
         out = ev._work(work)
