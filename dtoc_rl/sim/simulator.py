@@ -186,19 +186,25 @@ class CostConfig:
             return [first] * len(models)
         return [first] + [cache_rules_for(normalize_family(m), m) for m in models[1:]]
 
-    def provider_cached(self, ep: Episode, cached: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+    def provider_cached(
+        self, ep: Episode, cached: np.ndarray, prompts: np.ndarray, calls: np.ndarray | None = None
+    ) -> np.ndarray:
         """What each model call of ``ep`` reads from its provider's cache, of the ``cached`` tokens an
         ideal cache would give it (the shared prefix with its model's last prompt): each call under its
-        model's rules (:meth:`model_rules`), its wait timed since that model's last call."""
+        model's rules (:meth:`model_rules`), its wait timed since that model's last call.  ``calls``:
+        the indices of the calls ``cached`` and ``prompts`` are of (default: every call, in order)."""
         rules = self.model_rules(ep)
         if rules[0] is None:
             return cached
         idle = idle_seconds(ep)
+        if calls is not None:
+            idle = idle[calls]
         if len(rules) == 1 or all(r == rules[0] for r in rules[1:]):
             return rules[0].cached(cached, prompts, idle)
         out = np.asarray(cached, np.float64).copy()
+        which = ep.call_model if calls is None else ep.call_model[calls]
         for m, r in enumerate(rules):
-            at = ep.call_model == m
+            at = which == m
             out[at] = r.cached(out[at], np.asarray(prompts)[at], idle[at])
         return out
 

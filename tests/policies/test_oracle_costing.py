@@ -1,0 +1,113 @@
+"""The oracle's descent bills each flip on the calls it touches: every figure is schedule_cost's to the
+bit, and the plans are those of the descent that billed the whole schedule each time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dtoc_rl.envs.data import load_episodes
+from dtoc_rl.policies import oracle
+from dtoc_rl.policies.oracle import _Costing, _gaps, _need_matrix, plan, schedule_cost
+from dtoc_rl.sim.pricing import Prices
+from dtoc_rl.sim.simulator import CostConfig
+from tests.cost_episodes import UNIT, make_episode
+
+B = Prices(input=6e6, output=20e6, cache_read=3e6, cache_write=6e6, source="test b")
+CONFIGS = [
+    CostConfig(),  # the providers' cache rules
+    CostConfig(cache="ideal"),
+    CostConfig(price_table={"a": UNIT, "b": B}),
+]
+
+
+def _random_episode(rng, n: int, mixed: bool):
+    vis = [int(v) if rng.random() < 0.8 else 0 for v in rng.integers(200, 3000, n)]
+    needs = {t: sorted(set(rng.integers(0, t, rng.integers(0, 3)).tolist())) for t in range(1, n)}
+    ep = make_episode(base=1500, user=rng.integers(0, 200, n).tolist(), asst=rng.integers(5, 80, n).tolist(),
+                      vis=vis, hid=[min(40, v) for v in vis], needs=needs)  # fmt: skip
+    # waits, some past a provider's cache lifetime
+    ep.timestamps = np.cumsum(rng.choice([5.0, 30.0, 400.0], n, p=[0.6, 0.3, 0.1]))
+    if mixed:
+        ep.model_raw, ep.models, ep.call_model = "a", ["a", "b"], rng.integers(0, 2, n)
+    return ep
+
+
+def _episodes():
+    rng = np.random.default_rng(7)
+    eps = [e for e in load_episodes(None) if e.n_calls >= 3][:25]
+    eps += [_random_episode(rng, int(rng.integers(4, 40)), mixed=k % 2 == 1) for k in range(14)]
+    return eps
+
+
+def _plain_descent(ep, V, gaps, cfg, max_passes=4):
+    """The descent as it was: the whole schedule billed after each flip."""
+    best = schedule_cost(ep, V, cfg)
+    for _ in range(max_passes):
+        improved = False
+        for k, a, b in gaps:
+            was = V[a:b, k].copy()
+            V[a:b, k] = not V[a, k]
+            c = schedule_cost(ep, V, cfg)
+            if c < best - 1e-15:
+                best, improved = c, True
+            else:
+                V[a:b, k] = was
+        if not improved:
+            break
+    return V
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["rules", "ideal", "two-models"])
+def test_each_proposed_and_committed_change_costs_what_schedule_cost_says(cfg):
+    rng = np.random.default_rng(3)
+    checked = 0
+    for ep in _episodes():
+        V = rng.random((ep.n_calls, ep.n)) < 0.7
+        costing = _Costing(ep, V, cfg)
+        assert costing.total() == schedule_cost(ep, V, cfg)
+        for _ in range(12):
+            k = int(rng.integers(0, ep.n))
+            a = int(rng.integers(0, ep.n_calls))
+            b = int(rng.integers(a, ep.n_calls + 1))
+            values = rng.random(b - a) < 0.5  # any pattern, not only a whole gap flipped
+            trial = costing.V.copy()
+            trial[a:b, k] = values
+            cost, change = costing.propose(k, a, values)
+            assert cost == schedule_cost(ep, trial, cfg), (ep.traj_id, k, a, b)
+            if rng.random() < 0.5:
+                costing.commit(change)
+                V = trial
+                assert costing.total() == schedule_cost(ep, V, cfg)
+                checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["rules", "ideal", "two-models"])
+def test_the_plans_are_those_of_the_descent_that_billed_every_call(cfg, monkeypatch):
+    for ep in _episodes():
+        fast = plan(ep, cfg)
+        monkeypatch.setattr(
+            oracle, "_descend", lambda ep, V, gaps, cfg, passes: _plain_descent(ep, V, gaps, cfg, passes)
+        )
+        slow = plan(ep, cfg)
+        monkeypatch.undo()
+        assert np.array_equal(fast, slow), ep.traj_id
+        assert schedule_cost(ep, fast, cfg) < float("inf")
+
+
+def test_hiding_what_a_call_needs_is_a_miss_and_showing_it_again_is_not():
+    ep = make_episode(base=100, user=[0] * 4, asst=[10] * 4, vis=[500, 500, 500, 0], hid=[10] * 3 + [0],
+                      needs={3: [0]})  # fmt: skip
+    R = _need_matrix(ep, None)
+    assert R[3, 0] and _gaps(ep, R)  # call 3 needs output 0
+    costing = _Costing(ep, np.ones((4, 4), bool))
+    # output 0 is read first by call 1 and needed by call 3: hidden at calls 2-3, a miss
+    cost, change = costing.propose(0, 2, np.zeros(2, bool))
+    assert cost == float("inf")
+    costing.commit(change)
+    cost, change = costing.propose(0, 3, np.ones(1, bool))  # shown again at call 3
+    assert cost < float("inf")
+    V = np.ones((4, 4), bool)
+    V[2, 0] = False
+    assert cost == schedule_cost(ep, V)
