@@ -52,3 +52,26 @@ def test_no_runs_is_one_empty_shard_as_before(tmp_path):
     out = write_dataset([], tmp_path / "d")
     assert [f.name for f in out.glob("*.parquet")] == ["data-00000-of-00001.parquet"]
     assert load_trajectories(out) == []
+
+
+def test_a_row_group_ends_once_its_runs_hold_about_group_bytes_of_text(tmp_path, monkeypatch):
+    """Long runs make small groups, so a reader that holds a group's runs at a time holds little."""
+    import dtoc_rl.data.dataset as dataset
+
+    trajs = load_trajectories(bundled_dataset())
+    sizes = [dataset._row_bytes(t.to_row()) for t in trajs]
+    monkeypatch.setattr(dataset, "GROUP_BYTES", 3 * max(sizes))
+    out = write_dataset(trajs, tmp_path / "d")
+    groups = []
+    for f in sorted(out.glob("*.parquet")):
+        meta = pq.ParquetFile(f).metadata
+        groups += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert len(groups) > 3 and sum(groups) == len(trajs)
+    at = 0
+    for n in groups:  # each group stops at the first run that brings it to GROUP_BYTES, or at the end
+        held = sizes[at : at + n]
+        assert sum(held[:-1]) < 3 * max(sizes) and (sum(held) >= 3 * max(sizes) or at + n == len(trajs))
+        at += n
+    parts = dataset.dataset_parts(out)
+    assert [p.stop - p.start for p in parts] == groups  # a part is a group
+    assert [t.traj_id for t in load_trajectories(out)] == [t.traj_id for t in trajs]

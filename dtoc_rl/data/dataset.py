@@ -48,7 +48,10 @@ __all__ = [
 ]
 
 SHARD_BYTES = 128 * 1024 * 1024
+#: A row group holds at most ROW_GROUP runs and about GROUP_BYTES of their text: a reader holds a group's
+#: runs (or a part of one) at a time, so long runs (a session log of many MB) make smaller groups.
 ROW_GROUP = 256
+GROUP_BYTES = 32 * 1024 * 1024
 MARKER = "COMPLETE"
 
 
@@ -302,21 +305,24 @@ class _Shard:
         self.writer = pq.ParquetWriter(self.path, schema, compression="zstd")
         self.rows: list[dict[str, Any]] = []
         self.bytes = 0
+        self.group_bytes = 0
         self.groups = 0
 
     def add(self, row: dict[str, Any], size: int) -> None:
         self.rows.append(row)
         self.bytes += size
-        if len(self.rows) == ROW_GROUP:
+        self.group_bytes += size
+        if len(self.rows) == ROW_GROUP or self.group_bytes >= GROUP_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         import pyarrow as pa
 
-        # row groups of ROW_GROUP runs: a worker reads a few runs without decoding the rest of the
-        # shard (dataset_parts); files grow about 2%
+        # small row groups: a worker reads a few runs without decoding the rest of the shard
+        # (dataset_parts); files grow about 2%
         self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema), row_group_size=ROW_GROUP)
         self.rows = []
+        self.group_bytes = 0
         self.groups += 1
 
     def close(self) -> Path:
