@@ -2,6 +2,7 @@
 are never all in memory."""
 
 import pyarrow.parquet as pq
+import pytest
 
 from dtoc_rl.data.dataset import load_trajectories, write_dataset
 from dtoc_rl.data.paths import bundled_dataset
@@ -75,3 +76,35 @@ def test_a_row_group_ends_once_its_runs_hold_about_group_bytes_of_text(tmp_path,
     parts = dataset.dataset_parts(out)
     assert [p.stop - p.start for p in parts] == groups  # a part is a group
     assert [t.traj_id for t in load_trajectories(out)] == [t.traj_id for t in trajs]
+
+
+def test_a_write_that_fails_closes_its_shard_and_leaves_nothing(tmp_path, monkeypatch):
+    """The half-written shard is closed before its folder is removed (a file still open there would
+    keep the folder on systems that cannot delete open files)."""
+    import os
+    import shutil
+
+    import dtoc_rl.data.dataset as dataset
+
+    trajs = load_trajectories(bundled_dataset())
+
+    def runs():
+        yield from trajs[:3]
+        raise RuntimeError("the logs' reader failed")
+
+    open_at_removal = []
+    remove = shutil.rmtree
+
+    def rmtree(path, *a, **kw):  # which files of the folder are open when it is removed
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if str(path) in os.readlink(f"/proc/self/fd/{fd}"):
+                    open_at_removal.append(fd)
+            except OSError:  # the listing's own descriptor, closed since
+                pass
+        return remove(path, *a, **kw)
+
+    monkeypatch.setattr(dataset.shutil, "rmtree", rmtree)
+    with pytest.raises(RuntimeError, match="reader failed"):
+        write_dataset(runs(), tmp_path / "d")
+    assert list(tmp_path.iterdir()) == [] and open_at_removal == []

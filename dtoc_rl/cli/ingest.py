@@ -88,9 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=at_least(0),
         default=SPILL_AFTER // 2**20,
         metavar="MB",
-        help="MB of the runs' text held in memory until the dataset is written (about twice that of "
-        "memory); the runs read past it wait compressed in a temporary file in TMPDIR, which a "
-        f"collection of many GB of logs needs (default {SPILL_AFTER // 2**20})",
+        help="MB of the runs' text held as objects until the dataset is written (they take about twice "
+        "that, more for logs of many short steps); the runs read past it wait compressed in a temporary "
+        "file in TMPDIR, so that a collection of many GB of logs fits in memory (default "
+        f"{SPILL_AFTER // 2**20}; a larger value keeps more in memory)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -17,6 +17,7 @@ an interrupted run never leaves a folder that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -331,6 +332,11 @@ class _Shard:
         self.writer.close()
         return self.path
 
+    def abort(self) -> None:
+        """Close the file without its last group (a write that failed): its folder can be removed."""
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
 
 def write_dataset(
     trajs: Iterable[Trajectory],
@@ -360,6 +366,7 @@ def write_dataset(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    shard: _Shard | None = None
     try:
         schema = hf_features().arrow_schema
         # each shard is written a row group at a time and closed when full; the shards are named
@@ -378,6 +385,7 @@ def write_dataset(
             shard.add(row, b)
             count += 1
         parts.append(shard.close())  # the last (an empty one for no run)
+        shard = None
         n = len(parts)
         for i, part in enumerate(parts):
             os.replace(part, tmp / _shard_name(i, n))
@@ -400,6 +408,8 @@ def write_dataset(
                 "(--overwrite to replace it)"
             ) from None
     except BaseException:
+        if shard is not None:
+            shard.abort()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out

@@ -24,12 +24,14 @@ later session's counters."""
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Mapping
 
 from dtoc_rl.data.chatlog import visibility
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.common import extra_of, set_extra
 
-__all__ = ["join_continued", "may_continue"]
+__all__ = ["join_continued", "may_continue", "part_key", "parts_to_read"]
 
 #: What a part's log knows of the calls it saw, and the later part's log does not.
 _CALL_FACTS = ("timestamp", "masked_before", "dropped_before", "usage", "model", "events")
@@ -45,6 +47,25 @@ def may_continue(t: Trajectory) -> bool:
     """Whether ``t`` may be a part of a run logged in parts: the only runs :func:`join_continued`
     looks at (an orchestrator's log with steps)."""
     return _policy(t) is not None and bool(t.steps)
+
+
+def _group(t: Trajectory) -> tuple:
+    """The runs :func:`join_continued` may join are of one group: one source, system prompt, task
+    and policy."""
+    return (t.source, t.system_prompt, t.task_text, _policy(t))
+
+
+def part_key(t: Trajectory) -> int | None:
+    """A number for a run's group (None: a run :func:`join_continued` never looks at); two runs of
+    one group have the same."""
+    return hash(_group(t)) if may_continue(t) else None
+
+
+def parts_to_read(keys: Mapping[int, int]) -> set[int]:
+    """Of runs given as ``{position: part_key}``, those :func:`join_continued` may join: the runs of a
+    group of two or more (a number two groups share only adds runs it leaves as they are)."""
+    count = Counter(keys.values())
+    return {i for i, key in keys.items() if count[key] > 1}
 
 
 def _unseen(t: Trajectory) -> int:
@@ -150,8 +171,8 @@ def join_continued(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[str]
     their trajectory ids)."""
     groups: dict[tuple, list[int]] = {}
     for i, t in enumerate(trajs):
-        if may_continue(t):  # a run's parts: one source, system prompt, task and policy
-            groups.setdefault((t.source, t.system_prompt, t.task_text, _policy(t)), []).append(i)
+        if may_continue(t):
+            groups.setdefault(_group(t), []).append(i)
     unseen = {i: _unseen(trajs[i]) for members in groups.values() for i in members}
     gone: set[int] = set()
     joined: list[str] = []

@@ -39,10 +39,10 @@ from dtoc_rl.ingest import (
 )
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
-from dtoc_rl.ingest.continued import join_continued, may_continue
+from dtoc_rl.ingest.continued import join_continued, part_key, parts_to_read
 from dtoc_rl.ingest.goose import is_goose_db
 from dtoc_rl.ingest.run_store import SPILL_AFTER, RunStore
-from dtoc_rl.ingest.same_session import drop_second_logs, may_share_session, runs_sharing_calls
+from dtoc_rl.ingest.same_session import drop_second_logs, runs_sharing_calls, session_key, sessions_to_read
 
 __all__ = [
     "IngestResult",
@@ -421,7 +421,7 @@ def _in_workers(units: list[Path], label: bool, fmt: str | None, workers: int, t
                         except BrokenProcessPool:
                             rest = todo[i:]
                             break
-                        del futures[unit]  # the run is the store's now, not held twice
+                        del futures[unit]  # the runs are the store's now, not held twice
                         take(out, unit)
                 except BaseException:  # Ctrl-C, SIGTERM: stop now, the files being read now too
                     _stop_now(pool)
@@ -485,7 +485,11 @@ def ingest_paths(
     res = IngestResult()
     units = []
     rel: dict[Path, str] = {}
+    found: set[str] = set()
     for unit, candidate, root in discover(paths, res.skipped):
+        if os.path.abspath(unit) in found:  # named twice (a folder and a file in it): read once
+            continue
+        found.add(os.path.abspath(unit))
         if candidate:
             units.append(unit)
             # Portable provenance: the path below the folder that was named, led by its name (lexical:
@@ -505,6 +509,19 @@ def ingest_paths(
     origin: list[tuple[str, bool]] = []
     used: set[str] = set()
     fmts: list[str | None] = []  # each stored run's format, counted once the parts are joined
+    # what the passes over several logs' runs need to know of each stored run, by position: which
+    # runs they must be given (read back from disk if need be)
+    sessions: dict[int, tuple] = {}
+    parts: dict[int, int] = {}
+
+    def keys(p: int, t: Trajectory) -> None:
+        sessions.pop(p, None)
+        parts.pop(p, None)
+        if (k := session_key(t)) is not None:
+            sessions[p] = k
+        if (k := part_key(t)) is not None:
+            parts[p] = k
+
     # A kept run's steps as one number, made when a second run of its id comes: runs of one id
     # (a harness that names every run alike) are told apart without comparing their shared beginnings
     # step by step with every earlier one, which grew with the square of their count.
@@ -550,7 +567,8 @@ def ingest_paths(
                 old_id = store[cut].traj_id
                 t.traj_id = old_id if old_id == given else _unique(f"{given}@{rel[unit]}", used)
                 used.add(t.traj_id)
-                store.put(cut, t, live=_changed_later(t))
+                store[cut] = t
+                keys(cut, t)
                 digests.pop(cut, None)
                 origin[cut] = (where, damaged)
                 fmts[cut] = fmt_name
@@ -573,7 +591,8 @@ def ingest_paths(
             named.setdefault(given, []).append(len(store))
             origin.append((where, damaged))
             used.add(t.traj_id)
-            store.append(t, live=_changed_later(t))
+            keys(len(store), t)
+            store.append(t)
             fmts.append(fmt_name)
         bar.update(1)
         bar.set_postfix(trajs=len(store), skipped=len(res.skipped), refresh=False)
@@ -584,11 +603,11 @@ def ingest_paths(
         for unit in units:
             take(_process(unit, label, fmt), unit)
     bar.close()
-    # the passes over runs of several logs, on the only runs they look at (held as objects)
-    later = [i for i in range(len(store)) if store.is_live(i) and _changed_later(store[i])]
-    runs = [store[i] for i in later]
-    at = {id(t): i for i, t in zip(later, runs)}
-    runs, twice = drop_second_logs(runs)
+    # the passes over several logs' runs, given the only runs they may drop or change, in order
+    later = sorted(sessions_to_read(sessions) | parts_to_read(parts))
+    read = [store[i] for i in later]  # objects, read back from disk or not
+    at = {id(t): i for i, t in zip(later, read)}
+    runs, twice = drop_second_logs(read)
     for d in twice:
         res.skipped.append(
             Skip(f"{d.dropped.source_path}#{d.dropped.traj_id}", d.why, fmts[at[id(d.dropped)]])
@@ -601,19 +620,17 @@ def ingest_paths(
             stacklevel=2,
         )
     runs, res.joined = join_continued(runs)
+    for t in runs:  # what the passes changed, kept (a run read back from disk is a copy)
+        if not store.is_live(at[id(t)]):
+            store[at[id(t)]] = t
     kept = {id(t) for t in runs}
-    gone = [i for i in later if id(store[i]) not in kept]
+    gone = [i for i, t in zip(later, read) if id(t) not in kept]
     store.drop(gone)
     dropped = set(gone)
     res.formats = Counter(f for i, f in enumerate(fmts) if i not in dropped)
     res.trajectories = store if store.spilled else list(store)
     res.seconds = time.perf_counter() - t0
     return res
-
-
-def _changed_later(t: Trajectory) -> bool:
-    """Whether a pass over several logs' runs may drop ``t`` or change it (kept as an object)."""
-    return may_share_session(t) or may_continue(t)
 
 
 def damaged(t: Trajectory) -> bool:

@@ -4,21 +4,22 @@ An ingest keeps every run it has read until the dataset is written: a later log 
 of a run, or the same session written by another log kind, or the rest of a run a proxy logged in
 parts.  Held as objects, a collection of a few GB of logs needs several GB of memory.  Past
 ``budget`` bytes of the runs' text, a :class:`RunStore` keeps each further run pickled and compressed
-in an anonymous temporary file of this process (in ``TMPDIR``; gone when the store is closed or the
-process ends) and reads it back when asked for.  Runs a later pass may still change (``live=True``:
-those :func:`~dtoc_rl.ingest.same_session.may_share_session` or
-:func:`~dtoc_rl.ingest.continued.may_continue` selects) always stay objects, so those passes change
-them in place; a run read back from the file is a new copy each time, changed only by storing it
-again (``store[i] = t``).  The pickles are this process's own, written and read by it alone.
+in an anonymous temporary file of this process (in ``TMPDIR``, on disk unless that is a tmpfs; gone
+when the store is closed or dropped, or the process ends) and reads it back when asked for.  A run
+read back from the file is a new copy each time, changed only by storing it again (``store[i] = t``).
+The pickles are this process's own, written and read by it alone.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import pickle
 import tempfile
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, overload
+from typing import overload
 
 from dtoc_rl.data.schema import Trajectory
 
@@ -43,8 +44,8 @@ def text_bytes(t: Trajectory) -> int:
 class RunStore(Sequence[Trajectory]):
     """Runs in the order stored; ``budget`` bytes of text as objects (None: all of them), the rest
     compressed in a temporary file.  When the file cannot be made or written (no space left, no
-    writable TMPDIR), ``warn`` is told why once and every later run is held as an object: slower to
-    fail for memory, but nothing is lost."""
+    writable TMPDIR), ``warn`` is told why once and every later run is held as an object: the runs
+    already on disk stay readable, and nothing is lost."""
 
     def __init__(self, budget: int | None = SPILL_AFTER, warn: Callable[[str], None] | None = None):
         if budget is not None and budget < 0:
@@ -54,26 +55,38 @@ class RunStore(Sequence[Trajectory]):
         self._items: list[Trajectory | tuple[int, int]] = []  # a run, or (offset, length) in the file
         self._sizes: list[int] = []  # the text bytes of each run held as an object (0 for one on disk)
         self._held = 0
-        self._file: IO[bytes] | None = None
+        self._fd = -1
         self._end = 0
+        self._closer: weakref.finalize | None = None
 
     @property
     def spilled(self) -> int:
         """How many runs are on disk."""
         return sum(1 for x in self._items if type(x) is tuple)
 
-    def _place(self, t: Trajectory, live: bool) -> tuple[Trajectory | tuple[int, int], int]:
+    def _write(self, blob: bytes) -> None:
+        if self._fd < 0:
+            f = tempfile.TemporaryFile(prefix="dtoc-ingest-", buffering=0)
+            self._fd = os.dup(f.fileno())
+            f.close()  # the name is gone already; the descriptor kept is the only way to the file
+            self._closer = weakref.finalize(self, os.close, self._fd)
+        view, at = memoryview(blob), self._end
+        try:
+            while view:  # a write may take part of the bytes
+                n = os.pwrite(self._fd, view, at)
+                view, at = view[n:], at + n
+        except OSError:
+            os.ftruncate(self._fd, self._end)  # what was written of this run is not kept
+            raise
+
+    def _place(self, t: Trajectory) -> tuple[Trajectory | tuple[int, int], int]:
         size = text_bytes(t)
-        if live or self.budget is None or self._held + size <= self.budget:
+        if self.budget is None or self._held + size <= self.budget:
             self._held += size
             return t, size
         blob = zlib.compress(pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL), _LEVEL)
         try:
-            if self._file is None:
-                self._file = tempfile.TemporaryFile(prefix="dtoc-ingest-")
-            self._file.seek(self._end)
-            self._file.write(blob)
-            self._file.flush()  # a full disk says so here, not at a later read
+            self._write(blob)
         except OSError as e:
             self.budget = None
             if self._warn is not None:
@@ -86,19 +99,16 @@ class RunStore(Sequence[Trajectory]):
         at, self._end = self._end, self._end + len(blob)
         return (at, len(blob)), 0
 
-    def append(self, t: Trajectory, live: bool = False) -> None:
-        """Store ``t`` last; ``live``: kept as an object whatever the budget."""
-        item, size = self._place(t, live)
+    def append(self, t: Trajectory) -> None:
+        """Store ``t`` last."""
+        item, size = self._place(t)
         self._items.append(item)
         self._sizes.append(size)
 
-    def put(self, i: int, t: Trajectory, live: bool = False) -> None:
-        """Store ``t`` in place of run ``i``."""
-        self._held -= self._sizes[i]
-        self._items[i], self._sizes[i] = self._place(t, live)
-
     def __setitem__(self, i: int, t: Trajectory) -> None:
-        self.put(i, t)
+        """Store ``t`` in place of run ``i`` (one on disk leaves its old bytes in the file)."""
+        self._held -= self._sizes[i]
+        self._items[i], self._sizes[i] = self._place(t)
 
     def is_live(self, i: int) -> bool:
         """Whether run ``i`` is held as an object (changes to it are kept)."""
@@ -108,9 +118,14 @@ class RunStore(Sequence[Trajectory]):
         if type(item) is not tuple:
             return item  # type: ignore[return-value]
         at, n = item
-        assert self._file is not None
-        self._file.seek(at)
-        return pickle.loads(zlib.decompress(self._file.read(n)))
+        parts, got = [], 0
+        while got < n:  # a read may give part of the bytes
+            chunk = os.pread(self._fd, n - got, at + got)
+            if not chunk:
+                raise OSError(f"the temporary file of ingested runs ends early ({got} of {n} bytes)")
+            parts.append(chunk)
+            got += len(chunk)
+        return pickle.loads(zlib.decompress(b"".join(parts)))
 
     @overload
     def __getitem__(self, i: int) -> Trajectory: ...
@@ -128,6 +143,10 @@ class RunStore(Sequence[Trajectory]):
         for x in self._items:
             yield self._load(x)
 
+    def __deepcopy__(self, memo: dict) -> list[Trajectory]:
+        """A copy is a list of every run as an object (a file cannot be copied)."""
+        return [copy.deepcopy(x, memo) if type(x) is not tuple else self._load(x) for x in self._items]
+
     def drop(self, positions: Iterable[int]) -> None:
         """Forget the runs at ``positions`` (the others keep their order)."""
         gone = set(positions)
@@ -139,6 +158,6 @@ class RunStore(Sequence[Trajectory]):
         self._sizes = [self._sizes[i] for i in keep]
 
     def close(self) -> None:
-        """Delete the file (runs on disk can no longer be read)."""
-        if self._file is not None:
-            self._file.close()
+        """Delete the file now (the runs on disk can no longer be read); dropping the store does too."""
+        if self._closer is not None:
+            self._closer()

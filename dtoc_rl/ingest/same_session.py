@@ -26,6 +26,7 @@ included), where the transcript's main run is not."""
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -39,7 +40,9 @@ __all__ = [
     "forked_from",
     "may_share_session",
     "runs_sharing_calls",
+    "session_key",
     "session_of",
+    "sessions_to_read",
 ]
 
 #: The log kinds (sources) of one harness that can hold the same session, the one that holds more first.
@@ -48,6 +51,7 @@ _RANK = {source: (n, k) for n, kinds in enumerate(SAME_SESSION_LOGS) for k, sour
 #: The log kind whose sessions can be forked from others, copying their calls (one of the kinds above:
 #: :func:`may_share_session` selects its runs too).
 FORKED_LOGS = "claude-code-transcript"
+assert FORKED_LOGS in _RANK
 
 
 class Dropped(NamedTuple):
@@ -71,6 +75,32 @@ def may_share_session(t: Trajectory) -> bool:
     """Whether another log may hold ``t``'s session or a fork of it: the only runs
     :func:`drop_second_logs` and :func:`runs_sharing_calls` look at."""
     return t.source in _RANK and session_of(t) is not None
+
+
+def session_key(t: Trajectory) -> tuple[str, str, str | None] | None:
+    """What :func:`sessions_to_read` needs of a run: its log kind, its session and the session it was
+    forked from (None: a run the passes here never look at)."""
+    if not may_share_session(t):
+        return None
+    return (t.source, session_of(t) or "", forked_from(t))
+
+
+def sessions_to_read(keys: Mapping[int, tuple[str, str, str | None]]) -> set[int]:
+    """Of runs given as ``{position: session_key}``, those :func:`drop_second_logs` and
+    :func:`runs_sharing_calls` may drop, change or name: every run of a session that two log kinds
+    hold, every fork, and every run of a session a fork names.  Given only those runs (in their
+    order), the passes do what they do given all of them."""
+    kinds: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for source, sid, _ in keys.values():
+        kinds[(_RANK[source][0], sid)].add(source)
+    origins = {origin for _, _, origin in keys.values() if origin is not None}
+    return {
+        i
+        for i, (source, sid, origin) in keys.items()
+        if len(kinds[(_RANK[source][0], sid)]) > 1
+        or origin is not None
+        or (source == FORKED_LOGS and sid in origins)
+    }
 
 
 def forked_from(t: Trajectory) -> str | None:

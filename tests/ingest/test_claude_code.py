@@ -591,7 +591,10 @@ def test_a_streams_cost_is_its_own_run_not_the_sessions_since_it_began(tmp_path)
     assert traj.cost_usd == pytest.approx(2 * own)
 
 
-def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_once_if_it_ended_there(tmp_path):
+@pytest.mark.parametrize("spill", [None, 0], ids=["in-memory", "on-disk"])
+def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_once_if_it_ended_there(
+    tmp_path, spill
+):
     """``claude --resume S --fork-session`` (2.1.332) writes a new session whose transcript copies S's
     records, each copied reply naming the session its request was made in (``requestSessionId``): an
     original that ended at the fork is the fork's beginning, read once; one that went on is a run of
@@ -619,7 +622,7 @@ def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_onc
     def ingest():
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
-            res = ingest_paths([tmp_path], progress=False)
+            res = ingest_paths([tmp_path], progress=False, spill_after=spill)
         return res, [str(w.message) for w in said]
 
     (tmp_path / "S.jsonl").write_text(session("S", 3))

@@ -632,3 +632,14 @@ def test_many_runs_of_one_id_are_not_compared_step_by_step_with_each_other(tmp_p
     ]
     # the copy is confirmed step by step against the run it copies, no other pair is compared
     assert len(compared) <= 2 * 31
+
+
+def test_a_file_named_twice_is_read_once(data_dir):
+    """A folder and a file in it (``dtoc-rl ingest DIR DIR/sub/log.json``) name the file twice: it is
+    read once, in a pool as in one process."""
+    raw = data_dir / "raw"
+    once = ingest_paths([raw], progress=False, workers=1)
+    for workers in (1, 2):
+        res = ingest_paths([raw, raw / "tau-bench_gpt-4o_airline"], progress=False, workers=workers)
+        assert [t.traj_id for t in res.trajectories] == [t.traj_id for t in once.trajectories]
+        assert res.units == once.units and res.skipped == once.skipped
