@@ -138,12 +138,21 @@ class _Costing:
         self.pc = np.arange(nc) - 1 if ep.call_model is None else np.asarray(ep.prev_call)
         self.has_pc = self.pc >= 0
         self.V = V.astype(bool) | ~self.stored
-        self.out = np.where(self.V, ep.vis_cost[None, :], ep.hid_cost[None, :]) * self.stored
-        self.prompts = self.fixed + self.out.sum(axis=1)
         self.bad = int((self.R & ~self.V).sum())
         self.fc = np.array([self._first_change(t, self.V[t]) for t in range(nc)], np.int64)
-        self.ocf = np.array([self.out[t, : max(f, 0)].sum() for t, f in enumerate(self.fc)], np.int64)
+        # each prompt's outputs' tokens, and those before its first change, a call at a time (a matrix
+        # of them would be 8 bytes a call and step: 800 MB at 10,000 calls)
+        self.prompts = self.fixed.astype(np.int64)
+        self.ocf = np.zeros(nc, np.int64)
+        for t in range(nc):
+            out = self._out(t, self.V[t])
+            self.prompts[t] += out.sum()
+            self.ocf[t] = out[: max(self.fc[t], 0)].sum()
         self.bills = self._bills(np.arange(nc), self.prompts, self.fc, self.ocf)
+
+    def _out(self, t: int, row: np.ndarray) -> np.ndarray:
+        """The tokens each output takes in call ``t``'s prompt when ``row`` says which are shown."""
+        return np.where(row, self.ep.vis_cost, self.ep.hid_cost) * self.stored[t]
 
     def _first_change(self, t: int, row: np.ndarray, prev_row: np.ndarray | None = None) -> int:
         """The first output call ``t``'s prompt shows otherwise than its model's previous call's
@@ -209,8 +218,7 @@ class _Costing:
             row[k] ^= flipped[t]
             prev_row[k] ^= flipped[self.pc[t]]
             fc[t] = self._first_change(t, row, prev_row)
-            out = np.where(row, ep.vis_cost, ep.hid_cost) * self.stored[t]
-            ocf[t] = out[: max(fc[t], 0)].sum()
+            ocf[t] = self._out(t, row)[: max(fc[t], 0)].sum()
         bills = self.bills.copy()
         bills[touched] = self._bills(touched, prompts, fc, ocf)
         cost = float("inf") if bad else float(bills.sum())
@@ -219,9 +227,8 @@ class _Costing:
     def commit(self, change: Any) -> None:
         if change is None:
             return
-        k, rows, new, delta, self.prompts, self.bad, self.fc, self.ocf, self.bills = change
+        k, rows, new, _, self.prompts, self.bad, self.fc, self.ocf, self.bills = change
         self.V[rows, k] = new
-        self.out[rows, k] += delta
 
 
 def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
