@@ -137,7 +137,7 @@ def _collection(tmp: Path) -> Path:
 
 def test_an_ingest_that_keeps_runs_on_disk_gives_what_one_in_memory_gives(tmp_path):
     logs = _collection(tmp_path)
-    held = ingest_paths([logs], progress=False, spill_after=None, workers=2)
+    held = ingest_paths([logs], progress=False, spill_after=None, workers=1)
     disk = ingest_paths([logs], progress=False, spill_after=0, workers=2)
     assert isinstance(held.trajectories, list)
     assert disk.trajectories.spilled == len(disk.trajectories)  # Claude Code's and the proxy's runs too
@@ -157,7 +157,9 @@ def test_the_command_with_no_memory_writes_the_dataset_it_writes_by_default(tmp_
 
     logs = _collection(tmp_path)
     for name, extra in (("default", []), ("disk", ["--memory", "0"])):
-        assert main(["ingest", str(logs), "-o", str(tmp_path / name), "--json", *extra]) == 0
+        assert (
+            main(["ingest", str(logs), "-o", str(tmp_path / name), "--json", "--workers", "1", *extra]) == 0
+        )
         summary = json.loads(capsys.readouterr().out)
         assert summary["total"]["trajectories"] == len(load_trajectories(tmp_path / name))
     a, b = load_trajectories(tmp_path / "default"), load_trajectories(tmp_path / "disk")
