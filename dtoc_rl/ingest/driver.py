@@ -514,7 +514,7 @@ def ingest_paths(
     sessions: dict[int, tuple] = {}
     parts: dict[int, int] = {}
 
-    def keys(p: int, t: Trajectory) -> None:
+    def for_passes(p: int, t: Trajectory) -> None:
         sessions.pop(p, None)
         parts.pop(p, None)
         if (k := session_key(t)) is not None:
@@ -568,7 +568,7 @@ def ingest_paths(
                 t.traj_id = old_id if old_id == given else _unique(f"{given}@{rel[unit]}", used)
                 used.add(t.traj_id)
                 store[cut] = t
-                keys(cut, t)
+                for_passes(cut, t)
                 digests.pop(cut, None)
                 origin[cut] = (where, damaged)
                 fmts[cut] = fmt_name
@@ -591,7 +591,7 @@ def ingest_paths(
             named.setdefault(given, []).append(len(store))
             origin.append((where, damaged))
             used.add(t.traj_id)
-            keys(len(store), t)
+            for_passes(len(store), t)
             store.append(t)
             fmts.append(fmt_name)
         bar.update(1)
