@@ -149,6 +149,7 @@ class _Costing:
             self.prompts[t] += out.sum()
             self.ocf[t] = out[: max(self.fc[t], 0)].sum()
         self.bills = self._bills(np.arange(nc), self.prompts, self.fc, self.ocf)
+        self.commits = 0  # a proposal holds the whole state it was made from: only the latest applies
 
     def _out(self, t: int, row: np.ndarray) -> np.ndarray:
         """The tokens each output takes in call ``t``'s prompt when ``row`` says which are shown."""
@@ -222,13 +223,17 @@ class _Costing:
         bills = self.bills.copy()
         bills[touched] = self._bills(touched, prompts, fc, ocf)
         cost = float("inf") if bad else float(bills.sum())
-        return cost, (k, rows, new, delta, prompts, bad, fc, ocf, bills)
+        return cost, (self.commits, k, rows, new, prompts, bad, fc, ocf, bills)
 
     def commit(self, change: Any) -> None:
+        """Apply a change :meth:`propose` made since the last commit."""
         if change is None:
             return
-        k, rows, new, _, self.prompts, self.bad, self.fc, self.ocf, self.bills = change
+        made, k, rows, new, self.prompts, self.bad, self.fc, self.ocf, self.bills = change
+        if made != self.commits:
+            raise ValueError("a change proposed before the last commit: propose it again")
         self.V[rows, k] = new
+        self.commits += 1
 
 
 def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
@@ -254,27 +259,34 @@ def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
 def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> np.ndarray:
     """The oracle's schedule (see the module docstring)."""
     n = ep.n_calls
-    p = _prices(ep, cfg)
+    p = (cfg or CostConfig()).call_prices(ep)  # each call at its own model's, in a run of several
     R = _need_matrix(ep, cfg)
     V = np.ones((n, ep.n), bool)
     gaps = _gaps(ep, R)
-    if p.cache_read >= p.cache_write:  # no cache discount: separable, hide every gap
+    if np.all(np.asarray(p.cache_read) >= np.asarray(p.cache_write)):  # no cache discount: separable
         for g in gaps:
             _apply(V, g, True)
         return V
-    # Initial: hide gaps whose own saving beats their own re-write (cache read vs write).
+    scalar = not np.ndim(p.cache_read)
+
+    def at(price: Any, t: int) -> float:  # call t's price
+        return price if scalar else price[t]
+
+    # Initial: hide gaps whose own saving beats their own re-write (cache read vs write), each priced
+    # at the model of the calls it concerns.
     seg = ep.user_tok + ep.asst_tok + np.where(ep.has_out, ep.vis_cost, 0)
     cum = np.concatenate([[0], np.cumsum(seg)])
     first, user_c = ep.starts, ep.per_call(ep.user_tok)
     for k, a, b in gaps:
         gap_tok = ep.vis_cost[k] - ep.hid_cost[k]
         suffix_a = cum[first[a]] - cum[k + 1] + user_c[a]  # tokens after O_k in call a's prompt
-        cost = suffix_a * (p.cache_write - p.cache_read) + ep.hid_cost[k] * p.cache_write
-        cost -= ep.vis_cost[k] * p.cache_read
-        saving = gap_tok * p.cache_read * (b - a - 1)
+        write, read = at(p.cache_write, a), at(p.cache_read, a)
+        cost = suffix_a * (write - read) + ep.hid_cost[k] * write
+        cost -= ep.vis_cost[k] * read
+        saving = gap_tok * p.cache_read * (b - a - 1) if scalar else gap_tok * p.cache_read[a + 1 : b].sum()
         if b < n:
             suffix_b = cum[first[b]] - cum[k + 1] + user_c[b]
-            cost += (suffix_b + ep.vis_cost[k]) * (p.cache_write - p.cache_read)
+            cost += (suffix_b + ep.vis_cost[k]) * (at(p.cache_write, b) - at(p.cache_read, b))
         if saving > cost:
             _apply(V, (k, a, b), True)
     return _descend(ep, V, gaps, cfg, max_passes)

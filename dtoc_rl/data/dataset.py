@@ -49,8 +49,9 @@ __all__ = [
 ]
 
 SHARD_BYTES = 128 * 1024 * 1024
-#: A row group holds at most ROW_GROUP runs and about GROUP_BYTES of their text: a reader holds a group's
-#: runs (or a part of one) at a time, so long runs (a session log of many MB) make smaller groups.
+#: A row group holds at most ROW_GROUP runs and at most GROUP_BYTES of their outputs' and answers' text
+#: (or one run over it): a reader holds a group's runs (or a part of one) at a time, so long runs (a
+#: session log of many MB) make smaller groups.
 ROW_GROUP = 256
 GROUP_BYTES = 32 * 1024 * 1024
 MARKER = "COMPLETE"
@@ -310,10 +311,12 @@ class _Shard:
         self.groups = 0
 
     def add(self, row: dict[str, Any], size: int) -> None:
+        if self.rows and self.group_bytes + size > GROUP_BYTES:  # a group holds one run over it at most
+            self._flush()
         self.rows.append(row)
         self.bytes += size
         self.group_bytes += size
-        if len(self.rows) == ROW_GROUP or self.group_bytes >= GROUP_BYTES:
+        if len(self.rows) == ROW_GROUP:
             self._flush()
 
     def _flush(self) -> None:
