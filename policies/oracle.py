@@ -8,9 +8,10 @@ are one call, :attr:`~dtoc_rl.sim.episode.Episode.starts`).  Zero misses means
 ``overhead="orchestrator"``; :func:`schedule_cost` evaluates any schedule
 exactly (vectorised, O(n²)).
 
-* **Without a cache discount** (``cache_read == cache_write``) the cost
-  separates per output and per call: the optimum shows each output exactly at
-  the calls that need it.  :func:`plan` finds it directly.
+* **Without a cache discount at any call** (``cache_read >= cache_write`` for
+  every call's model) the cost separates per output and per call: the optimum
+  shows each output exactly at the calls that need it.  :func:`plan` finds it
+  directly.
 * **With prompt caching** it does not separate: hiding output j re-writes
   everything after j once, and changes made at the same call share that
   re-write.  :func:`plan` then starts from the schedule that hides every gap

@@ -6,9 +6,9 @@ marked with their copy, so that each copy's are new outputs), and each stage is 
 * **labelling**: ``label_trajectory`` (what ingest does per run);
 * **compile**: ``compile_episode`` (what every replay and training does first);
 * **oracle plan**: ``policies.oracle.plan`` (every evaluation and training plans each run);
-* **evaluate**: ``evaluate([run], [policy])`` per policy, the oracle included, as ``dtoc-rl evaluate``
-  runs it; ``none`` (nothing hidden) is the reference in the same run: the cost of replaying the run
-  at all, which grows with its length and no faster.
+* **evaluate**: ``evaluate([run], [policy])`` per policy, as ``dtoc-rl evaluate`` runs it: compiling,
+  the oracle's plan and replay, and the policy's replay; ``none`` (nothing hidden) is the reference in
+  the same run, so a policy's own cost is its column less ``none``'s.
 
 Seconds per stage and milliseconds per model call; a stage whose time per call grows with the length
 grows faster than the run.

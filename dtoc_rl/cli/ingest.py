@@ -88,9 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=at_least(0),
         default=SPILL_AFTER // 2**20,
         metavar="MB",
-        help="MB of the runs' text held as objects until the dataset is written (they take about twice "
-        "that, more for logs of many short steps); the runs read past it wait compressed in a temporary "
-        "file in TMPDIR, so that a collection of many GB of logs fits in memory (default "
+        help="MB of the runs' text held as objects until the dataset is written (their objects take "
+        "more); the runs read past it wait compressed in a temporary file in TMPDIR, which keeps the "
+        "memory used while reading near that budget (default "
         f"{SPILL_AFTER // 2**20}; a larger value keeps more in memory)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")

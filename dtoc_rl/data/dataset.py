@@ -4,7 +4,8 @@ A dataset is a folder::
 
     OUT/
       data-00000-of-00002.parquet   # rows of the canonical schema (dtoc_rl.data.schema), in
-                                    # row groups of ROW_GROUP runs (read a part at a time)
+                                    # row groups of at most ROW_GROUP runs and GROUP_BYTES of
+                                    # their text (read a part at a time)
       data-00001-of-00002.parquet
       summary.json                  # what `dtoc-rl ingest` reported, incl. skips
       COMPLETE                      # written last: a folder without it is not a dataset

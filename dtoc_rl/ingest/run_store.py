@@ -25,8 +25,8 @@ from dtoc_rl.data.schema import Trajectory
 
 __all__ = ["SPILL_AFTER", "RunStore", "text_bytes"]
 
-#: Bytes of the runs' text held as objects before the rest are kept on disk (about twice that in
-#: memory): a collection of ``../shared``'s size (130 MB of text) never reaches it.
+#: Bytes of the runs' text held as objects before the rest are kept on disk (their objects take more):
+#: a collection of ``../shared``'s size (184 MB of text) never reaches it.
 SPILL_AFTER = 512 * 1024 * 1024
 
 _LEVEL = 1  # zlib: a fifth of the pickle's size at a quarter of level 6's time
