@@ -125,13 +125,16 @@ class _Costing:
     calls is planned in seconds or in minutes.  Every figure equals :func:`schedule_cost`'s to the
     bit (the same per-call bills, summed alike; ``tests/policies/test_oracle_costing.py``)."""
 
-    def __init__(self, ep: Episode, V: np.ndarray, cfg: CostConfig | None = None):
+    def __init__(
+        self, ep: Episode, V: np.ndarray, cfg: CostConfig | None = None, need: np.ndarray | None = None
+    ):
+        """``need``: the run's :func:`_need_matrix` under ``cfg``, when the caller has it already."""
         self.ep, self.cfg = ep, cfg or CostConfig()
         n, nc = ep.n, ep.n_calls
         self.p = self.cfg.call_prices(ep)
         first, user_c, self.asst_c, ua_before_c = _call_tokens(ep)
         self.stored = (np.arange(n)[None, :] < first[:, None]) & ep.has_out[None, :]
-        self.R = _need_matrix(ep, self.cfg)
+        self.R = need if need is not None else _need_matrix(ep, self.cfg)
         self.ua = ep.user_tok + ep.asst_tok
         self.ua_before = np.concatenate([[0], np.cumsum(self.ua)[:-1]])
         self.fixed = ep.base_tokens + ua_before_c + user_c  # each prompt but its outputs
@@ -290,14 +293,19 @@ def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> 
             cost += (suffix_b + ep.vis_cost[k]) * (at(p.cache_write, b) - at(p.cache_read, b))
         if saving > cost:
             _apply(V, (k, a, b), True)
-    return _descend(ep, V, gaps, cfg, max_passes)
+    return _descend(ep, V, gaps, cfg, max_passes, need=R)
 
 
 def _descend(
-    ep: Episode, V: np.ndarray, gaps: list[tuple[int, int, int]], cfg: CostConfig | None, max_passes: int
+    ep: Episode,
+    V: np.ndarray,
+    gaps: list[tuple[int, int, int]],
+    cfg: CostConfig | None,
+    max_passes: int,
+    need: np.ndarray | None = None,
 ) -> np.ndarray:
     # Coordinate descent: flip each gap (hidden <-> visible) while a flip lowers the exact cost.
-    costing = _Costing(ep, V, cfg)
+    costing = _Costing(ep, V, cfg, need)
     best = costing.total()
     for _ in range(max_passes):
         improved = False
@@ -322,13 +330,14 @@ def without_restores(
     gives a policy that only needs to know when an output is needed for the last time, without
     foreseeing when a hidden one will be needed again (``oracle:restores=0``)."""
     V = V.copy()
-    gaps = _gaps(ep, _need_matrix(ep, cfg))
+    R = _need_matrix(ep, cfg)
+    gaps = _gaps(ep, R)
     for k, a, b in gaps:
         if b < ep.n_calls:
             V[a:b, k] = True
         else:  # hidden from the first call that hides it on (exact_plan may show one again a call early)
             V[a:b, k] = ~np.logical_or.accumulate(~V[a:b, k])
-    return _descend(ep, V, [g for g in gaps if g[2] == ep.n_calls], cfg, max_passes)
+    return _descend(ep, V, [g for g in gaps if g[2] == ep.n_calls], cfg, max_passes, need=R)
 
 
 def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8) -> np.ndarray:

@@ -104,7 +104,9 @@ def test_the_plans_are_those_of_the_descent_that_billed_every_call(cfg, monkeypa
     for ep in _episodes():
         fast = plan(ep, cfg)
         monkeypatch.setattr(
-            oracle, "_descend", lambda ep, V, gaps, cfg, passes: _plain_descent(ep, V, gaps, cfg, passes)
+            oracle,
+            "_descend",
+            lambda ep, V, gaps, cfg, passes, need=None: _plain_descent(ep, V, gaps, cfg, passes),
         )
         slow = plan(ep, cfg)
         monkeypatch.undo()
