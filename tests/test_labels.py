@@ -792,3 +792,29 @@ def test_first_modified_is_the_first_step_that_changes_what_was_read():
     assert first_modified(t, 0) == 2
     assert first_modified(t, 3) is None  # nothing after it
     assert first_modified(t, 2) is None  # no later write
+
+
+def test_first_modified_is_the_least_step_modified_between_names():
+    """The scan over the steps that write gives what the definition gives: the least ``t`` with
+    ``modified_between(i, t)``, on random runs of reads, listings, searches, commands and writes."""
+    from dtoc_rl.labels import first_modified, modified_between
+
+    cmds = [
+        "cat a.py", "cat src/b.py", "ls src", "grep -rn foo src", "python -m pytest -q", "sed -n 1,5p a.py",
+        "sed -i s/x/y/ a.py", "echo hi > src/b.py", "rm src/c.py", "touch notes.txt", "git status",
+    ]  # fmt: skip
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(40):
+        t = make([bash(rng.choice(cmds), f"out {k}") for k in range(rng.randint(2, 14))])
+        label_trajectory(t)
+        n = len(t.steps)
+        writers = [k for k, s in enumerate(t.steps) if s.write_resources]
+        for i in range(n):
+            want = next((j for j in range(i + 1, n) if modified_between(t, i, j)), None)
+            assert first_modified(t, i) == want == first_modified(t, i, writers), (
+                i,
+                [s.tool_args for s in t.steps],
+            )
+            checked += want is not None
+    assert checked > 50  # most outputs were changed by a later step, some were not

@@ -7,6 +7,7 @@ as text (the format is in :mod:`dtoc_rl.labels`); :func:`parse_resource` reads t
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -211,26 +212,30 @@ def modified_between(traj: Trajectory, i: int, j: int) -> bool:
 def modified_by(step: Step, writes: list[str]) -> bool:
     """Whether these writes (``write_resources`` of later steps) may change what ``step`` read;
     the rules of :func:`modified_between`."""
+    return _changes(read_resources(step), writes)
+
+
+def _changes(res: list[Resource], writes: list[str]) -> bool:
     if not writes:
         return False
-    res = read_resources(step)
     if not res:
         return True
     return any(r.kind in ("cmd", "call") or _file_written(r, writes) for r in res)
 
 
-def first_modified(traj: Trajectory, i: int) -> int | None:
+def first_modified(traj: Trajectory, i: int, writers: list[int] | None = None) -> int | None:
     """The first step ``t > i`` with ``modified_between(traj, i, t)``, or None when nothing later changes
-    what step ``i`` read (a binary search: the test is monotone in ``t``)."""
+    what step ``i`` read.
+
+    The rules ask of each written path alone, so the first such step is the first later one whose own
+    writes change what ``i`` read: a scan of the steps that write, not of every span.  ``writers``, the
+    indices of the steps with ``write_resources`` in order, may be given when asking for many ``i``."""
     steps = traj.steps
-    n = len(steps)
-    if not any(steps[k].write_resources for k in range(i + 1, n)) or not modified_between(traj, i, n - 1):
-        return None
-    lo, hi = i + 1, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if modified_between(traj, i, mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    if writers is None:
+        writers = [k for k, s in enumerate(steps) if s.write_resources]
+    res = read_resources(steps[i])
+    for at in range(bisect.bisect_right(writers, i), len(writers)):
+        k = writers[at]
+        if _changes(res, steps[k].write_resources):
+            return k
+    return None

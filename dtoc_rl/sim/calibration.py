@@ -354,7 +354,8 @@ def traj_counts(
             if 0 <= i < n and first_re[i] == n:
                 first_re[i] = t
     # first step that changes what i read (n: never)
-    first_mod = [(first_modified(traj, i) if has_out[i] else None) or n for i in range(n)]
+    writers = [k for k, s in enumerate(steps) if s.write_resources]
+    first_mod = [(first_modified(traj, i, writers) if has_out[i] else None) or n for i in range(n)]
     masked_sets = [set(s.masked_before) if s.masked_before is not None else None for s in steps]
     ever_masked = set().union(*(m for m in masked_sets if m))
     c["outputs_masked"] = sum(1 for i in ever_masked if 0 <= i < n and has_out[i])

@@ -383,8 +383,9 @@ def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
     from dtoc_rl.labels import first_modified
 
     out = np.full(len(traj.steps), NEVER, np.int64)
+    writers = [k for k, s in enumerate(traj.steps) if s.write_resources]
     for k in np.flatnonzero(has_out).tolist():
-        t = first_modified(traj, k)
+        t = first_modified(traj, k, writers)
         if t is not None:
             out[k] = t
     return out
