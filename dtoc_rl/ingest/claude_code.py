@@ -542,6 +542,10 @@ def _chain(records: list[dict]) -> tuple[list[dict], int]:
         parent = cur.get("parentUuid")
         if parent is None and cur.get("subtype") == "compact_boundary":
             parent = cur.get("logicalParentUuid")
+            if parent not in by_uuid:
+                # a boundary whose logical parent was never written (Claude Code 2.1.39): the conversation
+                # before it goes on from the last main-chain record written before it, not ends there
+                parent = _written_before(main or convo, cur)
         cur = by_uuid.get(parent) if isinstance(parent, str) else None
     chain.reverse()
     recovered = _parallel_siblings(convo, chain, seen)
@@ -551,6 +555,16 @@ def _chain(records: list[dict]) -> tuple[list[dict], int]:
         seen.update(r["uuid"] for r in recovered)
     dropped = sum(1 for r in (main or convo) if r["uuid"] not in seen)
     return chain, dropped
+
+
+def _written_before(convo: list[dict], boundary: dict) -> str | None:
+    """The uuid of the last record of ``convo`` (file order) before ``boundary``, None when it is first."""
+    before = None
+    for r in convo:
+        if r is boundary:
+            return before
+        before = r["uuid"]
+    return None
 
 
 def _blocks(r: dict) -> list:

@@ -314,6 +314,29 @@ def test_stream_bad_inputs(tmp_path):
         list(STREAM.parse(j))
 
 
+def test_a_compaction_whose_logical_parent_was_never_written_keeps_the_calls_before_it(repo_root, tmp_path):
+    """Claude Code 2.1.39 can write a compact_boundary whose logicalParentUuid names no record of the file:
+    the conversation before the compaction is still the run's, read on from the last record before the
+    boundary (the chain stopped at the boundary and lost every earlier call)."""
+    path = next((repo_root / "tests" / "fixtures" / "claude_code_transcript").glob("*.jsonl"))
+    (whole,) = TRANSCRIPT.parse(path)
+    lines = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("subtype") == "compact_boundary":
+            assert rec["logicalParentUuid"] in path.read_text().replace(line, "")
+            rec["logicalParentUuid"] = "00000000-0000-4000-8000-000000000000"
+        lines.append(json.dumps(rec))
+    cut = tmp_path / path.name
+    cut.write_text("\n".join(lines) + "\n")
+    (t,) = TRANSCRIPT.parse(cut)
+    assert [s.tool_name for s in t.steps] == [s.tool_name for s in whole.steps]
+    assert [s.output for s in t.steps] == [s.output for s in whole.steps]
+    (ev,) = t.steps[7].events
+    assert ev.kind == "compaction" and ev.targets == list(range(7))
+    assert t.extra_dict()["off_chain_records"] == whole.extra_dict()["off_chain_records"]
+
+
 def _rec(uuid, parent, kind, message, **kw):
     return {"parentUuid": parent, "isSidechain": False, "sessionId": "s1", "type": kind, "uuid": uuid,
             "timestamp": "2025-12-01T10:00:00.000Z", "message": message, **kw}  # fmt: skip
