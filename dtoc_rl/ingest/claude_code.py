@@ -548,7 +548,7 @@ def _chain(records: list[dict]) -> tuple[list[dict], int]:
                 parent = _written_before(main or convo, cur)
         cur = by_uuid.get(parent) if isinstance(parent, str) else None
     chain.reverse()
-    recovered = _parallel_siblings(convo, chain, seen)
+    recovered = _parallel_siblings(convo, chain, seen, bool(leaf.get("isSidechain")))
     if recovered:  # back in file order: a record is always written after its parent
         order = {id(r): i for i, r in enumerate(records)}
         chain = sorted(chain + recovered, key=lambda r: order[id(r)])
@@ -573,14 +573,19 @@ def _blocks(r: dict) -> list:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def _parallel_siblings(convo: list[dict], chain: list[dict], on_chain: set[str]) -> list[dict]:
+def _parallel_siblings(
+    convo: list[dict], chain: list[dict], on_chain: set[str], sidechain: bool
+) -> list[dict]:
     """Records of one parallel tool call that the parentUuid chain skips.  Claude Code writes each
     ``tool_use`` block of a reply as an assistant record of its own (one ``message.id``) and hangs each
     result off the record it answers, so walking back from the leaf passes through the last call's
     branch only: the other calls' results (and a sibling record after the one the chain took) are off
     it, though the model saw them.  Kept: an off-chain assistant record with the ``message.id`` of a
-    chain record, and an off-chain user record whose ``tool_result`` answers a ``tool_use`` of the
-    chain that nothing on the chain answers, each hanging off a record of the chain or kept here."""
+    chain record (one reply is one API response, whatever record a sibling was hung off: a sub-agent
+    writes its records while its tools run), and an off-chain user record whose ``tool_result`` answers
+    a ``tool_use`` of the chain that nothing on the chain answers, hanging off a record of the chain or
+    kept here.  Only records on the chain's side: a sub-agent's transcript is all ``isSidechain``
+    records, the main session's none."""
     msg_ids = {
         r["message"].get("id")
         for r in chain
@@ -589,8 +594,8 @@ def _parallel_siblings(convo: list[dict], chain: list[dict], on_chain: set[str])
     msg_ids.discard(None)
     kept: list[dict] = []
     near = set(on_chain)
-    for r in convo:  # file order: a sibling's own result comes after it
-        if r["uuid"] in near or r.get("parentUuid") not in near or r.get("isSidechain"):
+    for r in convo:  # one reply's records, wherever they hang: a sub-agent writes while its tools run
+        if r["uuid"] in near or bool(r.get("isSidechain")) != sidechain:
             continue
         if (
             r.get("type") == "assistant"
@@ -619,7 +624,7 @@ def _parallel_siblings(convo: list[dict], chain: list[dict], on_chain: set[str])
             r["uuid"] in near
             or r.get("parentUuid") not in near
             or r.get("type") != "user"
-            or r.get("isSidechain")
+            or bool(r.get("isSidechain")) != sidechain
         ):
             continue
         ids = {b.get("tool_use_id") for b in _blocks(r) if b.get("type") == "tool_result"}

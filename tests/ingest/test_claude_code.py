@@ -380,6 +380,53 @@ def test_a_parallel_call_off_the_parent_chain_keeps_every_output(tmp_path, resul
     assert json.loads(traj.extra)["off_chain_records"] == 0
 
 
+@pytest.mark.parametrize("shape", ["sub-agent", "hook progress", "hung off an earlier result"])
+def test_parallel_calls_are_kept_in_sub_agents_past_hooks_and_wherever_a_sibling_hangs(tmp_path, shape):
+    """Shapes of Claude Code 2.1.39's real transcripts that lost parallel calls and their outputs: a
+    sub-agent's file, every record of it ``isSidechain``; a sibling record hung off the hook ``progress``
+    records written after the first; and (a sub-agent writing while its tools run) a sibling hung off
+    the result of an earlier call."""
+    side = shape == "sub-agent"
+
+    def rec(uuid, parent, kind, message, **kw):
+        return {**_rec(uuid, parent, kind, message, **kw), "isSidechain": side}
+
+    recs = [
+        rec("u0", None, "user", {"role": "user", "content": "compare a.py, b.py and c.py"}),
+        rec("a0", "u0", "assistant", _use("msg_0", "t0", "/r/c.py")),
+        rec("r0", "a0", "user", _res("t0", "def c(): return 3")),
+        rec("a1", "r0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+    ]
+    parent = "a1"
+    if shape == "hook progress":
+        recs += [
+            {"type": "progress", "uuid": "p1", "parentUuid": "a1", "data": {"type": "hook_progress"}},
+            {"type": "progress", "uuid": "p2", "parentUuid": "p1", "data": {"type": "hook_progress"}},
+        ]
+        parent = "p2"
+    elif shape == "hung off an earlier result":
+        recs[2], recs[3] = recs[3], recs[2]  # the first call's result written after the next reply began
+        recs[2]["parentUuid"] = "a0"
+        parent = "r0"
+    recs += [
+        rec("a2", parent, "assistant", _use("msg_1", "tB", "/r/b.py")),
+        rec("r2", "a2", "user", _res("tB", "def b(): return 2")),
+        rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+    ]
+    text = {"id": "msg_2", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "1, 2 and 3"}]}  # fmt: skip
+    recs.append(
+        rec("a3", "r1", "assistant", text)
+    )  # off the first call's result: the second is off the chain
+    p = tmp_path / ("agent-a1.jsonl" if side else "s1.jsonl")
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (traj,) = ClaudeCodeTranscriptIngester().parse(p)
+    tools = [(json.loads(s.tool_args)["file_path"], s.output) for s in traj.steps if s.tool_name]
+    assert [f for f, _ in tools] == ["/r/c.py", "/r/a.py", "/r/b.py"]
+    assert ["return 3" in tools[0][1], "return 1" in tools[1][1], "return 2" in tools[2][1]] == [True] * 3
+    assert traj.extra_dict()["off_chain_records"] == 0
+
+
 def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it():
     """Claude Code 2.1.332 (tests/fixtures/claude_code_subagent, made by its make_fixtures.py against a
     scripted API): the main agent's Agent call runs a sub-agent that reads alpha.txt."""
