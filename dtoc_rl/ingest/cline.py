@@ -7,7 +7,8 @@ A task folder holds ``api_conversation_history.json``, the messages sent to the 
 * the model writes its tool call as XML in its reply, one per message:
   ``<read_file>\\n<path>foo.py</path>\\n</read_file>`` (a tool name, then one element per parameter);
   models on native tool calling write ``tool_use`` blocks instead, answered by ``tool_result``
-  blocks;
+  blocks or (Cline 3.51) by text blocks as below, one answer for each call in the calls' order, a call
+  not run answered ``Tool [name] was not executed ...`` or ``Skipping tool [name ...] ...`` (an error);
 * the next user message answers it: a text block ``[read_file for 'foo.py'] Result:``, the result's
   blocks, then an ``<environment_details>`` block the extension adds to every user message (kept as
   the next call's user text, not as the tool's output);
@@ -68,6 +69,8 @@ _CALL = re.compile(r"<(" + "|".join(TOOLS) + r")>(.*?)</\1>", re.DOTALL)
 _ANY_CALL = re.compile(r"<([a-z][a-z0-9_]*)>(.*?)</\1>", re.DOTALL)
 _PARAM = re.compile(r"<([a-z_]+)>(.*?)</\1>", re.DOTALL)
 _RESULT = re.compile(r"^\[([a-z][a-z0-9_]*)(?: for .*)?\] Result:", re.DOTALL)
+# the extension's answer for a call it did not run (another call came first, or the user rejected one)
+_NOT_RUN = re.compile(r"^(?:Skipping tool|Tool) \[([a-z][a-z0-9_]*)(?: for [^\n]*?)?\] (?:due to|was )")
 _ENV = "<environment_details>"
 
 
@@ -123,6 +126,30 @@ def _answered(msg: Any) -> str | None:
         c = next((b.get("text") for b in c if isinstance(b, dict) and b.get("type") == "text"), None)
     m = _RESULT.match(c) if isinstance(c, str) else None
     return m.group(1) if m else None
+
+
+def _text_results(waiting: list[Step], texts: list[str]) -> list[str]:
+    """Give the calls in ``waiting`` their answers written as text (``[name for ...] Result:`` and the
+    blocks after it, up to the next answer or the environment details), in order and by the tool the
+    answer names; returns the texts that answer no call (the user's own words, the environment)."""
+    env = next((k for k, t in enumerate(texts) if t.lstrip().startswith(_ENV)), len(texts))
+    starts = [k for k in range(env) if _RESULT.match(texts[k]) or _NOT_RUN.match(texts[k])]
+    if not waiting or not starts:
+        return texts
+    answers: dict[int, list[int]] = {}  # a call (its index in waiting) -> where its answers start
+    left = list(range(len(waiting)))
+    for a in starts:
+        name = (_RESULT.match(texts[a]) or _NOT_RUN.match(texts[a])).group(1)
+        if left:  # the first call left of the tool it names, else the first left
+            k = next((j for j in left if waiting[j].tool_name == name), left[0])
+            left.remove(k)
+        # else an answer past the last call (to the model's second XML call, not run) stays with the last
+        answers.setdefault(k, []).append(a)
+    ends = dict(zip(starts, [*starts[1:], env]))
+    for k, at in answers.items():
+        waiting[k].output = cap_output("\n".join(t for a in at for t in texts[a : ends[a]]))
+        waiting[k].output_is_error = all(_NOT_RUN.match(texts[a]) for a in at)
+    return texts[: starts[0]] + texts[env:]
 
 
 #: Cline's API handlers whose tokensIn leaves the cache's reads and writes out.
@@ -252,7 +279,7 @@ class ClineIngester(Ingester):
         steps: list[Step] = []
         open_calls: dict[str, Step] = {}  # native tool_use id -> its step
         task, pending = "", ""
-        waiting: Step | None = None  # the XML call the next user message answers
+        waiting: list[Step] = []  # the calls the next user message answers
         turn = -1
         for i, msg in enumerate(msgs):
             where = f"messages[{i}]"
@@ -277,6 +304,7 @@ class ClineIngester(Ingester):
                         if isinstance(b.get("id"), str):
                             open_calls[b["id"]] = step
                     steps[first].assistant_text = text
+                    waiting = steps[first:]
                 else:
                     after = next(
                         (m for m in msgs[i + 1 :] if not (isinstance(m, dict) and m.get("isSummary"))), None
@@ -284,7 +312,7 @@ class ClineIngester(Ingester):
                     xml = _xml_call(text, _answered(after))
                     name, args, thought = xml if xml else (None, "", text)
                     steps.append(new_step(turn=turn, tool_name=name, tool_args=args, assistant_text=thought))
-                    waiting = steps[-1] if name else None
+                    waiting = steps[-1:] if name else []
                 steps[first].user_text, pending = pending, ""
                 steps[first].usage = use
                 # extended thinking blocks (native tool calling): the reply's reasoning
@@ -306,11 +334,9 @@ class ClineIngester(Ingester):
                     step.output = cap_output(_text([b]))
                     step.output_is_error = bool(b.get("is_error"))
             texts = [b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)]
-            if waiting is not None and texts and _RESULT.match(texts[0]):
-                env = next((k for k, t in enumerate(texts) if t.lstrip().startswith(_ENV)), len(texts))
-                waiting.output = cap_output("\n".join(texts[:env]))
-                texts = texts[env:]
-            waiting = None
+            # the calls no tool_result answered (Cline on native tool calling answers in text too)
+            texts = _text_results([s for s in waiting if s.output is None], texts)
+            waiting = []
             pending += "\n".join(texts)
         if not steps:
             raise IngestError("empty trajectory: no assistant messages", path)

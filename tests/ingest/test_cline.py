@@ -171,6 +171,66 @@ def test_native_tool_calls_are_answered_by_their_results(tmp_path):
     assert t.steps[0].reasoning == "Which file?"
 
 
+def _uses(*calls, text=None):
+    """A reply of native tool calls, each ``(id, name, input)``."""
+    blocks = [{"type": "text", "text": text}] if text else []
+    blocks += [{"type": "tool_use", "id": i, "name": n, "input": x} for i, n, x in calls]
+    return {"role": "assistant", "content": blocks}
+
+
+def test_native_tool_calls_answered_in_text_get_their_results(tmp_path):
+    # Cline 3.51 on native tool calling answers a tool_use with text blocks, not a tool_result
+    folder = tmp_path / "t"
+    folder.mkdir()
+    msgs = [
+        _user("<task>halve the timeout in cfg.toml</task>", ENV),
+        _uses(("tu1", "read_file", {"path": "cfg.toml"}), text="Reading it."),
+        _user("[read_file for 'cfg.toml'] Result:\ntimeout = 30", ENV),
+        _uses(("tu2", "replace_in_file", {"path": "cfg.toml", "diff": "30 -> 15"})),
+        _user("[replace_in_file for 'cfg.toml'] Result:", "Saved cfg.toml.", "and keep a comment", ENV),
+        _uses(("tu3", "attempt_completion", {"result": "Halved."})),
+    ]
+    (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
+    (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
+    read, edit, done = t.steps
+    assert read.output == "[read_file for 'cfg.toml'] Result:\ntimeout = 30" and not read.output_is_error
+    assert edit.output.endswith("Saved cfg.toml.\nand keep a comment")  # the blocks after it, as for XML
+    assert (edit.user_text, done.user_text) == (ENV, ENV)  # the environment stays the next call's user text
+    assert done.output is None and read.assistant_text == "Reading it."
+
+
+def test_several_native_calls_answered_in_text_are_matched_by_order_and_name(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    not_run = "Tool [{}] was not executed because a tool has already been used in this message."
+    skipped = "Skipping tool [write_to_file for 'a.md'] due to user rejecting a previous tool."
+    three = _uses(("a", "read_file", {"path": "a.md"}), ("b", "list_files", {"path": "."}),
+                  ("c", "read_file", {"path": "b.md"}))  # fmt: skip
+    # the list answered first: each answer goes to the first call left of the tool it names
+    answers = _user("[list_files for '.'] Result:\na.md\nb.md", not_run.format("read_file"),
+                    not_run.format("read_file"), ENV)  # fmt: skip
+    mixed = _user(skipped, ENV)  # one call answered by its tool_result, the other in text
+    mixed["content"].insert(0, {"type": "tool_result", "tool_use_id": "d", "content": "# notes"})
+    msgs = [
+        _user("<task>tidy the notes</task>", ENV),
+        three,
+        answers,
+        _uses(("d", "read_file", {"path": "a.md"}), ("e", "write_to_file", {"path": "a.md"})),
+        mixed,
+        _uses(("f", "read_file", {"path": "b.md"})),
+        _user("[TASK RESUMPTION] Picked up again after a break.", ENV),  # no answer: the user's own words
+        _assistant("Done."),
+    ]
+    (folder / "api_conversation_history.json").write_text(json.dumps(msgs))
+    (t,) = ClineIngester().parse(folder / "api_conversation_history.json")
+    a, b, c, d, e, f, done = t.steps
+    assert b.output == "[list_files for '.'] Result:\na.md\nb.md" and not b.output_is_error
+    assert a.output == c.output == not_run.format("read_file") and a.output_is_error and c.output_is_error
+    assert d.output == "# notes" and e.output.startswith("Skipping tool") and e.output_is_error
+    assert d.user_text == ENV and f.user_text == ENV
+    assert f.output is None and done.user_text.startswith("[TASK RESUMPTION] Picked up again")
+
+
 def test_a_cline_sdk_session_reads_its_blocks_metrics_and_model(tmp_path):
     sid = "1784094124598_abcde"
     folder = tmp_path / "sessions" / sid
