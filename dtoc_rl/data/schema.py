@@ -29,8 +29,9 @@ __all__ = [
     "hf_features",
 ]
 
-SCHEMA_VERSION = "1.4"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages;
-# 1.3: the model of each call; 1.4: the outputs' own shares kept with the labels
+SCHEMA_VERSION = "1.5"  # 1.1: need kind `edit`; 1.2: logged usage, unlogged prompt, dropped messages;
+# 1.3: the model of each call; 1.4: the outputs' own shares kept with the labels; 1.5: the cache writes
+# of Anthropic's 1-hour lifetime
 
 NEED_KINDS = ("provenance", "reaccess", "reference", "edit")
 #: Need kinds that make a hidden output a miss.  Re-access needs are left out: the logged step that
@@ -64,8 +65,10 @@ class Usage:
 
     ``input_tokens`` counts every prompt token, cached ones included (OpenAI's ``prompt_tokens``;
     for Anthropic, ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so
-    ``cached_tokens`` and ``cache_write_tokens`` are parts of it.  ``cost_usd`` is the provider's or
-    the harness's own figure for the call, never one this toolkit computed.
+    ``cached_tokens`` and ``cache_write_tokens`` are parts of it, and ``cache_write_1h_tokens`` is the
+    part of the writes Anthropic keeps for an hour (``usage.cache_creation.ephemeral_1h_input_tokens``;
+    billed at twice the input price where a 5-minute write is billed at 1.25 times).  ``cost_usd`` is the
+    provider's or the harness's own figure for the call, never one this toolkit computed.
     """
 
     input_tokens: int | None = None
@@ -73,6 +76,7 @@ class Usage:
     cache_write_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    cache_write_1h_tokens: int | None = None
 
 
 @dataclass
@@ -225,6 +229,7 @@ def hf_features():  # -> datasets.Features; imported lazily so core stays light
             "cache_write_tokens": Value("int64"),
             "output_tokens": Value("int64"),
             "cost_usd": Value("float64"),
+            "cache_write_1h_tokens": Value("int64"),
         },
     }
     return Features(

@@ -228,12 +228,16 @@ def usage_from(raw: object) -> Usage | None:
                 cost_usd=cost,
             )
         total = None if inp is None else int(inp + (read or 0) + (write or 0))
+        # Anthropic splits the writes by lifetime: an hour's cost twice the input price, 5 minutes' 1.25x
+        hour = raw.get("cache_creation")
+        hour = number(hour, "ephemeral_1h_input_tokens") if isinstance(hour, dict) else None
         return Usage(
             input_tokens=total,
             cached_tokens=_int(read),
             cache_write_tokens=_int(write),
             output_tokens=count(raw, "output_tokens"),
             cost_usd=cost,
+            cache_write_1h_tokens=_int(hour),
         )
     return None
 

@@ -40,7 +40,16 @@ import numpy as np
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 from dtoc_rl.data.models import model_index, normalize_family
 from dtoc_rl.data.schema import Trajectory
-from dtoc_rl.sim.pricing import CacheRules, Prices, cache_rules_for, prices_for
+from dtoc_rl.sim.pricing import (
+    HOUR_CACHE,
+    CacheRules,
+    Prices,
+    cache_rules_for,
+    logged_ttl,
+    prices_for,
+    retained,
+    retained_rules,
+)
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -118,8 +127,10 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     ]
     seg_o = [est.count(s.output) if s.output is not None else 0 for s in steps]
     base = est.count(traj.system_prompt or "") + est.count(traj.task_text or "")
-    run_prices = prices_for(traj.model_family, traj.model_raw)
-    run_rules = cache_rules_for(traj.model_family, traj.model_raw)
+    ttl = logged_ttl(s.usage for s in steps)
+    run_listed = prices_for(traj.model_family, traj.model_raw)
+    run_prices = retained(run_listed, ttl)
+    run_rules = retained_rules(cache_rules_for(traj.model_family, traj.model_raw), ttl)
     out: list[CallCheck] = []
     # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
     models: list[str] = [traj.model_raw]
@@ -127,8 +138,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
-        p = prices_for(normalize_family(s.model), s.model) if m else run_prices
-        rules = cache_rules_for(normalize_family(s.model), s.model) if m else run_rules
+        p = retained(prices_for(normalize_family(s.model), s.model), ttl) if m else run_prices
+        rules = retained_rules(cache_rules_for(normalize_family(s.model), s.model), ttl) if m else run_rules
         prev = last.get(m)
         start = starts[k]
         masked = set(s.masked_before or ())
@@ -165,8 +176,14 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             cached = float(min(max(round(implied), 0), u.input_tokens))
         if math.isnan(dollars) and (not math.isnan(cached) or p.cache_read >= p.input):
             write = float(u.cache_write_tokens or 0)
+            hour = float(min(u.cache_write_1h_tokens or 0, write))
             c = 0.0 if math.isnan(cached) else cached
-            dollars = float(p.bill(c, write, out_tok, uncached=u.input_tokens - c - write))
+            # each write at its lifetime's price: an hour's at twice the input, 5 minutes' as listed
+            listed = prices_for(normalize_family(s.model), s.model) if m else run_listed
+            dollars = float(
+                listed.bill(c, write - hour, out_tok, uncached=u.input_tokens - c - write)
+                + retained(listed, HOUR_CACHE).bill(0, hour, 0)
+            )
         out.append(
             CallCheck(
                 traj_id=traj.traj_id,

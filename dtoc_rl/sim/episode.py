@@ -35,6 +35,7 @@ from dtoc_rl.data.schema import NEED_KINDS, Trajectory
 from dtoc_rl.labels import unique_digest, unique_events
 from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
+from dtoc_rl.sim.pricing import logged_ttl
 
 __all__ = ["Episode", "compile_episode", "compile_episodes"]
 
@@ -92,6 +93,9 @@ class Episode:
     # None: every call went to the run's model.  ``models`` lists the names the log gives them.
     call_model: np.ndarray | None = None
     models: list[str] = field(default_factory=list)
+    # seconds the provider keeps this run's prompt cache when its log says (pricing.logged_ttl: an hour
+    # when most of its logged writes were Anthropic's 1-hour ones); None: the provider's documented one
+    cache_ttl: float | None = None
 
     @property
     def gap(self) -> np.ndarray:
@@ -328,6 +332,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         logged_cache_write=usage[2],
         logged_out=usage[3],
         logged_cost=usage[4],
+        cache_ttl=logged_ttl(s.usage for s in traj.steps),
         unlogged_tokens=int(traj.unlogged_prompt_tokens or 0),
         keys=keys,
         previews=previews,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from dtoc_rl.data.models import model_version, normalize_family, plain_name
 __all__ = [
     "CACHE_RULES",
     "DEFAULT_FAMILY",
+    "HOUR_CACHE",
     "PRICES",
     "VERSION_PRICES",
     "CacheRules",
@@ -40,10 +41,13 @@ __all__ = [
     "cache_rules_for",
     "has_list_price",
     "load_price_table",
+    "logged_ttl",
     "model_prices",
     "price_entries",
     "price_table",
     "prices_for",
+    "retained",
+    "retained_rules",
     "user_prices",
 ]
 
@@ -538,6 +542,43 @@ CACHE_RULES: dict[str, CacheRules] = {
 }
 
 
+#: Anthropic's extended cache lifetime (a breakpoint's ``"ttl": "1h"``; Claude Code writes every cache
+#: so from 2.1.x): its writes cost ``HOUR_WRITE`` times the input price instead of 1.25 times
+#: (docs.anthropic.com/en/docs/build-with-claude/prompt-caching, "1-hour cache duration").
+HOUR_CACHE = 3600.0
+HOUR_WRITE = 2.0
+
+
+def logged_ttl(usages: Iterable[Any]) -> float | None:
+    """The cache lifetime a run's logged usage says (``HOUR_CACHE`` when most of the tokens it wrote to
+    the cache were Anthropic's 1-hour writes, ``Usage.cache_write_1h_tokens``), None when it says none
+    (the provider's documented lifetime holds)."""
+    writes = hour = 0
+    for u in usages:
+        if u is not None:
+            writes += u.cache_write_tokens or 0
+            hour += u.cache_write_1h_tokens or 0
+    return HOUR_CACHE if hour and 2 * hour >= writes else None
+
+
+def retained(prices: Prices, ttl: float | None) -> Prices:
+    """``prices`` for a run whose log says its cache is kept ``ttl`` seconds: with an hour's retention a
+    provider that charges for writes (Anthropic: cache_write above input) charges ``HOUR_WRITE`` times
+    the input price for them; anything else is priced as listed."""
+    if ttl != HOUR_CACHE or not prices.cache_write > prices.input:
+        return prices
+    hour = HOUR_WRITE * prices.input
+    return replace(prices, cache_write=hour, source=f"{prices.source}; 1-hour cache writes")
+
+
+def retained_rules(rules: CacheRules, ttl: float | None) -> CacheRules:
+    """``rules`` with the lifetime a run's log says its cache has (Anthropic's 1-hour writes), else as
+    documented."""
+    if ttl is None or rules.provider != "anthropic":
+        return rules
+    return replace(rules, ttl=ttl)
+
+
 def cache_expired(
     idle: float | None, family: str | None, model_raw: str | None = None, ttl: float | None = None
 ) -> bool:
@@ -573,7 +614,5 @@ def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRu
     rules = CACHE_RULES[provider]
     rate = CACHE_HIT_RATES.get(model_version(model_raw) or "", CACHE_HIT_RATES.get(fam))
     if rate is not None:
-        from dataclasses import replace
-
         rules = replace(rules, hit_rate=rate)
     return rules

@@ -59,7 +59,16 @@ from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import MISS_KINDS, NEED_KINDS
 from dtoc_rl.sim.calibrated import CALIBRATED_REREAD_PROB
 from dtoc_rl.sim.episode import Episode
-from dtoc_rl.sim.pricing import CacheRules, Prices, as_price_table, as_prices, cache_rules_for, model_prices
+from dtoc_rl.sim.pricing import (
+    CacheRules,
+    Prices,
+    as_price_table,
+    as_prices,
+    cache_rules_for,
+    model_prices,
+    retained,
+    retained_rules,
+)
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
 
@@ -136,10 +145,13 @@ class CostConfig:
     def prices_of(self, ep: Episode) -> Prices:
         """The prices that bill ``ep`` (anything with ``model_family`` and ``model_raw``): ``prices`` when
         set, else the ``price_table`` entry for its model name (any case, with or without a ``provider/``
-        prefix) or family, else its version's or family's list prices (``prices_for``, which warns once).
+        prefix) or family, else its version's or family's list prices (``prices_for``, which warns once),
+        its cache writes priced for the lifetime its log says (:func:`~dtoc_rl.sim.pricing.retained`).
         The one place an episode's prices are resolved: the Simulator, the all-visible bill, the
         oracle, the rules and evaluation all ask it, so none of them can price an episode differently."""
-        return self.prices or model_prices(getattr(ep, "model_raw", None), ep.model_family, self.price_table)
+        model = getattr(ep, "model_raw", None)
+        listed = self.prices or model_prices(model, ep.model_family, self.price_table)
+        return retained(listed, getattr(ep, "cache_ttl", None))
 
     def model_prices(self, ep: Episode) -> list[Prices]:
         """The prices of each model ``ep``'s calls went to (``ep.models``; one entry, :meth:`prices_of`,
@@ -147,8 +159,10 @@ class CostConfig:
         first = self.prices_of(ep)
         if getattr(ep, "call_model", None) is None:
             return [first]
+        ttl = getattr(ep, "cache_ttl", None)
         return [first] + [
-            self.prices or model_prices(m, normalize_family(m), self.price_table) for m in ep.models[1:]
+            retained(self.prices or model_prices(m, normalize_family(m), self.price_table), ttl)
+            for m in ep.models[1:]
         ]
 
     def priced_per_call(self, ep: Episode) -> bool:
@@ -175,7 +189,9 @@ class CostConfig:
         """The caching rules applied to ``ep`` (None: the ideal cache)."""
         if self.cache == "ideal":
             return None
-        return self.cache_rules or cache_rules_for(ep.model_family, ep.model_raw)
+        return self.cache_rules or retained_rules(
+            cache_rules_for(ep.model_family, ep.model_raw), getattr(ep, "cache_ttl", None)
+        )
 
     def model_rules(self, ep: Episode) -> list[CacheRules | None]:
         """The caching rules of each model ``ep``'s calls went to (``ep.models``; one entry,
@@ -184,7 +200,8 @@ class CostConfig:
         models = ep.models if getattr(ep, "call_model", None) is not None else [ep.model_raw]
         if first is None or self.cache_rules is not None:  # the ideal cache, or the caller's rules
             return [first] * len(models)
-        return [first] + [cache_rules_for(normalize_family(m), m) for m in models[1:]]
+        ttl = getattr(ep, "cache_ttl", None)
+        return [first] + [retained_rules(cache_rules_for(normalize_family(m), m), ttl) for m in models[1:]]
 
     def provider_cached(
         self, ep: Episode, cached: np.ndarray, prompts: np.ndarray, calls: np.ndarray | None = None
