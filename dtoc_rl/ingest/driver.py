@@ -41,6 +41,7 @@ from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.common import extra_of, name_model, set_extra, text_task_id
 from dtoc_rl.ingest.continued import join_continued, part_key, parts_to_read
 from dtoc_rl.ingest.goose import is_goose_db
+from dtoc_rl.ingest.opencode import is_opencode_db
 from dtoc_rl.ingest.run_store import SPILL_AFTER, RunStore
 from dtoc_rl.ingest.same_session import drop_second_logs, runs_sharing_calls, session_key, sessions_to_read
 
@@ -251,8 +252,8 @@ def discover(
                     yield p, True, root
                 elif _compressed_log(p):
                     yield p, True, root  # a log kept compressed: read as a candidate, to say so
-                elif is_goose_db(p):
-                    yield p, True, root  # Goose's session database
+                elif is_goose_db(p) or is_opencode_db(p):
+                    yield p, True, root  # Goose's or OpenCode's session database
                 elif p.suffix == ".log" and _text_log(p):
                     yield p, True, root  # a text-log harness (RepoLaunch's setup.log)
                 else:

@@ -69,7 +69,7 @@ from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, new_step
 from dtoc_rl.ingest.sqlite_logs import SQLITE_MAGIC, has_tables, json_column, open_log_database
 
-__all__ = ["OpenCodeDatabaseIngester", "OpenCodeIngester"]
+__all__ = ["OpenCodeDatabaseIngester", "OpenCodeIngester", "is_opencode_db"]
 
 
 def _without_undone(msgs: list, revert: Any) -> tuple[list, int]:
@@ -426,7 +426,7 @@ class OpenCodeDatabaseIngester(OpenCodeIngester):
     source = "opencode"
 
     def detect(self, path: Path, head: str) -> bool:
-        return head.startswith(SQLITE_MAGIC) and has_tables(path, _DB_TABLES)
+        return head.startswith(SQLITE_MAGIC) and is_opencode_db(path)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         from dtoc_rl.ingest.openai_chat import parse_rows
@@ -450,6 +450,11 @@ _DB_TABLES = {
     "message": {"id", "session_id", "time_created", "data"},
     "part": {"id", "message_id", "session_id", "data"},
 }
+
+
+def is_opencode_db(path: Path) -> bool:
+    """Whether ``path`` is a SQLite file holding OpenCode's session, message and part tables."""
+    return has_tables(path, _DB_TABLES)
 
 
 def _session_info(row: sqlite3.Row) -> dict:

@@ -9,8 +9,11 @@ agent's messages: ``user`` (text or content blocks), ``assistant`` (``text``, ``
 without the cache, ``cacheRead``, ``cacheWrite``, ``output``, ``cost.total``), ``toolResult``
 (``toolCallId``, ``toolName``, content blocks, ``isError``), ``bashExecution`` (a command the user
 ran with ``!``; its output goes to the model unless ``excludeFromContext``) and ``custom`` (an
-extension's message; extensions also write ``custom_message`` entries, sent to the model too).  An
-assistant message that failed or was aborted (``stopReason``) stays in the file but is never sent
+extension's message; extensions also write ``custom_message`` entries, sent to the model too) and,
+since pi 0.87, ``system`` (the prompt as a transcript message: ``content``, named ``sections`` of text,
+``toolsAdded`` definitions and ``toolsRemoved`` names; the first is the system prompt, later ones
+change it from there on).
+An assistant message that failed or was aborted (``stopReason``) stays in the file but is never sent
 again: it and its calls' results are left out (``extra.failed_calls``).  A ``compaction`` entry's
 ``summary`` replaced the history before
 ``firstKeptEntryId``; a ``branch_summary`` carries what an abandoned branch found.  Other entries
@@ -18,8 +21,13 @@ again: it and its calls' results are left out (``extra.failed_calls``).  A ``com
 
 Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the session is the branch that
 ends at the file's last entry, root first; each tool call a step, its ``toolResult`` the output; the
-user's own commands and extensions' messages are user text.  A compaction is a compaction event whose
-summary is the next call's user text, and the steps before ``firstKeptEntryId`` its targets.
+user's own commands and extensions' messages are user text.  A ``system`` message's text is its
+content then its sections, as pi renders it: the system prompt when it comes before the first call,
+else the next call's user text, with the definitions of the tools it adds.  The tools the first call
+is offered are sent with every call but held in no text field: ``unlogged_prompt_tokens`` is at
+least their definitions' tokens (more when the first call's logged input leaves more unaccounted
+for).  A compaction is a compaction event whose summary is the next call's user text, and the steps
+before ``firstKeptEntryId`` its targets.
 Usage: ``input + cacheRead + cacheWrite`` the call's input, the cache
 counts and ``cost.total`` as logged (a total of 0, what pi logs for a model it has no prices for, is
 no figure).  Each call's model is its assistant message's, the run's the one most calls went to
@@ -34,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.core.tokens import estimator_for_model
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError
@@ -66,6 +75,8 @@ class PiAgentIngester(Ingester):
         msgs: list[dict] = []
         model, provider = "", ""
         failed: list[str] = []
+        tools: dict[str, dict] = {}  # the tools offered to the first call, by name
+        called = False
         for e in branch:
             kind = e.get("type")
             if kind == "message" and isinstance(e.get("message"), dict):
@@ -74,7 +85,11 @@ class PiAgentIngester(Ingester):
                     # kept in the file for its history, never sent again (nor its calls' results)
                     failed.append(str(m.get("errorMessage") or m["stopReason"])[:200])
                     continue
+                if m.get("role") == "system":
+                    msgs.append(_system(m, None if called else tools))
+                    continue
                 msgs += _chat(m, e)
+                called = called or m.get("role") == "assistant"
                 if m.get("role") == "assistant" and isinstance(m.get("model"), str):
                     model, provider = model or m["model"], provider or str(m.get("provider") or "")
             elif kind == "custom_message":  # an extension's message, sent to the model
@@ -102,9 +117,11 @@ class PiAgentIngester(Ingester):
             extra["failed_calls"] = failed
         if cp.trailing_user:
             extra["trailing_user_text"] = cp.trailing_user
+        if tools:
+            extra["tools"] = list(tools)
         session = str(header.get("id") or path.stem)
         model = run_model(cp.steps, model)
-        yield finalize(
+        traj = finalize(
             Trajectory(
                 traj_id=f"{self.name}/{session}",
                 source=self.name,
@@ -119,6 +136,41 @@ class PiAgentIngester(Ingester):
                 steps=cp.steps,
             )
         )
+        # the definitions go with every call, in no text field: at least their tokens are unlogged, more
+        # when the first call's logged input leaves more unaccounted for (finalize measures that)
+        if tools:
+            est = estimator_for_model(model)
+            defined = sum(est.count(_definition(t)) for t in tools.values())
+            traj.unlogged_prompt_tokens = max(traj.unlogged_prompt_tokens, defined)
+        yield traj
+
+
+def _system(m: dict, tools: dict[str, dict] | None) -> dict:
+    """A pi ``system`` message as a chat one: its content, then its sections' texts (a section set to
+    null is removed, no text), as pi renders a system message.  ``tools``: the tools offered so far,
+    which its removals and additions change; None after the first call, when the definitions it adds
+    are text of that call's prompt."""
+    sections = m.get("sections") if isinstance(m.get("sections"), dict) else {}
+    parts = [_text(m.get("content")), *(v for v in sections.values() if isinstance(v, str))]
+    added = [t for t in _list(m.get("toolsAdded")) if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    if tools is None:
+        parts += [_definition(t) for t in added]
+    else:
+        for gone in _list(m.get("toolsRemoved")):  # pi removes before it adds: a redefinition replaces
+            name = gone.get("name") if isinstance(gone, dict) else gone
+            if isinstance(name, str):
+                tools.pop(name, None)
+        tools.update((t["name"], t) for t in added)
+    return {"role": "system", "content": "\n\n".join(p for p in parts if p)}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _definition(tool: dict) -> str:
+    """A tool's definition as the model is sent it: its name, description and parameters' schema."""
+    return json.dumps({k: tool[k] for k in ("name", "description", "parameters") if k in tool})
 
 
 def _kept_turns(branch: list[dict], first_kept: Any, compaction: dict) -> int:

@@ -113,3 +113,27 @@ def test_an_empty_database_reads_as_nothing_and_an_undo_to_a_missing_part_keeps_
         0,
     )
     assert _without_undone(msgs, {"messageID": "m2"}) == ([msgs[0]], 1)
+
+
+def test_a_folder_holding_the_database_reads_it_as_named_and_other_sqlite_files_stay_passed_over(
+    tmp_path, capsys
+):
+    from dtoc_rl.cli import main
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    other = tmp_path / "cache" / "cache.db"  # another program's SQLite file, as a data folder holds
+    other.parent.mkdir()
+    con = sqlite3.connect(other)
+    con.execute("create table session (id text, data text)")
+    con.close()
+    assert main(["ingest", str(other.parent), "-o", str(tmp_path / "none"), "--quiet"]) == 1
+    assert "nothing was ingested: the 1 file(s) found are of kinds read as no log" in capsys.readouterr().err
+    share = tmp_path / "share" / "opencode"
+    share.mkdir(parents=True)
+    shutil.copy(FIX / "opencode.db", share / "opencode.db")
+    shutil.copy(other, share / "cache.db")
+    res = ingest_paths([tmp_path / "share"], progress=False)
+    _, named = read_first(FIX / "opencode.db")
+    (t,) = res.trajectories
+    assert t.traj_id == named.traj_id and _fields(t) == _fields(named) and not res.skipped
+    assert res.formats == {"opencode-db": 1} and [Path(p).name for p in res.auxiliary_paths] == ["cache.db"]

@@ -5,6 +5,7 @@ commands and failed calls built on it in the shapes of pi's session format (docs
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,53 @@ def test_a_forked_session_names_the_session_it_came_from(tmp_path):
     assert json.loads(t.extra)["parent_session"].endswith("_parent.jsonl")
     _, plain = read_first(REAL)
     assert "parent_session" not in json.loads(plain.extra)
+
+
+# pi 0.87 writes its prompt as a transcript message: a hand-made session in that shape
+SYSTEM = Path(__file__).parent.parent / "fixtures" / "pi" / "system_message.jsonl"
+
+
+def _definitions_tokens(tools: list[dict]) -> int:
+    # what the model is sent of a tool, counted as the estimator of a model without a tokenizer here does
+    keys = ("name", "description", "parameters")
+    return sum(math.ceil(len(json.dumps({k: t[k] for k in keys})) / 4) for t in tools)
+
+
+def test_a_system_message_is_the_system_prompt_and_its_tools_are_in_the_prompt(tmp_path):
+    header, *entries = [json.loads(line) for line in SYSTEM.read_text().splitlines()]
+    system = next(e for e in entries if e.get("message", {}).get("role") == "system")["message"]
+    assert detect_format(SYSTEM).name == "pi"
+    _, t = read_first(SYSTEM)
+    assert t.task_text == "Count the tulips in beds.txt." and t.steps[0].user_text == ""
+    assert t.system_prompt == "\n\n".join(system["sections"].values())
+    assert t.system_prompt.startswith("You tend a small garden") and t.system_prompt.endswith("</cwd>")
+    assert json.loads(t.extra)["tools"] == ["look", "shell"]
+    # the first call's logged input (40) is less than the prompt the log holds: the definitions count
+    assert t.unlogged_prompt_tokens == _definitions_tokens(system["toolsAdded"]) > 100
+    # a logged input that leaves more over counts all of it (the definitions are in it)
+    call = next(e for e in entries if e.get("message", {}).get("role") == "assistant")
+    call["message"]["usage"]["input"] = 5000
+    _, t = read_first(_write(tmp_path / "big.jsonl", [header, *entries]))
+    held = math.ceil(len(t.system_prompt) / 4) + math.ceil(len(t.task_text) / 4)
+    assert t.unlogged_prompt_tokens == 5000 - held
+
+
+def test_a_later_system_message_changes_the_prompt_from_the_next_call_on(tmp_path):
+    header, *entries = [json.loads(line) for line in SYSTEM.read_text().splitlines()]
+    result = next(e for e in entries if e.get("message", {}).get("role") == "toolResult")
+    water = {"name": "water", "description": "Water one bed.", "parameters": {"type": "object"}}
+    change = {"type": "message", "id": "s2", "parentId": result["id"],
+              "message": {"role": "system", "content": "Answer in one line.", "sections": {"tools": None},
+                          "toolsAdded": [water], "toolsRemoved": [{"name": "shell"}]}}  # fmt: skip
+    after = {**entries[-1], "parentId": "s2"}
+    _, t = read_first(_write(tmp_path / "s.jsonl", [header, *entries[:-1], change, after]))
+    assert t.system_prompt.startswith("You tend a small garden")  # the first call's prompt, unchanged
+    said = t.steps[1].user_text  # the change, and the definition of the tool it adds
+    assert said.startswith("Answer in one line.") and '"name": "water"' in said
+    assert json.loads(t.extra)["tools"] == ["look", "shell"]  # the tools the first call was offered
+    # a removal before the first call leaves the tool out of its prompt
+    first = {**change, "parentId": entries[2]["id"], "message": {"role": "system", "content": "",
+             "toolsRemoved": [{"name": "shell"}]}}  # fmt: skip
+    user = {**entries[3], "parentId": "s2"}
+    _, t = read_first(_write(tmp_path / "r.jsonl", [header, *entries[:3], first, user, *entries[4:]]))
+    assert json.loads(t.extra)["tools"] == ["look"] and t.task_text == "Count the tulips in beds.txt."
