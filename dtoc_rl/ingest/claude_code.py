@@ -58,7 +58,8 @@ summed over distinct ``message.id``); ``api_calls`` = distinct non-synthetic
 assistant ``message.id`` values; ``cost_usd`` = what the stream's result events add
 (``model_usage_since_last_result``'s ``costUSD``), else ``result.total_cost_usd``, which is the
 session's since it began (a resumed run's stream would carry the runs before it), or the sum of
-per-record ``costUSD`` when old transcripts have it (transcript).
+per-record ``costUSD`` when old transcripts have it, else the last ``cost-state`` record's
+``totalCostUSD`` (transcript; the session's, so not a sub-agent's file).
 
 Transcripts carry no outcome: ``success`` is None.
 """
@@ -727,6 +728,14 @@ class ClaudeCodeTranscriptIngester(Ingester):
         asm.flush()
         if asm.pending_events and asm.steps:
             asm.steps[-1].events.extend(asm.pending_events)
+        if not has_cost and not sidechain_file:
+            # newer CLIs keep the session's running total in ``cost-state`` records (the CLI's own figure;
+            # a model it has no price for leaves it short, so then none)
+            state = [r for r in records if r.get("type") == "cost-state" and r.get("sessionId") == session]
+            if state and not state[-1].get("hasUnknownModelCost"):
+                total = number(state[-1], "totalCostUSD")
+                if total is not None:
+                    cost, has_cost = total, True
         if not asm.steps:
             raise IngestError("empty trajectory: no assistant messages on the conversation chain", path)
         model_raw = _main_model(models)

@@ -337,6 +337,28 @@ def test_a_compaction_whose_logical_parent_was_never_written_keeps_the_calls_bef
     assert t.extra_dict()["off_chain_records"] == whole.extra_dict()["off_chain_records"]
 
 
+def test_the_sessions_cost_is_its_last_cost_state_record(repo_root, tmp_path):
+    """Newer CLIs keep the session's running total in ``cost-state`` records: the run's cost_usd is the
+    last one's, none when the CLI says it had no price for a model, and another session's is not read."""
+    path = next((repo_root / "tests" / "fixtures" / "claude_code_transcript").glob("*.jsonl"))
+    sid = "4f35e220-c435-4cf7-b9b9-f40426042847"
+
+    def state(total, session=sid, unknown=False):
+        return json.dumps({"type": "cost-state", "sessionId": session, "totalCostUSD": total,
+                           "hasUnknownModelCost": unknown, "modelUsage": {}})  # fmt: skip
+
+    def cost(*lines):
+        p = tmp_path / path.name
+        p.write_text(path.read_text() + "\n".join(lines) + "\n")
+        (t,) = TRANSCRIPT.parse(p)
+        return t.cost_usd
+
+    assert TRANSCRIPT.parse(path).__next__().cost_usd is None
+    assert cost(state(0.25), state(0.5)) == 0.5
+    assert cost(state(0.25), state(0.5, unknown=True)) is None
+    assert cost(state(0.25), state(9.0, session="another")) == 0.25
+
+
 def _rec(uuid, parent, kind, message, **kw):
     return {"parentUuid": parent, "isSidechain": False, "sessionId": "s1", "type": kind, "uuid": uuid,
             "timestamp": "2025-12-01T10:00:00.000Z", "message": message, **kw}  # fmt: skip
