@@ -343,3 +343,20 @@ def test_a_log_counting_more_cache_reads_than_the_rules_allow_is_warned_of(tmp_p
         == 0
     )
     assert "times the cached" not in capsys.readouterr().err
+
+
+def test_a_compaction_leaves_the_steps_it_replaced_out_of_every_later_prompt(repo_root):
+    """Claude Code's compaction replaces the conversation with a summary: the bill check's prompts after it
+    hold the summary and the steps after it, not the steps before (a compacted session was predicted
+    at +68% of its logged dollars with them in)."""
+    from dtoc_rl.ingest.claude_code import ClaudeCodeTranscriptIngester
+
+    path = next((repo_root / "tests" / "fixtures" / "claude_code_transcript").glob("*.jsonl"))
+    (t,) = ClaudeCodeTranscriptIngester().parse(path)
+    (ev,) = t.steps[7].events
+    assert ev.kind == "compaction" and ev.targets == list(range(7))
+    calls = {c.step: c for c in log_calls(t, get_estimator("chars"))}
+    assert (calls[6].n_steps, calls[7].n_steps, calls[8].n_steps) == (6, 0, 1)
+    assert calls[7].est_outputs == 0 and calls[7].est_prompt < calls[6].est_prompt
+    t.steps[7].events = []  # the same log without its compaction: every step stays in
+    assert [c.n_steps for c in log_calls(t, get_estimator("chars"))][-2:] == [7, 8]
