@@ -358,5 +358,11 @@ def test_a_compaction_leaves_the_steps_it_replaced_out_of_every_later_prompt(rep
     calls = {c.step: c for c in log_calls(t, get_estimator("chars"))}
     assert (calls[6].n_steps, calls[7].n_steps, calls[8].n_steps) == (6, 0, 1)
     assert calls[7].est_outputs == 0 and calls[7].est_prompt < calls[6].est_prompt
+    # the replay of what the log did (the `logged` policy) hides them from that call on too
+    from dtoc_rl.sim.episode import compile_episode
+
+    dropped = compile_episode(t).logged_dropped
+    assert dropped[6] is None and dropped[7] == dropped[8] == list(range(7))
     t.steps[7].events = []  # the same log without its compaction: every step stays in
     assert [c.n_steps for c in log_calls(t, get_estimator("chars"))][-2:] == [7, 8]
+    assert compile_episode(t).logged_dropped[8] is None

@@ -40,6 +40,7 @@ import numpy as np
 from dtoc_rl.core.tokens import TokenEstimator, get_estimator
 from dtoc_rl.data.models import model_index, normalize_family
 from dtoc_rl.data.schema import Trajectory
+from dtoc_rl.sim.episode import harness_dropped
 from dtoc_rl.sim.pricing import (
     HOUR_CACHE,
     CacheRules,
@@ -135,9 +136,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
     models: list[str] = [traj.model_raw]
     last: dict[int, tuple[list[int], float | None, int]] = {}
-    # the steps a compaction replaced with its summary: gone from every call after it, as dropped ones
-    compacted: set[int] = set()
-    read_events = 0
+    gone = harness_dropped(traj)  # a window's and a compaction's: gone from the prompt with their messages
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
@@ -145,11 +144,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         rules = retained_rules(cache_rules_for(normalize_family(s.model), s.model), ttl) if m else run_rules
         prev = last.get(m)
         start = starts[k]
-        for j in range(read_events, start + 1):
-            compacted.update(t for e in steps[j].events if e.kind == "compaction" for t in e.targets)
-        read_events = max(read_events, start + 1)
         masked = set(s.masked_before or ())
-        dropped = set(s.dropped_before or ()) | compacted
+        dropped = gone[k] or set()
         segs = []
         outs = 0  # the outputs' share of the prompt, as they were shown
         for j in range(start):

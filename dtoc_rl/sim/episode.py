@@ -37,7 +37,7 @@ from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
 from dtoc_rl.sim.pricing import logged_ttl
 
-__all__ = ["Episode", "compile_episode", "compile_episodes"]
+__all__ = ["Episode", "compile_episode", "compile_episodes", "harness_dropped"]
 
 NEVER = np.iinfo(np.int32).max
 
@@ -67,7 +67,8 @@ class Episode:
     superseded_at: np.ndarray  # (n,) first later step that re-accesses the same resource
     user_turn: np.ndarray  # (n,) user turns begun up to and including step k (the task is turn 1)
     logged_masked: list[list[int] | None] = field(default_factory=list)  # per step, from the log
-    logged_dropped: list[list[int] | None] = field(default_factory=list)  # per step: whole pairs dropped
+    # per step: whole pairs dropped (a harness's window, a compaction's replaced steps: harness_dropped)
+    logged_dropped: list[list[int] | None] = field(default_factory=list)
     harness_tok: np.ndarray | None = None  # (n,) tokens of text the harness sent with call k only
     # The provider's usage per call, NaN where the log has none (see schema.Usage); on a turn's first step.
     logged_in: np.ndarray | None = None
@@ -325,7 +326,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         if n
         else np.zeros(0, np.int64),
         logged_masked=[s.masked_before for s in traj.steps],
-        logged_dropped=[s.dropped_before for s in traj.steps],
+        logged_dropped=[None if d is None else sorted(d) for d in harness_dropped(traj)],
         harness_tok=harness_tok,
         logged_in=usage[0],
         logged_cached=usage[1],
@@ -393,6 +394,19 @@ def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
         t = first_modified(traj, k, writers)
         if t is not None:
             out[k] = t
+    return out
+
+
+def harness_dropped(traj: Trajectory) -> list[set[int] | None]:
+    """Per step, the earlier steps its call was sent without, their messages too: its
+    ``dropped_before`` (a harness's window) and every step a compaction before it (an event on it or an
+    earlier step) replaced with its summary; None where the log says neither."""
+    out: list[set[int] | None] = []
+    compacted: set[int] = set()
+    for s in traj.steps:
+        compacted.update(t for e in s.events if e.kind == "compaction" for t in e.targets)
+        d = s.dropped_before
+        out.append(None if d is None and not compacted else set(d or ()) | compacted)
     return out
 
 
