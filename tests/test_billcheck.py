@@ -366,3 +366,35 @@ def test_a_compaction_leaves_the_steps_it_replaced_out_of_every_later_prompt(rep
     t.steps[7].events = []  # the same log without its compaction: every step stays in
     assert [c.n_steps for c in log_calls(t, get_estimator("chars"))][-2:] == [7, 8]
     assert compile_episode(t).logged_dropped[8] is None
+
+
+def test_which_calls_a_compaction_leaves_without_the_steps_it_replaced(repo_root):
+    """From the first call after it on: not the call a log ends with (its event sits on a step it
+    replaced), not a call whose log says what it was sent (OpenCode's summary call); the steps after a
+    compaction share one set, so a long compacted run is not quadratic in memory."""
+    from dtoc_rl.data.schema import ContextEvent
+    from dtoc_rl.ingest.opencode import OpenCodeIngester
+    from dtoc_rl.sim.episode import compile_episode, harness_dropped
+    from tests.crafted_trajs import bash
+
+    def run(n, events):
+        t = _log()
+        t.steps = [bash(i, f"cat f{i}", f"text {i}") for i in range(n)]
+        for k, targets in events:
+            t.steps[k].events = [ContextEvent("compaction", targets)]
+        return t
+
+    assert harness_dropped(run(4, [(2, [0, 1])])) == [None, None, {0, 1}, {0, 1}]
+    assert harness_dropped(run(4, [(3, [0, 1, 2, 3])])) == [None] * 4  # the log ends with it
+    t = run(4, [(2, [0, 1])])
+    t.steps[3].masked_before = [0]
+    assert harness_dropped(t)[3] is None
+    (oc,) = OpenCodeIngester().parse(
+        repo_root / "tests" / "fixtures" / "opencode" / "ses_6aade4081ffe216ygZUgcUQdR1.json"
+    )
+    assert any(e.kind == "compaction" for s in oc.steps for e in s.events)
+    assert harness_dropped(oc) == [None] * len(oc.steps)  # its masked_before say what each call held
+    long = run(2000, [(k, list(range(k))) for k in range(400, 2000, 400)])
+    dropped = compile_episode(long).logged_dropped
+    assert dropped[399] is None and dropped[400] == list(range(400)) and dropped[1999] == list(range(1600))
+    assert len({id(d) for d in dropped if d is not None}) == 4

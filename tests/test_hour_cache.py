@@ -106,3 +106,16 @@ def test_the_bill_check_prices_each_write_at_its_lifetime():
     # prices with no write premium are left as listed (an hour's writes cost what any write costs)
     gpt = prices_for("gpt-5", "gpt-5")
     assert retained(gpt, HOUR_CACHE) == gpt and retained(listed, None) == listed
+
+
+def test_a_call_of_both_lifetimes_is_billed_each_at_its_price_and_logs_keep_the_split():
+    from dtoc_rl.data.chatlog import usage_dict
+
+    t = _run(False)
+    t.steps[2].usage.cache_write_1h_tokens = 100  # of its 2,100 written
+    c = log_calls(t, get_estimator("chars"))[2]
+    u = t.steps[2].usage
+    want = (u.cached_tokens * 0.30 + 2000 * 3.75 + 100 * 6.0 + 3 * 3.0 + 50 * 15.0) / 1e6
+    assert c.logged_dollars == pytest.approx(want)
+    # a log dtoc-rl writes (the Orchestrator, the proxy) reads back with the split
+    assert usage_from(usage_dict(u)) == u

@@ -22,7 +22,11 @@ def usage_dict(u: Usage) -> dict[str, Any]:
     :func:`dtoc_rl.ingest.common.usage_from` reads back to the same :class:`Usage`
     (``prompt_tokens`` counts every prompt token; the cached and cache-written ones are parts of it)."""
     out: dict[str, Any] = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens}
-    details = {"cached_tokens": u.cached_tokens, "cache_write_tokens": u.cache_write_tokens}
+    details = {
+        "cached_tokens": u.cached_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+        "cache_write_1h_tokens": u.cache_write_1h_tokens,
+    }
     if any(v is not None for v in details.values()):
         out["prompt_tokens_details"] = {k: v for k, v in details.items() if v is not None}
     if u.cost_usd is not None:

@@ -595,16 +595,26 @@ def _parallel_siblings(
     msg_ids.discard(None)
     kept: list[dict] = []
     near = set(on_chain)
-    for r in convo:  # one reply's records, wherever they hang: a sub-agent writes while its tools run
+    calls = {
+        b.get("id")
+        for r in chain
+        if r.get("type") == "assistant"
+        for b in _blocks(r)
+        if b.get("type") == "tool_use"
+    }
+    for r in convo:  # one reply's records: a call of its own wherever it hangs (a sub-agent writes while
+        # its tools run), anything else (a copy of a call, text) only off a record of the chain or kept
         if r["uuid"] in near or bool(r.get("isSidechain")) != sidechain:
             continue
-        if (
-            r.get("type") == "assistant"
-            and isinstance(r.get("message"), dict)
-            and r["message"].get("id") in msg_ids
-        ):
+        if r.get("type") != "assistant" or not isinstance(r.get("message"), dict):
+            continue
+        if r["message"].get("id") not in msg_ids:
+            continue
+        own = {b.get("id") for b in _blocks(r) if b.get("type") == "tool_use"} - {None}
+        if (own and not own & calls) or r.get("parentUuid") in near:
             kept.append(r)
             near.add(r["uuid"])
+            calls |= own
     asked = {
         b.get("id")
         for r in chain + kept

@@ -200,6 +200,7 @@ def usage_from(raw: object) -> Usage | None:
             cache_write_tokens=count(details, "cache_write_tokens", "cache_creation_tokens"),
             output_tokens=count(raw, "completion_tokens"),
             cost_usd=cost,
+            cache_write_1h_tokens=count(details, "cache_write_1h_tokens"),  # dtoc-rl's own logs keep it
         )
     if _GEMINI_COUNTS & raw.keys():
         # Gemini counts thinking apart from the answer and bills both as output

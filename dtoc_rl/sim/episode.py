@@ -326,7 +326,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         if n
         else np.zeros(0, np.int64),
         logged_masked=[s.masked_before for s in traj.steps],
-        logged_dropped=[None if d is None else sorted(d) for d in harness_dropped(traj)],
+        logged_dropped=_shared_lists(harness_dropped(traj)),
         harness_tok=harness_tok,
         logged_in=usage[0],
         logged_cached=usage[1],
@@ -397,16 +397,36 @@ def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
     return out
 
 
-def harness_dropped(traj: Trajectory) -> list[set[int] | None]:
+def harness_dropped(traj: Trajectory) -> list[frozenset[int] | None]:
     """Per step, the earlier steps its call was sent without, their messages too: its
-    ``dropped_before`` (a harness's window) and every step a compaction before it (an event on it or an
-    earlier step) replaced with its summary; None where the log says neither."""
-    out: list[set[int] | None] = []
-    compacted: set[int] = set()
-    for s in traj.steps:
-        compacted.update(t for e in s.events if e.kind == "compaction" for t in e.targets)
+    ``dropped_before`` (a harness's window) and the steps a compaction replaced with its summary; None
+    where the log says neither.  A compaction event on step ``k`` counts from ``k``'s call on when
+    ``k`` is not among its targets (the event marks the first call after it; one a log ends with sits
+    on a step it replaced, whose call came before it), and not for a call the log describes itself
+    (``masked_before``: OpenCode writes what each call was sent, its summary call the whole history).
+    Steps with nothing new share one set, so a long compacted run takes memory linear in its length."""
+    out: list[frozenset[int] | None] = []
+    compacted: frozenset[int] = frozenset()
+    for k, s in enumerate(traj.steps):
+        for e in s.events:
+            if e.kind == "compaction" and k not in e.targets:
+                compacted = compacted | frozenset(e.targets)
         d = s.dropped_before
-        out.append(None if d is None and not compacted else set(d or ()) | compacted)
+        if not compacted or s.masked_before is not None:
+            out.append(None if d is None else frozenset(d))
+        else:
+            out.append(compacted if d is None else compacted | frozenset(d))
+    return out
+
+
+def _shared_lists(sets: list[frozenset[int] | None]) -> list[list[int] | None]:
+    # one sorted list per distinct set object: the steps after a compaction share theirs
+    lists: dict[int, list[int]] = {}
+    out: list[list[int] | None] = []
+    for d in sets:
+        if d is not None and id(d) not in lists:
+            lists[id(d)] = sorted(d)
+        out.append(None if d is None else lists[id(d)])
     return out
 
 

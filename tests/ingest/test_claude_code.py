@@ -449,6 +449,25 @@ def test_parallel_calls_are_kept_in_sub_agents_past_hooks_and_wherever_a_sibling
     assert traj.extra_dict()["off_chain_records"] == 0
 
 
+def test_a_copy_of_a_call_off_the_chain_is_not_a_second_step(tmp_path):
+    """A record repeating a chain call (same message and tool_use id) on an abandoned branch is not a
+    sibling: the reply's own calls are kept wherever they hang, copies of them are not."""
+    recs = [
+        _rec("u0", None, "user", {"role": "user", "content": "read a.py"}),
+        _rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+        _rec("uX", "r1", "user", {"role": "user", "content": "never mind"}),
+        _rec("a1copy", "uX", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("u2", "r1", "user", {"role": "user", "content": "now b"}),
+        _rec("a2", "u2", "assistant", {"id": "msg_2", "role": "assistant", "model": "claude-sonnet-4-5",
+                                       "content": [{"type": "text", "text": "ok"}]}),
+    ]  # fmt: skip
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (traj,) = ClaudeCodeTranscriptIngester().parse(p)
+    assert [(s.tool_call_id, s.output) for s in traj.steps] == [("tA", "def a(): return 1"), (None, None)]
+
+
 def test_a_sub_agent_of_the_real_cli_is_a_run_tied_to_the_call_that_spawned_it():
     """Claude Code 2.1.332 (tests/fixtures/claude_code_subagent, made by its make_fixtures.py against a
     scripted API): the main agent's Agent call runs a sub-agent that reads alpha.txt."""
