@@ -119,3 +119,37 @@ def test_a_call_of_both_lifetimes_is_billed_each_at_its_price_and_logs_keep_the_
     assert c.logged_dollars == pytest.approx(want)
     # a log dtoc-rl writes (the Orchestrator, the proxy) reads back with the split
     assert usage_from(usage_dict(u)) == u
+
+
+def test_a_live_session_whose_responses_report_hour_writes_decides_with_the_hour(monkeypatch):
+    """The Orchestrator reads the split from each response's usage: once most writes are 1-hour ones a
+    ten-minute tool run leaves the cache warm and the policy sees the hour's write price, as ReplayEnv
+    bills an ingested log of the same session; the caller's cache_ttl still wins."""
+    import time
+
+    from dtoc_rl.policies.registry import make_policy
+    from dtoc_rl.serve.orchestrator import Orchestrator
+
+    seen = []
+
+    class Spy(type(make_policy("none"))):
+        def act(self, obs, info=None):
+            seen.append((info["cache_cold"], float(obs["prices"][3])))
+            return super().act(obs, info)
+
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    for hour, ttl, want in (
+        (True, None, (False, 6.0)),
+        (False, None, (True, 3.75)),
+        (True, 60.0, (True, 6.0)),
+    ):
+        orch = Orchestrator(Spy(), query="task", model=SONNET, cache_ttl=ttl)
+        five, one = (0, 2000) if hour else (2000, 0)
+        (c,) = orch.record_assistant(
+            "", [{"name": "bash", "arguments": {"command": "make"}}], usage=_anthropic_usage(0, five, one)
+        )
+        clock[0] += 600.0
+        orch.add_tool_result(c["id"], "ok")
+        orch.decide(force=True)
+        assert seen[-1] == want, (hour, ttl)

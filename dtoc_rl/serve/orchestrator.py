@@ -124,7 +124,15 @@ from dtoc_rl.engine.features import DEFAULT_MAX_ITEMS, ItemState
 from dtoc_rl.engine.session import Output, SessionCounts, SessionTracker
 from dtoc_rl.ingest.common import usage_from
 from dtoc_rl.ingest.openai_chat import check_log_source
-from dtoc_rl.sim.pricing import Prices, as_prices, cache_expired, model_prices, price_entries
+from dtoc_rl.sim.pricing import (
+    Prices,
+    as_prices,
+    cache_expired,
+    hour_ttl,
+    model_prices,
+    price_entries,
+    retained,
+)
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -290,8 +298,10 @@ class Orchestrator:
         prices: the model's prices for the policy's ``prices`` observation (default: the list
             prices of ``model``, else of its family: give them for a model the price table lacks).
         cache_ttl: seconds the provider keeps a prompt cache, for ``info["cache_cold"]`` (default:
-            its documented lifetime, ``dtoc_rl.sim.pricing.CACHE_RULES``; give the longer one of an
-            extended retention: a cache taken for cold when it is not makes a hide re-write it).
+            an hour once most of the session's responses report Anthropic's 1-hour cache writes, which
+            the policy's prices then carry too, else the documented lifetime,
+            ``dtoc_rl.sim.pricing.CACHE_RULES``; give the longer one of another extended retention: a
+            cache taken for cold when it is not makes a hide re-write it).
         session_path: a SQLite file: the session is stored there and reopens after a restart.
         session_id: the session to create or reopen (with ``session_path``, or alone:
             then the file is ``$DTOC_SESSION_DB`` or ``./dtoc_sessions.sqlite``).
@@ -361,6 +371,7 @@ class Orchestrator:
         if cache_ttl is not None and not cache_ttl > 0:
             raise ValueError(f"cache_ttl must be > 0 seconds, got {cache_ttl!r}")
         self.cache_ttl = cache_ttl
+        self._written = [0, 0]  # tokens the responses say were written to the cache, and of them 1-hour
         self._answered_at: float | None = None  # time.monotonic() of the last model response
         self._answered_by: list[tuple[str, float]] = []  # of each model's, once calls name models
         if store is None and (session_path is not None or session_id is not None):
@@ -431,8 +442,16 @@ class Orchestrator:
         that changes models)."""
         nxt = self._next  # read once: use_model may change it meanwhile
         if nxt is not None:
-            return nxt[1] or self._listed_prices(nxt[0], normalize_family(nxt[0]))
-        return self._prices or self._listed_prices(self._model or None, self.model_family)
+            listed = nxt[1] or self._listed_prices(nxt[0], normalize_family(nxt[0]))
+        else:
+            listed = self._prices or self._listed_prices(self._model or None, self.model_family)
+        # the writes the responses report, as ReplayEnv prices a run whose log says an hour
+        return retained(listed, hour_ttl(*self._written) or self.cache_ttl)
+
+    def _ttl(self) -> float | None:
+        """The cache lifetime decisions take: the caller's, else an hour when the responses say most
+        writes were 1-hour ones (as an ingested log of the session would), else None (documented)."""
+        return self.cache_ttl if self.cache_ttl is not None else hour_ttl(*self._written)
 
     def _listed_prices(self, model: str | None, family: str) -> Prices:
         """``model``'s list prices (its family's, with a warning once), looked up once per model, not
@@ -670,6 +689,8 @@ class Orchestrator:
             if used is not None:
                 tot.input_tokens += used.input_tokens or 0
                 tot.output_tokens += used.output_tokens or 0
+                self._written[0] += used.cache_write_tokens or 0
+                self._written[1] += used.cache_write_1h_tokens or 0
             self._answered_at = time.monotonic() if answered_at is None else answered_at
             by = model or self._call_model
             if by or self._answered_by:  # each model's cache is timed from its own last answer
@@ -997,11 +1018,11 @@ class Orchestrator:
             at = next((t for n, t in self._answered_by if same_model(n, self._model)), None)
             if at is not None:
                 idle = time.monotonic() - at
-            return cache_expired(idle, self.model_family, self._model or None, self.cache_ttl)
+            return cache_expired(idle, self.model_family, self._model or None, self._ttl())
         # another model's call: its cache was written at its own last answer, under its own rules
         at = next((t for n, t in self._answered_by if same_model(n, nxt[0])), None)
         idle = float("inf") if at is None else time.monotonic() - at
-        return cache_expired(idle, normalize_family(nxt[0]), nxt[0], self.cache_ttl)
+        return cache_expired(idle, normalize_family(nxt[0]), nxt[0], self._ttl())
 
     def _text_view(self, window: list[Output], active: int) -> str:
         return (

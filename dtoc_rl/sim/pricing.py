@@ -40,6 +40,7 @@ __all__ = [
     "cache_regime",
     "cache_rules_for",
     "has_list_price",
+    "hour_ttl",
     "load_price_table",
     "logged_ttl",
     "model_prices",
@@ -558,6 +559,12 @@ def logged_ttl(usages: Iterable[Any]) -> float | None:
         if u is not None:
             writes += u.cache_write_tokens or 0
             hour += u.cache_write_1h_tokens or 0
+    return hour_ttl(writes, hour)
+
+
+def hour_ttl(writes: int, hour: int) -> float | None:
+    """``HOUR_CACHE`` when most of the ``writes`` tokens written to a cache were 1-hour ones (``hour``),
+    else None: :func:`logged_ttl` of running counts, for a live session that adds a response at a time."""
     return HOUR_CACHE if hour and 2 * hour >= writes else None
 
 
