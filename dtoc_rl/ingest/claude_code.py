@@ -615,13 +615,7 @@ def _parallel_siblings(
             kept.append(r)
             near.add(r["uuid"])
             calls |= own
-    asked = {
-        b.get("id")
-        for r in chain + kept
-        if r.get("type") == "assistant"
-        for b in _blocks(r)
-        if b.get("type") == "tool_use"
-    }
+    asked = calls  # the chain's calls and those kept above
     answered = {
         b.get("tool_use_id")
         for r in chain
