@@ -1560,3 +1560,27 @@ def test_the_prices_a_proxy_was_given_are_in_its_logs_and_bill_them(tmp_path, ca
     assert billed() == pytest.approx(billed("--prices", entry))
     tenfold = json.dumps({"acme-coder-2": {"input": 20, "output": 80, "cache_read": 2, "cache_write": 25}})
     assert billed("--prices", tenfold) == pytest.approx(10 * billed())
+
+
+def test_the_proxy_answers_without_nagles_delay(upstream, monkeypatch):
+    """Each answer goes out in several writes; with Nagle's algorithm on, a kept-alive client's delayed
+    ACK held each request back about 40 ms (measured on loopback), so the proxy's sockets send at once."""
+    import socket
+
+    from dtoc_rl.serve import proxy as proxy_module
+
+    flags = []
+    setup = proxy_module._ProxyHandler.setup
+
+    def recorded(self):
+        setup(self)
+        flags.append(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(proxy_module._ProxyHandler, "setup", recorded)
+    url, srv = _start(ContextProxy(policy=make_policy("none")), upstream)
+    try:
+        status, _ = _post(url + "/v1/chat/completions", {"model": MODEL, "messages": _openai_turn(0)})
+        assert status == 200 and flags and all(flags)
+    finally:
+        srv.shutdown()
+        srv.server_close()

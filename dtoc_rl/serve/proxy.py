@@ -787,6 +787,9 @@ class _Upstream:
 
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # an answer goes out in several writes: with Nagle's algorithm a kept-alive client's delayed ACK
+    # held each one back about 40 ms
+    disable_nagle_algorithm = True
     server: _ProxyServer
     _conn: Any = None  # the upstream connection this client connection reuses
 
