@@ -488,15 +488,16 @@ def ingest_paths(
     rel: dict[Path, str] = {}
     found: set[str] = set()
     for unit, candidate, root in discover(paths, res.skipped):
-        if os.path.abspath(unit) in found:  # named twice (a folder and a file in it): read once
+        absolute = os.path.abspath(unit)
+        if absolute in found:  # named twice (a folder and a file in it): read once
             continue
-        found.add(os.path.abspath(unit))
+        found.add(absolute)
         if candidate:
             units.append(unit)
             # Portable provenance: the path below the folder that was named, led by its name (lexical:
             # a named link stays under its own name).
             base = os.path.dirname(os.path.abspath(root))
-            rel[unit] = display_path(Path(os.path.relpath(os.path.abspath(unit), base)).as_posix())
+            rel[unit] = display_path(Path(os.path.relpath(absolute, base)).as_posix())
         else:
             res.auxiliary += 1
             res.auxiliary_paths.append(display_path(unit))

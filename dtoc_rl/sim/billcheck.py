@@ -140,7 +140,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
-        p = retained(prices_for(normalize_family(s.model), s.model), ttl) if m else run_prices
+        listed = prices_for(normalize_family(s.model), s.model) if m else run_listed
+        p = retained(listed, ttl) if m else run_prices
         rules = retained_rules(cache_rules_for(normalize_family(s.model), s.model), ttl) if m else run_rules
         prev = last.get(m)
         start = starts[k]
@@ -181,7 +182,6 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             hour = float(min(u.cache_write_1h_tokens or 0, write))
             c = 0.0 if math.isnan(cached) else cached
             # each write at its lifetime's price: an hour's at twice the input, 5 minutes' as listed
-            listed = prices_for(normalize_family(s.model), s.model) if m else run_listed
             dollars = float(
                 listed.bill(c, write - hour, out_tok, uncached=u.input_tokens - c - write)
                 + retained(listed, HOUR_CACHE).bill(0, hour, 0)
