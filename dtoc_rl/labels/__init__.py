@@ -150,6 +150,7 @@ from dtoc_rl.labels.resources import (
     parse_resource,
     read_resources,
     same_path,
+    writing_steps,
 )
 from dtoc_rl.labels.spans import MIN_NOVEL, _SpanIndex
 from dtoc_rl.labels.stats import AGE_BUCKETS, label_stats, real_rereads
@@ -179,6 +180,7 @@ __all__ = [
     "tool_category_id",
     "unique_digest",
     "unique_events",
+    "writing_steps",
 ]
 # The span index, as dtoc_rl.labels._SpanIndex: tests patch it to count its calls.
 _INTERNALS = (_SpanIndex,)

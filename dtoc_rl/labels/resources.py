@@ -223,16 +223,23 @@ def _changes(res: list[Resource], writes: list[str]) -> bool:
     return any(r.kind in ("cmd", "call") or _file_written(r, writes) for r in res)
 
 
+def writing_steps(traj: Trajectory) -> list[int]:
+    """The indices of ``traj``'s steps that write (``write_resources``), in order: what
+    :func:`first_modified` scans."""
+    return [k for k, s in enumerate(traj.steps) if s.write_resources]
+
+
 def first_modified(traj: Trajectory, i: int, writers: list[int] | None = None) -> int | None:
     """The first step ``t > i`` with ``modified_between(traj, i, t)``, or None when nothing later changes
     what step ``i`` read.
 
     The rules ask of each written path alone, so the first such step is the first later one whose own
     writes change what ``i`` read: a scan of the steps that write, not of every span.  ``writers``, the
-    indices of the steps with ``write_resources`` in order, may be given when asking for many ``i``."""
+    indices of the steps with ``write_resources`` in order (:func:`writing_steps`), may be given when
+    asking for many ``i``."""
     steps = traj.steps
     if writers is None:
-        writers = [k for k, s in enumerate(steps) if s.write_resources]
+        writers = writing_steps(traj)
     res = read_resources(steps[i])
     for at in range(bisect.bisect_right(writers, i), len(writers)):
         k = writers[at]

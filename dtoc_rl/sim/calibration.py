@@ -86,7 +86,7 @@ from typing import Any
 import numpy as np
 
 from dtoc_rl.data.schema import NEED_KINDS, Trajectory
-from dtoc_rl.labels import first_modified, read_resources
+from dtoc_rl.labels import first_modified, read_resources, writing_steps
 from dtoc_rl.sim.simulator import MISS_KINDS
 
 __all__ = [
@@ -354,7 +354,7 @@ def traj_counts(
             if 0 <= i < n and first_re[i] == n:
                 first_re[i] = t
     # first step that changes what i read (n: never)
-    writers = [k for k, s in enumerate(steps) if s.write_resources]
+    writers = writing_steps(traj)
     first_mod = [(first_modified(traj, i, writers) if has_out[i] else None) or n for i in range(n)]
     masked_sets = [set(s.masked_before) if s.masked_before is not None else None for s in steps]
     ever_masked = set().union(*(m for m in masked_sets if m))

@@ -386,10 +386,10 @@ def _call_ptr(traj: Trajectory) -> np.ndarray | None:
 
 def _modified_at(traj: Trajectory, has_out: np.ndarray) -> np.ndarray:
     """First step after k that may have changed what k read (NEVER if none), for each output k."""
-    from dtoc_rl.labels import first_modified
+    from dtoc_rl.labels import first_modified, writing_steps
 
     out = np.full(len(traj.steps), NEVER, np.int64)
-    writers = [k for k, s in enumerate(traj.steps) if s.write_resources]
+    writers = writing_steps(traj)
     for k in np.flatnonzero(has_out).tolist():
         t = first_modified(traj, k, writers)
         if t is not None:
