@@ -69,3 +69,58 @@ def test_message_text_reads_strings_parts_and_sdk_objects():
     assert message_text(parts) == "abc"
     assert message_text(parts, "\n") == "a\nb\nc"
     assert message_text(42) == "42"
+
+
+def test_a_contexts_rendering_is_rendered_once_and_equals_the_plain_renderer():
+    """DTOCContext.to_openai renders each message once (again when its visibility changes): pinned
+    equal to render.to_openai over assemble() through every kind of change, and what it returns is
+    the caller's to change."""
+    import random
+
+    from dtoc_rl.core.render import to_openai
+
+    rng = random.Random(0)
+    c = _session()
+    for i in range(300):
+        op = rng.random()
+        if op < 0.3:
+            call = {"name": "bash", "arguments": {"cmd": f"ls {i}", "n": [i, "é"]}}
+            c.add_assistant(f"step {i}", reasoning=f"why {i}" if i % 3 else None, tool_calls=[call])
+            c.add_tool_result(f"out {i} " * rng.randint(1, 50))
+        elif op < 0.5:
+            keys = c.store.keys()
+            c.manage_context(disable=rng.sample(keys, min(3, len(keys))))
+        elif op < 0.65:
+            c.manage_context(enable=list(c.store.hidden_keys())[:2])
+        elif op < 0.7:
+            c.add_user(f"more {i}")
+        elif op < 0.75:
+            change = {"enable": [], "disable": ["t0001"]}
+            c.add_assistant("", tool_calls=[{"name": "manage_context", "arguments": change}])
+            c.handle_manage_context_call(change)
+        reasoning = rng.random() < 0.3
+        got = c.to_openai(include_reasoning=reasoning)
+        assert got == to_openai(c.assemble(), include_reasoning=reasoning), i
+        got[-1]["content"] = "changed by the caller"
+        got.append({"role": "user", "content": "appended by the caller"})
+    assert c.to_openai() == to_openai(c.assemble())
+
+
+def test_a_context_renders_only_what_is_new_or_changed(monkeypatch):
+    import dtoc_rl.core.render as render
+
+    rendered = []
+    plain = render.openai_message
+    monkeypatch.setattr(
+        render, "openai_message", lambda m, **kw: rendered.append(m["role"]) or plain(m, **kw)
+    )
+    c = _session()
+    n = len(c.to_openai())
+    assert len(rendered) == n
+    rendered.clear()
+    c.to_openai()
+    assert rendered == []
+    c.manage_context(enable=["t0000"])
+    c.add_user("next")
+    c.to_openai()
+    assert rendered == ["tool", "user"]

@@ -56,9 +56,17 @@ class DTOCContext:
         self.estimator = self.store.estimator
         self._pending: deque[str] = deque()
         self._calls: dict[str, dict[str, Any]] = {}
+        # Each call's arguments as JSON text, by call id: every request renders every earlier call
+        # again, and a call's arguments never change once recorded.
+        self._args_json: dict[str, str] = {}
         # The assembled context, kept up to date incrementally (see assemble()).
         self._assembled: list[dict[str, Any]] = []
         self._tool_pos: dict[str, int] = {}
+        # The assembled messages rendered for chat completions (to_openai), by position, and the
+        # positions whose visibility changed since: a long session renders only what is new.
+        self._openai: list[dict[str, Any]] = []
+        self._openai_stale: set[int] = set()
+        self._openai_reasoning = False
         try:
             self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
             answered = set()
@@ -101,7 +109,8 @@ class DTOCContext:
         if m.get("reasoning"):
             n += self.estimator.count(m["reasoning"])
         for c in m.get("tool_calls") or []:
-            n += self.estimator.count(c["name"] + json.dumps(c["arguments"], ensure_ascii=False))
+            text = self._args_json[c["id"]] = json.dumps(c["arguments"], ensure_ascii=False)
+            n += self.estimator.count(c["name"] + text)
         return n
 
     def _append(self, m: dict[str, Any]) -> None:
@@ -139,6 +148,8 @@ class DTOCContext:
             if i is not None:
                 old = self._assembled[i]
                 self._assembled[i] = self._tool_entry({"tool_key": k, "tool_call_id": old["tool_call_id"]})
+                if i < len(self._openai):  # rendered already: again at the next call
+                    self._openai_stale.add(i)
 
     def add_user(self, content: str) -> None:
         self._append({"role": "user", "content": content})
@@ -237,6 +248,8 @@ class DTOCContext:
             if m.get("tool_key") is not None:
                 self._tool_pos.pop(m["tool_key"], None)
         del self._assembled[n:]
+        del self._openai[n:]
+        self._openai_stale = {i for i in self._openai_stale if i < n}
 
     # -- manage_context ------------------------------------------------------------
     def manage_context(self, enable: list[str] | tuple = (), disable: list[str] | tuple = ()) -> StatusReport:
@@ -292,10 +305,25 @@ class DTOCContext:
         """
         return list(self._assembled)
 
-    def to_openai(self, **kw: Any) -> list[dict[str, Any]]:
-        from dtoc_rl.core.render import to_openai
+    def to_openai(self, *, include_reasoning: bool = False) -> list[dict[str, Any]]:
+        """Chat-completions messages (:func:`~dtoc_rl.core.render.to_openai` of :meth:`assemble`).
 
-        return to_openai(self.assemble(), **kw)
+        A session sends all its earlier messages with every request: each message is rendered once
+        (again when its visibility changes), so a call costs little more than a list of copies.  The
+        list and each message dict are new (add to them freely); a message's ``tool_calls`` are
+        shared with later calls' lists: treat them as read-only."""
+        from dtoc_rl.core.render import openai_message
+
+        if include_reasoning != self._openai_reasoning:
+            self._openai, self._openai_stale = [], set()
+            self._openai_reasoning = include_reasoning
+        rendered, assembled = self._openai, self._assembled
+        kw = {"include_reasoning": include_reasoning, "arguments_json": self._args_json}
+        for i in self._openai_stale:
+            rendered[i] = openai_message(assembled[i], **kw)
+        self._openai_stale.clear()
+        rendered.extend(openai_message(m, **kw) for m in assembled[len(rendered) :])
+        return [dict(m) for m in rendered]
 
     def to_anthropic(self, **kw: Any) -> dict[str, Any]:
         from dtoc_rl.core.render import to_anthropic

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["anthropic_id", "message_text", "to_anthropic", "to_openai"]
+__all__ = ["anthropic_id", "message_text", "openai_message", "to_anthropic", "to_openai"]
 
 _ANTHROPIC_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -49,39 +49,53 @@ def anthropic_id(call_id: str) -> str:
     return _ANTHROPIC_ID.sub("_", call_id) or "_"
 
 
-def to_openai(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> list[dict[str, Any]]:
+def openai_message(
+    m: Mapping[str, Any], *, include_reasoning: bool = False, arguments_json: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """One provider-neutral message as a chat-completions message (see :func:`to_openai`)."""
+    role = m["role"]
+    if role in ("system", "user"):
+        return {"role": role, "content": m.get("content") or ""}
+    if role == "assistant":
+        text = m.get("content") or ""
+        if include_reasoning and m.get("reasoning"):
+            text = f"{m['reasoning']}\n\n{text}".strip()
+        msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": _encoded(c, arguments_json)},
+                }
+                for c in m["tool_calls"]
+            ]
+        elif msg["content"] is None:
+            msg["content"] = ""
+        return msg
+    if role == "tool":
+        return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]}
+    raise ValueError(f"unknown message role {role!r}")
+
+
+def to_openai(
+    messages: list[dict[str, Any]],
+    *,
+    include_reasoning: bool = False,
+    arguments_json: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Chat-completions messages.  Reasoning has no field there; with
-    ``include_reasoning`` it is prefixed to the assistant text."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        role = m["role"]
-        if role in ("system", "user"):
-            out.append({"role": role, "content": m.get("content") or ""})
-        elif role == "assistant":
-            text = m.get("content") or ""
-            if include_reasoning and m.get("reasoning"):
-                text = f"{m['reasoning']}\n\n{text}".strip()
-            msg: dict[str, Any] = {"role": "assistant", "content": text or None}
-            if m.get("tool_calls"):
-                msg["tool_calls"] = [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {
-                            "name": c["name"],
-                            "arguments": json.dumps(c["arguments"], ensure_ascii=False),
-                        },
-                    }
-                    for c in m["tool_calls"]
-                ]
-            elif msg["content"] is None:
-                msg["content"] = ""
-            out.append(msg)
-        elif role == "tool":
-            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]})
-        else:
-            raise ValueError(f"unknown message role {role!r}")
-    return out
+    ``include_reasoning`` it is prefixed to the assistant text.  ``arguments_json``: calls' arguments
+    already encoded, by call id."""
+    return [
+        openai_message(m, include_reasoning=include_reasoning, arguments_json=arguments_json)
+        for m in messages
+    ]
+
+
+def _encoded(call: Mapping[str, Any], known: Mapping[str, str] | None) -> str:
+    text = known.get(call["id"]) if known is not None else None
+    return text if text is not None else json.dumps(call["arguments"], ensure_ascii=False)
 
 
 def to_anthropic(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> dict[str, Any]:
