@@ -414,7 +414,7 @@ class ItemColumns:
         needed: set[int] = set()
         missed: set[int] = set()
         for s in steps:
-            masked = set(s.masked_before or ())
+            masked = set(s.masked_before or ()) if s.needs else ()
             for need in s.needs:
                 row = row_of_step.get(need.step)
                 if row is None:

@@ -19,6 +19,7 @@ The tracker is not thread-safe: its owner serialises calls (the Orchestrator und
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import json
@@ -145,7 +146,11 @@ class SessionTracker:
         self.pending_user = []
         events, self.pending_events = self.pending_events, []
         first = len(self.steps)
-        base = {"turn": turn, "timestamp": now, "masked_before": None if masked is None else list(masked)}
+        # A tuple of ints, which the garbage collector stops tracking: a long session holds one per
+        # step, each as long as the hidden list, and lists of them made every full collection walk
+        # them all (40 ms at 3,000 calls).
+        hidden = None if masked is None else tuple(sorted(masked))
+        base = {"turn": turn, "timestamp": now, "masked_before": hidden}
         head = {"user_text": user_text, "assistant_text": content, "reasoning": reasoning, "events": events,
                 "usage": usage, "model": model}  # fmt: skip
         for k, c in enumerate(calls or [None]):
@@ -155,8 +160,11 @@ class SessionTracker:
                 step.tool_call_id = c["id"]
                 self.step_of_call[c["id"]] = step
             self.steps.append(step)
-        if masked:  # outputs of the previous call it did not see: misses that need no labels
-            unread = self.cols.add_unread(turn, masked, self.step_row)
+        if hidden:  # outputs of the previous call it did not see: misses that need no labels
+            start = first  # the previous call's first step: no earlier output can be unread
+            while start > 0 and self.steps[start - 1].turn >= turn - 1:
+                start -= 1
+            unread = self.cols.add_unread(turn, hidden[bisect.bisect_left(hidden, start) :], self.step_row)
             self.counts.misses += unread
             self.unread_misses += unread
         return self.steps[first:]
@@ -373,10 +381,18 @@ class SessionTracker:
     def trajectory(self, extra: Mapping[str, Any], **meta: Any) -> Trajectory:
         """The session so far in the canonical schema: a copy of its steps, its task and system prompt,
         ``extra`` (as JSON, with the key map) and ``meta`` (the Trajectory's other fields)."""
+        steps = [
+            replace(s, needs=list(s.needs), events=list(s.events), masked_before=_as_list(s.masked_before))
+            for s in self.steps
+        ]
         return Trajectory(
             task_text=self.task,
             system_prompt=self.system,
             extra=json.dumps({**extra, "keys": dict(self.key_step)}, default=str),
-            steps=[replace(s, needs=list(s.needs), events=list(s.events)) for s in self.steps],
+            steps=steps,
             **meta,
         )
+
+
+def _as_list(steps: Sequence[int] | None) -> list[int] | None:
+    return None if steps is None else list(steps)
