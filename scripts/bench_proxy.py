@@ -39,7 +39,8 @@ import numpy as np
 
 from dtoc_rl.cli.common import at_least
 from dtoc_rl.provenance import environment
-from dtoc_rl.serve.proxy import GC_THRESHOLDS, ContextProxy, make_proxy_server
+from dtoc_rl.serve.orchestrator import GC_THRESHOLDS
+from dtoc_rl.serve.proxy import ContextProxy, make_proxy_server
 
 TARGET_P99_OVERHEAD_MS = 25.0
 

@@ -286,6 +286,36 @@ def test_serve_names_its_fallback_self_when_the_policy_takes_every_family(monkey
     assert "other" not in json.loads(out)["families"] and "is not used" not in err
 
 
+def test_serve_takes_its_session_limits_and_collects_garbage_at_the_servers_thresholds(monkeypatch, capsys):
+    import gc
+
+    import dtoc_rl.serve.service as service
+    from dtoc_rl.serve.orchestrator import GC_THRESHOLDS
+
+    made, during = [], []
+
+    def make_server(*a, **kw):
+        srv = real(*a, **kw)
+        srv.serve_forever = lambda **_: during.append(gc.get_threshold())
+        made.append(srv)
+        return srv
+
+    real = service.make_server
+    monkeypatch.setattr(service, "make_server", make_server)
+    monkeypatch.setenv("DTOC_TOKEN", "a-token-for-this-test-0123456789")
+    old = gc.get_threshold()
+    try:
+        argv = ["serve", "--policy", "hide_big", "--port", "0", "--json",
+                "--max-session-chars", "1234", "--max-total-chars", "5678"]  # fmt: skip
+        assert cli_main(argv) == 0
+    finally:
+        gc.set_threshold(*old)
+    capsys.readouterr()
+    sessions = made[0].service.sessions
+    assert (sessions.max_chars, sessions.max_total_chars) == (1234, 5678)
+    assert during == [GC_THRESHOLDS]
+
+
 def test_serve_process_prints_json_and_its_token_serves_and_stops_on_sigterm():
     env = {k: v for k, v in os.environ.items() if k != "DTOC_TOKEN"}
     proc = subprocess.Popen(
@@ -511,3 +541,30 @@ def test_a_closed_server_answers_no_more_requests_on_connections_kept_alive(whic
         conn.getresponse().read()
     conn.close()
     thread.join(5)
+
+
+def test_the_recent_part_with_the_stores_counts_is_decided_as_the_whole():
+    """A client may send only the ``max_items`` most recent items (the OpenCode plugin does, so a request
+    stays the same size however long its session grows): with the whole store's counts, the policy sees
+    what it sees for the whole list, and the answer names ``max_items``."""
+    policy = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, seed=0).create()
+    seen = []
+    act = policy.act
+    policy.act = lambda obs, info=None: seen.append(obs) or act(obs, info)
+    svc = DecisionService(policy, max_items=8)
+    whole = items(40, hidden={f"t{i:04d}" for i in range(0, 30, 3)})
+    for k, it in enumerate(whole):
+        it["age"] = 39 - k
+    full = svc.decide({"model": "gpt-4o", "step": 40, "items": whole})
+    hidden = [it for it in whole if not it["visible"]]
+    part = svc.decide({
+        "model": "gpt-4o", "step": 40, "items": whole[-8:], "stored": 40,
+        "visible_count": 40 - len(hidden),
+        "active_tokens": sum(it["tokens"] for it in whole if it["visible"]) + 40 * len(hidden),
+        "saved_tokens": sum(it["tokens"] - 40 for it in hidden),
+    })  # fmt: skip
+    assert full["max_items"] == part["max_items"] == 8 and full["window"] == part["window"] == 8
+    assert (full["enable"], full["disable"]) == (part["enable"], part["disable"])
+    assert seen[0].keys() == seen[1].keys()
+    for name in seen[0]:
+        np.testing.assert_array_equal(seen[0][name], seen[1][name], err_msg=name)

@@ -117,13 +117,17 @@ def number_in(low: float, high: float, *, open_low: bool = False, open_high: boo
 
 def serve_until_stopped(server) -> None:
     """Run an HTTP server until Ctrl-C or SIGTERM (which leaves ``serve_forever`` as Ctrl-C does),
-    then close it."""
+    then close it; the process collects garbage at :data:`GC_THRESHOLDS` meanwhile."""
+    import gc
     import signal
+
+    from dtoc_rl.serve.orchestrator import GC_THRESHOLDS
 
     def _stop(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

@@ -36,7 +36,6 @@ and outputs sent hidden.  Stop it with Ctrl-C or SIGTERM (exit code 0).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 
@@ -116,7 +115,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dtoc_rl.cli.serve import _load, decide_on_threads, trained_families
     from dtoc_rl.serve.proxy import (
-        GC_THRESHOLDS,
         ContextProxy,
         check_upstream,
         make_proxy_server,
@@ -179,7 +177,6 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    gc.set_threshold(*GC_THRESHOLDS)
     serve_until_stopped(server)
     if not (args.json or args.quiet):
         print(

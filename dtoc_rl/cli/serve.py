@@ -60,7 +60,11 @@ _SAMPLE = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dtoc_rl.serve.service import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
-    from dtoc_rl.serve.session_labels import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_CHARS
+    from dtoc_rl.serve.session_labels import (
+        DEFAULT_MAX_SESSION_CHARS,
+        DEFAULT_MAX_SESSIONS,
+        DEFAULT_MAX_TOTAL_CHARS,
+    )
 
     p.description = __doc__.split("\n\n", 1)[1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -125,10 +129,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_MAX_SESSIONS})",
     )
     p.add_argument(
+        "--max-session-chars",
+        type=at_least(1),
+        default=DEFAULT_MAX_SESSION_CHARS,
+        help=f"text one session may hold (its turns' outputs, messages and arguments); beyond it the "
+        f"client gets 413 and sends no more texts, so its later outputs get no need labels "
+        f"({DEFAULT_MAX_SESSION_CHARS:,})",
+    )
+    p.add_argument(
         "--max-total-chars",
         type=at_least(1),
         default=DEFAULT_MAX_TOTAL_CHARS,
-        help=f"text all sessions may hold together, about 40 bytes of memory a character; beyond it "
+        help=f"text all sessions may hold together, 8-9 bytes of memory a character of real output (up "
+        f"to ~30 where every word is new); beyond it "
         f"idle sessions are dropped, else requests adding text get 429 ({DEFAULT_MAX_TOTAL_CHARS:,})",
     )
     p.add_argument(
@@ -264,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             or DEFAULT_MAX_ITEMS,
             max_body=args.max_body,
             max_sessions=args.max_sessions,
+            max_session_chars=args.max_session_chars,
             max_total_chars=args.max_total_chars,
             prices=prices,
             log_dir=args.log_dir,

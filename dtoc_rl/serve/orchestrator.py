@@ -137,6 +137,7 @@ from dtoc_rl.sim.pricing import (
 __all__ = [
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_SESSION_DB",
+    "GC_THRESHOLDS",
     "MODES",
     "Decision",
     "Orchestrator",
@@ -148,6 +149,14 @@ __all__ = [
 MODES = ("agent", "policy", "hybrid")
 # Where ``session_id`` alone keeps its sessions (override with DTOC_SESSION_DB).
 DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
+#: Garbage-collector thresholds for a process that keeps long sessions (``dtoc-rl proxy`` and ``dtoc-rl
+#: serve`` run with them; an agent running thousands of calls through an Orchestrator may set them too,
+#: ``gc.set_threshold(*GC_THRESHOLDS)``).  A session holds objects in proportion to its length, and
+#: with Python's defaults (700, 10, 10) a full collection, which walks them all, comes every few dozen
+#: calls: at 4,000 calls 30-100 ms (more with torch loaded), the whole tail of a call's time; with these
+#: 6-10 ms p99 (docs/benchmarks.md, Python 3.11).  A proxy request also makes tens of thousands of
+#: short-lived objects.  They are rarely in cycles: little waits longer.
+GC_THRESHOLDS = (50_000, 20, 100)
 SOURCE = "dtoc-orchestrator"
 
 

@@ -100,12 +100,6 @@ AGENT_SESSION_HEADERS = ("X-Claude-Code-Session-Id",)
 #: What goes no further than the proxy: the hop-by-hop headers and its own.
 _NOT_SENT = _HOP | _OURS
 _SERVED = frozenset(FAMILIES) - {"other"}
-#: The garbage collector's thresholds ``dtoc-rl proxy`` runs with.  A request makes tens of thousands
-#: of short-lived objects (the whole conversation read again); with Python's defaults (700, 10, 10)
-#: one request in a few hundred also paid a full collection of 70-110 ms, with these none over 22 ms
-#: in the same benchmark (docs/benchmarks.md; Python 3.11).  Its objects are rarely in cycles: little
-#: waits longer.
-GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def _digest(text: str) -> str:

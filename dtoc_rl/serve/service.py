@@ -33,8 +33,10 @@ Endpoints
          "active_tokens": 15000, "step": 12, "budget": 0}
 
     → ``{"enable": [keys], "disable": [keys], "policy": label, "family": family,
-    "fallback": false, "window": 64, "latency_ms": 0.4}``.  Only changes are
-    returned: enable lists hidden items to show again, disable visible ones to hide.
+    "fallback": false, "window": 64, "max_items": 128, "latency_ms": 0.4}``.  Only changes are
+    returned: enable lists hidden items to show again, disable visible ones to hide.  ``window``: the
+    items the policy saw; ``max_items``: the most it sees (a client may send only that many, the most
+    recent, with ``stored``, ``visible_count``, ``active_tokens`` and ``saved_tokens`` of all).
 
 Item fields: ``key`` (required, unique string), ``tokens`` (required, the
 output's estimated tokens), ``visible`` (default true), ``tool`` (tool name) and
@@ -75,7 +77,7 @@ The service labels them as it does for a Python agent's Orchestrator
 ``unique_names`` and ``turns_after`` of those that send none.  A turn sent again (a retry)
 is skipped; a gap in the indices, or an unknown session whose turns do not start at 0, is a
 409 (send the session anew, e.g. after a revert or a restart of the service); a session
-over 5 million characters of text is a 413, and text beyond the service's total (25 million
+over 20 million characters of text is a 413, and text beyond the service's total (50 million
 characters; idle sessions are dropped first) a 429.  Sessions are kept per token: a session
 name is looked up among the sessions of the request's token, so a client with another token
 cannot add turns to it (its turn N of an unknown session is a 409, and the owner's turn N is
@@ -458,6 +460,7 @@ class DecisionService:
             "family": p["family"],
             "fallback": fallback,
             "window": len(window),
+            "max_items": self.max_items,
             **({"session": p["session"]} if "session" in p else {}),
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }

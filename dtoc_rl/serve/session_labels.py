@@ -42,11 +42,14 @@ __all__ = [
 ]
 
 DEFAULT_MAX_SESSIONS = 64
-# Text a session may hold (its turns' outputs, messages and arguments); the labeller's indexes
-# take about 40 bytes of memory per character, so this bounds a session near 200 MB.
-DEFAULT_MAX_SESSION_CHARS = 5_000_000
-# All sessions together (about 1 GB): without it, 64 sessions at the per-session cap would take ~13 GB.
-DEFAULT_MAX_TOTAL_CHARS = 25_000_000
+# Text a session may hold (its turns' outputs, messages and arguments).  A session's labels take
+# 8-9 bytes of memory per character of real agent output (RepoLaunch's build logs) and up to ~30
+# where every word is new (random hex): this bounds a session near 180 MB, 600 MB at worst, and
+# holds a session of ~2,000 calls of 10,000 characters (the OpenCode plugin cuts each text to 50,000).
+DEFAULT_MAX_SESSION_CHARS = 20_000_000
+# All sessions together (~450 MB of real output, 1.5 GB at worst): without it, 64 sessions at the
+# per-session cap could take tens of GB.
+DEFAULT_MAX_TOTAL_CHARS = 50_000_000
 # A session unused this long may be dropped when the total is reached (its client gets a 409 and
 # sends it anew); a busier service answers 429 instead of dropping sessions still in use.
 DEFAULT_IDLE_RECLAIM_S = 300.0

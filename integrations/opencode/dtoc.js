@@ -106,6 +106,10 @@ const MAX_SENT_CHARS = 50_000;
 const MAX_BODY_BYTES = 900_000; // under the service's default 1 MiB body limit
 const MAX_TURNS_BYTES = 600_000; // turns per request at most (the rest follow with the next calls)
 const MIN_TURNS_BYTES = 50_000;
+// The service's policy sees its `max_items` most recent items and never changes older ones, so only
+// those are sent, with the whole store's counts: a request stays the same size however long the
+// session grows.  Until an answer names the service's own, its default is assumed.
+const DEFAULT_WINDOW = 128;
 
 /** @param {string} text @param {number} [limit] characters */
 function clip(text, limit = MAX_SENT_CHARS) {
@@ -219,6 +223,7 @@ function createDtoc(opts = {}) {
   // failuresInRow: consecutive failed requests; each one doubles the next backoff (a hung
   // service then costs one timeout per ever longer pause, not one per model call)
   const stats = { requests: 0, failures: 0, fallbacks: 0, downUntil: 0, failuresInRow: 0 };
+  let serviceWindow = DEFAULT_WINDOW; // items per request: the service's max_items, once an answer names it
 
   /** @param {string} id @returns {Session} */
   function session(id) {
@@ -281,27 +286,59 @@ function createDtoc(opts = {}) {
   function payload(s, step, otherTokens) {
     const items = [...s.items.values()].sort((a, b) => a.assistantIndex - b.assistantIndex || a.key.localeCompare(b.key));
     let active = otherTokens;
-    for (const it of items) active += it.visible ? it.tokens : estimateTokens(placeholder(it));
+    let saved = 0;
+    let visibleCount = 0;
+    for (const it of items) {
+      if (it.visible) {
+        active += it.tokens;
+        visibleCount++;
+      } else {
+        const shown = estimateTokens(placeholder(it));
+        active += shown;
+        saved += Math.max(0, it.tokens - shown);
+      }
+    }
     return {
       model: fixedModel || s.model || "",
       step,
       budget,
       active_tokens: active,
+      // the whole store's counts: the items are only its most recent part
+      stored: items.length,
+      visible_count: visibleCount,
+      saved_tokens: saved,
       // unknown (no tool timed yet) is left out: the service then assumes a warm cache
       ...(s.responseAt ? { idle_seconds: Math.max(0, (Date.now() - s.responseAt) / 1000) } : {}),
-      items: items.map((it) => ({
+      items: recentItems(items.slice(Math.max(0, items.length - serviceWindow)), step),
+    };
+  }
+
+  /**
+   * The items as sent, their texts cut until they leave the turns room in the body.
+   * @param {Item[]} items @param {number} step
+   */
+  function recentItems(items, step) {
+    /** @param {number} limit */
+    const build = (limit) =>
+      items.map((it) => ({
         key: it.key,
         tokens: it.tokens,
         visible: it.visible,
         tool: it.tool,
-        args: it.args.length > 20000 ? it.args.slice(0, 20000) : it.args,
+        args: it.args.length > limit ? it.args.slice(0, limit) : it.args,
         // the start of the output: with the call, the words a learned policy reads (the service reads
         // at most 300 characters of its first lines)
-        head: it.original.slice(0, 600),
+        head: it.original.slice(0, Math.min(600, limit)),
         age: Math.max(0, step - 1 - it.assistantIndex),
         superseded: it.superseded,
-      })),
-    };
+      }));
+    let limit = 20_000;
+    let out = build(limit);
+    while (limit > 300 && jsonBytes(out) > MAX_BODY_BYTES - 2 * MIN_TURNS_BYTES) {
+      limit = Math.floor(limit / 4);
+      out = build(limit);
+    }
+    return out;
   }
 
   /** @param {Session} s */
@@ -348,6 +385,7 @@ function createDtoc(opts = {}) {
         s.needed = data.session.needed || {};
       }
       if (!Array.isArray(data.enable) || !Array.isArray(data.disable)) throw new Error("malformed answer");
+      if (Number.isInteger(data.max_items) && data.max_items > 0) serviceWindow = data.max_items;
       stats.failuresInRow = 0;
       if (typeof data.family === "string" && !resolved.has(String(body.model))) {
         resolved.add(String(body.model));

@@ -284,6 +284,36 @@ test("a revert that replaced a turn, or a service that lost the session, gets ev
   assert.ok(!s().degraded && s().sentTurns === 4);
 });
 
+test("a long session sends only the service's window of items, with the whole store's counts", async () => {
+  const { bodies, statuses, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const history = [user("task")];
+  const n = 140; // past the service's default max_items (128)
+  for (let i = 0; i < n; i++) {
+    const out = { title: `cat file${i}.py`, output: OUTPUTS[i % 4], metadata: {} };
+    await hooks["tool.execute.after"]({ tool: "bash", sessionID: SID, callID: `call_${i}`, args: { command: `cat file${i}.py` } }, out);
+    history.push(assistantWithTool(i, OUTPUTS[i % 4]));
+    await hooks["experimental.chat.messages.transform"]({}, { messages: history });
+  }
+  assert.ok(statuses.every((st) => st === 200));
+  const sent = bodies.filter((b) => b.session);
+  assert.equal(sent.length, n);
+  const last = sent[sent.length - 1];
+  assert.equal(last.stored, n);
+  assert.equal(last.items.length, 128);
+  assert.deepEqual(last.items.map((/** @type {any} */ it) => it.key).slice(0, 2), ["t0012", "t0013"], "the most recent");
+  const s = hooks[STATE].sessions.get(SID);
+  assert.equal(last.visible_count, 3, "the two outputs last_n kept, and the new one");
+  // last_n:n=2 hid every older output, including those that left the window (they stay hidden)
+  const outputs = toolOutputs(history);
+  assert.equal(outputs.filter((o) => hiddenKey(o) !== null).length, n - 2);
+  assert.equal(hiddenKey(outputs[0]), "t0000");
+  // a request's size no longer grows with the session
+  const size = (/** @type {any} */ b) => new TextEncoder().encode(JSON.stringify({ ...b, turns: [] })).length;
+  assert.ok(size(last) < size(sent[127]) * 1.05, `${size(last)} vs ${size(sent[127])}`);
+  assert.ok(!s.degraded && !s.labelsOff && s.sentTurns === n);
+});
+
 test("big tool inputs leave the turns less room, and a pruned output is still sent with its turn", async () => {
   const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
@@ -309,6 +339,26 @@ test("big tool inputs leave the turns less room, and a pruned output is still se
   assert.equal(last.turns[0].index, 0);
   assert.ok(last.turns[0].calls.some((/** @type {any} */ c) => c.key === "t0000"), "the pruned output's call");
   assert.equal(statuses[statuses.length - 1], 200);
+});
+
+test("tool inputs too big together for one request are cut to fit, not refused", async () => {
+  const { bodies, statuses, spy } = recordingFetch();
+  const hooks = await DtocContextPlugin({}, { url, fetch: spy });
+  const m = assistantWithTool(0, OUTPUTS[0]);
+  const tool = m.parts[1];
+  m.parts = [m.parts[0]];
+  for (let k = 0; k < 64; k++) {
+    // 64 writes of 19,500 characters: 1.25 MB of tool inputs, over the service's 1 MiB body limit
+    m.parts.push({ ...tool, id: `prt_w${k}`, callID: `call_w${k}`, state: { ...tool.state, input: { content: String(k % 10).repeat(19_500) } } });
+  }
+  await hooks["experimental.chat.messages.transform"]({}, { messages: [user("task"), m] });
+  assert.deepEqual(statuses, [200]);
+  const body = bodies[0];
+  assert.equal(body.items.length, 64);
+  assert.ok(new TextEncoder().encode(JSON.stringify(body)).length < 1_000_000);
+  assert.ok(body.items.every((/** @type {any} */ it) => it.args.length >= 300 && it.args.length < 19_500));
+  assert.equal(body.turns.length, 1, "the turn still goes with it");
+  assert.ok(!hooks[STATE].sessions.get(SID).degraded);
 });
 
 test("a failed tool call is sent as an error output", async () => {
