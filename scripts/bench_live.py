@@ -14,7 +14,8 @@ labels fire) to the largest of ``--sizes`` calls and times, per call:
   sends after each call: the service's ``max_items`` most recent items with the whole store's
   counts (``--items all``: every stored item, what a request grows to without the window), and
   the session's newest turn for its need labels (``session``/``turns``); the request's JSON size
-  is reported too.
+  is reported too.  ``--log``: the service writes each session's log as ``dtoc-rl serve --log-dir``
+  does (to a temporary folder), whose row is the whole session.
 
 ``--gc``: the garbage collector's thresholds: ``auto`` (default) runs the orchestrator rows at
 Python's defaults, as an agent's own process does, and the service rows at those ``dtoc-rl serve``
@@ -36,6 +37,7 @@ import json
 import random
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,12 +124,24 @@ def bench_orchestrator(policy_spec: str, sizes: list[int], window: int, seed: in
     return rows
 
 
-def bench_service(sizes: list[int], window: int, seed: int, all_items: bool = False) -> list[dict[str, Any]]:
+def bench_service(
+    sizes: list[int], window: int, seed: int, all_items: bool = False, log: bool = False
+) -> list[dict[str, Any]]:
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.serve.service import DecisionService
 
-    svc = DecisionService(make_policy("hide_big"), max_session_chars=10**9, max_total_chars=10**9)
-    return _drive_service(svc, sizes, window, seed, all_items)
+    with tempfile.TemporaryDirectory() as logs:
+        svc = DecisionService(
+            make_policy("hide_big"),
+            max_session_chars=10**9,
+            max_total_chars=10**9,
+            log_dir=logs if log else None,
+        )
+        rows = _drive_service(svc, sizes, window, seed, all_items)
+        svc.flush_logs(600)
+    for r in rows:
+        r["path"] += " +log" if log else ""
+    return rows
 
 
 def _drive_service(
@@ -183,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items", choices=("window", "all"), default="window",
                     help="what the service rows' requests carry: the service's window of items with the "
                     "store's counts (as the OpenCode plugin sends), or every stored item")  # fmt: skip
+    ap.add_argument("--log", action="store_true", help="the service rows write each session's log")
     ap.add_argument("--gc", choices=("auto", "python", "servers"), default="auto",
                     help="garbage-collector thresholds: auto = the orchestrator rows at Python's defaults "
                     "(an agent's process), the service rows at dtoc-rl serve's")  # fmt: skip
@@ -197,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             run = lambda spec=spec: bench_orchestrator(spec, sizes, a.window, a.seed)  # noqa: E731
             rows += _collected_at(GC_THRESHOLDS if a.gc == "servers" else None, run)
     if "service" in a.paths:
-        rows += _collected_at(servers, lambda: bench_service(sizes, a.window, a.seed, a.items == "all"))
+        rows += _collected_at(
+            servers, lambda: bench_service(sizes, a.window, a.seed, a.items == "all", a.log)
+        )
     for r in rows:
         r["gc"] = a.gc
     if a.json:

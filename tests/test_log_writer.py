@@ -356,3 +356,33 @@ def test_closing_the_server_waits_for_the_logs(monkeypatch, tmp_path):
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
     up.shutdown()
     up.server_close()
+
+
+def test_a_row_given_as_a_function_is_made_by_the_writer_and_only_the_newest(monkeypatch, tmp_path):
+    """A long session's row takes its time to make: a function put for it is called when the row is
+    written, on the writer's thread, and of rows waiting behind a write only the newest is made."""
+    gate, entered, calls = _gated(monkeypatch)
+    made, errors = [], []
+
+    def maker(k):
+        def row():
+            made.append((k, threading.current_thread().name))
+            return {"k": k}
+
+        return row
+
+    def broken():
+        raise ValueError("no row")
+
+    w = LogWriter(lambda path, e: errors.append((path.name, str(e))))
+    w.put(tmp_path / "a.jsonl", maker(0))
+    assert entered.wait(5)
+    for k in (1, 2, 3):
+        w.put(tmp_path / "a.jsonl", maker(k))
+    w.put(tmp_path / "b.jsonl", broken)
+    assert [k for k, _ in made] == [0]
+    gate.set()
+    assert w.flush(timeout=10)
+    assert made == [(0, "dtoc-rl log writer"), (3, "dtoc-rl log writer")]
+    assert json.loads((tmp_path / "a.jsonl").read_text()) == {"k": 3}
+    assert errors == [("b.jsonl", "no row")] and not (tmp_path / "b.jsonl").exists()

@@ -540,3 +540,30 @@ def test_user_words_told_before_their_turn_count_at_the_call_they_open_and_are_n
     assert s.chars == len("Now the other one.") + len("Later words.") + len(a["output"]) + len(
         b["output"]
     ) + 2 * len('{"command": "ls"}')  # what is told is not kept: only the turns' texts count
+
+
+def test_a_sessions_log_is_made_by_the_log_writer_not_the_request(tmp_path, monkeypatch):
+    """With ``log_dir``, a request only marks its session's log to be written: the row (the whole
+    session, 100 ms at 2,000 calls) is made on the writer's thread, and holds the newest state."""
+    import threading
+
+    from dtoc_rl.ingest.driver import ingest_paths
+
+    where = []
+    real = Orchestrator.log_row
+    monkeypatch.setattr(
+        Orchestrator,
+        "log_row",
+        lambda self, *a, **kw: where.append(threading.current_thread()) or real(self, *a, **kw),
+    )
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
+    call = {"tool": "bash", "args": {"command": "ls"}}
+    items = []
+    for i in range(4):
+        items.append({"key": f"k{i}", "tokens": 20})
+        turn = {"index": i, "calls": [{"key": f"k{i}", **call, "output": f"{i}\n" * 40}]}
+        svc.decide({"session": "s", "turns": [turn], "items": items, "step": i + 1}, client="c")
+    assert svc.flush_logs(10)
+    assert where and threading.current_thread() not in where
+    (run,) = ingest_paths([tmp_path], progress=False).trajectories
+    assert [s.output for s in run.steps] == [f"{i}\n" * 40 for i in range(4)]

@@ -31,7 +31,7 @@ from typing import Any
 from dtoc_rl.data.paths import write_text_atomic
 from dtoc_rl.serve.orchestrator import log_pieces
 
-__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "FailedOnce", "LogWriter", "StopsCleanly"]
+__all__ = ["MAX_WAIT_S", "STOP_WAIT_S", "FailedOnce", "LogWriter", "Row", "StopsCleanly"]
 
 #: A row waits at most this long in all for moments without a request in the proxy's hands (an agent
 #: fleet's requests may overlap all the time; a log must not fall behind them for good).
@@ -102,6 +102,10 @@ class FailedOnce:
         self.warn(f"{self.what} {name}: not logged ({type(e).__name__}: {e})")
 
 
+#: What :meth:`LogWriter.put` takes: a log row, or a function that makes it when it is written.
+Row = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
 class LogWriter:
     """Writes ``put(path, row)`` rows, each file through a ``.partial`` file and a rename (never seen
     half written), on one thread started when there is work and ended when there is none.
@@ -115,7 +119,7 @@ class LogWriter:
     def __init__(self, on_error: Callable[[Path, BaseException], None]):
         self.on_error = on_error
         self.written = 0  # rows written (a row replaced while it waited is not counted)
-        self._pending: dict[Path, tuple[int, dict[str, Any]]] = {}  # path -> (its put's number, row)
+        self._pending: dict[Path, tuple[int, Row]] = {}  # path -> (its put's number, row)
         self._writing: dict[Path, int] = {}  # the row being written now: path -> its number
         # path -> the number of the last row written or failed, kept only while a flush waits
         self._done: dict[Path, int] = {}
@@ -144,10 +148,13 @@ class LogWriter:
                 self._busy -= 1
                 self._cond.notify_all()
 
-    def put(self, path: Path, row: dict[str, Any]) -> None:
+    def put(self, path: Path, row: Row) -> None:
         """Queue ``row`` as the whole of ``path``.  ``row`` is written later from another thread: it must
         share no mutable object with anything that changes meanwhile (a fresh ``log_row()`` shares
-        none)."""
+        none).  Or ``row`` is a function that makes it, called when the row is written: a log of a long
+        session takes its time to make (100 ms at 2,000 calls), so it is made off the request's path and
+        only for the newest row of a file (it must hold its own locks; an error it raises is reported
+        as a write's)."""
         with self._cond:
             self._puts += 1
             self._pending[path] = (self._puts, row)
@@ -217,6 +224,8 @@ class LogWriter:
                 n, row = self._pending.pop(path)
                 self._writing[path] = n
             try:
+                if callable(row):
+                    row = row()
                 pieces = log_pieces(row)
                 chunks = self._paced(pieces) if paced else pieces
                 write_text_atomic(path, chunks, encoding="utf-8", private=True)

@@ -184,7 +184,9 @@ class _Mirror:
         self.answer: Any = None
         self.closed = False  # its last answer recorded: no request continues it
         self.fed = False  # a request fed it: model turns after that were answered through this proxy
-        self.lock = threading.Lock()
+        # re-entrant: its log row is made under it, by the log's writer or, with no thread to be had, by
+        # the request that holds it
+        self.lock = threading.RLock()
         # every tool result fed, by position: its text's digest.  A result is told by its call id alone
         # (harnesses trim their own old outputs), so a run of the same task with the same call ids
         # would otherwise continue this one: the results of the latest feed must keep their text while
@@ -642,10 +644,12 @@ class ContextProxy:
         assert self.log_dir is not None and self._logs is not None
         if mirror.name in self._unlogged:
             return
-        try:  # the row now (the mirror changes with the next request), written off the request's path
-            self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row(in_flight=in_flight))
-        except ValueError as e:
-            self._unlogged(Path(f"{mirror.name}.jsonl"), e)
+
+        def row() -> dict[str, Any]:  # made by the log's writer, when it writes: the newest state
+            with mirror.lock:
+                return mirror.orch.log_row(in_flight=in_flight)
+
+        self._logs.put(self.log_dir / f"{mirror.name}.jsonl", row)
 
 
 # ---------------------------------------------------------------------------------------- HTTP

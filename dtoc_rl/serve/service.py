@@ -316,13 +316,15 @@ class DecisionService:
             name = f"{re.sub(r'^[.]|[^A-Za-z0-9._-]', '_', session)[:64]}-{digest}"
             if name in self._unlogged:
                 return
-            try:
-                row = s.orch.log_row(in_flight=True)
+
+            def row() -> dict[str, Any]:  # made by the log's writer, when it writes: the newest state
+                with s.lock:
+                    made = s.orch.log_row(in_flight=True)
                 # the service's policy decided what was hidden, not the model the session's store was made for
-                row.update(dtoc_policy=label, dtoc_mode="orchestrator")
-                self._logs.put(self.log_dir / f"{name}.jsonl", row)
-            except (ValueError, TypeError) as e:
-                self._unlogged(Path(f"{name}.jsonl"), e)
+                made.update(dtoc_policy=label, dtoc_mode="orchestrator")
+                return made
+
+            self._logs.put(self.log_dir / f"{name}.jsonl", row)
 
     # -- metadata ------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
