@@ -11,10 +11,10 @@ labels fire) to the largest of ``--sizes`` calls and times, per call:
   (``Orchestrator.openai_request``).  Policies: ``hide_big`` (a rule) and the default
   ``LearnedPolicyConfig`` network (untrained: time does not depend on the weights).
 * **service**: ``DecisionService.decide`` in-process on the request the OpenCode plugin
-  sends after each call: the service's ``max_items`` most recent items with the whole store's
-  counts (``--items all``: every stored item, what a request grows to without the window), and
-  the session's newest turn for its need labels (``session``/``turns``); the request's JSON size
-  is reported too.  ``--log``: the service writes each session's log as ``dtoc-rl serve --log-dir``
+  sends after each call: every stored item, with its tool, inputs and first lines for the
+  service's ``max_items`` most recent only (``--items all``: for every item), and the session's
+  newest turn for its need labels (``session``/``turns``); the request's JSON size is reported
+  too.  ``--log``: the service writes each session's log as ``dtoc-rl serve --log-dir``
   does (to a temporary folder), whose row is the whole session.
 
 ``--gc``: the garbage collector's thresholds: ``auto`` (default) runs the orchestrator rows at
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import sys
@@ -82,8 +83,14 @@ def _stats(times: list[float]) -> dict[str, float]:
 
 
 def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+    try:  # Linux; elsewhere the peak, which is what the standard library can tell
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def _collected_at(thresholds: tuple[int, ...] | None, run: Any) -> Any:
@@ -157,14 +164,13 @@ def _drive_service(
         turn = {"index": i, "assistant_text": text, "calls": [call]}
         items.append({"key": key, "tokens": len(output) // 4, "visible": True, "tool": tool,
                       "args": call["args"], "head": output[:600]})  # fmt: skip
-        sent = items if all_items else items[-svc.max_items :]
-        for k, it in enumerate(sent):
-            it["age"] = len(sent) - 1 - k
-        hidden = [it["tokens"] for it in items if not it["visible"]]
-        counts = {"stored": len(items), "visible_count": len(items) - len(hidden),
-                  "active_tokens": sum(it["tokens"] for it in items if it["visible"]) + 40 * len(hidden),
-                  "saved_tokens": sum(t - 40 for t in hidden)}  # fmt: skip
-        body = {"model": "gpt-4o", "step": i + 1, "session": "s", "items": sent, "turns": [turn], **counts}
+        first = 0 if all_items else max(0, len(items) - svc.max_items)
+        for k in range(first, len(items)):
+            items[k]["age"] = i - k
+        older = [{"key": it["key"], "tokens": it["tokens"], "visible": it["visible"]} for it in items[:first]]
+        active = sum(it["tokens"] if it["visible"] else 40 for it in items)
+        body = {"model": "gpt-4o", "step": i + 1, "session": "s", "items": older + items[first:],
+                "turns": [turn], "active_tokens": active}  # fmt: skip
         raw = json.dumps(body).encode()  # what the client sends (not timed: the client's work)
         t0 = time.perf_counter()
         answer = svc.decide(json.loads(raw))
@@ -194,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=["hide_big", "learned"],
                     help="policy specs for the orchestrator rows (make_policy's; `learned` alone: the "
                     "default network, untrained)")  # fmt: skip
-    ap.add_argument("--items", choices=("window", "all"), default="window",
-                    help="what the service rows' requests carry: the service's window of items with the "
-                    "store's counts (as the OpenCode plugin sends), or every stored item")  # fmt: skip
+    ap.add_argument("--items", choices=("plugin", "all"), default="plugin",
+                    help="what the service rows' requests carry: every item, with its texts for the "
+                    "service's window only (as the OpenCode plugin sends), or for every item")  # fmt: skip
     ap.add_argument("--log", action="store_true", help="the service rows write each session's log")
     ap.add_argument("--gc", choices=("auto", "python", "servers"), default="auto",
                     help="garbage-collector thresholds: auto = the orchestrator rows at Python's defaults "

@@ -124,3 +124,34 @@ def test_a_context_renders_only_what_is_new_or_changed(monkeypatch):
     c.add_user("next")
     c.to_openai()
     assert rendered == ["tool", "user"]
+
+
+def test_threads_rendering_one_context_at_once_get_the_plain_rendering():
+    import sys
+
+    from dtoc_rl.core.render import to_openai
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: what a busy process does now and then
+    try:
+        _render_in_threads(to_openai)
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _render_in_threads(to_openai):
+    import threading
+
+    for _ in range(20):
+        c = DTOCContext(query="q")
+        for i in range(300):
+            c.add_assistant("", tool_calls=[{"name": "bash", "arguments": {"i": i}}])
+            c.add_tool_result("x" * 50)
+        got: list = []
+        threads = [threading.Thread(target=lambda c=c, got=got: got.append(c.to_openai())) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        want = to_openai(c.assemble())
+        assert got == [want] * 4 and c.to_openai() == want

@@ -308,6 +308,7 @@ def test_serve_takes_its_session_limits_and_collects_garbage_at_the_servers_thre
         argv = ["serve", "--policy", "hide_big", "--port", "0", "--json",
                 "--max-session-chars", "1234", "--max-total-chars", "5678"]  # fmt: skip
         assert cli_main(argv) == 0
+        assert gc.get_threshold() == old  # given back when the server stops
     finally:
         gc.set_threshold(*old)
     capsys.readouterr()

@@ -127,12 +127,14 @@ def serve_until_stopped(server) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    old = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
+        gc.set_threshold(*old)  # a caller in the same process (a test, a notebook) keeps its own
         server.server_close()
 
 

@@ -18,6 +18,7 @@ Typical loop::
 from __future__ import annotations
 
 import json
+import threading
 from collections import deque
 from typing import Any
 
@@ -56,9 +57,6 @@ class DTOCContext:
         self.estimator = self.store.estimator
         self._pending: deque[str] = deque()
         self._calls: dict[str, dict[str, Any]] = {}
-        # Each call's arguments as JSON text, by call id: every request renders every earlier call
-        # again, and a call's arguments never change once recorded.
-        self._args_json: dict[str, str] = {}
         # The assembled context, kept up to date incrementally (see assemble()).
         self._assembled: list[dict[str, Any]] = []
         self._tool_pos: dict[str, int] = {}
@@ -67,6 +65,7 @@ class DTOCContext:
         self._openai: list[dict[str, Any]] = []
         self._openai_stale: set[int] = set()
         self._openai_reasoning = False
+        self._openai_lock = threading.Lock()  # two threads rendering at once would both extend the list
         try:
             self._msg_tokens = sum(self._message_tokens(m) for m in self.store.messages)
             answered = set()
@@ -109,8 +108,7 @@ class DTOCContext:
         if m.get("reasoning"):
             n += self.estimator.count(m["reasoning"])
         for c in m.get("tool_calls") or []:
-            text = self._args_json[c["id"]] = json.dumps(c["arguments"], ensure_ascii=False)
-            n += self.estimator.count(c["name"] + text)
+            n += self.estimator.count(c["name"] + json.dumps(c["arguments"], ensure_ascii=False))
         return n
 
     def _append(self, m: dict[str, Any]) -> None:
@@ -314,16 +312,18 @@ class DTOCContext:
         shared with later calls' lists: treat them as read-only."""
         from dtoc_rl.core.render import openai_message
 
-        if include_reasoning != self._openai_reasoning:
-            self._openai, self._openai_stale = [], set()
-            self._openai_reasoning = include_reasoning
-        rendered, assembled = self._openai, self._assembled
-        kw = {"include_reasoning": include_reasoning, "arguments_json": self._args_json}
-        for i in self._openai_stale:
-            rendered[i] = openai_message(assembled[i], **kw)
-        self._openai_stale.clear()
-        rendered.extend(openai_message(m, **kw) for m in assembled[len(rendered) :])
-        return [dict(m) for m in rendered]
+        reasoning = bool(include_reasoning)
+        with self._openai_lock:
+            if reasoning != self._openai_reasoning:
+                self._openai, self._openai_stale = [], set()
+                self._openai_reasoning = reasoning
+            rendered, assembled = self._openai, self._assembled
+            for i in self._openai_stale:
+                rendered[i] = openai_message(assembled[i], include_reasoning=reasoning)
+            self._openai_stale.clear()
+            new = assembled[len(rendered) :]
+            rendered.extend(openai_message(m, include_reasoning=reasoning) for m in new)
+            return [dict(m) for m in rendered]
 
     def to_anthropic(self, **kw: Any) -> dict[str, Any]:
         from dtoc_rl.core.render import to_anthropic

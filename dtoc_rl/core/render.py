@@ -49,9 +49,7 @@ def anthropic_id(call_id: str) -> str:
     return _ANTHROPIC_ID.sub("_", call_id) or "_"
 
 
-def openai_message(
-    m: Mapping[str, Any], *, include_reasoning: bool = False, arguments_json: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def openai_message(m: Mapping[str, Any], *, include_reasoning: bool = False) -> dict[str, Any]:
     """One provider-neutral message as a chat-completions message (see :func:`to_openai`)."""
     role = m["role"]
     if role in ("system", "user"):
@@ -66,7 +64,10 @@ def openai_message(
                 {
                     "id": c["id"],
                     "type": "function",
-                    "function": {"name": c["name"], "arguments": _encoded(c, arguments_json)},
+                    "function": {
+                        "name": c["name"],
+                        "arguments": json.dumps(c["arguments"], ensure_ascii=False),
+                    },
                 }
                 for c in m["tool_calls"]
             ]
@@ -78,24 +79,10 @@ def openai_message(
     raise ValueError(f"unknown message role {role!r}")
 
 
-def to_openai(
-    messages: list[dict[str, Any]],
-    *,
-    include_reasoning: bool = False,
-    arguments_json: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
+def to_openai(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> list[dict[str, Any]]:
     """Chat-completions messages.  Reasoning has no field there; with
-    ``include_reasoning`` it is prefixed to the assistant text.  ``arguments_json``: calls' arguments
-    already encoded, by call id."""
-    return [
-        openai_message(m, include_reasoning=include_reasoning, arguments_json=arguments_json)
-        for m in messages
-    ]
-
-
-def _encoded(call: Mapping[str, Any], known: Mapping[str, str] | None) -> str:
-    text = known.get(call["id"]) if known is not None else None
-    return text if text is not None else json.dumps(call["arguments"], ensure_ascii=False)
+    ``include_reasoning`` it is prefixed to the assistant text."""
+    return [openai_message(m, include_reasoning=include_reasoning) for m in messages]
 
 
 def to_anthropic(messages: list[dict[str, Any]], *, include_reasoning: bool = False) -> dict[str, Any]:

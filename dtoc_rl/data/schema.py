@@ -98,8 +98,9 @@ class Step:
     needs: list[Need] = field(default_factory=list)
     events: list[ContextEvent] = field(default_factory=list)
     # Steps whose outputs were hidden in the context that produced this action,
-    # when the log lets us know (None: unknown, [] known nothing hidden).
-    masked_before: list[int] | None = None
+    # when the log lets us know (None: unknown, [] known nothing hidden).  A live session's tracker
+    # holds them as tuples (its trajectory() gives lists).
+    masked_before: list[int] | tuple[int, ...] | None = None
     # Of those, the steps whose assistant message was removed as well (a harness that keeps only the
     # last N messages drops whole pairs rather than placing a placeholder).
     dropped_before: list[int] | None = None

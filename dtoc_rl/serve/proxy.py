@@ -72,6 +72,7 @@ from dtoc_rl.serve.api_messages import (
     answer_event,
 )
 from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogWriter, StopsCleanly
+from dtoc_rl.serve.orchestrator import GC_THRESHOLDS as GC_THRESHOLDS  # where it was first defined
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
@@ -184,9 +185,7 @@ class _Mirror:
         self.answer: Any = None
         self.closed = False  # its last answer recorded: no request continues it
         self.fed = False  # a request fed it: model turns after that were answered through this proxy
-        # re-entrant: its log row is made under it, by the log's writer or, with no thread to be had, by
-        # the request that holds it
-        self.lock = threading.RLock()
+        self.lock = threading.Lock()
         # every tool result fed, by position: its text's digest.  A result is told by its call id alone
         # (harnesses trim their own old outputs), so a run of the same task with the same call ids
         # would otherwise continue this one: the results of the latest feed must keep their text while
@@ -644,12 +643,14 @@ class ContextProxy:
         assert self.log_dir is not None and self._logs is not None
         if mirror.name in self._unlogged:
             return
-
-        def row() -> dict[str, Any]:  # made by the log's writer, when it writes: the newest state
-            with mirror.lock:
-                return mirror.orch.log_row(in_flight=in_flight)
-
-        self._logs.put(self.log_dir / f"{mirror.name}.jsonl", row)
+        # The row now, under the request's hold of the mirror (the mirror changes with the next request),
+        # written off the request's path.  Made here, unlike a service session's row: a conversation is
+        # what the agent sends each request, which the agent's own context management bounds, so its row
+        # costs about what reading the request did.
+        try:
+            self._logs.put(self.log_dir / f"{mirror.name}.jsonl", mirror.orch.log_row(in_flight=in_flight))
+        except ValueError as e:
+            self._unlogged(Path(f"{mirror.name}.jsonl"), e)
 
 
 # ---------------------------------------------------------------------------------------- HTTP

@@ -35,8 +35,10 @@ Endpoints
     → ``{"enable": [keys], "disable": [keys], "policy": label, "family": family,
     "fallback": false, "window": 64, "max_items": 128, "latency_ms": 0.4}``.  Only changes are
     returned: enable lists hidden items to show again, disable visible ones to hide.  ``window``: the
-    items the policy saw; ``max_items``: the most it sees (a client may send only that many, the most
-    recent, with ``stored``, ``visible_count``, ``active_tokens`` and ``saved_tokens`` of all).
+    items the policy saw; ``max_items``: the most it sees, so the most whose ``tool``, ``args`` and
+    ``head`` are read (older items may send ``key``, ``tokens`` and ``visible`` alone; a client without
+    a session may even send only the most recent, with ``stored``, ``visible_count``, ``active_tokens``
+    and ``saved_tokens`` of all, but a session records what each call was sent from the items).
 
 Item fields: ``key`` (required, unique string), ``tokens`` (required, the
 output's estimated tokens), ``visible`` (default true), ``tool`` (tool name) and
@@ -296,7 +298,7 @@ class DecisionService:
         log to be written off the request's path (a log that cannot be written costs the log, never the
         answer).  One file per session object: a session sent anew (after a restart, or dropped from
         the table) is a new log that opens with history, which ``dtoc-rl ingest`` joins to the old."""
-        with s.lock:  # one session's requests at once: the newest row is the one put last
+        with s.lock:  # one session's requests at once
             # the model this call goes to, and the prices it was decided at, for the log: as the request
             # names it, else by the family it names unless that is the session model's (whose name is
             # the more exact); a request naming neither is the session's model, not an earlier one's
@@ -317,14 +319,15 @@ class DecisionService:
             if name in self._unlogged:
                 return
 
-            def row() -> dict[str, Any]:  # made by the log's writer, when it writes: the newest state
-                with s.lock:
-                    made = s.orch.log_row(in_flight=True)
-                # the service's policy decided what was hidden, not the model the session's store was made for
-                made.update(dtoc_policy=label, dtoc_mode="orchestrator")
-                return made
+        def row() -> dict[str, Any]:  # made by the log's writer, when it writes: the session's newest state
+            with s.lock:
+                made = s.orch.log_row(in_flight=True)
+            # the service's policy decided what was hidden, not the model the session's store was made for
+            made.update(dtoc_policy=label, dtoc_mode="orchestrator")
+            return made
 
-            self._logs.put(self.log_dir / f"{name}.jsonl", row)
+        # put holding no session's lock: with no thread to be had, it makes every waiting row itself
+        self._logs.put(self.log_dir / f"{name}.jsonl", row)
 
     # -- metadata ------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -71,9 +71,7 @@ class SessionLabels:
         self.turns = 0
         self.chars = len(task or "") + len(system or "")
         self.max_chars = max_chars
-        # re-entrant: a log row is made under it, by the log's writer or, with no thread to be had, by
-        # the request that holds it
-        self.lock = threading.RLock()
+        self.lock = threading.Lock()
         self.last_used = 0.0  # set by Sessions (its clock)
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it

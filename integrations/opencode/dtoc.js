@@ -4,8 +4,9 @@
  *
  * Every completed tool output is kept in full by this plugin under a short DTOC key
  * (t0000, t0001, ...). Before each model call, `experimental.chat.messages.transform`
- * sends the outputs' metadata (key, tokens, tool, age, visibility) to a running
- * `dtoc-rl serve` and applies its answer: hidden outputs are replaced by a short JSON
+ * sends the outputs' metadata (key, tokens, visibility; with tool, inputs and age for the
+ * most recent, as many as the service's policy sees) to a running `dtoc-rl serve` and
+ * applies its answer: hidden outputs are replaced by a short JSON
  * placeholder, and outputs the policy enables again get their original text back.
  * `tool.execute.after` registers each new output (and prefetches the next decision when
  * labels are off). Each model call's text and tool outputs go to the service once, as a
@@ -107,8 +108,9 @@ const MAX_BODY_BYTES = 900_000; // under the service's default 1 MiB body limit
 const MAX_TURNS_BYTES = 600_000; // turns per request at most (the rest follow with the next calls)
 const MIN_TURNS_BYTES = 50_000;
 // The service's policy sees its `max_items` most recent items and never changes older ones, so only
-// those are sent, with the whole store's counts: a request stays the same size however long the
-// session grows.  Until an answer names the service's own, its default is assumed.
+// those carry their texts; older ones carry what the service's session keeps of each (key, size,
+// visibility: a timeout shows them all, a session sent anew starts from the plugin's own).  Until an
+// answer names the service's own, its default is assumed.
 const DEFAULT_WINDOW = 128;
 
 /** @param {string} text @param {number} [limit] characters */
@@ -286,38 +288,26 @@ function createDtoc(opts = {}) {
   function payload(s, step, otherTokens) {
     const items = [...s.items.values()].sort((a, b) => a.assistantIndex - b.assistantIndex || a.key.localeCompare(b.key));
     let active = otherTokens;
-    let saved = 0;
-    let visibleCount = 0;
-    for (const it of items) {
-      if (it.visible) {
-        active += it.tokens;
-        visibleCount++;
-      } else {
-        const shown = estimateTokens(placeholder(it));
-        active += shown;
-        saved += Math.max(0, it.tokens - shown);
-      }
-    }
+    for (const it of items) active += it.visible ? it.tokens : estimateTokens(placeholder(it));
+    const first = Math.max(0, items.length - serviceWindow);
+    const older = items.slice(0, first).map((it) => ({ key: it.key, tokens: it.tokens, visible: it.visible }));
     return {
       model: fixedModel || s.model || "",
       step,
       budget,
       active_tokens: active,
-      // the whole store's counts: the items are only its most recent part
-      stored: items.length,
-      visible_count: visibleCount,
-      saved_tokens: saved,
       // unknown (no tool timed yet) is left out: the service then assumes a warm cache
       ...(s.responseAt ? { idle_seconds: Math.max(0, (Date.now() - s.responseAt) / 1000) } : {}),
-      items: recentItems(items.slice(Math.max(0, items.length - serviceWindow)), step),
+      items: [...older, ...recentItems(items.slice(first), step, jsonBytes(older))],
     };
   }
 
   /**
-   * The items as sent, their texts cut until they leave the turns room in the body.
-   * @param {Item[]} items @param {number} step
+   * The items the policy sees, as sent: their texts cut until, with `taken` bytes of older items, they
+   * leave the turns room in the body.
+   * @param {Item[]} items @param {number} step @param {number} taken
    */
-  function recentItems(items, step) {
+  function recentItems(items, step, taken) {
     /** @param {number} limit */
     const build = (limit) =>
       items.map((it) => ({
@@ -334,7 +324,7 @@ function createDtoc(opts = {}) {
       }));
     let limit = 20_000;
     let out = build(limit);
-    while (limit > 300 && jsonBytes(out) > MAX_BODY_BYTES - 2 * MIN_TURNS_BYTES) {
+    while (limit > 300 && taken + jsonBytes(out) > MAX_BODY_BYTES - 2 * MIN_TURNS_BYTES) {
       limit = Math.floor(limit / 4);
       out = build(limit);
     }

@@ -284,7 +284,7 @@ test("a revert that replaced a turn, or a service that lost the session, gets ev
   assert.ok(!s().degraded && s().sentTurns === 4);
 });
 
-test("a long session sends only the service's window of items, with the whole store's counts", async () => {
+test("a long session sends the texts of the service's window of items only, and every item's visibility", async () => {
   const { bodies, statuses, spy } = recordingFetch();
   const hooks = await DtocContextPlugin({}, { url, fetch: spy });
   const history = [user("task")];
@@ -299,18 +299,20 @@ test("a long session sends only the service's window of items, with the whole st
   const sent = bodies.filter((b) => b.session);
   assert.equal(sent.length, n);
   const last = sent[sent.length - 1];
-  assert.equal(last.stored, n);
-  assert.equal(last.items.length, 128);
-  assert.deepEqual(last.items.map((/** @type {any} */ it) => it.key).slice(0, 2), ["t0012", "t0013"], "the most recent");
-  const s = hooks[STATE].sessions.get(SID);
-  assert.equal(last.visible_count, 3, "the two outputs last_n kept, and the new one");
+  assert.equal(last.items.length, n);
+  const withTexts = last.items.filter((/** @type {any} */ it) => "args" in it);
+  assert.equal(withTexts.length, 128);
+  assert.equal(withTexts[0].key, "t0012", "the most recent carry their texts");
+  assert.deepEqual(Object.keys(last.items[0]).sort(), ["key", "tokens", "visible"]);
+  assert.equal(last.items[0].visible, false, "hidden before it left the window, and said so");
   // last_n:n=2 hid every older output, including those that left the window (they stay hidden)
   const outputs = toolOutputs(history);
   assert.equal(outputs.filter((o) => hiddenKey(o) !== null).length, n - 2);
   assert.equal(hiddenKey(outputs[0]), "t0000");
-  // a request's size no longer grows with the session
+  // the texts no longer grow with the session: an older item costs its key, size and visibility
   const size = (/** @type {any} */ b) => new TextEncoder().encode(JSON.stringify({ ...b, turns: [] })).length;
-  assert.ok(size(last) < size(sent[127]) * 1.05, `${size(last)} vs ${size(sent[127])}`);
+  assert.ok(size(last) - size(sent[127]) < 12 * 60, `${size(last)} vs ${size(sent[127])}`);
+  const s = hooks[STATE].sessions.get(SID);
   assert.ok(!s.degraded && !s.labelsOff && s.sentTurns === n);
 });
 
