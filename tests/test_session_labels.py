@@ -567,3 +567,43 @@ def test_a_sessions_log_is_made_by_the_log_writer_not_the_request(tmp_path, monk
     assert where and threading.current_thread() not in where
     (run,) = ingest_paths([tmp_path], progress=False).trajectories
     assert [s.output for s in run.steps] == [f"{i}\n" * 40 for i in range(4)]
+
+
+def test_two_sessions_logged_where_no_writer_thread_can_start_do_not_wait_on_each_other(
+    tmp_path, monkeypatch
+):
+    """With no thread to be had, a request writes every waiting log row itself, each made under its own
+    session's lock: it must not hold its own session's lock meanwhile, or two such requests deadlock."""
+    import threading
+    import time
+
+    real_start, real_row = threading.Thread.start, Orchestrator.log_row
+
+    def start(self):
+        if self.name == "dtoc-rl log writer":
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    def slow_row(self, *a, **kw):
+        time.sleep(0.3)
+        return real_row(self, *a, **kw)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(Orchestrator, "log_row", slow_row)
+    svc = DecisionService(make_policy("last_n:n=1"), log_dir=tmp_path)
+    call = {"key": "k0", "tool": "bash", "args": {"command": "ls"}, "output": "x\n" * 40}
+
+    def request(name):
+        turns = [{"index": 0, "calls": [call]}]
+        svc.decide(
+            {"session": name, "turns": turns, "items": [{"key": "k0", "tokens": 20}], "step": 1}, client="c"
+        )
+
+    threads = [threading.Thread(target=request, args=(name,), daemon=True) for name in "AB"]
+    real_start(threads[0])
+    time.sleep(0.1)
+    real_start(threads[1])
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2
