@@ -353,23 +353,23 @@ def parse(
         )
     family = resolve_family(req)
     prices = req.prices.to_prices() if req.prices is not None else None
-    keys: list[str] = []
+    keys = [items[i].key for i in order]
+    sizes = [(items[i].tokens, items[i].visible) for i in order]  # every item, for the globals
     states: list[ItemState] = []  # the window, oldest first
-    sizes: list[tuple[int, bool]] = []  # every item, for the globals: (tokens, visible)
-    max_age = -1
+
+    def age_of(rank: int, it: Item) -> int:
+        if it.age is not None:
+            return it.age
+        if it.stored_step is not None and step is not None:
+            return max(0, step - it.stored_step)
+        return n - 1 - rank
+
+    # without a step, the step is the oldest age + 1 (older items than the window read only for it)
+    max_age = max((age_of(r, items[i]) for r, i in enumerate(order)), default=-1) if step is None else -1
     known = labels([items[i].key for i in window]) if labels is not None else {}
-    for rank, i in enumerate(order):
+    for rank, i in enumerate(order[first_in_window:], first_in_window):
         it = items[i]
-        age = it.age
-        if age is None and it.stored_step is not None and step is not None:
-            age = max(0, step - it.stored_step)
-        elif age is None:
-            age = n - 1 - rank
-        keys.append(it.key)
-        sizes.append((it.tokens, it.visible))
-        max_age = max(max_age, age)
-        if rank < first_in_window:  # older than the policy's slots: counted in the globals only
-            continue
+        age = age_of(rank, it)
         args = args_of[i]
         times_needed = it.needs if it.needs is not None else it.times_needed
         since_need, modified, rereads = it.since_need, it.modified, it.rereads
