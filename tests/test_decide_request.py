@@ -28,6 +28,18 @@ def test_a_body_decodes_to_the_same_request_as_the_object():
     assert p["active_tokens"] == 1200 + 40 and p["saved_tokens"] == 0 and p["step"] == 7
 
 
+def test_without_a_step_the_step_is_the_oldest_age_and_one_older_items_than_the_window_included():
+    items = [
+        {"key": "t0", "tokens": 10, "age": 9},
+        {"key": "t1", "tokens": 20},
+        {"key": "t2", "tokens": 30, "age": 0},
+    ]
+    p = parse(to_request({"items": items}), max_items=1, max_request_items=10)
+    assert p["step"] == 10 and [s.age for s in p["states"]] == [0]
+    p = parse(to_request({"items": items[1:]}), max_items=1, max_request_items=10)
+    assert p["step"] == 2  # t1 has no age: the items after it count it, 1
+
+
 @pytest.mark.parametrize(
     "raw,status,field,text",
     [
