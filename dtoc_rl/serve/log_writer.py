@@ -225,6 +225,8 @@ class LogWriter:
                 self._writing[path] = n
             try:
                 if callable(row):
+                    if paced:  # made between requests: it holds the interpreter, and its session's lock
+                        self._idle(MAX_WAIT_S)
                     row = row()
                 pieces = log_pieces(row)
                 chunks = self._paced(pieces) if paced else pieces
@@ -240,15 +242,20 @@ class LogWriter:
                     self._cond.notify_all()
         return True
 
+    def _idle(self, budget: float) -> float:
+        """Wait while a request is in hand, at most ``budget`` seconds; returns the budget left."""
+        if not self._busy or budget <= 0:  # read without the lock: a stale read costs one wait
+            return budget
+        t0 = time.monotonic()
+        with self._cond:
+            self._cond.wait_for(lambda: self._busy == 0, budget)
+        return budget - (time.monotonic() - t0)
+
     def _paced(self, pieces: Iterable[str]) -> Iterator[str]:
         """``pieces`` as they come, waiting between them while a request is in the proxy's hands."""
         budget = MAX_WAIT_S
         for piece in pieces:
-            if self._busy and budget > 0:  # read without the lock: a stale read costs one piece
-                t0 = time.monotonic()
-                with self._cond:
-                    self._cond.wait_for(lambda: self._busy == 0, budget)
-                budget -= time.monotonic() - t0
+            budget = self._idle(budget)
             yield piece
 
     def _report(self, path: Path, e: BaseException) -> None:

@@ -126,6 +126,7 @@ Bad input never produces a 5xx (a 500 is a bug of the policy itself).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import io
@@ -399,6 +400,11 @@ class DecisionService:
     def decide(self, req: Any, client: str = "") -> dict[str, Any]:
         """One ``/decide`` request (a decoded JSON object, or a Request) → its response (raises
         DecideError); ``client`` names whose sessions it may use."""
+        # session logs written meanwhile pause between their pieces (the interpreter is the request's)
+        with self._logs.busy() if self._logs is not None else contextlib.nullcontext():
+            return self._decide(req, client)
+
+    def _decide(self, req: Any, client: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         p = self.parse(req, client)
         given = p["prices"] or user_prices(p["model"], p["family"], self.prices)
