@@ -153,8 +153,8 @@ DEFAULT_SESSION_DB = "dtoc_sessions.sqlite"
 #: serve`` run with them; an agent running thousands of calls through an Orchestrator may set them too,
 #: ``gc.set_threshold(*GC_THRESHOLDS)``).  A session holds objects in proportion to its length, and
 #: with Python's defaults (700, 10, 10) a full collection, which walks them all, comes every few dozen
-#: calls: at 4,000 calls 30-100 ms (more with torch loaded), the whole tail of a call's time; with these
-#: 6-10 ms p99 (docs/benchmarks.md, Python 3.11).  A proxy request also makes tens of thousands of
+#: calls: at 4,000 calls 40-110 ms (more with torch loaded), the whole tail of a call's time; with these
+#: 6-8 ms p99 (docs/benchmarks.md, Python 3.11).  A proxy request also makes tens of thousands of
 #: short-lived objects.  They are rarely in cycles: little waits longer.
 GC_THRESHOLDS = (50_000, 20, 100)
 SOURCE = "dtoc-orchestrator"
