@@ -15,7 +15,8 @@ labels fire) to the largest of ``--sizes`` calls and times, per call:
   service's ``max_items`` most recent only (``--items all``: for every item), and the session's
   newest turn for its need labels (``session``/``turns``); the request's JSON size is reported
   too.  ``--log``: the service writes each session's log as ``dtoc-rl serve --log-dir``
-  does (to a temporary folder), whose row is the whole session.
+  does (to a temporary folder), whose row is the whole session; ``--answer-ms``: a wait after each
+  timed answer, as a model's (the log is written meanwhile).
 
 ``--gc``: the garbage collector's thresholds: ``auto`` (default) runs the orchestrator rows at
 Python's defaults, as an agent's own process does, and the service rows at those ``dtoc-rl serve``
@@ -132,7 +133,12 @@ def bench_orchestrator(policy_spec: str, sizes: list[int], window: int, seed: in
 
 
 def bench_service(
-    sizes: list[int], window: int, seed: int, all_items: bool = False, log: bool = False
+    sizes: list[int],
+    window: int,
+    seed: int,
+    all_items: bool = False,
+    log: bool = False,
+    answer_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.serve.service import DecisionService
@@ -144,7 +150,7 @@ def bench_service(
             max_total_chars=10**9,
             log_dir=logs if log else None,
         )
-        rows = _drive_service(svc, sizes, window, seed, all_items)
+        rows = _drive_service(svc, sizes, window, seed, all_items, answer_s)
         svc.flush_logs(600)
     for r in rows:
         r["path"] += " +log" if log else ""
@@ -152,7 +158,7 @@ def bench_service(
 
 
 def _drive_service(
-    svc: Any, sizes: list[int], window: int, seed: int, all_items: bool
+    svc: Any, sizes: list[int], window: int, seed: int, all_items: bool, answer_s: float
 ) -> list[dict[str, Any]]:
     sess = Session(seed)
     items: list[dict[str, Any]] = []
@@ -176,6 +182,8 @@ def _drive_service(
         answer = svc.decide(json.loads(raw))
         times.append(time.perf_counter() - t0)
         sizes_b.append(len(raw))
+        if answer_s and any(size - window <= i < size for size in sizes):  # a model answering, timed calls
+            time.sleep(answer_s)
         hidden = set(answer["disable"])
         shown = set(answer["enable"])
         for it in items:
@@ -204,12 +212,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="what the service rows' requests carry: every item, with its texts for the "
                     "service's window only (as the OpenCode plugin sends), or for every item")  # fmt: skip
     ap.add_argument("--log", action="store_true", help="the service rows write each session's log")
+    ap.add_argument("--answer-ms", type=float, default=0.0,
+                    help="the service rows wait this long after each timed answer, as a model answering "
+                    "does (0: requests back to back)")  # fmt: skip
     ap.add_argument("--gc", choices=("auto", "python", "servers"), default="auto",
                     help="garbage-collector thresholds: auto = the orchestrator rows at Python's defaults "
                     "(an agent's process), the service rows at dtoc-rl serve's")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0, help="the synthetic session's seed")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
+    if a.answer_ms < 0:
+        ap.error(f"argument --answer-ms: must be at least 0, got {a.answer_ms:g}")
+    from dtoc_rl.policies.registry import PolicySpecError, make_policy
+
+    for spec in a.policies:  # a bad spec is a usage error before any session is driven
+        try:
+            if spec != "learned":
+                make_policy(spec)
+        except (PolicySpecError, ValueError) as e:
+            ap.error(f"argument --policies: {e}")
     sizes = sorted(set(a.sizes))
     rows: list[dict[str, Any]] = []
     servers = GC_THRESHOLDS if a.gc != "python" else None
@@ -219,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += _collected_at(GC_THRESHOLDS if a.gc == "servers" else None, run)
     if "service" in a.paths:
         rows += _collected_at(
-            servers, lambda: bench_service(sizes, a.window, a.seed, a.items == "all", a.log)
+            servers,
+            lambda: bench_service(sizes, a.window, a.seed, a.items == "all", a.log, a.answer_ms / 1000),
         )
     for r in rows:
         r["gc"] = a.gc

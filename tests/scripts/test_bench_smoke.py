@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from scripts import bench_env, bench_eval, bench_ingest
+from scripts import bench_env, bench_eval, bench_ingest, bench_live
 
 
 def _run(capsys, main, argv):
@@ -51,3 +51,15 @@ def test_bench_eval_small(capsys, data_dir):
     assert [p["policy"] for p in r["policies"]] == ["none", "oracle"]
     assert all(p["one_process"]["steps_per_s"] > 0 and p["one_process"]["errors"] == 0 for p in r["policies"])
     assert r["meta"]["trajectories"] > 0 and r["end_to_end"] == []
+
+
+def test_bench_live_small(capsys):
+    r = _run(capsys, bench_live.main, ["--sizes", "20", "30", "--window", "10", "--log", "--json"])
+    rows = r["rows"]
+    assert [(x["path"], x["policy"], x["calls"]) for x in rows] == [
+        ("orchestrator", "hide_big", 20), ("orchestrator", "hide_big", 30),
+        ("orchestrator", "learned", 20), ("orchestrator", "learned", 30),
+        ("service +log", "hide_big", 20), ("service +log", "hide_big", 30),
+    ]  # fmt: skip
+    assert all(x["p50_ms"] > 0 and x["p99_ms"] >= x["p50_ms"] and x["gc"] == "auto" for x in rows)
+    assert 0 < rows[-2]["body_kb"] < rows[-1]["body_kb"]
