@@ -49,7 +49,6 @@ from dtoc_rl.sim.pricing import (
     logged_ttl,
     prices_for,
     retained,
-    retained_rules,
 )
 
 __all__ = [
@@ -131,7 +130,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     ttl = logged_ttl(s.usage for s in steps)
     run_listed = prices_for(traj.model_family, traj.model_raw)
     run_prices = retained(run_listed, ttl)
-    run_rules = retained_rules(cache_rules_for(traj.model_family, traj.model_raw), ttl)
+    run_rules = cache_rules_for(traj.model_family, traj.model_raw, ttl)
     out: list[CallCheck] = []
     # per model (a cache is per model): (segment sizes, timestamp, first step) of its last call
     models: list[str] = [traj.model_raw]
@@ -142,7 +141,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         m = model_index(s.model, models)
         listed = prices_for(normalize_family(s.model), s.model) if m else run_listed
         p = retained(listed, ttl) if m else run_prices
-        rules = retained_rules(cache_rules_for(normalize_family(s.model), s.model), ttl) if m else run_rules
+        rules = cache_rules_for(normalize_family(s.model), s.model, ttl) if m else run_rules
         prev = last.get(m)
         start = starts[k]
         masked = set(s.masked_before or ())

@@ -48,7 +48,6 @@ __all__ = [
     "price_table",
     "prices_for",
     "retained",
-    "retained_rules",
     "user_prices",
 ]
 
@@ -578,14 +577,6 @@ def retained(prices: Prices, ttl: float | None) -> Prices:
     return replace(prices, cache_write=hour, source=f"{prices.source}; 1-hour cache writes")
 
 
-def retained_rules(rules: CacheRules, ttl: float | None) -> CacheRules:
-    """``rules`` with the lifetime a run's log says its cache has (Anthropic's 1-hour writes), else as
-    documented."""
-    if ttl is None or rules.provider != "anthropic":
-        return rules
-    return replace(rules, ttl=ttl)
-
-
 def cache_expired(
     idle: float | None, family: str | None, model_raw: str | None = None, ttl: float | None = None
 ) -> bool:
@@ -607,8 +598,10 @@ _PROVIDER_OF_FAMILY = (
 
 
 @lru_cache(maxsize=256)  # called for every episode the simulator is built for
-def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRules:
-    """The caching rules of the provider serving ``family`` (hit rates fitted where measured)."""
+def cache_rules_for(family: str | None, model_raw: str | None = None, ttl: float | None = None) -> CacheRules:
+    """The caching rules of the provider serving ``family`` (hit rates fitted where measured); ``ttl``:
+    the lifetime a run's log says its cache has (Anthropic's 1-hour writes, :func:`logged_ttl`), which
+    replaces the documented one for Anthropic's models, else as documented."""
     from dtoc_rl.sim.calibrated import CACHE_HIT_RATES
 
     fam = (family or "").lower()
@@ -622,4 +615,6 @@ def cache_rules_for(family: str | None, model_raw: str | None = None) -> CacheRu
     rate = CACHE_HIT_RATES.get(model_version(model_raw) or "", CACHE_HIT_RATES.get(fam))
     if rate is not None:
         rules = replace(rules, hit_rate=rate)
+    if ttl is not None and rules.provider == "anthropic":
+        rules = replace(rules, ttl=ttl)
     return rules

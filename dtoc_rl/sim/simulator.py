@@ -67,7 +67,6 @@ from dtoc_rl.sim.pricing import (
     cache_rules_for,
     model_prices,
     retained,
-    retained_rules,
 )
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
@@ -189,8 +188,8 @@ class CostConfig:
         """The caching rules applied to ``ep`` (None: the ideal cache)."""
         if self.cache == "ideal":
             return None
-        return self.cache_rules or retained_rules(
-            cache_rules_for(ep.model_family, ep.model_raw), getattr(ep, "cache_ttl", None)
+        return self.cache_rules or cache_rules_for(
+            ep.model_family, ep.model_raw, getattr(ep, "cache_ttl", None)
         )
 
     def model_rules(self, ep: Episode) -> list[CacheRules | None]:
@@ -201,7 +200,7 @@ class CostConfig:
         if first is None or self.cache_rules is not None:  # the ideal cache, or the caller's rules
             return [first] * len(models)
         ttl = getattr(ep, "cache_ttl", None)
-        return [first] + [retained_rules(cache_rules_for(normalize_family(m), m), ttl) for m in models[1:]]
+        return [first] + [cache_rules_for(normalize_family(m), m, ttl) for m in models[1:]]
 
     def provider_cached(
         self, ep: Episode, cached: np.ndarray, prompts: np.ndarray, calls: np.ndarray | None = None
