@@ -607,3 +607,32 @@ def test_two_sessions_logged_where_no_writer_thread_can_start_do_not_wait_on_eac
         t.join(10)
     assert not any(t.is_alive() for t in threads)
     assert len(list(tmp_path.glob("*.jsonl"))) == 2
+
+
+def test_a_requests_visibility_reaches_the_store_as_told_whatever_changed_it_before():
+    # _show compares the request with the store in set operations: pinned to the plain rule (every
+    # output the session has shows as the client says; outputs the request leaves out, and keys the
+    # session does not have, change nothing), also after the store changed by another route
+    import random
+
+    from dtoc_rl.engine.decide_request import to_request
+    from dtoc_rl.serve.session_labels import SessionLabels
+
+    rng = random.Random(3)
+    s = SessionLabels("task")
+    turns = [{"index": i, "assistant_text": f"call {i}",
+              "calls": [{"key": f"k{i}", "tool": "bash", "args": {"command": f"cat f{i}.py"},
+                         "output": f"def f{i}(): return {i}\n" * 20}]} for i in range(40)]  # fmt: skip
+    s.add(to_request({"items": [], "turns": turns}).turns, {})
+    store, ours = s.orch.store, {f"k{i}": s._keys[f"k{i}"] for i in range(40)}
+    for round_ in range(200):
+        if round_ % 7 == 3:  # another route: the orchestrator changed visibility itself
+            pick = rng.sample(sorted(ours.values()), 5)
+            s.orch.manage_context(enable=pick[:2], disable=pick[2:])
+        before = {o: store.get(o).visible for o in ours.values()}
+        told = {k: rng.random() < 0.5 for k in rng.sample(sorted(ours), rng.randint(0, 40))}
+        told.update({f"new{j}": rng.random() < 0.5 for j in range(rng.randint(0, 3))})
+        s.sent(told)
+        for k, o in ours.items():
+            assert store.get(o).visible == told.get(k, before[o]), (round_, k)
+        assert s._hidden == {k for k, o in ours.items() if not store.get(o).visible}

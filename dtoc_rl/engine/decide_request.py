@@ -231,8 +231,10 @@ def _depth_over(value: Any, limit: int) -> bool:
 
 
 def _check_depth(req: Request) -> Request:
-    for i, it in enumerate(req.items):
-        if isinstance(it.args, dict | list) and _depth_over(it.args, MAX_ARGS_DEPTH):
+    nested = [i for i, it in enumerate(req.items) if isinstance(it.args, (dict, list))]
+    for i in nested:
+        it = req.items[i]
+        if _depth_over(it.args, MAX_ARGS_DEPTH):
             raise DecideError(
                 400, f"items[{i}].args: nested deeper than {MAX_ARGS_DEPTH} levels", f"items[{i}].args"
             )
@@ -332,11 +334,13 @@ def parse(
     else:
         order = list(range(len(items)))
     n = len(items)
-    seen: set[str] = set()
-    for i in order:
-        if items[i].key in seen:
-            raise _bad(f"items[{i}].key", f"duplicate key {items[i].key!r}")
-        seen.add(items[i].key)
+    keys = [items[i].key for i in order]
+    if len(set(keys)) != n:  # say which: the first repeated, in order
+        seen: set[str] = set()
+        for i in order:
+            if items[i].key in seen:
+                raise _bad(f"items[{i}].key", f"duplicate key {items[i].key!r}")
+            seen.add(items[i].key)
     first_in_window = max(0, n - max_items)
     window = order[first_in_window:]
     args_of = {i: _args_text(items[i], i) for i in window}
@@ -353,8 +357,8 @@ def parse(
         )
     family = resolve_family(req)
     prices = req.prices.to_prices() if req.prices is not None else None
-    keys = [items[i].key for i in order]
-    sizes = [(items[i].tokens, items[i].visible) for i in order]  # every item, for the globals
+    ordered = items if order == list(range(n)) else [items[i] for i in order]
+    visible = [it.visible for it in ordered]  # every item's, for the globals
     states: list[ItemState] = []  # the window, oldest first
 
     def age_of(rank: int, it: Item) -> int:
@@ -398,18 +402,18 @@ def parse(
             unique_text=1.0 if unique_text is None else unique_text,
             unique_names=1.0 if unique_names is None else unique_names,
         ))  # fmt: skip
-    hidden = [t for t, v in sizes if not v]
+    n_hidden = n - sum(visible)
     active = req.active_tokens
     if active is None:
-        active = sum(t for t, v in sizes if v) + PLACEHOLDER_TOKENS * len(hidden)
+        active = sum(it.tokens for it in ordered if it.visible) + PLACEHOLDER_TOKENS * n_hidden
     saved = req.saved_tokens
     if saved is None:
-        saved = sum(max(0, t - PLACEHOLDER_TOKENS) for t in hidden)
+        saved = sum(max(0, it.tokens - PLACEHOLDER_TOKENS) for it in ordered if not it.visible)
     return {
         "stored": n if stored is None else stored,
-        "visible_count": (n - len(hidden)) if visible_count is None else visible_count,
+        "visible_count": (n - n_hidden) if visible_count is None else visible_count,
         "keys": keys,
-        "visible": [v for _, v in sizes],  # every item's, with keys (states: the window's only)
+        "visible": visible,  # every item's, with keys (states: the window's only)
         "states": states,
         "family": family,
         "model": req.model,

@@ -99,6 +99,8 @@ class SessionTracker:
     label_ms: float = 0.0
     # misses on unread outputs recorded since the last labelling (label() returns them)
     unread_misses: int = 0
+    # each output row's step (-1: none), as an array: masked_steps reads it for every hidden output
+    _row_step: np.ndarray = field(default_factory=lambda: np.full(256, -1, np.int64), repr=False)
 
     @property
     def kind_misses(self) -> int:
@@ -197,6 +199,9 @@ class SessionTracker:
         )
         self.outputs.append(o)
         self.by_key[o.key] = o
+        if row >= len(self._row_step):
+            self._row_step = np.concatenate([self._row_step, np.full_like(self._row_step, -1)])
+        self._row_step[row] = o.step
         if not rec.visible:
             self.saved += o.gain
         if o.step >= 0:
@@ -216,8 +221,8 @@ class SessionTracker:
 
     def masked_steps(self) -> list[int]:
         """The steps whose outputs are hidden now (a call made now does not see them)."""
-        hidden = np.flatnonzero(~self.cols.visible())
-        return sorted(s for s in (self.outputs[int(r)].step for r in hidden) if s >= 0)
+        steps = self._row_step[: len(self.cols)][~self.cols.visible()]
+        return np.sort(steps[steps >= 0]).tolist()
 
     def record_changes(self, enabled: Sequence[str], disabled: Sequence[str], invalid: int = 0) -> None:
         """An action's effect: counters, ``toggles``, and the events the next turn's first step carries."""

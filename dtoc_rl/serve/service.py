@@ -459,8 +459,9 @@ class DecisionService:
             enable = [window[i] for i in np.flatnonzero(en & ~di & ~vis)]
             disable = [window[i] for i in np.flatnonzero(di & ~en & vis)]
         if p.get("session_labels") is not None:  # what the call is sent: the session's next turn's
-            shown, hidden = set(enable), set(disable)
-            visible = {k: (v or k in shown) and k not in hidden for k, v in zip(keys, p["visible"])}
+            visible = dict(zip(keys, p["visible"]))  # enable and disable are disjoint
+            visible.update(dict.fromkeys(enable, True))
+            visible.update(dict.fromkeys(disable, False))
             self._sent(
                 p["session_labels"], p["session_name"], client, visible, label, p["model"], given, p["family"]
             )

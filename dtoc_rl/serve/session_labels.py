@@ -20,7 +20,9 @@ sessions idle for ``idle_reclaim_s`` seconds are dropped to make room, else a 42
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -76,6 +78,11 @@ class SessionLabels:
         self.dropped = False  # set by Sessions when it lets go of this session
         self.joined = False  # set by Sessions when a request other than the one that made it uses it
         self._keys: dict[str, str] = {}  # the client's item key -> the orchestrator's key
+        self._client: dict[str, tuple[int, str]] = {}  # the orchestrator's key -> (its order, the client's)
+        # the client's keys of the outputs hidden in the store, kept by a store listener: a request's
+        # items are compared with it in set operations (_show), not output by output
+        self._hidden: set[str] = set()
+        self.orch.store.listeners.append(self._on_visibility)
 
     def add(
         self,
@@ -155,6 +162,9 @@ class SessionLabels:
                 for c, r in zip(calls, recorded):
                     key = self.orch.add_tool_result(r["id"], c.output, is_error=c.is_error, model_key=c.key)
                     self._keys[c.key] = key
+                    self._client[key] = (len(self._client), c.key)
+                    if not self.orch.store.get(key).visible:
+                        self._hidden.add(c.key)
             except (ValueError, TypeError) as e:  # what the schema cannot catch: never a 500
                 raise DecideError(422, f"turns[{k}]: {e}", f"turns[{k}]") from None
             self.turns += 1
@@ -168,12 +178,24 @@ class SessionLabels:
         self._show(shown)
 
     def _show(self, shown: dict[str, bool]) -> None:
-        ours = {self._keys[k]: v for k, v in shown.items() if k in self._keys}
-        hidden = set(self.orch.store.hidden_keys())
-        hide = [o for o, v in ours.items() if not v and o not in hidden]
-        show = [o for o, v in ours.items() if v and o in hidden]
-        if hide or show:
-            self.orch.manage_context(enable=show, disable=hide)
+        # The items whose visibility differs from the store's, in set operations that run in C (a long
+        # session's request holds thousands of items, and comes here twice)
+        told = set(itertools.compress(shown, map(operator.not_, shown.values())))  # hidden, as told
+        keys, client = self._keys, self._client
+        differ = [k for k in told - self._hidden if k in keys]
+        differ += [k for k in self._hidden - told if k in shown]
+        if not differ:
+            return
+        changed = sorted((client[keys[k]][0], keys[k], shown[k]) for k in differ)
+        show = [o for _, o, v in changed if v]
+        hide = [o for _, o, v in changed if not v]
+        self.orch.manage_context(enable=show, disable=hide)
+
+    def _on_visibility(self, keys: list[str], visible: bool) -> None:
+        for k in keys:
+            c = self._client.get(k)
+            if c is not None:
+                (self._hidden.discard if visible else self._hidden.add)(c[1])
 
     def states(
         self, keys: list[str], told: str | None = None, step: int | None = None

@@ -195,3 +195,25 @@ def test_an_unread_output_hidden_is_a_miss_even_without_labelling():
             o.add_tool_result(cid["id"], "x" * 400)
         # calls 1 and 2 were made with the previous call's output hidden
         assert o.totals.misses == 2, label_every
+
+
+def test_the_steps_a_call_is_sent_hidden_are_those_of_the_hidden_outputs():
+    # masked_steps reads a row -> step array (grown past its first 256 rows): pinned to the plain
+    # reading of every output, with outputs of no step of the session among them
+    import random
+
+    rng = random.Random(0)
+    orch = Orchestrator(mode="agent", query="task")
+    for i in range(300):
+        if i % 50 == 7:  # an output of no call of the session: no step
+            orch._s.track(orch.store.add(f"note {i}", tool_name="note"), None, call=i, is_error=False)
+            continue
+        orch.record_assistant("", [{"name": "bash", "arguments": {"command": f"ls {i}"}, "id": f"c{i}"}])
+        orch.add_tool_result(f"c{i}", f"out {i}")
+    s, keys = orch._s, orch.store.keys()
+    assert any(o.step < 0 for o in s.outputs)
+    for _ in range(20):
+        pick = rng.sample(keys, 40)
+        orch.manage_context(enable=pick[:20], disable=pick[20:])
+        plain = sorted(o.step for o in s.outputs if not o.rec.visible and o.step >= 0)
+        assert s.masked_steps() == plain and all(type(x) is int for x in plain)
