@@ -144,6 +144,8 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         if errors:
             run.extra["policy_errors"] = dict(errors)
         run.length = run_length(run.base_input_tokens, run.calls)
+        if any(d is not None for d in ep.logged_dropped):  # a window's or a compaction's
+            run.extra["harness_dropped"] = True
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
         run.error = _line(e)  # one line; the traceback keeps the rest
         run.extra["traceback"] = traceback.format_exc(limit=3)

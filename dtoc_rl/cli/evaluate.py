@@ -278,10 +278,14 @@ def run(args: argparse.Namespace) -> int:
     rows = aggregate(runs, by=args.by, n_boot=args.bootstrap, progress=not (args.quiet or args.json))
     failed = [{"policy": r.policy, "traj_id": r.traj_id, "error": r.error} for r in runs if r.error]
     done = done_when(rows, max_misses=args.miss_budget)
+    # runs whose harness left context out of later calls itself (a window, a compaction): every
+    # policy but `logged` is replayed without that, so their `none` bills what the harness dropped
+    dropped = len({r.traj_id for r in runs if r.extra.get("harness_dropped")})
     out = {
         "rows": rows,
         "done_when": done,
         "failed_runs": failed,
+        "harness_dropped_runs": dropped,
         "policies": specs,
         "environment": environment(),  # figures compare only with those of the same software
     }
@@ -319,6 +323,13 @@ def run(args: argparse.Namespace) -> int:
             print_done_when(done, args.miss_budget)
         for line in failure_lines(failed):
             print(line, file=sys.stderr)
+        if dropped and not args.quiet:
+            n_runs = len({r.traj_id for r in runs})
+            print(f"note: {dropped} of {n_runs} runs' logs say their harness left earlier context out of "
+                  "later calls (a window, a compaction); every policy but `logged` is replayed with it "
+                  "kept, so `none` bills what the harness dropped and savings are against that "
+                  "(docs/results.md, \"The bill check on those logs, and compactions\")",
+                  file=sys.stderr)  # fmt: skip
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))
     # from the runs, not the rows: a policy that failed on one family only has a row of n = 0 there

@@ -1,0 +1,22 @@
+"""Runs whose harness dropped context itself (a window, a compaction) are named by `dtoc-rl evaluate`:
+every policy but `logged` replays them with that context kept."""
+
+from __future__ import annotations
+
+import json
+
+from dtoc_rl.cli import main
+from dtoc_rl.data.paths import bundled_dataset
+
+
+def test_evaluate_names_the_runs_whose_harness_dropped_context(repo_root, tmp_path, capsys):
+    logs = repo_root / "tests" / "fixtures" / "claude_code_transcript"  # a compacted session
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--dataset", str(tmp_path / "ds"), "-p", "none", "--by", "overall"]) == 0
+    assert "note: 1 of 1 runs' logs say their harness left earlier context out" in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", str(tmp_path / "ds"), "-p", "none", "logged", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["harness_dropped_runs"] == 1 and "note:" not in out.err
+    assert main(["evaluate", "--dataset", str(bundled_dataset()), "-p", "none", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["harness_dropped_runs"] == 0
