@@ -20,7 +20,8 @@ model calls, with ``toolCalls`` (``{"id", "name",
 "args", "result", "status"}``; ``result`` is the list of parts sent back, whose ``functionResponse``
 holds ``response.output`` or ``response.error``: a cancelled call has ``[Operation Cancelled] ...``
 as its error), ``thoughts`` (``subject``, ``description``), the call's ``tokens`` (``input`` =
-``promptTokenCount``, cached part included, ``cached``, ``output``, ``thoughts``, ``tool``) and
+``promptTokenCount``, cached part included, ``cached``, ``output``, ``thoughts``, ``tool``; all
+zeros on some calls of real sessions of Oct. 2025 that made output, so read as unlogged) and
 ``model``; ``info``, ``error`` and ``warning`` messages are the CLI's own notices, never sent to the
 model, and are left out (counted in ``extra.skipped_messages``).  A call whose status is ``error``
 or whose response holds ``error`` is an error output.
@@ -207,6 +208,8 @@ def _usage(tokens: Any) -> dict | None:
     # the CLI's per-call token summary in the API's own names (usage_from reads those)
     if not isinstance(tokens, dict):
         return None
+    if not any(isinstance(v, (int, float)) and v for v in tokens.values()):
+        return None  # all zeros: the CLI kept no usage for the call (no call is sent an empty prompt)
     names = {"input": "promptTokenCount", "cached": "cachedContentTokenCount",
              "output": "candidatesTokenCount", "thoughts": "thoughtsTokenCount",
              "tool": "toolUsePromptTokenCount"}  # fmt: skip

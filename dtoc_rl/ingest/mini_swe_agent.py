@@ -11,7 +11,9 @@ answered by a ``role: "tool"`` message with its ``tool_call_id``, and the run en
 items.  The first user message is the task;
 ``info.model_stats`` has cost and call count, each assistant message's
 ``extra.response.usage`` the provider's tokens (and, in 2.x, ``extra.timestamp`` the call's
-time).  Labels come from the nearest ``selected_labels.jsonl`` (``resolved``).
+time and ``extra.cost`` its dollars, which ``instance_cost`` sums).  A submitted 2.x run's last
+call, the submit command, has no reply: the ``exit`` message after it holds the submission, which
+the model never reads.  Labels come from the nearest ``selected_labels.jsonl`` (``resolved``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dtoc_rl.data.models import normalize_family
-from dtoc_rl.data.schema import Step, Trajectory
+from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
 from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
 from dtoc_rl.ingest.openai_chat import iso_to_epoch
@@ -34,6 +36,18 @@ def _when(msg: dict) -> float | None:
     # 2.x stamps each message it keeps (extra.timestamp, epoch seconds): the call's time
     extra = msg.get("extra") if isinstance(msg.get("extra"), dict) else {}
     return iso_to_epoch(extra.get("timestamp"))
+
+
+def _usage(msg: dict) -> Usage | None:
+    """The call's provider usage, with the dollars mini-swe-agent itself charged it (``extra.cost``,
+    what its ``model_stats.instance_cost`` sums) as the call's cost."""
+    usage = message_usage(msg)
+    extra = msg.get("extra") if isinstance(msg.get("extra"), dict) else {}
+    cost = extra.get("cost")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        usage = usage or Usage()
+        usage.cost_usd = float(cost)
+    return usage
 
 
 def _content(msg: dict, i: int) -> str:
@@ -151,7 +165,7 @@ class MiniSweAgentIngester(Ingester):
                             tool_name=name,
                             tool_args=args,
                             tool_call_id=call_id,
-                            usage=message_usage(msg) if k == 0 else None,
+                            usage=_usage(msg) if k == 0 else None,
                             timestamp=when,
                         )
                     )
@@ -169,7 +183,7 @@ class MiniSweAgentIngester(Ingester):
                         assistant_text=thought,
                         tool_name="bash" if cmd is not None else None,
                         tool_args=cmd or "",
-                        usage=message_usage(msg),
+                        usage=_usage(msg),
                         timestamp=_when(msg),
                     )
                 )

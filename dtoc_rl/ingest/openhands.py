@@ -20,7 +20,11 @@ the next step, targeting the steps whose events were forgotten.  Observation
 text is what the SDK renders for the LLM, approximately: bash
 ``metadata.prefix + output + metadata.suffix`` (the suffix carries the exit
 code line), editor/browser ``output`` (plus ``error``), think ``content``,
-finish ``message``, newer SDKs' ``content`` text list.
+finish ``message``, newer SDKs' ``content`` text list; a newer SDK's
+``TerminalObservation`` (``content`` and ``metadata``) is its text between the
+prefix and suffix, then the working directory, Python interpreter and exit code
+lines the SDK adds (read off real persisted conversations of Feb. 2026 in
+OpenHands/software-agent-sdk's ``.pr/`` folders).
 
 *Labels (SDK).*  The sample in ``../shared`` is OpenAgentSafety.  Its
 evaluators (``instance.evaluator_code``) grade checkpoints such as "the agent
@@ -162,6 +166,27 @@ def _usage_by_response(metrics: Any) -> dict[str, Usage]:
             number(u, k) for k in ("prompt_tokens", "cache_read_tokens", "cache_write_tokens")
         )
         out[u["response_id"]] = cache_usage(prompt, read, write, output_tokens=count(u, "completion_tokens"))
+    for rid, cost in _cost_by_response(metrics).items():
+        if rid in out:
+            out[rid].cost_usd = cost
+    return out
+
+
+def _cost_by_response(metrics: Any) -> dict[str, float]:
+    """Each call's dollars: the SDK records a latency, by response id, for every response, but a
+    cost (``costs``, without an id) only when it is above zero (``llm/utils/telemetry.py``), so the
+    two pair up in order only when every call has its cost."""
+    if not isinstance(metrics, dict):
+        return {}
+    costs, latencies = metrics.get("costs"), metrics.get("response_latencies")
+    if not isinstance(costs, list) or not isinstance(latencies, list) or len(costs) != len(latencies):
+        return {}
+    out: dict[str, float] = {}
+    for c, lat in zip(costs, latencies):
+        value = c.get("cost") if isinstance(c, dict) else None
+        rid = lat.get("response_id") if isinstance(lat, dict) else None
+        if isinstance(rid, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[rid] = float(value)
     return out
 
 
@@ -213,17 +238,36 @@ def _traj_key(path: Path, row: dict, number: int, seen: set[str]) -> str:
 # ---------------------------------------------------------------- SDK V1
 
 
+def _terminal_text(text: str, md: dict) -> str:
+    """A terminal observation as the SDK renders it for the LLM (``TerminalObservation.to_llm_content``,
+    ``openhands-tools/openhands/tools/terminal/definition.py``): the output between the metadata's
+    ``prefix`` and ``suffix``, then a line each for the working directory, the Python interpreter and
+    the exit code (unless it is -1, unknown)."""
+    out = f"{md.get('prefix') or ''}{text}{md.get('suffix') or ''}"
+    if md.get("working_dir"):
+        out += f"\n[Current working directory: {md['working_dir']}]"
+    if md.get("py_interpreter_path"):
+        out += f"\n[Python interpreter: {md['py_interpreter_path']}]"
+    code = md.get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool) and code != -1:
+        out += f"\n[Command finished with exit code {code}]"
+    return out
+
+
 def _sdk_obs_text(obs: dict) -> tuple[str, bool]:
     err = obs.get("error")
     is_err = bool(err) or bool(obs.get("is_error"))
     out = obs.get("output")
     md = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else None
-    if isinstance(out, str) and md is not None and ("prefix" in md or "suffix" in md):
+    terminal = md is not None and ("prefix" in md or "suffix" in md)
+    if isinstance(out, str) and terminal:
         text = f"{md.get('prefix') or ''}{out}{md.get('suffix') or ''}"
     elif isinstance(out, str):
         text = out
         if isinstance(err, str) and err and err not in text:
             text = f"{text}\n{err}" if text else err
+    elif isinstance(obs.get("content"), (list, str)) and terminal:
+        text = _terminal_text(_text_list(obs["content"], "observation.content"), md)
     elif isinstance(obs.get("content"), (list, str)):
         text = _text_list(obs["content"], "observation.content")
     elif isinstance(obs.get("message"), str):
@@ -783,7 +827,8 @@ def _combined(stats: Any) -> dict | None:
             n = count(acc, k)
             if n is not None:
                 totals[k] = totals.get(k, 0) + n
-        for k in ("token_usages", "response_latencies"):
+        # the costs pair up with the latencies only when every metrics object's do (_cost_by_response)
+        for k in ("token_usages", "response_latencies", "costs"):
             if isinstance(m.get(k), list):
                 out.setdefault(k, []).extend(m[k])
     return out

@@ -5,7 +5,7 @@ Format (huggingface/smolagents ``src/smolagents/memory.py``): ``agent.memory.ste
 ``model_input_messages``, ``tool_calls``, ``error``, ``model_output_message``, ``model_output``,
 ``observations``, ``action_output``, ``token_usage`` with ``input_tokens`` / ``output_tokens``,
 ``is_final_answer``) and, with planning on, a ``PlanningStep`` (``plan``, ``token_usage``) every few
-steps.  They are saved two ways, both read here:
+steps.  They are saved three ways, all read here:
 
 * as dicts (``agent.memory.get_full_steps()`` or ``get_succinct_steps()``, each step's ``dict()``):
   a ``.json`` file holding the list, or a run object holding it under ``intermediate_steps`` or
@@ -15,7 +15,16 @@ steps.  They are saved two ways, both read here:
   ``.jsonl`` file).  That text is Python's repr of the dataclasses; it is parsed, never evaluated:
   calls become objects of their fields, and reprs that are not Python (an enum's
   ``<MessageRole.USER: 'user'>``, ``<class 'str'>``, ``<... object at 0x...>``) become their value
-  or nothing; a text of more than 400,000 tokens outside its strings is refused, not parsed.
+  or nothing; a text of more than 400,000 tokens outside its strings is refused, not parsed;
+* as the messages the memory makes for the model (``[m.dict() for m in
+  agent.write_memory_to_messages()]``, what smolagents' ``examples/smolagents_benchmark/run.py``
+  writes under ``intermediate_steps``, beside the run's ``token_counts``; read off its committed
+  GPT-4o GAIA outputs of July 2025): ``{"role", "content", "tool_calls", "raw", "token_usage"}``
+  with smolagents' own roles: ``system``, ``user`` (the task as ``"New task:\n..."``, a plan's
+  follow-up), ``assistant`` (a step's model output), ``tool-call`` (``"Calling tools:\n"`` and the
+  repr of the step's calls, read as above) and ``tool-response`` (``"Observation:\n..."``, or the
+  step's ``"Error:\n..."``, with its plea to retry: both as the model read them).  Such a file keeps
+  no per-call usage or time: only the run's totals, its ``tokens_in`` / ``tokens_out``.
 
 Mapping (through :func:`~dtoc_rl.ingest.openai_chat.chat_to_steps`): the task is the first
 ``TaskStep`` (else the run's ``augmented_question``, ``question`` or ``task``); each ``ActionStep`` is
@@ -69,6 +78,10 @@ _UNCLOSED = re.compile(r'(?:[^"\\]|\\.)*\\?', re.DOTALL)  # a JSON string's text
 _BARE_TEXT = re.compile(rf'\s*\[\s*"(?:{_STEP_NAMES})\(')
 # an enum member's repr, which is not Python: its value is kept
 _ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: ('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|-?\d+)>")
+_HEAD_MEMORY = re.compile(r'"(?:intermediate_steps|steps)"\s*:\s*\[\s*\{\s*"role"\s*:')
+_MEMORY_ROLE = re.compile(r'"role"\s*:\s*"tool-(?:call|response)"')  # smolagents' own MessageRole values
+_CALLING = "Calling tools:\n"
+_NEW_TASK = "New task:\n"
 _RUN_KEYS = ("intermediate_steps", "steps")
 _TASK_KEYS = ("augmented_question", "question", "task")
 # what smolagents sends after a plan (memory.py PlanningStep.to_messages)
@@ -85,6 +98,8 @@ class SmolagentsIngester(Ingester):
             return path.suffix == ".json"
         if _HEAD_REPR.search(head):  # runs holding their steps' text
             return _HEAD_STEPS.search(head) is not None
+        if _HEAD_MEMORY.search(head) and _MEMORY_ROLE.search(head):  # the memory as the model's messages
+            return True
         # steps saved as dicts: an action step's opening, or the task step's (a long task may hide the
         # rest beyond the head read)
         opened = _HEAD_TASK.match(head)
@@ -116,9 +131,12 @@ class SmolagentsIngester(Ingester):
         key = next((k for k in _RUN_KEYS if isinstance(row.get(k), list)), None)
         if key is None:
             raise IngestError("no list of steps under 'intermediate_steps' or 'steps'")
-        steps = [_step(s, f"{key}[{i}]") for i, s in enumerate(row[key])]
         task = next((row[k] for k in _TASK_KEYS if isinstance(row.get(k), str) and row[k]), "")
-        messages, model = _messages(steps, task)
+        if _is_memory_messages(row[key]):
+            messages, model = _memory_messages(row[key], key), ""
+        else:
+            steps = [_step(s, f"{key}[{i}]") for i, s in enumerate(row[key])]
+            messages, model = _messages(steps, task)
         cp = chat_to_steps(messages, key)
         if not cp.steps:
             raise IngestError("empty trajectory: no model call among the steps")
@@ -127,7 +145,8 @@ class SmolagentsIngester(Ingester):
         question = cp.task or task
         task_id = row.get("task_id")
         if task_id is None:  # one question answered in several files is one task
-            task_id = text_task_id(question, "q-", fold_space=False) if question else None
+            asked = question.removeprefix(_NEW_TASK)  # how the memory's messages open it
+            task_id = text_task_id(asked, "q-", fold_space=False) if asked else None
         rid = row.get("id", task_id)
         success, source = row_label(row)
         extra = {
@@ -153,11 +172,24 @@ class SmolagentsIngester(Ingester):
             system_prompt=cp.system,
             success=success,
             outcome_source=source,
+            tokens_in=_total(row, "input_tokens", "input"),
+            tokens_out=_total(row, "output_tokens", "output"),
             source_path=str(path),
             extra=json.dumps(extra),
             steps=cp.steps,
         )
         return finalize(traj)
+
+
+def _total(row: dict, *keys: str) -> int | None:
+    """A run total from ``token_counts`` (``agent.monitor.get_total_token_counts()``: ``input_tokens``
+    / ``output_tokens``; older versions ``input`` / ``output``), None where the run has none; a run
+    that made no call (its model failed at once) records zeros."""
+    counts = row.get("token_counts")
+    if not isinstance(counts, dict):
+        return None
+    n = next((counts[k] for k in keys if k in counts), None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def _holds_steps(row: dict) -> bool:
@@ -173,6 +205,14 @@ def parse_step_repr(text: str) -> dict:
     are not Python (``<class 'str'>``, ``<built-in function len>``, an enum member's ``<Role.USER:
     'user'>``) become nothing, or the member's value.  An :class:`IngestError` says why text is not
     one, or is too large to parse (Python's parser takes some 500 bytes a token)."""
+    value = _repr_value(text)
+    if not isinstance(value, dict) or "__type__" not in value:
+        raise IngestError("not a step's text: expected a call such as ActionStep(...)")
+    return value
+
+
+def _repr_value(text: str) -> Any:
+    """A Python repr read as data, as :func:`parse_step_repr` describes."""
     text = text.strip()
     if len(text) > _MAX_TOKENS // 2 and (n := _tokens(text)) > _MAX_TOKENS:
         raise IngestError(f"a step's text of {n:,} tokens outside its strings: too many to parse")
@@ -184,12 +224,9 @@ def parse_step_repr(text: str) -> dict:
         except SyntaxError as e:
             raise IngestError(f"not a step's text (Python syntax error at column {e.offset})") from None
     try:
-        value = _value(tree.body)
+        return _value(tree.body)
     except RecursionError:
         raise IngestError("a step's text nested too deeply to read") from None
-    if not isinstance(value, dict) or "__type__" not in value:
-        raise IngestError("not a step's text: expected a call such as ActionStep(...)")
-    return value
 
 
 #: Tokens outside string literals a step's text may hold (a long list of numbers in
@@ -433,3 +470,73 @@ def _messages(steps: list[dict], task: str) -> tuple[list[dict], str]:
                  "is_error": bool(error) and k == 0}
             )  # fmt: skip
     return msgs, model
+
+
+# ---------------------------------------------------------------- the memory as the model's messages
+
+
+def _is_memory_messages(items: list) -> bool:
+    return bool(items) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in items)
+
+
+def _memory_messages(items: list[dict], where: str) -> list[dict]:
+    """The chat-completions messages of a run saved as ``agent.write_memory_to_messages()`` (each
+    ``ChatMessage.dict()``), see the module docstring.  An action step is an ``assistant`` message
+    (the model's output), a ``tool-call`` one (``"Calling tools:\\n"`` and the repr of its calls) and
+    ``tool-response`` ones (``"Observation:\\n..."``, an error's ``"Error:\\n..."``): the responses
+    answer the step's first call, as smolagents keeps one observation for them all."""
+    msgs: list[dict] = []
+    answered: dict | None = None  # the reply to the latest step's calls, once one came
+    for i, m in enumerate(items):
+        role, text = m["role"], _text(m.get("content"))
+        if role == "system":
+            msgs.append({"role": "system", "content": text})
+        elif role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+            if isinstance(m.get("token_usage"), dict):
+                msg["usage"] = m["token_usage"]
+            msgs.append(msg)
+            answered = None
+        elif role == "tool-call":
+            calls = _memory_calls(text, f"{where}[{i}]")
+            if not msgs or msgs[-1]["role"] != "assistant" or msgs[-1]["tool_calls"]:
+                msgs.append({"role": "assistant", "content": "", "tool_calls": []})  # no output kept
+            msgs[-1]["tool_calls"] = calls
+            answered = None
+        elif role == "tool-response" and (answered is not None or _calling(msgs)):
+            error = text.startswith(("Error:", "Call id:"))
+            if answered is None:
+                calls = msgs[-1]["tool_calls"]
+                answered = {"role": "tool", "tool_call_id": calls[0]["id"], "content": text}
+                answered["is_error"] = error
+                msgs.append(answered)
+                msgs += [{"role": "tool", "tool_call_id": c["id"], "content": ""} for c in calls[1:]]
+            else:  # an observation, then the error the step ended with
+                answered["content"] = f"{answered['content']}\n{text}"
+                answered["is_error"] = answered["is_error"] or error
+        elif not text:  # the images of an observation: no text of the prompt
+            continue
+        else:  # the task, a plan's follow-up, an error with no call to answer (the next call's prompt)
+            if msgs and msgs[-1]["role"] == "user":
+                msgs[-1]["content"] += f"\n{text}"
+            else:
+                msgs.append({"role": "user", "content": text})
+    return msgs
+
+
+def _calling(msgs: list[dict]) -> bool:
+    return bool(msgs) and msgs[-1]["role"] == "assistant" and bool(msgs[-1]["tool_calls"])
+
+
+def _memory_calls(text: str, where: str) -> list[dict]:
+    """The calls of a ``tool-call`` message: ``"Calling tools:\\n"`` then the repr of a list of
+    ``{"id", "type", "function": {"name", "arguments"}}``, read, never evaluated."""
+    if not text.startswith(_CALLING):
+        raise IngestError(f"{where}: a tool-call message that does not start 'Calling tools:'")
+    try:
+        value = _repr_value(text[len(_CALLING) :])
+    except IngestError as e:
+        raise IngestError(f"{where}: its calls are unreadable ({e.reason})") from None
+    if not isinstance(value, list):
+        raise IngestError(f"{where}: its calls are {type(value).__name__}, expected a list")
+    return _calls({"tool_calls": value, "where": where})

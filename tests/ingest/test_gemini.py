@@ -384,3 +384,16 @@ def test_the_clis_setup_message_is_system_text_in_api_contents_too():
         "role": "user",
         "content": CONTENTS[0]["parts"][0]["text"],
     }
+
+
+def test_a_call_whose_tokens_the_cli_kept_as_zeros_has_no_usage(tmp_path):
+    # real sessions of Oct. 2025 hold a call that wrote three files with every count 0: not a free call
+    zeros = {"input": 0, "output": 0, "cached": 0, "thoughts": 0, "tool": 0, "total": 0}
+    messages = [dict(m) for m in MESSAGES if m["type"] != "info"]
+    messages[1]["tokens"] = zeros
+    path = tmp_path / "session-2025-10-21T20-04-0b23371a.json"
+    path.write_text(json.dumps({"sessionId": "s", "projectHash": "h", "messages": messages}))
+    t = _one(path)
+    firsts = [s for s in t.steps if s.model]
+    assert firsts[0].usage is None
+    assert [s.usage.input_tokens for s in firsts[1:]] == [5600, 5800]

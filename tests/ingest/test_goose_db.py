@@ -168,3 +168,25 @@ def test_other_sqlite_files_are_not_read_as_goose_and_a_folder_ingests_the_datab
     res = ingest_paths([tmp_path / "logs"], progress=False)
     assert [t.traj_id for t in res.trajectories] == ["goose/sessions/s"] and not res.skipped
     assert [s.output is not None for s in res.trajectories[0].steps] == [True, True, False]
+
+
+def test_a_failed_tools_error_reads_as_the_text_goose_sends_the_model(tmp_path):
+    # the shape a real Goose 1.48 store keeps for a tool that failed (MCP's ErrorData)
+    def failed(i, error):
+        return {"type": "toolResponse", "id": i, "toolResult": {"status": "error", "error": error}}
+
+    value = {"resultType": "complete", "content": [_text("ok")], "isError": False}
+    done = {"type": "toolResponse", "id": "c3", "toolResult": {"status": "success", "value": value}}
+    path = _db(tmp_path / "sessions.db", {"s1": [
+        ("user", [_text("lint it")], None),
+        ("assistant", [_request("c1", "lint .")], None),
+        ("user", [failed("c1", {"code": -32603, "message": "command not found: lint"})], None),
+        ("assistant", [_request("c2", "lint --x")], None),
+        ("user", [failed("c2", {"code": -32602, "message": "bad", "data": {"k": 1}})], None),
+        ("assistant", [_request("c3", "make")], None),
+        ("user", [done], None),
+        ("assistant", [_text("done")], None),
+    ]})  # fmt: skip
+    (t,) = GOOSE.parse(path)
+    outs = [(s.output, s.output_is_error) for s in t.steps if s.tool_name]
+    assert outs == [("-32603: command not found: lint", True), ('-32602: bad({"k":1})', True), ("ok", False)]

@@ -195,3 +195,29 @@ def test_a_real_version_2_run_reads_its_calls_outputs_usage_and_times():
     assert (t.api_calls, t.model_raw) == (3, "openai/gpt-4o") and json.loads(t.extra)[
         "mini_version"
     ] == "2.4.6"
+
+
+def test_each_call_keeps_the_dollars_mini_charged_it(tmp_path: Path):
+    # 2.x's litellm model saves each call's cost in the message's extra (instance_cost is their sum)
+    def call(cmd: str, cost: float, call_id: str) -> dict:
+        fn = {"name": "bash", "arguments": json.dumps({"command": cmd})}
+        tool_call = {"id": call_id, "type": "function", "function": fn}
+        usage = {"prompt_tokens": 50, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}}
+        extra = {"response": {"model": "m-served", "usage": usage}, "cost": cost, "timestamp": 1700000000.5}
+        return {"role": "assistant", "content": "", "tool_calls": [tool_call], "extra": extra}
+
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "fix it"},
+        call("ls", 0.0002, "c1"),
+        {"role": "tool", "tool_call_id": "c1", "content": "<returncode>0</returncode>"},
+        call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 0.0003, "c2"),
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted", "submission": ""}},
+    ]
+    info = {"model_stats": {"instance_cost": 0.0005, "api_calls": 2}, "mini_version": "2.3.0"}
+    p = tmp_path / "a__b-1.traj.json"
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "info": info, "messages": msgs}))
+    (traj,) = MiniSweAgentIngester().parse(p)
+    assert [s.usage.cost_usd for s in traj.steps] == [0.0002, 0.0003]
+    assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in traj.steps] == [(50, 40), (50, 40)]
+    assert traj.steps[0].output == "<returncode>0</returncode>" and traj.steps[1].output is None
