@@ -398,3 +398,77 @@ def test_which_calls_a_compaction_leaves_without_the_steps_it_replaced(repo_root
     dropped = compile_episode(long).logged_dropped
     assert dropped[399] is None and dropped[400] == list(range(400)) and dropped[1999] == list(range(1600))
     assert len({id(d) for d in dropped if d is not None}) == 4
+
+
+def test_the_hit_rate_is_measured_at_the_logged_prompt_size():
+    """A size model that makes the prompts a quarter too long must not read as a quarter of cache
+    misses: the logs read every prefix the rules allow, so the fitted hit rate is 1 and the predicted
+    share of the prompt read from the cache is the logged one (measured against the rules at the
+    predicted size, the rate was 0.8 and every call paid a fifth of its prefix as uncached input)."""
+    trajs = []
+    for r in range(6):
+        steps = [_step(k, 400 * (k + r + 1), _usage(1, 0), 10.0 * k) for k in range(5)]
+        t = _traj(steps, tid=f"rl/{r}")
+        t.system_prompt = "s" * 8000  # every prefix above the 1,024-token minimum, at both sizes
+        for c in log_calls(t, get_estimator("chars")):
+            inp = round(0.8 * c.est_prompt)  # the provider counts 0.8 tokens per estimator token
+            cached = 0 if c.first else round(0.8 * c.est_shared) // 128 * 128
+            t.steps[c.step].usage = _usage(inp, cached)
+        trajs.append(t)
+    s = bill_check(trajs, "chars", size="none")["sources"]["repolaunch"]  # prompts predicted 1.25x
+    assert s["hit_rate"] == pytest.approx(1.0, abs=0.02)
+    logged_share = s["logged"]["cached_tokens"] / s["logged"]["input_tokens"]
+    pred_share = s["predicted"]["cached_tokens"] / s["predicted"]["input_tokens"]
+    assert pred_share == pytest.approx(logged_share, abs=0.01)
+
+
+def test_what_a_compaction_sends_beyond_its_log_opens_every_later_prompt():
+    """Claude Code 2.1.39 sends, after its summary, files it reads again and its to-do list, and writes
+    none of it: measured at the first call after the compaction (as a run's first call measures what
+    its log lacks), it is in every later prompt, and new, so uncached, in that first call."""
+    from dtoc_rl.data.schema import ContextEvent
+
+    extra = 3000  # provider tokens the compaction adds that the log lacks
+    steps = [_step(k, 400 * (k + 1), _usage(1, 0), 10.0 * k) for k in range(6)]
+    steps[3].events = [ContextEvent("compaction", [0, 1, 2])]
+    steps[3].user_text = "summary " * 100
+    t = _traj(steps, unlogged=2000)
+    calls = log_calls(t, get_estimator("chars"))
+    for c in calls:
+        after = extra if c.step >= 3 else 0
+        inp = c.est_prompt + 2000 + after
+        if c.first:
+            cached = 0
+        elif c.step == 3:  # the prefix before the summary: the system prompt, the unlogged tokens
+            cached = (c.est_shared + 2000) // 128 * 128
+        else:
+            cached = (c.est_shared + 2000 + after) // 128 * 128
+        t.steps[c.step].usage = _usage(inp, cached)
+    res = bill_check([t], "chars", size="none")
+    got = res["calls"]["repolaunch"]
+    assert got["pred_in"] == got["logged_in"]  # the extra is there from the compaction on
+    assert got["pred_cached"] == got["logged_cached"]  # and read from the cache after its first call
+    assert [c.unlogged for c in log_calls(t, get_estimator("chars"))] == [2000] * 3 + [2000 + extra] * 3
+
+
+def test_each_call_is_sized_as_its_own_models_prompt(monkeypatch):
+    """A session that switches model (Claude Code's /model: a run of Haiku calls in an Opus session) is
+    sized call by call with the size model of the call's model family, not the run's."""
+    from dtoc_rl.sim import calibrated
+
+    def entry(r):
+        return {"estimator": "chars", "base": r, "text": r, "outputs": r, "per_step": 0.0, "offset": 0.0,
+                "ratio": r, "calls": 100, "fitted_on": "hand-made"}  # fmt: skip
+
+    stored = {"repolaunch/gpt-5": entry(1.0), "repolaunch/claude-opus": entry(2.0)}
+    monkeypatch.setattr(calibrated, "PROMPT_SIZE_FACTORS", stored)
+    steps = [_step(k, 400, _usage(1, 0), 10.0 * k) for k in range(4)]
+    for s in steps[2:]:
+        s.model = "claude-opus-4-5"
+    t = _traj(steps)
+    calls = log_calls(t, get_estimator("chars"))
+    assert [c.family for c in calls] == ["gpt-5", "gpt-5", "claude-opus", "claude-opus"]
+    for c in calls:
+        t.steps[c.step].usage = _usage(c.est_prompt * (2 if c.family == "claude-opus" else 1), 0)
+    s = bill_check([t], "chars")["sources"]["repolaunch"]
+    assert s["per_call_input_error_pct"]["median_abs"] == 0 and s["size_models"]["claude-opus"]["calls"] == 2

@@ -48,8 +48,11 @@ the others and their results are put back in file order (``_parallel_siblings``)
 Compaction: the ``system``/``compact_boundary`` record (``compactMetadata``
 ``trigger``/``preTokens``) and the following ``isCompactSummary`` user message
 become ``ContextEvent("compaction")`` on the next step, targeting every earlier
-step; the summary text is that step's ``user_text``.  ``"type": "summary"``
-lines are **not** compaction: they are session titles for ``/resume`` (often
+step; the summary text is that step's ``user_text``.  The ``<system-reminder>`` messages the CLI
+sent but did not write in the session's file (hooks' additional context; 2.1.39) are read from the
+compacting agent's file and go to the user text of the first call after them
+(``extra.reminders_from_compaction``); after the last compaction they are not known.
+``"type": "summary"`` lines are **not** compaction: they are session titles for ``/resume`` (often
 copied from other sessions), so they go to ``extra.titles``.
 
 Accounting: ``tokens_in`` = input + cache-creation + cache-read tokens,
@@ -558,6 +561,31 @@ def _chain(records: list[dict]) -> tuple[list[dict], int]:
     return chain, dropped
 
 
+def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, str]]:
+    """The ``<system-reminder>`` messages (a hook's additional context, its blocking errors) that the
+    session's model was sent but its transcript does not hold, by the time they were written.  Claude
+    Code 2.1.39 writes none of them in the session's file; the file of the agent that compacted it
+    (``<session>/subagents/agent-acompact-*.jsonl``) was sent the conversation it summarised and writes
+    them as user records of its own (beside its instructions to summarise, which are no reminder)."""
+    folder = path.with_suffix("") / "subagents"
+    if not folder.is_dir():
+        return []
+    held = {c for r in chain if r.get("type") == "user" and isinstance(c := r["message"].get("content"), str)}
+    found: set[tuple[float, str]] = set()
+    for f in sorted(folder.glob("agent-acompact-*.jsonl")):
+        try:
+            lines, _ = written_lines(f)
+        except (OSError, IngestError):
+            continue  # a compaction agent's file is read for what it adds; the session's stands without it
+        for _, rec, err in lines:
+            msg = rec.get("message") if err is None and isinstance(rec, dict) else None
+            text = msg.get("content") if isinstance(msg, dict) and rec.get("type") == "user" else None
+            ts = iso_to_epoch(rec.get("timestamp")) if isinstance(text, str) else None
+            if ts is not None and text.lstrip().startswith("<system-reminder>") and text not in held:
+                found.add((ts, text))
+    return sorted(found)
+
+
 def _written_before(convo: list[dict], boundary: dict) -> str | None:
     """The uuid of the last record of ``convo`` (file order) before ``boundary``, None when it is first."""
     before = None
@@ -681,10 +709,23 @@ class ClaudeCodeTranscriptIngester(Ingester):
         compact_md: dict | None = None
         n_compactions = 0
         synthetic_ids: set[str] = set()
+        reminders = [] if sidechain_file else _compaction_reminders(path, chain)
+        n_reminders = 0
+        last_msg: object = None
         for rec in chain:
             w = f"line {rec['_line']}"
             kind = rec.get("type")
             ts = iso_to_epoch(rec.get("timestamp"))
+            if reminders and kind == "assistant" and rec["message"].get("id") != last_msg and ts is not None:
+                # a reminder goes with the first call made after it was written, never inside a reply
+                while reminders and reminders[0][0] < ts:
+                    if asm.steps:  # one before the first call would be taken for the task
+                        asm.flush()
+                        asm.pending_user.append(reminders[0][1])
+                        n_reminders += 1
+                    reminders.pop(0)
+            if kind == "assistant":
+                last_msg = rec["message"].get("id")
             try:
                 if kind == "system":
                     if rec.get("subtype") == "compact_boundary":
@@ -758,6 +799,7 @@ class ClaudeCodeTranscriptIngester(Ingester):
             "records": len(records),
             "off_chain_records": dropped,
             "compactions": n_compactions,
+            "reminders_from_compaction": n_reminders,
             "trailing_user_text": "\n\n".join(asm.pending_user) or None,
         }
         if torn:  # a session still being written: its last line, cut off, left out

@@ -5,7 +5,8 @@ re-priced from the log's own context, the one the harness really sent: the syste
 then every earlier step's message, assistant text and raw output as logged (not DTOC envelopes),
 outputs the harness masked as a short placeholder, steps it dropped (``dropped_before``) left out,
 plus the call's own ``harness_text`` and the prompt tokens the log lacks
-(``Trajectory.unlogged_prompt_tokens``).  The prompt's size in provider tokens is a
+(``Trajectory.unlogged_prompt_tokens``; after a compaction, also what its first call shows the log
+lacks of what the harness sent after its summary).  The prompt's size in provider tokens is a
 :class:`SizeModel` of the estimator's counts (o200k by default) plus the unlogged tokens: provider
 tokens per estimator token of the task, the step text and the outputs, tokens per step and per
 call.  It is per (source, model family): the one stored in ``dtoc_rl.sim.calibrated`` for it, else the
@@ -96,7 +97,8 @@ class CallCheck:
     logged_dollars: float  # NaN: unknown
     prices: Prices
     rules: CacheRules
-    family: str = ""  # the trajectory's model family: size models are per (source, family)
+    family: str = ""  # the call's model family (a session may switch): size models are per (source, family)
+    fresh: int = 0  # of ``unlogged``, the tokens new in this call's prompt (none of them cached)
     pred: dict[str, float] = field(default_factory=dict)
 
 
@@ -136,6 +138,19 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     models: list[str] = [traj.model_raw]
     last: dict[int, tuple[list[int], float | None, int]] = {}
     gone = harness_dropped(traj)  # a window's and a compaction's: gone from the prompt with their messages
+    # A harness that compacts sends, after its summary, what its log may not hold (Claude Code 2.1.39
+    # attaches the files last read, its to-do list and plan again, and writes none of it): the first
+    # call after a compaction is measured as a run's first call is (``fill_unlogged_prompt``), its
+    # logged size less the unlogged tokens and the text the log holds of it, and the difference
+    # opens every later prompt until the next compaction.
+    compacted_at = [
+        j
+        for j, st in enumerate(steps)
+        if any(e.kind == "compaction" and j not in e.targets for e in st.events)
+    ]
+    unlogged_run = int(traj.unlogged_prompt_tokens or 0)
+    after_compaction = 0
+    prev_k = -1
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
@@ -157,6 +172,10 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             segs.append(seg_u[j] + seg_a[j] + o)
         harness = est.count(s.harness_text) if s.harness_text else 0
         prompt = base + sum(segs) + seg_u[start] + harness
+        fresh = 0
+        if gone[k] is not None and any(prev_k < j <= k for j in compacted_at):
+            after_compaction = fresh = max(0, int(s.usage.input_tokens) - unlogged_run - prompt)
+        prev_k = k
         if prev is None:
             shared, idle = 0, float("nan")
         else:
@@ -195,7 +214,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 est_outputs=outs,
                 est_base=base,
                 n_steps=sum(1 for j in range(start) if j not in dropped),
-                unlogged=int(traj.unlogged_prompt_tokens or 0),
+                unlogged=unlogged_run + after_compaction,
                 idle=idle,
                 first=prev is None,
                 logged_in=float(u.input_tokens),
@@ -204,7 +223,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 logged_dollars=dollars,
                 prices=p,
                 rules=rules,
-                family=traj.model_family or "",
+                family=(normalize_family(s.model) if m else traj.model_family) or "",
+                fresh=fresh,
             )
         )
         last[m] = (segs, s.timestamp, start)
@@ -399,11 +419,13 @@ def bill_check(
             for i in idx:
                 pred_in[i] = sm.predict(calls[i])
                 offset[i] = sm.offset
-        # the fixed part (offset, unlogged tokens) opens every prompt; the rest of the shared prefix is
-        # sized at the prompt's own mix of outputs and other text
+        # the fixed part (offset, unlogged tokens) opens every prompt, shared but for what is new in it
+        # (``fresh``); the rest of the shared prefix is sized at the prompt's own mix of outputs and
+        # other text
         fixed = offset + np.array([c.unlogged for c in calls])
+        fresh = np.array([c.fresh for c in calls])
         ratio = np.array([0.0 if c.first else c.est_shared / max(c.est_prompt, 1) for c in calls])
-        shared = np.minimum(np.round(fixed + (pred_in - fixed) * ratio), pred_in)
+        shared = np.minimum(np.round(fixed - fresh + (pred_in - fixed) * ratio), pred_in)
         first = np.array([c.first for c in calls])
         allowed = np.array(
             [
@@ -419,15 +441,20 @@ def bill_check(
         fit_on = known & ~check if (known & ~check).any() else known
         # A run's first call may find the harness's fixed prefix (system prompt, tools) still cached
         # by the run before it: the share of that prefix read on first calls is fitted per source.
+        # Both are measured against what the rules allow at the logged prompt's size: a size model that
+        # is a tenth short on some runs would otherwise read as a tenth more hits, and a tenth too long
+        # as a tenth of misses, which every other run's calls would then pay as cache writes.
+        logged_size = np.array([c.logged_in for c in calls])
+        at_logged = allowed * logged_size / np.maximum(pred_in, 1.0)
         kf = fit_on & first
         warm = 0.0
-        if fit_hit_rate and kf.any() and allowed[kf].sum() > 0:
-            warm = float(min(1.0, logged_cached[kf].sum() / allowed[kf].sum()))
+        if fit_hit_rate and kf.any() and at_logged[kf].sum() > 0:
+            warm = float(min(1.0, logged_cached[kf].sum() / at_logged[kf].sum()))
         allowed[first] = np.round(allowed[first] * warm)
         rate = 1.0
         kl = fit_on & ~first
-        if fit_hit_rate and kl.any() and allowed[kl].sum() > 0:
-            rate = float(logged_cached[kl].sum() / allowed[kl].sum())
+        if fit_hit_rate and kl.any() and at_logged[kl].sum() > 0:
+            rate = float(logged_cached[kl].sum() / at_logged[kl].sum())
         elif not fit_hit_rate:
             rate = None
         if rate is None:  # the providers' rules as configured (hit rates from dtoc_rl.sim.calibrated)

@@ -766,3 +766,40 @@ def test_a_forked_session_holds_the_calls_it_copied_and_its_original_is_read_onc
     (tmp_path / "F.jsonl").write_text(session("F", 3, more=(7, 8)))
     res, said = ingest()
     assert len(res.trajectories) == 2 and not said
+
+
+def test_hook_reminders_the_session_file_lacks_are_read_from_its_compaction_agent(tmp_path):
+    """Claude Code 2.1.39 sends a hook's additional context to the model as a ``<system-reminder>`` user
+    message and does not write it in the session's file; the agent that compacts the session writes it
+    in its own file (``subagents/agent-acompact-*.jsonl``).  It belongs to the first call after it."""
+
+    def at(rec, second):
+        return {**rec, "timestamp": f"2025-12-01T10:00:{second:02d}.000Z"}
+
+    def reply(mid, text):
+        return {"id": mid, "role": "assistant", "model": "claude-opus-4-6",
+                "content": [{"type": "text", "text": text}]}  # fmt: skip
+
+    reminder = "<system-reminder>\nPostToolUse:Read hook additional context: [LINT] 2 warnings"
+    recs = [
+        at(_rec("u0", None, "user", {"role": "user", "content": "read a.py"}), 0),
+        at(_rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")), 1),
+        at(_rec("r1", "a1", "user", _res("tA", "def a(): return 1")), 2),
+        at(_rec("a2", "r1", "assistant", reply("msg_2", "a returns 1")), 5),
+        at(_rec("u1", "a2", "user", {"role": "user", "content": "thanks"}), 6),
+        at(_rec("a3", "u1", "assistant", reply("msg_3", "welcome")), 7),
+    ]
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (plain,) = ClaudeCodeTranscriptIngester().parse(p)
+    agent = tmp_path / "s1" / "subagents" / "agent-acompact-0a1b2c.jsonl"
+    agent.parent.mkdir(parents=True)
+    summarise = "Your task is to create a detailed summary of the conversation so far"
+    written = [("h1", reminder, 3), ("h2", summarise, 8), ("h3", "<system-reminder>late", 9)]
+    agent_recs = [at(_rec(u, None, "user", {"role": "user", "content": c}), sec) for u, c, sec in written]
+    agent.write_text("\n".join(json.dumps({**r, "isSidechain": True}) for r in agent_recs) + "\n")
+    (t,) = ClaudeCodeTranscriptIngester().parse(p)
+    assert [s.user_text for s in t.steps] == ["", reminder, "thanks"]
+    assert [s.user_text for s in plain.steps] == ["", "", "thanks"]
+    assert json.loads(t.extra)["reminders_from_compaction"] == 1
+    assert [(s.turn, s.usage) for s in t.steps] == [(s.turn, s.usage) for s in plain.steps]
