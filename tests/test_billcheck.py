@@ -472,3 +472,15 @@ def test_each_call_is_sized_as_its_own_models_prompt(monkeypatch):
         t.steps[c.step].usage = _usage(c.est_prompt * (2 if c.family == "claude-opus" else 1), 0)
     s = bill_check([t], "chars")["sources"]["repolaunch"]
     assert s["per_call_input_error_pct"]["median_abs"] == 0 and s["size_models"]["claude-opus"]["calls"] == 2
+
+
+@pytest.mark.parametrize(("cached", "warned"), [(2048, True), (1925, False)])
+def test_more_cache_hits_than_the_rules_allow_are_said_only_beyond_rounding(tmp_path, capsys, cached, warned):
+    # call 2 may read 1,920 tokens by the rules: 2,048 logged is a cache they do not model, 1,925 rounding
+    log = _log()
+    log.steps[2].usage = _usage(2340, cached)
+    ds = write_dataset([log], tmp_path / f"ds{cached}")
+    assert cli(["calibrate", "--cost", str(ds), "--estimator", "chars", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["sources"]["repolaunch"]["hit_rate"] == pytest.approx(cached / 1920)
+    assert ("times the cached tokens the cache rules allow" in out.err) is warned
