@@ -144,7 +144,7 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         if errors:
             run.extra["policy_errors"] = dict(errors)
         run.length = run_length(run.base_input_tokens, run.calls)
-        if any(d is not None for d in ep.logged_dropped):  # a window's or a compaction's
+        if any(ep.logged_dropped):  # a window or a compaction dropped something (a window may keep all)
             run.extra["harness_dropped"] = True
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
         run.error = _line(e)  # one line; the traceback keeps the rest

@@ -20,3 +20,17 @@ def test_evaluate_names_the_runs_whose_harness_dropped_context(repo_root, tmp_pa
     assert json.loads(out.out)["harness_dropped_runs"] == 1 and "note:" not in out.err
     assert main(["evaluate", "--dataset", str(bundled_dataset()), "-p", "none", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["harness_dropped_runs"] == 0
+
+
+def test_a_window_that_kept_every_step_is_no_drop(tmp_path, capsys):
+    from dtoc_rl.data.dataset import write_dataset
+    from tests.crafted_trajs import reaccess_trajectory
+
+    kept, cut = reaccess_trajectory(), reaccess_trajectory()
+    kept.traj_id, cut.traj_id = "kept", "cut"
+    for s in kept.steps:  # RepoLaunch's window logs what it dropped at every call: here nothing
+        s.dropped_before = s.masked_before = []
+    cut.steps[3].dropped_before = cut.steps[3].masked_before = [0]
+    ds = write_dataset([kept, cut], tmp_path / "ds")
+    assert main(["evaluate", "--dataset", str(ds), "-p", "none", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["harness_dropped_runs"] == 1
