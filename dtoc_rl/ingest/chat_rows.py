@@ -151,9 +151,22 @@ def _goose_block(b: Any) -> Any:
                         and "assistant" not in c["annotations"]["audience"])
             ]  # fmt: skip
         if value is None:
-            value = str(res.get("error") or "")
+            value = _goose_error(res.get("error"))
         return {"type": "tool_result", "tool_use_id": b.get("id"), "content": value, "is_error": error}
     return b
+
+
+def _goose_error(err: Any) -> str:
+    """A failed tool's error as the text the model is sent: older Goose keeps a string; newer keeps MCP's
+    ``ErrorData`` (``code``, ``message``, ``data``), which rmcp renders ``"{code}: {message}"`` then
+    ``"({data})"`` when there is data (a provider may put a prefix before it: Anthropic's format writes
+    ``"Error: "``)."""
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return str(err or "")
+    text = f"{err['code']}: {err['message']}" if err.get("code") is not None else err["message"]
+    if err.get("data") is not None:
+        text += f"({json.dumps(err['data'], separators=(',', ':'), ensure_ascii=False)})"  # serde's JSON
+    return text
 
 
 def _message(m: Any, where: str) -> Any:

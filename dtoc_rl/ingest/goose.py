@@ -109,7 +109,7 @@ class GooseSessionsIngester(Ingester):
             if not user_sees and m["role"] == "assistant":
                 continue  # Goose's own note after a summary ("the conversation continues"): no model call
             when = m["created"]
-            msg: dict[str, Any] = {"role": m["role"], "content": [_error_as_text(b) for b in content]}
+            msg: dict[str, Any] = {"role": m["role"], "content": content}
             # epoch seconds (milliseconds in some versions): the call's time
             if isinstance(when, int | float):
                 msg["timestamp"] = when / 1000 if when > 1e10 else when
@@ -133,21 +133,6 @@ class GooseSessionsIngester(Ingester):
         for msg, u in zip((m for m in messages if m["role"] == "assistant"), usage, strict=False):
             msg["usage"] = u
         return row
-
-
-def _error_as_text(block: Any) -> Any:
-    """A failed tool's ``toolResponse`` with its error (MCP's ``ErrorData``: ``code``, ``message``,
-    ``data``) as the text every provider format puts in the model's tool result, rmcp's ``Display`` of
-    it: ``"{code}: {message}"``, then ``"({data})"`` when there is data (the prefix before it varies
-    by provider: Anthropic's format writes ``"Error: "``)."""
-    res = block.get("toolResult") if isinstance(block, dict) and block.get("type") == "toolResponse" else None
-    err = res.get("error") if isinstance(res, dict) else None
-    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
-        return block
-    text = f"{err['code']}: {err['message']}" if err.get("code") is not None else err["message"]
-    if err.get("data") is not None:
-        text += f"({json.dumps(err['data'], separators=(',', ':'), ensure_ascii=False)})"  # serde's JSON
-    return {**block, "toolResult": {**res, "error": text}}
 
 
 def _messages_query(cols: set[str]) -> str:

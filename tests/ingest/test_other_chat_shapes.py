@@ -773,6 +773,25 @@ def test_goose_results_in_its_newer_shape_and_failures_keep_their_text(tmp_path)
     )
 
 
+def test_a_goose_export_renders_a_failed_tools_error_data_as_the_model_is_sent_it(tmp_path):
+    # newer Goose keeps MCP's ErrorData, which rmcp renders "{code}: {message}({data})" for the model
+    req, resp, ok = _goose_request, _goose_response, _goose_shell("lint .")
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": [req("a", ok), req("b", ok)]},
+        {"role": "user", "content": [
+            resp("a", {"status": "error", "error": {"code": -32603, "message": "command not found: lint"}}),
+            resp("b", {"status": "error", "error": {"code": -32602, "message": "bad", "data": {"k": 1}}}),
+        ]},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+    ]  # fmt: skip
+    f = tmp_path / "goose.json"
+    f.write_text(json.dumps({"id": "s", "messages": msgs}))
+    (t,) = CHAT.parse(f)
+    outs = [(s.output, s.output_is_error) for s in t.steps if s.tool_name]
+    assert outs == [("-32603: command not found: lint", True), ('-32602: bad({"k":1})', True)]
+
+
 def test_a_json_call_may_hold_the_tags_and_xml_values_keep_their_own_newlines():
     from dtoc_rl.ingest.text_actions import hermes_calls
 
