@@ -422,33 +422,38 @@ def test_the_hit_rate_is_measured_at_the_logged_prompt_size():
     assert pred_share == pytest.approx(logged_share, abs=0.01)
 
 
-def test_what_a_compaction_sends_beyond_its_log_opens_every_later_prompt():
-    """Claude Code 2.1.39 sends, after its summary, files it reads again and its to-do list, and writes
-    none of it: measured at the first call after the compaction (as a run's first call measures what
-    its log lacks), it is in every later prompt, and new, so uncached, in that first call."""
+@pytest.mark.parametrize("ratio", [1.0, 1.3])
+def test_what_a_compaction_sends_beyond_its_log_opens_every_later_prompt(monkeypatch, ratio):
+    """Claude Code 2.1.39 sends, after its summary, what it writes nowhere: measured at the first call
+    after the compaction (as a run's first call measures what its log lacks), in the provider's tokens
+    the size model predicts (a tokenizer 1.3 times the estimator's must not make the prompt's own text
+    part of it), it is in every later prompt, and new, so uncached, in that first call."""
     from dtoc_rl.data.schema import ContextEvent
+    from dtoc_rl.sim import calibrated
 
+    entry = {"estimator": "chars", "base": ratio, "text": ratio, "outputs": ratio, "per_step": 0.0,
+             "offset": 0.0, "ratio": ratio, "calls": 100, "fitted_on": "hand-made"}  # fmt: skip
+    monkeypatch.setattr(calibrated, "PROMPT_SIZE_FACTORS", {"repolaunch/gpt-5": entry})
     extra = 3000  # provider tokens the compaction adds that the log lacks
     steps = [_step(k, 400 * (k + 1), _usage(1, 0), 10.0 * k) for k in range(6)]
     steps[3].events = [ContextEvent("compaction", [0, 1, 2])]
     steps[3].user_text = "summary " * 100
     t = _traj(steps, unlogged=2000)
     calls = log_calls(t, get_estimator("chars"))
+    assert [c.segment for c in calls] == [0, 0, 0, 1, 1, 1]
     for c in calls:
         after = extra if c.step >= 3 else 0
-        inp = c.est_prompt + 2000 + after
+        inp = round(ratio * c.est_prompt) + 2000 + after
         if c.first:
             cached = 0
         elif c.step == 3:  # the prefix before the summary: the system prompt, the unlogged tokens
-            cached = (c.est_shared + 2000) // 128 * 128
+            cached = (round(ratio * c.est_shared) + 2000) // 128 * 128
         else:
-            cached = (c.est_shared + 2000 + after) // 128 * 128
+            cached = (round(ratio * c.est_shared) + 2000 + after) // 128 * 128
         t.steps[c.step].usage = _usage(inp, cached)
-    res = bill_check([t], "chars", size="none")
-    got = res["calls"]["repolaunch"]
+    got = bill_check([t], "chars")["calls"]["repolaunch"]
     assert got["pred_in"] == got["logged_in"]  # the extra is there from the compaction on
     assert got["pred_cached"] == got["logged_cached"]  # and read from the cache after its first call
-    assert [c.unlogged for c in log_calls(t, get_estimator("chars"))] == [2000] * 3 + [2000 + extra] * 3
 
 
 def test_each_call_is_sized_as_its_own_models_prompt(monkeypatch):

@@ -570,7 +570,7 @@ def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, st
     folder = path.with_suffix("") / "subagents"
     if not folder.is_dir():
         return []
-    held = {c for r in chain if r.get("type") == "user" and isinstance(c := r["message"].get("content"), str)}
+    held = {_held_text(r) for r in chain if r.get("type") == "user"}
     found: set[tuple[float, str]] = set()
     for f in sorted(folder.glob("agent-acompact-*.jsonl")):
         try:
@@ -581,9 +581,17 @@ def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, st
             msg = rec.get("message") if err is None and isinstance(rec, dict) else None
             text = msg.get("content") if isinstance(msg, dict) and rec.get("type") == "user" else None
             ts = iso_to_epoch(rec.get("timestamp")) if isinstance(text, str) else None
-            if ts is not None and text.lstrip().startswith("<system-reminder>") and text not in held:
+            if ts is not None and text.lstrip().startswith("<system-reminder>") and text.strip() not in held:
                 found.add((ts, text))
     return sorted(found)
+
+
+def _held_text(rec: dict) -> str:
+    # a user record's text however its content is shaped (a string, or text blocks), to compare with
+    try:
+        return content_text(rec["message"].get("content"), "held").strip()
+    except (IngestError, AttributeError):
+        return ""
 
 
 def _written_before(convo: list[dict], boundary: dict) -> str | None:
@@ -730,6 +738,9 @@ class ClaudeCodeTranscriptIngester(Ingester):
                 if kind == "system":
                     if rec.get("subtype") == "compact_boundary":
                         compact_md = rec.get("compactMetadata") or {}
+                        # reminders written since the last call went to the compacting agent only
+                        while reminders and ts is not None and reminders[0][0] < ts:
+                            reminders.pop(0)
                 elif kind == "user":
                     msg = rec["message"]
                     if rec.get("isCompactSummary"):

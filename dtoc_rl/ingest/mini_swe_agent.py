@@ -44,7 +44,9 @@ def _usage(msg: dict) -> Usage | None:
     usage = message_usage(msg)
     extra = msg.get("extra") if isinstance(msg.get("extra"), dict) else {}
     cost = extra.get("cost")
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+    # 0.0 is what it charges a model its cost tracking cannot price (``cost_tracking: ignore_errors``):
+    # a bill not known, not a free call
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
         usage = usage or Usage()
         usage.cost_usd = float(cost)
     return usage

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -98,7 +99,8 @@ class CallCheck:
     prices: Prices
     rules: CacheRules
     family: str = ""  # the call's model family (a session may switch): size models are per (source, family)
-    fresh: int = 0  # of ``unlogged``, the tokens new in this call's prompt (none of them cached)
+    segment: int = 0  # compactions before this call that its log does not describe (harness_dropped)
+    model: int = 0  # which of the run's models it went to (0: the run's): a cache is per model
     pred: dict[str, float] = field(default_factory=dict)
 
 
@@ -138,19 +140,12 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     models: list[str] = [traj.model_raw]
     last: dict[int, tuple[list[int], float | None, int]] = {}
     gone = harness_dropped(traj)  # a window's and a compaction's: gone from the prompt with their messages
-    # A harness that compacts sends, after its summary, what its log may not hold (Claude Code 2.1.39
-    # attaches the files last read, its to-do list and plan again, and writes none of it): the first
-    # call after a compaction is measured as a run's first call is (``fill_unlogged_prompt``), its
-    # logged size less the unlogged tokens and the text the log holds of it, and the difference
-    # opens every later prompt until the next compaction.
+    # the steps whose call is the first after a compaction: a call's ``segment`` counts those up to it
     compacted_at = [
         j
         for j, st in enumerate(steps)
         if any(e.kind == "compaction" and j not in e.targets for e in st.events)
     ]
-    unlogged_run = int(traj.unlogged_prompt_tokens or 0)
-    after_compaction = 0
-    prev_k = -1
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
@@ -172,10 +167,6 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             segs.append(seg_u[j] + seg_a[j] + o)
         harness = est.count(s.harness_text) if s.harness_text else 0
         prompt = base + sum(segs) + seg_u[start] + harness
-        fresh = 0
-        if gone[k] is not None and any(prev_k < j <= k for j in compacted_at):
-            after_compaction = fresh = max(0, int(s.usage.input_tokens) - unlogged_run - prompt)
-        prev_k = k
         if prev is None:
             shared, idle = 0, float("nan")
         else:
@@ -214,7 +205,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 est_outputs=outs,
                 est_base=base,
                 n_steps=sum(1 for j in range(start) if j not in dropped),
-                unlogged=unlogged_run + after_compaction,
+                unlogged=int(traj.unlogged_prompt_tokens or 0),
                 idle=idle,
                 first=prev is None,
                 logged_in=float(u.input_tokens),
@@ -224,7 +215,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 prices=p,
                 rules=rules,
                 family=(normalize_family(s.model) if m else traj.model_family) or "",
-                fresh=fresh,
+                segment=bisect_right(compacted_at, k) if gone[k] is not None else 0,
+                model=m,
             )
         )
         last[m] = (segs, s.timestamp, start)
@@ -370,6 +362,32 @@ def _errors(pred_in, logged_in, pred_cached, logged_cached, pred_usd, logged_usd
     }
 
 
+def _compaction_unlogged(calls: list[CallCheck], pred_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per call, the provider tokens a compaction before it sent that its log does not hold, and the part
+    of them new to its model's cache.  A harness that compacts sends, after its summary, what its log
+    may not record (Claude Code 2.1.39: 2-13k tokens no record explains): measured at the first call
+    after the compaction as a run's first call measures its unlogged prompt, the logged size less the
+    predicted one (both in the provider's tokens), it opens every later prompt until the next
+    compaction, and is new at the first call of each model after it.  ``calls``: each run's in order."""
+    extra, fresh = np.zeros(len(calls)), np.zeros(len(calls))
+    runs: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(calls):
+        runs[c.traj_id].append(i)
+    for idx in runs.values():
+        measured: dict[int, float] = {}
+        seen: dict[int, int] = {}  # model -> the segment its cache last saw
+        for i in idx:
+            c = calls[i]
+            if c.segment:
+                if c.segment not in measured:
+                    measured[c.segment] = max(0.0, c.logged_in - float(pred_in[i]))
+                extra[i] = measured[c.segment]
+                if seen.get(c.model) != c.segment:
+                    fresh[i] = extra[i]
+            seen[c.model] = c.segment
+    return extra, fresh
+
+
 def bill_check(
     trajs: list[Trajectory],
     estimator: TokenEstimator | str | None = None,
@@ -409,7 +427,9 @@ def bill_check(
         offset = np.zeros(len(calls))
         for fam in sorted({c.family for c in calls}):
             idx = [i for i, c in enumerate(calls) if c.family == fam]
-            sm, fit_on = _size_model(f"{src}/{fam}", [calls[i] for i in idx], est.name, size)
+            # fitted on calls before any compaction: after one, the prompt holds what no record does
+            sized = [calls[i] for i in idx if not calls[i].segment] or [calls[i] for i in idx]
+            sm, fit_on = _size_model(f"{src}/{fam}", sized, est.name, size)
             models[fam] = {
                 **sm.to_dict(),
                 "calls": len(idx),
@@ -422,8 +442,9 @@ def bill_check(
         # the fixed part (offset, unlogged tokens) opens every prompt, shared but for what is new in it
         # (``fresh``); the rest of the shared prefix is sized at the prompt's own mix of outputs and
         # other text
-        fixed = offset + np.array([c.unlogged for c in calls])
-        fresh = np.array([c.fresh for c in calls])
+        extra, fresh = _compaction_unlogged(calls, pred_in)
+        pred_in = pred_in + extra
+        fixed = offset + np.array([c.unlogged for c in calls]) + extra
         ratio = np.array([0.0 if c.first else c.est_shared / max(c.est_prompt, 1) for c in calls])
         shared = np.minimum(np.round(fixed - fresh + (pred_in - fixed) * ratio), pred_in)
         first = np.array([c.first for c in calls])

@@ -803,3 +803,65 @@ def test_hook_reminders_the_session_file_lacks_are_read_from_its_compaction_agen
     assert [s.user_text for s in plain.steps] == ["", "", "thanks"]
     assert json.loads(t.extra)["reminders_from_compaction"] == 1
     assert [(s.turn, s.usage) for s in t.steps] == [(s.turn, s.usage) for s in plain.steps]
+
+
+def test_a_reminder_the_session_file_holds_is_not_read_twice(tmp_path):
+    # the session's own record of a reminder (as text blocks) and the compacting agent's copy: one text
+    reminder = "<system-reminder>\nPostToolUse:Read hook additional context: [LINT] 2 warnings"
+
+    def at(rec, second):
+        return {**rec, "timestamp": f"2025-12-01T10:00:{second:02d}.000Z"}
+
+    reply = {"id": "msg_2", "role": "assistant", "model": "claude-opus-4-6",
+             "content": [{"type": "text", "text": "a returns 1"}]}  # fmt: skip
+    held = {"role": "user", "content": [{"type": "text", "text": reminder + "\n"}]}
+    recs = [
+        at(_rec("u0", None, "user", {"role": "user", "content": "read a.py"}), 0),
+        at(_rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")), 1),
+        at(_rec("r1", "a1", "user", _res("tA", "def a(): return 1")), 2),
+        at(_rec("h1", "r1", "user", held), 3),
+        at(_rec("a2", "h1", "assistant", reply), 5),
+    ]
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    agent = tmp_path / "s1" / "subagents" / "agent-acompact-0a1b2c.jsonl"
+    agent.parent.mkdir(parents=True)
+    copy = at(_rec("x1", None, "user", {"role": "user", "content": reminder}), 3)
+    agent.write_text(json.dumps({**copy, "isSidechain": True}) + "\n")
+    (t,) = ClaudeCodeTranscriptIngester().parse(p)
+    assert sum(s.user_text.count("<system-reminder>") for s in t.steps) == 1
+    assert json.loads(t.extra)["reminders_from_compaction"] == 0
+
+
+def test_a_reminder_written_after_the_last_call_before_a_compaction_went_to_the_compacting_agent_only(
+    repo_root, tmp_path
+):
+    from datetime import datetime, timezone
+
+    from dtoc_rl.ingest.openai_chat import iso_to_epoch
+
+    src = next((repo_root / "tests" / "fixtures" / "claude_code_transcript").glob("*.jsonl"))
+    recs = [json.loads(x) for x in src.read_text().splitlines()]
+    when = [iso_to_epoch(r.get("timestamp")) for r in recs]
+    b = next(i for i, r in enumerate(recs) if r.get("subtype") == "compact_boundary")
+    before = max(w for r, w in zip(recs[:b], when[:b]) if r.get("type") == "assistant")
+    after = min(w for r, w in zip(recs[b:], when[b:]) if r.get("type") == "assistant")
+
+    def iso(t):
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    p = tmp_path / src.name
+    p.write_text(src.read_text())
+    agent = tmp_path / src.stem / "subagents" / "agent-acompact-0a1b2c.jsonl"
+    agent.parent.mkdir(parents=True)
+    late, next_ = "<system-reminder>late: after the last call", "<system-reminder>after the summary"
+    written = [(late, (before + when[b]) / 2), (next_, (when[b] + after) / 2)]
+    agent.write_text("\n".join(json.dumps({"type": "user", "uuid": f"x{k}", "isSidechain": True,
+                                           "timestamp": iso(t), "message": {"role": "user", "content": c}})
+                               for k, (c, t) in enumerate(written)) + "\n")  # fmt: skip
+    (t,) = TRANSCRIPT.parse(p)
+    texts = "\n".join(s.user_text for s in t.steps)
+    assert "late: after the last call" not in texts
+    (ev,) = t.steps[7].events
+    assert ev.kind == "compaction" and t.steps[7].user_text.endswith(next_)
+    assert json.loads(t.extra)["reminders_from_compaction"] == 1

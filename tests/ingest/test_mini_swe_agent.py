@@ -221,3 +221,10 @@ def test_each_call_keeps_the_dollars_mini_charged_it(tmp_path: Path):
     assert [s.usage.cost_usd for s in traj.steps] == [0.0002, 0.0003]
     assert [(s.usage.input_tokens, s.usage.cached_tokens) for s in traj.steps] == [(50, 40), (50, 40)]
     assert traj.steps[0].output == "<returncode>0</returncode>" and traj.steps[1].output is None
+    # a model its cost tracking cannot price (cost_tracking: ignore_errors) is charged 0.0 a call:
+    # not a free call, a bill not known
+    msgs[2], msgs[4] = call("ls", 0.0, "c1"), call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", 0.0, "c2")
+    p.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "info": info, "messages": msgs}))
+    (traj,) = MiniSweAgentIngester().parse(p)
+    assert [s.usage.cost_usd for s in traj.steps] == [None, None]
+    assert [s.usage.input_tokens for s in traj.steps] == [50, 50]
