@@ -815,6 +815,7 @@ def _combined(stats: Any) -> dict | None:
         return None
     out: dict[str, Any] = {"accumulated_cost": 0.0, "accumulated_token_usage": {}, "token_usages": []}
     totals = out["accumulated_token_usage"]
+    unpaired = False
     for usage_id, m in per_id.items():
         # a sub-agent's metrics copied in (the task tool's "task:<id>", delegation's "delegate:<id>"):
         # it is a conversation of its own, under subagents/, read and billed there
@@ -827,8 +828,18 @@ def _combined(stats: Any) -> dict | None:
             n = count(acc, k)
             if n is not None:
                 totals[k] = totals.get(k, 0) + n
-        # the costs pair up with the latencies only when every metrics object's do (_cost_by_response)
+        # the costs pair up with the latencies only when every metrics object's do (_cost_by_response):
+        # counts that differ in one object and make up for it in another must not pair across them
         for k in ("token_usages", "response_latencies", "costs"):
             if isinstance(m.get(k), list):
                 out.setdefault(k, []).extend(m[k])
+        costs, latencies = m.get("costs"), m.get("response_latencies")
+        if (
+            isinstance(costs, list)
+            and costs
+            and (not isinstance(latencies, list) or len(costs) != len(latencies))
+        ):
+            unpaired = True
+    if unpaired:
+        out.pop("costs", None)
     return out

@@ -120,3 +120,22 @@ def test_costs_that_cannot_be_paired_with_their_calls_are_left_out(tmp_path):
     # the SDK records no cost for a call that cost nothing: one cost for two calls names neither
     _, t = read_first(_conversation(tmp_path, _metrics([0.002])))
     assert [(s.usage.input_tokens, s.usage.cost_usd) for s in t.steps] == [(100, None), (200, None)]
+
+
+def test_costs_are_not_paired_across_metrics_objects_whose_counts_differ(tmp_path):
+    # the agent's two costs for one response and a condenser's response without a cost: as many costs
+    # as responses in all, but which cost is whose cannot be told
+    events = _conversation(tmp_path, _metrics([0.001, 0.002]))
+    state_path = events.parent / "base_state.json"
+    state = json.loads(state_path.read_text())
+    agent = state["stats"]["usage_to_metrics"]["agent"]
+    condenser = {**agent, "costs": [], "response_latencies": agent["response_latencies"][1:],
+                 "token_usages": agent["token_usages"][1:]}  # fmt: skip
+    agent["response_latencies"], agent["token_usages"] = (
+        agent["response_latencies"][:1],
+        agent["token_usages"][:1],
+    )
+    state["stats"]["usage_to_metrics"] = {"agent": agent, "condenser": condenser}
+    state_path.write_text(json.dumps(state))
+    _, t = read_first(events)
+    assert [(s.usage.input_tokens, s.usage.cost_usd) for s in t.steps] == [(100, None), (200, None)]
