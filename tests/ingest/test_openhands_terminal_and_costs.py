@@ -14,6 +14,12 @@ def _event(k: int, kind: str, **kw) -> tuple[str, dict]:
     return f"event-{k:05d}-{eid}.json", {"id": eid, "kind": kind, "timestamp": f"2026-02-01T10:00:0{k}", **kw}
 
 
+def _observed(k: int, tool: str, call: str, observation: dict) -> tuple[str, dict]:
+    # the observation answering the action event just before it
+    return _event(k, "ObservationEvent", source="environment", tool_name=tool, tool_call_id=call,
+                  action_id=f"e{k - 1}", observation=observation)  # fmt: skip
+
+
 def _action(k: int, tool: str, call: str, resp: str, args: dict) -> tuple[str, dict]:
     return _event(
         k,
@@ -52,24 +58,10 @@ def _conversation(tmp_path: Path, metrics: dict) -> Path:
             llm_message={"role": "user", "content": [{"type": "text", "text": "list"}]},
         ),
         _action(1, "terminal", "c1", "r1", {"command": "ls"}),
-        _event(
-            2,
-            "ObservationEvent",
-            source="environment",
-            tool_name="terminal",
-            tool_call_id="c1",
-            action_id="e1",
-            observation=terminal_obs,
-        ),
+        _observed(2, "terminal", "c1", terminal_obs),
         _action(3, "finish", "c2", "r2", {"message": "done"}),
-        _event(
-            4,
-            "ObservationEvent",
-            source="environment",
-            tool_name="finish",
-            tool_call_id="c2",
-            action_id="e3",
-            observation={"kind": "FinishObservation", "content": [{"type": "text", "text": "done"}]},
+        _observed(
+            4, "finish", "c2", {"kind": "FinishObservation", "content": [{"type": "text", "text": "done"}]}
         ),
     ]
     conv = tmp_path / "conversations" / "abc"
