@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dtoc_rl.cli import main as cli
@@ -489,3 +490,18 @@ def test_more_cache_hits_than_the_rules_allow_are_said_only_beyond_rounding(tmp_
     out = capsys.readouterr()
     assert json.loads(out.out)["sources"]["repolaunch"]["hit_rate"] == pytest.approx(cached / 1920)
     assert ("times the cached tokens the cache rules allow" in out.err) is warned
+
+
+def test_what_a_compaction_adds_is_new_to_each_models_cache_once():
+    # a session that calls another model too: the unlogged tokens after the compaction are measured at
+    # its first call (whichever model), are in every later prompt, and are new to each model's cache at
+    # that model's first call after the compaction only
+    from types import SimpleNamespace
+
+    from dtoc_rl.sim.billcheck import _compaction_unlogged
+
+    plan = [(0, 0, 100), (1, 1, 80), (1, 0, 150), (1, 0, 160), (1, 1, 90)]  # (segment, model, logged)
+    calls = [SimpleNamespace(traj_id="r", segment=s, model=m, logged_in=x) for s, m, x in plan]
+    calls.append(SimpleNamespace(traj_id="other", segment=0, model=0, logged_in=10))
+    extra, fresh = _compaction_unlogged(calls, np.array([100, 50, 120, 130, 60, 10], float))
+    assert extra.tolist() == [0, 30, 30, 30, 30, 0] and fresh.tolist() == [0, 30, 30, 0, 0, 0]
