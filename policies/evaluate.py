@@ -125,6 +125,8 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
     ep = env.episodes[index]
     run = Run(label, ep.traj_id, ep.model_family, ep.source, ep.task_id)
     run.regime = cache_regime(env.cfg.prices_of(ep))
+    if any(ep.logged_dropped):  # a window or a compaction dropped something (a window may keep all)
+        run.extra["harness_dropped"] = True  # the log's, whatever the policy does
     try:
         obs, info = start_episode(env, index)
         reset_policy(policy, info)
@@ -144,8 +146,6 @@ def run_policy_on_episode(policy, env: ReplayEnv, index: int, label: str) -> Run
         if errors:
             run.extra["policy_errors"] = dict(errors)
         run.length = run_length(run.base_input_tokens, run.calls)
-        if any(ep.logged_dropped):  # a window or a compaction dropped something (a window may keep all)
-            run.extra["harness_dropped"] = True
     except Exception as e:  # a policy that raises on one trajectory must not stop the rest
         run.error = _line(e)  # one line; the traceback keeps the rest
         run.extra["traceback"] = traceback.format_exc(limit=3)

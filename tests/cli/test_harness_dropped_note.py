@@ -34,3 +34,19 @@ def test_a_window_that_kept_every_step_is_no_drop(tmp_path, capsys):
     ds = write_dataset([kept, cut], tmp_path / "ds")
     assert main(["evaluate", "--dataset", str(ds), "-p", "none", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["harness_dropped_runs"] == 1
+
+
+def test_a_run_no_policy_finished_is_still_named(repo_root, tmp_path, monkeypatch):
+    from dtoc_rl.policies.evaluate import evaluate
+
+    (tmp_path / "brk_policies.py").write_text(
+        "from dtoc_rl.policies.base import Policy\n\n"
+        "class Broken(Policy):\n    name = 'broken'\n\n    def act(self, obs, info=None):\n"
+        "        raise RuntimeError('no')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    logs = repo_root / "tests" / "fixtures" / "claude_code_transcript"  # a compacted session
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
+    runs = evaluate(str(tmp_path / "ds"), ["brk_policies:Broken"], workers=1, progress=False)
+    (run,) = [r for r in runs if r.policy == "brk_policies:Broken"]  # the oracle is evaluated beside it
+    assert run.error and run.extra["harness_dropped"]
