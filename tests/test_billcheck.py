@@ -452,9 +452,12 @@ def test_what_a_compaction_sends_beyond_its_log_opens_every_later_prompt(monkeyp
         else:
             cached = (round(ratio * c.est_shared) + 2000 + after) // 128 * 128
         t.steps[c.step].usage = _usage(inp, cached)
-    got = bill_check([t], "chars")["calls"]["repolaunch"]
+    res = bill_check([t], "chars")
+    got = res["calls"]["repolaunch"]
     assert got["pred_in"] == got["logged_in"]  # the extra is there from the compaction on
     assert got["pred_cached"] == got["logged_cached"]  # and read from the cache after its first call
+    # said: the calls completed from the logged sizes
+    assert res["sources"]["repolaunch"]["after_compaction"] == {"calls": 3, "runs": 1, "median_tokens": extra}
 
 
 def test_each_call_is_sized_as_its_own_models_prompt(monkeypatch):

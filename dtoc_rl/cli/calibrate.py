@@ -538,6 +538,11 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
             terms = f"base {m['base']:.3f}, text {m['text']:.3f}, outputs {m['outputs']:.3f}, " \
                     f"{m['per_step']:.1f}/step, {m['offset']:.0f}/call"  # fmt: skip
             print(f"size {src}/{fam} ({m['estimator']}): {terms}; {m['origin']}")
+        ac = r.get("after_compaction") or {}
+        if ac.get("calls"):
+            print(f"{src}: {ac['calls']:,} calls of {ac['runs']} runs after a compaction carry what it sent "
+                  f"that the log lacks (median {ac['median_tokens']:,.0f} tokens), measured at its first "
+                  "call from the logged size")  # fmt: skip
     if args.plot:
         print(f"plot: {out['plot']}")
     return 0

@@ -443,6 +443,7 @@ def bill_check(
         # (``fresh``); the rest of the shared prefix is sized at the prompt's own mix of outputs and
         # other text
         extra, fresh = _compaction_unlogged(calls, pred_in)
+        measured = fresh > 0  # each compaction's first call of each model: where what it added is new
         pred_in = pred_in + extra
         fixed = offset + np.array([c.unlogged for c in calls]) + extra
         ratio = np.array([0.0 if c.first else c.est_shared / max(c.est_prompt, 1) for c in calls])
@@ -504,6 +505,13 @@ def bill_check(
             "size_models": models,
             "first_call_warm_share": warm,
             "hit_rate": rate_out,
+            # what compactions sent that their logs lack, taken from the logged sizes themselves (as a
+            # run's first call gives its unlogged prompt): how many calls were completed so
+            "after_compaction": {
+                "calls": int((extra > 0).sum()),
+                "runs": len({calls[i].traj_id for i in np.flatnonzero(extra > 0)}),
+                "median_tokens": float(np.median(extra[measured])) if measured.any() else 0.0,
+            },
             "calls_billed": int(billed.sum()),
             "logged": {
                 "input_tokens": float(logged_in.sum()),
