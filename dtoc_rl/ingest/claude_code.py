@@ -571,6 +571,8 @@ def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, st
     if not folder.is_dir():
         return []
     held = {_held_text(r) for r in chain if r.get("type") == "user"}
+    # the agent's records carry the session's id (2.1.39): a file copied in from another session is not read
+    sid = next((r["sessionId"] for r in chain if isinstance(r.get("sessionId"), str)), None)
     found: set[tuple[float, str]] = set()
     for f in sorted(folder.glob("agent-acompact-*.jsonl")):
         try:
@@ -578,6 +580,8 @@ def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, st
         except (OSError, IngestError):
             continue  # a compaction agent's file is read for what it adds; the session's stands without it
         for _, rec, err in lines:
+            if err is None and isinstance(rec, dict) and sid and rec.get("sessionId") not in (None, sid):
+                continue
             msg = rec.get("message") if err is None and isinstance(rec, dict) else None
             text = msg.get("content") if isinstance(msg, dict) and rec.get("type") == "user" else None
             ts = iso_to_epoch(rec.get("timestamp")) if isinstance(text, str) else None

@@ -803,6 +803,10 @@ def test_hook_reminders_the_session_file_lacks_are_read_from_its_compaction_agen
     assert [s.user_text for s in plain.steps] == ["", "", "thanks"]
     assert json.loads(t.extra)["reminders_from_compaction"] == 1
     assert [(s.turn, s.usage) for s in t.steps] == [(s.turn, s.usage) for s in plain.steps]
+    # an agent file of another session (copied in) adds nothing
+    agent.write_text("\n".join(json.dumps({**r, "isSidechain": True, "sessionId": "s2"}) for r in agent_recs))
+    (other,) = ClaudeCodeTranscriptIngester().parse(p)
+    assert [s.user_text for s in other.steps] == ["", "", "thanks"]
 
 
 def test_a_reminder_the_session_file_holds_is_not_read_twice(tmp_path):
