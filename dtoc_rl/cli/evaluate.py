@@ -327,8 +327,9 @@ def run(args: argparse.Namespace) -> int:
             n_runs = len({r.traj_id for r in runs})
             print(f"note: {dropped} of {n_runs} runs' logs say their harness left earlier context out of "
                   "later calls (a window, a compaction); every policy but `logged` is replayed with it "
-                  "kept, so `none` bills what the harness dropped and savings are against that "
-                  "(docs/results.md, \"The bill check on those logs, and compactions\")",
+                  "kept, so `none` bills what the harness dropped and savings are against that; "
+                  "`-p logged` prices what the harness did (docs/results.md, \"dtoc-rl evaluate names "
+                  "the runs whose harness dropped context itself\")",
                   file=sys.stderr)  # fmt: skip
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))

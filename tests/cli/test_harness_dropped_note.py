@@ -14,7 +14,9 @@ def test_evaluate_names_the_runs_whose_harness_dropped_context(repo_root, tmp_pa
     assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["evaluate", "--dataset", str(tmp_path / "ds"), "-p", "none", "--by", "overall"]) == 0
-    assert "note: 1 of 1 runs' logs say their harness left earlier context out" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "note: 1 of 1 runs' logs say their harness left earlier context out" in err
+    assert "`-p logged` prices what the harness did" in err  # the way to the honest reference
     assert main(["evaluate", "--dataset", str(tmp_path / "ds"), "-p", "none", "logged", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["harness_dropped_runs"] == 1 and "note:" not in out.err
