@@ -26,7 +26,7 @@ from pathlib import Path
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Step, Trajectory, Usage
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step
+from dtoc_rl.ingest.common import cap_output, finalize, load_selected_labels, message_usage, new_step, number
 from dtoc_rl.ingest.openai_chat import iso_to_epoch
 from dtoc_rl.ingest.responses import responses_to_messages
 from dtoc_rl.ingest.text_actions import bash_block  # its action regex: a ```python block is no action
@@ -42,11 +42,10 @@ def _usage(msg: dict) -> Usage | None:
     """The call's provider usage, with the dollars mini-swe-agent itself charged it (``extra.cost``,
     what its ``model_stats.instance_cost`` sums) as the call's cost."""
     usage = message_usage(msg)
-    extra = msg.get("extra") if isinstance(msg.get("extra"), dict) else {}
-    cost = extra.get("cost")
+    cost = number(msg["extra"], "cost") if isinstance(msg.get("extra"), dict) else None
     # 0.0 is what it charges a model its cost tracking cannot price (``cost_tracking: ignore_errors``):
     # a bill not known, not a free call
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
+    if cost:
         usage = usage or Usage()
         usage.cost_usd = float(cost)
     return usage

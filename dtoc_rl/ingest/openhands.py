@@ -183,9 +183,9 @@ def _cost_by_response(metrics: Any) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for c, lat in zip(costs, latencies):
-        value = c.get("cost") if isinstance(c, dict) else None
+        value = number(c, "cost") if isinstance(c, dict) else None
         rid = lat.get("response_id") if isinstance(lat, dict) else None
-        if isinstance(rid, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(rid, str) and value is not None:
             out[rid] = float(value)
     return out
 

@@ -63,7 +63,7 @@ from typing import Any
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, read_json
-from dtoc_rl.ingest.common import finalize, text_task_id
+from dtoc_rl.ingest.common import count, finalize, text_task_id
 from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label
 
 __all__ = ["SmolagentsIngester", "parse_step_repr"]
@@ -188,8 +188,7 @@ def _total(row: dict, *keys: str) -> int | None:
     counts = row.get("token_counts")
     if not isinstance(counts, dict):
         return None
-    n = next((counts[k] for k in keys if k in counts), None)
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return count(counts, *keys) or None
 
 
 def _holds_steps(row: dict) -> bool:
