@@ -231,10 +231,8 @@ def _depth_over(value: Any, limit: int) -> bool:
 
 
 def _check_depth(req: Request) -> Request:
-    nested = [i for i, it in enumerate(req.items) if isinstance(it.args, (dict, list))]
-    for i in nested:
-        it = req.items[i]
-        if _depth_over(it.args, MAX_ARGS_DEPTH):
+    for i, it in enumerate(req.items):
+        if isinstance(it.args, dict | list) and _depth_over(it.args, MAX_ARGS_DEPTH):
             raise DecideError(
                 400, f"items[{i}].args: nested deeper than {MAX_ARGS_DEPTH} levels", f"items[{i}].args"
             )
@@ -334,7 +332,8 @@ def parse(
     else:
         order = list(range(len(items)))
     n = len(items)
-    keys = [items[i].key for i in order]
+    ordered = [items[i] for i in order]
+    keys = [it.key for it in ordered]
     if len(set(keys)) != n:  # say which: the first repeated, in order
         seen: set[str] = set()
         for i in order:
@@ -357,7 +356,6 @@ def parse(
         )
     family = resolve_family(req)
     prices = req.prices.to_prices() if req.prices is not None else None
-    ordered = items if order == list(range(n)) else [items[i] for i in order]
     visible = [it.visible for it in ordered]  # every item's, for the globals
     states: list[ItemState] = []  # the window, oldest first
 

@@ -580,9 +580,13 @@ def _compaction_reminders(path: Path, chain: list[dict]) -> list[tuple[float, st
         except (OSError, IngestError):
             continue  # a compaction agent's file is read for what it adds; the session's stands without it
         for _, rec, err in lines:
-            if err is None and isinstance(rec, dict) and sid and rec.get("sessionId") not in (None, sid):
+            if (
+                err is not None
+                or not isinstance(rec, dict)
+                or (sid and rec.get("sessionId") not in (None, sid))
+            ):
                 continue
-            msg = rec.get("message") if err is None and isinstance(rec, dict) else None
+            msg = rec.get("message")
             text = msg.get("content") if isinstance(msg, dict) and rec.get("type") == "user" else None
             ts = iso_to_epoch(rec.get("timestamp")) if isinstance(text, str) else None
             if ts is not None and text.lstrip().startswith("<system-reminder>") and text.strip() not in held:

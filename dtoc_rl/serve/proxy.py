@@ -72,7 +72,6 @@ from dtoc_rl.serve.api_messages import (
     answer_event,
 )
 from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogWriter, StopsCleanly
-from dtoc_rl.serve.orchestrator import GC_THRESHOLDS as GC_THRESHOLDS  # where it was first defined
 from dtoc_rl.serve.orchestrator import Orchestrator
 from dtoc_rl.sim.pricing import Prices, user_prices
 
