@@ -423,6 +423,26 @@ def test_the_hit_rate_is_measured_at_the_logged_prompt_size():
     assert pred_share == pytest.approx(logged_share, abs=0.01)
 
 
+def test_another_log_format_of_the_same_harness_takes_its_whole_stored_model(monkeypatch):
+    """Claude Code's transcripts and its stream describe the same CLI's requests: the stream's stored
+    model, its framing per step included, sizes the transcripts; a stranger harness borrows the ratio."""
+    from dtoc_rl.sim import calibrated
+
+    entry = {"estimator": "chars", "base": 1.0, "text": 1.0, "outputs": 1.0, "per_step": 50.0,
+             "offset": 0.0, "ratio": 1.2, "calls": 100, "fitted_on": "hand-made"}  # fmt: skip
+    monkeypatch.setattr(calibrated, "PROMPT_SIZE_FACTORS", {"claude-code-stream/gpt-5": entry})
+    runs = _runs(10, 1.0, 1.0, source="claude-code-transcript")
+    for t in runs:
+        for c in log_calls(t, get_estimator("chars")):
+            t.steps[c.step].usage = _usage(c.est_prompt + 50 * c.n_steps, 0)
+    s = bill_check(runs, "chars")["sources"]["claude-code-transcript"]
+    m = s["size_models"]["gpt-5"]
+    assert m["per_step"] == 50 and m["origin"].startswith("stored for claude-code-stream/gpt-5")
+    assert s["per_call_input_error_pct"]["median_abs"] == 0
+    stranger = bill_check(_runs(10, 1.0, 1.0, source="my-harness"), "chars")["sources"]["my-harness"]
+    assert stranger["size_models"]["gpt-5"]["per_step"] == 0 and stranger["size_models"]["gpt-5"]["text"] == 1.2
+
+
 @pytest.mark.parametrize("ratio", [1.0, 1.3])
 def test_what_a_compaction_sends_beyond_its_log_opens_every_later_prompt(monkeypatch, ratio):
     """Claude Code 2.1.39 sends, after its summary, what it writes nowhere: measured at the first call

@@ -302,20 +302,23 @@ def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[
 
     ``mode``: ``"none"`` (estimator tokens as counted), ``"fit"`` (fitted on the fit half of
     ``calls``, or on all of them when that half is too small) or ``"stored"``: the factors
-    ``dtoc_rl.sim.calibrated.PROMPT_SIZE_FACTORS`` holds for ``key`` and this estimator; else, for the
-    same model family in another harness, that entry's single tokens-per-estimator-token ratio (the
-    tokenizer carries over, the harness's framing does not); else fitted as for ``"fit"``.
+    ``dtoc_rl.sim.calibrated.PROMPT_SIZE_FACTORS`` holds for ``key`` and this estimator, or for the same
+    harness's other log format (``SAME_HARNESS``); else, for the same model family in another harness,
+    that entry's single tokens-per-estimator-token ratio (the tokenizer carries over, the harness's
+    framing does not); else fitted as for ``"fit"``.
     """
-    from dtoc_rl.sim.calibrated import PROMPT_SIZE_FACTORS
+    from dtoc_rl.sim.calibrated import PROMPT_SIZE_FACTORS, SAME_HARNESS
 
     if mode == "none":
         return SizeModel(est, origin="none: estimator tokens as counted"), []
     if mode == "stored":
-        entry = PROMPT_SIZE_FACTORS.get(key)
-        if entry is not None and entry["estimator"] == est:
-            terms = {k: float(entry[k]) for k in ("base", "text", "outputs", "per_step", "offset")}
-            return SizeModel(est, **terms, origin=f"stored for {key} ({entry['fitted_on']})"), []
-        family = key.split("/", 1)[1]
+        source, family = key.split("/", 1)
+        for k in (key, f"{SAME_HARNESS.get(source)}/{family}"):
+            entry = PROMPT_SIZE_FACTORS.get(k)
+            if entry is not None and entry["estimator"] == est:
+                terms = {f: float(entry[f]) for f in ("base", "text", "outputs", "per_step", "offset")}
+                also = "" if k == key else f"; the same harness's other log format, for {key}"
+                return SizeModel(est, **terms, origin=f"stored for {k} ({entry['fitted_on']}{also})"), []
         kin = [
             (int(v["calls"]), k)
             for k, v in PROMPT_SIZE_FACTORS.items()

@@ -37,6 +37,7 @@ __all__ = [
     "CALIBRATED_REREAD_PROB_WILSON",
     "CALIBRATION_SOURCE",
     "PROMPT_SIZE_FACTORS",
+    "SAME_HARNESS",
 ]
 
 #: P(the agent re-reads | a need on a hidden output): 121 of 200 miss episodes.
@@ -129,3 +130,11 @@ PROMPT_SIZE_FACTORS: dict[str, dict[str, float | int | str]] = {
         "fitted_on": "../shared/traces fit half: 768 runs, 9,767 calls; 2026-12-01",
     },
 }
+
+#: Log formats of one harness, by ingest source: the prompts they describe are the same program's
+#: requests, so a stored size model of one (its framing per step and call included) sizes the other.
+#: Claude Code writes its session transcripts (``~/.claude/projects``) and prints its stream
+#: (``--output-format stream-json``) from one conversation; on 20 public Claude Code 2.1.39 transcripts
+#: (check only) the stream's whole Opus model errs -11.7% on the bill where its ratio alone erred
+#: -13.4% (docs/billcheck.md).
+SAME_HARNESS: dict[str, str] = {"claude-code-transcript": "claude-code-stream"}
