@@ -52,3 +52,79 @@ def test_visibility_lists_only_steps_with_hidden_outputs_or_events():
     assert visibility(_traj()) == {
         "3": {"masked_before": [0], "events": [{"kind": "disable", "targets": [0], "detail": "t0000"}]}
     }
+
+
+def _chain(schedules: list[list[int] | None]) -> Trajectory:
+    steps = [
+        Step(index=i, turn=i, tool_name="bash", tool_args="{}", tool_call_id=f"c{i}", output=f"out {i}",
+             masked_before=m)
+        for i, m in enumerate(schedules)
+    ]  # fmt: skip
+    return Trajectory(traj_id="t/2", source="test", model_raw="m", model_family="other", task_id="t",
+                      task_text="do it", steps=steps)  # fmt: skip
+
+
+def _read_back(traj: Trajectory, vis) -> list[list[int] | None]:
+    import json
+
+    from dtoc_rl.ingest.openai_chat import apply_visibility
+
+    back = chat_to_steps(trajectory_to_chat(traj))
+    for i, s in enumerate(back.steps):  # as the ingester numbers them
+        s.index = i
+    t = Trajectory(
+        traj_id="t/3", source="test", model_raw="m", model_family="other", task_id="t", steps=back.steps
+    )
+    apply_visibility(t, json.dumps(vis))
+    return [s.masked_before for s in t.steps]
+
+
+def test_a_long_sessions_hidden_steps_are_written_as_changes_and_read_back_whole():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(20):
+        hidden: set[int] = set()
+        schedules: list[list[int] | None] = []
+        for i in range(60):
+            if rng.random() < 0.05:
+                schedules.append(None)  # unknown: the next step must list its steps again
+                continue
+            for j in range(i):
+                if rng.random() < 0.08:
+                    hidden ^= {j}
+            schedules.append(sorted(hidden))
+        traj = _chain(schedules)
+        vis = visibility(traj)
+        assert _read_back(traj, vis) == schedules
+        assert any("hide" in e for e in vis.values())  # changes, where shorter than the list
+    # a session that hides one more output a call: the log holds one step per call, not all of them
+    grow = _chain([list(range(i)) for i in range(300)])
+    vis = visibility(grow)
+    assert sum(len(e.get("hide", e.get("masked_before") or [])) for e in vis.values()) == 299
+    assert _read_back(grow, vis) == [list(range(i)) for i in range(300)]
+
+
+def test_bad_changes_to_the_hidden_steps_are_errors_that_say_what():
+    import pytest
+
+    from dtoc_rl.ingest.base import IngestError
+
+    traj = _chain([[], [0], [0, 1], [1]])
+    bad = [
+        ({"1": {"hide": [0]}, "2": {"hide": [0]}}, "hides a step already hidden or shows one not hidden"),
+        ({"1": {"show": [0]}}, "hides a step already hidden or shows one not hidden"),
+        ({"1": {"hide": [0], "masked_before": [0]}}, "both masked_before and hide/show"),
+        ({"0": {"masked_before": None}, "1": {"hide": [0]}}, "changes to an unknown schedule"),
+        ({"1": {"hide": [3]}}, "step 1 hide must be a list of distinct earlier steps"),
+        ({"2": {"show": "0"}}, "step 2 show must be a list"),
+    ]
+    for vis, says in bad:
+        with pytest.raises(IngestError, match=says):
+            _read_back(traj, vis)
+    assert _read_back(traj, {"1": {"hide": [0]}, "2": {"hide": [1]}, "3": {"show": [0]}}) == [
+        [],
+        [0],
+        [0, 1],
+        [1],
+    ]

@@ -763,8 +763,9 @@ def _row_messages(row: dict) -> tuple[list, Counter]:
 def apply_visibility(traj: Trajectory, raw: Any) -> None:
     """Set ``masked_before`` and the context events of every step from the ``dtoc_visibility``
     a DTOC orchestrator or env recorder saved with its log (:func:`dtoc_rl.data.chatlog.visibility`:
-    step index -> ``{"masked_before": [...] or null, "events": [...]}``; a step not listed had
-    nothing hidden, ``null`` means not known).  A malformed map is an :class:`IngestError`."""
+    step index -> ``{"masked_before": [...] or null, "events": [...]}``, or ``{"hide": [...], "show":
+    [...], "events": [...]}`` for what changed since the step before; a step not listed had nothing
+    hidden, ``null`` means not known).  A malformed map is an :class:`IngestError`."""
     try:
         vis = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as e:
@@ -772,23 +773,24 @@ def apply_visibility(traj: Trajectory, raw: Any) -> None:
     if not isinstance(vis, dict):
         raise IngestError(f"dtoc_visibility is {type(vis).__name__}, expected an object")
     n = len(traj.steps)
-    plan: dict[int, tuple[list[int] | None, list[ContextEvent]]] = {}
+    plan: dict[int, tuple[Any, list[ContextEvent]]] = {}  # a list, None, or (hide, show)
     for k, entry in vis.items():
         if not (isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k and int(k) < n):
             raise IngestError(f"dtoc_visibility has a bad step index {k!r} (steps 0..{n - 1})")
         i = int(k)
         if not isinstance(entry, dict):
             raise IngestError(f"dtoc_visibility: step {i} is {type(entry).__name__}, expected an object")
-        masked = entry.get("masked_before", [])
-        if masked is not None and not (
-            isinstance(masked, list)
-            and all(type(j) is int and 0 <= j < i for j in masked)
-            and len(set(masked)) == len(masked)
-        ):
-            raise IngestError(
-                f"dtoc_visibility: step {i} masked_before must be null or a list of distinct earlier "
-                f"steps (0..{i - 1}), got {masked!r}"
+        if "hide" in entry or "show" in entry:
+            if "masked_before" in entry:
+                raise IngestError(f"dtoc_visibility: step {i} has both masked_before and hide/show")
+            masked = (
+                _steps_before(i, entry.get("hide", []), "hide"),
+                _steps_before(i, entry.get("show", []), "show"),
             )
+        else:
+            masked = entry.get("masked_before", [])
+            if masked is not None:
+                masked = _steps_before(i, masked, "masked_before")
         events = entry.get("events", [])
         if not isinstance(events, list):
             raise IngestError(f"dtoc_visibility: step {i} events must be a list")
@@ -807,11 +809,41 @@ def apply_visibility(traj: Trajectory, raw: Any) -> None:
                 )
             detail = str(e.get("detail") or "")
             parsed.append(ContextEvent(kind=e["kind"], targets=list(targets), detail=detail))
-        plan[i] = (None if masked is None else list(masked), parsed)
-    for step in traj.steps:  # only once the whole map is known to be good
-        masked, events = plan.get(step.index, ([], []))
+        plan[i] = (masked, parsed)
+    resolved: list[list[int] | None] = []
+    prev: list[int] | None = []
+    for step in traj.steps:  # a change is read against the step before it, in order
+        masked, _ = plan.get(step.index, ([], []))
+        if isinstance(masked, tuple):
+            hide, show = masked
+            if prev is None:
+                raise IngestError(f"dtoc_visibility: step {step.index} lists changes to an unknown schedule")
+            had = set(prev)
+            if had & set(hide) or not set(show) <= had:
+                raise IngestError(
+                    f"dtoc_visibility: step {step.index} hides a step already hidden or shows one not hidden"
+                )
+            masked = sorted(had.difference(show).union(hide))
+        resolved.append(masked)
+        prev = masked
+    for step, masked in zip(traj.steps, resolved):  # only once the whole map is known to be good
         step.masked_before = masked
-        step.events.extend(events)
+        step.events.extend(plan.get(step.index, ([], []))[1])
+
+
+def _steps_before(i: int, steps: Any, name: str) -> list[int]:
+    """``steps`` of a dtoc_visibility entry of step ``i``: distinct earlier steps, else an error."""
+    if not (
+        isinstance(steps, list)
+        and all(type(j) is int and 0 <= j < i for j in steps)
+        and len(set(steps)) == len(steps)
+    ):
+        what = "null or a list" if name == "masked_before" else "a list"
+        raise IngestError(
+            f"dtoc_visibility: step {i} {name} must be {what} of distinct earlier steps "
+            f"(0..{i - 1}), got {steps!r}"
+        )
+    return list(steps)
 
 
 def drop_orphan_replies(msgs: list[dict]) -> int:
