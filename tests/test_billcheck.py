@@ -440,7 +440,8 @@ def test_another_log_format_of_the_same_harness_takes_its_whole_stored_model(mon
     assert m["per_step"] == 50 and m["origin"].startswith("stored for claude-code-stream/gpt-5")
     assert s["per_call_input_error_pct"]["median_abs"] == 0
     stranger = bill_check(_runs(10, 1.0, 1.0, source="my-harness"), "chars")["sources"]["my-harness"]
-    assert stranger["size_models"]["gpt-5"]["per_step"] == 0 and stranger["size_models"]["gpt-5"]["text"] == 1.2
+    borrowed = stranger["size_models"]["gpt-5"]
+    assert borrowed["per_step"] == 0 and borrowed["text"] == 1.2
 
 
 @pytest.mark.parametrize("ratio", [1.0, 1.3])
