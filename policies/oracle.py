@@ -37,7 +37,6 @@ The oracle is the upper bound learned policies are measured against.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -180,12 +179,7 @@ class _Costing:
         cached = np.where(f >= 0, np.minimum(prev, prefix), prev)
         now = prompts[calls]
         cached = self.cfg.provider_cached(self.ep, cached, now, calls)
-        p = self.p
-        if np.ndim(p.input):  # each call at its own model's prices
-            p = replace(
-                p, **{k: getattr(p, k)[calls] for k in ("input", "output", "cache_read", "cache_write")}
-            )
-        return p.bill(cached, now - cached, self.asst_c[calls])
+        return self.p.at(calls).bill(cached, now - cached, self.asst_c[calls])
 
     def total(self) -> float:
         return float("inf") if self.bad else float(self.bills.sum())

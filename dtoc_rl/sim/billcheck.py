@@ -183,8 +183,11 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
         if math.isnan(cached) and not math.isnan(dollars) and p.input > p.cache_read:
             # a log that gives only the cost: the cached tokens that cost implies at list prices (each
             # cached token costs input - cache_read less than the same call with nothing cached)
-            uncached_bill = p.bill(0, 0, out_tok, uncached=u.input_tokens)
-            implied = (uncached_bill - dollars) / (p.bill(0, 0, 0, uncached=1) - p.bill(1, 0, 0))
+            size = u.input_tokens  # the call's tier, for every part of it
+            uncached_bill = p.bill(0, 0, out_tok, uncached=size)
+            implied = (uncached_bill - dollars) / (
+                p.bill(0, 0, 0, uncached=1, prompt=size) - p.bill(1, 0, 0, prompt=size)
+            )
             cached = float(min(max(round(implied), 0), u.input_tokens))
         if math.isnan(dollars) and (not math.isnan(cached) or p.cache_read >= p.input):
             write = float(u.cache_write_tokens or 0)
@@ -193,7 +196,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             # each write at its lifetime's price: an hour's at twice the input, 5 minutes' as listed
             dollars = float(
                 listed.bill(c, write - hour, out_tok, uncached=u.input_tokens - c - write)
-                + retained(listed, HOUR_CACHE).bill(0, hour, 0)
+                + retained(listed, HOUR_CACHE).bill(0, hour, 0, prompt=u.input_tokens)
             )
         out.append(
             CallCheck(

@@ -27,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dtoc_rl.data.models import model_version, normalize_family, plain_name
 
 __all__ = [
@@ -60,31 +62,79 @@ class Prices:
     cache_write: float
     source: str = ""
     as_of: str = ""  # when the source was read (YYYY-MM-DD), or the price's own date
+    # A long-context tier: a call whose prompt has more than ``long_above`` tokens (0: no tier) is billed
+    # at ``long_input`` times the input, cache read and cache write prices and ``long_output`` times the
+    # output price, on every token of the call (OpenAI's GPT-6 above 272K, Gemini Pro above 200K).
+    long_above: Any = 0
+    long_input: Any = 1.0
+    long_output: Any = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def per_token(self) -> tuple[float, float, float]:
+    @classmethod
+    def per_call(cls, table: list[Prices], which: Any) -> Prices:
+        """One :class:`Prices` whose numeric fields are arrays, call ``i`` at ``table[which[i]]``'s
+        (:meth:`bill` then bills arrays of calls element by element)."""
+        arrays = {k: np.array([getattr(p, k) for p in table])[which] for k in _NUMERIC}
+        return cls(**arrays, source=" + ".join(dict.fromkeys(p.source for p in table)))
+
+    def at(self, calls: Any) -> Prices:
+        """The prices of the calls ``calls`` of :meth:`per_call`'s arrays (itself when not arrays)."""
+        if not np.ndim(self.input):
+            return self
+        return replace(self, **{k: getattr(self, k)[calls] for k in _NUMERIC})
+
+    def per_token(self, long: bool = False) -> tuple[float, float, float]:
         """(cache read, cache write, output) in USD per token: the factors :meth:`bill` multiplies by,
         for a hot loop that keeps them in locals and computes ``c * r + w * cw + o * out`` itself
-        (bit-identical to :meth:`bill` with ``uncached=0``; ``tests/test_pricing.py`` pins it)."""
+        (bit-identical to :meth:`bill` with ``uncached=0``; ``tests/test_pricing.py`` pins it).
+        ``long``: the long-context tier's factors (a prompt above ``long_above``)."""
+        if long:
+            m, mo = self.long_input, self.long_output
+            return self.cache_read * m / 1e6, self.cache_write * m / 1e6, self.output * mo / 1e6
         return self.cache_read / 1e6, self.cache_write / 1e6, self.output / 1e6
 
-    def bill(self, cached, written, output, uncached=0):
+    def is_long(self, prompt):
+        """Whether a call of ``prompt`` tokens is billed at the long-context tier (scalars or arrays)."""
+        above = self.long_above
+        if np.ndim(above) == 0 and np.ndim(prompt) == 0:
+            return bool(above) and prompt > above
+        return (np.asarray(above) > 0) & (np.asarray(prompt) > above)
+
+    def bill(self, cached, written, output, uncached=0, prompt=None):
         """USD of model calls: ``cached`` prompt tokens read from the cache, ``written`` written to it,
         ``uncached`` neither (billed at ``input``; a provider without caching bills every prompt token
-        so, and a prompt cache prices them at ``cache_write``), and ``output`` completion tokens.
+        so, and a prompt cache prices them at ``cache_write``), and ``output`` completion tokens, at the
+        long-context tier where the whole prompt (``prompt``; default the three parts) is above it.
 
         The one place the dollar formula lives: the simulator, its baseline, the oracle, LiveEnv and
         the bill check all price calls with it.  Scalars or numpy arrays (element-wise, one figure
         per call).
         """
         r, w, o = self.per_token()
-        return cached * r + written * w + output * o + uncached * (self.input / 1e6)
+        short = cached * r + written * w + output * o + uncached * (self.input / 1e6)
+        if type(self.long_above) is int and not self.long_above:  # no tier (arrays: calls of models)
+            return short
+        long = self.is_long(cached + written + uncached if prompt is None else prompt)
+        if not np.any(long):
+            return short
+        r, w, o = self.per_token(long=True)
+        at_long = cached * r + written * w + output * o + uncached * (self.input * self.long_input / 1e6)
+        return np.where(long, at_long, short) if np.ndim(long) else at_long
 
+
+_NUMERIC = ("input", "output", "cache_read", "cache_write", "long_above", "long_input", "long_output")
 
 _OPENAI = "openai.com/api/pricing"
 _ANTHROPIC = "anthropic.com/pricing (cache write = 5-minute lifetime)"
+_CLAUDE = "platform.claude.com/docs pricing (cache write = 5-minute lifetime)"
+# Long-context tiers: OpenAI from GPT-5.4 on above 272K input tokens; Gemini Pro above 200K; Claude
+# Sonnet 4 and 4.5 with the 1M-token window above 200K (platform.claude.com pricing, "Long context
+# pricing": $6 / $22.50, cache prices scaled alike).
+_GPT_LONG: dict[str, Any] = {"long_above": 272_000, "long_input": 2.0, "long_output": 1.5}
+_GEMINI_LONG: dict[str, Any] = {"long_above": 200_000, "long_input": 2.0, "long_output": 1.5}
+_SONNET_1M: dict[str, Any] = {"long_above": 200_000, "long_input": 2.0, "long_output": 1.5}
 
 #: Prices per model version (the keys :func:`dtoc_rl.data.models.model_version` returns).
 VERSION_PRICES: dict[str, Prices] = {
@@ -121,15 +171,121 @@ VERSION_PRICES: dict[str, Prices] = {
     "gpt-5-codex-mini": Prices(
         0.25, 2.00, 0.025, 0.25, f"{_OPENAI} (gpt-5-codex-mini, gpt-5.1-codex-mini)", "2025-11-13"
     ),
-    # Google AI pricing, gemini-3-pro-preview, prompts <= 200k tokens; implicit caching, no write fee.
+    # Released in 2026 (read 2026-12-06).  From GPT-5.4 on, a request above 272K input tokens is billed
+    # at twice the input and cache prices and 1.5 times the output price, the whole request; from
+    # GPT-5.6 on a cache write costs 1.25 times the input price (30-minute retention from GPT-6.1 on;
+    # the cache rules' 5-minute lifetime is kept).  "3P": figures read from third parties (named) that
+    # cite the official page, which was not in the searched copy; "O": read on the official page.
+    "gpt-5.3-codex": Prices(
+        1.75,
+        14.00,
+        0.175,
+        1.75,
+        "3P: github/docs Copilot models table, ShellPilot (gpt-5.3-codex)",
+        "2026-12-06",
+    ),
+    "gpt-5.4": Prices(
+        2.50,
+        15.00,
+        0.25,
+        2.50,
+        "3P: github/docs Copilot table, wavespeed (gpt-5.4)",
+        "2026-12-06",
+        **_GPT_LONG,
+    ),
+    "gpt-5.4-mini": Prices(
+        0.75, 4.50, 0.075, 0.75, "3P: github/docs Copilot table (gpt-5.4-mini)", "2026-12-06", **_GPT_LONG
+    ),
+    "gpt-5.4-nano": Prices(
+        0.20, 1.25, 0.02, 0.20, "O: developers.openai.com models/gpt-5.4-nano", "2026-12-06", **_GPT_LONG
+    ),
+    "gpt-5.5": Prices(
+        5.00, 30.00, 0.50, 5.00, "3P: github/docs Copilot table, Vercel (gpt-5.5)", "2026-12-06", **_GPT_LONG
+    ),
+    # list price; the page offered $4 / $20 / $0.40 "at least until 21 Nov 2026"
+    "gpt-5.6-sol": Prices(
+        5.00,
+        30.00,
+        0.50,
+        6.25,
+        "O: developers.openai.com models/gpt-5.6-sol (list price)",
+        "2026-12-06",
+        **_GPT_LONG,
+    ),
+    "gpt-5.6-terra": Prices(
+        2.00,
+        12.00,
+        0.20,
+        2.50,
+        "3P: laozhang, apiyi (gpt-5.6-terra, from 2026-07-30)",
+        "2026-07-30",
+        **_GPT_LONG,
+    ),
+    "gpt-5.6-luna": Prices(
+        0.20, 1.20, 0.02, 0.25, "O: developers.openai.com models/gpt-5.6-luna", "2026-07-30", **_GPT_LONG
+    ),
+    "gpt-6-astra": Prices(
+        10.00,
+        50.00,
+        1.00,
+        12.50,
+        "3P: litellm #39633, codex-token-meter (gpt-6-astra)",
+        "2026-09-03",
+        **_GPT_LONG,
+    ),
+    "gpt-6-sol": Prices(
+        2.00, 10.00, 0.20, 2.50, "3P: codexometer, PromptFuel (gpt-6-sol)", "2026-09-22", **_GPT_LONG
+    ),
+    "gpt-6-luna": Prices(
+        0.10, 0.50, 0.01, 0.125, "O: developers.openai.com models/gpt-6-luna", "2026-09-22", **_GPT_LONG
+    ),
+    "gpt-6.1-sol": Prices(
+        2.00, 10.00, 0.10, 2.50, "3P: Codex-Manager, litellm (gpt-6.1-sol)", "2026-09-29", **_GPT_LONG
+    ),
+    "gpt-6.1-terra": Prices(
+        1.00, 5.00, 0.05, 1.25, "O: developers.openai.com models/gpt-6.1-terra", "2026-10-26", **_GPT_LONG
+    ),
+    "gpt-6.2-sol": Prices(
+        2.00, 10.00, 0.10, 2.50, "O: developers.openai.com models/gpt-6.2-sol", "2026-11-17", **_GPT_LONG
+    ),
+    # Google AI pricing, gemini-3-pro-preview: $2 / $12, cached $0.20 up to 200k prompt tokens, $4 / $18 /
+    # $0.40 above; implicit caching, no write fee.
     "gemini-3-pro-preview": Prices(
-        2.00, 12.00, 0.20, 2.00, "ai.google.dev/pricing (gemini-3-pro-preview, <=200k)", "2025-11-18"
+        2.00, 12.00, 0.20, 2.00, "ai.google.dev/pricing (gemini-3-pro-preview)", "2025-11-18", **_GEMINI_LONG
+    ),
+    "gemini-3.1-pro-preview": Prices(
+        2.00,
+        12.00,
+        0.20,
+        2.00,
+        "3P: github/docs Copilot table, inference.sh (gemini-3.1-pro-preview)",
+        "2026-12-06",
+        **_GEMINI_LONG,
+    ),
+    "gemini-3.8-flash": Prices(
+        0.75,
+        3.75,
+        0.075,
+        0.75,
+        "3P: litellm #39357, apiyi (gemini-3.8-flash, $1.50 / $7.50 from 2027-01-01)",
+        "2026-09-02",
+    ),
+    "gemini-4-neon": Prices(
+        3.00, 15.00, 0.15, 3.00, "3P: iyulab/TokenMeter, apidog, laozhang (gemini-4-neon)", "2026-11-18"
+    ),
+    "gemini-4-carbon": Prices(
+        4.00,
+        20.00,
+        0.20,
+        4.00,
+        "3P: cedr, litellm #50970, laozhang (gemini-4-carbon, from 2026-12-01)",
+        "2026-12-01",
     ),
     "claude-sonnet-4-20250514": Prices(
-        3.00, 15.00, 0.30, 3.75, f"{_ANTHROPIC} (Claude Sonnet 4)", "2025-05-22"
+        3.00, 15.00, 0.30, 3.75, f"{_ANTHROPIC} (Claude Sonnet 4)", "2025-05-22", **_SONNET_1M
     ),
     "claude-sonnet-4-5-20250929": Prices(
-        3.00, 15.00, 0.30, 3.75, f"{_ANTHROPIC} (Claude Sonnet 4.5, <=200k)", "2025-09-29"
+        3.00, 15.00, 0.30, 3.75, f"{_ANTHROPIC} (Claude Sonnet 4.5)", "2025-09-29", **_SONNET_1M
     ),
     "claude-opus-4-5-20251101": Prices(
         5.00, 25.00, 0.50, 6.25, f"{_ANTHROPIC} (Claude Opus 4.5)", "2025-11-24"
@@ -147,11 +303,52 @@ VERSION_PRICES: dict[str, Prices] = {
         0.80, 4.00, 0.08, 1.00, f"{_ANTHROPIC} (Claude Haiku 3.5)", "2024-11-04"
     ),
     "claude-3-haiku-20240307": Prices(0.25, 1.25, 0.03, 0.30, f"{_ANTHROPIC} (Claude Haiku 3)", "2024-08-14"),
+    # Released in 2026 (read 2026-12-06 on platform.claude.com, its pricing page and each model's
+    # overview, "O", else third parties, "3P"): flat across their 1M-token window but for Haiku 5.5 (a
+    # prompt above 100K tokens pays five times every rate, output included).  Claude 4.7 and later use a
+    # newer tokenizer (Haiku 5.5's page: about 30% more tokens than Haiku 4.5 for the same text).
+    "claude-opus-4-6": Prices(5.00, 25.00, 0.50, 6.25, f"O: {_CLAUDE} (Claude Opus 4.6)", "2026-12-06"),
+    "claude-opus-4-7": Prices(5.00, 25.00, 0.50, 6.25, f"O: {_CLAUDE} (Claude Opus 4.7)", "2026-12-06"),
+    "claude-opus-4-8": Prices(5.00, 25.00, 0.50, 6.25, f"O: {_CLAUDE} (Claude Opus 4.8)", "2026-12-06"),
+    "claude-opus-5": Prices(5.00, 25.00, 0.50, 6.25, f"O: {_CLAUDE} (Claude Opus 5)", "2026-12-06"),
+    "claude-opus-5-5": Prices(4.00, 20.00, 0.20, 5.00, f"O: {_CLAUDE} (Claude Opus 5.5)", "2026-12-06"),
+    "claude-sonnet-4-6": Prices(3.00, 15.00, 0.30, 3.75, f"O: {_CLAUDE} (Claude Sonnet 4.6)", "2026-12-06"),
+    "claude-sonnet-5": Prices(2.00, 10.00, 0.20, 2.50, f"O: {_CLAUDE} (Claude Sonnet 5)", "2026-12-06"),
+    # $0.20 cache reads at launch (O); cut to $0.10 from 2026-10-07 (3P: claudit, PromptFuel, claude-usage)
+    "claude-sonnet-5-5": Prices(
+        2.00, 10.00, 0.10, 2.50, f"O+3P: {_CLAUDE} (Claude Sonnet 5.5)", "2026-10-07"
+    ),
+    "claude-haiku-5-5": Prices(
+        0.10,
+        0.50,
+        0.01,
+        0.125,
+        f"O: {_CLAUDE} (Claude Haiku 5.5; cache read 3P)",
+        "2026-10-07",
+        long_above=100_000,
+        long_input=5.0,
+        long_output=5.0,
+    ),
+    "claude-fable-5": Prices(
+        10.00, 50.00, 1.00, 12.50, f"O: {_CLAUDE} (Claude Fable 5, Mythos 5)", "2026-12-06"
+    ),
+    "claude-fable-5-1": Prices(
+        10.00, 50.00, 0.25, 12.50, f"O: {_CLAUDE} (Claude Fable 5.1, Mythos 5.1)", "2026-12-06"
+    ),
+    "claude-fable-5-2": Prices(
+        8.00, 40.00, 0.20, 10.00, "3P: laozhang, claude-usage (Claude Fable 5.2)", "2026-12-01"
+    ),
     # Google AI pricing for Gemini 2.5 as listed at mid-2025 (prompts <= 200k tokens; cached input at
     # a quarter of the input price, no write fee; storage per hour is not billed per call).  Google has
     # changed the cached rate since: give --prices for a bill to the cent.
     "gemini-2.5-pro": Prices(
-        1.25, 10.00, 0.31, 1.25, "ai.google.dev/pricing (gemini-2.5-pro, <=200k, mid-2025)", "2025-06-17"
+        1.25,
+        10.00,
+        0.31,
+        1.25,
+        "ai.google.dev/pricing (gemini-2.5-pro, mid-2025)",
+        "2025-06-17",
+        **_GEMINI_LONG,
     ),
     "gemini-2.5-flash": Prices(
         0.30, 2.50, 0.075, 0.30, "ai.google.dev/pricing (gemini-2.5-flash, mid-2025)", "2025-06-17"
@@ -250,6 +447,8 @@ PRICES: dict[str, Prices] = {
     "minimax": VERSION_PRICES["minimax-m2.5"],
     "mistral": VERSION_PRICES["devstral-medium"],
     "gpt-oss": VERSION_PRICES["gpt-oss-120b"],
+    "gpt-6": VERSION_PRICES["gpt-6-sol"],
+    "claude-fable": VERSION_PRICES["claude-fable-5-1"],
 }
 
 #: Unknown families are priced like this one (a mid-priced frontier model with caching).
@@ -345,13 +544,20 @@ def price_entries(table: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
     """A table of :class:`Prices` by model as :func:`load_price_table` reads one back (USD per million
     tokens): what a checkpoint or a log keeps of the prices it was given."""
     keys = ("input", "output", "cache_read", "cache_write")
-    return {model: {k: getattr(p, k) for k in keys} for model, p in table.items()}
+    out: dict[str, dict[str, float]] = {}
+    for model, p in table.items():
+        out[model] = {k: getattr(p, k) for k in keys}
+        if p.long_above:  # a tier only where there is one: older readers take the plain entries
+            out[model].update({k: getattr(p, k) for k in _TIER})
+    return out
 
 
 def load_price_table(source: str | Path) -> dict[str, Prices]:
     """A user's prices, ``{model: {input, output, cache_read, cache_write}}`` in USD per million
     tokens, from a JSON or YAML file or an inline JSON object.  ``cache_read`` and ``cache_write``
-    default to ``input`` (no caching discount).  Errors are one-line ValueErrors naming the entry."""
+    default to ``input`` (no caching discount); a long-context tier is ``long_above`` (prompt tokens),
+    ``long_input`` and ``long_output`` (the factors above it; see :class:`Prices`).  Errors are
+    one-line ValueErrors naming the entry."""
     text = str(source)
     inline = text.lstrip()[:1] in ("{", "[")
     source = "(inline JSON)" if inline else source
@@ -389,12 +595,13 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
     one-line ValueErrors); cache_read and cache_write default to input."""
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
-    unknown = set(entry) - {"input", "output", "cache_read", "cache_write"}
+    unknown = set(entry) - {"input", "output", "cache_read", "cache_write", *_TIER}
     if unknown or "input" not in entry or "output" not in entry:
         raise ValueError(
-            f"{where}: needs input and output (cache_read, cache_write optional), got {sorted(entry)}"
+            f"{where}: needs input and output (cache_read, cache_write, {', '.join(_TIER)} optional), "
+            f"got {sorted(entry)}"
         )
-    vals = {}
+    vals: dict[str, Any] = {}
     for k in ("input", "output", "cache_read", "cache_write"):
         v = entry.get(k, entry["input"])
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
@@ -402,7 +609,23 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
                 f"{where}: {k} must be a non-negative number of USD per million tokens, got {v!r}"
             )
         vals[k] = float(v)
+    for k, default in _TIER.items():
+        v = entry.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{where}: {k} must be a non-negative number ({_TIER_HELP[k]}), got {v!r}")
+        vals[k] = int(v) if k == "long_above" else float(v)
+    if vals["long_above"] != entry.get("long_above", 0):
+        raise ValueError(f"{where}: long_above must be a whole number of tokens, got {entry['long_above']!r}")
     return Prices(**vals, source=f"user prices ({source})")
+
+
+#: A price entry's long-context tier (Prices.long_above, long_input, long_output) and its defaults.
+_TIER: dict[str, float] = {"long_above": 0, "long_input": 1.0, "long_output": 1.0}
+_TIER_HELP = {
+    "long_above": "prompt tokens above which a call is billed at the tier; 0: none",
+    "long_input": "the factor of the input and cache prices above long_above",
+    "long_output": "the factor of the output price above long_above",
+}
 
 
 def _warn_uncached(where: str, models: list[str] | None = None) -> None:
@@ -494,8 +717,6 @@ class CacheRules:
     def cached(self, ideal, prompt, idle):
         """Cached tokens the provider bills, from the ideal cached prefix, the prompt size and the
         seconds since the previous call (numpy arrays or scalars; an int for scalar input)."""
-        import numpy as np
-
         c = np.asarray(ideal, np.float64)
         c = np.where((c >= self.min_prefix) & (np.asarray(prompt) >= self.min_prefix), c, 0.0)
         if self.step > 1:

@@ -175,14 +175,7 @@ class CostConfig:
         table = self.model_prices(ep)
         if _priced_alike(table):
             return table[0]
-        which = ep.call_model
-        return Prices(
-            input=np.array([p.input for p in table])[which],
-            output=np.array([p.output for p in table])[which],
-            cache_read=np.array([p.cache_read for p in table])[which],
-            cache_write=np.array([p.cache_write for p in table])[which],
-            source=" + ".join(dict.fromkeys(p.source for p in table)),
-        )
+        return Prices.per_call(table, ep.call_model)
 
     def rules_for(self, ep: Episode) -> CacheRules | None:
         """The caching rules applied to ``ep`` (None: the ideal cache)."""
@@ -287,6 +280,8 @@ class Simulator:
         """Whether its calls go to models priced differently (observations then price each call)."""
         # the biller's per-token factors in locals: _bill is the hot loop (Prices.bill, bit for bit)
         self._factors = [p.per_token() for p in table]
+        # and above each model's long-context threshold (0: none), the tier's
+        self._long = [(p.long_above, p.per_token(long=True)) for p in table]
         # each call's model (None: all the run's), and the cache state of the models not called last
         self._mc = ep.call_model.tolist() if ep.call_model is not None and ep.n_calls else None
         # the models not called last: (what each was sent last, the outputs changed an odd number of
@@ -367,6 +362,7 @@ class Simulator:
         self.prev_prompt = 0  # the prompt of the last call to the current model (what its cache holds)
         self._model = self._mc[0] if self._mc else 0  # the model whose cache prev_prompt, first_changed are
         self._p0, self._p1, self._p2 = self._factors[self._model]
+        self._lt, self._lf = self._long[self._model]
         self._rules = self._rules_of[self._model]
         self._others = {}
         self._odd: set[int] = set()
@@ -427,6 +423,7 @@ class Simulator:
             self.first_changed = min(self._odd) if self._odd else self._n
             self._model = m
             self._p0, self._p1, self._p2 = self._factors[m]
+            self._lt, self._lf = self._long[m]
             self._rules = self._rules_of[m]
 
     def _bill(self, prompt: int, out_tokens: int) -> float:
@@ -438,7 +435,11 @@ class Simulator:
         self.idle = 0.0  # a call right after this one (the logged call after a re-run) waits for none
         written = prompt - cached
         # Prices.bill inlined (Python floats are bit-identical to numpy's float64), typed np.float64
-        dollars = _f64(cached * self._p0 + written * self._p1 + out_tokens * self._p2)
+        if self._lt and prompt > self._lt:  # the long-context tier
+            p0, p1, p2 = self._lf
+            dollars = _f64(cached * p0 + written * p1 + out_tokens * p2)
+        else:
+            dollars = _f64(cached * self._p0 + written * self._p1 + out_tokens * self._p2)
         tot = self.totals
         tot.input_tokens += prompt
         tot.cache_read_tokens += cached
