@@ -231,6 +231,10 @@ def _squash(x: torch.Tensor) -> torch.Tensor:
 _FUSED_LAYER = getattr(torch, "_transformer_encoder_layer_fwd", None)
 
 
+#: Families the network's family table had when its initial weights were first drawn (FAMILIES then).
+_FAMILY_ROWS_DRAWN = 25
+
+
 class ItemScorer(nn.Module):
     def __init__(self, cfg: LearnedPolicyConfig, n_families: int = len(FAMILIES)):
         super().__init__()
@@ -245,13 +249,15 @@ class ItemScorer(nn.Module):
         self.item_in = nn.Sequential(nn.Linear(n_items, d), nn.GELU(), nn.Linear(d, d))
         self.tool = nn.Embedding(len(TOOL_CATEGORIES), d)
         self.glob_in = nn.Sequential(nn.Linear(n_glob, d), nn.GELU(), nn.Linear(d, d))
-        self.family = nn.Embedding(n_families, d) if cfg.family_conditioning else None
-        if self.family is not None:
+        self.family = None
+        if cfg.family_conditioning:
             # Zero, so that a family without training data (no gradient ever reaches its row) adds
             # nothing: a random initial row would move every decision for a model the network never
-            # saw, by more than the call's whole context does (docs/results.md).  Drawn, then zeroed,
-            # so that the layers built after it draw the same initial weights whatever it starts at.
-            nn.init.zeros_(self.family.weight)
+            # saw, by more than the call's whole context does (docs/results.md).  The random draws of
+            # the table the first trainings had are still taken, so that the layers built after it
+            # draw the same initial weights however many families FAMILIES has grown to.
+            torch.empty(_FAMILY_ROWS_DRAWN, d).normal_()
+            self.family = nn.Embedding(n_families, d, _weight=torch.zeros(n_families, d))
         self.encoder = (
             nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(

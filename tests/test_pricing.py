@@ -41,6 +41,21 @@ from tests.cost_episodes import make_episode
         ("vertex_ai/claude-opus-4-1@20250805", "claude-opus-4-1-20250805"),
         ("o1-mini", "o3-mini"),
         ("gpt-5.1-codex-mini", "gpt-5-codex-mini"),
+        # released in 2026: each its own version (two versions are two caches), a Bedrock or dated
+        # name of one the same version, the 1M-window name the model's own, Mythos priced as Fable
+        ("claude-opus-4-6", "claude-opus-4-6"),
+        ("claude-opus-5", "claude-opus-5"),
+        ("anthropic/claude-opus-5-5", "claude-opus-5-5"),
+        ("us.anthropic.claude-sonnet-5-v1:0", "claude-sonnet-5"),
+        ("claude-sonnet-5-5[1m]", "claude-sonnet-5-5"),
+        ("claude-mythos-5-1", "claude-fable-5-1"),
+        ("claude-haiku-5-5", "claude-haiku-5-5"),
+        ("gpt-5.6", "gpt-5.6-sol"),  # the alias routes to Sol
+        ("gpt-5.4-nano-2026-03-17", "gpt-5.4-nano"),
+        ("openai/gpt-6-sol-2026-09-22", "gpt-6-sol"),
+        ("gpt-6.1-sol", "gpt-6.1-sol"),  # not 6 Sol: cache reads at half its price
+        ("gemini-3.1-pro-preview-customtools", "gemini-3.1-pro-preview"),
+        ("gpt-6.2-astra", None),
     ],
 )
 def test_raw_names_map_to_versions(raw, version):
@@ -61,6 +76,33 @@ def test_families_outside_the_shared_logs_have_their_own_prices_and_regimes():
     assert priced("o3").input == 2.00 and priced("gemini-2.5-flash").input == 0.30
     assert priced("gemini-3-flash-preview").input == 0.50 and priced("gemini-3-flash-preview").output == 3.00
     assert {"gpt-4.1", "openai-o", "claude-haiku", "gemini-2.5-pro", "gemini"} <= PRICES.keys()
+
+
+def test_models_of_2026_are_priced_as_their_providers_list_them(monkeypatch):
+    """Families the 2025 table did not know are no longer priced as gpt-4o (GPT-6, Fable) or Gemini 2.5
+    Flash (Gemini 3.1 Pro), and the regimes follow the price lists: OpenAI charges cache writes from
+    GPT-5.6 on, Opus 5.5 reads its cache at a twentieth of the input price."""
+    from dtoc_rl.data.models import normalize_family
+    from dtoc_rl.sim.pricing import cache_regime
+
+    def priced(raw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a known model is priced without a fallback warning
+            return prices_for(normalize_family(raw), raw)
+
+    assert normalize_family("gpt-6-sol") == "gpt-6" and normalize_family("claude-fable-5-1") == "claude-fable"
+    assert normalize_family("gemini-3.1-pro-preview") == "gemini-3-pro"
+    assert cache_regime(priced("gpt-6-sol")) == "write premium" and cache_regime(priced("gpt-5.2")) != (
+        "write premium"
+    )
+    assert priced("claude-opus-5-5").cache_read / priced("claude-opus-5-5").input == 0.05
+    assert (priced("gemini-3.1-pro-preview").input, priced("claude-fable-5").output) == (2.00, 50.00)
+    monkeypatch.setattr(pricing, "_warned", set())  # warned once per process: say it here
+    with pytest.warns(UserWarning, match="priced as its family 'gpt-6'"):  # not as gpt-4o
+        assert prices_for("gpt-6", "gpt-6.2-astra") == PRICES["gpt-6"]
+    # the long-context tiers
+    assert (priced("gpt-6-luna").long_above, priced("claude-haiku-5-5").long_above) == (272_000, 100_000)
+    assert priced("claude-opus-4-6").long_above == 0  # flat across its 1M window
 
 
 def test_gpt_4o_2024_05_13_has_no_cache_discount_and_its_own_list_price():
@@ -154,9 +196,12 @@ def test_the_per_token_fast_path_equals_bill_bit_for_bit():
 
     rng = np.random.default_rng(3)
     for prices in [*PRICES.values(), *VERSION_PRICES.values()]:
-        r, w, o = prices.per_token()
+        short, long = prices.per_token(), prices.per_token(long=True)
         cached, written, out = (rng.integers(0, 300_000, 200) for _ in range(3))
-        fast = [c * r + x * w + y * o for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist())]
+        fast = []
+        for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist()):
+            r, w, o = long if prices.long_above and c + x > prices.long_above else short  # as the simulator
+            fast.append(c * r + x * w + y * o)
         plain = [prices.bill(c, x, y) for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist())]
         assert fast == plain
         assert prices.bill(cached, written, out).tolist() == plain  # arrays: the same figure per call

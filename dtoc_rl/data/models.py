@@ -22,10 +22,12 @@ _RULES: list[tuple[str, str]] = [
     (r"gpt-?4\.1", "gpt-4.1"),
     (r"gpt-?4", "gpt-4"),
     (r"gpt-?5", "gpt-5"),
+    (r"gpt-?6", "gpt-6"),
     (r"\bo[134](-mini)?\b", "openai-o"),
-    (r"gemini-?3[.-]?pro|gemini-3-pro", "gemini-3-pro"),
+    (r"gemini-?3(\.\d+)?[.-]?pro", "gemini-3-pro"),  # 3.1 Pro is priced and cached as 3 Pro
     (r"gemini-?2\.5-?pro", "gemini-2.5-pro"),
     (r"gemini", "gemini"),
+    (r"claude.*(fable|mythos)|fable|mythos", "claude-fable"),
     (r"claude.*opus|opus", "claude-opus"),
     (r"claude.*sonnet|sonnet", "claude-sonnet"),
     (r"claude.*haiku|haiku", "claude-haiku"),
@@ -50,7 +52,7 @@ FAMILIES: tuple[str, ...] = (
     "other", "gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4", "gpt-5", "openai-o", "gemini-3-pro",
     "gemini-2.5-pro", "gemini", "claude-opus", "claude-sonnet", "claude-haiku", "qwen-coder", "qwen",
     "deepseek-coder", "deepseek-chat", "doubao-pro", "llama", "gpt-oss", "kimi", "glm", "grok", "minimax",
-    "mistral",
+    "mistral", "gpt-6", "claude-fable",
 )  # fmt: skip
 
 
@@ -81,6 +83,16 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?4o-2024-08-06", "gpt-4o-2024-08-06"),
     (r"gpt-?4o-2024-11-20", "gpt-4o-2024-11-20"),
     (r"gpt-?4-0125(-preview)?$", "gpt-4-0125-preview"),
+    (r"gpt-?6\.2-sol(-\d{4}-\d{2}-\d{2})?$", "gpt-6.2-sol"),
+    (r"gpt-?6\.1-terra(-\d{4}-\d{2}-\d{2})?$", "gpt-6.1-terra"),
+    (r"gpt-?6\.1-sol(-\d{4}-\d{2}-\d{2})?$", "gpt-6.1-sol"),
+    (r"gpt-?6-(astra|sol|luna)(-\d{4}-\d{2}-\d{2})?$", r"gpt-6-\1"),
+    (r"gpt-?5\.6-(sol|terra|luna)(-\d{4}-\d{2}-\d{2})?$", r"gpt-5.6-\1"),
+    (r"gpt-?5\.6(-\d{4}-\d{2}-\d{2})?$", "gpt-5.6-sol"),  # the alias routes to Sol
+    (r"gpt-?5\.5(-\d{4}-\d{2}-\d{2})?$", "gpt-5.5"),
+    (r"gpt-?5\.4-(mini|nano)(-\d{4}-\d{2}-\d{2})?$", r"gpt-5.4-\1"),
+    (r"gpt-?5\.4(-\d{4}-\d{2}-\d{2})?$", "gpt-5.4"),
+    (r"gpt-?5\.3-codex(-\d{4}-\d{2}-\d{2})?$", "gpt-5.3-codex"),
     (r"gpt-?5\.2-codex(-\d{8})?$", "gpt-5.2-codex"),
     (r"gpt-?5\.2(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.2"),
     (r"gpt-?5(\.1)?-codex-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-codex-mini"),
@@ -96,6 +108,16 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"o4-mini(-\d{4}-\d{2}-\d{2})?$", "o4-mini"),
     (r"gemini-3-pro-preview(-[\w-]+)?$", "gemini-3-pro-preview"),
     (r"gemini-3-flash-preview(-\d{2}-\d{2})?$", "gemini-3-flash-preview"),
+    (r"gemini-3\.1-pro-preview(-customtools)?$", "gemini-3.1-pro-preview"),
+    (r"gemini-3\.8-flash(-preview)?$", "gemini-3.8-flash"),
+    (r"gemini-4-(neon|carbon)$", r"gemini-4-\1"),
+    (
+        r"claude-(opus-4-[678]|opus-5-5|opus-5|sonnet-4-6|sonnet-5-5|sonnet-5|haiku-5-5|fable-5-[12]|fable-5)"
+        r"(-\d{8})?(\[1m\])?$",
+        r"claude-\1",
+    ),
+    (r"claude-mythos-5-1(-\d{8})?$", "claude-fable-5-1"),  # Mythos is priced as Fable
+    (r"claude-mythos-5(-\d{8})?$", "claude-fable-5"),
     (r"claude-(sonnet-4|4-sonnet)-20250514$", "claude-sonnet-4-20250514"),
     (r"claude-sonnet-4-5(-20250929)?$", "claude-sonnet-4-5-20250929"),
     (r"claude-opus-4-5(-20251101)?$", "claude-opus-4-5-20251101"),
@@ -135,8 +157,9 @@ def model_version(raw: str | None) -> str | None:
         return None
     name = plain_name(raw)
     for pattern, version in _VERSIONS:
-        if re.fullmatch(pattern, name):
-            return version
+        m = re.fullmatch(pattern, name)
+        if m:
+            return m.expand(version)
     return None
 
 

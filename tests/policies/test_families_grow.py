@@ -104,3 +104,11 @@ def test_the_new_families_are_billed_at_their_own_list_prices_not_gpt_4os(family
     p = prices_for(family, name)
     assert (p.input, p.cache_read, p.output) == expected
     assert cache_regime(p) == regime
+
+
+def test_a_new_family_leaves_every_other_initial_weight_as_it_was():
+    """Families added since the first trainings must not change what a seed trains: every layer but the
+    family table starts at the same weights whatever its size, and the table at zero."""
+    small, grown = _policy(len(PINNED)).net.state_dict(), _policy(len(PINNED) + 7).net.state_dict()
+    assert [k for k in small if k != "family.weight" and not torch.equal(small[k], grown[k])] == []
+    assert not grown["family.weight"].any() and grown["family.weight"].shape[0] == len(PINNED) + 7
