@@ -488,6 +488,12 @@ def evaluate(
             f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "
             "at least 2 model calls"
         )
+    if (few := n - len({r.traj_id for r in runs})) > 0:  # said: a run count must add up
+        warnings.warn(
+            f"{few} of the {n} selected runs have fewer than 2 model calls (no output is ever in a later "
+            "prompt: nothing to manage) and are left out",
+            stacklevel=2,
+        )
     mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)
     return runs
 

@@ -280,6 +280,7 @@ def test_a_chat_log_with_another_providers_usage_is_checked(tmp_path: Path, caps
     # no stored figures for this harness (and none counted in characters): fitted here, and said so
     assert "no stored factors for openai-chat/" in m["origin"] and "in sample" in m["origin"]
     assert s["per_call_input_error_pct"]["median_abs"] < 2
+    assert out["in_sample"] == [src]  # a verdict on the calls its size model was fitted on, said so
     # each shape's cached count was read: half of every prompt after a run's first call
     rows = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert all(r["logged_cached"] == (r["logged_in"] // 2 if r["step"] else 0) for r in rows)

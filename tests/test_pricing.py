@@ -41,6 +41,8 @@ from tests.cost_episodes import make_episode
         ("vertex_ai/claude-opus-4-1@20250805", "claude-opus-4-1-20250805"),
         ("o1-mini", "o3-mini"),
         ("gpt-5.1-codex-mini", "gpt-5-codex-mini"),
+        ("gpt-5.1-codex-max", "gpt-5"),  # priced as GPT-5.1, not as the family's GPT-5.2
+        ("gpt-5-1-codex-2025-11-13", "gpt-5"),
         # released in 2026: each its own version (two versions are two caches), a Bedrock or dated
         # name of one the same version, the 1M-window name the model's own, Mythos priced as Fable
         ("claude-opus-4-6", "claude-opus-4-6"),
@@ -145,7 +147,7 @@ def test_a_familys_undated_name_is_priced_as_the_family_without_a_warning(monkey
 
 def test_no_model_named_yet_is_said_as_such_not_as_a_model_called_other(monkeypatch):
     monkeypatch.setattr(pricing, "_warned", set())
-    with pytest.warns(UserWarning, match=r"^no model named \(give its name, or an answer names it\)"):
+    with pytest.warns(UserWarning, match=r"^a run names no model: priced as gpt-4o \(ingest --model NAME"):
         assert prices_for("other", None) == PRICES[pricing.DEFAULT_FAMILY]
 
 

@@ -479,7 +479,7 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
 
 
 def run_bill_check(args: argparse.Namespace, trajs) -> int:
-    from dtoc_rl.sim.billcheck import bill_check, plot_bill_check, targets_met, write_calls
+    from dtoc_rl.sim.billcheck import bill_check, in_sample, plot_bill_check, targets_met, write_calls
 
     size = "none" if args.no_fit else "fit" if args.fit else "stored"
     try:
@@ -494,6 +494,8 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
         "dataset": str(args.dataset),
         "sources": res["sources"],
         "targets_met": targets_met(res),
+        # sources with a size model fitted on all of their calls: their errors are in-sample
+        "in_sample": sorted(src for src, r in res["sources"].items() if in_sample(r)),
     }
     if args.plot:
         out["plot"] = plot_bill_check(res, args.plot)
@@ -530,7 +532,8 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
             fmt(e["dollars_ideal_cache"]), fmt(e["cached_tokens"]), f"{pc['median_abs']:.1f}",
             f"{pc['p90_abs']:.1f}", str(ho["calls"]), fmt(ho.get("dollars")),
             "-" if not ho["calls"] else f"{ho['per_call_input_median_abs']:.1f}",
-            {True: "met", False: "NOT met", None: "no logged $"}[out["targets_met"][src]],
+            {True: "met", False: "NOT met", None: "no logged $"}[out["targets_met"][src]]
+            + (" (in sample)" if src in out["in_sample"] else ""),
         )  # fmt: skip
     wide_console().print(tab)
     for src, r in out["sources"].items():  # where each prompt-size model comes from

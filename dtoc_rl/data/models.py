@@ -98,7 +98,8 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?5(\.1)?-codex-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-codex-mini"),
     (r"gpt-?5-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-mini"),
     (r"gpt-?5-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-5-nano"),
-    (r"gpt-?5(\.1)?(-codex)?(-\d{4}-\d{2}-\d{2})?$", "gpt-5"),
+    # GPT-5.1-Codex-Max is priced as GPT-5.1; a log may spell 5.1 as "5-1" (a route's name)
+    (r"gpt-?5([.-]1)?(-codex)?(-max)?(-\d{4}-\d{2}-\d{2})?$", "gpt-5"),
     (r"gpt-?4\.1-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1-mini"),
     (r"gpt-?4\.1-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1-nano"),
     (r"gpt-?4\.1(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1"),

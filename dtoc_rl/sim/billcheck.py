@@ -59,6 +59,7 @@ __all__ = [
     "SizeModel",
     "bill_check",
     "held_out",
+    "in_sample",
     "log_calls",
     "plot_bill_check",
     "targets_met",
@@ -587,6 +588,12 @@ def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool
             and s["per_call_input_error_pct"]["median_abs"] <= tol_pct
         )
     return out
+
+
+def in_sample(source: dict[str, Any]) -> bool:
+    """Whether a source's summary was judged with a size model fitted on every one of its calls (too few
+    for a held-out half): its errors then say how well the model fits, not how well it predicts."""
+    return any(m["origin"].startswith("fitted on all") for m in source["size_models"].values())
 
 
 def plot_bill_check(result: dict[str, Any], path) -> str:

@@ -156,7 +156,9 @@ VERSION_PRICES: dict[str, Prices] = {
     "gpt-5.2": Prices(1.75, 14.00, 0.175, 1.75, f"{_OPENAI} (gpt-5.2, gpt-5.2-2025-12-11)", "2026-12-01"),
     "gpt-5.2-codex": Prices(1.75, 14.00, 0.175, 1.75, f"{_OPENAI} (gpt-5.2-codex)", "2026-12-01"),
     # Other OpenAI models agents run on (list prices per 1M tokens; cached input at the stated rate).
-    "gpt-5": Prices(1.25, 10.00, 0.125, 1.25, f"{_OPENAI} (gpt-5, gpt-5-codex, gpt-5.1)", "2025-11-13"),
+    "gpt-5": Prices(
+        1.25, 10.00, 0.125, 1.25, f"{_OPENAI} (gpt-5, gpt-5-codex, gpt-5.1, gpt-5.1-codex-max)", "2025-11-19"
+    ),
     "gpt-5-mini": Prices(0.25, 2.00, 0.025, 0.25, f"{_OPENAI} (gpt-5-mini-2025-08-07)", "2025-08-07"),
     "gpt-5-nano": Prices(0.05, 0.40, 0.005, 0.05, f"{_OPENAI} (gpt-5-nano-2025-08-07)", "2025-08-07"),
     "gpt-4.1": Prices(2.00, 8.00, 0.50, 2.00, f"{_OPENAI} (gpt-4.1-2025-04-14)", "2025-04-14"),
@@ -512,7 +514,10 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
         msg = f"no price for model version {shown}: priced as its family {family!r} ({PRICES[family].source})"
         return PRICES[family], (f"v:{model_raw}", msg)
     if not model_raw and family in (None, "other"):  # nothing named it yet (a session before its answer)
-        msg = f"no model named (give its name, or an answer names it): priced as {DEFAULT_FAMILY} until then"
+        msg = (
+            f"a run names no model: priced as {DEFAULT_FAMILY} (ingest --model NAME names a log's model; a "
+            "live session takes it from its first answer)"
+        )
         return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
     named = shown if model_raw else repr(family)
     msg = f"no price for model {named} (family {family!r}): priced as {DEFAULT_FAMILY}"

@@ -304,3 +304,16 @@ def test_a_dataset_written_again_while_its_names_are_read_is_said(small_groups, 
     monkeypatch.setattr(ev, "dataset_parts", grown)
     with pytest.raises(DatasetError, match="changed while its runs were listed"):
         ev.evaluate(small_groups, SPECS, progress=False)
+
+
+def test_runs_too_short_to_manage_are_left_out_and_said(tmp_path):
+    """A run of one model call (a sub-agent's lone call whose transcript is elsewhere) has nothing to
+    manage; evaluate leaves it out, and says how many, so the run count adds up."""
+    from dataclasses import replace
+
+    trajs = load_trajectories(bundled_dataset())[:3]
+    short = replace(trajs[0], traj_id=trajs[0].traj_id + "-one-call", steps=trajs[0].steps[:1])
+    ds = write_dataset([*trajs, short], tmp_path / "ds")
+    with pytest.warns(UserWarning, match="1 of the 4 selected runs have fewer than 2 model calls"):
+        runs = ev.evaluate(ds, ["none"])
+    assert {r.traj_id for r in runs} == {t.traj_id for t in trajs}
