@@ -17,7 +17,7 @@ from pathlib import Path
 from dtoc_rl.data.schema import Trajectory
 from dtoc_rl.ingest.atif import AtifIngester
 from dtoc_rl.ingest.autocoderover import AutoCodeRoverIngester
-from dtoc_rl.ingest.base import Ingester, IngestError
+from dtoc_rl.ingest.base import Ingester, IngestError, one_json_value
 from dtoc_rl.ingest.chat_parquet import ChatParquetIngester
 from dtoc_rl.ingest.claude_code import ClaudeCodeStreamIngester, ClaudeCodeTranscriptIngester
 from dtoc_rl.ingest.cline import ClineIngester
@@ -176,7 +176,7 @@ def _broken_json(path: Path, limit: int = 64 << 20) -> str | None:
         except (ValueError, RecursionError) as e:
             return f"it is not valid JSON ({e})"
         return None
-    if suffix not in (".jsonl", ".ndjson"):
+    if suffix not in (".jsonl", ".ndjson") or one_json_value(path):  # one value over several lines: whole
         return None
     bad = 0
     with open(path, "rb") as fh:

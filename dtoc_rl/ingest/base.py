@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dtoc_rl.data.schema import Trajectory
 
-__all__ = ["MAX_OUTPUT_CHARS", "IngestError", "Ingester", "read_json", "read_text"]
+__all__ = ["MAX_OUTPUT_CHARS", "IngestError", "Ingester", "one_json_value", "read_json", "read_text"]
 
 # Outputs beyond this are kept head+tail with a marker, so one runaway log line
 # cannot blow up a dataset; the original length is recorded in the step.
@@ -68,6 +69,42 @@ def read_json(path: Path) -> Any:
         raise IngestError(f"JSON not readable: {str(e).split(';')[0]}", path) from None
     except RecursionError:
         raise IngestError("JSON nested too deeply to read", path) from None
+
+
+def one_json_value(path: Path) -> bool:
+    """Whether a file named as JSON lines (``.jsonl``, ``.ndjson``) holds one JSON value written over
+    several lines instead: a pretty-printed session or run saved under a JSONL name (Gemini CLI
+    sessions copied as ``full.jsonl``), to be read as the ``.json`` file it is.  Its first line is no
+    JSON value by itself and the whole text is one object or list; a JSON-lines file whose first line
+    is torn or bad is none (its lines are read, the bad one named).  Every reader that accepts both
+    forms asks this before reading a ``.jsonl`` file line by line."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return _one_json_value(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=256)  # detection and parsing ask of the same file: read it once
+def _one_json_value(path: str, mtime_ns: int, size: int) -> bool:
+    if size > MAX_FILE_BYTES:
+        return False
+    with open(path, "rb") as fh:
+        first = next((line for line in fh if line.strip()), b"")
+    first = first.decode("utf-8-sig", errors="replace").strip()
+    if first[:1] not in ("{", "["):
+        return False
+    try:
+        json.loads(first)
+        return False  # a value per line
+    except (ValueError, RecursionError):
+        pass
+    try:
+        with open(path, "rb") as fh:
+            value = json.loads(fh.read().decode("utf-8-sig"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return isinstance(value, (dict, list))
 
 
 @dataclass

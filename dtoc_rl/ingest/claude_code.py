@@ -43,7 +43,13 @@ branches from rewinds are dropped and counted); a ``compact_boundary`` system
 record (``parentUuid: null``) is crossed through its ``logicalParentUuid``.  A
 parallel tool call is written as one assistant record per ``tool_use`` block, each
 result hanging off the record it answers, so the chain passes through one of them:
-the others and their results are put back in file order (``_parallel_siblings``).
+the others and their results are put back in file order (``_parallel_siblings``).  A transcript
+copied from the middle of a session (its first record's ``parentUuid`` is not in the file) may open
+with results of calls made before the copy began: those before its first assistant record are
+dropped and counted (``extra.orphan_results_at_start``); a result that answers no call anywhere else
+is an error, as a sign of a damaged file.  Two records written on one line without the newline
+between them (seen in real transcripts) are both read (``extra.joined_records``); any other bad line
+fails the file, naming it.
 
 Compaction: the ``system``/``compact_boundary`` record (``compactMetadata``
 ``trigger``/``preTokens``) and the following ``isCompactSummary`` user message
@@ -114,6 +120,11 @@ class _Assembler:
         self.pending_events: list[ContextEvent] = []
         self.by_call: dict[str, Step] = {}
         self.turn_ids: dict[int, object] = {}  # turn -> the API message id that made it
+        #: a transcript copied from the middle of a session: results before its first call answer calls
+        #: made before the copy began; they are dropped (counted here, the first one's error kept)
+        self.drop_leading_orphans = False
+        self.leading_orphans = 0
+        self.first_orphan: str | None = None
 
     def attach_usage(self, usages: dict[str, dict], models: dict[str, str]) -> None:
         """Each API message's usage and model on the first step of the turn it made."""
@@ -196,6 +207,12 @@ class _Assembler:
     def tool_result(self, block: dict, where: str) -> None:
         tid = block.get("tool_use_id")
         step = self.by_call.get(tid) if isinstance(tid, str) else None
+        if step is None and self.drop_leading_orphans and self.turn < 0:  # before the file's first call
+            self.leading_orphans += 1
+            self.first_orphan = (
+                self.first_orphan or f"{where}: tool_result for {tid!r} answers no open tool_use"
+            )
+            return
         if step is None or step.output is not None:
             raise IngestError(f"{where}: tool_result for {tid!r} answers no open tool_use")
         step.output = cap_output(content_text(block.get("content"), f"{where}.content"))
@@ -710,10 +727,17 @@ class ClaudeCodeTranscriptIngester(Ingester):
             raise IngestError("empty file: no JSON lines", path)
         chain, dropped = _chain(records)
         uuids = {r.get("uuid") for r in records}
+        # a transcript copied from the middle of a session: its first record's parent is not in it
+        cut_in = (
+            bool(chain)
+            and isinstance(chain[0].get("parentUuid"), str)
+            and chain[0]["parentUuid"] not in uuids
+        )
         titles = [
             r.get("summary") for r in records if r.get("type") == "summary" and r.get("leafUuid") in uuids
         ]
         asm = _Assembler()
+        asm.drop_leading_orphans = cut_in
         models: Counter[str] = Counter()
         call_models: dict[str, str] = {}  # API message id -> the model that wrote it
         usages: dict[str, dict] = {}
@@ -801,6 +825,8 @@ class ClaudeCodeTranscriptIngester(Ingester):
                 if total is not None:
                     cost, has_cost = total, True
         if not asm.steps:
+            if asm.first_orphan:  # nothing but results of calls not in the file: that is what is wrong
+                raise IngestError(asm.first_orphan, path)
             raise IngestError("empty trajectory: no assistant messages on the conversation chain", path)
         model_raw = _main_model(models)
         asm.attach_usage(usages, call_models)
@@ -823,6 +849,11 @@ class ClaudeCodeTranscriptIngester(Ingester):
         }
         if torn:  # a session still being written: its last line, cut off, left out
             extra["torn_last_line"] = True
+        if asm.leading_orphans:  # copied from the middle of a session: results of calls made before it
+            extra["orphan_results_at_start"] = asm.leading_orphans
+        joined = len(records) - len({r["_line"] for r in records})
+        if joined:  # records written on one line, back to back, each read
+            extra["joined_records"] = joined
         # a session forked on resume (--fork-session) copies the calls before the fork, each naming
         # the session its request was made in: the newest such is the one it was forked from
         made_in = [

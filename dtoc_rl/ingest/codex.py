@@ -21,6 +21,15 @@ with an unchanged total are the same call reported twice and are skipped.  A cal
 against).  Each call carries the model of the ``turn_context`` before it; the session's is the one
 most calls went to (``extra.models`` names every one, in the order they came).
 
+A ``web_search_call`` item (the Responses API's own search, run by the provider inside the model
+call: codex-rs ``protocol/src/models.rs``, ``ResponseItem::WebSearchCall``, with ``status`` and an
+``action``: ``search`` with ``query`` (and ``queries``), ``open_page`` or ``find_in_page`` with a
+``url``) is read as a ``web_search`` call of that model call, its ``action`` the arguments.  Codex
+writes no id on it (its ``id`` is never serialized) and no result (the search's results stay with
+the provider): the id is that of the ``web_search_end`` event written just before it with the same
+``action``, else one made up (``web_search_<n>``), and the output is empty (an error where ``status``
+is ``failed``), given after the call's other items as a parallel call's is.
+
 Tool outputs as Codex wrote them: older CLIs wrap a command's output as JSON text
 (``{"output": "...", "metadata": {"exit_code": 1, ...}}``), newer ones put a header before it
 (``Process exited with code 1`` or ``Exit code: 1``, then ``Output:``).  The wrapped text is
@@ -93,13 +102,14 @@ class CodexRolloutIngester(Ingester):
         models: list[str] = []
         current = ""  # the model of the latest turn_context: the one the next calls go to
         last_total: Any = None
+        search_end: dict | None = None  # the latest web_search_end event: the id of the search after it
         lines = _Lines(path)
         for lineno, rec in lines:
             kind, payload = rec.get("type"), rec.get("payload")
             if "payload" not in rec:  # a rollout without the envelope
                 if lineno == 1 and "instructions" in rec:
                     meta = rec
-                elif isinstance(kind, str) and kind in ITEM_TYPES:
+                elif isinstance(kind, str) and (kind in ITEM_TYPES or kind == "web_search_call"):
                     items.append(_codex_output(_harness_text(rec)))
                 continue
             if not isinstance(payload, dict):
@@ -114,11 +124,17 @@ class CodexRolloutIngester(Ingester):
                     if model not in models:
                         models.append(model)
             elif kind == "response_item":
+                if payload.get("type") == "web_search_call" and search_end is not None:
+                    if search_end.get("action") == payload.get("action") and "call_id" not in payload:
+                        payload = {**payload, "call_id": search_end.get("call_id")}
+                    search_end = None
                 # the line's time and the turn's model: on the first item of a model call, the call's
                 item = {**_codex_output(_harness_text(payload)), "dtoc_time": rec.get("timestamp")}
                 items.append({**item, "dtoc_model": current} if current else item)
             elif kind == "compacted":
                 items.append({"type": "dtoc_compaction", "text": payload.get("message")})
+            elif kind == "event_msg" and payload.get("type") == "web_search_end":
+                search_end = payload
             elif kind == "event_msg" and payload.get("type") == "token_count":
                 info = payload.get("info")
                 if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
@@ -131,7 +147,7 @@ class CodexRolloutIngester(Ingester):
         lines.check()
         if not items:
             raise IngestError("no response items: an empty session", path)
-        rp = responses_to_messages(items, "response_items")
+        rp = responses_to_messages(_web_searches(items), "response_items")
         cp = chat_to_steps(rp.messages, "response_items")
         if not cp.steps:
             raise IngestError("empty trajectory: no assistant turns", path)
@@ -232,6 +248,40 @@ def _codex_output(item: dict) -> dict:
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         item = {**item, "dtoc_is_error": True}
     return item
+
+
+# items after which the model call that made a web search has ended: its (empty) output goes before them
+_CALL_ENDS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "dtoc_compaction")
+
+
+def _web_searches(items: list[dict]) -> list[dict]:
+    """``items`` with each ``web_search_call`` as a ``web_search`` function call of the model call that
+    made it, its output (empty: Codex keeps no result) given where that call's other outputs begin,
+    so the call stays one step's turn (see the module docstring)."""
+    out: list[dict] = []
+    pending: list[dict] = []
+    made = 0
+    for it in items:
+        kind = it.get("type")
+        if kind == "web_search_call":
+            cid = it.get("call_id") or it.get("id")
+            if not isinstance(cid, str) or not cid:
+                made += 1
+                cid = f"web_search_{made}"
+            action = it.get("action")
+            call = {k: v for k, v in it.items() if k.startswith("dtoc_")}
+            call |= {"type": "function_call", "call_id": cid, "name": "web_search",
+                     "arguments": json.dumps(action if isinstance(action, dict) else {})}  # fmt: skip
+            out.append(call)
+            pending.append({"type": "function_call_output", "call_id": cid, "output": "",
+                            "dtoc_is_error": it.get("status") == "failed"})  # fmt: skip
+            continue
+        ends = kind in _CALL_ENDS or (kind in ("message", None) and it.get("role") != "assistant")
+        if pending and ends:
+            out += pending
+            pending = []
+        out.append(it)
+    return out + pending
 
 
 def _stream_item(item: dict, n: int) -> list[dict]:

@@ -9,8 +9,11 @@ unknown id drops them all).  A message record written again under the same id re
 in its place, and a ``$set`` with a ``messages`` list replaces every message, as the CLI reads the
 file back (google-gemini/gemini-cli, ``packages/core/src/services/chatRecordingService.ts``,
 ``loadConversationRecord``); an unreadable line is passed over, as there, and named in
-``extra.bad_lines``.  A session the CLI resumed from a ``.json`` file goes on in a ``.jsonl`` copy
-beside it: the ``.json`` is then skipped, as superseded.  The CLI's ``/chat save`` and restore
+``extra.bad_lines`` (a file none of whose lines is JSON is refused, saying so).  A session the CLI
+resumed from a ``.json`` file goes on in a ``.jsonl`` copy beside it: the ``.json`` is then skipped, as
+superseded.  A ``.jsonl`` file that holds one session object written over several lines (a ``.json``
+session copied under a JSONL name, as checkpoint stores keep them: ``full.jsonl``) is read as the
+``.json`` form (:func:`~dtoc_rl.ingest.base.one_json_value`).  The CLI's ``/chat save`` and restore
 checkpoints (``checkpoint-*.json``, ``{"history": ...}``) copy a session's history and are not read.
 
 A message is ``{"id", "timestamp", "type", "content", ...}``: ``user`` messages are the user's (the
@@ -77,7 +80,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.base import Ingester, IngestError, one_json_value, read_json
 from dtoc_rl.ingest.common import finalize, run_model
 from dtoc_rl.ingest.openai_chat import (
     chat_to_steps,
@@ -250,8 +253,9 @@ def cli_records(path: Path) -> CliSession:
     :class:`CliSession`.  A checkpoint (``$set`` with ``messages``) that shares no message with the
     session so far is the CLI's compression: the history it replaces was sent all the same, so it is
     kept, followed by a compaction marker with the checkpoint's first user text (the summary)."""
-    if path.suffix != ".jsonl":
-        if path.with_suffix(".jsonl").exists():
+    whole = path.suffix == ".jsonl" and one_json_value(path)  # a .json session named .jsonl
+    if path.suffix != ".jsonl" or whole:
+        if not whole and path.with_suffix(".jsonl").exists():
             raise IngestError(
                 f"superseded by {path.with_suffix('.jsonl').name}, which the CLI wrote when it resumed "
                 "this session and kept writing (it reads that one)",
@@ -269,6 +273,10 @@ def cli_records(path: Path) -> CliSession:
     calls: dict[str, dict] = {}  # each model call's record as first written, by id
     compacted: dict[str, str] = {}  # ids of a compression's checkpoint -> its marker's id
     rows, session.torn = written_lines(path)
+    if rows and all(err is not None for _, _, err in rows):  # no line read: no session, not an empty one
+        raise IngestError(
+            f"no line is valid JSON ({len(rows)} lines; {rows[0][2]} on line {rows[0][0]})", path
+        )
     for n, rec, err in rows:
         if err is not None:
             session.bad_lines.append(f"line {n}: {err}")
@@ -502,10 +510,13 @@ class GeminiCliIngester(Ingester):
     name = "gemini-cli"
 
     def detect(self, path: Path, head: str) -> bool:
-        if path.suffix not in (".json", ".jsonl"):
+        if path.suffix not in (".json", ".jsonl") or not (_SESSION.search(head) and _PROJECT.search(head)):
             return False
-        first = head.split("\n", 1)[0] if path.suffix == ".jsonl" else head
-        return bool(_SESSION.search(first) and _PROJECT.search(first))
+        if path.suffix == ".json":
+            return True
+        # JSONL: the metadata is the first line's; or the file is one session object (a .json named .jsonl)
+        first = head.split("\n", 1)[0]
+        return bool(_SESSION.search(first) and _PROJECT.search(first)) or one_json_value(path)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         log = cli_records(path)
@@ -563,7 +574,7 @@ class GeminiApiIngester(Ingester):
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
         seen: dict[str, int] = {}  # run keys used so far (run_key): two runs of a file may carry one id
-        if path.suffix == ".jsonl":
+        if path.suffix == ".jsonl" and not one_json_value(path):
             yield from parse_rows(path, iter_jsonl(path), lambda r, n: self._run(path, r, n, seen, "line"))
             return
         data = read_json(path)

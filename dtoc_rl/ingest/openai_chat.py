@@ -61,7 +61,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_json, read_text
+from dtoc_rl.ingest.base import Ingester, IngestError, json_error, one_json_value, read_json, read_text
 from dtoc_rl.ingest.chat_rows import chat_run, message_column
 from dtoc_rl.ingest.common import cap_output, finalize, message_model, message_usage, new_step, run_model
 from dtoc_rl.ingest.responses import is_item_list, responses_to_messages
@@ -175,7 +175,10 @@ def run_key(seen: dict[str, int], key: str, number: int, steps: list[Step]) -> s
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     """``(line number, value, error)`` for every non-blank line of a JSONL file.
 
-    Lines are split on ``\\n`` only (JSON strings may hold raw U+2028).
+    Lines are split on ``\\n`` only (JSON strings may hold raw U+2028).  A line holding several JSON
+    objects back to back (a writer that lost a newline between two records: real Claude Code
+    transcripts have them) yields each of them, under that line's number; a line that is anything else
+    after its first value is bad, as before.
     """
     text = read_text(path)
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -184,11 +187,37 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         try:
             yield lineno, json.loads(line), None
         except json.JSONDecodeError as e:
+            joined = _joined_objects(line) if e.msg == "Extra data" else None
+            if joined is not None:
+                for rec in joined:
+                    yield lineno, rec, None
+                continue
             yield lineno, None, f"invalid JSON ({json_error(e, line=False)})"
         except ValueError as e:  # valid JSON no reader takes: an integer of 4,300+ digits
             yield lineno, None, f"JSON not readable ({str(e).split(';')[0]})"
         except RecursionError:  # one line too deep to read: the lines after it are still read
             yield lineno, None, "JSON nested too deeply to read"
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _joined_objects(line: str) -> list[dict] | None:
+    """The objects of a line that is two or more JSON objects written back to back (whitespace between
+    them allowed), or None when it is not only that."""
+    out: list[dict] = []
+    at, end = 0, len(line.rstrip())
+    while at < end:
+        while line[at].isspace():
+            at += 1
+        try:
+            value, at = _DECODER.raw_decode(line, at)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, dict):
+            return None
+        out.append(value)
+    return out if len(out) > 1 else None
 
 
 def written_lines(path: Path) -> tuple[list[tuple[int, Any, str | None]], bool]:
@@ -646,9 +675,9 @@ def _with_run_system(row: dict, messages: Any) -> tuple[Any, str | None]:
 def _json_lines(path: Path) -> bool:
     """Whether ``path`` holds a JSON value per line: a ``.jsonl`` or ``.ndjson`` file, or one named
     otherwise (an application's ``.log``, given with ``--format``) whose first line is a whole JSON
-    value; a ``.json`` file is one value."""
+    value; a ``.json`` file is one value, and so is a JSONL-named one written as one (``one_json_value``)."""
     if path.suffix in (".jsonl", ".ndjson"):
-        return True
+        return not one_json_value(path)
     if path.suffix == ".json":
         return False
     with open(path, encoding="utf-8", errors="replace") as fh:

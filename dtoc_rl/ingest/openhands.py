@@ -71,7 +71,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import ContextEvent, Step, Trajectory, Usage
-from dtoc_rl.ingest.base import Ingester, IngestError, json_error, read_text
+from dtoc_rl.ingest.base import Ingester, IngestError, json_error, one_json_value, read_text
 from dtoc_rl.ingest.common import (
     cache_usage,
     cap_output,
@@ -126,8 +126,9 @@ _LEGACY_BOOKKEEPING = {
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
-    """JSONL rows; a ``.json`` file may hold one row object or a list of rows."""
-    if path.suffix == ".json":
+    """JSONL rows; a ``.json`` file (or a JSONL-named one written as one value: ``one_json_value``) may
+    hold one row object or a list of rows."""
+    if path.suffix == ".json" or one_json_value(path):
         text = read_text(path)
         try:
             data = json.loads(text)

@@ -62,7 +62,7 @@ from typing import Any
 
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import Trajectory
-from dtoc_rl.ingest.base import Ingester, IngestError, read_json
+from dtoc_rl.ingest.base import Ingester, IngestError, one_json_value, read_json
 from dtoc_rl.ingest.common import count, finalize, text_task_id
 from dtoc_rl.ingest.openai_chat import chat_to_steps, check_ids, iter_jsonl, parse_rows, row_label
 
@@ -109,10 +109,11 @@ class SmolagentsIngester(Ingester):
         )
         if _HEAD_DICT.search(head) is None and not task:
             return False
-        return path.suffix == ".json" or _HEAD_STEPS.search(head) is not None  # JSONL: a run per line
+        # JSONL: a run per line, unless the file is one value written over several lines (one_json_value)
+        return path.suffix == ".json" or _HEAD_STEPS.search(head) is not None or one_json_value(path)
 
     def parse(self, path: Path) -> Iterator[Trajectory]:
-        if path.suffix == ".jsonl":
+        if path.suffix == ".jsonl" and not one_json_value(path):
             yield from parse_rows(path, iter_jsonl(path), lambda row, n: self.run(path, row, n))
             return
         data = read_json(path)

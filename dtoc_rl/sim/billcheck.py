@@ -591,9 +591,11 @@ def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool
 
 
 def in_sample(source: dict[str, Any]) -> bool:
-    """Whether a source's summary was judged with a size model fitted on every one of its calls (too few
-    for a held-out half): its errors then say how well the model fits, not how well it predicts."""
-    return any(m["origin"].startswith("fitted on all") for m in source["size_models"].values())
+    """Whether most of a source's calls were sized by a model fitted on all of them (too few for a
+    held-out half): its errors then say how well that model fits, not how well it predicts."""
+    models = source["size_models"].values()
+    fitted = sum(m["calls"] for m in models if m["origin"].startswith("fitted on all"))
+    return 2 * fitted > sum(m["calls"] for m in models)
 
 
 def plot_bill_check(result: dict[str, Any], path) -> str:

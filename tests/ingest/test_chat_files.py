@@ -99,3 +99,35 @@ def test_prompt_tokens_the_log_lacks_are_the_first_calls_input_less_what_it_hold
     f.write_text(json.dumps({"messages": [MESSAGES[1], {**MESSAGES[2], "usage": None}, *MESSAGES[3:]]}))
     (t,) = ingest_paths([f], progress=False).trajectories
     assert t.unlogged_prompt_tokens == 0  # nothing logged, nothing inferred
+
+
+def test_a_run_written_as_one_json_value_under_a_jsonl_name_is_read_whole(tmp_path, repo_root):
+    # the readers that take both .json and .jsonl share the test (one_json_value): a pretty-printed
+    # run named .jsonl has no line that is JSON, and was refused line by line
+    from dtoc_rl.ingest.base import one_json_value
+
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"messages": MESSAGES}, indent=2))
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(
+        json.dumps([{"id": "a", "messages": MESSAGES}, {"id": "b", "messages": MESSAGES}], indent=1)
+    )
+    assert one_json_value(run) and one_json_value(runs)
+    res = ingest_paths([run, runs], progress=False)
+    assert res.skipped == []
+    assert sorted(t.traj_id for t in res.trajectories) == [
+        "openai-chat/run/file1", "openai-chat/runs/a", "openai-chat/runs/b"
+    ]  # fmt: skip
+    assert all([s.tool_name for s in t.steps] == ["read_file", None] for t in res.trajectories)
+    # OpenHands' event list, pretty-printed under a JSONL name
+    row = json.loads((repo_root / "tests/fixtures/openhands_legacy/output.jsonl").read_text().splitlines()[0])
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps(row["history"], indent=2))
+    (t,) = ingest_paths([events], progress=False).trajectories
+    assert t.source == "openhands-legacy" and t.n_steps == 9
+    # a JSON-lines file whose first line is bad is no such file: its lines are read, the bad one named
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"messages": [\n' + json.dumps({"messages": MESSAGES}) + "\n")
+    assert not one_json_value(torn)
+    res = ingest_paths([torn], progress=False)
+    assert len(res.trajectories) == 1 and "line 1: invalid JSON" in res.skipped[0].reason

@@ -869,3 +869,59 @@ def test_a_reminder_written_after_the_last_call_before_a_compaction_went_to_the_
     (ev,) = t.steps[7].events
     assert ev.kind == "compaction" and t.steps[7].user_text.endswith(next_)
     assert json.loads(t.extra)["reminders_from_compaction"] == 1
+
+
+def _text_reply(mid, text):
+    return {"id": mid, "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": text}]}  # fmt: skip
+
+
+def test_two_records_written_on_one_line_are_both_read(tmp_path):
+    # real transcripts hold lines of two records back to back (the newline between them lost): an
+    # assistant reply and a summary line, or two conversation records
+    recs = [
+        _rec("u0", None, "user", {"role": "user", "content": "read a.py"}),
+        _rec("a1", "u0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+        _rec("a2", "r1", "assistant", _text_reply("msg_2", "a returns 1")),
+    ]
+    lines = [json.dumps(r) for r in recs]
+    lines[1:3] = [lines[1] + lines[2]]  # the call and its result on one line
+    lines.append(json.dumps({"type": "summary", "summary": "Reading a.py", "leafUuid": "a2"}))
+    lines[-2:] = [lines[-2] + " " + lines[-1]]
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    (traj,) = TRANSCRIPT.parse(p)
+    assert [(s.tool_name, s.output) for s in traj.steps] == [("Read", "def a(): return 1"), (None, None)]
+    extra = json.loads(traj.extra)
+    assert extra["joined_records"] == 2 and extra["titles"] == ["Reading a.py"]
+    # a line that is a record and then anything but another record is still bad, named
+    p.write_text(
+        "\n".join([json.dumps(recs[0]), json.dumps(recs[1]) + ' {"oops', json.dumps(recs[2])]) + "\n"
+    )
+    with pytest.raises(IngestError, match="line 2: invalid JSON"):
+        list(TRANSCRIPT.parse(p))
+
+
+def test_a_transcript_copied_from_mid_session_drops_the_results_it_opens_with(tmp_path):
+    # the copy's first record answers a call made before it began (its parent is not in the file)
+    recs = [
+        _rec("r0", "before-the-copy", "user", _res("toluEarlier", "old output")),
+        _rec("a1", "r0", "assistant", _use("msg_1", "tA", "/r/a.py")),
+        _rec("r1", "a1", "user", _res("tA", "def a(): return 1")),
+        _rec("a2", "r1", "assistant", _text_reply("msg_2", "done")),
+    ]
+    p = tmp_path / "s1.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (traj,) = TRANSCRIPT.parse(p)
+    assert [(s.tool_name, s.output) for s in traj.steps] == [("Read", "def a(): return 1"), (None, None)]
+    assert json.loads(traj.extra)["orphan_results_at_start"] == 1
+    # a result answering no call after the first call is damage, refused as before
+    bad = [*recs[:3], _rec("r9", "r1", "user", _res("tGhost", "?")), {**recs[3], "parentUuid": "r9"}]
+    p.write_text("\n".join(json.dumps(r) for r in bad) + "\n")
+    with pytest.raises(IngestError, match="'tGhost' answers no open tool_use"):
+        list(TRANSCRIPT.parse(p))
+    # and so is one at the start of a file that is the session's beginning (its first parent is null)
+    p.write_text("\n".join(json.dumps(r) for r in [_rec("r0", None, "user", _res("tX", "?")), *recs[1:]]))
+    with pytest.raises(IngestError, match="'tX' answers no open tool_use"):
+        list(TRANSCRIPT.parse(p))

@@ -397,3 +397,34 @@ def test_a_call_whose_tokens_the_cli_kept_as_zeros_has_no_usage(tmp_path):
     firsts = [s for s in t.steps if s.model]
     assert firsts[0].usage is None
     assert [s.usage.input_tokens for s in firsts[1:]] == [5600, 5800]
+
+
+def test_a_json_session_saved_under_a_jsonl_name_is_read_as_the_json_one(tmp_path):
+    # checkpoint stores keep a CLI session of the .json kind, pretty-printed, as full.jsonl: one object
+    # over many lines, no line of which is JSON by itself
+    session = {**META, "lastUpdated": "2026-05-01T10:00:15Z", "messages": MESSAGES}
+    as_json = tmp_path / "a" / "session.json"
+    as_jsonl = tmp_path / "b" / "full.jsonl"
+    for f in (as_json, as_jsonl):
+        f.parent.mkdir()
+        f.write_text(json.dumps(session, indent=2))
+    assert detect_format(as_jsonl).name == "gemini-cli"
+    want, got = _one(as_json), _one(as_jsonl)
+    assert [(s.tool_name, s.output, s.usage) for s in got.steps] == [
+        (s.tool_name, s.output, s.usage) for s in want.steps
+    ]
+    assert got.traj_id == want.traj_id and "bad_lines" not in json.loads(got.extra)
+    # so is a Gemini API conversation written that way
+    api = tmp_path / "b" / "conversation.jsonl"
+    api.write_text(json.dumps({"contents": CONTENTS}, indent=2))
+    assert detect_format(api).name == "gemini-api"
+    assert [s.tool_name for s in _one(api).steps] == ["read_file", "list_dir", None]
+
+
+def test_a_jsonl_session_none_of_whose_lines_is_json_says_so_not_that_it_is_empty(tmp_path):
+    from dtoc_rl.ingest.gemini import GeminiCliIngester
+
+    f = tmp_path / "full.jsonl"
+    f.write_text(json.dumps({**META, "messages": MESSAGES}, indent=2)[:-3])  # cut off: no whole value
+    with pytest.raises(IngestError, match=r"no line is valid JSON \(\d+ lines; invalid JSON"):
+        list(GeminiCliIngester().parse(f))

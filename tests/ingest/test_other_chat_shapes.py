@@ -970,3 +970,54 @@ def test_json_lines_under_another_name_are_read_as_lines(tmp_path):
     one = tmp_path / "run.log"  # one value over several lines is one value
     one.write_text(json.dumps({"id": "r", "messages": msgs}, indent=2))
     assert [t.steps[0].output for t in CHAT.parse(one)] == ["a.py"]
+
+
+def test_codex_web_search_calls_are_read_as_calls_of_the_model_call_that_made_them(tmp_path):
+    # codex-tui 0.125 writes the provider's own search as a web_search_call item (no id, no result),
+    # after a web_search_end event that holds its id; the model call goes on after it
+    search = {
+        "type": "search",
+        "query": "opencode compact threshold",
+        "queries": ["opencode compact threshold"],
+    }
+    page = {"type": "open_page", "url": "https://opencode.ai/docs/config"}
+
+    def item(payload, k):
+        return {"timestamp": f"2026-05-11T08:{k:02d}:00Z", "type": "response_item", "payload": payload}
+
+    def said(role, text, k):
+        kind = "output_text" if role == "assistant" else "input_text"
+        return item({"type": "message", "role": role, "content": [{"type": kind, "text": text}]}, k)
+
+    usage = {"last_token_usage": {"input_tokens": 2000, "output_tokens": 30}, "total_token_usage": {"n": 1}}
+    ls = '{"cmd": "ls"}'
+    ended = {"type": "web_search_end", "call_id": "ws_abc", "query": search["query"], "action": search}
+    lines = [
+        {"type": "session_meta", "payload": {"id": "s-ws", "cwd": "/repo", "cli_version": "0.125.0"}},
+        {"type": "turn_context", "payload": {"model": "gpt-5.5"}},
+        said("user", "find it", 0),
+        item({"type": "reasoning", "summary": [{"type": "summary_text", "text": "search first"}]}, 1),
+        {"type": "event_msg", "payload": ended},
+        item({"type": "web_search_call", "status": "completed", "action": search}, 2),
+        item({"type": "reasoning", "summary": []}, 3),
+        said("assistant", "Found.", 4),
+        item({"type": "function_call", "name": "exec_command", "arguments": ls, "call_id": "c1"}, 5),
+        {"type": "event_msg", "payload": {"type": "token_count", "info": usage}},
+        item({"type": "function_call_output", "call_id": "c1", "output": "a.py"}, 6),
+        item({"type": "web_search_call", "status": "failed", "action": page}, 7),  # no event: an id made up
+        said("assistant", "Done.", 8),
+    ]  # fmt: skip
+    p = tmp_path / "rollout-2026-05-11T11-26-55-s-ws.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (t,) = CODEX.parse(p)
+    got = [(s.turn, s.tool_name, s.tool_call_id, s.tool_args, s.output, s.output_is_error) for s in t.steps]
+    assert got == [
+        (0, "web_search", "ws_abc", json.dumps(search), "", False),
+        (0, "exec_command", "c1", '{"cmd": "ls"}', "a.py", False),
+        (1, "web_search", "web_search_1", json.dumps(page), "", True),
+    ]
+    first = t.steps[0]  # one model call: its text, reasoning, usage and time on its first step
+    assert first.assistant_text == "Found." and first.reasoning == "search first"
+    assert first.usage.input_tokens == 2000 and t.steps[1].usage is None
+    assert t.steps[2].assistant_text == "Done." and first.timestamp == iso_to_epoch("2026-05-11T08:01:00Z")
+    assert "skipped_items" not in json.loads(t.extra)
