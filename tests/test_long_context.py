@@ -120,3 +120,11 @@ def _write(tmp_path, entries):
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(entries))
     return path
+
+
+def test_openais_newest_models_keep_their_cache_half_an_hour():
+    from dtoc_rl.sim.pricing import cache_rules_for
+
+    assert cache_rules_for("gpt-6", "gpt-6.1-sol").expired(600) is False  # 10 minutes: still there
+    assert cache_rules_for("gpt-6", "gpt-6.1-sol").expired(1900) is True
+    assert cache_rules_for("gpt-6", "gpt-6-sol").expired(600) is True  # 5 minutes, as before

@@ -35,6 +35,7 @@ __all__ = [
     "CACHE_RULES",
     "DEFAULT_FAMILY",
     "HOUR_CACHE",
+    "OPENAI_30_MINUTES",
     "PRICES",
     "VERSION_PRICES",
     "CacheRules",
@@ -843,4 +844,12 @@ def cache_rules_for(family: str | None, model_raw: str | None = None, ttl: float
         rules = replace(rules, hit_rate=rate)
     if ttl is not None and rules.provider == "anthropic":
         rules = replace(rules, ttl=ttl)
+    elif rules.provider == "openai" and model_version(model_raw) in OPENAI_30_MINUTES:
+        rules = replace(rules, ttl=1800.0, source=f"{rules.source}; 30-minute retention")
     return rules
+
+
+#: OpenAI models whose listed cache write keeps a prefix 30 minutes (their model pages, read 2026-12-06:
+#: "30-min" writes at 1.25 times the input price, 12-hour ones at 2.5 times): a longer wait than the
+#: earlier models' 5-10 minutes before the cache is gone.
+OPENAI_30_MINUTES = frozenset({"gpt-6.1-sol", "gpt-6.1-terra", "gpt-6.2-sol"})
