@@ -97,11 +97,18 @@ def test_a_long_sessions_hidden_steps_are_written_as_changes_and_read_back_whole
         traj = _chain(schedules)
         vis = visibility(traj)
         assert _read_back(traj, vis) == schedules
-        assert any("hide" in e for e in vis.values())  # changes, where shorter than the list
+        # changes, where shorter than the list, and the map says it holds some: a reader of whole lists
+        # only (which takes a step not listed or an unknown key's step as "nothing hidden") refuses it
+        assert vis.pop("format") == 2 and any("hide" in e for e in vis.values())
+        assert all(k.isdigit() for k in vis)
+        vis["format"] = 2
     # a session that hides one more output a call: the log holds one step per call, not all of them
     grow = _chain([list(range(i)) for i in range(300)])
     vis = visibility(grow)
-    assert sum(len(e.get("hide", e.get("masked_before") or [])) for e in vis.values()) == 299
+    assert (
+        sum(len(e.get("hide", e.get("masked_before") or [])) for k, e in vis.items() if k != "format") == 299
+    )
+    assert "format" not in visibility(_chain([[], [0], [1]]))  # whole lists only: as before
     assert _read_back(grow, vis) == [list(range(i)) for i in range(300)]
 
 
@@ -118,6 +125,7 @@ def test_bad_changes_to_the_hidden_steps_are_errors_that_say_what():
         ({"0": {"masked_before": None}, "1": {"hide": [0]}}, "changes to an unknown schedule"),
         ({"1": {"hide": [3]}}, "step 1 hide must be a list of distinct earlier steps"),
         ({"2": {"show": "0"}}, "step 2 show must be a list"),
+        ({"format": 3}, "format 3 is not one this version reads"),
     ]
     for vis, says in bad:
         with pytest.raises(IngestError, match=says):

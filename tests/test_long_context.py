@@ -128,3 +128,27 @@ def test_openais_newest_models_keep_their_cache_half_an_hour():
     assert cache_rules_for("gpt-6", "gpt-6.1-sol").expired(600) is False  # 10 minutes: still there
     assert cache_rules_for("gpt-6", "gpt-6.1-sol").expired(1900) is True
     assert cache_rules_for("gpt-6", "gpt-6-sol").expired(600) is True  # 5 minutes, as before
+
+
+def test_the_bill_check_bills_a_logged_call_above_the_tier_whole():
+    """A Claude Sonnet 4.5 call of 250K tokens (1M window) whose log gives its tokens but no cost: all of
+    it at the long rates, its 1-hour writes included, whichever part of it is below the threshold."""
+    from dtoc_rl.core.tokens import get_estimator
+    from dtoc_rl.data.schema import Step, Trajectory, Usage
+    from dtoc_rl.sim.billcheck import log_calls
+    from dtoc_rl.sim.pricing import prices_for
+
+    usage = Usage(input_tokens=250_000, cached_tokens=60_000, cache_write_tokens=190_000, output_tokens=2_000,
+                  cache_write_1h_tokens=150_000)  # fmt: skip
+    step = Step(index=0, turn=0, timestamp=0.0, assistant_text="a", tool_name="bash", tool_args="x",
+                output="o", usage=usage)  # fmt: skip
+    traj = Trajectory(traj_id="cc/1", source="claude-code-transcript", model_raw="claude-sonnet-4-5",
+                      model_family="claude-sonnet", task_id="t", steps=[step])  # fmt: skip
+    (call,) = log_calls(traj, get_estimator("chars"))
+    p = prices_for("claude-sonnet", "claude-sonnet-4-5")  # $3 in, $0.30 read, $3.75 5-minute write, $15 out
+    # x2 on the prompt's rates, x1.5 on output: 60K read at $0.60, 40K written at $7.50, 150K written for an
+    # hour at $12 (twice the long input price), 2K out at $22.50
+    assert p.long_above == 200_000
+    assert call.logged_dollars == pytest.approx(
+        (60_000 * 0.60 + 40_000 * 7.50 + 150_000 * 12 + 2_000 * 22.5) / 1e6
+    )

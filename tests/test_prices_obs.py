@@ -239,3 +239,17 @@ def test_a_price_warning_marked_as_given_is_not_given_again():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prices_for("gpt-4o", "gpt-4o-2099-01-01")
+
+
+def test_a_requests_prices_take_a_long_context_tier_as_a_prices_file_does():
+    import msgspec
+
+    from dtoc_rl.engine.decide_request import PriceSpec
+
+    given = {"input": 2, "output": 10, "long_above": 272000, "long_input": 2, "long_output": 1.5}
+    spec = msgspec.convert(given, PriceSpec)
+    p = spec.to_prices()
+    assert (p.long_above, p.long_input, p.long_output) == (272000, 2.0, 1.5)
+    assert p.bill(0, 300_000, 0) == 300_000 * 4 / 1e6  # cache writes at the input price, doubled
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"input": 2, "output": 10, "long_above": -1}, PriceSpec)

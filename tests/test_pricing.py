@@ -58,6 +58,15 @@ from tests.cost_episodes import make_episode
         ("gpt-6.1-sol", "gpt-6.1-sol"),  # not 6 Sol: cache reads at half its price
         ("gemini-3.1-pro-preview-customtools", "gemini-3.1-pro-preview"),
         ("gpt-6.2-astra", None),
+        # the spellings of routes and clouds: a dotted version, a global or regional Bedrock profile with
+        # or without ":0", the 1M window of a model that has a tier, an undated alias
+        ("openrouter/anthropic/claude-haiku-5.5", "claude-haiku-5-5"),
+        ("global.anthropic.claude-haiku-5-5-v1:0", "claude-haiku-5-5"),
+        ("apac.anthropic.claude-sonnet-5-v1", "claude-sonnet-5"),
+        ("claude-sonnet-4-5[1m]", "claude-sonnet-4-5-20250929"),
+        ("claude-haiku-5-5@default", "claude-haiku-5-5"),
+        ("gpt-5.4-20260305", "gpt-5.4"),
+        ("gpt-5-max", None),  # no such model: not GPT-5's price without a word
     ],
 )
 def test_raw_names_map_to_versions(raw, version):
@@ -94,6 +103,7 @@ def test_models_of_2026_are_priced_as_their_providers_list_them(monkeypatch):
 
     assert normalize_family("gpt-6-sol") == "gpt-6" and normalize_family("claude-fable-5-1") == "claude-fable"
     assert normalize_family("gemini-3.1-pro-preview") == "gemini-3-pro"
+    assert normalize_family("gpt-60") != "gpt-6" and normalize_family("mistral-fable") != "claude-fable"
     assert cache_regime(priced("gpt-6-sol")) == "write premium" and cache_regime(priced("gpt-5.2")) != (
         "write premium"
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from dtoc_rl.data.schema import Trajectory, Usage
 
-__all__ = ["trajectory_to_chat", "usage_dict", "visibility"]
+__all__ = ["VISIBILITY_FORMAT_KEY", "trajectory_to_chat", "usage_dict", "visibility"]
 
 
 def usage_dict(u: Usage) -> dict[str, Any]:
@@ -109,4 +109,12 @@ def visibility(traj: Trajectory) -> dict[str, dict[str, Any]]:
             entry["events"] = [e.__dict__ for e in s.events]
             out[str(s.index)] = entry
         prev = now
+    if any("hide" in e for e in out.values()):
+        # a key no step has: a reader that knows only whole lists refuses the map instead of reading
+        # every change as "nothing hidden"
+        out[VISIBILITY_FORMAT_KEY] = 2  # type: ignore[assignment]
     return out
+
+
+#: The key of a dtoc_visibility map that holds changes (``hide``/``show``), and its value, 2.
+VISIBILITY_FORMAT_KEY = "format"

@@ -22,12 +22,12 @@ _RULES: list[tuple[str, str]] = [
     (r"gpt-?4\.1", "gpt-4.1"),
     (r"gpt-?4", "gpt-4"),
     (r"gpt-?5", "gpt-5"),
-    (r"gpt-?6", "gpt-6"),
+    (r"gpt-?6\b", "gpt-6"),
     (r"\bo[134](-mini)?\b", "openai-o"),
     (r"gemini-?3(\.\d+)?[.-]?pro", "gemini-3-pro"),  # 3.1 Pro is priced and cached as 3 Pro
     (r"gemini-?2\.5-?pro", "gemini-2.5-pro"),
     (r"gemini", "gemini"),
-    (r"claude.*(fable|mythos)|fable|mythos", "claude-fable"),
+    (r"claude.*(fable|mythos)", "claude-fable"),
     (r"claude.*opus|opus", "claude-opus"),
     (r"claude.*sonnet|sonnet", "claude-sonnet"),
     (r"claude.*haiku|haiku", "claude-haiku"),
@@ -83,23 +83,23 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gpt-?4o-2024-08-06", "gpt-4o-2024-08-06"),
     (r"gpt-?4o-2024-11-20", "gpt-4o-2024-11-20"),
     (r"gpt-?4-0125(-preview)?$", "gpt-4-0125-preview"),
-    (r"gpt-?6\.2-sol(-\d{4}-\d{2}-\d{2})?$", "gpt-6.2-sol"),
-    (r"gpt-?6\.1-terra(-\d{4}-\d{2}-\d{2})?$", "gpt-6.1-terra"),
-    (r"gpt-?6\.1-sol(-\d{4}-\d{2}-\d{2})?$", "gpt-6.1-sol"),
-    (r"gpt-?6-(astra|sol|luna)(-\d{4}-\d{2}-\d{2})?$", r"gpt-6-\1"),
-    (r"gpt-?5\.6-(sol|terra|luna)(-\d{4}-\d{2}-\d{2})?$", r"gpt-5.6-\1"),
-    (r"gpt-?5\.6(-\d{4}-\d{2}-\d{2})?$", "gpt-5.6-sol"),  # the alias routes to Sol
-    (r"gpt-?5\.5(-\d{4}-\d{2}-\d{2})?$", "gpt-5.5"),
-    (r"gpt-?5\.4-(mini|nano)(-\d{4}-\d{2}-\d{2})?$", r"gpt-5.4-\1"),
-    (r"gpt-?5\.4(-\d{4}-\d{2}-\d{2})?$", "gpt-5.4"),
-    (r"gpt-?5\.3-codex(-\d{4}-\d{2}-\d{2})?$", "gpt-5.3-codex"),
+    (r"gpt-?6\.2-sol(-\d{4}-?\d{2}-?\d{2})?$", "gpt-6.2-sol"),
+    (r"gpt-?6\.1-terra(-\d{4}-?\d{2}-?\d{2})?$", "gpt-6.1-terra"),
+    (r"gpt-?6\.1-sol(-\d{4}-?\d{2}-?\d{2})?$", "gpt-6.1-sol"),
+    (r"gpt-?6-(astra|sol|luna)(-\d{4}-?\d{2}-?\d{2})?$", r"gpt-6-\1"),
+    (r"gpt-?5\.6-(sol|terra|luna)(-\d{4}-?\d{2}-?\d{2})?$", r"gpt-5.6-\1"),
+    (r"gpt-?5\.6(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.6-sol"),  # the alias routes to Sol
+    (r"gpt-?5\.5(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.5"),
+    (r"gpt-?5\.4-(mini|nano)(-\d{4}-?\d{2}-?\d{2})?$", r"gpt-5.4-\1"),
+    (r"gpt-?5\.4(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.4"),
+    (r"gpt-?5\.3-codex(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.3-codex"),
     (r"gpt-?5\.2-codex(-\d{8})?$", "gpt-5.2-codex"),
     (r"gpt-?5\.2(-\d{4}-?\d{2}-?\d{2})?$", "gpt-5.2"),
     (r"gpt-?5(\.1)?-codex-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-codex-mini"),
     (r"gpt-?5-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-5-mini"),
     (r"gpt-?5-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-5-nano"),
     # GPT-5.1-Codex-Max is priced as GPT-5.1; a log may spell 5.1 as "5-1" (a route's name)
-    (r"gpt-?5([.-]1)?(-codex)?(-max)?(-\d{4}-\d{2}-\d{2})?$", "gpt-5"),
+    (r"gpt-?5([.-]1)?(-codex(-max)?)?(-\d{4}-\d{2}-\d{2})?$", "gpt-5"),
     (r"gpt-?4\.1-mini(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1-mini"),
     (r"gpt-?4\.1-nano(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1-nano"),
     (r"gpt-?4\.1(-\d{4}-\d{2}-\d{2})?$", "gpt-4.1"),
@@ -114,7 +114,7 @@ _VERSIONS: list[tuple[str, str]] = [
     (r"gemini-4-(neon|carbon)$", r"gemini-4-\1"),
     (
         r"claude-(opus-4-[678]|opus-5-5|opus-5|sonnet-4-6|sonnet-5-5|sonnet-5|haiku-5-5|fable-5-[12]|fable-5)"
-        r"(-\d{8})?(\[1m\])?$",
+        r"(-\d{8}|-latest)?(-thinking)?$",
         r"claude-\1",
     ),
     (r"claude-mythos-5-1(-\d{8})?$", "claude-fable-5-1"),  # Mythos is priced as Fable
@@ -167,8 +167,14 @@ def model_version(raw: str | None) -> str | None:
 def plain_name(raw: str) -> str:
     """A model name without case, ``provider/`` prefix or a cloud's spelling of it."""
     name = raw.lower().strip().lstrip("@").rsplit("/", 1)[-1]
-    # Bedrock's "(us.)anthropic.claude-...-v1:0" and Vertex's "claude-...@20250805" name the same version
-    return re.sub(r"-v\d+:\d+$", "", re.sub(r"^(?:[a-z]{2}\.)?anthropic\.", "", name)).replace("@", "-")
+    # Bedrock's "(us.|global.)anthropic.claude-...-v1(:0)" and Vertex's "claude-...@20250805" name the same
+    # version, and so does Claude Code's "claude-sonnet-4-5[1m]" (the 1M-token window of one model);
+    # "@default" is Vertex's alias of the newest snapshot
+    name = re.sub(r"^(?:[a-z]+\.)?anthropic\.", "", name)
+    name = re.sub(r"(?:-v\d+(?::\d+)?|\[1m\]|@default)$", "", name)
+    # a dotted Claude version (OpenRouter's "claude-haiku-5.5") is the dashed one
+    name = re.sub(r"^(claude-[a-z]+-\d+)\.(\d+)", r"\1-\2", name)
+    return name.replace("@", "-")
 
 
 def same_model(a: str | None, b: str | None) -> bool:

@@ -117,11 +117,16 @@ class PriceSpec(msgspec.Struct):
     output: Price
     cache_read: Price | None = None
     cache_write: Price | None = None
+    # a long-context tier (Prices.long_above, long_input, long_output), as a --prices entry takes it
+    long_above: Annotated[int, msgspec.Meta(ge=0)] = 0
+    long_input: Annotated[float, msgspec.Meta(ge=0, le=100)] = 1.0
+    long_output: Annotated[float, msgspec.Meta(ge=0, le=100)] = 1.0
 
     def to_prices(self) -> Prices:
         read = self.input if self.cache_read is None else self.cache_read
         write = self.input if self.cache_write is None else self.cache_write
-        return Prices(self.input, self.output, read, write, source="/decide request")
+        tier = {"long_above": self.long_above, "long_input": self.long_input, "long_output": self.long_output}
+        return Prices(self.input, self.output, read, write, source="/decide request", **tier)
 
 
 class Call(msgspec.Struct):

@@ -59,6 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dtoc_rl.data.chatlog import VISIBILITY_FORMAT_KEY
 from dtoc_rl.data.models import normalize_family
 from dtoc_rl.data.schema import EVENT_KINDS, ContextEvent, Step, Trajectory
 from dtoc_rl.ingest.base import Ingester, IngestError, json_error, one_json_value, read_json, read_text
@@ -803,7 +804,12 @@ def apply_visibility(traj: Trajectory, raw: Any) -> None:
         raise IngestError(f"dtoc_visibility is {type(vis).__name__}, expected an object")
     n = len(traj.steps)
     plan: dict[int, tuple[Any, list[ContextEvent]]] = {}  # a list, None, or (hide, show)
+    version = vis.get(VISIBILITY_FORMAT_KEY, 1)
+    if version not in (1, 2) or type(version) is not int:
+        raise IngestError(f"dtoc_visibility: format {version!r} is not one this version reads (1 or 2)")
     for k, entry in vis.items():
+        if k == VISIBILITY_FORMAT_KEY:
+            continue
         if not (isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k and int(k) < n):
             raise IngestError(f"dtoc_visibility has a bad step index {k!r} (steps 0..{n - 1})")
         i = int(k)

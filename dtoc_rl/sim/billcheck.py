@@ -196,7 +196,9 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
             c = 0.0 if math.isnan(cached) else cached
             # each write at its lifetime's price: an hour's at twice the input, 5 minutes' as listed
             dollars = float(
-                listed.bill(c, write - hour, out_tok, uncached=u.input_tokens - c - write)
+                listed.bill(
+                    c, write - hour, out_tok, uncached=u.input_tokens - c - write, prompt=u.input_tokens
+                )
                 + retained(listed, HOUR_CACHE).bill(0, hour, 0, prompt=u.input_tokens)
             )
         out.append(
@@ -317,7 +319,7 @@ def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[
         return SizeModel(est, origin="none: estimator tokens as counted"), []
     if mode == "stored":
         source, family = key.split("/", 1)
-        for k in (key, f"{SAME_HARNESS.get(source)}/{family}"):
+        for k in (key, *([f"{SAME_HARNESS[source]}/{family}"] if source in SAME_HARNESS else [])):
             entry = PROMPT_SIZE_FACTORS.get(k)
             if entry is not None and entry["estimator"] == est:
                 terms = {f: float(entry[f]) for f in ("base", "text", "outputs", "per_step", "offset")}

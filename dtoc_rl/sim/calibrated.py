@@ -132,9 +132,10 @@ PROMPT_SIZE_FACTORS: dict[str, dict[str, float | int | str]] = {
 }
 
 #: Log formats of one harness, by ingest source: the prompts they describe are the same program's
-#: requests, so a stored size model of one (its framing per step and call included) sizes the other.
+#: requests, so the stored size model of the format a key names (its framing per step and call
+#: included) sizes the key's format when that has none of its own.
 #: Claude Code writes its session transcripts (``~/.claude/projects``) and prints its stream
 #: (``--output-format stream-json``) from one conversation; on 20 public Claude Code 2.1.39 transcripts
 #: (check only) the stream's whole Opus model errs -11.7% on the bill where its ratio alone erred
-#: -13.4% (docs/billcheck.md).
+#: -13.4% (docs/results.md, "What those logs met, mended").
 SAME_HARNESS: dict[str, str] = {"claude-code-transcript": "claude-code-stream"}

@@ -84,7 +84,7 @@ class Prices:
         """The prices of the calls ``calls`` of :meth:`per_call`'s arrays (itself when not arrays)."""
         if not np.ndim(self.input):
             return self
-        return replace(self, **{k: getattr(self, k)[calls] for k in _NUMERIC})
+        return replace(self, **{k: getattr(self, k)[calls] for k in _NUMERIC if np.ndim(getattr(self, k))})
 
     def per_token(self, long: bool = False) -> tuple[float, float, float]:
         """(cache read, cache write, output) in USD per token: the factors :meth:`bill` multiplies by,
@@ -663,7 +663,7 @@ def as_price_table(table: Mapping[str, Any], source: str) -> dict[str, Prices]:
     out = {str(k): v for k, v in table.items() if isinstance(v, Prices)}
     plain = {k: v for k, v in table.items() if not isinstance(v, Prices)}
     if plain:
-        if all(k in ("input", "output", "cache_read", "cache_write") for k in plain):  # one entry, no model
+        if all(k in ("input", "output", "cache_read", "cache_write", *_TIER) for k in plain):  # one entry
             raise ValueError(
                 f"{source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry"
             )
