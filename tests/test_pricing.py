@@ -67,6 +67,7 @@ from tests.cost_episodes import make_episode
         ("claude-haiku-5-5@default", "claude-haiku-5-5"),
         ("gpt-5.4-20260305", "gpt-5.4"),
         ("gpt-5-max", None),  # no such model: not GPT-5's price without a word
+        ("deepseek-chat-v2", "deepseek-chat-v2"),  # a "-v2" of a model's own name is no cloud's suffix
     ],
 )
 def test_raw_names_map_to_versions(raw, version):

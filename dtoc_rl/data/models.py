@@ -170,8 +170,10 @@ def plain_name(raw: str) -> str:
     # Bedrock's "(us.|global.)anthropic.claude-...-v1(:0)" and Vertex's "claude-...@20250805" name the same
     # version, and so does Claude Code's "claude-sonnet-4-5[1m]" (the 1M-token window of one model);
     # "@default" is Vertex's alias of the newest snapshot
-    name = re.sub(r"^(?:[a-z]+\.)?anthropic\.", "", name)
-    name = re.sub(r"(?:-v\d+(?::\d+)?|\[1m\]|@default)$", "", name)
+    bedrock = re.match(r"(?:[a-z]+\.)?anthropic\.", name)
+    if bedrock:  # its "-v1" suffix, ":0" or not (a "-v2" elsewhere is a model's own name: deepseek-chat-v2)
+        name = re.sub(r"-v\d+(?::\d+)?$", "", name[bedrock.end() :])
+    name = re.sub(r"(?:-v\d+:\d+|\[1m\]|@default)$", "", name)
     # a dotted Claude version (OpenRouter's "claude-haiku-5.5") is the dashed one
     name = re.sub(r"^(claude-[a-z]+-\d+)\.(\d+)", r"\1-\2", name)
     return name.replace("@", "-")
