@@ -187,15 +187,7 @@ VERSION_PRICES: dict[str, Prices] = {
         "3P: github/docs Copilot models table, ShellPilot (gpt-5.3-codex)",
         "2026-12-06",
     ),
-    "gpt-5.4": Prices(
-        2.50,
-        15.00,
-        0.25,
-        2.50,
-        "3P: github/docs Copilot table, wavespeed (gpt-5.4)",
-        "2026-12-06",
-        **_GPT_LONG,
-    ),
+    "gpt-5.4": Prices(2.50, 15.00, 0.25, 2.50, "3P: Copilot table, wavespeed", "2026-12-06", **_GPT_LONG),
     "gpt-5.4-mini": Prices(
         0.75, 4.50, 0.075, 0.75, "3P: github/docs Copilot table (gpt-5.4-mini)", "2026-12-06", **_GPT_LONG
     ),
@@ -207,34 +199,14 @@ VERSION_PRICES: dict[str, Prices] = {
     ),
     # list price; the page offered $4 / $20 / $0.40 "at least until 21 Nov 2026"
     "gpt-5.6-sol": Prices(
-        5.00,
-        30.00,
-        0.50,
-        6.25,
-        "O: developers.openai.com models/gpt-5.6-sol (list price)",
-        "2026-12-06",
-        **_GPT_LONG,
+        5.00, 30.00, 0.50, 6.25, "O: openai model page (list price)", "2026-12-06", **_GPT_LONG
     ),
-    "gpt-5.6-terra": Prices(
-        2.00,
-        12.00,
-        0.20,
-        2.50,
-        "3P: laozhang, apiyi (gpt-5.6-terra, from 2026-07-30)",
-        "2026-07-30",
-        **_GPT_LONG,
-    ),
+    "gpt-5.6-terra": Prices(2.00, 12.00, 0.20, 2.50, "3P: laozhang, apiyi", "2026-07-30", **_GPT_LONG),
     "gpt-5.6-luna": Prices(
         0.20, 1.20, 0.02, 0.25, "O: developers.openai.com models/gpt-5.6-luna", "2026-07-30", **_GPT_LONG
     ),
     "gpt-6-astra": Prices(
-        10.00,
-        50.00,
-        1.00,
-        12.50,
-        "3P: litellm #39633, codex-token-meter (gpt-6-astra)",
-        "2026-09-03",
-        **_GPT_LONG,
+        10.00, 50.00, 1.00, 12.50, "3P: litellm, codex-token-meter", "2026-09-03", **_GPT_LONG
     ),
     "gpt-6-sol": Prices(
         2.00, 10.00, 0.20, 2.50, "3P: codexometer, PromptFuel (gpt-6-sol)", "2026-09-22", **_GPT_LONG
