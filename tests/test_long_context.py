@@ -112,6 +112,8 @@ def test_a_users_prices_file_takes_a_tier_and_says_what_is_wrong(tmp_path):
                       ('"long_cap": 3', "long_output optional")]:  # fmt: skip
         with pytest.raises(ValueError, match=says):
             load_price_table('{"m": {"input": 2, "output": 10, ' + bad + "}}")
+    with pytest.raises(ValueError, match="a table by model name"):  # an entry without its model's name
+        load_price_table('{"input": 2, "output": 10, "long_above": 272000}')
 
 
 def _write(tmp_path, entries):

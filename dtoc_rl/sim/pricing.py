@@ -563,6 +563,11 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
         raise ValueError(
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
         )
+    if all(k in ("input", "output", "cache_read", "cache_write", *_TIER) for k in data):  # one entry
+        raise ValueError(
+            f"prices {source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry "
+            f"(give it as {{\"MODEL\": {{...}}}})"
+        )
     out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
     _warn_uncached(f"prices {source}", [str(m) for m, e in data.items() if "cache_read" not in e])
     return out
