@@ -94,7 +94,8 @@ def visibility(traj: Trajectory) -> dict[str, dict[str, Any]]:
     was resumed), or, when it is shorter, what changed since the step before: ``hide`` (hidden now,
     not then) and ``show`` (the reverse).  A long session hides more outputs the longer it runs, and
     its log is rewritten after every call: every call's whole list would grow the log with the square
-    of the session's length (17 of 45 MB at 4,000 calls, docs/benchmarks.md), its changes with it."""
+    of the session's length (17 of 45 MB at 4,000 calls, docs/benchmarks.md), its changes with it.
+    A map with changes says ``"format": 2``; changes are sorted, whole lists kept as the step has them."""
     out: dict[str, dict[str, Any]] = {}
     prev: frozenset[int] | None = frozenset()  # a step the map does not list had nothing hidden
     for s in traj.steps:

@@ -176,8 +176,8 @@ VERSION_PRICES: dict[str, Prices] = {
     ),
     # Released in 2026 (read 2026-12-06).  From GPT-5.4 on, a request above 272K input tokens is billed
     # at twice the input and cache prices and 1.5 times the output price, the whole request; from
-    # GPT-5.6 on a cache write costs 1.25 times the input price (30-minute retention from GPT-6.1 on;
-    # the cache rules' 5-minute lifetime is kept).  "3P": figures read from third parties (named) that
+    # GPT-5.6 on a cache write costs 1.25 times the input price (kept 30 minutes from GPT-6.1 on:
+    # OPENAI_30_MINUTES).  "3P": figures read from third parties (named) that
     # cite the official page, which was not in the searched copy; "O": read on the official page.
     "gpt-5.3-codex": Prices(
         1.75,
@@ -566,7 +566,7 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
     if all(k in ("input", "output", "cache_read", "cache_write", *_TIER) for k in data):  # one entry
         raise ValueError(
             f"prices {source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry "
-            f"(give it as {{\"MODEL\": {{...}}}})"
+            f'(give it as {{"MODEL": {{...}}}})'
         )
     out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
     _warn_uncached(f"prices {source}", [str(m) for m, e in data.items() if "cache_read" not in e])
