@@ -218,3 +218,26 @@ def test_the_per_token_fast_path_equals_bill_bit_for_bit():
         plain = [prices.bill(c, x, y) for c, x, y in zip(cached.tolist(), written.tolist(), out.tolist())]
         assert fast == plain
         assert prices.bill(cached, written, out).tolist() == plain  # arrays: the same figure per call
+
+
+def test_a_run_is_priced_at_the_list_prices_of_its_day():
+    """Sonnet 5.5's cache reads halved on 2026-10-07: a run made before is billed at $0.20, one made
+    after (or a live session, today) at $0.10; a run whose log has no time takes today's."""
+    from datetime import datetime, timezone
+
+    from dtoc_rl.sim.pricing import run_day
+    from dtoc_rl.sim.simulator import CostConfig
+
+    assert prices_for("claude-sonnet", "claude-sonnet-5-5", "2026-10-06").cache_read == 0.20
+    assert prices_for("claude-sonnet", "claude-sonnet-5-5", "2026-10-07").cache_read == 0.10
+    assert prices_for("claude-sonnet", "claude-sonnet-5-5").cache_read == 0.10
+    assert prices_for("gpt-5", "gpt-5.6-terra", "2026-07-10").input == 2.50  # before the cut
+    ts = datetime(2026, 10, 1, 23, 30, tzinfo=timezone.utc).timestamp()
+    assert run_day([float("nan"), ts + 7200, ts]) == "2026-10-01" and run_day([float("nan")]) is None
+    ep = make_episode(
+        base=100, user=[0] * 2, asst=[10] * 2, vis=[100, 0], hid=[10, 0], family="claude-sonnet"
+    )
+    ep.model_raw = "claude-sonnet-5-5"
+    assert CostConfig().prices_of(ep).cache_read == 0.10  # no time in the log: today's
+    ep.timestamps = [ts, ts + 60]
+    assert CostConfig().prices_of(ep).cache_read == 0.20

@@ -51,6 +51,7 @@ from dtoc_rl.sim.pricing import (
     logged_ttl,
     prices_for,
     retained,
+    run_day,
 )
 
 __all__ = [
@@ -133,7 +134,8 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     seg_o = [est.count(s.output) if s.output is not None else 0 for s in steps]
     base = est.count(traj.system_prompt or "") + est.count(traj.task_text or "")
     ttl = logged_ttl(s.usage for s in steps)
-    run_listed = prices_for(traj.model_family, traj.model_raw)
+    day = run_day([s.timestamp for s in steps if s.timestamp is not None])  # the list prices of that day
+    run_listed = prices_for(traj.model_family, traj.model_raw, day)
     run_prices = retained(run_listed, ttl)
     run_rules = cache_rules_for(traj.model_family, traj.model_raw, ttl)
     out: list[CallCheck] = []
@@ -150,7 +152,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
     for k in usage_at:
         s = steps[k]
         m = model_index(s.model, models)
-        listed = prices_for(normalize_family(s.model), s.model) if m else run_listed
+        listed = prices_for(normalize_family(s.model), s.model, day) if m else run_listed
         p = retained(listed, ttl) if m else run_prices
         rules = cache_rules_for(normalize_family(s.model), s.model, ttl) if m else run_rules
         prev = last.get(m)

@@ -23,6 +23,7 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "HOUR_CACHE",
     "OPENAI_30_MINUTES",
     "PRICES",
+    "PRICE_HISTORY",
     "VERSION_PRICES",
     "CacheRules",
     "Prices",
@@ -51,6 +53,7 @@ __all__ = [
     "price_table",
     "prices_for",
     "retained",
+    "run_day",
     "user_prices",
 ]
 
@@ -426,6 +429,36 @@ PRICES: dict[str, Prices] = {
     "claude-fable": VERSION_PRICES["claude-fable-5-1"],
 }
 
+#: Earlier list prices of versions whose price changed: (the day the next prices took effect, the prices
+#: before it), oldest first.  A run is billed at those of the day of its first call (:func:`run_day`);
+#: a live session at today's (VERSION_PRICES).
+PRICE_HISTORY: dict[str, tuple[tuple[str, Prices], ...]] = {
+    # cache reads $0.20 at launch (its page), $0.10 from 2026-10-07 (3P: claudit, PromptFuel, claude-usage)
+    "claude-sonnet-5-5": (
+        (
+            "2026-10-07",
+            Prices(2.00, 10.00, 0.20, 2.50, f"O: {_CLAUDE} (Claude Sonnet 5.5, launch)", "2026-09-28"),
+        ),
+    ),
+    # the launch prices, cut on 2026-07-30 (3P: laozhang, apiyi, splitrail #232)
+    "gpt-5.6-terra": (
+        (
+            "2026-07-30",
+            Prices(2.50, 15.00, 0.25, 3.125, "3P: laozhang, apiyi (launch)", "2026-07-09", **_GPT_LONG),
+        ),
+    ),
+    "gpt-5.6-luna": (
+        (
+            "2026-07-30",
+            Prices(1.00, 6.00, 0.10, 1.25, "3P: laozhang, apiyi (launch)", "2026-07-09", **_GPT_LONG),
+        ),
+    ),
+    # $2 / $10 / $0.10 until 2026-11-30, $4 / $20 / $0.20 from 2026-12-01 (3P: cedr, litellm, laozhang)
+    "gemini-4-carbon": (
+        ("2026-12-01", Prices(2.00, 10.00, 0.10, 2.00, "3P: cedr, litellm (launch)", "2026-11-10")),
+    ),
+}
+
 #: Unknown families are priced like this one (a mid-priced frontier model with caching).
 DEFAULT_FAMILY = "gpt-4o"
 
@@ -462,18 +495,25 @@ def has_list_price(model: str) -> bool:
     return _list_prices(normalize_family(model), model)[1] is None
 
 
-def prices_for(family: str | None, model_raw: str | None = None) -> Prices:
-    """Prices of the version ``model_raw`` names; else of ``family``; else of ``DEFAULT_FAMILY``."""
-    p, fallback = _list_prices(family, model_raw)
+def prices_for(family: str | None, model_raw: str | None = None, when: str | None = None) -> Prices:
+    """Prices of the version ``model_raw`` names; else of ``family``; else of ``DEFAULT_FAMILY``.
+    ``when``: the day a run was made (``YYYY-MM-DD``; :func:`run_day`), for a version whose price changed
+    (:data:`PRICE_HISTORY`); None: today's list prices."""
+    p, fallback = _list_prices(family, model_raw, when)
     if fallback is not None:
         _warn_once(*fallback)
     return p
 
 
-def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tuple[str, str] | None]:
+def _list_prices(
+    family: str | None, model_raw: str | None, when: str | None = None
+) -> tuple[Prices, tuple[str, str] | None]:
     """:func:`prices_for` without its warning: the prices, and (key, message) when they are a fallback."""
     version = model_version(model_raw)
     if version in VERSION_PRICES:
+        for changed, before in PRICE_HISTORY.get(version, ()) if when else ():
+            if when < changed:
+                return before, None
         return VERSION_PRICES[version], None
     # a name is shown as far as a reader needs it (a log or a client may send one of any length)
     shown = repr(model_raw if model_raw is None or len(model_raw) <= 100 else model_raw[:100] + "…")
@@ -497,11 +537,25 @@ def _list_prices(family: str | None, model_raw: str | None) -> tuple[Prices, tup
     return PRICES[DEFAULT_FAMILY], (f"f:{family}:{model_raw}", msg)
 
 
-def model_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None = None) -> Prices:
+def model_prices(
+    model: str | None, family: str | None, table: Mapping[str, Prices] | None = None, when: str | None = None
+) -> Prices:
     """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
     without a ``provider/`` prefix), else for its family, else the list prices of its version or family
-    (:func:`prices_for`, which warns once when it falls back)."""
-    return user_prices(model, family, table) or prices_for(family, model or None)
+    on the day ``when`` (:func:`prices_for`, which warns once when it falls back)."""
+    return user_prices(model, family, table) or prices_for(family, model or None, when)
+
+
+def run_day(timestamps: Any) -> str | None:
+    """The day (``YYYY-MM-DD``, UTC) of the first known of a run's call timestamps (seconds since the
+    epoch; NaN unknown), None when none is known: the day whose list prices bill the run."""
+    if timestamps is None:
+        return None
+    ts = np.asarray(timestamps, np.float64)
+    ts = ts[np.isfinite(ts) & (ts > 0)]
+    if not len(ts):
+        return None
+    return datetime.fromtimestamp(float(ts.min()), tz=timezone.utc).date().isoformat()
 
 
 def user_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:

@@ -67,6 +67,7 @@ from dtoc_rl.sim.pricing import (
     cache_rules_for,
     model_prices,
     retained,
+    run_day,
 )
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
@@ -145,11 +146,13 @@ class CostConfig:
         """The prices that bill ``ep`` (anything with ``model_family`` and ``model_raw``): ``prices`` when
         set, else the ``price_table`` entry for its model name (any case, with or without a ``provider/``
         prefix) or family, else its version's or family's list prices (``prices_for``, which warns once),
-        its cache writes priced for the lifetime its log says (:func:`~dtoc_rl.sim.pricing.retained`).
+        its cache writes priced for the lifetime its log says (:func:`~dtoc_rl.sim.pricing.retained`);
+        list prices are those of the day of its first call (:func:`~dtoc_rl.sim.pricing.run_day`).
         The one place an episode's prices are resolved: the Simulator, the all-visible bill, the
         oracle, the rules and evaluation all ask it, so none of them can price an episode differently."""
         model = getattr(ep, "model_raw", None)
-        listed = self.prices or model_prices(model, ep.model_family, self.price_table)
+        day = run_day(getattr(ep, "timestamps", None))
+        listed = self.prices or model_prices(model, ep.model_family, self.price_table, day)
         return retained(listed, getattr(ep, "cache_ttl", None))
 
     def model_prices(self, ep: Episode) -> list[Prices]:
@@ -158,9 +161,9 @@ class CostConfig:
         first = self.prices_of(ep)
         if getattr(ep, "call_model", None) is None:
             return [first]
-        ttl = getattr(ep, "cache_ttl", None)
+        ttl, day = getattr(ep, "cache_ttl", None), run_day(getattr(ep, "timestamps", None))
         return [first] + [
-            retained(self.prices or model_prices(m, normalize_family(m), self.price_table), ttl)
+            retained(self.prices or model_prices(m, normalize_family(m), self.price_table, day), ttl)
             for m in ep.models[1:]
         ]
 
