@@ -488,10 +488,12 @@ def evaluate(
             f"no usable trajectory in {dataset or 'the bundled sample'}: none of the {n} selected has "
             "at least 2 model calls"
         )
-    if (few := n - len({r.traj_id for r in runs})) > 0:  # said: a run count must add up
+    if (few := n - len(made := {r.traj_id for r in runs})) > 0:  # said: a run count must add up
+        named = [w[0] for work in plan for w in work.names if w[0] not in made] if by_parts else []
+        first = f" (first: {', '.join(named[:3])})" if named else ""
         warnings.warn(
             f"{few} of the {n} selected runs have fewer than 2 model calls (no output is ever in a later "
-            "prompt: nothing to manage) and are left out",
+            f"prompt: nothing to manage) and are left out{first}",
             stacklevel=2,
         )
     mark_split(runs, holdout_tasks, left_out, tune_tasks, adapted)

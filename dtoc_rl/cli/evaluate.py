@@ -535,8 +535,9 @@ def print_done_when(done, budget: float, console=None) -> None:
     t = Table(
         title=f"done when: best non-rule policy at <= {budget:g} misses/100 steps",
         title_justify="left",
-        caption="— in 'CI hi >= 0': a group of fewer than 10 runs, too few to judge a loss; 'beats every "
-        "rule': each rule within the budget against this policy's own thresholds at equal or fewer misses",
+        caption="— in 'CI hi >= 0': a group of fewer than 10 runs, too few to judge a loss; in 'best rule': "
+        "no rule saves money within the budget; 'beats every rule': each rule within the budget against "
+        "this policy's own thresholds at equal or fewer misses",
         caption_justify="left",
     )
     for c in ("group", "n", "policy", "$ saved (95% CI)", "misses/100", "oracle", "of oracle", ">= 60%",

@@ -151,11 +151,14 @@ def run(args: argparse.Namespace) -> int:
 
     unnamed = bare = 0
     hurt: list[str] = []
+    first_unnamed = ""
 
     def tallied():  # one pass: runs past the memory budget are read back from disk for each
-        nonlocal unnamed, bare
+        nonlocal unnamed, bare, first_unnamed
         for t in res.trajectories:
-            unnamed += not t.model_raw
+            if not t.model_raw:
+                unnamed += 1
+                first_unnamed = first_unnamed or t.traj_id
             bare += not any(s.tool_name for s in t.steps)
             if damaged(t):
                 hurt.append(t.traj_id)
@@ -184,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if unnamed:
         summary["warnings"].append(
-            f"{unnamed} of {len(res.trajectories)} trajectories name no model, so they are priced as a "
-            "default model and a policy cannot tell theirs: --model NAME names it for runs whose logs do not"
+            f"{unnamed} of {len(res.trajectories)} trajectories name no model (first: {first_unnamed}), so "
+            "they are priced as gpt-4o and a policy cannot tell theirs: --model NAME names it for runs whose "
+            "logs do not"
         )
     if not summary["warnings"]:
         del summary["warnings"]

@@ -314,6 +314,8 @@ def test_runs_too_short_to_manage_are_left_out_and_said(tmp_path):
     trajs = load_trajectories(bundled_dataset())[:3]
     short = replace(trajs[0], traj_id=trajs[0].traj_id + "-one-call", steps=trajs[0].steps[:1])
     ds = write_dataset([*trajs, short], tmp_path / "ds")
-    with pytest.warns(UserWarning, match="1 of the 4 selected runs have fewer than 2 model calls"):
+    with pytest.warns(
+        UserWarning, match=r"1 of the 4 selected runs have fewer than 2 model calls.*first: .*-one-call"
+    ):
         runs = ev.evaluate(ds, ["none"])
     assert {r.traj_id for r in runs} == {t.traj_id for t in trajs}
