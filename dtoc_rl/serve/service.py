@@ -18,7 +18,8 @@ cannot send it as a form or plain text without a CORS preflight, which gets a 40
 Endpoints
 ---------
 ``GET /health``
-    ``{"status": "ok", "policy", "uptime_s", "requests"}``.
+    ``{"status": "ok", "policy", "uptime_s", "requests"}`` (``requests``: those taken so far, this
+    one included).
 ``GET /version``
     Package version, policy and fallback labels, accepted model families,
     feature names (items, globals, tool categories), limits, and ``request_schema``:
