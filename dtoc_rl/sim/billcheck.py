@@ -290,6 +290,7 @@ class SizeModel:
     per_step: float = 0.0  # tokens per earlier step
     offset: float = 0.0  # tokens per call
     origin: str = "none"  # where the figures come from, said in the output
+    in_sample: bool = False  # fitted on every call it sizes (too few for a held-out half)
 
     def predict(self, c: CallCheck) -> int:
         rest = c.est_prompt - c.est_outputs - c.est_base
@@ -300,9 +301,9 @@ class SizeModel:
         return asdict(self)
 
 
-def _fitted(calls: list[CallCheck], est: str, origin: str) -> SizeModel:
+def _fitted(calls: list[CallCheck], est: str, origin: str, in_sample: bool = False) -> SizeModel:
     f, a, c, d, b = _fit_size(calls)
-    return SizeModel(est, f, a, c, d, b, origin)
+    return SizeModel(est, f, a, c, d, b, origin, in_sample)
 
 
 def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[SizeModel, list[CallCheck]]:
@@ -343,7 +344,8 @@ def _size_model(key: str, calls: list[CallCheck], est: str, mode: str) -> tuple[
         return _fitted(fit, est, f"fitted on the fit half of these logs ({len(fit)} calls{why})"), fit
     if len(calls) >= 2:
         why = "" if mode == "fit" else f"; no stored factors for {key}"
-        return _fitted(calls, est, f"fitted on all {len(calls)} calls of these logs (in sample{why})"), calls
+        origin = f"fitted on all {len(calls)} calls of these logs (in sample{why})"
+        return _fitted(calls, est, origin, in_sample=True), calls
     return SizeModel(est, origin=f"none: too few calls to fit ({len(calls)}) and no stored factors"), []
 
 
@@ -598,7 +600,7 @@ def in_sample(source: dict[str, Any]) -> bool:
     """Whether most of a source's calls were sized by a model fitted on all of them (too few for a
     held-out half): its errors then say how well that model fits, not how well it predicts."""
     models = source["size_models"].values()
-    fitted = sum(m["calls"] for m in models if m["origin"].startswith("fitted on all"))
+    fitted = sum(m["calls"] for m in models if m["in_sample"])
     return 2 * fitted > sum(m["calls"] for m in models)
 
 
