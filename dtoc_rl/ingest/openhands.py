@@ -173,17 +173,22 @@ def _usage_by_response(metrics: Any) -> dict[str, Usage]:
     return out
 
 
+def _costs_paired(metrics: dict) -> bool:
+    """Whether a metrics object's costs pair up with its latencies in order (one each a call)."""
+    costs, latencies = metrics.get("costs"), metrics.get("response_latencies")
+    return isinstance(costs, list) and isinstance(latencies, list) and len(costs) == len(latencies)
+
+
 def _cost_by_response(metrics: Any) -> dict[str, float]:
     """Each call's dollars: the SDK records a latency, by response id, for every response, but a
     cost (``costs``, without an id) only when it is above zero (``llm/utils/telemetry.py``), so the
     two pair up in order only when every call has its cost."""
     if not isinstance(metrics, dict):
         return {}
-    costs, latencies = metrics.get("costs"), metrics.get("response_latencies")
-    if not isinstance(costs, list) or not isinstance(latencies, list) or len(costs) != len(latencies):
+    if not _costs_paired(metrics):
         return {}
     out: dict[str, float] = {}
-    for c, lat in zip(costs, latencies):
+    for c, lat in zip(metrics["costs"], metrics["response_latencies"]):
         value = number(c, "cost") if isinstance(c, dict) else None
         rid = lat.get("response_id") if isinstance(lat, dict) else None
         if isinstance(rid, str) and value is not None:
@@ -239,12 +244,17 @@ def _traj_key(path: Path, row: dict, number: int, seen: set[str]) -> str:
 # ---------------------------------------------------------------- SDK V1
 
 
+def _framed(text: str, md: dict) -> str:
+    """A command's output between its metadata's ``prefix`` and ``suffix`` (the exit code line)."""
+    return f"{md.get('prefix') or ''}{text}{md.get('suffix') or ''}"
+
+
 def _terminal_text(text: str, md: dict) -> str:
     """A terminal observation as the SDK renders it for the LLM (``TerminalObservation.to_llm_content``,
     ``openhands-tools/openhands/tools/terminal/definition.py``): the output between the metadata's
     ``prefix`` and ``suffix``, then a line each for the working directory, the Python interpreter and
     the exit code (unless it is -1, unknown)."""
-    out = f"{md.get('prefix') or ''}{text}{md.get('suffix') or ''}"
+    out = _framed(text, md)
     if md.get("working_dir"):
         out += f"\n[Current working directory: {md['working_dir']}]"
     if md.get("py_interpreter_path"):
@@ -262,7 +272,7 @@ def _sdk_obs_text(obs: dict) -> tuple[str, bool]:
     md = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else None
     terminal = md is not None and ("prefix" in md or "suffix" in md)
     if isinstance(out, str) and terminal:
-        text = f"{md.get('prefix') or ''}{out}{md.get('suffix') or ''}"
+        text = _framed(out, md)
     elif isinstance(out, str):
         text = out
         if isinstance(err, str) and err and err not in text:
@@ -834,12 +844,7 @@ def _combined(stats: Any) -> dict | None:
         for k in ("token_usages", "response_latencies", "costs"):
             if isinstance(m.get(k), list):
                 out.setdefault(k, []).extend(m[k])
-        costs, latencies = m.get("costs"), m.get("response_latencies")
-        if (
-            isinstance(costs, list)
-            and costs
-            and (not isinstance(latencies, list) or len(costs) != len(latencies))
-        ):
+        if isinstance(m.get("costs"), list) and m["costs"] and not _costs_paired(m):
             unpaired = True
     if unpaired:
         out.pop("costs", None)
