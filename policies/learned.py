@@ -807,7 +807,8 @@ class LearnedPolicy(Policy):
         too.  Live, the agent's re-run is an output of its own, which the policy
         sees, and a restore the agent asks for must stay possible, so nothing there sets ``copied``.
         ``cold`` (``info["cache_cold"]``: the next call's cache has expired anyway) makes the hides at
-        once, with ``cfg.cold_hides``: a change then re-writes nothing that would not be written."""
+        once, with ``cfg.cold_hides``: a change then re-writes nothing that would not be written; and at
+        ``thr * cfg.cold_scale``, since a miss is then the only price of a hide."""
         mask = np.asarray(obs["item_mask"]).astype(bool)
         items = np.asarray(obs["items"], np.float32)
         vis = items[:, _VIS] > 0.5
@@ -818,6 +819,8 @@ class LearnedPolicy(Policy):
             return mask & ~kept_hidden
         if self.cfg.miss_governor < 1.0:
             thr = thr * self.cfg.miss_governor ** misses_over_budget(obs["globals"], self.cfg.miss_budget)
+        if cold and self.cfg.cold_scale != 1.0:  # a hide before a cold call costs no re-write
+            thr = thr * self.cfg.cold_scale
         if self.cfg.size_weight:
             thr = (
                 thr * np.clip(items[:, _TOK] * (1000.0 / SIZE_REF_TOKENS), 0.1, 10.0) ** self.cfg.size_weight
@@ -948,19 +951,8 @@ class LearnedPolicy(Policy):
                     f"(missing here: {extra or 'none'}; new here: {missing or 'none'}; "
                     f"or a different order). Retrain it with this version."
                 )
-        known = set(LearnedPolicyConfig.__dataclass_fields__)
         try:
-            saved = {k: v for k, v in meta["config"].items() if k in known}
-            # a checkpoint from before batched hides had its thresholds chosen without them
-            saved.setdefault("batching", "off")
-            saved.setdefault("word_vocab", 0)  # nor content words
-            saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
-            saved.setdefault("cold_hides", False)  # nor hides made at once before a cold call
-            saved.setdefault("dagger_threshold", 0.5)  # its DAgger rolled out at the untuned 0.5
-            saved.setdefault("dagger_threshold_max", 0.5)
-            if isinstance(saved.get("threads"), int) and saved["threads"] < 1:
-                saved["threads"] = 1  # older trainings stored 0 and ran on one; no weight depends on it
-            cfg = LearnedPolicyConfig(**saved)
+            cfg = LearnedPolicyConfig(**saved_settings(meta["config"]))
             _sizes_fit(cfg, cfg_file, weights)
             policy = cls(cfg, n_families=len(meta.get("families") or FAMILIES))
         except (TypeError, ValueError, RuntimeError) as e:  # settings the network cannot be built with
@@ -1035,6 +1027,25 @@ def _sizes_fit(cfg: LearnedPolicyConfig, cfg_file: Path, weights: Path) -> None:
             )
     if not 1 <= cfg.max_items <= MAX_SLOTS:
         raise CheckpointError(f"{cfg_file}: max_items {cfg.max_items!r} is not in [1, {MAX_SLOTS}]")
+
+
+def saved_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's stored config as the settings it decides with: the fields this version knows,
+    and for a field saved before it existed the value that checkpoint was trained and tuned with (not
+    today's default)."""
+    known = set(LearnedPolicyConfig.__dataclass_fields__)
+    saved = {k: v for k, v in config.items() if k in known}
+    # a checkpoint from before batched hides had its thresholds chosen without them
+    saved.setdefault("batching", "off")
+    saved.setdefault("word_vocab", 0)  # nor content words
+    saved.setdefault("recent_words", 0)  # nor their relation to the newest outputs
+    saved.setdefault("cold_hides", False)  # nor hides made at once before a cold call
+    saved.setdefault("cold_scale", 1.0)  # nor a bolder threshold before one
+    saved.setdefault("dagger_threshold", 0.5)  # its DAgger rolled out at the untuned 0.5
+    saved.setdefault("dagger_threshold_max", 0.5)
+    if isinstance(saved.get("threads"), int) and saved["threads"] < 1:
+        saved["threads"] = 1  # older trainings stored 0 and ran on one; no weight depends on it
+    return saved
 
 
 def read_checkpoint_config(cfg_file: Path, kind: str | None = None) -> dict[str, Any]:

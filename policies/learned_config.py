@@ -141,6 +141,17 @@ class LearnedPolicyConfig:
         "from 48 to 56 per cent (three seeds; only logs that time their calls gain, docs/results.md). A "
         "checkpoint saved without the field loads with it off: its thresholds were chosen without it",
     )
+    cold_scale: float = _f(
+        1.0,
+        "before a call whose prompt cache has expired anyway (as cold_hides), an output is hidden when "
+        "P(visible) < threshold * cold_scale: a hide then re-writes nothing, so only the risk of a miss "
+        "weighs against the reads it saves over the calls left, where a warm hide also pays the re-write "
+        "the threshold was chosen against; 1: one threshold for both. Only logs that time their calls "
+        "have cold calls. On the five default checkpoints' held-out runs, 3 took +2.1 points of the "
+        "oracle's savings within the budget on long runs, +0.2 overall and -1.4 on short runs, each within "
+        "about one standard error of the seeds' spread (docs/results.md), so off by default. The stored "
+        "thresholds are chosen with it: change it on a trained checkpoint with --retune",
+    )
     min_family_val: int = _f(
         10,
         "validation trajectories a family needs for a threshold of its own (else its price regime's); a "
@@ -340,6 +351,8 @@ class LearnedPolicyConfig:
             raise ValueError(f"size_weight must be in [0, 2], got {self.size_weight}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if not (1.0 <= self.cold_scale <= 100.0):
+            raise ValueError(f"cold_scale must be in [1, 100], got {self.cold_scale}")
         if not (0.0 < self.miss_governor <= 1.0):
             raise ValueError(f"miss_governor must be in (0, 1], got {self.miss_governor}")
         if not self.miss_budget >= 0.0:

@@ -280,7 +280,8 @@ def make_policy(spec: str | Policy) -> Policy:
             if "path" not in kw:
                 raise PolicySpecError("learned policy needs path=CHECKPOINT_DIR")
             pol = LearnedPolicy.load(str(kw.pop("path")))
-            given = {k: kw.pop(k) for k in ("threshold", "size_weight", "miss_governor") if k in kw}
+            spec_keys = ("threshold", "size_weight", "miss_governor", "cold_scale")
+            given = {k: kw.pop(k) for k in spec_keys if k in kw}
             for k, v in given.items():
                 try:
                     given[k] = float(v)
@@ -293,8 +294,7 @@ def make_policy(spec: str | Policy) -> Policy:
                     raise PolicySpecError(f"policy {spec!r}: {e}") from None
             if kw:
                 raise PolicySpecError(
-                    f"learned policy: unknown parameters {sorted(kw)} "
-                    "(path, threshold, size_weight, miss_governor)"
+                    f"learned policy: unknown parameters {sorted(kw)} (path, {', '.join(spec_keys)})"
                 )
             return pol
         if name == "llm":

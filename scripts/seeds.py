@@ -143,12 +143,13 @@ def _same_tasks(meta: dict, dataset: str) -> bool:
 def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
     """Whether ``ckpt`` holds a finished training of ``dataset`` with the settings ``want``; a
     ValueError when it holds one of other data or settings (kept: it may be someone's results)."""
-    from dtoc_rl.policies.learned import read_checkpoint_config
+    from dtoc_rl.policies.learned import read_checkpoint_config, saved_settings
 
     if not (ckpt / "config.json").exists() or not (ckpt / "model.safetensors").exists():
         return False
     whole = read_checkpoint_config(ckpt / "config.json")
-    config, on = whole.get("config", {}), whole.get("meta", {}).get("trained_on")
+    # a setting saved before it existed reads as what the checkpoint was trained with
+    config, on = saved_settings(whole.get("config", {})), whole.get("meta", {}).get("trained_on")
     if on != data_name(dataset) and not _same_tasks(whole.get("meta", {}), dataset):
         raise ValueError(
             f"{ckpt} was trained on {on}, not {data_name(dataset)}: give another --out, or --retrain"

@@ -362,5 +362,6 @@ def _retune_takes(name: str) -> bool:
         "fallback_rule",
         "size_weight",
         "miss_governor",
+        "cold_scale",
     )
     return name in (*retunable, "threads", "prices")

@@ -350,6 +350,45 @@ def test_before_a_cold_call_the_hides_the_network_asks_for_are_made_at_once():
     assert not both["disable"][0].any() and both["disable"][1][:3].all()
 
 
+def test_before_a_cold_call_the_threshold_is_scaled_by_cold_scale():
+    obs = _obs([2.0] * 4, [1, 1, 1, 1], step=50, active_k=20.0)
+    probs = np.array([0.05, 0.15, 0.3, 0.5] + [0.0] * 4, np.float32)
+    bold = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off", cold_scale=3.0).create()
+    one = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off", cold_scale=1.0).create()
+    # a warm call: 0.1 for both (P 0.05 hidden); a cold one: 0.1 * 3 for the bold one (0.05, 0.15 hidden)
+    assert bold.want_visible(obs, probs, 0.1)[:4].tolist() == [False, True, True, True]
+    assert bold.want_visible(obs, probs, 0.1, cold=True)[:4].tolist() == [False, False, True, True]
+    assert one.want_visible(obs, probs, 0.1, cold=True)[:4].tolist() == [False, True, True, True]
+    assert bold.want_visible(obs, probs, 0.0, cold=True)[:4].all()  # abstaining stays abstaining
+    # act() reads the cold call from the caller's info, as /decide's idle_seconds and the envs set it
+    obs["prices"] = price_vector(PRICES["gpt-4o"])
+    bold.cfg.threshold = 0.1
+    bold.probs = lambda o, prices=None: probs
+    assert int(bold.act(obs, {"cache_cold": True})["disable"].sum()) == 2
+    assert int(bold.act(obs, {})["disable"].sum()) == 1
+    for bad in (0.5, 0.0, 101.0):
+        with pytest.raises(ValueError, match="cold_scale"):
+            LearnedPolicyConfig(cold_scale=bad)
+
+
+def test_a_checkpoint_saved_before_cold_scale_keeps_one_threshold(tmp_path):
+    import json
+
+    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.registry import PolicySpecError, make_policy
+
+    bold = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, cold_scale=3.0)
+    path = bold.create().save(tmp_path / "ck")
+    assert LearnedPolicy.load(path).cfg.cold_scale == 3.0
+    assert make_policy(f"learned:path={path},cold_scale=2").cfg.cold_scale == 2.0
+    with pytest.raises(PolicySpecError, match="cold_scale"):
+        make_policy(f"learned:path={path},cold_scale=0.5")
+    meta = json.loads((path / "config.json").read_text())
+    del meta["config"]["cold_scale"]  # its thresholds were chosen with one threshold, cold or warm
+    (path / "config.json").write_text(json.dumps(meta))
+    assert LearnedPolicy.load(path).cfg.cold_scale == 1.0
+
+
 def test_replay_env_says_when_the_next_calls_cache_is_cold_and_the_sweep_acts_on_it():
     from dtoc_rl.envs import ReplayEnv
     from dtoc_rl.policies import learned_trainer as lt

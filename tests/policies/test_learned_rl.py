@@ -194,6 +194,10 @@ def test_train_retune_chooses_the_thresholds_again_and_nothing_else(tmp_path, ca
     # a setting not given keeps the checkpoint's own: retuned again without flags, still budget 0
     assert main(["train", "--retune", str(out), "-o", str(tmp_path / "again"), "--quiet"]) == 0
     assert LearnedPolicy.load(tmp_path / "again").meta["thresholds"]["budget_misses_per_100"] == 0.0
+    # a setting the thresholds are chosen with is one --retune takes
+    cold = ["train", "--retune", str(ck), "-o", str(tmp_path / "cold"), "--cold-scale", "3", "--quiet"]
+    assert main(cold) == 0
+    assert LearnedPolicy.load(tmp_path / "cold").cfg.cold_scale == 3.0
 
 
 @pytest.mark.parametrize(

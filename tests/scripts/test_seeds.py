@@ -57,6 +57,14 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
 
     # the same data by another name (its folder given, moved, linked): the very tasks, so reused
     assert seeds.reusable(out / "seed-0-split-0", {}, str(bundled_dataset()))
+    # a checkpoint saved before a setting existed holds what it was trained with, not "none"
+    cfg_file = out / "seed-0-split-0" / "config.json"
+    whole = json.loads(cfg_file.read_text())
+    del whole["config"]["cold_scale"]
+    cfg_file.write_text(json.dumps(whole))
+    assert seeds.reusable(out / "seed-0-split-0", {"cold_scale": 1.0}, str(bundled_dataset()))
+    with pytest.raises(ValueError, match=r"was trained with cold_scale=1\.0, not 3\.0"):
+        seeds.reusable(out / "seed-0-split-0", {"cold_scale": 3.0}, str(bundled_dataset()))
     assert (out / "seed-0-split-0.train.log").exists() and (out / "seed-0-split-0.evaluate.log").exists()
 
 
