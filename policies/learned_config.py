@@ -148,9 +148,10 @@ class LearnedPolicyConfig:
         "weighs against the reads it saves over the calls left, where a warm hide also pays the re-write "
         "the threshold was chosen against; 1: one threshold for both. Only logs that time their calls "
         "have cold calls. On the five default checkpoints' held-out runs, 3 took +2.1 points of the "
-        "oracle's savings within the budget on long runs, +0.2 overall and -1.4 on short runs, each within "
-        "about one standard error of the seeds' spread (docs/results.md), so off by default. The stored "
-        "thresholds are chosen with it: change it on a trained checkpoint with --retune",
+        "oracle's savings within the budget on long runs, +0.2 overall and -1.4 on short runs, none more "
+        "than 1.4 standard errors of the seeds' spread (docs/results.md), so off by default. The stored "
+        "thresholds are chosen with it: change it on a trained checkpoint with --retune, as measured; "
+        "given to a training, DAgger's roll-outs decide with it too (not measured)",
     )
     min_family_val: int = _f(
         10,

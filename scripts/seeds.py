@@ -144,12 +144,17 @@ def reusable(ckpt: Path, want: dict, dataset: str) -> bool:
     """Whether ``ckpt`` holds a finished training of ``dataset`` with the settings ``want``; a
     ValueError when it holds one of other data or settings (kept: it may be someone's results)."""
     from dtoc_rl.policies.learned import read_checkpoint_config, saved_settings
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 
     if not (ckpt / "config.json").exists() or not (ckpt / "model.safetensors").exists():
         return False
     whole = read_checkpoint_config(ckpt / "config.json")
-    # a setting saved before it existed reads as what the checkpoint was trained with
-    config, on = saved_settings(whole.get("config", {})), whole.get("meta", {}).get("trained_on")
+    # the settings as the checkpoint loads: one saved before a field existed has what it was trained with
+    try:
+        config = LearnedPolicyConfig(**saved_settings(whole.get("config", {}))).to_dict()
+    except (TypeError, ValueError):  # settings it cannot be built with: compared as written
+        config = whole.get("config", {})
+    on = whole.get("meta", {}).get("trained_on")
     if on != data_name(dataset) and not _same_tasks(whole.get("meta", {}), dataset):
         raise ValueError(
             f"{ckpt} was trained on {on}, not {data_name(dataset)}: give another --out, or --retrain"

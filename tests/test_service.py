@@ -469,6 +469,25 @@ def _cold_spy(seen: list):
     return Spy()
 
 
+def test_a_learned_policy_served_hides_more_before_a_cold_call_with_cold_scale(tmp_path):
+    import numpy as np
+
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    ck = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, batching="off").create().save(tmp_path / "ck")
+    body = {"model": "gpt-5.2", "step": 20, "items": [
+        {"key": f"t{i}", "tokens": 2000, "age": 5, "tool": "bash"} for i in range(4)]}  # fmt: skip
+    hidden = {}
+    for scale in (1, 3):
+        pol = make_policy(f"learned:path={ck},threshold=0.1,cold_scale={scale}")
+        pol.probs = lambda o, prices=None: np.r_[[0.05, 0.15, 0.25, 0.5], np.zeros(len(o["item_mask"]) - 4)]
+        svc = DecisionService(pol)
+        for wait in (120.0, 301.0):  # gpt-5.2's cache keeps a prefix five minutes
+            hidden[scale, wait] = svc.decide({**body, "idle_seconds": wait})["disable"]
+    assert hidden[1, 120.0] == hidden[1, 301.0] == hidden[3, 120.0] == ["t0"]
+    assert hidden[3, 301.0] == ["t0", "t1", "t2"]  # 0.1 x 3 before the cold call
+
+
 def test_decide_tells_the_policy_when_the_clients_wait_outlasted_the_cache():
     seen = []
     svc = DecisionService(_cold_spy(seen))

@@ -69,8 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="train nothing: choose this checkpoint's thresholds (and fallback rules) again on its own "
         "tune tasks with this version's rule, and write it to --out: e.g. a stricter --miss-budget, or an "
         "older checkpoint's thresholds held to every harness. --miss-budget, --min-family-val, "
-        "--min-source-val and --fallback-rule apply when given (else the checkpoint's own), as do "
-        "--threads and --prices; any other flag is refused. --dataset defaults to the data it was "
+        "--min-source-val, --fallback-rule and the settings the thresholds are chosen with (--size-weight, "
+        "--miss-governor, --cold-scale) apply when given (else the checkpoint's own), as do --threads and "
+        "--prices; any other flag is refused. --dataset defaults to the data it was "
         "trained on",
     )
     p.add_argument(

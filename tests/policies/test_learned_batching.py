@@ -374,7 +374,7 @@ def test_before_a_cold_call_the_threshold_is_scaled_by_cold_scale():
 def test_a_checkpoint_saved_before_cold_scale_keeps_one_threshold(tmp_path):
     import json
 
-    from dtoc_rl.policies.learned import LearnedPolicy
+    from dtoc_rl.policies.learned import LearnedPolicy, saved_settings
     from dtoc_rl.policies.registry import PolicySpecError, make_policy
 
     bold = LearnedPolicyConfig(d_model=16, n_heads=2, n_layers=1, cold_scale=3.0)
@@ -387,6 +387,7 @@ def test_a_checkpoint_saved_before_cold_scale_keeps_one_threshold(tmp_path):
     del meta["config"]["cold_scale"]  # its thresholds were chosen with one threshold, cold or warm
     (path / "config.json").write_text(json.dumps(meta))
     assert LearnedPolicy.load(path).cfg.cold_scale == 1.0
+    assert saved_settings({})["cold_scale"] == 1.0  # whatever the default of a new training
 
 
 def test_replay_env_says_when_the_next_calls_cache_is_cold_and_the_sweep_acts_on_it():
