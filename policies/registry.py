@@ -315,11 +315,12 @@ def make_policy(spec: str | Policy) -> Policy:
 
 
 def short_label(spec: str) -> str:
-    """A display name: ``learned:path=runs/x/policy,threshold=0.3`` → ``learned[x/policy] t=0.3``."""
+    """A display name: ``learned:path=runs/x/policy,threshold=0.3,cold_scale=3`` → ``learned[x/policy]
+    t=0.3 cold_scale=3`` (every setting kept, so that two settings of one checkpoint stay apart)."""
     name, params = _parse(spec) if not Path(spec).is_dir() else ("learned", {"path": [spec]})
     if name != "learned" or "path" not in params:
         return spec
     p = Path(params["path"][0])
     tail = "/".join(p.parts[-2:])
-    thr = params.get("threshold")
-    return f"learned[{tail}]" + (f" t={thr[0]}" if thr else "")
+    shown = [f"t={v[0]}" if k == "threshold" else f"{k}={v[0]}" for k, v in params.items() if k != "path"]
+    return " ".join([f"learned[{tail}]", *shown])

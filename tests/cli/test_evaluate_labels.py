@@ -43,6 +43,20 @@ def test_two_checkpoints_keep_their_folders_in_the_tables():
     assert text.count("learned[a/ckpt-mine]") == 2 and text.count("learned[a/ckpt]") == 2
 
 
+def test_two_settings_of_one_checkpoint_keep_their_settings_in_the_tables():
+    from dtoc_rl.policies.registry import short_label
+
+    console = Console(record=True, width=250)
+    ck = "learned:path=/tmp/a/ckpt,threshold=0.1"
+    print_rows([_row(ck), _row(ck + ",cold_scale=3")], console=console)
+    text = console.export_text()
+    assert "learned[a/ckpt] t=0.1 cold_scale=3" in text and text.count("learned[a/ckpt] t=0.1") == 2
+    assert short_label("learned:path=/tmp/a/ckpt") == "learned[a/ckpt]"
+    assert short_label("learned:path=/tmp/a/ckpt,miss_governor=0.5,threshold=0.2") == (
+        "learned[a/ckpt] miss_governor=0.5 t=0.2"
+    )
+
+
 def test_a_policy_that_failed_on_some_runs_is_named_as_left_out_of_the_checks():
     from dtoc_rl.policies.evaluate import done_when
 
