@@ -53,6 +53,7 @@ __all__ = [
     "economics",
     "recent_overlap",
     "table_threshold",
+    "timed_hides",
 ]
 
 CHECKPOINT_VERSION = 2
@@ -130,6 +131,39 @@ def suffix_tokens(items: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> np.n
     after = np.cumsum(vis_tok[..., ::-1], axis=-1)[..., ::-1] - vis_tok
     other = np.maximum(active - vis_tok.sum(-1), 0.0) / step
     return after + np.maximum(items[..., _AGE], 0.0) * other[..., None]
+
+
+def timed_hides(obs: dict[str, np.ndarray], want: np.ndarray, price: np.ndarray | None = None) -> np.ndarray:
+    """``want`` (the visibility asked for one observation) with its hides timed by price: each hide
+    breaks the cached prefix at the output, so the visible outputs ``want`` would hide are hidden
+    together, from the slot where the cache reads they save over the calls expected to remain (the
+    calls so far, capped at HORIZON_CAP) beat the re-write (:func:`best_batch`), and kept visible for
+    now when no batch pays.  Restores stay, and the hides after the first one share its re-write.
+    ``price``: :func:`price_vector` of the model (None: the observation's own, else its family's).  The
+    learned policy's batching (``batching="pays"``), and ``oracle:schedule=rule``, which times a perfect
+    knowledge of need with it."""
+    mask = np.asarray(obs["item_mask"]).astype(bool)
+    items = np.asarray(obs["items"], np.float32)
+    vis = items[:, _VIS] > 0.5
+    cand = mask & vis & ~want
+    if not cand.any():
+        return want
+    price = _prices_of(obs, price, None)
+    inp = max(float(price[0]), 1e-9)
+    read, rewrite = float(price[2]) / inp, max(float(price[3]) - float(price[2]), 0.0) / inp
+    glob = np.asarray(obs["globals"], np.float32).reshape(-1)
+    tokens = items[:, _TOK] * 1000.0
+    shown = np.where(vis, tokens, float(PLACEHOLDER_TOKENS))
+    prompt_from = suffix_tokens(items, mask, glob) + shown  # this output and every token after it
+    restores = np.flatnonzero(mask & ~vis & want)
+    anyway = float(prompt_from[restores[0]]) if len(restores) else 0.0
+    remaining = min(max(float(glob[_G_STEP]), 1.0), HORIZON_CAP)
+    j = best_batch(
+        cand, np.maximum(tokens - PLACEHOLDER_TOKENS, 0.0), prompt_from, remaining, read, rewrite,
+        rewritten_anyway=anyway,
+    )  # fmt: skip
+    keep = cand if j < 0 else cand & (np.arange(len(mask)) < j)
+    return want | keep
 
 
 def economics(
@@ -830,25 +864,7 @@ class LearnedPolicy(Policy):
         want = ((np.asarray(probs) >= thr) | unread(items)) & mask & ~kept_hidden
         if self.cfg.batching == "off" or (cold and self.cfg.cold_hides):
             return want
-        cand = mask & vis & ~want
-        if not cand.any():
-            return want
-        price = _prices_of(obs, prices, None)  # a row of act_batch carries its own prices
-        inp = max(float(price[0]), 1e-9)
-        read, rewrite = float(price[2]) / inp, max(float(price[3]) - float(price[2]), 0.0) / inp
-        glob = np.asarray(obs["globals"], np.float32).reshape(-1)
-        tokens = items[:, _TOK] * 1000.0
-        shown = np.where(vis, tokens, float(PLACEHOLDER_TOKENS))
-        prompt_from = suffix_tokens(items, mask, glob) + shown  # this output and every token after it
-        restores = np.flatnonzero(mask & ~vis & want)
-        anyway = float(prompt_from[restores[0]]) if len(restores) else 0.0
-        remaining = min(max(float(glob[_G_STEP]), 1.0), HORIZON_CAP)
-        j = best_batch(
-            cand, np.maximum(tokens - PLACEHOLDER_TOKENS, 0.0), prompt_from, remaining, read, rewrite,
-            rewritten_anyway=anyway,
-        )  # fmt: skip
-        keep = cand if j < 0 else cand & (np.arange(len(mask)) < j)
-        return want | keep
+        return timed_hides(obs, want, prices)  # a row of act_batch carries its own prices
 
     def config(self):
         c: dict[str, Any] = {"threshold": self.cfg.threshold if self.cfg.threshold is not None else "table"}

@@ -45,7 +45,7 @@ from dtoc_rl.policies.baselines import episode_prices, to_action
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.evaluate import run_length
 from dtoc_rl.policies.learned import LearnedPolicy, cold_of, economics
-from dtoc_rl.policies.oracle import plan
+from dtoc_rl.policies.oracle import need_schedule, plan
 from dtoc_rl.provenance import environment
 from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table, price_entries
@@ -128,9 +128,7 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
     if V is None:
         if mode == "need":
             # visible while some call from this one on needs it, or has not read it yet (a miss either way)
-            first_read = np.asarray(getattr(ep, "call_of_step", np.arange(ep.n)), np.int64) + 1
-            last = np.maximum(_last_need(ep, cfg.kind_mask()), first_read)
-            V = np.arange(_n_calls(ep))[:, None] <= last[None, :]
+            V = need_schedule(ep, cfg)
         else:
             V = plan(ep, cfg)
         cache[ep.traj_id] = V

@@ -47,7 +47,7 @@ from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices
 from dtoc_rl.sim.simulator import CostConfig, idle_seconds
 
-__all__ = ["HindsightOracle", "exact_plan", "plan", "schedule_cost", "without_restores"]
+__all__ = ["HindsightOracle", "exact_plan", "need_schedule", "plan", "schedule_cost", "without_restores"]
 
 
 def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
@@ -315,6 +315,18 @@ def _descend(
     return V
 
 
+def need_schedule(ep: Episode, cfg: CostConfig | None = None) -> np.ndarray:
+    """Each output visible through its last need (or the call that reads it first) and hidden from the
+    next call on, at once and whatever the re-write costs; an output whose placeholder is no smaller
+    than itself stays visible.  What knowing when an output is needed for the last time saves with no
+    pricing of the changes (``oracle:schedule=need``), and the target of ``--mode need`` training."""
+    V = np.ones((ep.n_calls, ep.n), bool)
+    for k, a, b in _gaps(ep, _need_matrix(ep, cfg)):
+        if b == ep.n_calls:  # the gap after the last need: nothing shows it again
+            V[a:b, k] = False
+    return V
+
+
 def without_restores(
     ep: Episode, V: np.ndarray, cfg: CostConfig | None = None, *, max_passes: int = 4
 ) -> np.ndarray:
@@ -414,20 +426,39 @@ class HindsightOracle(Policy):
     """Plays the oracle's schedule; needs ``info["episode"]`` at reset
     (``ReplayEnv(expose_episode=True)``, which also passes its ``cost_config``: the schedule is
     planned under the costs it is scored with).  Episodes with at most ``exact_max_outputs``
-    outputs get the exact optimum (:func:`exact_plan`), longer ones :func:`plan`."""
+    outputs get the exact optimum (:func:`exact_plan`), longer ones :func:`plan`.
+
+    Three hindsight variants bound what a causal policy can learn: ``restores=False``
+    (:func:`without_restores`: priced like the oracle, but nothing hidden is shown again),
+    ``schedule="need"`` (:func:`need_schedule`: every output hidden at once after its last need, no
+    pricing: a perfect prediction of need alone) and ``schedule="rule"`` (the same knowledge, its hides
+    timed as the learned policy times its own, :func:`~dtoc_rl.policies.learned.timed_hides`, and made
+    at once before a call whose cache has expired anyway: what the learned policy would save if its
+    network knew need perfectly)."""
 
     name = "oracle"
     needs_logged_run = True
+    SCHEDULES = ("cost", "need", "rule")
 
     def __init__(
-        self, cost_config: CostConfig | None = None, exact_max_outputs: int = 8, restores: bool = True
+        self,
+        cost_config: CostConfig | None = None,
+        exact_max_outputs: int = 8,
+        restores: bool = True,
+        schedule: str = "cost",
     ):
         if restores not in (True, False):  # 0 and 1 from a spec compare equal
             raise ValueError(f"restores must be true or false (1 or 0), got {restores!r}")
+        if schedule not in self.SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(self.SCHEDULES)}, got {schedule!r}")
+        if schedule != "cost" and not restores:  # two labels for one schedule would be two rows
+            raise ValueError(f"schedule={schedule} never restores: leave restores out")
         self.cfg = cost_config
         self.exact_max_outputs = exact_max_outputs
         #: False: the schedule of :func:`without_restores` (an output hidden only after its last need)
         self.restores = bool(restores)
+        #: "need": :func:`need_schedule` instead of the priced plan; "rule": it, timed by price at each call
+        self.schedule = schedule
         self.V: np.ndarray | None = None
 
     def reset(self, info: dict[str, Any] | None = None) -> None:
@@ -436,6 +467,9 @@ class HindsightOracle(Policy):
             raise ValueError("the oracle needs info['episode']: make the env with expose_episode=True")
         # the optimum of what is being scored: the env's cost configuration unless one was given
         cfg = self.cfg or (info or {}).get("cost_config")
+        if self.schedule != "cost":
+            self.V = need_schedule(ep, cfg)
+            return
         one_model = getattr(ep, "call_model", None) is None  # exact_plan prices one model per episode
         if one_model and self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
             self.V = exact_plan(ep, cfg, self.exact_max_outputs)
@@ -446,7 +480,10 @@ class HindsightOracle(Policy):
 
     def config(self) -> dict[str, Any]:
         # the reference oracle's label is "oracle"; a variant's must differ (evaluate keys rows by it)
-        return {} if self.restores else {"restores": False}
+        c: dict[str, Any] = {} if self.restores else {"restores": False}
+        if self.schedule != "cost":
+            c["schedule"] = self.schedule
+        return c
 
     def act(self, obs, info=None):
         if self.V is None or info is None or "slot_steps" not in info:
@@ -457,4 +494,9 @@ class HindsightOracle(Policy):
         ok = slots >= 0
         if t < self.V.shape[0]:
             want[ok] = self.V[t, slots[ok]]
+        if self.schedule == "rule":
+            from dtoc_rl.policies.learned import cold_of, timed_hides  # torch: only this variant needs it
+
+            if not cold_of(info):  # before a call whose cache has expired: all at once, as the policy
+                want = timed_hides(obs, want & np.asarray(obs["item_mask"]).astype(bool))
         return to_action(obs, want)

@@ -3,7 +3,9 @@
 ``NAME`` or ``NAME:key=value,key=value``; ``key=a|b|c`` sweeps a parameter
 (one policy per value).  A path to a checkpoint folder loads a learned
 policy.  Names: none, last_n, obs_mask, anthropic_clear, opencode_prune, gemini_mask,
-budget, hide_big, cache_clear, oracle (``oracle:restores=0``: hidden outputs never shown again),
+budget, hide_big, cache_clear, oracle (``oracle:restores=0``: hidden outputs never shown again;
+``oracle:schedule=need``: each output hidden at once after its last need, unpriced;
+``oracle:schedule=rule``: the same, timed as the learned policy times its hides),
 learned (``learned:path=CKPT,threshold=0.3``), llm (see
 ``dtoc_rl.policies.llm``).
 

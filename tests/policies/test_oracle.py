@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 from dtoc_rl.data.schema import Need
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.baselines import AnthropicClearToolUses, LastNObservations, NoManagement, TokenBudget
-from dtoc_rl.policies.oracle import HindsightOracle, exact_plan, plan, schedule_cost, without_restores
+from dtoc_rl.policies.oracle import (
+    HindsightOracle,
+    exact_plan,
+    need_schedule,
+    plan,
+    schedule_cost,
+    without_restores,
+)
 from dtoc_rl.policies.registry import PolicySpecError, make_policy
 from dtoc_rl.sim.episode import compile_episode
 from dtoc_rl.sim.simulator import CostConfig
@@ -66,6 +73,81 @@ def test_without_restores_hides_only_after_the_last_need_and_costs_between_the_o
     assert make_policy("oracle:restores=0").restores is False and make_policy("oracle").restores
     with pytest.raises(PolicySpecError, match="restores must be true or false"):
         make_policy("oracle:restores=2")
+
+
+def test_need_schedule_hides_each_output_at_once_after_its_last_need():
+    # output 0 is needed at calls 3 and 9, output 2 is smaller than its placeholder; the others are read
+    # once, by the call after the one that made them
+    sizes = [40_000, 4_000, 10, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000, 4_000]
+    ep = compile_episode(crafted(sizes, needs={3: [0], 9: [0]}))
+    N = need_schedule(ep)
+    assert N.shape == (ep.n_calls, ep.n)
+    assert N[:10, 0].all() and not N[10:, 0].any()  # visible through its last need, never shown again
+    assert N[:, 2].all()  # a placeholder would cost more than the output
+    for k in (1, 3, 4):  # visible for the call that reads it first, hidden from the next on
+        first = ep.call_of_step[k] + 1
+        assert N[: first + 1, k].all() and not N[first + 1 :, k].any()
+    # the oracle prices the same needs: never dearer; the need schedule is itself a zero-miss schedule
+    oracle, need = HindsightOracle(), HindsightOracle(schedule="need")
+    env = ReplayEnv(trajectories=[ep], max_items=32, expose_episode=True)
+    tot, ref = play(need, env), play(oracle, env)
+    assert tot["misses"] == 0 and tot["dollars"] == pytest.approx(schedule_cost(ep, N), rel=1e-9)
+    assert ref["dollars"] <= tot["dollars"] + 1e-12 < play(NoManagement(), env)["dollars"]
+    assert (need.V == N).all()
+
+
+def test_the_need_schedule_is_a_spec_with_a_label_of_its_own():
+    pol = make_policy("oracle:schedule=need")
+    assert pol.schedule == "need" and pol.restores and pol.config() == {"schedule": "need"}
+    assert make_policy("oracle").config() == {}
+    assert make_policy("oracle:schedule=rule").config() == {"schedule": "rule"}
+    with pytest.raises(PolicySpecError, match="schedule must be one of cost, need, rule"):
+        make_policy("oracle:schedule=plan")
+    for name in ("need", "rule"):
+        with pytest.raises(PolicySpecError, match=f"schedule={name} never restores"):
+            make_policy(f"oracle:schedule={name},restores=0")
+
+
+def test_the_rule_schedule_decides_as_the_learned_policy_would_if_its_network_knew_need():
+    # one timing rule: the oracle's rule variant and the learned policy's want_visible, given P(visible)
+    # 1 for what the need schedule shows and 0 for what it hides, make the same changes at every call
+    from dtoc_rl.policies.baselines import to_action
+    from dtoc_rl.policies.learned import cold_of
+    from dtoc_rl.policies.learned_config import LearnedPolicyConfig
+
+    learned = LearnedPolicyConfig(d_model=8, n_heads=2, n_layers=1, word_vocab=0).create()
+    assert learned.cfg.batching == "pays" and learned.cfg.cold_hides
+    env = ReplayEnv(max_items=256, expose_episode=True)
+    hides = held = 0
+    for i in range(len(env.episodes)):
+        rule, need = HindsightOracle(schedule="rule"), HindsightOracle(schedule="need")
+        obs, info = env.reset(options={"index": i})
+        rule.reset(info)
+        need.reset(info)
+        done, calls = False, 0
+        while not done:
+            # every third call as if its cache had expired (the bundled runs are untimed): both hide at once
+            info = {**info, "cache_cold": calls % 3 == 2}
+            calls += 1
+            asked = need.act(obs, info)
+            probs = np.where(asked["disable"], 0.0, 1.0) * obs["item_mask"]
+            probs = np.where(obs["items"][:, 2] > 0.5, probs, np.where(asked["enable"], 1.0, 0.0))
+            mine = to_action(obs, learned.want_visible(obs, probs, 0.5, cold=cold_of(info)))
+            action = rule.act(obs, info)
+            assert (action["disable"] == mine["disable"]).all() and (action["enable"] == mine["enable"]).all()
+            hides += int(action["disable"].sum())
+            held += int(asked["disable"].sum() - action["disable"].sum())
+            obs, _, done, _, info = env.step(action)
+        assert info["totals"]["misses"] == 0
+    assert hides and held  # it hid outputs, and held some back the need schedule hides at once
+
+
+def test_need_mode_trains_on_the_need_schedule():
+    from dtoc_rl.policies.learned_trainer import _targets
+
+    env = ReplayEnv(max_items=256, expose_episode=True)
+    for ep in env.episodes[:5]:
+        assert (_targets(ep, "need", CostConfig(), {}) == need_schedule(ep)).all(), ep.traj_id
 
 
 def _shown_again(ep, W) -> bool:
