@@ -127,8 +127,9 @@ def _targets(ep: Episode, mode: str, cfg: CostConfig, cache: dict) -> np.ndarray
     V = cache.get(ep.traj_id)
     if V is None:
         if mode == "need":
-            # visible while some call from this one on needs it, or has not read it yet (a miss either way)
-            V = need_schedule(ep, cfg)
+            # visible while some call from this one on needs it, or has not read it yet (a miss either way);
+            # a label of need, so an output smaller than its placeholder is labelled too
+            V = need_schedule(ep, cfg, hide_small=True)
         else:
             V = plan(ep, cfg)
         cache[ep.traj_id] = V

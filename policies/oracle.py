@@ -315,15 +315,18 @@ def _descend(
     return V
 
 
-def need_schedule(ep: Episode, cfg: CostConfig | None = None) -> np.ndarray:
+def need_schedule(ep: Episode, cfg: CostConfig | None = None, *, hide_small: bool = False) -> np.ndarray:
     """Each output visible through its last need (or the call that reads it first) and hidden from the
-    next call on, at once and whatever the re-write costs; an output whose placeholder is no smaller
-    than itself stays visible.  What knowing when an output is needed for the last time saves with no
-    pricing of the changes (``oracle:schedule=need``), and the target of ``--mode need`` training."""
+    next call on, at once and whatever the re-write costs: what knowing when an output is needed for
+    the last time saves with no pricing of the changes (``oracle:schedule=need``).  An output whose
+    placeholder is no smaller than itself stays visible, unless ``hide_small``: the need labels of
+    ``--mode need`` training, which say whether an output is still needed, whatever a hide is worth."""
+    R = _need_matrix(ep, cfg)
     V = np.ones((ep.n_calls, ep.n), bool)
-    for k, a, b in _gaps(ep, _need_matrix(ep, cfg)):
-        if b == ep.n_calls:  # the gap after the last need: nothing shows it again
-            V[a:b, k] = False
+    outs = ep.has_out if hide_small else ep.has_out & (ep.hid_cost < ep.vis_cost)
+    for k in np.flatnonzero(outs):
+        reads = np.flatnonzero(R[:, k])  # its needs and its first read
+        V[int(reads.max()) + 1 if len(reads) else int(ep.call_of_step[k]) + 1 :, k] = False
     return V
 
 
@@ -428,7 +431,7 @@ class HindsightOracle(Policy):
     planned under the costs it is scored with).  Episodes with at most ``exact_max_outputs``
     outputs get the exact optimum (:func:`exact_plan`), longer ones :func:`plan`.
 
-    Three hindsight variants bound what a causal policy can learn: ``restores=False``
+    Three hindsight variants are references for what a causal policy can learn: ``restores=False``
     (:func:`without_restores`: priced like the oracle, but nothing hidden is shown again),
     ``schedule="need"`` (:func:`need_schedule`: every output hidden at once after its last need, no
     pricing: a perfect prediction of need alone) and ``schedule="rule"`` (the same knowledge, its hides

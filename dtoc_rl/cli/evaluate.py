@@ -9,8 +9,8 @@ savings, mean active tokens per call, total input tokens, dollars, misses per
 re-reads, management calls, placeholder overhead, and the fraction of the
 oracle's savings.
 
-Policies: {baselines}, oracle (and three hindsight bounds on what a policy can
-learn: oracle:restores=0, priced but never showing a hidden output again;
+Policies: {baselines}, oracle (and three hindsight references for what a policy
+can learn: oracle:restores=0, priced but never showing a hidden output again;
 oracle:schedule=need, each output hidden at once after its last need; and
 oracle:schedule=rule, the same timed as the learned policy times its hides),
 a checkpoint folder (or learned:path=DIR,threshold=0.3), llm:...,

@@ -447,3 +447,33 @@ def test_with_agent_overhead_no_call_is_cold():
         _, info = env.reset(seed=0)
         # the agent's own manage_context call takes the cold write, and the logged call re-writes after it
         assert info["cache_cold"] is expect
+
+
+def test_timed_hides_waits_until_a_hide_pays_and_joins_a_restore_s_re_write():
+    from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
+    from dtoc_rl.policies.learned import timed_hides
+
+    def obs(step, first_visible=True):
+        # 20k, 5k and 1k tokens read 10, 5 and 1 calls ago; the messages: 1k per call
+        items = np.zeros((3, len(ITEM_FEATURES)), np.float32)
+        for j, (k_tok, age) in enumerate([(20, 10), (5, 5), (1, 1)]):
+            items[j, ITEM_FEATURES.index("est_tokens_k")] = k_tok
+            items[j, ITEM_FEATURES.index("age")] = age
+            items[j, ITEM_FEATURES.index("visible")] = 1.0
+        items[0, ITEM_FEATURES.index("visible")] = float(first_visible)
+        glob = np.zeros(len(GLOBAL_FEATURES), np.float32)
+        glob[GLOBAL_FEATURES.index("step")] = step
+        shown = (20 if first_visible else 0.04) + 6
+        glob[GLOBAL_FEATURES.index("active_tokens_k")] = shown + step  # 1k of messages per call
+        return {"items": items, "item_mask": np.ones(3, np.int8), "globals": glob,
+                "family": np.int64(0), "prices": np.array([3.0, 15.0, 0.3, 3.75], np.float32)}  # fmt: skip
+
+    want = np.array([True, False, True])
+    # hiding the 5k output re-writes the ~6k after it at 1.15x the input price, and saves 0.1x of ~5k
+    # at each call expected to remain (the calls so far): it pays after about 14 calls
+    assert timed_hides(obs(5), want)[1]  # kept visible for now
+    assert not timed_hides(obs(40), want)[1]  # hidden
+    assert not timed_hides(obs(400), want)[1]  # the horizon is capped, still worth it
+    # a restore before it re-writes everything after it anyway: the hide shares it at once
+    assert not timed_hides(obs(5, first_visible=False), want)[1]
+    assert timed_hides(obs(5, first_visible=False), want)[0]  # the restore itself stays

@@ -147,7 +147,21 @@ def test_need_mode_trains_on_the_need_schedule():
 
     env = ReplayEnv(max_items=256, expose_episode=True)
     for ep in env.episodes[:5]:
-        assert (_targets(ep, "need", CostConfig(), {}) == need_schedule(ep)).all(), ep.traj_id
+        labels = need_schedule(ep, hide_small=True)
+        assert (_targets(ep, "need", CostConfig(), {}) == labels).all(), ep.traj_id
+
+
+def test_need_schedule_counts_only_the_needs_the_cost_config_makes_misses():
+    traj = crafted([4000] * 8, needs={5: [0]})
+    traj.steps[6].needs.append(Need(step=1, kind="reference", evidence="f1"))
+    ep = compile_episode(traj)
+    both, only = need_schedule(ep), need_schedule(ep, CostConfig(need_kinds=("provenance",)))
+    assert both[:7, 1].all() and not both[7:, 1].any()  # visible for the reference at call 6
+    assert only[:3, 1].all() and not only[3:, 1].any()  # read at call 2, nothing after
+    assert (both[:, 0] == only[:, 0]).all() and not both[6:, 0].any()
+    # the need labels of --mode need hide a tiny output too, the schedule never does
+    tiny = compile_episode(crafted([4000, 10, 4000, 4000], needs={2: [0]}))
+    assert need_schedule(tiny)[:, 1].all() and not need_schedule(tiny, hide_small=True)[3:, 1].any()
 
 
 def _shown_again(ep, W) -> bool:
@@ -310,3 +324,22 @@ def test_with_parallel_tool_calls_the_oracle_plans_per_call_and_no_schedule_beat
     tot = play(oracle, env)
     assert tot["misses"] == 0 and tot["calls"] == ep.n_calls
     assert tot["dollars"] == pytest.approx(schedule_cost(ep, oracle.V), rel=1e-9)
+
+
+def test_the_rule_schedule_prices_each_call_as_the_observation_does():
+    # priced with no cache discount, a re-write costs nothing more: every hide that frees a token pays at
+    # once, so the rule makes the need schedule's hides (list prices of the runs' families hold some back)
+    from dtoc_rl.sim.pricing import Prices
+
+    flat = CostConfig(prices=Prices(input=3.0, output=15.0, cache_read=3.0, cache_write=3.0))
+    env = ReplayEnv(max_items=256, expose_episode=True, cost_config=flat)
+    listed = ReplayEnv(max_items=256, expose_episode=True)
+    differs = False
+    for i in range(len(env.episodes)):
+        rule = play(HindsightOracle(schedule="rule"), env, i)["dollars"]
+        assert rule == pytest.approx(play(HindsightOracle(schedule="need"), env, i)["dollars"], rel=5e-3)
+        rule = play(HindsightOracle(schedule="rule"), listed, i)["dollars"]
+        differs |= rule != pytest.approx(
+            play(HindsightOracle(schedule="need"), listed, i)["dollars"], rel=3e-2
+        )
+    assert differs
