@@ -6,11 +6,12 @@
 
 Each seed runs the README's two commands: `dtoc-rl train --dataset D -o CKPT --seed S` (the defaults,
 and --train's flags; --jobs trainings at once, one torch thread each), then `dtoc-rl evaluate --dataset
-D -p learned:path=CKPT "learned:path=CKPT,threshold=T|..." --holdout-from CKPT --held-out-only --by
-overall length --miss-budget B --json`. Per seed and group it reports the issue's "done when" reading
-(the best share of the oracle's savings within the miss budget, at which threshold and misses) and
-the threshold table the checkpoint stores (what ships), then per group the mean and range over seeds
-and how many seeds reach --target.
+D -p learned:path=CKPT "learned:path=CKPT,threshold=T|..." oracle:schedule=rule --holdout-from CKPT
+--held-out-only --by overall length --miss-budget B --json`. Per seed and group it reports the issue's
+"done when" reading (the best share of the oracle's savings within the miss budget, at which threshold
+and misses) and the threshold table the checkpoint stores (what ships), then per group the mean and
+range over seeds, how many seeds reach --target, and the share the policy's own timing would take if
+its network knew need perfectly (``oracle:schedule=rule``: the part of the gap that is need, not timing).
 
 A seed is its own task split, so the spread over seeds mixes which tasks are held out with the
 training's own draw (initial weights, sampling); --split-seed holds the split, and the spread left is
@@ -36,6 +37,8 @@ from dtoc_rl.cli.dataclass_args import add_args_fields
 from dtoc_rl.data.paths import write_text_atomic
 from scripts.lofo import train_settings
 
+#: The hindsight reference measured beside each checkpoint: its batching, with need known.
+RULE = "oracle:schedule=rule"
 #: The thresholds docs/results.md sweeps: dense where 1 miss per 100 calls binds.
 THRESHOLDS = (0.0002, 0.002, 0.005, 0.01, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016, 0.017, 0.018, 0.02,
               0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.07, 0.09, 0.1, 0.11, 0.13, 0.15, 0.17, 0.2, 0.25,
@@ -199,7 +202,7 @@ def measure(args: Args, seed: int, log) -> dict:
     ckpt = checkpoint(args, seed)
     spec = f"learned:path={ckpt}"
     sweep = f"{spec},threshold=" + "|".join(f"{t:g}" for t in args.thresholds)
-    cmd = ["evaluate", "-p", spec, sweep, "--holdout-from", str(ckpt), "--held-out-only",
+    cmd = ["evaluate", "-p", spec, sweep, RULE, "--holdout-from", str(ckpt), "--held-out-only",
            "--by", "overall", "length", "--miss-budget", f"{args.miss_budget:g}",
            "--workers", str(args.jobs), "--json", "--quiet"]  # fmt: skip
     if args.dataset:
@@ -215,6 +218,10 @@ def measure(args: Args, seed: int, log) -> dict:
         table = next(
             (r for r in out["rows"] if r["policy"] == spec and (r["group_by"], r["group"]) == key), {}
         )
+        rule = next(
+            (r for r in out["rows"] if r["policy"] == RULE and (r["group_by"], r["group"]) == key), {}
+        )
+        oracle = d["oracle_savings"]
         groups[name] = {
             "n": d["n"],
             "oracle_savings": d["oracle_savings"],
@@ -228,6 +235,8 @@ def measure(args: Args, seed: int, log) -> dict:
             "table_savings": table.get("savings"),
             "table_misses_per_100": table.get("misses_per_100"),
             "table_share": table.get("oracle_fraction"),
+            # what the policy's own timing would take knowing need perfectly, as a share of the oracle's
+            "rule_share": rule["savings"] / oracle if rule.get("savings") is not None and oracle else None,
         }
     seconds = round(time.perf_counter() - t0, 1)
     log(f"seed {seed}: evaluated in {seconds:.0f} s")
@@ -254,6 +263,7 @@ def summary(seeds: list[dict], target: float, budget: float) -> dict:
             continue
         share = [r["best_share"] if r["best_share"] is not None else 0.0 for r in rows]
         table = [r["table_savings"] for r in rows if r["table_savings"] is not None]
+        rule = [r["rule_share"] for r in rows if r.get("rule_share") is not None]  # older files: none
         out[g] = {
             "seeds": len(rows),
             "mean_share": sum(share) / len(share),
@@ -261,6 +271,7 @@ def summary(seeds: list[dict], target: float, budget: float) -> dict:
             "max_share": max(share),
             "reach": sum(x >= target for x in share),
             "mean_table_savings": sum(table) / len(table) if table else None,
+            "mean_rule_share": sum(rule) / len(rule) if rule else None,
             "table_within_budget": sum(
                 r["table_misses_per_100"] is not None and r["table_misses_per_100"] <= budget for r in rows
             ),
@@ -408,6 +419,8 @@ def tables(result: dict) -> str:
                   f"{sm['all']['seeds']} within the budget")  # fmt: skip
     lines.append(row("mean", *(f"**{pct(sm[n]['mean_share'])}**" for n in names), stored))
     lines.append(row("range", *(f"{pct(sm[n]['min_share'])} – {pct(sm[n]['max_share'])}" for n in names), ""))
+    if any(sm[n].get("mean_rule_share") is not None for n in names):
+        lines.append(row(f"`{RULE}` (knowing need)", *(pct(sm[n].get("mean_rule_share")) for n in names), ""))
     target = f"seeds at >= {100 * result['args']['target']:.0f}%"
     lines.append(row(target, *(str(sm[n]["reach"]) for n in names), ""))
     if against := result.get("against"):

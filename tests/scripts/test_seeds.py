@@ -27,6 +27,7 @@ def test_seeds_on_one_split_are_measured_on_the_same_tasks_and_summed_up(tmp_pat
     assert a["trained"] and b["trained"] and a["checkpoint"].endswith("seed-0-split-0")
     assert a["groups"]["all"]["n"] == b["groups"]["all"]["n"] > 0
     assert a["groups"]["all"]["oracle_savings"] == b["groups"]["all"]["oracle_savings"]
+    assert 0.0 <= a["groups"]["all"]["rule_share"] <= 1.05  # the need reference, measured beside it
     shares = [s["groups"]["all"]["best_share"] or 0.0 for s in (a, b)]
     assert result["summary"]["all"]["mean_share"] == pytest.approx(sum(shares) / 2)
     assert result["summary"]["all"]["seeds"] == 2
@@ -85,6 +86,12 @@ def test_a_seed_whose_oracle_failed_is_left_out_of_the_group_not_counted_as_noth
     assert sm["long"]["reach"] == 1 and sm["all"]["reach"] == 0
     text = seeds.tables({"seeds": runs, "summary": sm, "args": {"target": 0.6}})
     assert "oracle failed" in text and "none within budget" in text and "nan" not in text
+    assert "knowing need" not in text and sm["all"]["mean_rule_share"] is None  # a file from before it
+    runs[0]["groups"]["all"]["rule_share"], runs[2]["groups"]["all"]["rule_share"] = 0.8, 0.7
+    sm = seeds.summary(runs, target=0.6, budget=1.0)
+    assert sm["all"]["mean_rule_share"] == pytest.approx(0.75)
+    text = seeds.tables({"seeds": runs, "summary": sm, "args": {"target": 0.6}})
+    assert "| `oracle:schedule=rule` (knowing need) | 75.0% | — |" in text
     assert "| judged on | 3 seeds | 1 seed |" in text
     # a seed whose oracle saved next to nothing there has no share to count (done_when: reaches None)
     runs[2]["groups"]["all"] = _group(None, reaches=None)
