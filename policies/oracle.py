@@ -501,5 +501,5 @@ class HindsightOracle(Policy):
             from dtoc_rl.policies.learned import cold_of, timed_hides  # torch: only this variant needs it
 
             if not cold_of(info):  # before a call whose cache has expired: all at once, as the policy
-                want = timed_hides(obs, want & np.asarray(obs["item_mask"]).astype(bool))
+                want = timed_hides(obs, want)
         return to_action(obs, want)

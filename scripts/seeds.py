@@ -215,13 +215,10 @@ def measure(args: Args, seed: int, log) -> dict:
             continue
         name = "all" if d["group_by"] == "overall" else d["group"]
         key = (d["group_by"], d["group"])
-        table = next(
-            (r for r in out["rows"] if r["policy"] == spec and (r["group_by"], r["group"]) == key), {}
+        table, rule = (
+            next((r for r in out["rows"] if r["policy"] == p and (r["group_by"], r["group"]) == key), {})
+            for p in (spec, RULE)
         )
-        rule = next(
-            (r for r in out["rows"] if r["policy"] == RULE and (r["group_by"], r["group"]) == key), {}
-        )
-        oracle = d["oracle_savings"]
         groups[name] = {
             "n": d["n"],
             "oracle_savings": d["oracle_savings"],
@@ -236,7 +233,7 @@ def measure(args: Args, seed: int, log) -> dict:
             "table_misses_per_100": table.get("misses_per_100"),
             "table_share": table.get("oracle_fraction"),
             # what the policy's own timing would take knowing need perfectly, as a share of the oracle's
-            "rule_share": rule["savings"] / oracle if rule.get("savings") is not None and oracle else None,
+            "rule_share": rule.get("oracle_fraction"),
         }
     seconds = round(time.perf_counter() - t0, 1)
     log(f"seed {seed}: evaluated in {seconds:.0f} s")
