@@ -29,7 +29,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from dtoc_rl.data.dataset import task_name
+from dtoc_rl.data.models import family_id
 from dtoc_rl.engine.features import ITEM_FEATURES, price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
@@ -52,11 +53,13 @@ from dtoc_rl.sim.pricing import CACHE_REGIMES, cache_regime, load_price_table, p
 from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
+    "REPRICE_FAMILIES",
     "THRESHOLD_GRID",
     "Sample",
     "adapt",
     "collect",
     "fit",
+    "repriced",
     "retune",
     "split_by_task",
     "sweep_thresholds",
@@ -69,6 +72,33 @@ __all__ = [
 THRESHOLD_GRID = (
     0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.7,
 )  # fmt: skip
+
+
+#: The models ``price_augment`` re-prices training runs as: one per provider's cache rules and price
+#: regime (Anthropic's write premium at two price levels, Google's and DeepSeek's rules, OpenAI's at a
+#: quarter and a tenth of the input price for reads, no caching at all).
+REPRICE_FAMILIES = (
+    "claude-sonnet", "claude-opus", "gemini-3-pro", "deepseek-chat", "gpt-4.1", "gpt-5", "gpt-4",
+)  # fmt: skip
+
+
+def repriced(episodes: Sequence[Episode], share: float, seed: int) -> list[Episode]:
+    """Copies of about ``share`` of ``episodes`` as if a model of another family had made them (one of
+    :data:`REPRICE_FAMILIES`, drawn by ``seed``): the same steps and needs, billed at that family's list
+    prices and cache rules (no logged model version, no logged cache lifetime).  A run whose calls went
+    to several models is not copied: its prices are per call."""
+    if share <= 0.0:  # off: nothing drawn
+        return []
+    rng = np.random.default_rng(seed)
+    out = []
+    for ep in episodes:
+        if ep.call_model is not None or rng.random() >= share:
+            continue
+        others = [f for f in REPRICE_FAMILIES if f != ep.model_family]
+        fam = others[int(rng.integers(len(others)))]
+        copy = replace(ep, traj_id=f"{ep.traj_id}@{fam}", model_family=fam, family_id=family_id(fam))
+        out.append(replace(copy, model_raw="", cache_ttl=None))
+    return out
 
 
 @dataclass
@@ -944,8 +974,11 @@ def _fit(
         word_vocabulary(train_eps, cfg.word_vocab, cfg.word_min_tasks)
     )
     cache: dict = {}
+    # supervised phases only: the thresholds are chosen, and PPO rewarded, on the runs as billed
+    learn_eps = list(train_eps) + repriced(train_eps, cfg.price_augment, cfg.seed)
+    report["repriced_episodes"] = len(learn_eps) - len(train_eps)
     if cfg.mode in ("oracle", "bc", "need"):
-        train = collect(policy, train_eps, mode=cfg.mode, cache=cache, progress=progress)
+        train = collect(policy, learn_eps, mode=cfg.mode, cache=cache, progress=progress)
         val = collect(policy, tune_eps, mode=cfg.mode, cache=cache, progress=progress)
         if not train:
             raise ValueError(
@@ -961,7 +994,7 @@ def _fit(
             policy, train, val, log=log, progress=progress, label="train"
         )
         for r in range(cfg.dagger_rounds if cfg.mode in ("oracle", "need") else 0):
-            for eps, into, part in ((train_eps, train, 0), (tune_eps, val, 1)):
+            for eps, into, part in ((learn_eps, train, 0), (tune_eps, val, 1)):
                 into += collect(
                     policy, eps, mode=cfg.mode, actor="policy", cache=cache, progress=progress,
                     seed=cfg.seed * 1000 + 10 * r + part,
