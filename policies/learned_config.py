@@ -190,11 +190,12 @@ class LearnedPolicyConfig:
     )
     price_augment: float = _f(
         0.0,
-        "share of the training runs also played as if another provider's model had made them (a family "
-        "drawn from learned_trainer.REPRICE_FAMILIES, its list prices and cache rules): planned, weighted "
-        "and observed at those prices, so that the network sees each price regime on every harness, where "
-        "the logs give each harness one or two models (a write premium on a few dozen runs); the "
-        "thresholds are still chosen on the runs as billed. At 0.5 (five seeds on ../shared) short runs "
+        "share of the training runs of one model also played as if another provider's model had made "
+        "them (a family drawn from learned_trainer.REPRICE_FAMILIES, its list prices and cache rules): "
+        "planned, weighted and observed at those prices in the supervised and DAgger phases, so that the "
+        "network sees each price regime on every harness, where the logs give each harness one or two "
+        "models (a write premium on a few dozen runs); the thresholds are still chosen, and PPO "
+        "rewarded, on the runs as billed. At 0.5 (five seeds on ../shared) short runs "
         "took 8.6 points more of the oracle's savings within the budget, overall and long runs about the "
         "same (-0.5, -0.7), and it hid less on Claude Code sessions from outside ../shared, so it is off "
         "(docs/results.md)",
@@ -352,7 +353,7 @@ class LearnedPolicyConfig:
             raise ValueError("family_dropout needs family_conditioning: without it there is nothing to drop")
         if not (0.0 <= self.aux_need < float("inf")):
             raise ValueError(f"aux_need must be a finite weight >= 0, got {self.aux_need}")
-        for name in ("aux_need", "source_balance"):
+        for name in ("aux_need", "source_balance", "price_augment"):
             if getattr(self, name) and self.mode == "rl":
                 raise ValueError(f"{name} acts in supervised training, which mode rl does not run")
         if not 0 <= self.recent_words <= 16:
@@ -386,6 +387,10 @@ class LearnedPolicyConfig:
             raise ValueError(f"batching must be pays or off, got {self.batching!r}")
         if not 0.0 <= self.price_augment <= 1.0:
             raise ValueError(f"price_augment must be in [0, 1], got {self.price_augment}")
+        if self.price_augment and self.model_family:
+            raise ValueError(
+                "price_augment trains on other families' prices, a --model-family policy on its own prices"
+            )
         if not 0.0 <= self.source_balance <= 1.0:
             raise ValueError(f"source_balance must be in [0, 1], got {self.source_balance}")
         if self.loss_weights not in ("dollars", "need"):

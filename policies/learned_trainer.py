@@ -82,11 +82,14 @@ REPRICE_FAMILIES = (
 )  # fmt: skip
 
 
-def repriced(episodes: Sequence[Episode], share: float, seed: int) -> list[Episode]:
+def repriced(
+    episodes: Sequence[Episode], share: float, seed: int, exclude: str | None = None
+) -> list[Episode]:
     """Copies of about ``share`` of ``episodes`` as if a model of another family had made them (one of
-    :data:`REPRICE_FAMILIES`, drawn by ``seed``): the same steps and needs, billed at that family's list
-    prices and cache rules (no logged model version, no logged cache lifetime).  A run whose calls went
-    to several models is not copied: its prices are per call."""
+    :data:`REPRICE_FAMILIES` but ``exclude``, drawn by ``seed``): the same steps and needs, billed at
+    that family's list prices and cache rules (no logged model version, so no fitted hit rate; no logged
+    cache lifetime).  A run whose calls went to several models is not copied: its prices are per call.
+    ``exclude``: a family left out of training (its id and prices would leak in through the copies)."""
     if share <= 0.0:  # off: nothing drawn
         return []
     rng = np.random.default_rng(seed)
@@ -94,7 +97,7 @@ def repriced(episodes: Sequence[Episode], share: float, seed: int) -> list[Episo
     for ep in episodes:
         if ep.call_model is not None or rng.random() >= share:
             continue
-        others = [f for f in REPRICE_FAMILIES if f != ep.model_family]
+        others = [f for f in REPRICE_FAMILIES if f not in (ep.model_family, exclude)]
         fam = others[int(rng.integers(len(others)))]
         copy = replace(ep, traj_id=f"{ep.traj_id}@{fam}", model_family=fam, family_id=family_id(fam))
         out.append(replace(copy, model_raw="", cache_ttl=None))
@@ -975,7 +978,7 @@ def _fit(
     )
     cache: dict = {}
     # supervised phases only: the thresholds are chosen, and PPO rewarded, on the runs as billed
-    learn_eps = list(train_eps) + repriced(train_eps, cfg.price_augment, cfg.seed)
+    learn_eps = list(train_eps) + repriced(train_eps, cfg.price_augment, cfg.seed, exclude=cfg.exclude_family)
     report["repriced_episodes"] = len(learn_eps) - len(train_eps)
     if cfg.mode in ("oracle", "bc", "need"):
         train = collect(policy, learn_eps, mode=cfg.mode, cache=cache, progress=progress)

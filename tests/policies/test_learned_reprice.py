@@ -5,10 +5,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from dtoc_rl.data.models import family_id
+from dtoc_rl.engine.features import price_vector
+from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
 from dtoc_rl.policies.learned_trainer import REPRICE_FAMILIES, repriced
-from dtoc_rl.sim.pricing import prices_for
+from dtoc_rl.sim.pricing import cache_rules_for, prices_for
 from dtoc_rl.sim.simulator import CostConfig
 
 TINY = dict(d_model=16, n_heads=2, n_layers=1, epochs=1, dagger_rounds=0)
@@ -22,6 +25,7 @@ def test_a_copy_is_the_same_run_billed_as_another_familys_model():
     cfg = CostConfig()
     for ep, cp in zip(plain, copies, strict=True):
         assert cp.model_family in REPRICE_FAMILIES and cp.model_family != ep.model_family
+        assert cp.family_id == family_id(cp.model_family)  # the family input follows the prices
         assert cp.traj_id == f"{ep.traj_id}@{cp.model_family}" and cp.task_id == ep.task_id
         assert cp.source == ep.source and cp.n == ep.n
         for name in ("est_tok", "need_ptr", "need_idx", "need_kind", "tool_id", "user_tok", "asst_tok"):
@@ -29,10 +33,30 @@ def test_a_copy_is_the_same_run_billed_as_another_familys_model():
         # billed at the family's list prices: no logged version or cache lifetime of the original's
         assert cp.model_raw == "" and cp.cache_ttl is None
         assert cfg.prices_of(cp) == prices_for(cp.model_family)
-        assert cfg.rules_for(cp) is not None
+        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, "")
     assert len({c.model_family for c in copies}) >= 3  # drawn, not one family for all
     assert [c.traj_id for c in repriced(eps, 1.0, seed=0)] == [c.traj_id for c in copies]
     assert [c.traj_id for c in repriced(eps, 1.0, seed=1)] != [c.traj_id for c in copies]
+
+
+def test_what_the_policy_sees_of_a_copy_and_what_its_log_said_of_the_original_dropped():
+    ep = load_episodes(None)[0]
+    # an hour's cache, as a Claude Code log says: a copy as another model has that model's lifetime
+    hour = replace(ep, model_family="claude-opus", family_id=family_id("claude-opus"), cache_ttl=3600.0)
+    cfg = CostConfig()
+    for cp in repriced([hour] * 20, 1.0, seed=0):
+        assert cp.model_family != "claude-opus" and cp.cache_ttl is None
+        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, "")
+        obs, _ = ReplayEnv(trajectories=[cp]).reset(seed=0)
+        assert int(obs["family"]) == family_id(cp.model_family)
+        assert np.allclose(obs["prices"], price_vector(prices_for(cp.model_family)))
+
+
+def test_a_copy_is_never_of_its_own_family_nor_of_one_left_out():
+    ep = load_episodes(None)[0]
+    mine = replace(ep, model_family="gemini-3-pro", family_id=family_id("gemini-3-pro"))
+    fams = {c.model_family for c in repriced([mine] * 60, 1.0, seed=0, exclude="claude-sonnet")}
+    assert fams == set(REPRICE_FAMILIES) - {"gemini-3-pro", "claude-sonnet"}
 
 
 def test_the_share_copied_and_a_run_of_several_models_left_alone():
@@ -44,15 +68,19 @@ def test_the_share_copied_and_a_run_of_several_models_left_alone():
     assert repriced(routed, 1.0, seed=0) == []
 
 
-def test_the_share_must_be_a_fraction():
+@pytest.mark.parametrize(
+    "bad", [dict(price_augment=1.5), dict(price_augment=-0.1), dict(price_augment=0.5, mode="rl"),
+            dict(price_augment=0.5, model_family="gpt-4o")],
+)  # fmt: skip
+def test_the_share_must_be_a_fraction_of_a_supervised_training_of_several_families(bad):
     with pytest.raises(ValueError, match="price_augment"):
-        LearnedPolicyConfig(price_augment=1.5)
+        LearnedPolicyConfig(**bad)
 
 
 def test_training_learns_on_the_copies_and_chooses_thresholds_on_the_runs_as_billed(monkeypatch):
     import dtoc_rl.policies.learned_trainer as lt
 
-    collected, tuned, collect, tune = [], [], lt.collect, lt._tune
+    collected, tuned, drawn, collect, tune, reprice = [], [], [], lt.collect, lt._tune, lt.repriced
 
     def spy_collect(policy, episodes, **kw):
         collected.append([e.traj_id for e in episodes])
@@ -62,15 +90,21 @@ def test_training_learns_on_the_copies_and_chooses_thresholds_on_the_runs_as_bil
         tuned.append([e.traj_id for e in tune_eps])
         return tune(policy, tune_eps, *a, **kw)
 
+    def spy_reprice(episodes, share, seed, **kw):
+        drawn.append((share, seed, kw))
+        return reprice(episodes, share, seed, **kw)
+
     monkeypatch.setattr(lt, "collect", spy_collect)
     monkeypatch.setattr(lt, "_tune", spy_tune)
-    cfg = LearnedPolicyConfig(**{**TINY, "price_augment": 1.0, "dagger_rounds": 1})
+    monkeypatch.setattr(lt, "repriced", spy_reprice)
+    cfg = LearnedPolicyConfig(**{**TINY, "price_augment": 1.0, "dagger_rounds": 1, "seed": 3})
     report = cfg.create().fit(None, progress=False)
     train, val, dagger_train, dagger_val = collected
     copies = [t for t in train if "@" in t]
     assert report["repriced_episodes"] == len(copies) > 0
     assert {t.split("@")[0] for t in copies} <= set(train)  # copies of the training runs themselves
     assert dagger_train == train  # the policy's own states on the copies too
+    assert drawn == [(1.0, 3, {"exclude": None})]  # the training's seed draws the copies
     assert not any("@" in t for t in val + dagger_val) and tuned and not any("@" in t for t in tuned[0])
     collected.clear()
     report = LearnedPolicyConfig(**TINY).create().fit(None, progress=False)
