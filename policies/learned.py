@@ -141,7 +141,10 @@ def timed_hides(obs: dict[str, np.ndarray], want: np.ndarray, price: np.ndarray 
     now when no batch pays.  Restores stay, and the hides after the first one share its re-write.
     ``price``: :func:`price_vector` of the model (None: the observation's own, else its family's).  The
     learned policy's batching (``batching="pays"``), and ``oracle:schedule=rule``, which times a perfect
-    knowledge of need with it."""
+    knowledge of need with it.  List prices, as if the cache read every token its rules allow, also
+    where a best-effort cache reads fewer (``CACHE_HIT_RATES``): priced at the hit rate the hides come
+    earlier, which a perfect knowledge of need would turn into savings, and the network's into misses
+    (docs/results.md)."""
     mask = np.asarray(obs["item_mask"]).astype(bool)
     items = np.asarray(obs["items"], np.float32)
     vis = items[:, _VIS] > 0.5
