@@ -99,8 +99,10 @@ def repriced(
             continue
         others = [f for f in REPRICE_FAMILIES if f not in (ep.model_family, exclude)]
         fam = others[int(rng.integers(len(others)))]
-        copy = replace(ep, traj_id=f"{ep.traj_id}@{fam}", model_family=fam, family_id=family_id(fam))
-        out.append(replace(copy, model_raw="", cache_ttl=None))
+        out.append(
+            replace(ep, traj_id=f"{ep.traj_id}@{fam}", model_family=fam, family_id=family_id(fam),
+                    model_raw="", cache_ttl=None)
+        )  # fmt: skip
     return out
 
 
