@@ -363,7 +363,9 @@ class LiveEnv(gym.Env):
             raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
         # the rules the Simulator applies to the same model (simulator.CostConfig.rules_for)
         self.cache_rules = (
-            cache_rules_for(self.model_family, self.model_name or None) if cache == "provider" else None
+            cache_rules_for(self.model_family, self.model_name or None, None, p.cache_hit_rate)
+            if cache == "provider"
+            else None
         )
         self.cost_unit = cost_unit
         self.budget = int(budget_tokens)

@@ -312,8 +312,8 @@ class LearnedPolicyConfig:
         "JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens (cache_read "
         "and cache_write default to input: no caching, with a warning); a trajectory "
         "whose model name (or family) has an entry is planned, weighted, observed and given its threshold "
-        "at them (otherwise an unknown model is trained at its family's or a default's prices). Recorded "
-        "as given",
+        "at them, its cache read at the entry's cache_hit_rate if it has one (calibrate --cost --prices-out) "
+        "(otherwise an unknown model is trained at its family's or a default's prices). Recorded as given",
     )
     seed: int = _f(0, "random seed: initial weights, sampling, and the task split unless --split-seed")
     split_seed: int | None = _f(

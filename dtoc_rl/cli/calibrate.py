@@ -37,11 +37,12 @@ See docs/billcheck.md.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 from typing import Any
 
-from dtoc_rl.cli.common import at_least, emit_json, fail, warn
+from dtoc_rl.cli.common import at_least, emit_json, fail, warn, write_text_atomic
 
 DEFAULT_POLICY = "last_n:n=5,polling=1"
 
@@ -93,6 +94,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "providers' tokenizers far better than characters; stored size models hold for it only)",
     )
     p.add_argument("--calls-out", type=Path, help="--cost: also write every checked call as a JSON line here")
+    p.add_argument(
+        "--prices-out",
+        type=Path,
+        help="--cost: write a prices file (JSON) with each model's list prices and the cache hit rate its "
+        "logs show (logged / rule-allowed cached tokens, fit half): give it to evaluate, train, serve or "
+        "proxy as --prices, so that your runs are billed as your provider billed these logs (a best-effort "
+        "cache such as OpenAI's or Gemini's may read far less than its rules allow)",
+    )
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.add_argument(
         "--quiet",
@@ -106,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from dtoc_rl.sim.calibration import NoMaskedData, age_hazard, calibrate
 
     cost_only = {"--fit": args.fit, "--no-fit": args.no_fit, "--estimator": args.estimator is not None,
-                 "--calls-out": args.calls_out is not None}  # fmt: skip
+                 "--calls-out": args.calls_out is not None,
+                 "--prices-out": args.prices_out is not None}  # fmt: skip
     if not args.cost and (given := [flag for flag, on in cost_only.items() if on]):
         return fail(f"{', '.join(given)}: the bill check's options; add --cost (or leave them out)")
     try:
@@ -479,7 +489,15 @@ def plot_calibration(out: dict[str, Any], path: Path) -> Path:
 
 
 def run_bill_check(args: argparse.Namespace, trajs) -> int:
-    from dtoc_rl.sim.billcheck import bill_check, in_sample, plot_bill_check, targets_met, write_calls
+    from dtoc_rl.sim.billcheck import (
+        bill_check,
+        fitted_prices,
+        in_sample,
+        plot_bill_check,
+        targets_met,
+        write_calls,
+    )
+    from dtoc_rl.sim.pricing import price_entries
 
     size = "none" if args.no_fit else "fit" if args.fit else "stored"
     try:
@@ -501,6 +519,19 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
         out["plot"] = plot_bill_check(res, args.plot)
     if args.calls_out:
         out["calls_out"] = {"path": str(args.calls_out), "calls": write_calls(res, args.calls_out)}
+    if args.prices_out:
+        table, unknown = fitted_prices(res)
+        if unknown:
+            warn(
+                f"--prices-out: no list price for {', '.join(map(repr, unknown[:5]))}"
+                f"{f' and {len(unknown) - 5} more' if len(unknown) > 5 else ''}: not written (add "
+                "an entry with its prices and the cache_hit_rate of the table above yourself)"
+            )
+        if not table:
+            return fail("--prices-out: no model of these logs has both a list price and logged cached tokens")
+        entries = price_entries(table)
+        write_text_atomic(args.prices_out, json.dumps(entries, indent=1) + "\n")
+        out["prices_out"] = {"path": str(args.prices_out), "models": entries}
     for src, r in out["sources"].items():
         # a hair over 1 is the rules' rounding (a provider's caching granularity, a token's framing)
         if r["hit_rate"] is not None and r["hit_rate"] > 1.02:
@@ -548,4 +579,7 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
                   "call from the logged size")  # fmt: skip
     if args.plot:
         print(f"plot: {out['plot']}")
+    if args.prices_out:
+        rates = ", ".join(f"{m} {e['cache_hit_rate']:.3f}" for m, e in out["prices_out"]["models"].items())
+        print(f"prices with the logs' cache hit rates ({rates}): {args.prices_out} (pass it as --prices)")
     return 0

@@ -102,8 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="your prices for models the price table lacks (or to override it): a JSON or YAML file, or "
         "inline JSON, {model: {input, output, cache_read, cache_write}} in USD per million tokens "
         "(cache_read and cache_write default to input, i.e. no caching, with a warning); a "
-        "trajectory whose model name (or family) has an entry is billed, planned and observed at them "
-        "(the table travels with the cost settings, to --workers and --backend ray too)",
+        "trajectory whose model name (or family) has an entry is billed, planned and observed at them, "
+        "its cache read at the entry's cache_hit_rate if it has one (calibrate --cost --prices-out measures "
+        "it on your logs) (the table travels with the cost settings, to --workers and --backend ray too)",
     )
     p.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default 1)")
     p.add_argument(

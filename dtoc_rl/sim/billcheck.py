@@ -48,6 +48,7 @@ from dtoc_rl.sim.pricing import (
     CacheRules,
     Prices,
     cache_rules_for,
+    has_list_price,
     logged_ttl,
     prices_for,
     retained,
@@ -59,6 +60,7 @@ __all__ = [
     "CallCheck",
     "SizeModel",
     "bill_check",
+    "fitted_prices",
     "held_out",
     "in_sample",
     "log_calls",
@@ -103,6 +105,7 @@ class CallCheck:
     family: str = ""  # the call's model family (a session may switch): size models are per (source, family)
     segment: int = 0  # compactions before this call that its log does not describe (harness_dropped)
     model: int = 0  # which of the run's models it went to (0: the run's): a cache is per model
+    model_name: str = ""  # that model's name as logged ("": none named)
     pred: dict[str, float] = field(default_factory=dict)
 
 
@@ -225,6 +228,7 @@ def log_calls(traj: Trajectory, est: TokenEstimator) -> list[CallCheck]:
                 family=(normalize_family(s.model) if m else traj.model_family) or "",
                 segment=bisect_right(compacted_at, k) if gone[k] is not None else 0,
                 model=m,
+                model_name=(s.model if m else traj.model_raw) or "",
             )
         )
         last[m] = (segs, s.timestamp, start)
@@ -492,6 +496,17 @@ def bill_check(
             rate = float(logged_cached[kl].sum() / at_logged[kl].sum())
         elif not fit_hit_rate:
             rate = None
+        # the same ratio per model (what `calibrate --cost --prices-out` writes), its sums kept so that
+        # a model several sources call is pooled over them
+        by_model: dict[str, dict[str, float]] = {}
+        for name in sorted({c.model_name for c in calls} - {""}):
+            km = kl & np.array([c.model_name == name for c in calls])
+            if km.any() and at_logged[km].sum() > 0:
+                by_model[name] = {
+                    "calls": int(km.sum()),
+                    "logged_cached": float(logged_cached[km].sum()),
+                    "allowed": float(at_logged[km].sum()),
+                }
         if rate is None:  # the providers' rules as configured (hit rates from dtoc_rl.sim.calibrated)
             cached = np.array(
                 [c.rules.cached_one(int(s), int(pin), c.idle) for c, s, pin in zip(calls, shared, pred_in)],
@@ -518,6 +533,7 @@ def bill_check(
             "size_models": models,
             "first_call_warm_share": warm,
             "hit_rate": rate_out,
+            "hit_rate_by_model": by_model,
             # what compactions sent that their logs lack, taken from the logged sizes themselves (as a
             # run's first call gives its unlogged prompt): how many calls were completed so
             "after_compaction": {
@@ -578,6 +594,33 @@ def bill_check(
             "pred_dollars": pred_usd.tolist(),
         }
     return {"sources": sources, "calls": calls_out}
+
+
+def fitted_prices(result: dict[str, Any]) -> tuple[dict[str, Prices], list[str]]:
+    """A prices table (:func:`~dtoc_rl.sim.pricing.load_price_table`'s) of the models a
+    :func:`bill_check` result measured a cache hit rate for: each at its list prices with
+    ``cache_hit_rate`` = logged / rule-allowed cached tokens on the fit half of its calls (pooled over
+    the sources and routers that call it, at most 1), so that the simulator bills its runs as these logs were
+    billed.  Also the models left out because the price list does not know them (their entries need
+    the user's own prices)."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for src in result["sources"].values():
+        for name, m in src.get("hit_rate_by_model", {}).items():
+            # keyed without a router's prefix (a prices file's entry matches the name either way), so
+            # that one model called through two routers is one entry
+            bare = name.rsplit("/", 1)[-1]
+            sums[bare][0] += m["logged_cached"]
+            sums[bare][1] += m["allowed"]
+    table: dict[str, Prices] = {}
+    unknown: list[str] = []
+    for name, (logged, allowed) in sorted(sums.items()):
+        if not has_list_price(name):
+            unknown.append(name)
+            continue
+        rate = round(min(1.0, logged / allowed), 3)
+        listed = prices_for(normalize_family(name), name)
+        table[name] = replace(listed, cache_hit_rate=rate, source=f"{listed.source}; hit rate of its logs")
+    return table, unknown
 
 
 def targets_met(summary: dict[str, Any], tol_pct: float = 5.0) -> dict[str, bool | None]:

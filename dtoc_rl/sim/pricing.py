@@ -72,6 +72,10 @@ class Prices:
     long_above: Any = 0
     long_input: Any = 1.0
     long_output: Any = 1.0
+    # The share of the rule-allowed cached prefix the provider really reads (CacheRules.hit_rate) for a
+    # model priced so, as a user's bill check measured it on their own logs (``cache_hit_rate`` in a
+    # prices file; ``dtoc-rl calibrate --cost --prices-out``); None: the provider's rules as stored.
+    cache_hit_rate: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -581,6 +585,8 @@ def price_entries(table: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
         out[model] = {k: getattr(p, k) for k in keys}
         if p.long_above:  # a tier only where there is one: older readers take the plain entries
             out[model].update({k: getattr(p, k) for k in _TIER})
+        if p.cache_hit_rate is not None:
+            out[model]["cache_hit_rate"] = p.cache_hit_rate
     return out
 
 
@@ -617,7 +623,7 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
         raise ValueError(
             f"prices {source}: expected an object {{model: {{input, output, cache_read, cache_write}}}}"
         )
-    if all(k in ("input", "output", "cache_read", "cache_write", *_TIER) for k in data):  # one entry
+    if all(k in _ENTRY_KEYS for k in data):  # one entry
         raise ValueError(
             f"prices {source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry "
             f'(give it as {{"MODEL": {{...}}}})'
@@ -632,11 +638,11 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
     one-line ValueErrors); cache_read and cache_write default to input."""
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
-    unknown = set(entry) - {"input", "output", "cache_read", "cache_write", *_TIER}
+    unknown = set(entry) - set(_ENTRY_KEYS)
     if unknown or "input" not in entry or "output" not in entry:
         raise ValueError(
-            f"{where}: needs input and output (cache_read, cache_write, {', '.join(_TIER)} optional), "
-            f"got {sorted(entry)}"
+            f"{where}: needs input and output (cache_read, cache_write, cache_hit_rate, "
+            f"{', '.join(_TIER)} optional), got {sorted(entry)}"
         )
     vals: dict[str, Any] = {}
     for k in ("input", "output", "cache_read", "cache_write"):
@@ -653,8 +659,20 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
         vals[k] = int(v) if k == "long_above" else float(v)
     if vals["long_above"] != entry.get("long_above", 0):
         raise ValueError(f"{where}: long_above must be a whole number of tokens, got {entry['long_above']!r}")
+    rate = entry.get("cache_hit_rate")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(
+                f"{where}: cache_hit_rate must be a number from 0 to 1 (the share of the prefix its "
+                f"provider's cache rules allow that the provider really reads), got {rate!r}"
+            )
+        vals["cache_hit_rate"] = float(rate)
     return Prices(**vals, source=f"user prices ({source})")
 
+
+#: The keys of a prices file's entry (one-entry tables are refused by them).
+_ENTRY_KEYS = ("input", "output", "cache_read", "cache_write", "long_above", "long_input", "long_output",
+               "cache_hit_rate")  # fmt: skip
 
 #: A price entry's long-context tier (Prices.long_above, long_input, long_output) and its defaults.
 _TIER: dict[str, float] = {"long_above": 0, "long_input": 1.0, "long_output": 1.0}
@@ -694,7 +712,7 @@ def as_price_table(table: Mapping[str, Any], source: str) -> dict[str, Prices]:
     out = {str(k): v for k, v in table.items() if isinstance(v, Prices)}
     plain = {k: v for k, v in table.items() if not isinstance(v, Prices)}
     if plain:
-        if all(k in ("input", "output", "cache_read", "cache_write", *_TIER) for k in plain):  # one entry
+        if all(k in _ENTRY_KEYS for k in plain):  # one entry
             raise ValueError(
                 f"{source}: a table by model name, {{model: {{input, output, ...}}}}, not one entry"
             )
@@ -856,10 +874,13 @@ _PROVIDER_OF_FAMILY = (
 
 
 @lru_cache(maxsize=256)  # called for every episode the simulator is built for
-def cache_rules_for(family: str | None, model_raw: str | None = None, ttl: float | None = None) -> CacheRules:
+def cache_rules_for(
+    family: str | None, model_raw: str | None = None, ttl: float | None = None, hit_rate: float | None = None
+) -> CacheRules:
     """The caching rules of the provider serving ``family`` (hit rates fitted where measured); ``ttl``:
     the lifetime a run's log says its cache has (Anthropic's 1-hour writes, :func:`logged_ttl`), which
-    replaces the documented one for Anthropic's models, else as documented."""
+    replaces the documented one for Anthropic's models, else as documented; ``hit_rate``: the user's
+    own (``Prices.cache_hit_rate``), which replaces the stored one."""
     from dtoc_rl.sim.calibrated import CACHE_HIT_RATES
 
     fam = (family or "").lower()
@@ -871,7 +892,9 @@ def cache_rules_for(family: str | None, model_raw: str | None = None, ttl: float
         provider = "none"
     rules = CACHE_RULES[provider]
     rate = CACHE_HIT_RATES.get(model_version(model_raw) or "", CACHE_HIT_RATES.get(fam))
-    if rate is not None:
+    if hit_rate is not None and rules.provider != "none":
+        rules = replace(rules, hit_rate=hit_rate, source=f"{rules.source}; the user's hit rate")
+    elif rate is not None:
         rules = replace(rules, hit_rate=rate)
     if ttl is not None and rules.provider == "anthropic":
         rules = replace(rules, ttl=ttl)

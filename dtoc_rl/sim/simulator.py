@@ -68,6 +68,7 @@ from dtoc_rl.sim.pricing import (
     model_prices,
     retained,
     run_day,
+    user_prices,
 )
 
 __all__ = ["CostConfig", "Simulator", "Totals", "baseline_totals", "idle_seconds"]
@@ -185,8 +186,17 @@ class CostConfig:
         if self.cache == "ideal":
             return None
         return self.cache_rules or cache_rules_for(
-            ep.model_family, ep.model_raw, getattr(ep, "cache_ttl", None)
+            ep.model_family,
+            ep.model_raw,
+            getattr(ep, "cache_ttl", None),
+            self.hit_rate(ep.model_raw, ep.model_family),
         )
+
+    def hit_rate(self, model: str | None, family: str | None) -> float | None:
+        """The cache hit rate the user's prices give ``model`` (``Prices.cache_hit_rate`` of ``prices`` or
+        of its ``price_table`` entry), None: its provider's stored rules."""
+        p = self.prices or user_prices(model, family, self.price_table)
+        return p.cache_hit_rate if p is not None else None
 
     def model_rules(self, ep: Episode) -> list[CacheRules | None]:
         """The caching rules of each model ``ep``'s calls went to (``ep.models``; one entry,
@@ -196,7 +206,10 @@ class CostConfig:
         if first is None or self.cache_rules is not None:  # the ideal cache, or the caller's rules
             return [first] * len(models)
         ttl = getattr(ep, "cache_ttl", None)
-        return [first] + [cache_rules_for(normalize_family(m), m, ttl) for m in models[1:]]
+        return [first] + [
+            cache_rules_for(normalize_family(m), m, ttl, self.hit_rate(m, normalize_family(m)))
+            for m in models[1:]
+        ]
 
     def provider_cached(
         self, ep: Episode, cached: np.ndarray, prompts: np.ndarray, calls: np.ndarray | None = None

@@ -631,3 +631,16 @@ def test_a_picture_render_mode_is_ignored_with_a_warning_as_in_replay():
         env = LiveEnv(ScriptedAgent([]), tasks=["pagination"], max_items=np.int64(N), render_mode="rgb_array")
     assert env.render_mode is None and env.N == N
     env.close()
+
+
+def test_a_live_run_priced_with_a_hit_rate_reads_its_cache_at_it():
+    from dtoc_rl.sim.pricing import load_price_table
+
+    prices = load_price_table(
+        '{"m": {"input": 2.5, "output": 10, "cache_read": 1.25, "cache_hit_rate": 0.4}}'
+    )["m"]
+    env = LiveEnv(
+        ScriptedAgent([call("bash", command="ls")]), tasks=["pagination"], max_items=N, prices=prices
+    )
+    assert env.cache_rules.hit_rate == 0.4  # the rules the replay of its log is billed by (CostConfig)
+    env.close()
