@@ -97,10 +97,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prices-out",
         type=Path,
-        help="--cost: write a prices file (JSON) with each model's list prices and the cache hit rate its "
-        "logs show (logged / rule-allowed cached tokens, fit half): give it to evaluate, train, serve or "
-        "proxy as --prices, so that your runs are billed as your provider billed these logs (a best-effort "
-        "cache such as OpenAI's or Gemini's may read far less than its rules allow)",
+        help="--cost: write a prices file (JSON) with the cache hit rate each model's "
+        "logs show (logged / rule-allowed cached tokens, fit half; an entry {model: {cache_hit_rate}} per "
+        "name as logged): give it to evaluate or train as --prices, so that your runs are billed as your "
+        "provider billed these logs (a best-effort cache such as OpenAI's or Gemini's may read far less "
+        "than its rules allow); serve and proxy keep it in their logs for evaluate",
     )
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.add_argument(
@@ -119,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
                  "--prices-out": args.prices_out is not None}  # fmt: skip
     if not args.cost and (given := [flag for flag, on in cost_only.items() if on]):
         return fail(f"{', '.join(given)}: the bill check's options; add --cost (or leave them out)")
+    if args.no_fit and args.prices_out is not None:  # the hit rates it writes are fitted ones
+        return fail("--prices-out: writes the hit rates the bill check fits; leave out --no-fit")
     try:
         trajs = load_trajectories(args.dataset)
     except DatasetError as e:
@@ -521,14 +524,14 @@ def run_bill_check(args: argparse.Namespace, trajs) -> int:
         out["calls_out"] = {"path": str(args.calls_out), "calls": write_calls(res, args.calls_out)}
     if args.prices_out:
         table, unknown = fitted_prices(res)
+        if not table:
+            return fail("--prices-out: no model of these logs has logged cached tokens and a cache discount")
         if unknown:
             warn(
                 f"--prices-out: no list price for {', '.join(map(repr, unknown[:5]))}"
-                f"{f' and {len(unknown) - 5} more' if len(unknown) > 5 else ''}: not written (add "
-                "an entry with its prices and the cache_hit_rate of the table above yourself)"
+                f"{f' and {len(unknown) - 5} more' if len(unknown) > 5 else ''}: their entries give the hit "
+                "rate only, so they are billed at a fallback's prices until you add input and output"
             )
-        if not table:
-            return fail("--prices-out: no model of these logs has both a list price and logged cached tokens")
         entries = price_entries(table)
         write_text_atomic(args.prices_out, json.dumps(entries, indent=1) + "\n")
         out["prices_out"] = {"path": str(args.prices_out), "models": entries}

@@ -427,7 +427,8 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
     """The prices the logs say were given to models the price table does not price (a proxy's or
     service's ``--prices``: ``extra.dtoc_prices``), so that such a model's runs are billed as they were
     decided rather than at the default model's.  A model the table prices keeps its list prices (the
-    prices a log gives are those of every run of that name in the dataset, logged at them or not);
+    prices a log gives are those of every run of that name in the dataset, logged at them or not), read at
+    the cache hit rate the log gives it (``cache_hit_rate``, as the user measured it);
     ``--prices`` overrides both, and a model logged at two prices is priced by neither (a warning)."""
     import json
     import sys
@@ -448,8 +449,12 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
         except (ValueError, TypeError):
             continue
         for model, entry in given.items() if isinstance(given, dict) else ():
-            if not isinstance(model, str) or has_list_price(model):
+            if not isinstance(model, str):
                 continue
+            if has_list_price(model):  # its list prices, at the cache hit rate it was given, if any
+                if not isinstance(entry, dict) or "cache_hit_rate" not in entry:
+                    continue
+                entry = {"cache_hit_rate": entry["cache_hit_rate"]}
             if seen.setdefault(model, entry) != entry:
                 clash.add(model)
     for model in sorted(clash):

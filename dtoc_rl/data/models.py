@@ -11,6 +11,7 @@ also maps a raw name to a priced version key of :data:`dtoc_rl.sim.pricing.VERSI
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["FAMILIES", "family_id", "model_index", "model_version", "normalize_family", "same_model"]
 
@@ -156,6 +157,13 @@ def model_version(raw: str | None) -> str | None:
     """The priced version a raw model name denotes (None: the name pins no known version)."""
     if not raw:
         return None
+    # a pure function of the name, asked several times a decision: remembered, but not for a name as long
+    # as a request may send (a proxy's body may name any string)
+    return _version(raw) if len(raw) <= 200 else _version.__wrapped__(raw)
+
+
+@lru_cache(maxsize=4096)
+def _version(raw: str) -> str | None:
     name = plain_name(raw)
     for pattern, version in _VERSIONS:
         m = re.fullmatch(pattern, name)

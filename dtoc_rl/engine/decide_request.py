@@ -121,12 +121,23 @@ class PriceSpec(msgspec.Struct):
     long_above: Annotated[int, msgspec.Meta(ge=0)] = 0
     long_input: Annotated[float, msgspec.Meta(ge=0, le=100)] = 1.0
     long_output: Annotated[float, msgspec.Meta(ge=0, le=100)] = 1.0
+    # what the model's cache really reads of what its rules allow (Prices.cache_hit_rate): not a decision's
+    # input, kept in the session's log for the bill `dtoc-rl evaluate` makes of it
+    cache_hit_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
     def to_prices(self) -> Prices:
         read = self.input if self.cache_read is None else self.cache_read
         write = self.input if self.cache_write is None else self.cache_write
         tier = {"long_above": self.long_above, "long_input": self.long_input, "long_output": self.long_output}
-        return Prices(self.input, self.output, read, write, source="/decide request", **tier)
+        return Prices(
+            self.input,
+            self.output,
+            read,
+            write,
+            source="/decide request",
+            cache_hit_rate=self.cache_hit_rate,
+            **tier,
+        )
 
 
 class Call(msgspec.Struct):

@@ -73,7 +73,7 @@ from dtoc_rl.serve.api_messages import (
 )
 from dtoc_rl.serve.log_writer import STOP_WAIT_S, FailedOnce, LogWriter, StopsCleanly
 from dtoc_rl.serve.orchestrator import Orchestrator
-from dtoc_rl.sim.pricing import Prices, user_prices
+from dtoc_rl.sim.pricing import Prices, priced_by_user, user_prices
 
 __all__ = ["DEFAULT_PROXY_PORT", "ContextProxy", "Rewrite", "check_upstream", "make_proxy_server"]
 
@@ -370,7 +370,7 @@ class ContextProxy:
             model = body.get("model") if isinstance(body.get("model"), str) else ""
         family = normalize_family(model)
         given = user_prices(model, family, self.prices)
-        if family not in self.families and given is None:
+        if family not in self.families and not priced_by_user(model, family, self.prices):
             why = f"model {model!r} (family {family!r}) is not served: give --prices for it"
             self.unmanaged += 1
             if model not in self._unserved and len(self._unserved) < 100:  # said once a model, bounded

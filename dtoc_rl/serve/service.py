@@ -168,7 +168,7 @@ from dtoc_rl.serve.session_labels import (
     SessionLabels,
     Sessions,
 )
-from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices, user_prices
+from dtoc_rl.sim.pricing import Prices, cache_expired, model_prices, priced_by_user, user_prices
 
 __all__ = [
     "DEFAULT_HOST",
@@ -409,7 +409,10 @@ class DecisionService:
         t0 = time.perf_counter()
         p = self.parse(req, client)
         given = p["prices"] or user_prices(p["model"], p["family"], self.prices)
-        fallback = p["family"] not in self.families and given is None
+        # a model of a family the policy never saw is served when its prices are given (a hit rate alone
+        # gives none: the family's fallback prices would stand for it)
+        served = p["prices"] is not None or priced_by_user(p["model"], p["family"], self.prices)
+        fallback = p["family"] not in self.families and not served
         policy = self.fallback if fallback else self.policy
         label = self.fallback_label if fallback else self.label
         keys, states = p["keys"], p["states"]  # states: the window's items only

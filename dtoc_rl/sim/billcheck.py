@@ -598,28 +598,42 @@ def bill_check(
 
 def fitted_prices(result: dict[str, Any]) -> tuple[dict[str, Prices], list[str]]:
     """A prices table (:func:`~dtoc_rl.sim.pricing.load_price_table`'s) of the models a
-    :func:`bill_check` result measured a cache hit rate for: each at its list prices with
-    ``cache_hit_rate`` = logged / rule-allowed cached tokens on the fit half of its calls (pooled over
-    the sources and routers that call it, at most 1), so that the simulator bills its runs as these logs were
-    billed.  Also the models left out because the price list does not know them (their entries need
-    the user's own prices)."""
+    :func:`bill_check` result measured a cache hit rate for, each entry ``cache_hit_rate`` alone (the
+    model's list prices of each run's day, read at that rate): logged / rule-allowed cached tokens on
+    the fit half of its calls, pooled over the sources that call it by the same name, at most 1.  Keyed
+    by the name as logged (a router's or a deployment's cache may hit otherwise than the provider's
+    own), and by the name without its ``provider/`` prefix too when only one such name was logged.
+    Models whose list price has no cache discount are left out (nothing to hit).  Also the names the
+    price list does not know: billed at a fallback's prices unless their entries get input and
+    output."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for src in result["sources"].values():
         for name, m in src.get("hit_rate_by_model", {}).items():
-            # keyed without a router's prefix (a prices file's entry matches the name either way), so
-            # that one model called through two routers is one entry
-            bare = name.rsplit("/", 1)[-1]
-            sums[bare][0] += m["logged_cached"]
-            sums[bare][1] += m["allowed"]
+            sums[name][0] += m["logged_cached"]
+            sums[name][1] += m["allowed"]
     table: dict[str, Prices] = {}
     unknown: list[str] = []
     for name, (logged, allowed) in sorted(sums.items()):
-        if not has_list_price(name):
+        if has_list_price(name):
+            listed = prices_for(normalize_family(name), name)
+            if listed.cache_read >= listed.input:
+                continue
+        else:
             unknown.append(name)
-            continue
-        rate = round(min(1.0, logged / allowed), 3)
-        listed = prices_for(normalize_family(name), name)
-        table[name] = replace(listed, cache_hit_rate=rate, source=f"{listed.source}; hit rate of its logs")
+        table[name] = Prices(
+            None,
+            None,
+            None,
+            None,
+            cache_hit_rate=round(min(1.0, logged / allowed), 3),
+            source="its logs' bill check",
+        )
+    routed = defaultdict(list)
+    for name in table:
+        routed[name.rsplit("/", 1)[-1]].append(name)
+    for bare, names in routed.items():
+        if len(names) == 1 and bare not in table:
+            table[bare] = table[names[0]]
     return table, unknown
 
 

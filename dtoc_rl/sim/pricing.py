@@ -51,6 +51,7 @@ __all__ = [
     "model_prices",
     "price_entries",
     "price_table",
+    "priced_by_user",
     "prices_for",
     "retained",
     "run_day",
@@ -76,6 +77,12 @@ class Prices:
     # model priced so, as a user's bill check measured it on their own logs (``cache_hit_rate`` in a
     # prices file; ``dtoc-rl calibrate --cost --prices-out``); None: the provider's rules as stored.
     cache_hit_rate: float | None = None
+
+    @property
+    def rate_only(self) -> bool:
+        """A prices entry that gives only ``cache_hit_rate``: the model is billed at its list prices (of the
+        run's day) read at that rate, resolved by :func:`user_prices`; never billed itself."""
+        return self.input is None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -547,7 +554,7 @@ def model_prices(
     """The prices of ``model``: the user's ``table`` entry for its name (exact or case-insensitive, with or
     without a ``provider/`` prefix), else for its family, else the list prices of its version or family
     on the day ``when`` (:func:`prices_for`, which warns once when it falls back)."""
-    return user_prices(model, family, table) or prices_for(family, model or None, when)
+    return user_prices(model, family, table, when) or prices_for(family, model or None, when)
 
 
 def run_day(timestamps: Any) -> str | None:
@@ -562,8 +569,28 @@ def run_day(timestamps: Any) -> str | None:
     return datetime.fromtimestamp(float(ts.min()), tz=timezone.utc).date().isoformat()
 
 
-def user_prices(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:
-    """The entry of the user's ``table`` for ``model`` (see :func:`model_prices`), or None."""
+def user_prices(
+    model: str | None, family: str | None, table: Mapping[str, Prices] | None, when: str | None = None
+) -> Prices | None:
+    """The prices the user's ``table`` gives ``model`` (see :func:`model_prices`), or None: its entry, or
+    for an entry that gives only a cache hit rate (:attr:`Prices.rate_only`) the model's list prices on
+    the day ``when`` with that rate."""
+    entry = _user_entry(model, family, table)
+    if entry is None or not entry.rate_only:
+        return entry
+    listed = prices_for(family, model or None, when)
+    return replace(listed, cache_hit_rate=entry.cache_hit_rate, source=f"{listed.source}; {entry.source}")
+
+
+def priced_by_user(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> bool:
+    """Whether the user's ``table`` prices ``model`` itself, not only its cache hit rate: what lets the
+    service and the proxy serve a model of a family the policy never saw (its prices stand for it)."""
+    entry = _user_entry(model, family, table)
+    return entry is not None and not entry.rate_only
+
+
+def _user_entry(model: str | None, family: str | None, table: Mapping[str, Prices] | None) -> Prices | None:
+    # the entry for the model's name (exact, then any case), the name without a provider/ prefix, its family
     if not table:
         return None
     names = [n for n in (model, (model or "").rsplit("/", 1)[-1], family) if n]
@@ -582,6 +609,9 @@ def price_entries(table: Mapping[str, Prices]) -> dict[str, dict[str, float]]:
     keys = ("input", "output", "cache_read", "cache_write")
     out: dict[str, dict[str, float]] = {}
     for model, p in table.items():
+        if p.rate_only:
+            out[model] = {"cache_hit_rate": p.cache_hit_rate}
+            continue
         out[model] = {k: getattr(p, k) for k in keys}
         if p.long_above:  # a tier only where there is one: older readers take the plain entries
             out[model].update({k: getattr(p, k) for k in _TIER})
@@ -629,7 +659,10 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
             f'(give it as {{"MODEL": {{...}}}})'
         )
     out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
-    _warn_uncached(f"prices {source}", [str(m) for m, e in data.items() if "cache_read" not in e])
+    _warn_uncached(
+        f"prices {source}",
+        [str(m) for m, p in out.items() if not p.rate_only and "cache_read" not in data[m]],
+    )
     return out
 
 
@@ -639,10 +672,16 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: expected an object with input, output, cache_read, cache_write")
     unknown = set(entry) - set(_ENTRY_KEYS)
-    if unknown or "input" not in entry or "output" not in entry:
+    rate_only = set(entry) == {"cache_hit_rate"}
+    if unknown or (not rate_only and ("input" not in entry or "output" not in entry)):
         raise ValueError(
             f"{where}: needs input and output (cache_read, cache_write, cache_hit_rate, "
-            f"{', '.join(_TIER)} optional), got {sorted(entry)}"
+            f"{', '.join(_TIER)} optional), or cache_hit_rate alone (list prices at that hit rate), got "
+            f"{sorted(entry)}"
+        )
+    if rate_only:
+        return Prices(
+            None, None, None, None, cache_hit_rate=_hit_rate(entry, where), source=f"user prices ({source})"
         )
     vals: dict[str, Any] = {}
     for k in ("input", "output", "cache_read", "cache_write"):
@@ -659,15 +698,19 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
         vals[k] = int(v) if k == "long_above" else float(v)
     if vals["long_above"] != entry.get("long_above", 0):
         raise ValueError(f"{where}: long_above must be a whole number of tokens, got {entry['long_above']!r}")
-    rate = entry.get("cache_hit_rate")
-    if rate is not None:
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-            raise ValueError(
-                f"{where}: cache_hit_rate must be a number from 0 to 1 (the share of the prefix its "
-                f"provider's cache rules allow that the provider really reads), got {rate!r}"
-            )
-        vals["cache_hit_rate"] = float(rate)
+    if "cache_hit_rate" in entry:
+        vals["cache_hit_rate"] = _hit_rate(entry, where)
     return Prices(**vals, source=f"user prices ({source})")
+
+
+def _hit_rate(entry: Mapping[str, Any], where: str) -> float:
+    rate = entry["cache_hit_rate"]
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ValueError(
+            f"{where}: cache_hit_rate must be a number from 0 to 1 (the share of the prefix its "
+            f"provider's cache rules allow that the provider really reads), got {rate!r}"
+        )
+    return float(rate)
 
 
 #: The keys of a prices file's entry (one-entry tables are refused by them).
@@ -729,6 +772,8 @@ def as_prices(prices: Prices | Mapping[str, Any], source: str) -> Prices:
         raise ValueError(f"{source}: expected Prices or {{input, output, cache_read, cache_write}}, got "
                          f"{type(prices).__name__}")  # fmt: skip
     out = _entry(prices, source, source)
+    if out.rate_only:  # one set of prices for every run: no model's list prices to read it at
+        raise ValueError(f"{source}: needs input and output, not cache_hit_rate alone")
     if "cache_read" not in prices:
         _warn_uncached(source)
     return out
