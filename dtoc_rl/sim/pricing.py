@@ -661,7 +661,7 @@ def price_table(data: Any, source: str) -> dict[str, Prices]:
     out = {str(model): _entry(entry, f"prices {source}: {model!r}", source) for model, entry in data.items()}
     _warn_uncached(
         f"prices {source}",
-        [str(m) for m, p in out.items() if not p.rate_only and "cache_read" not in data[m]],
+        [str(m) for m, e in data.items() if "cache_read" not in e and not out[str(m)].rate_only],
     )
     return out
 
