@@ -196,8 +196,8 @@ class LearnedPolicyConfig:
         "network sees each price regime on every harness, where the logs give each harness one or two "
         "models (a write premium on a few dozen runs); the thresholds are still chosen, and PPO "
         "rewarded, on the runs as billed. At 0.5 (five seeds on ../shared) short runs "
-        "took 8.6 points more of the oracle's savings within the budget, overall and long runs about the "
-        "same (-0.5, -0.7), and it hid less on Claude Code sessions from outside ../shared, so it is off "
+        "took 9.1 points more of the oracle's savings within the budget, overall and long runs about the "
+        "same (+0.1, +0.4), and it hid less on Claude Code sessions from outside ../shared, so it is off "
         "(docs/results.md)",
     )
     # -- data ------------------------------------------------------------------

@@ -54,6 +54,7 @@ from dtoc_rl.sim.simulator import CostConfig
 
 __all__ = [
     "REPRICE_FAMILIES",
+    "REPRICE_VERSIONS",
     "THRESHOLD_GRID",
     "Sample",
     "adapt",
@@ -80,6 +81,10 @@ THRESHOLD_GRID = (
 REPRICE_FAMILIES = (
     "claude-sonnet", "claude-opus", "gemini-3-pro", "deepseek-chat", "gpt-4.1", "gpt-5", "gpt-4",
 )  # fmt: skip
+#: The version a copy of these families is named as: the one whose logs measured the family's cache hit
+#: rate (dtoc_rl.sim.calibrated.CACHE_HIT_RATES), so that the copy's cache reads what such runs read, not
+#: every token its rules allow (labels planned at full hits cost the network; docs/results.md).
+REPRICE_VERSIONS = {"gpt-5": "gpt-5.2", "gemini-3-pro": "gemini-3-pro-preview"}
 
 
 def repriced(
@@ -87,8 +92,9 @@ def repriced(
 ) -> list[Episode]:
     """Copies of about ``share`` of ``episodes`` as if a model of another family had made them (one of
     :data:`REPRICE_FAMILIES` but ``exclude``, drawn by ``seed``): the same steps and needs, billed at
-    that family's list prices and cache rules (no logged model version, so no fitted hit rate; no logged
-    cache lifetime).  A run whose calls went to several models is not copied: its prices are per call.
+    that family's list prices and cache rules, as the version :data:`REPRICE_VERSIONS` names where one
+    has a fitted hit rate (no logged cache lifetime).  A run whose calls went to several models is not
+    copied: its prices are per call.
     ``exclude``: a family left out of training (its id and prices would leak in through the copies)."""
     if share <= 0.0:  # off: nothing drawn
         return []
@@ -101,7 +107,7 @@ def repriced(
         fam = others[int(rng.integers(len(others)))]
         out.append(
             replace(ep, traj_id=f"{ep.traj_id}@{fam}", model_family=fam, family_id=family_id(fam),
-                    model_raw="", cache_ttl=None)
+                    model_raw=REPRICE_VERSIONS.get(fam, ""), cache_ttl=None)
         )  # fmt: skip
     return out
 

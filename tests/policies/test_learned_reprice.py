@@ -10,7 +10,8 @@ from dtoc_rl.engine.features import price_vector
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes
 from dtoc_rl.policies.learned_config import LearnedPolicyConfig
-from dtoc_rl.policies.learned_trainer import REPRICE_FAMILIES, repriced
+from dtoc_rl.policies.learned_trainer import REPRICE_FAMILIES, REPRICE_VERSIONS, repriced
+from dtoc_rl.sim.calibrated import CACHE_HIT_RATES
 from dtoc_rl.sim.pricing import cache_rules_for, prices_for
 from dtoc_rl.sim.simulator import CostConfig
 
@@ -30,10 +31,13 @@ def test_a_copy_is_the_same_run_billed_as_another_familys_model():
         assert cp.source == ep.source and cp.n == ep.n
         for name in ("est_tok", "need_ptr", "need_idx", "need_kind", "tool_id", "user_tok", "asst_tok"):
             assert np.array_equal(getattr(cp, name), getattr(ep, name)), name
-        # billed at the family's list prices: no logged version or cache lifetime of the original's
-        assert cp.model_raw == "" and cp.cache_ttl is None
-        assert cfg.prices_of(cp) == prices_for(cp.model_family)
-        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, "")
+        # billed at the family's list prices, as the version whose logs measured its cache hit rate where
+        # one did: no logged version or cache lifetime of the original's
+        version = REPRICE_VERSIONS.get(cp.model_family, "")
+        assert cp.model_raw == version and cp.cache_ttl is None
+        assert cfg.prices_of(cp) == prices_for(cp.model_family, version or None)
+        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, version)
+        assert cfg.rules_for(cp).hit_rate == CACHE_HIT_RATES.get(version, 1.0)
     assert len({c.model_family for c in copies}) >= 3  # drawn, not one family for all
     assert [c.traj_id for c in repriced(eps, 1.0, seed=0)] == [c.traj_id for c in copies]
     assert [c.traj_id for c in repriced(eps, 1.0, seed=1)] != [c.traj_id for c in copies]
@@ -46,10 +50,11 @@ def test_what_the_policy_sees_of_a_copy_and_what_its_log_said_of_the_original_dr
     cfg = CostConfig()
     for cp in repriced([hour] * 20, 1.0, seed=0):
         assert cp.model_family != "claude-opus" and cp.cache_ttl is None
-        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, "")
+        version = REPRICE_VERSIONS.get(cp.model_family, "")
+        assert cfg.rules_for(cp) == cache_rules_for(cp.model_family, version)
         obs, _ = ReplayEnv(trajectories=[cp]).reset(seed=0)
         assert int(obs["family"]) == family_id(cp.model_family)
-        assert np.allclose(obs["prices"], price_vector(prices_for(cp.model_family)))
+        assert np.allclose(obs["prices"], price_vector(prices_for(cp.model_family, version or None)))
 
 
 def test_a_copy_is_never_of_its_own_family_nor_of_one_left_out():
