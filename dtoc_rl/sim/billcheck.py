@@ -499,8 +499,9 @@ def bill_check(
         # the same ratio per model (what `calibrate --cost --prices-out` writes), its sums kept so that
         # a model several sources call is pooled over them
         by_model: dict[str, dict[str, float]] = {}
-        for name in sorted({c.model_name for c in calls} - {""}):
-            km = kl & np.array([c.model_name == name for c in calls])
+        names = np.array([c.model_name for c in calls])
+        for name in sorted(set(names.tolist()) - {""}):
+            km = kl & (names == name)
             if km.any() and at_logged[km].sum() > 0:
                 by_model[name] = {
                     "calls": int(km.sum()),
@@ -620,14 +621,7 @@ def fitted_prices(result: dict[str, Any]) -> tuple[dict[str, Prices], list[str]]
                 continue
         else:
             unknown.append(name)
-        table[name] = Prices(
-            None,
-            None,
-            None,
-            None,
-            cache_hit_rate=round(min(1.0, logged / allowed), 3),
-            source="its logs' bill check",
-        )
+        table[name] = Prices.hit_rate_only(round(min(1.0, logged / allowed), 3), "its logs' bill check")
     routed = defaultdict(list)
     for name in table:
         routed[name.rsplit("/", 1)[-1]].append(name)

@@ -78,6 +78,11 @@ class Prices:
     # prices file; ``dtoc-rl calibrate --cost --prices-out``); None: the provider's rules as stored.
     cache_hit_rate: float | None = None
 
+    @classmethod
+    def hit_rate_only(cls, rate: float, source: str) -> Prices:
+        """A prices entry that gives only ``cache_hit_rate`` (:attr:`rate_only`)."""
+        return cls(None, None, None, None, source=source, cache_hit_rate=rate)  # type: ignore[arg-type]
+
     @property
     def rate_only(self) -> bool:
         """A prices entry that gives only ``cache_hit_rate``: the model is billed at its list prices (of the
@@ -680,9 +685,7 @@ def _entry(entry: Any, where: str, source: str) -> Prices:
             f"{sorted(entry)}"
         )
     if rate_only:
-        return Prices(
-            None, None, None, None, cache_hit_rate=_hit_rate(entry, where), source=f"user prices ({source})"
-        )
+        return Prices.hit_rate_only(_hit_rate(entry, where), f"user prices ({source})")
     vals: dict[str, Any] = {}
     for k in ("input", "output", "cache_read", "cache_write"):
         v = entry.get(k, entry["input"])
@@ -713,10 +716,6 @@ def _hit_rate(entry: Mapping[str, Any], where: str) -> float:
     return float(rate)
 
 
-#: The keys of a prices file's entry (one-entry tables are refused by them).
-_ENTRY_KEYS = ("input", "output", "cache_read", "cache_write", "long_above", "long_input", "long_output",
-               "cache_hit_rate")  # fmt: skip
-
 #: A price entry's long-context tier (Prices.long_above, long_input, long_output) and its defaults.
 _TIER: dict[str, float] = {"long_above": 0, "long_input": 1.0, "long_output": 1.0}
 _TIER_HELP = {
@@ -724,6 +723,8 @@ _TIER_HELP = {
     "long_input": "the factor of the input and cache prices above long_above",
     "long_output": "the factor of the output price above long_above",
 }
+#: The keys of a prices file's entry (one-entry tables are refused by them).
+_ENTRY_KEYS = ("input", "output", "cache_read", "cache_write", *_TIER, "cache_hit_rate")
 
 
 def _warn_uncached(where: str, models: list[str] | None = None) -> None:
