@@ -37,7 +37,7 @@ from dtoc_rl.envs.tools import (
     ToolResult,
     tool_specs,
 )
-from dtoc_rl.sim.pricing import Prices, cache_rules_for, prices_for
+from dtoc_rl.sim.pricing import Prices, at_list_prices, cache_rules_for, prices_for
 from dtoc_rl.sim.simulator import CACHE_MODES
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "LiveEnv", "LiveTotals"]
@@ -357,7 +357,9 @@ class LiveEnv(gym.Env):
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.model_name = str(getattr(self.agent, "model_name", "") or "")
         self.model_family = model_family or normalize_family(self.model_name)
-        p = prices or prices_for(self.model_family, self.model_name or None)
+        # a rate-only entry (a cache hit rate of the user's own) reads the model's list prices at it
+        p = at_list_prices(prices, self.model_name, self.model_family) if prices else None
+        p = p or prices_for(self.model_family, self.model_name or None)
         self.prices = p
         if cache not in CACHE_MODES:  # the Simulator's modes: a live run is billed as its replay is
             raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")

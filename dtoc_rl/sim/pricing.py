@@ -42,6 +42,7 @@ __all__ = [
     "VERSION_PRICES",
     "CacheRules",
     "Prices",
+    "at_list_prices",
     "cache_regime",
     "cache_rules_for",
     "has_list_price",
@@ -581,7 +582,13 @@ def user_prices(
     for an entry that gives only a cache hit rate (:attr:`Prices.rate_only`) the model's list prices on
     the day ``when`` with that rate."""
     entry = _user_entry(model, family, table)
-    if entry is None or not entry.rate_only:
+    return None if entry is None else at_list_prices(entry, model, family, when)
+
+
+def at_list_prices(entry: Prices, model: str | None, family: str | None, when: str | None = None) -> Prices:
+    """``entry`` itself, or for one that gives only a cache hit rate (:attr:`Prices.rate_only`) the
+    model's list prices on the day ``when`` with that rate."""
+    if not entry.rate_only:
         return entry
     listed = prices_for(family, model or None, when)
     return replace(listed, cache_hit_rate=entry.cache_hit_rate, source=f"{listed.source}; {entry.source}")

@@ -644,3 +644,17 @@ def test_a_live_run_priced_with_a_hit_rate_reads_its_cache_at_it():
     )
     assert env.cache_rules.hit_rate == 0.4  # the rules the replay of its log is billed by (CostConfig)
     env.close()
+
+
+def test_a_live_run_priced_with_a_hit_rate_alone_reads_its_models_list_prices_at_it():
+    from dtoc_rl.sim.pricing import load_price_table, prices_for
+
+    prices = load_price_table('{"claude-sonnet": {"cache_hit_rate": 0.4}}')["claude-sonnet"]
+    env = LiveEnv(
+        ScriptedAgent([call("bash", command="ls")]), tasks=["pagination"], max_items=N, prices=prices,
+        model_family="claude-sonnet",
+    )  # fmt: skip
+    listed = prices_for("claude-sonnet")
+    assert (env.prices.input, env.prices.cache_write) == (listed.input, listed.cache_write)
+    assert env.prices.cache_hit_rate == 0.4 and env.cache_rules.hit_rate == 0.4
+    env.close()
