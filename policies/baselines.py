@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from dtoc_rl.core.actions import resolve
 from dtoc_rl.data.models import FAMILIES
 from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
 from dtoc_rl.labels.vocabulary import TOOL_CATEGORIES
-from dtoc_rl.policies.base import Policy
+from dtoc_rl.policies.base import Policy, reset_policy
 from dtoc_rl.sim.pricing import Prices, prices_for
 from dtoc_rl.sim.simulator import CostConfig
 
@@ -33,6 +34,7 @@ __all__ = [
     "LoggedVisibility",
     "NoManagement",
     "ObservationMasking",
+    "OnHarness",
     "OpenCodePrune",
     "TokenBudget",
     "best_batch",
@@ -121,16 +123,55 @@ class LoggedVisibility(Policy):
         self._ep = ep
 
     def act(self, obs, info=None):
-        ep, c = self._ep, int((info or {}).get("step", 0))
-        first = int(ep.starts[c]) if c < ep.n_calls else None
-        masked = None if first is None else ep.logged_masked[first]
-        dropped = None if first is None else ep.logged_dropped[first]
+        hidden = _logged_hidden(self._ep, info)
         vis = _items(obs)[:, _F["visible"]] > 0.5
-        if masked is None and dropped is None:
+        if hidden is None:
             return to_action(obs, vis)
-        hidden = set(masked or ()) | set(dropped or ())
-        slots = np.asarray(info["slot_steps"])
-        return to_action(obs, np.array([int(k) not in hidden for k in slots]))
+        return to_action(obs, ~np.isin(np.asarray(info["slot_steps"]), list(hidden)))
+
+
+def _logged_hidden(ep, info: dict[str, Any] | None) -> set[int] | None:
+    # what the log says the coming model call was sent without (None: it says nothing of it)
+    c = int((info or {}).get("step", 0))
+    return ep.logged_hidden(c) if c < ep.n_calls else None
+
+
+class OnHarness(Policy):
+    """``inner`` on top of what the run's harness did (``dtoc-rl evaluate --on-harness``): before each
+    model call the outputs the log says that call was sent without (a harness's window or compaction,
+    ``LastNObservations``' masking; :meth:`~dtoc_rl.sim.episode.Episode.logged_hidden`) are hidden
+    whatever ``inner`` wants; the rest are as ``inner`` decides.  So ``OnHarness(NoManagement())`` is
+    the harness as it ran, and what a policy saves over it is what it would save plugged into that
+    harness.  (A need on what the harness took away is no miss for any policy:
+    :func:`~dtoc_rl.sim.episode.drop_unseen_needs`.)"""
+
+    needs_logged_run = True
+
+    def __init__(self, inner: Policy):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self.reads_prices = getattr(inner, "reads_prices", True)
+
+    def reset(self, info=None):
+        ep = (info or {}).get("episode")
+        if ep is None:
+            raise ValueError("on_harness: needs info['episode'] (make ReplayEnv with expose_episode=True)")
+        self._ep = ep
+        reset_policy(self.inner, info)
+
+    def act(self, obs, info=None):
+        action = self.inner.act(obs, info)
+        hidden = _logged_hidden(self._ep, info)
+        if not hidden:
+            return action
+        mask = obs["item_mask"].astype(bool)
+        want = _items(obs)[:, _F["visible"]] > 0.5
+        ch = resolve(np.asarray(action["enable"]), np.asarray(action["disable"]), want[: int(mask.sum())])
+        want[ch.enable], want[ch.disable] = True, False
+        return to_action(obs, want & ~np.isin(np.asarray(info["slot_steps"]), list(hidden)))
+
+    def config(self):
+        return {"inner": self.inner.label() if hasattr(self.inner, "label") else repr(self.inner)}
 
 
 class LastNObservations(Policy):

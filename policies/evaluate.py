@@ -46,11 +46,11 @@ from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.envs.data import load_episodes, named_episodes, nothing_usable, part_episodes, select_episodes
 from dtoc_rl.plots import policy_family
 from dtoc_rl.policies.base import Policy, reset_policy
-from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement
+from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness
 from dtoc_rl.policies.cpu import torch_threads
 from dtoc_rl.policies.registry import BASELINES, _line, expand_specs, make_policy
 from dtoc_rl.sim import pricing
-from dtoc_rl.sim.episode import Episode
+from dtoc_rl.sim.episode import Episode, drop_unseen_needs
 from dtoc_rl.sim.pricing import Prices, cache_regime
 from dtoc_rl.sim.simulator import CostConfig, baseline_totals
 
@@ -205,25 +205,49 @@ class EpisodeRunner:
     caches are per batch): a process that goes part by part holds one part's episodes at a time.
     The local evaluator, its workers and the Ray actors all run episodes through it."""
 
-    def __init__(self, policies: Sequence[tuple[str, Any]], cost_config: CostConfig, max_items: int):
+    def __init__(
+        self,
+        policies: Sequence[tuple[str, Any]],
+        cost_config: CostConfig,
+        max_items: int,
+        on_harness: bool = False,
+    ):
         self.policies = list(policies)
         self.cost_config = cost_config
         self.max_items = max_items
         self.env: ReplayEnv | None = None
+        # on the harness: each policy over what the run's harness hid, and the harness as it ran (the
+        # rule that adds nothing to it) as the run's base; runs whose log hid nothing are as without
+        self.on_harness = on_harness
+        self._over = [(label, OnHarness(pol)) for label, pol in self.policies] if on_harness else []
+        self._harness = OnHarness(NoManagement())
 
     def runs(self, eps: Sequence[Episode]) -> Iterator[Run]:
         """One run per episode and policy, episode by episode, policies in their order."""
         if not eps:
             return
+        if self.on_harness:  # the log is the base: what its agent did about a masked output is in it too
+            eps = [drop_unseen_needs(e, masked=True) for e in eps]
         if self.env is None:
             self.env = ReplayEnv(
                 trajectories=eps, max_items=self.max_items, cost_config=self.cost_config, expose_episode=True
             )
         else:
             self.env.episodes = eps
-        for i in range(len(eps)):
-            for label, pol in self.policies:
-                yield run_policy_on_episode(pol, self.env, i, label)
+        for i, ep in enumerate(eps):
+            if not (self.on_harness and (any(ep.logged_masked) or any(ep.logged_dropped))):
+                for label, pol in self.policies:
+                    yield run_policy_on_episode(pol, self.env, i, label)
+                continue
+            base = run_policy_on_episode(self._harness, self.env, i, "harness")
+            for label, pol in self._over:
+                run = run_policy_on_episode(pol, self.env, i, label)
+                run.extra["on_harness"] = True
+                if base.error is None and run.error is None:  # its length stays the log's, unmanaged
+                    run.base_dollars, run.base_input_tokens = base.dollars, base.input_tokens
+                elif run.error is None:
+                    run.error = f"the harness as it ran: {base.error}"
+                yield run
 
 
 @dataclass(frozen=True)
@@ -310,14 +334,14 @@ def _load(dataset, filters: dict[str, Any], tasks: set[str] | None) -> list[Epis
 _W: dict[str, Any] = {}
 
 
-def _init_worker(specs, cost_cfg, max_items, threads=None, warned=(), show=None):
+def _init_worker(specs, cost_cfg, max_items, threads=None, warned=(), show=None, on_harness=False):
     # the parent's way of showing a warning (the CLI's one line), and the prices it has warned about
     # already: a worker repeats neither the source line nor the parent's warnings
     if show is not None:
         warnings.showwarning = show
     pricing.mark_warned(warned)
     try:
-        _W["runner"] = EpisodeRunner([(s, make_policy(s)) for s in specs], cost_cfg, max_items)
+        _W["runner"] = EpisodeRunner([(s, make_policy(s)) for s in specs], cost_cfg, max_items, on_harness)
     except Exception as e:  # a bad spec: raised by the first task, so the caller gets it as it was raised
         _W["failed"] = e
         return
@@ -391,6 +415,7 @@ def evaluate(
     threads: int | None = 1,
     prices: Mapping[str, Prices] | None = None,
     tasks: set[str] | None = None,
+    on_harness: bool = False,
 ) -> list[Run]:
     """Run every policy (plus the oracle) over every trajectory of ``dataset``.
 
@@ -408,7 +433,10 @@ def evaluate(
     trajectory whose model (or family) has an entry is billed, planned and observed at those prices
     (they join ``cost_config.price_table``, over its entries of the same name, and travel with it to
     the worker pool).  ``tasks``
-    (``"source/task_id"`` strings): evaluate only their trajectories.
+    (``"source/task_id"`` strings): evaluate only their trajectories.  ``on_harness``: every policy
+    on top of what each run's harness hid (its window, compactions, masking; :class:`OnHarness`), its
+    savings against the harness as it ran rather than against keeping everything (runs whose log hid
+    nothing: the same either way).
     """
     from tqdm.auto import tqdm
 
@@ -461,7 +489,7 @@ def evaluate(
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("forkserver"),
                 initializer=_init_worker,
-                initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown()),
+                initargs=(specs, cost_config, max_items, threads, pricing.warned(), _shown(), on_harness),
             ) as pool:
                 for work, out in zip(plan, pool.map(_work, plan)):
                     runs.extend(out)
@@ -469,7 +497,10 @@ def evaluate(
                     done(work, len(out))
         else:
             runner = EpisodeRunner(
-                [(s, make_policy(s)) for s in specs] + list(policies.items()), cost_config, max_items
+                [(s, make_policy(s)) for s in specs] + list(policies.items()),
+                cost_config,
+                max_items,
+                on_harness,
             )
             with torch_threads(threads):
                 for work in plan if by_parts else [None]:

@@ -181,6 +181,7 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     from dtoc_rl.envs import ReplayEnv
     from dtoc_rl.policies.registry import make_policy
     from dtoc_rl.sim.calibration import ratio_ci
+    from dtoc_rl.sim.episode import compile_episode
     from dtoc_rl.sim.simulator import MISS_KINDS, CostConfig
 
     policy = make_policy(policy_spec)
@@ -189,9 +190,12 @@ def simulate(trajs, cal, policy_spec: str, *, n_boot: int, seeds: int) -> dict[s
     steps = np.array([len(t.steps) for t in sel], float)
     p_fit = cal.miss_model["reread_prob"]["rate"]
     p_fit = 1.0 if not math.isfinite(p_fit) else float(p_fit)
+    kept = [compile_episode(t, keep_unseen_needs=True) for t in sel]
 
     def run(cfg: CostConfig, n_seeds: int = 1) -> dict[str, np.ndarray]:
-        env = ReplayEnv(trajectories=sel, cost_config=cfg, max_items=_slots(sel))
+        # the needs on outputs the masked calls were sent without are what this compares with the re-reads
+        # the agents made; every other replay drops them (the log holds the re-reads already)
+        env = ReplayEnv(trajectories=kept, cost_config=cfg, max_items=_slots(sel))
         ids = [e.traj_id for e in env.episodes]
         got = {k: np.zeros(len(sel)) for k in ("misses", "rereads", "absorbed")}
         for seed in range(n_seeds):

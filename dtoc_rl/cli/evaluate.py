@@ -106,6 +106,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "its cache read at the entry's cache_hit_rate if it has one (calibrate --cost --prices-out measures "
         "it on your logs) (the table travels with the cost settings, to --workers and --backend ray too)",
     )
+    p.add_argument(
+        "--on-harness",
+        action="store_true",
+        help="replay every policy on top of what each run's harness did itself (its context window, "
+        "compactions, masking, as the log records them): what the harness left out of a call stays out "
+        "whatever the policy says, and savings are "
+        "against the harness as it ran rather than against keeping everything: what the policy would "
+        "save plugged into that harness (runs whose log left nothing out: the same either way)",
+    )
     p.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default 1)")
     p.add_argument(
         "--backend",
@@ -228,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
             return fail("--held-out-only needs --holdout-from CKPT (whose unseen tasks to keep)")
         if args.held_out_only and args.backend == "ray":
             return fail("--held-out-only runs on the local backend; drop --backend ray")
+        if args.on_harness and args.backend == "ray":
+            return fail("--on-harness runs on the local backend; drop --backend ray")
         left_out, tune, adapted = None, None, False
         if args.holdout_from:
             holdout, left_out, tune, adapted = _held_out_tasks(args.holdout_from, args.dataset)
@@ -262,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
             tune_tasks=tune,
             adapted=adapted,
             **({"tasks": holdout} if args.held_out_only else {}),
+            **({"on_harness": True} if args.on_harness else {}),
         )
     except (PolicySpecError, DatasetError, FileNotFoundError) as e:
         return fail(str(e))
@@ -290,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         "done_when": done,
         "failed_runs": failed,
         "harness_dropped_runs": dropped,
+        "on_harness": args.on_harness,
         "policies": specs,
         "environment": environment(),  # figures compare only with those of the same software
     }
@@ -322,18 +335,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out)
     else:
-        print_rows(rows)
+        print_rows(rows, on_harness=args.on_harness)
         if done:
             print_done_when(done, args.miss_budget)
         for line in failure_lines(failed):
             print(line, file=sys.stderr)
-        if dropped and not args.quiet:
+        if dropped and not (args.quiet or args.on_harness):
             n_runs = len({r.traj_id for r in runs})
             print(f"note: {dropped} of {n_runs} runs' logs say their harness left earlier context out of "
                   "later calls (a window, a compaction); every policy but `logged` is replayed with it "
                   "kept, so `none` bills what the harness dropped and savings are against that; "
-                  "`-p logged` prices what the harness did (docs/results.md, \"dtoc-rl evaluate names "
-                  "the runs whose harness dropped context itself\")",
+                  "`-p logged` prices what the harness did, --on-harness every policy on top of it "
+                  "(docs/results.md, \"dtoc-rl evaluate names the runs whose harness dropped context "
+                  "itself\")",
                   file=sys.stderr)  # fmt: skip
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))
@@ -472,7 +486,7 @@ def logged_prices(dataset, quiet: bool = False) -> dict:
     return table
 
 
-def print_rows(rows, console=None) -> None:
+def print_rows(rows, console=None, on_harness: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -515,9 +529,12 @@ def print_rows(rows, console=None) -> None:
                     _share(r["oracle_fraction"]),
                 )
             console.print(t)
+    base = "with nothing hidden"
+    if on_harness:
+        base = "as their harness ran them (its window, compactions, masking)"
     console.print(
-        "$ billed: the group's runs' dollars summed, under each policy; $ saved against the same runs "
-        "with nothing hidden",
+        f"$ billed: the group's runs' dollars summed, under each policy; $ saved against the same runs "
+        f"{base}",
         highlight=False,
     )
     for r in rows:

@@ -24,7 +24,7 @@ steps, and every output of the turn joins the context after it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from dtoc_rl.labels.vocabulary import tool_category_id
 from dtoc_rl.labels.words import WORDS_PER_OUTPUT, output_words, words_array
 from dtoc_rl.sim.pricing import logged_ttl
 
-__all__ = ["Episode", "compile_episode", "compile_episodes", "harness_dropped"]
+__all__ = ["Episode", "compile_episode", "compile_episodes", "drop_unseen_needs", "harness_dropped"]
 
 NEVER = np.iinfo(np.int32).max
 
@@ -182,6 +182,18 @@ class Episode:
         fresh = a + np.flatnonzero(self.has_out[a:b])
         return np.union1d(needs, fresh) if len(needs) else fresh
 
+    def logged_hidden(self, c: int, masked: bool = True) -> set[int] | None:
+        """The outputs (their steps) the log says model call ``c`` was sent without: dropped with their
+        pair (a harness's window, a compaction) and, with ``masked``, masked (a placeholder in their
+        place: SWE-agent's ``LastNObservations``, a policy plugged in live); None where the log says
+        nothing of them."""
+        first = int(self.starts[c])
+        m = self.logged_masked[first] if masked and first < len(self.logged_masked) else None
+        d = self.logged_dropped[first] if first < len(self.logged_dropped) else None
+        if m is None and d is None:
+            return None
+        return set(m or ()) | set(d or ())
+
     _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -219,8 +231,13 @@ def _call_tokens(est: TokenEstimator, name: str | None, args: str) -> int:
     return est.count(name + json.dumps(parsed, ensure_ascii=False))
 
 
-def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = None) -> Episode:
-    """Flatten one (labelled) trajectory; see the module docstring for the layout."""
+def compile_episode(
+    traj: Trajectory, estimator: TokenEstimator | str | None = None, keep_unseen_needs: bool = False
+) -> Episode:
+    """Flatten one (labelled) trajectory; see the module docstring for the layout.  A need of a call on
+    an output its log says that call was sent without, its pair dropped, is dropped
+    (:func:`drop_unseen_needs`) unless ``keep_unseen_needs``: what a run's replay predicts against what
+    its agent did needs them."""
     est = get_estimator(estimator)
     n = len(traj.steps)
     user_tok = np.zeros(n, np.int64)
@@ -297,7 +314,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         need_ptr = np.concatenate([[0], np.cumsum(counts)])
         need_idx_a = need_idx_a[keep]
         need_kind = list(np.asarray(need_kind)[keep])
-    return Episode(
+    ep = Episode(
         traj_id=traj.traj_id,
         task_id=traj.task_id,
         source=traj.source,
@@ -345,6 +362,7 @@ def compile_episode(traj: Trajectory, estimator: TokenEstimator | str | None = N
         **_stored_unique(traj),
         **_call_models(traj, call_ptr),
     )
+    return ep if keep_unseen_needs else drop_unseen_needs(ep)
 
 
 def _stored_unique(traj: Trajectory) -> dict:
@@ -417,6 +435,36 @@ def harness_dropped(traj: Trajectory) -> list[frozenset[int] | None]:
         else:
             out.append(compacted if d is None else compacted | frozenset(d))
     return out
+
+
+def drop_unseen_needs(ep: Episode, masked: bool = False) -> Episode:
+    """``ep`` without the needs of a model call on an output the log says that call was sent without,
+    dropped with its pair (a harness's window, a compaction: nothing of it in the prompt) or, with
+    ``masked``, masked too (:meth:`Episode.logged_hidden`), except re-accesses.  The model did not see
+    that output, and the log already holds what its agent did without it (a failed edit, a re-read:
+    later steps of their own, which every replay of the log bills), so a miss charged on such a need
+    would bill that reaction twice, to every policy (docs/results.md).  A re-access stays: it is the
+    agent's own read.  Masked outputs keep their needs unless asked: their placeholder was in the
+    prompt (a live policy's shows the key, which the agent names to restore it: a live session counts
+    that as the policy's miss, and a replay of its log must count what the session counted), and
+    ``dtoc-rl calibrate`` compares what a masked run's replay charges with what its agent did.
+    ``ep`` itself when nothing changes."""
+    if not any(ep.logged_dropped) and not (masked and any(ep.logged_masked)):
+        return ep
+    reaccess = NEED_KINDS.index("reaccess")
+    keep = np.ones(len(ep.need_idx), bool)
+    for c in range(ep.n_calls):
+        hidden = ep.logged_hidden(c, masked)
+        if not hidden:
+            continue
+        a, b = int(ep.need_ptr[ep.starts[c]]), int(ep.need_ptr[ep.starts[c + 1]])
+        keep[a:b] = ~np.isin(ep.need_idx[a:b], list(hidden)) | (ep.need_kind[a:b] == reaccess)
+    if keep.all():
+        return ep
+    ptr = np.concatenate([[0], np.cumsum(keep)])[ep.need_ptr]
+    return replace(
+        ep, need_ptr=ptr.astype(np.int64), need_idx=ep.need_idx[keep], need_kind=ep.need_kind[keep]
+    )
 
 
 def _shared_lists(sets: list[frozenset[int] | None]) -> list[list[int] | None]:

@@ -1,0 +1,159 @@
+"""A need of a call on an output its log says that call was sent without is no miss (the log holds what
+the agent did without it); every policy replayed on top of what a run's harness did itself (`dtoc-rl
+evaluate --on-harness`): what the log says a call was sent without stays out of it, and savings are
+against the harness as it ran."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtoc_rl.cli import main
+from dtoc_rl.data.schema import Need, Step, Trajectory
+from dtoc_rl.envs import ReplayEnv
+from dtoc_rl.policies.base import Policy, reset_policy
+from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness, to_action
+from dtoc_rl.policies.evaluate import evaluate
+from dtoc_rl.sim.episode import compile_episode, drop_unseen_needs
+from tests.crafted_trajs import bash
+
+BIG = "\n".join(f"line {i}: value_{i} = compute(alpha_{i}, beta_{i})" for i in range(300))
+
+
+def windowed(drop_from: int = 3) -> Trajectory:
+    """Four big outputs; the call of step 4 copies from output 0 and from output 2; from step
+    ``drop_from`` on the harness's window sends no call output 0 (nor its call)."""
+    steps = [bash(i, f"cat f{i}.txt", BIG.replace("value", f"v{i}")) for i in range(4)]
+    steps.append(bash(4, "grep beta f0.txt", "line 7"))
+    steps[4].needs = [Need(0, "provenance", "v0_7 = compute"), Need(2, "provenance", "v2_9 = compute")]
+    steps.append(Step(index=5, turn=5, assistant_text="done"))
+    for s in steps[drop_from:]:
+        s.dropped_before = [0]
+    for s in steps[:drop_from]:
+        s.dropped_before = []
+    return Trajectory("w/1", "repolaunch", "gpt-4o", "gpt-4o", "w1", task_text="read the files", steps=steps)
+
+
+def test_a_need_on_what_the_call_was_sent_without_is_dropped_and_the_rest_kept():
+    ep = compile_episode(windowed(), keep_unseen_needs=True)
+    assert ep.logged_hidden(0) == set() and ep.logged_hidden(4) == {0}
+    assert sorted(ep.needs_at(4).tolist()) == [0, 2]
+    on = compile_episode(windowed())
+    assert on.needs_at(4).tolist() == [2]  # output 0 was not in the prompt: not what the model copied
+    assert [on.needs_at(t).tolist() for t in range(4)] == [ep.needs_at(t).tolist() for t in range(4)]
+    assert drop_unseen_needs(on) is on
+    plain = compile_episode(windowed(drop_from=6), keep_unseen_needs=True)  # nothing dropped: as it is
+    assert drop_unseen_needs(plain) is plain
+
+
+def test_a_reaccess_of_a_dropped_output_is_kept():
+    traj = windowed()
+    traj.steps[4].needs = [Need(0, "reaccess", "file:f0.txt")]
+    on = compile_episode(traj)
+    assert on.needs_at(4).tolist() == [0]  # the agent read it again: what the drop made it do
+
+
+class ShowAll(Policy):
+    """Wants every output visible at every call."""
+
+    name = "show_all"
+
+    def act(self, obs, info=None):
+        return to_action(obs, obs["item_mask"].astype(bool))
+
+
+def _replay(policy, ep):
+    env = ReplayEnv(trajectories=[ep], expose_episode=True)
+    obs, info = env.reset(seed=0)
+    reset_policy(policy, info)
+    shown, done = [], False
+    while not done:
+        action = policy.act(obs, info)
+        vis = obs["items"][:, 2] > 0.5
+        want = (vis | (action["enable"] > 0)) & ~(action["disable"] > 0)
+        shown.append({int(k) for k, w in zip(info["slot_steps"], want) if w})
+        obs, _, done, _, info = env.step(action)
+    return info["totals"], shown
+
+
+def test_the_harness_as_it_ran_is_the_rule_that_adds_nothing_and_no_policy_shows_what_it_dropped():
+    ep = compile_episode(windowed())
+    logged, _ = _replay(LoggedVisibility(), ep)
+    harness, _ = _replay(OnHarness(NoManagement()), ep)
+    assert harness["dollars"] == pytest.approx(logged["dollars"]) and harness["misses"] == 0
+    _, shown = _replay(OnHarness(ShowAll()), ep)
+    # decisions before calls 1..4 (the calls of steps 1..4); from step 3 on output 0 stays out
+    assert 0 in shown[1] and all(0 not in s for s in shown[2:])
+    _, free = _replay(ShowAll(), ep)
+    assert all(0 in s for s in free[1:])  # unwrapped, the policy shows it: the wrapper did it
+
+
+def test_the_harness_own_log_is_billed_without_a_miss_for_what_it_left_out():
+    runs = evaluate([windowed()], ["logged", "none"], progress=False)
+    assert {r.policy: r.misses for r in runs}["logged"] == 0  # its reaction is in the log already
+    kept = compile_episode(windowed(), keep_unseen_needs=True)
+    assert evaluate([kept], ["logged"], progress=False)[0].misses == 1  # what it was billed before
+
+
+def test_evaluate_on_the_harness_prices_savings_against_the_harness():
+    runs = evaluate([windowed()], ["none", "logged", "hide_big:tokens=100"], progress=False)
+    on = evaluate([windowed()], ["none", "logged", "hide_big:tokens=100"], progress=False, on_harness=True)
+    by = {r.policy: r for r in runs}
+    by_on = {r.policy: r for r in on}
+    assert by_on["none"].dollars == pytest.approx(by_on["logged"].dollars)
+    for r in on:  # every run's base is the harness as it ran
+        assert r.base_dollars == pytest.approx(by_on["none"].dollars) and r.extra["on_harness"]
+        assert r.length == by[r.policy].length  # the run's length stays the log's, unmanaged
+    assert by["none"].base_dollars > by_on["none"].base_dollars  # everything kept cost more
+    assert by_on["hide_big:tokens=100"].dollars <= by_on["none"].dollars
+
+
+def test_runs_whose_log_hid_nothing_are_the_same_on_the_harness():
+    plain = windowed(drop_from=6)
+    a = evaluate([plain], ["none", "hide_big:tokens=100"], progress=False)
+    b = evaluate([plain], ["none", "hide_big:tokens=100"], progress=False, on_harness=True)
+    assert [(r.policy, r.dollars, r.base_dollars, r.misses) for r in a] == [
+        (r.policy, r.dollars, r.base_dollars, r.misses) for r in b
+    ]
+    assert not any("on_harness" in r.extra for r in b)
+
+
+def test_the_cli_says_what_savings_are_against(repo_root, tmp_path, capsys):
+    logs = repo_root / "tests" / "fixtures" / "claude_code_transcript"  # a compacted session
+    assert main(["ingest", str(logs), "-o", str(tmp_path / "ds"), "--quiet"]) == 0
+    capsys.readouterr()
+    ds = str(tmp_path / "ds")
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "logged", "--on-harness", "--by", "overall"]) == 0
+    out = capsys.readouterr()
+    assert "against the same runs as their harness ran them" in out.out and "note:" not in out.err
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "logged", "--on-harness", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["on_harness"] is True
+    rows = {r["policy"]: r for r in data["rows"] if r["group_by"] == "overall"}
+    assert rows["none"]["dollars"] == pytest.approx(rows["logged"]["dollars"])
+    assert rows["none"]["savings"] == 0
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "--on-harness", "--backend", "ray"]) == 2
+    assert "--on-harness runs on the local backend" in capsys.readouterr().err
+
+
+def test_the_wrapper_needs_the_logged_run():
+    with pytest.raises(ValueError, match="expose_episode"):
+        OnHarness(NoManagement()).reset({})
+
+
+def masked(traj: Trajectory) -> Trajectory:
+    """The same run with a placeholder where the window dropped output 0 (SWE-agent's masking)."""
+    for s in traj.steps:
+        s.masked_before, s.dropped_before = s.dropped_before, None
+    return traj
+
+
+def test_a_masked_output_keeps_its_needs_except_on_the_harness():
+    ep = compile_episode(masked(windowed()))
+    assert ep.logged_hidden(4) == {0} and ep.logged_hidden(4, masked=False) is None
+    assert sorted(ep.needs_at(4).tolist()) == [0, 2]  # its placeholder was in the prompt
+    assert drop_unseen_needs(ep, masked=True).needs_at(4).tolist() == [2]
+    plain = evaluate([masked(windowed())], ["logged"], progress=False)
+    on = evaluate([masked(windowed())], ["logged"], progress=False, on_harness=True)
+    assert plain[0].misses == 1 and on[0].misses == 0  # on the harness the log is the base, as it ran
