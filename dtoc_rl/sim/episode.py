@@ -173,13 +173,18 @@ class Episode:
         own tool calls: hidden before the call that reads them first, the agent gets a placeholder for
         an answer it never saw, a miss like any other (the masked logs never hide them: SWE-agent's
         ``LastNObservations`` keeps the newest five).  They are not need labels, so ``times_needed``
-        and the hide-big rule's "needed again" still count only the agent's later uses."""
+        and the hide-big rule's "needed again" still count only the agent's later uses.  One the log
+        says call ``c`` was sent without (a compaction right after it) is not among them: that call did
+        not read it, and the log holds what the agent did instead (:func:`drop_unseen_needs`)."""
         needs = self.call_needs(c, kinds)
         if c < 1:
             return needs
         st = self.starts
         a, b = int(st[c - 1]), int(st[c])
         fresh = a + np.flatnonzero(self.has_out[a:b])
+        unseen = self.logged_hidden(c, masked=False) if len(fresh) else None
+        if unseen:
+            fresh = fresh[~np.isin(fresh, list(unseen))]
         return np.union1d(needs, fresh) if len(needs) else fresh
 
     def logged_hidden(self, c: int, masked: bool = True) -> set[int] | None:

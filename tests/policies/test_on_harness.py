@@ -157,3 +157,19 @@ def test_a_masked_output_keeps_its_needs_except_on_the_harness():
     plain = evaluate([masked(windowed())], ["logged"], progress=False)
     on = evaluate([masked(windowed())], ["logged"], progress=False, on_harness=True)
     assert plain[0].misses == 1 and on[0].misses == 0  # on the harness the log is the base, as it ran
+
+
+def test_an_output_a_compaction_took_before_any_call_read_it_is_no_miss():
+    from dtoc_rl.sim.simulator import CostConfig, Simulator
+
+    traj = windowed()
+    for s in traj.steps[3:]:
+        s.dropped_before = [0, 2]  # output 2, the answer to the call before step 3's, never read
+    ep = compile_episode(traj)
+    assert ep.call_reads(3).tolist() == [] and ep.call_reads(2).tolist() == [1]
+    sim = Simulator(ep, CostConfig())
+    assert [sim._reads_of(c) for c in range(ep.n_calls)] == [
+        ep.call_reads(c, CostConfig().kind_mask()).tolist() for c in range(ep.n_calls)
+    ]
+    (run,) = [r for r in evaluate([traj], ["logged"], progress=False) if r.policy == "logged"]
+    assert run.misses == 0  # the log's own compaction: what the agent did without it is in the log
