@@ -197,13 +197,23 @@ class Episode:
         d = self.logged_dropped[first] if first < len(self.logged_dropped) else None
         if m is None and d is None:
             return None
-        return set(m or ()) | set(d or ())
+        if d is not None:
+            # one set per list: after a compaction every call shares its list, so a long run's calls
+            # cost a lookup each rather than a set of everything compacted so far (callers only read)
+            sets = self._dropped_sets
+            if sets is None:
+                sets = self._dropped_sets = {}
+            d = sets.get(id(d)) or sets.setdefault(id(d), frozenset(d))
+        if not m:
+            return frozenset() if d is None else d
+        return set(m) | (d or frozenset())
 
     _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
     _starts: np.ndarray | None = field(default=None, repr=False, compare=False)
     _call_of: np.ndarray | None = field(default=None, repr=False, compare=False)
     _prev_call: tuple[np.ndarray | None, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _dropped_sets: dict[int, frozenset[int]] | None = field(default=None, repr=False, compare=False)
     # the trajectory ``unique`` is computed from, until it is: most of compiling an episode is that
     # labelling pass, and a worker of evaluate()'s pool replays only its own chunks' episodes
     _unique_of: Trajectory | None = field(default=None, repr=False, compare=False)
@@ -459,11 +469,14 @@ def drop_unseen_needs(ep: Episode, masked: bool = False) -> Episode:
     reaccess = NEED_KINDS.index("reaccess")
     keep = np.ones(len(ep.need_idx), bool)
     for c in range(ep.n_calls):
+        if ep.need_ptr[ep.starts[c]] == ep.need_ptr[ep.starts[c + 1]]:
+            continue  # no need to drop (most calls)
         hidden = ep.logged_hidden(c, masked)
         if not hidden:
             continue
         a, b = int(ep.need_ptr[ep.starts[c]]), int(ep.need_ptr[ep.starts[c + 1]])
-        keep[a:b] = ~np.isin(ep.need_idx[a:b], list(hidden)) | (ep.need_kind[a:b] == reaccess)
+        for i in range(a, b):
+            keep[i] = int(ep.need_idx[i]) not in hidden or int(ep.need_kind[i]) == reaccess
     if keep.all():
         return ep
     ptr = np.concatenate([[0], np.cumsum(keep)])[ep.need_ptr]

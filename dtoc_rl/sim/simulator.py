@@ -317,10 +317,7 @@ class Simulator:
         self._user = ep.per_call(ep.user_tok).tolist()  # per model call: its steps' user text
         self._asst = ep.per_call(ep.asst_tok).tolist()  # per model call: its steps' assistant tokens
         self._starts_l = ep.starts[:-1].tolist()  # per model call: its first step
-        # per model call: the outputs its log says it was sent without (None: nothing), which it did not read
-        self._unseen = (
-            [ep.logged_hidden(c, masked=False) for c in range(ep.n_calls)] if any(ep.logged_dropped) else None
-        )
+        self._dropped = any(ep.logged_dropped)  # the log says some call was sent without some output
         self._end = ep.starts[1:].tolist()  # per model call: the step after its last
         # the need schedule restricted to the counted kinds (CSR: step t needs idx[ptr[t]:ptr[t+1]]), as
         # the sorted distinct steps each call needs (what ep.call_needs(c, kinds) lists), None for none
@@ -571,8 +568,10 @@ class Simulator:
             fresh = [a] if self._has_out[a] else []
         else:
             fresh = [k for k in range(a, b) if self._has_out[k]]
-        if fresh and self._unseen is not None and self._unseen[c]:  # a compaction took it away first
-            fresh = [k for k in fresh if k not in self._unseen[c]]
+        if fresh and self._dropped:  # one a compaction took away before call c read it: not read
+            unseen = self.ep.logged_hidden(c, masked=False)
+            if unseen:
+                fresh = [k for k in fresh if k not in unseen]
         if not needs:
             return fresh
         return sorted(set(needs).union(fresh)) if fresh else needs

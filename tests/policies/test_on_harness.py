@@ -173,3 +173,13 @@ def test_an_output_a_compaction_took_before_any_call_read_it_is_no_miss():
     ]
     (run,) = [r for r in evaluate([traj], ["logged"], progress=False) if r.policy == "logged"]
     assert run.misses == 0  # the log's own compaction: what the agent did without it is in the log
+
+
+def test_what_the_log_says_a_call_hid_is_told_from_what_it_says_nothing_of():
+    traj = windowed()
+    traj.steps[1].masked_before, traj.steps[1].dropped_before = [], None  # call 1 hid nothing
+    ep = compile_episode(traj)
+    assert ep.logged_hidden(1) == set() and ep.logged_hidden(1) is not None
+    traj.steps[1].masked_before, traj.steps[1].dropped_before = None, None  # says nothing of call 1
+    assert compile_episode(traj).logged_hidden(1) is None
+    assert ep.logged_hidden(4, masked=False) == {0} and ep.logged_hidden(5) == {0}
