@@ -127,7 +127,12 @@ class LoggedVisibility(Policy):
         vis = _items(obs)[:, _F["visible"]] > 0.5
         if hidden is None:
             return to_action(obs, vis)
-        return to_action(obs, ~np.isin(np.asarray(info["slot_steps"]), list(hidden)))
+        return to_action(obs, ~_among(info["slot_steps"], hidden))
+
+
+def _among(slot_steps: Any, steps: Any) -> np.ndarray:
+    # which slots hold one of ``steps`` (a set): one lookup per slot, however many the log hid
+    return np.fromiter((int(k) in steps for k in slot_steps), bool, len(slot_steps))
 
 
 def _logged_hidden(ep, info: dict[str, Any] | None) -> set[int] | None:
@@ -168,7 +173,7 @@ class OnHarness(Policy):
         want = _items(obs)[:, _F["visible"]] > 0.5
         ch = resolve(np.asarray(action["enable"]), np.asarray(action["disable"]), want[: int(mask.sum())])
         want[ch.enable], want[ch.disable] = True, False
-        return to_action(obs, want & ~np.isin(np.asarray(info["slot_steps"]), list(hidden)))
+        return to_action(obs, want & ~_among(info["slot_steps"], hidden))
 
     def config(self):
         return {"inner": self.inner.label() if hasattr(self.inner, "label") else repr(self.inner)}
