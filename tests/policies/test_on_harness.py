@@ -183,3 +183,69 @@ def test_what_the_log_says_a_call_hid_is_told_from_what_it_says_nothing_of():
     traj.steps[1].masked_before, traj.steps[1].dropped_before = None, None  # says nothing of call 1
     assert compile_episode(traj).logged_hidden(1) is None
     assert ep.logged_hidden(4, masked=False) == {0} and ep.logged_hidden(5) == {0}
+
+
+class HideOne(Policy):
+    """Hides output 1 from the call of step 4 on, shows everything else."""
+
+    name = "hide_one"
+    reads_prices = False
+
+    def act(self, obs, info=None):
+        slots = list(info["slot_steps"])
+        want = obs["item_mask"].astype(bool).copy()
+        if int(info["step"]) >= 3 and 1 in slots:
+            want[slots.index(1)] = False
+        return to_action(obs, want)
+
+
+def test_the_policys_own_changes_are_kept_beside_the_harnesss():
+    ep = compile_episode(windowed())
+    _, shown = _replay(OnHarness(HideOne()), ep)
+    assert 0 not in shown[3] and 1 not in shown[3] and 2 in shown[3]  # both hidden at once
+    wrapped = OnHarness(HideOne())
+    assert (wrapped.name, wrapped.reads_prices) == ("hide_one", False)  # as the policy it wraps
+
+
+def test_a_masked_only_run_on_the_harness_is_priced_against_it():
+    plain = masked(windowed())
+    on = {r.policy: r for r in evaluate([plain], ["none", "logged"], progress=False, on_harness=True)}
+    assert on["none"].extra.get("on_harness") and on["logged"].dollars == pytest.approx(on["none"].dollars)
+    for r in on.values():
+        assert (r.base_dollars, r.base_input_tokens) == (on["none"].dollars, on["none"].input_tokens)
+
+
+def test_an_unread_output_under_a_placeholder_is_still_a_miss():
+    from dtoc_rl.sim.simulator import CostConfig, Simulator
+
+    traj = windowed()
+    for s in traj.steps[3:]:
+        s.masked_before, s.dropped_before = [0, 2], None  # output 2 masked before any call read it
+    ep = compile_episode(traj)
+    assert ep.call_reads(3).tolist() == [2]  # its placeholder was all call 3 had of its own read
+    sim = Simulator(ep, CostConfig())
+    assert sim._reads_of(3) == [2]
+
+
+def test_a_need_of_a_calls_second_tool_call_on_a_dropped_output_is_dropped_too():
+    traj = windowed()
+    traj.steps[4].turn = 3  # steps 3 and 4 are one model call's two tool calls
+    ep = compile_episode(traj)
+    assert ep.n_calls == ep.n - 1 and ep.needs_at(4).tolist() == [2]
+
+
+def test_the_worker_pool_evaluates_on_the_harness_as_one_process_does(tmp_path):
+    from dtoc_rl.data.dataset import write_dataset
+
+    trajs = [windowed(), masked(windowed()), windowed(drop_from=6)]
+    for i, t in enumerate(trajs):
+        t.traj_id, t.task_id = f"w/{i}", f"w{i}"
+    ds = str(write_dataset(trajs, tmp_path / "ds"))
+    specs = ["none", "hide_big:tokens=100"]
+    one = evaluate(ds, specs, progress=False, on_harness=True)
+    two = evaluate(ds, specs, progress=False, on_harness=True, workers=2)
+    key = lambda r: (r.traj_id, r.policy)  # noqa: E731
+    assert [(key(r), r.dollars, r.base_dollars, r.misses) for r in sorted(one, key=key)] == [
+        (key(r), r.dollars, r.base_dollars, r.misses) for r in sorted(two, key=key)
+    ]
+    assert sum(bool(r.extra.get("on_harness")) for r in two) == 2 * 3  # two runs hid, three policies
