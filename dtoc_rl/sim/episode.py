@@ -184,7 +184,7 @@ class Episode:
         fresh = a + np.flatnonzero(self.has_out[a:b])
         unseen = self.logged_hidden(c, masked=False) if len(fresh) else None
         if unseen:
-            fresh = fresh[~np.isin(fresh, list(unseen))]
+            fresh = fresh[[int(k) not in unseen for k in fresh]]  # a lookup per output, not per hidden one
         return np.union1d(needs, fresh) if len(needs) else fresh
 
     def logged_hidden(self, c: int, masked: bool = True) -> set[int] | None:
