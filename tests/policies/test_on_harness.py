@@ -249,3 +249,10 @@ def test_the_worker_pool_evaluates_on_the_harness_as_one_process_does(tmp_path):
         (key(r), r.dollars, r.base_dollars, r.misses) for r in sorted(two, key=key)
     ]
     assert sum(bool(r.extra.get("on_harness")) for r in two) == 2 * 3  # two runs hid, three policies
+
+
+def test_logged_keeps_the_visibility_of_a_call_its_log_says_nothing_of():
+    traj = masked(windowed())
+    traj.steps[4].masked_before = None  # the log says nothing of step 4's call
+    _, shown = _replay(LoggedVisibility(), compile_episode(traj))
+    assert 0 not in shown[2] and 0 not in shown[3]  # hidden at step 3's call, and so it stays
