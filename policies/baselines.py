@@ -161,12 +161,15 @@ class OnHarness(Policy):
         ep = (info or {}).get("episode")
         if ep is None:
             raise ValueError("on_harness: needs info['episode'] (make ReplayEnv with expose_episode=True)")
-        self._ep = ep
+        self._ep, self._last = ep, None
         reset_policy(self.inner, info)
 
     def act(self, obs, info=None):
         action = self.inner.act(obs, info)
         hidden = _logged_hidden(self._ep, info)
+        if hidden is None:  # the log says nothing of this call: what it last hid stays hidden, as `logged`
+            hidden = self._last
+        self._last = hidden
         if not hidden:
             return action
         mask = obs["item_mask"].astype(bool)

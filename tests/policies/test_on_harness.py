@@ -256,3 +256,12 @@ def test_logged_keeps_the_visibility_of_a_call_its_log_says_nothing_of():
     traj.steps[4].masked_before = None  # the log says nothing of step 4's call
     _, shown = _replay(LoggedVisibility(), compile_episode(traj))
     assert 0 not in shown[2] and 0 not in shown[3]  # hidden at step 3's call, and so it stays
+
+
+def test_the_harness_as_it_ran_keeps_what_it_hid_through_a_call_its_log_says_nothing_of():
+    traj = windowed()
+    traj.steps[5].dropped_before = None  # the log says nothing of the last call
+    ep = compile_episode(traj)
+    logged, _ = _replay(LoggedVisibility(), ep)
+    harness, _ = _replay(OnHarness(NoManagement()), ep)
+    assert harness["dollars"] == pytest.approx(logged["dollars"])
