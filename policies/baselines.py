@@ -12,6 +12,7 @@ prompt from the full history before each model call.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "OpenCodePrune",
     "TokenBudget",
     "best_batch",
+    "harness_hidden",
     "to_action",
 ]
 
@@ -103,31 +105,18 @@ class NoManagement(Policy):
         return to_action(obs, obs["item_mask"].astype(bool))
 
 
-class LoggedVisibility(Policy):
-    """The visibility the log itself records, replayed: what its harness hid (the SWE-agent-LM runs
-    masked by ``LastNObservations``) or what a policy plugged into the live agent hid (the logs an
-    Orchestrator and ``dtoc-rl proxy --log-dir`` write carry it).  Before each model call every output
-    the log says was hidden at that call (masked, or dropped with its call) is hidden and the others
-    shown; a call the log says nothing of changes nothing.  So ``dtoc-rl evaluate -p logged none oracle``
-    prices what was done live against doing nothing and against hindsight.  Needs the episode
-    (ReplayEnv ``expose_episode=True``, as ``dtoc-rl evaluate`` makes it)."""
-
-    name = "logged"
-    reads_prices = False
-    needs_logged_run = True
-
-    def reset(self, info=None):
-        ep = (info or {}).get("episode")
-        if ep is None:
-            raise ValueError("logged: needs info['episode'] (make ReplayEnv with expose_episode=True)")
-        self._ep = ep
-
-    def act(self, obs, info=None):
-        hidden = _logged_hidden(self._ep, info)
-        vis = _items(obs)[:, _F["visible"]] > 0.5
-        if hidden is None:
-            return to_action(obs, vis)
-        return to_action(obs, ~_among(info["slot_steps"], hidden))
+def harness_hidden(ep) -> list[AbstractSet[int]]:
+    """What a run's harness hid at each of its model calls (their steps): what the log says the call was
+    sent without (:meth:`~dtoc_rl.sim.episode.Episode.logged_hidden`: dropped with its pair by a window
+    or a compaction, or masked), and where the log says nothing of a call, what it last said (nothing
+    before it): a window, a compaction or a live policy keeps hidden what it hid until it says otherwise."""
+    out: list[AbstractSet[int]] = []
+    last: AbstractSet[int] = frozenset()
+    for c in range(ep.n_calls):
+        said = ep.logged_hidden(c)
+        last = last if said is None else said
+        out.append(last)
+    return out
 
 
 def _among(slot_steps: Any, steps: Any) -> np.ndarray:
@@ -135,19 +124,14 @@ def _among(slot_steps: Any, steps: Any) -> np.ndarray:
     return np.fromiter((int(k) in steps for k in slot_steps), bool, len(slot_steps))
 
 
-def _logged_hidden(ep, info: dict[str, Any] | None) -> set[int] | None:
-    # what the log says the coming model call was sent without (None: it says nothing of it)
-    c = int((info or {}).get("step", 0))
-    return ep.logged_hidden(c) if c < ep.n_calls else None
-
-
 class OnHarness(Policy):
     """``inner`` on top of what the run's harness did (``dtoc-rl evaluate --on-harness``): before each
-    model call the outputs the log says that call was sent without (a harness's window or compaction,
-    ``LastNObservations``' masking; :meth:`~dtoc_rl.sim.episode.Episode.logged_hidden`) are hidden
-    whatever ``inner`` wants; the rest are as ``inner`` decides.  So ``OnHarness(NoManagement())`` is
-    the harness as it ran, and what a policy saves over it is what it would save plugged into that
-    harness.  (A need on what the harness took away is no miss for any policy:
+    model call the outputs the harness had hidden at that call (:func:`harness_hidden`: a window or a
+    compaction, ``LastNObservations``' masking) are hidden whatever ``inner`` wants; the rest are as
+    ``inner`` decides.  So ``OnHarness(NoManagement())`` is the harness as it ran (``logged``), and
+    what a policy saves over it is what it would save plugged into that harness.  ``inner`` is reset
+    with ``info["harness_hidden"]`` (one set per call), so a hindsight plan can be made around it.  (A
+    need on what the harness took away is no miss for any policy:
     :func:`~dtoc_rl.sim.episode.drop_unseen_needs`.)"""
 
     needs_logged_run = True
@@ -160,16 +144,14 @@ class OnHarness(Policy):
     def reset(self, info=None):
         ep = (info or {}).get("episode")
         if ep is None:
-            raise ValueError("on_harness: needs info['episode'] (make ReplayEnv with expose_episode=True)")
-        self._ep, self._last = ep, None
-        reset_policy(self.inner, info)
+            raise ValueError(f"{self.name}: needs info['episode'] (make ReplayEnv with expose_episode=True)")
+        self._hidden = harness_hidden(ep)
+        reset_policy(self.inner, {**(info or {}), "harness_hidden": self._hidden})
 
     def act(self, obs, info=None):
         action = self.inner.act(obs, info)
-        hidden = _logged_hidden(self._ep, info)
-        if hidden is None:  # the log says nothing of this call: what it last hid stays hidden, as `logged`
-            hidden = self._last
-        self._last = hidden
+        c = int((info or {}).get("step", 0))
+        hidden = self._hidden[min(c, len(self._hidden) - 1)] if self._hidden else None
         if not hidden:
             return action
         mask = obs["item_mask"].astype(bool)
@@ -179,7 +161,29 @@ class OnHarness(Policy):
         return to_action(obs, want & ~_among(info["slot_steps"], hidden))
 
     def config(self):
-        return {"inner": self.inner.label() if hasattr(self.inner, "label") else repr(self.inner)}
+        inner = self.inner
+        return {"inner": inner.label if isinstance(inner, Policy) else repr(inner)}
+
+
+class LoggedVisibility(OnHarness):
+    """The visibility the log itself records, replayed: what its harness hid (the SWE-agent-LM runs
+    masked by ``LastNObservations``, a window, a compaction) or what a policy plugged into the live
+    agent hid (the logs an Orchestrator and ``dtoc-rl proxy --log-dir`` write carry it).  Before each
+    model call every output the log says was hidden at that call is hidden and the others shown; a call
+    the log says nothing of keeps what the log last hid (:func:`harness_hidden`).  It is nothing done
+    on top of the harness, ``OnHarness(NoManagement())``, so ``dtoc-rl evaluate -p logged none oracle``
+    prices what was done live against doing nothing and against hindsight, and ``--on-harness`` takes
+    it as each run's base.  Needs the episode (ReplayEnv ``expose_episode=True``, as ``dtoc-rl
+    evaluate`` makes it)."""
+
+    name = "logged"
+
+    def __init__(self):
+        super().__init__(NoManagement())
+        self.name = "logged"
+
+    def config(self):
+        return {}
 
 
 class LastNObservations(Policy):

@@ -220,7 +220,7 @@ class EpisodeRunner:
         # rule that adds nothing to it) as the run's base; runs whose log hid nothing are as without
         self.on_harness = on_harness
         self._over = [(label, OnHarness(pol)) for label, pol in self.policies] if on_harness else []
-        self._harness = OnHarness(NoManagement())
+        self._harness = LoggedVisibility() if on_harness else None
 
     def runs(self, eps: Sequence[Episode]) -> Iterator[Run]:
         """One run per episode and policy, episode by episode, policies in their order."""

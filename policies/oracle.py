@@ -27,6 +27,11 @@ exactly (vectorised, O(n²)).
   on the bundled episodes; ``tests/policies/test_oracle.py`` and
   ``docs/billcheck.md``).
 
+On top of a harness (``dtoc-rl evaluate --on-harness``: :class:`~dtoc_rl.policies.baselines.OnHarness`
+passes what the run's harness hid at each call), the plan is made around it: those cells stay hidden,
+a need there is no miss (the harness took the output away; every policy pays alike for a re-access),
+and the descent also starts from the plan that ignores the harness, the cheaper kept.
+
 Costs include the configured cache model (``CostConfig.cache``: the provider's
 rules apply to :func:`schedule_cost` and :func:`exact_plan` exactly as in the
 simulator).  An output whose placeholder is no smaller than the output itself is
@@ -37,6 +42,8 @@ The oracle is the upper bound learned policies are measured against.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -47,7 +54,15 @@ from dtoc_rl.sim.episode import Episode
 from dtoc_rl.sim.pricing import Prices
 from dtoc_rl.sim.simulator import CostConfig, idle_seconds
 
-__all__ = ["HindsightOracle", "exact_plan", "need_schedule", "plan", "schedule_cost", "without_restores"]
+__all__ = [
+    "HindsightOracle",
+    "exact_plan",
+    "forced_hidden",
+    "need_schedule",
+    "plan",
+    "schedule_cost",
+    "without_restores",
+]
 
 
 def _prices(ep: Episode, cfg: CostConfig | None) -> Prices:
@@ -234,19 +249,40 @@ class _Costing:
         self.commits += 1
 
 
-def _gaps(ep: Episode, R: np.ndarray) -> list[tuple[int, int, int]]:
-    """(output k, first hidden call, first call it must be visible again or n_calls); outputs whose
-    placeholder is no smaller than the output itself are never hidden (it could only cost more)."""
+def _gaps(ep: Episode, R: np.ndarray, forced: np.ndarray | None = None) -> list[tuple[int, int, int]]:
+    """(output k, first call of the gap, the call after its last): each run of calls after the one
+    that stored k at which k is neither needed nor ``forced`` hidden, so the plan may hide or show it.
+    Outputs whose placeholder is no smaller than the output itself are never hidden (it could only cost
+    more)."""
     out = []
     call_of = ep.call_of_step
     for k in np.flatnonzero(ep.has_out & (ep.hid_cost < ep.vis_cost)):
-        needs = np.flatnonzero(R[:, k])
+        ends = R[:, k] if forced is None else R[:, k] | forced[:, k]
         start = int(call_of[k]) + 1  # the first call after the one that stored it
-        for b in [*needs.tolist(), ep.n_calls]:
+        for b in [*(start + np.flatnonzero(ends[start:])).tolist(), ep.n_calls]:
             if b > start:
                 out.append((int(k), start, int(b)))
             start = b + 1
     return out
+
+
+def forced_hidden(ep: Episode, hidden: Sequence[AbstractSet[int]] | None) -> np.ndarray | None:
+    """F[t, k]: output k was hidden at call t whatever a policy did (``hidden``: one set of steps per
+    call, what the run's harness hid: :func:`~dtoc_rl.policies.baselines.harness_hidden`); None where
+    it hid nothing.  A plan on top of the harness keeps those cells hidden and charges no need there
+    (:func:`~dtoc_rl.sim.episode.drop_unseen_needs`; a re-access there is every policy's miss alike)."""
+    if hidden is None or not any(hidden):
+        return None
+    F = np.zeros((ep.n_calls, ep.n), bool)
+    cols: dict[int, np.ndarray] = {}  # one index array per set: after a compaction the calls share one
+    for t, h in enumerate(hidden[: ep.n_calls]):
+        if h:
+            idx = cols.get(id(h))
+            if idx is None:
+                idx = cols[id(h)] = np.fromiter((k for k in h if 0 <= k < ep.n), np.int64)
+            F[t, idx] = True
+    stored = np.arange(ep.n)[None, :] < ep.starts[:-1, None]
+    return F & stored & ep.has_out[None, :]
 
 
 def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
@@ -254,13 +290,19 @@ def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
     V[a:b, k] = not hidden
 
 
-def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> np.ndarray:
-    """The oracle's schedule (see the module docstring)."""
+def plan(
+    ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4, forced: np.ndarray | None = None
+) -> np.ndarray:
+    """The oracle's schedule (see the module docstring); with ``forced`` (:func:`forced_hidden`), the
+    cheapest around what a harness hid anyway."""
     n = ep.n_calls
     p = (cfg or CostConfig()).call_prices(ep)  # each call at its own model's, in a run of several
     R = _need_matrix(ep, cfg)
     V = np.ones((n, ep.n), bool)
-    gaps = _gaps(ep, R)
+    if forced is not None:
+        R &= ~forced
+        V &= ~forced
+    gaps = _gaps(ep, R, forced)
     if np.all(np.asarray(p.cache_read) >= np.asarray(p.cache_write)):  # no cache discount: separable
         for g in gaps:
             _apply(V, g, True)
@@ -279,15 +321,26 @@ def plan(ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4) -> 
         gap_tok = ep.vis_cost[k] - ep.hid_cost[k]
         suffix_a = cum[first[a]] - cum[k + 1] + user_c[a]  # tokens after O_k in call a's prompt
         write, read = at(p.cache_write, a), at(p.cache_read, a)
-        cost = suffix_a * (write - read) + ep.hid_cost[k] * write
-        cost -= ep.vis_cost[k] * read
+        if forced is not None and forced[a - 1, k]:  # hidden before: showing it is the re-write
+            cost = -(suffix_a + ep.vis_cost[k]) * (write - read)
+        else:
+            cost = suffix_a * (write - read) + ep.hid_cost[k] * write
+            cost -= ep.vis_cost[k] * read
         saving = gap_tok * p.cache_read * (b - a - 1) if scalar else gap_tok * p.cache_read[a + 1 : b].sum()
         if b < n:
             suffix_b = cum[first[b]] - cum[k + 1] + user_c[b]
-            cost += (suffix_b + ep.vis_cost[k]) * (at(p.cache_write, b) - at(p.cache_read, b))
+            rewrite = (suffix_b + ep.vis_cost[k]) * (at(p.cache_write, b) - at(p.cache_read, b))
+            # hidden after it anyway: hiding the gap spares the re-write that showing it would end with
+            cost += -rewrite if forced is not None and forced[b, k] else rewrite
         if saving > cost:
             _apply(V, (k, a, b), True)
-    return _descend(ep, V, gaps, cfg, max_passes, need=R)
+    V = _descend(ep, V, gaps, cfg, max_passes, need=R)
+    if forced is None:
+        return V
+    # a descent ends in a local optimum: also from the plan that ignores the harness, with what the
+    # harness hid hidden, and the cheaper kept, so knowing the harness never makes the plan dearer
+    alt = _descend(ep, plan(ep, cfg, max_passes=max_passes) & ~forced, gaps, cfg, max_passes, need=R)
+    return alt if _Costing(ep, alt, cfg, R).total() < _Costing(ep, V, cfg, R).total() else V
 
 
 def _descend(
@@ -331,26 +384,40 @@ def need_schedule(ep: Episode, cfg: CostConfig | None = None, *, hide_small: boo
 
 
 def without_restores(
-    ep: Episode, V: np.ndarray, cfg: CostConfig | None = None, *, max_passes: int = 4
+    ep: Episode,
+    V: np.ndarray,
+    cfg: CostConfig | None = None,
+    *,
+    max_passes: int = 4,
+    forced: np.ndarray | None = None,
 ) -> np.ndarray:
     """``V`` (a copy) with every hide that a later need ends shown instead, then improved by coordinate
     descent over the hides that no need ends (from an output's last need to the end of the run): a
     zero-miss schedule in which nothing hidden is ever shown again.  Its savings are what hindsight
     gives a policy that only needs to know when an output is needed for the last time, without
-    foreseeing when a hidden one will be needed again (``oracle:restores=0``)."""
+    foreseeing when a hidden one will be needed again (``oracle:restores=0``).  With ``forced``
+    (:func:`forced_hidden`), a gap that ends where the harness hides the output anyway may stay hidden
+    too: nothing is shown again there."""
     V = V.copy()
     R = _need_matrix(ep, cfg)
-    gaps = _gaps(ep, R)
+    if forced is not None:
+        R &= ~forced
+    gaps = _gaps(ep, R, forced)
+    n = ep.n_calls
+    free = [g for g in gaps if g[2] == n or (forced is not None and forced[g[2], g[0]])]
     for k, a, b in gaps:
-        if b < ep.n_calls:
+        if b < n and not (forced is not None and forced[b, k]):
             V[a:b, k] = True
         else:  # hidden from the first call that hides it on (exact_plan may show one again a call early)
             V[a:b, k] = ~np.logical_or.accumulate(~V[a:b, k])
-    return _descend(ep, V, [g for g in gaps if g[2] == ep.n_calls], cfg, max_passes, need=R)
+    return _descend(ep, V, free, cfg, max_passes, need=R)
 
 
-def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8) -> np.ndarray:
-    """Exact optimum by dynamic programming over visibility states (small episodes)."""
+def exact_plan(
+    ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8, forced: np.ndarray | None = None
+) -> np.ndarray:
+    """Exact optimum by dynamic programming over visibility states (small episodes); with ``forced``
+    (:func:`forced_hidden`), among the states that keep those outputs hidden."""
     outs = np.flatnonzero(ep.has_out)
     K = len(outs)
     if K > max_outputs:
@@ -362,6 +429,8 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
         raise ValueError("exact_plan prices episodes of one model; this one calls several (use plan)")
     p = _prices(ep, cfg)
     R = _need_matrix(ep, cfg)
+    F = np.zeros_like(R) if forced is None else forced
+    R &= ~F
     ua = ep.user_tok + ep.asst_tok
     ua_before = np.concatenate([[0], np.cumsum(ua)[:-1]])  # per step
     first_step, user_c, asst_c, ua_before_c = _call_tokens(ep)
@@ -374,10 +443,12 @@ def exact_plan(ep: Episode, cfg: CostConfig | None = None, max_outputs: int = 8)
         return ep.base_tokens + ua_before_c[t] + o.sum(axis=1) + user_c[t]
 
     def feasible(t: int) -> np.ndarray:
-        need = R[t, outs]
+        need, hid = R[t, outs], F[t, outs]
         stored = outs < first_step[t]
-        keep = need | (ep.hid_cost[outs] >= ep.vis_cost[outs])  # a placeholder no smaller: never hide
-        bad = (~bits & keep[None, :] & stored[None, :]).any(axis=1)
+        # shown: what it needs, and an output whose placeholder is no smaller (unless the harness hid it)
+        keep = (need | (ep.hid_cost[outs] >= ep.vis_cost[outs])) & ~hid
+        bad = ((~bits & keep[None, :]) | (bits & hid[None, :])) & stored[None, :]
+        bad = bad.any(axis=1)
         # outputs not stored yet are "visible" by convention: one state per real situation
         canonical = bits[:, ~stored].all(axis=1)
         return ~bad & canonical
@@ -473,13 +544,15 @@ class HindsightOracle(Policy):
         if self.schedule != "cost":
             self.V = need_schedule(ep, cfg)
             return
+        # on top of a harness (OnHarness): planned around what it hid, so the plan stays the cheapest
+        forced = forced_hidden(ep, (info or {}).get("harness_hidden"))
         one_model = getattr(ep, "call_model", None) is None  # exact_plan prices one model per episode
         if one_model and self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:
-            self.V = exact_plan(ep, cfg, self.exact_max_outputs)
+            self.V = exact_plan(ep, cfg, self.exact_max_outputs, forced=forced)
         else:
-            self.V = plan(ep, cfg)
+            self.V = plan(ep, cfg, forced=forced)
         if not self.restores:
-            self.V = without_restores(ep, self.V, cfg)
+            self.V = without_restores(ep, self.V, cfg, forced=forced)
 
     def config(self) -> dict[str, Any]:
         # the reference oracle's label is "oracle"; a variant's must differ (evaluate keys rows by it)

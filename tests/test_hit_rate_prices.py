@@ -40,6 +40,8 @@ def test_an_entry_of_a_hit_rate_alone_is_the_models_list_prices_of_the_day_at_it
     assert then.cache_hit_rate == 0.3 and then.cache_read == before.cache_read
     now = model_prices(version, family, table)
     assert now.cache_read == prices_for(family, version).cache_read != before.cache_read
+    listed = prices_for(family, version).source  # both sources named: the list's and the user's rate
+    assert now.source.startswith(f"{listed}; ") and now.source != listed
     with pytest.raises(ValueError, match="cache_hit_rate alone"):  # one price for every run: none to read
         as_prices({"cache_hit_rate": 0.3}, "prices")
     with pytest.raises(ValueError, match="a table by model name"):  # an entry, not a table

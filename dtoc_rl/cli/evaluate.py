@@ -113,7 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "compactions, masking, as the log records them): what the harness left out of a call stays out "
         "whatever the policy says, and savings are "
         "against the harness as it ran rather than against keeping everything: what the policy would "
-        "save plugged into that harness (runs whose log left nothing out: the same either way)",
+        "save plugged into that harness (runs whose log left nothing out: the same either way); the "
+        "oracle plans around what the harness hid, so it stays the cheapest schedule there",
     )
     p.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default 1)")
     p.add_argument(

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from dtoc_rl.cli import main
 from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.base import Policy, reset_policy
-from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness, to_action
+from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness, harness_hidden, to_action
 from dtoc_rl.policies.evaluate import evaluate
+from dtoc_rl.policies.oracle import HindsightOracle, forced_hidden, plan, without_restores
 from dtoc_rl.sim.episode import compile_episode, drop_unseen_needs
 from tests.crafted_trajs import bash
 
@@ -262,6 +264,114 @@ def test_the_harness_as_it_ran_keeps_what_it_hid_through_a_call_its_log_says_not
     traj = windowed()
     traj.steps[5].dropped_before = None  # the log says nothing of the last call
     ep = compile_episode(traj)
-    logged, _ = _replay(LoggedVisibility(), ep)
-    harness, _ = _replay(OnHarness(NoManagement()), ep)
-    assert harness["dollars"] == pytest.approx(logged["dollars"])
+    assert harness_hidden(ep) == [set(), set(), set(), {0}, {0}, {0}]
+    _, shown = _replay(OnHarness(ShowAll()), ep)
+    assert 0 not in shown[-1] and 1 in shown[-1]  # whatever the policy wants
+    assert isinstance(LoggedVisibility(), OnHarness) and LoggedVisibility().label == "logged"
+
+
+def harness_run(need_at: int = 4, drop_from: int = 5) -> Trajectory:
+    """Eight big outputs; the window drops output 2 from step ``drop_from`` on; call ``need_at`` copies
+    from output 2 and call 7 from output 3: a run where planning as if the harness kept everything
+    costs more."""
+    steps = [bash(i, f"cat f{i}.txt", BIG.replace("value", f"v{i}")) for i in range(8)]
+    steps[need_at].needs = [Need(2, "provenance", "v2_7 = compute")]
+    steps[7].needs = [Need(3, "provenance", "v3_7 = compute")]
+    steps.append(Step(index=8, turn=8, assistant_text="done"))
+    for i, s in enumerate(steps):
+        s.dropped_before = [2] if i >= drop_from else []
+    return Trajectory(
+        "h/1", "repolaunch", "claude-sonnet-4-5", "claude-sonnet", "h1", task_text="r", steps=steps
+    )
+
+
+class Blind(HindsightOracle):
+    """The oracle planning as if the harness had kept everything (what it did before it was told)."""
+
+    def reset(self, info=None):
+        super().reset({k: v for k, v in (info or {}).items() if k != "harness_hidden"})
+
+
+@pytest.mark.parametrize("exact", [0, 8])  # the coordinate descent, and the exact plan of few outputs
+def test_the_oracle_on_the_harness_plans_around_what_it_hid(exact):
+    ep = compile_episode(harness_run())
+    aware, shown = _replay(OnHarness(HindsightOracle(exact_max_outputs=exact)), ep)
+    blind, _ = _replay(OnHarness(Blind(exact_max_outputs=exact)), ep)
+    base, _ = _replay(LoggedVisibility(), ep)
+    assert aware["misses"] == blind["misses"] == 0
+    assert aware["dollars"] < blind["dollars"] - 1e-4 and aware["dollars"] < base["dollars"]
+    assert all(2 not in s for s in shown[5:])
+    oracle = HindsightOracle(exact_max_outputs=exact)
+    reset_policy(oracle, {"episode": ep, "harness_hidden": harness_hidden(ep)})
+    F = forced_hidden(ep, harness_hidden(ep))
+    assert F is not None and F.sum() == 4 and not (oracle.V & F).any()  # calls 5-8 never show it
+
+
+def test_nothing_hidden_by_the_harness_plans_as_before():
+    ep = compile_episode(windowed(drop_from=6))
+    assert forced_hidden(ep, harness_hidden(ep)) is None and forced_hidden(ep, None) is None
+    ep = compile_episode(harness_run())
+    F = forced_hidden(ep, harness_hidden(ep))
+    assert np.array_equal(plan(ep, forced=np.zeros_like(F)), plan(ep))
+
+
+def test_the_oracle_without_restores_on_the_harness_never_shows_again_what_it_hid():
+    ep = compile_episode(harness_run())
+    totals, shown = _replay(OnHarness(HindsightOracle(restores=False, exact_max_outputs=0)), ep)
+    assert totals["misses"] == 0
+    assert any(k not in s for k in range(8) for s in shown[k + 1 :])  # it hides something
+    for k in range(8):
+        seen = [k in s for s in shown[k + 1 :]]  # from the first call after the one that stored it
+        assert seen == sorted(seen, reverse=True)  # shown, then hidden for good
+
+
+def test_without_restores_an_output_may_stay_hidden_up_to_where_the_harness_hides_it():
+    ep = compile_episode(harness_run(need_at=3, drop_from=6))  # output 2: needed at 3, dropped from 6
+    F = forced_hidden(ep, harness_hidden(ep))
+    W = without_restores(ep, plan(ep, forced=F), forced=F)
+    assert W[3, 2] and not W[4:, 2].any()  # hidden after its need, not shown until the harness hides it
+
+
+def _window(ep, last: int) -> np.ndarray:
+    """What a window keeping the ``last`` newest steps before each call would hide."""
+    F = np.zeros((ep.n_calls, ep.n), bool)
+    for t in range(ep.n_calls):
+        F[t, : max(0, int(ep.starts[t]) - last)] = True
+    return F & (np.arange(ep.n)[None, :] < ep.starts[:-1, None]) & ep.has_out[None, :]
+
+
+def test_knowing_what_the_harness_hid_never_makes_the_plan_dearer():
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.oracle import _Costing, _need_matrix
+    from dtoc_rl.sim.simulator import CostConfig
+
+    cfg, tried = CostConfig(), 0
+    for ep in load_episodes(None):  # the bundled runs, under windows of 2, 3 and 5 steps
+        for last in (2, 3, 5):
+            F = _window(ep, last)
+            if not F.any():
+                continue
+            need = _need_matrix(ep, cfg) & ~F  # a need on what the harness hid is no miss
+            aware = _Costing(ep, plan(ep, cfg, forced=F), cfg, need).total()
+            blind = _Costing(ep, plan(ep, cfg) & ~F, cfg, need).total()
+            assert aware <= blind + 1e-12, (ep.traj_id, last)
+            tried += 1
+    assert tried >= 50
+
+
+class Broken(LoggedVisibility):
+    """The harness's own replay failing (a log it cannot be replayed from)."""
+
+    def act(self, obs, info=None):
+        raise ValueError("slot 3 is not in the log")
+
+
+def test_a_run_whose_harness_cannot_be_replayed_is_an_error_not_a_saving():
+    from dtoc_rl.policies.evaluate import EpisodeRunner
+    from dtoc_rl.sim.simulator import CostConfig
+
+    runner = EpisodeRunner([("none", NoManagement())], CostConfig(), 128, on_harness=True)
+    runner._harness = Broken()
+    (run,) = runner.runs([compile_episode(windowed())])
+    assert run.error == "the harness as it ran: ValueError: slot 3 is not in the log"
+    assert EpisodeRunner([("none", NoManagement())], CostConfig(), 128)._harness is None  # off: none built
