@@ -21,6 +21,7 @@ from dtoc_rl.engine.features import (
     ITEM_FEATURES,
     action_space,
     check_action,
+    check_mask,
     observation_space,
     price_vector,
 )
@@ -443,6 +444,13 @@ class ReplayEnv(gym.Env):
         if sim.done:
             raise RuntimeError("episode is over; call reset()")
         enable, disable = check_action(action, self.N, self.action_space)
+        harness = action.get("harness") if isinstance(action, dict) else None
+        if harness is not None:  # the run's own harness's share of the changes: no management call
+            own = check_mask("harness", harness, self.N, self.action_space) != 0
+            if own.any():
+                enable, disable = np.asarray(enable) != 0, np.asarray(disable) != 0
+                self._act_masks(enable & own, disable & own, managed=False)
+                enable, disable = enable & ~own, disable & ~own
         if self._m <= _LOOP_SLOTS:
             # bytes: comparing, counting and iterating them are C loops, without numpy's per-call cost
             eb, db = _nonzero_bytes(enable), _nonzero_bytes(disable)
@@ -519,9 +527,10 @@ class ReplayEnv(gym.Env):
             c_tog[en + di] += _ONE  # each ordinal once
         return dollars
 
-    def _act_masks(self, enable: np.ndarray, disable: np.ndarray) -> float:
+    def _act_masks(self, enable: np.ndarray, disable: np.ndarray, managed: bool = True) -> float:
         """The checked action arrays, for a window of any size: the plain path, through the one rule
-        (:func:`dtoc_rl.core.actions.resolve`); ``_act_few`` is pinned equal to it by a test."""
+        (:func:`dtoc_rl.core.actions.resolve`); ``_act_few`` is pinned equal to it by a test.
+        ``managed=False``: the changes of the run's own harness (``Simulator.apply_changes``)."""
         sim = self.sim
         log = sim.log
         if log:
@@ -534,7 +543,7 @@ class ReplayEnv(gym.Env):
         slots = self._slots[:m]
         sim.log = None  # the mirrors are updated below, from the slots
         try:
-            dollars = sim.apply_changes(slots[ch.enable], slots[ch.disable])
+            dollars = sim.apply_changes(slots[ch.enable], slots[ch.disable], managed)
         finally:
             sim.log = log
         flip = np.concatenate([ch.enable, ch.disable]) + lo  # the ordinals toggled, each once

@@ -150,15 +150,20 @@ class OnHarness(Policy):
 
     def act(self, obs, info=None):
         action = self.inner.act(obs, info)
-        c = int((info or {}).get("step", 0))
-        hidden = self._hidden[min(c, len(self._hidden) - 1)] if self._hidden else None
-        if not hidden:
+        c, last = int((info or {}).get("step", 0)), len(self._hidden) - 1
+        now = self._hidden[min(c, last)] if last >= 0 else frozenset()
+        before = self._hidden[min(c - 1, last)] if c >= 1 and last >= 0 else frozenset()
+        if not now and not before:
             return action
+        slots = info["slot_steps"]
         mask = obs["item_mask"].astype(bool)
         want = _items(obs)[:, _F["visible"]] > 0.5
         ch = resolve(np.asarray(action["enable"]), np.asarray(action["disable"]), want[: int(mask.sum())])
         want[ch.enable], want[ch.disable] = True, False
-        return to_action(obs, want & ~_among(info["slot_steps"], hidden))
+        out = to_action(obs, want & ~_among(slots, now))
+        if now is not before:  # what the harness hid or showed again since the last call: its own changes,
+            out["harness"] = _among(slots, now ^ before).astype(np.int8)  # made without a management call
+        return out
 
     def config(self):
         inner = self.inner

@@ -324,4 +324,8 @@ def test_the_masking_these_runs_logged_bills_as_our_last_n_of_five(shared_traces
     for t in trajs[:40]:
         a, b = by["logged", t.traj_id], by["last_n:n=5", t.traj_id]
         assert (a.dollars, a.misses, a.input_tokens) == (b.dollars, b.misses, b.input_tokens), t.traj_id
-    assert sum(by["logged", t.traj_id].changes for t in trajs[:40]) > 100  # it did hide, run after run
+    hid = sum(by["logged", t.traj_id].placeholder_tokens for t in trajs[:40])
+    assert hid == sum(by["last_n:n=5", t.traj_id].placeholder_tokens for t in trajs[:40]) > 0  # it did hide
+    # the harness's own masking: no change of a policy's, no management call; the rule's are
+    assert sum(by["logged", t.traj_id].changes + by["logged", t.traj_id].mgmt_calls for t in trajs[:40]) == 0
+    assert sum(by["last_n:n=5", t.traj_id].changes for t in trajs[:40]) > 100

@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="who makes the changes: orchestrator (default; a change costs only its cache effect, as "
         "when the orchestrator or the proxy hides outputs) or agent (each decision with a change is a "
         "manage_context call the model makes, an extra call whose tokens stay in the context: the "
-        "paper's setting)",
+        "paper's setting; a harness's own window, compaction or masking, which `logged` and "
+        "--on-harness replay, is never billed as one; the oracle plans for orchestrator overhead)",
     )
     p.add_argument(
         "--recovery",
@@ -349,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
                   "`-p logged` prices what the harness did, --on-harness every policy on top of it "
                   "(docs/results.md, \"dtoc-rl evaluate names the runs whose harness dropped context "
                   "itself\")",
+                  file=sys.stderr)  # fmt: skip
+        if args.overhead == "agent" and not args.quiet:
+            print("note: the oracle plans as if a change cost only its cache effect (orchestrator "
+                  "overhead); billed here a manage_context call per call it changes at, it is no bound "
+                  "under --overhead agent and shares of its savings say little",
                   file=sys.stderr)  # fmt: skip
         if args.plots:
             print("plots: " + ", ".join(out["plots"]))

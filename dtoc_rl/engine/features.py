@@ -36,6 +36,7 @@ __all__ = [
     "action_space",
     "build_observation",
     "check_action",
+    "check_mask",
     "decode_action",
     "family_prices",
     "observation_space",
@@ -528,10 +529,11 @@ def check_action(action: Any, n: int, space: spaces.Space) -> tuple[np.ndarray, 
         and di.dtype.kind in "biu"
     ):
         return en, di
-    return _mask("enable", en, n, space), _mask("disable", di, n, space)
+    return check_mask("enable", en, n, space), check_mask("disable", di, n, space)
 
 
-def _mask(name: str, a: Any, n: int, space: spaces.Space) -> np.ndarray:
+def check_mask(name: str, a: Any, n: int, space: spaces.Space) -> np.ndarray:
+    """``action[name]`` as an array, checked to have shape ``(n,)`` and an integer or bool dtype."""
     a = np.asarray(a)
     if a.shape != (n,):
         raise ValueError(f"action[{name!r}] has shape {a.shape}; expected ({n},) for {space}")

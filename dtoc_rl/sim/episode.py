@@ -252,7 +252,8 @@ def compile_episode(
     """Flatten one (labelled) trajectory; see the module docstring for the layout.  A need of a call on
     an output its log says that call was sent without, its pair dropped, is dropped
     (:func:`drop_unseen_needs`) unless ``keep_unseen_needs``: what a run's replay predicts against what
-    its agent did needs them."""
+    its agent did needs them.  (An output the log took away before any call read it is never a miss
+    of its first read, either way: :meth:`Episode.call_reads`.)"""
     est = get_estimator(estimator)
     n = len(traj.steps)
     user_tok = np.zeros(n, np.int64)

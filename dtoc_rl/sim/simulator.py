@@ -679,13 +679,20 @@ class Simulator:
         ok[ok] = self.ep.has_out[idx[ok]]
         return idx[ok], int((~ok).sum())
 
-    def apply_changes(self, en: np.ndarray | list[int], di: np.ndarray | list[int]) -> float:
+    def apply_changes(
+        self, en: np.ndarray | list[int], di: np.ndarray | list[int], managed: bool = True
+    ) -> float:
         """Fast path: ``en`` hidden stored outputs to show, ``di`` visible ones to
         hide (unique step indices, already validated; integer arrays, or lists of Python ints).
-        Returns management dollars."""
+        Returns management dollars.  ``managed=False``: changes a run's own harness made (a window, a
+        compaction, masking, as its log records them): no management call, no change of the policy's,
+        only their effect on the prompt and its cache."""
         tot = self.totals
         n_changes = len(en) + len(di)
         if not n_changes:
+            return 0.0
+        if not managed:
+            self._show_and_hide(en, di)
             return 0.0
         dollars = 0.0
         tot.mgmt_calls += 1

@@ -137,6 +137,20 @@ def test_the_cli_says_what_savings_are_against(repo_root, tmp_path, capsys):
     assert rows["none"]["savings"] == 0
     assert main(["evaluate", "--dataset", ds, "-p", "none", "--on-harness", "--backend", "ray"]) == 2
     assert "--on-harness runs on the local backend" in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "logged", "--overhead", "agent", "--json"]) == 0
+    agent = {
+        r["policy"]: r for r in json.loads(capsys.readouterr().out)["rows"] if r["group_by"] == "overall"
+    }
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "logged", "--json"]) == 0
+    plain = {
+        r["policy"]: r for r in json.loads(capsys.readouterr().out)["rows"] if r["group_by"] == "overall"
+    }
+    assert agent["logged"]["mgmt_calls"] == 0  # the compaction was no tool call of the agent's
+    assert agent["logged"]["dollars"] == pytest.approx(plain["logged"]["dollars"]) != plain["none"]["dollars"]
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "--overhead", "agent", "--quiet"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert main(["evaluate", "--dataset", ds, "-p", "none", "--overhead", "agent"]) == 0
+    assert "no bound under --overhead agent" in capsys.readouterr().err
 
 
 def test_the_wrapper_needs_the_logged_run():
@@ -375,3 +389,39 @@ def test_a_run_whose_harness_cannot_be_replayed_is_an_error_not_a_saving():
     (run,) = runner.runs([compile_episode(windowed())])
     assert run.error == "the harness as it ran: ValueError: slot 3 is not in the log"
     assert EpisodeRunner([("none", NoManagement())], CostConfig(), 128)._harness is None  # off: none built
+
+
+def _logged_run(traj, cfg):
+    return next(
+        r for r in evaluate([traj], ["logged"], progress=False, cost_config=cfg) if r.policy == "logged"
+    )
+
+
+def test_the_harnesss_own_changes_are_no_management_call_of_a_policys():
+    from dtoc_rl.sim.simulator import CostConfig
+
+    agent, orch = CostConfig(overhead="agent"), CostConfig()
+    logged = {c.overhead: _logged_run(windowed(), c) for c in (agent, orch)}
+    assert logged["agent"].dollars == pytest.approx(logged["orchestrator"].dollars)  # no manage_context call
+    assert (logged["agent"].mgmt_calls, logged["agent"].changes) == (0, 0)
+    assert logged["agent"].placeholder_tokens > 0  # and yet it hid, as the window did
+    shown = masked(windowed())
+    shown.steps[5].masked_before = []  # shown again before the last call (a live policy restored it)
+    again = _logged_run(shown, agent)
+    assert (again.mgmt_calls, again.changes) == (0, 0)
+    on = evaluate([windowed()], [HideOne()], progress=False, on_harness=True, cost_config=agent)
+    (mine,) = [r for r in on if r.policy == "hide_one"]
+    assert (mine.mgmt_calls, mine.changes) == (1, 1)  # its own hide only, not the window's, at that call
+
+
+def test_a_harness_mask_of_the_wrong_shape_is_named():
+    env = ReplayEnv(trajectories=[compile_episode(windowed())], expose_episode=True)
+    obs, _ = env.reset(seed=0)
+    n = len(obs["item_mask"])
+    action = {
+        "enable": np.zeros(n, np.int8),
+        "disable": np.zeros(n, np.int8),
+        "harness": np.zeros(3, np.int8),
+    }
+    with pytest.raises(ValueError, match="harness"):
+        env.step(action)
