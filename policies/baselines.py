@@ -12,7 +12,6 @@ prompt from the full history before each model call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,6 @@ __all__ = [
     "OpenCodePrune",
     "TokenBudget",
     "best_batch",
-    "harness_hidden",
     "to_action",
 ]
 
@@ -105,20 +103,6 @@ class NoManagement(Policy):
         return to_action(obs, obs["item_mask"].astype(bool))
 
 
-def harness_hidden(ep) -> list[AbstractSet[int]]:
-    """What a run's harness hid at each of its model calls (their steps): what the log says the call was
-    sent without (:meth:`~dtoc_rl.sim.episode.Episode.logged_hidden`: dropped with its pair by a window
-    or a compaction, or masked), and where the log says nothing of a call, what it last said (nothing
-    before it): a window, a compaction or a live policy keeps hidden what it hid until it says otherwise."""
-    out: list[AbstractSet[int]] = []
-    last: AbstractSet[int] = frozenset()
-    for c in range(ep.n_calls):
-        said = ep.logged_hidden(c)
-        last = last if said is None else said
-        out.append(last)
-    return out
-
-
 def _among(slot_steps: Any, steps: Any) -> np.ndarray:
     # which slots hold one of ``steps`` (a set): one lookup per slot, however many the log hid
     return np.fromiter((int(k) in steps for k in slot_steps), bool, len(slot_steps))
@@ -126,7 +110,7 @@ def _among(slot_steps: Any, steps: Any) -> np.ndarray:
 
 class OnHarness(Policy):
     """``inner`` on top of what the run's harness did (``dtoc-rl evaluate --on-harness``): before each
-    model call the outputs the harness had hidden at that call (:func:`harness_hidden`: a window or a
+    model call the outputs the harness had hidden at that call (``Episode.harness_hidden``: a window or a
     compaction, ``LastNObservations``' masking) are hidden whatever ``inner`` wants; the rest are as
     ``inner`` decides.  So ``OnHarness(NoManagement())`` is the harness as it ran (``logged``), and
     what a policy saves over it is what it would save plugged into that harness.  ``inner`` is reset
@@ -145,7 +129,7 @@ class OnHarness(Policy):
         ep = (info or {}).get("episode")
         if ep is None:
             raise ValueError(f"{self.name}: needs info['episode'] (make ReplayEnv with expose_episode=True)")
-        self._hidden = harness_hidden(ep)
+        self._hidden = ep.harness_hidden()
         reset_policy(self.inner, {**(info or {}), "harness_hidden": self._hidden})
 
     def act(self, obs, info=None):
@@ -175,7 +159,7 @@ class LoggedVisibility(OnHarness):
     masked by ``LastNObservations``, a window, a compaction) or what a policy plugged into the live
     agent hid (the logs an Orchestrator and ``dtoc-rl proxy --log-dir`` write carry it).  Before each
     model call every output the log says was hidden at that call is hidden and the others shown; a call
-    the log says nothing of keeps what the log last hid (:func:`harness_hidden`).  It is nothing done
+    the log says nothing of keeps what the log last hid (``Episode.harness_hidden``).  It is nothing done
     on top of the harness, ``OnHarness(NoManagement())``, so ``dtoc-rl evaluate -p logged none oracle``
     prices what was done live against doing nothing and against hindsight, and ``--on-harness`` takes
     it as each run's base.  Needs the episode (ReplayEnv ``expose_episode=True``, as ``dtoc-rl

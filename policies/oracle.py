@@ -30,7 +30,9 @@ exactly (vectorised, O(n²)).
 On top of a harness (``dtoc-rl evaluate --on-harness``: :class:`~dtoc_rl.policies.baselines.OnHarness`
 passes what the run's harness hid at each call), the plan is made around it: those cells stay hidden,
 a need there is no miss (the harness took the output away; every policy pays alike for a re-access),
-and the descent also starts from the plan that ignores the harness, the cheaper kept.
+an output smaller than its placeholder may be hidden up to where the harness hides it (its re-write
+made at a call whose cache breaks anyway), and the descent also starts from the plan that ignores the
+harness, the cheaper kept.  Exact on runs of up to eight outputs, a local optimum beyond.
 
 Costs include the configured cache model (``CostConfig.cache``: the provider's
 rules apply to :func:`schedule_cost` and :func:`exact_plan` exactly as in the
@@ -253,14 +255,17 @@ def _gaps(ep: Episode, R: np.ndarray, forced: np.ndarray | None = None) -> list[
     """(output k, first call of the gap, the call after its last): each run of calls after the one
     that stored k at which k is neither needed nor ``forced`` hidden, so the plan may hide or show it.
     Outputs whose placeholder is no smaller than the output itself are never hidden (it could only cost
-    more)."""
+    more), but up to where the harness hides them anyway: there hiding one at a call whose cache breaks
+    anyway can spare the harness's later re-write."""
     out = []
     call_of = ep.call_of_step
-    for k in np.flatnonzero(ep.has_out & (ep.hid_cost < ep.vis_cost)):
+    small = ep.hid_cost >= ep.vis_cost
+    for k in np.flatnonzero(ep.has_out & (~small if forced is None else True)):
         ends = R[:, k] if forced is None else R[:, k] | forced[:, k]
         start = int(call_of[k]) + 1  # the first call after the one that stored it
         for b in [*(start + np.flatnonzero(ends[start:])).tolist(), ep.n_calls]:
-            if b > start:
+            # a small output only up to where the harness hides it anyway: its re-write made earlier
+            if b > start and (not small[k] or (b < ep.n_calls and forced[b, k])):
                 out.append((int(k), start, int(b)))
             start = b + 1
     return out
@@ -268,7 +273,7 @@ def _gaps(ep: Episode, R: np.ndarray, forced: np.ndarray | None = None) -> list[
 
 def forced_hidden(ep: Episode, hidden: Sequence[AbstractSet[int]] | None) -> np.ndarray | None:
     """F[t, k]: output k was hidden at call t whatever a policy did (``hidden``: one set of steps per
-    call, what the run's harness hid: :func:`~dtoc_rl.policies.baselines.harness_hidden`); None where
+    call, what the run's harness hid: :meth:`~dtoc_rl.sim.episode.Episode.harness_hidden`); None where
     it hid nothing.  A plan on top of the harness keeps those cells hidden and charges no need there
     (:func:`~dtoc_rl.sim.episode.drop_unseen_needs`; a re-access there is every policy's miss alike)."""
     if hidden is None or not any(hidden):
@@ -305,7 +310,8 @@ def plan(
     gaps = _gaps(ep, R, forced)
     if np.all(np.asarray(p.cache_read) >= np.asarray(p.cache_write)):  # no cache discount: separable
         for g in gaps:
-            _apply(V, g, True)
+            if ep.hid_cost[g[0]] < ep.vis_cost[g[0]]:  # a small output's hide spares no re-write here
+                _apply(V, g, True)
         return V
     scalar = not np.ndim(p.cache_read)
 
@@ -445,8 +451,10 @@ def exact_plan(
     def feasible(t: int) -> np.ndarray:
         need, hid = R[t, outs], F[t, outs]
         stored = outs < first_step[t]
-        # shown: what it needs, and an output whose placeholder is no smaller (unless the harness hid it)
-        keep = (need | (ep.hid_cost[outs] >= ep.vis_cost[outs])) & ~hid
+        # shown: what it needs, and an output whose placeholder is no smaller, unless there is a harness
+        # (hiding it before the harness does may spare a re-write: the optimum decides)
+        small = (ep.hid_cost[outs] >= ep.vis_cost[outs]) & (forced is None)
+        keep = (need | small) & ~hid
         bad = ((~bits & keep[None, :]) | (bits & hid[None, :])) & stored[None, :]
         bad = bad.any(axis=1)
         # outputs not stored yet are "visible" by convention: one state per real situation

@@ -115,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "whatever the policy says, and savings are "
         "against the harness as it ran rather than against keeping everything: what the policy would "
         "save plugged into that harness (runs whose log left nothing out: the same either way); the "
-        "oracle plans around what the harness hid, so it stays the cheapest schedule there",
+        "oracle plans around what the harness hid",
     )
     p.add_argument("--workers", type=at_least(1), default=1, help="worker processes (default 1)")
     p.add_argument(

@@ -24,6 +24,7 @@ steps, and every output of the turn joins the context after it.
 from __future__ import annotations
 
 import json
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -207,6 +208,19 @@ class Episode:
         if not m:
             return frozenset() if d is None else d
         return set(m) | (d or frozenset())
+
+    def harness_hidden(self, masked: bool = True) -> list[AbstractSet[int]]:
+        """What the run's harness hid at each of its model calls (their steps): what the log says the
+        call was sent without (:meth:`logged_hidden`), and where the log says nothing of a call, what it
+        last said (nothing before it): a window, a compaction or a live policy keeps hidden what it hid
+        until its log says otherwise."""
+        out: list[AbstractSet[int]] = []
+        last: AbstractSet[int] = frozenset()
+        for c in range(self.n_calls):
+            said = self.logged_hidden(c, masked)
+            last = last if said is None else said
+            out.append(last)
+        return out
 
     _out_steps: np.ndarray | None = field(default=None, repr=False, compare=False)
     _gap: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -456,7 +470,8 @@ def harness_dropped(traj: Trajectory) -> list[frozenset[int] | None]:
 def drop_unseen_needs(ep: Episode, masked: bool = False) -> Episode:
     """``ep`` without the needs of a model call on an output the log says that call was sent without,
     dropped with its pair (a harness's window, a compaction: nothing of it in the prompt) or, with
-    ``masked``, masked too (:meth:`Episode.logged_hidden`), except re-accesses.  The model did not see
+    ``masked``, masked too (:meth:`Episode.harness_hidden`: at a call the log says nothing of, what it
+    last said), except re-accesses.  The model did not see
     that output, and the log already holds what its agent did without it (a failed edit, a re-read:
     later steps of their own, which every replay of the log bills), so a miss charged on such a need
     would bill that reaction twice, to every policy (docs/results.md).  A re-access stays: it is the
@@ -469,10 +484,11 @@ def drop_unseen_needs(ep: Episode, masked: bool = False) -> Episode:
         return ep
     reaccess = NEED_KINDS.index("reaccess")
     keep = np.ones(len(ep.need_idx), bool)
+    sent_without = ep.harness_hidden(masked)  # a call the log says nothing of: what it last said
     for c in range(ep.n_calls):
         if ep.need_ptr[ep.starts[c]] == ep.need_ptr[ep.starts[c + 1]]:
             continue  # no need to drop (most calls)
-        hidden = ep.logged_hidden(c, masked)
+        hidden = sent_without[c]
         if not hidden:
             continue
         a, b = int(ep.need_ptr[ep.starts[c]]), int(ep.need_ptr[ep.starts[c + 1]])

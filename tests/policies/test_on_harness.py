@@ -14,7 +14,7 @@ from dtoc_rl.cli import main
 from dtoc_rl.data.schema import Need, Step, Trajectory
 from dtoc_rl.envs import ReplayEnv
 from dtoc_rl.policies.base import Policy, reset_policy
-from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness, harness_hidden, to_action
+from dtoc_rl.policies.baselines import LoggedVisibility, NoManagement, OnHarness, to_action
 from dtoc_rl.policies.evaluate import evaluate
 from dtoc_rl.policies.oracle import HindsightOracle, forced_hidden, plan, without_restores
 from dtoc_rl.sim.episode import compile_episode, drop_unseen_needs
@@ -47,6 +47,14 @@ def test_a_need_on_what_the_call_was_sent_without_is_dropped_and_the_rest_kept()
     assert drop_unseen_needs(on) is on
     plain = compile_episode(windowed(drop_from=6), keep_unseen_needs=True)  # nothing dropped: as it is
     assert drop_unseen_needs(plain) is plain
+
+
+def test_a_need_at_a_call_the_log_says_nothing_of_is_dropped_as_what_it_last_said():
+    traj = windowed()
+    traj.steps[4].dropped_before = None  # the log says nothing of the call that copies from 0 and 2
+    ep = compile_episode(traj)
+    assert ep.logged_hidden(4) is None and ep.harness_hidden()[4] == {0}
+    assert ep.needs_at(4).tolist() == [2]  # the window still left output 0 out
 
 
 def test_a_reaccess_of_a_dropped_output_is_kept():
@@ -278,7 +286,7 @@ def test_the_harness_as_it_ran_keeps_what_it_hid_through_a_call_its_log_says_not
     traj = windowed()
     traj.steps[5].dropped_before = None  # the log says nothing of the last call
     ep = compile_episode(traj)
-    assert harness_hidden(ep) == [set(), set(), set(), {0}, {0}, {0}]
+    assert ep.harness_hidden() == [set(), set(), set(), {0}, {0}, {0}]
     _, shown = _replay(OnHarness(ShowAll()), ep)
     assert 0 not in shown[-1] and 1 in shown[-1]  # whatever the policy wants
     assert isinstance(LoggedVisibility(), OnHarness) and LoggedVisibility().label == "logged"
@@ -316,16 +324,16 @@ def test_the_oracle_on_the_harness_plans_around_what_it_hid(exact):
     assert aware["dollars"] < blind["dollars"] - 1e-4 and aware["dollars"] < base["dollars"]
     assert all(2 not in s for s in shown[5:])
     oracle = HindsightOracle(exact_max_outputs=exact)
-    reset_policy(oracle, {"episode": ep, "harness_hidden": harness_hidden(ep)})
-    F = forced_hidden(ep, harness_hidden(ep))
+    reset_policy(oracle, {"episode": ep, "harness_hidden": ep.harness_hidden()})
+    F = forced_hidden(ep, ep.harness_hidden())
     assert F is not None and F.sum() == 4 and not (oracle.V & F).any()  # calls 5-8 never show it
 
 
 def test_nothing_hidden_by_the_harness_plans_as_before():
     ep = compile_episode(windowed(drop_from=6))
-    assert forced_hidden(ep, harness_hidden(ep)) is None and forced_hidden(ep, None) is None
+    assert forced_hidden(ep, ep.harness_hidden()) is None and forced_hidden(ep, None) is None
     ep = compile_episode(harness_run())
-    F = forced_hidden(ep, harness_hidden(ep))
+    F = forced_hidden(ep, ep.harness_hidden())
     assert np.array_equal(plan(ep, forced=np.zeros_like(F)), plan(ep))
 
 
@@ -341,7 +349,7 @@ def test_the_oracle_without_restores_on_the_harness_never_shows_again_what_it_hi
 
 def test_without_restores_an_output_may_stay_hidden_up_to_where_the_harness_hides_it():
     ep = compile_episode(harness_run(need_at=3, drop_from=6))  # output 2: needed at 3, dropped from 6
-    F = forced_hidden(ep, harness_hidden(ep))
+    F = forced_hidden(ep, ep.harness_hidden())
     W = without_restores(ep, plan(ep, forced=F), forced=F)
     assert W[3, 2] and not W[4:, 2].any()  # hidden after its need, not shown until the harness hides it
 
@@ -425,3 +433,80 @@ def test_a_harness_mask_of_the_wrong_shape_is_named():
     }
     with pytest.raises(ValueError, match="harness"):
         env.step(action)
+
+
+def test_on_the_harness_no_restores_and_flat_prices_keep_what_it_hid_hidden():
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.oracle import _Costing, _gaps, _need_matrix
+    from dtoc_rl.sim.pricing import Prices
+    from dtoc_rl.sim.simulator import CostConfig
+
+    cfg = CostConfig()
+    flat = CostConfig(prices=Prices(input=3.0, output=15.0, cache_read=3.0, cache_write=3.0))  # no discount
+    for ep in load_episodes(None):
+        for last in (2, 5):
+            F = _window(ep, last)
+            if not F.any():
+                continue
+            need = _need_matrix(ep, cfg) & ~F
+            W = without_restores(ep, plan(ep, cfg, forced=F), cfg, forced=F)
+            assert not (W & F).any() and not (need & ~W).any(), ep.traj_id
+            blind = without_restores(ep, plan(ep, cfg), cfg) & ~F
+            cost = _Costing(ep, W, cfg, need)
+            assert cost.total() <= _Costing(ep, blind, cfg, need).total() + 1e-12
+            for k, a, b in _gaps(ep, need, F):  # no hide to the end, or up to the harness's, lowers its cost
+                if b == ep.n_calls or F[b, k]:
+                    assert cost.propose(k, a, np.full(b - a, not W[a, k]))[0] >= cost.total() - 1e-12
+            V = plan(ep, flat, forced=F)
+            assert not (V & F).any()
+            flat_need = _need_matrix(ep, flat) & ~F
+            assert (
+                _Costing(ep, V, flat, flat_need).total()
+                <= _Costing(ep, plan(ep, flat) & ~F, flat, flat_need).total()
+            )
+    ep = compile_episode(harness_run())
+    oracle = HindsightOracle(restores=False, exact_max_outputs=0)
+    reset_policy(oracle, {"episode": ep, "harness_hidden": ep.harness_hidden()})
+    assert not (oracle.V & forced_hidden(ep, ep.harness_hidden())).any()
+
+
+def compacted_run() -> Trajectory:
+    """Twelve outputs of several sizes, needs between them; a compaction drops outputs 0-6 from step 9."""
+    sizes = [163, 231, 286, 29, 60, 250, 285, 89, 107, 263, 138, 96]
+    lines = BIG.split("\n")
+    steps = [
+        bash(i, f"cat f{i}.txt", "\n".join(lines[:m]).replace("value", f"v{i}")) for i, m in enumerate(sizes)
+    ]
+    for t, k in [(3, 2), (6, 2), (7, 5), (9, 3), (10, 4), (11, 0)]:
+        steps[t].needs = [Need(k, "provenance", f"v{k}_7 = compute")]
+    steps.append(Step(index=12, turn=12, assistant_text="done"))
+    for i, s in enumerate(steps):
+        s.dropped_before = list(range(7)) if i >= 9 else []
+    return Trajectory(
+        "c/1", "repolaunch", "claude-sonnet-4-5", "claude-sonnet", "c1", task_text="r", steps=steps
+    )
+
+
+def test_the_plan_keeps_the_cheaper_of_its_two_starts():
+    from dtoc_rl.envs.data import load_episodes
+    from dtoc_rl.policies.oracle import _Costing, _descend, _gaps, _need_matrix
+    from dtoc_rl.sim.simulator import CostConfig
+
+    cfg = CostConfig()
+    (tau,) = [e for e in load_episodes(None) if e.traj_id == "tau-bench/gpt-4o-airline/2/trial0"]
+    compacted = compile_episode(compacted_run())
+    cases = [
+        (tau, _window(tau, 5), False),
+        (compacted, forced_hidden(compacted, compacted.harness_hidden()), True),
+    ]
+    for ep, F, first_start_wins in cases:
+        need = _need_matrix(ep, cfg) & ~F
+        blind_start = _descend(ep, plan(ep, cfg) & ~F, _gaps(ep, need, F), cfg, 4, need=need)
+        other = _Costing(ep, blind_start, cfg, need).total()
+        chosen = _Costing(ep, plan(ep, cfg, forced=F), cfg, need).total()
+        assert chosen <= other and (chosen < other - 1e-9) == first_start_wins, ep.traj_id
+
+
+def test_the_wrapper_is_labelled_by_the_policy_it_wraps():
+    assert OnHarness(HideOne()).label == "hide_one(inner=hide_one)"
+    assert OnHarness(LoggedVisibility()).config() == {"inner": "logged"}
