@@ -114,7 +114,10 @@ class OnHarness(Policy):
     compaction, ``LastNObservations``' masking) are hidden whatever ``inner`` wants; the rest are as
     ``inner`` decides.  So ``OnHarness(NoManagement())`` is the harness as it ran (``logged``), and
     what a policy saves over it is what it would save plugged into that harness.  ``inner`` is reset
-    with ``info["harness_hidden"]`` (one set per call), so a hindsight plan can be made around it.  (A
+    with ``info["harness_hidden"]`` (one set per call), so a hindsight plan can be made around it.  Its
+    action's ``harness`` mask marks the harness's own changes, which ReplayEnv makes without a
+    management call; a batch (``act_batch``, a vector env) keeps only ``enable``/``disable``, so it
+    decides through ``act``.  (A
     need on what the harness took away is no miss for any policy:
     :func:`~dtoc_rl.sim.episode.drop_unseen_needs`.)"""
 
@@ -145,8 +148,9 @@ class OnHarness(Policy):
         ch = resolve(np.asarray(action["enable"]), np.asarray(action["disable"]), want[: int(mask.sum())])
         want[ch.enable], want[ch.disable] = True, False
         out = to_action(obs, want & ~_among(slots, now))
-        if now is not before:  # what the harness hid or showed again since the last call: its own changes,
-            out["harness"] = _among(slots, now ^ before).astype(np.int8)  # made without a management call
+        # what the harness hides now or hid at the last call: a change there is its own, made without a
+        # management call (a hide again after a miss restored one, a show when it lets one go)
+        out["harness"] = _among(slots, now if now is before else now | before).astype(np.int8)
         return out
 
     def config(self):

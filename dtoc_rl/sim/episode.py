@@ -213,11 +213,14 @@ class Episode:
         """What the run's harness hid at each of its model calls (their steps): what the log says the
         call was sent without (:meth:`logged_hidden`), and where the log says nothing of a call, what it
         last said (nothing before it): a window, a compaction or a live policy keeps hidden what it hid
-        until its log says otherwise."""
+        until its log says otherwise.  A call the log describes only by what was masked at it dropped
+        nothing."""
         out: list[AbstractSet[int]] = []
         last: AbstractSet[int] = frozenset()
         for c in range(self.n_calls):
             said = self.logged_hidden(c, masked)
+            if said is None and self.logged_hidden(c) is not None:  # described by its masking alone:
+                said = frozenset()  # nothing dropped (OpenCode's summary call is sent everything)
             last = last if said is None else said
             out.append(last)
         return out

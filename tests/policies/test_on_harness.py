@@ -510,3 +510,46 @@ def test_the_plan_keeps_the_cheaper_of_its_two_starts():
 def test_the_wrapper_is_labelled_by_the_policy_it_wraps():
     assert OnHarness(HideOne()).label == "hide_one(inner=hide_one)"
     assert OnHarness(LoggedVisibility()).config() == {"inner": "logged"}
+
+
+class HideThenShow(Policy):
+    """Hides output 1 before the call of step 2 and shows it again before the next."""
+
+    name = "hide_then_show"
+    reads_prices = False
+
+    def act(self, obs, info=None):
+        slots = list(info["slot_steps"])
+        want = obs["item_mask"].astype(bool).copy()
+        if int(info["step"]) == 2 and 1 in slots:
+            want[slots.index(1)] = False
+        return to_action(obs, want)
+
+
+def test_a_policys_own_restore_beside_the_harnesss_hide_is_its_management_call():
+    from dtoc_rl.sim.simulator import CostConfig
+
+    agent = CostConfig(overhead="agent")
+    runs = evaluate([windowed()], [HideThenShow()], progress=False, on_harness=True, cost_config=agent)
+    (run,) = [r for r in runs if r.policy == "hide_then_show"]
+    assert (run.mgmt_calls, run.changes) == (
+        2,
+        2,
+    )  # its hide and its restore; the window's drop at the second
+    restored = CostConfig(
+        overhead="agent", recovery="restore"
+    )  # a miss shows it: hidden again as the log says
+    again = _logged_run(masked(windowed()), restored)
+    assert again.misses == 1 and (again.mgmt_calls, again.changes) == (0, 0)
+
+
+def test_a_call_described_by_its_masking_alone_dropped_nothing():
+    traj = windowed()
+    for s in traj.steps:
+        s.dropped_before = None
+    for s in traj.steps[2:]:
+        s.dropped_before = [0, 1]  # a compaction from step 2 on
+    traj.steps[4].dropped_before, traj.steps[4].masked_before = None, []  # sent everything (a summary call)
+    ep = compile_episode(traj, keep_unseen_needs=False)
+    assert ep.harness_hidden(masked=False)[4] == set() and ep.harness_hidden(masked=False)[5] == {0, 1}
+    assert sorted(ep.needs_at(4).tolist()) == [0, 2]  # the call saw output 0: its need stays
