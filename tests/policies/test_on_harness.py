@@ -210,15 +210,19 @@ def test_what_the_log_says_a_call_hid_is_told_from_what_it_says_nothing_of():
 
 
 class HideOne(Policy):
-    """Hides output 1 from the call of step 4 on, shows everything else."""
+    """Hides output 1 at the decisions ``first`` to ``last`` (from the call of step 4 on by default) and
+    shows everything else."""
 
-    name = "hide_one"
     reads_prices = False
+
+    def __init__(self, first: int = 3, last: int | None = None, name: str = "hide_one"):
+        self.first, self.last, self.name = first, last, name
 
     def act(self, obs, info=None):
         slots = list(info["slot_steps"])
         want = obs["item_mask"].astype(bool).copy()
-        if int(info["step"]) >= 3 and 1 in slots:
+        step = int(info["step"])
+        if self.first <= step and (self.last is None or step <= self.last) and 1 in slots:
             want[slots.index(1)] = False
         return to_action(obs, want)
 
@@ -512,25 +516,12 @@ def test_the_wrapper_is_labelled_by_the_policy_it_wraps():
     assert OnHarness(LoggedVisibility()).config() == {"inner": "logged"}
 
 
-class HideThenShow(Policy):
-    """Hides output 1 before the call of step 2 and shows it again before the next."""
-
-    name = "hide_then_show"
-    reads_prices = False
-
-    def act(self, obs, info=None):
-        slots = list(info["slot_steps"])
-        want = obs["item_mask"].astype(bool).copy()
-        if int(info["step"]) == 2 and 1 in slots:
-            want[slots.index(1)] = False
-        return to_action(obs, want)
-
-
 def test_a_policys_own_restore_beside_the_harnesss_hide_is_its_management_call():
     from dtoc_rl.sim.simulator import CostConfig
 
     agent = CostConfig(overhead="agent")
-    runs = evaluate([windowed()], [HideThenShow()], progress=False, on_harness=True, cost_config=agent)
+    hide_then_show = HideOne(first=2, last=2, name="hide_then_show")  # hidden at one call, shown the next
+    runs = evaluate([windowed()], [hide_then_show], progress=False, on_harness=True, cost_config=agent)
     (run,) = [r for r in runs if r.policy == "hide_then_show"]
     assert (run.mgmt_calls, run.changes) == (
         2,
