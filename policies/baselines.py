@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from dtoc_rl.core.actions import resolve
 from dtoc_rl.data.models import FAMILIES
 from dtoc_rl.engine.decide_request import PLACEHOLDER_TOKENS
 from dtoc_rl.engine.features import GLOBAL_FEATURES, ITEM_FEATURES
@@ -143,15 +142,18 @@ class OnHarness(Policy):
         if not now and not before:
             return action
         slots = info["slot_steps"]
-        mask = obs["item_mask"].astype(bool)
-        want = _items(obs)[:, _F["visible"]] > 0.5
-        ch = resolve(np.asarray(action["enable"]), np.asarray(action["disable"]), want[: int(mask.sum())])
-        want[ch.enable], want[ch.disable] = True, False
-        out = to_action(obs, want & ~_among(slots, now))
+        hidden = _among(slots, now)
+        shown = (_items(obs)[:, _F["visible"]] > 0.5) & obs["item_mask"].astype(bool)
+        # the policy's own action, less any showing of what the harness hides and with its hides added:
+        # the rest of the action (a padding slot, a slot in both sets) stays, so the env counts it invalid
+        out = {
+            "enable": (np.asarray(action["enable"]) != 0) & ~hidden,
+            "disable": (np.asarray(action["disable"]) != 0) & ~hidden | (hidden & shown),
+        }
         # what the harness hides now or hid at the last call: a change there is its own, made without a
         # management call (a hide again after a miss restored one, a show when it lets one go)
-        out["harness"] = _among(slots, now if now is before else now | before).astype(np.int8)
-        return out
+        out["harness"] = _among(slots, now if now is before else now | before)
+        return {k: v.astype(np.int8) for k, v in out.items()}
 
     def config(self):
         inner = self.inner

@@ -544,3 +544,25 @@ def test_a_call_described_by_its_masking_alone_dropped_nothing():
     ep = compile_episode(traj, keep_unseen_needs=False)
     assert ep.harness_hidden(masked=False)[4] == set() and ep.harness_hidden(masked=False)[5] == {0, 1}
     assert sorted(ep.needs_at(4).tolist()) == [0, 2]  # the call saw output 0: its need stays
+
+
+class Sloppy(Policy):
+    """Shows everything, and sets a padding slot in both sets and output 2's slot in both: invalid bits."""
+
+    name = "sloppy"
+    reads_prices = False
+
+    def act(self, obs, info=None):
+        action = to_action(obs, obs["item_mask"].astype(bool))
+        action["enable"][-1] = action["disable"][-1] = 1  # padding
+        slots = list(info["slot_steps"])
+        if 2 in slots:
+            action["enable"][slots.index(2)] = action["disable"][slots.index(2)] = 1
+        return action
+
+
+def test_the_invalid_bits_of_the_policy_it_wraps_are_counted_as_without_it():
+    plain = {r.policy: r for r in evaluate([windowed()], [Sloppy()], progress=False)}
+    on = {r.policy: r for r in evaluate([windowed()], [Sloppy()], progress=False, on_harness=True)}
+    assert on["sloppy"].extra.get("on_harness") and on["sloppy"].invalid_actions > 0
+    assert on["sloppy"].invalid_actions == plain["sloppy"].invalid_actions
