@@ -116,8 +116,7 @@ class OnHarness(Policy):
     with ``info["harness_hidden"]`` (one set per call), so a hindsight plan can be made around it.  Its
     action's ``harness`` mask marks the harness's own changes, which ReplayEnv makes without a
     management call; a batch (``act_batch``, a vector env) keeps only ``enable``/``disable``, so it
-    decides through ``act``.  (A
-    need on what the harness took away is no miss for any policy:
+    decides through ``act``.  (A need on what the harness took away is no miss for any policy:
     :func:`~dtoc_rl.sim.episode.drop_unseen_needs`.)"""
 
     needs_logged_run = True
