@@ -170,6 +170,10 @@ class RecordTrajectory(gym.Wrapper):
         visible[disabled] = False
         stored = np.flatnonzero(sim.ep.has_out[:t])
         masked = [int(k) for k in stored if not visible[k]]
+        harness = action.get("harness") if isinstance(action, dict) else None
+        if harness is not None:  # the run's own harness's changes (OnHarness): in what was masked, no event
+            own = {int(k) for k, h in zip(filled, np.asarray(harness)[: len(filled)]) if h}
+            enabled, disabled = [k for k in enabled if k not in own], [k for k in disabled if k not in own]
         events = [ContextEvent(kind="enable", targets=enabled)] if enabled else []
         if disabled:
             events.append(ContextEvent(kind="disable", targets=disabled))

@@ -178,3 +178,24 @@ def test_every_step_of_a_parallel_turn_is_recorded_with_what_its_model_call_saw(
     t = _recorded_replay(traj, tmp_path)
     assert [s.masked_before for s in t.steps] == [[], [0], [0], [0], [0], [0]]
     assert [len(s.events) for s in t.steps] == [0, 1, 0, 0, 0, 0]  # the change is made once, before call 1
+
+
+def test_a_harnesss_own_changes_are_masked_but_no_event_of_the_policys(tmp_path):
+    from dtoc_rl.policies.baselines import OnHarness
+    from tests.policies.test_on_harness import HideOne, windowed
+
+    traj = windowed()
+    env = RecordTrajectory(
+        ReplayEnv(trajectories=[traj], max_items=N, expose_episode=True), tmp_path / "h.jsonl", format="rows",
+        source=[traj],
+    )  # fmt: skip
+    policy = OnHarness(HideOne())  # the window drops output 0 from step 3 on, the policy hides 1 there
+    obs, info = env.reset(seed=0)
+    policy.reset(info)
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(policy.act(obs, info))
+        done = term or trunc
+    (t,) = read_rows(tmp_path / "h.jsonl")
+    assert t.steps[3].masked_before == [0, 1]
+    assert [(e.kind, e.targets) for e in t.steps[3].events] == [("disable", [1])]
