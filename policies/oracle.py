@@ -298,8 +298,8 @@ def _apply(V: np.ndarray, gap: tuple[int, int, int], hidden: bool) -> None:
 def plan(
     ep: Episode, cfg: CostConfig | None = None, *, max_passes: int = 4, forced: np.ndarray | None = None
 ) -> np.ndarray:
-    """The oracle's schedule (see the module docstring); with ``forced`` (:func:`forced_hidden`), the
-    cheapest around what a harness hid anyway."""
+    """The oracle's schedule (see the module docstring); with ``forced`` (:func:`forced_hidden`), made
+    around what a harness hid anyway."""
     n = ep.n_calls
     p = (cfg or CostConfig()).call_prices(ep)  # each call at its own model's, in a run of several
     R = _need_matrix(ep, cfg)
@@ -340,13 +340,15 @@ def plan(
             cost += -rewrite if forced is not None and forced[b, k] else rewrite
         if saving > cost:
             _apply(V, (k, a, b), True)
-    V = _descend(ep, V, gaps, cfg, max_passes, need=R)
+    V, cost = _descend(ep, V, gaps, cfg, max_passes, need=R)
     if forced is None:
         return V
     # a descent ends in a local optimum: also from the plan that ignores the harness, with what the
     # harness hid hidden, and the cheaper kept, so knowing the harness never makes the plan dearer
-    alt = _descend(ep, plan(ep, cfg, max_passes=max_passes) & ~forced, gaps, cfg, max_passes, need=R)
-    return alt if _Costing(ep, alt, cfg, R).total() < _Costing(ep, V, cfg, R).total() else V
+    alt, alt_cost = _descend(
+        ep, plan(ep, cfg, max_passes=max_passes) & ~forced, gaps, cfg, max_passes, need=R
+    )
+    return alt if alt_cost < cost else V
 
 
 def _descend(
@@ -356,8 +358,9 @@ def _descend(
     cfg: CostConfig | None,
     max_passes: int,
     need: np.ndarray | None = None,
-) -> np.ndarray:
-    # Coordinate descent: flip each gap (hidden <-> visible) while a flip lowers the exact cost.
+) -> tuple[np.ndarray, float]:
+    # Coordinate descent: flip each gap (hidden <-> visible) while a flip lowers the exact cost; returns
+    # the schedule and its cost.
     costing = _Costing(ep, V, cfg, need)
     best = costing.total()
     for _ in range(max_passes):
@@ -371,7 +374,7 @@ def _descend(
                 best, improved = c, True
         if not improved:
             break
-    return V
+    return V, best
 
 
 def need_schedule(ep: Episode, cfg: CostConfig | None = None, *, hide_small: bool = False) -> np.ndarray:
@@ -416,7 +419,7 @@ def without_restores(
             V[a:b, k] = True
         else:  # hidden from the first call that hides it on (exact_plan may show one again a call early)
             V[a:b, k] = ~np.logical_or.accumulate(~V[a:b, k])
-    return _descend(ep, V, free, cfg, max_passes, need=R)
+    return _descend(ep, V, free, cfg, max_passes, need=R)[0]
 
 
 def exact_plan(
@@ -552,7 +555,7 @@ class HindsightOracle(Policy):
         if self.schedule != "cost":
             self.V = need_schedule(ep, cfg)
             return
-        # on top of a harness (OnHarness): planned around what it hid, so the plan stays the cheapest
+        # on top of a harness (OnHarness): planned around what it hid, not as if it had kept everything
         forced = forced_hidden(ep, (info or {}).get("harness_hidden"))
         one_model = getattr(ep, "call_model", None) is None  # exact_plan prices one model per episode
         if one_model and self.exact_max_outputs and int(ep.has_out.sum()) <= self.exact_max_outputs:

@@ -219,7 +219,7 @@ class Episode:
         last: AbstractSet[int] = frozenset()
         for c in range(self.n_calls):
             said = self.logged_hidden(c, masked)
-            if said is None and self.logged_hidden(c) is not None:  # described by its masking alone:
+            if said is None and not masked and self.logged_hidden(c) is not None:  # by its masking alone:
                 said = frozenset()  # nothing dropped (OpenCode's summary call is sent everything)
             last = last if said is None else said
             out.append(last)

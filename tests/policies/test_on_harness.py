@@ -505,7 +505,7 @@ def test_the_plan_keeps_the_cheaper_of_its_two_starts():
     ]
     for ep, F, first_start_wins in cases:
         need = _need_matrix(ep, cfg) & ~F
-        blind_start = _descend(ep, plan(ep, cfg) & ~F, _gaps(ep, need, F), cfg, 4, need=need)
+        blind_start, _ = _descend(ep, plan(ep, cfg) & ~F, _gaps(ep, need, F), cfg, 4, need=need)
         other = _Costing(ep, blind_start, cfg, need).total()
         chosen = _Costing(ep, plan(ep, cfg, forced=F), cfg, need).total()
         assert chosen <= other and (chosen < other - 1e-9) == first_start_wins, ep.traj_id

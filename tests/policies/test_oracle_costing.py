@@ -53,7 +53,7 @@ def _episodes():
 
 
 def _plain_descent(ep, V, gaps, cfg, max_passes=4):
-    """The descent as it was: the whole schedule billed after each flip."""
+    """The descent as it was: the whole schedule billed after each flip (the schedule and its cost)."""
     best = schedule_cost(ep, V, cfg)
     for _ in range(max_passes):
         improved = False
@@ -67,7 +67,7 @@ def _plain_descent(ep, V, gaps, cfg, max_passes=4):
                 V[a:b, k] = was
         if not improved:
             break
-    return V
+    return V, best
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
